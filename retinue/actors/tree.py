@@ -1,0 +1,228 @@
+"""The supervisor's in-memory picture of the tree, and the writes that keep the store in step.
+
+Only the supervisor thread touches a :class:`Tree`. Every mutation updates the
+indexes and appends the matching LMDB write to :attr:`Tree.writes`; the
+supervisor hands those writes to the store as one transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from retinue.persistence.store import Write
+from retinue.protocol.messages import AgentState, Message
+from retinue.protocol.records import (
+    AgentRecord,
+    CompletionRecord,
+    MessageRecord,
+    completion_key,
+    message_key,
+)
+
+__all__ = ["HOST", "Tree"]
+
+# The recipient key of the host in pending-completion indexes.
+HOST = ""
+
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def recipient_key(recipient_id: str | None) -> str:
+    """Map a stored recipient (None for the host) to its index key."""
+    return HOST if recipient_id is None else recipient_id
+
+
+class Tree:
+    """Agents, mailboxes and completions, indexed for the supervisor's rules."""
+
+    def __init__(self) -> None:
+        """Create an empty tree."""
+        self.agents: dict[str, AgentRecord] = {}
+        self.live_paths: dict[str, str] = {}
+        self.children: dict[str, set[str]] = {HOST: set()}
+        self.top_of: dict[str, str] = {}
+        self.tree_count: dict[str, int] = {}
+        self.live_count = 0
+        # Unread messages per recipient, in arrival (seq) order.
+        self.mailbox: dict[str, dict[int, MessageRecord]] = {}
+        self.dedup: dict[tuple[str, str], Message] = {}
+        # Undelivered completions per recipient key, in routing order.
+        self.pending: dict[str, dict[str, CompletionRecord]] = {HOST: {}}
+        # Every known completion per agent and generation.
+        self.completions: dict[str, dict[int, CompletionRecord]] = {}
+        self.undelivered: dict[str, int] = {}
+        self.seq = 0
+        self.writes: list[Write] = []
+
+    # -- sequencing and batching --------------------------------------------
+
+    def next_seq(self) -> int:
+        """Return the next arrival sequence number."""
+        self.seq += 1
+        return self.seq
+
+    def take_writes(self) -> list[Write]:
+        """Return and clear the writes gathered since the last call."""
+        writes, self.writes = self.writes, []
+        return writes
+
+    # -- agents --------------------------------------------------------------
+
+    def live_children(self, agent_id: str | None) -> set[str]:
+        """Return the ids of the live children of an agent (None: top-level agents)."""
+        return self.children.setdefault(recipient_key(agent_id), set())
+
+    def put_agent(self, record: AgentRecord, *, persist: bool = True) -> AgentRecord:
+        """Insert or update an agent, keeping every index in step."""
+        old = self.agents.get(record.id)
+        self.agents[record.id] = record
+        if old is None and record.state is not AgentState.CLOSED:
+            self._index_live(record)
+        elif (
+            old is not None
+            and old.state is not AgentState.CLOSED
+            and record.state is AgentState.CLOSED
+        ):
+            self._unindex_live(record)
+        if persist:
+            self.writes.append(("agents", record.id.encode(), _encode(record)))
+        return record
+
+    def _index_live(self, record: AgentRecord) -> None:
+        self.live_paths[record.path] = record.id
+        self.live_children(record.parent_id).add(record.id)
+        top = record.id if record.parent_id is None else self.top_of[record.parent_id]
+        self.top_of[record.id] = top
+        self.tree_count[top] = self.tree_count.get(top, 0) + 1
+        self.live_count += 1
+
+    def _unindex_live(self, record: AgentRecord) -> None:
+        if self.live_paths.get(record.path) == record.id:
+            del self.live_paths[record.path]
+        self.live_children(record.parent_id).discard(record.id)
+        top = self.top_of[record.id]
+        self.tree_count[top] -= 1
+        if self.tree_count[top] == 0:
+            del self.tree_count[top]
+        self.live_count -= 1
+
+    def is_live(self, agent_id: str) -> bool:
+        """Return True if the agent exists and is not closed."""
+        record = self.agents.get(agent_id)
+        return record is not None and record.state is not AgentState.CLOSED
+
+    def nearest_live_ancestor(self, record: AgentRecord) -> str | None:
+        """Return the id of the closest non-closed ancestor, or None for the host."""
+        parent_id = record.parent_id
+        while parent_id is not None:
+            parent = self.agents[parent_id]
+            if parent.state is not AgentState.CLOSED:
+                return parent_id
+            parent_id = parent.parent_id
+        return None
+
+    def descendants_postorder(self, agent_id: str) -> list[str]:
+        """Return the live subtree below and including ``agent_id``, children first."""
+        order: list[str] = []
+        stack: list[tuple[str, bool]] = [(agent_id, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            stack.append((node, True))
+            for child in sorted(self.live_children(node), reverse=True):
+                stack.append((child, False))
+        return order
+
+    # -- mailboxes -------------------------------------------------------------
+
+    def add_message(self, record: MessageRecord, *, persist: bool = True) -> None:
+        """Store a message; unread ones join the recipient's mailbox."""
+        message = record.message
+        if not record.read:
+            self.mailbox.setdefault(message.recipient_id, {})[record.seq] = record
+        if message.dedup_key is not None:
+            self.dedup[(message.sender_id, message.dedup_key)] = message
+        if persist:
+            self.writes.append(
+                ("messages", message_key(message.recipient_id, record.seq), _encode(record))
+            )
+
+    def mark_read(self, record: MessageRecord, at: float) -> None:
+        """Mark one unread message read and drop it from the mailbox."""
+        recipient = record.message.recipient_id
+        self.mailbox.get(recipient, {}).pop(record.seq, None)
+        done = msgspec.structs.replace(record, read=True, read_at=at)
+        self.writes.append(("messages", message_key(recipient, record.seq), _encode(done)))
+
+    def unread(self, agent_id: str) -> list[MessageRecord]:
+        """Return the agent's unread messages in arrival order."""
+        return list(self.mailbox.get(agent_id, {}).values())
+
+    # -- completions -----------------------------------------------------------
+
+    def add_completion(self, record: CompletionRecord, *, persist: bool = True) -> None:
+        """Store a completion and, while undelivered, queue it for its recipient."""
+        completion = record.completion
+        self.completions.setdefault(completion.agent_id, {})[completion.generation] = record
+        if not record.delivered:
+            key = recipient_key(record.recipient_id)
+            self.pending.setdefault(key, {})[completion.id] = record
+            self.undelivered[completion.agent_id] = (
+                self.undelivered.get(completion.agent_id, 0) + 1
+            )
+        if persist:
+            self._write_completion(record)
+
+    def _write_completion(self, record: CompletionRecord) -> None:
+        completion = record.completion
+        self.writes.append(
+            (
+                "completions",
+                completion_key(completion.agent_id, completion.generation),
+                _encode(record),
+            )
+        )
+
+    def mark_delivered(self, record: CompletionRecord) -> CompletionRecord:
+        """Mark a pending completion received by its recipient."""
+        completion = record.completion
+        self.pending.get(recipient_key(record.recipient_id), {}).pop(completion.id, None)
+        self.undelivered[completion.agent_id] -= 1
+        done = msgspec.structs.replace(record, delivered=True)
+        self.completions[completion.agent_id][completion.generation] = done
+        self._write_completion(done)
+        return done
+
+    def reroute(self, record: CompletionRecord, recipient_id: str | None) -> CompletionRecord:
+        """Move a pending completion to another recipient."""
+        completion = record.completion
+        self.pending.get(recipient_key(record.recipient_id), {}).pop(completion.id, None)
+        moved = msgspec.structs.replace(record, recipient_id=recipient_id)
+        self.pending.setdefault(recipient_key(recipient_id), {})[completion.id] = moved
+        self.completions[completion.agent_id][completion.generation] = moved
+        self._write_completion(moved)
+        return moved
+
+    def pending_for(self, recipient_id: str | None) -> list[CompletionRecord]:
+        """Return the completions waiting for a recipient, in routing order."""
+        return list(self.pending.get(recipient_key(recipient_id), {}).values())
+
+    def load(
+        self,
+        agents: Iterable[AgentRecord],
+        messages: Iterable[MessageRecord],
+        completions: Iterable[CompletionRecord],
+    ) -> None:
+        """Fill an empty tree from restored records (parents before children)."""
+        for agent in agents:
+            self.put_agent(agent, persist=False)
+        for message in messages:
+            self.seq = max(self.seq, message.seq)
+            self.add_message(message, persist=False)
+        for completion in sorted(completions, key=lambda c: c.seq):
+            self.seq = max(self.seq, completion.seq)
+            self.add_completion(completion, persist=False)

@@ -1,0 +1,229 @@
+"""Every exception retinue raises, under one root.
+
+Usage mistakes also subclass the matching built-in, so ``except ValueError``
+and friends keep working for callers that do not know retinue's names::
+
+    RetinueError
+    ├── InvalidAgentPath               (ValueError)   a bad agent name or path
+    ├── InvalidLimits                  (ValueError)   a bad Limits field or env var
+    ├── InvalidArgument                (ValueError)   any other bad argument
+    ├── ArgumentTypeError              (TypeError)    an argument of the wrong type
+    ├── ConfigurationError             (ValueError)   a bad profile set at open
+    ├── DelegationGraphError           (ValueError)   the profile graph is unusable
+    │   ├── DelegationCycleError                      .cycle
+    │   └── DelegationDepthError                      .depth, .cap
+    ├── ResultContractError            (ValueError)   .field: a bad structured result
+    ├── UnknownProfile                 (LookupError)
+    ├── UnknownAgent                   (LookupError)
+    ├── DuplicateAgentPath             (ValueError)   a live sibling holds the name
+    ├── NotPermitted                                  outside what the sender may do
+    ├── LimitExceeded                                 a configured bound was hit
+    │   ├── DepthLimitExceeded
+    │   ├── FanoutLimitExceeded
+    │   ├── AgentLimitExceeded
+    │   ├── MailboxFull
+    │   ├── MessageTooLarge            (ValueError)
+    │   ├── DedupKeyTooLong            (ValueError)
+    │   └── CompletionBacklogFull
+    ├── AgentStateError                               wrong state for the call
+    │   ├── AgentClosed
+    │   ├── AgentBusy
+    │   └── ActiveDescendants
+    ├── WaitTimeout                    (TimeoutError) the agent keeps running
+    ├── TurnInterrupted                               a turn's wait ended by interrupt
+    ├── RuntimeClosed                                 the runtime was closed
+    └── StoreError                                    the LMDB store refused
+        ├── StoreLocked                               .pid: another writer holds it
+        ├── StoreReadOnly                             a mutating call on a reader
+        └── StoreVersionError                         written by a newer retinue
+
+Messages say what was wrong and what to do, and never carry a traceback, so
+they can be shown to a model as a tool result.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActiveDescendants",
+    "AgentBusy",
+    "AgentClosed",
+    "AgentLimitExceeded",
+    "AgentStateError",
+    "ArgumentTypeError",
+    "CompletionBacklogFull",
+    "ConfigurationError",
+    "DedupKeyTooLong",
+    "DelegationCycleError",
+    "DelegationDepthError",
+    "DelegationGraphError",
+    "DepthLimitExceeded",
+    "DuplicateAgentPath",
+    "FanoutLimitExceeded",
+    "InvalidAgentPath",
+    "InvalidArgument",
+    "InvalidLimits",
+    "LimitExceeded",
+    "MailboxFull",
+    "MessageTooLarge",
+    "NotPermitted",
+    "ResultContractError",
+    "RetinueError",
+    "RuntimeClosed",
+    "StoreError",
+    "StoreLocked",
+    "StoreReadOnly",
+    "StoreVersionError",
+    "TurnInterrupted",
+    "UnknownAgent",
+    "UnknownProfile",
+    "WaitTimeout",
+]
+
+
+class RetinueError(Exception):
+    """Root of every error retinue raises."""
+
+
+class InvalidAgentPath(RetinueError, ValueError):
+    """An agent name or path breaks the path rules."""
+
+
+class InvalidLimits(RetinueError, ValueError):
+    """A Limits field, or the environment variable that sets it, is invalid."""
+
+
+class InvalidArgument(RetinueError, ValueError):
+    """An argument is out of range or of the wrong shape."""
+
+
+class ArgumentTypeError(RetinueError, TypeError):
+    """An argument has the wrong type (a number where a string belongs, say)."""
+
+
+class ConfigurationError(RetinueError, ValueError):
+    """The profiles or options given to ``Runtime.open`` cannot work."""
+
+
+class DelegationGraphError(RetinueError, ValueError):
+    """The profiles' delegation graph is unusable."""
+
+
+class DelegationCycleError(DelegationGraphError):
+    """Profiles delegate to each other in a cycle; ``.cycle`` lists it."""
+
+    def __init__(self, cycle: list[str]) -> None:
+        self.cycle = list(cycle)
+        super().__init__("subagent cycle detected: " + " -> ".join(self.cycle))
+
+
+class DelegationDepthError(DelegationGraphError):
+    """A delegation chain is deeper than the depth cap."""
+
+    def __init__(self, depth: int, cap: int) -> None:
+        self.depth = depth
+        self.cap = cap
+        super().__init__(f"subagent depth {depth} exceeds cap {cap}")
+
+
+class ResultContractError(RetinueError, ValueError):
+    """A structured result breaks the contract; ``.field`` names where."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class UnknownProfile(RetinueError, LookupError):
+    """No profile of that name is defined."""
+
+
+class UnknownAgent(RetinueError, LookupError):
+    """No agent has that id or live path."""
+
+
+class DuplicateAgentPath(RetinueError, ValueError):
+    """A live sibling already holds that name."""
+
+
+class NotPermitted(RetinueError):
+    """The sender may not do that (spawn that profile, message that agent)."""
+
+
+class LimitExceeded(RetinueError):
+    """A configured bound was hit; raise the limit or wait for work to finish."""
+
+
+class DepthLimitExceeded(LimitExceeded):
+    """The new agent would be deeper than ``depth_cap``."""
+
+
+class FanoutLimitExceeded(LimitExceeded):
+    """The parent already has ``fanout_cap`` live children (or a batch is larger)."""
+
+
+class AgentLimitExceeded(LimitExceeded):
+    """``max_tree_agents`` or ``max_agents`` live agents already exist."""
+
+
+class MailboxFull(LimitExceeded):
+    """The recipient already holds ``mailbox_capacity`` unread messages."""
+
+
+class MessageTooLarge(LimitExceeded, ValueError):
+    """The message is larger than ``message_max_bytes``."""
+
+
+class DedupKeyTooLong(LimitExceeded, ValueError):
+    """The deduplication key is longer than ``dedup_key_max_length``."""
+
+
+class CompletionBacklogFull(LimitExceeded):
+    """The agent has ``pending_completions_per_agent`` completions unreceived."""
+
+
+class AgentStateError(RetinueError):
+    """The agent is in a state that does not allow the call."""
+
+
+class AgentClosed(AgentStateError):
+    """The agent is closed."""
+
+
+class AgentBusy(AgentStateError):
+    """The agent has a turn queued or running."""
+
+
+class ActiveDescendants(AgentStateError):
+    """The agent still has live children; close them first or use close_tree."""
+
+
+class WaitTimeout(RetinueError, TimeoutError):
+    """A wait ran out of time; the agent keeps running."""
+
+
+class TurnInterrupted(RetinueError):
+    """The calling turn was interrupted while it waited."""
+
+
+class RuntimeClosed(RetinueError):
+    """The runtime is closed; open it again to continue."""
+
+
+class StoreError(RetinueError):
+    """The LMDB store cannot be used as asked."""
+
+
+class StoreLocked(StoreError):
+    """Another live writer holds the store; ``.pid`` names it."""
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        self.pid = pid
+        super().__init__(message)
+
+
+class StoreReadOnly(StoreError):
+    """The runtime was opened read-only and refuses mutating calls."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a newer retinue schema."""

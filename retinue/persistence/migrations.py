@@ -1,0 +1,54 @@
+"""Schema migrations: one step per stored schema version.
+
+``MIGRATIONS[v]`` upgrades a store at version ``v`` to ``v + 1`` inside the
+write transaction that opens it. Version 0 is a store written before the
+schema carried a version: its records already match version 1, so the step
+only stamps the version. A new schema version adds its step here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from retinue.errors import StoreVersionError
+
+__all__ = ["MIGRATIONS", "Migration", "upgrade"]
+
+# A step gets the open write transaction and the named databases.
+Migration = Callable[[Any, Mapping[str, Any]], None]
+
+
+def _v0_to_v1(txn: Any, dbs: Mapping[str, Any]) -> None:
+    """Version 0 had the same records; nothing to rewrite."""
+
+
+MIGRATIONS: dict[int, Migration] = {0: _v0_to_v1}
+
+
+def upgrade(
+    txn: Any,
+    dbs: Mapping[str, Any],
+    found: int,
+    current: int,
+    steps: Mapping[int, Migration] | None = None,
+) -> list[int]:
+    """Run every step from ``found`` up to ``current``; return the versions upgraded from.
+
+    Raises:
+        StoreVersionError: ``found`` is newer than ``current``, or a step is missing.
+    """
+    table = MIGRATIONS if steps is None else steps
+    if found > current:
+        raise StoreVersionError(
+            f"store schema version {found} is newer than this retinue's {current}; "
+            "upgrade retinue to open it"
+        )
+    done: list[int] = []
+    for version in range(found, current):
+        step = table.get(version)
+        if step is None:
+            raise StoreVersionError(f"no migration from store schema version {version}")
+        step(txn, dbs)
+        done.append(version)
+    return done

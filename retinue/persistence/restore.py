@@ -1,0 +1,196 @@
+"""Restore: rebuild a consistent tree from one store snapshot, record by record.
+
+Each record is decoded and checked on its own; one that does not decode or
+breaks a rule is skipped with a :class:`Diagnostic` and never costs the rest
+of the store. Skipped records stay on disk untouched (a newer retinue may read
+them); only records that restore repairs are rewritten.
+
+Diagnostic codes (stable, for tooling):
+
+- ``undecodable``: the bytes are not a valid record of that database.
+- ``key_mismatch``: the record's id does not match its key.
+- ``bad_path``: the stored name or path breaks the path rules.
+- ``orphan``: the agent's parent is missing (or was itself dropped).
+- ``cycle``: the agent's parent chain loops.
+- ``too_deep``: the agent is deeper than the current ``depth_cap``.
+- ``path_collision``: two live agents share a path; the later one was renamed
+  to its derived name (kept, rewritten).
+- ``path_rewritten``: a stored path disagreed with its parent's; rewritten.
+- ``dangling_message`` / ``dangling_completion``: the record belongs to an
+  agent that was not restored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from retinue.errors import InvalidAgentPath
+from retinue.persistence.store import Snapshot
+from retinue.protocol import paths
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+
+__all__ = ["Diagnostic", "Restored", "restore"]
+
+
+class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
+    """One problem restore found and how it handled it."""
+
+    database: str
+    key: str
+    code: str
+    message: str
+
+
+@dataclass
+class Restored:
+    """What restore kept, parents before children, and what it had to say."""
+
+    agents: list[AgentRecord] = field(default_factory=list)
+    messages: list[MessageRecord] = field(default_factory=list)
+    completions: list[CompletionRecord] = field(default_factory=list)
+    rewritten: list[AgentRecord] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def _key_text(key: bytes) -> str:
+    return key.decode("utf-8", "backslashreplace")
+
+
+def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
+    """Decode and check every record of ``snapshot``; return the consistent part."""
+    out = Restored()
+
+    def diag(database: str, key: str, code: str, message: str) -> None:
+        out.diagnostics.append(Diagnostic(database=database, key=key, code=code, message=message))
+
+    agent_decoder = msgspec.msgpack.Decoder(AgentRecord)
+    decoded: dict[str, AgentRecord] = {}
+    for raw_key, raw in snapshot.records.get("agents", []):
+        key = _key_text(raw_key)
+        try:
+            record = agent_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
+            continue
+        if record.id != key:
+            diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
+            continue
+        try:
+            paths.validate(record.path)
+            paths.validate_name(record.name)
+        except (InvalidAgentPath, TypeError) as exc:
+            diag("agents", key, "bad_path", f"{exc}")
+            continue
+        decoded[key] = record
+
+    # Walk every parent chain once: classify cycles and orphans.
+    status: dict[str, str] = {}  # id -> "ok" | "orphan" | "cycle"
+    for start in decoded:
+        chain: list[str] = []
+        on_chain: set[str] = set()
+        node: str | None = start
+        verdict = "ok"
+        while node is not None and node not in status:
+            if node in on_chain:
+                verdict = "cycle"
+                break
+            record = decoded.get(node)
+            if record is None:
+                verdict = "orphan"
+                break
+            chain.append(node)
+            on_chain.add(node)
+            node = record.parent_id
+        else:
+            if node is not None:
+                verdict = "ok" if status[node] == "ok" else "orphan"
+        if verdict == "cycle":
+            assert node is not None
+            loop_start = chain.index(node)
+            for member in chain[loop_start:]:
+                status[member] = "cycle"
+            for member in chain[:loop_start]:
+                status[member] = "orphan"
+        else:
+            for member in chain:
+                status[member] = verdict
+
+    children: dict[str | None, list[str]] = {}
+    for agent_id, record in decoded.items():
+        state = status[agent_id]
+        if state == "cycle":
+            diag("agents", agent_id, "cycle", f"{record.path}: parent chain loops")
+        elif state == "orphan":
+            diag("agents", agent_id, "orphan", f"{record.path}: parent is missing")
+        else:
+            children.setdefault(record.parent_id, []).append(agent_id)
+
+    # Rebuild top-down: depth, paths, unique live paths.
+    live_paths: set[str] = set()
+    kept: dict[str, AgentRecord] = {}
+    frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
+    while frontier:
+        parent_id, parent_path, parent_depth = frontier.pop()
+        ordered = sorted(children.get(parent_id, []), key=lambda i: decoded[i].created_at)
+        for agent_id in ordered:
+            record = decoded[agent_id]
+            depth = parent_depth + 1
+            if depth > depth_cap:
+                diag("agents", agent_id, "too_deep", f"{record.path}: depth {depth} > cap")
+                continue
+            path = paths.join(parent_path, record.name)
+            changed = False
+            if path != record.path:
+                diag("agents", agent_id, "path_rewritten", f"{record.path} is now {path}")
+                changed = True
+            name = record.name
+            if record.state is not AgentState.CLOSED and path in live_paths:
+                name = paths.derive_name(agent_id)
+                new_path = paths.join(parent_path, name)
+                diag(
+                    "agents",
+                    agent_id,
+                    "path_collision",
+                    f"{path} is held by another live agent; renamed to {new_path}",
+                )
+                path, changed = new_path, True
+            if changed or depth != record.depth or record.parent_path != parent_path:
+                record = msgspec.structs.replace(
+                    record, name=name, path=path, depth=depth, parent_path=parent_path
+                )
+                out.rewritten.append(record)
+            if record.state is not AgentState.CLOSED:
+                live_paths.add(path)
+            kept[agent_id] = record
+            out.agents.append(record)
+            frontier.append((agent_id, path, depth))
+
+    message_decoder = msgspec.msgpack.Decoder(MessageRecord)
+    for raw_key, raw in snapshot.records.get("messages", []):
+        key = _key_text(raw_key)
+        try:
+            message = message_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            diag("messages", key, "undecodable", f"message record does not decode: {exc}")
+            continue
+        if message.message.recipient_id not in kept:
+            diag("messages", key, "dangling_message", "recipient was not restored")
+            continue
+        out.messages.append(message)
+
+    completion_decoder = msgspec.msgpack.Decoder(CompletionRecord)
+    for raw_key, raw in snapshot.records.get("completions", []):
+        key = _key_text(raw_key)
+        try:
+            completion = completion_decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            diag("completions", key, "undecodable", f"completion does not decode: {exc}")
+            continue
+        if completion.completion.agent_id not in kept:
+            diag("completions", key, "dangling_completion", "its agent was not restored")
+            continue
+        out.completions.append(completion)
+    return out

@@ -1,0 +1,380 @@
+"""The LMDB store: one environment, named databases, one writer thread, group commit.
+
+The supervisor encodes its transitions and hands them to :meth:`Store.submit`
+with a callback. The writer thread takes everything queued while the previous
+commit was in flight and commits it in one LMDB write transaction (group
+commit), then calls each callback in submission order. A callback therefore
+runs only once its transition is committed in the chosen durability mode:
+
+- ``full``: every commit is fsynced before callbacks run; survives power loss.
+- ``buffered``: every commit is written to the OS before callbacks run, so it
+  survives a killed process; it is fsynced at least every second and on close,
+  so an OS crash or power loss may lose up to the last second.
+
+A full map is doubled and the transaction retried; the caller never sees it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgspec
+
+from retinue.errors import InvalidArgument, StoreError, StoreReadOnly
+from retinue.persistence.lock import WriterLock
+from retinue.persistence.migrations import upgrade
+from retinue.protocol.records import SCHEMA_VERSION
+
+__all__ = [
+    "DATABASES",
+    "Durability",
+    "Snapshot",
+    "Store",
+    "StoreStats",
+    "Write",
+]
+
+DATABASES = ("agents", "messages", "completions", "meta")
+SCHEMA_KEY = b"schema_version"
+DEFAULT_MAP_SIZE = 64 * 1024 * 1024
+FLUSH_INTERVAL_S = 1.0
+MAX_GROUP = 4096
+
+# (database name, key, value); a value of None deletes the key.
+Write = tuple[str, bytes, bytes | None]
+Callback = Callable[[BaseException | None], None]
+
+
+class Durability(enum.StrEnum):
+    """How far a commit has gone before the caller is answered."""
+
+    FULL = "full"
+    BUFFERED = "buffered"
+
+
+@dataclass
+class StoreStats:
+    """Counters of the writer thread, for benchmarks and diagnostics."""
+
+    commits: int = 0
+    transitions: int = 0
+    writes: int = 0
+    map_growths: int = 0
+    syncs: int = 0
+
+
+@dataclass
+class Snapshot:
+    """Every record of every database, read in one read transaction."""
+
+    records: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    migrated_from: list[int] = field(default_factory=list)
+
+
+class _Item:
+    __slots__ = ("callback", "writes")
+
+    def __init__(self, writes: Sequence[Write], callback: Callback) -> None:
+        self.writes = writes
+        self.callback = callback
+
+
+_STOP = object()
+_FLUSH = object()
+
+
+class Store:
+    """One LMDB environment under a folder, opened for writing or read-only."""
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        *,
+        durability: Durability | str = Durability.FULL,
+        readonly: bool = False,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_readers: int = 1024,
+    ) -> None:
+        """Open (and for a writer, create) the store in ``folder``.
+
+        Raises:
+            InvalidArgument: unknown durability or a non-positive map size.
+            StoreLocked: another writer holds the store.
+            StoreVersionError: the store was written by a newer schema.
+            StoreError: the folder is missing (read-only) or LMDB refused it.
+        """
+        try:
+            self.durability = Durability(durability)
+        except ValueError:
+            raise InvalidArgument(
+                f"durability must be 'full' or 'buffered', not {durability!r}"
+            ) from None
+        if map_size <= 0:
+            raise InvalidArgument("map_size must be positive")
+        self.folder = Path(folder)
+        self.readonly = readonly
+        self.stats = StoreStats()
+        self._lock: WriterLock | None = None
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        if readonly:
+            if not (self.folder / "data.mdb").exists():
+                raise StoreError(f"no retinue store at {self.folder}")
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._lock = WriterLock(self.folder)
+        try:
+            self.env = lmdb.open(
+                str(self.folder),
+                map_size=map_size,
+                max_dbs=len(DATABASES) + 2,
+                max_readers=max_readers,
+                readonly=readonly,
+                sync=self.durability is Durability.FULL,
+                metasync=self.durability is Durability.FULL,
+                readahead=False,
+            )
+        except lmdb.Error as exc:
+            self._release_lock()
+            raise StoreError(f"cannot open store {self.folder}: {exc}") from exc
+        try:
+            self.env.reader_check()
+            self._dbs = self._open_databases()
+            self.migrated_from = [] if readonly else self._check_schema()
+        except BaseException:
+            self.env.close()
+            self._release_lock()
+            raise
+        if not readonly:
+            self._thread = threading.Thread(
+                target=self._run, name=f"retinue-store-writer:{self.folder.name}", daemon=True
+            )
+            self._thread.start()
+
+    # -- opening ---------------------------------------------------------
+
+    def _open_databases(self) -> dict[str, Any]:
+        dbs: dict[str, Any] = {}
+        for name in DATABASES:
+            try:
+                dbs[name] = self.env.open_db(name.encode(), create=not self.readonly)
+            except lmdb.NotFoundError:
+                raise StoreError(
+                    f"store {self.folder} has no {name!r} database; is it a retinue store?"
+                ) from None
+        return dbs
+
+    def _check_schema(self) -> list[int]:
+        with self.env.begin(write=True) as txn:
+            raw = txn.get(SCHEMA_KEY, db=self._dbs["meta"])
+            if raw is None:
+                has_data = any(
+                    txn.stat(self._dbs[name])["entries"] for name in ("agents", "messages")
+                )
+                found = 0 if has_data else SCHEMA_VERSION
+            else:
+                found = msgspec.msgpack.decode(raw, type=int)
+            done = upgrade(txn, self._dbs, found, SCHEMA_VERSION)
+            txn.put(SCHEMA_KEY, msgspec.msgpack.encode(SCHEMA_VERSION), db=self._dbs["meta"])
+        return done
+
+    def schema_version(self) -> int:
+        """Return the schema version stamped in the store (0 if none)."""
+        with self.env.begin() as txn:
+            raw = txn.get(SCHEMA_KEY, db=self._dbs["meta"])
+        return 0 if raw is None else msgspec.msgpack.decode(raw, type=int)
+
+    # -- reading ---------------------------------------------------------
+
+    def snapshot(self, databases: Iterable[str] = DATABASES) -> Snapshot:
+        """Read every record of ``databases`` in one consistent read transaction."""
+        snap = Snapshot(migrated_from=list(getattr(self, "migrated_from", [])))
+        with self.env.begin(buffers=False) as txn:
+            for name in databases:
+                with txn.cursor(db=self._dbs[name]) as cur:
+                    snap.records[name] = list(cur.iternext(keys=True, values=True))
+        return snap
+
+    def get(self, database: str, key: bytes) -> bytes | None:
+        """Return one committed value, or None."""
+        with self.env.begin(buffers=False) as txn:
+            value: bytes | None = txn.get(key, db=self._dbs[database])
+        return value
+
+    # -- writing ---------------------------------------------------------
+
+    def submit(self, writes: Sequence[Write], callback: Callback) -> None:
+        """Queue ``writes`` for the next group commit; call ``callback`` once committed.
+
+        ``callback(None)`` runs on the writer thread after the commit is
+        durable; ``callback(error)`` if it failed. Transitions are committed
+        in submission order, so an answered transition implies all earlier ones.
+
+        Raises:
+            StoreReadOnly: the store is read-only.
+            StoreError: the store is closed or a previous commit failed for good.
+        """
+        if self.readonly:
+            raise StoreReadOnly(f"store {self.folder} is open read-only")
+        if self._closed:
+            raise StoreError(f"store {self.folder} is closed")
+        if self._failed is not None:
+            raise StoreError(f"store {self.folder} failed: {self._failed}")
+        self._queue.put(_Item(writes, callback))
+
+    def write_now(self, writes: Sequence[Write]) -> None:
+        """Commit ``writes`` and wait for it (convenience for setup and tests).
+
+        Raises:
+            StoreError: the commit failed.
+        """
+        done = threading.Event()
+        result: list[BaseException | None] = []
+
+        def callback(error: BaseException | None) -> None:
+            result.append(error)
+            done.set()
+
+        self.submit(writes, callback)
+        done.wait()
+        if result[0] is not None:
+            raise StoreError(f"commit failed: {result[0]}") from result[0]
+
+    def flush(self) -> None:
+        """Wait until everything submitted so far is committed and synced to disk."""
+        if self.readonly or self._closed:
+            return
+        done = threading.Event()
+        self._queue.put((_FLUSH, done))
+        done.wait()
+
+    def _run(self) -> None:
+        last_sync = time.monotonic()
+        dirty = False
+        while True:
+            timeout = None
+            if dirty:
+                timeout = max(0.0, FLUSH_INTERVAL_S - (time.monotonic() - last_sync))
+            try:
+                first = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                self._sync()
+                dirty, last_sync = False, time.monotonic()
+                continue
+            group: list[_Item] = []
+            controls: list[object] = []
+            item: object = first
+            while True:
+                if isinstance(item, _Item):
+                    group.append(item)
+                else:
+                    controls.append(item)
+                    break
+                if len(group) >= MAX_GROUP:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if group:
+                self._commit_group(group)
+                dirty = dirty or self.durability is Durability.BUFFERED
+            for control in controls:
+                if control is _STOP:
+                    self._sync()
+                    return
+                if isinstance(control, tuple) and control[0] is _FLUSH:
+                    self._sync()
+                    dirty, last_sync = False, time.monotonic()
+                    control[1].set()
+
+    def _sync(self) -> None:
+        with contextlib.suppress(lmdb.Error):
+            self.env.sync(True)
+            self.stats.syncs += 1
+
+    def _commit_group(self, group: list[_Item]) -> None:
+        writes = [w for item in group for w in item.writes]
+        error: BaseException | None = None
+        if writes:
+            try:
+                self._commit(writes)
+            except Exception as exc:
+                error = exc
+                self._failed = exc
+        self.stats.transitions += len(group)
+        for item in group:
+            try:
+                item.callback(error)
+            except Exception:  # a callback must never kill the writer
+                import traceback
+
+                traceback.print_exc()
+
+    def _commit(self, writes: list[Write]) -> None:
+        dbs = self._dbs
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    for name, key, value in writes:
+                        if value is None:
+                            txn.delete(key, db=dbs[name])
+                        else:
+                            txn.put(key, value, db=dbs[name])
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                self.stats.map_growths += 1
+                continue
+            self.stats.commits += 1
+            self.stats.writes += len(writes)
+            return
+
+    # -- backup and close -------------------------------------------------
+
+    def backup(self, dest: str | os.PathLike[str]) -> Path:
+        """Write a compacted, consistent copy of the store into ``dest``.
+
+        ``dest`` is created; it must not hold a store already.
+
+        Raises:
+            InvalidArgument: ``dest`` already holds a store.
+            StoreError: LMDB could not write the copy.
+        """
+        target = Path(dest)
+        if (target / "data.mdb").exists():
+            raise InvalidArgument(f"backup destination {target} already holds a store")
+        target.mkdir(parents=True, exist_ok=True)
+        self.flush()
+        try:
+            self.env.copy(str(target), compact=True)
+        except lmdb.Error as exc:
+            raise StoreError(f"backup to {target} failed: {exc}") from exc
+        return target
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def close(self) -> None:
+        """Commit what is queued, sync, close the environment and release the lock."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join()
+        self.env.close()
+        self._release_lock()

@@ -1,0 +1,87 @@
+"""Pure data and rules: agent paths, limits, the delegation graph, results, text.
+
+No threads and no I/O; these modules import nothing of retinue but
+``retinue.errors`` and each other.
+"""
+
+from __future__ import annotations
+
+from retinue.protocol.graph import (
+    validate_graph,
+)
+from retinue.protocol.limits import (
+    ENV_PREFIX,
+    Limits,
+)
+from retinue.protocol.paths import (
+    MAX_NAME_LENGTH,
+    MAX_PATH_LENGTH,
+    ROOT,
+    depth,
+    derive_name,
+    is_immediate_child,
+    join,
+    name_of,
+    parent_of,
+    resolve,
+    validate,
+    validate_name,
+)
+from retinue.protocol.results import (
+    ARTIFACT_ID_PATTERN,
+    MAX_ARTIFACT_ID_LENGTH,
+    MAX_LIST_ITEMS,
+    MAX_STRING_BYTES,
+    RESULT_VERSION,
+    Artifact,
+    Change,
+    Claim,
+    ResultStatus,
+    StructuredResult,
+    Verification,
+    parse_result,
+    result_instruction,
+)
+from retinue.protocol.text import (
+    HEAD_TRUNCATION_MARKER,
+    TAIL_TRUNCATION_MARKER,
+    safe_terminal_text,
+    truncate_utf8,
+    truncate_utf8_tail,
+)
+
+__all__ = [
+    "ARTIFACT_ID_PATTERN",
+    "ENV_PREFIX",
+    "HEAD_TRUNCATION_MARKER",
+    "MAX_ARTIFACT_ID_LENGTH",
+    "MAX_LIST_ITEMS",
+    "MAX_NAME_LENGTH",
+    "MAX_PATH_LENGTH",
+    "MAX_STRING_BYTES",
+    "RESULT_VERSION",
+    "ROOT",
+    "TAIL_TRUNCATION_MARKER",
+    "Artifact",
+    "Change",
+    "Claim",
+    "Limits",
+    "ResultStatus",
+    "StructuredResult",
+    "Verification",
+    "depth",
+    "derive_name",
+    "is_immediate_child",
+    "join",
+    "name_of",
+    "parent_of",
+    "parse_result",
+    "resolve",
+    "result_instruction",
+    "safe_terminal_text",
+    "truncate_utf8",
+    "truncate_utf8_tail",
+    "validate",
+    "validate_graph",
+    "validate_name",
+]

@@ -1,0 +1,168 @@
+"""The caps and bounds a runtime enforces, validated and settable from the environment.
+
+``Limits`` is an immutable msgspec struct. Every field must be a positive
+number: integer fields take an ``int`` (never a ``bool``), float fields take an
+``int`` or a ``float`` (stored as ``float``) that is finite. A bad value raises
+:class:`~retinue.errors.InvalidLimits` naming the field.
+
+``Limits.from_env()`` reads ``RETINUE_<FIELD>`` variables (for example
+``RETINUE_DEPTH_CAP``); keyword overrides win over the environment.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import msgspec
+
+from retinue.errors import InvalidLimits
+
+__all__ = ["ENV_PREFIX", "Limits"]
+
+ENV_PREFIX = "RETINUE_"
+"""Prefix of the environment variables read by :meth:`Limits.from_env`."""
+
+
+def _check_int(field: str, value: object) -> int:
+    """Return ``value`` if it is a positive ``int``; raise ``InvalidLimits`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidLimits(
+            f"Limits.{field} must be a positive integer, got {type(value).__name__} {value!r}"
+        )
+    if value <= 0:
+        raise InvalidLimits(f"Limits.{field} must be a positive integer, got {value!r}")
+    return value
+
+
+def _check_float(field: str, value: object) -> float:
+    """Return ``value`` as a float if it is a positive finite number; else raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidLimits(
+            f"Limits.{field} must be a positive number of seconds, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise InvalidLimits(
+            f"Limits.{field} must be a positive finite number of seconds, got {value!r}"
+        )
+    return number
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Caps and bounds enforced by the runtime; immutable and validated on creation.
+
+    Raises:
+        InvalidLimits: a field is zero, negative, not finite or of the wrong type
+            (``bool`` is not accepted as an integer). The message names the field.
+    """
+
+    depth_cap: int = 5
+    """Deepest allowed agent below ``/root`` (a top-level agent has depth 1)."""
+    fanout_cap: int = 8
+    """Live children per agent; also the size and concurrency of one spawn batch."""
+    max_tree_agents: int = 64
+    """Live agents under one top-level agent, itself included."""
+    max_agents: int = 10_000
+    """Live agents in a runtime."""
+    max_active_turns: int = 32
+    """Turns running at once; a turn waiting for a slot is ``starting``."""
+    mailbox_capacity: int = 100
+    """Unread messages an agent's mailbox holds before refusing new ones."""
+    message_max_bytes: int = 16_384
+    """Largest message content, in bytes of UTF-8."""
+    output_max_bytes: int = 51_200
+    """Largest turn output kept, in bytes of UTF-8."""
+    dedup_key_max_length: int = 256
+    """Longest deduplication key, in characters."""
+    pending_completions_per_agent: int = 20
+    """Completions an agent may hold unreceived."""
+    wait_default_s: float = 30.0
+    """Seconds a wait lasts when no timeout is given."""
+    wait_max_s: float = 3600.0
+    """Longest wait a caller may ask for, in seconds."""
+
+    _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset({"wait_default_s", "wait_max_s"})
+
+    def __post_init__(self) -> None:
+        """Validate every field; raise ``InvalidLimits`` naming the first bad one."""
+        for field in self.__struct_fields__:
+            value = getattr(self, field)
+            if field in self._FLOAT_FIELDS:
+                number = _check_float(field, value)
+                if type(value) is not float:
+                    msgspec.structs.force_setattr(self, field, number)
+            else:
+                _check_int(field, value)
+
+    def replace(self, **changes: Any) -> Limits:
+        """Return a copy with ``changes`` applied, validated again.
+
+        Raises:
+            InvalidLimits: a changed value is invalid.
+            TypeError: a keyword is not a field of ``Limits``.
+        """
+        return msgspec.structs.replace(self, **changes)
+
+    @classmethod
+    def env_var(cls, field: str) -> str:
+        """Return the environment variable that sets ``field`` (``RETINUE_<FIELD>``).
+
+        Raises:
+            TypeError: ``field`` is not a field of ``Limits``.
+        """
+        if field not in cls.__struct_fields__:
+            raise TypeError(f"Limits has no field {field!r}")
+        return ENV_PREFIX + field.upper()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Limits:
+        """Build ``Limits`` from ``RETINUE_<FIELD>`` variables, then keyword overrides.
+
+        ``environ`` defaults to ``os.environ``. An unset, empty or blank variable
+        means the field's default. Keyword ``overrides`` win over the environment.
+        Variables with the prefix that name no field are ignored.
+
+        Raises:
+            InvalidLimits: a variable is not a number of the field's kind (the
+                message names the variable), or a resulting value is invalid.
+            TypeError: an override keyword is not a field of ``Limits``.
+        """
+        env: Mapping[str, str] = os.environ if environ is None else environ
+        for key in overrides:
+            if key not in cls.__struct_fields__:
+                raise TypeError(f"Limits has no field {key!r}")
+        values: dict[str, Any] = {}
+        for field in cls.__struct_fields__:
+            if field in overrides:
+                continue
+            var = cls.env_var(field)
+            raw = env.get(var)
+            if raw is None or not raw.strip():
+                continue
+            text = raw.strip()
+            if field in cls._FLOAT_FIELDS:
+                try:
+                    number: int | float = float(text)
+                except ValueError:
+                    raise InvalidLimits(
+                        f"{var} must be a positive number of seconds, got {raw!r}; fix or unset it"
+                    ) from None
+            else:
+                try:
+                    number = int(text, 10)
+                except ValueError:
+                    raise InvalidLimits(
+                        f"{var} must be a positive integer, got {raw!r}; fix or unset it"
+                    ) from None
+            probe: dict[str, Any] = {field: number}
+            try:
+                cls(**probe)
+            except InvalidLimits as exc:
+                raise InvalidLimits(f"{var}: {exc}") from None
+            values[field] = number
+        values.update(overrides)
+        return cls(**values)

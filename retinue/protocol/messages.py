@@ -1,0 +1,166 @@
+"""The host-facing vocabulary: agent states, agent info, messages, completions, events.
+
+All are frozen msgspec structs, so they cross threads safely and encode to
+msgpack or JSON as they are. Schema rule: fields are only ever added at the
+end, with defaults; a stored field is never renamed or reordered.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "AgentClosedEvent",
+    "AgentInfo",
+    "AgentSpawned",
+    "AgentState",
+    "Completion",
+    "CompletionRouted",
+    "CompletionStatus",
+    "Event",
+    "Message",
+    "MessageQueued",
+    "TurnQueued",
+    "TurnSettled",
+    "TurnStarted",
+]
+
+
+class AgentState(enum.StrEnum):
+    """Where an agent is in its life.
+
+    ``starting``: a turn is queued for a slot; ``running``: a turn runs;
+    ``completed``/``failed``/``interrupted``: the last turn settled so;
+    ``closed``: the agent is gone and its name is free.
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CLOSED = "closed"
+
+
+class CompletionStatus(enum.StrEnum):
+    """How a turn settled."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one agent, as the supervisor last committed it."""
+
+    id: str
+    name: str
+    path: str
+    profile: str
+    parent_path: str
+    depth: int
+    state: AgentState
+    generation: int
+    task: str
+    output: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """The one result of one settled turn, identified by ``<agent id>:<generation>``."""
+
+    id: str
+    agent_id: str
+    path: str
+    generation: int
+    status: CompletionStatus
+    output: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One mailbox entry: a message (``kind="message"``) or a child's completion.
+
+    ``sender`` is the sender's path (``/root`` for the host); ``completion``
+    is set only for ``kind="completion"``.
+    """
+
+    id: str
+    kind: Literal["message", "completion"]
+    sender: str
+    sender_id: str
+    recipient: str
+    recipient_id: str
+    content: str
+    dedup_key: str | None = None
+    created_at: float = 0.0
+    completion: Completion | None = None
+
+
+class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
+    """Common fields of every published event."""
+
+    agent_id: str
+    path: str
+    at: float
+
+
+class AgentSpawned(_EventBase, tag="agent_spawned"):
+    """An agent was recorded."""
+
+    profile: str
+    parent_path: str
+
+
+class TurnQueued(_EventBase, tag="turn_queued"):
+    """A turn was queued (the agent is ``starting``)."""
+
+    generation: int
+
+
+class TurnStarted(_EventBase, tag="turn_started"):
+    """A turn got a slot and its runner was started."""
+
+    generation: int
+
+
+class TurnSettled(_EventBase, tag="turn_settled"):
+    """A turn settled; ``status`` is completed, failed or interrupted."""
+
+    generation: int
+    status: CompletionStatus
+
+
+class MessageQueued(_EventBase, tag="message_queued"):
+    """A message landed in ``path``'s mailbox."""
+
+    message_id: str
+    sender: str
+
+
+class CompletionRouted(_EventBase, tag="completion_routed"):
+    """A completion was routed to ``recipient`` (``/root`` is the host)."""
+
+    completion_id: str
+    recipient: str
+
+
+class AgentClosedEvent(_EventBase, tag="agent_closed"):
+    """An agent was closed."""
+
+
+Event = (
+    AgentSpawned
+    | TurnQueued
+    | TurnStarted
+    | TurnSettled
+    | MessageQueued
+    | CompletionRouted
+    | AgentClosedEvent
+)

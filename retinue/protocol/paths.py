@@ -1,0 +1,204 @@
+"""Agent paths: ``/root`` is the host, an agent's path is its parent's path plus its name.
+
+A name fully matches ``[a-z0-9_]+``, is at most 40 characters and is not
+``root`` (so ``.`` and ``..`` are never names). A path is at most 1024
+characters, starts with ``/root``, has no empty segment and no trailing ``/``.
+Depth is the number of segments below ``/root``.
+
+Every function raises :class:`~retinue.errors.InvalidAgentPath` (a
+``ValueError``) for a bad name or path and ``TypeError`` for an argument that
+is not a ``str``; nothing is converted silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from retinue.errors import InvalidAgentPath
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "MAX_PATH_LENGTH",
+    "ROOT",
+    "depth",
+    "derive_name",
+    "is_immediate_child",
+    "join",
+    "name_of",
+    "parent_of",
+    "resolve",
+    "validate",
+    "validate_name",
+]
+
+ROOT = "/root"
+"""The host's path; every agent path starts with it."""
+MAX_NAME_LENGTH = 40
+"""Longest task name, in characters."""
+MAX_PATH_LENGTH = 1024
+"""Longest agent path, in characters."""
+
+_ROOT_PREFIX = ROOT + "/"
+_NAME_RE = re.compile(r"[a-z0-9_]+")
+_RESERVED_NAMES = frozenset({"root"})
+
+_NAME_TOO_LONG = f"task_name must be at most {MAX_NAME_LENGTH} characters"
+_NAME_BAD = "task_name must use lowercase letters, digits, and underscores"
+
+
+def _require_str(value: object, what: str) -> str:
+    """Return ``value`` if it is a ``str``; raise ``TypeError`` otherwise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _check_name(name: str) -> None:
+    """Raise ``InvalidAgentPath`` unless ``name`` (already a str) is a valid name."""
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidAgentPath(_NAME_TOO_LONG)
+    if name in _RESERVED_NAMES or _NAME_RE.fullmatch(name) is None:
+        raise InvalidAgentPath(_NAME_BAD)
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` unchanged if it is a valid task name.
+
+    Raises:
+        TypeError: ``name`` is not a ``str``.
+        InvalidAgentPath: ``task_name must be at most 40 characters`` (checked
+            first), or ``task_name must use lowercase letters, digits, and
+            underscores`` (empty, ``root``, ``.``, ``..``, uppercase, ``-``,
+            ``/``, whitespace, ...; the whole string must match).
+    """
+    _check_name(_require_str(name, "task_name"))
+    return name
+
+
+def validate(path: str) -> str:
+    """Return ``path`` unchanged if it is a valid agent path.
+
+    Checks, in this order: it is ``/root`` or starts with ``/root/``; it does
+    not end with ``/``; it is at most 1024 characters; it has no empty
+    segment; every segment below ``/root`` is a valid name.
+
+    Raises:
+        TypeError: ``path`` is not a ``str``.
+        InvalidAgentPath: with the message of the first failed check
+            (``agent path must start with /root``, ``agent path must not end
+            with /``, ``agent path is too long``, ``agent path must not contain
+            empty segments``, or a :func:`validate_name` message).
+    """
+    _require_str(path, "agent path")
+    if path == ROOT:
+        return path
+    if not path.startswith(_ROOT_PREFIX):
+        raise InvalidAgentPath("agent path must start with /root")
+    if path.endswith("/"):
+        raise InvalidAgentPath("agent path must not end with /")
+    if len(path) > MAX_PATH_LENGTH:
+        raise InvalidAgentPath("agent path is too long")
+    segments = path[len(_ROOT_PREFIX) :].split("/")
+    if "" in segments:
+        raise InvalidAgentPath("agent path must not contain empty segments")
+    for segment in segments:
+        _check_name(segment)
+    return path
+
+
+def join(parent: str, name: str) -> str:
+    """Return the path of a child called ``name`` below ``parent``.
+
+    Raises:
+        TypeError: an argument is not a ``str``.
+        InvalidAgentPath: ``parent`` is not a valid path, ``name`` is not a
+            valid name, or the joined path is too long.
+    """
+    validate(parent)
+    validate_name(name)
+    return validate(parent + "/" + name)
+
+
+def parent_of(path: str) -> str:
+    """Return the parent path of ``path``.
+
+    Raises:
+        TypeError: ``path`` is not a ``str``.
+        InvalidAgentPath: ``path`` is invalid, or it is ``/root``, which has no parent.
+    """
+    validate(path)
+    if path == ROOT:
+        raise InvalidAgentPath("/root has no parent; it is the host")
+    return path.rsplit("/", 1)[0]
+
+
+def name_of(path: str) -> str:
+    """Return the last segment of ``path`` (its task name); ``/root`` gives ``root``.
+
+    Raises:
+        TypeError: ``path`` is not a ``str``.
+        InvalidAgentPath: ``path`` is invalid.
+    """
+    validate(path)
+    return path.rsplit("/", 1)[1]
+
+
+def depth(path: str) -> int:
+    """Return the number of segments below ``/root`` (``/root`` is 0, ``/root/a`` is 1).
+
+    Raises:
+        TypeError: ``path`` is not a ``str``.
+        InvalidAgentPath: ``path`` is invalid.
+    """
+    validate(path)
+    return path.count("/") - 1
+
+
+def is_immediate_child(path: str, parent: str) -> bool:
+    """Return whether ``path`` is a direct child of ``parent`` (``/root`` is not its own child).
+
+    Raises:
+        TypeError: an argument is not a ``str``.
+        InvalidAgentPath: either path is invalid.
+    """
+    validate(path)
+    validate(parent)
+    if path == ROOT:
+        return False
+    return path.rsplit("/", 1)[0] == parent
+
+
+def resolve(sender_path: str, reference: str) -> str:
+    """Resolve a path ``reference`` made by the agent at ``sender_path``.
+
+    An absolute reference (starting with ``/``) is validated and returned as
+    it is. A relative one (``child`` or ``child/grandchild``) is joined below
+    the sender, each segment validated as a name, so it can only go down:
+    ``..``, ``.`` and empty segments are rejected.
+
+    Raises:
+        TypeError: an argument is not a ``str``.
+        InvalidAgentPath: the sender path, the reference or the result is invalid.
+    """
+    validate(sender_path)
+    _require_str(reference, "agent reference")
+    if reference.startswith("/"):
+        return validate(reference)
+    for segment in reference.split("/"):
+        _check_name(segment)
+    return validate(sender_path + "/" + reference)
+
+
+def derive_name(agent_id: str) -> str:
+    """Return a valid task name derived from ``agent_id``.
+
+    The name is ``agent_`` plus the first 12 hex digits of the id's SHA-256:
+    deterministic, at most 40 characters, and it does not reveal the id.
+
+    Raises:
+        TypeError: ``agent_id`` is not a ``str``.
+    """
+    _require_str(agent_id, "agent_id")
+    digest = hashlib.sha256(agent_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return "agent_" + digest[:12]

@@ -1,0 +1,82 @@
+"""What the store keeps: versioned msgspec structs, one per LMDB record.
+
+``SCHEMA_VERSION`` is written in the store's meta database. Evolution rules:
+a new field goes at the end with a default (old records still decode); a
+change that cannot be expressed so bumps ``SCHEMA_VERSION`` and adds a
+migration step in ``retinue.persistence.migrations``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from retinue.protocol.messages import AgentState, Completion, Message
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AgentRecord",
+    "CompletionRecord",
+    "MessageRecord",
+    "completion_key",
+    "message_key",
+]
+
+SCHEMA_VERSION = 1
+
+
+class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent as stored (keyed by its id).
+
+    ``parent_id`` is None for a top-level agent. ``host_received`` is the
+    highest generation whose completion the host has received through wait.
+    ``pending_task`` is the task of the queued turn while ``starting``.
+    """
+
+    id: str
+    name: str
+    path: str
+    profile: str
+    parent_id: str | None
+    parent_path: str
+    depth: int
+    state: AgentState
+    generation: int
+    task: str
+    output: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    host_received: int = 0
+    closed_at: float | None = None
+
+
+class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One mailbox message as stored (keyed by recipient id and sequence)."""
+
+    message: Message
+    seq: int
+    read: bool = False
+    read_at: float | None = None
+
+
+class CompletionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One completion as stored (keyed by agent id and generation).
+
+    ``recipient_id`` is the agent it was routed to, None for the host;
+    ``delivered`` turns true once that recipient received it.
+    """
+
+    completion: Completion
+    recipient_id: str | None
+    seq: int
+    delivered: bool = False
+
+
+def message_key(recipient_id: str, seq: int) -> bytes:
+    """Return the store key of message ``seq`` in ``recipient_id``'s mailbox."""
+    return f"{recipient_id}:{seq:016x}".encode()
+
+
+def completion_key(agent_id: str, generation: int) -> bytes:
+    """Return the store key of ``agent_id``'s completion for ``generation``."""
+    return f"{agent_id}:{generation:010d}".encode()

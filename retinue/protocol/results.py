@@ -1,0 +1,263 @@
+"""The structured result contract: one JSON object an agent can be asked to answer with.
+
+The object is :class:`StructuredResult` (``version`` ``retinue.result.v2``).
+Unknown keys are rejected at every level, every list holds at most 50 items
+and every string is at most 8 KiB of UTF-8. The string bound is enforced in
+two steps: msgspec rejects a string of more than 8192 *characters* while
+decoding (cheap, early), then :func:`parse_result` checks the UTF-8 *byte*
+length of every string, which is the rule itself. Artifact ids must fully
+match ``^[A-Za-z0-9][A-Za-z0-9._:-]*$``, be at most 256 characters and be
+unique within the result.
+
+:func:`parse_result` raises :class:`~retinue.errors.ResultContractError` whose
+message and ``.field`` name the offending field path, such as
+``claims[2].classification``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Annotated, Literal
+
+import msgspec
+
+from retinue.errors import ResultContractError
+
+__all__ = [
+    "ARTIFACT_ID_PATTERN",
+    "MAX_ARTIFACT_ID_LENGTH",
+    "MAX_LIST_ITEMS",
+    "MAX_STRING_BYTES",
+    "RESULT_VERSION",
+    "Artifact",
+    "Change",
+    "Claim",
+    "ResultStatus",
+    "StructuredResult",
+    "Verification",
+    "parse_result",
+    "result_instruction",
+]
+
+RESULT_VERSION = "retinue.result.v2"
+"""The ``version`` every structured result must carry."""
+MAX_STRING_BYTES = 8192
+"""Largest string in a structured result, in bytes of UTF-8."""
+MAX_LIST_ITEMS = 50
+"""Most items in any list of a structured result."""
+MAX_ARTIFACT_ID_LENGTH = 256
+"""Longest artifact id, in characters."""
+ARTIFACT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+"""What an artifact id must fully match (a trailing newline does not)."""
+
+_ARTIFACT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+
+ResultStatus = Literal["completed", "partial", "blocked", "needs-input", "failed"]
+"""How the agent's work ended."""
+
+_Str = Annotated[str, msgspec.Meta(max_length=MAX_STRING_BYTES)]
+_ArtifactId = Annotated[str, msgspec.Meta(max_length=MAX_ARTIFACT_ID_LENGTH)]
+_Strings = Annotated[tuple[_Str, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
+
+
+class Claim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One statement the agent makes, how it knows it, and the evidence."""
+
+    claim: _Str
+    classification: Literal["observed", "inferred", "unverified"]
+    evidence: _Strings = ()
+
+
+class Artifact(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Something the agent produced or used, named by a unique ``id``."""
+
+    id: _ArtifactId
+    kind: _Str
+    version: _Str | None = None
+    location: _Str | None = None
+    digest: _Str | None = None
+
+
+class Change(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One change the agent made: what it touched and a summary."""
+
+    path: _Str
+    summary: _Str
+
+
+class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How the agent checked its work, and with what outcome."""
+
+    status: Literal["passed", "failed", "not-run"]
+    summary: _Str
+    command: _Str | None = None
+    evidence: _Strings | None = None
+
+
+class StructuredResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The whole structured result; build one with :func:`parse_result` to get it validated."""
+
+    version: Literal["retinue.result.v2"]
+    status: ResultStatus
+    summary: _Str
+    claims: Annotated[tuple[Claim, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)] = ()
+    artifacts: Annotated[tuple[Artifact, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)] = ()
+    changes: Annotated[tuple[Change, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)] = ()
+    verification: Verification | None = None
+    limitations: _Strings = ()
+    unresolved_dependencies: _Strings = ()
+
+
+_DECODER = msgspec.json.Decoder(StructuredResult)
+
+# A fenced block: an opening ``` line with an optional info string, then
+# everything up to the next line that is only ```.
+_FENCE_RE = re.compile(
+    r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+_AT_RE = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_NAMED_FIELD_RE = re.compile(r"^Object (?:missing required|contains unknown) field `([^`]*)`")
+
+_REDO = "; answer again with one JSON object that follows the result contract"
+
+
+def _fail(detail: str, field: str) -> ResultContractError:
+    """Build the error for ``detail`` at ``field`` (``""`` for the whole result)."""
+    where = f" at {field}" if field else ""
+    return ResultContractError(f"invalid structured result{where}: {detail}{_REDO}", field)
+
+
+def _from_validation_error(error: msgspec.ValidationError) -> ResultContractError:
+    """Turn msgspec's ``... - at `$.claims[2].x``` into a field path and a message."""
+    match = _AT_RE.match(str(error))
+    assert match is not None  # the pattern matches any string
+    detail = match["detail"]
+    field = (match["path"] or "").removeprefix(".")
+    named = _NAMED_FIELD_RE.match(detail)
+    if named:
+        field = f"{field}.{named[1]}" if field else named[1]
+    return _fail(detail, field)
+
+
+def _extract_json(text: str) -> str:
+    """Return the JSON text: the whole (stripped) text, or the one fenced json block."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        return stripped
+    blocks = [(m[1].lower(), m[2]) for m in _FENCE_RE.finditer(text)]
+    tagged = [body for lang, body in blocks if lang == "json"]
+    if len(tagged) > 1:
+        raise _fail(f"found {len(tagged)} ```json blocks, expected exactly one", "")
+    if len(tagged) == 1:
+        return tagged[0]
+    untagged = [body for lang, body in blocks if lang == ""]
+    if len(untagged) == 1:
+        return untagged[0]
+    raise _fail("no JSON object found; send the object alone or in one ```json block", "")
+
+
+def _strings(result: StructuredResult) -> Iterator[tuple[str, str]]:
+    """Yield ``(field path, string)`` for every string in ``result``, in document order."""
+    stack: list[tuple[str, object]] = [("", result)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            yield path, value
+        elif isinstance(value, msgspec.Struct):
+            names = value.__struct_fields__
+            for name in reversed(names):
+                stack.append((f"{path}.{name}" if path else name, getattr(value, name)))
+        elif isinstance(value, tuple):
+            for index in range(len(value) - 1, -1, -1):
+                stack.append((f"{path}[{index}]", value[index]))
+
+
+def _check(result: StructuredResult) -> None:
+    """Apply the rules msgspec cannot express: byte lengths, id pattern, id uniqueness."""
+    for field, value in _strings(result):
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_STRING_BYTES:
+            raise _fail(
+                f"string is {size} bytes of UTF-8, over the {MAX_STRING_BYTES}-byte limit",
+                field,
+            )
+    first_use: dict[str, int] = {}
+    for index, artifact in enumerate(result.artifacts):
+        field = f"artifacts[{index}].id"
+        if _ARTIFACT_ID_RE.fullmatch(artifact.id) is None:
+            raise _fail(
+                f"artifact id {artifact.id!r} must match {ARTIFACT_ID_PATTERN}",
+                field,
+            )
+        if artifact.id in first_use:
+            raise _fail(
+                f"duplicate artifact id {artifact.id!r}, "
+                f"already used at artifacts[{first_use[artifact.id]}].id",
+                field,
+            )
+        first_use[artifact.id] = index
+
+
+def parse_result(text: str) -> StructuredResult:
+    """Parse and validate a structured result from a model's answer.
+
+    ``text`` is the JSON object alone (surrounding whitespace allowed) or a
+    reply containing one fenced block tagged ``json`` (or, when there is no
+    tagged block, exactly one untagged fenced block).
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+        ResultContractError: no JSON object was found, the JSON is malformed,
+            or the object breaks the contract. The message and ``.field``
+            name the offending field path (``claims[2].classification``);
+            ``.field`` is ``""`` when the problem is the whole result.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    payload = _extract_json(text)
+    try:
+        result = _DECODER.decode(payload)
+    except msgspec.ValidationError as exc:
+        raise _from_validation_error(exc) from None
+    except msgspec.DecodeError as exc:
+        raise _fail(f"not valid JSON ({exc})", "") from None
+    _check(result)
+    return result
+
+
+_EXAMPLE = """{
+  "version": "retinue.result.v2",
+  "status": "completed",
+  "summary": "Checked the login handler; expired tokens are rejected."
+}"""
+
+
+def result_instruction() -> str:
+    """Return the prompt text that asks a model to answer with a structured result.
+
+    The text describes every field and ends with a minimal valid example in
+    a fenced ``json`` block, so ``parse_result(result_instruction())`` succeeds.
+    """
+    return f"""\
+Answer with one JSON object, alone or inside one ```json fenced block. Fields:
+- "version": always "{RESULT_VERSION}".
+- "status": one of "completed", "partial", "blocked", "needs-input", "failed".
+- "summary": what you did and found, in a few sentences.
+- "claims" (optional): list of {{"claim", "classification", "evidence"}}; classification \
+is "observed" (you saw it), "inferred" (you reasoned it) or "unverified"; evidence is a \
+list of strings.
+- "artifacts" (optional): list of {{"id", "kind", "version"?, "location"?, "digest"?}}; \
+ids are unique, at most {MAX_ARTIFACT_ID_LENGTH} characters and match \
+{ARTIFACT_ID_PATTERN}.
+- "changes" (optional): list of {{"path", "summary"}}.
+- "verification" (optional): {{"status", "summary", "command"?, "evidence"?}}; status \
+is "passed", "failed" or "not-run"; evidence is a list of strings.
+- "limitations", "unresolved_dependencies" (optional): lists of strings.
+Rules: no other keys; every string at most {MAX_STRING_BYTES} bytes; every list at \
+most {MAX_LIST_ITEMS} items. Minimal example:
+```json
+{_EXAMPLE}
+```
+"""

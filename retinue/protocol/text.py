@@ -1,0 +1,138 @@
+"""UTF-8-safe truncation and text that is safe to print on a terminal.
+
+:func:`truncate_utf8` keeps the head of a text and :func:`truncate_utf8_tail`
+its tail; both bound the UTF-8 encoding of the result by ``max_bytes``, never
+split a character, and mark a truncated result with a visible marker that
+fits in the limit. When ``max_bytes`` is smaller than the marker, the result
+is as much of the marker as fits, cut at a character boundary.
+
+Lone surrogates (which have no UTF-8 encoding) are replaced with U+FFFD before
+measuring, so the result always encodes and decodes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from retinue.errors import InvalidArgument
+
+__all__ = [
+    "HEAD_TRUNCATION_MARKER",
+    "TAIL_TRUNCATION_MARKER",
+    "safe_terminal_text",
+    "truncate_utf8",
+    "truncate_utf8_tail",
+]
+
+HEAD_TRUNCATION_MARKER = "…[truncated]"
+"""Appended by :func:`truncate_utf8` when it cuts the end off."""
+TAIL_TRUNCATION_MARKER = "[truncated]…"
+"""Prepended by :func:`truncate_utf8_tail` when it cuts the start off."""
+
+_SURROGATES_RE = re.compile("[\ud800-\udfff]")
+# C0 controls except tab (\x09) and newline (\x0a), DEL, C1 controls, the
+# bidirectional embedding/override/isolate controls, and lone surrogates.
+_UNSAFE_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _check_args(text: object, limit: object, name: str) -> None:
+    """Raise ``TypeError`` or ``InvalidArgument`` for a bad ``text`` or limit."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, not {type(text).__name__}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"{name} must be an int, not {type(limit).__name__}")
+    if limit < 0:
+        raise InvalidArgument(f"{name} must be at least 0, got {limit}")
+
+
+def _encode(text: str) -> bytes:
+    """Encode ``text`` as UTF-8, replacing lone surrogates with U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATES_RE.sub("\ufffd", text).encode("utf-8")
+
+
+def _head(data: bytes, max_bytes: int) -> bytes:
+    """Return the longest prefix of UTF-8 ``data`` within ``max_bytes`` that ends on a boundary."""
+    if len(data) <= max_bytes:
+        return data
+    cut = max_bytes
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:
+        cut -= 1
+    return data[:cut]
+
+
+def _tail(data: bytes, max_bytes: int) -> bytes:
+    """Return the longest suffix of UTF-8 ``data`` within ``max_bytes`` starting on a boundary."""
+    if len(data) <= max_bytes:
+        return data
+    start = len(data) - max_bytes
+    while start < len(data) and (data[start] & 0xC0) == 0x80:
+        start += 1
+    return data[start:]
+
+
+_HEAD_MARKER = HEAD_TRUNCATION_MARKER.encode("utf-8")
+_TAIL_MARKER = TAIL_TRUNCATION_MARKER.encode("utf-8")
+
+
+def truncate_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
+    """Keep the start of ``text`` so that its UTF-8 encoding fits in ``max_bytes``.
+
+    Returns ``(result, truncated)``. A text that fits is returned as it is
+    (lone surrogates replaced) with ``False``; otherwise the result is a
+    prefix followed by ``…[truncated]``, within ``max_bytes`` in total, and
+    ``True``. No character is ever split.
+
+    Raises:
+        TypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
+        InvalidArgument: ``max_bytes`` is negative.
+    """
+    _check_args(text, max_bytes, "max_bytes")
+    data = _encode(text)
+    if len(data) <= max_bytes:
+        return data.decode("utf-8"), False
+    budget = max_bytes - len(_HEAD_MARKER)
+    if budget < 0:
+        return _head(_HEAD_MARKER, max_bytes).decode("utf-8"), True
+    return (_head(data, budget) + _HEAD_MARKER).decode("utf-8"), True
+
+
+def truncate_utf8_tail(text: str, max_bytes: int) -> tuple[str, bool]:
+    """Keep the end of ``text`` so that its UTF-8 encoding fits in ``max_bytes``.
+
+    Returns ``(result, truncated)``. A text that fits is returned as it is
+    (lone surrogates replaced) with ``False``; otherwise the result is
+    ``[truncated]…`` followed by a suffix, within ``max_bytes`` in total,
+    and ``True``. No character is ever split.
+
+    Raises:
+        TypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
+        InvalidArgument: ``max_bytes`` is negative.
+    """
+    _check_args(text, max_bytes, "max_bytes")
+    data = _encode(text)
+    if len(data) <= max_bytes:
+        return data.decode("utf-8"), False
+    budget = max_bytes - len(_TAIL_MARKER)
+    if budget < 0:
+        return _head(_TAIL_MARKER, max_bytes).decode("utf-8"), True
+    return (_TAIL_MARKER + _tail(data, budget)).decode("utf-8"), True
+
+
+def safe_terminal_text(text: str, max_chars: int) -> str:
+    """Return ``text`` made safe to print, cut to at most ``max_chars`` characters.
+
+    Carriage returns are removed; every other control character except
+    newline and tab (C0, DEL and C1) becomes ``?``, as do the bidirectional
+    override and isolate controls (U+202A-U+202E, U+2066-U+2069) and lone
+    surrogates. The cut happens after this cleaning.
+
+    Raises:
+        TypeError: ``text`` is not a ``str`` or ``max_chars`` is not an ``int``.
+        InvalidArgument: ``max_chars`` is negative.
+    """
+    _check_args(text, max_chars, "max_chars")
+    cleaned = _UNSAFE_RE.sub("?", text.replace("\r", ""))
+    return cleaned[:max_chars]
