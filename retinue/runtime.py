@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import tempfile
@@ -128,8 +129,12 @@ class Runtime:
         try:
             restored = restore(store.snapshot(), rt.limits.depth_cap)
             rt.diagnostics = list(restored.diagnostics) + [
-                Diagnostic(database="meta", key="schema_version", code="migrated",
-                           message=f"store migrated from schema version {v}")
+                Diagnostic(
+                    database="meta",
+                    key="schema_version",
+                    code="migrated",
+                    message=f"store migrated from schema version {v}",
+                )
                 for v in store.migrated_from
             ]
             tree = Tree()
@@ -138,8 +143,13 @@ class Runtime:
                 tree.put_agent(record)
             rt._actor = SupervisorActor.start()
             core = Supervisor(
-                store=store, tree=tree, profiles=rt._profiles, runners=runners,
-                limits=rt.limits, bus=rt._bus, caller=rt._submit,
+                store=store,
+                tree=tree,
+                profiles=rt._profiles,
+                runners=runners,
+                limits=rt.limits,
+                bus=rt._bus,
+                caller=rt._submit,
             )
             core.recover()
             store.write_now(tree.take_writes())
@@ -210,10 +220,8 @@ class Runtime:
         return result
 
     def _cancel_wait(self, ref: str, future: concurrent.futures.Future[Any]) -> None:
-        try:
+        with contextlib.suppress(RetinueError):
             self._submit("cancel_host_wait", ref, future)
-        except RetinueError:
-            pass
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Put a message in an agent's durable mailbox (read by its next turn).
@@ -335,9 +343,7 @@ class Runtime:
         result: Completion = await waiting
         return result
 
-    async def send_async(
-        self, ref: str, content: str, *, dedup_key: str | None = None
-    ) -> Message:
+    async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
         message: Message = await self._call_async("send", None, ref, content, dedup_key)
         return message
@@ -381,10 +387,8 @@ class Runtime:
             self._closed = True
         deadline = time.monotonic() + CLOSE_GRACE_S
         for ref in actors:
-            try:
+            with contextlib.suppress(pykka.Timeout):
                 ref.stop(block=True, timeout=max(0.01, deadline - time.monotonic()))
-            except pykka.Timeout:
-                pass
         if actor is not None:
             actor.stop(block=True)
         if self._store is not None:

@@ -51,9 +51,7 @@ class Profile:
             )
         names = tuple(subagents)
         if not all(isinstance(n, str) and n for n in names):
-            raise ConfigurationError(
-                f"profile {self.name!r}: subagents must be non-empty strings"
-            )
+            raise ConfigurationError(f"profile {self.name!r}: subagents must be non-empty strings")
         object.__setattr__(self, "subagents", names)
         if self.runner is not None and not callable(self.runner):
             raise ConfigurationError(f"profile {self.name!r}: runner must be callable")

@@ -12,6 +12,7 @@ store says the transition is committed. Handlers never block.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import time
 import uuid
@@ -302,7 +303,11 @@ class Supervisor:
         return agent_id, name, path
 
     def _spawn(
-        self, parent: AgentRecord | None, profile: str, task: str, name: str | None,
+        self,
+        parent: AgentRecord | None,
+        profile: str,
+        task: str,
+        name: str | None,
         reserved: set[str],
     ) -> AgentInfo:
         agent_id, name, path = self._check_spawn(parent, profile, task, name, reserved)
@@ -324,7 +329,10 @@ class Supervisor:
         self.tree.put_agent(record)
         self._emit(
             AgentSpawned(
-                agent_id=agent_id, path=path, at=now, profile=profile,
+                agent_id=agent_id,
+                path=path,
+                at=now,
+                profile=profile,
                 parent_path=record.parent_path,
             )
         )
@@ -361,14 +369,22 @@ class Supervisor:
 
     def _queue_turn(self, record: AgentRecord, task: str, reason: str) -> AgentRecord:
         record = self._update(
-            record, state=AgentState.STARTING, generation=record.generation + 1, task=task,
-            output=None, error=None,
+            record,
+            state=AgentState.STARTING,
+            generation=record.generation + 1,
+            task=task,
+            output=None,
+            error=None,
         )
         self.pending_turn[record.id] = (task, reason)
         self.queue.append(record.id)
         self._emit(
-            TurnQueued(agent_id=record.id, path=record.path, at=record.updated_at,
-                       generation=record.generation)
+            TurnQueued(
+                agent_id=record.id,
+                path=record.path,
+                at=record.updated_at,
+                generation=record.generation,
+            )
         )
         self._pump()
         return self.tree.agents[record.id]
@@ -431,10 +447,9 @@ class Supervisor:
         caller = self.caller
 
         def settle(agent_id: str, generation: int, output: str | None, error: str | None) -> None:
-            try:
+            # RetinueError: the runtime closed meanwhile and interrupted the turn.
+            with contextlib.suppress(RetinueError):
                 caller("settle", agent_id, generation, output, error)
-            except RetinueError:
-                pass  # the runtime closed meanwhile; the turn was already interrupted
 
         return settle
 
@@ -515,16 +530,28 @@ class Supervisor:
             created_at=now,
         )
         recipient = tree.nearest_live_ancestor(record)
-        pending = CompletionRecord(completion=completion, recipient_id=recipient, seq=tree.next_seq())
+        pending = CompletionRecord(
+            completion=completion, recipient_id=recipient, seq=tree.next_seq()
+        )
         tree.add_completion(pending)
         recipient_path = paths.ROOT if recipient is None else tree.agents[recipient].path
         self._emit(
-            TurnSettled(agent_id=record.id, path=record.path, at=now,
-                        generation=record.generation, status=status)
+            TurnSettled(
+                agent_id=record.id,
+                path=record.path,
+                at=now,
+                generation=record.generation,
+                status=status,
+            )
         )
         self._emit(
-            CompletionRouted(agent_id=record.id, path=record.path, at=now,
-                             completion_id=completion.id, recipient=recipient_path)
+            CompletionRouted(
+                agent_id=record.id,
+                path=record.path,
+                at=now,
+                completion_id=completion.id,
+                recipient=recipient_path,
+            )
         )
         self._serve_host_waiters(record.id)
         if recipient is not None:
@@ -558,7 +585,9 @@ class Supervisor:
             pending = done[min(later)]
             if not pending.delivered and pending.recipient_id is None:
                 pending = tree.mark_delivered(pending)
-            self._update(record, host_received=pending.completion.generation, updated_at=record.updated_at)
+            self._update(
+                record, host_received=pending.completion.generation, updated_at=record.updated_at
+            )
             completion = pending.completion
             self._after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
         if not waiters:
@@ -718,8 +747,13 @@ class Supervisor:
         record = MessageRecord(message=message, seq=seq)
         self.tree.add_message(record)
         self._emit(
-            MessageQueued(agent_id=target.id, path=target.path, at=now,
-                          message_id=message.id, sender=message.sender)
+            MessageQueued(
+                agent_id=target.id,
+                path=target.path,
+                at=now,
+                message_id=message.id,
+                sender=message.sender,
+            )
         )
         waiter = self.agent_waiters.get(target.id)
         if waiter is not None and waiter[0] == sender_id and waiter[1] == "any":
@@ -822,7 +856,10 @@ class Supervisor:
         record = self._target(me, ref, "close")
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is already closed")
-        return [info_of(self._close(self.tree.agents[i])) for i in self.tree.descendants_postorder(record.id)]
+        return [
+            info_of(self._close(self.tree.agents[i]))
+            for i in self.tree.descendants_postorder(record.id)
+        ]
 
     # -- reads ------------------------------------------------------------------------
 

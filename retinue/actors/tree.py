@@ -171,9 +171,7 @@ class Tree:
         if not record.delivered:
             key = recipient_key(record.recipient_id)
             self.pending.setdefault(key, {})[completion.id] = record
-            self.undelivered[completion.agent_id] = (
-                self.undelivered.get(completion.agent_id, 0) + 1
-            )
+            self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
         if persist:
             self._write_completion(record)
 

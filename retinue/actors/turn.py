@@ -187,17 +187,13 @@ class Turn:
             WaitTimeout: nothing arrived in time; the child keeps running.
             NotPermitted: ``ref`` is not this agent's child.
         """
-        result: Message | Completion = self._wait(
-            ref, "any", resolve_timeout(timeout, self.limits)
-        )
+        result: Message | Completion = self._wait(ref, "any", resolve_timeout(timeout, self.limits))
         return result
 
     def _wait(self, ref: str, kind: str, timeout: float) -> Any:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._caller("agent_wait", self._me, ref, kind, reply=future)
-        return wait_result(
-            future, timeout, lambda: self._call("reacquire"), f"child {ref}"
-        )
+        return wait_result(future, timeout, lambda: self._call("reacquire"), f"child {ref}")
 
     def children(self) -> list[AgentInfo]:
         """Return this agent's live children."""

@@ -97,13 +97,13 @@ def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
             if node in on_chain:
                 verdict = "cycle"
                 break
-            record = decoded.get(node)
-            if record is None:
+            found = decoded.get(node)
+            if found is None:
                 verdict = "orphan"
                 break
             chain.append(node)
             on_chain.add(node)
-            node = record.parent_id
+            node = found.parent_id
         else:
             if node is not None:
                 verdict = "ok" if status[node] == "ok" else "orphan"

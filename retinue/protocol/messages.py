@@ -111,47 +111,47 @@ class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
     at: float
 
 
-class AgentSpawned(_EventBase, tag="agent_spawned"):
+class AgentSpawned(_EventBase, frozen=True, tag="agent_spawned"):
     """An agent was recorded."""
 
     profile: str
     parent_path: str
 
 
-class TurnQueued(_EventBase, tag="turn_queued"):
+class TurnQueued(_EventBase, frozen=True, tag="turn_queued"):
     """A turn was queued (the agent is ``starting``)."""
 
     generation: int
 
 
-class TurnStarted(_EventBase, tag="turn_started"):
+class TurnStarted(_EventBase, frozen=True, tag="turn_started"):
     """A turn got a slot and its runner was started."""
 
     generation: int
 
 
-class TurnSettled(_EventBase, tag="turn_settled"):
+class TurnSettled(_EventBase, frozen=True, tag="turn_settled"):
     """A turn settled; ``status`` is completed, failed or interrupted."""
 
     generation: int
     status: CompletionStatus
 
 
-class MessageQueued(_EventBase, tag="message_queued"):
+class MessageQueued(_EventBase, frozen=True, tag="message_queued"):
     """A message landed in ``path``'s mailbox."""
 
     message_id: str
     sender: str
 
 
-class CompletionRouted(_EventBase, tag="completion_routed"):
+class CompletionRouted(_EventBase, frozen=True, tag="completion_routed"):
     """A completion was routed to ``recipient`` (``/root`` is the host)."""
 
     completion_id: str
     recipient: str
 
 
-class AgentClosedEvent(_EventBase, tag="agent_closed"):
+class AgentClosedEvent(_EventBase, frozen=True, tag="agent_closed"):
     """An agent was closed."""
 
 

@@ -136,30 +136,30 @@ def test_chain_of_exactly_cap_edges_is_accepted() -> None:
 
 
 def test_chain_of_cap_plus_one_edges_is_refused() -> None:
-    with pytest.raises(DelegationDepthError, match="^subagent depth 6 exceeds cap 5$"):
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 6 exceeds cap 5$"):
         validate_graph(chain(6), cap=5)
 
 
 def test_chain_ending_in_an_unknown_leaf_counts_that_edge() -> None:
     graph = {"a": ["b"], "b": ["unknown"]}
     assert validate_graph(graph, cap=2) == {"a": 2, "b": 1}
-    with pytest.raises(DelegationDepthError, match="^subagent depth 2 exceeds cap 1$"):
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 2 exceeds cap 1$"):
         validate_graph(graph, cap=1)
 
 
 def test_cap_zero_allows_no_delegation() -> None:
     assert validate_graph({"a": [], "b": []}, cap=0) == {"a": 0, "b": 0}
-    with pytest.raises(DelegationDepthError, match="^subagent depth 1 exceeds cap 0$"):
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 1 exceeds cap 0$"):
         validate_graph({"a": ["b"]}, cap=0)
 
 
 def test_cap_defaults_to_limits_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RETINUE_DEPTH_CAP", raising=False)
     assert validate_graph(chain(5))["n0"] == 5
-    with pytest.raises(DelegationDepthError, match="^subagent depth 6 exceeds cap 5$"):
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 6 exceeds cap 5$"):
         validate_graph(chain(6))
     monkeypatch.setenv("RETINUE_DEPTH_CAP", "2")
-    with pytest.raises(DelegationDepthError, match="^subagent depth 3 exceeds cap 2$"):
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 3 exceeds cap 2$"):
         validate_graph(chain(3))
 
 
@@ -206,7 +206,7 @@ def test_100_000_node_chain_with_a_large_cap() -> None:
 
 
 def test_100_000_node_chain_over_the_cap() -> None:
-    with pytest.raises(DelegationDepthError, match="^subagent depth 51 exceeds cap 50$"):
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 51 exceeds cap 50$"):
         validate_graph(chain(99_999), cap=50)
 
 
@@ -257,7 +257,7 @@ def dags(draw: st.DrawFn) -> dict[str, list[str]]:
     nodes = [f"p{i}" for i in range(size)]
     graph: dict[str, list[str]] = {}
     for i, node in enumerate(nodes):
-        later = nodes[i + 1 :] + ["ghost1", "ghost2"]
+        later = [*nodes[i + 1 :], "ghost1", "ghost2"]
         graph[node] = draw(st.lists(st.sampled_from(later), max_size=4))
     order = draw(st.permutations(nodes))
     return {node: graph[node] for node in order}
