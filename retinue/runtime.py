@@ -95,10 +95,15 @@ class Runtime:
         durability: Durability | str = Durability.FULL,
         readonly: bool = False,
         map_size: int = DEFAULT_MAP_SIZE,
+        group_commit: bool = True,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
-        ``path=None`` makes a temporary store removed on close. Agents that
+        ``path=None`` makes a temporary store removed on close. ``durability``
+        is ``"full"`` (fsync before answering) or ``"buffered"`` (survives a
+        killed process; synced every second). ``map_size`` is the initial
+        LMDB map, grown as needed; ``group_commit=False`` commits every
+        transition alone (for benchmarks). Agents that
         were queued or running when the store was last used come back
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
 
@@ -124,7 +129,7 @@ class Runtime:
             rt._temporary = True
         else:
             rt.path = Path(path)
-        store = Store(rt.path, durability=durability, map_size=map_size)
+        store = Store(rt.path, durability=durability, map_size=map_size, group_commit=group_commit)
         rt._store = store
         try:
             restored = restore(store.snapshot(), rt.limits.depth_cap)

@@ -50,10 +50,14 @@ from retinue.protocol.text import (
     truncate_utf8_tail,
 )
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "ARTIFACT_ID_PATTERN",
+    "Artifact",
+    "Change",
+    "Claim",
     "ENV_PREFIX",
     "HEAD_TRUNCATION_MARKER",
+    "Limits",
     "MAX_ARTIFACT_ID_LENGTH",
     "MAX_LIST_ITEMS",
     "MAX_NAME_LENGTH",
@@ -61,13 +65,9 @@ __all__ = [
     "MAX_STRING_BYTES",
     "RESULT_VERSION",
     "ROOT",
-    "TAIL_TRUNCATION_MARKER",
-    "Artifact",
-    "Change",
-    "Claim",
-    "Limits",
     "ResultStatus",
     "StructuredResult",
+    "TAIL_TRUNCATION_MARKER",
     "Verification",
     "depth",
     "derive_name",

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from retinue.errors import (
+    ArgumentTypeError,
     DelegationCycleError,
     DelegationDepthError,
     DelegationGraphError,
@@ -24,16 +25,16 @@ __all__ = ["validate_graph"]
 
 
 def _children(owner: str, children: object) -> list[str]:
-    """Return ``children`` as a list of profile names; raise ``TypeError`` if it is not one."""
+    """Return ``children`` as a list of profile names; else raise ``ArgumentTypeError``."""
     if isinstance(children, str | bytes) or not isinstance(children, Iterable):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"subagents of profile {owner!r} must be a list of profile names, "
             f"not {type(children).__name__}"
         )
     names = list(children)
     for name in names:
         if not isinstance(name, str):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"subagents of profile {owner!r} must be profile names (str), "
                 f"not {type(name).__name__}"
             )
@@ -45,7 +46,7 @@ def _adjacency(graph: Mapping[str, Iterable[str]] | Iterable[Any]) -> dict[str, 
     if isinstance(graph, Mapping):
         items: list[tuple[object, object]] = list(graph.items())
     elif isinstance(graph, str | bytes) or not isinstance(graph, Iterable):
-        raise TypeError(
+        raise ArgumentTypeError(
             "graph must be a mapping {profile: [child profiles]} or an iterable of "
             f"profiles with .name and .subagents, not {type(graph).__name__}"
         )
@@ -56,14 +57,14 @@ def _adjacency(graph: Mapping[str, Iterable[str]] | Iterable[Any]) -> dict[str, 
             try:
                 items.append((profile.name, profile.subagents))
             except AttributeError:
-                raise TypeError(
+                raise ArgumentTypeError(
                     "every profile in the graph must have .name and .subagents, "
                     f"not {type(profile).__name__}"
                 ) from None
     adjacency: dict[str, list[str]] = {}
     for name, children in items:
         if not isinstance(name, str):
-            raise TypeError(f"profile names must be str, not {type(name).__name__}")
+            raise ArgumentTypeError(f"profile names must be str, not {type(name).__name__}")
         if name in adjacency:
             raise DelegationGraphError(
                 f"profile {name!r} is defined twice; give every profile a unique name"
@@ -91,7 +92,7 @@ def validate_graph(
         DelegationDepthError: a profile's depth exceeds ``cap``; the message
             is e.g. ``subagent depth 6 exceeds cap 5``.
         DelegationGraphError: a profile name is defined twice.
-        TypeError: the graph, a name or a children list has the wrong type,
+        ArgumentTypeError: the graph, a name or a children list has the wrong type,
             or ``cap`` is not an ``int``.
         InvalidArgument: ``cap`` is negative.
         InvalidLimits: ``cap`` is omitted and ``RETINUE_DEPTH_CAP`` is invalid.
@@ -99,7 +100,7 @@ def validate_graph(
     if cap is None:
         cap = Limits.from_env().depth_cap
     elif isinstance(cap, bool) or not isinstance(cap, int):
-        raise TypeError(f"cap must be an int, not {type(cap).__name__}")
+        raise ArgumentTypeError(f"cap must be an int, not {type(cap).__name__}")
     if cap < 0:
         raise InvalidArgument(f"cap must be at least 0, got {cap}")
     adjacency = _adjacency(graph)

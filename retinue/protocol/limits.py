@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from retinue.errors import InvalidLimits
+from retinue.errors import ArgumentTypeError, InvalidLimits
 
 __all__ = ["ENV_PREFIX", "Limits"]
 
@@ -103,8 +103,11 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
         Raises:
             InvalidLimits: a changed value is invalid.
-            TypeError: a keyword is not a field of ``Limits``.
+            ArgumentTypeError: a keyword is not a field of ``Limits``.
         """
+        for key in changes:
+            if key not in self.__struct_fields__:
+                raise ArgumentTypeError(f"Limits has no field {key!r}")
         return msgspec.structs.replace(self, **changes)
 
     @classmethod
@@ -112,10 +115,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         """Return the environment variable that sets ``field`` (``RETINUE_<FIELD>``).
 
         Raises:
-            TypeError: ``field`` is not a field of ``Limits``.
+            ArgumentTypeError: ``field`` is not a field of ``Limits``.
         """
         if field not in cls.__struct_fields__:
-            raise TypeError(f"Limits has no field {field!r}")
+            raise ArgumentTypeError(f"Limits has no field {field!r}")
         return ENV_PREFIX + field.upper()
 
     @classmethod
@@ -129,12 +132,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         Raises:
             InvalidLimits: a variable is not a number of the field's kind (the
                 message names the variable), or a resulting value is invalid.
-            TypeError: an override keyword is not a field of ``Limits``.
+            ArgumentTypeError: an override keyword is not a field of ``Limits``.
         """
         env: Mapping[str, str] = os.environ if environ is None else environ
         for key in overrides:
             if key not in cls.__struct_fields__:
-                raise TypeError(f"Limits has no field {key!r}")
+                raise ArgumentTypeError(f"Limits has no field {key!r}")
         values: dict[str, Any] = {}
         for field in cls.__struct_fields__:
             if field in overrides:

@@ -6,8 +6,9 @@ characters, starts with ``/root``, has no empty segment and no trailing ``/``.
 Depth is the number of segments below ``/root``.
 
 Every function raises :class:`~retinue.errors.InvalidAgentPath` (a
-``ValueError``) for a bad name or path and ``TypeError`` for an argument that
-is not a ``str``; nothing is converted silently.
+``ValueError``) for a bad name or path and
+:class:`~retinue.errors.ArgumentTypeError` (a ``TypeError``) for an argument
+that is not a ``str``; nothing is converted silently.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from retinue.errors import InvalidAgentPath
+from retinue.errors import ArgumentTypeError, InvalidAgentPath
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -48,9 +49,9 @@ _NAME_BAD = "task_name must use lowercase letters, digits, and underscores"
 
 
 def _require_str(value: object, what: str) -> str:
-    """Return ``value`` if it is a ``str``; raise ``TypeError`` otherwise."""
+    """Return ``value`` if it is a ``str``; raise ``ArgumentTypeError`` otherwise."""
     if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+        raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
     return value
 
 
@@ -66,7 +67,7 @@ def validate_name(name: str) -> str:
     """Return ``name`` unchanged if it is a valid task name.
 
     Raises:
-        TypeError: ``name`` is not a ``str``.
+        ArgumentTypeError: ``name`` is not a ``str``.
         InvalidAgentPath: ``task_name must be at most 40 characters`` (checked
             first), or ``task_name must use lowercase letters, digits, and
             underscores`` (empty, ``root``, ``.``, ``..``, uppercase, ``-``,
@@ -84,7 +85,7 @@ def validate(path: str) -> str:
     segment; every segment below ``/root`` is a valid name.
 
     Raises:
-        TypeError: ``path`` is not a ``str``.
+        ArgumentTypeError: ``path`` is not a ``str``.
         InvalidAgentPath: with the message of the first failed check
             (``agent path must start with /root``, ``agent path must not end
             with /``, ``agent path is too long``, ``agent path must not contain
@@ -111,7 +112,7 @@ def join(parent: str, name: str) -> str:
     """Return the path of a child called ``name`` below ``parent``.
 
     Raises:
-        TypeError: an argument is not a ``str``.
+        ArgumentTypeError: an argument is not a ``str``.
         InvalidAgentPath: ``parent`` is not a valid path, ``name`` is not a
             valid name, or the joined path is too long.
     """
@@ -124,7 +125,7 @@ def parent_of(path: str) -> str:
     """Return the parent path of ``path``.
 
     Raises:
-        TypeError: ``path`` is not a ``str``.
+        ArgumentTypeError: ``path`` is not a ``str``.
         InvalidAgentPath: ``path`` is invalid, or it is ``/root``, which has no parent.
     """
     validate(path)
@@ -137,7 +138,7 @@ def name_of(path: str) -> str:
     """Return the last segment of ``path`` (its task name); ``/root`` gives ``root``.
 
     Raises:
-        TypeError: ``path`` is not a ``str``.
+        ArgumentTypeError: ``path`` is not a ``str``.
         InvalidAgentPath: ``path`` is invalid.
     """
     validate(path)
@@ -148,7 +149,7 @@ def depth(path: str) -> int:
     """Return the number of segments below ``/root`` (``/root`` is 0, ``/root/a`` is 1).
 
     Raises:
-        TypeError: ``path`` is not a ``str``.
+        ArgumentTypeError: ``path`` is not a ``str``.
         InvalidAgentPath: ``path`` is invalid.
     """
     validate(path)
@@ -159,7 +160,7 @@ def is_immediate_child(path: str, parent: str) -> bool:
     """Return whether ``path`` is a direct child of ``parent`` (``/root`` is not its own child).
 
     Raises:
-        TypeError: an argument is not a ``str``.
+        ArgumentTypeError: an argument is not a ``str``.
         InvalidAgentPath: either path is invalid.
     """
     validate(path)
@@ -178,7 +179,7 @@ def resolve(sender_path: str, reference: str) -> str:
     ``..``, ``.`` and empty segments are rejected.
 
     Raises:
-        TypeError: an argument is not a ``str``.
+        ArgumentTypeError: an argument is not a ``str``.
         InvalidAgentPath: the sender path, the reference or the result is invalid.
     """
     validate(sender_path)
@@ -197,7 +198,7 @@ def derive_name(agent_id: str) -> str:
     deterministic, at most 40 characters, and it does not reveal the id.
 
     Raises:
-        TypeError: ``agent_id`` is not a ``str``.
+        ArgumentTypeError: ``agent_id`` is not a ``str``.
     """
     _require_str(agent_id, "agent_id")
     digest = hashlib.sha256(agent_id.encode("utf-8", "surrogatepass")).hexdigest()

@@ -22,17 +22,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from retinue.errors import ResultContractError
+from retinue.errors import ArgumentTypeError, ResultContractError
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "ARTIFACT_ID_PATTERN",
+    "Artifact",
+    "Change",
+    "Claim",
     "MAX_ARTIFACT_ID_LENGTH",
     "MAX_LIST_ITEMS",
     "MAX_STRING_BYTES",
     "RESULT_VERSION",
-    "Artifact",
-    "Change",
-    "Claim",
     "ResultStatus",
     "StructuredResult",
     "Verification",
@@ -208,14 +208,14 @@ def parse_result(text: str) -> StructuredResult:
     tagged block, exactly one untagged fenced block).
 
     Raises:
-        TypeError: ``text`` is not a ``str``.
+        ArgumentTypeError: ``text`` is not a ``str``.
         ResultContractError: no JSON object was found, the JSON is malformed,
             or the object breaks the contract. The message and ``.field``
             name the offending field path (``claims[2].classification``);
             ``.field`` is ``""`` when the problem is the whole result.
     """
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, not {type(text).__name__}")
+        raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
     payload = _extract_json(text)
     try:
         result = _DECODER.decode(payload)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from retinue.errors import InvalidArgument
+from retinue.errors import ArgumentTypeError, InvalidArgument
 
 __all__ = [
     "HEAD_TRUNCATION_MARKER",
@@ -36,11 +36,11 @@ _UNSAFE_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\
 
 
 def _check_args(text: object, limit: object, name: str) -> None:
-    """Raise ``TypeError`` or ``InvalidArgument`` for a bad ``text`` or limit."""
+    """Raise ``ArgumentTypeError`` or ``InvalidArgument`` for a bad ``text`` or limit."""
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, not {type(text).__name__}")
+        raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
     if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"{name} must be an int, not {type(limit).__name__}")
+        raise ArgumentTypeError(f"{name} must be an int, not {type(limit).__name__}")
     if limit < 0:
         raise InvalidArgument(f"{name} must be at least 0, got {limit}")
 
@@ -86,7 +86,7 @@ def truncate_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
     ``True``. No character is ever split.
 
     Raises:
-        TypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
+        ArgumentTypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
         InvalidArgument: ``max_bytes`` is negative.
     """
     _check_args(text, max_bytes, "max_bytes")
@@ -108,7 +108,7 @@ def truncate_utf8_tail(text: str, max_bytes: int) -> tuple[str, bool]:
     and ``True``. No character is ever split.
 
     Raises:
-        TypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
+        ArgumentTypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
         InvalidArgument: ``max_bytes`` is negative.
     """
     _check_args(text, max_bytes, "max_bytes")
@@ -130,7 +130,7 @@ def safe_terminal_text(text: str, max_chars: int) -> str:
     surrogates. The cut happens after this cleaning.
 
     Raises:
-        TypeError: ``text`` is not a ``str`` or ``max_chars`` is not an ``int``.
+        ArgumentTypeError: ``text`` is not a ``str`` or ``max_chars`` is not an ``int``.
         InvalidArgument: ``max_chars`` is negative.
     """
     _check_args(text, max_chars, "max_chars")

@@ -448,3 +448,43 @@ def test_module_all_is_sorted_and_complete() -> None:
     assert paths.__all__ == sorted(paths.__all__)
     for name in paths.__all__:
         assert hasattr(paths, name)
+
+
+# -- the protocol package ----------------------------------------------------------
+
+
+def test_protocol_package_all_is_sorted_and_every_name_imports() -> None:
+    import retinue.protocol as protocol
+
+    assert protocol.__all__ == sorted(protocol.__all__)
+    assert len(set(protocol.__all__)) == len(protocol.__all__)
+    for name in protocol.__all__:
+        assert getattr(protocol, name) is not None
+    for name in ["ROOT", "Limits", "validate_graph", "parse_result", "truncate_utf8"]:
+        assert name in protocol.__all__
+    for module in ["paths", "limits", "graph", "results", "text"]:
+        names = getattr(protocol, module).__all__
+        assert names == sorted(names), module
+        assert set(names) <= set(protocol.__all__), module
+
+
+@pytest.mark.parametrize("module", ["paths", "limits", "graph", "results", "text"])
+def test_protocol_modules_import_only_errors_and_each_other(module: str) -> None:
+    import ast
+    import importlib
+
+    source = importlib.import_module(f"retinue.protocol.{module}").__file__
+    assert source is not None
+    with open(source, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    imported: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.append(node.module)
+    ours = [name for name in imported if name.split(".")[0] == "retinue"]
+    assert ours, "expected at least the errors import"
+    for name in ours:
+        assert name == "retinue.errors" or name.startswith("retinue.protocol.")
+    assert not {"threading", "socket", "subprocess", "asyncio"} & set(imported)

@@ -1,0 +1,102 @@
+"""Run the stress suite: ``python -m stress`` (long) or ``python -m stress --quick`` (CI).
+
+Each part prints a table row set and the whole run is written as JSON to
+``stress/results/<timestamp>.json`` with the machine it ran on. The quick run
+uses fixed seeds and small sizes; it fails (exit 1) if the crash test finds
+a lost or duplicated acknowledgement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from stress import bench_commit, bench_lifecycle, bench_reopen, crash
+
+
+def machine() -> dict[str, Any]:
+    """Describe the machine the figures come from."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+
+
+def _table(title: str, row: dict[str, Any]) -> None:
+    print(f"\n{title}")
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        print(f"  {key:<{width}}  {value}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite; return the process exit code."""
+    parser = argparse.ArgumentParser(prog="python -m stress", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="short, seeded run for CI")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kills", type=int, default=None, help="crash rounds")
+    parser.add_argument("--only", choices=["crash", "commit", "reopen", "lifecycle"])
+    args = parser.parse_args(argv)
+    quick = args.quick
+    kills = args.kills if args.kills is not None else (4 if quick else 200)
+    report: dict[str, Any] = {"machine": machine(), "quick": quick, "seed": args.seed}
+    failed = False
+    _table("machine", report["machine"])
+
+    if args.only in (None, "crash"):
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            verdicts = crash.run_crashes(Path(tmp), kills, args.seed)
+            problems = [p for v in verdicts for p in v.problems]
+            row = {
+                "kills": len(verdicts),
+                "acknowledged_ops": sum(v.acks for v in verdicts),
+                "agents_at_end": verdicts[-1].agents if verdicts else 0,
+                "interrupted_at_restore": sum(v.interrupted_at_restore for v in verdicts),
+                "problems": len(problems),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            report["crash"] = {**row, "problem_list": problems[:50]}
+            _table("crash: SIGKILL a random workload, reopen, check the ack log", row)
+            for problem in problems[:20]:
+                print("  PROBLEM:", problem)
+            failed = failed or bool(problems)
+
+    if args.only in (None, "commit"):
+        row = bench_commit.run(32, 40 if quick else 300)
+        report["commit"] = row
+        _table("group commit: durable transitions/s, 32 callers, full durability", row)
+
+    if args.only in (None, "lifecycle"):
+        row = bench_lifecycle.run(32, 10 if quick else 100)
+        report["lifecycle"] = row
+        _table("lifecycles/s (spawn + wait + close), 32 callers, vs raw pykka", row)
+
+    if args.only in (None, "reopen"):
+        row = bench_reopen.run(10_000 if quick else 100_000)
+        report["reopen"] = row
+        _table("reopen: Runtime.open on a large store", row)
+
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
+    (out / name).write_text(json.dumps(report, indent=2))
+    print(f"\nwrote stress/results/{name}")
+    if failed:
+        print("stress: FAILED")
+        return 1
+    print("stress: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

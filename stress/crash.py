@@ -1,0 +1,260 @@
+"""Crash test: SIGKILL a process running a random workload, reopen, check nothing acknowledged is lost.
+
+A child process opens a runtime on a store and runs a random workload
+(spawns, messages, follow-ups, interrupts, closes, waits; runners of random
+duration that spawn children of their own). Every acknowledgement it gets is
+appended to a side log *after* the call returned. The parent kills the child
+with SIGKILL at a random moment, reopens the store and checks:
+
+- every acknowledged spawn, message, follow-up, interrupt, close and received
+  completion is in the store, exactly once;
+- for every agent, every generation 1..n has exactly one completion (none
+  lost, none duplicated), and no agent is left ``starting`` or ``running``;
+- caps hold: depth, fan-out, live paths unique, live agents have live parents;
+- a completion the host received before the kill is not handed out again.
+
+Rounds run on the same store, so damage would accumulate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from retinue import Limits, Profile, Runtime, Turn
+from retinue.errors import RetinueError
+from retinue.persistence.store import Store
+from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+
+LIMITS = Limits(
+    depth_cap=3,
+    fanout_cap=4,
+    max_tree_agents=24,
+    max_agents=400,
+    max_active_turns=8,
+    mailbox_capacity=20,
+    pending_completions_per_agent=50,
+    wait_default_s=5.0,
+)
+
+
+def _lead(turn: Turn) -> str:
+    rng = random.Random(turn.agent.id + str(turn.agent.generation))
+    for _ in range(rng.randint(0, 2)):
+        try:
+            turn.spawn("worker", f"sub of {turn.task}")
+        except RetinueError:
+            pass
+    if rng.random() < 0.3:
+        try:
+            turn.run("worker", "inline", timeout=0.5)
+        except RetinueError:
+            pass
+    time.sleep(rng.uniform(0, 0.02))
+    return f"lead {turn.agent.generation} saw {len(turn.messages)}"
+
+
+def _worker(turn: Turn) -> str:
+    rng = random.Random(turn.agent.id + str(turn.agent.generation))
+    time.sleep(rng.uniform(0, 0.03))
+    if rng.random() < 0.1:
+        raise RuntimeError("worker failed on purpose")
+    return f"worker {turn.agent.generation}"
+
+
+PROFILES = [
+    Profile("lead", subagents=["worker"], runner=_lead),
+    Profile("worker", runner=_worker),
+]
+
+
+def child_main(store: str, ack_log: str, seed: int, durability: str) -> None:
+    """Run the random workload until killed, logging every acknowledgement."""
+    rng = random.Random(seed)
+    log = open(ack_log, "a", buffering=1)  # noqa: SIM115 - lives until the kill
+
+    def ack(**entry: Any) -> None:
+        log.write(json.dumps(entry) + "\n")
+
+    rt = Runtime.open(store, profiles=PROFILES, limits=LIMITS, durability=durability)
+    ack(op="opened")
+    n = 0
+    while True:
+        n += 1
+        live = rt.agents()
+        op = rng.random()
+        try:
+            if op < 0.25 or not live:
+                parent = "/root"
+                if live and rng.random() < 0.5:
+                    parent = rng.choice([a for a in live if a.profile == "lead"] or live).path
+                profile = "lead" if parent == "/root" else "worker"
+                info = rt.spawn(profile, f"task {n}", parent=parent)
+                ack(op="spawn", id=info.id, path=info.path)
+            elif op < 0.45:
+                target = rng.choice(live)
+                key = f"k{n}" if rng.random() < 0.5 else None
+                message = rt.send(target.id, f"msg {n}", dedup_key=key)
+                ack(op="send", id=target.id, message_id=message.id)
+            elif op < 0.6:
+                target = rng.choice(live)
+                info = rt.follow_up(target.id, f"again {n}")
+                ack(op="follow_up", id=info.id, generation=info.generation)
+            elif op < 0.7:
+                target = rng.choice(live)
+                info = rt.interrupt(target.id)
+                ack(op="interrupt", id=info.id, generation=info.generation, state=info.state)
+            elif op < 0.8:
+                target = rng.choice(live)
+                if rng.random() < 0.5:
+                    for closed in rt.close_tree(target.id):
+                        ack(op="close", id=closed.id)
+                else:
+                    closed = rt.close(target.id)
+                    ack(op="close", id=closed.id)
+            else:
+                target = rng.choice(live)
+                completion = rt.wait(target.id, timeout=0.05)
+                ack(op="wait", id=completion.agent_id, generation=completion.generation)
+        except RetinueError:
+            pass
+
+
+@dataclass
+class Verdict:
+    """What one kill-and-reopen round found."""
+
+    acks: int = 0
+    agents: int = 0
+    interrupted_at_restore: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def check_store(store_path: Path, acks: list[dict[str, Any]]) -> Verdict:
+    """Reopen the store after a kill and check every promise against the ack log."""
+    verdict = Verdict(acks=len(acks))
+    before = {r.id: r for r in _read_agents(store_path)}
+    rt = Runtime.open(store_path, profiles=PROFILES, limits=LIMITS)
+    try:
+        for diag in rt.diagnostics:
+            verdict.problems.append(f"diagnostic after crash: {diag}")
+        after = {a.id: a for a in rt.agents(include_closed=True)}
+        verdict.agents = len(after)
+        verdict.interrupted_at_restore = sum(
+            1 for r in before.values() if r.state in ("starting", "running")
+        )
+    finally:
+        rt.close()
+    records = {r.id: r for r in _read_agents(store_path)}
+    completions = _read(store_path, "completions", CompletionRecord)
+    messages = {m.message.id for m in _read(store_path, "messages", MessageRecord)}
+    by_agent: dict[str, list[int]] = {}
+    for c in completions:
+        by_agent.setdefault(c.completion.agent_id, []).append(c.completion.generation)
+    p = verdict.problems
+    for entry in acks:
+        op, agent_id = entry["op"], entry.get("id")
+        record = records.get(agent_id) if agent_id else None
+        if op == "opened":
+            continue
+        if record is None:
+            p.append(f"acknowledged {op} of {agent_id} but the agent is gone")
+            continue
+        if op == "send" and entry["message_id"] not in messages:
+            p.append(f"acknowledged message {entry['message_id']} is lost")
+        elif op == "follow_up" and record.generation < entry["generation"]:
+            p.append(f"acknowledged follow-up {agent_id}:{entry['generation']} is lost")
+        elif op == "interrupt" and entry["state"] == "interrupted":
+            if entry["generation"] not in by_agent.get(agent_id, []):
+                p.append(f"interrupted completion {agent_id}:{entry['generation']} is lost")
+        elif op == "close" and record.state != "closed":
+            p.append(f"acknowledged close of {record.path} is lost ({record.state})")
+        elif op == "wait" and record.host_received < entry["generation"]:
+            p.append(f"received completion {agent_id}:{entry['generation']} would come again")
+    live_paths: set[str] = set()
+    for record in records.values():
+        if record.state in ("starting", "running"):
+            p.append(f"{record.path} is still {record.state} after restore")
+        gens = sorted(by_agent.get(record.id, []))
+        if gens != list(range(1, record.generation + 1)):
+            p.append(f"{record.path}: completions {gens} for generation {record.generation}")
+        if record.state != "closed":
+            if record.path in live_paths:
+                p.append(f"two live agents at {record.path}")
+            live_paths.add(record.path)
+            if record.depth > LIMITS.depth_cap:
+                p.append(f"{record.path} deeper than the cap")
+            if record.parent_id is not None and records[record.parent_id].state == "closed":
+                p.append(f"{record.path} is live under a closed parent")
+            kids = [r for r in records.values() if r.parent_id == record.id and r.state != "closed"]
+            if len(kids) > LIMITS.fanout_cap:
+                p.append(f"{record.path} has {len(kids)} live children")
+    return verdict
+
+
+def _read(store_path: Path, database: str, kind: type[Any]) -> list[Any]:
+    store = Store(store_path, readonly=True)
+    try:
+        snap = store.snapshot([database])
+    finally:
+        store.close()
+    decoder = msgspec.msgpack.Decoder(kind)
+    return [decoder.decode(v) for _, v in snap.records[database]]
+
+
+def _read_agents(store_path: Path) -> list[AgentRecord]:
+    if not (store_path / "data.mdb").exists():
+        return []
+    agents: list[AgentRecord] = _read(store_path, "agents", AgentRecord)
+    return agents
+
+
+def run_crashes(
+    workdir: Path, kills: int, seed: int, durability: str = "full", max_run_s: float = 1.5
+) -> list[Verdict]:
+    """Run ``kills`` kill-and-reopen rounds on one store; return each round's verdict."""
+    rng = random.Random(seed)
+    store = workdir / "store"
+    verdicts: list[Verdict] = []
+    for round_no in range(kills):
+        ack_log = workdir / f"acks-{round_no}.jsonl"
+        env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "stress.crash",
+                "child",
+                str(store),
+                str(ack_log),
+                str(rng.randrange(2**31)),
+                durability,
+            ],
+            env=env,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        deadline = time.monotonic() + 30
+        while not ack_log.exists() or "opened" not in ack_log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"crash child exited early with {proc.returncode}")
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.05, max_run_s))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        acks = [json.loads(line) for line in ack_log.read_text().splitlines() if line.strip()]
+        verdicts.append(check_store(store, acks))
+    return verdicts
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "child":
+    child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
