@@ -1,4 +1,4 @@
-"""Crash test: SIGKILL a process running a random workload, reopen, check nothing acknowledged is lost.
+"""Crash test: SIGKILL a random workload, reopen, check nothing acknowledged is lost.
 
 A child process opens a runtime on a store and runs a random workload
 (spawns, messages, follow-ups, interrupts, closes, waits; runners of random
@@ -18,6 +18,7 @@ Rounds run on the same store, so damage would accumulate.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -51,15 +52,11 @@ LIMITS = Limits(
 def _lead(turn: Turn) -> str:
     rng = random.Random(turn.agent.id + str(turn.agent.generation))
     for _ in range(rng.randint(0, 2)):
-        try:
+        with contextlib.suppress(RetinueError):
             turn.spawn("worker", f"sub of {turn.task}")
-        except RetinueError:
-            pass
     if rng.random() < 0.3:
-        try:
+        with contextlib.suppress(RetinueError):
             turn.run("worker", "inline", timeout=0.5)
-        except RetinueError:
-            pass
     time.sleep(rng.uniform(0, 0.02))
     return f"lead {turn.agent.generation} saw {len(turn.messages)}"
 

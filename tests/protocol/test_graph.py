@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retinue.errors import (
+    ArgumentTypeError,
     DelegationCycleError,
     DelegationDepthError,
     DelegationGraphError,
@@ -169,24 +170,24 @@ def test_cap_defaults_to_limits_from_env(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_bad_cap() -> None:
     with pytest.raises(InvalidArgument):
         validate_graph({}, cap=-1)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph({}, cap=True)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph({}, cap=2.0)  # type: ignore[arg-type]
 
 
 def test_bad_graph_shapes() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph({"a": "bc"}, cap=5)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph({"a": [1]}, cap=5)  # type: ignore[list-item]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph({1: []}, cap=5)  # type: ignore[dict-item]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph([object()], cap=5)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph(42, cap=5)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_graph("ab", cap=5)
 
 

@@ -7,7 +7,7 @@ import math
 import msgspec
 import pytest
 
-from retinue.errors import InvalidLimits, RetinueError
+from retinue.errors import ArgumentTypeError, InvalidLimits, RetinueError
 from retinue.protocol.limits import Limits
 
 DEFAULTS: dict[str, int | float] = {
@@ -87,7 +87,7 @@ def test_replace_returns_a_validated_copy() -> None:
     assert changed.fanout_cap == limits.fanout_cap
     with pytest.raises(InvalidLimits, match="fanout_cap"):
         limits.replace(fanout_cap=0)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         limits.replace(no_such_field=1)
 
 
@@ -102,7 +102,7 @@ def test_env_var_names() -> None:
     assert Limits.env_var("depth_cap") == "RETINUE_DEPTH_CAP"
     assert Limits.env_var("fanout_cap") == "RETINUE_FANOUT_CAP"
     assert Limits.env_var("wait_max_s") == "RETINUE_WAIT_MAX_S"
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         Limits.env_var("nope")
 
 
@@ -179,7 +179,7 @@ def test_override_replaces_an_invalid_environment_value() -> None:
 def test_bad_override_raises() -> None:
     with pytest.raises(InvalidLimits, match="depth_cap"):
         Limits.from_env({}, depth_cap=0)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         Limits.from_env({}, nope=1)
 
 

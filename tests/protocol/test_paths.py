@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retinue.errors import InvalidAgentPath, RetinueError
+from retinue.errors import ArgumentTypeError, InvalidAgentPath, RetinueError
 from retinue.protocol import paths
 from retinue.protocol.paths import (
     MAX_NAME_LENGTH,
@@ -52,6 +52,12 @@ def test_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         validate_name("Bad")
     assert issubclass(InvalidAgentPath, RetinueError)
+
+
+def test_wrong_type_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        validate(None)  # type: ignore[arg-type]
+    assert issubclass(ArgumentTypeError, RetinueError)
 
 
 # -- validate_name -----------------------------------------------------------------
@@ -101,7 +107,7 @@ def test_name_length_is_checked_before_characters() -> None:
 
 @pytest.mark.parametrize("value", [None, 1, b"abc", ["a"]])
 def test_validate_name_rejects_non_str(value: object) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate_name(value)  # type: ignore[arg-type]
 
 
@@ -198,7 +204,7 @@ def test_path_of_1025_characters_is_too_long() -> None:
 
 @pytest.mark.parametrize("value", [None, 1, b"/root", ["/root"]])
 def test_validate_rejects_non_str(value: object) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         validate(value)  # type: ignore[arg-type]
 
 
@@ -223,9 +229,9 @@ def test_join_validates_both_and_the_result() -> None:
 
 
 def test_join_rejects_non_str() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         join(ROOT, 1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         join(None, "a")  # type: ignore[arg-type]
 
 
@@ -242,7 +248,7 @@ def test_root_has_no_parent() -> None:
 def test_parent_of_validates() -> None:
     with _raises(TRAILING):
         parent_of("/root/a/")
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         parent_of(3)  # type: ignore[arg-type]
 
 
@@ -284,7 +290,7 @@ def test_is_immediate_child_validates_both() -> None:
         is_immediate_child("/x/a", ROOT)
     with _raises(TRAILING):
         is_immediate_child("/root/a", "/root/")
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         is_immediate_child("/root/a", None)  # type: ignore[arg-type]
 
 
@@ -327,9 +333,9 @@ def test_resolve_validates_sender_and_result_length() -> None:
 
 
 def test_resolve_rejects_non_str() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         resolve("/root/a", 1)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         resolve(b"/root", "a")  # type: ignore[arg-type]
 
 
@@ -352,7 +358,7 @@ def test_derive_name_differs_for_different_ids() -> None:
 
 
 def test_derive_name_rejects_non_str() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         derive_name(123)  # type: ignore[arg-type]
 
 

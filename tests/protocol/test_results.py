@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retinue.errors import ResultContractError, RetinueError
+from retinue.errors import ArgumentTypeError, ResultContractError, RetinueError
 from retinue.protocol.results import (
     RESULT_VERSION,
     Artifact,
@@ -180,7 +180,7 @@ def test_top_level_must_be_an_object() -> None:
 
 
 def test_non_str_is_a_type_error() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         parse_result(b"{}")  # type: ignore[arg-type]
 
 

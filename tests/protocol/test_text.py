@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retinue.errors import InvalidArgument
+from retinue.errors import ArgumentTypeError, InvalidArgument
 from retinue.protocol.text import (
     HEAD_TRUNCATION_MARKER,
     TAIL_TRUNCATION_MARKER,
@@ -104,11 +104,11 @@ def test_negative_limit_is_refused(truncate: Truncate) -> None:
 
 @pytest.mark.parametrize("truncate", [truncate_utf8, truncate_utf8_tail])
 def test_wrong_argument_types(truncate: Truncate) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         truncate(b"abc", 3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         truncate("abc", 3.0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         truncate("abc", True)
 
 
@@ -212,9 +212,9 @@ def test_cut_to_max_chars_after_cleaning() -> None:
 def test_safe_terminal_text_argument_rules() -> None:
     with pytest.raises(InvalidArgument):
         safe_terminal_text("a", -1)
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         safe_terminal_text(None, 3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         safe_terminal_text("a", "3")  # type: ignore[arg-type]
 
 
