@@ -23,6 +23,7 @@ from typing import Any
 
 import pykka
 
+from retinue.actors.compaction import CompactionReport
 from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.supervisor import Call, Supervisor, SupervisorActor, info_of
@@ -83,6 +84,8 @@ class Runtime:
         self._closed = False
         self._temporary = False
         self._profiles: dict[str, Profile] = {}
+        self._stopping = threading.Event()
+        self._compactor: threading.Thread | None = None
 
     @classmethod
     def open(
@@ -159,6 +162,10 @@ class Runtime:
             core.recover()
             store.write_now(tree.take_writes())
             rt._actor.tell(("attach", core))
+            rt._compactor = threading.Thread(
+                target=rt._compact_loop, name="retinue-compactor", daemon=True
+            )
+            rt._compactor.start()
         except BaseException:
             if rt._actor is not None:
                 rt._actor.stop()
@@ -326,6 +333,22 @@ class Runtime:
             self._call("barrier")
         return self._store.backup(dest)
 
+    def compact(self) -> CompactionReport:
+        """Compact now (it also runs every ``compact_interval_s``); return what went.
+
+        Removes closed agents, read messages and delivered completions beyond
+        the ``retain_*`` limits; never anything unread, undelivered or live.
+        """
+        report: CompactionReport = self._call("compact")
+        return report
+
+    def _compact_loop(self) -> None:
+        while not self._stopping.wait(self.limits.compact_interval_s):
+            try:
+                self._submit("compact")
+            except RetinueError:
+                return
+
     # -- asyncio faces ---------------------------------------------------------------
 
     async def spawn_async(
@@ -384,6 +407,9 @@ class Runtime:
         """Close the runtime (idempotent); see :meth:`close`."""
         if self._closed:
             return
+        self._stopping.set()
+        if self._compactor is not None:
+            self._compactor.join()
         actor = self._actor
         actors: list[pykka.ActorRef[Any]] = []
         if actor is not None:

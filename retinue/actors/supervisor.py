@@ -25,6 +25,7 @@ import msgspec
 import pykka
 
 from retinue.actors.agent import AgentActor
+from retinue.actors.compaction import CompactionReport, compact
 from retinue.actors.events import EventBus
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.tree import Tree
@@ -834,7 +835,6 @@ class Supervisor:
         now = time.time()
         record = self._update(record, state=AgentState.CLOSED, closed_at=now, updated_at=now)
         self._emit(AgentClosedEvent(agent_id=record.id, path=record.path, at=now))
-        tree.mailbox.pop(record.id, None)
         heir = tree.nearest_live_ancestor(record)
         for pending in tree.pending_for(record.id):
             moved = tree.reroute(pending, heir)
@@ -885,6 +885,10 @@ class Supervisor:
 
     def op_barrier(self) -> None:
         """Answer once everything before it is committed."""
+
+    def op_compact(self) -> CompactionReport:
+        """Remove what retention no longer keeps, as one transition."""
+        return compact(self.tree, self.limits, time.time())
 
     # -- start and stop ------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ supervisor hands those writes to the store as one transition.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 import msgspec
@@ -48,6 +49,8 @@ class Tree:
         # Unread messages per recipient, in arrival (seq) order.
         self.mailbox: dict[str, dict[int, MessageRecord]] = {}
         self.dedup: dict[tuple[str, str], Message] = {}
+        # Read messages still stored, oldest read first: (read_at, recipient, seq, dedup).
+        self.read_log: deque[tuple[float, str, int, tuple[str, str] | None]] = deque()
         # Undelivered completions per recipient key, in routing order.
         self.pending: dict[str, dict[str, CompletionRecord]] = {HOST: {}}
         # Every known completion per agent and generation.
@@ -144,6 +147,8 @@ class Tree:
         message = record.message
         if not record.read:
             self.mailbox.setdefault(message.recipient_id, {})[record.seq] = record
+        else:
+            self._log_read(record, record.read_at or message.created_at)
         if message.dedup_key is not None:
             self.dedup[(message.sender_id, message.dedup_key)] = message
         if persist:
@@ -156,7 +161,13 @@ class Tree:
         recipient = record.message.recipient_id
         self.mailbox.get(recipient, {}).pop(record.seq, None)
         done = msgspec.structs.replace(record, read=True, read_at=at)
+        self._log_read(done, at)
         self.writes.append(("messages", message_key(recipient, record.seq), _encode(done)))
+
+    def _log_read(self, record: MessageRecord, at: float) -> None:
+        message = record.message
+        dedup = None if message.dedup_key is None else (message.sender_id, message.dedup_key)
+        self.read_log.append((at, message.recipient_id, record.seq, dedup))
 
     def unread(self, agent_id: str) -> list[MessageRecord]:
         """Return the agent's unread messages in arrival order."""
@@ -218,7 +229,8 @@ class Tree:
         """Fill an empty tree from restored records (parents before children)."""
         for agent in agents:
             self.put_agent(agent, persist=False)
-        for message in messages:
+        ordered = sorted(messages, key=lambda m: (m.read, m.read_at or 0.0, m.seq))
+        for message in ordered:
             self.seq = max(self.seq, message.seq)
             self.add_message(message, persist=False)
         for completion in sorted(completions, key=lambda c: c.seq):

@@ -84,8 +84,18 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds a wait lasts when no timeout is given."""
     wait_max_s: float = 3600.0
     """Longest wait a caller may ask for, in seconds."""
+    retain_closed_agents: int = 10_000
+    """Closed agents kept in the store before compaction removes the oldest."""
+    retain_read_messages: int = 100_000
+    """Read messages kept in the store before compaction removes the oldest."""
+    retain_age_s: float = 7 * 24 * 3600.0
+    """Closed agents, read messages and delivered completions older than this go."""
+    compact_interval_s: float = 60.0
+    """Seconds between background compactions."""
 
-    _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset({"wait_default_s", "wait_max_s"})
+    _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"}
+    )
 
     def __post_init__(self) -> None:
         """Validate every field; raise ``InvalidLimits`` naming the first bad one."""

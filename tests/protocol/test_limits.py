@@ -23,8 +23,13 @@ DEFAULTS: dict[str, int | float] = {
     "pending_completions_per_agent": 20,
     "wait_default_s": 30.0,
     "wait_max_s": 3600.0,
+    # Retention (compaction) bounds, added after the twelve caps.
+    "retain_closed_agents": 10_000,
+    "retain_read_messages": 100_000,
+    "retain_age_s": 7 * 24 * 3600.0,
+    "compact_interval_s": 60.0,
 }
-FLOAT_FIELDS = ["wait_default_s", "wait_max_s"]
+FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
 INT_FIELDS = [f for f in DEFAULTS if f not in FLOAT_FIELDS]
 
 

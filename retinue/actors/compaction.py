@@ -1,0 +1,123 @@
+"""Compaction: closed agents, read messages and old completions do not grow the store forever.
+
+Retention is set by three limits: ``retain_closed_agents`` and
+``retain_read_messages`` (how many to keep) and ``retain_age_s`` (anything
+older goes, whatever the count). What is removed:
+
+- read messages beyond the count or older than the age (their dedup keys go
+  with them: a key deduplicates for as long as its message is retained);
+- closed agents beyond the count or older than the age, leaves first: a closed
+  agent is removed only once no retained record names it as parent and none of
+  its completions is still waiting for a recipient; its messages and
+  completions go with it;
+- delivered completions older than the age, except each agent's latest.
+
+Nothing unread, undelivered or live is ever removed. The supervisor runs this
+on its own thread, as one transition, every ``compact_interval_s``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from retinue.actors.tree import Tree
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import completion_key, message_key
+
+__all__ = ["CompactionReport", "compact"]
+
+
+class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """How many records one compaction removed."""
+
+    messages: int = 0
+    agents: int = 0
+    completions: int = 0
+
+
+def compact(tree: Tree, limits: Limits, now: float) -> CompactionReport:
+    """Remove what retention no longer keeps; the deletes land in ``tree.writes``."""
+    horizon = now - limits.retain_age_s
+    messages = _compact_read_messages(tree, limits.retain_read_messages, horizon)
+    agents, completions = _compact_closed_agents(tree, limits.retain_closed_agents, horizon)
+    completions += _compact_completions(tree, horizon)
+    return CompactionReport(messages=messages, agents=agents, completions=completions)
+
+
+def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
+    log = tree.read_log
+    removed = 0
+    while log and (len(log) > keep or log[0][0] < horizon):
+        _, recipient_id, seq, dedup = log.popleft()
+        tree.writes.append(("messages", message_key(recipient_id, seq), None))
+        if dedup is not None and tree.dedup.get(dedup) is not None:
+            del tree.dedup[dedup]
+        removed += 1
+    return removed
+
+
+def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, int]:
+    closed = sorted(
+        (r.closed_at or r.updated_at, r.id)
+        for r in tree.agents.values()
+        if r.state is AgentState.CLOSED
+    )
+    excess = len(closed) - keep
+    candidates = [
+        agent_id
+        for i, (closed_at, agent_id) in enumerate(closed)
+        if i < excess or closed_at < horizon
+    ]
+    if not candidates:
+        return 0, 0
+    child_count: dict[str, int] = {}
+    for record in tree.agents.values():
+        if record.parent_id is not None:
+            child_count[record.parent_id] = child_count.get(record.parent_id, 0) + 1
+    removed_agents = removed_completions = 0
+    progress = True
+    remaining = candidates
+    while progress:
+        progress = False
+        later: list[str] = []
+        for agent_id in remaining:
+            if child_count.get(agent_id, 0) or tree.undelivered.get(agent_id, 0):
+                later.append(agent_id)
+                continue
+            removed_completions += _remove_agent(tree, agent_id)
+            parent_id = tree.agents.pop(agent_id).parent_id
+            if parent_id is not None:
+                child_count[parent_id] -= 1
+            removed_agents += 1
+            progress = True
+        remaining = later
+    return removed_agents, removed_completions
+
+
+def _remove_agent(tree: Tree, agent_id: str) -> int:
+    tree.writes.append(("agents", agent_id.encode(), None))
+    for seq in tree.mailbox.pop(agent_id, {}):
+        tree.writes.append(("messages", message_key(agent_id, seq), None))
+    done = tree.completions.pop(agent_id, {})
+    for generation in done:
+        tree.writes.append(("completions", completion_key(agent_id, generation), None))
+    tree.undelivered.pop(agent_id, None)
+    tree.top_of.pop(agent_id, None)
+    tree.children.pop(agent_id, None)
+    return len(done)
+
+
+def _compact_completions(tree: Tree, horizon: float) -> int:
+    removed = 0
+    for agent_id, done in tree.completions.items():
+        if len(done) < 2:
+            continue
+        latest = max(done)
+        for generation in [g for g, c in done.items() if g != latest]:
+            record = done[generation]
+            if record.delivered and record.completion.created_at < horizon:
+                del done[generation]
+                tree.writes.append(("completions", completion_key(agent_id, generation), None))
+                removed += 1
+    return removed

@@ -1,0 +1,280 @@
+"""Shared fixtures: runtimes on a real LMDB store in ``tmp_path`` and controllable runners.
+
+Everything here drives real pykka actors and a real store; nothing is mocked.
+Runners that must stay busy block on a :class:`Gate` (``threading`` primitives,
+never sleeps), so tests decide exactly when each turn may settle.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retinue import Event, Limits, Profile, Runtime, Turn
+
+# A test that hangs is a bug; dump every stack and stop instead of hanging CI.
+TEST_WATCHDOG_S = 60.0
+# Generous upper bound for "this should happen promptly"; never a timing assertion.
+PROMPT_S = 10.0
+# Default wait for tests: short enough that a forgotten timeout cannot hang the suite.
+TEST_WAIT_DEFAULT_S = 10.0
+
+
+def echo(turn: Turn) -> str:
+    """Runner that settles at once with ``done:<task>``."""
+    return f"done:{turn.task}"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something truthy; return that value.
+
+    Raises:
+        AssertionError: it stayed falsy for ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+        time.sleep(0.002)
+
+
+class Gate:
+    """A runner whose turns block until the test releases them.
+
+    ``release()`` opens the gate for every turn (past and future);
+    ``release(task)`` only for turns of that task. With ``honour_cancel`` a
+    turn also ends as soon as ``turn.cancelled`` is set (so closing a runtime
+    never waits on it); without it the runner ignores cancellation and
+    returns its (late) result only when released.
+    """
+
+    def __init__(self, *, output: str = "released", honour_cancel: bool = True) -> None:
+        """Create a closed gate."""
+        self.output = output
+        self.honour_cancel = honour_cancel
+        self._cond = threading.Condition()
+        self._open_all = False
+        self._open_tasks: set[str] = set()
+        self.turns: list[Turn] = []
+        self.finished: list[Turn] = []
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, turn: Turn) -> str:
+        """Record the turn, block until released (or cancelled), return ``<output>:<task>``."""
+        with self._cond:
+            self.turns.append(turn)
+            self.threads.append(threading.current_thread())
+            self._cond.notify_all()
+            while not (self._open_all or turn.task in self._open_tasks):
+                if self.honour_cancel and turn.cancelled.is_set():
+                    break
+                self._cond.wait(0.005)
+        with self._cond:
+            self.finished.append(turn)
+            self._cond.notify_all()
+        return f"{self.output}:{turn.task}"
+
+    def release(self, task: str | None = None) -> None:
+        """Let every turn (``task=None``) or every turn of ``task`` return."""
+        with self._cond:
+            if task is None:
+                self._open_all = True
+            else:
+                self._open_tasks.add(task)
+            self._cond.notify_all()
+
+    def wait_started(self, count: int, timeout: float = PROMPT_S) -> list[Turn]:
+        """Block until at least ``count`` turns have entered the runner; return them."""
+        return self._wait_for(lambda: len(self.turns) >= count, timeout, f"{count} turns started")
+
+    def wait_finished(self, count: int, timeout: float = PROMPT_S) -> list[Turn]:
+        """Block until at least ``count`` turns have left the runner; return them."""
+        self._wait_for(lambda: len(self.finished) >= count, timeout, f"{count} turns finished")
+        return list(self.finished)
+
+    def _wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> list[Turn]:
+        with self._cond:
+            if not self._cond.wait_for(check, timeout):
+                raise AssertionError(f"timed out waiting for {what}; started: {self.tasks()}")
+            return list(self.turns)
+
+    def tasks(self) -> list[str]:
+        """Return the tasks of the turns that entered the runner, in order."""
+        with self._cond:
+            return [t.task for t in self.turns]
+
+    def turn_of(self, agent_id: str, generation: int | None = None) -> Turn:
+        """Return the (latest, or given generation's) turn of an agent that entered the runner."""
+        with self._cond:
+            for turn in reversed(self.turns):
+                if turn.agent.id == agent_id and generation in (None, turn.agent.generation):
+                    return turn
+        raise AssertionError(f"agent {agent_id} has no turn in this gate")
+
+    def join_runner_threads(self, timeout: float = PROMPT_S) -> None:
+        """Wait until every runner thread this gate saw has ended (its settle call is sent)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            threads = list(self.threads)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            assert not thread.is_alive(), f"runner thread {thread.name} did not end"
+
+
+class Script:
+    """A runner that runs the action registered for the turn's task and records every turn.
+
+    Turns whose task has no action return ``ok:<task>``. Actions receive the
+    turn and return the output (or raise, which fails the turn).
+    """
+
+    def __init__(self) -> None:
+        """Create a script with no actions."""
+        self.actions: dict[str, Callable[[Turn], str]] = {}
+        self._lock = threading.Lock()
+        self.turns: list[Turn] = []
+
+    def on(self, task: str, action: Callable[[Turn], str]) -> None:
+        """Run ``action(turn)`` for turns whose task is ``task``."""
+        self.actions[task] = action
+
+    def __call__(self, turn: Turn) -> str:
+        """Record the turn and run its action."""
+        with self._lock:
+            self.turns.append(turn)
+        action = self.actions.get(turn.task)
+        return f"ok:{turn.task}" if action is None else action(turn)
+
+    def turns_of(self, agent_id: str) -> list[Turn]:
+        """Return the recorded turns of one agent, in start order."""
+        with self._lock:
+            return [t for t in self.turns if t.agent.id == agent_id]
+
+
+class EventLog:
+    """A subscriber that keeps every event and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        """Create an empty log."""
+        self._cond = threading.Condition()
+        self.events: list[Event] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, event: Event) -> None:
+        """Record one event (called on the runtime's dispatcher thread)."""
+        with self._cond:
+            self.events.append(event)
+            self.threads.add(threading.current_thread().name)
+            self._cond.notify_all()
+
+    def wait_for(
+        self, check: Callable[[list[Event]], bool], timeout: float = PROMPT_S
+    ) -> list[Event]:
+        """Block until ``check(events)`` is true; return a copy of the events."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: check(self.events), timeout):
+                raise AssertionError(f"timed out waiting for events; got {self.events}")
+            return list(self.events)
+
+    def of(self, agent_id: str) -> list[Event]:
+        """Return the events of one agent, in delivery order."""
+        with self._cond:
+            return [e for e in self.events if e.agent_id == agent_id]
+
+
+def tag(event: Event) -> str:
+    """Return an event's tag (``agent_spawned``, ``turn_queued``, ...)."""
+    return str(type(event).__struct_config__.tag)
+
+
+OpenRuntime = Callable[..., Runtime]
+
+
+@pytest.fixture(autouse=True)
+def _watchdog() -> Iterator[None]:
+    """Abort the run with every thread's stack if one test hangs."""
+    faulthandler.dump_traceback_later(TEST_WATCHDOG_S, exit=True, file=sys.stderr)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    """The folder of the test's LMDB store (created by ``Runtime.open``)."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def open_runtime(store_path: Path) -> Iterator[OpenRuntime]:
+    """Return ``open(profiles, *, runner=None, path=None, **limits) -> Runtime``.
+
+    Every runtime it opens is closed at teardown (closing twice is harmless).
+    Limits default to the package defaults with ``wait_default_s`` shortened.
+    """
+    opened: list[Runtime] = []
+
+    def _open(
+        profiles: Iterable[Profile],
+        *,
+        runner: Callable[[Turn], str] | None = None,
+        path: Path | None = None,
+        **limits: Any,
+    ) -> Runtime:
+        limits.setdefault("wait_default_s", TEST_WAIT_DEFAULT_S)
+        rt = Runtime.open(
+            store_path if path is None else path,
+            profiles=list(profiles),
+            runner=runner,
+            limits=Limits(**limits),
+        )
+        opened.append(rt)
+        return rt
+
+    yield _open
+    for rt in reversed(opened):
+        rt.close()
+
+
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    """A fresh gate, released at teardown so no runner outlives the test."""
+    g = Gate()
+    yield g
+    g.release()
+
+
+@pytest.fixture
+def make_gate() -> Iterator[Callable[..., Gate]]:
+    """Return a factory of gates; all are released at teardown."""
+    gates: list[Gate] = []
+
+    def _make(**kwargs: Any) -> Gate:
+        g = Gate(**kwargs)
+        gates.append(g)
+        return g
+
+    yield _make
+    for g in gates:
+        g.release()
+
+
+@pytest.fixture
+def script() -> Script:
+    """A fresh :class:`Script` runner."""
+    return Script()
+
+
+@pytest.fixture
+def events() -> EventLog:
+    """A fresh :class:`EventLog` subscriber."""
+    return EventLog()
