@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,7 +29,7 @@ class Profile:
 
     name: str
     _: KW_ONLY
-    subagents: tuple[str, ...] = field(default=())
+    subagents: Sequence[str] = field(default=())
     runner: Runner | None = None
     instructions: str = ""
     wake_on_completion: bool = True

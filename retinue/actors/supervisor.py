@@ -507,7 +507,7 @@ class Supervisor:
         if (
             record.state in (AgentState.COMPLETED, AgentState.FAILED)
             and self.tree.pending_for(agent_id)
-            and self.profiles[record.profile].wake_on_completion
+            and getattr(self.profiles.get(record.profile), "wake_on_completion", False)
             and self.tree.undelivered.get(agent_id, 0) < self.limits.pending_completions_per_agent
             and not self.closing
         ):
@@ -776,6 +776,10 @@ class Supervisor:
             raise AgentClosed(f"{record.path} is closed")
         if record.state in BUSY:
             raise AgentBusy(f"{record.path} is {record.state}; wait for it or interrupt it")
+        if record.profile not in self.profiles:
+            raise UnknownProfile(
+                f"{record.path} has profile {record.profile!r}, which this runtime does not define"
+            )
         backlog = self.tree.undelivered.get(record.id, 0)
         cap = self.limits.pending_completions_per_agent
         if backlog >= cap:

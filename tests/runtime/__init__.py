@@ -1,0 +1,1 @@
+"""Tests of the supervised actor runtime: real pykka actors on a real LMDB store."""
