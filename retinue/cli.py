@@ -60,11 +60,12 @@ def _demo(args: argparse.Namespace) -> int:
     from retinue.runtime import Runtime
 
     rng = random.Random(args.seed)
+    slow = float(args.slow)
     pause = threading.Lock()
 
     def delay() -> float:
         with pause:
-            return rng.uniform(0.05, 0.25) * args.slow
+            return rng.uniform(0.05, 0.25) * slow
 
     def checker(turn: Turn) -> str:
         time.sleep(delay())
