@@ -96,6 +96,15 @@ class _TurnHandle:
     actor: pykka.ActorRef[Any] | None = None
 
 
+@dataclass
+class _SlotRequest:
+    """A turn back from a wait, queued for a slot; ``take`` claims its event."""
+
+    agent_id: str
+    future: concurrent.futures.Future[Any]
+    take: Callable[[], Any] | None
+
+
 def info_of(record: AgentRecord) -> AgentInfo:
     """Return the public snapshot of a stored agent."""
     return AgentInfo(
@@ -159,7 +168,7 @@ class Supervisor:
         self.queue: deque[str] = deque()
         self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
         self.turns: dict[str, _TurnHandle] = {}
-        self.reacquire: deque[tuple[str, Callable[[], None]]] = deque()
+        self.reacquire: deque[_SlotRequest] = deque()
         self.host_waiters: dict[str, list[concurrent.futures.Future[Any]]] = {}
         self.agent_waiters: dict[str, tuple[str, str, concurrent.futures.Future[Any]]] = {}
         self._effects: list[Callable[[], None]] = []
@@ -394,9 +403,7 @@ class Supervisor:
         cap = self.limits.max_active_turns
         while len(self.active) < cap and not self.closing:
             if self.reacquire:
-                agent_id, grant = self.reacquire.popleft()
-                self.active.add(agent_id)
-                self._after(grant)
+                self._grant(self.reacquire.popleft())
             elif self.queue:
                 agent_id = self.queue.popleft()
                 if agent_id in self.pending_turn:
@@ -499,8 +506,11 @@ class Supervisor:
         waiter = self.agent_waiters.pop(agent_id, None)
         if waiter is not None and waiter[2].set_running_or_notify_cancel():
             waiter[2].set_exception(why)
-        if any(a == agent_id for a, _ in self.reacquire):
-            self.reacquire = deque((a, g) for a, g in self.reacquire if a != agent_id)
+        if any(r.agent_id == agent_id for r in self.reacquire):
+            for request in self.reacquire:
+                if request.agent_id == agent_id:
+                    _resolve(request.future, why)  # its event stays pending
+            self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
 
     def _maybe_wake(self, agent_id: str) -> None:
         record = self.tree.agents[agent_id]
@@ -663,19 +673,25 @@ class Supervisor:
         return True
 
     def _deliver_to_waiter(self, waiter_id: str, take: Callable[[], Any]) -> None:
+        """Answer a blocked wait; the turn runs on once it has a slot again.
+
+        The event is taken (marked read or delivered) only when the slot is
+        granted, so an interrupt in between leaves it for the next turn.
+        """
         _, _, future = self.agent_waiters.pop(waiter_id)
         if not future.set_running_or_notify_cancel():
             return
-        value = take()
-
-        def grant() -> None:
-            future.set_result(value)
-
+        request = _SlotRequest(waiter_id, future, take)
         if len(self.active) < self.limits.max_active_turns:
-            self.active.add(waiter_id)
-            self._after(grant)
+            self._grant(request)
         else:
-            self.reacquire.append((waiter_id, grant))
+            self.reacquire.append(request)
+
+    def _grant(self, request: _SlotRequest) -> None:
+        self.active.add(request.agent_id)
+        value = None if request.take is None else request.take()
+        future = request.future
+        self._after(lambda: _resolve(future, value))
 
     def op_reacquire(self, sender: Sender) -> object:
         """A turn's wait timed out: forget its waiter and give it a slot back."""
@@ -684,8 +700,7 @@ class Supervisor:
         waiter = self.agent_waiters.get(me.id)
         if waiter is not None and waiter[2].cancelled():
             del self.agent_waiters[me.id]
-        reply = self._reply
-        self.reacquire.append((me.id, lambda: _resolve(reply, None)))
+        self.reacquire.append(_SlotRequest(me.id, self._reply, None))
         self._pump()
         return DEFERRED
 
