@@ -364,7 +364,12 @@ class Runtime:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._submit("host_wait", ref, reply=future)
         waiting = asyncio.wrap_future(future)
-        done, _ = await asyncio.wait({waiting}, timeout=seconds)
+        try:
+            done, _ = await asyncio.wait({waiting}, timeout=seconds)
+        except asyncio.CancelledError:
+            if future.cancel():  # nothing was received: forget the wait
+                self._cancel_wait(ref, future)
+            raise
         if not done and future.cancel():
             self._cancel_wait(ref, future)
             raise WaitTimeout(f"no completion from agent {ref} within {seconds:g}s")

@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
-from retinue import Event, Limits, Profile, Runtime, Turn
+from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn
 
 # A test that hangs is a bug; dump every stack and stop instead of hanging CI.
 TEST_WATCHDOG_S = 60.0
 # Generous upper bound for "this should happen promptly"; never a timing assertion.
 PROMPT_S = 10.0
+# How often a gated runner looks at ``turn.cancelled`` while it blocks.
+CANCEL_POLL_S = 0.02
 # Default wait for tests: short enough that a forgotten timeout cannot hang the suite.
 TEST_WAIT_DEFAULT_S = 10.0
 
@@ -46,6 +48,24 @@ def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
         time.sleep(0.002)
+
+
+SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
+
+
+def wait_settled(rt: Runtime, ref: str, generation: int = 1) -> AgentInfo:
+    """Block until the agent's turn ``generation`` has settled, without receiving it."""
+    info: AgentInfo = wait_until(
+        lambda: (i := rt.get(ref)).generation == generation and i.state in SETTLED and i,
+        what=f"{ref} generation {generation} settled",
+    )
+    return info
+
+
+def act(rt: Runtime, ref: str, task: str) -> AgentInfo:
+    """Give an idle agent a follow-up turn with ``task`` and return it once settled."""
+    queued = rt.follow_up(ref, task)
+    return wait_settled(rt, ref, queued.generation)
 
 
 class Gate:
@@ -78,7 +98,7 @@ class Gate:
             while not (self._open_all or turn.task in self._open_tasks):
                 if self.honour_cancel and turn.cancelled.is_set():
                     break
-                self._cond.wait(0.005)
+                self._cond.wait(CANCEL_POLL_S)
         with self._cond:
             self.finished.append(turn)
             self._cond.notify_all()

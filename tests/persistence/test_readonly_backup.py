@@ -1,0 +1,333 @@
+"""Readers beside a writer, and hot backups.
+
+A read-only runtime (in this process) reads consistent snapshots while a
+writer (in a child process: py-lmdb opens one environment once per process)
+keeps spawning and sending, and refuses every mutating call. ``rt.backup``
+copies a live store that opens as the same tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retinue import (
+    AgentInfo,
+    InvalidArgument,
+    Limits,
+    Profile,
+    Runtime,
+    StoreError,
+    StoreReadOnly,
+)
+from retinue.protocol import paths
+from retinue.protocol.records import MessageRecord
+
+from . import (
+    PROMPT_S,
+    Child,
+    agent,
+    agent_write,
+    decode_db,
+    read_db,
+    write_store,
+)
+
+WRITER = r"""
+import sys
+from retinue import Limits, Profile, Runtime
+ok = lambda turn: "ok"
+profiles = [
+    Profile("worker", runner=ok, wake_on_completion=False),
+    Profile("lead", subagents=("worker",), runner=ok, wake_on_completion=False),
+]
+limits = Limits(max_agents=100000, max_tree_agents=100, fanout_cap=100)
+rt = Runtime.open(sys.argv[1], profiles=profiles, limits=limits)
+i = 0
+while True:
+    i += 1
+    top = rt.spawn("lead", f"top {i}")
+    print("ACK", top.id, flush=True)
+    for k in range(3):
+        kid = rt.spawn("worker", f"kid {i}.{k}", parent=top.id)
+        print("ACK", kid.id, flush=True)
+        sent = rt.send(kid.id, f"message {i}.{k}")
+        print("MSG", sent.id, flush=True)
+    if i == 1:
+        print("READY", flush=True)
+"""
+
+GROWER = r"""
+import sys
+from retinue import Limits, Profile, Runtime
+profiles = [Profile("worker", runner=lambda turn: "ok")]
+limits = Limits(mailbox_capacity=1_000_000)
+rt = Runtime.open(sys.argv[1], profiles=profiles, limits=limits, map_size=64 * 1024,
+                  durability="buffered")
+sink = rt.spawn("worker", "sink", name="sink")
+print("READY", flush=True)
+while True:
+    rt.send(sink.id, "x" * 8192)
+"""
+
+
+def acked(child: Child, prefix: str = "ACK ") -> set[str]:
+    """Return the ids the child acknowledged so far."""
+    return {line.split()[1] for line in list(child.lines) if line.startswith(prefix)}
+
+
+def check_tree(infos: list[AgentInfo]) -> None:
+    """Every agent's parent is there, ids and live paths are unique, depths match."""
+    by_path = {i.path: i for i in infos}
+    assert len({i.id for i in infos}) == len(infos)
+    assert len(by_path) == len(infos)
+    for info in infos:
+        assert info.parent_path == paths.ROOT or info.parent_path in by_path, info.path
+        assert info.depth == paths.depth(info.path)
+
+
+def test_readers_see_consistent_growing_snapshots_while_a_writer_runs(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with Child(WRITER, store) as writer:
+        writer.expect("READY")
+        seen = 0
+        rounds = 0
+        while rounds < 12 or seen < 40:
+            rounds += 1
+            before = acked(writer)
+            with Runtime.open(store, readonly=True, limits=Limits()) as rt:
+                assert rt.diagnostics == []
+                infos = rt.agents(include_closed=True)
+                check_tree(infos)
+                found = {i.id for i in infos}
+                assert before <= found, "an acknowledged spawn is missing"
+                assert len(found) >= seen, "a later snapshot lost agents"
+                seen = len(found)
+                sample = random.Random(rounds).sample(sorted(before), min(5, len(before)))
+                for agent_id in sample:
+                    info = rt.get(agent_id)
+                    assert rt.get(info.path).id == agent_id
+        # A runtime kept open reads a new snapshot on every call.
+        with Runtime.open(store, readonly=True, limits=Limits()) as rt:
+            for _ in range(12):
+                before = acked(writer)
+                infos = rt.agents(include_closed=True)
+                check_tree(infos)
+                found = {i.id for i in infos}
+                assert before <= found
+                assert len(found) >= seen
+                seen = len(found)
+            # A reader can take a hot backup too.
+            before = acked(writer)
+            messages_before = acked(writer, "MSG ")
+            copy = rt.backup(tmp_path / "copy")
+    with Runtime.open(copy, readonly=True, limits=Limits()) as rt:
+        assert rt.diagnostics == []
+        infos = rt.agents(include_closed=True)
+        check_tree(infos)
+        assert before <= {i.id for i in infos}
+    stored = {r.message.id for r in decode_db(copy, "messages", MessageRecord).values()}
+    assert messages_before <= stored
+
+
+def test_a_reader_survives_the_writer_growing_the_map(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    data = store / "data.mdb"
+    mib = 1024 * 1024
+    with Child(GROWER, store) as writer:
+        writer.expect("READY")
+        # Past the reader's initial 64 MiB mapping while the writer keeps writing.
+        with Runtime.open(store, readonly=True, limits=Limits()) as rt:
+            while data.stat().st_size < 72 * mib:
+                assert [a.name for a in rt.agents()] == ["sink"]
+            assert [a.name for a in rt.agents()] == ["sink"]
+        # A reader opened on a store bigger than that, with the writer still going.
+        while data.stat().st_size < 80 * mib:
+            with Runtime.open(store, readonly=True, limits=Limits()) as rt:
+                assert rt.get("/root/sink").name == "sink"
+
+
+def _build(store: Path) -> None:
+    with Runtime.open(store, profiles=[Profile("worker", runner=lambda t: "ok")]) as rt:
+        top = rt.spawn("worker", "top", name="top")
+        rt.wait(top.id, timeout=PROMPT_S)
+        rt.send(top.id, "unread")
+
+
+def test_every_mutating_call_on_a_reader_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    _build(store)
+    before = {db: read_db(store, db) for db in ("agents", "messages", "completions", "meta")}
+    rt = Runtime.open(store, readonly=True, limits=Limits())
+    try:
+        assert rt.readonly
+        top = rt.get("/root/top")
+        calls: dict[str, Callable[[], Any]] = {
+            "spawn": lambda: rt.spawn("worker", "more"),
+            "spawn child": lambda: rt.spawn("worker", "more", parent=top.id),
+            "send": lambda: rt.send(top.id, "hi"),
+            "follow_up": lambda: rt.follow_up(top.id, "again"),
+            "interrupt": lambda: rt.interrupt(top.id),
+            "close": lambda: rt.close(top.id),
+            "close_tree": lambda: rt.close_tree(top.id),
+            "resume": lambda: rt.resume(top.id),
+        }
+        for name, call in calls.items():
+            with pytest.raises(StoreReadOnly, match="read-only"):
+                call()
+            assert name
+        coroutines: list[Callable[[], Coroutine[Any, Any, Any]]] = [
+            lambda: rt.spawn_async("worker", "more"),
+            lambda: rt.send_async(top.id, "hi"),
+            lambda: rt.follow_up_async(top.id, "again"),
+            lambda: rt.interrupt_async(top.id),
+            lambda: rt.close_async(top.id),
+        ]
+        for make in coroutines:
+            with pytest.raises(StoreReadOnly):
+                asyncio.run(make())
+        # Reads still work, and nothing changed.
+        assert [a.path for a in rt.agents()] == ["/root/top"]
+        assert rt.get(top.id).state == "completed"
+    finally:
+        rt.close()
+    assert rt.closed
+    after = {db: read_db(store, db) for db in before}
+    assert after == before
+
+
+def test_a_reader_of_a_crashed_store_writes_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    write_store(store, [agent_write(agent("run", "/root/run", state="running"))])
+    before = {db: read_db(store, db) for db in ("agents", "completions", "meta")}
+    with Runtime.open(store, readonly=True, limits=Limits()) as rt:
+        assert [a.id for a in rt.agents()] == ["run"]
+    assert {db: read_db(store, db) for db in before} == before
+    with Runtime.open(store, profiles=[Profile("worker", runner=lambda t: "ok")]) as rt:
+        assert rt.get("run").state == "interrupted"
+
+
+def test_a_reader_does_not_create_a_store(tmp_path: Path) -> None:
+    missing = tmp_path / "absent"
+    with pytest.raises(StoreError):
+        Runtime.open(missing, readonly=True)
+    assert not missing.exists()
+
+
+def test_backup_while_other_threads_write(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    ok = lambda turn: "ok"  # noqa: E731
+    profiles = [
+        Profile("worker", runner=ok, wake_on_completion=False),
+        Profile("lead", subagents=("worker",), runner=ok, wake_on_completion=False),
+    ]
+    limits = Limits(max_agents=100_000, max_tree_agents=100, fanout_cap=100)
+    lock = threading.Lock()
+    spawned: dict[str, str | None] = {}  # id -> parent id
+    sent: set[str] = set()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    # A small map, so the store also grows while backups run.
+    rt = Runtime.open(store, profiles=profiles, limits=limits, map_size=256 * 1024)
+
+    def write(worker: int) -> None:
+        rng = random.Random(worker)
+        tops: list[str] = []
+        try:
+            while not stop.is_set():
+                if not tops or rng.random() < 0.3:
+                    info = rt.spawn("lead", f"top of {worker}")
+                    tops.append(info.id)
+                    parent = None
+                else:
+                    parent = rng.choice(tops)
+                    info = rt.spawn("worker", "x" * 2000, parent=parent)
+                msg = rt.send(info.id, "y" * 2000)
+                with lock:
+                    spawned[info.id] = parent
+                    sent.add(msg.id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    backups: list[tuple[Path, set[str], set[str]]] = []
+    try:
+        for n in range(4):
+            while True:  # let some writes land between backups
+                with lock:
+                    if len(spawned) >= 30 * (n + 1):
+                        acked_ids, acked_msgs = set(spawned), set(sent)
+                        break
+                assert not errors, errors
+                stop.wait(0.005)
+            backups.append((rt.backup(tmp_path / f"backup{n}"), acked_ids, acked_msgs))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(PROMPT_S)
+    assert not errors, errors
+    try:
+        # Quiescent: a backup is the same tree as the live one.
+        deadline_rounds = 0
+        while any(a.state in ("starting", "running") for a in rt.agents()):
+            deadline_rounds += 1
+            assert deadline_rounds < 2000, "turns did not settle"
+            stop.wait(0.005)
+        live_view = rt.agents(include_closed=True)
+        quiet = rt.backup(tmp_path / "quiet")
+    finally:
+        rt.close()
+    with Runtime.open(quiet, readonly=True, limits=limits) as copy:
+        assert copy.agents(include_closed=True) == live_view
+    final = set(spawned)
+    for folder, acked_ids, acked_msgs in backups:
+        with Runtime.open(folder, readonly=True, limits=limits) as copy:
+            assert copy.diagnostics == []
+            infos = copy.agents(include_closed=True)
+        check_tree(infos)
+        found = {i.id for i in infos}
+        assert acked_ids <= found <= final, folder.name
+        by_id = {i.id: i for i in infos}
+        for agent_id in found:
+            parent = spawned[agent_id]
+            assert parent is None or parent in found
+            assert by_id[agent_id].parent_path == (
+                paths.ROOT if parent is None else by_id[parent].path
+            )
+        stored = {r.message.id for r in decode_db(folder, "messages", MessageRecord).values()}
+        assert acked_msgs <= stored, folder.name
+        # And it opens as a runtime of its own.
+        with Runtime.open(folder, profiles=profiles, limits=limits) as copy:
+            assert copy.diagnostics == []
+            assert {a.id for a in copy.agents(include_closed=True)} == found
+
+
+def test_backup_into_a_store_is_refused(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    other = tmp_path / "other"
+    _build(other)
+    other_before = read_db(other, "agents")
+    with Runtime.open(store, profiles=[Profile("worker", runner=lambda t: "ok")]) as rt:
+        rt.spawn("worker", "mine", name="mine")
+        with pytest.raises(InvalidArgument):
+            rt.backup(other)
+        with pytest.raises(InvalidArgument):
+            rt.backup(store)  # onto itself
+        first = rt.backup(tmp_path / "copy")
+        with pytest.raises(InvalidArgument):
+            rt.backup(first)  # a second backup does not overwrite the first
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        assert rt.backup(empty) == empty
+    assert read_db(other, "agents") == other_before
+    for folder in (first, empty):
+        with Runtime.open(folder, readonly=True) as copy:
+            assert [a.name for a in copy.agents()] == ["mine"]

@@ -1,0 +1,170 @@
+"""The asyncio faces: they never block the event loop, even with 1,000 waits pending."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+import pytest
+from conftest import Gate, OpenRuntime, Script
+
+from retinue import (
+    AgentClosed,
+    AgentInfo,
+    AgentState,
+    Completion,
+    CompletionStatus,
+    Profile,
+    UnknownAgent,
+    WaitTimeout,
+)
+
+PENDING_WAITS = 1_000
+MAX_LOOP_LAG_S = 0.050
+TICK_S = 0.005
+
+
+class LagMeter:
+    """A ticker task that records how late each short sleep wakes up.
+
+    It also notes garbage-collector pauses in its window, so a failure says
+    whether the lag came from the runtime or from a full collection.
+    """
+
+    def __init__(self) -> None:
+        """Create a stopped meter."""
+        self.lags: list[float] = []
+        self.gc_pauses: list[float] = []
+        self._gc_start = 0.0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc_pauses.append(time.perf_counter() - self._gc_start)
+
+    def report(self) -> str:
+        """Describe the worst lag and the worst collector pause."""
+        worst_gc = max(self.gc_pauses, default=0.0)
+        return (
+            f"worst loop lag {max(self.lags) * 1000:.1f} ms over {len(self.lags)} ticks; "
+            f"{len(self.gc_pauses)} gc runs, worst {worst_gc * 1000:.1f} ms"
+        )
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            start = time.perf_counter()
+            await asyncio.sleep(TICK_S)
+            self.lags.append(time.perf_counter() - start - TICK_S)
+
+    def start(self) -> None:
+        """Start ticking on the running loop."""
+        gc.callbacks.append(self._on_gc)
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> float:
+        """Stop ticking; return the worst lag seen."""
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+        gc.callbacks.remove(self._on_gc)
+        return max(self.lags)
+
+
+def test_loop_stays_responsive_while_1000_waits_are_pending(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    rt = open_runtime([Profile("worker", runner=gate)], wait_default_s=60.0)
+
+    meter = LagMeter()
+
+    async def scenario() -> tuple[float, float, list[tuple[AgentInfo, Completion]]]:
+        infos = await asyncio.gather(
+            *(rt.spawn_async("worker", f"t{i}", name=f"w{i}") for i in range(PENDING_WAITS))
+        )
+        waits = [asyncio.create_task(rt.wait_async(i.id, timeout=60)) for i in infos]
+        # Two loop iterations: every wait task has made its call and now awaits its result.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        meter.start()
+        for _ in range(40):  # 1,000 waits pending for a while
+            await asyncio.sleep(TICK_S)
+        assert not any(w.done() for w in waits)
+        pending_lag = max(meter.lags)
+        gate.release()  # now every turn settles and every wait resolves
+        done = await asyncio.gather(*waits)
+        worst = await meter.stop()
+        return pending_lag, worst, list(zip(infos, done, strict=True))
+
+    pending_lag, worst, pairs = asyncio.run(scenario())
+    assert pending_lag < MAX_LOOP_LAG_S, f"while pending: {pending_lag * 1000:.1f} ms"
+    assert worst < MAX_LOOP_LAG_S, f"while the waits resolved: {meter.report()}"
+    assert len(pairs) == PENDING_WAITS
+    for info, done in pairs:
+        assert done.agent_id == info.id
+        assert (done.status, done.output) == (CompletionStatus.COMPLETED, f"released:{info.task}")
+    assert len({done.id for _, done in pairs}) == PENDING_WAITS
+
+
+def test_wait_async_timeout_leaves_the_agent_running(open_runtime: OpenRuntime, gate: Gate) -> None:
+    rt = open_runtime([Profile("worker", runner=gate)])
+
+    async def scenario() -> None:
+        a = await rt.spawn_async("worker", "slow")
+        with pytest.raises(WaitTimeout) as caught:
+            await rt.wait_async(a.id, timeout=0.05)
+        assert isinstance(caught.value, TimeoutError)
+        info = await rt.get_async(a.id)
+        assert info.state in (AgentState.STARTING, AgentState.RUNNING)
+        gate.release()
+        done = await rt.wait_async(a.id, timeout=5)
+        assert (done.generation, done.output) == (1, "released:slow")
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_wait_async_does_not_swallow_the_completion(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    rt = open_runtime([Profile("worker", runner=gate)])
+
+    async def scenario() -> None:
+        a = await rt.spawn_async("worker", "t")
+        waiting = asyncio.create_task(rt.wait_async(a.id, timeout=30))
+        await asyncio.sleep(TICK_S)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        gate.release()
+        done = await rt.wait_async(a.id, timeout=5)
+        assert (done.generation, done.output) == (1, "released:t")
+
+    asyncio.run(scenario())
+
+
+def test_async_faces_mirror_the_sync_api(open_runtime: OpenRuntime, script: Script) -> None:
+    rt = open_runtime([Profile("worker", runner=script)])
+
+    async def scenario() -> None:
+        a = await rt.spawn_async("worker", "start", name="a")
+        first = await rt.wait_async(a.id, timeout=5)
+        assert first.output == "ok:start"
+        message = await rt.send_async(a.id, "hello", dedup_key="k")
+        assert await rt.send_async(a.id, "hello", dedup_key="k") == message
+        follow = await rt.follow_up_async("/root/a", "read")
+        assert follow.generation == 2
+        second = await rt.wait_async(a.id, timeout=5)
+        assert second.output == "ok:read"
+        assert [m.content for m in script.turns_of(a.id)[-1].messages] == ["hello"]
+        assert (await rt.close_async(a.id)).state is AgentState.CLOSED
+        with pytest.raises(AgentClosed):
+            await rt.close_async(a.id)
+        with pytest.raises(UnknownAgent):
+            await rt.get_async("/root/nobody")
+        with pytest.raises(UnknownAgent):
+            await rt.wait_async("/root/nobody", timeout=1)
+
+    asyncio.run(scenario())

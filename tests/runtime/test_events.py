@@ -1,0 +1,177 @@
+"""Published events: every transition, in order for each agent, as msgspec structs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import msgspec
+from conftest import EventLog, Gate, OpenRuntime, echo, tag, wait_settled
+
+from retinue import (
+    AgentClosedEvent,
+    AgentSpawned,
+    CompletionRouted,
+    Event,
+    MessageQueued,
+    Profile,
+    Turn,
+    TurnQueued,
+    TurnSettled,
+    TurnStarted,
+)
+
+ONE_TURN = ["agent_spawned", "turn_queued", "turn_started", "turn_settled", "completion_routed"]
+NEXT_TURN = ["turn_queued", "turn_started", "turn_settled", "completion_routed"]
+
+
+def has(kind: str, agent_id: str, count: int = 1) -> Callable[[list[Event]], bool]:
+    """A check for :meth:`EventLog.wait_for`: ``count`` events of ``kind`` for the agent."""
+
+    def check(events: list[Event]) -> bool:
+        return sum(1 for e in events if e.agent_id == agent_id and tag(e) == kind) >= count
+
+    return check
+
+
+def test_one_agent_publishes_its_life_in_order(open_runtime: OpenRuntime, events: EventLog) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    rt.subscribe(events)
+    a = rt.spawn("worker", "t", name="a")
+    rt.wait(a.id, timeout=5)
+    rt.close(a.id)
+    events.wait_for(has("agent_closed", a.id))
+    mine = events.of(a.id)
+    assert [tag(e) for e in mine] == [*ONE_TURN, "agent_closed"]
+    spawned, queued, started, settled_, routed, closed = mine
+    assert isinstance(spawned, AgentSpawned)
+    assert (spawned.path, spawned.profile, spawned.parent_path) == ("/root/a", "worker", "/root")
+    assert isinstance(queued, TurnQueued) and queued.generation == 1
+    assert isinstance(started, TurnStarted) and started.generation == 1
+    assert isinstance(settled_, TurnSettled)
+    assert (settled_.generation, settled_.status) == (1, "completed")
+    assert isinstance(routed, CompletionRouted)
+    assert (routed.completion_id, routed.recipient) == (f"{a.id}:1", "/root")
+    assert isinstance(closed, AgentClosedEvent)
+    assert all(e.path == "/root/a" for e in mine)
+    times = [e.at for e in mine]
+    assert times == sorted(times)
+    assert events.threads and threading.current_thread().name not in events.threads
+
+
+def test_messages_and_child_completions_are_published(
+    open_runtime: OpenRuntime, events: EventLog
+) -> None:
+    def lead(turn: Turn) -> str:
+        return str(turn.run("worker", "w", name="w", timeout=5).output)
+
+    rt = open_runtime(
+        [Profile("lead", subagents=["worker"], runner=lead), Profile("worker", runner=echo)]
+    )
+    rt.subscribe(events)
+    a = rt.spawn("lead", "go", name="a")
+    rt.wait(a.id, timeout=5)
+    message = rt.send(a.id, "hello")
+    events.wait_for(has("message_queued", a.id))
+    (queued,) = [e for e in events.of(a.id) if isinstance(e, MessageQueued)]
+    assert (queued.message_id, queued.sender, queued.path) == (message.id, "/root", "/root/a")
+    child = rt.get("/root/a/w")
+    events.wait_for(has("completion_routed", child.id))
+    assert [tag(e) for e in events.of(child.id)] == ONE_TURN
+    (routed,) = [e for e in events.of(child.id) if isinstance(e, CompletionRouted)]
+    assert routed.recipient == "/root/a"
+
+
+def test_an_interrupted_turn_settles_once(
+    open_runtime: OpenRuntime, events: EventLog, make_gate: Callable[..., Gate]
+) -> None:
+    stubborn = make_gate(honour_cancel=False)
+    rt = open_runtime([Profile("worker", runner=stubborn), Profile("other", runner=echo)])
+    rt.subscribe(events)
+    a = rt.spawn("worker", "t", name="a")
+    stubborn.wait_started(1)
+    rt.interrupt(a.id)
+    stubborn.release()
+    stubborn.join_runner_threads()
+    # A later transition: had the late result published anything, it would come first.
+    b = rt.spawn("other", "later")
+    events.wait_for(has("agent_spawned", b.id))
+    mine = events.of(a.id)
+    assert [tag(e) for e in mine] == ONE_TURN
+    settled_ = [e for e in mine if isinstance(e, TurnSettled)]
+    assert [(e.generation, e.status) for e in settled_] == [(1, "interrupted")]
+
+
+def test_per_agent_order_holds_under_concurrency(
+    open_runtime: OpenRuntime, events: EventLog
+) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    rt.subscribe(events)
+    barrier = threading.Barrier(8)
+
+    def host(i: int) -> list[str]:
+        barrier.wait()
+        ids = []
+        for j in range(4):
+            agent = rt.spawn("worker", f"{i}.{j}")
+            wait_settled(rt, agent.id, 1)
+            rt.follow_up(agent.id, "again")
+            ids.append(agent.id)
+        return ids
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = [x for chunk in pool.map(host, range(8)) for x in chunk]
+    for agent_id in ids:
+        events.wait_for(has("completion_routed", agent_id, 2))
+    for agent_id in ids:
+        mine = events.of(agent_id)
+        assert [tag(e) for e in mine] == ONE_TURN + NEXT_TURN
+        generations = [getattr(e, "generation", None) for e in mine]
+        assert generations == [None, 1, 1, 1, None, 2, 2, 2, None]
+        completion_ids = [e.completion_id for e in mine if isinstance(e, CompletionRouted)]
+        assert completion_ids == [f"{agent_id}:1", f"{agent_id}:2"]
+
+
+def test_unsubscribe_stops_delivery(open_runtime: OpenRuntime, events: EventLog) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    stays = EventLog()
+    unsubscribe = rt.subscribe(events)
+    rt.subscribe(stays)
+    a = rt.spawn("worker", "t")
+    events.wait_for(has("completion_routed", a.id))
+    unsubscribe()
+    b = rt.spawn("worker", "t")
+    stays.wait_for(has("completion_routed", b.id))
+    assert events.of(b.id) == []
+
+
+def test_a_failing_subscriber_harms_nobody(open_runtime: OpenRuntime, events: EventLog) -> None:
+    def broken(event: Event) -> None:
+        raise RuntimeError("subscriber bug")
+
+    rt = open_runtime([Profile("worker", runner=echo)])
+    rt.subscribe(broken)
+    rt.subscribe(events)
+    for i in range(3):
+        agent = rt.spawn("worker", f"t{i}")
+        assert rt.wait(agent.id, timeout=5).output == f"done:t{i}"
+        events.wait_for(has("completion_routed", agent.id))
+        assert [tag(e) for e in events.of(agent.id)] == ONE_TURN
+
+
+def test_events_are_msgspec_structs_with_a_tag(open_runtime: OpenRuntime, events: EventLog) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    rt.subscribe(events)
+    a = rt.spawn("worker", "t")
+    rt.send(a.id, "hi")
+    rt.wait(a.id, timeout=5)
+    rt.close(a.id)
+    events.wait_for(has("agent_closed", a.id))
+    kinds = set()
+    for event in events.of(a.id):
+        encoded = msgspec.json.encode(event)
+        assert f'"event":"{tag(event)}"'.encode() in encoded
+        assert msgspec.json.decode(encoded, type=Event) == event
+        kinds.add(tag(event))
+    assert kinds == {*ONE_TURN, "message_queued", "agent_closed"}
