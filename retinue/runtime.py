@@ -34,6 +34,7 @@ from retinue.errors import (
     RetinueError,
     RuntimeClosed,
     StoreReadOnly,
+    StoreVersionError,
     WaitTimeout,
 )
 from retinue.persistence.restore import Diagnostic, restore
@@ -124,6 +125,11 @@ class Runtime:
                 raise ConfigurationError("a read-only runtime needs the path of a store")
             rt.path = Path(path)
             rt._store = Store(rt.path, readonly=True)
+            try:
+                rt._store.refuse_newer()
+            except StoreVersionError:
+                rt._store.close()
+                raise
             rt.diagnostics = list(restore(rt._store.snapshot(), rt.limits.depth_cap).diagnostics)
             return rt
         rt._profiles, runners = _profile_table(profiles, runner, rt.limits)

@@ -175,6 +175,7 @@ class Supervisor:
         self._events: list[Event] = []
         self._reply: concurrent.futures.Future[Any] | None = None
         self.closing = False
+        self.restoring = False  # while true, nothing is woken
 
     # -- dispatch -----------------------------------------------------------
 
@@ -520,6 +521,7 @@ class Supervisor:
             and getattr(self.profiles.get(record.profile), "wake_on_completion", False)
             and self.tree.undelivered.get(agent_id, 0) < self.limits.pending_completions_per_agent
             and not self.closing
+            and not self.restoring
         ):
             self._queue_turn(record, record.task, "wake")
 
@@ -920,6 +922,7 @@ class Supervisor:
         """
         tree = self.tree
         interrupted: list[AgentRecord] = []
+        self.restoring = True
         for record in list(tree.agents.values()):
             if record.state in BUSY:
                 record = self._update(record, state=AgentState.INTERRUPTED, output=None, error=None)
@@ -930,6 +933,7 @@ class Supervisor:
                 for pending in tree.pending_for(key):
                     heir = tree.nearest_live_ancestor(tree.agents[key])
                     tree.reroute(pending, heir)
+        self.restoring = False
         return interrupted
 
     def op_shutdown(self) -> list[pykka.ActorRef[Any]]:

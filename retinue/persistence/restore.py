@@ -139,7 +139,16 @@ def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
             record = decoded[agent_id]
             depth = parent_depth + 1
             if depth > depth_cap:
-                diag("agents", agent_id, "too_deep", f"{record.path}: depth {depth} > cap")
+                below = [(agent_id, depth)]
+                while below:
+                    node, node_depth = below.pop()
+                    diag(
+                        "agents",
+                        node,
+                        "too_deep",
+                        f"{decoded[node].path}: depth {node_depth} > cap {depth_cap}",
+                    )
+                    below.extend((c, node_depth + 1) for c in children.get(node, []))
                 continue
             path = paths.join(parent_path, record.name)
             changed = False

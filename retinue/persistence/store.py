@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 import msgspec
 
-from retinue.errors import InvalidArgument, StoreError, StoreReadOnly
+from retinue.errors import InvalidArgument, StoreError, StoreReadOnly, StoreVersionError
 from retinue.persistence.lock import WriterLock
 from retinue.persistence.migrations import upgrade
 from retinue.protocol.records import SCHEMA_VERSION
@@ -53,6 +53,7 @@ MAX_GROUP = 4096
 # (database name, key, value); a value of None deletes the key.
 Write = tuple[str, bytes, bytes | None]
 Callback = Callable[[BaseException | None], None]
+_T = TypeVar("_T")
 
 
 class Durability(enum.StrEnum):
@@ -156,8 +157,11 @@ class Store:
             raise StoreError(f"cannot open store {self.folder}: {exc}") from exc
         try:
             self.env.reader_check()
-            self._dbs = self._open_databases()
-            self.migrated_from = [] if readonly else self._check_schema()
+            self._dbs = self._grow_on_full(self._open_databases)
+            if readonly:
+                self.migrated_from: list[int] = []
+            else:
+                self.migrated_from = self._grow_on_full(self._check_schema)
         except BaseException:
             self.env.close()
             self._release_lock()
@@ -169,6 +173,28 @@ class Store:
             self._thread.start()
 
     # -- opening ---------------------------------------------------------
+
+    def _grow_on_full(self, step: Callable[[], _T]) -> _T:
+        """Run an opening step, doubling a map too small to hold even that."""
+        while True:
+            try:
+                return step()
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                self.stats.map_growths += 1
+
+    def refuse_newer(self) -> None:
+        """Raise if the store was written by a newer schema (readers check this).
+
+        Raises:
+            StoreVersionError: the stamped version is newer than this retinue's.
+        """
+        found = self.schema_version()
+        if found > SCHEMA_VERSION:
+            raise StoreVersionError(
+                f"store schema version {found} is newer than this retinue's "
+                f"{SCHEMA_VERSION}; upgrade retinue to open it"
+            )
 
     def _open_databases(self) -> dict[str, Any]:
         dbs: dict[str, Any] = {}
@@ -206,7 +232,7 @@ class Store:
     def snapshot(self, databases: Iterable[str] = DATABASES) -> Snapshot:
         """Read every record of ``databases`` in one consistent read transaction."""
         snap = Snapshot(migrated_from=list(getattr(self, "migrated_from", [])))
-        with self.env.begin(buffers=False) as txn:
+        with self._read_txn() as txn:
             for name in databases:
                 with txn.cursor(db=self._dbs[name]) as cur:
                     snap.records[name] = list(cur.iternext(keys=True, values=True))
@@ -214,9 +240,17 @@ class Store:
 
     def get(self, database: str, key: bytes) -> bytes | None:
         """Return one committed value, or None."""
-        with self.env.begin(buffers=False) as txn:
+        with self._read_txn() as txn:
             value: bytes | None = txn.get(key, db=self._dbs[database])
         return value
+
+    def _read_txn(self) -> Any:
+        """Begin a read transaction, adopting a map another process has grown."""
+        try:
+            return self.env.begin(buffers=False)
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)  # 0 adopts the size the writer set
+            return self.env.begin(buffers=False)
 
     # -- writing ---------------------------------------------------------
 
