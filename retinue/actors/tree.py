@@ -160,7 +160,8 @@ class Tree:
         """Mark one unread message read and drop it from the mailbox."""
         recipient = record.message.recipient_id
         self.mailbox.get(recipient, {}).pop(record.seq, None)
-        done = msgspec.structs.replace(record, read=True, read_at=at)
+        generation = self.agents[recipient].generation
+        done = msgspec.structs.replace(record, read=True, read_at=at, read_generation=generation)
         self._log_read(done, at)
         self.writes.append(("messages", message_key(recipient, record.seq), _encode(done)))
 
@@ -201,7 +202,9 @@ class Tree:
         completion = record.completion
         self.pending.get(recipient_key(record.recipient_id), {}).pop(completion.id, None)
         self.undelivered[completion.agent_id] -= 1
-        done = msgspec.structs.replace(record, delivered=True)
+        recipient = None if record.recipient_id is None else self.agents.get(record.recipient_id)
+        generation = 0 if recipient is None else recipient.generation
+        done = msgspec.structs.replace(record, delivered=True, delivered_generation=generation)
         self.completions[completion.agent_id][completion.generation] = done
         self._write_completion(done)
         return done
@@ -226,13 +229,49 @@ class Tree:
         messages: Iterable[MessageRecord],
         completions: Iterable[CompletionRecord],
     ) -> None:
-        """Fill an empty tree from restored records (parents before children)."""
+        """Fill an empty tree from restored records (parents before children).
+
+        Inputs that a turn still ``running`` in the store had received (it was
+        killed by a crash before it settled) become unread and undelivered
+        again, so the next turn gets them; those rewrites land in ``writes``.
+        """
         for agent in agents:
             self.put_agent(agent, persist=False)
-        ordered = sorted(messages, key=lambda m: (m.read, m.read_at or 0.0, m.seq))
+        ordered = sorted(
+            (self._replay_message(m) for m in messages),
+            key=lambda m: (m.read, m.read_at or 0.0, m.seq),
+        )
         for message in ordered:
             self.seq = max(self.seq, message.seq)
             self.add_message(message, persist=False)
         for completion in sorted(completions, key=lambda c: c.seq):
             self.seq = max(self.seq, completion.seq)
-            self.add_completion(completion, persist=False)
+            self.add_completion(self._replay_completion(completion), persist=False)
+
+    def _killed_turn(self, recipient_id: str | None, generation: int) -> bool:
+        agent = None if recipient_id is None else self.agents.get(recipient_id)
+        return (
+            agent is not None
+            and generation > 0
+            and agent.state is AgentState.RUNNING
+            and agent.generation == generation
+        )
+
+    def _replay_message(self, record: MessageRecord) -> MessageRecord:
+        message = record.message
+        if not (record.read and self._killed_turn(message.recipient_id, record.read_generation)):
+            return record
+        record = msgspec.structs.replace(record, read=False, read_at=None, read_generation=0)
+        self.writes.append(
+            ("messages", message_key(message.recipient_id, record.seq), _encode(record))
+        )
+        return record
+
+    def _replay_completion(self, record: CompletionRecord) -> CompletionRecord:
+        if not (
+            record.delivered and self._killed_turn(record.recipient_id, record.delivered_generation)
+        ):
+            return record
+        record = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
+        self._write_completion(record)
+        return record

@@ -57,19 +57,25 @@ class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     read: bool = False
     read_at: float | None = None
+    read_generation: int = 0
+    """The recipient's turn that read it (0: not read by a turn)."""
 
 
 class CompletionRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One completion as stored (keyed by agent id and generation).
 
     ``recipient_id`` is the agent it was routed to, None for the host;
-    ``delivered`` turns true once that recipient received it.
+    ``delivered`` turns true once that recipient received it. Inputs a turn
+    received are tagged with its generation, so a turn killed by a crash
+    hands them to the next turn again.
     """
 
     completion: Completion
     recipient_id: str | None
     seq: int
     delivered: bool = False
+    delivered_generation: int = 0
+    """The recipient's turn that received it (0: the host, or not yet)."""
 
 
 def message_key(recipient_id: str, seq: int) -> bytes:

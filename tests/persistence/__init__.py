@@ -9,14 +9,13 @@ Children are synchronised through the lines they print, never through sleeps.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,9 +91,7 @@ def message(
     sender: AgentRecord | None = None,
 ) -> MessageRecord:
     """Return a mailbox record for ``recipient`` (a record, or an ``(id, path)`` pair)."""
-    rid, rpath = (
-        (recipient.id, recipient.path) if isinstance(recipient, AgentRecord) else recipient
-    )
+    rid, rpath = (recipient.id, recipient.path) if isinstance(recipient, AgentRecord) else recipient
     msg = Message(
         id=f"{rid}:{seq}",
         kind="message",
@@ -293,18 +290,3 @@ class Child:
     def __exit__(self, *exc: object) -> None:
         """Kill the child."""
         self.kill()
-
-
-@contextlib.contextmanager
-def children(*kids: Child) -> Iterator[tuple[Child, ...]]:
-    """Kill every child on exit."""
-    try:
-        yield kids
-    finally:
-        for kid in kids:
-            kid.kill()
-
-
-def ids(infos: Iterable[Any]) -> set[str]:
-    """Return the ids of some agents."""
-    return {i.id for i in infos}

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from retinue import Profile, Runtime, StoreError, StoreLocked
+from retinue import (
+    ConfigurationError,
+    DelegationCycleError,
+    InvalidArgument,
+    Profile,
+    Runtime,
+    StoreError,
+    StoreLocked,
+)
 
 from . import PROMPT_S, Child, Recorder
 
@@ -58,6 +66,16 @@ def test_second_writer_in_this_process_is_refused_and_the_first_keeps_working(
         assert [a.task for a in rt.agents()] == ["still mine"]
 
 
+def test_the_same_store_by_another_name_is_still_locked(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    alias = tmp_path / "alias"
+    with open_rt(store):
+        alias.symlink_to(store, target_is_directory=True)
+        for other in (alias, tmp_path / "." / "store", Path(str(store) + "/")):
+            with pytest.raises(StoreLocked):
+                open_rt(other)
+
+
 def test_writer_in_another_process_is_named_by_pid(tmp_path: Path) -> None:
     store = tmp_path / "store"
     with Child(HOLDER, store) as holder:
@@ -103,11 +121,11 @@ def test_a_failed_open_does_not_hold_the_lock(tmp_path: Path) -> None:
     with open_rt(store):
         pass
     bad = [Profile("worker", runner=lambda turn: "x"), Profile("worker", runner=lambda t: "y")]
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigurationError):
         Runtime.open(store, profiles=bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgument):
         Runtime.open(store, profiles=[Profile("worker", runner=Recorder())], durability="nope")
-    with pytest.raises(ValueError):
+    with pytest.raises(DelegationCycleError):
         Runtime.open(store, profiles=[Profile("w", subagents=("w",), runner=Recorder())])
     with open_rt(store), pytest.raises(StoreLocked):
         open_rt(store)

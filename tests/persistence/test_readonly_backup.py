@@ -25,6 +25,7 @@ from retinue import (
     Runtime,
     StoreError,
     StoreReadOnly,
+    UnknownAgent,
 )
 from retinue.protocol import paths
 from retinue.protocol.records import MessageRecord
@@ -49,17 +50,22 @@ profiles = [
 ]
 limits = Limits(max_agents=100000, max_tree_agents=100, fanout_cap=100)
 rt = Runtime.open(sys.argv[1], profiles=profiles, limits=limits)
+tops = []
 i = 0
 while True:
     i += 1
     top = rt.spawn("lead", f"top {i}")
+    tops.append(top.id)
     print("ACK", top.id, flush=True)
     for k in range(3):
         kid = rt.spawn("worker", f"kid {i}.{k}", parent=top.id)
         print("ACK", kid.id, flush=True)
         sent = rt.send(kid.id, f"message {i}.{k}")
         print("MSG", sent.id, flush=True)
-    if i == 1:
+    if i % 3 == 0:  # close a whole earlier subtree in one call
+        for closed in rt.close_tree(tops[i // 3 - 1]):
+            print("CLOSED", closed.id, flush=True)
+    if i == 3:
         print("READY", flush=True)
 """
 
@@ -83,13 +89,26 @@ def acked(child: Child, prefix: str = "ACK ") -> set[str]:
 
 
 def check_tree(infos: list[AgentInfo]) -> None:
-    """Every agent's parent is there, ids and live paths are unique, depths match."""
+    """Every agent's parent is there (live under live), ids and paths are unique, depths match.
+
+    Paths are unique even among closed agents here: every writer in this
+    module uses derived (id-based) names.
+    """
     by_path = {i.path: i for i in infos}
     assert len({i.id for i in infos}) == len(infos)
     assert len(by_path) == len(infos)
     for info in infos:
         assert info.parent_path == paths.ROOT or info.parent_path in by_path, info.path
         assert info.depth == paths.depth(info.path)
+        if info.state != "closed" and info.parent_path != paths.ROOT:
+            assert by_path[info.parent_path].state != "closed", f"{info.path} under a closed one"
+
+
+def check_closed(child: Child, infos: list[AgentInfo], before: set[str]) -> None:
+    """Every close acknowledged before the snapshot shows as closed in it."""
+    state = {i.id: i.state for i in infos}
+    for agent_id in before:
+        assert state[agent_id] == "closed", agent_id
 
 
 def test_readers_see_consistent_growing_snapshots_while_a_writer_runs(tmp_path: Path) -> None:
@@ -98,27 +117,40 @@ def test_readers_see_consistent_growing_snapshots_while_a_writer_runs(tmp_path: 
         writer.expect("READY")
         seen = 0
         rounds = 0
-        while rounds < 12 or seen < 40:
+        while rounds < 12 or seen < 60:
             rounds += 1
             before = acked(writer)
+            closed_before = acked(writer, "CLOSED ")
             with Runtime.open(store, readonly=True, limits=Limits()) as rt:
                 assert rt.diagnostics == []
                 infos = rt.agents(include_closed=True)
                 check_tree(infos)
+                check_closed(writer, infos, closed_before)
+                live = {i.id for i in rt.agents()}
+                assert not live & closed_before
                 found = {i.id for i in infos}
                 assert before <= found, "an acknowledged spawn is missing"
                 assert len(found) >= seen, "a later snapshot lost agents"
                 seen = len(found)
                 sample = random.Random(rounds).sample(sorted(before), min(5, len(before)))
+                by_id = {i.id: i for i in infos}
                 for agent_id in sample:
-                    info = rt.get(agent_id)
-                    assert rt.get(info.path).id == agent_id
+                    info = rt.get(agent_id)  # each call reads a newer snapshot
+                    assert (info.id, info.path) == (agent_id, by_id[agent_id].path)
+                    if info.state == "closed":
+                        continue  # a closed agent holds no path
+                    try:
+                        assert rt.get(info.path).id == agent_id
+                    except UnknownAgent:  # only if it was closed meanwhile
+                        assert rt.get(agent_id).state == "closed"
         # A runtime kept open reads a new snapshot on every call.
         with Runtime.open(store, readonly=True, limits=Limits()) as rt:
             for _ in range(12):
                 before = acked(writer)
+                closed_before = acked(writer, "CLOSED ")
                 infos = rt.agents(include_closed=True)
                 check_tree(infos)
+                check_closed(writer, infos, closed_before)
                 found = {i.id for i in infos}
                 assert before <= found
                 assert len(found) >= seen
@@ -331,3 +363,19 @@ def test_backup_into_a_store_is_refused(tmp_path: Path) -> None:
     for folder in (first, empty):
         with Runtime.open(folder, readonly=True) as copy:
             assert [a.name for a in copy.agents()] == ["mine"]
+
+
+def test_backup_is_compacted(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    keep = agent("keep", "/root/keep")
+    junk = [("messages", f"keep:{n:016x}".encode(), bytes(16 * 1024)) for n in range(1000)]
+    write_store(store, [agent_write(keep), *junk])
+    write_store(store, [(db, key, None) for db, key, _ in junk])  # freed pages stay in the file
+    profiles = [Profile("worker", runner=lambda t: "ok")]
+    with Runtime.open(store, profiles=profiles) as rt:
+        copy = rt.backup(tmp_path / "copy")
+    original = (store / "data.mdb").stat().st_size
+    compacted = (copy / "data.mdb").stat().st_size
+    assert compacted * 10 < original, (compacted, original)
+    with Runtime.open(copy, profiles=profiles) as rt:
+        assert [a.id for a in rt.agents()] == ["keep"]

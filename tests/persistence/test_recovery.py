@@ -321,7 +321,7 @@ def copy(crashed: tuple[Path, dict[str, str]], tmp_path: Path) -> tuple[Path, di
 
 
 def test_crash_busy_agents_come_back_interrupted(copy: tuple[Path, dict[str, str]]) -> None:
-    store, agent_ids = copy
+    store, _ = copy
     with open_rt(store, Recorder()) as rt:
         assert rt.diagnostics == []
         states = {a.name: a.state for a in rt.agents()}
@@ -353,7 +353,7 @@ def test_crash_exactly_one_interrupted_completion_each(copy: tuple[Path, dict[st
 
 
 def test_crash_nothing_runs_until_asked(copy: tuple[Path, dict[str, str]]) -> None:
-    store, agent_ids = copy
+    store, _ = copy
     runner = Recorder()
     with open_rt(store, runner) as rt:
         settle_quietly(rt)

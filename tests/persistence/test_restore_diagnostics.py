@@ -90,7 +90,7 @@ def test_undecodable_records_in_every_database(tmp_path: Path) -> None:
             agent_write(good),
             ("agents", b"garbage", b"\xc1 not msgpack"),
             ("agents", b"wrong_shape", encode({"id": "wrong_shape", "depth": "deep"})),
-            ("agents", b"truncated", agent_write(agent("truncated", "/root/t"))[2][:-5]),
+            ("agents", b"truncated", encode(agent("truncated", "/root/t"))[:-5]),
             ("agents", b"\xff\xfe", b"\xc1"),
             ("messages", b"good:0000000000000bad", b"\xc1"),
             ("completions", b"good:0000000009", encode([1, 2, 3])),
@@ -115,7 +115,9 @@ def test_undecodable_records_in_every_database(tmp_path: Path) -> None:
 def test_key_mismatch(tmp_path: Path) -> None:
     store = tmp_path / "store"
     record = agent("real_id", "/root/real")
-    write_store(store, [("agents", b"other_key", encode(record)), agent_write(agent("ok", "/root/ok"))])
+    write_store(
+        store, [("agents", b"other_key", encode(record)), agent_write(agent("ok", "/root/ok"))]
+    )
     with open_rt(store) as rt:
         assert triples(rt.diagnostics) == {("agents", "other_key", "key_mismatch")}
         assert [a.id for a in rt.agents(include_closed=True)] == ["ok"]
@@ -204,10 +206,46 @@ def test_too_deep_every_dropped_agent_has_a_diagnostic(tmp_path: Path) -> None:
         # not vanish silently ("dropped with a diagnostic each").
         assert by_key.get("d4") in ({"too_deep"}, {"orphan"}), rt.diagnostics
         assert {x.id for x in rt.agents()} == {"d1", "d2"}
+
+
+def test_dropped_records_stay_on_disk_and_come_back_when_valid(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    chain = [
+        agent("d1", "/root/a"),
+        agent("d2", "/root/a/b", "d1"),
+        agent("d3", "/root/a/b/c", "d2"),
+        agent("d4", "/root/a/b/c/d", "d3"),
+    ]
+    write_store(
+        store, [agent_write(r) for r in chain] + [message_write(message(chain[3], 1, "hi"))]
+    )
+    with open_rt(store, depth_cap=2) as rt:
+        assert {x.id for x in rt.agents()} == {"d1", "d2"}
+        first = triples(rt.diagnostics)
+    with open_rt(store, depth_cap=2) as rt:
+        assert triples(rt.diagnostics) == first, "codes are stable from one open to the next"
     # The cap is a property of the opening runtime: with room, all come back.
-    with open_rt(store, depth_cap=5) as rt:
+    runner = Recorder()
+    with open_rt(store, runner, depth_cap=5) as rt:
         assert rt.diagnostics == []
         assert {x.id for x in rt.agents()} == {"d1", "d2", "d3", "d4"}
+        rt.follow_up("d4", "again")
+        assert rt.wait("d4", timeout=PROMPT_S).generation == 2
+        assert [m.content for m in runner.of("d4")[0].messages] == ["hi"]
+
+
+def test_a_path_that_disagrees_with_its_parent_is_rewritten(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    top = agent("top", "/root/top")
+    kid = agent("kid", "/root/elsewhere/kid", "top")
+    write_store(store, [agent_write(top), agent_write(kid)])
+    with open_rt(store) as rt:
+        assert triples(rt.diagnostics) == {("agents", "kid", "path_rewritten")}
+        info = rt.get("kid")
+        assert (info.path, info.parent_path, info.depth) == ("/root/top/kid", "/root/top", 2)
+        assert rt.get("/root/top/kid").id == "kid"
+    with open_rt(store) as rt:
+        assert rt.diagnostics == []
 
 
 def test_path_collision_renames_the_later_agent(tmp_path: Path) -> None:

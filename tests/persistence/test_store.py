@@ -103,10 +103,22 @@ def test_a_tiny_map_grows_by_itself(tmp_path: Path) -> None:
         assert sorted(m.content for m in turn.messages) == contents
 
 
-def test_a_store_write_larger_than_the_whole_map(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store", map_size=32 * KIB)
+@pytest.mark.parametrize("map_size", [4 * KIB, 16 * KIB, 32 * KIB, 64 * KIB])
+def test_any_tiny_initial_map_opens_and_grows(tmp_path: Path, map_size: int) -> None:
+    store = tmp_path / "store"
+    with worker_rt(store, map_size=map_size) as rt:
+        info = rt.spawn("worker", "t" * 10_000, name="w")
+        rt.wait(info.id, timeout=PROMPT_S)
+        # One transition bigger than the whole initial map, several times over.
+        rt.send(info.id, "m" * 16_000)
+    with worker_rt(store, map_size=map_size) as rt:
+        assert [a.name for a in rt.agents()] == ["w"]
+
+
+def test_a_single_commit_larger_than_the_map(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store", map_size=64 * KIB)
     try:
-        big = [("messages", f"k{n}".encode(), bytes(64 * KIB)) for n in range(40)]
+        big: list[Write] = [("messages", f"k{n}".encode(), bytes(64 * KIB)) for n in range(40)]
         store.write_now(big)
         assert store.get("messages", b"k39") == bytes(64 * KIB)
     finally:
@@ -129,8 +141,9 @@ def test_a_store_from_a_newer_schema_is_refused(tmp_path: Path, readonly: bool) 
     write_store(store, [agent_write(agent("a", "/root/a"))])
     newer = SCHEMA_VERSION + 1
     env = raw_env(store)
+    meta = env.open_db(b"meta")
     with env.begin(write=True) as txn:
-        txn.put(SCHEMA_KEY, msgspec.msgpack.encode(newer), db=env.open_db(b"meta"))
+        txn.put(SCHEMA_KEY, msgspec.msgpack.encode(newer), db=meta)
     env.close()
     for _ in range(2):  # the refusal leaves no lock behind: the second try is refused alike
         with pytest.raises(StoreVersionError) as caught:
@@ -323,7 +336,7 @@ def build_store(folder: Path, agents: int) -> set[str]:
     while made < agents:
         top_id = uuid.uuid4().hex
         top_path = paths.join(paths.ROOT, paths.derive_name(top_id))
-        family = [(top_id, None, top_path)]
+        family: list[tuple[str, str | None, str]] = [(top_id, None, top_path)]
         for _ in range(min(7, agents - made - 1)):
             kid_id = uuid.uuid4().hex
             family.append((kid_id, top_id, paths.join(top_path, paths.derive_name(kid_id))))
