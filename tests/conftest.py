@@ -220,10 +220,25 @@ def tag(event: Event) -> str:
 OpenRuntime = Callable[..., Runtime]
 
 
+def _watchdog_output(config: pytest.Config) -> Any:
+    """Return where a hang report must go: the real stderr, not pytest's capture."""
+    try:  # pytest keeps a copy of the terminal's stderr for its own hang reports
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+    except ImportError:  # pragma: no cover - another pytest layout
+        return sys.__stderr__
+    fd = config.stash.get(fault_handler_stderr_fd_key, None)
+    return sys.__stderr__ if fd is None else fd
+
+
 @pytest.fixture(autouse=True)
-def _watchdog() -> Iterator[None]:
-    """Abort the run with every thread's stack if one test hangs."""
-    faulthandler.dump_traceback_later(TEST_WATCHDOG_S, exit=True, file=sys.stderr)
+def _watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the runtime tests, abort the run with every thread's stack if one test hangs."""
+    if "runtime" not in request.node.path.parts:
+        yield
+        return
+    faulthandler.dump_traceback_later(
+        TEST_WATCHDOG_S, exit=True, file=_watchdog_output(request.config)
+    )
     yield
     faulthandler.cancel_dump_traceback_later()
 

@@ -168,3 +168,24 @@ def test_async_faces_mirror_the_sync_api(open_runtime: OpenRuntime, script: Scri
             await rt.wait_async("/root/nobody", timeout=1)
 
     asyncio.run(scenario())
+
+
+def test_every_host_call_has_an_async_face(open_runtime: OpenRuntime) -> None:
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], runner=lambda turn: "lead"),
+            Profile("worker", runner=lambda turn: "worker"),
+        ]
+    )
+
+    async def scenario() -> None:
+        a = await rt.spawn_async("lead", "go", name="a")
+        b = await rt.spawn_async("worker", "w", name="b", parent=a.id)
+        await rt.wait_async(b.id, timeout=5)
+        assert {i.id for i in await rt.agents_async()} == {a.id, b.id}
+        closed = await rt.close_tree_async(a.id)
+        assert [i.id for i in closed] == [b.id, a.id]
+        assert await rt.agents_async() == []
+        assert len(await rt.agents_async(include_closed=True)) == 2
+
+    asyncio.run(scenario())

@@ -468,3 +468,88 @@ def test_an_interrupted_queued_wake_turn_keeps_its_completions(
     assert [t.task for t in turns] == ["go", "collect"]
     assert [m.kind for m in turns[1].messages] == ["completion"]
     assert turns[1].messages[0].content == "released:c"
+
+
+def test_a_zero_timeout_wait_returns_a_settled_completion(open_runtime: OpenRuntime) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    a = rt.spawn("worker", "t").id
+    wait_settled(rt, a)
+    # It has settled, so nothing needs to block: the completion is there to take.
+    done = rt.wait(a, timeout=0)
+    assert (done.generation, done.output) == (1, "done:t")
+
+
+def test_a_wake_held_back_by_the_backlog_cap_happens_once_it_drains(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    turns: list[Turn] = []
+
+    def lead(turn: Turn) -> str:
+        turns.append(turn)
+        if turn.task == "go" and not turn.messages:
+            turn.spawn("worker", "c", name="c")
+        return "lead " + ",".join(m.content for m in turn.messages)
+
+    rt = open_runtime(
+        [Profile("lead", subagents=["worker"], runner=lead), Profile("worker", runner=gate)],
+        pending_completions_per_agent=1,
+    )
+    p = rt.spawn("lead", "go", name="p").id
+    wait_settled(rt, p)  # p's own completion is unreceived: its backlog is full
+    gate.wait_started(1)
+    gate.release()
+    wait_settled(rt, rt.get("/root/p/c").id)
+    # c's completion reached p while a wake would break the cap: it stays pending.
+    assert rt.get(p).generation == 1
+    assert rt.wait(p, timeout=5).generation == 1  # the host drains p's backlog
+    # Nothing is dropped: p now gets the follow-up turn carrying c's completion.
+    woken = rt.wait(p, timeout=2)
+    assert (woken.generation, woken.output) == (2, "lead released:c")
+    assert [m.kind for m in turns[1].messages] == ["completion"]
+
+
+def test_an_event_taken_by_an_interrupted_wait_stays_for_the_next_turn(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    turns: list[Turn] = []
+    outcome: list[str] = []
+
+    def worker(turn: Turn) -> str:
+        turn.send(turn.agent.parent_path, "progress")
+        gate(turn)
+        return "child done"
+
+    def lead(turn: Turn) -> str:
+        turns.append(turn)
+        if turn.task == "go":
+            child = turn.spawn("worker", "c", name="c")
+            try:
+                turn.wait(child.id, timeout=30)
+                outcome.append("returned")
+            except RetinueError as exc:
+                outcome.append(type(exc).__name__)
+        return "lead"
+
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], runner=lead, wake_on_completion=False),
+            Profile("worker", runner=worker),
+        ],
+        max_active_turns=1,
+    )
+    p = rt.spawn("lead", "go", name="p").id
+    # The waiting lead gave its only slot to c; c's message answers the wait, but the
+    # lead cannot run on until c lets the slot go.
+    gate.wait_started(1)
+    rt.interrupt(p)
+    wait_until(lambda: outcome, what="the lead's wait to end")
+    assert outcome == ["TurnInterrupted"]
+    gate.release()
+    wait_settled(rt, "/root/p/c")
+    rt.follow_up(p, "collect")
+    wait_settled(rt, p, 2)
+    # Neither the message nor the completion was received by the interrupted turn.
+    assert [(m.kind, m.content) for m in turns[1].messages] == [
+        ("message", "progress"),
+        ("completion", "child done"),
+    ]

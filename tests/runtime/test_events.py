@@ -175,3 +175,35 @@ def test_events_are_msgspec_structs_with_a_tag(open_runtime: OpenRuntime, events
         assert msgspec.json.decode(encoded, type=Event) == event
         kinds.add(tag(event))
     assert kinds == {*ONE_TURN, "message_queued", "agent_closed"}
+
+
+def test_a_rerouted_completion_is_published(open_runtime: OpenRuntime, events: EventLog) -> None:
+    def mid(turn: Turn) -> str:
+        turn.spawn("leaf", "deep", name="c")
+        return "mid"
+
+    def top(turn: Turn) -> str:
+        if turn.task == "go":
+            turn.run("mid", "m", name="b", timeout=5)
+        return "top"
+
+    rt = open_runtime(
+        [
+            Profile("top", subagents=["mid"], runner=top, wake_on_completion=False),
+            Profile("mid", subagents=["leaf"], runner=mid, wake_on_completion=False),
+            Profile("leaf", runner=echo),
+        ]
+    )
+    rt.subscribe(events)
+    a = rt.spawn("top", "go", name="a")
+    rt.wait(a.id, timeout=5)
+    c = rt.get("/root/a/b/c")
+    wait_settled(rt, c.id)
+    rt.close(c.id)
+    rt.close("/root/a/b")  # c's pending completion moves up to a
+    rt.send(a.id, "marker")  # events arrive in commit order: this one comes after
+    events.wait_for(has("message_queued", a.id))
+    routes = [
+        (e.completion_id, e.recipient) for e in events.of(c.id) if isinstance(e, CompletionRouted)
+    ]
+    assert routes == [(f"{c.id}:1", "/root/a/b"), (f"{c.id}:1", "/root/a")]

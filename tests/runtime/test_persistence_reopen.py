@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
@@ -253,3 +256,40 @@ def test_close_is_bounded_with_a_runner_that_ignores_cancellation(
     with Runtime.open(store_path, profiles=profiles) as again:
         info = again.get(a)
         assert (info.state, info.output) == (AgentState.INTERRUPTED, None)
+
+
+READER = """
+import json, sys
+from retinue import Runtime
+rt = Runtime.open(sys.argv[1], readonly=True)
+print(json.dumps({a.path: [a.state, a.generation] for a in rt.agents(include_closed=True)}))
+rt.close()
+"""
+
+
+def read_from_another_process(path: Path) -> dict[str, list[object]]:
+    """Return ``{path: [state, generation]}`` as a separate reader process sees the store."""
+    done = subprocess.run(
+        [sys.executable, "-c", READER, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, list[object]] = json.loads(done.stdout)
+    return result
+
+
+def test_each_call_is_committed_before_it_returns(
+    open_runtime: OpenRuntime, store_path: Path, gate: Gate
+) -> None:
+    rt = open_runtime([Profile("worker", runner=gate)])
+    a = rt.spawn("worker", "t", name="a").id
+    assert read_from_another_process(store_path)["/root/a"] in (
+        ["starting", 1],
+        ["running", 1],
+    )
+    rt.interrupt(a)
+    assert read_from_another_process(store_path) == {"/root/a": ["interrupted", 1]}
+    rt.close(a)
+    assert read_from_another_process(store_path) == {"/root/a": ["closed", 1]}
