@@ -35,7 +35,6 @@ from retinue.errors import (
     RuntimeClosed,
     StoreReadOnly,
     StoreVersionError,
-    WaitTimeout,
 )
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
@@ -46,6 +45,11 @@ from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
 __all__ = ["Runtime"]
 
 CLOSE_GRACE_S = 5.0
+
+
+def _fail(future: concurrent.futures.Future[Any], error: BaseException) -> None:
+    if future.set_running_or_notify_cancel():
+        future.set_exception(error)
 
 
 def _profile_table(
@@ -233,13 +237,15 @@ class Runtime:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._submit("host_wait", ref, reply=future)
         result: Completion = wait_result(
-            future, seconds, lambda: self._cancel_wait(ref, future), f"agent {ref}"
+            future, seconds, lambda: self._give_up_wait(future, seconds)
         )
         return result
 
-    def _cancel_wait(self, ref: str, future: concurrent.futures.Future[Any]) -> None:
-        with contextlib.suppress(RetinueError):
-            self._submit("cancel_host_wait", ref, future)
+    def _give_up_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
+        try:
+            self._submit("give_up_host_wait", future, seconds)
+        except RetinueError as exc:  # closed meanwhile: nobody will answer the wait
+            _fail(future, exc)
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Put a message in an agent's durable mailbox (read by its next turn).
@@ -374,11 +380,10 @@ class Runtime:
             done, _ = await asyncio.wait({waiting}, timeout=seconds)
         except asyncio.CancelledError:
             if future.cancel():  # nothing was received: forget the wait
-                self._cancel_wait(ref, future)
+                self._give_up_wait(future, seconds)
             raise
-        if not done and future.cancel():
-            self._cancel_wait(ref, future)
-            raise WaitTimeout(f"no completion from agent {ref} within {seconds:g}s")
+        if not done:
+            self._give_up_wait(future, seconds)
         result: Completion = await waiting
         return result
 
@@ -401,6 +406,28 @@ class Runtime:
         """Like :meth:`close` of an agent, without blocking the event loop."""
         info: AgentInfo = await self._call_async("close", None, ref)
         return info
+
+    async def resume_async(self, ref: str) -> AgentInfo:
+        """Like :meth:`resume`, without blocking the event loop."""
+        info: AgentInfo = await self._call_async("resume", None, ref)
+        return info
+
+    async def close_tree_async(self, ref: str) -> list[AgentInfo]:
+        """Like :meth:`close_tree`, without blocking the event loop."""
+        infos: list[AgentInfo] = await self._call_async("close_tree", None, ref)
+        return infos
+
+    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
+        """Like :meth:`agents`, without blocking the event loop."""
+        if self.readonly:
+            return self.agents(include_closed=include_closed)
+        infos: list[AgentInfo] = await self._call_async("agents", include_closed)
+        return infos
+
+    async def compact_async(self) -> CompactionReport:
+        """Like :meth:`compact`, without blocking the event loop."""
+        report: CompactionReport = await self._call_async("compact")
+        return report
 
     async def get_async(self, ref: str) -> AgentInfo:
         """Like :meth:`get`, without blocking the event loop."""

@@ -46,10 +46,12 @@ from retinue.errors import (
     MessageTooLarge,
     NotPermitted,
     RetinueError,
+    RuntimeClosed,
     StoreError,
     TurnInterrupted,
     UnknownAgent,
     UnknownProfile,
+    WaitTimeout,
 )
 from retinue.persistence.store import Store
 from retinue.protocol import paths
@@ -175,6 +177,8 @@ class Supervisor:
         self._events: list[Event] = []
         self._reply: concurrent.futures.Future[Any] | None = None
         self.closing = False
+        self._drained: set[str] = set()
+        self._held_wakes: set[str] = set()
         self.restoring = False  # while true, nothing is woken
 
     # -- dispatch -----------------------------------------------------------
@@ -186,6 +190,7 @@ class Supervisor:
         result: Any
         try:
             result = getattr(self, "op_" + call.method)(*call.args)
+            self._wake_drained()
         except RetinueError as exc:
             result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
@@ -422,7 +427,7 @@ class Supervisor:
             tree.mark_read(message, now)
             inbox.append((message.seq, message.message))
         for pending in tree.pending_for(agent_id):
-            tree.mark_delivered(pending)
+            self._deliver(pending)
             inbox.append((pending.seq, self._completion_message(pending, record)))
         inbox.sort(key=lambda item: item[0])
         profile = self.profiles[record.profile]
@@ -514,16 +519,25 @@ class Supervisor:
             self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
 
     def _maybe_wake(self, agent_id: str) -> None:
+        """Give an idle agent with pending completions its wake turn.
+
+        A wake refused only because the agent's own completions fill its
+        backlog is remembered and retried once the backlog drains.
+        """
         record = self.tree.agents[agent_id]
         if (
-            record.state in (AgentState.COMPLETED, AgentState.FAILED)
-            and self.tree.pending_for(agent_id)
-            and getattr(self.profiles.get(record.profile), "wake_on_completion", False)
-            and self.tree.undelivered.get(agent_id, 0) < self.limits.pending_completions_per_agent
-            and not self.closing
-            and not self.restoring
+            record.state not in (AgentState.COMPLETED, AgentState.FAILED)
+            or not self.tree.pending_for(agent_id)
+            or not getattr(self.profiles.get(record.profile), "wake_on_completion", False)
+            or self.closing
+            or self.restoring
         ):
-            self._queue_turn(record, record.task, "wake")
+            return
+        if self.tree.undelivered.get(agent_id, 0) >= self.limits.pending_completions_per_agent:
+            self._held_wakes.add(agent_id)
+            return
+        self._held_wakes.discard(agent_id)
+        self._queue_turn(record, record.task, "wake")
 
     # -- completions ----------------------------------------------------------------
 
@@ -580,8 +594,35 @@ class Supervisor:
         self._maybe_wake(recipient_id)
 
     def _take_completion(self, pending: CompletionRecord, recipient: AgentRecord) -> Completion:
-        self.tree.mark_delivered(pending)
+        self._deliver(pending)
         return pending.completion
+
+    def _reroute(self, pending: CompletionRecord, heir: str | None) -> CompletionRecord:
+        """Move a pending completion to a new recipient and publish it."""
+        moved = self.tree.reroute(pending, heir)
+        completion = moved.completion
+        self._emit(
+            CompletionRouted(
+                agent_id=completion.agent_id,
+                path=completion.path,
+                at=time.time(),
+                completion_id=completion.id,
+                recipient=paths.ROOT if heir is None else self.tree.agents[heir].path,
+            )
+        )
+        return moved
+
+    def _deliver(self, pending: CompletionRecord) -> CompletionRecord:
+        """Mark a completion received; its agent's backlog shrank, so it may wake."""
+        self._drained.add(pending.completion.agent_id)
+        return self.tree.mark_delivered(pending)
+
+    def _wake_drained(self) -> None:
+        """Wake agents held back by a full backlog once their completions are received."""
+        while self._drained:
+            agent_id = self._drained.pop()
+            if agent_id in self._held_wakes:
+                self._maybe_wake(agent_id)
 
     def _serve_host_waiters(self, agent_id: str) -> None:
         waiters = self.host_waiters.get(agent_id)
@@ -597,7 +638,7 @@ class Supervisor:
                 continue
             pending = done[min(later)]
             if not pending.delivered and pending.recipient_id is None:
-                pending = tree.mark_delivered(pending)
+                pending = self._deliver(pending)
             self._update(
                 record, host_received=pending.completion.generation, updated_at=record.updated_at
             )
@@ -619,13 +660,19 @@ class Supervisor:
         self._serve_host_waiters(record.id)
         return DEFERRED
 
-    def op_cancel_host_wait(self, agent_ref: str, future: concurrent.futures.Future[Any]) -> None:
-        """Forget a host wait that timed out."""
+    def op_give_up_host_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
+        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
         for agent_id, waiters in list(self.host_waiters.items()):
             if future in waiters:
                 waiters.remove(future)
                 if not waiters:
                     del self.host_waiters[agent_id]
+                if future.set_running_or_notify_cancel():
+                    path = self.tree.agents[agent_id].path
+                    future.set_exception(
+                        WaitTimeout(f"{path} did not settle within {seconds:g}s; it keeps running")
+                    )
+                return
 
     def op_agent_wait(self, sender: Sender, ref: Any, kind: str) -> object:
         """Answer a turn's wait with the next event from its child, or register it."""
@@ -683,7 +730,9 @@ class Supervisor:
         _, _, future = self.agent_waiters.pop(waiter_id)
         if not future.set_running_or_notify_cancel():
             return
-        request = _SlotRequest(waiter_id, future, take)
+        self._request_slot(_SlotRequest(waiter_id, future, take))
+
+    def _request_slot(self, request: _SlotRequest) -> None:
         if len(self.active) < self.limits.max_active_turns:
             self._grant(request)
         else:
@@ -695,16 +744,24 @@ class Supervisor:
         future = request.future
         self._after(lambda: _resolve(future, value))
 
-    def op_reacquire(self, sender: Sender) -> object:
-        """A turn's wait timed out: forget its waiter and give it a slot back."""
+    def op_give_up_wait(
+        self, sender: Sender, future: concurrent.futures.Future[Any], seconds: float
+    ) -> None:
+        """A turn's wait ran out of time: end it with ``WaitTimeout`` once it has a slot.
+
+        If an event was already taken for it, the wait keeps that event instead.
+        """
         me = self._sender(sender)
-        assert me is not None and self._reply is not None
+        assert me is not None
         waiter = self.agent_waiters.get(me.id)
-        if waiter is not None and waiter[2].cancelled():
-            del self.agent_waiters[me.id]
-        self.reacquire.append(_SlotRequest(me.id, self._reply, None))
-        self._pump()
-        return DEFERRED
+        if waiter is None or waiter[2] is not future:
+            return  # answered already (or failed by an interrupt)
+        del self.agent_waiters[me.id]
+        if not future.set_running_or_notify_cancel():
+            return
+        child = self.tree.agents[waiter[0]]
+        timeout = WaitTimeout(f"no event from {child.path} within {seconds:g}s; it keeps running")
+        self._request_slot(_SlotRequest(me.id, future, lambda: timeout))
 
     # -- mailboxes ------------------------------------------------------------------
 
@@ -858,7 +915,7 @@ class Supervisor:
         self._emit(AgentClosedEvent(agent_id=record.id, path=record.path, at=now))
         heir = tree.nearest_live_ancestor(record)
         for pending in tree.pending_for(record.id):
-            moved = tree.reroute(pending, heir)
+            moved = self._reroute(pending, heir)
             if heir is None:
                 self._serve_host_waiters(moved.completion.agent_id)
             else:
@@ -931,8 +988,9 @@ class Supervisor:
         for key in list(tree.pending):
             if key and not tree.is_live(key):
                 for pending in tree.pending_for(key):
-                    heir = tree.nearest_live_ancestor(tree.agents[key])
-                    tree.reroute(pending, heir)
+                    # The recipient is closed or was not restored: its heir takes it.
+                    origin = tree.agents.get(key) or tree.agents[pending.completion.agent_id]
+                    self._reroute(pending, tree.nearest_live_ancestor(origin))
         self.restoring = False
         return interrupted
 
@@ -944,6 +1002,11 @@ class Supervisor:
             if record.state in BUSY:
                 self._interrupt(record)
         self.closing = True
+        for waiters in self.host_waiters.values():
+            for future in waiters:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(RuntimeClosed("the runtime closed during the wait"))
+        self.host_waiters.clear()
         return actors
 
 

@@ -43,16 +43,14 @@ def resolve_timeout(timeout: float | None, limits: Limits) -> float:
 
 
 def wait_result(
-    future: concurrent.futures.Future[Any],
-    timeout: float,
-    on_cancelled: Callable[[], None],
-    what: str,
+    future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
 ) -> Any:
-    """Wait for a waiter future; on timeout cancel it, call ``on_cancelled``, raise.
+    """Wait for a waiter future; on timeout ask the supervisor to give the wait up.
 
-    The supervisor claims a waiter future before it marks anything received,
-    so a wait that times out either got nothing (and nothing was consumed) or
-    gets its result.
+    The supervisor settles the race on its own thread: the future ends with
+    the event if one was taken in time, or with ``WaitTimeout`` (and nothing
+    consumed). So a wait with ``timeout=0`` still returns an event that was
+    already there.
 
     Raises:
         WaitTimeout: nothing arrived in time; the awaited agent keeps running.
@@ -60,14 +58,13 @@ def wait_result(
     try:
         return future.result(timeout=timeout)
     except TimeoutError:
-        if future.done():
-            return future.result()
-        if future.cancel():
-            on_cancelled()
-            raise WaitTimeout(
-                f"no event from {what} within {timeout:g}s; it keeps running"
-            ) from None
+        if not future.done():
+            give_up()
         return future.result()
+
+
+def _ignore(_: object) -> None:
+    """Discard a value (the reply of a fire-and-forget request)."""
 
 
 class Turn:
@@ -193,7 +190,11 @@ class Turn:
     def _wait(self, ref: str, kind: str, timeout: float) -> Any:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._caller("agent_wait", self._me, ref, kind, reply=future)
-        return wait_result(future, timeout, lambda: self._call("reacquire"), f"child {ref}")
+        return wait_result(
+            future,
+            timeout,
+            lambda: _ignore(self._caller("give_up_wait", self._me, future, timeout)),
+        )
 
     def children(self) -> list[AgentInfo]:
         """Return this agent's live children."""
