@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
@@ -140,8 +141,11 @@ def _tree(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    from retinue.errors import StoreError
     from retinue.runtime import Runtime
 
+    if not (Path(args.store) / "data.mdb").exists():
+        raise StoreError(f"no retinue store at {args.store}")
     with Runtime.open(args.store, profiles=[], runner=lambda turn: "") as rt:
         print(rt.compact())
     return 0

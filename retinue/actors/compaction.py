@@ -63,27 +63,23 @@ def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, 
         for r in tree.agents.values()
         if r.state is AgentState.CLOSED
     )
-    excess = len(closed) - keep
-    candidates = [
-        agent_id
-        for i, (closed_at, agent_id) in enumerate(closed)
-        if i < excess or closed_at < horizon
-    ]
-    if not candidates:
+    budget = len(closed) - keep
+    if budget <= 0 and (not closed or closed[0][0] >= horizon):
         return 0, 0
     child_count: dict[str, int] = {}
     for record in tree.agents.values():
         if record.parent_id is not None:
             child_count[record.parent_id] = child_count.get(record.parent_id, 0) + 1
     removed_agents = removed_completions = 0
+    remaining = closed
     progress = True
-    remaining = candidates
-    while progress:
+    while progress:  # leaves first: a parent becomes removable once its children went
         progress = False
-        later: list[str] = []
-        for agent_id in remaining:
-            if child_count.get(agent_id, 0) or tree.undelivered.get(agent_id, 0):
-                later.append(agent_id)
+        later: list[tuple[float, str]] = []
+        for closed_at, agent_id in remaining:
+            wanted = removed_agents < budget or closed_at < horizon
+            if not wanted or child_count.get(agent_id, 0) or tree.undelivered.get(agent_id, 0):
+                later.append((closed_at, agent_id))
                 continue
             removed_completions += _remove_agent(tree, agent_id)
             parent_id = tree.agents.pop(agent_id).parent_id

@@ -127,7 +127,10 @@ class Tree:
         return None
 
     def descendants_postorder(self, agent_id: str) -> list[str]:
-        """Return the live subtree below and including ``agent_id``, children first."""
+        """Return the live subtree below and including ``agent_id``, children first.
+
+        Siblings come in creation order.
+        """
         order: list[str] = []
         stack: list[tuple[str, bool]] = [(agent_id, False)]
         while stack:
@@ -136,7 +139,8 @@ class Tree:
                 order.append(node)
                 continue
             stack.append((node, True))
-            for child in sorted(self.live_children(node), reverse=True):
+            kids = self.live_children(node)
+            for child in sorted(kids, key=lambda c: self.agents[c].created_at, reverse=True):
                 stack.append((child, False))
         return order
 

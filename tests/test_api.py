@@ -1,0 +1,81 @@
+"""The curated public API: sorted, importable, lazy about litellm, errors drawn in one tree."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import retinue
+import retinue.errors as errors
+
+
+def test_all_is_sorted_and_unique() -> None:
+    assert list(retinue.__all__) == sorted(retinue.__all__)
+    assert len(set(retinue.__all__)) == len(retinue.__all__)
+
+
+def test_every_exported_name_imports() -> None:
+    for name in retinue.__all__:
+        assert getattr(retinue, name) is not None, name
+
+
+def test_every_error_is_exported_and_rooted() -> None:
+    classes = [
+        obj
+        for _, obj in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(obj, Exception) and obj.__module__ == errors.__name__
+    ]
+    assert classes
+    for cls in classes:
+        assert issubclass(cls, errors.RetinueError), cls
+        assert cls.__name__ in errors.__all__, cls
+        assert cls.__name__ in retinue.__all__, cls
+        assert cls.__name__ in (errors.__doc__ or ""), f"{cls.__name__} missing from the tree"
+
+
+def test_usage_errors_subclass_the_matching_builtin() -> None:
+    assert issubclass(errors.InvalidAgentPath, ValueError)
+    assert issubclass(errors.InvalidLimits, ValueError)
+    assert issubclass(errors.ArgumentTypeError, TypeError)
+    assert issubclass(errors.UnknownAgent, LookupError)
+    assert issubclass(errors.UnknownProfile, LookupError)
+    assert issubclass(errors.WaitTimeout, TimeoutError)
+
+
+def test_import_retinue_does_not_import_litellm() -> None:
+    code = "import sys, retinue, retinue.runtime, retinue.cli\nprint('litellm' in sys.modules)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "False"
+
+
+LAYERS = ["errors", "protocol", "persistence", "actors", "runtime", "cli"]
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if module.count(".") else ""
+    return LAYERS.index(part) if part in LAYERS else -1
+
+
+def test_layers_import_downwards_only() -> None:
+    root = Path(retinue.__file__).parent
+    for source in sorted(root.rglob("*.py")):
+        rel = source.relative_to(root.parent).with_suffix("")
+        module = ".".join(rel.parts)
+        if module in ("retinue.__init__", "retinue"):
+            continue
+        own = _layer(module)
+        tree = ast.parse(source.read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if name.startswith("retinue."):
+                    assert _layer(name) <= own, f"{module} imports {name} from a higher layer"
