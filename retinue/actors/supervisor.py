@@ -1,34 +1,35 @@
-"""The supervisor: the one actor that owns the tree, enforces the rules and writes the store.
+"""The supervisor: the one actor that owns the tree, enforces the caps and runs the turns.
 
-Every request arrives as a :class:`Call` in the supervisor actor's inbox and is
-handled on its thread by :class:`Supervisor`, the logic core. A handler checks
-the rules first (a refused call changes nothing), then mutates the in-memory
-:class:`~retinue.actors.tree.Tree`, which gathers the matching writes. The
-writes go to the store as one transition; the reply and every side effect
-(starting a runner, answering a waiter, publishing events) run only once the
-store says the transition is committed. Handlers never block.
+:class:`Supervisor` adds spawning (every cap checked at spawn time), turn
+scheduling (at most ``max_active_turns`` at once, first come first served),
+interrupts, closes, reads, restore and shutdown on top of
+:class:`~retinue.actors.routing.Routing`; :class:`SupervisorActor` is its pykka
+shell, handling one call at a time in arrival order.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import pykka
 
 from retinue.actors.agent import AgentActor
 from retinue.actors.compaction import CompactionReport, compact
-from retinue.actors.events import EventBus
-from retinue.actors.profile import Profile, Runner
-from retinue.actors.tree import Tree
+from retinue.actors.core import (
+    BUSY,
+    Call,
+    Sender,
+    TurnHandle,
+    info_of,
+    require_str,
+    resolve_future,
+)
+from retinue.actors.routing import Routing
 from retinue.actors.turn import Turn
 from retinue.errors import (
     ActiveDescendants,
@@ -36,242 +37,42 @@ from retinue.errors import (
     AgentClosed,
     AgentLimitExceeded,
     AgentStateError,
-    ArgumentTypeError,
     CompletionBacklogFull,
-    DedupKeyTooLong,
     DepthLimitExceeded,
     DuplicateAgentPath,
     FanoutLimitExceeded,
-    MailboxFull,
-    MessageTooLarge,
     NotPermitted,
     RetinueError,
     RuntimeClosed,
-    StoreError,
     TurnInterrupted,
-    UnknownAgent,
     UnknownProfile,
-    WaitTimeout,
 )
-from retinue.persistence.store import Store
 from retinue.protocol import paths
-from retinue.protocol.limits import Limits
 from retinue.protocol.messages import (
     AgentClosedEvent,
     AgentInfo,
     AgentSpawned,
     AgentState,
-    Completion,
-    CompletionRouted,
     CompletionStatus,
-    Event,
     Message,
-    MessageQueued,
     TurnQueued,
-    TurnSettled,
     TurnStarted,
 )
-from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+from retinue.protocol.records import AgentRecord
 
 __all__ = ["Call", "Supervisor", "SupervisorActor", "info_of"]
 
-log = logging.getLogger("retinue.supervisor")
-DEFERRED = object()
-IDLE = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
-BUSY = (AgentState.STARTING, AgentState.RUNNING)
-Sender = tuple[str, int] | None  # (agent id, generation) of a turn; None is the host
 
-
-@dataclass
-class Call:
-    """One request to the supervisor; ``reply`` is answered after the commit."""
-
-    method: str
-    args: tuple[Any, ...]
-    reply: concurrent.futures.Future[Any]
-
-
-@dataclass
-class _TurnHandle:
-    generation: int
-    turn: Turn
-    actor: pykka.ActorRef[Any] | None = None
-
-
-@dataclass
-class _SlotRequest:
-    """A turn back from a wait, queued for a slot; ``take`` claims its event."""
-
-    agent_id: str
-    future: concurrent.futures.Future[Any]
-    take: Callable[[], Any] | None
-
-
-def info_of(record: AgentRecord) -> AgentInfo:
-    """Return the public snapshot of a stored agent."""
-    return AgentInfo(
-        id=record.id,
-        name=record.name,
-        path=record.path,
-        profile=record.profile,
-        parent_path=record.parent_path,
-        depth=record.depth,
-        state=record.state,
-        generation=record.generation,
-        task=record.task,
-        output=record.output,
-        error=record.error,
-        created_at=record.created_at,
-        updated_at=record.updated_at,
-    )
-
-
-def _resolve(future: concurrent.futures.Future[Any], value: Any) -> None:
-    if future.done():
-        return
-    try:
-        if isinstance(value, BaseException):
-            future.set_exception(value)
-        else:
-            future.set_result(value)
-    except concurrent.futures.InvalidStateError:
-        pass
-
-
-def _require_str(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
-    return value
-
-
-class Supervisor:
-    """The logic core: rules, scheduling, routing. Runs only on the supervisor thread."""
-
-    def __init__(
-        self,
-        *,
-        store: Store,
-        tree: Tree,
-        profiles: Mapping[str, Profile],
-        runners: Mapping[str, Runner],
-        limits: Limits,
-        bus: EventBus,
-        caller: Callable[..., concurrent.futures.Future[Any]],
-    ) -> None:
-        """Wire the core to its store, tree, profiles and event bus."""
-        self.store = store
-        self.tree = tree
-        self.profiles = profiles
-        self.runners = runners
-        self.limits = limits
-        self.bus = bus
-        self.caller = caller
-        self.active: set[str] = set()
-        self.queue: deque[str] = deque()
-        self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
-        self.turns: dict[str, _TurnHandle] = {}
-        self.reacquire: deque[_SlotRequest] = deque()
-        self.host_waiters: dict[str, list[concurrent.futures.Future[Any]]] = {}
-        self.agent_waiters: dict[str, tuple[str, str, concurrent.futures.Future[Any]]] = {}
-        self._effects: list[Callable[[], None]] = []
-        self._events: list[Event] = []
-        self._reply: concurrent.futures.Future[Any] | None = None
-        self.closing = False
-        self._drained: set[str] = set()
-        self._held_wakes: set[str] = set()
-        self.restoring = False  # while true, nothing is woken
-
-    # -- dispatch -----------------------------------------------------------
-
-    def handle(self, call: Call) -> None:
-        """Run one call and submit its transition; answer once it is committed."""
-        self._reply = call.reply
-        self._effects, self._events = [], []
-        result: Any
-        try:
-            result = getattr(self, "op_" + call.method)(*call.args)
-            self._wake_drained()
-        except RetinueError as exc:
-            result = exc
-        except Exception as exc:  # a bug must answer the caller, not kill the supervisor
-            log.exception("supervisor call %s failed", call.method)
-            result = exc
-        effects, events = self._effects, self._events
-        reply = call.reply
-        bus = self.bus
-
-        def on_commit(error: BaseException | None) -> None:
-            if error is not None:
-                _resolve(reply, StoreError(f"the store could not commit: {error}"))
-                return
-            for effect in effects:
-                effect()
-            if events:
-                bus.publish(events)
-            if result is not DEFERRED:
-                _resolve(reply, result)
-
-        self.store.submit(self.tree.take_writes(), on_commit)
-
-    def _after(self, effect: Callable[[], None]) -> None:
-        self._effects.append(effect)
-
-    def _emit(self, event: Event) -> None:
-        if self.bus.active:
-            self._events.append(event)
-
-    # -- lookups --------------------------------------------------------------
-
-    def _sender(self, sender: Sender) -> AgentRecord | None:
-        if sender is None:
-            return None
-        agent_id, generation = sender
-        record = self.tree.agents.get(agent_id)
-        if (
-            record is None
-            or record.generation != generation
-            or record.state is not AgentState.RUNNING
-        ):
-            raise TurnInterrupted("this turn was interrupted; its calls are refused")
-        return record
-
-    def _find(self, sender: AgentRecord | None, ref: Any) -> AgentRecord:
-        ref = _require_str(ref, "an agent reference")
-        record = self.tree.agents.get(ref)
-        if record is not None:
-            return record
-        base = paths.ROOT if sender is None else sender.path
-        path = paths.resolve(base, ref)
-        agent_id = self.tree.live_paths.get(path)
-        if agent_id is None:
-            raise UnknownAgent(f"no live agent at {path}")
-        return self.tree.agents[agent_id]
-
-    def _is_descendant(self, record: AgentRecord, ancestor_id: str) -> bool:
-        parent_id = record.parent_id
-        while parent_id is not None:
-            if parent_id == ancestor_id:
-                return True
-            parent_id = self.tree.agents[parent_id].parent_id
-        return False
-
-    def _target(self, sender: AgentRecord | None, ref: Any, action: str) -> AgentRecord:
-        record = self._find(sender, ref)
-        if sender is not None and not self._is_descendant(record, sender.id):
-            raise NotPermitted(f"{sender.path} may only {action} agents in its own subtree")
-        return record
-
-    def _update(self, record: AgentRecord, **changes: Any) -> AgentRecord:
-        changes.setdefault("updated_at", time.time())
-        return self.tree.put_agent(msgspec.structs.replace(record, **changes))
+class Supervisor(Routing):
+    """Spawning, turns, lifecycle, reads, restore and shutdown."""
 
     # -- spawning ---------------------------------------------------------------
 
     def _check_spawn(
         self, parent: AgentRecord | None, profile: Any, task: Any, name: Any, reserved: set[str]
     ) -> tuple[str, str, str]:
-        profile = _require_str(profile, "profile")
-        _require_str(task, "task")
+        profile = require_str(profile, "profile")
+        require_str(task, "task")
         if profile not in self.profiles:
             raise UnknownProfile(f"unknown profile {profile!r}; known: {sorted(self.profiles)}")
         if parent is not None:
@@ -287,7 +88,7 @@ class Supervisor:
         agent_id = uuid.uuid4().hex
         if name is None:
             name = paths.derive_name(agent_id)
-        name = paths.validate_name(_require_str(name, "name"))
+        name = paths.validate_name(require_str(name, "name"))
         parent_path = paths.ROOT if parent is None else parent.path
         path = paths.join(parent_path, name)
         depth = paths.depth(path)
@@ -440,7 +241,7 @@ class Supervisor:
             instructions=profile.instructions,
             limits=self.limits,
         )
-        handle = _TurnHandle(generation=record.generation, turn=turn)
+        handle = TurnHandle(generation=record.generation, turn=turn)
         self.turns[agent_id] = handle
         self.active.add(agent_id)
         self._emit(
@@ -466,20 +267,6 @@ class Supervisor:
                 caller("settle", agent_id, generation, output, error)
 
         return settle
-
-    def _completion_message(self, pending: CompletionRecord, recipient: AgentRecord) -> Message:
-        completion = pending.completion
-        return Message(
-            id=completion.id,
-            kind="completion",
-            sender=completion.path,
-            sender_id=completion.agent_id,
-            recipient=recipient.path,
-            recipient_id=recipient.id,
-            content=completion.output if completion.output is not None else completion.error or "",
-            created_at=completion.created_at,
-            completion=completion,
-        )
 
     def op_settle(
         self, agent_id: str, generation: int, output: str | None, error: str | None
@@ -515,325 +302,8 @@ class Supervisor:
         if any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
                 if request.agent_id == agent_id:
-                    _resolve(request.future, why)  # its event stays pending
+                    resolve_future(request.future, why)  # its event stays pending
             self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
-
-    def _maybe_wake(self, agent_id: str) -> None:
-        """Give an idle agent with pending completions its wake turn.
-
-        A wake refused only because the agent's own completions fill its
-        backlog is remembered and retried once the backlog drains.
-        """
-        record = self.tree.agents[agent_id]
-        if (
-            record.state not in (AgentState.COMPLETED, AgentState.FAILED)
-            or not self.tree.pending_for(agent_id)
-            or not getattr(self.profiles.get(record.profile), "wake_on_completion", False)
-            or self.closing
-            or self.restoring
-        ):
-            return
-        if self.tree.undelivered.get(agent_id, 0) >= self.limits.pending_completions_per_agent:
-            self._held_wakes.add(agent_id)
-            return
-        self._held_wakes.discard(agent_id)
-        self._queue_turn(record, record.task, "wake")
-
-    # -- completions ----------------------------------------------------------------
-
-    def _emit_completion(self, record: AgentRecord, status: CompletionStatus) -> None:
-        tree = self.tree
-        if record.generation in tree.completions.get(record.id, {}):
-            return  # exactly one completion per turn
-        now = time.time()
-        completion = Completion(
-            id=f"{record.id}:{record.generation}",
-            agent_id=record.id,
-            path=record.path,
-            generation=record.generation,
-            status=status,
-            output=record.output,
-            error=record.error,
-            created_at=now,
-        )
-        recipient = tree.nearest_live_ancestor(record)
-        pending = CompletionRecord(
-            completion=completion, recipient_id=recipient, seq=tree.next_seq()
-        )
-        tree.add_completion(pending)
-        recipient_path = paths.ROOT if recipient is None else tree.agents[recipient].path
-        self._emit(
-            TurnSettled(
-                agent_id=record.id,
-                path=record.path,
-                at=now,
-                generation=record.generation,
-                status=status,
-            )
-        )
-        self._emit(
-            CompletionRouted(
-                agent_id=record.id,
-                path=record.path,
-                at=now,
-                completion_id=completion.id,
-                recipient=recipient_path,
-            )
-        )
-        self._serve_host_waiters(record.id)
-        if recipient is not None:
-            self._offer(recipient, pending)
-
-    def _offer(self, recipient_id: str, pending: CompletionRecord) -> None:
-        """Hand a routed completion to a waiting turn, or wake an idle recipient."""
-        waiter = self.agent_waiters.get(recipient_id)
-        if waiter is not None and waiter[0] == pending.completion.agent_id:
-            recipient = self.tree.agents[recipient_id]
-            self._deliver_to_waiter(recipient_id, lambda: self._take_completion(pending, recipient))
-            return
-        self._maybe_wake(recipient_id)
-
-    def _take_completion(self, pending: CompletionRecord, recipient: AgentRecord) -> Completion:
-        self._deliver(pending)
-        return pending.completion
-
-    def _reroute(self, pending: CompletionRecord, heir: str | None) -> CompletionRecord:
-        """Move a pending completion to a new recipient and publish it."""
-        moved = self.tree.reroute(pending, heir)
-        completion = moved.completion
-        self._emit(
-            CompletionRouted(
-                agent_id=completion.agent_id,
-                path=completion.path,
-                at=time.time(),
-                completion_id=completion.id,
-                recipient=paths.ROOT if heir is None else self.tree.agents[heir].path,
-            )
-        )
-        return moved
-
-    def _deliver(self, pending: CompletionRecord) -> CompletionRecord:
-        """Mark a completion received; its agent's backlog shrank, so it may wake."""
-        self._drained.add(pending.completion.agent_id)
-        return self.tree.mark_delivered(pending)
-
-    def _wake_drained(self) -> None:
-        """Wake agents held back by a full backlog once their completions are received."""
-        while self._drained:
-            agent_id = self._drained.pop()
-            if agent_id in self._held_wakes:
-                self._maybe_wake(agent_id)
-
-    def _serve_host_waiters(self, agent_id: str) -> None:
-        waiters = self.host_waiters.get(agent_id)
-        tree = self.tree
-        while waiters:
-            record = tree.agents[agent_id]
-            done = tree.completions.get(agent_id, {})
-            later = [g for g in done if g > record.host_received]
-            if not later:
-                break
-            future = waiters.pop(0)
-            if not future.set_running_or_notify_cancel():
-                continue
-            pending = done[min(later)]
-            if not pending.delivered and pending.recipient_id is None:
-                pending = self._deliver(pending)
-            self._update(
-                record, host_received=pending.completion.generation, updated_at=record.updated_at
-            )
-            completion = pending.completion
-            self._after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
-        if not waiters:
-            self.host_waiters.pop(agent_id, None)
-            return
-        if tree.agents[agent_id].state is AgentState.CLOSED:
-            for future in self.host_waiters.pop(agent_id):
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(AgentClosed(f"{tree.agents[agent_id].path} is closed"))
-
-    def op_host_wait(self, ref: Any) -> object:
-        """Register a host wait for the agent's oldest completion the host has not received."""
-        record = self._find(None, ref)
-        assert self._reply is not None
-        self.host_waiters.setdefault(record.id, []).append(self._reply)
-        self._serve_host_waiters(record.id)
-        return DEFERRED
-
-    def op_give_up_host_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
-        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
-        for agent_id, waiters in list(self.host_waiters.items()):
-            if future in waiters:
-                waiters.remove(future)
-                if not waiters:
-                    del self.host_waiters[agent_id]
-                if future.set_running_or_notify_cancel():
-                    path = self.tree.agents[agent_id].path
-                    future.set_exception(
-                        WaitTimeout(f"{path} did not settle within {seconds:g}s; it keeps running")
-                    )
-                return
-
-    def op_agent_wait(self, sender: Sender, ref: Any, kind: str) -> object:
-        """Answer a turn's wait with the next event from its child, or register it."""
-        me = self._sender(sender)
-        assert me is not None and self._reply is not None
-        child = self._find(me, ref)
-        if child.parent_id != me.id:
-            raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
-        take = self._next_event(me, child, kind)
-        future = self._reply
-        if take is not None:
-            self._claim(future, take)
-            return DEFERRED
-        if child.state is AgentState.CLOSED:
-            raise AgentClosed(f"{child.path} is closed")
-        self.agent_waiters[me.id] = (child.id, kind, future)
-        self.active.discard(me.id)  # a waiting turn gives its slot to others
-        self._pump()
-        return DEFERRED
-
-    def _next_event(
-        self, me: AgentRecord, child: AgentRecord, kind: str
-    ) -> Callable[[], Any] | None:
-        tree = self.tree
-        best: tuple[int, Callable[[], Any]] | None = None
-        for pending in tree.pending_for(me.id):
-            if pending.completion.agent_id == child.id:
-                best = (pending.seq, lambda p=pending: self._take_completion(p, me))
-                break
-        if kind == "any":
-            for message in tree.unread(me.id):
-                if message.message.sender_id == child.id:
-                    if best is None or message.seq < best[0]:
-                        best = (message.seq, lambda m=message: self._take_message(m))
-                    break
-        return None if best is None else best[1]
-
-    def _take_message(self, record: MessageRecord) -> Message:
-        self.tree.mark_read(record, time.time())
-        return record.message
-
-    def _claim(self, future: concurrent.futures.Future[Any], take: Callable[[], Any]) -> bool:
-        if not future.set_running_or_notify_cancel():
-            return False
-        value = take()
-        self._after(lambda: future.set_result(value))
-        return True
-
-    def _deliver_to_waiter(self, waiter_id: str, take: Callable[[], Any]) -> None:
-        """Answer a blocked wait; the turn runs on once it has a slot again.
-
-        The event is taken (marked read or delivered) only when the slot is
-        granted, so an interrupt in between leaves it for the next turn.
-        """
-        _, _, future = self.agent_waiters.pop(waiter_id)
-        if not future.set_running_or_notify_cancel():
-            return
-        self._request_slot(_SlotRequest(waiter_id, future, take))
-
-    def _request_slot(self, request: _SlotRequest) -> None:
-        if len(self.active) < self.limits.max_active_turns:
-            self._grant(request)
-        else:
-            self.reacquire.append(request)
-
-    def _grant(self, request: _SlotRequest) -> None:
-        self.active.add(request.agent_id)
-        value = None if request.take is None else request.take()
-        future = request.future
-        self._after(lambda: _resolve(future, value))
-
-    def op_give_up_wait(
-        self, sender: Sender, future: concurrent.futures.Future[Any], seconds: float
-    ) -> None:
-        """A turn's wait ran out of time: end it with ``WaitTimeout`` once it has a slot.
-
-        If an event was already taken for it, the wait keeps that event instead.
-        """
-        me = self._sender(sender)
-        assert me is not None
-        waiter = self.agent_waiters.get(me.id)
-        if waiter is None or waiter[2] is not future:
-            return  # answered already (or failed by an interrupt)
-        del self.agent_waiters[me.id]
-        if not future.set_running_or_notify_cancel():
-            return
-        child = self.tree.agents[waiter[0]]
-        timeout = WaitTimeout(f"no event from {child.path} within {seconds:g}s; it keeps running")
-        self._request_slot(_SlotRequest(me.id, future, lambda: timeout))
-
-    # -- mailboxes ------------------------------------------------------------------
-
-    def _check_size(self, content: str, what: str) -> None:
-        size = len(content.encode("utf-8", "surrogatepass"))
-        if size > self.limits.message_max_bytes:
-            raise MessageTooLarge(
-                f"{what} is {size} bytes; message_max_bytes is {self.limits.message_max_bytes}"
-            )
-
-    def op_send(self, sender: Sender, ref: Any, content: Any, dedup_key: Any) -> Message:
-        """Queue a message in the recipient's durable mailbox."""
-        me = self._sender(sender)
-        content = _require_str(content, "content")
-        target = self._find(me, ref)
-        if me is not None:
-            related = (
-                target.id == me.parent_id
-                or target.parent_id == me.id
-                or (target.parent_id == me.parent_id and target.id != me.id)
-            )
-            if not related:
-                raise NotPermitted(
-                    f"{me.path} may message only its parent, children and siblings, "
-                    f"not {target.path}"
-                )
-        if target.state is AgentState.CLOSED:
-            raise AgentClosed(f"{target.path} is closed")
-        self._check_size(content, "the message")
-        sender_id = "" if me is None else me.id
-        if dedup_key is not None:
-            dedup_key = _require_str(dedup_key, "dedup_key")
-            cap = self.limits.dedup_key_max_length
-            if len(dedup_key) > cap:
-                raise DedupKeyTooLong(f"dedup_key has {len(dedup_key)} characters; max is {cap}")
-            original = self.tree.dedup.get((sender_id, dedup_key))
-            if original is not None:
-                return original
-        unread = len(self.tree.mailbox.get(target.id, {}))
-        if unread >= self.limits.mailbox_capacity:
-            raise MailboxFull(
-                f"{target.path} has {unread} unread messages; "
-                f"mailbox_capacity is {self.limits.mailbox_capacity}"
-            )
-        now = time.time()
-        seq = self.tree.next_seq()
-        message = Message(
-            id=f"{target.id}:{seq}",
-            kind="message",
-            sender=paths.ROOT if me is None else me.path,
-            sender_id=sender_id,
-            recipient=target.path,
-            recipient_id=target.id,
-            content=content,
-            dedup_key=dedup_key,
-            created_at=now,
-        )
-        record = MessageRecord(message=message, seq=seq)
-        self.tree.add_message(record)
-        self._emit(
-            MessageQueued(
-                agent_id=target.id,
-                path=target.path,
-                at=now,
-                message_id=message.id,
-                sender=message.sender,
-            )
-        )
-        waiter = self.agent_waiters.get(target.id)
-        if waiter is not None and waiter[0] == sender_id and waiter[1] == "any":
-            self._deliver_to_waiter(target.id, lambda: self._take_message(record))
-        return message
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -841,7 +311,7 @@ class Supervisor:
         """Queue a follow-up turn for an idle agent."""
         me = self._sender(sender)
         record = self._target(me, ref, "follow up")
-        task = _require_str(task, "task")
+        task = require_str(task, "task")
         self._check_size(task, "task")
         return info_of(self._follow_up(record, task, "follow_up"))
 

@@ -1,0 +1,281 @@
+"""The supervisor's shared core: its state, dispatch, lookups and reply plumbing.
+
+Every request arrives as a :class:`Call` in the supervisor actor's inbox and is
+handled on its thread. A handler checks the rules first (a refused call
+changes nothing), then mutates the in-memory :class:`~retinue.actors.tree.Tree`,
+which gathers the matching writes. The writes go to the store as one
+transition; the reply and every side effect (starting a runner, answering a
+waiter, publishing events) run only once the store says the transition is
+committed. Handlers never block.
+
+The logic is layered by concept: this module (state and plumbing) <-
+:mod:`retinue.actors.routing` (messages, completions, waits) <-
+:mod:`retinue.actors.supervisor` (spawning, turns, lifecycle).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pykka
+
+from retinue.actors.events import EventBus
+from retinue.actors.profile import Profile, Runner
+from retinue.actors.tree import Tree
+from retinue.actors.turn import Turn
+from retinue.errors import (
+    ArgumentTypeError,
+    MessageTooLarge,
+    NotPermitted,
+    RetinueError,
+    StoreError,
+    TurnInterrupted,
+    UnknownAgent,
+)
+from retinue.persistence.store import Store
+from retinue.protocol import paths
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import (
+    AgentInfo,
+    AgentState,
+    Event,
+)
+from retinue.protocol.records import AgentRecord
+
+__all__ = [
+    "BUSY",
+    "DEFERRED",
+    "Call",
+    "Sender",
+    "SlotRequest",
+    "SupervisorCore",
+    "TurnHandle",
+    "info_of",
+    "require_str",
+    "resolve_future",
+]
+
+log = logging.getLogger("retinue.supervisor")
+DEFERRED = object()
+BUSY = (AgentState.STARTING, AgentState.RUNNING)
+Sender = tuple[str, int] | None  # (agent id, generation) of a turn; None is the host
+
+
+@dataclass
+class Call:
+    """One request to the supervisor; ``reply`` is answered after the commit."""
+
+    method: str
+    args: tuple[Any, ...]
+    reply: concurrent.futures.Future[Any]
+
+
+@dataclass
+class TurnHandle:
+    """The supervisor's grip on a running turn: its generation, context and actor."""
+
+    generation: int
+    turn: Turn
+    actor: pykka.ActorRef[Any] | None = None
+
+
+@dataclass
+class SlotRequest:
+    """A turn back from a wait, queued for a slot; ``take`` claims its event."""
+
+    agent_id: str
+    future: concurrent.futures.Future[Any]
+    take: Callable[[], Any] | None
+
+
+def info_of(record: AgentRecord) -> AgentInfo:
+    """Return the public snapshot of a stored agent."""
+    return AgentInfo(
+        id=record.id,
+        name=record.name,
+        path=record.path,
+        profile=record.profile,
+        parent_path=record.parent_path,
+        depth=record.depth,
+        state=record.state,
+        generation=record.generation,
+        task=record.task,
+        output=record.output,
+        error=record.error,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+    )
+
+
+def resolve_future(future: concurrent.futures.Future[Any], value: Any) -> None:
+    """Answer ``future`` with ``value`` (an exception is raised to the waiter), at most once."""
+    if future.done():
+        return
+    try:
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+def require_str(value: Any, what: str) -> str:
+    """Return ``value`` if it is a str.
+
+    Raises:
+        ArgumentTypeError: it is not.
+    """
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+class SupervisorCore:
+    """State and plumbing shared by the supervisor's layers. Supervisor thread only."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        tree: Tree,
+        profiles: Mapping[str, Profile],
+        runners: Mapping[str, Runner],
+        limits: Limits,
+        bus: EventBus,
+        caller: Callable[..., concurrent.futures.Future[Any]],
+    ) -> None:
+        """Wire the core to its store, tree, profiles and event bus."""
+        self.store = store
+        self.tree = tree
+        self.profiles = profiles
+        self.runners = runners
+        self.limits = limits
+        self.bus = bus
+        self.caller = caller
+        self.active: set[str] = set()
+        self.queue: deque[str] = deque()
+        self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
+        self.turns: dict[str, TurnHandle] = {}
+        self.reacquire: deque[SlotRequest] = deque()
+        self.host_waiters: dict[str, list[concurrent.futures.Future[Any]]] = {}
+        self.agent_waiters: dict[str, tuple[str, str, concurrent.futures.Future[Any]]] = {}
+        self._effects: list[Callable[[], None]] = []
+        self._events: list[Event] = []
+        self._reply: concurrent.futures.Future[Any] | None = None
+        self.closing = False
+        self._drained: set[str] = set()
+        self._held_wakes: set[str] = set()
+        self.restoring = False  # while true, nothing is woken
+
+    # -- dispatch -----------------------------------------------------------
+
+    def handle(self, call: Call) -> None:
+        """Run one call and submit its transition; answer once it is committed."""
+        self._reply = call.reply
+        self._effects, self._events = [], []
+        result: Any
+        try:
+            result = getattr(self, "op_" + call.method)(*call.args)
+            self._wake_drained()
+        except RetinueError as exc:
+            result = exc
+        except Exception as exc:  # a bug must answer the caller, not kill the supervisor
+            log.exception("supervisor call %s failed", call.method)
+            result = exc
+        effects, events = self._effects, self._events
+        reply = call.reply
+        bus = self.bus
+
+        def on_commit(error: BaseException | None) -> None:
+            if error is not None:
+                resolve_future(reply, StoreError(f"the store could not commit: {error}"))
+                return
+            for effect in effects:
+                effect()
+            if events:
+                bus.publish(events)
+            if result is not DEFERRED:
+                resolve_future(reply, result)
+
+        self.store.submit(self.tree.take_writes(), on_commit)
+
+    def _after(self, effect: Callable[[], None]) -> None:
+        self._effects.append(effect)
+
+    def _emit(self, event: Event) -> None:
+        if self.bus.active:
+            self._events.append(event)
+
+    # -- lookups --------------------------------------------------------------
+
+    def _sender(self, sender: Sender) -> AgentRecord | None:
+        if sender is None:
+            return None
+        agent_id, generation = sender
+        record = self.tree.agents.get(agent_id)
+        if (
+            record is None
+            or record.generation != generation
+            or record.state is not AgentState.RUNNING
+        ):
+            raise TurnInterrupted("this turn was interrupted; its calls are refused")
+        return record
+
+    def _find(self, sender: AgentRecord | None, ref: Any) -> AgentRecord:
+        ref = require_str(ref, "an agent reference")
+        record = self.tree.agents.get(ref)
+        if record is not None:
+            return record
+        base = paths.ROOT if sender is None else sender.path
+        path = paths.resolve(base, ref)
+        agent_id = self.tree.live_paths.get(path)
+        if agent_id is None:
+            raise UnknownAgent(f"no live agent at {path}")
+        return self.tree.agents[agent_id]
+
+    def _is_descendant(self, record: AgentRecord, ancestor_id: str) -> bool:
+        parent_id = record.parent_id
+        while parent_id is not None:
+            if parent_id == ancestor_id:
+                return True
+            parent_id = self.tree.agents[parent_id].parent_id
+        return False
+
+    def _target(self, sender: AgentRecord | None, ref: Any, action: str) -> AgentRecord:
+        record = self._find(sender, ref)
+        if sender is not None and not self._is_descendant(record, sender.id):
+            raise NotPermitted(f"{sender.path} may only {action} agents in its own subtree")
+        return record
+
+    def _update(self, record: AgentRecord, **changes: Any) -> AgentRecord:
+        changes.setdefault("updated_at", time.time())
+        return self.tree.put_agent(msgspec.structs.replace(record, **changes))
+
+    def _check_size(self, content: str, what: str) -> None:
+        size = len(content.encode("utf-8", "surrogatepass"))
+        if size > self.limits.message_max_bytes:
+            raise MessageTooLarge(
+                f"{what} is {size} bytes; message_max_bytes is {self.limits.message_max_bytes}"
+            )
+
+    # -- provided by the upper layers ---------------------------------------------
+
+    def _pump(self) -> None:
+        """Start queued turns while slots are free (see Supervisor)."""
+        raise NotImplementedError
+
+    def _wake_drained(self) -> None:
+        """Wake agents whose backlog drained (see Routing)."""
+        raise NotImplementedError
+
+    def _queue_turn(self, record: AgentRecord, task: str, reason: str) -> AgentRecord:
+        """Queue a turn for an agent (see Supervisor)."""
+        raise NotImplementedError

@@ -1,0 +1,370 @@
+"""Routing: messages into mailboxes, completions to their recipients, waits answered.
+
+Every settled turn makes exactly one completion, routed to the nearest live
+ancestor (or the host) and pending until received. A waiting turn gets the
+next event from its child; a waiting host gets an agent's oldest completion it
+has not received. A waiting turn gives up its turn slot and takes an event
+only once it has a slot again, so an interrupt in between loses nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Callable
+from typing import Any
+
+from retinue.actors.core import (
+    DEFERRED,
+    Sender,
+    SlotRequest,
+    SupervisorCore,
+    require_str,
+    resolve_future,
+)
+from retinue.errors import (
+    AgentClosed,
+    DedupKeyTooLong,
+    MailboxFull,
+    NotPermitted,
+    WaitTimeout,
+)
+from retinue.protocol import paths
+from retinue.protocol.messages import (
+    AgentState,
+    Completion,
+    CompletionRouted,
+    CompletionStatus,
+    Message,
+    MessageQueued,
+    TurnSettled,
+)
+from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+
+__all__ = ["Routing"]
+
+
+class Routing(SupervisorCore):
+    """Messages, completions, wakes and waits."""
+
+    def op_send(self, sender: Sender, ref: Any, content: Any, dedup_key: Any) -> Message:
+        """Queue a message in the recipient's durable mailbox."""
+        me = self._sender(sender)
+        content = require_str(content, "content")
+        target = self._find(me, ref)
+        if me is not None:
+            related = (
+                target.id == me.parent_id
+                or target.parent_id == me.id
+                or (target.parent_id == me.parent_id and target.id != me.id)
+            )
+            if not related:
+                raise NotPermitted(
+                    f"{me.path} may message only its parent, children and siblings, "
+                    f"not {target.path}"
+                )
+        if target.state is AgentState.CLOSED:
+            raise AgentClosed(f"{target.path} is closed")
+        self._check_size(content, "the message")
+        sender_id = "" if me is None else me.id
+        if dedup_key is not None:
+            dedup_key = require_str(dedup_key, "dedup_key")
+            cap = self.limits.dedup_key_max_length
+            if len(dedup_key) > cap:
+                raise DedupKeyTooLong(f"dedup_key has {len(dedup_key)} characters; max is {cap}")
+            original = self.tree.dedup.get((sender_id, dedup_key))
+            if original is not None:
+                return original
+        unread = len(self.tree.mailbox.get(target.id, {}))
+        if unread >= self.limits.mailbox_capacity:
+            raise MailboxFull(
+                f"{target.path} has {unread} unread messages; "
+                f"mailbox_capacity is {self.limits.mailbox_capacity}"
+            )
+        now = time.time()
+        seq = self.tree.next_seq()
+        message = Message(
+            id=f"{target.id}:{seq}",
+            kind="message",
+            sender=paths.ROOT if me is None else me.path,
+            sender_id=sender_id,
+            recipient=target.path,
+            recipient_id=target.id,
+            content=content,
+            dedup_key=dedup_key,
+            created_at=now,
+        )
+        record = MessageRecord(message=message, seq=seq)
+        self.tree.add_message(record)
+        self._emit(
+            MessageQueued(
+                agent_id=target.id,
+                path=target.path,
+                at=now,
+                message_id=message.id,
+                sender=message.sender,
+            )
+        )
+        waiter = self.agent_waiters.get(target.id)
+        if waiter is not None and waiter[0] == sender_id and waiter[1] == "any":
+            self._deliver_to_waiter(target.id, lambda: self._take_message(record))
+        return message
+
+    def _completion_message(self, pending: CompletionRecord, recipient: AgentRecord) -> Message:
+        completion = pending.completion
+        return Message(
+            id=completion.id,
+            kind="completion",
+            sender=completion.path,
+            sender_id=completion.agent_id,
+            recipient=recipient.path,
+            recipient_id=recipient.id,
+            content=completion.output if completion.output is not None else completion.error or "",
+            created_at=completion.created_at,
+            completion=completion,
+        )
+
+    def _maybe_wake(self, agent_id: str) -> None:
+        """Give an idle agent with pending completions its wake turn.
+
+        A wake refused only because the agent's own completions fill its
+        backlog is remembered and retried once the backlog drains.
+        """
+        record = self.tree.agents[agent_id]
+        if (
+            record.state not in (AgentState.COMPLETED, AgentState.FAILED)
+            or not self.tree.pending_for(agent_id)
+            or not getattr(self.profiles.get(record.profile), "wake_on_completion", False)
+            or self.closing
+            or self.restoring
+        ):
+            return
+        if self.tree.undelivered.get(agent_id, 0) >= self.limits.pending_completions_per_agent:
+            self._held_wakes.add(agent_id)
+            return
+        self._held_wakes.discard(agent_id)
+        self._queue_turn(record, record.task, "wake")
+
+    # -- completions ----------------------------------------------------------------
+
+    def _emit_completion(self, record: AgentRecord, status: CompletionStatus) -> None:
+        tree = self.tree
+        if record.generation in tree.completions.get(record.id, {}):
+            return  # exactly one completion per turn
+        now = time.time()
+        completion = Completion(
+            id=f"{record.id}:{record.generation}",
+            agent_id=record.id,
+            path=record.path,
+            generation=record.generation,
+            status=status,
+            output=record.output,
+            error=record.error,
+            created_at=now,
+        )
+        recipient = tree.nearest_live_ancestor(record)
+        pending = CompletionRecord(
+            completion=completion, recipient_id=recipient, seq=tree.next_seq()
+        )
+        tree.add_completion(pending)
+        recipient_path = paths.ROOT if recipient is None else tree.agents[recipient].path
+        self._emit(
+            TurnSettled(
+                agent_id=record.id,
+                path=record.path,
+                at=now,
+                generation=record.generation,
+                status=status,
+            )
+        )
+        self._emit(
+            CompletionRouted(
+                agent_id=record.id,
+                path=record.path,
+                at=now,
+                completion_id=completion.id,
+                recipient=recipient_path,
+            )
+        )
+        self._serve_host_waiters(record.id)
+        if recipient is not None:
+            self._offer(recipient, pending)
+
+    def _offer(self, recipient_id: str, pending: CompletionRecord) -> None:
+        """Hand a routed completion to a waiting turn, or wake an idle recipient."""
+        waiter = self.agent_waiters.get(recipient_id)
+        if waiter is not None and waiter[0] == pending.completion.agent_id:
+            recipient = self.tree.agents[recipient_id]
+            self._deliver_to_waiter(recipient_id, lambda: self._take_completion(pending, recipient))
+            return
+        self._maybe_wake(recipient_id)
+
+    def _take_completion(self, pending: CompletionRecord, recipient: AgentRecord) -> Completion:
+        self._deliver(pending)
+        return pending.completion
+
+    def _reroute(self, pending: CompletionRecord, heir: str | None) -> CompletionRecord:
+        """Move a pending completion to a new recipient and publish it."""
+        moved = self.tree.reroute(pending, heir)
+        completion = moved.completion
+        self._emit(
+            CompletionRouted(
+                agent_id=completion.agent_id,
+                path=completion.path,
+                at=time.time(),
+                completion_id=completion.id,
+                recipient=paths.ROOT if heir is None else self.tree.agents[heir].path,
+            )
+        )
+        return moved
+
+    def _deliver(self, pending: CompletionRecord) -> CompletionRecord:
+        """Mark a completion received; its agent's backlog shrank, so it may wake."""
+        self._drained.add(pending.completion.agent_id)
+        return self.tree.mark_delivered(pending)
+
+    def _wake_drained(self) -> None:
+        """Wake agents held back by a full backlog once their completions are received."""
+        while self._drained:
+            agent_id = self._drained.pop()
+            if agent_id in self._held_wakes:
+                self._maybe_wake(agent_id)
+
+    def _serve_host_waiters(self, agent_id: str) -> None:
+        waiters = self.host_waiters.get(agent_id)
+        tree = self.tree
+        while waiters:
+            record = tree.agents[agent_id]
+            done = tree.completions.get(agent_id, {})
+            later = [g for g in done if g > record.host_received]
+            if not later:
+                break
+            future = waiters.pop(0)
+            if not future.set_running_or_notify_cancel():
+                continue
+            pending = done[min(later)]
+            if not pending.delivered and pending.recipient_id is None:
+                pending = self._deliver(pending)
+            self._update(
+                record, host_received=pending.completion.generation, updated_at=record.updated_at
+            )
+            completion = pending.completion
+            self._after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
+        if not waiters:
+            self.host_waiters.pop(agent_id, None)
+            return
+        if tree.agents[agent_id].state is AgentState.CLOSED:
+            for future in self.host_waiters.pop(agent_id):
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(AgentClosed(f"{tree.agents[agent_id].path} is closed"))
+
+    def op_host_wait(self, ref: Any) -> object:
+        """Register a host wait for the agent's oldest completion the host has not received."""
+        record = self._find(None, ref)
+        assert self._reply is not None
+        self.host_waiters.setdefault(record.id, []).append(self._reply)
+        self._serve_host_waiters(record.id)
+        return DEFERRED
+
+    def op_give_up_host_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
+        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
+        for agent_id, waiters in list(self.host_waiters.items()):
+            if future in waiters:
+                waiters.remove(future)
+                if not waiters:
+                    del self.host_waiters[agent_id]
+                if future.set_running_or_notify_cancel():
+                    path = self.tree.agents[agent_id].path
+                    future.set_exception(
+                        WaitTimeout(f"{path} did not settle within {seconds:g}s; it keeps running")
+                    )
+                return
+
+    def op_agent_wait(self, sender: Sender, ref: Any, kind: str) -> object:
+        """Answer a turn's wait with the next event from its child, or register it."""
+        me = self._sender(sender)
+        assert me is not None and self._reply is not None
+        child = self._find(me, ref)
+        if child.parent_id != me.id:
+            raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
+        take = self._next_event(me, child, kind)
+        future = self._reply
+        if take is not None:
+            self._claim(future, take)
+            return DEFERRED
+        if child.state is AgentState.CLOSED:
+            raise AgentClosed(f"{child.path} is closed")
+        self.agent_waiters[me.id] = (child.id, kind, future)
+        self.active.discard(me.id)  # a waiting turn gives its slot to others
+        self._pump()
+        return DEFERRED
+
+    def _next_event(
+        self, me: AgentRecord, child: AgentRecord, kind: str
+    ) -> Callable[[], Any] | None:
+        tree = self.tree
+        best: tuple[int, Callable[[], Any]] | None = None
+        for pending in tree.pending_for(me.id):
+            if pending.completion.agent_id == child.id:
+                best = (pending.seq, lambda p=pending: self._take_completion(p, me))
+                break
+        if kind == "any":
+            for message in tree.unread(me.id):
+                if message.message.sender_id == child.id:
+                    if best is None or message.seq < best[0]:
+                        best = (message.seq, lambda m=message: self._take_message(m))
+                    break
+        return None if best is None else best[1]
+
+    def _take_message(self, record: MessageRecord) -> Message:
+        self.tree.mark_read(record, time.time())
+        return record.message
+
+    def _claim(self, future: concurrent.futures.Future[Any], take: Callable[[], Any]) -> bool:
+        if not future.set_running_or_notify_cancel():
+            return False
+        value = take()
+        self._after(lambda: future.set_result(value))
+        return True
+
+    def _deliver_to_waiter(self, waiter_id: str, take: Callable[[], Any]) -> None:
+        """Answer a blocked wait; the turn runs on once it has a slot again.
+
+        The event is taken (marked read or delivered) only when the slot is
+        granted, so an interrupt in between leaves it for the next turn.
+        """
+        _, _, future = self.agent_waiters.pop(waiter_id)
+        if not future.set_running_or_notify_cancel():
+            return
+        self._request_slot(SlotRequest(waiter_id, future, take))
+
+    def _request_slot(self, request: SlotRequest) -> None:
+        if len(self.active) < self.limits.max_active_turns:
+            self._grant(request)
+        else:
+            self.reacquire.append(request)
+
+    def _grant(self, request: SlotRequest) -> None:
+        self.active.add(request.agent_id)
+        value = None if request.take is None else request.take()
+        future = request.future
+        self._after(lambda: resolve_future(future, value))
+
+    def op_give_up_wait(
+        self, sender: Sender, future: concurrent.futures.Future[Any], seconds: float
+    ) -> None:
+        """A turn's wait ran out of time: end it with ``WaitTimeout`` once it has a slot.
+
+        If an event was already taken for it, the wait keeps that event instead.
+        """
+        me = self._sender(sender)
+        assert me is not None
+        waiter = self.agent_waiters.get(me.id)
+        if waiter is None or waiter[2] is not future:
+            return  # answered already (or failed by an interrupt)
+        del self.agent_waiters[me.id]
+        if not future.set_running_or_notify_cancel():
+            return
+        child = self.tree.agents[waiter[0]]
+        timeout = WaitTimeout(f"no event from {child.path} within {seconds:g}s; it keeps running")
+        self._request_slot(SlotRequest(me.id, future, lambda: timeout))
