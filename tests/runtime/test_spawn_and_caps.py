@@ -279,20 +279,24 @@ def test_run_many_keeps_refused_entries_in_place(open_runtime: OpenRuntime) -> N
         rt.spawn("worker", "one more", parent="/root/a")
 
 
-def test_max_tree_agents_counts_the_top_level_agent(open_runtime: OpenRuntime) -> None:
-    def lead(turn: Turn) -> str:
-        count = 0
-        try:
-            for i in range(5):
-                turn.spawn("worker", f"w{i}", name=f"w{i}")
-                count += 1
-        except AgentLimitExceeded:
-            return f"refused after {count}"
-        return "not refused"
+def spawn_until_refused(turn: Turn) -> str:
+    """Spawn up to five workers; report how many got in before AgentLimitExceeded."""
+    count = 0
+    try:
+        for i in range(5):
+            turn.spawn("worker", f"w{i}", name=f"w{i}")
+            count += 1
+    except AgentLimitExceeded:
+        return f"refused after {count}"
+    return "not refused"
 
+
+def test_max_tree_agents_counts_the_top_level_agent(open_runtime: OpenRuntime) -> None:
     rt = open_runtime(
         [
-            Profile("lead", subagents=["worker"], runner=lead, wake_on_completion=False),
+            Profile(
+                "lead", subagents=["worker"], runner=spawn_until_refused, wake_on_completion=False
+            ),
             Profile("worker", runner=echo),
         ],
         max_tree_agents=3,
@@ -310,19 +314,11 @@ def test_max_tree_agents_counts_the_top_level_agent(open_runtime: OpenRuntime) -
 
 
 def test_max_agents_counts_every_live_agent(open_runtime: OpenRuntime) -> None:
-    def lead(turn: Turn) -> str:
-        count = 0
-        try:
-            for i in range(5):
-                turn.spawn("worker", f"w{i}", name=f"w{i}")
-                count += 1
-        except AgentLimitExceeded:
-            return f"refused after {count}"
-        return "not refused"
-
     rt = open_runtime(
         [
-            Profile("lead", subagents=["worker"], runner=lead, wake_on_completion=False),
+            Profile(
+                "lead", subagents=["worker"], runner=spawn_until_refused, wake_on_completion=False
+            ),
             Profile("worker", runner=echo),
         ],
         max_agents=3,
