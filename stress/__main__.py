@@ -91,11 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
     (out / name).write_text(json.dumps(report, indent=2))
     print(f"\nwrote stress/results/{name}")
-    if failed:
-        print("stress: FAILED")
-        return 1
-    print("stress: ok")
-    return 0
+    parts = [k for k in ("crash", "commit", "lifecycle", "reopen") if k in report]
+    bad = 1 if failed else 0
+    print(f"stress: {len(parts) - bad} passed, {bad} failed")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
