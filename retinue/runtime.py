@@ -194,7 +194,10 @@ class Runtime:
         with self._lock:
             if self._closed or self._actor is None:
                 raise RuntimeClosed("the runtime is closed")
-            self._actor.tell(Call(method, args, future))
+            try:
+                self._actor.tell(Call(method, args, future))
+            except pykka.ActorDeadError:
+                raise RuntimeClosed("the runtime's supervisor has stopped") from None
         return future
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -451,7 +454,9 @@ class Runtime:
         actor = self._actor
         actors: list[pykka.ActorRef[Any]] = []
         if actor is not None:
-            actors = self._call("shutdown")
+            # A failed store cannot record the interrupts; the turns are cancelled anyway.
+            with contextlib.suppress(RetinueError):
+                actors = self._call("shutdown")
         with self._lock:
             self._closed = True
         deadline = time.monotonic() + CLOSE_GRACE_S

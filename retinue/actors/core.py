@@ -205,7 +205,10 @@ class SupervisorCore:
             if result is not DEFERRED:
                 resolve_future(reply, result)
 
-        self.store.submit(self.tree.take_writes(), on_commit)
+        try:
+            self.store.submit(self.tree.take_writes(), on_commit)
+        except RetinueError as exc:  # the store failed for good: say so, never hang
+            resolve_future(reply, exc)
 
     def _after(self, effect: Callable[[], None]) -> None:
         self._effects.append(effect)

@@ -1,0 +1,44 @@
+"""A store that fails for good answers every caller with StoreError; nobody hangs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from retinue import Profile, Runtime, StoreError, Turn
+
+
+def _echo(turn: Turn) -> str:
+    return turn.task
+
+
+def test_a_failed_commit_is_an_error_for_that_caller_and_every_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=_echo)])
+    try:
+        a = rt.spawn("w", "before", name="a")
+        assert rt.wait(a.id, timeout=10).output == "before"
+        store: Any = rt._store
+
+        def broken(writes: object) -> None:  # fault injection: the disk went away
+            raise lmdb.DiskError("injected: no space left on device")
+
+        monkeypatch.setattr(store, "_commit", broken)
+        with pytest.raises(StoreError, match="injected"):
+            rt.send(a.id, "lost?")
+        # The store is marked failed: later calls fail fast instead of hanging.
+        with pytest.raises(StoreError):
+            rt.spawn("w", "after")
+        with pytest.raises(StoreError):
+            rt.get(a.id)
+    finally:
+        monkeypatch.undo()
+        rt.close()
+    # What was acknowledged before the failure is intact.
+    with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=_echo)]) as again:
+        assert [x.name for x in again.agents()] == ["a"]
+        assert again.get("/root/a").output == "before"
