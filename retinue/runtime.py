@@ -24,6 +24,7 @@ from typing import Any
 import pykka
 
 from retinue.actors.compaction import CompactionReport
+from retinue.actors.core import AFTER_CLOSE
 from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.supervisor import Call, Supervisor, SupervisorActor, info_of
@@ -87,6 +88,7 @@ class Runtime:
         self._bus = EventBus()
         self._lock = threading.Lock()
         self._closed = False
+        self._closing = False
         self._temporary = False
         self._profiles: dict[str, Profile] = {}
         self._stopping = threading.Event()
@@ -192,8 +194,10 @@ class Runtime:
         if self.readonly:
             raise StoreReadOnly(f"runtime on {self.path} is read-only; {method} is refused")
         with self._lock:
-            if self._closed or self._actor is None:
+            if self._actor is None or self._closed:
                 raise RuntimeClosed("the runtime is closed")
+            if self._closing and method not in AFTER_CLOSE:
+                raise RuntimeClosed("the runtime is closing")
             try:
                 self._actor.tell(Call(method, args, future))
             except pykka.ActorDeadError:
@@ -384,11 +388,20 @@ class Runtime:
         except asyncio.CancelledError:
             if future.cancel():  # nothing was received: forget the wait
                 self._give_up_wait(future, seconds)
+            else:  # a completion was (or is being) handed over: give it back
+                future.add_done_callback(self._unreceive)
             raise
         if not done:
             self._give_up_wait(future, seconds)
         result: Completion = await waiting
         return result
+
+    def _unreceive(self, future: concurrent.futures.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        completion: Completion = future.result()
+        with contextlib.suppress(RetinueError):
+            self._submit("unreceive_host", completion.agent_id, completion.generation)
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
@@ -451,6 +464,8 @@ class Runtime:
         self._stopping.set()
         if self._compactor is not None:
             self._compactor.join()
+        with self._lock:
+            self._closing = True
         actor = self._actor
         actors: list[pykka.ActorRef[Any]] = []
         if actor is not None:

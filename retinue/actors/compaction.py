@@ -12,7 +12,8 @@ older goes, whatever the count). What is removed:
   completions go with it;
 - delivered completions older than the age, except each agent's latest.
 
-Nothing unread, undelivered or live is ever removed. The supervisor runs this
+Nothing unread, undelivered or live is ever removed, nor anything a running
+turn received (it is replayed to the next turn if a crash kills this one). The supervisor runs this
 on its own thread, as one transition, every ``compact_interval_s``.
 """
 
@@ -46,15 +47,30 @@ def compact(tree: Tree, limits: Limits, now: float) -> CompactionReport:
 
 
 def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
+    """Remove read messages oldest first, stopping at one a running turn still holds.
+
+    A running turn's inputs are replayed to the next turn if a crash kills it,
+    so they stay until that turn settles (later compactions take them).
+    """
     log = tree.read_log
     removed = 0
     while log and (len(log) > keep or log[0][0] < horizon):
-        _, recipient_id, seq, dedup = log.popleft()
+        _, recipient_id, seq, dedup, generation = log[0]
+        if _held_by_running_turn(tree, recipient_id, generation):
+            break
+        log.popleft()
         tree.writes.append(("messages", message_key(recipient_id, seq), None))
-        if dedup is not None and tree.dedup.get(dedup) is not None:
-            del tree.dedup[dedup]
+        if dedup is not None:
+            tree.dedup.pop(dedup, None)
         removed += 1
     return removed
+
+
+def _held_by_running_turn(tree: Tree, recipient_id: str | None, generation: int) -> bool:
+    agent = None if recipient_id is None else tree.agents.get(recipient_id)
+    return (
+        agent is not None and agent.state is AgentState.RUNNING and generation == agent.generation
+    )
 
 
 def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, int]:
@@ -72,6 +88,7 @@ def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, 
             child_count[record.parent_id] = child_count.get(record.parent_id, 0) + 1
     removed_agents = removed_completions = 0
     remaining = closed
+    removed_ids: set[str] = set()
     progress = True
     while progress:  # leaves first: a parent becomes removable once its children went
         progress = False
@@ -82,12 +99,17 @@ def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, 
                 later.append((closed_at, agent_id))
                 continue
             removed_completions += _remove_agent(tree, agent_id)
+            removed_ids.add(agent_id)
             parent_id = tree.agents.pop(agent_id).parent_id
             if parent_id is not None:
                 child_count[parent_id] -= 1
             removed_agents += 1
             progress = True
         remaining = later
+    if removed_ids:  # their read messages went with them
+        kept = [entry for entry in tree.read_log if entry[1] not in removed_ids]
+        tree.read_log.clear()
+        tree.read_log.extend(kept)
     return removed_agents, removed_completions
 
 
@@ -95,6 +117,9 @@ def _remove_agent(tree: Tree, agent_id: str) -> int:
     tree.writes.append(("agents", agent_id.encode(), None))
     for seq in tree.mailbox.pop(agent_id, {}):
         tree.writes.append(("messages", message_key(agent_id, seq), None))
+    for entry in tree.read_log:
+        if entry[1] == agent_id:
+            tree.writes.append(("messages", message_key(agent_id, entry[2]), None))
     done = tree.completions.pop(agent_id, {})
     for generation in done:
         tree.writes.append(("completions", completion_key(agent_id, generation), None))
@@ -112,7 +137,13 @@ def _compact_completions(tree: Tree, horizon: float) -> int:
         latest = max(done)
         for generation in [g for g, c in done.items() if g != latest]:
             record = done[generation]
-            if record.delivered and record.completion.created_at < horizon:
+            if (
+                record.delivered
+                and record.completion.created_at < horizon
+                and not _held_by_running_turn(
+                    tree, record.recipient_id, record.delivered_generation
+                )
+            ):
                 del done[generation]
                 tree.writes.append(("completions", completion_key(agent_id, generation), None))
                 removed += 1

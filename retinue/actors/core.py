@@ -35,6 +35,7 @@ from retinue.errors import (
     MessageTooLarge,
     NotPermitted,
     RetinueError,
+    RuntimeClosed,
     StoreError,
     TurnInterrupted,
     UnknownAgent,
@@ -65,6 +66,10 @@ __all__ = [
 log = logging.getLogger("retinue.supervisor")
 DEFERRED = object()
 BUSY = (AgentState.STARTING, AgentState.RUNNING)
+# Calls still served once the runtime is closing.
+AFTER_CLOSE = frozenset(
+    {"shutdown", "settle", "give_up_wait", "give_up_host_wait", "unreceive_host", "barrier"}
+)
 Sender = tuple[str, int] | None  # (agent id, generation) of a turn; None is the host
 
 
@@ -168,6 +173,8 @@ class SupervisorCore:
         self.host_waiters: dict[str, list[concurrent.futures.Future[Any]]] = {}
         self.agent_waiters: dict[str, tuple[str, str, concurrent.futures.Future[Any]]] = {}
         self._effects: list[Callable[[], None]] = []
+        self._started: list[pykka.ActorRef[Any]] = []
+        self._closing_subtree: set[str] = set()  # close_tree in progress: wake none of them
         self._events: list[Event] = []
         self._reply: concurrent.futures.Future[Any] | None = None
         self.closing = False
@@ -180,9 +187,11 @@ class SupervisorCore:
     def handle(self, call: Call) -> None:
         """Run one call and submit its transition; answer once it is committed."""
         self._reply = call.reply
-        self._effects, self._events = [], []
+        self._effects, self._events, self._started = [], [], []
         result: Any
         try:
+            if self.closing and call.method not in AFTER_CLOSE:
+                raise RuntimeClosed("the runtime is closing")
             result = getattr(self, "op_" + call.method)(*call.args)
             self._wake_drained()
         except RetinueError as exc:
@@ -190,16 +199,21 @@ class SupervisorCore:
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
             log.exception("supervisor call %s failed", call.method)
             result = exc
-        effects, events = self._effects, self._events
+        effects, events, started = self._effects, self._events, self._started
         reply = call.reply
         bus = self.bus
 
         def on_commit(error: BaseException | None) -> None:
             if error is not None:
+                for actor in started:  # their turns were never recorded
+                    actor.stop()
                 resolve_future(reply, StoreError(f"the store could not commit: {error}"))
                 return
             for effect in effects:
-                effect()
+                try:
+                    effect()
+                except Exception:  # one broken effect must not starve the others
+                    log.exception("an after-commit effect of %s failed", call.method)
             if events:
                 bus.publish(events)
             if result is not DEFERRED:
@@ -208,7 +222,7 @@ class SupervisorCore:
         try:
             self.store.submit(self.tree.take_writes(), on_commit)
         except RetinueError as exc:  # the store failed for good: say so, never hang
-            resolve_future(reply, exc)
+            on_commit(exc)
 
     def _after(self, effect: Callable[[], None]) -> None:
         self._effects.append(effect)

@@ -23,6 +23,7 @@ from retinue.actors.core import (
     resolve_future,
 )
 from retinue.errors import (
+    AgentBusy,
     AgentClosed,
     DedupKeyTooLong,
     MailboxFull,
@@ -63,9 +64,6 @@ class Routing(SupervisorCore):
                     f"{me.path} may message only its parent, children and siblings, "
                     f"not {target.path}"
                 )
-        if target.state is AgentState.CLOSED:
-            raise AgentClosed(f"{target.path} is closed")
-        self._check_size(content, "the message")
         sender_id = "" if me is None else me.id
         if dedup_key is not None:
             dedup_key = require_str(dedup_key, "dedup_key")
@@ -74,7 +72,10 @@ class Routing(SupervisorCore):
                 raise DedupKeyTooLong(f"dedup_key has {len(dedup_key)} characters; max is {cap}")
             original = self.tree.dedup.get((sender_id, dedup_key))
             if original is not None:
-                return original
+                return original  # a retry of an acknowledged send, even if it closed since
+        if target.state is AgentState.CLOSED:
+            raise AgentClosed(f"{target.path} is closed")
+        self._check_size(content, "the message")
         unread = len(self.tree.mailbox.get(target.id, {}))
         if unread >= self.limits.mailbox_capacity:
             raise MailboxFull(
@@ -137,6 +138,7 @@ class Routing(SupervisorCore):
             or not getattr(self.profiles.get(record.profile), "wake_on_completion", False)
             or self.closing
             or self.restoring
+            or agent_id in self._closing_subtree
         ):
             return
         if self.tree.undelivered.get(agent_id, 0) >= self.limits.pending_completions_per_agent:
@@ -194,14 +196,17 @@ class Routing(SupervisorCore):
         """Hand a routed completion to a waiting turn, or wake an idle recipient."""
         waiter = self.agent_waiters.get(recipient_id)
         if waiter is not None and waiter[0] == pending.completion.agent_id:
-            recipient = self.tree.agents[recipient_id]
-            self._deliver_to_waiter(recipient_id, lambda: self._take_completion(pending, recipient))
+            self._deliver_to_waiter(recipient_id, lambda: self._take_completion(pending))
             return
         self._maybe_wake(recipient_id)
 
-    def _take_completion(self, pending: CompletionRecord, recipient: AgentRecord) -> Completion:
-        self._deliver(pending)
-        return pending.completion
+    def _take_completion(self, pending: CompletionRecord) -> Completion:
+        """Mark a completion received by its waiting recipient (as it stands now)."""
+        done = pending.completion
+        current = self.tree.completions.get(done.agent_id, {}).get(done.generation, pending)
+        if not current.delivered:
+            self._deliver(current)
+        return done
 
     def _reroute(self, pending: CompletionRecord, heir: str | None) -> CompletionRecord:
         """Move a pending completion to a new recipient and publish it."""
@@ -254,9 +259,10 @@ class Routing(SupervisorCore):
             self.host_waiters.pop(agent_id, None)
             return
         if tree.agents[agent_id].state is AgentState.CLOSED:
+            closed = AgentClosed(f"{tree.agents[agent_id].path} is closed")
             for future in self.host_waiters.pop(agent_id):
                 if future.set_running_or_notify_cancel():
-                    future.set_exception(AgentClosed(f"{tree.agents[agent_id].path} is closed"))
+                    self._after(lambda f=future: f.set_exception(closed))  # type: ignore[misc]
 
     def op_host_wait(self, ref: Any) -> object:
         """Register a host wait for the agent's oldest completion the host has not received."""
@@ -265,6 +271,20 @@ class Routing(SupervisorCore):
         self.host_waiters.setdefault(record.id, []).append(self._reply)
         self._serve_host_waiters(record.id)
         return DEFERRED
+
+    def op_unreceive_host(self, agent_id: str, generation: int) -> None:
+        """The host lost a completion it was handed (its wait was cancelled): take it back.
+
+        It becomes the next completion a host wait on that agent receives.
+        """
+        record = self.tree.agents.get(agent_id)
+        done = self.tree.completions.get(agent_id, {}).get(generation)
+        if record is None or done is None or record.host_received != generation:
+            return  # compacted, or a later completion was received since: nothing to undo
+        if done.delivered and done.recipient_id is None:
+            self.tree.undeliver(done)
+        self._update(record, host_received=generation - 1, updated_at=record.updated_at)
+        self._serve_host_waiters(agent_id)
 
     def op_give_up_host_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
         """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
@@ -287,6 +307,12 @@ class Routing(SupervisorCore):
         child = self._find(me, ref)
         if child.parent_id != me.id:
             raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
+        current = self.agent_waiters.get(me.id)
+        if current is not None:
+            raise AgentBusy(
+                f"{me.path} already waits on {self.tree.agents[current[0]].path}; "
+                "a turn waits on one child at a time"
+            )
         take = self._next_event(me, child, kind)
         future = self._reply
         if take is not None:
@@ -306,7 +332,7 @@ class Routing(SupervisorCore):
         best: tuple[int, Callable[[], Any]] | None = None
         for pending in tree.pending_for(me.id):
             if pending.completion.agent_id == child.id:
-                best = (pending.seq, lambda p=pending: self._take_completion(p, me))
+                best = (pending.seq, lambda p=pending: self._take_completion(p))
                 break
         if kind == "any":
             for message in tree.unread(me.id):
@@ -365,6 +391,7 @@ class Routing(SupervisorCore):
         del self.agent_waiters[me.id]
         if not future.set_running_or_notify_cancel():
             return
-        child = self.tree.agents[waiter[0]]
-        timeout = WaitTimeout(f"no event from {child.path} within {seconds:g}s; it keeps running")
+        child = self.tree.agents.get(waiter[0])
+        what = waiter[0] if child is None else child.path
+        timeout = WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
         self._request_slot(SlotRequest(me.id, future, lambda: timeout))

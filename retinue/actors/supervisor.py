@@ -69,7 +69,7 @@ class Supervisor(Routing):
     # -- spawning ---------------------------------------------------------------
 
     def _check_spawn(
-        self, parent: AgentRecord | None, profile: Any, task: Any, name: Any, reserved: set[str]
+        self, parent: AgentRecord | None, profile: Any, task: Any, name: Any
     ) -> tuple[str, str, str]:
         profile = require_str(profile, "profile")
         require_str(task, "task")
@@ -95,23 +95,23 @@ class Supervisor(Routing):
         cap = self.limits.depth_cap
         if depth > cap:
             raise DepthLimitExceeded(f"{path} would be at depth {depth}; depth_cap is {cap}")
-        if path in self.tree.live_paths or path in reserved:
+        if path in self.tree.live_paths:
             raise DuplicateAgentPath(f"a live agent already holds {path}")
         parent_id = None if parent is None else parent.id
-        live = len(self.tree.live_children(parent_id)) + len(reserved)
+        live = len(self.tree.live_children(parent_id))
         if parent is not None and live >= self.limits.fanout_cap:
             raise FanoutLimitExceeded(
                 f"{parent_path} already has {live} live children; "
                 f"fanout_cap is {self.limits.fanout_cap}"
             )
-        if self.tree.live_count + len(reserved) >= self.limits.max_agents:
+        if self.tree.live_count >= self.limits.max_agents:
             raise AgentLimitExceeded(
                 f"the runtime already has {self.tree.live_count} live agents; "
                 f"max_agents is {self.limits.max_agents}"
             )
         if parent is not None:
             top = self.tree.top_of[parent.id]
-            in_tree = self.tree.tree_count.get(top, 0) + len(reserved)
+            in_tree = self.tree.tree_count.get(top, 0)
             if in_tree >= self.limits.max_tree_agents:
                 raise AgentLimitExceeded(
                     f"the tree of {self.tree.agents[top].path} already has {in_tree} live "
@@ -125,9 +125,8 @@ class Supervisor(Routing):
         profile: str,
         task: str,
         name: str | None,
-        reserved: set[str],
     ) -> AgentInfo:
-        agent_id, name, path = self._check_spawn(parent, profile, task, name, reserved)
+        agent_id, name, path = self._check_spawn(parent, profile, task, name)
         now = time.time()
         record = AgentRecord(
             id=agent_id,
@@ -163,7 +162,7 @@ class Supervisor(Routing):
         parent = me
         if me is None and parent_ref not in (None, paths.ROOT):
             parent = self._find(None, parent_ref)
-        return self._spawn(parent, profile, task, name, set())
+        return self._spawn(parent, profile, task, name)
 
     def op_spawn_many(
         self, sender: Sender, requests: list[tuple[Any, Any, Any]]
@@ -177,7 +176,7 @@ class Supervisor(Routing):
         results: list[AgentInfo | RetinueError] = []
         for profile, task, name in requests:
             try:
-                results.append(self._spawn(me, profile, task, name, set()))
+                results.append(self._spawn(me, profile, task, name))
             except RetinueError as exc:
                 results.append(exc)
         return results
@@ -222,6 +221,15 @@ class Supervisor(Routing):
         task, reason = self.pending_turn.pop(agent_id)
         tree = self.tree
         record = self._update(tree.agents[agent_id], state=AgentState.RUNNING)
+        try:
+            actor = AgentActor.start(
+                self.runners[record.profile], self._settle_teller(), self.limits.output_max_bytes
+            )
+        except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
+            error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
+            self._finish_turn(record, None, error, pump=False)
+            return
+        self._started.append(actor)
         now = record.updated_at
         inbox: list[tuple[int, Message]] = []
         for message in tree.unread(agent_id):
@@ -231,31 +239,20 @@ class Supervisor(Routing):
             self._deliver(pending)
             inbox.append((pending.seq, self._completion_message(pending, record)))
         inbox.sort(key=lambda item: item[0])
-        profile = self.profiles[record.profile]
         turn = Turn(
             caller=self.caller,
             agent=info_of(record),
             task=task,
             messages=[m for _, m in inbox],
             reason=reason,
-            instructions=profile.instructions,
+            instructions=self.profiles[record.profile].instructions,
             limits=self.limits,
         )
-        handle = TurnHandle(generation=record.generation, turn=turn)
-        self.turns[agent_id] = handle
+        self.turns[agent_id] = TurnHandle(generation=record.generation, turn=turn, actor=actor)
         self.active.add(agent_id)
         self._emit(
             TurnStarted(agent_id=agent_id, path=record.path, at=now, generation=record.generation)
         )
-        settle = self._settle_teller()
-        try:
-            handle.actor = AgentActor.start(
-                self.runners[record.profile], settle, self.limits.output_max_bytes
-            )
-        except Exception as exc:  # thread ceiling: the turn fails, the runtime goes on
-            self._finish_turn(record, None, f"{type(exc).__name__}: cannot start actor: {exc}")
-            return
-        actor = handle.actor
         self._after(lambda: actor.tell(turn))
 
     def _settle_teller(self) -> Callable[[str, int, str | None, str | None], None]:
@@ -283,13 +280,16 @@ class Supervisor(Routing):
             return  # a late result of an interrupted turn: discarded
         self._finish_turn(record, output, error)
 
-    def _finish_turn(self, record: AgentRecord, output: str | None, error: str | None) -> None:
+    def _finish_turn(
+        self, record: AgentRecord, output: str | None, error: str | None, *, pump: bool = True
+    ) -> None:
         self._release(record.id, TurnInterrupted("the turn ended"))
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
         state = AgentState.COMPLETED if error is None else AgentState.FAILED
         record = self._update(record, state=state, output=output, error=error)
         self._emit_completion(record, status)
-        self._pump()
+        if pump:
+            self._pump()
         self._maybe_wake(record.id)
 
     def _release(self, agent_id: str, why: RetinueError) -> None:
@@ -298,11 +298,12 @@ class Supervisor(Routing):
         self.active.discard(agent_id)
         waiter = self.agent_waiters.pop(agent_id, None)
         if waiter is not None and waiter[2].set_running_or_notify_cancel():
-            waiter[2].set_exception(why)
+            future = waiter[2]
+            self._after(lambda: future.set_exception(why))
         if any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
-                if request.agent_id == agent_id:
-                    resolve_future(request.future, why)  # its event stays pending
+                if request.agent_id == agent_id:  # its event stays pending
+                    self._after(lambda f=request.future: resolve_future(f, why))  # type: ignore[misc]
             self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
 
     # -- lifecycle ------------------------------------------------------------------
@@ -391,6 +392,10 @@ class Supervisor(Routing):
             else:
                 self._offer(heir, moved)
         self._serve_host_waiters(record.id)
+        waiter = None if record.parent_id is None else self.agent_waiters.get(record.parent_id)
+        if waiter is not None and waiter[0] == record.id:
+            closed = AgentClosed(f"{record.path} was closed while its parent waited on it")
+            self._deliver_to_waiter(waiter_id=record.parent_id or "", take=lambda: closed)
         return record
 
     def op_close(self, sender: Sender, ref: Any) -> AgentInfo:
@@ -404,10 +409,12 @@ class Supervisor(Routing):
         record = self._target(me, ref, "close")
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is already closed")
-        return [
-            info_of(self._close(self.tree.agents[i]))
-            for i in self.tree.descendants_postorder(record.id)
-        ]
+        order = self.tree.descendants_postorder(record.id)
+        self._closing_subtree = set(order)  # a parent about to close is not woken
+        try:
+            return [info_of(self._close(self.tree.agents[i])) for i in order]
+        finally:
+            self._closing_subtree = set()
 
     # -- reads ------------------------------------------------------------------------
 
@@ -465,17 +472,22 @@ class Supervisor(Routing):
         return interrupted
 
     def op_shutdown(self) -> list[pykka.ActorRef[Any]]:
-        """Interrupt every queued and running turn; return the actors still running."""
+        """Interrupt every queued and running turn; return the actors still running.
+
+        ``closing`` is set first, so no interrupt frees a slot for another turn
+        or wakes a parent on the way out.
+        """
+        self.closing = True
         actors = [h.actor for h in self.turns.values() if h.actor is not None]
         for agent_id in list(self.queue) + list(self.turns):
             record = self.tree.agents[agent_id]
             if record.state in BUSY:
                 self._interrupt(record)
-        self.closing = True
+        failure = RuntimeClosed("the runtime closed during the wait")
         for waiters in self.host_waiters.values():
             for future in waiters:
                 if future.set_running_or_notify_cancel():
-                    future.set_exception(RuntimeClosed("the runtime closed during the wait"))
+                    self._after(lambda f=future: f.set_exception(failure))  # type: ignore[misc]
         self.host_waiters.clear()
         return actors
 

@@ -49,8 +49,9 @@ class Tree:
         # Unread messages per recipient, in arrival (seq) order.
         self.mailbox: dict[str, dict[int, MessageRecord]] = {}
         self.dedup: dict[tuple[str, str], Message] = {}
-        # Read messages still stored, oldest read first: (read_at, recipient, seq, dedup).
-        self.read_log: deque[tuple[float, str, int, tuple[str, str] | None]] = deque()
+        # Read messages still stored, oldest read first:
+        # (read_at, recipient, seq, dedup key, generation of the turn that read it).
+        self.read_log: deque[tuple[float, str, int, tuple[str, str] | None, int]] = deque()
         # Undelivered completions per recipient key, in routing order.
         self.pending: dict[str, dict[str, CompletionRecord]] = {HOST: {}}
         # Every known completion per agent and generation.
@@ -81,6 +82,11 @@ class Tree:
         """Insert or update an agent, keeping every index in step."""
         old = self.agents.get(record.id)
         self.agents[record.id] = record
+        if old is None:
+            parent_id = record.parent_id
+            self.top_of[record.id] = (
+                record.id if parent_id is None else self.top_of.get(parent_id, parent_id)
+            )
         if old is None and record.state is not AgentState.CLOSED:
             self._index_live(record)
         elif (
@@ -96,8 +102,7 @@ class Tree:
     def _index_live(self, record: AgentRecord) -> None:
         self.live_paths[record.path] = record.id
         self.live_children(record.parent_id).add(record.id)
-        top = record.id if record.parent_id is None else self.top_of[record.parent_id]
-        self.top_of[record.id] = top
+        top = self.top_of[record.id]
         self.tree_count[top] = self.tree_count.get(top, 0) + 1
         self.live_count += 1
 
@@ -172,7 +177,7 @@ class Tree:
     def _log_read(self, record: MessageRecord, at: float) -> None:
         message = record.message
         dedup = None if message.dedup_key is None else (message.sender_id, message.dedup_key)
-        self.read_log.append((at, message.recipient_id, record.seq, dedup))
+        self.read_log.append((at, message.recipient_id, record.seq, dedup, record.read_generation))
 
     def unread(self, agent_id: str) -> list[MessageRecord]:
         """Return the agent's unread messages in arrival order."""
@@ -212,6 +217,16 @@ class Tree:
         self.completions[completion.agent_id][completion.generation] = done
         self._write_completion(done)
         return done
+
+    def undeliver(self, record: CompletionRecord) -> CompletionRecord:
+        """Put a delivered completion back in its recipient's pending queue."""
+        completion = record.completion
+        back = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
+        self.pending.setdefault(recipient_key(record.recipient_id), {})[completion.id] = back
+        self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
+        self.completions[completion.agent_id][completion.generation] = back
+        self._write_completion(back)
+        return back
 
     def reroute(self, record: CompletionRecord, recipient_id: str | None) -> CompletionRecord:
         """Move a pending completion to another recipient."""

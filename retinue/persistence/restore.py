@@ -16,6 +16,8 @@ Diagnostic codes (stable, for tooling):
 - ``path_collision``: two live agents share a path; the later one was renamed
   to its derived name (kept, rewritten).
 - ``path_rewritten``: a stored path disagreed with its parent's; rewritten.
+- ``live_under_closed``: a live agent whose parent is closed (a store written
+  by a faulty writer); kept, and routed to its nearest live ancestor.
 - ``dangling_message`` / ``dangling_completion``: the record belongs to an
   agent that was not restored.
 """
@@ -173,6 +175,15 @@ def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
                 out.rewritten.append(record)
             if record.state is not AgentState.CLOSED:
                 live_paths.add(path)
+                parent = kept.get(parent_id) if parent_id is not None else None
+                if parent is not None and parent.state is AgentState.CLOSED:
+                    diag(
+                        "agents",
+                        agent_id,
+                        "live_under_closed",
+                        f"{path} is live under closed {parent.path}; kept, its completions go "
+                        "to the nearest live ancestor",
+                    )
             kept[agent_id] = record
             out.agents.append(record)
             frontier.append((agent_id, path, depth))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import os
 import queue
 import threading
@@ -92,6 +93,7 @@ class _Item:
 
 _STOP = object()
 _FLUSH = object()
+log = logging.getLogger("retinue.store")
 
 
 class Store:
@@ -175,13 +177,18 @@ class Store:
     # -- opening ---------------------------------------------------------
 
     def _grow_on_full(self, step: Callable[[], _T]) -> _T:
-        """Run an opening step, doubling a map too small to hold even that."""
+        """Run an opening step, doubling a map too small to hold even that.
+
+        A reader adopts a map another process has grown meanwhile.
+        """
         while True:
             try:
                 return step()
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
                 self.stats.map_growths += 1
+            except lmdb.MapResizedError:  # a writer elsewhere grew it: adopt its size
+                self.env.set_mapsize(0)
 
     def refuse_newer(self) -> None:
         """Raise if the store was written by a newer schema (readers check this).
@@ -246,11 +253,12 @@ class Store:
 
     def _read_txn(self) -> Any:
         """Begin a read transaction, adopting a map another process has grown."""
-        try:
-            return self.env.begin(buffers=False)
-        except lmdb.MapResizedError:
-            self.env.set_mapsize(0)  # 0 adopts the size the writer set
-            return self.env.begin(buffers=False)
+        for _ in range(100):  # the writer may grow the map again between two tries
+            try:
+                return self.env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)  # 0 adopts the size the writer set
+        return self.env.begin(buffers=False)
 
     # -- writing ---------------------------------------------------------
 
@@ -346,8 +354,9 @@ class Store:
 
     def _commit_group(self, group: list[_Item]) -> None:
         writes = [w for item in group for w in item.writes]
-        error: BaseException | None = None
-        if writes:
+        # Transitions queued behind a failed one were built on its state: refuse them too.
+        error: BaseException | None = self._failed
+        if writes and error is None:
             try:
                 self._commit(writes)
             except Exception as exc:
@@ -358,9 +367,7 @@ class Store:
             try:
                 item.callback(error)
             except Exception:  # a callback must never kill the writer
-                import traceback
-
-                traceback.print_exc()
+                log.exception("a commit callback failed")
 
     def _commit(self, writes: list[Write]) -> None:
         dbs = self._dbs
