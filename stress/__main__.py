@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress import bench_commit, bench_lifecycle, bench_reopen, crash
+from stress import bench_commit, bench_lifecycle, bench_reopen, crash, statemachine
 
 
 def machine() -> dict[str, Any]:
@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="short, seeded run for CI")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kills", type=int, default=None, help="crash rounds")
-    parser.add_argument("--only", choices=["crash", "commit", "reopen", "lifecycle"])
+    parser.add_argument(
+        "--only", choices=["crash", "statemachine", "commit", "reopen", "lifecycle"]
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     kills = args.kills if args.kills is not None else (4 if quick else 200)
@@ -71,6 +73,17 @@ def main(argv: list[str] | None = None) -> int:
                 print("  PROBLEM:", problem)
             failed = failed or bool(problems)
 
+    if args.only in (None, "statemachine"):
+        row = statemachine.run(25 if quick else 200, 30 if quick else 50, args.seed)
+        report["statemachine"] = row
+        _table(
+            "state machine: hypothesis rules over live actors, with reopen",
+            {**row, "problems": len(row["problems"])},
+        )
+        for problem in row["problems"][:5]:
+            print("  PROBLEM:", problem)
+        failed = failed or bool(row["problems"])
+
     if args.only in (None, "commit"):
         row = bench_commit.run(32, 40 if quick else 300)
         report["commit"] = row
@@ -91,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
     (out / name).write_text(json.dumps(report, indent=2))
     print(f"\nwrote stress/results/{name}")
-    parts = [k for k in ("crash", "commit", "lifecycle", "reopen") if k in report]
-    bad = 1 if failed else 0
+    parts = [k for k in ("crash", "statemachine", "commit", "lifecycle", "reopen") if k in report]
+    bad = sum(
+        1
+        for k in ("crash", "statemachine")
+        if k in report and report[k].get("problems", report[k].get("problem_list"))
+    )
     print(f"stress: {len(parts) - bad} passed, {bad} failed")
     return 1 if failed else 0
 
