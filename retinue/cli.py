@@ -118,6 +118,7 @@ def _demo(args: argparse.Namespace) -> int:
         completion = done[0]
         assert isinstance(completion, Completion)
         count = sum(1 for a in rt.agents() if a.path.startswith(info.path))
+    console.print()
     console.print(f"[green]{completion.status}[/]: {completion.output}")
     console.print(
         f"{count} agents settled in {elapsed:.2f}s; inspect with: retinue tree {args.store}"
