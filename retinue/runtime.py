@@ -36,6 +36,7 @@ from retinue.errors import (
     RuntimeClosed,
     StoreReadOnly,
     StoreVersionError,
+    UnknownAgent,
 )
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
@@ -321,8 +322,6 @@ class Runtime:
             tree = self._read_tree()
             record = tree.agents.get(ref) or tree.agents.get(tree.live_paths.get(ref, ""))
             if record is None:
-                from retinue.errors import UnknownAgent
-
                 raise UnknownAgent(f"no agent {ref!r}")
             return info_of(record)
         info: AgentInfo = self._call("get", None, ref)

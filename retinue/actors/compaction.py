@@ -56,7 +56,7 @@ def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
     removed = 0
     while log and (len(log) > keep or log[0][0] < horizon):
         _, recipient_id, seq, dedup, generation = log[0]
-        if _held_by_running_turn(tree, recipient_id, generation):
+        if tree.held_by_running_turn(recipient_id, generation):
             break
         log.popleft()
         tree.writes.append(("messages", message_key(recipient_id, seq), None))
@@ -64,13 +64,6 @@ def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
             tree.dedup.pop(dedup, None)
         removed += 1
     return removed
-
-
-def _held_by_running_turn(tree: Tree, recipient_id: str | None, generation: int) -> bool:
-    agent = None if recipient_id is None else tree.agents.get(recipient_id)
-    return (
-        agent is not None and agent.state is AgentState.RUNNING and generation == agent.generation
-    )
 
 
 def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, int]:
@@ -140,9 +133,7 @@ def _compact_completions(tree: Tree, horizon: float) -> int:
             if (
                 record.delivered
                 and record.completion.created_at < horizon
-                and not _held_by_running_turn(
-                    tree, record.recipient_id, record.delivered_generation
-                )
+                and not tree.held_by_running_turn(record.recipient_id, record.delivered_generation)
             ):
                 del done[generation]
                 tree.writes.append(("completions", completion_key(agent_id, generation), None))

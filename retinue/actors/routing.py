@@ -169,7 +169,6 @@ class Routing(SupervisorCore):
             completion=completion, recipient_id=recipient, seq=tree.next_seq()
         )
         tree.add_completion(pending)
-        recipient_path = paths.ROOT if recipient is None else tree.agents[recipient].path
         self._emit(
             TurnSettled(
                 agent_id=record.id,
@@ -179,15 +178,7 @@ class Routing(SupervisorCore):
                 status=status,
             )
         )
-        self._emit(
-            CompletionRouted(
-                agent_id=record.id,
-                path=record.path,
-                at=now,
-                completion_id=completion.id,
-                recipient=recipient_path,
-            )
-        )
+        self._emit_routed(completion, recipient, now)
         self._serve_host_waiters(record.id)
         if recipient is not None:
             self._offer(recipient, pending)
@@ -211,17 +202,20 @@ class Routing(SupervisorCore):
     def _reroute(self, pending: CompletionRecord, heir: str | None) -> CompletionRecord:
         """Move a pending completion to a new recipient and publish it."""
         moved = self.tree.reroute(pending, heir)
-        completion = moved.completion
+        self._emit_routed(moved.completion, heir, time.time())
+        return moved
+
+    def _emit_routed(self, completion: Completion, recipient: str | None, at: float) -> None:
+        """Publish that ``completion`` now waits for ``recipient`` (None: the host)."""
         self._emit(
             CompletionRouted(
                 agent_id=completion.agent_id,
                 path=completion.path,
-                at=time.time(),
+                at=at,
                 completion_id=completion.id,
-                recipient=paths.ROOT if heir is None else self.tree.agents[heir].path,
+                recipient=paths.ROOT if recipient is None else self.tree.agents[recipient].path,
             )
         )
-        return moved
 
     def _deliver(self, pending: CompletionRecord) -> CompletionRecord:
         """Mark a completion received; its agent's backlog shrank, so it may wake."""

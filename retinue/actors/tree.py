@@ -267,7 +267,11 @@ class Tree:
             self.seq = max(self.seq, completion.seq)
             self.add_completion(self._replay_completion(completion), persist=False)
 
-    def _killed_turn(self, recipient_id: str | None, generation: int) -> bool:
+    def held_by_running_turn(self, recipient_id: str | None, generation: int) -> bool:
+        """True if the running turn ``generation`` of ``recipient_id`` received the input.
+
+        Such inputs are replayed to the next turn if a crash kills this one.
+        """
         agent = None if recipient_id is None else self.agents.get(recipient_id)
         return (
             agent is not None
@@ -278,7 +282,9 @@ class Tree:
 
     def _replay_message(self, record: MessageRecord) -> MessageRecord:
         message = record.message
-        if not (record.read and self._killed_turn(message.recipient_id, record.read_generation)):
+        if not (
+            record.read and self.held_by_running_turn(message.recipient_id, record.read_generation)
+        ):
             return record
         record = msgspec.structs.replace(record, read=False, read_at=None, read_generation=0)
         self.writes.append(
@@ -288,7 +294,8 @@ class Tree:
 
     def _replay_completion(self, record: CompletionRecord) -> CompletionRecord:
         if not (
-            record.delivered and self._killed_turn(record.recipient_id, record.delivered_generation)
+            record.delivered
+            and self.held_by_running_turn(record.recipient_id, record.delivered_generation)
         ):
             return record
         record = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
