@@ -137,7 +137,7 @@ def _tree(args: argparse.Namespace) -> int:
         for diag in rt.diagnostics:
             console.print(f"[yellow]diagnostic[/] {diag.code} {diag.key}: {diag.message}")
     finally:
-        rt.close()
+        rt.shutdown()
     return 0
 
 

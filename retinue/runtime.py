@@ -1,9 +1,12 @@
 """The host-facing facade: open a store, spawn agents, wait, message, close.
 
-``Runtime`` is thread-safe: every call becomes one request in the supervisor
-actor's inbox and is answered through a future once its transition is
-committed. The ``*_async`` methods bridge those futures into asyncio without
-blocking the event loop.
+``Runtime`` is thread-safe and thin: every call builds one typed command
+(:mod:`retinue.actors.commands`) and hands it to the supervisor actor, or, on
+a read-only runtime, to a :class:`~retinue.actors.reader.StoreReader`; either
+answers through a future. Each sync method and its ``*_async`` twin are one
+line over the same command: the sync one waits on the future, the async one
+awaits it through ``asyncio.wrap_future``, so it never blocks an event loop.
+Start-up wiring lives below, in :mod:`retinue.actors.boot`.
 """
 
 from __future__ import annotations
@@ -19,60 +22,57 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import pykka
 
+from retinue.actors.boot import boot, profile_table, read_diagnostics
+from retinue.actors.commands import (
+    HOST,
+    Agents,
+    Barrier,
+    Close,
+    CloseTree,
+    Command,
+    Compact,
+    Envelope,
+    FollowUp,
+    Get,
+    GiveUpWait,
+    Interrupt,
+    Resume,
+    Send,
+    Shutdown,
+    Spawn,
+    Unreceive,
+    Wait,
+)
 from retinue.actors.compaction import CompactionReport
-from retinue.actors.core import AFTER_CLOSE
 from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile, Runner
-from retinue.actors.supervisor import Call, Supervisor, SupervisorActor, info_of
-from retinue.actors.tree import Tree
+from retinue.actors.reader import StoreReader
 from retinue.actors.turn import resolve_timeout, wait_result
 from retinue.errors import (
+    ArgumentTypeError,
     ConfigurationError,
     RetinueError,
     RuntimeClosed,
-    StoreReadOnly,
-    StoreVersionError,
-    UnknownAgent,
 )
-from retinue.persistence.restore import Diagnostic, restore
+from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
-from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
-from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
+from retinue.protocol.messages import AgentInfo, Completion, Message
 
 __all__ = ["Runtime"]
 
 CLOSE_GRACE_S = 5.0
+R = TypeVar("R")
+_NO_REF: Any = object()  # close() called without an agent reference
 
 
 def _fail(future: concurrent.futures.Future[Any], error: BaseException) -> None:
     if future.set_running_or_notify_cancel():
         future.set_exception(error)
-
-
-def _profile_table(
-    profiles: Iterable[Profile], runner: Runner | None, limits: Limits
-) -> tuple[dict[str, Profile], dict[str, Runner]]:
-    table: dict[str, Profile] = {}
-    runners: dict[str, Runner] = {}
-    for profile in profiles:
-        if not isinstance(profile, Profile):
-            raise ConfigurationError(f"profiles must be Profile objects, not {profile!r}")
-        if profile.name in table:
-            raise ConfigurationError(f"profile {profile.name!r} is defined twice")
-        chosen = profile.runner or runner
-        if chosen is None:
-            raise ConfigurationError(
-                f"profile {profile.name!r} has no runner and the runtime has no default runner"
-            )
-        table[profile.name] = profile
-        runners[profile.name] = chosen
-    validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
-    return table, runners
 
 
 class Runtime:
@@ -86,6 +86,7 @@ class Runtime:
         self.diagnostics: list[Diagnostic] = []
         self._store: Store | None = None
         self._actor: pykka.ActorRef[Any] | None = None
+        self._reader: StoreReader | None = None
         self._bus = EventBus()
         self._lock = threading.Lock()
         self._closed = False
@@ -117,6 +118,9 @@ class Runtime:
         transition alone (for benchmarks). Agents that
         were queued or running when the store was last used come back
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
+        ``readonly=True`` opens an existing store beside its writer: reads
+        (``get``, ``agents``, ``backup``) work, every change raises
+        ``StoreReadOnly``.
 
         Raises:
             ConfigurationError: a profile without a runner, or defined twice.
@@ -134,12 +138,13 @@ class Runtime:
             rt._store = Store(rt.path, readonly=True)
             try:
                 rt._store.refuse_newer()
-            except StoreVersionError:
+                rt.diagnostics = read_diagnostics(rt._store, rt.limits)
+            except BaseException:
                 rt._store.close()
                 raise
-            rt.diagnostics = list(restore(rt._store.snapshot(), rt.limits.depth_cap).diagnostics)
+            rt._reader = StoreReader(rt._store, rt.limits)
             return rt
-        rt._profiles, runners = _profile_table(profiles, runner, rt.limits)
+        rt._profiles, runners = profile_table(profiles, runner, rt.limits)
         if path is None:
             rt.path = Path(tempfile.mkdtemp(prefix="retinue-"))
             rt._temporary = True
@@ -148,75 +153,60 @@ class Runtime:
         store = Store(rt.path, durability=durability, map_size=map_size, group_commit=group_commit)
         rt._store = store
         try:
-            restored = restore(store.snapshot(), rt.limits.depth_cap)
-            rt.diagnostics = list(restored.diagnostics) + [
-                Diagnostic(
-                    database="meta",
-                    key="schema_version",
-                    code="migrated",
-                    message=f"store migrated from schema version {v}",
-                )
-                for v in store.migrated_from
-            ]
-            tree = Tree()
-            tree.load(restored.agents, restored.messages, restored.completions)
-            for record in restored.rewritten:
-                tree.put_agent(record)
-            rt._actor = SupervisorActor.start()
-            core = Supervisor(
-                store=store,
-                tree=tree,
+            booted = boot(
+                store,
                 profiles=rt._profiles,
                 runners=runners,
                 limits=rt.limits,
                 bus=rt._bus,
                 caller=rt._submit,
             )
-            core.recover()
-            store.write_now(tree.take_writes())
-            rt._actor.tell(("attach", core))
-            rt._compactor = threading.Thread(
-                target=rt._compact_loop, name="retinue-compactor", daemon=True
-            )
-            rt._compactor.start()
         except BaseException:
-            if rt._actor is not None:
-                rt._actor.stop()
             store.close()
             raise
+        rt._actor = booted.actor
+        rt.diagnostics = booted.diagnostics
+        rt._compactor = threading.Thread(
+            target=rt._compact_loop, name="retinue-compactor", daemon=True
+        )
+        rt._compactor.start()
         return rt
 
     # -- plumbing --------------------------------------------------------------
 
     def _submit(
-        self, method: str, *args: Any, reply: concurrent.futures.Future[Any] | None = None
+        self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
     ) -> concurrent.futures.Future[Any]:
+        """Hand ``command`` to the supervisor (or the reader); return the future it answers.
+
+        Raises:
+            StoreReadOnly: a change on a read-only runtime.
+            RuntimeClosed: the runtime is closed, or closing and the command is
+                not served while it closes.
+        """
+        if self._reader is not None:
+            return self._reader.submit(command)
         future: concurrent.futures.Future[Any] = reply or concurrent.futures.Future()
-        if self.readonly:
-            raise StoreReadOnly(f"runtime on {self.path} is read-only; {method} is refused")
         with self._lock:
             if self._actor is None or self._closed:
                 raise RuntimeClosed("the runtime is closed")
-            if self._closing and method not in AFTER_CLOSE:
+            if self._closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")
             try:
-                self._actor.tell(Call(method, args, future))
+                self._actor.tell(Envelope(command, future))
             except pykka.ActorDeadError:
                 raise RuntimeClosed("the runtime's supervisor has stopped") from None
         return future
 
-    def _call(self, method: str, *args: Any) -> Any:
-        return self._submit(method, *args).result()
+    def _ask(self, command: Command[R]) -> R:
+        """Submit ``command`` and block until it is answered (committed)."""
+        result: R = self._submit(command).result()
+        return result
 
-    async def _call_async(self, method: str, *args: Any) -> Any:
-        return await asyncio.wrap_future(self._submit(method, *args))
-
-    def _read_tree(self) -> Tree:
-        assert self._store is not None
-        restored = restore(self._store.snapshot(), self.limits.depth_cap)
-        tree = Tree()
-        tree.load(restored.agents, restored.messages, restored.completions)
-        return tree
+    async def _ask_async(self, command: Command[R]) -> R:
+        """Submit ``command`` and await its answer without blocking the loop."""
+        result: R = await asyncio.wrap_future(self._submit(command))
+        return result
 
     # -- host API ----------------------------------------------------------------
 
@@ -229,8 +219,7 @@ class Runtime:
             UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
             FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent.
         """
-        info: AgentInfo = self._call("spawn", None, profile, task, name, parent)
-        return info
+        return self._ask(Spawn(HOST, profile, task, name, parent))
 
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
         """Return the completion of the agent's oldest turn the host has not received.
@@ -243,7 +232,7 @@ class Runtime:
         """
         seconds = resolve_timeout(timeout, self.limits)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._submit("host_wait", ref, reply=future)
+        self._submit(Wait(HOST, ref), reply=future)
         result: Completion = wait_result(
             future, seconds, lambda: self._give_up_wait(future, seconds)
         )
@@ -251,7 +240,7 @@ class Runtime:
 
     def _give_up_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
         try:
-            self._submit("give_up_host_wait", future, seconds)
+            self._submit(GiveUpWait(HOST, future, seconds))
         except RetinueError as exc:  # closed meanwhile: nobody will answer the wait
             _fail(future, exc)
 
@@ -263,8 +252,7 @@ class Runtime:
         Raises:
             MessageTooLarge, DedupKeyTooLong, MailboxFull, AgentClosed, UnknownAgent.
         """
-        message: Message = self._call("send", None, ref, content, dedup_key)
-        return message
+        return self._ask(Send(HOST, ref, content, dedup_key))
 
     def follow_up(self, ref: str, task: str) -> AgentInfo:
         """Queue a new turn for an idle agent.
@@ -273,8 +261,7 @@ class Runtime:
             AgentBusy: a turn is queued or running. AgentClosed: it is closed.
             CompletionBacklogFull: too many of its completions are unreceived.
         """
-        info: AgentInfo = self._call("follow_up", None, ref, task)
-        return info
+        return self._ask(FollowUp(HOST, ref, task))
 
     def resume(self, ref: str) -> AgentInfo:
         """Re-run an interrupted agent's task as a new turn.
@@ -282,35 +269,27 @@ class Runtime:
         Raises:
             AgentStateError: the agent is not interrupted.
         """
-        info: AgentInfo = self._call("resume", None, ref)
-        return info
+        return self._ask(Resume(HOST, ref))
 
     def interrupt(self, ref: str) -> AgentInfo:
         """Cancel an agent's queued or running turn; it settles ``interrupted`` at once."""
-        info: AgentInfo = self._call("interrupt", None, ref)
-        return info
+        return self._ask(Interrupt(HOST, ref))
 
-    def close(self, ref: str | None = None) -> Any:
-        """Close agent ``ref``; with no argument, close the runtime itself.
+    def close(self, ref: str = _NO_REF) -> AgentInfo:
+        """Close agent ``ref``: interrupt its turn first, then free its name.
 
-        Closing an agent interrupts its turn first and frees its name.
-        Closing the runtime interrupts running turns, waits a bounded time
-        for runner threads, persists everything and stops every actor.
+        To close the runtime itself use :meth:`shutdown` (or a ``with`` block).
 
         Raises:
+            ArgumentTypeError: no agent reference (or None) was given.
             ActiveDescendants: the agent still has live children.
             AgentClosed: it is already closed.
         """
-        if ref is None:
-            self.shutdown()
-            return None
-        info: AgentInfo = self._call("close", None, ref)
-        return info
+        return self._ask(Close(HOST, _agent_ref(ref, "close")))
 
     def close_tree(self, ref: str) -> list[AgentInfo]:
         """Close an agent and its whole live subtree, children first; return them in order."""
-        infos: list[AgentInfo] = self._call("close_tree", None, ref)
-        return infos
+        return self._ask(CloseTree(HOST, ref))
 
     def get(self, ref: str) -> AgentInfo:
         """Return an agent by id or live path.
@@ -318,24 +297,11 @@ class Runtime:
         Raises:
             UnknownAgent: no such agent.
         """
-        if self.readonly:
-            tree = self._read_tree()
-            record = tree.agents.get(ref) or tree.agents.get(tree.live_paths.get(ref, ""))
-            if record is None:
-                raise UnknownAgent(f"no agent {ref!r}")
-            return info_of(record)
-        info: AgentInfo = self._call("get", None, ref)
-        return info
+        return self._ask(Get(HOST, ref))
 
     def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
         """Return every agent, oldest first; closed ones only with ``include_closed``."""
-        if self.readonly:
-            records = sorted(self._read_tree().agents.values(), key=lambda r: r.created_at)
-            return [
-                info_of(r) for r in records if include_closed or r.state is not AgentState.CLOSED
-            ]
-        infos: list[AgentInfo] = self._call("agents", include_closed)
-        return infos
+        return self._ask(Agents(HOST, include_closed))
 
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every committed transition; return unsubscribe.
@@ -347,8 +313,7 @@ class Runtime:
     def backup(self, dest: str | os.PathLike[str]) -> Path:
         """Write a compacted hot copy of the live store to ``dest``; return its path."""
         assert self._store is not None
-        if not self.readonly:
-            self._call("barrier")
+        self._ask(Barrier())
         return self._store.backup(dest)
 
     def compact(self) -> CompactionReport:
@@ -357,13 +322,12 @@ class Runtime:
         Removes closed agents, read messages and delivered completions beyond
         the ``retain_*`` limits; never anything unread, undelivered or live.
         """
-        report: CompactionReport = self._call("compact")
-        return report
+        return self._ask(Compact())
 
     def _compact_loop(self) -> None:
         while not self._stopping.wait(self.limits.compact_interval_s):
             try:
-                self._submit("compact")
+                self._submit(Compact())
             except RetinueError:
                 return
 
@@ -373,14 +337,13 @@ class Runtime:
         self, profile: str, task: str, *, name: str | None = None, parent: str = "/root"
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
-        info: AgentInfo = await self._call_async("spawn", None, profile, task, name, parent)
-        return info
+        return await self._ask_async(Spawn(HOST, profile, task, name, parent))
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
         """Like :meth:`wait`, without blocking the event loop."""
         seconds = resolve_timeout(timeout, self.limits)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._submit("host_wait", ref, reply=future)
+        self._submit(Wait(HOST, ref), reply=future)
         waiting = asyncio.wrap_future(future)
         try:
             done, _ = await asyncio.wait({waiting}, timeout=seconds)
@@ -400,54 +363,43 @@ class Runtime:
             return
         completion: Completion = future.result()
         with contextlib.suppress(RetinueError):
-            self._submit("unreceive_host", completion.agent_id, completion.generation)
+            self._submit(Unreceive(completion.agent_id, completion.generation))
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
-        message: Message = await self._call_async("send", None, ref, content, dedup_key)
-        return message
+        return await self._ask_async(Send(HOST, ref, content, dedup_key))
 
     async def follow_up_async(self, ref: str, task: str) -> AgentInfo:
         """Like :meth:`follow_up`, without blocking the event loop."""
-        info: AgentInfo = await self._call_async("follow_up", None, ref, task)
-        return info
+        return await self._ask_async(FollowUp(HOST, ref, task))
 
     async def interrupt_async(self, ref: str) -> AgentInfo:
         """Like :meth:`interrupt`, without blocking the event loop."""
-        info: AgentInfo = await self._call_async("interrupt", None, ref)
-        return info
+        return await self._ask_async(Interrupt(HOST, ref))
 
-    async def close_async(self, ref: str) -> AgentInfo:
+    async def close_async(self, ref: str = _NO_REF) -> AgentInfo:
         """Like :meth:`close` of an agent, without blocking the event loop."""
-        info: AgentInfo = await self._call_async("close", None, ref)
-        return info
+        return await self._ask_async(Close(HOST, _agent_ref(ref, "close_async")))
 
     async def resume_async(self, ref: str) -> AgentInfo:
         """Like :meth:`resume`, without blocking the event loop."""
-        info: AgentInfo = await self._call_async("resume", None, ref)
-        return info
+        return await self._ask_async(Resume(HOST, ref))
 
     async def close_tree_async(self, ref: str) -> list[AgentInfo]:
         """Like :meth:`close_tree`, without blocking the event loop."""
-        infos: list[AgentInfo] = await self._call_async("close_tree", None, ref)
-        return infos
+        return await self._ask_async(CloseTree(HOST, ref))
 
     async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
         """Like :meth:`agents`, without blocking the event loop."""
-        if self.readonly:
-            return self.agents(include_closed=include_closed)
-        infos: list[AgentInfo] = await self._call_async("agents", include_closed)
-        return infos
+        return await self._ask_async(Agents(HOST, include_closed))
 
     async def compact_async(self) -> CompactionReport:
         """Like :meth:`compact`, without blocking the event loop."""
-        report: CompactionReport = await self._call_async("compact")
-        return report
+        return await self._ask_async(Compact())
 
     async def get_async(self, ref: str) -> AgentInfo:
         """Like :meth:`get`, without blocking the event loop."""
-        info: AgentInfo = await self._call_async("get", None, ref)
-        return info
+        return await self._ask_async(Get(HOST, ref))
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -457,7 +409,11 @@ class Runtime:
         return self._closed
 
     def shutdown(self) -> None:
-        """Close the runtime (idempotent); see :meth:`close`."""
+        """Close the runtime (idempotent).
+
+        Interrupts running turns, waits a bounded time for runner threads,
+        persists everything and stops every actor; a temporary store is removed.
+        """
         if self._closed:
             return
         self._stopping.set()
@@ -470,7 +426,7 @@ class Runtime:
         if actor is not None:
             # A failed store cannot record the interrupts; the turns are cancelled anyway.
             with contextlib.suppress(RetinueError):
-                actors = self._call("shutdown")
+                actors = self._ask(Shutdown())
         with self._lock:
             self._closed = True
         deadline = time.monotonic() + CLOSE_GRACE_S
@@ -479,6 +435,8 @@ class Runtime:
                 ref.stop(block=True, timeout=max(0.01, deadline - time.monotonic()))
         if actor is not None:
             actor.stop(block=True)
+        if self._reader is not None:
+            self._reader.close()
         if self._store is not None:
             self._store.close()
         self._bus.close()
@@ -495,5 +453,21 @@ class Runtime:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Close the runtime."""
+        """Close the runtime (see :meth:`shutdown`)."""
         self.shutdown()
+
+
+def _agent_ref(ref: Any, method: str) -> str:
+    """Return ``ref`` if one was given.
+
+    Raises:
+        ArgumentTypeError: it is missing or None (closing the runtime is ``shutdown()``).
+    """
+    if ref is _NO_REF or ref is None:
+        given = "no argument" if ref is _NO_REF else "None"
+        raise ArgumentTypeError(
+            f"{method}() closes one agent and needs its id or path, got {given}; "
+            "to close the runtime use shutdown() or a with block"
+        )
+    checked: str = ref  # its type is checked by the supervisor (ArgumentTypeError)
+    return checked

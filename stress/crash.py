@@ -151,7 +151,7 @@ def check_store(store_path: Path, acks: list[dict[str, Any]]) -> Verdict:
             1 for r in before.values() if r.state in ("starting", "running")
         )
     finally:
-        rt.close()
+        rt.shutdown()
     records = {r.id: r for r in _read_agents(store_path)}
     completions = _read(store_path, "completions", CompletionRecord)
     messages = {m.message.id for m in _read(store_path, "messages", MessageRecord)}

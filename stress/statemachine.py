@@ -537,7 +537,7 @@ class RetinueMachine(RuleBasedStateMachine):
         """Close the runtime, let every runner go, remove the store."""
         try:
             self.harness.open_gate()
-            self.rt.close()
+            self.rt.shutdown()
             self.harness.wait_runners_exit(RUNNER_EXIT_S)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -1091,7 +1091,7 @@ class RetinueMachine(RuleBasedStateMachine):
         STATS["reopens"] += 1
         TRACE.append("reopen")
         before = {i.id: i for i in self.rt.agents(include_closed=True)}
-        self.rt.close()
+        self.rt.shutdown()
         self.harness.wait_runners_exit(RUNNER_EXIT_S)
         expected: dict[str, AgentInfo] = {}
         for agent_id, info in before.items():

@@ -277,7 +277,7 @@ def open_runtime(store_path: Path) -> Iterator[OpenRuntime]:
 
     yield _open
     for rt in reversed(opened):
-        rt.close()
+        rt.shutdown()
 
 
 @pytest.fixture

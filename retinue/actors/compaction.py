@@ -8,13 +8,15 @@ older goes, whatever the count). What is removed:
   with them: a key deduplicates for as long as its message is retained);
 - closed agents beyond the count or older than the age, leaves first: a closed
   agent is removed only once no retained record names it as parent and none of
-  its completions is still waiting for a recipient; its messages and
-  completions go with it;
+  its completions is still waiting for a recipient; its messages (and their
+  dedup keys) and completions go with it;
 - delivered completions older than the age, except each agent's latest.
 
 Nothing unread, undelivered or live is ever removed, nor anything a running
-turn received (it is replayed to the next turn if a crash kills this one). The supervisor runs this
-on its own thread, as one transition, every ``compact_interval_s``.
+turn received (it is replayed to the next turn if a crash kills this one). The
+supervisor runs this on its own thread, as one transition, every
+``compact_interval_s``. This module only chooses what goes: the
+:class:`~retinue.actors.tree.Tree` removes it, keeping its indexes in step.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import msgspec
 from retinue.actors.tree import Tree
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentState
-from retinue.protocol.records import completion_key, message_key
 
 __all__ = ["CompactionReport", "compact"]
 
@@ -52,16 +53,13 @@ def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
     A running turn's inputs are replayed to the next turn if a crash kills it,
     so they stay until that turn settles (later compactions take them).
     """
-    log = tree.read_log
     removed = 0
-    while log and (len(log) > keep or log[0][0] < horizon):
-        _, recipient_id, seq, dedup, generation = log[0]
-        if tree.held_by_running_turn(recipient_id, generation):
+    while (entry := tree.oldest_read()) is not None and (
+        len(tree.read_log) > keep or entry.read_at < horizon
+    ):
+        if tree.held_by_running_turn(entry.recipient_id, entry.generation):
             break
-        log.popleft()
-        tree.writes.append(("messages", message_key(recipient_id, seq), None))
-        if dedup is not None:
-            tree.dedup.pop(dedup, None)
+        tree.remove_oldest_read()
         removed += 1
     return removed
 
@@ -79,47 +77,24 @@ def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, 
     for record in tree.agents.values():
         if record.parent_id is not None:
             child_count[record.parent_id] = child_count.get(record.parent_id, 0) + 1
-    removed_agents = removed_completions = 0
+    chosen: list[str] = []
     remaining = closed
-    removed_ids: set[str] = set()
     progress = True
     while progress:  # leaves first: a parent becomes removable once its children went
         progress = False
         later: list[tuple[float, str]] = []
         for closed_at, agent_id in remaining:
-            wanted = removed_agents < budget or closed_at < horizon
+            wanted = len(chosen) < budget or closed_at < horizon
             if not wanted or child_count.get(agent_id, 0) or tree.undelivered.get(agent_id, 0):
                 later.append((closed_at, agent_id))
                 continue
-            removed_completions += _remove_agent(tree, agent_id)
-            removed_ids.add(agent_id)
-            parent_id = tree.agents.pop(agent_id).parent_id
+            chosen.append(agent_id)
+            parent_id = tree.agents[agent_id].parent_id
             if parent_id is not None:
                 child_count[parent_id] -= 1
-            removed_agents += 1
             progress = True
         remaining = later
-    if removed_ids:  # their read messages went with them
-        kept = [entry for entry in tree.read_log if entry[1] not in removed_ids]
-        tree.read_log.clear()
-        tree.read_log.extend(kept)
-    return removed_agents, removed_completions
-
-
-def _remove_agent(tree: Tree, agent_id: str) -> int:
-    tree.writes.append(("agents", agent_id.encode(), None))
-    for seq in tree.mailbox.pop(agent_id, {}):
-        tree.writes.append(("messages", message_key(agent_id, seq), None))
-    for entry in tree.read_log:
-        if entry[1] == agent_id:
-            tree.writes.append(("messages", message_key(agent_id, entry[2]), None))
-    done = tree.completions.pop(agent_id, {})
-    for generation in done:
-        tree.writes.append(("completions", completion_key(agent_id, generation), None))
-    tree.undelivered.pop(agent_id, None)
-    tree.top_of.pop(agent_id, None)
-    tree.children.pop(agent_id, None)
-    return len(done)
+    return len(chosen), tree.remove_agents(chosen)
 
 
 def _compact_completions(tree: Tree, horizon: float) -> int:
@@ -135,7 +110,6 @@ def _compact_completions(tree: Tree, horizon: float) -> int:
                 and record.completion.created_at < horizon
                 and not tree.held_by_running_turn(record.recipient_id, record.delivered_generation)
             ):
-                del done[generation]
-                tree.writes.append(("completions", completion_key(agent_id, generation), None))
+                tree.remove_completion(agent_id, generation)
                 removed += 1
     return removed

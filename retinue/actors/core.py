@@ -1,7 +1,8 @@
 """The supervisor's shared core: its state, dispatch, lookups and reply plumbing.
 
-Every request arrives as a :class:`Call` in the supervisor actor's inbox and is
-handled on its thread. A handler checks the rules first (a refused call
+Every request arrives as a typed command (:mod:`retinue.actors.commands`) in
+an :class:`~retinue.actors.commands.Envelope` in the supervisor actor's inbox
+and is handled on its thread. A handler checks the rules first (a refused call
 changes nothing), then mutates the in-memory :class:`~retinue.actors.tree.Tree`,
 which gathers the matching writes. The writes go to the store as one
 transition; the reply and every side effect (starting a runner, answering a
@@ -26,10 +27,11 @@ from typing import Any
 import msgspec
 import pykka
 
+from retinue.actors.commands import Command, Envelope, Host, Sender
 from retinue.actors.events import EventBus
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.tree import Tree
-from retinue.actors.turn import Turn
+from retinue.actors.turn import Caller, Turn
 from retinue.errors import (
     ArgumentTypeError,
     MessageTooLarge,
@@ -53,11 +55,12 @@ from retinue.protocol.records import AgentRecord
 __all__ = [
     "BUSY",
     "DEFERRED",
-    "Call",
-    "Sender",
+    "AgentWaiter",
+    "HostWaiter",
     "SlotRequest",
     "SupervisorCore",
     "TurnHandle",
+    "agent_list",
     "info_of",
     "require_str",
     "resolve_future",
@@ -66,20 +69,6 @@ __all__ = [
 log = logging.getLogger("retinue.supervisor")
 DEFERRED = object()
 BUSY = (AgentState.STARTING, AgentState.RUNNING)
-# Calls still served once the runtime is closing.
-AFTER_CLOSE = frozenset(
-    {"shutdown", "settle", "give_up_wait", "give_up_host_wait", "unreceive_host", "barrier"}
-)
-Sender = tuple[str, int] | None  # (agent id, generation) of a turn; None is the host
-
-
-@dataclass
-class Call:
-    """One request to the supervisor; ``reply`` is answered after the commit."""
-
-    method: str
-    args: tuple[Any, ...]
-    reply: concurrent.futures.Future[Any]
 
 
 @dataclass
@@ -100,6 +89,26 @@ class SlotRequest:
     take: Callable[[], Any] | None
 
 
+@dataclass(frozen=True, slots=True)
+class HostWaiter:
+    """A host blocked in ``wait`` on one agent; answered with a completion."""
+
+    future: concurrent.futures.Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentWaiter:
+    """A turn blocked in ``wait`` on its child ``child_id`` (one at a time per turn).
+
+    ``kind`` is ``"completion"`` (only the child's completion) or ``"any"``
+    (a message the child sent, or its completion).
+    """
+
+    child_id: str
+    kind: str
+    future: concurrent.futures.Future[Any]
+
+
 def info_of(record: AgentRecord) -> AgentInfo:
     """Return the public snapshot of a stored agent."""
     return AgentInfo(
@@ -117,6 +126,12 @@ def info_of(record: AgentRecord) -> AgentInfo:
         created_at=record.created_at,
         updated_at=record.updated_at,
     )
+
+
+def agent_list(tree: Tree, *, include_closed: bool) -> list[AgentInfo]:
+    """Return the tree's agents oldest first; closed ones only with ``include_closed``."""
+    records = sorted(tree.agents.values(), key=lambda r: r.created_at)
+    return [info_of(r) for r in records if include_closed or r.state is not AgentState.CLOSED]
 
 
 def resolve_future(future: concurrent.futures.Future[Any], value: Any) -> None:
@@ -155,7 +170,7 @@ class SupervisorCore:
         runners: Mapping[str, Runner],
         limits: Limits,
         bus: EventBus,
-        caller: Callable[..., concurrent.futures.Future[Any]],
+        caller: Caller,
     ) -> None:
         """Wire the core to its store, tree, profiles and event bus."""
         self.store = store
@@ -170,8 +185,8 @@ class SupervisorCore:
         self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
         self.turns: dict[str, TurnHandle] = {}
         self.reacquire: deque[SlotRequest] = deque()
-        self.host_waiters: dict[str, list[concurrent.futures.Future[Any]]] = {}
-        self.agent_waiters: dict[str, tuple[str, str, concurrent.futures.Future[Any]]] = {}
+        self.host_waiters: dict[str, list[HostWaiter]] = {}
+        self.agent_waiters: dict[str, AgentWaiter] = {}
         self._effects: list[Callable[[], None]] = []
         self._started: list[pykka.ActorRef[Any]] = []
         self._closing_subtree: set[str] = set()  # close_tree in progress: wake none of them
@@ -184,23 +199,24 @@ class SupervisorCore:
 
     # -- dispatch -----------------------------------------------------------
 
-    def handle(self, call: Call) -> None:
-        """Run one call and submit its transition; answer once it is committed."""
-        self._reply = call.reply
+    def handle(self, envelope: Envelope) -> None:
+        """Run one command and submit its transition; answer once it is committed."""
+        command = envelope.command
+        self._reply = envelope.reply
         self._effects, self._events, self._started = [], [], []
         result: Any
         try:
-            if self.closing and call.method not in AFTER_CLOSE:
+            if self.closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")
-            result = getattr(self, "op_" + call.method)(*call.args)
+            result = self.dispatch(command)
             self._wake_drained()
         except RetinueError as exc:
             result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
-            log.exception("supervisor call %s failed", call.method)
+            log.exception("supervisor command %r failed", command)
             result = exc
         effects, events, started = self._effects, self._events, self._started
-        reply = call.reply
+        reply = envelope.reply
         bus = self.bus
 
         def on_commit(error: BaseException | None) -> None:
@@ -213,7 +229,7 @@ class SupervisorCore:
                 try:
                     effect()
                 except Exception:  # one broken effect must not starve the others
-                    log.exception("an after-commit effect of %s failed", call.method)
+                    log.exception("an after-commit effect of %r failed", command)
             if events:
                 bus.publish(events)
             if result is not DEFERRED:
@@ -234,13 +250,17 @@ class SupervisorCore:
     # -- lookups --------------------------------------------------------------
 
     def _sender(self, sender: Sender) -> AgentRecord | None:
-        if sender is None:
+        """Return the sending turn's agent, or None for the host.
+
+        Raises:
+            TurnInterrupted: the turn is no longer its agent's running turn.
+        """
+        if isinstance(sender, Host):
             return None
-        agent_id, generation = sender
-        record = self.tree.agents.get(agent_id)
+        record = self.tree.agents.get(sender.agent_id)
         if (
             record is None
-            or record.generation != generation
+            or record.generation != sender.generation
             or record.state is not AgentState.RUNNING
         ):
             raise TurnInterrupted("this turn was interrupted; its calls are refused")
@@ -284,6 +304,10 @@ class SupervisorCore:
             )
 
     # -- provided by the upper layers ---------------------------------------------
+
+    def dispatch(self, command: Command[Any]) -> Any:
+        """Serve one command (see Supervisor)."""
+        raise NotImplementedError
 
     def _pump(self) -> None:
         """Start queued turns while slots are free (see Supervisor)."""

@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from retinue.actors.commands import GiveUpWait, Send, Unreceive, Wait
 from retinue.actors.core import (
     DEFERRED,
-    Sender,
+    AgentWaiter,
+    HostWaiter,
     SlotRequest,
     SupervisorCore,
     require_str,
@@ -48,11 +50,11 @@ __all__ = ["Routing"]
 class Routing(SupervisorCore):
     """Messages, completions, wakes and waits."""
 
-    def op_send(self, sender: Sender, ref: Any, content: Any, dedup_key: Any) -> Message:
+    def op_send(self, command: Send) -> Message:
         """Queue a message in the recipient's durable mailbox."""
-        me = self._sender(sender)
-        content = require_str(content, "content")
-        target = self._find(me, ref)
+        me = self._sender(command.sender)
+        content = require_str(command.content, "content")
+        target = self._find(me, command.ref)
         if me is not None:
             related = (
                 target.id == me.parent_id
@@ -65,6 +67,7 @@ class Routing(SupervisorCore):
                     f"not {target.path}"
                 )
         sender_id = "" if me is None else me.id
+        dedup_key = command.dedup_key
         if dedup_key is not None:
             dedup_key = require_str(dedup_key, "dedup_key")
             cap = self.limits.dedup_key_max_length
@@ -107,7 +110,7 @@ class Routing(SupervisorCore):
             )
         )
         waiter = self.agent_waiters.get(target.id)
-        if waiter is not None and waiter[0] == sender_id and waiter[1] == "any":
+        if waiter is not None and waiter.child_id == sender_id and waiter.kind == "any":
             self._deliver_to_waiter(target.id, lambda: self._take_message(record))
         return message
 
@@ -186,7 +189,7 @@ class Routing(SupervisorCore):
     def _offer(self, recipient_id: str, pending: CompletionRecord) -> None:
         """Hand a routed completion to a waiting turn, or wake an idle recipient."""
         waiter = self.agent_waiters.get(recipient_id)
-        if waiter is not None and waiter[0] == pending.completion.agent_id:
+        if waiter is not None and waiter.child_id == pending.completion.agent_id:
             self._deliver_to_waiter(recipient_id, lambda: self._take_completion(pending))
             return
         self._maybe_wake(recipient_id)
@@ -238,7 +241,7 @@ class Routing(SupervisorCore):
             later = [g for g in done if g > record.host_received]
             if not later:
                 break
-            future = waiters.pop(0)
+            future = waiters.pop(0).future
             if not future.set_running_or_notify_cancel():
                 continue
             pending = done[min(later)]
@@ -254,23 +257,25 @@ class Routing(SupervisorCore):
             return
         if tree.agents[agent_id].state is AgentState.CLOSED:
             closed = AgentClosed(f"{tree.agents[agent_id].path} is closed")
-            for future in self.host_waiters.pop(agent_id):
+            for waiter in self.host_waiters.pop(agent_id):
+                future = waiter.future
                 if future.set_running_or_notify_cancel():
                     self._after(lambda f=future: f.set_exception(closed))  # type: ignore[misc]
 
-    def op_host_wait(self, ref: Any) -> object:
+    def op_host_wait(self, command: Wait) -> object:
         """Register a host wait for the agent's oldest completion the host has not received."""
-        record = self._find(None, ref)
+        record = self._find(None, command.ref)
         assert self._reply is not None
-        self.host_waiters.setdefault(record.id, []).append(self._reply)
+        self.host_waiters.setdefault(record.id, []).append(HostWaiter(self._reply))
         self._serve_host_waiters(record.id)
         return DEFERRED
 
-    def op_unreceive_host(self, agent_id: str, generation: int) -> None:
+    def op_unreceive_host(self, command: Unreceive) -> None:
         """The host lost a completion it was handed (its wait was cancelled): take it back.
 
         It becomes the next completion a host wait on that agent receives.
         """
+        agent_id, generation = command.agent_id, command.generation
         record = self.tree.agents.get(agent_id)
         done = self.tree.completions.get(agent_id, {}).get(generation)
         if record is None or done is None or record.host_received != generation:
@@ -280,11 +285,13 @@ class Routing(SupervisorCore):
         self._update(record, host_received=generation - 1, updated_at=record.updated_at)
         self._serve_host_waiters(agent_id)
 
-    def op_give_up_host_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
+    def op_give_up_host_wait(self, command: GiveUpWait) -> None:
         """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
+        future, seconds = command.future, command.seconds
         for agent_id, waiters in list(self.host_waiters.items()):
-            if future in waiters:
-                waiters.remove(future)
+            mine = [w for w in waiters if w.future is future]
+            if mine:
+                waiters.remove(mine[0])
                 if not waiters:
                     del self.host_waiters[agent_id]
                 if future.set_running_or_notify_cancel():
@@ -294,17 +301,18 @@ class Routing(SupervisorCore):
                     )
                 return
 
-    def op_agent_wait(self, sender: Sender, ref: Any, kind: str) -> object:
+    def op_agent_wait(self, command: Wait) -> object:
         """Answer a turn's wait with the next event from its child, or register it."""
-        me = self._sender(sender)
+        me = self._sender(command.sender)
+        kind = command.kind
         assert me is not None and self._reply is not None
-        child = self._find(me, ref)
+        child = self._find(me, command.ref)
         if child.parent_id != me.id:
             raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
         current = self.agent_waiters.get(me.id)
         if current is not None:
             raise AgentBusy(
-                f"{me.path} already waits on {self.tree.agents[current[0]].path}; "
+                f"{me.path} already waits on {self.tree.agents[current.child_id].path}; "
                 "a turn waits on one child at a time"
             )
         take = self._next_event(me, child, kind)
@@ -314,7 +322,7 @@ class Routing(SupervisorCore):
             return DEFERRED
         if child.state is AgentState.CLOSED:
             raise AgentClosed(f"{child.path} is closed")
-        self.agent_waiters[me.id] = (child.id, kind, future)
+        self.agent_waiters[me.id] = AgentWaiter(child.id, kind, future)
         self.active.discard(me.id)  # a waiting turn gives its slot to others
         self._pump()
         return DEFERRED
@@ -353,7 +361,7 @@ class Routing(SupervisorCore):
         The event is taken (marked read or delivered) only when the slot is
         granted, so an interrupt in between leaves it for the next turn.
         """
-        _, _, future = self.agent_waiters.pop(waiter_id)
+        future = self.agent_waiters.pop(waiter_id).future
         if not future.set_running_or_notify_cancel():
             return
         self._request_slot(SlotRequest(waiter_id, future, take))
@@ -370,22 +378,21 @@ class Routing(SupervisorCore):
         future = request.future
         self._after(lambda: resolve_future(future, value))
 
-    def op_give_up_wait(
-        self, sender: Sender, future: concurrent.futures.Future[Any], seconds: float
-    ) -> None:
+    def op_give_up_wait(self, command: GiveUpWait) -> None:
         """A turn's wait ran out of time: end it with ``WaitTimeout`` once it has a slot.
 
         If an event was already taken for it, the wait keeps that event instead.
         """
-        me = self._sender(sender)
+        future, seconds = command.future, command.seconds
+        me = self._sender(command.sender)
         assert me is not None
         waiter = self.agent_waiters.get(me.id)
-        if waiter is None or waiter[2] is not future:
+        if waiter is None or waiter.future is not future:
             return  # answered already (or failed by an interrupt)
         del self.agent_waiters[me.id]
         if not future.set_running_or_notify_cancel():
             return
-        child = self.tree.agents.get(waiter[0])
-        what = waiter[0] if child is None else child.path
+        child = self.tree.agents.get(waiter.child_id)
+        what = waiter.child_id if child is None else child.path
         timeout = WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
         self._request_slot(SlotRequest(me.id, future, lambda: timeout))

@@ -19,12 +19,35 @@ from typing import Any
 import pykka
 
 from retinue.actors.agent import AgentActor
+from retinue.actors.commands import (
+    Agents,
+    Barrier,
+    Children,
+    Close,
+    CloseTree,
+    Command,
+    Compact,
+    Envelope,
+    FollowUp,
+    Get,
+    GiveUpWait,
+    Host,
+    Interrupt,
+    Resume,
+    Send,
+    Settle,
+    Shutdown,
+    Spawn,
+    SpawnMany,
+    TurnRef,
+    Unreceive,
+    Wait,
+)
 from retinue.actors.compaction import CompactionReport, compact
 from retinue.actors.core import (
     BUSY,
-    Call,
-    Sender,
     TurnHandle,
+    agent_list,
     info_of,
     require_str,
     resolve_future,
@@ -60,11 +83,61 @@ from retinue.protocol.messages import (
 )
 from retinue.protocol.records import AgentRecord
 
-__all__ = ["Call", "Supervisor", "SupervisorActor", "info_of"]
+__all__ = ["Supervisor", "SupervisorActor", "info_of"]
 
 
 class Supervisor(Routing):
     """Spawning, turns, lifecycle, reads, restore and shutdown."""
+
+    def dispatch(self, command: Command[Any]) -> Any:
+        """Serve one command; the result (or ``DEFERRED``) answers its caller.
+
+        Raises:
+            RetinueError: the command is refused (nothing changed).
+        """
+        match command:
+            case Spawn():
+                return self.op_spawn(command)
+            case SpawnMany():
+                return self.op_spawn_many(command)
+            case Send():
+                return self.op_send(command)
+            case Wait(sender=Host()):
+                return self.op_host_wait(command)
+            case Wait():
+                return self.op_agent_wait(command)
+            case GiveUpWait(sender=Host()):
+                return self.op_give_up_host_wait(command)
+            case GiveUpWait():
+                return self.op_give_up_wait(command)
+            case Settle():
+                return self.op_settle(command)
+            case FollowUp():
+                return self.op_follow_up(command)
+            case Resume():
+                return self.op_resume(command)
+            case Interrupt():
+                return self.op_interrupt(command)
+            case Close():
+                return self.op_close(command)
+            case CloseTree():
+                return self.op_close_tree(command)
+            case Get():
+                return self.op_get(command)
+            case Agents():
+                return self.op_agents(command)
+            case Children():
+                return self.op_children(command)
+            case Unreceive():
+                return self.op_unreceive_host(command)
+            case Compact():
+                return self.op_compact(command)
+            case Barrier():
+                return None
+            case Shutdown():
+                return self.op_shutdown(command)
+            case _:
+                raise TypeError(f"not a supervisor command: {command!r}")
 
     # -- spawning ---------------------------------------------------------------
 
@@ -154,29 +227,26 @@ class Supervisor(Routing):
         )
         return info_of(self._queue_turn(record, task, "spawn"))
 
-    def op_spawn(
-        self, sender: Sender, profile: Any, task: Any, name: Any, parent_ref: Any
-    ) -> AgentInfo:
+    def op_spawn(self, command: Spawn) -> AgentInfo:
         """Record a new agent and queue its first turn."""
-        me = self._sender(sender)
+        me = self._sender(command.sender)
         parent = me
-        if me is None and parent_ref not in (None, paths.ROOT):
-            parent = self._find(None, parent_ref)
-        return self._spawn(parent, profile, task, name)
+        if me is None and command.parent not in (None, paths.ROOT):
+            parent = self._find(None, command.parent)
+        return self._spawn(parent, command.profile, command.task, command.name)
 
-    def op_spawn_many(
-        self, sender: Sender, requests: list[tuple[Any, Any, Any]]
-    ) -> list[AgentInfo | RetinueError]:
+    def op_spawn_many(self, command: SpawnMany) -> list[AgentInfo | RetinueError]:
         """Spawn a batch of children of the sender in one transition."""
-        me = self._sender(sender)
+        me = self._sender(command.sender)
+        requests = command.requests
         if len(requests) > self.limits.fanout_cap:
             raise FanoutLimitExceeded(
                 f"a batch of {len(requests)} exceeds fanout_cap {self.limits.fanout_cap}"
             )
         results: list[AgentInfo | RetinueError] = []
-        for profile, task, name in requests:
+        for request in requests:
             try:
-                results.append(self._spawn(me, profile, task, name))
+                results.append(self._spawn(me, request.profile, request.task, request.name))
             except RetinueError as exc:
                 results.append(exc)
         return results
@@ -261,14 +331,14 @@ class Supervisor(Routing):
         def settle(agent_id: str, generation: int, output: str | None, error: str | None) -> None:
             # RetinueError: the runtime closed meanwhile and interrupted the turn.
             with contextlib.suppress(RetinueError):
-                caller("settle", agent_id, generation, output, error)
+                caller(Settle(TurnRef(agent_id, generation), output, error))
 
         return settle
 
-    def op_settle(
-        self, agent_id: str, generation: int, output: str | None, error: str | None
-    ) -> None:
+    def op_settle(self, command: Settle) -> None:
         """A runner finished; settle its turn unless it was interrupted meanwhile."""
+        agent_id, generation = command.sender.agent_id, command.sender.generation
+        output, error = command.output, command.error
         handle = self.turns.get(agent_id)
         record = self.tree.agents.get(agent_id)
         if (
@@ -297,8 +367,8 @@ class Supervisor(Routing):
         self.turns.pop(agent_id, None)
         self.active.discard(agent_id)
         waiter = self.agent_waiters.pop(agent_id, None)
-        if waiter is not None and waiter[2].set_running_or_notify_cancel():
-            future = waiter[2]
+        if waiter is not None and waiter.future.set_running_or_notify_cancel():
+            future = waiter.future
             self._after(lambda: future.set_exception(why))
         if any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
@@ -308,11 +378,11 @@ class Supervisor(Routing):
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def op_follow_up(self, sender: Sender, ref: Any, task: Any) -> AgentInfo:
+    def op_follow_up(self, command: FollowUp) -> AgentInfo:
         """Queue a follow-up turn for an idle agent."""
-        me = self._sender(sender)
-        record = self._target(me, ref, "follow up")
-        task = require_str(task, "task")
+        me = self._sender(command.sender)
+        record = self._target(me, command.ref, "follow up")
+        task = require_str(command.task, "task")
         self._check_size(task, "task")
         return info_of(self._follow_up(record, task, "follow_up"))
 
@@ -334,10 +404,10 @@ class Supervisor(Routing):
             )
         return self._queue_turn(record, task, reason)
 
-    def op_resume(self, sender: Sender, ref: Any) -> AgentInfo:
+    def op_resume(self, command: Resume) -> AgentInfo:
         """Re-run an interrupted agent's task."""
-        me = self._sender(sender)
-        record = self._target(me, ref, "resume")
+        me = self._sender(command.sender)
+        record = self._target(me, command.ref, "resume")
         if record.state is not AgentState.INTERRUPTED:
             if record.state is AgentState.CLOSED:
                 raise AgentClosed(f"{record.path} is closed")
@@ -363,10 +433,10 @@ class Supervisor(Routing):
         self._pump()
         return record
 
-    def op_interrupt(self, sender: Sender, ref: Any) -> AgentInfo:
+    def op_interrupt(self, command: Interrupt) -> AgentInfo:
         """Cancel an agent's queued or running turn (an idle agent is left as it is)."""
-        me = self._sender(sender)
-        record = self._target(me, ref, "interrupt")
+        me = self._sender(command.sender)
+        record = self._target(me, command.ref, "interrupt")
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
         return info_of(self._interrupt(record))
@@ -393,20 +463,20 @@ class Supervisor(Routing):
                 self._offer(heir, moved)
         self._serve_host_waiters(record.id)
         waiter = None if record.parent_id is None else self.agent_waiters.get(record.parent_id)
-        if waiter is not None and waiter[0] == record.id:
+        if waiter is not None and waiter.child_id == record.id:
             closed = AgentClosed(f"{record.path} was closed while its parent waited on it")
             self._deliver_to_waiter(waiter_id=record.parent_id or "", take=lambda: closed)
         return record
 
-    def op_close(self, sender: Sender, ref: Any) -> AgentInfo:
+    def op_close(self, command: Close) -> AgentInfo:
         """Close an agent without live children (interrupting its turn first)."""
-        me = self._sender(sender)
-        return info_of(self._close(self._target(me, ref, "close")))
+        me = self._sender(command.sender)
+        return info_of(self._close(self._target(me, command.ref, "close")))
 
-    def op_close_tree(self, sender: Sender, ref: Any) -> list[AgentInfo]:
+    def op_close_tree(self, command: CloseTree) -> list[AgentInfo]:
         """Close an agent's whole live subtree, children before parents."""
-        me = self._sender(sender)
-        record = self._target(me, ref, "close")
+        me = self._sender(command.sender)
+        record = self._target(me, command.ref, "close")
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is already closed")
         order = self.tree.descendants_postorder(record.id)
@@ -418,30 +488,23 @@ class Supervisor(Routing):
 
     # -- reads ------------------------------------------------------------------------
 
-    def op_get(self, sender: Sender, ref: Any) -> AgentInfo:
+    def op_get(self, command: Get) -> AgentInfo:
         """Return one agent."""
-        return info_of(self._find(self._sender(sender), ref))
+        return info_of(self._find(self._sender(command.sender), command.ref))
 
-    def op_agents(self, include_closed: bool) -> list[AgentInfo]:
+    def op_agents(self, command: Agents) -> list[AgentInfo]:
         """Return every agent (live ones unless ``include_closed``), oldest first."""
-        records = self.tree.agents.values()
-        return [
-            info_of(r)
-            for r in sorted(records, key=lambda r: r.created_at)
-            if include_closed or r.state is not AgentState.CLOSED
-        ]
+        self._sender(command.sender)
+        return agent_list(self.tree, include_closed=command.include_closed)
 
-    def op_children(self, sender: Sender) -> list[AgentInfo]:
+    def op_children(self, command: Children) -> list[AgentInfo]:
         """Return the sender's live children."""
-        me = self._sender(sender)
+        me = self._sender(command.sender)
         assert me is not None
         kids = [self.tree.agents[i] for i in self.tree.live_children(me.id)]
         return [info_of(r) for r in sorted(kids, key=lambda r: r.created_at)]
 
-    def op_barrier(self) -> None:
-        """Answer once everything before it is committed."""
-
-    def op_compact(self) -> CompactionReport:
+    def op_compact(self, command: Compact) -> CompactionReport:
         """Remove what retention no longer keeps, as one transition."""
         return compact(self.tree, self.limits, time.time())
 
@@ -471,7 +534,7 @@ class Supervisor(Routing):
         self.restoring = False
         return interrupted
 
-    def op_shutdown(self) -> list[pykka.ActorRef[Any]]:
+    def op_shutdown(self, command: Shutdown) -> list[pykka.ActorRef[Any]]:
         """Interrupt every queued and running turn; return the actors still running.
 
         ``closing`` is set first, so no interrupt frees a slot for another turn
@@ -485,7 +548,8 @@ class Supervisor(Routing):
                 self._interrupt(record)
         failure = RuntimeClosed("the runtime closed during the wait")
         for waiters in self.host_waiters.values():
-            for future in waiters:
+            for waiter in waiters:
+                future = waiter.future
                 if future.set_running_or_notify_cancel():
                     self._after(lambda f=future: f.set_exception(failure))  # type: ignore[misc]
         self.host_waiters.clear()
@@ -503,8 +567,8 @@ class SupervisorActor(pykka.ThreadingActor):
         self.core: Supervisor | None = None
 
     def on_receive(self, message: Any) -> Any:
-        """Handle a :class:`Call` or an ``("attach", core)`` message."""
-        if isinstance(message, Call):
+        """Handle an :class:`Envelope` or an ``("attach", core)`` message."""
+        if isinstance(message, Envelope):
             assert self.core is not None
             self.core.handle(message)
         elif isinstance(message, tuple) and message[0] == "attach":

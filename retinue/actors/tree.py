@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import msgspec
 
@@ -22,12 +23,22 @@ from retinue.protocol.records import (
     message_key,
 )
 
-__all__ = ["HOST", "Tree"]
+__all__ = ["HOST", "ReadEntry", "Tree"]
 
 # The recipient key of the host in pending-completion indexes.
 HOST = ""
 
 _encode = msgspec.msgpack.Encoder().encode
+
+
+class ReadEntry(NamedTuple):
+    """A read message still stored, in the order messages were read."""
+
+    read_at: float
+    recipient_id: str
+    seq: int
+    dedup: tuple[str, str] | None  # (sender id, dedup key)
+    generation: int  # of the turn that read it
 
 
 def recipient_key(recipient_id: str | None) -> str:
@@ -49,9 +60,8 @@ class Tree:
         # Unread messages per recipient, in arrival (seq) order.
         self.mailbox: dict[str, dict[int, MessageRecord]] = {}
         self.dedup: dict[tuple[str, str], Message] = {}
-        # Read messages still stored, oldest read first:
-        # (read_at, recipient, seq, dedup key, generation of the turn that read it).
-        self.read_log: deque[tuple[float, str, int, tuple[str, str] | None, int]] = deque()
+        # Read messages still stored, oldest read first.
+        self.read_log: deque[ReadEntry] = deque()
         # Undelivered completions per recipient key, in routing order.
         self.pending: dict[str, dict[str, CompletionRecord]] = {HOST: {}}
         # Every known completion per agent and generation.
@@ -177,11 +187,74 @@ class Tree:
     def _log_read(self, record: MessageRecord, at: float) -> None:
         message = record.message
         dedup = None if message.dedup_key is None else (message.sender_id, message.dedup_key)
-        self.read_log.append((at, message.recipient_id, record.seq, dedup, record.read_generation))
+        self.read_log.append(
+            ReadEntry(at, message.recipient_id, record.seq, dedup, record.read_generation)
+        )
 
     def unread(self, agent_id: str) -> list[MessageRecord]:
         """Return the agent's unread messages in arrival order."""
         return list(self.mailbox.get(agent_id, {}).values())
+
+    def oldest_read(self) -> ReadEntry | None:
+        """Return the read message read longest ago that is still stored, if any."""
+        return self.read_log[0] if self.read_log else None
+
+    def remove_oldest_read(self) -> None:
+        """Delete the oldest read message; its dedup key goes with it."""
+        entry = self.read_log.popleft()
+        self.writes.append(("messages", message_key(entry.recipient_id, entry.seq), None))
+        self._forget_dedup(entry.dedup, entry.recipient_id)
+
+    def _forget_dedup(self, dedup: tuple[str, str] | None, recipient_id: str) -> None:
+        """Free a dedup key once the message it names is removed."""
+        if dedup is not None:
+            held = self.dedup.get(dedup)
+            if held is not None and held.recipient_id == recipient_id:
+                del self.dedup[dedup]
+
+    # -- removal (compaction) -------------------------------------------------------
+
+    def remove_agents(self, agent_ids: Iterable[str]) -> int:
+        """Delete closed agents with their messages and completions; return completions removed.
+
+        Every index forgets them, dedup keys of their messages included (a
+        key deduplicates for as long as its message is retained). The caller
+        removes leaves before parents and only agents nobody waits on.
+        """
+        removed = set(agent_ids)
+        completions = 0
+        for agent_id in removed:
+            self.writes.append(("agents", agent_id.encode(), None))
+            for seq, record in self.mailbox.pop(agent_id, {}).items():
+                self.writes.append(("messages", message_key(agent_id, seq), None))
+                message = record.message
+                if message.dedup_key is not None:
+                    self._forget_dedup((message.sender_id, message.dedup_key), agent_id)
+            done = self.completions.pop(agent_id, {})
+            for generation in done:
+                self.writes.append(("completions", completion_key(agent_id, generation), None))
+            completions += len(done)
+            self.undelivered.pop(agent_id, None)
+            self.top_of.pop(agent_id, None)
+            self.children.pop(agent_id, None)
+            self.agents.pop(agent_id, None)
+        if removed:  # their read messages go with them
+            kept: deque[ReadEntry] = deque()
+            for entry in self.read_log:
+                if entry.recipient_id in removed:
+                    self.writes.append(
+                        ("messages", message_key(entry.recipient_id, entry.seq), None)
+                    )
+                    self._forget_dedup(entry.dedup, entry.recipient_id)
+                else:
+                    kept.append(entry)
+            self.read_log = kept
+        return completions
+
+    def remove_completion(self, agent_id: str, generation: int) -> None:
+        """Delete one stored completion of an agent."""
+        del self.completions[agent_id][generation]
+        self.writes.append(("completions", completion_key(agent_id, generation), None))
 
     # -- completions -----------------------------------------------------------
 

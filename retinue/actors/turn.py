@@ -11,16 +11,45 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from retinue.actors.commands import (
+    Children,
+    Close,
+    CloseTree,
+    Command,
+    GiveUpWait,
+    Interrupt,
+    Send,
+    Spawn,
+    SpawnMany,
+    SpawnRequest,
+    TurnRef,
+    Wait,
+)
 from retinue.errors import FanoutLimitExceeded, InvalidArgument, RetinueError, WaitTimeout
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
 __all__ = ["Caller", "Turn", "resolve_timeout", "wait_result"]
 
-# submit(method, *args, reply=None) -> the future the supervisor answers.
-Caller = Callable[..., "concurrent.futures.Future[Any]"]
+R = TypeVar("R")
+
+
+class Caller(Protocol):
+    """Submit a command to the supervisor; return the future it answers.
+
+    ``reply`` is the future to answer (a fresh one if None).
+
+    Raises:
+        RuntimeClosed: the runtime is closed or closing.
+    """
+
+    def __call__(
+        self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
+    ) -> concurrent.futures.Future[Any]:
+        """Submit ``command``."""
+        ...
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:
@@ -100,10 +129,11 @@ class Turn:
         self.cancelled = threading.Event()
         self.limits = limits
         self._caller = caller
-        self._me = (agent.id, agent.generation)
+        self._me = TurnRef(agent.id, agent.generation)
 
-    def _call(self, method: str, *args: Any) -> Any:
-        return self._caller(method, self._me, *args).result()
+    def _call(self, command: Command[R]) -> R:
+        result: R = self._caller(command).result()
+        return result
 
     def spawn(self, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
         """Spawn a child and return at once; its completion arrives in this agent's mailbox.
@@ -113,8 +143,7 @@ class Turn:
             FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath,
             TurnInterrupted: as the supervisor's rules say.
         """
-        info: AgentInfo = self._call("spawn", profile, task, name, None)
-        return info
+        return self._call(Spawn(self._me, profile, task, name))
 
     def run(
         self, profile: str, task: str, *, name: str | None = None, timeout: float | None = None
@@ -151,9 +180,7 @@ class Turn:
         for item in items:
             if not (isinstance(item, tuple | list) and len(item) == 2):
                 raise InvalidArgument("run_many takes a list of (profile, task) pairs")
-        spawned: list[AgentInfo | RetinueError] = self._call(
-            "spawn_many", [(p, t, None) for p, t in items]
-        )
+        spawned = self._call(SpawnMany(self._me, [SpawnRequest(p, t) for p, t in items]))
         deadline = time.monotonic() + wait_s
         results: list[Completion | RetinueError] = []
         for entry in spawned:
@@ -174,8 +201,7 @@ class Turn:
             NotPermitted, UnknownAgent, AgentClosed, MessageTooLarge,
             DedupKeyTooLong, MailboxFull: as the mailbox rules say.
         """
-        message: Message = self._call("send", ref, content, dedup_key)
-        return message
+        return self._call(Send(self._me, ref, content, dedup_key))
 
     def wait(self, ref: str, timeout: float | None = None) -> Message | Completion:
         """Return the next event from a child: a message it sent here, or its completion.
@@ -189,22 +215,20 @@ class Turn:
 
     def _wait(self, ref: str, kind: str, timeout: float) -> Any:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._caller("agent_wait", self._me, ref, kind, reply=future)
+        self._caller(Wait(self._me, ref, kind), reply=future)
         return wait_result(
             future,
             timeout,
-            lambda: _ignore(self._caller("give_up_wait", self._me, future, timeout)),
+            lambda: _ignore(self._caller(GiveUpWait(self._me, future, timeout))),
         )
 
     def children(self) -> list[AgentInfo]:
         """Return this agent's live children."""
-        result: list[AgentInfo] = self._call("children")
-        return result
+        return self._call(Children(self._me))
 
     def interrupt(self, ref: str) -> AgentInfo:
         """Interrupt a descendant's queued or running turn."""
-        info: AgentInfo = self._call("interrupt", ref)
-        return info
+        return self._call(Interrupt(self._me, ref))
 
     def close(self, ref: str) -> AgentInfo:
         """Close a descendant that has no live children.
@@ -212,10 +236,8 @@ class Turn:
         Raises:
             ActiveDescendants: it still has live children.
         """
-        info: AgentInfo = self._call("close", ref)
-        return info
+        return self._call(Close(self._me, ref))
 
     def close_tree(self, ref: str) -> list[AgentInfo]:
         """Close a descendant and its whole live subtree, children first."""
-        infos: list[AgentInfo] = self._call("close_tree", ref)
-        return infos
+        return self._call(CloseTree(self._me, ref))

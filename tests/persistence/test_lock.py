@@ -43,7 +43,7 @@ try:
 except StoreLocked as exc:
     print("LOCKED", exc.pid, "|", str(exc).replace("\n", " "), flush=True)
 else:
-    rt.close()
+    rt.shutdown()
     print("OPENED", flush=True)
 """
 

@@ -224,11 +224,15 @@ def test_every_mutating_call_on_a_reader_is_refused(tmp_path: Path) -> None:
         for make in coroutines:
             with pytest.raises(StoreReadOnly):
                 asyncio.run(make())
-        # Reads still work, and nothing changed.
+        # Reads still work, sync and async alike, and nothing changed.
         assert [a.path for a in rt.agents()] == ["/root/top"]
         assert rt.get(top.id).state == "completed"
+        assert asyncio.run(rt.get_async("/root/top")) == rt.get(top.id)
+        assert asyncio.run(rt.agents_async(include_closed=True)) == rt.agents(include_closed=True)
+        with pytest.raises(UnknownAgent):
+            asyncio.run(rt.get_async("/root/nobody"))
     finally:
-        rt.close()
+        rt.shutdown()
     assert rt.closed
     after = {db: read_db(store, db) for db in before}
     assert after == before
@@ -316,7 +320,7 @@ def test_backup_while_other_threads_write(tmp_path: Path) -> None:
         live_view = rt.agents(include_closed=True)
         quiet = rt.backup(tmp_path / "quiet")
     finally:
-        rt.close()
+        rt.shutdown()
     with Runtime.open(quiet, readonly=True, limits=limits) as copy:
         assert copy.agents(include_closed=True) == live_view
     final = set(spawned)

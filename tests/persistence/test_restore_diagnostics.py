@@ -336,7 +336,7 @@ def test_one_bad_record_never_loses_the_rest(tmp_path: Path) -> None:
     try:
         reader_view = triples(reader.diagnostics)
     finally:
-        reader.close()
+        reader.shutdown()
 
     runner = Recorder()
     with open_rt(store, runner, depth_cap=2) as rt:

@@ -37,7 +37,7 @@ def test_a_failed_commit_is_an_error_for_that_caller_and_every_later_one(
             rt.get(a.id)
     finally:
         monkeypatch.undo()
-        rt.close()
+        rt.shutdown()
     # What was acknowledged before the failure is intact.
     with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=_echo)]) as again:
         assert [x.name for x in again.agents()] == ["a"]

@@ -115,3 +115,30 @@ def test_old_delivered_completions_go_but_each_agents_latest_stays(tmp_path: Pat
         store_reader.close()
     assert [c.completion.generation for c in left] == [4]
     assert _count(store, "agents") == 1
+
+
+def test_a_dedup_key_goes_with_the_compacted_closed_agent_that_held_its_message(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    with _open(store, retain_closed_agents=1) as rt:
+        gone = rt.spawn("w", "start", name="gone")
+        rt.wait(gone.id, timeout=10)
+        first = rt.send(gone.id, "hello", dedup_key="k")
+        rt.follow_up(gone.id, "read it")
+        assert rt.wait(gone.id, timeout=10).output == "read it:1"
+        rt.close(gone.id)
+        spare = rt.spawn("w", "start", name="spare")
+        rt.wait(spare.id, timeout=10)
+        rt.close(spare.id)  # closed later: retention keeps it, "gone" goes
+        assert rt.compact().agents == 1
+        assert {a.name for a in rt.agents(include_closed=True)} == {"spare"}
+        other = rt.spawn("w", "start", name="other")
+        # The message keyed "k" is gone with its recipient: the key is free again,
+        # so the same send creates a new message rather than answering a deleted one.
+        again = rt.send(other.id, "hello", dedup_key="k")
+        assert again.recipient_id == other.id
+        assert again.id != first.id
+        assert rt.send(other.id, "hello", dedup_key="k") == again
+    with _open(store, retain_closed_agents=1) as rt:  # and a reopen agrees
+        assert rt.send("/root/other", "hello", dedup_key="k") == again

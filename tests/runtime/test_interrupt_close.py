@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ from retinue import (
     ActiveDescendants,
     AgentClosed,
     AgentState,
+    ArgumentTypeError,
     Completion,
     CompletionStatus,
     Profile,
@@ -356,3 +358,31 @@ def test_an_interrupted_turns_later_calls_are_refused(
     stubborn.join_runner_threads()
     assert outcome == ["TurnInterrupted"]
     assert [x.path for x in rt.agents()] == ["/root/a"]
+
+
+# -- closing an agent is not closing the runtime ------------------------------------------
+
+
+def test_close_without_an_agent_is_refused_and_shutdown_closes_the_runtime(
+    open_runtime: OpenRuntime,
+) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    a = rt.spawn("worker", "x", name="a")
+    for call in (lambda: rt.close(None), rt.close):  # type: ignore[arg-type]
+        with pytest.raises(ArgumentTypeError, match="shutdown"):
+            call()
+    assert not rt.closed
+    assert rt.wait(a.id, timeout=PROMPT_S).output == "done:x"
+    assert rt.close(a.id).state is AgentState.CLOSED
+    rt.shutdown()
+    assert rt.closed
+    rt.shutdown()  # idempotent
+    with pytest.raises(RuntimeClosed):
+        rt.spawn("worker", "y")
+
+
+def test_close_async_without_an_agent_is_refused(open_runtime: OpenRuntime) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+    with pytest.raises(ArgumentTypeError, match="shutdown"):
+        asyncio.run(rt.close_async(None))  # type: ignore[arg-type]
+    assert not rt.closed

@@ -81,7 +81,7 @@ def test_reopen_restores_the_tree(
     first = rt.send(mailbox, "u1")
     second = rt.send(mailbox, "u2", dedup_key="d")
     before = sorted(snapshot(a) for a in rt.agents(include_closed=True))
-    rt.close()
+    rt.shutdown()
 
     rt2 = open_runtime(team(script, gate), path=store_path)
     assert sorted(snapshot(a) for a in rt2.agents(include_closed=True)) == before
@@ -128,7 +128,7 @@ def test_close_interrupts_running_and_queued_turns_durably(
     running = rt.spawn("blocker", "run", name="running").id
     (turn,) = gate.wait_started(1)
     queued = rt.spawn("blocker", "queue", name="queued").id
-    rt.close()
+    rt.shutdown()
     assert turn.cancelled.is_set()
     assert gate.tasks() == ["run"]
 
@@ -152,7 +152,7 @@ def test_caps_count_the_restored_tree(open_runtime: OpenRuntime, store_path: Pat
     lead = rt.spawn("lead", "l", name="lead").id
     rt.spawn("worker", "a", name="a", parent=lead)
     rt.spawn("worker", "b", name="b", parent=lead)
-    rt.close()
+    rt.shutdown()
 
     rt2 = open_runtime(profiles, path=store_path, fanout_cap=2, max_agents=4)
     with pytest.raises(FanoutLimitExceeded):
@@ -171,14 +171,14 @@ def test_reopen_twice_is_stable(open_runtime: OpenRuntime, store_path: Path) -> 
     rt = open_runtime(profiles)
     a = rt.spawn("worker", "t", name="a").id
     rt.wait(a, timeout=5)
-    rt.close()
+    rt.shutdown()
     for _ in range(2):
         again = open_runtime(profiles, path=store_path)
         (info,) = again.agents()
         assert (info.id, info.state, info.output) == (a, AgentState.COMPLETED, "done:t")
         with pytest.raises(WaitTimeout):
             again.wait(a, timeout=0.05)
-        again.close()
+        again.shutdown()
 
 
 def test_a_second_writer_is_refused(open_runtime: OpenRuntime, store_path: Path) -> None:
@@ -224,7 +224,7 @@ def test_close_leaves_no_thread_behind(store_path: Path, gate: Gate) -> None:
     rt.spawn("blocker", "top")
     gate.wait_started(4)
     assert len(threading.enumerate()) > len(before)
-    rt.close()
+    rt.shutdown()
     assert rt.closed
     assert all(t.cancelled.is_set() for t in gate.turns)
 
@@ -244,7 +244,7 @@ def test_close_is_bounded_with_a_runner_that_ignores_cancellation(
     rt = Runtime.open(store_path, profiles=profiles)
     a = rt.spawn("worker", "t").id
     (turn,) = stubborn.wait_started(1)
-    rt.close()  # returns after its bounded grace period, the runner still blocked
+    rt.shutdown()  # returns after its bounded grace period, the runner still blocked
     assert rt.closed
     assert turn.cancelled.is_set()
     stubborn.release()  # its late result arrives after close and is dropped quietly
@@ -263,7 +263,7 @@ import json, sys
 from retinue import Runtime
 rt = Runtime.open(sys.argv[1], readonly=True)
 print(json.dumps({a.path: [a.state, a.generation] for a in rt.agents(include_closed=True)}))
-rt.close()
+rt.shutdown()
 """
 
 

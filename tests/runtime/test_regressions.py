@@ -50,7 +50,7 @@ def test_closing_the_runtime_wakes_nobody(tmp_path: Path) -> None:
     info = rt.spawn("lead", "t", name="lead")
     rt.wait(info.id, timeout=10)
     assert child_started.wait(10)
-    rt.close()
+    rt.shutdown()
     assert reasons == ["spawn"]
     with Runtime.open(tmp_path / "s", **_workers(lead, worker)) as again:  # type: ignore[arg-type]
         states = {a.name: (a.state, a.generation) for a in again.agents()}

@@ -1,0 +1,120 @@
+"""Start-up wiring below the runtime: profiles, restore, load, recover, the supervisor actor.
+
+:func:`boot` turns an open writable store into a running supervisor: it
+restores the store in one read, loads the tree, turns crashed turns into
+``interrupted`` ones, writes that recovery before anything else, and starts
+the supervisor actor. :func:`read_diagnostics` does the read-only half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from retinue.actors.events import EventBus
+from retinue.actors.profile import Profile, Runner
+from retinue.actors.supervisor import Supervisor, SupervisorActor
+from retinue.actors.tree import Tree
+from retinue.actors.turn import Caller
+from retinue.errors import ConfigurationError
+from retinue.persistence.restore import Diagnostic, restore
+from retinue.persistence.store import Store
+from retinue.protocol.graph import validate_graph
+from retinue.protocol.limits import Limits
+
+__all__ = ["Booted", "boot", "profile_table", "read_diagnostics"]
+
+
+def profile_table(
+    profiles: Iterable[Profile], runner: Runner | None, limits: Limits
+) -> tuple[dict[str, Profile], dict[str, Runner]]:
+    """Index profiles by name with the runner each one uses.
+
+    Raises:
+        ConfigurationError: not a Profile, defined twice, or no runner at all.
+        DelegationCycleError, DelegationDepthError: a bad profile graph.
+    """
+    table: dict[str, Profile] = {}
+    runners: dict[str, Runner] = {}
+    for profile in profiles:
+        if not isinstance(profile, Profile):
+            raise ConfigurationError(f"profiles must be Profile objects, not {profile!r}")
+        if profile.name in table:
+            raise ConfigurationError(f"profile {profile.name!r} is defined twice")
+        chosen = profile.runner or runner
+        if chosen is None:
+            raise ConfigurationError(
+                f"profile {profile.name!r} has no runner and the runtime has no default runner"
+            )
+        table[profile.name] = profile
+        runners[profile.name] = chosen
+    validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
+    return table, runners
+
+
+def read_diagnostics(store: Store, limits: Limits) -> list[Diagnostic]:
+    """Return what a restore of ``store`` would skip or repair (reads only)."""
+    return list(restore(store.snapshot(), limits.depth_cap).diagnostics)
+
+
+@dataclass(frozen=True)
+class Booted:
+    """A running supervisor and what its restore found."""
+
+    actor: pykka.ActorRef[Any]
+    diagnostics: list[Diagnostic]
+
+
+def boot(
+    store: Store,
+    *,
+    profiles: dict[str, Profile],
+    runners: dict[str, Runner],
+    limits: Limits,
+    bus: EventBus,
+    caller: Caller,
+) -> Booted:
+    """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
+
+    Agents that were queued or running become ``interrupted`` (with their
+    completions); that recovery is committed before the supervisor serves
+    anything. On failure nothing is left running (the store stays open).
+
+    Raises:
+        StoreError: the recovery could not be written.
+    """
+    restored = restore(store.snapshot(), limits.depth_cap)
+    diagnostics = list(restored.diagnostics) + [
+        Diagnostic(
+            database="meta",
+            key="schema_version",
+            code="migrated",
+            message=f"store migrated from schema version {v}",
+        )
+        for v in store.migrated_from
+    ]
+    tree = Tree()
+    tree.load(restored.agents, restored.messages, restored.completions)
+    for record in restored.rewritten:
+        tree.put_agent(record)
+    actor = SupervisorActor.start()
+    try:
+        core = Supervisor(
+            store=store,
+            tree=tree,
+            profiles=profiles,
+            runners=runners,
+            limits=limits,
+            bus=bus,
+            caller=caller,
+        )
+        core.recover()
+        store.write_now(tree.take_writes())
+        actor.tell(("attach", core))
+    except BaseException:
+        actor.stop()
+        raise
+    return Booted(actor=actor, diagnostics=diagnostics)

@@ -1,0 +1,277 @@
+"""The supervisor's protocol: every request it serves, as a frozen, typed command.
+
+A command names its sender (:data:`HOST` or the :class:`TurnRef` of a running
+turn), carries its arguments as typed fields and says, through
+``after_close``, whether the supervisor still serves it while the runtime
+closes. ``Command[R]`` is answered with an ``R``, so the runtime's and the
+turn's one-line faces are checked by ``mypy --strict`` end to end. The
+supervisor dispatches them in one ``match``.
+
+Argument fields are typed as the public API declares them; the supervisor
+still checks them at run time (a host may pass anything), raising
+``ArgumentTypeError`` for a wrong type.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, Generic, TypeVar
+
+import pykka
+
+from retinue.actors.compaction import CompactionReport
+from retinue.errors import RetinueError
+from retinue.protocol.messages import AgentInfo, Message
+
+__all__ = [
+    "HOST",
+    "Agents",
+    "Barrier",
+    "Children",
+    "Close",
+    "CloseTree",
+    "Command",
+    "Compact",
+    "Envelope",
+    "FollowUp",
+    "Get",
+    "GiveUpWait",
+    "Host",
+    "Interrupt",
+    "Resume",
+    "Send",
+    "Sender",
+    "Settle",
+    "Shutdown",
+    "Spawn",
+    "SpawnMany",
+    "SpawnRequest",
+    "TurnRef",
+    "Unreceive",
+    "Wait",
+    "WaitKind",
+]
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """The host (the embedding program) as a sender; use the :data:`HOST` instance."""
+
+    def __repr__(self) -> str:
+        """Return ``HOST``."""
+        return "HOST"
+
+
+HOST: Final = Host()
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRef:
+    """A running turn as a sender: its agent and generation.
+
+    The supervisor refuses its commands with ``TurnInterrupted`` once that
+    turn is no longer the agent's running one.
+    """
+
+    agent_id: str
+    generation: int
+
+
+Sender = Host | TurnRef
+WaitKind = str  # "completion": only the child's completion; "any": a message or it
+
+
+class Command(Generic[R]):
+    """Base of every supervisor command; ``R`` is what it is answered with.
+
+    ``after_close`` is True for the commands still served while the runtime
+    closes (shutdown itself, settling turns, giving waits up, barriers).
+    """
+
+    __slots__ = ()
+    after_close: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRequest:
+    """One child of a :class:`SpawnMany` batch."""
+
+    profile: str
+    task: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn(Command[AgentInfo]):
+    """Record a new agent and queue its first turn.
+
+    A turn spawns below itself; the host below ``parent`` (a live path or id).
+    """
+
+    sender: Sender
+    profile: str
+    task: str
+    name: str | None = None
+    parent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnMany(Command[list[AgentInfo | RetinueError]]):
+    """Spawn a batch of children of the sender in one transition."""
+
+    sender: Sender
+    requests: Sequence[SpawnRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class Send(Command[Message]):
+    """Queue a message in an agent's durable mailbox."""
+
+    sender: Sender
+    ref: str
+    content: str
+    dedup_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp(Command[AgentInfo]):
+    """Queue a follow-up turn for an idle agent."""
+
+    sender: Sender
+    ref: str
+    task: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resume(Command[AgentInfo]):
+    """Re-run an interrupted agent's task."""
+
+    sender: Sender
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupt(Command[AgentInfo]):
+    """Cancel an agent's queued or running turn."""
+
+    sender: Sender
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Close(Command[AgentInfo]):
+    """Close an agent without live children."""
+
+    sender: Sender
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class CloseTree(Command[list[AgentInfo]]):
+    """Close an agent's whole live subtree, children first."""
+
+    sender: Sender
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Get(Command[AgentInfo]):
+    """Return one agent by id or live path."""
+
+    sender: Sender
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class Agents(Command[list[AgentInfo]]):
+    """Return every agent, oldest first (closed ones only if asked)."""
+
+    sender: Sender
+    include_closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Children(Command[list[AgentInfo]]):
+    """Return the sending turn's live children."""
+
+    sender: TurnRef
+
+
+@dataclass(frozen=True, slots=True)
+class Wait(Command[Any]):
+    """Wait for the next event from an agent.
+
+    From the host: the agent's oldest completion the host has not received
+    (answered with a :class:`~retinue.protocol.messages.Completion`). From a
+    turn: the next event from its child, a ``Message`` it sent (``kind="any"``)
+    or its ``Completion``.
+    """
+
+    sender: Sender
+    ref: str
+    kind: WaitKind = "completion"
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUpWait(Command[None]):
+    """A wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
+
+    after_close: ClassVar[bool] = True
+    sender: Sender
+    future: concurrent.futures.Future[Any]
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Unreceive(Command[None]):
+    """The host lost a completion it was handed (its wait was cancelled): take it back."""
+
+    after_close: ClassVar[bool] = True
+    agent_id: str
+    generation: int
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Settle(Command[None]):
+    """A runner finished its turn with ``output`` or ``error``."""
+
+    after_close: ClassVar[bool] = True
+    sender: TurnRef
+    output: str | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Compact(Command[CompactionReport]):
+    """Remove what retention no longer keeps, as one transition."""
+
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier(Command[None]):
+    """Answer once everything submitted before it is committed."""
+
+    after_close: ClassVar[bool] = True
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown(Command[list[pykka.ActorRef[Any]]]):
+    """Interrupt every turn and stop serving; answer with the actors still running."""
+
+    after_close: ClassVar[bool] = True
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A command in the supervisor's inbox with the future its answer goes to."""
+
+    command: Command[Any]
+    reply: concurrent.futures.Future[Any]

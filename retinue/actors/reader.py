@@ -1,0 +1,100 @@
+"""The read-only face of a store: the reads a runtime serves without a supervisor.
+
+A :class:`StoreReader` answers :class:`~retinue.actors.commands.Get` and
+:class:`~retinue.actors.commands.Agents` from a fresh consistent snapshot of
+the store, on a worker thread, through the same future a supervisor would
+answer, so the runtime's sync call and its ``*_async`` twin stay one line over
+the same command and an event loop never runs an LMDB scan. Every other
+command is refused with ``StoreReadOnly``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+from retinue.actors.commands import Agents, Barrier, Command, Get
+from retinue.actors.core import agent_list, info_of
+from retinue.actors.tree import Tree
+from retinue.errors import RuntimeClosed, StoreReadOnly, UnknownAgent
+from retinue.persistence.restore import restore
+from retinue.persistence.store import Store
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentInfo
+
+__all__ = ["StoreReader"]
+
+
+class StoreReader:
+    """Serves reads of a store opened read-only; thread-safe."""
+
+    def __init__(self, store: Store, limits: Limits) -> None:
+        """Read ``store`` (opened read-only) with ``limits`` for the restore checks."""
+        self.store = store
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def submit(self, command: Command[Any]) -> concurrent.futures.Future[Any]:
+        """Start serving ``command``; return the future its answer goes to.
+
+        Raises:
+            StoreReadOnly: the command would change the store.
+            RuntimeClosed: the reader is closed.
+        """
+        match command:
+            case Get():
+                return self._run(self.get, command.ref)
+            case Agents():
+                return self._run(self.agents, command.include_closed)
+            case Barrier():  # nothing is ever pending on a reader
+                done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                done.set_result(None)
+                return done
+            case _:
+                name = type(command).__name__
+                raise StoreReadOnly(
+                    f"runtime on {self.store.folder} is read-only; {name} is refused"
+                )
+
+    def _run(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeClosed("the runtime is closed")
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=2, thread_name_prefix="retinue-reader"
+                )
+            return self._pool.submit(fn, *args)
+
+    def _tree(self) -> Tree:
+        restored = restore(self.store.snapshot(), self.limits.depth_cap)
+        tree = Tree()
+        tree.load(restored.agents, restored.messages, restored.completions)
+        return tree
+
+    def get(self, ref: str) -> AgentInfo:
+        """Return an agent by id or live path, as the store has it now.
+
+        Raises:
+            UnknownAgent: no such agent.
+        """
+        tree = self._tree()
+        record = tree.agents.get(ref) or tree.agents.get(tree.live_paths.get(ref, ""))
+        if record is None:
+            raise UnknownAgent(f"no agent {ref!r}")
+        return info_of(record)
+
+    def agents(self, include_closed: bool) -> list[AgentInfo]:
+        """Return every agent oldest first; closed ones only with ``include_closed``."""
+        return agent_list(self._tree(), include_closed=include_closed)
+
+    def close(self) -> None:
+        """Stop the worker threads (waiting for reads in progress); idempotent."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
