@@ -24,7 +24,9 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── MailboxFull
     │   ├── MessageTooLarge            (ValueError)
     │   ├── DedupKeyTooLong            (ValueError)
-    │   └── CompletionBacklogFull
+    │   ├── CompletionBacklogFull
+    │   ├── TokenBudgetExceeded                       .budget, .limit, .used: model tokens
+    │   └── ToolCallLimitExceeded                     a turn made max_tool_calls calls
     ├── AgentStateError                               wrong state for the call
     │   ├── AgentClosed
     │   ├── AgentBusy
@@ -32,6 +34,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── WaitTimeout                    (TimeoutError) the agent keeps running
     ├── TurnInterrupted                               a turn's wait ended by interrupt
     ├── RuntimeClosed                                 the runtime was closed
+    ├── ModelCallFailed                               .provider, .status: retries spent
     └── StoreError                                    the LMDB store refused
         ├── StoreLocked                               .pid: another writer holds it
         ├── StoreReadOnly                             a mutating call on a reader
@@ -65,6 +68,7 @@ __all__ = [
     "LimitExceeded",
     "MailboxFull",
     "MessageTooLarge",
+    "ModelCallFailed",
     "NotPermitted",
     "ResultContractError",
     "RetinueError",
@@ -73,6 +77,8 @@ __all__ = [
     "StoreLocked",
     "StoreReadOnly",
     "StoreVersionError",
+    "TokenBudgetExceeded",
+    "ToolCallLimitExceeded",
     "TurnInterrupted",
     "UnknownAgent",
     "UnknownProfile",
@@ -181,6 +187,24 @@ class CompletionBacklogFull(LimitExceeded):
     """The agent has ``pending_completions_per_agent`` completions unreceived."""
 
 
+class TokenBudgetExceeded(LimitExceeded):
+    """A model token budget (``tokens_per_agent`` or ``tokens_per_tree``) is spent.
+
+    ``budget`` names the limit, ``limit`` is its value and ``used`` the tokens
+    spent when the turn stopped.
+    """
+
+    def __init__(self, message: str, *, budget: str = "", limit: int = 0, used: int = 0) -> None:
+        self.budget = budget
+        self.limit = limit
+        self.used = used
+        super().__init__(message)
+
+
+class ToolCallLimitExceeded(LimitExceeded):
+    """A turn asked for more tool calls than its ``max_tool_calls``."""
+
+
 class AgentStateError(RetinueError):
     """The agent is in a state that does not allow the call."""
 
@@ -207,6 +231,19 @@ class TurnInterrupted(RetinueError):
 
 class RuntimeClosed(RetinueError):
     """The runtime is closed; open it again to continue."""
+
+
+class ModelCallFailed(RetinueError):
+    """A model call failed for good (retries spent, or an error not worth retrying).
+
+    ``provider`` and ``status`` (the HTTP status, None for a timeout or a
+    connection error) say where; the message is one line, no traceback.
+    """
+
+    def __init__(self, message: str, *, provider: str = "", status: int | None = None) -> None:
+        self.provider = provider
+        self.status = status
+        super().__init__(message)
 
 
 class StoreError(RetinueError):

@@ -58,6 +58,7 @@ from retinue.errors import (
     RetinueError,
     RuntimeClosed,
 )
+from retinue.llm import model_runner_factory
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.limits import Limits
@@ -108,6 +109,7 @@ class Runtime:
         readonly: bool = False,
         map_size: int = DEFAULT_MAP_SIZE,
         group_commit: bool = True,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -115,7 +117,9 @@ class Runtime:
         is ``"full"`` (fsync before answering) or ``"buffered"`` (survives a
         killed process; synced every second). ``map_size`` is the initial
         LMDB map, grown as needed; ``group_commit=False`` commits every
-        transition alone (for benchmarks). Agents that
+        transition alone (for benchmarks). ``workspace`` is the folder the
+        built-in tools of the model runners this runtime creates (for profiles
+        with a ``model``) are confined to. Agents that
         were queued or running when the store was last used come back
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
         ``readonly=True`` opens an existing store beside its writer: reads
@@ -144,7 +148,10 @@ class Runtime:
                 raise
             rt._reader = StoreReader(rt._store, rt.limits)
             return rt
-        rt._profiles, runners = profile_table(profiles, runner, rt.limits)
+        folder = None if workspace is None else Path(workspace)
+        rt._profiles, runners = profile_table(
+            profiles, runner, rt.limits, model_runner=model_runner_factory(folder)
+        )
         if path is None:
             rt.path = Path(tempfile.mkdtemp(prefix="retinue-"))
             rt._temporary = True

@@ -8,7 +8,7 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +25,56 @@ from retinue.persistence.store import Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 
-__all__ = ["Booted", "boot", "profile_table", "read_diagnostics"]
+__all__ = [
+    "Booted",
+    "ModelRunnerFactory",
+    "boot",
+    "inherited_model",
+    "profile_table",
+    "read_diagnostics",
+]
+
+
+ModelRunnerFactory = Callable[[Profile, Profile], Runner]
+"""``factory(profile, model_profile)``: the runner a profile gets from a model profile."""
+
+
+def inherited_model(name: str, table: dict[str, Profile]) -> Profile | None:
+    """Return the nearest profile up the delegation graph that names a model.
+
+    Parents (profiles listing ``name`` in ``subagents``) are searched breadth
+    first, in definition order; a parent with a runner of its own ends the
+    search along its branch.
+    """
+    seen = {name}
+    frontier = [name]
+    while frontier:
+        parents = [
+            p
+            for child in frontier
+            for p in table.values()
+            if child in p.subagents and p.name not in seen
+        ]
+        for parent in parents:
+            if parent.model is not None and parent.runner is None:
+                return parent
+        seen.update(p.name for p in parents)
+        frontier = [p.name for p in parents if p.runner is None]
+    return None
 
 
 def profile_table(
-    profiles: Iterable[Profile], runner: Runner | None, limits: Limits
+    profiles: Iterable[Profile],
+    runner: Runner | None,
+    limits: Limits,
+    *,
+    model_runner: ModelRunnerFactory | None = None,
 ) -> tuple[dict[str, Profile], dict[str, Runner]]:
     """Index profiles by name with the runner each one uses.
+
+    A profile's runner is, in order: its own ``runner``; ``model_runner(p, p)``
+    when it names a ``model``; ``model_runner(p, parent)`` for the model of the
+    nearest profile that may spawn it (inherited); the runtime's ``runner``.
 
     Raises:
         ConfigurationError: not a Profile, defined twice, or no runner at all.
@@ -44,12 +87,19 @@ def profile_table(
             raise ConfigurationError(f"profiles must be Profile objects, not {profile!r}")
         if profile.name in table:
             raise ConfigurationError(f"profile {profile.name!r} is defined twice")
-        chosen = profile.runner or runner
+        table[profile.name] = profile
+    for profile in table.values():
+        chosen = profile.runner
+        if chosen is None and model_runner is not None:
+            source = profile if profile.model is not None else inherited_model(profile.name, table)
+            if source is not None:
+                chosen = model_runner(profile, source)
+        chosen = chosen or runner
         if chosen is None:
             raise ConfigurationError(
-                f"profile {profile.name!r} has no runner and the runtime has no default runner"
+                f"profile {profile.name!r} has no runner and no model (nor a parent with one), "
+                "and the runtime has no default runner"
             )
-        table[profile.name] = profile
         runners[profile.name] = chosen
     validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
     return table, runners

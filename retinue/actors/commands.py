@@ -23,7 +23,7 @@ import pykka
 
 from retinue.actors.compaction import CompactionReport
 from retinue.errors import RetinueError
-from retinue.protocol.messages import AgentInfo, Message
+from retinue.protocol.messages import AgentInfo, Message, Usage
 
 __all__ = [
     "HOST",
@@ -40,6 +40,8 @@ __all__ = [
     "GiveUpWait",
     "Host",
     "Interrupt",
+    "LlmLoad",
+    "LlmStep",
     "Resume",
     "Send",
     "Sender",
@@ -244,6 +246,26 @@ class Settle(Command[None]):
     sender: TurnRef
     output: str | None
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LlmLoad(Command[tuple[bytes | None, Usage, Usage]]):
+    """An LLM turn starts: answer its stored transcript, its usage and its tree's usage."""
+
+    sender: TurnRef
+
+
+@dataclass(frozen=True, slots=True)
+class LlmStep(Command[tuple[Usage, Usage]]):
+    """An LLM turn made a step: add ``usage`` to the agent and its tree, store ``transcript``.
+
+    ``transcript`` is an encoded :class:`~retinue.protocol.records.TranscriptRecord`
+    (None keeps the stored one); the answer is the agent's and the tree's new usage.
+    """
+
+    sender: TurnRef
+    usage: Usage
+    transcript: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

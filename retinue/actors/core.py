@@ -125,6 +125,8 @@ def info_of(record: AgentRecord) -> AgentInfo:
         error=record.error,
         created_at=record.created_at,
         updated_at=record.updated_at,
+        usage=record.usage,
+        tree_usage=record.tree_usage if record.parent_id is None else None,
     )
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from retinue.errors import ConfigurationError
 
@@ -16,6 +16,8 @@ __all__ = ["Profile", "Runner"]
 Runner = Callable[["Turn"], str]
 """Anything that takes a turn context and returns the turn's output text."""
 
+RESULT_FORMATS = (None, "structured")
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -25,6 +27,17 @@ class Profile:
     checked at ``Runtime.open``); ``runner`` runs its turns (the runtime's
     default runner when None); ``wake_on_completion`` gives an idle agent a
     follow-up turn when a child's completion arrives.
+
+    LLM fields: ``model`` (a litellm model name such as ``"openai/gpt-4o-mini"``
+    or ``"retinue/scripted"``) gives a profile without a runner a
+    :class:`~retinue.llm.LiteLLMRunner` for that model, built with
+    ``model_settings`` as its keyword arguments (``api_base``, ``api_key``,
+    ``temperature``, ``max_tool_calls``, ``retries`` ...). A profile with
+    neither ``runner`` nor ``model`` inherits the model and settings of the
+    first profile (in definition order) that lists it in ``subagents`` and has
+    one. ``tools`` is a preset (``"read"``, ``"modify"``, ``"none"``) or exact
+    tool names; ``result_format="structured"`` asks the model for the
+    structured result contract.
     """
 
     name: str
@@ -34,13 +47,19 @@ class Profile:
     instructions: str = ""
     wake_on_completion: bool = True
     description: str = ""
+    model: str | None = None
+    tools: str | Sequence[str] | None = None
+    result_format: str | None = None
+    model_settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         """Check the fields.
 
         Raises:
-            ConfigurationError: an empty name, a non-string subagent or a runner
-                that is not callable.
+            ConfigurationError: an empty name, a non-string subagent, a runner
+                that is not callable, an empty or non-string model, an unknown
+                result format, or tools that are neither a name nor a list
+                of names.
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
@@ -55,3 +74,28 @@ class Profile:
         object.__setattr__(self, "subagents", names)
         if self.runner is not None and not callable(self.runner):
             raise ConfigurationError(f"profile {self.name!r}: runner must be callable")
+        self._check_llm_fields()
+
+    def _check_llm_fields(self) -> None:
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise ConfigurationError(f"profile {self.name!r}: model must be a non-empty string")
+        if self.result_format not in RESULT_FORMATS:
+            raise ConfigurationError(
+                f"profile {self.name!r}: result_format must be 'structured' or None, "
+                f"not {self.result_format!r}"
+            )
+        tools = self.tools
+        if tools is not None and not isinstance(tools, str):
+            if not isinstance(tools, Iterable):
+                raise ConfigurationError(
+                    f"profile {self.name!r}: tools must be a preset name or a list of tool names"
+                )
+            names = tuple(tools)
+            if not all(isinstance(n, str) and n for n in names):
+                raise ConfigurationError(
+                    f"profile {self.name!r}: tool names must be non-empty strings"
+                )
+            object.__setattr__(self, "tools", names)
+        if not isinstance(self.model_settings, Mapping):
+            raise ConfigurationError(f"profile {self.name!r}: model_settings must be a mapping")
+        object.__setattr__(self, "model_settings", dict(self.model_settings))

@@ -33,6 +33,8 @@ from retinue.actors.commands import (
     GiveUpWait,
     Host,
     Interrupt,
+    LlmLoad,
+    LlmStep,
     Resume,
     Send,
     Settle,
@@ -80,6 +82,7 @@ from retinue.protocol.messages import (
     Message,
     TurnQueued,
     TurnStarted,
+    Usage,
 )
 from retinue.protocol.records import AgentRecord
 
@@ -130,6 +133,10 @@ class Supervisor(Routing):
                 return self.op_children(command)
             case Unreceive():
                 return self.op_unreceive_host(command)
+            case LlmLoad():
+                return self.op_llm_load(command)
+            case LlmStep():
+                return self.op_llm_step(command)
             case Compact():
                 return self.op_compact(command)
             case Barrier():
@@ -507,6 +514,32 @@ class Supervisor(Routing):
     def op_compact(self, command: Compact) -> CompactionReport:
         """Remove what retention no longer keeps, as one transition."""
         return compact(self.tree, self.limits, time.time())
+
+    # -- LLM state: transcripts and usage ---------------------------------------------------
+
+    def op_llm_load(self, command: LlmLoad) -> tuple[bytes | None, Usage, Usage]:
+        """Return the sender's stored transcript, its usage and its tree's usage."""
+        me = self._sender(command.sender)
+        assert me is not None
+        raw = self.store.get("transcripts", me.id.encode())
+        top = self.tree.agents[self.tree.top_of[me.id]]
+        return raw, me.usage, top.tree_usage
+
+    def op_llm_step(self, command: LlmStep) -> tuple[Usage, Usage]:
+        """Add one model step's usage to the sender and its tree; store its transcript."""
+        me = self._sender(command.sender)
+        usage, transcript = command.usage, command.transcript
+        assert me is not None
+        if transcript is not None:
+            self.tree.writes.append(("transcripts", me.id.encode(), transcript))
+        if usage == Usage():
+            top = self.tree.agents[self.tree.top_of[me.id]]
+            return me.usage, top.tree_usage
+        me = self._update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
+        top = self.tree.agents[self.tree.top_of[me.id]]
+        top = self._update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
+        me = self.tree.agents[me.id]
+        return me.usage, top.tree_usage
 
     # -- start and stop ------------------------------------------------------------------
 

@@ -215,7 +215,9 @@ class Tree:
     # -- removal (compaction) -------------------------------------------------------
 
     def remove_agents(self, agent_ids: Iterable[str]) -> int:
-        """Delete closed agents with their messages and completions; return completions removed.
+        """Delete closed agents with their messages, completions and transcripts.
+
+        Returns how many completions went.
 
         Every index forgets them, dedup keys of their messages included (a
         key deduplicates for as long as its message is retained). The caller
@@ -225,6 +227,7 @@ class Tree:
         completions = 0
         for agent_id in removed:
             self.writes.append(("agents", agent_id.encode(), None))
+            self.writes.append(("transcripts", agent_id.encode(), None))
             for seq, record in self.mailbox.pop(agent_id, {}).items():
                 self.writes.append(("messages", message_key(agent_id, seq), None))
                 message = record.message

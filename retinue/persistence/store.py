@@ -38,6 +38,8 @@ from retinue.protocol.records import SCHEMA_VERSION
 
 __all__ = [
     "DATABASES",
+    "OPTIONAL_DATABASES",
+    "RESTORE_DATABASES",
     "Durability",
     "Snapshot",
     "Store",
@@ -45,7 +47,11 @@ __all__ = [
     "Write",
 ]
 
-DATABASES = ("agents", "messages", "completions", "meta")
+DATABASES = ("agents", "messages", "completions", "meta", "transcripts")
+OPTIONAL_DATABASES = frozenset({"transcripts"})
+"""Databases added after schema 1: a reader of an older store does without them."""
+RESTORE_DATABASES = ("agents", "messages", "completions", "meta")
+"""What :meth:`Store.snapshot` reads by default (transcripts are read one by one)."""
 SCHEMA_KEY = b"schema_version"
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 FLUSH_INTERVAL_S = 1.0
@@ -209,6 +215,8 @@ class Store:
             try:
                 dbs[name] = self.env.open_db(name.encode(), create=not self.readonly)
             except lmdb.NotFoundError:
+                if name in OPTIONAL_DATABASES:
+                    continue
                 raise StoreError(
                     f"store {self.folder} has no {name!r} database; is it a retinue store?"
                 ) from None
@@ -236,7 +244,7 @@ class Store:
 
     # -- reading ---------------------------------------------------------
 
-    def snapshot(self, databases: Iterable[str] = DATABASES) -> Snapshot:
+    def snapshot(self, databases: Iterable[str] = RESTORE_DATABASES) -> Snapshot:
         """Read every record of ``databases`` in one consistent read transaction."""
         snap = Snapshot(migrated_from=list(getattr(self, "migrated_from", [])))
         with self._read_txn() as txn:
@@ -246,7 +254,9 @@ class Store:
         return snap
 
     def get(self, database: str, key: bytes) -> bytes | None:
-        """Return one committed value, or None."""
+        """Return one committed value, or None (also for a database the store lacks)."""
+        if database not in self._dbs:
+            return None
         with self._read_txn() as txn:
             value: bytes | None = txn.get(key, db=self._dbs[database])
         return value

@@ -3,7 +3,10 @@
 ``Limits`` is an immutable msgspec struct. Every field must be a positive
 number: integer fields take an ``int`` (never a ``bool``), float fields take an
 ``int`` or a ``float`` (stored as ``float``) that is finite. A bad value raises
-:class:`~retinue.errors.InvalidLimits` naming the field.
+:class:`~retinue.errors.InvalidLimits` naming the field. The token budgets
+(``tokens_per_agent``, ``tokens_per_tree``) are the optional fields: ``None``
+(their default) means unlimited, otherwise they are positive integers; in the
+environment, ``none`` or ``unlimited`` sets ``None``.
 
 ``Limits.from_env()`` reads ``RETINUE_<FIELD>`` variables (for example
 ``RETINUE_DEPTH_CAP``); keyword overrides win over the environment.
@@ -92,15 +95,26 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Closed agents, read messages and delivered completions older than this go."""
     compact_interval_s: float = 60.0
     """Seconds between background compactions."""
+    tokens_per_agent: int | None = None
+    """Model tokens (prompt + completion) one agent may spend in all its turns; None: no cap."""
+    tokens_per_tree: int | None = None
+    """Model tokens one top-level agent's whole tree may spend; None: unlimited."""
+    transcript_max_bytes: int = 262_144
+    """Largest stored transcript of one LLM agent; past it the oldest tool results are cut."""
+    max_concurrent_calls: int = 64
+    """Model calls in flight at once per model, across the runtime's LLM agents."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"}
     )
+    _OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"tokens_per_agent", "tokens_per_tree"})
 
     def __post_init__(self) -> None:
         """Validate every field; raise ``InvalidLimits`` naming the first bad one."""
         for field in self.__struct_fields__:
             value = getattr(self, field)
+            if value is None and field in self._OPTIONAL_FIELDS:
+                continue
             if field in self._FLOAT_FIELDS:
                 number = _check_float(field, value)
                 if type(value) is not float:
@@ -157,6 +171,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             if raw is None or not raw.strip():
                 continue
             text = raw.strip()
+            if field in cls._OPTIONAL_FIELDS and text.lower() in ("none", "unlimited"):
+                values[field] = None
+                continue
             if field in cls._FLOAT_FIELDS:
                 try:
                     number: int | float = float(text)

@@ -26,6 +26,7 @@ __all__ = [
     "TurnQueued",
     "TurnSettled",
     "TurnStarted",
+    "Usage",
 ]
 
 
@@ -53,8 +54,38 @@ class CompletionStatus(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Model tokens and cost spent, summed over calls.
+
+    ``cost_usd`` comes from litellm's local cost map; a model it does not
+    price counts 0.0.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> Usage:
+        """Return the sum of this usage and ``other``."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+        )
+
+
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of one agent, as the supervisor last committed it."""
+    """A snapshot of one agent, as the supervisor last committed it.
+
+    ``usage`` is what this agent's model calls spent over all its turns;
+    ``tree_usage``, on a top-level agent only (None on the others), is what
+    its whole tree spent, closed and compacted descendants included.
+    """
 
     id: str
     name: str
@@ -69,6 +100,8 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    usage: Usage = Usage()
+    tree_usage: Usage | None = None
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import msgspec
 
-from retinue.protocol.messages import AgentState, Completion, Message
+from retinue.protocol.messages import AgentState, Completion, Message, Usage
 
 __all__ = [
     "SCHEMA_VERSION",
+    "TRANSCRIPT_VERSION",
     "AgentRecord",
     "CompletionRecord",
     "MessageRecord",
+    "ToolCallRecord",
+    "TranscriptMessage",
+    "TranscriptRecord",
     "completion_key",
     "message_key",
 ]
@@ -30,6 +34,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     ``parent_id`` is None for a top-level agent. ``host_received`` is the
     highest generation whose completion the host has received through wait.
     ``pending_task`` is the task of the queued turn while ``starting``.
+    ``usage`` is what this agent's model calls spent; ``tree_usage``, kept on
+    a top-level agent only, is what its whole tree spent (it survives the
+    compaction of closed descendants).
     """
 
     id: str
@@ -48,6 +55,8 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: float = 0.0
     host_received: int = 0
     closed_at: float | None = None
+    usage: Usage = Usage()
+    tree_usage: Usage = Usage()
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,3 +95,44 @@ def message_key(recipient_id: str, seq: int) -> bytes:
 def completion_key(agent_id: str, generation: int) -> bytes:
     """Return the store key of ``agent_id``'s completion for ``generation``."""
     return f"{agent_id}:{generation:010d}".encode()
+
+
+TRANSCRIPT_VERSION = 1
+"""The ``version`` of :class:`TranscriptRecord` this retinue writes."""
+
+
+class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call a model made: its id, the tool's name and the raw JSON arguments."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """One chat message of a transcript (the OpenAI chat shape, minus the system prompt).
+
+    ``role`` is ``user``, ``assistant`` or ``tool``; ``tool_calls`` is set on
+    assistant messages that called tools; ``tool_call_id`` and ``name`` on
+    tool results.
+    """
+
+    role: str
+    content: str | None = None
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The conversation of one LLM agent, across its turns (keyed by agent id).
+
+    The system prompt is not stored (it is rebuilt from the profile at every
+    turn). ``cut`` counts the message contents replaced by a marker to keep
+    the record within ``Limits.transcript_max_bytes``.
+    """
+
+    version: int = TRANSCRIPT_VERSION
+    agent_id: str
+    messages: tuple[TranscriptMessage, ...] = ()
+    cut: int = 0

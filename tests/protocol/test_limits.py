@@ -10,7 +10,7 @@ import pytest
 from retinue.errors import ArgumentTypeError, InvalidLimits, RetinueError
 from retinue.protocol.limits import Limits
 
-DEFAULTS: dict[str, int | float] = {
+DEFAULTS: dict[str, int | float | None] = {
     "depth_cap": 5,
     "fanout_cap": 8,
     "max_tree_agents": 64,
@@ -28,9 +28,15 @@ DEFAULTS: dict[str, int | float] = {
     "retain_read_messages": 100_000,
     "retain_age_s": 7 * 24 * 3600.0,
     "compact_interval_s": 60.0,
+    # LLM layer: token budgets (None = unlimited), transcript bound, per-model concurrency.
+    "tokens_per_agent": None,
+    "tokens_per_tree": None,
+    "transcript_max_bytes": 262_144,
+    "max_concurrent_calls": 64,
 }
 FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
-INT_FIELDS = [f for f in DEFAULTS if f not in FLOAT_FIELDS]
+OPTIONAL_FIELDS = ["tokens_per_agent", "tokens_per_tree"]
+INT_FIELDS = [f for f in DEFAULTS if f not in FLOAT_FIELDS and f not in OPTIONAL_FIELDS]
 
 
 def test_fields_and_defaults_in_order() -> None:
@@ -198,3 +204,29 @@ def test_from_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> Non
     limits = Limits.from_env()
     assert limits.depth_cap == 2
     assert limits.wait_max_s == 12.0
+
+
+# -- token budgets: optional fields (None = unlimited) ---------------------------------
+
+
+@pytest.mark.parametrize("field", OPTIONAL_FIELDS)
+@pytest.mark.parametrize("value", [0, -1, True, 1.5, "5"])
+def test_bad_budget_raises_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(InvalidLimits, match=rf"\b{field}\b"):
+        Limits(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", OPTIONAL_FIELDS)
+def test_budget_is_unlimited_by_default_and_settable(field: str) -> None:
+    assert getattr(Limits(), field) is None
+    assert getattr(Limits(**{field: 500}), field) == 500
+    assert getattr(Limits(**{field: 500}).replace(**{field: None}), field) is None
+
+
+@pytest.mark.parametrize("field", OPTIONAL_FIELDS)
+@pytest.mark.parametrize("text", ["none", "Unlimited", " NONE "])
+def test_budget_env_none_means_unlimited(field: str, text: str) -> None:
+    var = "RETINUE_" + field.upper()
+    assert getattr(Limits.from_env({var: text}), field) is None
+    with pytest.raises(InvalidLimits, match=var):
+        Limits.from_env({var: "lots"})

@@ -1,0 +1,47 @@
+"""The LLM runner's two supervisor requests: load an agent's LLM state, record one model step.
+
+Both go through the turn's own request channel (so they are refused once the
+turn is interrupted) and are answered once committed:
+
+- ``llm_load``: the stored transcript (raw bytes or None), this agent's usage
+  and its top-level tree's usage;
+- ``llm_step``: add one call's usage to the agent and its tree and (when given)
+  replace the stored transcript, in one transition; answers the new totals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from retinue.actors.commands import LlmLoad, LlmStep
+from retinue.protocol.messages import Usage
+
+__all__ = ["LlmState", "llm_load", "llm_step"]
+
+LlmState = tuple[bytes | None, Usage, Usage]
+"""``(transcript, agent usage, tree usage)``."""
+
+
+async def _ask(turn: Any, command: Any) -> Any:
+    return await asyncio.wrap_future(turn._caller(command))
+
+
+async def llm_load(turn: Any) -> LlmState:
+    """Return the agent's stored transcript and its usage totals.
+
+    Raises:
+        TurnInterrupted: the turn was interrupted.
+    """
+    state: LlmState = await _ask(turn, LlmLoad(turn._me))
+    return state
+
+
+async def llm_step(turn: Any, usage: Usage, transcript: bytes | None) -> tuple[Usage, Usage]:
+    """Record one model step; return ``(agent usage, tree usage)`` after it.
+
+    Raises:
+        TurnInterrupted: the turn was interrupted.
+    """
+    totals: tuple[Usage, Usage] = await _ask(turn, LlmStep(turn._me, usage, transcript))
+    return totals

@@ -1,0 +1,211 @@
+"""What a model sees: the turn's input rendered as chat messages, and the stored transcript.
+
+A turn's input is one ``user`` message: its task (unless it is a wake-up turn),
+then its unread messages in arrival order, a child's completion rendered as
+``[subagent:<path>] delegated task completed. Result: <output>``,
+``... delegated task FAILED: <error>`` or ``... delegated task was interrupted``.
+
+The transcript is the chat without its system prompt, stored as a
+:class:`~retinue.protocol.records.TranscriptRecord`. :func:`bound` keeps it
+within ``Limits.transcript_max_bytes``: the oldest tool results are replaced
+by :data:`CUT_MARKER` first, then the oldest other contents, then the oldest
+exchanges are dropped whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from retinue.protocol.messages import CompletionStatus, Message
+from retinue.protocol.records import (
+    TRANSCRIPT_VERSION,
+    ToolCallRecord,
+    TranscriptMessage,
+    TranscriptRecord,
+)
+
+__all__ = [
+    "CUT_MARKER",
+    "INTERRUPTED_TOOL_RESULT",
+    "ChatMessage",
+    "bound",
+    "decode_transcript",
+    "encode_transcript",
+    "render_message",
+    "repair_dangling",
+    "turn_input",
+]
+
+ChatMessage = dict[str, Any]
+"""One OpenAI-shaped chat message."""
+
+CUT_MARKER = "[retinue: older content cut to keep the transcript within transcript_max_bytes]"
+"""What replaces a content cut from a stored transcript."""
+INTERRUPTED_TOOL_RESULT = json.dumps(
+    {"error": "this tool call did not finish: the turn was interrupted before it returned"}
+)
+"""The result given to a tool call whose turn died before it answered."""
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(TranscriptRecord)
+
+
+def render_message(message: Message) -> str:
+    """Render one mailbox entry for the model (a message or a child's completion)."""
+    completion = message.completion
+    if message.kind == "completion" and completion is not None:
+        head = f"[subagent:{completion.path}] delegated task"
+        if completion.status is CompletionStatus.COMPLETED:
+            return f"{head} completed. Result: {completion.output or ''}"
+        if completion.status is CompletionStatus.FAILED:
+            return f"{head} FAILED: {completion.error or 'unknown error'}"
+        return f"{head} was interrupted"
+    return f"[message from {message.sender}] {message.content}"
+
+
+def turn_input(task: str, reason: str, messages: Sequence[Message]) -> str:
+    """Return the text of the ``user`` message that opens a turn.
+
+    ``reason`` is the turn's reason: a ``wake`` turn shows only its messages
+    (the task was shown before); a ``resume`` turn says the last one was
+    interrupted.
+    """
+    parts: list[str] = []
+    if reason == "resume":
+        parts.append(f"The previous turn was interrupted; carry on with the task: {task}")
+    elif reason != "wake" or not messages:
+        parts.append(task)
+    parts.extend(render_message(m) for m in messages)
+    return "\n\n".join(parts)
+
+
+def _to_record(message: ChatMessage) -> TranscriptMessage:
+    calls = tuple(
+        ToolCallRecord(
+            id=str(call.get("id", "")),
+            name=str((call.get("function") or {}).get("name", "")),
+            arguments=str((call.get("function") or {}).get("arguments", "")),
+        )
+        for call in message.get("tool_calls") or ()
+    )
+    content = message.get("content")
+    return TranscriptMessage(
+        role=str(message.get("role", "user")),
+        content=content if isinstance(content, str) else None,
+        tool_calls=calls,
+        tool_call_id=message.get("tool_call_id"),
+        name=message.get("name"),
+    )
+
+
+def _to_chat(record: TranscriptMessage) -> ChatMessage:
+    message: ChatMessage = {"role": record.role, "content": record.content}
+    if record.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in record.tool_calls
+        ]
+    if record.tool_call_id is not None:
+        message["tool_call_id"] = record.tool_call_id
+    if record.name is not None:
+        message["name"] = record.name
+    return message
+
+
+def _size(message: ChatMessage) -> int:
+    return len(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 8
+
+
+def bound(messages: list[ChatMessage], max_bytes: int) -> tuple[list[ChatMessage], int]:
+    """Return ``messages`` cut to fit ``max_bytes`` (approximately, as encoded) and the cut count.
+
+    Never cuts the last message. Oldest tool results go first, then the
+    oldest other contents; if that is not enough, the oldest exchanges (up to
+    the next ``user`` message) are dropped whole.
+    """
+    out = [dict(m) for m in messages]
+    total = sum(_size(m) for m in out)
+    cut = 0
+    for roles in (("tool",), ("user", "assistant")):
+        for message in out[:-1]:
+            if total <= max_bytes:
+                return out, cut
+            content = message.get("content")
+            if message.get("role") in roles and isinstance(content, str) and content != CUT_MARKER:
+                if len(content) <= len(CUT_MARKER):
+                    continue
+                before = _size(message)
+                message["content"] = CUT_MARKER
+                total += _size(message) - before
+                cut += 1
+    while total > max_bytes and len(out) > 1:
+        total -= _size(out.pop(0))
+        cut += 1
+        while len(out) > 1 and out[0].get("role") != "user":
+            total -= _size(out.pop(0))
+            cut += 1
+    return out, cut
+
+
+def repair_dangling(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Give every tool call without a result an 'interrupted' result (a crash mid-turn).
+
+    A provider refuses a chat where an assistant's tool call has no result, so
+    a transcript saved between a tool call and its answer is completed here.
+    """
+    out: list[ChatMessage] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        out.append(message)
+        index += 1
+        wanted = [c.get("id") for c in message.get("tool_calls") or ()]
+        if message.get("role") != "assistant" or not wanted:
+            continue
+        seen: set[Any] = set()
+        while index < len(messages) and messages[index].get("role") == "tool":
+            seen.add(messages[index].get("tool_call_id"))
+            out.append(messages[index])
+            index += 1
+        for call_id in wanted:
+            if call_id not in seen:
+                out.append(
+                    {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_TOOL_RESULT}
+                )
+    return out
+
+
+def encode_transcript(agent_id: str, messages: Sequence[ChatMessage], cut: int = 0) -> bytes:
+    """Encode a chat (without its system prompt) as a stored transcript record."""
+    record = TranscriptRecord(
+        version=TRANSCRIPT_VERSION,
+        agent_id=agent_id,
+        messages=tuple(_to_record(m) for m in messages),
+        cut=cut,
+    )
+    return _ENCODER.encode(record)
+
+
+def decode_transcript(raw: bytes | None) -> tuple[list[ChatMessage], int]:
+    """Decode a stored transcript into chat messages and its cut count.
+
+    An absent, undecodable or newer-version record gives an empty history
+    (the agent starts over rather than fail on a record it cannot read).
+    """
+    if raw is None:
+        return [], 0
+    try:
+        record = _DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return [], 0
+    if record.version > TRANSCRIPT_VERSION:
+        return [], 0
+    return [_to_chat(m) for m in record.messages], record.cut
