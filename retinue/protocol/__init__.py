@@ -30,6 +30,7 @@ from retinue.protocol.paths import (
 from retinue.protocol.results import (
     ARTIFACT_ID_PATTERN,
     MAX_ARTIFACT_ID_LENGTH,
+    MAX_INPUT_BYTES,
     MAX_LIST_ITEMS,
     MAX_STRING_BYTES,
     RESULT_VERSION,
@@ -59,6 +60,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "HEAD_TRUNCATION_MARKER",
     "Limits",
     "MAX_ARTIFACT_ID_LENGTH",
+    "MAX_INPUT_BYTES",
     "MAX_LIST_ITEMS",
     "MAX_NAME_LENGTH",
     "MAX_PATH_LENGTH",

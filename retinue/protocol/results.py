@@ -1,8 +1,12 @@
 """The structured result contract: one JSON object an agent can be asked to answer with.
 
-The object is :class:`StructuredResult` (``version`` ``retinue.result.v2``).
-Unknown keys are rejected at every level, every list holds at most 50 items
-and every string is at most 8 KiB of UTF-8. The string bound is enforced in
+The object is :class:`StructuredResult` (``version`` ``retinue.result.v2``),
+aligned with the seed's contract (pi-subagents 2.0.1): every list field is
+present (empty lists included), ``verification`` is a list of checks, every
+claim carries its ``evidence``, and ``reason_code`` and ``provenance`` are
+optional. The whole input is at most 51,200 bytes of UTF-8; unknown keys are
+rejected at every level, every list holds at most 50 items and every string is
+at most 8 KiB of UTF-8. The string bound is enforced in
 two steps: msgspec rejects a string of more than 8192 *characters* while
 decoding (cheap, early), then :func:`parse_result` checks the UTF-8 *byte*
 length of every string, which is the rule itself. Artifact ids must fully
@@ -30,6 +34,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "Change",
     "Claim",
     "MAX_ARTIFACT_ID_LENGTH",
+    "MAX_INPUT_BYTES",
     "MAX_LIST_ITEMS",
     "MAX_STRING_BYTES",
     "RESULT_VERSION",
@@ -46,6 +51,8 @@ MAX_STRING_BYTES = 8192
 """Largest string in a structured result, in bytes of UTF-8."""
 MAX_LIST_ITEMS = 50
 """Most items in any list of a structured result."""
+MAX_INPUT_BYTES = 51_200
+"""Largest text :func:`parse_result` accepts, in bytes of UTF-8 (prose and fences included)."""
 MAX_ARTIFACT_ID_LENGTH = 256
 """Longest artifact id, in characters."""
 ARTIFACT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
@@ -61,12 +68,15 @@ _ArtifactId = Annotated[str, msgspec.Meta(max_length=MAX_ARTIFACT_ID_LENGTH)]
 _Strings = Annotated[tuple[_Str, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
 
 
+_Key = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ARTIFACT_ID_LENGTH)]
+
+
 class Claim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One statement the agent makes, how it knows it, and the evidence."""
+    """One statement the agent makes, how it knows it, and the evidence (required, may be empty)."""
 
     claim: _Str
     classification: Literal["observed", "inferred", "unverified"]
-    evidence: _Strings = ()
+    evidence: _Strings
 
 
 class Artifact(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -87,7 +97,7 @@ class Change(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """How the agent checked its work, and with what outcome."""
+    """One check the agent ran (or did not run) on its work, and its outcome."""
 
     status: Literal["passed", "failed", "not-run"]
     summary: _Str
@@ -96,17 +106,25 @@ class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class StructuredResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The whole structured result; build one with :func:`parse_result` to get it validated."""
+    """The whole structured result; build one with :func:`parse_result` to get it validated.
+
+    Every list field is required (send ``[]`` when there is nothing to say);
+    ``reason_code`` (a short machine-readable reason, e.g. for ``blocked``) and
+    ``provenance`` (string facts about where the result came from, such as
+    ``{"agent": "/root/review", "model": "..."}``, at most 50 keys) are optional.
+    """
 
     version: Literal["retinue.result.v2"]
     status: ResultStatus
     summary: _Str
-    claims: Annotated[tuple[Claim, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)] = ()
-    artifacts: Annotated[tuple[Artifact, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)] = ()
-    changes: Annotated[tuple[Change, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)] = ()
-    verification: Verification | None = None
-    limitations: _Strings = ()
-    unresolved_dependencies: _Strings = ()
+    claims: Annotated[tuple[Claim, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
+    artifacts: Annotated[tuple[Artifact, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
+    changes: Annotated[tuple[Change, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
+    verification: Annotated[tuple[Verification, ...], msgspec.Meta(max_length=MAX_LIST_ITEMS)]
+    limitations: _Strings
+    unresolved_dependencies: _Strings
+    reason_code: _Str | None = None
+    provenance: Annotated[dict[_Key, _Str], msgspec.Meta(max_length=MAX_LIST_ITEMS)] | None = None
 
 
 _DECODER = msgspec.json.Decoder(StructuredResult)
@@ -172,12 +190,20 @@ def _strings(result: StructuredResult) -> Iterator[tuple[str, str]]:
         elif isinstance(value, tuple):
             for index in range(len(value) - 1, -1, -1):
                 stack.append((f"{path}[{index}]", value[index]))
+        elif isinstance(value, dict):
+            for key in reversed(list(value)):
+                stack.append((f"{path}.{key}", value[key]))
+
+
+def _utf8_size(text: str) -> int:
+    """Return the UTF-8 size of ``text`` (lone surrogates counted as 3 bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _check(result: StructuredResult) -> None:
     """Apply the rules msgspec cannot express: byte lengths, id pattern, id uniqueness."""
     for field, value in _strings(result):
-        size = len(value.encode("utf-8", "surrogatepass"))
+        size = _utf8_size(value)
         if size > MAX_STRING_BYTES:
             raise _fail(
                 f"string is {size} bytes of UTF-8, over the {MAX_STRING_BYTES}-byte limit",
@@ -205,17 +231,27 @@ def parse_result(text: str) -> StructuredResult:
 
     ``text`` is the JSON object alone (surrounding whitespace allowed) or a
     reply containing one fenced block tagged ``json`` (or, when there is no
-    tagged block, exactly one untagged fenced block).
+    tagged block, exactly one untagged fenced block); the whole text is at
+    most :data:`MAX_INPUT_BYTES` bytes of UTF-8.
 
     Raises:
         ArgumentTypeError: ``text`` is not a ``str``.
-        ResultContractError: no JSON object was found, the JSON is malformed,
-            or the object breaks the contract. The message and ``.field``
+        ResultContractError: the text is over :data:`MAX_INPUT_BYTES`, no JSON
+            object was found, the JSON is malformed, or the object breaks the
+            contract. The message and ``.field``
             name the offending field path (``claims[2].classification``);
             ``.field`` is ``""`` when the problem is the whole result.
     """
     if not isinstance(text, str):
         raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
+    # More characters than the bound means more bytes too: no need to encode a huge text.
+    size = len(text) if len(text) > MAX_INPUT_BYTES else _utf8_size(text)
+    if size > MAX_INPUT_BYTES:
+        raise _fail(
+            f"the answer is over the {MAX_INPUT_BYTES}-byte limit of a structured result "
+            f"(at least {size} bytes of UTF-8); shorten it",
+            "",
+        )
     payload = _extract_json(text)
     try:
         result = _DECODER.decode(payload)
@@ -230,33 +266,44 @@ def parse_result(text: str) -> StructuredResult:
 _EXAMPLE = """{
   "version": "retinue.result.v2",
   "status": "completed",
-  "summary": "Checked the login handler; expired tokens are rejected."
+  "summary": "Checked the login handler; expired tokens are rejected.",
+  "claims": [],
+  "artifacts": [],
+  "changes": [],
+  "verification": [],
+  "limitations": [],
+  "unresolved_dependencies": []
 }"""
 
 
 def result_instruction() -> str:
     """Return the prompt text that asks a model to answer with a structured result.
 
-    The text describes every field and ends with a minimal valid example in
-    a fenced ``json`` block, so ``parse_result(result_instruction())`` succeeds.
+    The text describes every field and ends with a minimum valid result (every
+    required field present, the lists empty) in a fenced ``json`` block, so
+    ``parse_result(result_instruction())`` succeeds.
     """
     return f"""\
 Answer with one JSON object, alone or inside one ```json fenced block. Fields:
 - "version": always "{RESULT_VERSION}".
 - "status": one of "completed", "partial", "blocked", "needs-input", "failed".
 - "summary": what you did and found, in a few sentences.
-- "claims" (optional): list of {{"claim", "classification", "evidence"}}; classification \
+- "claims": list of {{"claim", "classification", "evidence"}}; classification \
 is "observed" (you saw it), "inferred" (you reasoned it) or "unverified"; evidence is a \
-list of strings.
-- "artifacts" (optional): list of {{"id", "kind", "version"?, "location"?, "digest"?}}; \
+list of strings (required; [] when you have none).
+- "artifacts": list of {{"id", "kind", "version"?, "location"?, "digest"?}}; \
 ids are unique, at most {MAX_ARTIFACT_ID_LENGTH} characters and match \
 {ARTIFACT_ID_PATTERN}.
-- "changes" (optional): list of {{"path", "summary"}}.
-- "verification" (optional): {{"status", "summary", "command"?, "evidence"?}}; status \
-is "passed", "failed" or "not-run"; evidence is a list of strings.
-- "limitations", "unresolved_dependencies" (optional): lists of strings.
-Rules: no other keys; every string at most {MAX_STRING_BYTES} bytes; every list at \
-most {MAX_LIST_ITEMS} items. Minimal example:
+- "changes": list of {{"path", "summary"}}.
+- "verification": list of checks {{"status", "summary", "command"?, "evidence"?}}; \
+status is "passed", "failed" or "not-run"; evidence is a list of strings.
+- "limitations", "unresolved_dependencies": lists of strings.
+- "reason_code" (optional): a short machine-readable reason, e.g. for "blocked".
+- "provenance" (optional): an object of strings saying where the result came from.
+Rules: every field above without "(optional)" or "?" must be present, with [] for an \
+empty list; no other keys; every string at most {MAX_STRING_BYTES} bytes; every list at \
+most {MAX_LIST_ITEMS} items; the whole answer at most {MAX_INPUT_BYTES} bytes. \
+Minimum valid result:
 ```json
 {_EXAMPLE}
 ```

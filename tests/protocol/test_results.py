@@ -26,15 +26,32 @@ from retinue.protocol.results import (
 SETTINGS = settings(max_examples=100, derandomize=True, deadline=None)
 
 
+LIST_FIELDS = (
+    "claims",
+    "artifacts",
+    "changes",
+    "verification",
+    "limitations",
+    "unresolved_dependencies",
+)
+
+
 def minimal(**extra: Any) -> dict[str, Any]:
-    return {"version": RESULT_VERSION, "status": "completed", "summary": "done", **extra}
+    """The minimum valid result (every list present and empty), with ``extra`` on top."""
+    base: dict[str, Any] = {"version": RESULT_VERSION, "status": "completed", "summary": "done"}
+    base.update({key: [] for key in LIST_FIELDS})
+    return {**base, **extra}
+
+
+def without(key: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != key}
 
 
 def full() -> dict[str, Any]:
     return minimal(
         claims=[
             {"claim": "tests pass", "classification": "observed", "evidence": ["ran pytest"]},
-            {"claim": "the API is stable", "classification": "inferred"},
+            {"claim": "the API is stable", "classification": "inferred", "evidence": []},
         ],
         artifacts=[
             {"id": "report.md", "kind": "file"},
@@ -47,14 +64,19 @@ def full() -> dict[str, Any]:
             },
         ],
         changes=[{"path": "src/app.py", "summary": "fixed the bug"}],
-        verification={
-            "status": "passed",
-            "summary": "all green",
-            "command": "pytest -q",
-            "evidence": ["120 passed"],
-        },
+        verification=[
+            {
+                "status": "passed",
+                "summary": "all green",
+                "command": "pytest -q",
+                "evidence": ["120 passed"],
+            },
+            {"status": "not-run", "summary": "no Windows runner"},
+        ],
         limitations=["did not test on Windows"],
         unresolved_dependencies=["needs the staging key"],
+        reason_code="ok",
+        provenance={"agent": "/root/review", "model": "scripted"},
     )
 
 
@@ -84,9 +106,25 @@ def test_version_constant() -> None:
 
 def test_minimal_result() -> None:
     result = parse(minimal())
-    assert result == StructuredResult(version=RESULT_VERSION, status="completed", summary="done")
-    assert result.claims == ()
-    assert result.verification is None
+    assert result == StructuredResult(
+        version=RESULT_VERSION,
+        status="completed",
+        summary="done",
+        claims=(),
+        artifacts=(),
+        changes=(),
+        verification=(),
+        limitations=(),
+        unresolved_dependencies=(),
+    )
+    assert result.reason_code is None
+    assert result.provenance is None
+
+
+@pytest.mark.parametrize("key", LIST_FIELDS)
+def test_every_list_field_is_required(key: str) -> None:
+    exc = assert_field(without(key, minimal()), key)
+    assert "missing" in str(exc)
 
 
 def test_full_result() -> None:
@@ -98,9 +136,14 @@ def test_full_result() -> None:
     assert result.artifacts[0] == Artifact(id="report.md", kind="file")
     assert result.artifacts[1].digest == "sha256:00"
     assert result.changes == (Change(path="src/app.py", summary="fixed the bug"),)
-    assert result.verification == Verification(
-        status="passed", summary="all green", command="pytest -q", evidence=("120 passed",)
+    assert result.verification == (
+        Verification(
+            status="passed", summary="all green", command="pytest -q", evidence=("120 passed",)
+        ),
+        Verification(status="not-run", summary="no Windows runner"),
     )
+    assert result.reason_code == "ok"
+    assert result.provenance == {"agent": "/root/review", "model": "scripted"}
     assert result.limitations == ("did not test on Windows",)
     assert result.unresolved_dependencies == ("needs the staging key",)
 
@@ -124,9 +167,30 @@ def test_every_classification(classification: str) -> None:
 
 @pytest.mark.parametrize("status", ["passed", "failed", "not-run"])
 def test_every_verification_status(status: str) -> None:
-    result = parse(minimal(verification={"status": status, "summary": "s"}))
-    assert result.verification is not None
-    assert result.verification.status == status
+    result = parse(minimal(verification=[{"status": status, "summary": "s"}]))
+    assert result.verification[0].status == status
+
+
+def test_verification_is_a_list_not_an_object() -> None:
+    exc = assert_field(minimal(verification={"status": "passed", "summary": "s"}), "verification")
+    assert "array" in str(exc)
+
+
+def test_claim_evidence_is_required() -> None:
+    exc = assert_field(
+        minimal(claims=[{"claim": "c", "classification": "observed"}]), "claims[0].evidence"
+    )
+    assert "missing" in str(exc)
+
+
+def test_optional_reason_code_and_provenance() -> None:
+    result = parse(minimal(status="blocked", reason_code="missing-credentials"))
+    assert result.reason_code == "missing-credentials"
+    assert_field(minimal(reason_code=7), "reason_code")
+    assert_field(minimal(provenance={"agent": 1}), "provenance[...]")  # msgspec's name
+    assert_field(minimal(provenance=["a"]), "provenance")
+    too_many = {f"k{i}": "v" for i in range(51)}
+    assert_field(minimal(provenance=too_many), "provenance")
 
 
 def test_surrounding_whitespace_is_allowed() -> None:
@@ -194,8 +258,8 @@ def test_errors_are_value_errors() -> None:
 
 
 def test_bad_classification_names_claims_2_classification() -> None:
-    good = {"claim": "c", "classification": "observed"}
-    bad = {"claim": "c", "classification": "guessed"}
+    good = {"claim": "c", "classification": "observed", "evidence": []}
+    bad = {"claim": "c", "classification": "guessed", "evidence": []}
     exc = assert_field(minimal(claims=[good, good, bad]), "claims[2].classification")
     assert "claims[2].classification" in str(exc)
     assert "guessed" in str(exc)
@@ -211,7 +275,7 @@ def test_bad_classification_names_claims_2_classification() -> None:
         (minimal(claims=[{"claim": "c", "classification": "observed", "evidence": [1]}]),
          "claims[0].evidence[0]"),
         (minimal(artifacts=[{"id": "a", "kind": 5}]), "artifacts[0].kind"),
-        (minimal(verification={"status": "green", "summary": "s"}), "verification.status"),
+        (minimal(verification=[{"status": "green", "summary": "s"}]), "verification[0].status"),
         (minimal(limitations=["ok", None]), "limitations[1]"),
         (minimal(unresolved_dependencies="x"), "unresolved_dependencies"),
     ],
@@ -226,10 +290,10 @@ def test_wrong_values_name_their_field(obj: dict[str, Any], field: str) -> None:
         ({"status": "completed", "summary": "s"}, "version"),
         ({"version": RESULT_VERSION, "summary": "s"}, "status"),
         ({"version": RESULT_VERSION, "status": "completed"}, "summary"),
-        (minimal(claims=[{"claim": "c"}]), "claims[0].classification"),
+        (minimal(claims=[{"claim": "c", "evidence": []}]), "claims[0].classification"),
         (minimal(artifacts=[{"kind": "file"}]), "artifacts[0].id"),
         (minimal(changes=[{"path": "p"}]), "changes[0].summary"),
-        (minimal(verification={"status": "passed"}), "verification.summary"),
+        (minimal(verification=[{"status": "passed"}]), "verification[0].summary"),
     ],
 )
 def test_missing_fields_are_named(obj: dict[str, Any], field: str) -> None:
@@ -241,12 +305,13 @@ def test_missing_fields_are_named(obj: dict[str, Any], field: str) -> None:
     ("obj", "field"),
     [
         (minimal(extra=1), "extra"),
-        (minimal(claims=[{"claim": "c", "classification": "observed", "why": "x"}]),
+        (minimal(claims=[{"claim": "c", "classification": "observed", "evidence": [],
+                          "why": "x"}]),
          "claims[0].why"),
         (minimal(artifacts=[{"id": "a", "kind": "k", "size": 3}]), "artifacts[0].size"),
         (minimal(changes=[{"path": "p", "summary": "s", "diff": ""}]), "changes[0].diff"),
-        (minimal(verification={"status": "passed", "summary": "s", "exit": 0}),
-         "verification.exit"),
+        (minimal(verification=[{"status": "passed", "summary": "s", "exit": 0}]),
+         "verification[0].exit"),
     ],
 )  # fmt: skip
 def test_unknown_keys_are_rejected_and_named(obj: dict[str, Any], field: str) -> None:
@@ -286,13 +351,14 @@ def test_string_bound_applies_to_nested_strings() -> None:
     artifact = {"id": "a", "kind": "k", "location": "€" * 2731}
     assert_field(minimal(artifacts=[artifact]), "artifacts[0].location")
     assert_field(
-        minimal(verification={"status": "passed", "summary": "s", "command": "x" * 9000}),
-        "verification.command",
+        minimal(verification=[{"status": "passed", "summary": "s", "command": "x" * 9000}]),
+        "verification[0].command",
     )
 
 
 LISTS: list[tuple[str, Any, str]] = [
-    ("claims", {"claim": "c", "classification": "observed"}, "claims"),
+    ("claims", {"claim": "c", "classification": "observed", "evidence": []}, "claims"),
+    ("verification", {"status": "passed", "summary": "s"}, "verification"),
     ("artifacts", None, "artifacts"),
     ("changes", {"path": "p", "summary": "s"}, "changes"),
     ("limitations", "x", "limitations"),
@@ -317,7 +383,30 @@ def test_nested_lists_hold_at_most_50_items() -> None:
     claim["evidence"] = ["e"] * 51
     assert_field(minimal(claims=[claim]), "claims[0].evidence")
     verification = {"status": "passed", "summary": "s", "evidence": ["e"] * 51}
-    assert_field(minimal(verification=verification), "verification.evidence")
+    assert_field(minimal(verification=[verification]), "verification[0].evidence")
+
+
+def test_whole_input_is_bounded_at_51200_bytes() -> None:
+    base = json.dumps(minimal())
+    pad = 51_200 - len(base.encode())
+    assert parse_result(base + " " * pad).summary == "done"  # exactly at the bound
+    with pytest.raises(ResultContractError, match="51200-byte limit") as info:
+        parse_result(base + " " * (pad + 1))
+    assert info.value.field == ""
+
+
+def test_input_bound_counts_utf8_bytes_and_prose() -> None:
+    prose = "é" * 26_000  # 26,000 characters, 52,000 bytes
+    text = prose + "\n```json\n" + json.dumps(minimal(), indent=2) + "\n```\n"
+    assert len(text) < 51_200 < len(text.encode())
+    with pytest.raises(ResultContractError, match="51200-byte limit"):
+        parse_result(text)
+
+
+def test_strings_within_their_bound_still_trip_the_whole_bound() -> None:
+    claims = [{"claim": "c" * 8000, "classification": "observed", "evidence": []} for _ in range(7)]
+    with pytest.raises(ResultContractError, match="51200-byte limit"):
+        parse(minimal(claims=claims))
 
 
 @pytest.mark.parametrize("artifact_id", ["a", "Z", "0", "a.b", "A1._:-x", "sha256:ff", "x" * 256])
@@ -358,6 +447,20 @@ def test_instruction_example_parses() -> None:
     assert parse_result(text) == example
 
 
+def test_instruction_example_has_every_top_level_field() -> None:
+    text = result_instruction()
+    block = re.findall(r"```json\n(.*?)\n```", text, flags=re.DOTALL)[0]
+    example = json.loads(block)
+    required = [
+        name
+        for name in StructuredResult.__struct_fields__
+        if name not in ("reason_code", "provenance")
+    ]
+    assert list(example) == required
+    for key in LIST_FIELDS:
+        assert example[key] == []
+
+
 def test_instruction_mentions_every_field_and_value() -> None:
     text = result_instruction()
     for word in [
@@ -369,6 +472,7 @@ def test_instruction_mentions_every_field_and_value() -> None:
         "digest",
         "8192",
         "50",
+        "51200",
     ]:
         assert word in text
 
