@@ -17,6 +17,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── UnknownAgent                   (LookupError)
     ├── DuplicateAgentPath             (ValueError)   a live sibling holds the name
     ├── NotPermitted                                  outside what the sender may do
+    │   └── ToolsNotPermitted                         .extra: tools above the parent's
     ├── LimitExceeded                                 a configured bound was hit
     │   ├── DepthLimitExceeded
     │   ├── FanoutLimitExceeded
@@ -79,6 +80,7 @@ __all__ = [
     "StoreVersionError",
     "TokenBudgetExceeded",
     "ToolCallLimitExceeded",
+    "ToolsNotPermitted",
     "TurnInterrupted",
     "UnknownAgent",
     "UnknownProfile",
@@ -153,6 +155,14 @@ class DuplicateAgentPath(RetinueError, ValueError):
 
 class NotPermitted(RetinueError):
     """The sender may not do that (spawn that profile, message that agent)."""
+
+
+class ToolsNotPermitted(NotPermitted):
+    """A child's tools exceed its parent's (the capability ceiling); ``.extra`` names them."""
+
+    def __init__(self, message: str, extra: tuple[str, ...] = ()) -> None:
+        self.extra = tuple(extra)
+        super().__init__(message)
 
 
 class LimitExceeded(RetinueError):

@@ -127,7 +127,9 @@ class Runtime:
         ``StoreReadOnly``.
 
         Raises:
-            ConfigurationError: a profile without a runner, or defined twice.
+            ConfigurationError: a profile without a runner, or defined twice; a
+                profile whose tools exceed those of a profile that spawns it
+                (the capability ceiling; the message names the extra tools).
             DelegationCycleError, DelegationDepthError: a bad profile graph.
             StoreLocked: another writer holds the store.
             StoreVersionError: the store was written by a newer schema.

@@ -8,6 +8,7 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
+from retinue.protocol.tools import resolve_profile_tools
 
 __all__ = [
     "Booted",
@@ -76,8 +78,13 @@ def profile_table(
     when it names a ``model``; ``model_runner(p, parent)`` for the model of the
     nearest profile that may spawn it (inherited); the runtime's ``runner``.
 
+    A profile whose ``tools`` is None is replaced by a copy holding the tools
+    it inherits (see :func:`~retinue.protocol.tools.resolve_profile_tools`).
+
     Raises:
-        ConfigurationError: not a Profile, defined twice, or no runner at all.
+        ConfigurationError: not a Profile, defined twice, or no runner at all;
+            a profile whose tools exceed those of a profile that spawns it
+            (the capability ceiling; the message names the extra tools).
         DelegationCycleError, DelegationDepthError: a bad profile graph.
     """
     table: dict[str, Profile] = {}
@@ -88,6 +95,11 @@ def profile_table(
         if profile.name in table:
             raise ConfigurationError(f"profile {profile.name!r} is defined twice")
         table[profile.name] = profile
+    validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
+    tools = resolve_profile_tools({p.name: (p.tools, p.subagents) for p in table.values()})
+    for name, profile in table.items():
+        if profile.tools is None:  # inheriting: record what it inherits
+            table[name] = dataclasses.replace(profile, tools=tools[name])
     for profile in table.values():
         chosen = profile.runner
         if chosen is None and model_runner is not None:
@@ -101,7 +113,6 @@ def profile_table(
                 "and the runtime has no default runner"
             )
         runners[profile.name] = chosen
-    validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
     return table, runners
 
 

@@ -7,6 +7,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from retinue.errors import ConfigurationError
+from retinue.protocol.tools import resolve_tools
 
 if TYPE_CHECKING:
     from retinue.actors.turn import Turn
@@ -35,8 +36,11 @@ class Profile:
     ``temperature``, ``max_tool_calls``, ``retries`` ...). A profile with
     neither ``runner`` nor ``model`` inherits the model and settings of the
     first profile (in definition order) that lists it in ``subagents`` and has
-    one. ``tools`` is a preset (``"read"``, ``"modify"``, ``"none"``) or exact
-    tool names; ``result_format="structured"`` asks the model for the
+    one. ``tools`` is what an LLM runner may offer besides the coordinator
+    tools: a preset (``"read"``, ``"modify"``, ``"none"``), an exact list of
+    tool names, or None to inherit (see :mod:`retinue.protocol.tools`); a
+    child's tools must lie within its parent's, checked at ``Runtime.open``
+    and at every spawn. ``result_format="structured"`` asks the model for the
     structured result contract.
     """
 
@@ -58,8 +62,8 @@ class Profile:
         Raises:
             ConfigurationError: an empty name, a non-string subagent, a runner
                 that is not callable, an empty or non-string model, an unknown
-                result format, or tools that are neither a name nor a list
-                of names.
+                result format, or bad ``tools`` (not a preset, a coordinator
+                tool name, a malformed name).
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
@@ -84,18 +88,9 @@ class Profile:
                 f"profile {self.name!r}: result_format must be 'structured' or None, "
                 f"not {self.result_format!r}"
             )
-        tools = self.tools
-        if tools is not None and not isinstance(tools, str):
-            if not isinstance(tools, Iterable):
-                raise ConfigurationError(
-                    f"profile {self.name!r}: tools must be a preset name or a list of tool names"
-                )
-            names = tuple(tools)
-            if not all(isinstance(n, str) and n for n in names):
-                raise ConfigurationError(
-                    f"profile {self.name!r}: tool names must be non-empty strings"
-                )
-            object.__setattr__(self, "tools", names)
+        resolved = resolve_tools(self.tools, owner=self.name)
+        if resolved is not None and not isinstance(self.tools, str):
+            object.__setattr__(self, "tools", resolved)  # a list becomes a tuple, deduplicated
         if not isinstance(self.model_settings, Mapping):
             raise ConfigurationError(f"profile {self.name!r}: model_settings must be a mapping")
         object.__setattr__(self, "model_settings", dict(self.model_settings))

@@ -69,6 +69,7 @@ from retinue.errors import (
     NotPermitted,
     RetinueError,
     RuntimeClosed,
+    ToolsNotPermitted,
     TurnInterrupted,
     UnknownProfile,
 )
@@ -85,6 +86,7 @@ from retinue.protocol.messages import (
     Usage,
 )
 from retinue.protocol.records import AgentRecord
+from retinue.protocol.tools import ceiling_message, exceeds_ceiling
 
 __all__ = ["Supervisor", "SupervisorActor", "info_of"]
 
@@ -164,6 +166,10 @@ class Supervisor(Routing):
                     f"profile {parent.profile!r} may not spawn {profile!r}; "
                     f"it may spawn: {sorted(allowed)}"
                 )
+            tools = self.profiles[profile].tools
+            extra = exceeds_ceiling(tools, self.profiles[parent.profile].tools)
+            if extra:
+                raise ToolsNotPermitted(ceiling_message(profile, parent.profile, extra), extra)
         self._check_size(task, "task")
         agent_id = uuid.uuid4().hex
         if name is None:

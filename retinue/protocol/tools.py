@@ -1,0 +1,203 @@
+"""Tool names, presets and capability ceilings: pure data and rules, no I/O.
+
+A profile's ``tools`` is a preset (``"read"``, ``"modify"``, ``"none"``), an
+exact list of tool names (built-in or registered by the host), or ``None``.
+``None`` inherits: a profile that other profiles may spawn gets the tools
+that *every* one of them has (the intersection, so it fits under each); a
+profile only the host spawns gets none. :func:`resolve_profile_tools` does
+that resolution once, over the static profile graph, and checks the
+capability ceiling: a child's tools must lie within its parent's.
+
+The coordinator tools (spawn, send, wait, ...) are not listed in ``tools``:
+every LLM agent gets them, shaped by what its profile may spawn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+
+from retinue.errors import ConfigurationError
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "COORDINATOR_TOOLS",
+    "MODIFY_TOOLS",
+    "PRESETS",
+    "READ_TOOLS",
+    "SPAWN_TOOLS",
+    "TOOL_NAME_PATTERN",
+    "ToolSpec",
+    "ceiling_message",
+    "exceeds_ceiling",
+    "extra_tools",
+    "resolve_profile_tools",
+    "resolve_tools",
+]
+
+COORDINATOR_TOOLS: tuple[str, ...] = (
+    "spawn_subagent",
+    "spawn_subagents",
+    "send_message",
+    "wait_agent",
+    "list_agents",
+    "interrupt_agent",
+    "close_agent",
+)
+"""The coordinator tools every LLM agent may be offered; never named in ``tools``."""
+SPAWN_TOOLS: tuple[str, ...] = ("spawn_subagent", "spawn_subagents")
+"""The coordinator tools withheld from an agent that may not spawn."""
+READ_TOOLS: tuple[str, ...] = ("read_file", "list_dir", "grep", "find")
+"""The ``"read"`` preset: built-in tools that only read the workspace."""
+MODIFY_TOOLS: tuple[str, ...] = (*READ_TOOLS, "write_file", "edit_file", "bash")
+"""The ``"modify"`` preset: the read tools plus writing, editing and ``bash``."""
+BUILTIN_TOOLS: tuple[str, ...] = MODIFY_TOOLS
+"""Every built-in workspace tool."""
+PRESETS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"none": (), "read": READ_TOOLS, "modify": MODIFY_TOOLS}
+)
+"""Preset name -> the tool names it stands for."""
+TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+"""What a tool name must fully match (the OpenAI function-name rule)."""
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+ToolSpec = str | Sequence[str] | None
+"""A profile's ``tools``: a preset name, an exact list of tool names, or None (inherit)."""
+
+
+def resolve_tools(spec: object, *, owner: str = "") -> tuple[str, ...] | None:
+    """Return the tool names ``spec`` stands for, in order without duplicates; None for None.
+
+    ``owner`` names the profile in error messages.
+
+    Raises:
+        ConfigurationError: a string that is not a preset, a list that holds a
+            non-string, a name that breaks :data:`TOOL_NAME_PATTERN`, or a
+            coordinator tool name (those are given by ``subagents``).
+    """
+    where = f"profile {owner!r}: " if owner else ""
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        if spec in PRESETS:
+            return PRESETS[spec]
+        raise ConfigurationError(
+            f"{where}tools={spec!r} is not a preset; use one of {sorted(PRESETS)} "
+            f"or a list of tool names such as [{spec!r}]"
+        )
+    if isinstance(spec, bytes | bytearray) or not isinstance(spec, Iterable):
+        raise ConfigurationError(
+            f"{where}tools must be a preset name or a list of tool names, not {type(spec).__name__}"
+        )
+    names: list[str] = []
+    for name in spec:
+        if not isinstance(name, str):
+            raise ConfigurationError(
+                f"{where}tool names must be strings, not {type(name).__name__}"
+            )
+        if name in COORDINATOR_TOOLS:
+            raise ConfigurationError(
+                f"{where}{name!r} is a coordinator tool; it is not listed in tools "
+                "(an agent gets the spawn tools when its profile names subagents)"
+            )
+        if _NAME_RE.fullmatch(name) is None:
+            raise ConfigurationError(f"{where}tool name {name!r} must match {TOOL_NAME_PATTERN}")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def extra_tools(child: Iterable[str], parent: Iterable[str]) -> tuple[str, ...]:
+    """Return, sorted, the tool names in ``child`` that ``parent`` lacks (empty: it fits)."""
+    allowed = set(parent)
+    return tuple(sorted({name for name in child if name not in allowed}))
+
+
+def exceeds_ceiling(child: ToolSpec, parent: ToolSpec) -> tuple[str, ...]:
+    """Return, sorted, the tools a child profile's spec has beyond its parent's; () if it fits.
+
+    A ``None`` child inherits, so it always fits; a ``None`` parent has no tools.
+    Both specs must be valid (a :class:`~retinue.actors.profile.Profile` checks them).
+    """
+    if child is None or child == parent:
+        return ()
+    return extra_tools(resolve_tools(child) or (), resolve_tools(parent) or ())
+
+
+def ceiling_message(child: str, parent: str, extra: Sequence[str]) -> str:
+    """Return the error text for a child profile whose tools exceed its parent's."""
+    return (
+        f"profile {child!r} has tools that profile {parent!r}, which spawns it, lacks: "
+        f"{', '.join(extra)}; a child's tools must lie within its parent's "
+        f"(give {parent!r} those tools or remove them from {child!r})"
+    )
+
+
+def resolve_profile_tools(
+    profiles: Mapping[str, tuple[ToolSpec, Sequence[str]]],
+) -> dict[str, tuple[str, ...]]:
+    """Resolve every profile's tools and check the capability ceilings of the static graph.
+
+    ``profiles`` maps a profile name to ``(tools spec, subagent names)``; the
+    graph must already be acyclic (:func:`~retinue.protocol.graph.validate_graph`).
+    A ``None`` spec inherits the tools every profile that may spawn it has in
+    common; a profile nothing spawns (the host's) inherits none. Subagent names
+    that are not profiles are ignored (they are leaves the runtime refuses).
+
+    Returns:
+        profile name -> its effective tool names.
+
+    Raises:
+        ConfigurationError: a bad spec (see :func:`resolve_tools`), a child
+            profile whose explicit tools are not all among a parent's (the
+            message names the extra tools), or an inheriting profile on a cycle.
+    """
+    explicit = {name: resolve_tools(spec, owner=name) for name, (spec, _) in profiles.items()}
+    parents: dict[str, list[str]] = {name: [] for name in profiles}
+    for name, (_, subagents) in profiles.items():
+        for child in subagents:
+            if child in parents and name not in parents[child]:
+                parents[child].append(name)
+    effective: dict[str, tuple[str, ...]] = {}
+    for start in profiles:
+        # Iterative depth-first walk up the graph, parents resolved first; a
+        # parent met again while its own frame is open is a cycle.
+        frames: list[tuple[str, list[str]]] = [(start, list(parents[start]))]
+        open_frames = {start}
+        while frames:
+            name, todo = frames[-1]
+            if name in effective:
+                frames.pop()
+                open_frames.discard(name)
+                continue
+            own = explicit[name]
+            if own is None and todo:
+                parent = todo.pop()
+                if parent in open_frames:
+                    raise ConfigurationError(
+                        f"profile {name!r} inherits its tools through a delegation cycle; "
+                        "give the profiles on the cycle explicit tools"
+                    )
+                if parent not in effective:
+                    frames.append((parent, list(parents[parent])))
+                    open_frames.add(parent)
+                continue
+            frames.pop()
+            open_frames.discard(name)
+            if own is not None:
+                effective[name] = own
+            elif not parents[name]:
+                effective[name] = ()
+            else:
+                first, *rest = (effective[p] for p in parents[name])
+                common = set(first).intersection(*rest)
+                effective[name] = tuple(n for n in first if n in common)
+    for name, (_, subagents) in profiles.items():
+        for child in subagents:
+            if child in effective:
+                extra = extra_tools(effective[child], effective[name])
+                if extra:
+                    raise ConfigurationError(ceiling_message(child, name, extra))
+    return effective

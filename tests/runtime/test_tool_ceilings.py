@@ -1,0 +1,109 @@
+"""Capability ceilings through a real runtime: checked at open and again at every spawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import OpenRuntime, echo
+
+from retinue import (
+    CompletionStatus,
+    ConfigurationError,
+    NotPermitted,
+    Profile,
+    Runtime,
+    ToolsNotPermitted,
+    Turn,
+)
+from retinue.protocol.tools import MODIFY_TOOLS, READ_TOOLS
+
+
+def test_open_refuses_a_child_with_more_tools_than_its_parent(store_path: Path) -> None:
+    profiles = [
+        Profile("lead", subagents=["worker"], tools="read", runner=echo),
+        Profile("worker", tools="modify", runner=echo),
+    ]
+    with pytest.raises(ConfigurationError) as info:
+        Runtime.open(store_path, profiles=profiles)
+    assert "bash, edit_file, write_file" in str(info.value)
+    assert not (store_path / "data.mdb").exists()  # refused before the store was created
+
+
+def test_open_refuses_tools_under_a_host_only_parent_without_tools(store_path: Path) -> None:
+    profiles = [
+        Profile("lead", subagents=["worker"], runner=echo),
+        Profile("worker", tools=["grep"], runner=echo),
+    ]
+    with pytest.raises(ConfigurationError, match="lacks: grep"):
+        Runtime.open(store_path, profiles=profiles)
+
+
+def test_profile_refuses_coordinator_tools_and_unknown_presets() -> None:
+    with pytest.raises(ConfigurationError, match="coordinator tool"):
+        Profile("lead", tools=["read_file", "spawn_subagent"])
+    with pytest.raises(ConfigurationError, match="not a preset"):
+        Profile("lead", tools="everything")
+    assert Profile("lead", tools=["grep", "grep", "find"]).tools == ("grep", "find")
+
+
+def test_open_records_inherited_tools(open_runtime: OpenRuntime) -> None:
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], tools="modify", runner=echo),
+            Profile("reviewer", subagents=["worker"], tools="read", runner=echo),
+            Profile("worker", runner=echo),
+            Profile("solo", runner=echo),
+        ]
+    )
+    profiles = rt._profiles
+    assert profiles["lead"].tools == "modify"
+    assert profiles["worker"].tools == READ_TOOLS  # what both spawners share
+    assert profiles["solo"].tools == ()
+
+
+def test_spawn_within_the_ceiling_runs(open_runtime: OpenRuntime) -> None:
+    def lead(turn: Turn) -> str:
+        done = turn.run("worker", "look", timeout=5)
+        return f"lead<{done.output}>"
+
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], tools="modify", runner=lead),
+            Profile("worker", tools=["grep", "bash"], runner=echo),
+        ]
+    )
+    top = rt.spawn("lead", "go")
+    done = rt.wait(top.id, timeout=10)
+    assert (done.status, done.output) == (CompletionStatus.COMPLETED, "lead<done:look>")
+
+
+def test_spawn_checks_the_ceiling_again(open_runtime: OpenRuntime) -> None:
+    """Defence in depth: a profile table changed under a live runtime is still checked."""
+    refused: list[BaseException] = []
+
+    def lead(turn: Turn) -> str:
+        try:
+            turn.spawn("worker", "escalate")
+        except NotPermitted as exc:
+            refused.append(exc)
+            return f"refused: {exc}"
+        return "spawned"
+
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], tools="read", runner=lead),
+            Profile("worker", tools="read", runner=echo),
+        ]
+    )
+    rt._profiles["worker"] = Profile("worker", tools="modify", runner=echo)
+    top = rt.spawn("lead", "go")
+    done = rt.wait(top.id, timeout=10)
+    assert done.status is CompletionStatus.COMPLETED
+    assert len(refused) == 1
+    error = refused[0]
+    assert isinstance(error, ToolsNotPermitted)
+    assert error.extra == ("bash", "edit_file", "write_file")
+    assert "bash, edit_file, write_file" in str(error)
+    assert [a.path for a in rt.agents()] == [top.path]
+    assert set(MODIFY_TOOLS) - set(READ_TOOLS) == set(error.extra)
