@@ -165,7 +165,17 @@ def _entries(listing: Any) -> list[tuple[str, bool]]:
 
 def _final(text: str, structured: bool) -> dict[str, Any]:
     if structured:
-        body = {"version": RESULT_VERSION, "status": "completed", "summary": text[:4000]}
+        body: dict[str, Any] = {
+            "version": RESULT_VERSION,
+            "status": "completed",
+            "summary": text[:4000],
+            "claims": [],
+            "artifacts": [],
+            "changes": [],
+            "verification": [],
+            "limitations": [],
+            "unresolved_dependencies": [],
+        }
         text = json.dumps(body, ensure_ascii=False)
     return {"role": "assistant", "content": text}
 
