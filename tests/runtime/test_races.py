@@ -1,0 +1,460 @@
+"""Completions exactly once under races: waits racing close, cancelled async waits,
+many host threads and tasks at once, and runtime close from any caller.
+
+Every completion id an agent's turns produce must be received exactly once by
+the host's waits (these agents are top level, so the host is the recipient):
+never twice, never lost, before and after a reopen. The randomised tests are
+seeded and short; ``python -m stress --only soak_races`` runs the long search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
+
+from retinue import (
+    AgentClosed,
+    AgentState,
+    Completion,
+    Limits,
+    Profile,
+    RetinueError,
+    Runtime,
+    RuntimeClosed,
+    StoreLocked,
+    Turn,
+    WaitTimeout,
+)
+from retinue.persistence.lock import WriterLock
+
+
+def parked(thread: threading.Thread) -> bool:
+    """True once ``thread`` blocks on a lock, condition or future (or has ended)."""
+    if not thread.is_alive():
+        return True
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if name.endswith("/threading.py") or name.endswith("/concurrent/futures/_base.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def drain(rt: Runtime, agent_id: str) -> list[int]:
+    """Receive every completion of ``agent_id`` the host has not received; return generations."""
+    got: list[int] = []
+    while True:
+        try:
+            got.append(rt.wait(agent_id, timeout=0).generation)
+        except (WaitTimeout, AgentClosed):
+            return got
+        except RetinueError as exc:  # NothingToWaitFor and friends: nothing left
+            if type(exc).__name__ == "NothingToWaitFor":
+                return got
+            raise
+
+
+# -- close racing a blocked wait ------------------------------------------------------------
+
+
+def test_close_while_the_host_waits_hands_the_completion_out_once(
+    open_runtime: OpenRuntime, gate: Gate, store_path: Path
+) -> None:
+    rt = open_runtime([Profile("w", runner=gate)])
+    a = rt.spawn("w", "t", name="a")
+    gate.wait_started(1)
+    got: list[Completion] = []
+    waiter = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=PROMPT_S)))
+    waiter.start()
+    wait_until(lambda: parked(waiter), what="the host wait to block")
+    rt.close(a.id)
+    waiter.join(PROMPT_S)
+    assert [(c.id, c.status) for c in got] == [(f"{a.id}:1", "interrupted")]
+    assert drain(rt, a.id) == []  # received once: nothing is handed out again
+    rt.shutdown()
+    with Runtime.open(store_path, profiles=[Profile("w", runner=gate)]) as again:
+        assert drain(again, a.id) == []  # and not after a reopen either
+
+
+def test_interrupt_while_the_host_waits_hands_the_completion_out_once(
+    open_runtime: OpenRuntime, gate: Gate, store_path: Path
+) -> None:
+    rt = open_runtime([Profile("w", runner=gate)])
+    a = rt.spawn("w", "t", name="a")
+    gate.wait_started(1)
+    got: list[Completion] = []
+    waiter = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=PROMPT_S)))
+    waiter.start()
+    wait_until(lambda: parked(waiter), what="the host wait to block")
+    rt.interrupt(a.id)
+    rt.close(a.id)
+    waiter.join(PROMPT_S)
+    assert [c.generation for c in got] == [1]
+    assert drain(rt, a.id) == []
+    rt.shutdown()
+    with Runtime.open(store_path, profiles=[Profile("w", runner=gate)]) as again:
+        assert drain(again, a.id) == []
+
+
+def test_close_tree_while_the_host_waits_on_each_member_hands_each_completion_out_once(
+    open_runtime: OpenRuntime, gate: Gate, store_path: Path
+) -> None:
+    def lead(turn: Turn) -> str:
+        turn.spawn("w", "child", name="c")
+        return gate(turn)
+
+    profiles = [Profile("lead", subagents=["w"], runner=lead), Profile("w", runner=gate)]
+    rt = open_runtime(profiles)
+    top = rt.spawn("lead", "t", name="top")
+    gate.wait_started(2)
+    child = wait_until(lambda: [i for i in rt.agents() if i.name == "c"], what="the child")[0]
+    got: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def wait_on(ref: str) -> None:
+        try:
+            done = rt.wait(ref, timeout=PROMPT_S)
+        except AgentClosed:
+            return
+        with lock:
+            got[done.id] += 1
+
+    waiters = [threading.Thread(target=wait_on, args=(r,)) for r in (top.id, child.id)]
+    for w in waiters:
+        w.start()
+    for w in waiters:
+        wait_until(lambda w=w: parked(w), what="the host waits to block")  # type: ignore[misc]
+    rt.close_tree(top.id)
+    for w in waiters:
+        w.join(PROMPT_S)
+    for ref in (top.id, child.id):
+        for generation in drain(rt, ref):
+            got[f"{ref}:{generation}"] += 1
+    assert got[f"{top.id}:1"] == 1
+    assert got[f"{child.id}:1"] == 1
+    rt.shutdown()
+    with Runtime.open(store_path, profiles=profiles) as again:
+        assert drain(again, top.id) == [] and drain(again, child.id) == []
+
+
+# -- cancelled async waits ----------------------------------------------------------------
+
+
+def test_a_cancelled_wait_async_loses_nothing_when_a_later_completion_is_received_first(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    """The wait is answered, a second waiter receives the next completion, then the first
+    wait's task is cancelled before it resumed: its completion is given back, not lost."""
+    profiles = [Profile("w", runner=lambda t: f"out:{t.task}")]
+    rt = open_runtime(profiles)
+    a = rt.spawn("w", "0", name="a")
+    wait_settled(rt, a.id, 1)
+    got: list[int] = []
+
+    async def scenario() -> None:
+        first = asyncio.create_task(rt.wait_async(a.id, timeout=5))
+        await asyncio.sleep(0)  # its wait is registered and answered with generation 1
+        # Block the loop (so the first task cannot resume) while another waiter
+        # receives generation 2.
+        other = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=5).generation))
+        other.start()
+        wait_until(lambda: parked(other), what="the second wait to block")
+        rt.follow_up(a.id, "1")
+        other.join(PROMPT_S)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            got.append((await first).generation)
+
+    asyncio.run(scenario())
+    assert got[0] == 2
+    got.extend(drain(rt, a.id))
+    rt.shutdown()
+    with Runtime.open(store_path, profiles=profiles) as again:
+        got.extend(drain(again, a.id))
+    assert sorted(got) == [1, 2]
+
+
+def test_a_completion_given_back_by_a_cancelled_wait_survives_a_later_receipt(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    """Cancel a wait_async at every point of its hand-over while later turns are received.
+
+    Whatever the point, each generation is received exactly once, in this
+    runtime or (if it was still pending) after a reopen.
+    """
+    profiles = [Profile("w", runner=lambda t: f"out:{t.task}")]
+    rt = open_runtime(profiles)
+    a = rt.spawn("w", "0", name="a")
+    received: Counter[int] = Counter()
+    rng = random.Random(8)
+
+    async def scenario() -> None:
+        for n in range(1, 60):
+            wait_settled(rt, a.id, n)
+            first = asyncio.create_task(rt.wait_async(a.id, timeout=5))
+            for _ in range(rng.randrange(8)):
+                await asyncio.sleep(0)
+            first.cancel()
+            await rt.follow_up_async(a.id, str(n))  # the next generation settles at once
+            second = asyncio.create_task(rt.wait_async(a.id, timeout=5))
+            for task in (first, second):
+                with contextlib.suppress(asyncio.CancelledError):
+                    received[(await task).generation] += 1
+
+    asyncio.run(scenario())
+    wait_settled(rt, a.id, 60)
+    for generation in drain(rt, a.id):
+        received[generation] += 1
+    rt.shutdown()
+    with Runtime.open(store_path, profiles=profiles) as again:
+        for generation in drain(again, a.id):
+            received[generation] += 1
+    assert {g: n for g, n in received.items() if n != 1} == {}
+    assert sorted(received) == list(range(1, 61))
+
+
+# -- many host threads and tasks --------------------------------------------------------------
+
+
+def _worker(turn: Turn) -> str:
+    if turn.task == "hold":  # until interrupted or closed
+        turn.cancelled.wait(PROMPT_S)
+    elif turn.task == "fail":
+        raise ValueError("on purpose")
+    return f"out:{turn.task}"
+
+
+LEDGER_LIMITS: dict[str, Any] = {"max_active_turns": 8, "wait_default_s": 2.0}
+
+
+class Ledger:
+    """Every completion id the host's waits returned, with how often."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self.lock = threading.Lock()
+        self.got: Counter[str] = Counter()
+        self.agents: list[str] = []
+
+    def add(self, done: Completion) -> None:
+        """Count one receipt."""
+        with self.lock:
+            self.got[done.id] += 1
+
+    def close_out(self, rt: Runtime, store_path: Path) -> None:
+        """Interrupt what still runs, drain every agent, reopen and drain again; check."""
+        for agent_id in self.agents:
+            try:
+                if rt.get(agent_id).state in (AgentState.STARTING, AgentState.RUNNING):
+                    rt.interrupt(agent_id)
+            except AgentClosed:
+                pass
+        expected: set[str] = set()
+        for agent_id in self.agents:
+            info = rt.get(agent_id)
+            expected.update(f"{agent_id}:{g}" for g in range(1, info.generation + 1))
+            for generation in drain(rt, agent_id):
+                self.got[f"{agent_id}:{generation}"] += 1
+        rt.shutdown()
+        with Runtime.open(
+            store_path, profiles=[Profile("w", runner=_worker)], limits=Limits(**LEDGER_LIMITS)
+        ) as again:
+            for agent_id in self.agents:
+                for generation in drain(again, agent_id):
+                    self.got[f"{agent_id}:{generation}"] += 1
+        twice = sorted(cid for cid, n in self.got.items() if n > 1)
+        lost = sorted(expected - set(self.got))
+        assert (twice, lost) == ([], [])
+        assert set(self.got) == expected
+
+
+TASKS = ["quick", "quick", "fail", "hold"]
+
+
+def test_host_threads_racing_waits_interrupts_and_closes_receive_each_completion_once(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    rt = open_runtime([Profile("w", runner=_worker)], **LEDGER_LIMITS)
+    ledger = Ledger()
+    ledger.agents = [rt.spawn("w", "quick", name=f"a{i}").id for i in range(8)]
+    problems: list[str] = []
+
+    def host(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(40):
+            agent_id = rng.choice(ledger.agents)
+            op = rng.choice(["wait", "wait", "wait", "follow", "follow", "interrupt", "send"])
+            try:
+                if op == "wait":
+                    ledger.add(rt.wait(agent_id, timeout=rng.choice([0, 0.001, 0.05])))
+                elif op == "follow":
+                    rt.follow_up(agent_id, rng.choice(TASKS))
+                elif op == "interrupt":
+                    rt.interrupt(agent_id)
+                else:
+                    rt.send(agent_id, "hi")
+            except RetinueError:
+                pass
+            except Exception as exc:  # anything else is a bug
+                problems.append(f"{op}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=host, args=(seed,)) for seed in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PROMPT_S * 3)
+    # Close half of them while other threads wait on them.
+    closers = []
+    for agent_id in ledger.agents[::2]:
+        closers.append(threading.Thread(target=lambda a=agent_id: _wait_into(rt, a, ledger)))
+        closers[-1].start()
+    for agent_id in ledger.agents[::2]:
+        rt.close(agent_id)
+    for t in closers:
+        t.join(PROMPT_S)
+    assert problems == []
+    ledger.close_out(rt, store_path)
+
+
+def _wait_into(rt: Runtime, agent_id: str, ledger: Ledger) -> None:
+    with contextlib.suppress(RetinueError):
+        ledger.add(rt.wait(agent_id, timeout=1))
+
+
+def test_async_tasks_with_cancelled_waits_receive_each_completion_once(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    rt = open_runtime([Profile("w", runner=_worker)], **LEDGER_LIMITS)
+    ledger = Ledger()
+    ledger.agents = [rt.spawn("w", "quick", name=f"a{i}").id for i in range(8)]
+    problems: list[str] = []
+
+    async def one(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(6):
+            agent_id = rng.choice(ledger.agents)
+            op = rng.choice(["wait", "wait", "cancel", "cancel", "follow", "interrupt", "close"])
+            try:
+                if op == "wait":
+                    ledger.add(await rt.wait_async(agent_id, timeout=rng.choice([0, 0.01])))
+                elif op == "cancel":
+                    task = asyncio.ensure_future(rt.wait_async(agent_id, timeout=1))
+                    for _ in range(rng.randrange(6)):
+                        await asyncio.sleep(0)
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        ledger.add(await task)
+                elif op == "follow":
+                    await rt.follow_up_async(agent_id, rng.choice(TASKS))
+                elif op == "close" and rng.random() < 0.1:
+                    await rt.close_async(agent_id)
+                else:
+                    await rt.interrupt_async(agent_id)
+            except RetinueError:
+                pass
+            except Exception as exc:
+                problems.append(f"{op}: {type(exc).__name__}: {exc}")
+
+    async def everyone() -> None:
+        await asyncio.gather(*(one(seed) for seed in range(120)))
+
+    asyncio.run(everyone())
+    assert problems == []
+    ledger.close_out(rt, store_path)
+
+
+# -- runtime close: returns only once the store is released ----------------------------------------
+
+
+def test_a_second_close_returns_only_once_the_store_is_released(
+    open_runtime: OpenRuntime, store_path: Path, make_gate: Any
+) -> None:
+    stubborn: Gate = make_gate(honour_cancel=False)  # ignores the interrupt: close waits for it
+    profiles = [Profile("w", runner=stubborn)]
+    rt = open_runtime(profiles)
+    rt.spawn("w", "t")
+    stubborn.wait_started(1)
+    first = threading.Thread(target=rt.shutdown)
+    first.start()
+    wait_until(lambda: rt.closed or parked(first), what="the first close to begin")
+    outcome: list[str] = []
+
+    def second() -> None:
+        rt.shutdown()
+        try:
+            Runtime.open(store_path, profiles=profiles).shutdown()
+            outcome.append("reopened")
+        except RetinueError as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
+
+    closer = threading.Thread(target=second)
+    closer.start()
+    wait_until(lambda: parked(closer), what="the second close to block or end")
+    stubborn.release()
+    first.join(PROMPT_S)
+    closer.join(PROMPT_S)
+    assert outcome == ["reopened"]
+
+
+def test_a_runner_closing_the_runtime_does_not_leave_the_host_a_locked_store(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    holder: list[Runtime] = []
+    closed_by_runner = threading.Event()
+
+    def closer(turn: Turn) -> str:
+        holder[0].shutdown()
+        closed_by_runner.set()
+        return "closed"
+
+    profiles = [Profile("w", runner=closer)]
+    rt = open_runtime(profiles)
+    holder.append(rt)
+    rt.spawn("w", "close it")
+    wait_until(lambda: rt.closed, what="the runner to close the runtime")
+    rt.shutdown()  # returns once the store is released, whoever closes it
+    Runtime.open(store_path, profiles=[Profile("w", runner=lambda t: "x")]).shutdown()
+    assert closed_by_runner.wait(PROMPT_S)  # the runner's own close returned too
+
+
+def test_closing_the_runtime_twice_from_many_threads_releases_the_store_for_each(
+    open_runtime: OpenRuntime, store_path: Path, gate: Gate
+) -> None:
+    profiles = [Profile("w", runner=gate)]
+    rt = open_runtime(profiles)
+    for i in range(4):
+        rt.spawn("w", f"t{i}")
+    gate.wait_started(4)
+    barrier = threading.Barrier(6)
+    outcome: list[str] = []
+    lock = threading.Lock()
+
+    def close_then_probe() -> None:
+        barrier.wait()
+        rt.shutdown()
+        with lock:  # the writer lock is free the moment any close returns
+            try:
+                WriterLock(store_path).release()
+                outcome.append("released")
+            except StoreLocked as exc:
+                outcome.append(f"StoreLocked: {exc}")
+
+    threads = [threading.Thread(target=close_then_probe) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PROMPT_S)
+    assert outcome == ["released"] * 6
+    Runtime.open(store_path, profiles=profiles).shutdown()
+    with pytest.raises(RuntimeClosed):
+        rt.spawn("w", "late")
