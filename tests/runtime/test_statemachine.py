@@ -1,7 +1,9 @@
-"""The stateful property test of the runtime (``stress/statemachine.py``) with short CI settings.
+"""The stateful property test of the runtime (``stress/statemachine/``) with short CI settings.
 
 Derandomized, so every CI run explores the same 25 programs of up to 30
-steps; ``python -m stress`` runs the long, seeded search.
+steps. This is the one place CI runs the machine (``python -m stress --quick``
+leaves it out); ``python -m stress`` and ``--only statemachine`` run the long,
+seeded search.
 """
 
 from __future__ import annotations

@@ -1,0 +1,138 @@
+"""Stateful property test: a hypothesis state machine drives a live runtime and checks its promises.
+
+The machine opens a runtime with small caps on a real LMDB store and runs
+deterministic, fast runners: ``echo`` (settles at once, or fails on purpose),
+``gated`` (blocks on a gate the machine opens and closes, honouring
+``turn.cancelled``), and coordinators ``boss`` -> ``lead`` -> ``mid`` that spawn
+children with ``turn.spawn``, ``turn.run`` and ``turn.run_many``. Every runner
+logs the turn it saw (its messages) and what it returned, so the model knows
+which messages and completions each turn received.
+
+Rules: spawn at the top or under any agent (valid and invalid names, permitted,
+not permitted and unknown profiles, oversized tasks), send (duplicate and
+over-long dedup keys, oversized content, full mailboxes), follow-up, resume,
+interrupt, close, close-tree, host waits with tiny timeouts, opening and
+closing the gate, and reopen (close the runtime, read the store, open it again).
+
+Each call is checked against the model: it succeeds exactly when no rule
+forbids it, and otherwise raises one of the typed errors the model allows
+(never anything but a ``RetinueError``). After every step the machine waits
+for quiescence (event-driven, no sleeps) and checks the invariants listed on
+:meth:`RetinueMachine.settled_invariants` and :meth:`RetinueMachine.reopen`.
+
+``run(max_examples, steps, seed)`` is the long search ``python -m stress`` can
+call; ``tests/runtime/test_statemachine.py`` runs the same machine with CI
+settings.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import get_state_machine_test
+
+from stress.statemachine.harness import LIMITS, STATS, VIOLATIONS, Harness
+from stress.statemachine.machine import RetinueMachine
+
+__all__ = ["LIMITS", "Harness", "RetinueMachine", "ci_settings", "run"]
+
+
+# -- entry points -------------------------------------------------------------------------------
+
+
+def ci_settings(max_examples: int = 25, steps: int = 30) -> settings:
+    """Settings for a short, derandomized run (what the test suite uses).
+
+    No shrinking: a failure is reported at once, as the full program, well
+    inside the suite's 60 s watchdog; ``run()`` (``python -m stress``) shrinks.
+    """
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+def _describe(exc: BaseException) -> list[str]:
+    """Return the text of an exception, and of each one inside an exception group."""
+    text = ["".join(traceback.format_exception_only(exc)).strip()]
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            text.extend(_describe(inner))
+    return text
+
+
+def run(
+    max_examples: int = 200, steps: int = 50, seed: int = 1, *, durability: str = "full"
+) -> dict[str, Any]:
+    """Search with ``max_examples`` runs of up to ``steps`` steps from ``seed``; return a row.
+
+    The row has the counts of examples, steps, reopens and typed errors the
+    runtime raised, the seconds taken, and ``problems``: empty, or the
+    falsifying program hypothesis printed and the violated invariant.
+    """
+    STATS.clear()
+    VIOLATIONS.clear()
+    RetinueMachine.durability = durability
+    config = settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    machine_test = get_state_machine_test(RetinueMachine, settings=config)  # type: ignore[no-untyped-call]
+    test = hypothesis.seed(seed)(machine_test)
+    t0 = time.perf_counter()
+    problems: list[str] = []
+    try:
+        test()
+    except Exception as exc:
+        problems.extend(_describe(exc))
+        problems.extend(f"violation seen: {v}" for v in dict.fromkeys(VIOLATIONS))
+    finally:
+        RetinueMachine.durability = "full"
+    raised = {k.removeprefix("raised:"): v for k, v in sorted(STATS.items()) if k[:7] == "raised:"}
+    covered = (
+        "reopens",
+        "spawned_by_runners",
+        "turns_wake",
+        "turns_resume",
+        "interrupted_running",
+        "interrupted_starting",
+        "closed_busy",
+        "dedup_hits",
+        "agent_messages",
+    )
+    return {
+        "examples": STATS["examples"],
+        "steps": STATS["steps"],
+        "coverage": {key: STATS[key] for key in covered},
+        "errors_raised": raised,
+        "problems": problems,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _main(argv: Iterable[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m stress.statemachine")
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--durability", choices=["full", "buffered"], default="full")
+    args = parser.parse_args(None if argv is None else list(argv))
+    row = run(args.examples, args.steps, args.seed, durability=args.durability)
+    for key, value in row.items():
+        print(f"  {key:<20}  {value}")
+    return 1 if row["problems"] else 0

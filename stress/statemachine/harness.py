@@ -1,0 +1,410 @@
+"""The machine's world: its limits and team, the logging runners and their gate.
+
+Every runner logs the turn it saw (its messages) and what it returned, so the
+model knows which messages and completions each turn received. ``fail``
+records a violation with the example's trace.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from hypothesis import strategies as st
+
+from retinue import Limits, Profile, Turn
+from retinue.errors import (
+    RetinueError,
+)
+from retinue.protocol.messages import (
+    AgentState,
+    Completion,
+    Event,
+    Message,
+    TurnSettled,
+)
+
+LIMITS = Limits(
+    depth_cap=3,
+    fanout_cap=3,
+    max_tree_agents=8,
+    max_agents=20,
+    max_active_turns=2,
+    mailbox_capacity=3,
+    pending_completions_per_agent=3,
+    message_max_bytes=64,
+    dedup_key_max_length=8,
+    wait_default_s=5.0,
+    compact_interval_s=3600.0,
+)
+RUN_TIMEOUT_S = 0.1  # how long a coordinator's turn.run / run_many waits for its children
+SETTLE_S = 10.0  # quiescence must come within this; longer is a stuck agent
+GATE_POLL_S = 0.005  # how often a gated runner looks at turn.cancelled
+RUNNER_EXIT_S = 10.0  # runner threads must all end this soon after the runtime closes
+
+BUSY = (AgentState.STARTING, AgentState.RUNNING)
+SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
+HOST = "/root"
+
+# The team: boss -> lead -> mid -> echo/gated is one edge deeper than depth_cap allows
+# for a top-level boss, so the deepest spawns hit DepthLimitExceeded.
+SUBAGENTS: dict[str, tuple[str, ...]] = {
+    "boss": ("lead", "echo"),
+    "lead": ("mid", "echo", "gated"),
+    "mid": ("echo", "gated"),
+    "echo": (),
+    "gated": (),
+}
+WAKES = {"boss": True, "lead": True, "mid": False, "echo": True, "gated": True}
+COORDINATORS = ("boss", "lead", "mid")
+CHILD_TASK = {
+    "boss": "echo",
+    "lead": "spawn:mid",
+    "mid": "spawn:echo",
+    "echo": "tell",
+    "gated": "hold",
+}
+
+MAX = LIMITS.message_max_bytes
+KEY_MAX = LIMITS.dedup_key_max_length
+TASKS = [
+    "echo",
+    "tell",
+    "tell2",
+    "fail",
+    "bad",
+    "spawn:echo",
+    "spawn:echo:a",
+    "spawn:gated",
+    "spawn:mid",
+    "spawn:lead",
+    "spawn:ghost",
+    "run:echo",
+    "run:gated",
+    "run:mid",
+    "many",
+    "many:gated",
+    "many::wide",
+    "x" * MAX,  # exactly at the bound: allowed
+    "é" * (MAX // 2 + 1),  # few characters, too many bytes
+]
+CONTENTS = ["hi", "hi", "hello", "y" * MAX, "ü" * (MAX // 2 + 1), "z" * (MAX + 1)]
+DEDUP_KEYS: list[str | None] = [None, None, "k1", "k2", "k3", "k" * KEY_MAX, "k" * (KEY_MAX + 1)]
+VALID_NAMES = ["a", "b", "c"]
+INVALID_NAMES = ["", "A", "a-b", "root", ".", "..", "a/b", "x" * 41, " a"]
+PROFILES = ["boss", "lead", "mid", "echo", "gated", "ghost"]
+NAMES = st.one_of(
+    st.none(),
+    st.none(),
+    st.sampled_from(VALID_NAMES),
+    st.sampled_from(VALID_NAMES),
+    st.sampled_from(INVALID_NAMES),
+)
+REF_FORMS = ["live", "live", "busy", "busy", "id", "path", "relative", "unknown", "invalid"]
+UNKNOWN_REF = "nobody"  # a valid name no agent ever gets
+INVALID_REF = "/root/No-Such"
+WAIT_TIMEOUTS = [0, 0.001, 0.01]
+ON_PURPOSE = "failed on purpose"
+
+
+def _nbytes(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def _seq(message: Message) -> int:
+    """A message's arrival number (its id is ``<recipient id>:<seq>``)."""
+    return int(message.id.rsplit(":", 1)[1])
+
+
+def _valid_name(name: str) -> bool:
+    return (
+        0 < len(name) <= 40
+        and name != "root"
+        and all(ch in "abcdefghijklmnopqrstuvwxyz0123456789_" for ch in name)
+    )
+
+
+def _error_text(exc: BaseException) -> str:
+    """A runner's exception as the runtime reports it: ``"Type: message"``."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class Violation(AssertionError):
+    """An invariant or a call's contract did not hold."""
+
+
+TRACE: list[str] = []  # the current example's calls, newest last
+VIOLATIONS: list[str] = []  # every violation seen, with its example's trace
+
+
+def fail(message: str) -> NoReturn:
+    """Record and raise a :class:`Violation` (recorded even if hypothesis cannot replay it)."""
+    VIOLATIONS.append(message + "\n  after: " + "\n         ".join(TRACE[-30:]))
+    raise Violation(message)
+
+
+STATS: Counter[str] = Counter()
+
+
+# -- the runners and what they saw ------------------------------------------------------------
+
+
+@dataclass
+class TurnLog:
+    """One turn as its runner saw it, and how the runner ended."""
+
+    agent_id: str
+    generation: int
+    profile: str
+    reason: str
+    task: str
+    messages: list[tuple[str, str]]  # (kind, id) in the order the turn got them
+    taken: list[str] = field(default_factory=list)  # completions received via run/run_many
+    outcome: tuple[str, str | None] | None = None  # ("output"|"error"|"nonstr", text)
+
+
+class Harness:
+    """The runners, their gate and their log; shared by every runtime one example opens.
+
+    Every change (a runner entering or leaving, the gate, a published event)
+    bumps :attr:`activity` and notifies, so the machine waits for quiescence
+    on a condition rather than sleeping.
+    """
+
+    def __init__(self) -> None:
+        """Create a harness with the gate open and an empty log."""
+        self._cond = threading.Condition()
+        self.activity = 0
+        self.gate_open = True
+        self.turns: dict[tuple[str, int], TurnLog] = {}
+        self.in_flight: set[tuple[str, int]] = set()
+        self.in_gate: set[tuple[str, int]] = set()
+        self.problems: list[str] = []  # seen on runner or dispatcher threads
+        self.agent_sent: dict[str, Message] = {}  # messages runners sent, by id
+        self.agent_dedup: dict[tuple[str, str], Message] = {}  # (sender id, key) -> original
+        self.settled_events: Counter[tuple[str, int]] = Counter()
+
+    # -- activity --
+
+    def _bump(self) -> None:
+        self.activity += 1
+        self._cond.notify_all()
+
+    def mark(self) -> int:
+        """Return the current activity count."""
+        with self._cond:
+            return self.activity
+
+    def wait_activity(self, mark: int, timeout: float) -> None:
+        """Block until something happened since ``mark`` (or ``timeout`` passed)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.activity != mark, timeout)
+
+    def on_event(self, event: Event) -> None:
+        """Event subscriber: count settled turns, wake the machine."""
+        with self._cond:
+            if isinstance(event, TurnSettled):
+                key = (event.agent_id, event.generation)
+                self.settled_events[key] += 1
+                if self.settled_events[key] > 1:
+                    self.problems.append(f"turn {key} settled twice (events)")
+            self._bump()
+
+    # -- the gate --
+
+    def open_gate(self) -> None:
+        """Let every gated turn return."""
+        TRACE.append("open gate")
+        with self._cond:
+            self.gate_open = True
+            self._bump()
+
+    def close_gate(self) -> None:
+        """Make gated turns block until the gate opens or they are cancelled."""
+        TRACE.append("close gate")
+        with self._cond:
+            self.gate_open = False
+            self._bump()
+
+    # -- runners --
+
+    def runner(self, profile: str) -> Callable[[Turn], str]:
+        """Return the logging runner of ``profile``."""
+
+        def body(turn: Turn, log: TurnLog) -> Any:
+            if profile in COORDINATORS:
+                return self._coordinate(turn, log)
+            if profile == "gated":
+                return self._gated(turn)
+            return self._echo(turn)
+
+        def run(turn: Turn) -> str:
+            key = (turn.agent.id, turn.agent.generation)
+            log = TurnLog(
+                agent_id=key[0],
+                generation=key[1],
+                profile=profile,
+                reason=turn.reason,
+                task=turn.task,
+                messages=[(m.kind, m.id) for m in turn.messages],
+            )
+            STATS[f"turns_{turn.reason}"] += 1
+            with self._cond:
+                if key in self.turns:
+                    self.problems.append(f"turn {key} ran twice")
+                self.turns[key] = log
+                self.in_flight.add(key)
+                self._bump()
+            try:
+                result = body(turn, log)
+            except BaseException as exc:
+                with self._cond:
+                    log.outcome = ("error", _error_text(exc))
+                    if not isinstance(exc, RetinueError) and str(exc) != ON_PURPOSE:
+                        self.problems.append(
+                            f"turn {key} of {turn.agent.path} raised {_error_text(exc)}"
+                        )
+                    self.in_flight.discard(key)
+                    self._bump()
+                raise
+            with self._cond:
+                log.outcome = ("output", result) if isinstance(result, str) else ("nonstr", None)
+                self.in_flight.discard(key)
+                self._bump()
+            return result  # type: ignore[no-any-return]
+
+        return run
+
+    def _echo(self, turn: Turn) -> Any:
+        if turn.task == "fail":
+            raise ValueError(ON_PURPOSE)
+        if turn.task == "bad":
+            return 42  # not a string: the turn must fail
+        if turn.task in ("tell", "tell2"):  # message the parent (the host is not an agent)
+            self._tell(turn, "t" if turn.task == "tell" else None)
+        return f"echo:{turn.task}:{len(turn.messages)}"
+
+    def _tell(self, turn: Turn, key: str | None) -> None:
+        me = turn.agent
+        content = f"hello from {me.name}"
+        try:
+            message = turn.send(me.parent_path, content, dedup_key=key)
+        except RetinueError:
+            raise  # the turn fails with it
+        except Exception as exc:
+            with self._cond:
+                self.problems.append(f"turn.send from {me.path} raised {_error_text(exc)}")
+            raise
+        with self._cond:
+            original = None if key is None else self.agent_dedup.get((me.id, key))
+            if original is not None:
+                if message != original:
+                    self.problems.append(
+                        f"{me.path} re-sent dedup key {key!r}: got {message}, not {original}"
+                    )
+                return
+            fields = (message.kind, message.sender, message.sender_id, message.recipient)
+            if fields != ("message", me.path, me.id, me.parent_path) or message.content != content:
+                self.problems.append(f"turn.send from {me.path} returned {message}")
+            if message.id in self.agent_sent:
+                self.problems.append(f"turn.send from {me.path} reused message id {message.id}")
+            self.agent_sent[message.id] = message
+            STATS["agent_messages"] += 1
+            if key is not None:
+                self.agent_dedup[(me.id, key)] = message
+
+    def _gated(self, turn: Turn) -> str:
+        key = (turn.agent.id, turn.agent.generation)
+        with self._cond:
+            self.in_gate.add(key)
+            self._bump()
+            while not self.gate_open and not turn.cancelled.is_set():
+                self._cond.wait(GATE_POLL_S)
+            self.in_gate.discard(key)
+            self._bump()
+        return f"gated:{turn.task}"
+
+    def _coordinate(self, turn: Turn, log: TurnLog) -> str:
+        if turn.reason == "wake":
+            return f"woke:{len(turn.messages)}"
+        verb, _, rest = turn.task.partition(":")
+        profile, _, name = rest.partition(":")
+        try:
+            if verb == "spawn":
+                info = turn.spawn(profile, CHILD_TASK.get(profile, "echo"), name=name or None)
+                return f"spawned:{info.name}"
+            if verb == "run":
+                done = turn.run(profile, CHILD_TASK.get(profile, "echo"), timeout=RUN_TIMEOUT_S)
+                with self._cond:
+                    log.taken.append(done.id)
+                return f"ran:{done.status}"
+            if verb == "many":
+                # One real wait per batch (the other entry is refused, or the batch is over
+                # the fan-out cap): run_many that took one completion and then raised on the
+                # next wait would hide what it took, and the model must know every receipt.
+                batch = [(profile or "echo", "echo"), ("ghost", "x")]
+                if name == "wide":
+                    batch = [("echo", "echo")] * (LIMITS.fanout_cap + 1)
+                results = turn.run_many(batch, timeout=RUN_TIMEOUT_S)
+                with self._cond:
+                    log.taken.extend(r.id for r in results if isinstance(r, Completion))
+                return "many:" + ",".join(
+                    str(r.status) if isinstance(r, Completion) else type(r).__name__
+                    for r in results
+                )
+        except RetinueError:
+            raise  # the turn fails with it, which the model checks
+        except Exception as exc:
+            with self._cond:
+                self.problems.append(
+                    f"turn {turn.task!r} of {turn.agent.path}: coordinator call raised "
+                    f"non-retinue {type(exc).__name__}: {exc}"
+                )
+            raise
+        if verb == "fail":
+            raise ValueError(ON_PURPOSE)
+        return f"did:{turn.task}:{len(turn.messages)}"
+
+    # -- reads for the machine --
+
+    def delivered_messages(self) -> dict[str, list[str]]:
+        """Return the mailbox messages each agent's turns received, in generation order."""
+        with self._cond:
+            logs = sorted(self.turns.values(), key=lambda t: (t.agent_id, t.generation))
+        out: dict[str, list[str]] = {}
+        for log in logs:
+            out.setdefault(log.agent_id, []).extend(i for k, i in log.messages if k == "message")
+        return out
+
+    def delivered_completions(self) -> Counter[str]:
+        """Return how often each completion id reached an agent's turn."""
+        with self._cond:
+            logs = list(self.turns.values())
+        seen: Counter[str] = Counter()
+        for log in logs:
+            seen.update(i for k, i in log.messages if k == "completion")
+            seen.update(log.taken)
+        return seen
+
+    def wait_runners_exit(self, timeout: float) -> None:
+        """Block until no runner is inside its turn."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self.in_flight, timeout):
+                fail(f"runners still inside their turns after close: {sorted(self.in_flight)}")
+
+
+def team(harness: Harness) -> list[Profile]:
+    """The profiles the machine's runtimes run."""
+    return [
+        Profile(
+            name,
+            subagents=list(SUBAGENTS[name]),
+            runner=harness.runner(name),
+            wake_on_completion=WAKES[name],
+        )
+        for name in SUBAGENTS
+    ]

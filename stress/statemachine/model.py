@@ -1,0 +1,230 @@
+"""The model: what the machine knows of every agent, and how a call is judged against it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from retinue import AgentInfo, Runtime
+from retinue.errors import (
+    InvalidAgentPath,
+    RetinueError,
+    UnknownAgent,
+)
+from retinue.protocol.messages import (
+    AgentState,
+    Completion,
+    CompletionStatus,
+    Message,
+)
+from stress.statemachine.harness import (
+    BUSY,
+    HOST,
+    INVALID_REF,
+    STATS,
+    TRACE,
+    UNKNOWN_REF,
+    Harness,
+    _seq,
+    fail,
+)
+
+
+@dataclass
+class Agent:
+    """What the model knows of one agent: fixed facts and the last settled snapshot."""
+
+    id: str
+    parent_id: str | None
+    info: AgentInfo
+    host_received: int = 0
+    sent: list[Message] = field(default_factory=list)  # host messages, in send order
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self.info.state is AgentState.CLOSED
+
+    @property
+    def busy(self) -> bool:
+        """True while a turn is queued or running."""
+        return self.info.state in BUSY
+
+
+@dataclass
+class Expect:
+    """What a call may do: the errors it may raise (with why), and whether success is allowed."""
+
+    errors: list[tuple[type[RetinueError], str]] = field(default_factory=list)
+
+    def add(self, kind: type[RetinueError], why: str) -> None:
+        """Allow (and, unless more is allowed, demand) ``kind``."""
+        self.errors.append((kind, why))
+
+
+class Model:
+    """Model helpers mixed into the machine: lookups, expectations and judging calls."""
+
+    agents: dict[str, Agent]
+    harness: Harness
+    host_delivered: set[str]
+    rt: Runtime
+
+    def live(self) -> list[Agent]:
+        """Return the live agents, oldest first."""
+        return [a for a in self.agents.values() if not a.closed]
+
+    def live_at(self, path: str) -> Agent | None:
+        """Return the live agent holding ``path``."""
+        for agent in self.agents.values():
+            if not agent.closed and agent.info.path == path:
+                return agent
+        return None
+
+    def children(self, agent: Agent) -> list[Agent]:
+        """Return an agent's live children."""
+        return [a for a in self.agents.values() if a.parent_id == agent.id and not a.closed]
+
+    def subtree(self, agent: Agent) -> list[Agent]:
+        """Return an agent's live subtree, itself included."""
+        out = [agent]
+        for child in self.children(agent):
+            out.extend(self.subtree(child))
+        return out
+
+    def top(self, agent: Agent) -> Agent:
+        """Return the top-level agent of an agent's tree."""
+        while agent.parent_id is not None:
+            agent = self.agents[agent.parent_id]
+        return agent
+
+    def heir(self, agent: Agent) -> str | None:
+        """Return the nearest live ancestor's id (None: the host)."""
+        parent_id = agent.parent_id
+        while parent_id is not None:
+            parent = self.agents[parent_id]
+            if not parent.closed:
+                return parent_id
+            parent_id = parent.parent_id
+        return None
+
+    def completed_generations(self, agent: Agent) -> range:
+        """Return the generations that must have a completion now."""
+        last = agent.info.generation - (1 if agent.busy else 0)
+        return range(1, last + 1)
+
+    def delivered(self) -> set[str]:
+        """Return every completion id its recipient has received."""
+        return set(self.harness.delivered_completions()) | self.host_delivered
+
+    def undelivered(self, agent: Agent, delivered: set[str] | None = None) -> list[str]:
+        """Return the agent's completion ids its recipient has not received."""
+        seen = self.delivered() if delivered is None else delivered
+        return [
+            f"{agent.id}:{g}"
+            for g in self.completed_generations(agent)
+            if f"{agent.id}:{g}" not in seen
+        ]
+
+    def inbox(self, agent: Agent) -> list[Message]:
+        """Return every message sent to the agent (by the host or agents), in arrival order."""
+        with self.harness._cond:
+            told = [m for m in self.harness.agent_sent.values() if m.recipient_id == agent.id]
+        return sorted([*agent.sent, *told], key=_seq)
+
+    def unread(self, agent: Agent) -> list[Message]:
+        """Return the messages the agent's turns have not received."""
+        got = set(self.harness.delivered_messages().get(agent.id, []))
+        return [m for m in self.inbox(agent) if m.id not in got]
+
+    def pick(self, index: int, *, live_only: bool = False, busy: bool = False) -> Agent | None:
+        """Return the (live, busy) agent at ``index`` (modulo), newest first; None with none.
+
+        Newest first, because hypothesis favours index 0: closing the newest
+        agent trims a leaf, where closing the oldest would empty the runtime.
+        ``busy`` falls back to any live agent when none is busy.
+        """
+        agents = self.live() if live_only or busy else list(self.agents.values())
+        if busy:
+            agents = [a for a in agents if a.busy] or agents
+        if not agents:
+            return None
+        return agents[-1 - index % len(agents)]
+
+    def ref(self, index: int, form: str) -> tuple[str, Agent | None, Expect]:
+        """Return a reference of ``form`` to a known agent, what it resolves to, and its errors."""
+        expect = Expect()
+        agent = self.pick(index, live_only=form == "live", busy=form == "busy")
+        if form == "invalid":
+            expect.add(InvalidAgentPath, f"{INVALID_REF} is not a valid path")
+            return INVALID_REF, None, expect
+        if form == "unknown" or agent is None:
+            expect.add(UnknownAgent, f"no agent {UNKNOWN_REF}")
+            return UNKNOWN_REF, None, expect
+        if form in ("id", "live", "busy"):
+            return agent.id, agent, expect
+        path = agent.info.path
+        text = path if form == "path" else path.removeprefix(HOST + "/")
+        holder = self.live_at(path)
+        if holder is None:
+            expect.add(UnknownAgent, f"no live agent at {path}")
+        return text, holder, expect
+
+    # -- calling --
+
+    def call(self, op: str, fn: Callable[[], Any]) -> tuple[Any, RetinueError | None]:
+        """Run one host call; only a ``RetinueError`` may come out of it."""
+        STATS[f"call:{op}"] += 1
+        try:
+            return fn(), None
+        except RetinueError as exc:
+            STATS[f"raised:{type(exc).__name__}"] += 1
+            return None, exc
+        except Exception as exc:
+            fail(f"{op} raised {type(exc).__name__} (not a RetinueError): {exc!r}")
+
+    def judge(self, op: str, error: RetinueError | None, expect: Expect) -> bool:
+        """Check a call's outcome against what the model allows; return True on success."""
+        TRACE.append(f"{op} -> {'ok' if error is None else type(error).__name__}")
+        if error is None:
+            if expect.errors:
+                fail(f"{op} succeeded, but the model expected one of {expect.errors}")
+            return True
+        allowed = tuple(kind for kind, _ in expect.errors)
+        if not allowed or not isinstance(error, allowed):
+            fail(
+                f"{op} raised {type(error).__name__}: {error}; "
+                f"the model allowed {expect.errors or 'only success'}"
+            )
+        return False
+
+    def check_completion(self, done: Completion, where: str) -> None:
+        """A completion must match what its runner returned (or be an interrupt)."""
+        log = self.harness.turns.get((done.agent_id, done.generation))
+        if done.status is CompletionStatus.INTERRUPTED:
+            if (done.output, done.error) != (None, None):
+                fail(f"{where}: interrupted completion {done.id} carries a result: {done}")
+            return
+        if log is None or log.outcome is None:
+            fail(f"{where}: completion {done.id} is {done.status} but its runner never finished")
+            return
+        kind, text = log.outcome
+        if done.status is CompletionStatus.COMPLETED:
+            if (kind, text) != ("output", done.output) or done.error is not None:
+                fail(
+                    f"{where}: completion {done.id} is {done}; the runner ended with {kind} {text}"
+                )
+        elif kind == "nonstr":
+            if done.output is not None or not (done.error or "").startswith("TypeError"):
+                fail(f"{where}: a non-string result gave {done}")
+        elif (kind, text) != ("error", done.error) or done.output is not None:
+            fail(f"{where}: completion {done.id} is {done}; the runner ended with {kind} {text}")
+
+    def _below(self, agent: Agent, ancestor: Agent) -> bool:
+        parent_id = agent.parent_id
+        while parent_id is not None:
+            if parent_id == ancestor.id:
+                return True
+            parent_id = self.agents[parent_id].parent_id
+        return False
