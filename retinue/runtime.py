@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import pykka
 
+from retinue.actors.agent import running_agent
 from retinue.actors.boot import boot, profile_table, read_diagnostics
 from retinue.actors.commands import (
     HOST,
@@ -51,7 +52,7 @@ from retinue.actors.compaction import CompactionReport
 from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.reader import StoreReader
-from retinue.actors.turn import resolve_timeout, wait_result
+from retinue.actors.turn import await_waiter, resolve_timeout, wait_result
 from retinue.errors import (
     ArgumentTypeError,
     ConfigurationError,
@@ -67,6 +68,7 @@ from retinue.protocol.messages import AgentInfo, Completion, Message
 __all__ = ["Runtime"]
 
 CLOSE_GRACE_S = 5.0
+STOP_POLL_S = 0.01  # how often a close looks again at a runner it waits for
 R = TypeVar("R")
 _NO_REF: Any = object()  # close() called without an agent reference
 
@@ -96,6 +98,9 @@ class Runtime:
         self._profiles: dict[str, Profile] = {}
         self._stopping = threading.Event()
         self._compactor: threading.Thread | None = None
+        self._shutting_down = False
+        self._released = threading.Event()  # set once the store is released
+        self._closing_runners: set[str] = set()  # agents whose runner is closing the runtime
 
     @classmethod
     def open(
@@ -349,22 +354,24 @@ class Runtime:
         return await self._ask_async(Spawn(HOST, profile, task, name, parent))
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
-        """Like :meth:`wait`, without blocking the event loop."""
+        """Like :meth:`wait`, without blocking the event loop.
+
+        Cancelling the awaiting task loses nothing: a completion already
+        handed to this wait is given back and goes to the next wait.
+        """
         seconds = resolve_timeout(timeout, self.limits)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._submit(Wait(HOST, ref), reply=future)
-        waiting = asyncio.wrap_future(future)
         try:
-            done, _ = await asyncio.wait({waiting}, timeout=seconds)
+            result: Completion = await await_waiter(
+                future, seconds, lambda: self._give_up_wait(future, seconds)
+            )
         except asyncio.CancelledError:
-            if future.cancel():  # nothing was received: forget the wait
+            if future.cancel():  # not answered: the supervisor skips it; forget it
                 self._give_up_wait(future, seconds)
-            else:  # a completion was (or is being) handed over: give it back
+            else:  # answered (or being answered): give a completion back
                 future.add_done_callback(self._unreceive)
             raise
-        if not done:
-            self._give_up_wait(future, seconds)
-        result: Completion = await waiting
         return result
 
     def _unreceive(self, future: concurrent.futures.Future[Any]) -> None:
@@ -418,30 +425,45 @@ class Runtime:
         return self._closed
 
     def shutdown(self) -> None:
-        """Close the runtime (idempotent).
+        """Close the runtime; return only once its store is released.
 
-        Interrupts running turns, waits a bounded time for runner threads,
-        persists everything and stops every actor; a temporary store is removed.
+        Idempotent and safe from any thread, however often: the first call
+        interrupts running turns, waits a bounded time for their runners
+        (never for a runner that is itself closing the runtime), persists
+        everything, stops every actor and releases the store (a temporary
+        store is removed); any other call meanwhile, from a host thread, a
+        runner or an event loop, returns when that is done. So an immediate
+        reopen always finds the store free.
         """
-        if self._closed:
+        me = running_agent()
+        with self._lock:
+            first = not self._shutting_down
+            self._shutting_down = True
+            if me is not None:
+                self._closing_runners.add(me)
+        if not first:
+            self._released.wait()
             return
+        try:
+            self._shut_down()
+        finally:
+            self._released.set()
+
+    def _shut_down(self) -> None:
         self._stopping.set()
-        if self._compactor is not None:
+        if self._compactor is not None and self._compactor is not threading.current_thread():
             self._compactor.join()
         with self._lock:
             self._closing = True
         actor = self._actor
-        actors: list[pykka.ActorRef[Any]] = []
+        actors: list[tuple[str, pykka.ActorRef[Any]]] = []
         if actor is not None:
             # A failed store cannot record the interrupts; the turns are cancelled anyway.
             with contextlib.suppress(RetinueError):
                 actors = self._ask(Shutdown())
         with self._lock:
             self._closed = True
-        deadline = time.monotonic() + CLOSE_GRACE_S
-        for ref in actors:
-            with contextlib.suppress(pykka.Timeout):
-                ref.stop(block=True, timeout=max(0.01, deadline - time.monotonic()))
+        self._stop_runners(actors)
         if actor is not None:
             actor.stop(block=True)
         if self._reader is not None:
@@ -451,6 +473,22 @@ class Runtime:
         self._bus.close()
         if self._temporary:
             shutil.rmtree(self.path, ignore_errors=True)
+
+    def _stop_runners(self, actors: list[tuple[str, pykka.ActorRef[Any]]]) -> None:
+        """Stop the actors of interrupted turns, waiting at most ``CLOSE_GRACE_S`` in all.
+
+        A runner that is closing the runtime itself is not waited for: it
+        waits for this close, and returns once the store is released.
+        """
+        stops = [(agent_id, ref, ref.stop(block=False)) for agent_id, ref in actors]
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        for agent_id, ref, stopped in stops:
+            while ref.is_alive() and time.monotonic() < deadline:
+                with self._lock:
+                    if agent_id in self._closing_runners:
+                        break
+                with contextlib.suppress(pykka.Timeout):
+                    stopped.get(timeout=STOP_POLL_S)
 
     def __enter__(self) -> Runtime:
         """Return the runtime itself."""

@@ -8,6 +8,7 @@ supervisor's, so one slow runner delays no other agent.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import Any
 
@@ -17,10 +18,18 @@ from retinue.actors.profile import Runner
 from retinue.actors.turn import Turn
 from retinue.protocol.text import truncate_utf8
 
-__all__ = ["AgentActor", "Settle", "run_runner"]
+__all__ = ["AgentActor", "Settle", "run_runner", "running_agent"]
 
 # settle(agent_id, generation, output, error)
 Settle = Callable[[str, int, str | None, str | None], None]
+
+
+_RUNNING: contextvars.ContextVar[str | None] = contextvars.ContextVar("retinue_running_agent")
+
+
+def running_agent() -> str | None:
+    """Return the id of the agent whose runner is calling (None outside a runner)."""
+    return _RUNNING.get(None)
 
 
 def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str | None, str | None]:
@@ -28,13 +37,17 @@ def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str |
 
     A raised exception becomes ``"<Type>: <message>"`` (no traceback); a
     non-string result is an error; an output above ``output_max_bytes`` is
-    cut with a visible marker.
+    cut with a visible marker. While it runs, :func:`running_agent` names
+    the agent (so closing the runtime from a runner never waits for itself).
     """
+    token = _RUNNING.set(turn.agent.id)
     try:
         result: Any = runner(turn)
     except BaseException as exc:  # a runner must never take its actor down
         message = str(exc)
         return None, f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    finally:
+        _RUNNING.reset(token)
     if not isinstance(result, str):
         return None, f"TypeError: runner returned {type(result).__name__}, expected str"
     output, _ = truncate_utf8(result, output_max_bytes)

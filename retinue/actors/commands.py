@@ -284,8 +284,8 @@ class Barrier(Command[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class Shutdown(Command[list[pykka.ActorRef[Any]]]):
-    """Interrupt every turn and stop serving; answer with the actors still running."""
+class Shutdown(Command[list[tuple[str, pykka.ActorRef[Any]]]]):
+    """Interrupt every turn and stop serving; answer with the actors still running, by agent."""
 
     after_close: ClassVar[bool] = True
     sender: Host = HOST

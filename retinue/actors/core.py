@@ -295,8 +295,16 @@ class SupervisorCore:
         return record
 
     def _update(self, record: AgentRecord, **changes: Any) -> AgentRecord:
+        """Apply ``changes`` to the agent's current record and store it; return it.
+
+        The changes land on the record the tree holds now, never on the copy
+        the caller read earlier: a handler that read ``record``, then routed a
+        completion (which moved the host's receipt mark) must not write the
+        old mark back, or a received completion would be handed out again.
+        """
+        current = self.tree.agents.get(record.id, record)
         changes.setdefault("updated_at", time.time())
-        return self.tree.put_agent(msgspec.structs.replace(record, **changes))
+        return self.tree.put_agent(msgspec.structs.replace(current, **changes))
 
     def _check_size(self, content: str, what: str) -> None:
         size = len(content.encode("utf-8", "surrogatepass"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from retinue.actors.commands import GiveUpWait, Send, Unreceive, Wait
@@ -44,7 +44,41 @@ from retinue.protocol.messages import (
 )
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
 
-__all__ = ["Routing"]
+__all__ = ["Routing", "host_give_back", "host_next", "host_take"]
+
+
+def host_next(record: AgentRecord, generations: Iterable[int]) -> int | None:
+    """Return the generation a host wait on ``record`` receives next (None: nothing new).
+
+    That is the oldest of the generations the host gave back and those above
+    its receipt mark; ``generations`` are the agent's known completions.
+    """
+    returned = record.host_returned
+    fresh = [g for g in generations if g > record.host_received or g in returned]
+    return min(fresh) if fresh else None
+
+
+def host_take(record: AgentRecord, generation: int) -> dict[str, Any]:
+    """Return the record changes that mark ``generation`` received by the host."""
+    if generation in record.host_returned:
+        return {"host_returned": tuple(g for g in record.host_returned if g != generation)}
+    return {"host_received": max(record.host_received, generation)}
+
+
+def host_give_back(record: AgentRecord, generation: int) -> dict[str, Any] | None:
+    """Return the record changes that give a received ``generation`` back (None: not received).
+
+    The receipt mark drops while its top generation is given back, so the
+    returned list only holds generations below the mark.
+    """
+    if generation > record.host_received or generation in record.host_returned:
+        return None
+    returned = set(record.host_returned) | {generation}
+    mark = record.host_received
+    while mark in returned:
+        returned.discard(mark)
+        mark -= 1
+    return {"host_received": mark, "host_returned": tuple(sorted(returned))}
 
 
 class Routing(SupervisorCore):
@@ -238,18 +272,16 @@ class Routing(SupervisorCore):
         while waiters:
             record = tree.agents[agent_id]
             done = tree.completions.get(agent_id, {})
-            later = [g for g in done if g > record.host_received]
-            if not later:
+            generation = host_next(record, done)
+            if generation is None:
                 break
             future = waiters.pop(0).future
             if not future.set_running_or_notify_cancel():
                 continue
-            pending = done[min(later)]
+            pending = done[generation]
             if not pending.delivered and pending.recipient_id is None:
                 pending = self._deliver(pending)
-            self._update(
-                record, host_received=pending.completion.generation, updated_at=record.updated_at
-            )
+            self._update(record, updated_at=record.updated_at, **host_take(record, generation))
             completion = pending.completion
             self._after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
         if not waiters:
@@ -278,11 +310,12 @@ class Routing(SupervisorCore):
         agent_id, generation = command.agent_id, command.generation
         record = self.tree.agents.get(agent_id)
         done = self.tree.completions.get(agent_id, {}).get(generation)
-        if record is None or done is None or record.host_received != generation:
-            return  # compacted, or a later completion was received since: nothing to undo
+        back = None if record is None else host_give_back(record, generation)
+        if record is None or done is None or back is None:
+            return  # compacted, or not received: nothing to undo
         if done.delivered and done.recipient_id is None:
             self.tree.undeliver(done)
-        self._update(record, host_received=generation - 1, updated_at=record.updated_at)
+        self._update(record, updated_at=record.updated_at, **back)
         self._serve_host_waiters(agent_id)
 
     def op_give_up_host_wait(self, command: GiveUpWait) -> None:

@@ -573,14 +573,14 @@ class Supervisor(Routing):
         self.restoring = False
         return interrupted
 
-    def op_shutdown(self, command: Shutdown) -> list[pykka.ActorRef[Any]]:
-        """Interrupt every queued and running turn; return the actors still running.
+    def op_shutdown(self, command: Shutdown) -> list[tuple[str, pykka.ActorRef[Any]]]:
+        """Interrupt every queued and running turn; return the actors still running, by agent.
 
         ``closing`` is set first, so no interrupt frees a slot for another turn
         or wakes a parent on the way out.
         """
         self.closing = True
-        actors = [h.actor for h in self.turns.values() if h.actor is not None]
+        actors = [(i, h.actor) for i, h in self.turns.items() if h.actor is not None]
         for agent_id in list(self.queue) + list(self.turns):
             record = self.tree.agents[agent_id]
             if record.state in BUSY:

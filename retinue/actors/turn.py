@@ -7,7 +7,9 @@ an ancestor anything: replies travel as futures, never as asks up the tree.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -90,6 +92,38 @@ def wait_result(
         if not future.done():
             give_up()
         return future.result()
+
+
+async def await_waiter(
+    future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
+) -> Any:
+    """Await a waiter future from asyncio; on timeout ask the supervisor to give the wait up.
+
+    Like :func:`wait_result`, without blocking the loop. The loop is only told
+    that ``future`` is done; its value is read here, so nothing is left in an
+    asyncio future if the awaiting task is cancelled (the caller decides what
+    a cancelled wait gives back).
+
+    Raises:
+        WaitTimeout: nothing arrived in time; and whatever the wait ended with.
+    """
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def mark_ready() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    def on_done(_: concurrent.futures.Future[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits
+            loop.call_soon_threadsafe(mark_ready)
+
+    future.add_done_callback(on_done)
+    done, _ = await asyncio.wait({ready}, timeout=timeout)
+    if not done:
+        give_up()
+        await asyncio.shield(ready)
+    return future.result()
 
 
 def _ignore(_: object) -> None:

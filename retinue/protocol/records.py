@@ -32,7 +32,10 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     """One agent as stored (keyed by its id).
 
     ``parent_id`` is None for a top-level agent. ``host_received`` is the
-    highest generation whose completion the host has received through wait.
+    highest generation whose completion the host has received through wait;
+    ``host_returned`` lists the generations below it the host gave back (a
+    wait cancelled after it was answered): the host receives them again,
+    oldest first, so each completion reaches the host exactly once.
     ``pending_task`` is the task of the queued turn while ``starting``.
     ``usage`` is what this agent's model calls spent; ``tree_usage``, kept on
     a top-level agent only, is what its whole tree spent (it survives the
@@ -57,6 +60,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     closed_at: float | None = None
     usage: Usage = Usage()
     tree_usage: Usage = Usage()
+    host_returned: tuple[int, ...] = ()
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,0 +1,352 @@
+"""Concurrency soak: host threads and asyncio tasks race every call; each completion once.
+
+Rounds on one store. In each round, ``threads`` host threads and ``tasks``
+asyncio tasks (on one event loop) call spawn, follow-up, send, wait (tiny and
+longer timeouts), cancelled ``wait_async``, interrupt, close and close-tree at
+random on a shared pool of top-level agents, whose runners settle at once,
+fail, hold until interrupted, or run a child (``turn.run``) and close it. A
+round ends with the runtime closed in one of several ways (the host, two
+threads at once, a runner, a coroutine on the loop); whichever way, the store
+must be free the moment a close returns (an immediate reopen must work).
+
+The ledger: every completion id the host's waits return (top-level agents:
+the host is their recipient) and every completion a turn receives (in its
+messages or from ``turn.run``) is counted. Checked against the store after
+every round and at the end (after a final drain and a reopen): no id counted
+twice (``duplicates``), every generation of every top-level agent received
+(``lost``), a completion routed to an agent marked delivered exactly when a
+turn received it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from retinue import Limits, Profile, Runtime, Turn
+from retinue.errors import AgentClosed, RetinueError, StoreLocked, WaitTimeout
+from retinue.protocol.messages import AgentState, Completion
+from stress.statemachine.storecheck import read_store
+
+LIMITS = Limits(
+    max_active_turns=16,
+    fanout_cap=4,
+    max_agents=5_000,
+    mailbox_capacity=1_000,
+    pending_completions_per_agent=1_000,
+    wait_default_s=2.0,
+    compact_interval_s=3600.0,
+)
+POOL = 24  # top-level agents per round
+TASKS = ["quick", "quick", "quick", "fail", "hold", "child", "child"]
+BUSY = (AgentState.STARTING, AgentState.RUNNING)
+ENDINGS = ["host", "two_threads", "runner", "loop"]
+
+
+class Ledger:
+    """Counts of every completion id received, by the host's waits and by turns."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self.lock = threading.Lock()
+        self.host: Counter[str] = Counter()
+        self.turns: Counter[str] = Counter()
+        self.ops: Counter[str] = Counter()
+        self.problems: list[str] = []
+        self.top: set[str] = set()
+
+    def got(self, done: Completion) -> None:
+        """Count one host receipt."""
+        with self.lock:
+            self.host[done.id] += 1
+
+    def op(self, name: str) -> None:
+        """Count one call."""
+        with self.lock:
+            self.ops[name] += 1
+
+    def problem(self, text: str) -> None:
+        """Record something that must never happen."""
+        with self.lock:
+            self.problems.append(text)
+
+
+def _runners(ledger: Ledger, holder: list[Runtime]) -> list[Profile]:
+    def worker(turn: Turn) -> str:
+        with ledger.lock:
+            ledger.turns.update(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "fail":
+            raise ValueError("on purpose")
+        if turn.task == "hold":
+            turn.cancelled.wait(0.2)
+        elif turn.task == "shutdown":
+            holder[0].shutdown()
+        elif turn.task == "child" and turn.reason != "wake":
+            child = turn.spawn("leaf", "leaf")
+            try:
+                done = _wait(turn, child.id)
+            finally:
+                turn.close(child.id)
+            if done is not None:
+                with ledger.lock:
+                    ledger.turns[done.id] += 1
+        return f"out:{turn.task}"
+
+    def leaf(turn: Turn) -> str:
+        return "leaf"
+
+    return [
+        Profile("w", subagents=["leaf"], runner=worker, wake_on_completion=True),
+        Profile("leaf", runner=leaf),
+    ]
+
+
+def _wait(turn: Turn, child: str) -> Completion | None:
+    """Wait for the child's completion; None if the wait ran out of time."""
+    try:
+        event = turn.wait(child, timeout=0.5)
+    except WaitTimeout:
+        return None
+    return event if isinstance(event, Completion) else None
+
+
+def _forget(pool: list[str], agent_id: str, ledger: Ledger) -> None:
+    with ledger.lock:
+        if agent_id in pool:
+            pool.remove(agent_id)
+
+
+def _drain(rt: Runtime, agent_id: str, ledger: Ledger) -> None:
+    while True:
+        try:
+            ledger.got(rt.wait(agent_id, timeout=0))
+        except (WaitTimeout, AgentClosed):
+            return
+        except RetinueError as exc:
+            if type(exc).__name__ != "NothingToWaitFor":
+                ledger.problem(f"drain of {agent_id}: {type(exc).__name__}: {exc}")
+            return
+
+
+def _host_op(rt: Runtime, rng: random.Random, pool: list[str], ledger: Ledger) -> None:
+    op = rng.choice(["wait", "wait", "wait", "follow", "follow", "interrupt", "send", "spawn"])
+    if op == "spawn" or not pool:
+        if len(pool) >= POOL:
+            victim = rng.choice(pool)
+            ledger.op("close_tree")
+            _forget(pool, victim, ledger)
+            rt.close_tree(victim)
+            return
+        info = rt.spawn("w", rng.choice(TASKS))
+        with ledger.lock:
+            ledger.top.add(info.id)
+            pool.append(info.id)
+        ledger.op("spawn")
+        return
+    agent_id = rng.choice(pool)
+    ledger.op(op)
+    if op == "wait":
+        ledger.got(rt.wait(agent_id, timeout=rng.choice([0, 0.001, 0.05])))
+    elif op == "follow":
+        rt.follow_up(agent_id, rng.choice(TASKS))
+    elif op == "interrupt":
+        rt.interrupt(agent_id)
+    else:
+        rt.send(agent_id, "hi")
+
+
+async def _task_op(rt: Runtime, rng: random.Random, pool: list[str], ledger: Ledger) -> None:
+    if not pool:
+        await asyncio.sleep(0.001)
+        return
+    agent_id = rng.choice(pool)
+    op = rng.choice(["wait", "cancel", "cancel", "follow", "interrupt", "close"])
+    ledger.op(f"async_{op}")
+    if op == "wait":
+        ledger.got(await rt.wait_async(agent_id, timeout=rng.choice([0, 0.01])))
+    elif op == "cancel":
+        task = asyncio.ensure_future(rt.wait_async(agent_id, timeout=1))
+        for _ in range(rng.randrange(8)):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            ledger.got(await task)
+        except asyncio.CancelledError:
+            pass
+    elif op == "follow":
+        await rt.follow_up_async(agent_id, rng.choice(TASKS))
+    elif op == "interrupt":
+        await rt.interrupt_async(agent_id)
+    elif rng.random() < 0.05:
+        _forget(pool, agent_id, ledger)
+        await rt.close_tree_async(agent_id)
+
+
+def _chaos(
+    rt: Runtime,
+    seconds: float,
+    threads: int,
+    tasks: int,
+    seed: int,
+    pool: list[str],
+    ledger: Ledger,
+) -> None:
+    stop = time.monotonic() + seconds
+
+    def host(n: int) -> None:
+        rng = random.Random(seed * 1_000 + n)
+        while time.monotonic() < stop:
+            try:
+                _host_op(rt, rng, pool, ledger)
+            except RetinueError:
+                pass
+            except Exception as exc:
+                ledger.problem(f"host thread: {type(exc).__name__}: {exc}")
+
+    async def one(n: int) -> None:
+        rng = random.Random(seed * 1_000_000 + n)
+        while time.monotonic() < stop:
+            try:
+                await _task_op(rt, rng, pool, ledger)
+            except RetinueError:
+                pass
+            except Exception as exc:
+                ledger.problem(f"async task: {type(exc).__name__}: {exc}")
+
+    async def loop_main() -> None:
+        await asyncio.gather(*(one(n) for n in range(tasks)))
+
+    workers = [threading.Thread(target=host, args=(n,)) for n in range(threads)]
+    workers.append(threading.Thread(target=asyncio.run, args=(loop_main(),)))
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def _end(rt: Runtime, how: str, path: Path, ledger: Ledger, holder: list[Runtime]) -> None:
+    """Close the runtime ``how``; then the store must be free at once."""
+    if how == "two_threads":
+        closers = [threading.Thread(target=rt.shutdown) for _ in range(2)]
+        for c in closers:
+            c.start()
+        closers[1].join()  # the second to return: the store must be free already
+        _probe(path, ledger, how)
+        closers[0].join()
+        return
+    if how == "runner":
+        holder[0] = rt
+        rt.spawn("w", "shutdown")
+        deadline = time.monotonic() + 10
+        while not rt.closed and time.monotonic() < deadline:
+            time.sleep(0.001)
+        rt.shutdown()
+    elif how == "loop":
+
+        async def close_on_loop() -> None:
+            rt.shutdown()
+
+        asyncio.run(close_on_loop())
+    else:
+        rt.shutdown()
+    _probe(path, ledger, how)
+
+
+def _probe(path: Path, ledger: Ledger, how: str) -> None:
+    from retinue.persistence.lock import WriterLock
+
+    try:
+        WriterLock(path).release()
+    except StoreLocked as exc:
+        ledger.problem(f"close ({how}) returned before the store was released: {exc}")
+
+
+def _check_store(path: Path, ledger: Ledger, final: bool) -> dict[str, int]:
+    """Compare the closed store with the ledger; return counts."""
+    agents, completions, _ = read_store(path)
+    lost = duplicates = parked = 0
+    with ledger.lock:
+        host, turns = Counter(ledger.host), Counter(ledger.turns)
+    duplicates += sum(1 for n in host.values() if n > 1) + sum(1 for n in turns.values() if n > 1)
+    for cid in host:
+        agent_id, _, gen = cid.rpartition(":")
+        if (agent_id, int(gen)) not in completions:
+            ledger.problem(f"the host received {cid}, which the store does not have")
+    for (agent_id, gen), record in completions.items():
+        cid = record.completion.id
+        if agent_id in ledger.top:
+            if final and host[cid] != 1:
+                lost += host[cid] == 0
+                if host[cid] == 0:
+                    ledger.problem(f"{cid} was never received by the host")
+        elif record.recipient_id is not None:
+            if record.delivered != (turns[cid] >= 1):
+                ledger.problem(
+                    f"{cid} delivered={record.delivered} to {record.recipient_id}, "
+                    f"turns received it {turns[cid]} times"
+                )
+                lost += record.delivered and turns[cid] == 0
+        elif not record.delivered:
+            parked += 1  # a closed parent's child: pending for the host
+    for agent_id, record in agents.items():
+        have = sorted(g for a, g in completions if a == agent_id)
+        if have != list(range(1, record.generation + 1)):
+            ledger.problem(f"{agent_id}: completions {have} for generation {record.generation}")
+    return {"lost": lost, "duplicates": duplicates, "pending_for_host": parked}
+
+
+def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -> dict[str, Any]:
+    """Soak for about ``seconds``; return a row (ops, ops/s, lost, duplicates, problems)."""
+    ledger = Ledger()
+    holder: list[Runtime] = []
+    profiles = _runners(ledger, holder)
+    rounds = max(2, int(seconds // 20))
+    per_round = seconds / rounds
+    t0 = time.perf_counter()
+    counts: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="retinue-soak-") as tmp:
+        path = Path(tmp) / "store"
+        pool: list[str] = []
+        for n in range(rounds + 1):
+            rt = Runtime.open(path, profiles=profiles, limits=LIMITS)
+            holder[:] = [rt]
+            for agent_id in list(ledger.top):  # what was still pending at the close
+                _drain(rt, agent_id, ledger)
+            if n == rounds:  # the final drain: interrupt what runs, receive everything
+                for agent_id in list(ledger.top):
+                    try:
+                        if rt.get(agent_id).state in BUSY:
+                            rt.interrupt(agent_id)
+                    except RetinueError:
+                        pass
+                    _drain(rt, agent_id, ledger)
+                rt.shutdown()
+                counts = _check_store(path, ledger, final=True)
+                break
+            pool[:] = [a for a in pool if rt.get(a).state is not AgentState.CLOSED]
+            _chaos(rt, per_round, threads, tasks, seed + n, pool, ledger)
+            _end(rt, ENDINGS[(seed + n) % len(ENDINGS)], path, ledger, holder)
+            _check_store(path, ledger, final=False)
+    elapsed = time.perf_counter() - t0
+    total = sum(ledger.ops.values())
+    return {
+        "threads": threads,
+        "async_tasks": tasks,
+        "rounds": rounds,
+        "ops": total,
+        "ops_per_s": round(total / elapsed),
+        "host_receipts": sum(ledger.host.values()),
+        "turn_receipts": sum(ledger.turns.values()),
+        "completions_checked": len(ledger.host) + len(ledger.turns),
+        "lost": counts.get("lost", 0),
+        "duplicates": counts.get("duplicates", 0),
+        "pending_for_host": counts.get("pending_for_host", 0),
+        "problems": ledger.problems[:50],
+        "seconds": round(elapsed, 1),
+    }
