@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress import bench_commit, bench_lifecycle, bench_reopen, crash, statemachine
+from stress import bench_commit, bench_lifecycle, bench_reopen, crash, soak_races, statemachine
 
 
 def machine() -> dict[str, Any]:
@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kills", type=int, default=None, help="crash rounds")
     parser.add_argument(
-        "--only", choices=["crash", "statemachine", "commit", "reopen", "lifecycle"]
+        "--only", choices=["crash", "statemachine", "soak_races", "commit", "reopen", "lifecycle"]
     )
+    parser.add_argument("--soak-seconds", type=float, default=None, help="length of the races soak")
     args = parser.parse_args(argv)
     quick = args.quick
     kills = args.kills if args.kills is not None else (4 if quick else 200)
@@ -86,6 +87,18 @@ def main(argv: list[str] | None = None) -> int:
             print("  PROBLEM:", problem)
         failed = failed or bool(row["problems"])
 
+    if args.only in (None, "soak_races"):
+        seconds = args.soak_seconds or (10.0 if quick else 300.0)
+        row = soak_races.run(seconds, args.seed)
+        report["soak_races"] = row
+        _table(
+            "races soak: 50 host threads + 500 asyncio tasks, every completion once",
+            {**row, "problems": len(row["problems"])},
+        )
+        for problem in row["problems"][:5]:
+            print("  PROBLEM:", problem)
+        failed = failed or bool(row["problems"]) or bool(row["lost"]) or bool(row["duplicates"])
+
     if args.only in (None, "commit"):
         row = bench_commit.run(32, 40 if quick else 300)
         report["commit"] = row
@@ -106,10 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
     (out / name).write_text(json.dumps(report, indent=2))
     print(f"\nwrote stress/results/{name}")
-    parts = [k for k in ("crash", "statemachine", "commit", "lifecycle", "reopen") if k in report]
+    every = ("crash", "statemachine", "soak_races", "commit", "lifecycle", "reopen")
+    parts = [k for k in every if k in report]
     bad = sum(
         1
-        for k in ("crash", "statemachine")
+        for k in ("crash", "statemachine", "soak_races")
         if k in report and report[k].get("problems", report[k].get("problem_list"))
     )
     print(f"stress: {len(parts) - bad} passed, {bad} failed")

@@ -21,6 +21,7 @@ turn received it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import tempfile
 import threading
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from retinue import Limits, Profile, Runtime, Turn
-from retinue.errors import AgentClosed, RetinueError, StoreLocked, WaitTimeout
+from retinue.errors import AgentClosed, RetinueError, StoreError, StoreLocked, WaitTimeout
 from retinue.protocol.messages import AgentState, Completion
 from stress.statemachine.storecheck import read_store
 
@@ -89,13 +90,11 @@ def _runners(ledger: Ledger, holder: list[Runtime]) -> list[Profile]:
             holder[0].shutdown()
         elif turn.task == "child" and turn.reason != "wake":
             child = turn.spawn("leaf", "leaf")
-            try:
-                done = _wait(turn, child.id)
-            finally:
-                turn.close(child.id)
+            done = _wait(turn, child.id)
             if done is not None:
                 with ledger.lock:
                     ledger.turns[done.id] += 1
+            turn.close(child.id)
         return f"out:{turn.task}"
 
     def leaf(turn: Turn) -> str:
@@ -175,10 +174,8 @@ async def _task_op(rt: Runtime, rng: random.Random, pool: list[str], ledger: Led
         for _ in range(rng.randrange(8)):
             await asyncio.sleep(0)
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             ledger.got(await task)
-        except asyncio.CancelledError:
-            pass
     elif op == "follow":
         await rt.follow_up_async(agent_id, rng.choice(TASKS))
     elif op == "interrupt":
@@ -267,18 +264,32 @@ def _probe(path: Path, ledger: Ledger, how: str) -> None:
         ledger.problem(f"close ({how}) returned before the store was released: {exc}")
 
 
+def _when_free(what: Any, ledger: Ledger, label: str) -> Any:
+    """Run ``what()``; if the store is still held (a close returned early), record it and retry."""
+    for _ in range(200):
+        try:
+            return what()
+        except (StoreLocked, StoreError) as exc:
+            ledger.problem(f"{label}: the store was not released: {exc}")
+            time.sleep(0.05)
+    return what()
+
+
 def _check_store(path: Path, ledger: Ledger, final: bool) -> dict[str, int]:
     """Compare the closed store with the ledger; return counts."""
-    agents, completions, _ = read_store(path)
+    agents, completions, _ = _when_free(lambda: read_store(path), ledger, "store check")
     lost = duplicates = parked = 0
     with ledger.lock:
         host, turns = Counter(ledger.host), Counter(ledger.turns)
-    duplicates += sum(1 for n in host.values() if n > 1) + sum(1 for n in turns.values() if n > 1)
+    twice = [c for c, n in host.items() if n > 1] + [c for c, n in turns.items() if n > 1]
+    duplicates += len(twice)
+    for cid in twice[:10]:
+        ledger.problem(f"{cid} was received {max(host[cid], turns[cid])} times")
     for cid in host:
         agent_id, _, gen = cid.rpartition(":")
         if (agent_id, int(gen)) not in completions:
             ledger.problem(f"the host received {cid}, which the store does not have")
-    for (agent_id, gen), record in completions.items():
+    for (agent_id, _gen), record in completions.items():
         cid = record.completion.id
         if agent_id in ledger.top:
             if final and host[cid] != 1:
@@ -314,7 +325,9 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
         path = Path(tmp) / "store"
         pool: list[str] = []
         for n in range(rounds + 1):
-            rt = Runtime.open(path, profiles=profiles, limits=LIMITS)
+            rt = _when_free(
+                lambda: Runtime.open(path, profiles=profiles, limits=LIMITS), ledger, "reopen"
+            )
             holder[:] = [rt]
             for agent_id in list(ledger.top):  # what was still pending at the close
                 _drain(rt, agent_id, ledger)
