@@ -42,6 +42,7 @@ from retinue.errors import (
     StoreLocked,
     StoreReadOnly,
     StoreVersionError,
+    TeamFileError,
     TokenBudgetExceeded,
     ToolCallLimitExceeded,
     ToolsNotPermitted,
@@ -72,6 +73,7 @@ from retinue.protocol.messages import (
 )
 from retinue.protocol.results import StructuredResult, parse_result, result_instruction
 from retinue.runtime import Runtime
+from retinue.team import Team, load_team
 
 __all__ = [
     "ActiveDescendants",
@@ -121,6 +123,8 @@ __all__ = [
     "StoreReadOnly",
     "StoreVersionError",
     "StructuredResult",
+    "Team",
+    "TeamFileError",
     "TokenBudgetExceeded",
     "ToolCallLimitExceeded",
     "ToolsNotPermitted",
@@ -133,6 +137,7 @@ __all__ = [
     "UnknownProfile",
     "Usage",
     "WaitTimeout",
+    "load_team",
     "parse_result",
     "result_instruction",
     "validate_graph",

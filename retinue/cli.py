@@ -1,179 +1,671 @@
-"""The ``retinue`` command: run the demo tree live, or inspect a store.
+"""The retinue command: run agent teams from team files, watch them live, resume them.
 
-``retinue demo`` runs a three-level team (a lead, reviewers, checkers) built
-from Python runners on a durable store, drawing the tree live as its agents
-move through their states. ``retinue tree STORE`` opens a store read-only
-(safe while a writer runs) and prints its tree. ``retinue compact STORE``
-compacts a store that no runtime holds.
+Commands:
+  demo      run the bundled code-review team on the offline model, in a fresh store
+  run       run a team file's lead on a task and draw the tree live
+  resume    resume every interrupted agent of a store and wait for the tree to settle
+  tree      print a store's agents by path (read-only; works beside a running writer)
+  inspect   show one agent: state, task, output, error, mailbox, usage, transcript
+  validate  check a team file without running it
+  backup    write a compacted copy of a store
+  compact   remove old closed agents and read messages from a store
+
+Exit codes: 0 completed, 1 an agent failed, 2 usage or input error, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
+import json
+import os
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.live import Live
-from rich.tree import Tree as RichTree
+import msgspec
 
-from retinue.errors import RetinueError
-from retinue.protocol.messages import AgentInfo, AgentState, Completion
+from retinue.errors import RetinueError, StoreLocked, TeamFileError, UnknownAgent
+from retinue.protocol.messages import AgentState
 from retinue.protocol.text import safe_terminal_text
+from retinue.view import (
+    FAILED,
+    INTERRUPTED,
+    OK,
+    USAGE,
+    clip,
+    follow,
+    make_view,
+    ordered,
+    plain_row,
+    receive,
+    report,
+    stop_on_signals,
+    table,
+    usage_of,
+)
+
+if TYPE_CHECKING:
+    from retinue.runtime import Runtime
+    from retinue.team import Team
 
 __all__ = ["main"]
 
-_STYLE = {
-    AgentState.STARTING: "yellow",
-    AgentState.RUNNING: "bold cyan",
-    AgentState.COMPLETED: "green",
-    AgentState.FAILED: "bold red",
-    AgentState.INTERRUPTED: "magenta",
-    AgentState.CLOSED: "dim",
-}
+STORE_ENV = "RETINUE_STORE"
+DEFAULT_STORE = "retinue-store"
+RUN_FILE = "retinue-run.json"
+"""Written next to a store by ``run``: which team (and model) ``resume`` needs."""
+DEMO_TASK = (
+    "Review the change in the workspace (a small payments service) before it ships: "
+    "security, style and tests. Report what must be fixed."
+)
+EPILOG = """examples:
+  retinue demo
+  retinue validate examples/code_review/team.toml
+  retinue run examples/code_review/team.toml "Review the change" --store review-store
+  retinue tree --store review-store
+  retinue inspect /root/review/security --store review-store
+  retinue resume --store review-store
+
+exit codes: 0 completed, 1 an agent failed, 2 usage or input error, 130 interrupted.
+"""
 
 
-def render(agents: Sequence[AgentInfo], title: str) -> RichTree:
-    """Draw agents as a rich tree under ``/root``, each with its state and output."""
-    root = RichTree(f"[bold]{title}[/]")
-    nodes = {"/root": root}
-    for agent in sorted(agents, key=lambda a: (a.depth, a.created_at)):
-        parent = nodes.get(agent.parent_path, root)
-        style = _STYLE.get(agent.state, "")
-        text = agent.output if agent.output is not None else agent.error or ""
-        line = (
-            f"[{style}]{agent.name}[/] [dim]{agent.profile}[/] "
-            f"[{style}]{agent.state}[/] g{agent.generation}"
+class UsageError(Exception):
+    """A one-line input problem of the command line itself (exit code 2)."""
+
+
+# -- stores and teams -----------------------------------------------------------------------
+
+
+def store_path(value: str | None, *, must_exist: bool) -> Path:
+    """Return the store folder named by ``--store``, ``$RETINUE_STORE`` or the default.
+
+    Raises:
+        UsageError: the path is a file, or (``must_exist``) holds no store.
+    """
+    path = Path(value or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--store {path} is a file; a store is a folder (give a folder path)")
+    if must_exist and not (path / "data.mdb").is_file():
+        raise UsageError(
+            f"no retinue store at {path} (start one with 'retinue run', or pass --store DIR)"
         )
-        if text:
-            line += "  " + safe_terminal_text(text, 60).replace("[", r"\[").replace("\n", " ")
-        nodes[agent.path] = parent.add(line)
-    return root
+    return path
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from retinue.actors.profile import Profile
-    from retinue.actors.turn import Turn
+def _open(path: Path, **kwargs: Any) -> Runtime:
     from retinue.runtime import Runtime
 
-    rng = random.Random(args.seed)
-    slow = float(args.slow)
-    pause = threading.Lock()
-
-    def delay() -> float:
-        with pause:
-            return rng.uniform(0.05, 0.25) * slow
-
-    def checker(turn: Turn) -> str:
-        time.sleep(delay())
-        return f"checked {turn.task}"
-
-    def reviewer(turn: Turn) -> str:
-        results = turn.run_many([("checker", f"{turn.task}/{p}") for p in ("auth", "io")])
-        ok = sum(1 for r in results if not isinstance(r, RetinueError))
-        time.sleep(delay())
-        return f"{ok}/{len(results)} checks of {turn.task}"
-
-    def lead(turn: Turn) -> str:
-        areas = [f"area_{i}" for i in range(args.reviewers)]
-        results = turn.run_many([("reviewer", area) for area in areas], timeout=60)
-        lines = [r.output or "" for r in results if not isinstance(r, RetinueError)]
-        return f"review done: {len(lines)} reports"
-
-    profiles = [
-        Profile("lead", subagents=["reviewer"], runner=lead),
-        Profile("reviewer", subagents=["checker"], runner=reviewer),
-        Profile("checker", runner=checker),
-    ]
-    console = Console()
-    changed = threading.Event()
-    with Runtime.open(args.store, profiles=profiles, durability=args.durability) as rt:
-        rt.subscribe(lambda event: changed.set())
-        started = time.perf_counter()
-        info = rt.spawn("lead", "review the service")
-        done: list[object] = []
-
-        def wait() -> None:
-            done.append(rt.wait(info.id, timeout=120))
-            changed.set()
-
-        waiter = threading.Thread(target=wait, daemon=True)
-        waiter.start()
-
-        def tree_of() -> RichTree:
-            mine = [a for a in rt.agents() if a.path.startswith(info.path)]
-            return render(mine, f"retinue demo  store={rt.path}")
-
-        with Live(tree_of(), console=console, refresh_per_second=12) as live:
-            while not done:
-                changed.wait(0.1)
-                changed.clear()
-                live.update(tree_of())
-            live.update(tree_of())
-        elapsed = time.perf_counter() - started
-        completion = done[0]
-        assert isinstance(completion, Completion)
-        count = sum(1 for a in rt.agents() if a.path.startswith(info.path))
-    console.print()
-    console.print(f"[green]{completion.status}[/]: {completion.output}")
-    console.print(
-        f"{count} agents settled in {elapsed:.2f}s; inspect with: retinue tree {args.store}"
-    )
-    return 0
-
-
-def _tree(args: argparse.Namespace) -> int:
-    from retinue.runtime import Runtime
-
-    rt = Runtime.open(args.store, readonly=True)
     try:
-        agents = rt.agents(include_closed=args.all)
-        console = Console()
-        console.print(render(agents, f"{args.store} ({len(agents)} agents)"))
-        for diag in rt.diagnostics:
-            console.print(f"[yellow]diagnostic[/] {diag.code} {diag.key}: {diag.message}")
+        return Runtime.open(path, **kwargs)
+    except StoreLocked as exc:
+        holder = f"process {exc.pid}" if exc.pid is not None else "another process"
+        raise UsageError(
+            f"store {path} is in use by {holder}; wait for it to finish or stop it "
+            f"('retinue tree --store {path}' and 'retinue inspect' can read it meanwhile)"
+        ) from None
+    except FileExistsError:
+        raise UsageError(f"--store {path} is not a folder") from None
+
+
+def _load(team_file: str, model: str | None) -> Team:
+    from retinue.team import load_team
+
+    team = load_team(team_file)
+    return team.with_model(model) if model else team
+
+
+def _save_run(store: Path, team: Team, model: str | None, workspace: Path | None) -> None:
+    assert team.source is not None
+    record = {
+        "team": str(team.source.resolve()),
+        "team_toml": team.source.read_text(encoding="utf-8"),
+        "model": model,
+        "workspace": str(workspace.resolve()) if workspace is not None else None,
+    }
+    (store / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def _saved_run(store: Path, team_file: str | None, model: str | None) -> tuple[Team, Path | None]:
+    from retinue.team import Team
+
+    if team_file is not None:
+        team = _load(team_file, model)
+        return team, team.workspace
+    try:
+        record = json.loads((store / RUN_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(
+            f"{store} was not started by 'retinue run'; name its team with --team FILE"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{store / RUN_FILE} is unreadable ({exc}); pass --team FILE") from None
+    team = Team.from_toml(record["team_toml"], source=record["team"])
+    chosen = model or record.get("model")
+    if chosen:
+        team = team.with_model(chosen)
+    workspace = record.get("workspace")
+    return team, Path(workspace) if workspace else team.workspace
+
+
+def _team_kwargs(team: Team, workspace: Path | None) -> dict[str, Any]:
+    """Runtime.open arguments for a team: the team, and its workspace if the runtime takes one."""
+    import inspect
+
+    from retinue.runtime import Runtime
+
+    kwargs: dict[str, Any] = {"team": team}
+    if workspace is not None:
+        if not workspace.is_dir():
+            raise UsageError(f"--workspace {workspace} is not a folder")
+        if "workspace" in inspect.signature(Runtime.open).parameters:
+            kwargs["workspace"] = workspace
+    return kwargs
+
+
+def _free_name(rt: Runtime, wanted: str) -> str:
+    """``wanted``, or ``wanted_2``, ``wanted_3``... the first not held by a live agent."""
+    for n in range(1, 10_000):
+        name = wanted if n == 1 else f"{wanted[:36]}_{n}"
+        try:
+            rt.get(f"/root/{name}")
+        except UnknownAgent:
+            return name
+    raise UsageError(f"every name like {wanted!r} is taken; pass --name")
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def _execute(
+    args: argparse.Namespace, team: Team, store: Path, task: str, workspace: Path | None
+) -> int:
+    from retinue.errors import DuplicateAgentPath
+
+    view = make_view(args.json)
+    stop = threading.Event()
+    agent = args.agent or team.lead
+    if agent not in team.agents:
+        raise UsageError(
+            f"--agent {agent!r} is not an agent of the team ({', '.join(team.agents)})"
+        )
+    durability = getattr(args, "durability", None) or team.defaults.durability
+    with stop_on_signals(stop):
+        rt = _open(store, durability=durability, **_team_kwargs(team, workspace))
+        try:
+            if team.source is not None:
+                _save_run(store, team, getattr(args, "model", None), workspace)
+            name = args.name or _free_name(rt, team.name)
+            root = f"/root/{name}"
+            view.start(f"retinue  {agent} -> {root}  store={store}")
+
+            def start() -> None:
+                try:
+                    rt.spawn(agent, task, name=name)
+                except DuplicateAgentPath:
+                    raise UsageError(
+                        f"{root} is already in {store}; pass another --name or close it first"
+                    ) from None
+
+            try:
+                outcome = follow(rt, [root], view, start, stop)
+            finally:
+                view.stop()
+            if not outcome.interrupted:
+                receive(rt, [root])
+        finally:
+            if stop.is_set():
+                print("retinue: interrupting every running agent…", file=sys.stderr, flush=True)
+            rt.shutdown()
+    return report(outcome, [root], store, view, sys.stdout)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``retinue demo``: the bundled code-review team on a fresh store."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "code_review" / "team.toml"
+    if not example.is_file():
+        raise UsageError(
+            f"the demo team ships with retinue's source tree and is not at {example}; "
+            "run the demo from a clone (./dev demo)"
+        )
+    if args.store is None:
+        store = Path(tempfile.mkdtemp(prefix="retinue-demo-"))
+    else:
+        store = Path(args.store)
+        if store.exists() and not store.is_dir():
+            raise UsageError(f"--store {store} is a file; the demo needs a new, empty folder")
+        if store.is_dir() and any(store.iterdir()):
+            raise UsageError(
+                f"--store {store} is not empty; the demo runs on a fresh store "
+                "(pick a new folder, or leave out --store for a temporary one)"
+            )
+    team = _load(str(example), args.model)
+    workspace = Path(args.workspace) if args.workspace else team.workspace
+    args.agent = None
+    args.name = None
+    return _execute(args, team, store, args.task or DEMO_TASK, workspace)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``retinue run TEAM TASK``."""
+    team = _load(args.team, args.model)
+    store = store_path(args.store, must_exist=False)
+    workspace = Path(args.workspace) if args.workspace else team.workspace
+    if not args.task.strip():
+        raise UsageError("TASK is empty; say what the team should do")
+    return _execute(args, team, store, args.task, workspace)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``retinue resume``: resume every interrupted agent and follow the trees."""
+    store = store_path(args.store, must_exist=True)
+    team, workspace = _saved_run(store, args.team, args.model)
+    view = make_view(args.json)
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        rt = _open(store, **_team_kwargs(team, workspace))
+        try:
+            waiting = [a for a in rt.agents() if a.state is AgentState.INTERRUPTED]
+            if not waiting:
+                print(f"nothing to resume: no interrupted agent in {store}", file=sys.stderr)
+                return OK
+            roots = sorted({"/".join(a.path.split("/")[:3]) for a in waiting})
+            view.start(f"retinue resume  {len(waiting)} agents  store={store}")
+
+            def start() -> None:
+                # Parents first: a parent is busy again before a child settles, so
+                # the child's completion reaches the resumed turn instead of waking
+                # the parent for a second, separate turn.
+                for agent in sorted(waiting, key=lambda a: (a.depth, a.created_at)):
+                    rt.resume(agent.id)
+
+            try:
+                outcome = follow(rt, roots, view, start, stop)
+            finally:
+                view.stop()
+            if not outcome.interrupted:
+                receive(rt, roots)
+        finally:
+            if stop.is_set():
+                print("retinue: interrupting every running agent…", file=sys.stderr, flush=True)
+            rt.shutdown()
+    return report(outcome, roots, store, view, sys.stdout)
+
+
+def _reader(store: Path) -> Runtime:
+    from retinue.runtime import Runtime
+
+    return Runtime.open(store, readonly=True)
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    """``retinue tree``: every agent by path, read-only."""
+    store = store_path(args.store or args.store_pos, must_exist=True)
+    rt = _reader(store)
+    try:
+        agents = ordered(rt.agents(include_closed=args.all))
+        diagnostics = list(rt.diagnostics)
     finally:
         rt.shutdown()
-    return 0
+    if args.json:
+        for agent in agents:
+            sys.stdout.write(msgspec.json.encode(agent).decode() + "\n")
+        return OK
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        Console().print(table(agents, f"{store}: {len(agents)} agents"))
+    else:
+        print(f"{store}: {len(agents)} agents")
+        now = time.time()
+        for agent in agents:
+            print(plain_row(agent, now))
+    for diag in diagnostics:
+        print(f"diagnostic {diag.code} {diag.key}: {diag.message}", file=sys.stderr)
+    return OK
 
 
-def _compact(args: argparse.Namespace) -> int:
-    from retinue.errors import StoreError
-    from retinue.runtime import Runtime
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """``retinue inspect REF``: one agent in full, read-only."""
+    from retinue.actors.core import info_of
+    from retinue.actors.tree import Tree
+    from retinue.persistence.restore import restore
+    from retinue.persistence.store import Store
+    from retinue.protocol.limits import Limits
 
-    if not (Path(args.store) / "data.mdb").exists():
-        raise StoreError(f"no retinue store at {args.store}")
-    with Runtime.open(args.store, profiles=[], runner=lambda turn: "") as rt:
-        print(rt.compact())
-    return 0
+    store = store_path(args.store, must_exist=True)
+    # One consistent snapshot, read-only: safe beside the store's writer.
+    reader = Store(store, readonly=True)
+    try:
+        reader.refuse_newer()
+        snapshot = reader.snapshot()
+    finally:
+        reader.close()
+    restored = restore(snapshot, Limits.from_env().depth_cap)
+    tree = Tree()
+    tree.load(restored.agents, restored.messages, restored.completions)
+    record = tree.agents.get(args.ref) or tree.agents.get(tree.live_paths.get(args.ref, ""))
+    if record is None:
+        raise UsageError(f"no agent {args.ref!r} in {store} (see 'retinue tree --store {store}')")
+    info = info_of(record)
+    unread = [r.message for r in tree.unread(info.id)]
+    pending = [r.completion for r in tree.pending_for(info.id)]
+    transcript = _transcript_tail(snapshot, info.id)
+    if args.json:
+        payload = {
+            "agent": msgspec.to_builtins(info),
+            "unread": msgspec.to_builtins(unread),
+            "pending_completions": msgspec.to_builtins(pending),
+            "transcript_tail": transcript,
+        }
+        print(json.dumps(payload))
+        return OK
+    tokens, cost = usage_of(info)
+    rows = [
+        ("path", info.path),
+        ("id", info.id),
+        ("profile", info.profile),
+        ("state", f"{info.state.value} (generation {info.generation})"),
+        ("task", info.task),
+        ("output", info.output if info.output is not None else "-"),
+        ("error", info.error if info.error is not None else "-"),
+        ("usage", f"{tokens:,} tokens, ${cost:.4f}" if tokens else "-"),
+        ("unread", f"{len(unread)} messages"),
+    ]
+    for key, value in rows:
+        print(f"{key:<9} {safe_terminal_text(value, 4000)}")
+    for message in unread:
+        print(f"  from {message.sender} ({message.kind}): {clip(message.content, 200)}")
+    print(f"pending   {len(pending)} completions of children not yet received")
+    for completion in pending:
+        print(f"  {completion.path} g{completion.generation} {completion.status.value}")
+    if transcript is None:
+        print("transcript -  (this retinue stores no transcripts)")
+    else:
+        print(f"transcript last {len(transcript)} entries")
+        for entry in transcript:
+            print(f"  {clip(str(entry), 200)}")
+    return OK
+
+
+def _transcript_tail(snapshot: Any, agent_id: str) -> list[Any] | None:
+    """The last entries of an agent's stored transcript; None when the store keeps none."""
+    del snapshot, agent_id
+    return None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``retinue validate TEAM``."""
+    from retinue.protocol.graph import validate_graph
+
+    team = _load(args.team, None)
+    team.profiles(runner=lambda turn: "")
+    depths = validate_graph({n: s.subagents for n, s in team.agents.items()}, team.limits.depth_cap)
+    print(
+        f"{args.team}: ok — {len(team.agents)} agents, lead {team.lead!r} at /root/{team.name}, "
+        f"delegation depth {depths[team.lead]} (cap {team.limits.depth_cap})"
+    )
+    for name, spec in team.agents.items():
+        model = team.setting(name, "model") or "-"
+        tools = team.setting(name, "tools") or "-"
+        children = ", ".join(spec.subagents) or "-"
+        print(f"  {name}: model {model}, tools {tools}, subagents {children}")
+    return OK
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """``retinue backup DEST``: a compacted copy, read beside any running writer."""
+    store = store_path(args.store, must_exist=True)
+    dest = Path(args.dest)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"backup destination {dest} is a file; give a folder")
+    rt = _reader(store)
+    try:
+        copy = rt.backup(dest)
+        count = len(rt.agents(include_closed=True))
+    finally:
+        rt.shutdown()
+    print(f"backed up {store} ({count} agents) to {copy}; open it with --store {copy}")
+    return OK
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """``retinue compact``: remove what retention no longer keeps."""
+    store = store_path(args.store or args.store_pos, must_exist=True)
+    rt = _open(store, profiles=[], runner=lambda turn: "")
+    try:
+        result = rt.compact()
+    finally:
+        rt.shutdown()
+    print(
+        f"compacted {store}: removed {result.agents} closed agents, {result.messages} read "
+        f"messages and {result.completions} delivered completions"
+    )
+    return OK
+
+
+# -- argument parsing ----------------------------------------------------------------------------
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the descriptions' line breaks; add a default the help does not already say."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" not in text
+            and default not in (None, False, argparse.SUPPRESS)
+            and action.option_strings
+        ):
+            text += f" (default: {default})"
+        return text
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("retinue")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``retinue`` argument parser with every subcommand."""
+    store_help = f"store folder (default: ${STORE_ENV}, else ./{DEFAULT_STORE})"
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the Python traceback of an error",
+    )
+    parser = argparse.ArgumentParser(
+        prog="retinue",
+        description="Run agent teams from team files, watch them live, resume them.",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--version", action="version", version=f"retinue {_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the Python traceback of an error"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=summary,
+            description=description,
+            parents=[common],
+            formatter_class=_Formatter,
+        )
+
+    def run_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--model", help="use this litellm model for every agent (e.g. openai/gpt-4o-mini)"
+        )
+        p.add_argument(
+            "--workspace",
+            help="folder the workspace tools read (default: the team's [defaults] workspace)",
+        )
+        p.add_argument(
+            "--durability",
+            choices=["full", "buffered"],
+            help="fsync every step (full) or every second (buffered); "
+            "default: the team's, else full",
+        )
+        p.add_argument(
+            "--json", action="store_true", help="print one JSON event per line instead of the tree"
+        )
+
+    demo = add(
+        "demo",
+        "run the bundled code-review team on the offline model",
+        "Run examples/code_review (a lead delegating to security, style and test\n"
+        "reviewers, which delegate further) on the offline model retinue/scripted\n"
+        "against its sample workspace, in a fresh store, drawing the tree live.",
+    )
+    demo.add_argument(
+        "--store", help="a new or empty folder for the store (default: a fresh temporary folder)"
+    )
+    demo.add_argument(
+        "--task", help="the task given to the lead (default: review the sample change)"
+    )
+    run_options(demo)
+    demo.set_defaults(handler=cmd_demo)
+
+    run = add(
+        "run",
+        "run a team file's lead on a task",
+        "Start the team's lead (or --agent) as /root/<name> on TASK, draw the tree\n"
+        "live until every agent settles, then print the lead's answer. Ctrl-C\n"
+        "interrupts every agent and saves them for 'retinue resume'.",
+    )
+    run.add_argument("team", metavar="TEAM", help="team file (TOML)")
+    run.add_argument("task", metavar="TASK", help="what the lead should do")
+    run.add_argument("--agent", help="agent of the team to start (default: the team's lead)")
+    run.add_argument(
+        "--name", help="name of the top-level agent (default: the team's name, made unique)"
+    )
+    run.add_argument("--store", help=store_help)
+    run_options(run)
+    run.set_defaults(handler=cmd_run)
+
+    resume = add(
+        "resume",
+        "resume every interrupted agent of a store",
+        "Re-run every interrupted agent (after Ctrl-C or a crash) with the team the\n"
+        "store was run with, and draw the tree until it settles.",
+    )
+    resume.add_argument("--store", help=store_help)
+    resume.add_argument("--team", help="team file to use (default: the one the store was run with)")
+    resume.add_argument("--model", help="use this litellm model for every agent")
+    resume.add_argument("--json", action="store_true", help="print one JSON event per line")
+    resume.set_defaults(handler=cmd_resume)
+
+    tree = add(
+        "tree",
+        "print a store's agents by path (read-only)",
+        "Print every agent of a store with its path, profile, state, time, tokens\n"
+        "and result. Read-only: safe while another process runs the store.",
+    )
+    tree.add_argument("store_pos", nargs="?", metavar="STORE", help=argparse.SUPPRESS)
+    tree.add_argument("--store", help=store_help)
+    tree.add_argument("--all", action="store_true", help="include closed agents")
+    tree.add_argument(
+        "--json", action="store_true", help="print one JSON object per agent and line"
+    )
+    tree.set_defaults(handler=cmd_tree)
+
+    inspect = add(
+        "inspect",
+        "show one agent in full (read-only)",
+        "Show an agent's state, generation, task, output, error, unread messages,\n"
+        "pending completions, usage and the tail of its transcript. Read-only.",
+    )
+    inspect.add_argument("ref", metavar="REF", help="agent path (/root/review/security) or id")
+    inspect.add_argument("--store", help=store_help)
+    inspect.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect.set_defaults(handler=cmd_inspect)
+
+    validate = add(
+        "validate",
+        "check a team file without running it",
+        "Decode a team file strictly (unknown keys and wrong types are errors that\n"
+        "name the table and key) and check its delegation graph against the depth cap.",
+    )
+    validate.add_argument("team", metavar="TEAM", help="team file (TOML)")
+    validate.set_defaults(handler=cmd_validate)
+
+    backup = add(
+        "backup",
+        "write a compacted copy of a store",
+        "Write a consistent, compacted copy of a store into DEST (a new folder).\n"
+        "Works while another process runs the store.",
+    )
+    backup.add_argument("dest", metavar="DEST", help="new folder for the copy")
+    backup.add_argument("--store", help=store_help)
+    backup.set_defaults(handler=cmd_backup)
+
+    compact = add(
+        "compact",
+        "remove old closed agents and read messages from a store",
+        "Remove what the retention limits no longer keep (closed agents, read\n"
+        "messages, delivered completions). Needs the store to be free of writers.",
+    )
+    compact.add_argument("store_pos", nargs="?", metavar="STORE", help=argparse.SUPPRESS)
+    compact.add_argument("--store", help=store_help)
+    compact.set_defaults(handler=cmd_compact)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``retinue`` command; return its exit code."""
-    parser = argparse.ArgumentParser(prog="retinue", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run a three-level agent team live on a durable store")
-    demo.add_argument("--store", default="retinue-demo", help="store folder (created)")
-    demo.add_argument("--reviewers", type=int, default=3, help="reviewers under the lead")
-    demo.add_argument("--durability", choices=["full", "buffered"], default="full")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--slow", type=float, default=1.0, help="scale runner delays")
-    tree = sub.add_parser("tree", help="print a store's tree (read-only, safe beside a writer)")
-    tree.add_argument("store")
-    tree.add_argument("--all", action="store_true", help="include closed agents")
-    compact = sub.add_parser("compact", help="compact a store no runtime holds")
-    compact.add_argument("store")
+    """Run the ``retinue`` command; return its exit code (0, 1, 2 or 130)."""
+    parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"demo": _demo, "tree": _tree, "compact": _compact}
+    debug = bool(getattr(args, "debug", False))
+    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handlers[args.command](args)
+        return handler(args)
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("\nretinue: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except (UsageError, TeamFileError) as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"retinue: {exc}", file=sys.stderr)
+        return USAGE
     except RetinueError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"retinue: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
+    except BrokenPipeError:
+        return FAILED
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"retinue: {exc.strerror or exc}{where}", file=sys.stderr)
+        return USAGE
+    except Exception as exc:
+        if debug:
+            raise
+        print(
+            f"retinue: internal error: {type(exc).__name__}: {clip(str(exc), 300)} "
+            "(rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return FAILED
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── InvalidArgument                (ValueError)   any other bad argument
     ├── ArgumentTypeError              (TypeError)    an argument of the wrong type
     ├── ConfigurationError             (ValueError)   a bad profile set at open
+    │   └── TeamFileError                             .source, .table, .key: a bad team file
     ├── DelegationGraphError           (ValueError)   the profile graph is unusable
     │   ├── DelegationCycleError                      .cycle
     │   └── DelegationDepthError                      .depth, .cap
@@ -78,6 +79,7 @@ __all__ = [
     "StoreLocked",
     "StoreReadOnly",
     "StoreVersionError",
+    "TeamFileError",
     "TokenBudgetExceeded",
     "ToolCallLimitExceeded",
     "ToolsNotPermitted",
@@ -110,6 +112,23 @@ class ArgumentTypeError(RetinueError, TypeError):
 
 class ConfigurationError(RetinueError, ValueError):
     """The profiles or options given to ``Runtime.open`` cannot work."""
+
+
+class TeamFileError(ConfigurationError):
+    """A team file is unusable; ``.source``, ``.table`` and ``.key`` say where.
+
+    The message reads ``<file>: [<table>] key '<key>': <what is wrong>``.
+    """
+
+    def __init__(self, source: str, table: str, key: str, problem: str) -> None:
+        self.source = source
+        self.table = table
+        self.key = key
+        self.problem = problem
+        where = f"[{table}] " if table else ""
+        if key:
+            where += f"key {key!r}: "
+        super().__init__(f"{source}: {where}{problem}")
 
 
 class DelegationGraphError(RetinueError, ValueError):

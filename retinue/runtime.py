@@ -64,6 +64,7 @@ from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.team import Team, open_arguments
 
 __all__ = ["Runtime"]
 
@@ -115,6 +116,7 @@ class Runtime:
         map_size: int = DEFAULT_MAP_SIZE,
         group_commit: bool = True,
         workspace: str | os.PathLike[str] | None = None,
+        team: Team | str | os.PathLike[str] | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -124,7 +126,11 @@ class Runtime:
         LMDB map, grown as needed; ``group_commit=False`` commits every
         transition alone (for benchmarks). ``workspace`` is the folder the
         built-in tools of the model runners this runtime creates (for profiles
-        with a ``model``) are confined to. Agents that
+        with a ``model``) are confined to. ``team`` is a
+        :class:`~retinue.team.Team` or a team file's path: its profiles come
+        first, and its ``[limits]`` and ``[defaults] workspace`` apply unless
+        ``limits`` or ``workspace`` is given (its ``[defaults] durability`` is
+        for ``retinue run``). Agents that
         were queued or running when the store was last used come back
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
         ``readonly=True`` opens an existing store beside its writer: reads
@@ -135,10 +141,13 @@ class Runtime:
             ConfigurationError: a profile without a runner, or defined twice; a
                 profile whose tools exceed those of a profile that spawns it
                 (the capability ceiling; the message names the extra tools).
+            TeamFileError: the team file is unusable (named by table and key).
             DelegationCycleError, DelegationDepthError: a bad profile graph.
             StoreLocked: another writer holds the store.
             StoreVersionError: the store was written by a newer schema.
         """
+        if team is not None and not readonly:
+            profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
         rt = cls()
         rt.limits = limits if limits is not None else Limits.from_env()
         rt.readonly = readonly

@@ -1,40 +1,182 @@
-"""The retinue command: the demo runs a real tree on a store, tree reads it back."""
+"""The retinue command as a user meets it: help, versions, input errors, team files, runs.
+
+Runs go through ``python -m retinue.cli`` in a subprocess, as a user or a
+script would; help texts and input errors (which open no store) are checked
+through ``main()`` in this process to keep the suite fast, with one subprocess
+each to show the real process behaves the same.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
+from cliutil import TEAM, retinue_cli, tree_json
 
 from retinue.cli import main
 
+SUBCOMMANDS = ["demo", "run", "resume", "tree", "inspect", "validate", "backup", "compact"]
 
-def test_demo_then_tree_shows_the_settled_team(
+
+def _main(argv: list[str | Path], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse: --help, --version, usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_explains_every_command_without_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    code, top, _ = _main(["--help"], capsys)
+    assert code == 0
+    for name in SUBCOMMANDS:
+        assert re.search(rf"^\s+{name}\s+\S", top, re.M), name
+        code, sub, _ = _main([name, "--help"], capsys)
+        assert code == 0, name
+        assert "`" not in sub, name
+        # Every option has a help text: its line goes on after the option's name.
+        options = re.findall(r"^  (--?[a-z][\w-]*)( [A-Z{][^ ]*)?(.*)$", sub, re.M)
+        assert options, name
+        for option, _, rest in options:
+            assert rest.strip() or option in {"--workspace", "--durability"}, (name, option)
+    _, run, _ = _main(["run", "--help"], capsys)
+    assert "(default: the team's lead)" in run and "$RETINUE_STORE" in run
+    assert retinue_cli("resume", "--help").returncode == 0
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _main(["--version"], capsys)
+    assert code == 0
+    assert re.fullmatch(r"retinue \d+\.\d+\.\d+\S*\n", out)
+
+
+def test_usage_errors_exit_2_on_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store = tmp_path / "demo"
-    assert main(["demo", "--store", str(store), "--slow", "0", "--reviewers", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "7 agents settled" in out  # a lead, 2 reviewers, 4 checkers
-    assert "review done: 2 reports" in out
-    assert main(["tree", str(store)]) == 0
-    tree = capsys.readouterr().out
-    assert tree.count("checker completed") == 4
-    assert tree.count("reviewer completed") == 2
-    assert "lead completed" in tree
+    a_file = tmp_path / "file"
+    a_file.write_text("not a store")
+    cases: list[tuple[list[str | Path], str]] = [
+        (["tree", "--store", tmp_path / "nothing"], "no retinue store at"),
+        (["tree", "--store", a_file], "is a file"),
+        (["run", TEAM, "go", "--store", a_file], "is a file"),
+        (["demo", "--store", a_file], "is a file"),
+        (["inspect", "/root/x", "--store", a_file], "is a file"),
+        (["compact", "--store", tmp_path / "nothing"], "no retinue store at"),
+        (["run", tmp_path / "missing.toml", "go"], "missing.toml: no such file"),
+        (["run", TEAM, "go", "--agent", "nobody", "--store", tmp_path / "s"], "nobody"),
+    ]
+    for argv, expected in cases:
+        code, _, err = _main(argv, capsys)
+        assert code == 2, (argv, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("retinue: "), (argv, err)
+        assert expected in lines[0], (argv, lines[0])
+    code, _, err = _main(["tree", "--no-such-option"], capsys)
+    assert code == 2 and "unrecognized arguments" in err
+    # The same through a real process: one line, no traceback, exit 2.
+    done = retinue_cli("demo", "--store", a_file)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"retinue: --store {a_file} is a file; the demo needs a new, empty folder"
+    ]
 
 
-def test_tree_of_a_missing_store_is_a_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("toml", "table", "key"),
+    [
+        ('[agents.lead]\nmodle = "x"\n', "[agents.lead]", "'modle'"),
+        ("[agents.lead]\nturn_timeout_s = -1\n", "[agents.lead]", "'turn_timeout_s'"),
+        ('[agents.lead]\nsubagents = ["ghost"]\n', "[agents.lead]", "'subagents'"),
+        ("[limits]\ndepth_cap = 0\n[agents.lead]\n", "[limits]", "'depth_cap'"),
+        ('[defaults]\ndurability = "sometimes"\n[agents.lead]\n', "[defaults]", "'durability'"),
+    ],
+)
+def test_a_bad_team_file_is_named_by_table_and_key(
+    tmp_path: Path, toml: str, table: str, key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["tree", str(tmp_path / "nothing")]) == 2
-    err = capsys.readouterr().err
-    assert "StoreError" in err and "no retinue store" in err
+    team = tmp_path / "team.toml"
+    team.write_text(toml)
+    for argv in (["validate", team], ["run", team, "go", "--store", tmp_path / "store"]):
+        code, _, err = _main(argv, capsys)
+        assert code == 2, err
+        line = err.strip()
+        assert "\n" not in line
+        assert f"{team}: {table} key {key}:" in line, line
+    assert not (tmp_path / "store" / "data.mdb").exists()  # nothing ran
 
 
-def test_compact_reports_what_went(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    store = tmp_path / "demo"
-    assert main(["demo", "--store", str(store), "--slow", "0", "--reviewers", "1"]) == 0
-    capsys.readouterr()
-    assert main(["compact", str(store)]) == 0
-    assert "CompactionReport" in capsys.readouterr().out
+def test_a_bad_team_file_in_a_real_process(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text("[agents.lead]\nmodel = 3\n")
+    done = retinue_cli("run", team, "go", "--store", tmp_path / "store")
+    assert done.returncode == 2
+    assert done.stderr == f"retinue: {team}: [agents.lead] key 'model': Expected str, got int\n"
+
+
+def test_validate_describes_a_good_team(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _main(["validate", TEAM], capsys)
+    assert code == 0, err
+    assert "ok" in out and "6 agents" in out
+    assert "lead 'lead' at /root/review" in out
+
+
+def test_run_json_is_one_event_per_line_then_a_summary(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    done = retinue_cli("run", TEAM, "review the change", "--store", store, "--json")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events[-1]["event"] == "run_finished"
+    assert events[-1]["exit_code"] == 0 and events[-1]["agents"] == 6
+    assert events[-1]["roots"][0]["path"] == "/root/review"
+    settled = {e["path"] for e in events if e["event"] == "turn_settled"}
+    assert "/root/review/security/secrets" in settled and "/root/review" in settled
+    kinds = {e["event"] for e in events[:-1]}
+    assert {"agent_spawned", "turn_started", "turn_settled"} <= kinds
+    # Running the same team again in the same store makes a second, unique root.
+    again = retinue_cli("run", TEAM, "review again", "--store", store, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.splitlines()[-1])["roots"][0]["path"] == "/root/review_2"
+
+
+def test_plain_run_shows_paths_and_a_failed_child_fails_the_run(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    done = retinue_cli("run", TEAM, "check", "--store", store, CLI_TEST_FAIL="naming")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    # Off a terminal every line is plain and names a path.
+    assert "/root/review/style/naming  naming  failed g1" in done.stdout
+    # The error is shown whole: the number it reports is not cut off.
+    assert "failed: /root/review/style/naming: ValueError: fanout_cap is 8 but" in done.stdout
+    assert "wanted 12" in done.stdout
+    assert "failed: None" not in done.stdout
+    assert "6 agents: 5 completed, 1 failed" in done.stdout
+    states = {a["path"]: a["state"] for a in tree_json(store)}
+    assert states["/root/review/style/naming"] == "failed"
+
+
+def test_inspect_backup_and_compact_report_in_words(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    assert retinue_cli("run", TEAM, "check", "--store", store).returncode == 0
+    shown = retinue_cli("inspect", "/root/review/security", "--store", store)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^state\s+completed \(generation 1\)$", shown.stdout, re.M)
+    assert re.search(r"^task\s+check / security$", shown.stdout, re.M)
+    as_json = json.loads(retinue_cli("inspect", "/root/review", "--store", store, "--json").stdout)
+    assert as_json["agent"]["state"] == "completed" and as_json["unread"] == []
+    missing = retinue_cli("inspect", "/root/nobody", "--store", store)
+    assert missing.returncode == 2 and "no agent '/root/nobody'" in missing.stderr
+    copy = tmp_path / "copy"
+    backup = retinue_cli("backup", copy, "--store", store)
+    assert backup.returncode == 0, backup.stderr
+    assert "backed up" in backup.stdout
+    assert [a["path"] for a in tree_json(copy)] == [a["path"] for a in tree_json(store)]
+    compact = retinue_cli("compact", "--store", store)
+    assert compact.returncode == 0, compact.stderr
+    assert re.fullmatch(
+        rf"compacted {re.escape(str(store))}: removed \d+ closed agents, \d+ read messages "
+        r"and \d+ delivered completions\n",
+        compact.stdout,
+    )

@@ -1,0 +1,429 @@
+"""What a run looks like: a live rich table, plain lines, or JSON events; and how it ends.
+
+:func:`follow` shows the trees under some roots until none of their agents is
+busy (or Ctrl-C); :func:`report` prints the roots' answers, a summary and the
+failures, and returns the exit code: 0 completed, 1 an agent failed or is left
+interrupted, 130 interrupted by the user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+import msgspec
+
+from retinue.errors import UnknownAgent, WaitTimeout
+from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled, TurnStarted
+from retinue.protocol.text import safe_terminal_text
+
+if TYPE_CHECKING:
+    from retinue.runtime import Runtime
+
+__all__ = [
+    "BUSY",
+    "FAILED",
+    "INTERRUPTED",
+    "OK",
+    "USAGE",
+    "JsonView",
+    "LiveView",
+    "Outcome",
+    "PlainView",
+    "View",
+    "clip",
+    "follow",
+    "make_view",
+    "ordered",
+    "plain_row",
+    "receive",
+    "report",
+    "stop_on_signals",
+    "table",
+    "usage_of",
+]
+
+OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
+BUSY = (AgentState.STARTING, AgentState.RUNNING)
+
+
+# -- text helpers ---------------------------------------------------------------------------
+
+
+def clip(text: str, limit: int) -> str:
+    """Return ``text`` on one safe line, at most ``limit`` characters, ``…`` when cut."""
+    flat = " ".join(safe_terminal_text(text, len(text)).split())
+    return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"
+
+
+def usage_of(info: AgentInfo) -> tuple[int, float]:
+    """Return (tokens, cost in USD) of an agent, 0 when the runtime records no usage."""
+    usage = getattr(info, "usage", None)
+    if usage is None:
+        return 0, 0.0
+    tokens = int(getattr(usage, "prompt_tokens", 0)) + int(getattr(usage, "completion_tokens", 0))
+    return tokens, float(getattr(usage, "cost_usd", 0.0) or 0.0)
+
+
+def _elapsed(info: AgentInfo, now: float) -> float:
+    end = now if info.state in BUSY else info.updated_at
+    return max(0.0, end - info.created_at)
+
+
+def _in_tree(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def ordered(agents: Sequence[AgentInfo]) -> list[AgentInfo]:
+    """Agents in tree order: each parent before its children, siblings by creation."""
+    by_parent: dict[str, list[AgentInfo]] = {}
+    for agent in sorted(agents, key=lambda a: a.created_at):
+        by_parent.setdefault(agent.parent_path, []).append(agent)
+    paths = {a.path for a in agents}
+    out: list[AgentInfo] = []
+    stack = [a for a in reversed(by_parent.get("/root", []))]
+    stack += [
+        a for a in reversed(agents) if a.parent_path != "/root" and a.parent_path not in paths
+    ]
+    seen: set[str] = set()
+    while stack:
+        agent = stack.pop()
+        if agent.id in seen:
+            continue
+        seen.add(agent.id)
+        out.append(agent)
+        stack.extend(reversed(by_parent.get(agent.path, [])))
+    return out
+
+
+def plain_row(info: AgentInfo, now: float, width: int = 70) -> str:
+    """One line for an agent: path, profile, state, generation, elapsed, tokens, result."""
+    tokens, _ = usage_of(info)
+    text = info.error if info.state is AgentState.FAILED else info.output
+    line = (
+        f"{info.path}  {info.profile}  {info.state.value} g{info.generation}"
+        f"  {_elapsed(info, now):.1f}s"
+    )
+    if tokens:
+        line += f"  {tokens} tok"
+    if text:
+        line += "  " + clip(text, width)
+    return line
+
+
+def table(agents: Sequence[AgentInfo], title: str) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    styles = {
+        AgentState.STARTING: "yellow",
+        AgentState.RUNNING: "bold cyan",
+        AgentState.COMPLETED: "green",
+        AgentState.FAILED: "bold red",
+        AgentState.INTERRUPTED: "magenta",
+        AgentState.CLOSED: "dim",
+    }
+    now = time.time()
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for column in ("path", "profile", "state", "time", "tokens", "result"):
+        table.add_column(column, no_wrap=column != "result", overflow="ellipsis")
+    for info in ordered(agents):
+        tokens, _ = usage_of(info)
+        text = info.error if info.state is AgentState.FAILED else info.output
+        style = styles.get(info.state, "")
+        table.add_row(
+            Text(info.path),
+            Text(info.profile, style="dim"),
+            Text(f"{info.state.value} g{info.generation}", style=style),
+            f"{_elapsed(info, now):.1f}s",
+            f"{tokens:,}" if tokens else "",
+            Text(clip(text or "", 60), style="red" if info.state is AgentState.FAILED else ""),
+        )
+    return table
+
+
+# -- views ------------------------------------------------------------------------------------
+
+
+class View:
+    """How a run is shown: rich live table, plain lines or JSON events."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def start(self, title: str) -> None:
+        """Begin showing a run."""
+
+    def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
+        """Show one committed transition of the followed tree."""
+
+    def update(self, agents: Sequence[AgentInfo]) -> None:
+        """Show the tree as it is now."""
+
+    def stop(self) -> None:
+        """End the live part; later output goes below it."""
+
+
+class PlainView(View):
+    """One line per turn that starts or settles, for logs and pipes."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__(out)
+        self.started = time.time()
+
+    def start(self, title: str) -> None:
+        print(title, file=self.out, flush=True)
+
+    def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
+        if not isinstance(event, TurnStarted | TurnSettled):
+            return
+        info = agents.get(event.agent_id)
+        profile = info.profile if info is not None else "?"
+        state = "running" if isinstance(event, TurnStarted) else event.status.value
+        at = event.at - self.started
+        line = f"[{at:6.1f}s] {event.path}  {profile}  {state} g{event.generation}"
+        if (
+            isinstance(event, TurnSettled)
+            and info is not None
+            and info.generation == event.generation
+        ):
+            text = info.error if event.status.value == "failed" else info.output
+            if text:
+                line += "  " + clip(text, 100)
+        print(line, file=self.out, flush=True)
+
+
+class JsonView(View):
+    """One JSON object per line: the runtime's event structs, then a final ``run_finished``."""
+
+    def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
+        self.out.write(msgspec.json.encode(event).decode() + "\n")
+        self.out.flush()
+
+
+class LiveView(View):
+    """A rich table redrawn in place: path, profile, state, time, tokens, result."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__(out)
+        from rich.console import Console
+
+        self.console = Console(file=out)
+        self.live: Any = None
+        self.title = ""
+
+    def start(self, title: str) -> None:
+        from rich.live import Live
+
+        self.title = title
+        self.live = Live(
+            table([], title), console=self.console, refresh_per_second=8, transient=False
+        )
+        self.live.start()
+
+    def update(self, agents: Sequence[AgentInfo]) -> None:
+        if self.live is not None:
+            self.live.update(table(agents, self.title))
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def make_view(json_mode: bool, out: TextIO | None = None) -> View:
+    """JSON events with ``--json``; a live table on a terminal; plain lines otherwise."""
+    stream = out if out is not None else sys.stdout
+    if json_mode:
+        return JsonView(stream)
+    if stream.isatty() and os.environ.get("TERM") != "dumb":
+        return LiveView(stream)
+    return PlainView(stream)
+
+
+# -- following a run ------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """How a followed run ended."""
+
+    interrupted: bool
+    agents: list[AgentInfo] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """While inside, Ctrl-C (and SIGTERM) set ``stop``; a second Ctrl-C quits at once."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            print(
+                "\nretinue: stopped at once; the store keeps every committed step", file=sys.stderr
+            )
+            os._exit(INTERRUPTED)
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def follow(
+    rt: Runtime,
+    roots: Sequence[str],
+    view: View,
+    start: Callable[[], None],
+    stop: threading.Event,
+) -> Outcome:
+    """Run ``start`` and show the trees under ``roots`` until none of their agents is busy.
+
+    Returns early, with ``interrupted=True``, once ``stop`` is set (Ctrl-C).
+    """
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+    unsubscribe = rt.subscribe(events.put)
+    began = time.monotonic()
+    known: dict[str, AgentInfo] = {}
+
+    def snapshot() -> list[AgentInfo]:
+        mine = [a for a in rt.agents() if _in_tree(a.path, roots)]
+        known.update((a.id, a) for a in mine)
+        return mine
+
+    seen: set[tuple[str, int]] = set()
+
+    def show(batch: list[Event]) -> None:
+        for event in batch:
+            if _in_tree(event.path, roots):
+                if isinstance(event, TurnSettled):
+                    seen.add((event.agent_id, event.generation))
+                view.event(event, known)
+
+    try:
+        start()
+        agents = snapshot()
+        view.update(agents)
+        while True:
+            batch = _drain(events, 0.1)
+            if stop.is_set():
+                return Outcome(True, agents, time.monotonic() - began)
+            agents = snapshot()
+            show(batch)
+            view.update(agents)
+            if not any(a.state in BUSY for a in agents):
+                break
+        # Events reach subscribers after the commit that the snapshot saw: show
+        # the last settles too (bounded, in case a turn settled without an event).
+        outcome = Outcome(False, agents, time.monotonic() - began)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(
+            a.generation and (a.id, a.generation) not in seen for a in agents
+        ):
+            show(_drain(events, 0.05))
+        return outcome
+    finally:
+        unsubscribe()
+
+
+def _drain(events: queue.SimpleQueue[Event], timeout: float) -> list[Event]:
+    """Return the queued events, waiting up to ``timeout`` for the first."""
+    batch: list[Event] = []
+    try:
+        batch.append(events.get(timeout=timeout))
+        while True:
+            batch.append(events.get_nowait())
+    except queue.Empty:
+        pass
+    return batch
+
+
+def receive(rt: Runtime, roots: Sequence[str]) -> None:
+    """Take the host's completions of ``roots`` (they are settled), so none stays pending."""
+    for root in roots:
+        while True:
+            try:
+                rt.wait(root, timeout=0)
+            except (WaitTimeout, UnknownAgent):
+                break
+
+
+def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out: TextIO) -> int:
+    """Print how the run ended and return the exit code.
+
+    0 only when every root completed and no agent of the trees failed or was
+    interrupted; 130 when the run was interrupted; 1 otherwise.
+    """
+    agents = outcome.agents
+    failed = [a for a in agents if a.state is AgentState.FAILED]
+    interrupted = [a for a in agents if a.state is AgentState.INTERRUPTED or a.state in BUSY]
+    top = [a for a in agents if a.path in roots]
+    tokens = sum(usage_of(a)[0] for a in agents)
+    cost = sum(usage_of(a)[1] for a in agents)
+    if outcome.interrupted:
+        code = INTERRUPTED
+    elif failed or interrupted or any(a.state is not AgentState.COMPLETED for a in top):
+        code = FAILED
+    else:
+        code = OK
+    counts: dict[str, int] = {}
+    for agent in agents:
+        state = "interrupted" if outcome.interrupted and agent.state in BUSY else agent.state.value
+        counts[state] = counts.get(state, 0) + 1
+    summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+    if isinstance(view, JsonView):
+        final = {
+            "event": "run_finished",
+            "exit_code": code,
+            "store": str(store),
+            "seconds": round(outcome.seconds, 3),
+            "agents": len(agents),
+            "states": counts,
+            "tokens": tokens,
+            "cost_usd": cost,
+            "roots": [msgspec.to_builtins(a) for a in top],
+            "failed": [{"path": a.path, "error": a.error} for a in failed],
+        }
+        out.write(json.dumps(final) + "\n")
+        out.flush()
+        return code
+    print(file=out)
+    for agent in top:
+        if agent.state is AgentState.COMPLETED and agent.output:
+            print(f"answer of {agent.path} ({agent.profile}):", file=out)
+            print(safe_terminal_text(agent.output, len(agent.output)), file=out)
+            print(file=out)
+    line = f"{len(agents)} agents: {summary} in {outcome.seconds:.1f}s"
+    if tokens:
+        line += f"; {tokens:,} tokens, ${cost:.4f}"
+    print(line, file=out)
+    for agent in failed:
+        print(f"failed: {agent.path}: {clip(agent.error or 'no error recorded', 300)}", file=out)
+    if outcome.interrupted:
+        print(f"interrupted; every step so far is saved in {store}", file=out)
+        print(f"resume with: retinue resume --store {store}", file=out)
+    elif interrupted:
+        print(
+            f"{len(interrupted)} agents are interrupted; resume with: "
+            f"retinue resume --store {store}",
+            file=out,
+        )
+    print(f"store: {store}  (look again: retinue tree --store {store})", file=out)
+    return code

@@ -1,0 +1,54 @@
+"""Helpers for the CLI tests: run ``retinue`` as a user would, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import retinue
+
+HERE = Path(__file__).parent
+TEAM = HERE / "team.toml"
+"""A six-agent Python-runner team: /root/review/{security/{secrets,injection},style/naming}."""
+SOURCE = Path(retinue.__file__).resolve().parents[1]
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of a ``retinue`` subprocess: this checkout first on the path."""
+    out = dict(os.environ)
+    out["PYTHONPATH"] = os.pathsep.join([str(SOURCE), out.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    out["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    out.pop("RETINUE_STORE", None)
+    out.update(extra)
+    return out
+
+
+def command(*args: str | Path) -> list[str]:
+    """The argv that runs ``retinue ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "retinue.cli", *map(str, args)]
+
+
+def retinue_cli(
+    *args: str | Path, timeout: float = 60, cwd: Path | None = None, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``retinue ARGS`` to its end; return the finished process (never raises on status)."""
+    return subprocess.run(
+        command(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(**extra),
+        cwd=cwd,
+        check=False,
+    )
+
+
+def tree_json(store: Path) -> list[dict[str, Any]]:
+    """The agents of ``store`` as ``retinue tree --json`` prints them (read-only)."""
+    done = retinue_cli("tree", "--store", store, "--json")
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]

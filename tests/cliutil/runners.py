@@ -1,0 +1,55 @@
+"""Python runners for the CLI tests' team file (``runner = "runners.py:<name>"``).
+
+``CLI_TEST_DELAY`` (seconds, default 0) makes every leaf sleep, interruptibly,
+so a test can act while a run is in progress. ``CLI_TEST_FAIL`` names a task
+fragment whose leaves fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from retinue.actors.turn import Turn
+from retinue.errors import DuplicateAgentPath, RetinueError
+
+PLAN = {"lead": ["security", "style"], "security": ["secrets", "injection"], "style": ["naming"]}
+
+
+def _delegate(turn: Turn, profile: str) -> str:
+    kids = PLAN[profile]
+    for kid in kids:
+        with contextlib.suppress(DuplicateAgentPath):  # resumed: the child is there
+            turn.spawn(kid, f"{turn.task} / {kid}", name=kid)
+    outputs = []
+    for kid in kids:
+        while True:
+            event = turn.wait(kid, timeout=60)
+            completion = getattr(event, "completion", None) or event
+            status = getattr(completion, "status", None)
+            if status is not None and str(status) != "interrupted":
+                break
+        outputs.append(f"{kid}: {completion.output or completion.error}")
+    return f"{profile} done; " + "; ".join(outputs)
+
+
+def lead(turn: Turn) -> str:
+    """Delegate to security and style, then summarise."""
+    return _delegate(turn, "lead")
+
+
+def reviewer(turn: Turn) -> str:
+    """Delegate to this reviewer's specialists, then summarise."""
+    profile = turn.agent.profile
+    return _delegate(turn, profile)
+
+
+def leaf(turn: Turn) -> str:
+    """Sleep ``CLI_TEST_DELAY`` seconds (waking on interrupt), then answer or fail."""
+    delay = float(os.environ.get("CLI_TEST_DELAY", "0"))
+    if turn.cancelled.wait(delay):
+        raise RetinueError("cancelled")
+    fail = os.environ.get("CLI_TEST_FAIL")
+    if fail and fail in turn.agent.path:
+        raise ValueError(f"fanout_cap is 8 but {turn.agent.path} wanted 12")
+    return f"checked {turn.agent.path}"

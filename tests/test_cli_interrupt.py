@@ -1,0 +1,86 @@
+"""A run in progress: other processes read it, Ctrl-C saves it, resume finishes it.
+
+py-lmdb opens a store once per process, so the readers (``tree``, ``inspect``)
+and the second writer (``compact``) are separate processes, as they are for a
+user with two terminals.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from cliutil import TEAM, command, env, retinue_cli, tree_json
+
+LEAVES = {
+    "/root/review/security/secrets",
+    "/root/review/security/injection",
+    "/root/review/style/naming",
+}
+
+
+def _wait_until_running(store: Path, run: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """Poll ``retinue tree --json`` until the three leaves run (the run sleeps in them)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert run.poll() is None, run.communicate()
+        if (store / "data.mdb").exists():
+            agents = tree_json(store)
+            running = {a["path"] for a in agents if a["state"] == "running"}
+            if running >= LEAVES:
+                return agents
+        time.sleep(0.2)
+    raise AssertionError("the run never got its leaves running")
+
+
+def test_readers_beside_a_run_then_ctrl_c_then_resume(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    run = subprocess.Popen(
+        command("run", TEAM, "review the change", "--store", store),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(CLI_TEST_DELAY="120"),
+    )
+    try:
+        agents = _wait_until_running(store, run)
+        # tree, read-only from another process while the run holds the store.
+        assert len(agents) == 6
+        assert {a["path"] for a in agents} >= LEAVES | {"/root/review", "/root/review/security"}
+        shown = retinue_cli("inspect", "/root/review/security/secrets", "--store", store, "--json")
+        assert shown.returncode == 0, shown.stderr
+        detail = json.loads(shown.stdout)
+        assert detail["agent"]["state"] == "running"
+        assert detail["agent"]["task"] == "review the change / security / secrets"
+        # A second writer is told who holds the store and what to do, in CLI terms.
+        locked = retinue_cli("compact", "--store", store)
+        assert locked.returncode == 2
+        assert f"is in use by process {run.pid}" in locked.stderr
+        assert "readonly=True" not in locked.stderr and "Traceback" not in locked.stderr
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert f"resume with: retinue resume --store {store}" in out
+    assert "6 agents: 6 interrupted" in out
+    states = {a["path"]: a["state"] for a in tree_json(store)}
+    assert set(states.values()) == {"interrupted"}, states
+
+    resumed = retinue_cli("resume", "--store", store, "--json", CLI_TEST_DELAY="0")
+    assert resumed.returncode == 0, resumed.stderr
+    final = json.loads(resumed.stdout.splitlines()[-1])
+    assert final["event"] == "run_finished" and final["states"] == {"completed": 6}
+    after = {a["path"]: a for a in tree_json(store)}
+    assert {a["state"] for a in after.values()} == {"completed"}
+    assert all(a["generation"] == 2 for a in after.values())
+    assert after["/root/review"]["output"].startswith("lead done; security: security done")
+    nothing = retinue_cli("resume", "--store", store)
+    assert nothing.returncode == 0 and "nothing to resume" in nothing.stderr
