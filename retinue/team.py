@@ -7,7 +7,7 @@ A team file has four parts, every one optional but ``[agents.*]``::
     description = "..."
 
     [limits]                 # any Limits field, e.g. depth_cap = 4
-    [defaults]               # model, tools, durability, workspace, retries, budgets...
+    [defaults]               # model, tools, durability, workspace, retries...
     [agents.lead]            # one table per agent (profile)
     model = "retinue/scripted"
     instructions = "..."
@@ -19,6 +19,7 @@ Decoding is strict: an unknown key, a wrong type or a bad value raises
 (``team.toml: [agents.lead] key 'modle': unknown key; ...``). The delegation
 graph is checked with :func:`~retinue.protocol.graph.validate_graph` against
 the team's depth cap, so a team that loads never hits the depth cap at run time.
+Token budgets are limits: ``[limits] tokens_per_agent`` and ``tokens_per_tree``.
 """
 
 from __future__ import annotations
@@ -75,8 +76,6 @@ class Defaults(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_tool_calls: PositiveInt | None = None
     request_timeout_s: Positive | None = None
     turn_timeout_s: Positive | None = None
-    tokens_per_agent: PositiveInt | None = None
-    """Token budget of one agent (all its turns)."""
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -98,7 +97,6 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     retries: NonNegativeInt | None = None
     max_tool_calls: PositiveInt | None = None
     request_timeout_s: Positive | None = None
-    tokens_per_agent: PositiveInt | None = None
 
 
 class _Top(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -120,7 +118,6 @@ _INHERITED = (
     "max_tool_calls",
     "request_timeout_s",
     "turn_timeout_s",
-    "tokens_per_agent",
 )
 # Settings that only an LLM runner reads: they go to Profile fields of the same name.
 _LLM_KNOBS = (
@@ -129,7 +126,6 @@ _LLM_KNOBS = (
     "retries",
     "max_tool_calls",
     "request_timeout_s",
-    "tokens_per_agent",
 )
 _NAME = re.compile(r"[a-z0-9_]{1,40}")
 

@@ -137,7 +137,7 @@ def table(agents: Sequence[AgentInfo], title: str) -> Any:
     now = time.time()
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for column in ("path", "profile", "state", "time", "tokens", "result"):
-        table.add_column(column, no_wrap=column != "result", overflow="ellipsis")
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
     for info in ordered(agents):
         tokens, _ = usage_of(info)
         text = info.error if info.state is AgentState.FAILED else info.output
@@ -410,7 +410,8 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
             print(f"answer of {agent.path} ({agent.profile}):", file=out)
             print(safe_terminal_text(agent.output, len(agent.output)), file=out)
             print(file=out)
-    line = f"{len(agents)} agents: {summary} in {outcome.seconds:.1f}s"
+    noun = "agent" if len(agents) == 1 else "agents"
+    line = f"{len(agents)} {noun}: {summary} in {outcome.seconds:.1f}s"
     if tokens:
         line += f"; {tokens:,} tokens, ${cost:.4f}"
     print(line, file=out)

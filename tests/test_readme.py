@@ -1,0 +1,49 @@
+"""The README's examples work as written, and twice in a row (the store persists)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from cliutil import env
+
+import retinue
+from retinue.team import Team
+
+README = Path(retinue.__file__).resolve().parents[1] / "README.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.S)
+
+
+def test_every_python_example_runs_twice_in_a_row(tmp_path: Path) -> None:
+    blocks = _blocks("python")
+    assert blocks
+    for number, code in enumerate(blocks):
+        script = tmp_path / f"example_{number}.py"
+        script.write_text(code)
+        for attempt in (1, 2):
+            done = subprocess.run(
+                [sys.executable, str(script)],
+                cwd=tmp_path,
+                env=env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, (number, attempt, done.stderr[-2000:])
+
+
+def test_the_team_file_example_is_a_valid_team(tmp_path: Path) -> None:
+    (toml,) = _blocks("toml")
+    team = Team.from_toml(toml, source=tmp_path / "team.toml", environ=False)
+    assert team.name == "review" and team.lead == "lead"
+    assert list(team.agents) == ["lead", "security", "style"]
+    assert team.setting("style", "model") == "openai/gpt-4o-mini"
+    assert team.setting("security", "model") == "retinue/scripted"
+    assert team.limits.depth_cap == 4
+    assert {p.name for p in team.profiles()} == {"lead", "security", "style"}
