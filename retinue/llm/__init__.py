@@ -1,4 +1,9 @@
-"""The LLM layer: a litellm-driven turn runner, its tools interface and an offline model.
+"""The LLM layer: a litellm-driven turn runner, the tools a model sees, and an offline model.
+
+The tools: the coordinator tools (spawn, send, wait, ...), the built-in
+workspace tools (presets ``"read"`` and ``"modify"``) and host tools (the
+host's own functions, registered with :func:`tool` and passed to
+``LiteLLMRunner(host_tools=...)``).
 
 Importing this package does not import litellm; the runner imports it the
 first time a model is called (see :mod:`retinue.llm.provider`).
@@ -6,7 +11,21 @@ first time a model is called (see :mod:`retinue.llm.provider`).
 
 from __future__ import annotations
 
+from retinue.llm.arguments import ToolError
+from retinue.llm.host_tools import HostTool, tool
 from retinue.llm.provider import SCRIPTED_MODEL
 from retinue.llm.runner import LiteLLMRunner, model_runner_factory
+from retinue.llm.toolbox import ToolBox, build_toolbox
+from retinue.llm.workspace import Workspace
 
-__all__ = ["SCRIPTED_MODEL", "LiteLLMRunner", "model_runner_factory"]
+__all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
+    "HostTool",
+    "LiteLLMRunner",
+    "SCRIPTED_MODEL",
+    "ToolBox",
+    "ToolError",
+    "Workspace",
+    "build_toolbox",
+    "model_runner_factory",
+    "tool",
+]

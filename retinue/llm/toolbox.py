@@ -1,41 +1,63 @@
 """The tools one LLM turn offers its model: the interface between the runner and the tools.
 
-The runner (:mod:`retinue.llm.runner`, owned by the [llm] helper) only ever
-sees this interface; the tools side (coordinator tool schemas and dispatch,
-built-in workspace tools, host tools, capability ceilings; owned by the
-[tools] helper) fills in :func:`build_toolbox`. The contract:
-
 - ``build_toolbox(turn, *, tools, workspace, host_tools) -> ToolBox`` is
   called once per turn, on the runtime's event loop, before the first model
   call. ``turn`` is the :class:`~retinue.actors.turn.Turn` (its async twins
-  ``spawn_async``, ``run_many_async`` ... and ``turn.profile``); ``tools`` is
-  the profile's (or runner's) ``tools`` setting: a preset ``"read"`` /
-  ``"modify"`` / ``"none"``, a sequence of exact tool names, or None (no
-  ordinary tools); ``workspace`` is the folder built-in tools are confined to
-  (None: no built-in tools); ``host_tools`` maps names to host-registered
-  callables (may be empty).
+  and ``turn.profile``); ``tools`` is the agent's tools setting: a preset
+  ``"read"`` / ``"modify"`` / ``"none"``, exact tool names, or None (no
+  ordinary tools; ``Runtime.open`` has already resolved an inheriting
+  profile's ``tools`` into names); ``workspace`` is the folder the built-in
+  tools are confined to; ``host_tools`` the host-registered functions
+  (a mapping name -> function, or a list of functions / :func:`~retinue.llm.tool`\\ s).
 - ``ToolBox.schemas()`` returns the OpenAI ``tools`` parameter (a list of
-  ``{"type": "function", "function": {"name", "description", "parameters"}}``);
-  an empty list means the model is offered no tools (the runner then omits
-  the parameter).
+  ``{"type": "function", "function": {"name", "description", "parameters"}}``):
+  the coordinator tools (spawn tools only when the agent may spawn), then
+  the granted built-in tools, then the granted host tools.
 - ``await ToolBox.call(name, arguments)`` runs one tool call (``arguments``
-  is the raw JSON string the model produced) and returns the text the model
-  sees as the tool result. It NEVER raises (except ``asyncio.CancelledError``
-  when the turn is interrupted): invalid JSON, unknown tools, bad arguments,
-  refused operations and tool exceptions come back as ``{"error": "..."}``
-  with no traceback.
-
-Until the tools side lands, this module offers no tools at all.
+  is the raw JSON text the model produced) and returns the JSON text the model
+  sees. It NEVER raises (except ``asyncio.CancelledError`` when the turn is
+  cancelled): invalid JSON, a missing, unknown or mistyped argument (named by
+  field), an unknown tool, a refused operation (caps, permissions, unknown
+  agents, paths out of the workspace) and any tool exception come back as
+  ``{"error": "..."}`` with no traceback. Results are bounded at
+  ``max_result_bytes``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Protocol
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
-__all__ = ["ToolBox", "ToolBoxFactory", "build_toolbox", "error_result"]
+import msgspec
+
+from retinue.errors import ConfigurationError, RetinueError
+from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
+from retinue.llm.builtin_tools import (
+    DEFAULT_BASH_TIMEOUT_S,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    builtin_tools,
+)
+from retinue.llm.coordinator import coordinator_tools
+from retinue.llm.host_tools import host_tool_defs
+from retinue.llm.workspace import Workspace
+from retinue.protocol.text import truncate_utf8
+from retinue.protocol.tools import BUILTIN_TOOLS, extra_tools, resolve_tools
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "ToolBox",
+    "ToolBoxFactory",
+    "build_toolbox",
+    "error_result",
+]
+
+DEFAULT_MAX_RESULT_BYTES = 65_536
+"""Largest tool result handed back to the model, in bytes of UTF-8 JSON."""
+
+_ENCODER = msgspec.json.Encoder()
 
 
 def error_result(message: str) -> str:
@@ -43,44 +65,153 @@ def error_result(message: str) -> str:
     return json.dumps({"error": message}, ensure_ascii=False)
 
 
-class ToolBox(Protocol):
+class ToolBox:
     """The tools of one turn: their schemas and a call that never raises."""
+
+    def __init__(
+        self, tools: Sequence[ToolDef], *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    ) -> None:
+        """Hold ``tools`` (unique names); results are cut at ``max_result_bytes``."""
+        self._tools = {tool.name: tool for tool in tools}
+        self._max = max_result_bytes
+        self._schemas = [tool.schema() for tool in tools]
+
+    @property
+    def names(self) -> list[str]:
+        """The tool names offered, in schema order."""
+        return list(self._tools)
 
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
-        ...
+        copy: list[dict[str, Any]] = json.loads(json.dumps(self._schemas))
+        return copy  # the caller may edit it
 
     async def call(self, name: str, arguments: str) -> str:
-        """Run tool ``name`` with the raw JSON ``arguments``; return the result text.
+        """Run tool ``name`` with the raw JSON ``arguments``; return the result as JSON text.
 
-        Never raises: every failure is returned as ``{"error": "..."}``.
+        Never raises, except ``asyncio.CancelledError``: every failure is
+        returned as ``{"error": "..."}``.
         """
-        ...
+        try:
+            tool = self._tools.get(name) if isinstance(name, str) else None
+            if tool is None:
+                offered = ", ".join(self._tools) or "none"
+                return error_result(f"unknown tool {name!r}; the tools you have: {offered}")
+            if not isinstance(arguments, str | bytes):
+                return error_result(f"invalid arguments for {name}: send a JSON object")
+            args = decode_arguments(
+                tool.decoder,
+                name,
+                arguments if isinstance(arguments, str) else arguments.decode("utf-8", "replace"),
+            )
+            value = await tool.handler(args)
+            return self._encode(name, value)
+        except asyncio.CancelledError:
+            raise
+        except (ToolError, RetinueError) as exc:
+            return error_result(str(exc) or type(exc).__name__)
+        except Exception as exc:
+            detail = str(exc)
+            return error_result(
+                f"{name} failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
+            )
+
+    def _encode(self, name: str, value: Any) -> str:
+        if isinstance(value, str) or value is None:
+            value = {"result": value}
+        try:
+            text = _ENCODER.encode(value).decode("utf-8")
+        except (TypeError, ValueError, UnicodeDecodeError) as exc:
+            return error_result(f"{name} returned a value that is not JSON: {exc}")
+        if len(text.encode("utf-8")) <= self._max:
+            return text
+        cut, _ = truncate_utf8(text, self._max - 200)
+        return json.dumps(
+            {"result": cut, "truncated": True, "note": f"the result was over {self._max} bytes"},
+            ensure_ascii=False,
+        )
 
 
 ToolBoxFactory = Callable[..., ToolBox]
 """``factory(turn, *, tools, workspace, host_tools) -> ToolBox``."""
 
 
-class _NoTools:
-    """A toolbox that offers nothing (answers any call with an error)."""
-
-    def schemas(self) -> list[dict[str, Any]]:
-        """Return no tools."""
-        return []
-
-    async def call(self, name: str, arguments: str) -> str:
-        """Refuse every call: no tool is offered."""
-        return error_result(f"unknown tool {name!r}: this agent has no tools")
-
-
 def build_toolbox(
     turn: Any,
     *,
-    tools: str | Sequence[str] | None,
-    workspace: Path | None,
-    host_tools: Mapping[str, Callable[..., Any]],
+    tools: str | Sequence[str] | None = None,
+    workspace: str | os.PathLike[str] | Workspace | None = None,
+    host_tools: Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]] | None = None,
+    descriptions: Mapping[str, str] | None = None,
+    spawn_wait_s: float | None = None,
+    bash_timeout_s: float = DEFAULT_BASH_TIMEOUT_S,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    bash_env: Mapping[str, str] | None = None,
 ) -> ToolBox:
-    """Return the toolbox of one turn (see the module docstring for the contract)."""
-    del turn, tools, workspace, host_tools
-    return _NoTools()
+    """Return the toolbox of one turn (see the module docstring for the contract).
+
+    The spawn tools' ``agent`` enum is ``turn.profile.subagents``; they are
+    left out when that is empty or the agent is at ``depth_cap``.
+    ``descriptions`` gives each spawnable profile a one-line description for
+    the model. A synchronous spawn waits up to ``spawn_wait_s`` (default:
+    ``turn.limits.wait_max_s``). ``bash_timeout_s`` is bash's default timeout;
+    ``max_output_bytes`` bounds one file read or command output,
+    ``max_result_bytes`` any result.
+
+    Raises:
+        ConfigurationError: ``tools`` is not a valid spec; it goes beyond
+            ``turn.profile.tools`` (the capability ceiling, when the profile
+            sets one); it names a tool that is neither built in nor among
+            ``host_tools``; it grants built-in tools with no ``workspace``; or
+            a host tool is invalid.
+    """
+    profile = getattr(turn, "profile", None)
+    owner = getattr(profile, "name", "") or ""
+    names = resolve_tools(tools, owner=owner) or ()
+    ceiling = resolve_tools(getattr(profile, "tools", None), owner=owner)
+    if ceiling is not None and tools is not getattr(profile, "tools", None):
+        beyond = extra_tools(names, ceiling)
+        if beyond:
+            raise ConfigurationError(
+                f"profile {owner!r}: the runner asks for tools its profile does not grant: "
+                f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
+                "(name them in Profile(tools=...))"
+            )
+    hosts = host_tool_defs(host_tools)
+    unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in hosts]
+    if unknown:
+        raise ConfigurationError(
+            f"{'profile ' + repr(owner) + ': ' if owner else ''}tools {unknown} are neither "
+            "built in nor registered; register host tools with the runner (tools=[...])"
+        )
+    granted = frozenset(names)
+    offered: list[ToolDef] = []
+    limits = turn.limits
+    subagents = tuple(getattr(profile, "subagents", ()) or ())
+    offered += coordinator_tools(
+        turn,
+        allowed=subagents,
+        can_spawn=bool(subagents) and turn.agent.depth < limits.depth_cap,
+        fanout_cap=limits.fanout_cap,
+        spawn_wait_s=limits.wait_max_s if spawn_wait_s is None else spawn_wait_s,
+        wait_default_s=limits.wait_default_s,
+        descriptions=descriptions,
+    )
+    builtins = granted & set(BUILTIN_TOOLS)
+    if builtins:
+        if workspace is None:
+            raise ConfigurationError(
+                f"{'profile ' + repr(owner) + ' has' if owner else 'granted'} built-in tools "
+                f"({', '.join(sorted(builtins))}) but no workspace folder was given"
+            )
+        confined = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+        offered += builtin_tools(
+            confined,
+            frozenset(builtins),
+            bash_timeout_s=bash_timeout_s,
+            max_output_bytes=max_output_bytes,
+            bash_env=bash_env,
+        )
+    offered += [hosts[n].definition() for n in names if n in hosts]
+    return ToolBox(offered, max_result_bytes=max_result_bytes)

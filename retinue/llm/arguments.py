@@ -1,0 +1,150 @@
+"""Tool definitions: one msgspec struct both decodes a call's JSON and gives the model its schema.
+
+A :class:`ToolDef` is a tool as the toolbox holds it: name, description, the
+struct its arguments decode into, and the async handler that runs it.
+
+:func:`function_schema` turns a struct into the OpenAI ``function`` entry
+(``$ref``\\ s inlined, titles dropped, ``X | None = None`` shown as an optional
+``X``), so what the model is told is exactly what :func:`decode_arguments`
+accepts. :func:`decode_arguments` raises :class:`ToolArgumentError` whose
+message names the offending field (``tasks[2].agent``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+
+__all__ = ["ToolArgumentError", "ToolDef", "ToolError", "decode_arguments", "function_schema"]
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+_AT_RE = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_NAMED_FIELD_RE = re.compile(r"^Object (missing required|contains unknown) field `([^`]*)`")
+
+
+class ToolError(Exception):
+    """A tool refused or failed; its message is what the model sees as ``{"error": ...}``.
+
+    Host tools may raise it too: its message goes to the model as it is, while
+    any other exception is shown with its type name.
+    """
+
+
+class ToolArgumentError(ToolError):
+    """A tool call's arguments are not valid JSON or do not fit the tool's struct."""
+
+
+def _inline(node: Any, defs: dict[str, Any]) -> Any:
+    """Return ``node`` with every ``$ref`` replaced by its definition and titles removed."""
+    if isinstance(node, list):
+        return [_inline(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        return _inline(defs[ref.rsplit("/", 1)[-1]], defs)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title":
+            continue
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {name: _optional(_inline(prop, defs)) for name, prop in value.items()}
+        else:
+            out[key] = _inline(value, defs)
+    return out
+
+
+def _optional(prop: Any) -> Any:
+    """Show ``X | None = None`` as ``X`` (the field is already optional: not required)."""
+    if not isinstance(prop, dict) or prop.get("default", ...) is not None:
+        return prop
+    options = prop.get("anyOf")
+    if not isinstance(options, list):
+        return prop
+    rest = [o for o in options if o != {"type": "null"}]
+    if len(rest) != 1 or len(rest) == len(options):
+        return prop
+    merged = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+    merged.update(rest[0])
+    return merged
+
+
+def function_schema(name: str, description: str, struct: type[msgspec.Struct]) -> dict[str, Any]:
+    """Return the OpenAI tool entry for ``struct``: ``{"type": "function", "function": ...}``.
+
+    The struct's own docstring is not used; ``description`` is the tool's.
+    """
+    schema, defs = msgspec.json.schema_components([struct])
+    parameters = _inline(schema[0], defs)
+    parameters.pop("description", None)
+    parameters.setdefault("properties", {})
+    parameters.setdefault("required", [])
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+def _explain(error: msgspec.ValidationError) -> str:
+    """Turn msgspec's ``detail - at `$.a[0].b``` into ``a[0].b: detail``."""
+    match = _AT_RE.match(str(error))
+    assert match is not None  # the pattern matches any string
+    detail = match["detail"]
+    field = (match["path"] or "").removeprefix(".")
+    named = _NAMED_FIELD_RE.match(detail)
+    if named:
+        full = f"{field}.{named[2]}" if field else named[2]
+        what = "missing required argument" if named[1] == "missing required" else "unknown argument"
+        return f"{what} `{full}`"
+    if field:
+        return f"argument `{field}`: {detail}"
+    return detail
+
+
+def decode_arguments(decoder: msgspec.json.Decoder[_S], tool: str, arguments: str) -> _S:
+    """Decode the model's raw JSON ``arguments`` for ``tool`` (empty text means ``{}``).
+
+    Raises:
+        ToolArgumentError: not a JSON object, or an argument missing, unknown
+            or of the wrong type; the message names the tool and the field.
+    """
+    text = arguments.strip() if isinstance(arguments, str) else arguments
+    if text == "":
+        text = "{}"
+    try:
+        return decoder.decode(text)
+    except msgspec.ValidationError as exc:
+        raise ToolArgumentError(f"invalid arguments for {tool}: {_explain(exc)}") from None
+    except msgspec.DecodeError as exc:
+        raise ToolArgumentError(
+            f"invalid arguments for {tool}: not valid JSON ({exc}); send one JSON object"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One tool: its name, description, argument struct and async handler.
+
+    ``handler(args)`` gets the decoded struct and returns something
+    ``msgspec.json`` can encode (a dict, a struct, a list, a str ...); it
+    signals a refusal by raising :class:`ToolError`.
+    """
+
+    name: str
+    description: str
+    args: type[msgspec.Struct]
+    handler: Callable[[Any], Awaitable[Any]]
+    decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Build the argument decoder once."""
+        object.__setattr__(self, "decoder", msgspec.json.Decoder(self.args))
+
+    def schema(self) -> dict[str, Any]:
+        """Return this tool's OpenAI ``tools`` entry."""
+        return function_schema(self.name, self.description, self.args)
