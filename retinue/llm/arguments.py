@@ -132,13 +132,15 @@ class ToolDef:
 
     ``handler(args)`` gets the decoded struct and returns something
     ``msgspec.json`` can encode (a dict, a struct, a list, a str ...); it
-    signals a refusal by raising :class:`ToolError`.
+    signals a refusal by raising :class:`ToolError`. ``hint`` is appended to
+    an argument error (say, the agents one may spawn).
     """
 
     name: str
     description: str
     args: type[msgspec.Struct]
     handler: Callable[[Any], Awaitable[Any]]
+    hint: str = ""
     decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -320,6 +320,7 @@ def coordinator_tools(
                 f"{listing}",
                 single,
                 handlers.spawn_subagent,
+                hint=f"agents you may spawn: {', '.join(names)}",
             ),
             ToolDef(
                 "spawn_subagents",
@@ -328,6 +329,7 @@ def coordinator_tools(
                 f"Agents you may spawn: {listing}",
                 many,
                 handlers.spawn_subagents,
+                hint=f"agents you may spawn: {', '.join(names)}",
             ),
         ]
     tools += [

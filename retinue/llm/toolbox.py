@@ -99,11 +99,12 @@ class ToolBox:
                 return error_result(f"unknown tool {name!r}; the tools you have: {offered}")
             if not isinstance(arguments, str | bytes):
                 return error_result(f"invalid arguments for {name}: send a JSON object")
-            args = decode_arguments(
-                tool.decoder,
-                name,
-                arguments if isinstance(arguments, str) else arguments.decode("utf-8", "replace"),
-            )
+            text = arguments if isinstance(arguments, str) else arguments.decode("utf-8", "replace")
+            try:
+                args = decode_arguments(tool.decoder, name, text)
+            except ToolError as exc:
+                hint = f"; {tool.hint}" if tool.hint else ""
+                return error_result(f"{exc}{hint}")
             value = await tool.handler(args)
             return self._encode(name, value)
         except asyncio.CancelledError:
@@ -117,7 +118,7 @@ class ToolBox:
             )
 
     def _encode(self, name: str, value: Any) -> str:
-        if isinstance(value, str) or value is None:
+        if not isinstance(value, dict | msgspec.Struct):
             value = {"result": value}
         try:
             text = _ENCODER.encode(value).decode("utf-8")
