@@ -196,7 +196,9 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None) ->
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> HostTool: ...
+def tool(
+    fn: Callable[..., Any], /, *, name: str | None = None, description: str | None = None
+) -> HostTool: ...
 
 
 @overload
