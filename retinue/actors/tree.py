@@ -212,6 +212,10 @@ class Tree:
             if held is not None and held.recipient_id == recipient_id:
                 del self.dedup[dedup]
 
+    def put_transcript(self, agent_id: str, transcript: bytes) -> None:
+        """Store an agent's encoded LLM transcript (it goes with the agent on removal)."""
+        self.writes.append(("transcripts", agent_id.encode(), transcript))
+
     # -- removal (compaction) -------------------------------------------------------
 
     def remove_agents(self, agent_ids: Iterable[str]) -> int:

@@ -17,7 +17,7 @@ from retinue import (
     Runtime,
     Turn,
 )
-from retinue.actors import supervisor as supervisor_module
+from retinue.actors.agent import AgentActor
 
 
 def _workers(lead: object, worker: object, **limits: int | float) -> dict[str, object]:
@@ -174,7 +174,7 @@ def test_a_failed_actor_start_leaves_the_turns_inputs_unread(
         a = rt.spawn("w", "t", name="a")
         rt.wait(a.id, timeout=10)
         rt.send(a.id, "IMPORTANT")
-        original = supervisor_module.AgentActor.start
+        original = AgentActor.start
         failures = [RuntimeError("can't start new thread")]
 
         def flaky_start(*args: object, **kwargs: object) -> object:
@@ -182,7 +182,7 @@ def test_a_failed_actor_start_leaves_the_turns_inputs_unread(
                 raise failures.pop()
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(supervisor_module.AgentActor, "start", flaky_start)
+        monkeypatch.setattr(AgentActor, "start", flaky_start)
         rt.follow_up(a.id, "read")
         failed = rt.wait(a.id, timeout=10)
         assert failed.status == "failed" and "cannot start an actor" in (failed.error or "")

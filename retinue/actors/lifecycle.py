@@ -1,0 +1,213 @@
+"""Turn ends, follow-ups, interrupts and closes: the rules that span the supervisor's parts.
+
+A settled, interrupted or closed turn releases its slot (scheduler) and its
+wait (waiters), and produces its one completion (router). Closing an agent
+interrupts it first, hands its pending completions to its heir and ends the
+waits on it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from retinue.actors.commands import Close, CloseTree, FollowUp, Interrupt, Resume, Settle
+from retinue.actors.core import BUSY, World, info_of, require_str
+from retinue.actors.routing import Router
+from retinue.actors.scheduler import Scheduler
+from retinue.actors.transition import Transition
+from retinue.actors.waiters import Waiters
+from retinue.errors import (
+    ActiveDescendants,
+    AgentBusy,
+    AgentClosed,
+    AgentStateError,
+    CompletionBacklogFull,
+    RetinueError,
+    TurnInterrupted,
+    UnknownProfile,
+)
+from retinue.protocol.messages import AgentClosedEvent, AgentInfo, AgentState, CompletionStatus
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["Lifecycle"]
+
+
+class Lifecycle:
+    """How turns end and agents close."""
+
+    def __init__(
+        self, world: World, scheduler: Scheduler, waiters: Waiters, router: Router
+    ) -> None:
+        """Act on ``world`` through the scheduler, the waiters and the router."""
+        self.world = world
+        self.scheduler = scheduler
+        self.waiters = waiters
+        self.router = router
+
+    # -- turn ends ----------------------------------------------------------------------
+
+    def settle(self, tx: Transition, command: Settle) -> None:
+        """A runner finished; settle its turn unless it was interrupted meanwhile."""
+        turn = command.sender
+        record = self.world.tree.agents.get(turn.agent_id)
+        if (
+            not self.scheduler.is_current(turn.agent_id, turn.generation)
+            or record is None
+            or record.state is not AgentState.RUNNING
+        ):
+            return  # a late result of an interrupted turn: discarded
+        self.finish_turn(tx, record, command.output, command.error)
+
+    def finish_turn(
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        output: str | None,
+        error: str | None,
+        *,
+        pump: bool = True,
+    ) -> None:
+        self._release(tx, record.id, TurnInterrupted("the turn ended"))
+        status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
+        state = AgentState.COMPLETED if error is None else AgentState.FAILED
+        record = self.world.update(record, state=state, output=output, error=error)
+        self.router.emit_completion(tx, record, status)
+        if pump:
+            self.scheduler.pump(tx)
+        self.router.maybe_wake(tx, record.id)
+
+    def _release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
+        """Drop a turn's slot, handle, waiter and queued slot request."""
+        self.scheduler.release(tx, agent_id, why)
+        self.waiters.release(tx, agent_id, why)
+
+    # -- follow-ups and interrupts -----------------------------------------------------------
+
+    def follow_up(self, tx: Transition, command: FollowUp) -> AgentInfo:
+        """Queue a follow-up turn for an idle agent.
+
+        Raises:
+            AgentBusy, AgentClosed, UnknownProfile, CompletionBacklogFull,
+            MessageTooLarge, NotPermitted, UnknownAgent.
+        """
+        world = self.world
+        me = world.sender(command.sender)
+        record = world.target(me, command.ref, "follow up")
+        task = require_str(command.task, "task")
+        world.check_size(task, "task")
+        return info_of(self._follow_up(tx, record, task, "follow_up"))
+
+    def _follow_up(
+        self, tx: Transition, record: AgentRecord, task: str, reason: str
+    ) -> AgentRecord:
+        world = self.world
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed")
+        if record.state in BUSY:
+            raise AgentBusy(f"{record.path} is {record.state}; wait for it or interrupt it")
+        if record.profile not in world.profiles:
+            raise UnknownProfile(
+                f"{record.path} has profile {record.profile!r}, which this runtime does not define"
+            )
+        backlog = world.tree.undelivered.get(record.id, 0)
+        cap = world.limits.pending_completions_per_agent
+        if backlog >= cap:
+            raise CompletionBacklogFull(
+                f"{record.path} has {backlog} completions nobody received yet "
+                f"(pending_completions_per_agent is {cap}); wait for them first"
+            )
+        return self.scheduler.queue_turn(tx, record, task, reason)
+
+    def resume(self, tx: Transition, command: Resume) -> AgentInfo:
+        """Re-run an interrupted agent's task.
+
+        Raises:
+            AgentStateError: it is not interrupted. AgentClosed: it is closed.
+        """
+        me = self.world.sender(command.sender)
+        record = self.world.target(me, command.ref, "resume")
+        if record.state is not AgentState.INTERRUPTED:
+            if record.state is AgentState.CLOSED:
+                raise AgentClosed(f"{record.path} is closed")
+            raise AgentStateError(
+                f"{record.path} is {record.state}; only an interrupted agent can be resumed"
+            )
+        return info_of(self._follow_up(tx, record, record.task, "resume"))
+
+    def interrupt(self, tx: Transition, command: Interrupt) -> AgentInfo:
+        """Cancel an agent's queued or running turn (an idle agent is left as it is).
+
+        Raises:
+            AgentClosed: it is closed.
+        """
+        me = self.world.sender(command.sender)
+        record = self.world.target(me, command.ref, "interrupt")
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed")
+        return info_of(self.interrupt_turn(tx, record))
+
+    def interrupt_turn(self, tx: Transition, record: AgentRecord) -> AgentRecord:
+        """Cancel ``record``'s queued or running turn: it settles ``interrupted``; return it."""
+        if record.state is AgentState.STARTING:
+            self.scheduler.unqueue(record.id)
+        elif record.state is AgentState.RUNNING:
+            self.scheduler.cancel(record.id)
+            self._release(tx, record.id, TurnInterrupted(f"{record.path} was interrupted"))
+        else:
+            return record
+        record = self.world.update(record, state=AgentState.INTERRUPTED, output=None, error=None)
+        self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
+        self.scheduler.pump(tx)
+        return record
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self, tx: Transition, command: Close) -> AgentInfo:
+        """Close an agent without live children (interrupting its turn first).
+
+        Raises:
+            ActiveDescendants: it has live children. AgentClosed: already closed.
+        """
+        me = self.world.sender(command.sender)
+        return info_of(self._close(tx, self.world.target(me, command.ref, "close")))
+
+    def _close(self, tx: Transition, record: AgentRecord) -> AgentRecord:
+        tree = self.world.tree
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is already closed")
+        live = tree.live_children(record.id)
+        if live:
+            raise ActiveDescendants(
+                f"{record.path} has {len(live)} live children; close them first or use close_tree"
+            )
+        record = self.interrupt_turn(tx, record)
+        now = time.time()
+        record = self.world.update(record, state=AgentState.CLOSED, closed_at=now, updated_at=now)
+        tx.emit(AgentClosedEvent(agent_id=record.id, path=record.path, at=now))
+        heir = tree.nearest_live_ancestor(record)
+        for pending in tree.pending_for(record.id):
+            self.router.reroute(tx, pending, heir)
+        self.waiters.serve_host(tx, record.id)
+        parent_id = record.parent_id
+        waiter = None if parent_id is None else self.waiters.waiting(parent_id)
+        if parent_id is not None and waiter is not None and waiter.child_id == record.id:
+            closed = AgentClosed(f"{record.path} was closed while its parent waited on it")
+            self.waiters.answer(tx, parent_id, lambda _: closed)
+        return record
+
+    def close_tree(self, tx: Transition, command: CloseTree) -> list[AgentInfo]:
+        """Close an agent's whole live subtree, children before parents.
+
+        Raises:
+            AgentClosed: it is already closed.
+        """
+        me = self.world.sender(command.sender)
+        record = self.world.target(me, command.ref, "close")
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is already closed")
+        order = self.world.tree.descendants_postorder(record.id)
+        tx.closing_subtree = set(order)  # a parent about to close is not woken
+        try:
+            return [info_of(self._close(tx, self.world.tree.agents[i])) for i in order]
+        finally:
+            tx.closing_subtree = set()

@@ -1,0 +1,199 @@
+"""The turn-slot scheduler: at most ``max_active_turns`` turns hold a slot, first come first served.
+
+A queued turn (``starting``) waits for a slot; a turn back from a wait asks for
+its slot again before anything else starts. The scheduler starts a turn by
+marking its agent ``running``, gathering its inputs and handing the turn to a
+fresh agent actor after the commit. It knows nothing of routing: the inputs
+and a failed start go through the two callbacks it is built with.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from retinue.actors.agent import AgentActor
+from retinue.actors.commands import Settle, TurnRef
+from retinue.actors.core import World, info_of
+from retinue.actors.transition import Transition, resolve_future
+from retinue.actors.turn import Turn
+from retinue.errors import RetinueError
+from retinue.protocol.messages import AgentState, Message, TurnQueued, TurnStarted
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["Inbox", "Scheduler", "SlotRequest", "StartFailed", "TurnHandle"]
+
+# inbox(tx, record) -> the inputs of the turn that starts now, taken from the store.
+Inbox = Callable[[Transition, AgentRecord], list[Message]]
+# start_failed(tx, record, error): the turn could not start; settle it failed.
+StartFailed = Callable[[Transition, AgentRecord, str], None]
+
+
+@dataclass
+class TurnHandle:
+    """The supervisor's grip on a running turn: its generation, context and actor."""
+
+    generation: int
+    turn: Turn
+    actor: pykka.ActorRef[Any] | None = None
+
+
+@dataclass
+class SlotRequest:
+    """A turn back from a wait, queued for a slot; ``take(tx)`` claims its event."""
+
+    agent_id: str
+    future: concurrent.futures.Future[Any]
+    take: Callable[[Transition], Any] | None
+
+
+class Scheduler:
+    """Turn slots, the queue of starting turns, and the running turns' handles."""
+
+    def __init__(self, world: World, *, inbox: Inbox, start_failed: StartFailed) -> None:
+        """Schedule turns in ``world``; ``inbox`` and ``start_failed`` as above."""
+        self.world = world
+        self._inbox = inbox
+        self._start_failed = start_failed
+        self.active: set[str] = set()
+        self.queue: deque[str] = deque()
+        self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
+        self.turns: dict[str, TurnHandle] = {}
+        self.reacquire: deque[SlotRequest] = deque()
+
+    def queue_turn(
+        self, tx: Transition, record: AgentRecord, task: str, reason: str
+    ) -> AgentRecord:
+        """Start a new generation of ``record`` as ``starting`` and queue it; return it."""
+        record = self.world.update(
+            record,
+            state=AgentState.STARTING,
+            generation=record.generation + 1,
+            task=task,
+            output=None,
+            error=None,
+        )
+        self.pending_turn[record.id] = (task, reason)
+        self.queue.append(record.id)
+        tx.emit(
+            TurnQueued(
+                agent_id=record.id,
+                path=record.path,
+                at=record.updated_at,
+                generation=record.generation,
+            )
+        )
+        self.pump(tx)
+        return self.world.tree.agents[record.id]
+
+    def pump(self, tx: Transition) -> None:
+        """Grant slots while some are free: waits coming back first, then queued turns."""
+        cap = self.world.limits.max_active_turns
+        while len(self.active) < cap and not self.world.closing:
+            if self.reacquire:
+                self._grant(tx, self.reacquire.popleft())
+            elif self.queue:
+                agent_id = self.queue.popleft()
+                if agent_id in self.pending_turn:
+                    self._start_turn(tx, agent_id)
+            else:
+                return
+
+    def _start_turn(self, tx: Transition, agent_id: str) -> None:
+        task, reason = self.pending_turn.pop(agent_id)
+        world = self.world
+        record = world.update(world.tree.agents[agent_id], state=AgentState.RUNNING)
+        try:
+            actor = AgentActor.start(
+                world.runners[record.profile], self._settle_teller(), world.limits.output_max_bytes
+            )
+        except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
+            error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
+            self._start_failed(tx, record, error)
+            return
+        tx.started.append(actor)
+        now = record.updated_at
+        turn = Turn(
+            caller=world.caller,
+            agent=info_of(record),
+            task=task,
+            messages=self._inbox(tx, record),
+            reason=reason,
+            instructions=world.profiles[record.profile].instructions,
+            limits=world.limits,
+        )
+        self.turns[agent_id] = TurnHandle(generation=record.generation, turn=turn, actor=actor)
+        self.active.add(agent_id)
+        tx.emit(
+            TurnStarted(agent_id=agent_id, path=record.path, at=now, generation=record.generation)
+        )
+        tx.after(lambda: actor.tell(turn))
+
+    def _settle_teller(self) -> Callable[[str, int, str | None, str | None], None]:
+        caller = self.world.caller
+
+        def settle(agent_id: str, generation: int, output: str | None, error: str | None) -> None:
+            # RetinueError: the runtime closed meanwhile and interrupted the turn.
+            with contextlib.suppress(RetinueError):
+                caller(Settle(TurnRef(agent_id, generation), output, error))
+
+        return settle
+
+    def is_current(self, agent_id: str, generation: int) -> bool:
+        """True if ``generation`` is the agent's running turn."""
+        handle = self.turns.get(agent_id)
+        return handle is not None and handle.generation == generation
+
+    def request_slot(self, tx: Transition, request: SlotRequest) -> None:
+        """Give a turn back from a wait its slot now, or queue it ahead of new turns."""
+        if len(self.active) < self.world.limits.max_active_turns:
+            self._grant(tx, request)
+        else:
+            self.reacquire.append(request)
+
+    def _grant(self, tx: Transition, request: SlotRequest) -> None:
+        self.active.add(request.agent_id)
+        value = None if request.take is None else request.take(tx)
+        future = request.future
+        tx.after(lambda: resolve_future(future, value))
+
+    def yield_slot(self, tx: Transition, agent_id: str) -> None:
+        """A turn starts waiting: its slot goes to others meanwhile."""
+        self.active.discard(agent_id)
+        self.pump(tx)
+
+    def release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
+        """Drop a turn's slot, handle and queued slot request (failed with ``why``)."""
+        self.turns.pop(agent_id, None)
+        self.active.discard(agent_id)
+        if any(r.agent_id == agent_id for r in self.reacquire):
+            for request in self.reacquire:
+                if request.agent_id == agent_id:  # its event stays pending
+                    tx.after(lambda f=request.future: resolve_future(f, why))  # type: ignore[misc]
+            self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
+
+    def unqueue(self, agent_id: str) -> None:
+        """Forget a queued turn that has not started."""
+        self.pending_turn.pop(agent_id, None)
+        if agent_id in self.queue:
+            self.queue.remove(agent_id)
+
+    def cancel(self, agent_id: str) -> None:
+        """Tell a running turn's runner it is cancelled."""
+        handle = self.turns.get(agent_id)
+        if handle is not None:
+            handle.turn.cancelled.set()
+
+    def running_actors(self) -> list[tuple[str, pykka.ActorRef[Any]]]:
+        """Return the actors of the running turns, by agent id."""
+        return [(i, h.actor) for i, h in self.turns.items() if h.actor is not None]
+
+    def scheduled(self) -> list[str]:
+        """Return the agents with a queued or running turn (queued first)."""
+        return list(self.queue) + list(self.turns)

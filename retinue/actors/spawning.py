@@ -1,0 +1,172 @@
+"""Spawning: every cap checked at spawn time, then a new agent and its first queued turn.
+
+A refused spawn changes nothing. The checks, in order: argument types, the
+profile exists and the parent may spawn it, the task size, the name, the depth
+cap, a free path, the parent's fan-out, the runtime's and the top-level tree's
+live-agent counts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from retinue.actors.commands import Spawn, SpawnMany
+from retinue.actors.core import World, info_of, require_str
+from retinue.actors.scheduler import Scheduler
+from retinue.actors.transition import Transition
+from retinue.errors import (
+    AgentClosed,
+    AgentLimitExceeded,
+    DepthLimitExceeded,
+    DuplicateAgentPath,
+    FanoutLimitExceeded,
+    NotPermitted,
+    RetinueError,
+    ToolsNotPermitted,
+    UnknownProfile,
+)
+from retinue.protocol import paths
+from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState
+from retinue.protocol.records import AgentRecord
+from retinue.protocol.tools import ceiling_message, exceeds_ceiling
+
+__all__ = ["Spawner"]
+
+
+class Spawner:
+    """Checks and records new agents; their first turns go to the scheduler."""
+
+    def __init__(self, world: World, scheduler: Scheduler) -> None:
+        """Spawn into ``world``, queueing first turns on ``scheduler``."""
+        self.world = world
+        self.scheduler = scheduler
+
+    def spawn(self, tx: Transition, command: Spawn) -> AgentInfo:
+        """Record a new agent below the sending turn (or the host's ``parent``); queue its turn.
+
+        Raises:
+            UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
+            FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent,
+            MessageTooLarge, ArgumentTypeError, TurnInterrupted.
+        """
+        me = self.world.sender(command.sender)
+        parent = me
+        if me is None and command.parent not in (None, paths.ROOT):
+            parent = self.world.find(None, command.parent)
+        return self._spawn(tx, parent, command.profile, command.task, command.name)
+
+    def spawn_many(self, tx: Transition, command: SpawnMany) -> list[AgentInfo | RetinueError]:
+        """Spawn a batch of children of the sender in one transition; a refusal keeps its place.
+
+        Raises:
+            FanoutLimitExceeded: the batch is larger than ``fanout_cap``.
+            TurnInterrupted: the sending turn is no longer running.
+        """
+        me = self.world.sender(command.sender)
+        requests = command.requests
+        if len(requests) > self.world.limits.fanout_cap:
+            raise FanoutLimitExceeded(
+                f"a batch of {len(requests)} exceeds fanout_cap {self.world.limits.fanout_cap}"
+            )
+        results: list[AgentInfo | RetinueError] = []
+        for request in requests:
+            try:
+                results.append(self._spawn(tx, me, request.profile, request.task, request.name))
+            except RetinueError as exc:
+                results.append(exc)
+        return results
+
+    def _check_spawn(
+        self, parent: AgentRecord | None, profile: Any, task: Any, name: Any
+    ) -> tuple[str, str, str]:
+        world = self.world
+        tree = world.tree
+        limits = world.limits
+        profile = require_str(profile, "profile")
+        require_str(task, "task")
+        if profile not in world.profiles:
+            raise UnknownProfile(f"unknown profile {profile!r}; known: {sorted(world.profiles)}")
+        if parent is not None:
+            if parent.state is AgentState.CLOSED:
+                raise AgentClosed(f"{parent.path} is closed")
+            allowed = world.profiles[parent.profile].subagents
+            if profile not in allowed:
+                raise NotPermitted(
+                    f"profile {parent.profile!r} may not spawn {profile!r}; "
+                    f"it may spawn: {sorted(allowed)}"
+                )
+            tools = world.profiles[profile].tools
+            extra = exceeds_ceiling(tools, world.profiles[parent.profile].tools)
+            if extra:
+                raise ToolsNotPermitted(ceiling_message(profile, parent.profile, extra), extra)
+        world.check_size(task, "task")
+        agent_id = uuid.uuid4().hex
+        if name is None:
+            name = paths.derive_name(agent_id)
+        name = paths.validate_name(require_str(name, "name"))
+        parent_path = paths.ROOT if parent is None else parent.path
+        path = paths.join(parent_path, name)
+        depth = paths.depth(path)
+        cap = limits.depth_cap
+        if depth > cap:
+            raise DepthLimitExceeded(f"{path} would be at depth {depth}; depth_cap is {cap}")
+        if path in tree.live_paths:
+            raise DuplicateAgentPath(f"a live agent already holds {path}")
+        parent_id = None if parent is None else parent.id
+        live = len(tree.live_children(parent_id))
+        if parent is not None and live >= limits.fanout_cap:
+            raise FanoutLimitExceeded(
+                f"{parent_path} already has {live} live children; fanout_cap is {limits.fanout_cap}"
+            )
+        if tree.live_count >= limits.max_agents:
+            raise AgentLimitExceeded(
+                f"the runtime already has {tree.live_count} live agents; "
+                f"max_agents is {limits.max_agents}"
+            )
+        if parent is not None:
+            top = tree.top_of[parent.id]
+            in_tree = tree.tree_count.get(top, 0)
+            if in_tree >= limits.max_tree_agents:
+                raise AgentLimitExceeded(
+                    f"the tree of {tree.agents[top].path} already has {in_tree} live "
+                    f"agents; max_tree_agents is {limits.max_tree_agents}"
+                )
+        return agent_id, name, path
+
+    def _spawn(
+        self,
+        tx: Transition,
+        parent: AgentRecord | None,
+        profile: str,
+        task: str,
+        name: str | None,
+    ) -> AgentInfo:
+        agent_id, name, path = self._check_spawn(parent, profile, task, name)
+        now = time.time()
+        record = AgentRecord(
+            id=agent_id,
+            name=name,
+            path=path,
+            profile=profile,
+            parent_id=None if parent is None else parent.id,
+            parent_path=paths.ROOT if parent is None else parent.path,
+            depth=paths.depth(path),
+            state=AgentState.STARTING,
+            generation=0,
+            task=task,
+            created_at=now,
+            updated_at=now,
+        )
+        self.world.tree.put_agent(record)
+        tx.emit(
+            AgentSpawned(
+                agent_id=agent_id,
+                path=path,
+                at=now,
+                profile=profile,
+                parent_path=record.parent_path,
+            )
+        )
+        return info_of(self.scheduler.queue_turn(tx, record, task, "spawn"))

@@ -1,0 +1,114 @@
+"""One command's transition: its store writes, events, after-commit effects and answer.
+
+The supervisor makes a :class:`Transition` per command and hands it to every
+part that serves the command; the parts add what the command changes (the
+tree gathers the store writes) instead of resetting shared fields on every
+call. Once the handler returns, the writes go to the store as one
+transition; when the store says they are committed, the effects run (start
+a runner, answer a waiter), the events are published and the caller is
+answered, unless the answer was deferred to a waiter.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from retinue.actors.events import EventBus
+from retinue.errors import StoreError
+from retinue.persistence.store import Write
+from retinue.protocol.messages import Event
+
+__all__ = ["Transition", "resolve_future"]
+
+log = logging.getLogger("retinue.supervisor")
+
+
+def resolve_future(future: concurrent.futures.Future[Any], value: Any) -> None:
+    """Answer ``future`` with ``value`` (an exception is raised to the waiter), at most once."""
+    if future.done():
+        return
+    try:
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+class Transition:
+    """What one command did, committed as one store transition. Supervisor thread only.
+
+    Attributes:
+        reply: the future the command's caller waits on.
+        result: the answer (an exception is raised to the caller).
+        deferred: True once a waiter holds ``reply``; ``result`` is then not sent.
+        writes: the store writes, set when the command is submitted.
+        events: events published after the commit.
+        effects: callables run after the commit, in order.
+        started: agent actors started for turns (stopped if the commit fails).
+        drained: agents whose completion backlog shrank (they may wake).
+        closing_subtree: agents a close_tree is closing (none of them is woken).
+    """
+
+    __slots__ = (
+        "_record_events",
+        "closing_subtree",
+        "deferred",
+        "drained",
+        "effects",
+        "events",
+        "reply",
+        "result",
+        "started",
+        "writes",
+    )
+
+    def __init__(self, reply: concurrent.futures.Future[Any], *, record_events: bool) -> None:
+        """Start an empty transition answering ``reply``; events only if ``record_events``."""
+        self.reply = reply
+        self.result: Any = None
+        self.deferred = False
+        self.writes: list[Write] = []
+        self.events: list[Event] = []
+        self.effects: list[Callable[[], None]] = []
+        self.started: list[pykka.ActorRef[Any]] = []
+        self.drained: set[str] = set()
+        self.closing_subtree: set[str] = set()
+        self._record_events = record_events
+
+    def after(self, effect: Callable[[], None]) -> None:
+        """Run ``effect`` once the transition is committed."""
+        self.effects.append(effect)
+
+    def emit(self, event: Event) -> None:
+        """Publish ``event`` once the transition is committed (if anyone listens)."""
+        if self._record_events:
+            self.events.append(event)
+
+    def defer(self) -> concurrent.futures.Future[Any]:
+        """Hand the reply to a waiter: the commit will not answer it; return it."""
+        self.deferred = True
+        return self.reply
+
+    def on_commit(self, error: BaseException | None, bus: EventBus, what: object) -> None:
+        """Finish after the store answered: run effects, publish, reply; or fail the caller."""
+        if error is not None:
+            for actor in self.started:  # their turns were never recorded
+                actor.stop()
+            resolve_future(self.reply, StoreError(f"the store could not commit: {error}"))
+            return
+        for effect in self.effects:
+            try:
+                effect()
+            except Exception:  # one broken effect must not starve the others
+                log.exception("an after-commit effect of %r failed", what)
+        if self.events:
+            bus.publish(self.events)
+        if not self.deferred:
+            resolve_future(self.reply, self.result)

@@ -1,0 +1,273 @@
+"""Waiters: hosts and turns blocked in ``wait``, as small named records.
+
+A host waits for an agent's oldest completion it has not received. A turn
+waits for the next event from one child (a message it sent, or its
+completion); meanwhile it gives its turn slot to others, and takes the event
+only once it has a slot again, so an interrupt in between loses nothing.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from retinue.actors.commands import GiveUpWait, Unreceive, Wait
+from retinue.actors.core import World
+from retinue.actors.scheduler import Scheduler, SlotRequest
+from retinue.actors.transition import Transition
+from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, WaitTimeout
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["AgentWaiter", "HostWaiter", "Waiters", "host_give_back", "host_next", "host_take"]
+
+
+def host_next(record: AgentRecord, generations: Iterable[int]) -> int | None:
+    """Return the generation a host wait on ``record`` receives next (None: nothing new).
+
+    That is the oldest of the generations the host gave back and those above
+    its receipt mark; ``generations`` are the agent's known completions.
+    """
+    returned = record.host_returned
+    fresh = [g for g in generations if g > record.host_received or g in returned]
+    return min(fresh) if fresh else None
+
+
+def host_take(record: AgentRecord, generation: int) -> dict[str, Any]:
+    """Return the record changes that mark ``generation`` received by the host."""
+    if generation in record.host_returned:
+        return {"host_returned": tuple(g for g in record.host_returned if g != generation)}
+    return {"host_received": max(record.host_received, generation)}
+
+
+def host_give_back(record: AgentRecord, generation: int) -> dict[str, Any] | None:
+    """Return the record changes that give a received ``generation`` back (None: not received).
+
+    The receipt mark drops while its top generation is given back, so the
+    returned list only holds generations below the mark.
+    """
+    if generation > record.host_received or generation in record.host_returned:
+        return None
+    returned = set(record.host_returned) | {generation}
+    mark = record.host_received
+    while mark in returned:
+        returned.discard(mark)
+        mark -= 1
+    return {"host_received": mark, "host_returned": tuple(sorted(returned))}
+
+
+@dataclass(frozen=True, slots=True)
+class HostWaiter:
+    """A host blocked in ``wait`` on one agent; answered with a completion."""
+
+    future: concurrent.futures.Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentWaiter:
+    """A turn blocked in ``wait`` on its child ``child_id`` (one at a time per turn).
+
+    ``kind`` is ``"completion"`` (only the child's completion) or ``"any"``
+    (a message the child sent, or its completion).
+    """
+
+    child_id: str
+    kind: str
+    future: concurrent.futures.Future[Any]
+
+
+class Waiters:
+    """Every blocked wait, and how each one is answered."""
+
+    def __init__(self, world: World, scheduler: Scheduler) -> None:
+        """Keep the waits of ``world``; a turn's slot comes from ``scheduler``."""
+        self.world = world
+        self.scheduler = scheduler
+        self.host: dict[str, list[HostWaiter]] = {}
+        self.agent: dict[str, AgentWaiter] = {}
+
+    # -- the host ----------------------------------------------------------------
+
+    def host_wait(self, tx: Transition, command: Wait) -> None:
+        """Register a host wait for the agent's oldest completion the host has not received.
+
+        Raises:
+            UnknownAgent: no such agent.
+        """
+        record = self.world.find(None, command.ref)
+        self.host.setdefault(record.id, []).append(HostWaiter(tx.defer()))
+        self.serve_host(tx, record.id)
+
+    def serve_host(self, tx: Transition, agent_id: str) -> None:
+        """Answer host waits on ``agent_id`` with completions they have not received.
+
+        Waits left on a closed agent end with ``AgentClosed``.
+        """
+        waiters = self.host.get(agent_id)
+        world = self.world
+        tree = world.tree
+        while waiters:
+            record = tree.agents[agent_id]
+            done = tree.completions.get(agent_id, {})
+            generation = host_next(record, done)
+            if generation is None:
+                break
+            future = waiters.pop(0).future
+            if not future.set_running_or_notify_cancel():
+                continue
+            pending = done[generation]
+            if not pending.delivered and pending.recipient_id is None:
+                pending = world.deliver(tx, pending)
+            world.update(record, updated_at=record.updated_at, **host_take(record, generation))
+            completion = pending.completion
+            tx.after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
+        if not waiters:
+            self.host.pop(agent_id, None)
+            return
+        if tree.agents[agent_id].state is AgentState.CLOSED:
+            closed = AgentClosed(f"{tree.agents[agent_id].path} is closed")
+            for waiter in self.host.pop(agent_id):
+                future = waiter.future
+                if future.set_running_or_notify_cancel():
+                    tx.after(lambda f=future: f.set_exception(closed))  # type: ignore[misc]
+
+    def unreceive(self, tx: Transition, command: Unreceive) -> None:
+        """The host lost a completion it was handed (its wait was cancelled): take it back.
+
+        It becomes the next completion a host wait on that agent receives.
+        """
+        agent_id, generation = command.agent_id, command.generation
+        tree = self.world.tree
+        record = tree.agents.get(agent_id)
+        done = tree.completions.get(agent_id, {}).get(generation)
+        back = None if record is None else host_give_back(record, generation)
+        if record is None or done is None or back is None:
+            return  # compacted, or not received: nothing to undo
+        if done.delivered and done.recipient_id is None:
+            tree.undeliver(done)
+        self.world.update(record, updated_at=record.updated_at, **back)
+        self.serve_host(tx, agent_id)
+
+    def give_up_host(self, command: GiveUpWait) -> None:
+        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
+        future, seconds = command.future, command.seconds
+        for agent_id, waiters in list(self.host.items()):
+            mine = [w for w in waiters if w.future is future]
+            if mine:
+                waiters.remove(mine[0])
+                if not waiters:
+                    del self.host[agent_id]
+                if future.set_running_or_notify_cancel():
+                    path = self.world.tree.agents[agent_id].path
+                    future.set_exception(
+                        WaitTimeout(f"{path} did not settle within {seconds:g}s; it keeps running")
+                    )
+                return
+
+    def fail_hosts(self, tx: Transition, why: RetinueError) -> None:
+        """End every host wait with ``why`` (the runtime closes)."""
+        for waiters in self.host.values():
+            for waiter in waiters:
+                future = waiter.future
+                if future.set_running_or_notify_cancel():
+                    tx.after(lambda f=future: f.set_exception(why))  # type: ignore[misc]
+        self.host.clear()
+
+    # -- turns ---------------------------------------------------------------------
+
+    def agent_wait(self, tx: Transition, me: AgentRecord, command: Wait) -> None:
+        """Answer a turn's wait with the next event from its child, or register it.
+
+        Raises:
+            NotPermitted: ``ref`` is not the turn's child.
+            AgentBusy: the turn already waits on a child.
+            AgentClosed: the child is closed and has nothing left for it.
+        """
+        child = self.world.find(me, command.ref)
+        tree = self.world.tree
+        if child.parent_id != me.id:
+            raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
+        current = self.agent.get(me.id)
+        if current is not None:
+            raise AgentBusy(
+                f"{me.path} already waits on {tree.agents[current.child_id].path}; "
+                "a turn waits on one child at a time"
+            )
+        take = self._next_event(tx, me, child, command.kind)
+        if take is not None:
+            self._claim(tx, tx.defer(), take)
+            return
+        if child.state is AgentState.CLOSED:
+            raise AgentClosed(f"{child.path} is closed")
+        self.agent[me.id] = AgentWaiter(child.id, command.kind, tx.defer())
+        self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
+
+    def _next_event(
+        self, tx: Transition, me: AgentRecord, child: AgentRecord, kind: str
+    ) -> Callable[[Transition], Any] | None:
+        """Return how to take the child's oldest event for ``me``, or None if none is there."""
+        world = self.world
+        best: tuple[int, Callable[[Transition], Any]] | None = None
+        for pending in world.tree.pending_for(me.id):
+            if pending.completion.agent_id == child.id:
+                best = (pending.seq, lambda t, p=pending: world.take_completion(t, p))
+                break
+        if kind == "any":
+            for message in world.tree.unread(me.id):
+                if message.message.sender_id == child.id:
+                    if best is None or message.seq < best[0]:
+                        best = (message.seq, lambda _, m=message: world.take_message(m))
+                    break
+        return None if best is None else best[1]
+
+    def waiting(self, waiter_id: str) -> AgentWaiter | None:
+        """Return the wait of the turn of ``waiter_id``, if it waits."""
+        return self.agent.get(waiter_id)
+
+    def _claim(
+        self,
+        tx: Transition,
+        future: concurrent.futures.Future[Any],
+        take: Callable[[Transition], Any],
+    ) -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        value = take(tx)
+        tx.after(lambda: future.set_result(value))
+
+    def answer(self, tx: Transition, waiter_id: str, take: Callable[[Transition], Any]) -> None:
+        """Answer a blocked wait; the turn runs on once it has a slot again.
+
+        The event is taken (marked read or delivered) only when the slot is
+        granted, so an interrupt in between leaves it for the next turn.
+        """
+        future = self.agent.pop(waiter_id).future
+        if not future.set_running_or_notify_cancel():
+            return
+        self.scheduler.request_slot(tx, SlotRequest(waiter_id, future, take))
+
+    def give_up_agent(self, tx: Transition, me: AgentRecord, command: GiveUpWait) -> None:
+        """A turn's wait ran out of time: end it with ``WaitTimeout`` once it has a slot.
+
+        If an event was already taken for it, the wait keeps that event instead.
+        """
+        future, seconds = command.future, command.seconds
+        waiter = self.agent.get(me.id)
+        if waiter is None or waiter.future is not future:
+            return  # answered already (or failed by an interrupt)
+        del self.agent[me.id]
+        if not future.set_running_or_notify_cancel():
+            return
+        child = self.world.tree.agents.get(waiter.child_id)
+        what = waiter.child_id if child is None else child.path
+        timeout = WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
+        self.scheduler.request_slot(tx, SlotRequest(me.id, future, lambda _: timeout))
+
+    def release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
+        """The turn of ``agent_id`` ended: fail its wait with ``why``."""
+        waiter = self.agent.pop(agent_id, None)
+        if waiter is not None and waiter.future.set_running_or_notify_cancel():
+            future = waiter.future
+            tx.after(lambda: future.set_exception(why))
