@@ -38,6 +38,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── RuntimeClosed                                 the runtime was closed
     ├── ModelCallFailed                               .provider, .status: retries spent
     └── StoreError                                    the LMDB store refused
+        ├── StoreCorrupted                            .path: damaged, truncated or lost data
         ├── StoreLocked                               .pid: another writer holds it
         ├── StoreReadOnly                             a mutating call on a reader
         └── StoreVersionError                         written by a newer retinue
@@ -75,6 +76,7 @@ __all__ = [
     "ResultContractError",
     "RetinueError",
     "RuntimeClosed",
+    "StoreCorrupted",
     "StoreError",
     "StoreLocked",
     "StoreReadOnly",
@@ -276,7 +278,18 @@ class ModelCallFailed(RetinueError):
 
 
 class StoreError(RetinueError):
-    """The LMDB store cannot be used as asked."""
+    """The LMDB store cannot be used as asked; ``.path`` names its folder when known."""
+
+    def __init__(self, message: str = "", path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class StoreCorrupted(StoreError):
+    """The store's files are damaged, truncated or lost; ``.path`` names the folder.
+
+    The message says what is wrong and how to restore from a backup.
+    """
 
 
 class StoreLocked(StoreError):

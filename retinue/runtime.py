@@ -117,6 +117,7 @@ class Runtime:
         group_commit: bool = True,
         workspace: str | os.PathLike[str] | None = None,
         team: Team | str | os.PathLike[str] | None = None,
+        create: bool = False,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -130,7 +131,9 @@ class Runtime:
         :class:`~retinue.team.Team` or a team file's path: its profiles come
         first, and its ``[limits]`` and ``[defaults] workspace`` apply unless
         ``limits`` or ``workspace`` is given (its ``[defaults] durability`` is
-        for ``retinue run``). Agents that
+        for ``retinue run``). A new folder becomes a new store; ``create=True``
+        is needed only to start a new, empty store in a folder whose store lost
+        its data file (that is refused by default). Agents that
         were queued or running when the store was last used come back
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
         ``readonly=True`` opens an existing store beside its writer: reads
@@ -145,6 +148,7 @@ class Runtime:
             DelegationCycleError, DelegationDepthError: a bad profile graph.
             StoreLocked: another writer holds the store.
             StoreVersionError: the store was written by a newer schema.
+            StoreCorrupted: the store's data file is truncated, damaged or lost.
         """
         if team is not None and not readonly:
             profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
@@ -173,7 +177,13 @@ class Runtime:
             rt._temporary = True
         else:
             rt.path = Path(path)
-        store = Store(rt.path, durability=durability, map_size=map_size, group_commit=group_commit)
+        store = Store(
+            rt.path,
+            durability=durability,
+            map_size=map_size,
+            group_commit=group_commit,
+            create=create,
+        )
         rt._store = store
         try:
             booted = boot(

@@ -26,12 +26,25 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import lmdb
 import msgspec
 
-from retinue.errors import InvalidArgument, StoreError, StoreReadOnly, StoreVersionError
+from retinue.errors import (
+    InvalidArgument,
+    StoreCorrupted,
+    StoreError,
+    StoreReadOnly,
+    StoreVersionError,
+)
+from retinue.persistence.integrity import (
+    DATA_FILE,
+    check_data_file,
+    has_marker,
+    restore_advice,
+    write_marker,
+)
 from retinue.persistence.lock import WriterLock
 from retinue.persistence.migrations import upgrade
 from retinue.protocol.records import SCHEMA_VERSION
@@ -101,6 +114,32 @@ _STOP = object()
 _FLUSH = object()
 log = logging.getLogger("retinue.store")
 
+# LMDB errors that mean the files are damaged (rather than full, busy or misused).
+_CORRUPTION = (
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.InvalidError,
+    lmdb.VersionMismatchError,
+    lmdb.PanicError,
+    lmdb.BadChecksumError,
+    lmdb.IncompatibleError,
+)
+
+
+def store_error(folder: Path, action: str, exc: lmdb.Error) -> StoreError:
+    """Return the typed error for an LMDB error met while doing ``action`` on ``folder``.
+
+    Damage (a corrupted page, a bad meta page, an unknown format) becomes
+    :class:`StoreCorrupted` with advice on restoring a backup; anything else a
+    plain :class:`StoreError`. Both carry the folder in the message and ``.path``.
+    """
+    if isinstance(exc, _CORRUPTION):
+        return StoreCorrupted(
+            f"store {folder} is damaged ({action}: {exc}). {restore_advice(folder)}",
+            path=str(folder),
+        )
+    return StoreError(f"store {folder}: {action} failed: {exc}", path=str(folder))
+
 
 class Store:
     """One LMDB environment under a folder, opened for writing or read-only."""
@@ -114,16 +153,22 @@ class Store:
         map_size: int = DEFAULT_MAP_SIZE,
         max_readers: int = 1024,
         group_commit: bool = True,
+        create: bool = False,
     ) -> None:
         """Open (and for a writer, create) the store in ``folder``.
 
         ``group_commit=False`` commits each transition on its own (for
-        benchmarks that measure what group commit buys).
+        benchmarks that measure what group commit buys). The data file is
+        checked before LMDB maps it (see :mod:`retinue.persistence.integrity`);
+        ``create=True`` lets a writer start a new, empty store in a folder whose
+        marker says it held data that is now missing or empty.
 
         Raises:
             InvalidArgument: unknown durability or a non-positive map size.
             StoreLocked: another writer holds the store.
             StoreVersionError: the store was written by a newer schema.
+            StoreCorrupted: the data file is truncated, damaged, or lost from a
+                folder that held a store.
             StoreError: the folder is missing (read-only) or LMDB refused it.
         """
         try:
@@ -144,11 +189,17 @@ class Store:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if readonly:
-            if not (self.folder / "data.mdb").exists():
-                raise StoreError(f"no retinue store at {self.folder}")
+            if not (self.folder / DATA_FILE).exists() and not has_marker(self.folder):
+                raise StoreError(f"no retinue store at {self.folder}", path=str(self.folder))
+            check_data_file(self.folder, create=False)
         else:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._lock = WriterLock(self.folder)
+            try:
+                check_data_file(self.folder, create=create)
+            except BaseException:
+                self._release_lock()
+                raise
         try:
             self.env = lmdb.open(
                 str(self.folder),
@@ -162,14 +213,23 @@ class Store:
             )
         except lmdb.Error as exc:
             self._release_lock()
-            raise StoreError(f"cannot open store {self.folder}: {exc}") from exc
+            raise store_error(self.folder, "open", exc) from None
         try:
-            self.env.reader_check()
-            self._dbs = self._grow_on_full(self._open_databases)
-            if readonly:
-                self.migrated_from: list[int] = []
-            else:
-                self.migrated_from = self._grow_on_full(self._check_schema)
+            with self._lmdb_errors("open"):
+                self.env.reader_check()
+                self._dbs = self._grow_on_full(self._open_databases)
+                if readonly:
+                    self.migrated_from: list[int] = []
+                else:
+                    self.migrated_from = self._grow_on_full(self._check_schema)
+            if not readonly and not has_marker(self.folder):
+                try:
+                    write_marker(self.folder, SCHEMA_VERSION)
+                except OSError as exc:
+                    raise StoreError(
+                        f"cannot write the marker of store {self.folder}: {exc}",
+                        path=str(self.folder),
+                    ) from None
         except BaseException:
             self.env.close()
             self._release_lock()
@@ -181,6 +241,17 @@ class Store:
             self._thread.start()
 
     # -- opening ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lmdb_errors(self, action: str) -> Any:
+        """Turn any LMDB error raised inside into a typed :class:`StoreError`."""
+        try:
+            yield
+        except lmdb.Error as exc:
+            self._raise(action, exc)
+
+    def _raise(self, action: str, exc: lmdb.Error) -> NoReturn:
+        raise store_error(self.folder, action, exc) from None
 
     def _grow_on_full(self, step: Callable[[], _T]) -> _T:
         """Run an opening step, doubling a map too small to hold even that.
@@ -237,27 +308,41 @@ class Store:
         return done
 
     def schema_version(self) -> int:
-        """Return the schema version stamped in the store (0 if none)."""
-        with self.env.begin() as txn:
+        """Return the schema version stamped in the store (0 if none).
+
+        Raises:
+            StoreCorrupted, StoreError: LMDB could not read it.
+        """
+        with self._lmdb_errors("read the schema version"), self._read_txn() as txn:
             raw = txn.get(SCHEMA_KEY, db=self._dbs["meta"])
         return 0 if raw is None else msgspec.msgpack.decode(raw, type=int)
 
     # -- reading ---------------------------------------------------------
 
     def snapshot(self, databases: Iterable[str] = RESTORE_DATABASES) -> Snapshot:
-        """Read every record of ``databases`` in one consistent read transaction."""
+        """Read every record of ``databases`` in one consistent read transaction.
+
+        Raises:
+            StoreCorrupted: a page on the way is damaged.
+            StoreError: LMDB refused the read for another reason.
+        """
         snap = Snapshot(migrated_from=list(getattr(self, "migrated_from", [])))
-        with self._read_txn() as txn:
+        with self._lmdb_errors("read a snapshot"), self._read_txn() as txn:
             for name in databases:
                 with txn.cursor(db=self._dbs[name]) as cur:
                     snap.records[name] = list(cur.iternext(keys=True, values=True))
         return snap
 
     def get(self, database: str, key: bytes) -> bytes | None:
-        """Return one committed value, or None (also for a database the store lacks)."""
+        """Return one committed value, or None (also for a database the store lacks).
+
+        Raises:
+            StoreCorrupted: a page on the way is damaged.
+            StoreError: LMDB refused the read for another reason.
+        """
         if database not in self._dbs:
             return None
-        with self._read_txn() as txn:
+        with self._lmdb_errors(f"read {database}"), self._read_txn() as txn:
             value: bytes | None = txn.get(key, db=self._dbs[database])
         return value
 
@@ -393,6 +478,8 @@ class Store:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
                 self.stats.map_growths += 1
                 continue
+            except lmdb.Error as exc:
+                self._raise("commit", exc)
             self.stats.commits += 1
             self.stats.writes += len(writes)
             return
@@ -406,6 +493,7 @@ class Store:
 
         Raises:
             InvalidArgument: ``dest`` already holds a store.
+            StoreCorrupted: the live store is damaged.
             StoreError: LMDB could not write the copy.
         """
         target = Path(dest)
@@ -416,7 +504,7 @@ class Store:
         try:
             self.env.copy(str(target), compact=True)
         except lmdb.Error as exc:
-            raise StoreError(f"backup to {target} failed: {exc}") from exc
+            self._raise(f"backup to {target}", exc)
         return target
 
     def _release_lock(self) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +154,97 @@ def test_readers_do_not_take_the_writer_lock(tmp_path: Path) -> None:
         with open_rt(store) as rt:
             info = rt.spawn("worker", "while a reader is open")
             rt.wait(info.id, timeout=PROMPT_S)
+
+
+FORKER = r"""
+import multiprocessing, os, sys, threading
+from retinue import Profile, Runtime
+
+def linger():
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    threading.Event().wait()
+
+rt = Runtime.open(sys.argv[1], profiles=[Profile("worker", runner=lambda turn: "ok")])
+child = multiprocessing.get_context("fork").Process(target=linger, daemon=False)
+child.start()
+print("HOLDING", os.getpid(), child.pid, flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_forked_child_does_not_keep_a_dead_writers_lock(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    grandchild = 0
+    try:
+        with Child(FORKER, store) as writer:
+            pid, grandchild_pid = writer.expect("HOLDING")
+            grandchild = int(grandchild_pid)
+            with pytest.raises(StoreLocked) as caught:  # the writer itself still holds it
+                open_rt(store)
+            assert caught.value.pid == int(pid)
+            writer.kill()
+        with open_rt(store) as rt:  # the forked child outlives the writer, not its lock
+            assert rt.agents() == []
+    finally:
+        if grandchild:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(grandchild, signal.SIGKILL)
+
+
+SQUATTER = r"""
+import fcntl, os, sys, threading
+fd = os.open(os.path.join(sys.argv[1], "writer.lock"), os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, bytes.fromhex(sys.argv[2]))
+print("SQUATTING", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_a_lock_held_in_the_name_of_a_dead_pid_says_so(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with Child(SQUATTER, store, str(gone.pid).encode().hex()) as squatter:
+        squatter.expect("SQUATTING")
+        with pytest.raises(StoreLocked) as caught:
+            open_rt(store)
+    assert caught.value.pid is None
+    assert f"pid {gone.pid}" in str(caught.value)
+    assert "no longer running" in str(caught.value)
+
+
+@pytest.mark.parametrize("garbage", ["\xff\xfe\x00garbage", "12 34", "9" * 40, "-5"])
+def test_a_garbage_lock_file_is_named_as_such_or_overwritten(
+    tmp_path: Path, garbage: str
+) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    with Child(SQUATTER, store, garbage.encode("latin-1").hex()) as squatter:
+        squatter.expect("SQUATTING")
+        with pytest.raises(StoreLocked) as caught:
+            open_rt(store)
+        assert caught.value.pid is None
+        assert "names no pid" in str(caught.value)
+    (store / "writer.lock").write_bytes(garbage.encode("latin-1"))  # nobody holds it now
+    with open_rt(store) as rt:
+        assert rt.agents() == []
+    assert (store / "writer.lock").read_bytes() == b""
+
+
+def test_the_lock_descriptor_is_not_inherited_by_exec(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with open_rt(store):
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+        lock_fds = [
+            fd
+            for fd in fds
+            if os.path.realpath(f"/proc/self/fd/{fd}") == str((store / "writer.lock").resolve())
+        ]
+        assert len(lock_fds) == 1
+        assert not os.get_inheritable(lock_fds[0])
+        assert fcntl.fcntl(lock_fds[0], fcntl.F_GETFD) & fcntl.FD_CLOEXEC

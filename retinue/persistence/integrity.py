@@ -1,0 +1,200 @@
+"""Checks a store folder before LMDB maps it, and the marker that says it held a store.
+
+LMDB maps ``data.mdb`` into memory and trusts it: a file shorter than the
+pages its meta page records kills the process with SIGBUS on the first read
+past the end. So, before a store is opened, :func:`check_data_file` reads the
+two meta pages from the file header (plain ``pread``, no mapping), takes the
+valid one with the highest transaction id, and compares the pages it says are
+in use with the file's size.
+
+A folder that once held a store carries a small marker, ``retinue.json``,
+written when the store is created (and on every writer open of an older store
+that lacks one). A folder whose marker survives but whose ``data.mdb`` is gone
+or empty lost its data: it is refused rather than reopened as a new, empty
+store, unless the caller asks for a new store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from retinue.errors import StoreCorrupted
+
+__all__ = [
+    "DATA_FILE",
+    "MARKER_FILE",
+    "MetaPage",
+    "check_data_file",
+    "has_marker",
+    "read_meta_pages",
+    "restore_advice",
+    "write_marker",
+]
+
+DATA_FILE = "data.mdb"
+MARKER_FILE = "retinue.json"
+
+_MDB_MAGIC = 0xBEEFC0DE
+_MDB_DATA_VERSION = 1
+_P_META = 0x08
+_S = struct.calcsize("P")  # pgno_t, txnid_t and size_t are all size_t wide
+_PAGE_HEADER = _S + 8  # mp_pgno, mp_pad, mp_flags, mp_lower, mp_upper
+_DB_SIZE = 8 + 5 * _S  # md_pad, md_flags, md_depth, then five size_t counters
+_SIZE_T = "Q" if _S == 8 else "I"
+# Offsets inside a meta page, from LMDB 0.9's MDB_page and MDB_meta layouts.
+_FLAGS_AT = _S + 2
+_MAGIC_AT = _PAGE_HEADER
+_PSIZE_AT = _PAGE_HEADER + 8 + 2 * _S  # mm_dbs[FREE_DBI].md_pad holds the page size
+_LAST_PG_AT = _PAGE_HEADER + 8 + 2 * _S + 2 * _DB_SIZE
+_TXNID_AT = _LAST_PG_AT + _S
+_META_BYTES = _TXNID_AT + _S
+_MIN_PAGE, _MAX_PAGE = 512, 65536
+
+
+@dataclass(frozen=True)
+class MetaPage:
+    """The fields of one LMDB meta page that tell how large the file must be."""
+
+    index: int
+    page_size: int
+    last_page: int
+    txnid: int
+
+    @property
+    def required_bytes(self) -> int:
+        """Bytes the file must hold: every page up to the last one in use."""
+        return (self.last_page + 1) * self.page_size
+
+
+def restore_advice(folder: Path) -> str:
+    """Return the sentence that tells a user how to get a damaged store back."""
+    return (
+        f"move {folder} aside and copy a backup in its place (backups are made with "
+        "Runtime.backup(dest) or `retinue backup STORE DEST`), or open a new store elsewhere"
+    )
+
+
+def _parse_meta(raw: bytes, index: int) -> MetaPage | None:
+    """Decode one meta page, or None if it is not a valid LMDB 0.9 meta page."""
+    if len(raw) < _META_BYTES:
+        return None
+    (flags,) = struct.unpack_from("=H", raw, _FLAGS_AT)
+    magic, version = struct.unpack_from("=II", raw, _MAGIC_AT)
+    if not flags & _P_META or magic != _MDB_MAGIC or version != _MDB_DATA_VERSION:
+        return None
+    (page_size,) = struct.unpack_from("=I", raw, _PSIZE_AT)
+    (last_page,) = struct.unpack_from("=" + _SIZE_T, raw, _LAST_PG_AT)
+    (txnid,) = struct.unpack_from("=" + _SIZE_T, raw, _TXNID_AT)
+    if not _MIN_PAGE <= page_size <= _MAX_PAGE or page_size & (page_size - 1):
+        return None
+    if last_page < 1:  # pages 0 and 1 are the meta pages themselves
+        return None
+    return MetaPage(index=index, page_size=page_size, last_page=last_page, txnid=txnid)
+
+
+def read_meta_pages(path: Path) -> list[MetaPage]:
+    """Read both meta pages of ``path`` without mapping it; return the valid ones.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    metas: list[MetaPage] = []
+    with path.open("rb") as handle:
+        first = _parse_meta(handle.read(_META_BYTES), 0)
+        if first is not None:
+            metas.append(first)
+        # The second meta page starts one page in; without a valid first page, try
+        # every page size LMDB may have used.
+        sizes = [first.page_size] if first is not None else []
+        sizes += [s for s in (4096, 8192, 16384, 65536, 2048, 1024, 512) if s not in sizes]
+        for size in sizes:
+            handle.seek(size)
+            second = _parse_meta(handle.read(_META_BYTES), 1)
+            if second is not None and second.page_size == size:
+                metas.append(second)
+                break
+    return metas
+
+
+def has_marker(folder: Path) -> bool:
+    """Return True if ``folder`` carries the marker of a store that held data."""
+    return (folder / MARKER_FILE).exists()
+
+
+def write_marker(folder: Path, schema_version: int) -> None:
+    """Write (atomically) the marker that says ``folder`` holds a retinue store.
+
+    Raises:
+        OSError: the marker could not be written.
+    """
+    target = folder / MARKER_FILE
+    body = {"retinue_store": 1, "schema_version": schema_version, "written_at": time.time()}
+    temporary = folder / (MARKER_FILE + ".tmp")
+    with temporary.open("w") as handle:
+        json.dump(body, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, target)
+    with contextlib.suppress(OSError):  # make the rename itself durable where we can
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def check_data_file(folder: Path, *, create: bool) -> bool:
+    """Check ``folder/data.mdb`` before LMDB maps it; return True if it holds a store.
+
+    A missing or empty file is fine in a folder that never held a store (or
+    with ``create=True``: the caller asked for a new store); False is returned
+    and LMDB will create it.
+
+    Raises:
+        StoreCorrupted: the file is shorter than the pages its meta page records,
+            has no valid meta page, or is missing or empty in a folder whose
+            marker says it held a store (and ``create`` is False).
+    """
+    path = folder / DATA_FILE
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        size = -1
+    except OSError as exc:
+        raise StoreCorrupted(f"cannot read {path}: {exc}", path=str(folder)) from None
+    if size <= 0:
+        if has_marker(folder) and not create:
+            what = "is missing" if size < 0 else "is empty (0 bytes)"
+            raise StoreCorrupted(
+                f"store {folder} held data but its {DATA_FILE} {what}: opening it would "
+                f"silently start an empty store. {restore_advice(folder)}; "
+                "or pass create=True to start a new, empty store in this folder",
+                path=str(folder),
+            )
+        return False
+    try:
+        metas = read_meta_pages(path)
+    except OSError as exc:
+        raise StoreCorrupted(f"cannot read {path}: {exc}", path=str(folder)) from None
+    if not metas:
+        raise StoreCorrupted(
+            f"store {folder} is damaged: {DATA_FILE} ({size} bytes) has no valid LMDB "
+            f"meta page. {restore_advice(folder)}",
+            path=str(folder),
+        )
+    meta = max(metas, key=lambda m: m.txnid)
+    if size < meta.required_bytes:
+        raise StoreCorrupted(
+            f"store {folder} is damaged: {DATA_FILE} is {size} bytes but its meta page "
+            f"(transaction {meta.txnid}) records {meta.last_page + 1} pages of "
+            f"{meta.page_size} bytes ({meta.required_bytes} bytes); the file was "
+            f"truncated. {restore_advice(folder)}",
+            path=str(folder),
+        )
+    return True

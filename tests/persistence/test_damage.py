@@ -1,0 +1,220 @@
+"""Damaged stores: truncated, emptied, deleted or zeroed files end in ``StoreCorrupted``.
+
+A damaged ``data.mdb`` must never kill the process (LMDB maps the file and a
+read past its end is SIGBUS) and never reopen silently as an empty store.
+Every open of a damaged store runs in a child process, so a signal shows up
+as a negative return code instead of killing the test run.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retinue import Profile, Runtime, StoreCorrupted, StoreError
+from retinue.persistence.integrity import MARKER_FILE, read_meta_pages
+from retinue.persistence.store import Store
+
+from . import CHILD_ENV, PROMPT_S, REPO
+
+OPEN_CHILD = r"""
+import sys
+from retinue import Profile, Runtime, RetinueError
+mode, path = sys.argv[1], sys.argv[2]
+try:
+    if mode == "readonly":
+        rt = Runtime.open(path, readonly=True)
+    else:
+        extra = {"create": True} if mode == "create" else {}
+        rt = Runtime.open(path, profiles=[Profile("worker", runner=lambda turn: "ok")], **extra)
+    try:
+        agents = rt.agents(include_closed=True)
+        print("OK", len(agents), len(rt.diagnostics), flush=True)
+    finally:
+        rt.shutdown()
+except RetinueError as exc:
+    print("ERR", type(exc).__name__, str(exc).replace("\n", " "), flush=True)
+"""
+
+PAGE_FLAGS_AT = struct.calcsize("P") + 2
+P_BRANCH = 0x01
+
+
+def run_child(mode: str, store: Path) -> tuple[int, str]:
+    """Open ``store`` in a child process; return its exit code and first output line."""
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_CHILD, mode, str(store)],
+        capture_output=True,
+        text=True,
+        env=dict(CHILD_ENV, PYTHONPATH=str(REPO)),
+        timeout=PROMPT_S * 3,
+        check=False,
+    )
+    return done.returncode, (done.stdout.strip().splitlines() or [done.stderr.strip()])[0]
+
+
+def make_store(folder: Path, agents: int = 30) -> None:
+    """Create a store holding ``agents`` settled agents, each with a long task."""
+    with Runtime.open(folder, profiles=[Profile("worker", runner=lambda turn: "ok")]) as rt:
+        for i in range(agents):
+            info = rt.spawn("worker", f"task {i} " + "x" * 300, name=f"a{i}")
+            rt.wait(info.id, timeout=PROMPT_S)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One healthy store with enough agents that its tree has branch pages."""
+    folder = tmp_path_factory.mktemp("pristine") / "store"
+    make_store(folder, agents=120)
+    return folder
+
+
+def copy_store(pristine: Path, tmp_path: Path) -> Path:
+    """Copy the files of the pristine store into a fresh folder."""
+    target = tmp_path / "store"
+    target.mkdir()
+    for item in pristine.iterdir():
+        (target / item.name).write_bytes(item.read_bytes())
+    return target
+
+
+def test_the_meta_reader_agrees_with_the_file(pristine: Path) -> None:
+    metas = read_meta_pages(pristine / "data.mdb")
+    assert len(metas) == 2
+    newest = max(metas, key=lambda m: m.txnid)
+    assert newest.page_size == 4096 or newest.page_size >= 512
+    assert newest.required_bytes == (pristine / "data.mdb").stat().st_size
+
+
+@pytest.mark.parametrize("mode", ["writer", "readonly"])
+def test_a_truncated_data_file_is_refused_not_a_sigbus(
+    pristine: Path, tmp_path: Path, mode: str
+) -> None:
+    store = copy_store(pristine, tmp_path)
+    data = store / "data.mdb"
+    size = data.stat().st_size
+    os.truncate(data, size - 3 * 4096)
+    code, line = run_child(mode, store)
+    assert code == 0, f"the open died with signal {-code}: {line}"
+    assert line.startswith("ERR StoreCorrupted"), line
+    assert "truncated" in line and str(store) in line
+    assert "backup" in line  # says how to restore
+
+
+def test_retinue_tree_on_a_truncated_store_prints_a_typed_error(
+    pristine: Path, tmp_path: Path
+) -> None:
+    store = copy_store(pristine, tmp_path)
+    data = store / "data.mdb"
+    os.truncate(data, data.stat().st_size // 2)
+    done = subprocess.run(
+        [sys.executable, "-m", "retinue.cli", "tree", str(store)],
+        capture_output=True,
+        text=True,
+        env=dict(CHILD_ENV, PYTHONPATH=str(REPO)),
+        timeout=PROMPT_S * 3,
+        check=False,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "StoreCorrupted" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("damage", ["empty", "deleted"])
+@pytest.mark.parametrize("mode", ["writer", "readonly"])
+def test_a_store_that_lost_its_data_file_is_refused(
+    pristine: Path, tmp_path: Path, damage: str, mode: str
+) -> None:
+    store = copy_store(pristine, tmp_path)
+    data = store / "data.mdb"
+    if damage == "empty":
+        os.truncate(data, 0)
+    else:
+        data.unlink()
+    code, line = run_child(mode, store)
+    assert code == 0, line
+    assert line.startswith("ERR StoreCorrupted"), line
+    if mode == "writer":  # a refused writer must not have created a new data file
+        assert not data.exists() or data.stat().st_size == 0
+
+
+def test_create_true_starts_a_new_store_where_the_data_was_lost(
+    pristine: Path, tmp_path: Path
+) -> None:
+    store = copy_store(pristine, tmp_path)
+    (store / "data.mdb").unlink()
+    code, line = run_child("create", store)
+    assert (code, line) == (0, "OK 0 0")
+    code, line = run_child("writer", store)  # and it is a store again from then on
+    assert (code, line) == (0, "OK 0 0")
+
+
+def test_a_new_folder_just_works_and_is_marked(tmp_path: Path) -> None:
+    store = tmp_path / "fresh"
+    with Runtime.open(store, profiles=[Profile("worker", runner=lambda turn: "ok")]) as rt:
+        assert rt.agents() == []
+    assert (store / MARKER_FILE).exists()
+    with Runtime.open(store, profiles=[Profile("worker", runner=lambda turn: "ok")]) as rt:
+        assert rt.agents() == []
+
+
+def test_an_older_store_without_a_marker_gets_one_on_open(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    make_store(store, agents=2)
+    (store / MARKER_FILE).unlink()
+    with Runtime.open(store, profiles=[Profile("worker", runner=lambda turn: "ok")]) as rt:
+        assert len(rt.agents()) == 2
+    assert (store / MARKER_FILE).exists()
+
+
+def branch_pages(data: Path) -> list[int]:
+    """Return the numbers of the B-tree branch pages of a data file."""
+    raw = data.read_bytes()
+    page = read_meta_pages(data)[0].page_size
+    found = []
+    for number in range(2, len(raw) // page):
+        (flags,) = struct.unpack_from("=H", raw, number * page + PAGE_FLAGS_AT)
+        if flags == P_BRANCH:
+            found.append(number)
+    return found
+
+
+def zero_branch_pages(data: Path) -> None:
+    """Overwrite every branch page (some are free pages of older trees) with zeros."""
+    pages = branch_pages(data)
+    assert pages, "the pristine store should have branch pages"
+    page = read_meta_pages(data)[0].page_size
+    with data.open("r+b") as handle:
+        for number in pages:
+            handle.seek(number * page)
+            handle.write(bytes(page))
+
+
+def test_zeroed_branch_pages_are_a_typed_store_error(pristine: Path, tmp_path: Path) -> None:
+    store = copy_store(pristine, tmp_path)
+    zero_branch_pages(store / "data.mdb")
+    for mode in ("writer", "readonly"):
+        code, line = run_child(mode, store)
+        assert code == 0, line
+        assert line.startswith("ERR StoreCorrupted"), line
+        assert str(store) in line
+
+
+def test_store_reads_wrap_lmdb_errors_with_the_path(pristine: Path, tmp_path: Path) -> None:
+    store = copy_store(pristine, tmp_path)
+    zero_branch_pages(store / "data.mdb")
+    reader = Store(store, readonly=True)
+    try:
+        with pytest.raises(StoreCorrupted) as caught:
+            reader.snapshot()
+        assert caught.value.path == str(store)
+        with pytest.raises(StoreError):
+            for i in range(200):  # some lookup must walk through a zeroed branch
+                reader.get("agents", f"missing-{i}".encode())
+    finally:
+        reader.close()
