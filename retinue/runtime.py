@@ -154,6 +154,7 @@ class Runtime:
             profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
         rt = cls()
         rt.limits = limits if limits is not None else Limits.from_env()
+        rt._bus = EventBus(rt.limits.event_queue_capacity)
         rt.readonly = readonly
         if readonly:
             if path is None:

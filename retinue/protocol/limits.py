@@ -103,6 +103,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Largest stored transcript of one LLM agent; past it the oldest tool results are cut."""
     max_concurrent_calls: int = 64
     """Model calls in flight at once per model, across the runtime's LLM agents."""
+    event_queue_capacity: int = 10_000
+    """Events queued per subscriber; a slower one loses its oldest (``EventsDropped``)."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"}

@@ -21,6 +21,7 @@ __all__ = [
     "CompletionRouted",
     "CompletionStatus",
     "Event",
+    "EventsDropped",
     "Message",
     "MessageQueued",
     "TurnQueued",
@@ -188,6 +189,17 @@ class AgentClosedEvent(_EventBase, frozen=True, tag="agent_closed"):
     """An agent was closed."""
 
 
+class EventsDropped(_EventBase, frozen=True, tag="events_dropped"):
+    """This subscriber fell behind and lost its ``dropped`` oldest queued events.
+
+    It arrives where the gap is: every event delivered after it is newer than
+    every event dropped. It is about no agent: ``agent_id`` is ``""`` and
+    ``path`` is ``/root``. Only the subscriber that fell behind receives it.
+    """
+
+    dropped: int
+
+
 Event = (
     AgentSpawned
     | TurnQueued
@@ -196,4 +208,5 @@ Event = (
     | MessageQueued
     | CompletionRouted
     | AgentClosedEvent
+    | EventsDropped
 )

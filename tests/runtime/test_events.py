@@ -14,6 +14,8 @@ from retinue import (
     AgentSpawned,
     CompletionRouted,
     Event,
+    EventsDropped,
+    Limits,
     MessageQueued,
     Profile,
     Turn,
@@ -207,3 +209,46 @@ def test_a_rerouted_completion_is_published(open_runtime: OpenRuntime, events: E
         (e.completion_id, e.recipient) for e in events.of(c.id) if isinstance(e, CompletionRouted)
     ]
     assert routes == [(f"{c.id}:1", "/root/a/b"), (f"{c.id}:1", "/root/a")]
+
+
+def test_a_blocked_subscriber_loses_its_oldest_events_counted_and_blocks_nobody(
+    open_runtime: OpenRuntime, events: EventLog
+) -> None:
+    capacity = 40
+    rt = open_runtime([Profile("worker", runner=echo)], event_queue_capacity=capacity)
+    release = threading.Event()
+    slow = EventLog()
+
+    def blocked(event: Event) -> None:
+        slow(event)
+        release.wait(timeout=60)
+
+    rt.subscribe(blocked)
+    rt.subscribe(events)
+    last = ""
+    for i in range(30):  # ~6 events per lifecycle: far more than the capacity
+        agent = rt.spawn("worker", f"t{i}")
+        rt.wait(agent.id, timeout=5)  # the supervisor is not held up by the blocked one
+        rt.close(agent.id)
+        last = agent.id
+    everything = events.wait_for(has("agent_closed", last))
+    release.set()
+    got = slow.wait_for(lambda seen: any(e.agent_id == last and tag(e) == "agent_closed" for e in seen))
+    notices = [i for i, e in enumerate(got) if isinstance(e, EventsDropped)]
+    assert len(notices) == 1, got
+    (at,) = notices
+    notice = got[at]
+    assert isinstance(notice, EventsDropped)
+    assert (notice.agent_id, notice.path) == ("", "/root")
+    before, after = got[:at], got[at + 1 :]
+    # The oldest were dropped, the newest kept, and the notice sits where the gap is.
+    assert len(after) == capacity
+    assert before + after == everything[: len(before)] + everything[-capacity:]
+    assert notice.dropped == len(everything) - len(before) - len(after)
+    assert not any(isinstance(e, EventsDropped) for e in everything)
+
+
+def test_the_event_queue_capacity_comes_from_the_environment() -> None:
+    assert Limits().event_queue_capacity == 10_000
+    limits = Limits.from_env({"RETINUE_EVENT_QUEUE_CAPACITY": "123"})
+    assert limits.event_queue_capacity == 123
