@@ -17,6 +17,14 @@ turn received (it is replayed to the next turn if a crash kills this one). The
 supervisor runs this on its own thread, as one transition, every
 ``compact_interval_s``. This module only chooses what goes: the
 :class:`~retinue.actors.tree.Tree` removes it, keeping its indexes in step.
+
+The counts are also enforced as they are crossed, not only on the timer:
+:class:`Retention` is consulted after every close, and once the closed agents
+(or read messages) exceed their count by a slack of a tenth of it (at least
+:data:`MIN_SLACK`), it compacts in the same transition. Each compaction thus
+removes at least a slack's worth of records, so its cost is amortised over
+that many closes, and what is held never exceeds the count plus the slack
+(plus whatever cannot be removed yet).
 """
 
 from __future__ import annotations
@@ -27,7 +35,10 @@ from retinue.actors.tree import Tree
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentState
 
-__all__ = ["CompactionReport", "compact"]
+__all__ = ["MIN_SLACK", "CompactionReport", "Retention", "compact", "retention_slack"]
+
+MIN_SLACK = 32
+"""Fewest records past a retention count before a compaction is triggered."""
 
 
 class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -36,6 +47,48 @@ class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):
     messages: int = 0
     agents: int = 0
     completions: int = 0
+
+
+def retention_slack(keep: int) -> int:
+    """Return how far past the retention count ``keep`` a compaction is triggered."""
+    return max(MIN_SLACK, keep // 10)
+
+
+class Retention:
+    """Enforces the retention counts when they are crossed, cheaply and amortised.
+
+    The check is O(1); a compaction runs only once the closed agents (or read
+    messages) exceed the larger of their count and what the last compaction
+    had to keep, by :func:`retention_slack`. Supervisor thread only.
+    """
+
+    def __init__(self, limits: Limits) -> None:
+        """Track retention for ``limits``."""
+        self.limits = limits
+        self._kept_agents = 0  # closed agents the last compaction could not remove
+        self._kept_messages = 0
+        self.compactions = 0
+
+    def enforce(self, tree: Tree, now: float) -> CompactionReport | None:
+        """Compact ``tree`` if a count is exceeded by its slack; return the report or None.
+
+        The deletes land in ``tree.writes`` (the current transition).
+        """
+        limits = self.limits
+        closed = len(tree.agents) - tree.live_count
+        keep_agents = limits.retain_closed_agents
+        keep_messages = limits.retain_read_messages
+        agents_due = closed > max(keep_agents, self._kept_agents) + retention_slack(keep_agents)
+        messages_due = len(tree.read_log) > max(
+            keep_messages, self._kept_messages
+        ) + retention_slack(keep_messages)
+        if not (agents_due or messages_due):
+            return None
+        report = compact(tree, limits, now)
+        self._kept_agents = len(tree.agents) - tree.live_count
+        self._kept_messages = len(tree.read_log)
+        self.compactions += 1
+        return report
 
 
 def compact(tree: Tree, limits: Limits, now: float) -> CompactionReport:

@@ -52,7 +52,7 @@ from retinue.actors.commands import (
     Unreceive,
     Wait,
 )
-from retinue.actors.compaction import CompactionReport, compact
+from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import BUSY, World, agent_list, info_of
 from retinue.actors.events import EventBus
 from retinue.actors.lifecycle import Lifecycle
@@ -107,6 +107,7 @@ class Supervisor:
         self.router = Router(self.world, self.scheduler, self.waiters)
         self.spawner = Spawner(self.world, self.scheduler)
         self.lifecycle = Lifecycle(self.world, self.scheduler, self.waiters, self.router)
+        self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
 
     @property
     def tree(self) -> Tree:
@@ -170,9 +171,13 @@ class Supervisor:
             case Interrupt():
                 return self.lifecycle.interrupt(tx, command)
             case Close():
-                return self.lifecycle.close(tx, command)
+                info = self.lifecycle.close(tx, command)
+                self.retention.enforce(world.tree, time.time())
+                return info
             case CloseTree():
-                return self.lifecycle.close_tree(tx, command)
+                infos = self.lifecycle.close_tree(tx, command)
+                self.retention.enforce(world.tree, time.time())
+                return infos
             case Get():
                 return info_of(world.find(world.sender(command.sender), command.ref))
             case Agents():

@@ -7,6 +7,7 @@ from pathlib import Path
 import msgspec
 
 from retinue import Limits, Profile, Runtime, Turn
+from retinue.actors.compaction import retention_slack
 from retinue.persistence.store import Store
 from retinue.protocol.records import CompletionRecord, MessageRecord
 
@@ -142,3 +143,31 @@ def test_a_dedup_key_goes_with_the_compacted_closed_agent_that_held_its_message(
         assert rt.send(other.id, "hello", dedup_key="k") == again
     with _open(store, retain_closed_agents=1) as rt:  # and a reopen agrees
         assert rt.send("/root/other", "hello", dedup_key="k") == again
+
+
+def test_the_closed_agent_count_is_enforced_when_crossed_not_only_on_the_timer(
+    tmp_path: Path,
+) -> None:
+    keep = 5
+    bound = keep + retention_slack(keep)
+    store = tmp_path / "store"
+    # The background timer never fires during this test.
+    with _open(store, retain_closed_agents=keep, compact_interval_s=3600) as rt:
+        most = 0
+        for i in range(4 * bound):
+            agent = rt.spawn("w", f"t{i}", name="churn")
+            rt.wait(agent.id, timeout=10)
+            rt.close(agent.id)
+            most = max(most, len(rt.agents(include_closed=True)))
+        assert keep <= len(rt.agents(include_closed=True)) <= bound
+        assert most <= bound
+        lead = rt.spawn("lead", "t", name="lead")
+        kids = [rt.spawn("w", "k", parent=lead.path, name=f"kid{i}") for i in range(3)]
+        for agent in [lead, *kids]:
+            rt.wait(agent.id, timeout=10)
+        for _ in range(2 * bound):  # close_tree crosses it too
+            rt.close_tree(lead.id)
+            lead = rt.spawn("lead", "t", name="lead")
+            rt.wait(lead.id, timeout=10)
+        assert len(rt.agents(include_closed=True)) <= bound + 1
+    assert _count(store, "agents") <= bound + 1
