@@ -67,7 +67,9 @@ class _Subscription:
             batch: list[Event] = []
             if self.dropped:
                 batch.append(
-                    EventsDropped(agent_id="", path=paths.ROOT, at=time.time(), dropped=self.dropped)
+                    EventsDropped(
+                        agent_id="", path=paths.ROOT, at=time.time(), dropped=self.dropped
+                    )
                 )
                 self.dropped = 0
             pending = self.pending

@@ -15,6 +15,7 @@ unlocking: the parent keeps its lock, and the lock dies with the parent.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import threading
@@ -119,10 +120,8 @@ class WriterLock:
         """Drop this process's copy of the descriptor, leaving the lock to its owner."""
         fd, self._fd = self._fd, None
         if fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
 
     def release(self) -> None:
         """Release the lock (idempotent)."""

@@ -219,9 +219,7 @@ def test_a_lock_held_in_the_name_of_a_dead_pid_says_so(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("garbage", ["\xff\xfe\x00garbage", "12 34", "9" * 40, "-5"])
-def test_a_garbage_lock_file_is_named_as_such_or_overwritten(
-    tmp_path: Path, garbage: str
-) -> None:
+def test_a_garbage_lock_file_is_named_as_such_or_overwritten(tmp_path: Path, garbage: str) -> None:
     store = tmp_path / "store"
     store.mkdir()
     with Child(SQUATTER, store, garbage.encode("latin-1").hex()) as squatter:

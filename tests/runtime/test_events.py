@@ -233,7 +233,9 @@ def test_a_blocked_subscriber_loses_its_oldest_events_counted_and_blocks_nobody(
         last = agent.id
     everything = events.wait_for(has("agent_closed", last))
     release.set()
-    got = slow.wait_for(lambda seen: any(e.agent_id == last and tag(e) == "agent_closed" for e in seen))
+    got = slow.wait_for(
+        lambda seen: any(e.agent_id == last and tag(e) == "agent_closed" for e in seen)
+    )
     notices = [i for i, e in enumerate(got) if isinstance(e, EventsDropped)]
     assert len(notices) == 1, got
     (at,) = notices
