@@ -19,7 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress import bench_commit, bench_lifecycle, bench_reopen, crash, soak_races, statemachine
+from stress import (
+    bench_commit,
+    bench_lifecycle,
+    bench_reopen,
+    crash,
+    damage,
+    soak_races,
+    statemachine,
+)
 
 
 def machine() -> dict[str, Any]:
@@ -46,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kills", type=int, default=None, help="crash rounds")
     parser.add_argument(
-        "--only", choices=["crash", "statemachine", "soak_races", "commit", "reopen", "lifecycle"]
+        "--only",
+        choices=["crash", "statemachine", "soak_races", "damage", "commit", "reopen", "lifecycle"],
     )
     parser.add_argument("--soak-seconds", type=float, default=None, help="length of the races soak")
     args = parser.parse_args(argv)
@@ -99,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
             print("  PROBLEM:", problem)
         failed = failed or bool(row["problems"]) or bool(row["lost"]) or bool(row["duplicates"])
 
+    if args.only in (None, "damage"):
+        with tempfile.TemporaryDirectory() as tmp:
+            row = damage.run(Path(tmp), quick, args.seed)
+        report["damage"] = row
+        _table(
+            "damage: truncated, flipped, zeroed, lost and garbage store files, opened in a child",
+            {k: v for k, v in row.items() if k != "problems"} | {"problems": len(row["problems"])},
+        )
+        for problem in row["problems"][:20]:
+            print("  PROBLEM:", problem)
+        failed = failed or bool(row["problems"])
+
     if args.only in (None, "commit"):
         row = bench_commit.run(32, 40 if quick else 300)
         report["commit"] = row
@@ -119,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
     (out / name).write_text(json.dumps(report, indent=2))
     print(f"\nwrote stress/results/{name}")
-    every = ("crash", "statemachine", "soak_races", "commit", "lifecycle", "reopen")
+    every = ("crash", "statemachine", "soak_races", "damage", "commit", "lifecycle", "reopen")
     parts = [k for k in every if k in report]
     bad = sum(
         1
-        for k in ("crash", "statemachine", "soak_races")
+        for k in ("crash", "statemachine", "soak_races", "damage")
         if k in report and report[k].get("problems", report[k].get("problem_list"))
     )
     print(f"stress: {len(parts) - bad} passed, {bad} failed")

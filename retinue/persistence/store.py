@@ -42,11 +42,13 @@ from retinue.persistence.integrity import (
     DATA_FILE,
     check_data_file,
     has_marker,
+    read_meta_pages,
     restore_advice,
     write_marker,
 )
 from retinue.persistence.lock import WriterLock
 from retinue.persistence.migrations import upgrade
+from retinue.persistence.verify import PageDamage, verify_pages
 from retinue.protocol.records import SCHEMA_VERSION
 
 __all__ = [
@@ -217,6 +219,7 @@ class Store:
         try:
             with self._lmdb_errors("open"):
                 self.env.reader_check()
+                self._verify()
                 self._dbs = self._grow_on_full(self._open_databases)
                 if readonly:
                     self.migrated_from: list[int] = []
@@ -252,6 +255,34 @@ class Store:
 
     def _raise(self, action: str, exc: lmdb.Error) -> NoReturn:
         raise store_error(self.folder, action, exc) from None
+
+    def _verify(self) -> None:
+        """Check every B-tree page before LMDB walks one (it aborts on a damaged page).
+
+        The walk runs inside a read transaction, against the meta page of that
+        transaction, so a writer in another process cannot recycle its pages.
+
+        Raises:
+            StoreCorrupted: a page is damaged.
+        """
+        path = self.folder / DATA_FILE
+        for _ in range(100):  # a busy writer may overwrite our meta page: take a newer one
+            with self._read_txn() as txn:
+                txnid = txn.id()
+                try:
+                    meta = next((m for m in read_meta_pages(path) if m.txnid == txnid), None)
+                    if meta is None:
+                        continue
+                    verify_pages(path, meta)
+                except (PageDamage, OSError) as exc:
+                    raise StoreCorrupted(
+                        f"store {self.folder} is damaged: {exc}. {restore_advice(self.folder)}",
+                        path=str(self.folder),
+                    ) from None
+                return
+        raise StoreError(
+            f"store {self.folder}: could not pin a meta page to check", path=str(self.folder)
+        )
 
     def _grow_on_full(self, step: Callable[[], _T]) -> _T:
         """Run an opening step, doubling a map too small to hold even that.
