@@ -25,6 +25,7 @@ from stress import (
     bench_reopen,
     crash,
     damage,
+    soak,
     soak_races,
     statemachine,
 )
@@ -55,9 +56,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, default=None, help="crash rounds")
     parser.add_argument(
         "--only",
-        choices=["crash", "statemachine", "soak_races", "damage", "commit", "reopen", "lifecycle"],
+        choices=[
+            "crash",
+            "statemachine",
+            "soak_races",
+            "damage",
+            "soak",
+            "commit",
+            "reopen",
+            "lifecycle",
+        ],
     )
-    parser.add_argument("--soak-seconds", type=float, default=None, help="length of the races soak")
+    parser.add_argument(
+        "--soak-seconds",
+        type=float,
+        default=None,
+        help="length of each soak (races: 10 quick / 300 full; soak: 36 quick / 600 full)",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     kills = args.kills if args.kills is not None else (4 if quick else 200)
@@ -120,6 +135,20 @@ def main(argv: list[str] | None = None) -> int:
             print("  PROBLEM:", problem)
         failed = failed or bool(row["problems"])
 
+    if args.only in (None, "soak"):
+        seconds = args.soak_seconds or (36.0 if quick else 600.0)
+        with tempfile.TemporaryDirectory() as tmp:
+            row = soak.run(Path(tmp), seconds, window=2.0 if seconds <= 120 else 10.0)
+        report["soak"] = row
+        _table(
+            "soak: spawn/close churn and short turns; RSS and store size must level off",
+            {k: v for k, v in row.items() if k not in ("problems", "timeline")}
+            | {"problems": len(row["problems"])},
+        )
+        for problem in row["problems"][:10]:
+            print("  PROBLEM:", problem)
+        failed = failed or bool(row["problems"])
+
     if args.only in (None, "commit"):
         row = bench_commit.run(32, 40 if quick else 300)
         report["commit"] = row
@@ -140,11 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
     (out / name).write_text(json.dumps(report, indent=2))
     print(f"\nwrote stress/results/{name}")
-    every = ("crash", "statemachine", "soak_races", "damage", "commit", "lifecycle", "reopen")
+    every = (
+        "crash",
+        "statemachine",
+        "soak_races",
+        "damage",
+        "soak",
+        "commit",
+        "lifecycle",
+        "reopen",
+    )
     parts = [k for k in every if k in report]
     bad = sum(
         1
-        for k in ("crash", "statemachine", "soak_races", "damage")
+        for k in ("crash", "statemachine", "soak_races", "damage", "soak")
         if k in report and report[k].get("problems", report[k].get("problem_list"))
     )
     print(f"stress: {len(parts) - bad} passed, {bad} failed")

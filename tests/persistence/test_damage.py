@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from retinue import Profile, Runtime, StoreCorrupted, StoreError
+from retinue import Profile, Runtime
 from retinue.persistence.integrity import MARKER_FILE, read_meta_pages
-from retinue.persistence.store import Store
 
 from . import CHILD_ENV, PROMPT_S, REPO
 
@@ -205,16 +204,44 @@ def test_zeroed_branch_pages_are_a_typed_store_error(pristine: Path, tmp_path: P
         assert str(store) in line
 
 
-def test_store_reads_wrap_lmdb_errors_with_the_path(pristine: Path, tmp_path: Path) -> None:
-    store = copy_store(pristine, tmp_path)
-    zero_branch_pages(store / "data.mdb")
-    reader = Store(store, readonly=True)
+READ_AFTER_DAMAGE = r"""
+import sys
+from pathlib import Path
+from retinue import StoreError
+from retinue.persistence.store import Store
+sys.path.insert(0, sys.argv[2])
+from persistence.test_damage import zero_branch_pages
+folder = Path(sys.argv[1])
+reader = Store(folder, readonly=True)  # healthy when opened: the check passes
+zero_branch_pages(folder / "data.mdb")  # damaged under the open reader
+for name, read in [
+    ("snapshot", lambda: reader.snapshot()),
+    ("get", lambda: [reader.get("agents", str(i).encode()) for i in range(500)]),
+    ("backup", lambda: reader.backup(folder.parent / "copy")),
+]:
     try:
-        with pytest.raises(StoreCorrupted) as caught:
-            reader.snapshot()
-        assert caught.value.path == str(store)
-        with pytest.raises(StoreError):
-            for i in range(200):  # some lookup must walk through a zeroed branch
-                reader.get("agents", f"missing-{i}".encode())
-    finally:
-        reader.close()
+        read()
+        print(name, "OK", flush=True)
+    except StoreError as exc:
+        print(name, type(exc).__name__, exc.path == str(folder), flush=True)
+reader.close()
+"""
+
+
+def test_reads_of_a_store_damaged_after_open_raise_typed_errors_with_the_path(
+    pristine: Path, tmp_path: Path
+) -> None:
+    store = copy_store(pristine, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", READ_AFTER_DAMAGE, str(store), str(REPO / "tests")],
+        capture_output=True,
+        text=True,
+        env=dict(CHILD_ENV, PYTHONPATH=str(REPO)),
+        timeout=PROMPT_S * 3,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "snapshot StoreCorrupted True"
+    assert lines[1] == "get StoreCorrupted True"
+    assert lines[2] in ("backup StoreCorrupted True", "backup OK")
