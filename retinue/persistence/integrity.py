@@ -1,11 +1,13 @@
 """Checks a store folder before LMDB maps it, and the marker that says it held a store.
 
 LMDB maps ``data.mdb`` into memory and trusts it: a file shorter than the
-pages its meta page records kills the process with SIGBUS on the first read
-past the end. So, before a store is opened, :func:`check_data_file` reads the
-two meta pages from the file header (plain ``pread``, no mapping), takes the
-valid one with the highest transaction id, and compares the pages it says are
-in use with the file's size.
+pages its trees use kills the process with SIGBUS on the first read past the
+end. So, before LMDB reads a page, :func:`check_data_file` reads the two meta
+pages from the file header (plain reads, no mapping) and takes the valid one
+with the highest transaction id; :mod:`retinue.persistence.verify` then checks
+every page that meta page's trees reach against the file's size (and its
+structure). The file may legitimately end before the meta page's last page:
+LMDB never writes a page freed in the transaction that allocated it.
 
 A folder that once held a store carries a small marker, ``retinue.json``,
 written when the store is created (and on every writer open of an older store
@@ -154,12 +156,13 @@ def check_data_file(folder: Path, *, create: bool) -> bool:
 
     A missing or empty file is fine in a folder that never held a store (or
     with ``create=True``: the caller asked for a new store); False is returned
-    and LMDB will create it.
+    and LMDB will create it. Whether every page in use lies inside the file is
+    checked afterwards, by :func:`retinue.persistence.verify.verify_pages`.
 
     Raises:
-        StoreCorrupted: the file is shorter than the pages its meta page records,
-            has no valid meta page, or is missing or empty in a folder whose
-            marker says it held a store (and ``create`` is False).
+        StoreCorrupted: the file is shorter than its meta pages, has no valid
+            meta page, or is missing or empty in a folder whose marker says it
+            held a store (and ``create`` is False).
     """
     path = folder / DATA_FILE
     try:
@@ -189,12 +192,11 @@ def check_data_file(folder: Path, *, create: bool) -> bool:
             path=str(folder),
         )
     meta = max(metas, key=lambda m: m.txnid)
-    if size < meta.required_bytes:
+    if size < 2 * meta.page_size:
         raise StoreCorrupted(
-            f"store {folder} is damaged: {DATA_FILE} is {size} bytes but its meta page "
-            f"(transaction {meta.txnid}) records {meta.last_page + 1} pages of "
-            f"{meta.page_size} bytes ({meta.required_bytes} bytes); the file was "
-            f"truncated. {restore_advice(folder)}",
+            f"store {folder} is damaged: {DATA_FILE} is {size} bytes, shorter than its two "
+            f"meta pages of {meta.page_size} bytes; the file was truncated. "
+            f"{restore_advice(folder)}",
             path=str(folder),
         )
     return True

@@ -40,6 +40,7 @@ from retinue.errors import (
 )
 from retinue.persistence.integrity import (
     DATA_FILE,
+    MetaPage,
     check_data_file,
     has_marker,
     read_meta_pages,
@@ -269,12 +270,15 @@ class Store:
         for _ in range(100):  # a busy writer may overwrite our meta page: take a newer one
             with self._read_txn() as txn:
                 txnid = txn.id()
+                meta: MetaPage | None = None
                 try:
                     meta = next((m for m in read_meta_pages(path) if m.txnid == txnid), None)
                     if meta is None:
                         continue
                     verify_pages(path, meta)
                 except (PageDamage, OSError) as exc:
+                    if meta is not None and meta not in read_meta_pages(path):
+                        continue  # the writer rewrote that meta page while we read it
                     raise StoreCorrupted(
                         f"store {self.folder} is damaged: {exc}. {restore_advice(self.folder)}",
                         path=str(self.folder),

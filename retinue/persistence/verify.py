@@ -5,10 +5,11 @@ assertion (``abort()``, SIGABRT) or read past the end of the file (SIGBUS)
 instead of returning an error. :func:`verify_pages` walks every B-tree
 reachable from one meta page (the free-page tree and the main tree, and every
 named database the main tree lists) and checks each page the way LMDB will
-use it: its header names its own page number, a page at each level has the
-kind the tree's depth says (branch above, leaf at the bottom), every node
-lies inside its page, every child and overflow page lies inside the file's
-used pages, and no page is reached twice.
+use it: it lies inside the file (a page past the end means the file was
+truncated), its header names its own page number, a page at each level has
+the kind the tree's depth says (branch above, leaf at the bottom), every node
+lies inside its page, every child and overflow page lies inside the pages
+the meta page records, and no page is reached twice.
 
 It reads the file through its own read-only map, within the size already
 checked against the meta page, and is meant to run inside an LMDB read
@@ -19,6 +20,7 @@ the pages it walks.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from pathlib import Path
 
@@ -41,7 +43,14 @@ _U16 = struct.Struct("=HHHH")
 
 
 class PageDamage(Exception):
-    """A page is not what the tree that reaches it says it must be."""
+    """A page is not what the tree that reaches it says it must be.
+
+    ``beyond`` is True when the page lies past the pages that can be read.
+    """
+
+    def __init__(self, message: str, *, beyond: bool = False) -> None:
+        self.beyond = beyond
+        super().__init__(message)
 
 
 def _db_record(raw: bytes | memoryview, at: int) -> tuple[int, int]:
@@ -59,11 +68,14 @@ def verify_pages(path: Path, meta: MetaPage) -> int:
         OSError: the file cannot be read.
     """
     page = meta.page_size
-    last = meta.last_page
     with path.open("rb") as handle:
-        if handle.seek(0, 2) < meta.required_bytes:
-            raise PageDamage(f"file shorter than {meta.required_bytes} bytes")
-        with mmap.mmap(handle.fileno(), meta.required_bytes, access=mmap.ACCESS_READ) as view:
+        size = os.fstat(handle.fileno()).st_size
+        length = min(size, meta.required_bytes)
+        # Pages past the end of the file cannot be read: treat them as out of range.
+        last = min(meta.last_page, length // page - 1)
+        if last < 1:
+            raise PageDamage(f"the file is {size} bytes, shorter than its meta pages; truncated")
+        with mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ) as view:
             raw = memoryview(view)
             try:
                 meta_at = meta.index * page
@@ -76,6 +88,13 @@ def verify_pages(path: Path, meta: MetaPage) -> int:
                     name, depth, root = trees.pop()
                     trees.extend(_walk(raw, page, last, name, depth, root, seen))
                 return len(seen)
+            except PageDamage as exc:
+                if last < meta.last_page and exc.beyond:
+                    raise PageDamage(
+                        f"{exc}: the file is {size} bytes, but the trees use pages up to "
+                        f"{meta.last_page}; the file was truncated"
+                    ) from None
+                raise
             finally:
                 raw.release()
 
@@ -99,7 +118,10 @@ def _walk(
     while stack:
         pgno, level = stack.pop()
         if not 2 <= pgno <= last:
-            raise PageDamage(f"{name} tree: page {pgno} is outside the file's pages 2..{last}")
+            raise PageDamage(
+                f"{name} tree: page {pgno} is outside the file's pages 2..{last}",
+                beyond=pgno > last,
+            )
         if pgno in seen:
             raise PageDamage(f"{name} tree: page {pgno} is reached twice")
         seen.add(pgno)
@@ -150,7 +172,9 @@ def _check_overflow(
 ) -> None:
     """Check a value stored on overflow pages starting at ``first``."""
     if not 2 <= first <= last:
-        raise PageDamage(f"{name} tree: overflow page {first} is outside the file's pages")
+        raise PageDamage(
+            f"{name} tree: overflow page {first} is outside the file's pages", beyond=first > last
+        )
     if first in seen:
         raise PageDamage(f"{name} tree: overflow page {first} is reached twice")
     seen.add(first)
@@ -160,5 +184,10 @@ def _check_overflow(
     (pages,) = struct.unpack_from("=I", raw, base + _S + 4)
     if own != first or not flags & _P_OVERFLOW:
         raise PageDamage(f"{name} tree: overflow page {first} is not an overflow page")
-    if pages < 1 or first + pages - 1 > last or pages * page - _HDR < size:
+    if pages < 1 or pages * page - _HDR < size:
         raise PageDamage(f"{name} tree: overflow page {first} spans {pages} pages for {size} bytes")
+    if first + pages - 1 > last:
+        raise PageDamage(
+            f"{name} tree: overflow pages {first}..{first + pages - 1} pass page {last}",
+            beyond=True,
+        )

@@ -96,8 +96,7 @@ def test_a_truncated_data_file_is_refused_not_a_sigbus(
 ) -> None:
     store = copy_store(pristine, tmp_path)
     data = store / "data.mdb"
-    size = data.stat().st_size
-    os.truncate(data, size - 3 * 4096)
+    os.truncate(data, data.stat().st_size // 2)  # cuts pages the trees use
     code, line = run_child(mode, store)
     assert code == 0, f"the open died with signal {-code}: {line}"
     assert line.startswith("ERR StoreCorrupted"), line
