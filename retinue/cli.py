@@ -91,7 +91,8 @@ def store_path(value: str | None, *, must_exist: bool) -> Path:
     path = Path(value or os.environ.get(STORE_ENV) or DEFAULT_STORE)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--store {path} is a file; a store is a folder (give a folder path)")
-    if must_exist and not (path / "data.mdb").is_file():
+    # A folder whose marker survives its data file is a damaged store: let the open say so.
+    if must_exist and not (path / "data.mdb").is_file() and not (path / "retinue.json").exists():
         raise UsageError(
             f"no retinue store at {path} (start one with 'retinue run', or pass --store DIR)"
         )

@@ -77,8 +77,9 @@ class MetaPage:
 def restore_advice(folder: Path) -> str:
     """Return the sentence that tells a user how to get a damaged store back."""
     return (
-        f"move {folder} aside and copy a backup in its place (backups are made with "
-        "Runtime.backup(dest) or `retinue backup DEST --store STORE`), or open a new store elsewhere"
+        f"Move {folder} aside and copy a backup in its place (backups are made with "
+        "Runtime.backup(dest) or `retinue backup DEST --store STORE`), "
+        "or open a new store elsewhere"
     )
 
 
