@@ -35,6 +35,7 @@ and friends keep working for callers that do not know retinue's names::
     │   └── ActiveDescendants
     ├── WaitTimeout                    (TimeoutError) the agent keeps running
     ├── TurnInterrupted                               a turn's wait ended by interrupt
+    ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
     ├── ModelCallFailed                               .provider, .status: retries spent
     └── StoreError                                    the LMDB store refused
@@ -56,6 +57,7 @@ __all__ = [
     "AgentLimitExceeded",
     "AgentStateError",
     "ArgumentTypeError",
+    "BlockingCallInAsyncRunner",
     "CompletionBacklogFull",
     "ConfigurationError",
     "DedupKeyTooLong",
@@ -258,6 +260,10 @@ class WaitTimeout(RetinueError, TimeoutError):
 
 class TurnInterrupted(RetinueError):
     """The calling turn was interrupted while it waited."""
+
+
+class BlockingCallInAsyncRunner(RetinueError, RuntimeError):
+    """An async runner called a blocking turn operation; await its ``*_async`` twin."""
 
 
 class RuntimeClosed(RetinueError):

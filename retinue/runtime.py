@@ -50,8 +50,10 @@ from retinue.actors.commands import (
 )
 from retinue.actors.compaction import CompactionReport
 from retinue.actors.events import EventBus, Subscriber
+from retinue.actors.executor import Executor
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.reader import StoreReader
+from retinue.actors.supervisor import Supervisor
 from retinue.actors.turn import await_waiter, resolve_timeout, wait_result
 from retinue.errors import (
     ArgumentTypeError,
@@ -102,6 +104,8 @@ class Runtime:
         self._shutting_down = False
         self._released = threading.Event()  # set once the store is released
         self._closing_runners: set[str] = set()  # agents whose runner is closing the runtime
+        self._executor: Executor | None = None
+        self._core: Supervisor | None = None
 
     @classmethod
     def open(
@@ -187,6 +191,7 @@ class Runtime:
         )
         rt._store = store
         try:
+            rt._executor = Executor()
             booted = boot(
                 store,
                 profiles=rt._profiles,
@@ -194,10 +199,14 @@ class Runtime:
                 limits=rt.limits,
                 bus=rt._bus,
                 caller=rt._submit,
+                executor=rt._executor,
             )
         except BaseException:
+            if rt._executor is not None:
+                rt._executor.shutdown(0.0)
             store.close()
             raise
+        rt._core = booted.core
         rt._actor = booted.actor
         rt.diagnostics = booted.diagnostics
         rt._compactor = threading.Thread(
@@ -440,6 +449,17 @@ class Runtime:
     # -- lifecycle -----------------------------------------------------------------------
 
     @property
+    def abandoned_runners(self) -> int:
+        """Sync runners that ignored an interrupt (or close) and still hold their thread.
+
+        Each was announced by a :class:`~retinue.protocol.messages.RunnerAbandoned`
+        event; past ``Limits.max_abandoned_runners`` new sync turns wait as
+        ``starting`` until one returns.
+        """
+        core = self._core
+        return 0 if core is None else len(core.scheduler.abandoned)
+
+    @property
     def closed(self) -> bool:
         """True once the runtime is closed."""
         return self._closed
@@ -486,6 +506,8 @@ class Runtime:
         self._stop_runners(actors)
         if actor is not None:
             actor.stop(block=True)
+        if self._executor is not None:
+            self._executor.shutdown(CLOSE_GRACE_S)
         if self._reader is not None:
             self._reader.close()
         if self._store is not None:

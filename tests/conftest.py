@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn
+from retinue.actors.executor import runner_finished
 
 # A test that hangs is a bug; dump every stack and stop instead of hanging CI.
 TEST_WATCHDOG_S = 60.0
@@ -142,13 +143,19 @@ class Gate:
         raise AssertionError(f"agent {agent_id} has no turn in this gate")
 
     def join_runner_threads(self, timeout: float = PROMPT_S) -> None:
-        """Wait until every runner thread this gate saw has ended (its settle call is sent)."""
-        deadline = time.monotonic() + timeout
+        """Wait until every runner this gate saw has returned and its settle call is sent.
+
+        Runner threads are pooled: a thread is done with its runner once it has
+        ended or is back in the pool between jobs.
+        """
         with self._cond:
             threads = list(self.threads)
         for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-            assert not thread.is_alive(), f"runner thread {thread.name} did not end"
+            wait_until(
+                lambda t=thread: runner_finished(t),  # type: ignore[misc]
+                timeout,
+                what=f"runner thread {thread.name} to finish its runner",
+            )
 
 
 class Script:

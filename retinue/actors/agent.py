@@ -1,27 +1,77 @@
-"""The agent actor: a pykka actor that lives while its agent has a turn to run.
+"""Agent actors: pykka actors with no thread of their own, run on shared executors.
 
 Agents are virtual actors: the store is an agent's home, and an actor is
-started only to run one turn, then stops itself. Ten thousand idle agents
-hold no thread. The runner runs on this actor's thread, never on the
-supervisor's, so one slow runner delays no other agent.
+started only to run one turn, then stops itself. :class:`PooledActor` uses
+pykka's seam for new actor types (``_create_actor_inbox``,
+``_create_future``, ``_start_actor_loop``): it keeps pykka's refs, futures and
+one-message-at-a-time guarantee, but its inbox is drained by a job on a shared
+executor instead of a thread per actor. A sync runner's turn runs on a
+:class:`~retinue.actors.executor.WorkerPool` thread; an async runner's turn
+(``async def runner(turn) -> str``) runs as a task on the runtime's one event
+loop, and interrupting it cancels the task at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
-from collections.abc import Callable
-from typing import Any
+import inspect
+import logging
+import sys
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import pykka
 
+from retinue.actors.executor import Executor
 from retinue.actors.profile import Runner
 from retinue.actors.turn import Turn
 from retinue.protocol.text import truncate_utf8
 
-__all__ = ["AgentActor", "Settle", "run_runner", "running_agent"]
+__all__ = [
+    "AgentActor",
+    "PooledActor",
+    "Settle",
+    "is_async_runner",
+    "run_runner",
+    "run_runner_async",
+    "running_agent",
+]
+
+log = logging.getLogger("retinue.agent")
 
 # settle(agent_id, generation, output, error)
 Settle = Callable[[str, int, str | None, str | None], None]
+Submit = Callable[[Callable[[], None]], Any]
+
+
+def is_async_runner(runner: Runner) -> bool:
+    """Return True if ``runner`` is an ``async def`` function (or object whose call is)."""
+    if inspect.iscoroutinefunction(runner):
+        return True
+    call = getattr(type(runner), "__call__", None)  # noqa: B004 - an instance with async __call__
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _failure(exc: BaseException) -> str:
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _outcome(result: Any, output_max_bytes: int) -> tuple[str | None, str | None]:
+    if not isinstance(result, str):
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()
+            return None, (
+                f"TypeError: runner returned {type(result).__name__}; "
+                "declare it `async def runner(turn)` so the runtime awaits it"
+            )
+        return None, f"TypeError: runner returned {type(result).__name__}, expected str"
+    output, _ = truncate_utf8(result, output_max_bytes)
+    return output, None
 
 
 _RUNNING: contextvars.ContextVar[str | None] = contextvars.ContextVar("retinue_running_agent")
@@ -33,7 +83,7 @@ def running_agent() -> str | None:
 
 
 def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str | None, str | None]:
-    """Run ``runner(turn)`` and return ``(output, error)``; never raises.
+    """Run a sync ``runner(turn)`` and return ``(output, error)``; never raises.
 
     A raised exception becomes ``"<Type>: <message>"`` (no traceback); a
     non-string result is an error; an output above ``output_max_bytes`` is
@@ -44,34 +94,174 @@ def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str |
     try:
         result: Any = runner(turn)
     except BaseException as exc:  # a runner must never take its actor down
-        message = str(exc)
-        return None, f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+        return None, _failure(exc)
     finally:
         _RUNNING.reset(token)
-    if not isinstance(result, str):
-        return None, f"TypeError: runner returned {type(result).__name__}, expected str"
-    output, _ = truncate_utf8(result, output_max_bytes)
-    return output, None
+    return _outcome(result, output_max_bytes)
 
 
-class AgentActor(pykka.ThreadingActor):
-    """Runs one turn of one agent, reports the outcome, and stops."""
+async def run_runner_async(
+    runner: Runner, turn: Turn, output_max_bytes: int
+) -> tuple[str | None, str | None]:
+    """Await an async ``runner(turn)`` and return ``(output, error)`` as :func:`run_runner` does.
 
-    use_daemon_thread = True
+    Raises:
+        asyncio.CancelledError: the turn was interrupted (its task cancelled).
+    """
+    _RUNNING.set(turn.agent.id)  # the task runs in its own context
+    try:
+        result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # a runner must never take its loop down
+        return None, _failure(exc)
+    return _outcome(result, output_max_bytes)
 
-    def __init__(self, runner: Runner, settle: Settle, output_max_bytes: int) -> None:
-        """Prepare the actor; the turn arrives as its one message."""
+
+class _Inbox:
+    """A pooled actor's inbox: a deque, and a drain job scheduled when it gets work."""
+
+    __slots__ = ("_items", "_lock", "_scheduled", "kick")
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self.kick: Callable[[], None] | None = None
+
+    def put(self, envelope: Any, /) -> None:
+        with self._lock:
+            self._items.append(envelope)
+            if self._scheduled or self.kick is None:
+                return
+            self._scheduled = True
+        self.kick()
+
+    def get(self) -> Any:
+        return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def next_or_release(self) -> Any | None:
+        """Return the next envelope, or None (and unschedule the drain) when empty."""
+        with self._lock:
+            if self._items:
+                return self._items.popleft()
+            self._scheduled = False
+            return None
+
+
+class PooledActor(pykka.Actor):
+    """A pykka actor whose messages are handled by jobs on a shared executor.
+
+    ``submit(job)`` hands a job to the executor (a worker pool, an event loop);
+    one job at a time drains the inbox, so messages are still handled one at a
+    time and in order, and the actor holds no thread while its inbox is empty.
+    ``on_start`` runs with the first message, on the executor.
+    """
+
+    def __init__(self, submit: Submit) -> None:
+        """Create the actor on ``submit``'s executor."""
+        self._submit = submit
+        self._set_up = False
         super().__init__()
+        inbox = cast(_Inbox, self.actor_inbox)
+        inbox.kick = self._kick
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        return _Inbox()
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return pykka.ThreadingFuture()
+
+    def _start_actor_loop(self) -> None:
+        """Nothing to start: the first message schedules the first drain."""
+
+    def _kick(self) -> None:
+        self._submit(self._drain)
+
+    def _drain(self) -> None:
+        if not self._set_up:
+            self._set_up = True
+            self._actor_loop_setup()
+        inbox = cast(_Inbox, self.actor_inbox)
+        while not self.actor_stopped.is_set():
+            envelope = inbox.next_or_release()
+            if envelope is None:
+                return
+            try:
+                response = self._handle_receive(envelope.message)
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set(response)
+            except Exception:
+                if envelope.reply_to is not None:
+                    envelope.reply_to.set_exception()
+                else:
+                    self._handle_failure(*sys.exc_info())
+            except BaseException:  # SystemExit and friends stop this actor, never others
+                self._stop()
+        self._actor_loop_teardown()
+
+
+class AgentActor(PooledActor):
+    """Runs one turn of one agent, reports the outcome, and stops.
+
+    A sync runner's turn runs on the executor's worker pool; an async runner's
+    turn runs as a task on its event loop.
+    """
+
+    def __init__(
+        self, runner: Runner, settle: Settle, output_max_bytes: int, executor: Executor
+    ) -> None:
+        """Prepare the actor; the turn arrives as its one message."""
+        self.is_async = is_async_runner(runner)
+        self._loop_thread = executor.loop
+        submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
+        super().__init__(submit)
         self._runner = runner
         self._settle = settle
         self._output_max_bytes = output_max_bytes
 
     def on_receive(self, message: Any) -> Any:
-        """Run the turn in ``message``, report it to the supervisor, then stop."""
+        """Run the turn in ``message`` (or start its task), report it, then stop."""
         if isinstance(message, Turn):
+            if self.is_async:
+                self._start_task(message)
+                return None
             output, error = run_runner(self._runner, message, self._output_max_bytes)
+            message.runner_returned = True
             try:
                 self._settle(message.agent.id, message.agent.generation, output, error)
             finally:
                 self.stop()
         return None
+
+    def _start_task(self, turn: Turn) -> None:
+        if turn.cancelled.is_set():
+            self.stop()
+            return
+        turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
+        task = asyncio.get_running_loop().create_task(
+            run_runner_async(self._runner, turn, self._output_max_bytes),
+            name=f"retinue-turn-{turn.agent.path}",
+        )
+        loop = self._loop_thread
+
+        def cancel() -> None:
+            loop.call_soon(task.cancel)
+
+        turn.on_cancel(cancel)
+
+        def done(finished: asyncio.Task[tuple[str | None, str | None]]) -> None:
+            turn.runner_returned = True
+            try:
+                if not finished.cancelled():
+                    output, error = finished.result()
+                    self._settle(turn.agent.id, turn.agent.generation, output, error)
+            finally:
+                self.stop()
+
+        task.add_done_callback(done)

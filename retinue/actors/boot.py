@@ -16,6 +16,7 @@ from typing import Any
 import pykka
 
 from retinue.actors.events import EventBus
+from retinue.actors.executor import Executor
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import Tree
@@ -127,6 +128,7 @@ class Booted:
 
     actor: pykka.ActorRef[Any]
     diagnostics: list[Diagnostic]
+    core: Supervisor
 
 
 def boot(
@@ -137,6 +139,7 @@ def boot(
     limits: Limits,
     bus: EventBus,
     caller: Caller,
+    executor: Executor | None = None,
 ) -> Booted:
     """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
 
@@ -171,6 +174,7 @@ def boot(
             limits=limits,
             bus=bus,
             caller=caller,
+            executor=executor,
         )
         core.recover()
         store.write_now(tree.take_writes())
@@ -178,4 +182,4 @@ def boot(
     except BaseException:
         actor.stop()
         raise
-    return Booted(actor=actor, diagnostics=diagnostics)
+    return Booted(actor=actor, diagnostics=diagnostics, core=core)

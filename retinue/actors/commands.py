@@ -35,6 +35,7 @@ __all__ = [
     "Command",
     "Compact",
     "Envelope",
+    "ExpireTurn",
     "FollowUp",
     "Get",
     "GiveUpWait",
@@ -246,6 +247,14 @@ class Settle(Command[None]):
     sender: TurnRef
     output: str | None
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTurn(Command[None]):
+    """A turn's ``turn_timeout_s`` ran out: fail it with ``TurnTimeout`` if it still runs."""
+
+    sender: TurnRef
+    seconds: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,10 @@ from typing import Any
 
 import msgspec
 
+from retinue.actors.agent import is_async_runner
 from retinue.actors.commands import Host, Sender
 from retinue.actors.events import EventBus
+from retinue.actors.executor import Executor
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.transition import Transition, resolve_future
 from retinue.actors.tree import Tree
@@ -91,6 +93,8 @@ class World:
     """The supervisor's shared state and lookups. Supervisor thread only.
 
     Attributes:
+        executor: the pool and event loop agent actors run on.
+        runner_is_async: per profile, whether its runner is ``async def``.
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
     """
@@ -105,8 +109,9 @@ class World:
         limits: Limits,
         bus: EventBus,
         caller: Caller,
+        executor: Executor | None = None,
     ) -> None:
-        """Gather the store, tree, profiles, limits, bus and the supervisor's own caller."""
+        """Gather the store, tree, profiles, limits, bus, caller and the runners' executors."""
         self.store = store
         self.tree = tree
         self.profiles = profiles
@@ -114,6 +119,8 @@ class World:
         self.limits = limits
         self.bus = bus
         self.caller = caller
+        self.executor = executor if executor is not None else Executor()
+        self.runner_is_async = {name: is_async_runner(r) for name, r in runners.items()}
         self.closing = False
         self.restoring = False
 

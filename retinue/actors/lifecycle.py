@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import time
 
-from retinue.actors.commands import Close, CloseTree, FollowUp, Interrupt, Resume, Settle
+from retinue.actors.commands import (
+    Close,
+    CloseTree,
+    ExpireTurn,
+    FollowUp,
+    Interrupt,
+    Resume,
+    Settle,
+)
 from retinue.actors.core import BUSY, World, info_of, require_str
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
@@ -75,6 +83,19 @@ class Lifecycle:
         if pump:
             self.scheduler.pump(tx)
         self.router.maybe_wake(tx, record.id)
+
+    def expire(self, tx: Transition, command: ExpireTurn) -> None:
+        """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed."""
+        turn = command.sender
+        record = self.world.tree.agents.get(turn.agent_id)
+        if (
+            not self.scheduler.is_current(turn.agent_id, turn.generation)
+            or record is None
+            or record.state is not AgentState.RUNNING
+        ):
+            return  # it settled (or was interrupted) in time
+        self.scheduler.cancel(tx, record)
+        self.finish_turn(tx, record, None, f"TurnTimeout: turn exceeded {command.seconds:g} s")
 
     def _release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
         """Drop a turn's slot, handle, waiter and queued slot request."""
@@ -151,7 +172,7 @@ class Lifecycle:
         if record.state is AgentState.STARTING:
             self.scheduler.unqueue(record.id)
         elif record.state is AgentState.RUNNING:
-            self.scheduler.cancel(record.id)
+            self.scheduler.cancel(tx, record)
             self._release(tx, record.id, TurnInterrupted(f"{record.path} was interrupted"))
         else:
             return record

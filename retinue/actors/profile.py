@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +15,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Profile", "Runner"]
 
-Runner = Callable[["Turn"], str]
-"""Anything that takes a turn context and returns the turn's output text."""
+Runner = Callable[["Turn"], str | Awaitable[str]]
+"""Anything that takes a turn context and returns the turn's output text.
+
+A plain function runs on a pooled worker thread; an ``async def`` runner (or an
+object whose ``__call__`` is ``async def``) runs as a task on the runtime's
+event loop and should use the turn's ``*_async`` operations.
+"""
 
 RESULT_FORMATS = (None, "structured")
 
@@ -27,7 +33,9 @@ class Profile:
     ``subagents`` names the profiles this one may spawn (the delegation graph,
     checked at ``Runtime.open``); ``runner`` runs its turns (the runtime's
     default runner when None); ``wake_on_completion`` gives an idle agent a
-    follow-up turn when a child's completion arrives.
+    follow-up turn when a child's completion arrives; ``turn_timeout_s``
+    bounds one turn's running time: past it the supervisor interrupts the
+    turn and it settles ``failed`` with ``TurnTimeout: turn exceeded N s``.
 
     LLM fields: ``model`` (a litellm model name such as ``"openai/gpt-4o-mini"``
     or ``"retinue/scripted"``) gives a profile without a runner a
@@ -55,6 +63,7 @@ class Profile:
     tools: str | Sequence[str] | None = None
     result_format: str | None = None
     model_settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    turn_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         """Check the fields.
@@ -63,7 +72,8 @@ class Profile:
             ConfigurationError: an empty name, a non-string subagent, a runner
                 that is not callable, an empty or non-string model, an unknown
                 result format, or bad ``tools`` (not a preset, a coordinator
-                tool name, a malformed name).
+                tool name, a malformed name), or a turn_timeout_s that is not a
+                positive number.
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
@@ -78,7 +88,21 @@ class Profile:
         object.__setattr__(self, "subagents", names)
         if self.runner is not None and not callable(self.runner):
             raise ConfigurationError(f"profile {self.name!r}: runner must be callable")
+        self._check_turn_timeout()
         self._check_llm_fields()
+
+    def _check_turn_timeout(self) -> None:
+        timeout = self.turn_timeout_s
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"profile {self.name!r}: turn_timeout_s must be a positive number of seconds "
+                f"or None, not {timeout!r}"
+            )
 
     def _check_llm_fields(self) -> None:
         if self.model is not None and (not isinstance(self.model, str) or not self.model):

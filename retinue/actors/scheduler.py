@@ -5,12 +5,21 @@ its slot again before anything else starts. The scheduler starts a turn by
 marking its agent ``running``, gathering its inputs and handing the turn to a
 fresh agent actor after the commit. It knows nothing of routing: the inputs
 and a failed start go through the two callbacks it is built with.
+
+Agent actors run on the world's executors (a sync runner on a pooled thread,
+an async runner as a task on the runtime's loop): starting one starts no
+thread. A sync runner that ignores its cancellation keeps its thread,
+*abandoned*, until it returns; threads running sync runners never exceed
+``max_active_turns + max_abandoned_runners``, so past it a sync turn waits as
+``starting``. A profile's ``turn_timeout_s`` arms a timer on the executor's
+loop that sends :class:`~retinue.actors.commands.ExpireTurn`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,12 +28,18 @@ from typing import Any
 import pykka
 
 from retinue.actors.agent import AgentActor
-from retinue.actors.commands import Settle, TurnRef
+from retinue.actors.commands import ExpireTurn, Settle, TurnRef
 from retinue.actors.core import World, info_of
 from retinue.actors.transition import Transition, resolve_future
 from retinue.actors.turn import Turn
 from retinue.errors import RetinueError
-from retinue.protocol.messages import AgentState, Message, TurnQueued, TurnStarted
+from retinue.protocol.messages import (
+    AgentState,
+    Message,
+    RunnerAbandoned,
+    TurnQueued,
+    TurnStarted,
+)
 from retinue.protocol.records import AgentRecord
 
 __all__ = ["Inbox", "Scheduler", "SlotRequest", "StartFailed", "TurnHandle"]
@@ -42,6 +57,7 @@ class TurnHandle:
     generation: int
     turn: Turn
     actor: pykka.ActorRef[Any] | None = None
+    sync: bool = True  # a sync runner holds a pool thread until it returns
 
 
 @dataclass
@@ -66,6 +82,8 @@ class Scheduler:
         self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
         self.turns: dict[str, TurnHandle] = {}
         self.reacquire: deque[SlotRequest] = deque()
+        # Sync turns cancelled while their runner still runs: (agent id, generation).
+        self.abandoned: set[tuple[str, int]] = set()
 
     def queue_turn(
         self, tx: Transition, record: AgentRecord, task: str, reason: str
@@ -99,11 +117,25 @@ class Scheduler:
             if self.reacquire:
                 self._grant(tx, self.reacquire.popleft())
             elif self.queue:
-                agent_id = self.queue.popleft()
+                agent_id = self.queue[0]
+                if agent_id in self.pending_turn and not self._thread_free(agent_id):
+                    return  # abandoned runners hold the threads: it waits as starting
+                self.queue.popleft()
                 if agent_id in self.pending_turn:
                     self._start_turn(tx, agent_id)
             else:
                 return
+
+    def _thread_free(self, agent_id: str) -> bool:
+        """Whether the queued turn may start: async turns hold no thread; sync turns
+        start while turns running plus abandoned runners stay below the ceiling."""
+        if not self.abandoned:
+            return True
+        world = self.world
+        if world.runner_is_async.get(world.tree.agents[agent_id].profile, False):
+            return True
+        ceiling = world.limits.max_active_turns + world.limits.max_abandoned_runners
+        return len(self.active) + len(self.abandoned) < ceiling
 
     def _start_turn(self, tx: Transition, agent_id: str) -> None:
         task, reason = self.pending_turn.pop(agent_id)
@@ -111,7 +143,10 @@ class Scheduler:
         record = world.update(world.tree.agents[agent_id], state=AgentState.RUNNING)
         try:
             actor = AgentActor.start(
-                world.runners[record.profile], self._settle_teller(), world.limits.output_max_bytes
+                world.runners[record.profile],
+                self._settle_teller(),
+                world.limits.output_max_bytes,
+                world.executor,
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
             error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
@@ -119,21 +154,43 @@ class Scheduler:
             return
         tx.started.append(actor)
         now = record.updated_at
+        profile = world.profiles[record.profile]
         turn = Turn(
             caller=world.caller,
             agent=info_of(record),
             task=task,
             messages=self._inbox(tx, record),
             reason=reason,
-            instructions=world.profiles[record.profile].instructions,
+            instructions=profile.instructions,
             limits=world.limits,
+            profile=profile,
         )
-        self.turns[agent_id] = TurnHandle(generation=record.generation, turn=turn, actor=actor)
+        self.turns[agent_id] = TurnHandle(
+            generation=record.generation,
+            turn=turn,
+            actor=actor,
+            sync=not world.runner_is_async.get(record.profile, False),
+        )
         self.active.add(agent_id)
         tx.emit(
             TurnStarted(agent_id=agent_id, path=record.path, at=now, generation=record.generation)
         )
         tx.after(lambda: actor.tell(turn))
+        if profile.turn_timeout_s is not None:
+            self._arm_timeout(tx, TurnRef(agent_id, record.generation), profile.turn_timeout_s)
+
+    def _arm_timeout(self, tx: Transition, turn: TurnRef, seconds: float) -> None:
+        """After the commit, arm a timer on the executor's loop that expires the turn."""
+        caller, loop = self.world.caller, self.world.executor.loop
+
+        def expire() -> None:
+            with contextlib.suppress(RetinueError):  # closed meanwhile: nothing to expire
+                caller(ExpireTurn(turn, seconds))
+
+        def arm() -> None:
+            loop.call_later(seconds, expire)
+
+        tx.after(arm)
 
     def _settle_teller(self) -> Callable[[str, int, str | None, str | None], None]:
         caller = self.world.caller
@@ -184,11 +241,33 @@ class Scheduler:
         if agent_id in self.queue:
             self.queue.remove(agent_id)
 
-    def cancel(self, agent_id: str) -> None:
-        """Tell a running turn's runner it is cancelled."""
-        handle = self.turns.get(agent_id)
-        if handle is not None:
-            handle.turn.cancelled.set()
+    def cancel(self, tx: Transition, record: AgentRecord) -> None:
+        """Cancel a running turn: set ``turn.cancelled`` and cancel an async turn's task.
+
+        A sync runner still running keeps its thread: it is counted as
+        abandoned (and announced) until its late settle arrives.
+        """
+        handle = self.turns.get(record.id)
+        if handle is None:
+            return
+        handle.turn.cancel()
+        if handle.sync and not handle.turn.runner_returned:
+            self.abandoned.add((record.id, handle.generation))
+            tx.emit(
+                RunnerAbandoned(
+                    agent_id=record.id,
+                    path=record.path,
+                    at=time.time(),
+                    generation=handle.generation,
+                    abandoned=len(self.abandoned),
+                )
+            )
+
+    def runner_returned(self, tx: Transition, turn: TurnRef) -> None:
+        """A runner reported back: an abandoned one frees its thread for a waiting turn."""
+        if self.abandoned and (turn.agent_id, turn.generation) in self.abandoned:
+            self.abandoned.discard((turn.agent_id, turn.generation))
+            self.pump(tx)
 
     def running_actors(self) -> list[tuple[str, pykka.ActorRef[Any]]]:
         """Return the actors of the running turns, by agent id."""

@@ -36,6 +36,7 @@ from retinue.actors.commands import (
     Command,
     Compact,
     Envelope,
+    ExpireTurn,
     FollowUp,
     Get,
     GiveUpWait,
@@ -55,6 +56,7 @@ from retinue.actors.commands import (
 from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import BUSY, World, agent_list, info_of
 from retinue.actors.events import EventBus
+from retinue.actors.executor import Executor
 from retinue.actors.lifecycle import Lifecycle
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.routing import Router
@@ -91,6 +93,7 @@ class Supervisor:
         limits: Limits,
         bus: EventBus,
         caller: Caller,
+        executor: Executor | None = None,
     ) -> None:
         """Compose the parts over one world."""
         self.world = World(
@@ -101,6 +104,7 @@ class Supervisor:
             limits=limits,
             bus=bus,
             caller=caller,
+            executor=executor,
         )
         self.scheduler = Scheduler(self.world, inbox=self._inbox, start_failed=self._start_failed)
         self.waiters = Waiters(self.world, self.scheduler)
@@ -163,7 +167,10 @@ class Supervisor:
             case Unreceive():
                 return self.waiters.unreceive(tx, command)
             case Settle():
+                self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, command)
+            case ExpireTurn():
+                return self.lifecycle.expire(tx, command)
             case FollowUp():
                 return self.lifecycle.follow_up(tx, command)
             case Resume():

@@ -1,8 +1,11 @@
 """The turn context a runner receives: its task, its messages, and the coordinator operations.
 
 Every operation is a request to the supervisor answered through a future, so
-a runner (on its agent's thread) never blocks the supervisor, and never asks
-an ancestor anything: replies travel as futures, never as asks up the tree.
+a runner never blocks the supervisor, and never asks an ancestor anything:
+replies travel as futures, never as asks up the tree. Each operation is
+written once, as a generator of requests; the blocking face waits on each
+request's future, the ``*_async`` face awaits it (``asyncio.wrap_future``), so
+both share one logic, the give-up-on-timeout rule of waits included.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from retinue.actors.commands import (
@@ -29,13 +32,20 @@ from retinue.actors.commands import (
     TurnRef,
     Wait,
 )
-from retinue.errors import FanoutLimitExceeded, InvalidArgument, RetinueError, WaitTimeout
+from retinue.actors.profile import Profile
+from retinue.errors import (
+    BlockingCallInAsyncRunner,
+    FanoutLimitExceeded,
+    InvalidArgument,
+    RetinueError,
+    WaitTimeout,
+)
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
-__all__ = ["Caller", "Turn", "resolve_timeout", "wait_result"]
+__all__ = ["Caller", "Turn", "await_waiter", "resolve_timeout", "wait_result", "wait_result_async"]
 
-R = TypeVar("R")
+_T = TypeVar("_T")
 
 
 class Caller(Protocol):
@@ -73,6 +83,15 @@ def resolve_timeout(timeout: float | None, limits: Limits) -> float:
     return float(timeout)
 
 
+def _expire(future: concurrent.futures.Future[Any], give_up: Callable[[], None]) -> None:
+    """The waiter's time ran out: ask the supervisor to give the wait up unless it was answered.
+
+    The one give-up rule of both faces (:func:`wait_result`, :func:`wait_result_async`).
+    """
+    if not future.done():
+        give_up()
+
+
 def wait_result(
     future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
 ) -> Any:
@@ -89,8 +108,7 @@ def wait_result(
     try:
         return future.result(timeout=timeout)
     except TimeoutError:
-        if not future.done():
-            give_up()
+        _expire(future, give_up)
         return future.result()
 
 
@@ -121,9 +139,98 @@ async def await_waiter(
     future.add_done_callback(on_done)
     done, _ = await asyncio.wait({ready}, timeout=timeout)
     if not done:
-        give_up()
+        _expire(future, give_up)
         await asyncio.shield(ready)
     return future.result()
+
+
+async def wait_result_async(
+    future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
+) -> Any:
+    """A turn's wait from asyncio: :func:`await_waiter`, and a cancelled await gives it up.
+
+    If nothing was handed over yet, the supervisor forgets the wait (so the
+    turn may wait again); an event already taken stays with the turn's
+    cancelled wait.
+
+    Raises:
+        WaitTimeout: nothing arrived in time; the awaited agent keeps running.
+    """
+    try:
+        return await await_waiter(future, timeout, give_up)
+    except asyncio.CancelledError:
+        if future.cancel():
+            give_up()
+        raise
+
+
+class _Ask:
+    """A request already sent to the supervisor; its answer is the reply future's value."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: concurrent.futures.Future[Any]) -> None:
+        self.future = future
+
+    def sync(self) -> Any:
+        return self.future.result()
+
+    async def async_(self) -> Any:
+        return await asyncio.wrap_future(self.future)
+
+
+class _Wait:
+    """A wait already registered with the supervisor, with its time and its give-up."""
+
+    __slots__ = ("future", "give_up", "timeout")
+
+    def __init__(
+        self, future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
+    ) -> None:
+        self.future = future
+        self.timeout = timeout
+        self.give_up = give_up
+
+    def sync(self) -> Any:
+        return wait_result(self.future, self.timeout, self.give_up)
+
+    async def async_(self) -> Any:
+        return await wait_result_async(self.future, self.timeout, self.give_up)
+
+
+# An operation's logic: a generator that sends requests and yields them; the
+# sync face blocks on each, the async face awaits each. One logic, two faces.
+_Steps = Generator[_Ask | _Wait, Any, _T]
+
+
+def _drive(steps: _Steps[_T]) -> _T:
+    try:
+        request = next(steps)
+        while True:
+            try:
+                value = request.sync()
+            except Exception as exc:
+                request = steps.throw(exc)
+            else:
+                request = steps.send(value)
+    except StopIteration as stop:
+        result: _T = stop.value
+        return result
+
+
+async def _drive_async(steps: _Steps[_T]) -> _T:
+    try:
+        request = next(steps)
+        while True:
+            try:
+                value = await request.async_()
+            except Exception as exc:
+                request = steps.throw(exc)
+            else:
+                request = steps.send(value)
+    except StopIteration as stop:
+        result: _T = stop.value
+        return result
 
 
 def _ignore(_: object) -> None:
@@ -133,6 +240,12 @@ def _ignore(_: object) -> None:
 class Turn:
     """One turn of one agent, as its runner sees it.
 
+    Every coordinator operation has a blocking form for sync runners
+    (``turn.wait(...)``) and an awaitable twin for async runners
+    (``await turn.wait_async(...)``) that never blocks the event loop; both
+    run the same logic. A blocking form called from an async runner (on the
+    runtime's event loop) raises :class:`~retinue.errors.BlockingCallInAsyncRunner`.
+
     Attributes:
         agent: the agent as it was when the turn started.
         task: the task of this turn.
@@ -141,6 +254,7 @@ class Turn:
         cancelled: set when the turn is interrupted; a runner should stop.
         reason: why the turn runs: ``spawn``, ``follow_up``, ``wake`` or ``resume``.
         instructions: the profile's instructions.
+        profile: the agent's :class:`~retinue.actors.profile.Profile`.
     """
 
     def __init__(
@@ -153,6 +267,7 @@ class Turn:
         reason: str,
         instructions: str,
         limits: Limits,
+        profile: Profile | None = None,
     ) -> None:
         """Create the context (the supervisor does this)."""
         self.agent = agent
@@ -160,14 +275,53 @@ class Turn:
         self.messages = list(messages)
         self.reason = reason
         self.instructions = instructions
+        self.profile = profile if profile is not None else Profile(agent.profile)
         self.cancelled = threading.Event()
         self.limits = limits
+        self.runner_returned = False  # set by the executor once the runner is done
+        self.loop_thread: int | None = None  # an async turn's event-loop thread
         self._caller = caller
         self._me = TurnRef(agent.id, agent.generation)
+        self._cancel_lock = threading.Lock()
+        self._on_cancel: list[Callable[[], None]] = []
 
-    def _call(self, command: Command[R]) -> R:
-        result: R = self._caller(command).result()
-        return result
+    # -- cancellation (the supervisor's side) ---------------------------------------
+
+    def cancel(self) -> None:
+        """Mark the turn cancelled and run its cancel hooks (an async turn's task is cancelled)."""
+        with self._cancel_lock:
+            self.cancelled.set()
+            hooks, self._on_cancel = self._on_cancel, []
+        for hook in hooks:
+            hook()
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
+        with self._cancel_lock:
+            if not self.cancelled.is_set():
+                self._on_cancel.append(hook)
+                return
+        hook()
+
+    # -- the two faces ------------------------------------------------------------------
+
+    def _sync(self, steps: _Steps[_T]) -> _T:
+        if self.loop_thread is not None and threading.get_ident() == self.loop_thread:
+            steps.close()
+            raise BlockingCallInAsyncRunner(
+                "a blocking turn operation was called from an async runner; "
+                "await its *_async twin (for example `await turn.wait_async(...)`)"
+            )
+        return _drive(steps)
+
+    def _ask(self, command: Command[Any]) -> _Ask:
+        return _Ask(self._caller(command))
+
+    # -- operations: each is one generator, run by a sync and an async face ----------------
+
+    def _spawn_steps(self, profile: str, task: str, name: str | None) -> _Steps[AgentInfo]:
+        info: AgentInfo = yield self._ask(Spawn(self._me, profile, task, name))
+        return info
 
     def spawn(self, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
         """Spawn a child and return at once; its completion arrives in this agent's mailbox.
@@ -177,7 +331,19 @@ class Turn:
             FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath,
             TurnInterrupted: as the supervisor's rules say.
         """
-        return self._call(Spawn(self._me, profile, task, name))
+        return self._sync(self._spawn_steps(profile, task, name))
+
+    async def spawn_async(self, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
+        """Like :meth:`spawn`, without blocking the event loop."""
+        return await _drive_async(self._spawn_steps(profile, task, name))
+
+    def _run_steps(
+        self, profile: str, task: str, name: str | None, timeout: float | None
+    ) -> _Steps[Completion]:
+        wait_s = resolve_timeout(timeout, self.limits)
+        child = yield from self._spawn_steps(profile, task, name)
+        result: Completion = yield self._wait_request(child.id, "completion", wait_s)
+        return result
 
     def run(
         self, profile: str, task: str, *, name: str | None = None, timeout: float | None = None
@@ -188,10 +354,41 @@ class Turn:
             WaitTimeout: the child did not settle in time (it keeps running);
             and everything ``spawn`` raises.
         """
+        return self._sync(self._run_steps(profile, task, name, timeout))
+
+    async def run_async(
+        self, profile: str, task: str, *, name: str | None = None, timeout: float | None = None
+    ) -> Completion:
+        """Like :meth:`run`, without blocking the event loop."""
+        return await _drive_async(self._run_steps(profile, task, name, timeout))
+
+    def _run_many_steps(
+        self, requests: Sequence[tuple[str, str]], timeout: float | None
+    ) -> _Steps[list[Completion | RetinueError]]:
         wait_s = resolve_timeout(timeout, self.limits)
-        child = self.spawn(profile, task, name=name)
-        result: Completion = self._wait(child.id, "completion", wait_s)
-        return result
+        items = list(requests)
+        if len(items) > self.limits.fanout_cap:
+            raise FanoutLimitExceeded(
+                f"run_many got {len(items)} requests; fanout_cap is {self.limits.fanout_cap}"
+            )
+        for item in items:
+            if not (isinstance(item, tuple | list) and len(item) == 2):
+                raise InvalidArgument("run_many takes a list of (profile, task) pairs")
+        spawned: list[AgentInfo | RetinueError] = yield self._ask(
+            SpawnMany(self._me, [SpawnRequest(p, t) for p, t in items])
+        )
+        deadline = time.monotonic() + wait_s
+        results: list[Completion | RetinueError] = []
+        for entry in spawned:
+            if isinstance(entry, RetinueError):
+                results.append(entry)
+                continue
+            try:
+                remaining = max(0.0, deadline - time.monotonic())
+                results.append((yield self._wait_request(entry.id, "completion", remaining)))
+            except WaitTimeout as exc:
+                results.append(exc)
+        return results
 
     def run_many(
         self, requests: Sequence[tuple[str, str]], timeout: float | None = None
@@ -205,28 +402,17 @@ class Turn:
             FanoutLimitExceeded: more requests than ``fanout_cap``.
             InvalidArgument: a request is not a ``(profile, task)`` pair.
         """
-        wait_s = resolve_timeout(timeout, self.limits)
-        items = list(requests)
-        if len(items) > self.limits.fanout_cap:
-            raise FanoutLimitExceeded(
-                f"run_many got {len(items)} requests; fanout_cap is {self.limits.fanout_cap}"
-            )
-        for item in items:
-            if not (isinstance(item, tuple | list) and len(item) == 2):
-                raise InvalidArgument("run_many takes a list of (profile, task) pairs")
-        spawned = self._call(SpawnMany(self._me, [SpawnRequest(p, t) for p, t in items]))
-        deadline = time.monotonic() + wait_s
-        results: list[Completion | RetinueError] = []
-        for entry in spawned:
-            if isinstance(entry, RetinueError):
-                results.append(entry)
-                continue
-            try:
-                remaining = max(0.0, deadline - time.monotonic())
-                results.append(self._wait(entry.id, "completion", remaining))
-            except WaitTimeout as exc:
-                results.append(exc)
-        return results
+        return self._sync(self._run_many_steps(requests, timeout))
+
+    async def run_many_async(
+        self, requests: Sequence[tuple[str, str]], timeout: float | None = None
+    ) -> list[Completion | RetinueError]:
+        """Like :meth:`run_many`, without blocking the event loop."""
+        return await _drive_async(self._run_many_steps(requests, timeout))
+
+    def _send_steps(self, ref: str, content: str, dedup_key: str | None) -> _Steps[Message]:
+        message: Message = yield self._ask(Send(self._me, ref, content, dedup_key))
+        return message
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Send a message to this agent's parent, a child or a sibling.
@@ -235,7 +421,16 @@ class Turn:
             NotPermitted, UnknownAgent, AgentClosed, MessageTooLarge,
             DedupKeyTooLong, MailboxFull: as the mailbox rules say.
         """
-        return self._call(Send(self._me, ref, content, dedup_key))
+        return self._sync(self._send_steps(ref, content, dedup_key))
+
+    async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
+        """Like :meth:`send`, without blocking the event loop."""
+        return await _drive_async(self._send_steps(ref, content, dedup_key))
+
+    def _wait_steps(self, ref: str, timeout: float | None) -> _Steps[Message | Completion]:
+        wait_s = resolve_timeout(timeout, self.limits)
+        result: Message | Completion = yield self._wait_request(ref, "any", wait_s)
+        return result
 
     def wait(self, ref: str, timeout: float | None = None) -> Message | Completion:
         """Return the next event from a child: a message it sent here, or its completion.
@@ -244,25 +439,47 @@ class Turn:
             WaitTimeout: nothing arrived in time; the child keeps running.
             NotPermitted: ``ref`` is not this agent's child.
         """
-        result: Message | Completion = self._wait(ref, "any", resolve_timeout(timeout, self.limits))
-        return result
+        return self._sync(self._wait_steps(ref, timeout))
 
-    def _wait(self, ref: str, kind: str, timeout: float) -> Any:
+    async def wait_async(self, ref: str, timeout: float | None = None) -> Message | Completion:
+        """Like :meth:`wait`, without blocking the event loop."""
+        return await _drive_async(self._wait_steps(ref, timeout))
+
+    def _wait_request(self, ref: str, kind: str, timeout: float) -> _Wait:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._caller(Wait(self._me, ref, kind), reply=future)
-        return wait_result(
-            future,
-            timeout,
-            lambda: _ignore(self._caller(GiveUpWait(self._me, future, timeout))),
-        )
+
+        def give_up() -> None:
+            with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
+                _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
+
+        return _Wait(future, timeout, give_up)
+
+    def _children_steps(self) -> _Steps[list[AgentInfo]]:
+        result: list[AgentInfo] = yield self._ask(Children(self._me))
+        return result
 
     def children(self) -> list[AgentInfo]:
         """Return this agent's live children."""
-        return self._call(Children(self._me))
+        return self._sync(self._children_steps())
+
+    async def children_async(self) -> list[AgentInfo]:
+        """Like :meth:`children`, without blocking the event loop."""
+        return await _drive_async(self._children_steps())
+
+    def _one_steps(self, command: Command[_T]) -> _Steps[_T]:
+        result: _T = yield self._ask(command)
+        return result
 
     def interrupt(self, ref: str) -> AgentInfo:
         """Interrupt a descendant's queued or running turn."""
-        return self._call(Interrupt(self._me, ref))
+        info: AgentInfo = self._sync(self._one_steps(Interrupt(self._me, ref)))
+        return info
+
+    async def interrupt_async(self, ref: str) -> AgentInfo:
+        """Like :meth:`interrupt`, without blocking the event loop."""
+        info: AgentInfo = await _drive_async(self._one_steps(Interrupt(self._me, ref)))
+        return info
 
     def close(self, ref: str) -> AgentInfo:
         """Close a descendant that has no live children.
@@ -270,8 +487,20 @@ class Turn:
         Raises:
             ActiveDescendants: it still has live children.
         """
-        return self._call(Close(self._me, ref))
+        info: AgentInfo = self._sync(self._one_steps(Close(self._me, ref)))
+        return info
+
+    async def close_async(self, ref: str) -> AgentInfo:
+        """Like :meth:`close`, without blocking the event loop."""
+        info: AgentInfo = await _drive_async(self._one_steps(Close(self._me, ref)))
+        return info
 
     def close_tree(self, ref: str) -> list[AgentInfo]:
         """Close a descendant and its whole live subtree, children first."""
-        return self._call(CloseTree(self._me, ref))
+        infos: list[AgentInfo] = self._sync(self._one_steps(CloseTree(self._me, ref)))
+        return infos
+
+    async def close_tree_async(self, ref: str) -> list[AgentInfo]:
+        """Like :meth:`close_tree`, without blocking the event loop."""
+        infos: list[AgentInfo] = await _drive_async(self._one_steps(CloseTree(self._me, ref)))
+        return infos

@@ -105,6 +105,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Model calls in flight at once per model, across the runtime's LLM agents."""
     event_queue_capacity: int = 10_000
     """Events queued per subscriber; a slower one loses its oldest (``EventsDropped``)."""
+    max_abandoned_runners: int = 8
+    """Sync runners that ignored an interrupt and still hold their thread, beyond
+    ``max_active_turns``; past it new sync turns wait as ``starting``."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"}

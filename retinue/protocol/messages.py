@@ -24,6 +24,7 @@ __all__ = [
     "EventsDropped",
     "Message",
     "MessageQueued",
+    "RunnerAbandoned",
     "TurnQueued",
     "TurnSettled",
     "TurnStarted",
@@ -200,6 +201,17 @@ class EventsDropped(_EventBase, frozen=True, tag="events_dropped"):
     dropped: int
 
 
+class RunnerAbandoned(_EventBase, frozen=True, tag="runner_abandoned"):
+    """A sync runner ignored its turn's interrupt and keeps its thread until it returns.
+
+    ``abandoned`` counts such runners now (this one included); past
+    ``Limits.max_abandoned_runners`` new sync turns wait as ``starting``.
+    """
+
+    generation: int
+    abandoned: int
+
+
 Event = (
     AgentSpawned
     | TurnQueued
@@ -209,4 +221,5 @@ Event = (
     | CompletionRouted
     | AgentClosedEvent
     | EventsDropped
+    | RunnerAbandoned
 )

@@ -34,6 +34,8 @@ DEFAULTS: dict[str, int | float | None] = {
     "transcript_max_bytes": 262_144,
     "max_concurrent_calls": 64,
     "event_queue_capacity": 10_000,
+    # Execution: runners that ignored an interrupt, beyond max_active_turns.
+    "max_abandoned_runners": 8,
 }
 FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
 OPTIONAL_FIELDS = ["tokens_per_agent", "tokens_per_tree"]

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import PROMPT_S, Gate, OpenRuntime, echo, wait_settled
+from conftest import PROMPT_S, Gate, OpenRuntime, echo, wait_settled, wait_until
 
 from retinue import (
     ActiveDescendants,
@@ -24,6 +24,7 @@ from retinue import (
     TurnInterrupted,
     WaitTimeout,
 )
+from retinue.actors.executor import runner_finished
 
 
 def tree_profiles(leaf: Callable[[Turn], str]) -> list[Profile]:
@@ -320,8 +321,7 @@ def test_a_late_result_never_settles_a_newer_turn(
     assert rt.follow_up(a, "second").generation == 2
     stubborn.wait_started(2)  # the first runner is still blocked: two runners at once
     stubborn.release("first")
-    stubborn.threads[0].join(PROMPT_S)
-    assert not stubborn.threads[0].is_alive()
+    wait_until(lambda: runner_finished(stubborn.threads[0]), what="the first runner to return")
     info = rt.get(a)
     assert (info.state, info.generation, info.output) == (AgentState.RUNNING, 2, None)
     first = rt.wait(a, timeout=5)

@@ -1,0 +1,240 @@
+"""Execution: pooled sync runners, the allowance for abandoned runners, and turn timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from conftest import PROMPT_S, EventLog, Gate, OpenRuntime, echo, tag, wait_until
+
+from retinue import (
+    AgentState,
+    CompletionStatus,
+    ConfigurationError,
+    Limits,
+    Profile,
+    RunnerAbandoned,
+    Turn,
+)
+from retinue.actors.executor import WorkerPool
+
+
+@pytest.fixture
+def thread_starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
+    """Record ``(starting thread's name, new thread's name)`` for every thread started."""
+    starts: list[tuple[str, str]] = []
+    original = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        starts.append((threading.current_thread().name, self.name))
+        original(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    yield starts
+
+
+def test_the_supervisor_never_starts_a_thread(
+    open_runtime: OpenRuntime, thread_starts: list[tuple[str, str]]
+) -> None:
+    def lead(turn: Turn) -> str:
+        results = turn.run_many([("worker", f"w{i}") for i in range(4)], timeout=PROMPT_S)
+        return str(len(results))
+
+    async def alead(turn: Turn) -> str:
+        done = await turn.run_async("worker", "aw", timeout=PROMPT_S)
+        return str(done.output)
+
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], runner=lead, wake_on_completion=False),
+            Profile("alead", subagents=["worker"], runner=alead, wake_on_completion=False),
+            Profile("worker", runner=echo, turn_timeout_s=30),
+        ]
+    )
+    for i in range(5):
+        assert rt.wait(rt.spawn("lead", f"l{i}").id, timeout=PROMPT_S).output == "4"
+        assert rt.wait(rt.spawn("alead", f"a{i}").id, timeout=PROMPT_S).output == "done:aw"
+    starters = {starter for starter, _ in thread_starts}
+    assert starters  # threads were started, by someone
+    assert not [s for s in starters if s.startswith("SupervisorActor")]
+
+
+def test_sync_runner_threads_are_reused(open_runtime: OpenRuntime) -> None:
+    names: list[str] = []
+
+    def runner(turn: Turn) -> str:
+        names.append(threading.current_thread().name)
+        return "ok"
+
+    rt = open_runtime([Profile("w", runner=runner)])
+    for i in range(30):
+        rt.wait(rt.spawn("w", f"t{i}").id, timeout=PROMPT_S)
+    # One turn at a time: a handful of pooled threads serve all thirty.
+    assert len(set(names)) <= 3
+    assert all(n.startswith("retinue-runner-") for n in names)
+
+
+def test_a_pool_retires_idle_workers_and_reuses_busy_ones() -> None:
+    pool = WorkerPool(idle_s=0.05)
+    try:
+        ran: list[str] = []
+        done = threading.Event()
+        for i in range(5):
+            pool.submit(lambda i=i: ran.append(f"job{i}"))  # type: ignore[misc]
+        pool.submit(done.set)
+        assert done.wait(PROMPT_S)
+        wait_until(lambda: len(ran) == 5)
+        assert sorted(ran) == [f"job{i}" for i in range(5)]
+        wait_until(lambda: pool.threads == 0, what="idle workers to retire")
+        again = threading.Event()
+        pool.submit(again.set)
+        assert again.wait(PROMPT_S)
+    finally:
+        pool.shutdown(PROMPT_S)
+    assert pool.threads == 0
+
+
+def test_a_job_never_waits_behind_a_blocked_worker() -> None:
+    pool = WorkerPool()
+    release = threading.Event()
+    second = threading.Event()
+    try:
+        pool.submit(lambda: release.wait(PROMPT_S) and None)
+        pool.submit(second.set)
+        assert second.wait(PROMPT_S)  # a new worker took it while the first one blocks
+    finally:
+        release.set()
+        pool.shutdown(PROMPT_S)
+
+
+def test_abandoned_runners_keep_threads_within_the_allowance(
+    open_runtime: OpenRuntime, make_gate: Callable[..., Gate]
+) -> None:
+    stubborn = make_gate(honour_cancel=False)
+    log = EventLog()
+    rt = open_runtime([Profile("w", runner=stubborn)], max_active_turns=2, max_abandoned_runners=1)
+    rt.subscribe(log)
+    a = rt.spawn("w", "a")
+    b = rt.spawn("w", "b")
+    stubborn.wait_started(2)
+    rt.interrupt(a.id)
+    rt.interrupt(b.id)
+    assert rt.abandoned_runners == 2
+    # Two slots are free, but only one thread is left below 2 + 1.
+    c = rt.spawn("w", "c")
+    d = rt.spawn("w", "d")
+    stubborn.wait_started(3)
+    assert rt.get(c.id).state is AgentState.RUNNING
+    assert rt.get(d.id).state is AgentState.STARTING
+    assert sorted(stubborn.tasks()) == ["a", "b", "c"]
+    log.wait_for(lambda events: sum(isinstance(e, RunnerAbandoned) for e in events) == 2)
+    counts = [e.abandoned for e in log.events if isinstance(e, RunnerAbandoned)]
+    assert counts == [1, 2]
+    # The first abandoned runner returns: its thread is free, so d starts.
+    stubborn.release("a")
+    stubborn.wait_started(4)
+    wait_until(lambda: rt.abandoned_runners == 1)
+    assert rt.get(d.id).state is AgentState.RUNNING
+    stubborn.release()
+    assert rt.wait(d.id, timeout=PROMPT_S).output == "released:d"
+    wait_until(lambda: rt.abandoned_runners == 0)
+
+
+def test_async_turns_are_not_held_back_by_abandoned_runners(
+    open_runtime: OpenRuntime, make_gate: Callable[..., Gate]
+) -> None:
+    stubborn = make_gate(honour_cancel=False)
+
+    async def quick(turn: Turn) -> str:
+        await asyncio.sleep(0)
+        return "async ok"
+
+    rt = open_runtime(
+        [Profile("w", runner=stubborn), Profile("q", runner=quick)],
+        max_active_turns=2,
+        max_abandoned_runners=1,
+    )
+    agents = [rt.spawn("w", f"s{i}") for i in range(2)]
+    stubborn.wait_started(2)
+    for agent in agents:
+        rt.interrupt(agent.id)
+    blocked = rt.spawn("w", "blocked")
+    x = rt.spawn("w", "x")
+    assert rt.get(x.id).state is AgentState.STARTING
+    stubborn.wait_started(3)
+    rt.interrupt(blocked.id)
+    rt.interrupt(x.id)
+    assert rt.abandoned_runners == 3
+    assert rt.wait(rt.spawn("q", "t").id, timeout=PROMPT_S).output == "async ok"
+    stubborn.release()
+
+
+def test_limits_max_abandoned_runners_is_env_settable() -> None:
+    assert Limits().max_abandoned_runners == 8
+    limits = Limits.from_env({"RETINUE_MAX_ABANDONED_RUNNERS": "3"})
+    assert limits.max_abandoned_runners == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "5"])
+def test_profile_turn_timeout_must_be_positive(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="turn_timeout_s"):
+        Profile("w", turn_timeout_s=bad)
+
+
+def test_a_sync_turn_past_its_timeout_fails_and_its_runner_is_abandoned(
+    open_runtime: OpenRuntime, make_gate: Callable[..., Gate]
+) -> None:
+    stubborn = make_gate(honour_cancel=False)
+    rt = open_runtime([Profile("w", runner=stubborn, turn_timeout_s=0.05)])
+    a = rt.spawn("w", "t")
+    (turn,) = stubborn.wait_started(1)
+    done = rt.wait(a.id, timeout=PROMPT_S)
+    assert (done.status, done.error) == (
+        CompletionStatus.FAILED,
+        "TurnTimeout: turn exceeded 0.05 s",
+    )
+    assert turn.cancelled.is_set()
+    assert rt.get(a.id).state is AgentState.FAILED
+    assert rt.abandoned_runners == 1
+    stubborn.release()
+    stubborn.join_runner_threads()
+    wait_until(lambda: rt.abandoned_runners == 0)
+    assert rt.get(a.id).error == "TurnTimeout: turn exceeded 0.05 s"  # the late result is dropped
+
+
+def test_an_async_turn_past_its_timeout_is_cancelled_and_fails(open_runtime: OpenRuntime) -> None:
+    cancelled: list[str] = []
+
+    async def forever(turn: Turn) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(turn.task)
+            raise
+        return "never"
+
+    rt = open_runtime([Profile("w", runner=forever, turn_timeout_s=0.05)])
+    a = rt.spawn("w", "t")
+    done = rt.wait(a.id, timeout=PROMPT_S)
+    assert (done.status, done.error) == (
+        CompletionStatus.FAILED,
+        "TurnTimeout: turn exceeded 0.05 s",
+    )
+    wait_until(lambda: cancelled == ["t"])
+    assert rt.abandoned_runners == 0
+
+
+def test_a_turn_that_returns_in_time_is_not_timed_out(open_runtime: OpenRuntime) -> None:
+    log = EventLog()
+    rt = open_runtime([Profile("w", runner=echo, turn_timeout_s=1.0)])
+    rt.subscribe(log)
+    a = rt.spawn("w", "t")
+    assert rt.wait(a.id, timeout=PROMPT_S).output == "done:t"
+    # Past the timer of the settled turn, nothing changed: a stale timer is ignored.
+    threading.Event().wait(1.3)
+    info = rt.get(a.id)
+    assert (info.state, info.output, info.error) == (AgentState.COMPLETED, "done:t", None)
+    assert [tag(e) for e in log.of(a.id)].count("turn_settled") == 1
