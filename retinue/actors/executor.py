@@ -61,7 +61,9 @@ class WorkerPool:
         """Create an empty pool; threads start only when jobs arrive."""
         self._name = name
         self._idle_s = idle_s
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle workers wait on it for a job
+        self._spawn_cond = threading.Condition(lock)  # the spawner waits on it for work
         self._jobs: deque[Job] = deque()
         self._idle = 0  # workers blocked waiting for a job
         self._starting = 0  # workers asked of the spawner, not yet running
@@ -100,13 +102,15 @@ class WorkerPool:
                         target=self._spawn_loop, name=f"{self._name}-spawner", daemon=True
                     )
                     self._spawner.start()
-            self._cond.notify_all()
+                else:
+                    self._spawn_cond.notify()
+            self._cond.notify()  # one idle worker per job: no thundering herd
 
     def _spawn_loop(self) -> None:
         while True:
             with self._cond:
                 while not self._spawn_wanted and not self._closed:
-                    self._cond.wait()
+                    self._spawn_cond.wait()
                 if self._closed:
                     return
                 self._spawn_wanted -= 1
@@ -165,6 +169,7 @@ class WorkerPool:
             self._closed = True
             self._jobs.clear()
             self._cond.notify_all()
+            self._spawn_cond.notify_all()
             workers = list(self._workers)
             spawner = self._spawner
         deadline = time.monotonic() + timeout
