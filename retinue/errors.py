@@ -19,7 +19,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── DuplicateAgentPath             (ValueError)   a live sibling holds the name
     ├── NotPermitted                                  outside what the sender may do
     │   └── ToolsNotPermitted                         .extra: tools above the parent's
-    ├── LimitExceeded                                 a configured bound was hit
+    ├── LimitExceeded                                 .limit, .value, .path: a bound was hit
     │   ├── DepthLimitExceeded
     │   ├── FanoutLimitExceeded
     │   ├── AgentLimitExceeded
@@ -32,7 +32,8 @@ and friends keep working for callers that do not know retinue's names::
     ├── AgentStateError                               wrong state for the call
     │   ├── AgentClosed
     │   ├── AgentBusy
-    │   └── ActiveDescendants
+    │   ├── ActiveDescendants
+    │   └── NothingToWaitFor                          an idle agent, all received
     ├── WaitTimeout                    (TimeoutError) the agent keeps running
     ├── TurnInterrupted                               a turn's wait ended by interrupt
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
@@ -49,6 +50,8 @@ they can be shown to a model as a tool result.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "ActiveDescendants",
@@ -75,6 +78,7 @@ __all__ = [
     "MessageTooLarge",
     "ModelCallFailed",
     "NotPermitted",
+    "NothingToWaitFor",
     "ResultContractError",
     "RetinueError",
     "RuntimeClosed",
@@ -189,7 +193,33 @@ class ToolsNotPermitted(NotPermitted):
 
 
 class LimitExceeded(RetinueError):
-    """A configured bound was hit; raise the limit or wait for work to finish."""
+    """A configured bound was hit; raise the limit or wait for work to finish.
+
+    ``.limit`` is the bound in force (e.g. ``depth_cap``'s value), ``.value``
+    the figure that hit it (the depth the new agent would have, the live
+    children already there, the message's size in bytes...), and ``.path``
+    the agent path the bound applies to, when one does (else None).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit: int | float | None = None,
+        value: int | float | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.limit = limit
+        self.value = value
+        self.path = path
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the bound attributes (for processes and executors)."""
+        return (
+            _rebuild_limit_error,
+            (type(self), str(self), self.limit, self.value, self.path),
+        )
 
 
 class DepthLimitExceeded(LimitExceeded):
@@ -254,6 +284,15 @@ class ActiveDescendants(AgentStateError):
     """The agent still has live children; close them first or use close_tree."""
 
 
+class NothingToWaitFor(AgentStateError):
+    """A host wait found the agent idle with every completion already received.
+
+    The agent is neither running nor queued, so no completion will come
+    unless something gives it a new turn (``follow_up``, ``resume``, a
+    message that wakes it); waiting would only run out the timeout.
+    """
+
+
 class WaitTimeout(RetinueError, TimeoutError):
     """A wait ran out of time; the agent keeps running."""
 
@@ -312,3 +351,14 @@ class StoreReadOnly(StoreError):
 
 class StoreVersionError(StoreError):
     """The store was written by a newer retinue schema."""
+
+
+def _rebuild_limit_error(
+    cls: type[LimitExceeded],
+    message: str,
+    limit: int | float | None,
+    value: int | float | None,
+    path: str | None,
+) -> LimitExceeded:
+    """Rebuild a pickled :class:`LimitExceeded` with its attributes."""
+    return cls(message, limit=limit, value=value, path=path)

@@ -28,12 +28,13 @@ import pykka
 from retinue.actors.executor import Executor
 from retinue.actors.profile import Runner
 from retinue.actors.turn import Turn
-from retinue.protocol.text import truncate_utf8
+from retinue.protocol.text import bounded_text, truncate_utf8
 
 __all__ = [
     "AgentActor",
     "PooledActor",
     "Settle",
+    "error_text",
     "is_async_runner",
     "run_runner",
     "run_runner_async",
@@ -53,11 +54,6 @@ def is_async_runner(runner: Runner) -> bool:
         return True
     call = getattr(type(runner), "__call__", None)  # noqa: B004 - an instance with async __call__
     return call is not None and inspect.iscoroutinefunction(call)
-
-
-def _failure(exc: BaseException) -> str:
-    message = str(exc)
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def _outcome(result: Any, output_max_bytes: int) -> tuple[str | None, str | None]:
@@ -85,19 +81,37 @@ def running_agent() -> str | None:
 def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str | None, str | None]:
     """Run a sync ``runner(turn)`` and return ``(output, error)``; never raises.
 
-    A raised exception becomes ``"<Type>: <message>"`` (no traceback); a
-    non-string result is an error; an output above ``output_max_bytes`` is
-    cut with a visible marker. While it runs, :func:`running_agent` names
-    the agent (so closing the runtime from a runner never waits for itself).
+    A raised exception becomes ``"<Type>: <message>"`` (no traceback), with
+    characters UTF-8 cannot encode escaped, so it can always be stored; a
+    non-string result is an error; an output or error above
+    ``output_max_bytes`` is cut with a visible marker. While it runs,
+    :func:`running_agent` names the agent (so closing the runtime from a
+    runner never waits for itself).
     """
     token = _RUNNING.set(turn.agent.id)
     try:
         result: Any = runner(turn)
     except BaseException as exc:  # a runner must never take its actor down
-        return None, _failure(exc)
+        return None, error_text(exc, output_max_bytes)
     finally:
         _RUNNING.reset(token)
     return _outcome(result, output_max_bytes)
+
+
+def error_text(exc: BaseException, max_bytes: int) -> str:
+    """Return ``"<Type>: <message>"`` for a runner's exception, storable and bounded.
+
+    Never raises: a ``__str__`` that fails is reported as such, lone
+    surrogates are escaped (``\\ud800``), and the text is cut to
+    ``max_bytes`` with ``…[truncated]``.
+    """
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not lose the completion
+        message = "(its message could not be read)"
+    text = f"{name}: {message}" if message else name
+    return bounded_text(text, max_bytes)
 
 
 async def run_runner_async(
@@ -114,7 +128,7 @@ async def run_runner_async(
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a runner must never take its loop down
-        return None, _failure(exc)
+        return None, error_text(exc, output_max_bytes)
     return _outcome(result, output_max_bytes)
 
 

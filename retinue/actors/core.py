@@ -143,20 +143,23 @@ class World:
             raise TurnInterrupted("this turn was interrupted; its calls are refused")
         return record
 
-    def find(self, sender: AgentRecord | None, ref: Any) -> AgentRecord:
+    def find(self, sender: AgentRecord | None, ref: Any, field: str = "ref") -> AgentRecord:
         """Return the agent ``ref`` (an id, or a path relative to the sender) names.
+
+        ``field`` is the name of the caller's argument (``ref``, ``parent``),
+        which the errors name, quoting at most a short prefix of the value.
 
         Raises:
             ArgumentTypeError: ``ref`` is not a str.
             InvalidAgentPath: a malformed path.
             UnknownAgent: no such agent (a path names live agents only).
         """
-        ref = require_str(ref, "an agent reference")
+        ref = require_str(ref, field)
         record = self.tree.agents.get(ref)
         if record is not None:
             return record
         base = paths.ROOT if sender is None else sender.path
-        path = paths.resolve(base, ref)
+        path = paths.resolve(base, ref, field=field)
         agent_id = self.tree.live_paths.get(path)
         if agent_id is None:
             raise UnknownAgent(f"no live agent at {path}")
@@ -203,9 +206,10 @@ class World:
             MessageTooLarge: it is.
         """
         size = len(content.encode("utf-8", "surrogatepass"))
-        if size > self.limits.message_max_bytes:
+        cap = self.limits.message_max_bytes
+        if size > cap:
             raise MessageTooLarge(
-                f"{what} is {size} bytes; message_max_bytes is {self.limits.message_max_bytes}"
+                f"{what} is {size} bytes; message_max_bytes is {cap}", limit=cap, value=size
             )
 
     # -- taking inputs ----------------------------------------------------------

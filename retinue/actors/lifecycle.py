@@ -19,7 +19,7 @@ from retinue.actors.commands import (
     Resume,
     Settle,
 )
-from retinue.actors.core import BUSY, World, info_of, require_str
+from retinue.actors.core import BUSY, World, info_of
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
@@ -34,10 +34,17 @@ from retinue.errors import (
     TurnInterrupted,
     UnknownProfile,
 )
+from retinue.protocol.checks import check_text
 from retinue.protocol.messages import AgentClosedEvent, AgentInfo, AgentState, CompletionStatus
 from retinue.protocol.records import AgentRecord
+from retinue.protocol.text import bounded_text
 
-__all__ = ["Lifecycle"]
+__all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
+
+INTERRUPTED_QUEUED = "interrupted before execution"
+"""The error of a turn interrupted while it waited for a slot (it never ran)."""
+INTERRUPTED_RUNNING = "interrupted"
+"""The error of a turn interrupted while its runner ran."""
 
 
 class Lifecycle:
@@ -76,6 +83,12 @@ class Lifecycle:
         pump: bool = True,
     ) -> None:
         self._release(tx, record.id, TurnInterrupted("the turn ended"))
+        # Whatever ran the turn, what is stored is storable and bounded.
+        cap = self.world.limits.output_max_bytes
+        if error is not None:
+            error = bounded_text(error, cap)
+        elif output is not None:
+            output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
         state = AgentState.COMPLETED if error is None else AgentState.FAILED
         record = self.world.update(record, state=state, output=output, error=error)
@@ -114,7 +127,7 @@ class Lifecycle:
         world = self.world
         me = world.sender(command.sender)
         record = world.target(me, command.ref, "follow up")
-        task = require_str(command.task, "task")
+        task = check_text(command.task, "task")
         world.check_size(task, "task")
         return info_of(self._follow_up(tx, record, task, "follow_up"))
 
@@ -135,7 +148,10 @@ class Lifecycle:
         if backlog >= cap:
             raise CompletionBacklogFull(
                 f"{record.path} has {backlog} completions nobody received yet "
-                f"(pending_completions_per_agent is {cap}); wait for them first"
+                f"(pending_completions_per_agent is {cap}); wait for them first",
+                limit=cap,
+                value=backlog,
+                path=record.path,
             )
         return self.scheduler.queue_turn(tx, record, task, reason)
 
@@ -168,15 +184,21 @@ class Lifecycle:
         return info_of(self.interrupt_turn(tx, record))
 
     def interrupt_turn(self, tx: Transition, record: AgentRecord) -> AgentRecord:
-        """Cancel ``record``'s queued or running turn: it settles ``interrupted``; return it."""
+        """Cancel ``record``'s queued or running turn: it settles ``interrupted``; return it.
+
+        The completion's error says which: ``interrupted before execution``
+        (it was queued) or ``interrupted`` (its runner ran).
+        """
+        error = INTERRUPTED_RUNNING
         if record.state is AgentState.STARTING:
+            error = INTERRUPTED_QUEUED
             self.scheduler.unqueue(record.id)
         elif record.state is AgentState.RUNNING:
             self.scheduler.cancel(tx, record)
             self._release(tx, record.id, TurnInterrupted(f"{record.path} was interrupted"))
         else:
             return record
-        record = self.world.update(record, state=AgentState.INTERRUPTED, output=None, error=None)
+        record = self.world.update(record, state=AgentState.INTERRUPTED, output=None, error=error)
         self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
         self.scheduler.pump(tx)
         return record

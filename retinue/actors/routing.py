@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 
 from retinue.actors.commands import Send
-from retinue.actors.core import World, require_str
+from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.actors.waiters import Waiters
 from retinue.errors import AgentClosed, DedupKeyTooLong, MailboxFull, NotPermitted
 from retinue.protocol import paths
+from retinue.protocol.checks import check_key, check_text
 from retinue.protocol.messages import (
     AgentState,
     Completion,
@@ -55,7 +56,7 @@ class Router:
         world = self.world
         tree = world.tree
         me = world.sender(command.sender)
-        content = require_str(command.content, "content")
+        content = check_text(command.content, "content")
         target = world.find(me, command.ref)
         if me is not None:
             related = (
@@ -71,10 +72,14 @@ class Router:
         sender_id = "" if me is None else me.id
         dedup_key = command.dedup_key
         if dedup_key is not None:
-            dedup_key = require_str(dedup_key, "dedup_key")
+            dedup_key = check_key(dedup_key, "dedup_key")
             cap = world.limits.dedup_key_max_length
             if len(dedup_key) > cap:
-                raise DedupKeyTooLong(f"dedup_key has {len(dedup_key)} characters; max is {cap}")
+                raise DedupKeyTooLong(
+                    f"dedup_key has {len(dedup_key)} characters; max is {cap}",
+                    limit=cap,
+                    value=len(dedup_key),
+                )
             original = tree.dedup.get((sender_id, dedup_key))
             if original is not None:
                 return original  # a retry of an acknowledged send, even if it closed since
@@ -85,7 +90,10 @@ class Router:
         if unread >= world.limits.mailbox_capacity:
             raise MailboxFull(
                 f"{target.path} has {unread} unread messages; "
-                f"mailbox_capacity is {world.limits.mailbox_capacity}"
+                f"mailbox_capacity is {world.limits.mailbox_capacity}",
+                limit=world.limits.mailbox_capacity,
+                value=unread,
+                path=target.path,
             )
         now = time.time()
         seq = tree.next_seq()

@@ -28,6 +28,7 @@ from retinue.errors import (
     UnknownProfile,
 )
 from retinue.protocol import paths
+from retinue.protocol.checks import check_text, preview
 from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.tools import ceiling_message, exceeds_ceiling
@@ -54,7 +55,7 @@ class Spawner:
         me = self.world.sender(command.sender)
         parent = me
         if me is None and command.parent not in (None, paths.ROOT):
-            parent = self.world.find(None, command.parent)
+            parent = self.world.find(None, command.parent, "parent")
         return self._spawn(tx, parent, command.profile, command.task, command.name)
 
     def spawn_many(self, tx: Transition, command: SpawnMany) -> list[AgentInfo | RetinueError]:
@@ -68,7 +69,10 @@ class Spawner:
         requests = command.requests
         if len(requests) > self.world.limits.fanout_cap:
             raise FanoutLimitExceeded(
-                f"a batch of {len(requests)} exceeds fanout_cap {self.world.limits.fanout_cap}"
+                f"a batch of {len(requests)} exceeds fanout_cap {self.world.limits.fanout_cap}",
+                limit=self.world.limits.fanout_cap,
+                value=len(requests),
+                path=None if me is None else me.path,
             )
         results: list[AgentInfo | RetinueError] = []
         for request in requests:
@@ -85,12 +89,19 @@ class Spawner:
         tree = world.tree
         limits = world.limits
         profile = require_str(profile, "profile")
-        require_str(task, "task")
+        check_text(task, "task")
         if profile not in world.profiles:
-            raise UnknownProfile(f"unknown profile {profile!r}; known: {sorted(world.profiles)}")
+            raise UnknownProfile(
+                f"unknown profile {preview(profile)}; known: {sorted(world.profiles)}"
+            )
         if parent is not None:
             if parent.state is AgentState.CLOSED:
                 raise AgentClosed(f"{parent.path} is closed")
+            if parent.profile not in world.profiles:
+                raise UnknownProfile(
+                    f"{parent.path} has profile {parent.profile!r}, which this runtime does "
+                    "not define, so it may spawn nothing"
+                )
             allowed = world.profiles[parent.profile].subagents
             if profile not in allowed:
                 raise NotPermitted(
@@ -105,33 +116,48 @@ class Spawner:
         agent_id = uuid.uuid4().hex
         if name is None:
             name = paths.derive_name(agent_id)
-        name = paths.validate_name(require_str(name, "name"))
+        name = paths.validate_name(name, field="name")
         parent_path = paths.ROOT if parent is None else parent.path
         path = paths.join(parent_path, name)
         depth = paths.depth(path)
         cap = limits.depth_cap
         if depth > cap:
-            raise DepthLimitExceeded(f"{path} would be at depth {depth}; depth_cap is {cap}")
+            raise DepthLimitExceeded(
+                f"{path} would be at depth {depth}; depth_cap is {cap}",
+                limit=cap,
+                value=depth,
+                path=path,
+            )
         if path in tree.live_paths:
             raise DuplicateAgentPath(f"a live agent already holds {path}")
         parent_id = None if parent is None else parent.id
         live = len(tree.live_children(parent_id))
         if parent is not None and live >= limits.fanout_cap:
             raise FanoutLimitExceeded(
-                f"{parent_path} already has {live} live children; fanout_cap is {limits.fanout_cap}"
+                f"{parent_path} already has {live} live children; "
+                f"fanout_cap is {limits.fanout_cap}",
+                limit=limits.fanout_cap,
+                value=live,
+                path=parent_path,
             )
         if tree.live_count >= limits.max_agents:
             raise AgentLimitExceeded(
                 f"the runtime already has {tree.live_count} live agents; "
-                f"max_agents is {limits.max_agents}"
+                f"max_agents is {limits.max_agents}",
+                limit=limits.max_agents,
+                value=tree.live_count,
             )
         if parent is not None:
             top = tree.top_of[parent.id]
             in_tree = tree.tree_count.get(top, 0)
             if in_tree >= limits.max_tree_agents:
+                top_path = tree.agents[top].path
                 raise AgentLimitExceeded(
-                    f"the tree of {tree.agents[top].path} already has {in_tree} live "
-                    f"agents; max_tree_agents is {limits.max_tree_agents}"
+                    f"the tree of {top_path} already has {in_tree} live "
+                    f"agents; max_tree_agents is {limits.max_tree_agents}",
+                    limit=limits.max_tree_agents,
+                    value=in_tree,
+                    path=top_path,
                 )
         return agent_id, name, path
 

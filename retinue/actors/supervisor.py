@@ -57,7 +57,7 @@ from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import BUSY, World, agent_list, info_of
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
-from retinue.actors.lifecycle import Lifecycle
+from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
@@ -130,6 +130,7 @@ class Supervisor:
                 raise RuntimeClosed("the runtime is closing")
             tx.result = self.dispatch(tx, command)
             self.router.wake_drained(tx)
+            self.waiters.end_idle_host_waits(tx)
         except RetinueError as exc:
             tx.result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
@@ -285,7 +286,14 @@ class Supervisor:
         world.restoring = True
         for record in list(tree.agents.values()):
             if record.state in BUSY:
-                record = world.update(record, state=AgentState.INTERRUPTED, output=None, error=None)
+                error = (
+                    INTERRUPTED_QUEUED
+                    if record.state is AgentState.STARTING
+                    else INTERRUPTED_RUNNING
+                )
+                record = world.update(
+                    record, state=AgentState.INTERRUPTED, output=None, error=error
+                )
                 self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
                 interrupted.append(record)
         for key in list(tree.pending):

@@ -54,6 +54,8 @@ class Transition:
         started: agent actors started for turns (stopped if the commit fails).
         drained: agents whose completion backlog shrank (they may wake).
         closing_subtree: agents a close_tree is closing (none of them is woken).
+        idle_hosts: agents with host waits left unanswered; once the command is
+            done, those waits end with ``NothingToWaitFor`` if the agent is idle.
     """
 
     __slots__ = (
@@ -63,6 +65,7 @@ class Transition:
         "drained",
         "effects",
         "events",
+        "idle_hosts",
         "reply",
         "result",
         "started",
@@ -80,6 +83,7 @@ class Transition:
         self.started: list[pykka.ActorRef[Any]] = []
         self.drained: set[str] = set()
         self.closing_subtree: set[str] = set()
+        self.idle_hosts: set[str] = set()
         self._record_events = record_events
 
     def after(self, effect: Callable[[], None]) -> None:

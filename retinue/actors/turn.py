@@ -40,6 +40,7 @@ from retinue.errors import (
     RetinueError,
     WaitTimeout,
 )
+from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
@@ -68,19 +69,17 @@ def resolve_timeout(timeout: float | None, limits: Limits) -> float:
     """Return the wait time to use: ``wait_default_s`` for None.
 
     Raises:
-        InvalidArgument: negative, or above ``wait_max_s``.
+        ArgumentTypeError: not a number.
+        InvalidArgument: NaN, infinite, negative, or above ``wait_max_s``.
     """
     if timeout is None:
         return limits.wait_default_s
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise InvalidArgument(f"timeout must be a number of seconds, not {timeout!r}")
-    if timeout < 0:
-        raise InvalidArgument("timeout must not be negative")
-    if timeout > limits.wait_max_s:
+    seconds = check_seconds(timeout, "timeout")
+    if seconds > limits.wait_max_s:
         raise InvalidArgument(
             f"timeout {timeout} exceeds wait_max_s {limits.wait_max_s}; raise the limit"
         )
-    return float(timeout)
+    return seconds
 
 
 def _expire(future: concurrent.futures.Future[Any], give_up: Callable[[], None]) -> None:
@@ -369,7 +368,10 @@ class Turn:
         items = list(requests)
         if len(items) > self.limits.fanout_cap:
             raise FanoutLimitExceeded(
-                f"run_many got {len(items)} requests; fanout_cap is {self.limits.fanout_cap}"
+                f"run_many got {len(items)} requests; fanout_cap is {self.limits.fanout_cap}",
+                limit=self.limits.fanout_cap,
+                value=len(items),
+                path=self.agent.path,
             )
         for item in items:
             if not (isinstance(item, tuple | list) and len(item) == 2):

@@ -14,10 +14,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from retinue.actors.commands import GiveUpWait, Unreceive, Wait
-from retinue.actors.core import World
+from retinue.actors.core import BUSY, World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
-from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, WaitTimeout
+from retinue.errors import (
+    AgentBusy,
+    AgentClosed,
+    NothingToWaitFor,
+    NotPermitted,
+    RetinueError,
+    WaitTimeout,
+)
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 
@@ -95,10 +102,75 @@ class Waiters:
 
         Raises:
             UnknownAgent: no such agent.
+            NothingToWaitFor: the agent is idle, the host received every
+                completion it keeps and nothing may wake it: the wait could
+                only run out its time.
         """
         record = self.world.find(None, command.ref)
+        idle = self.nothing_to_wait_for(record)
+        if idle is not None:
+            raise idle
         self.host.setdefault(record.id, []).append(HostWaiter(tx.defer()))
         self.serve_host(tx, record.id)
+
+    def nothing_to_wait_for(self, record: AgentRecord) -> NothingToWaitFor | None:
+        """Return the error for a host wait on ``record`` that nothing can answer, or None.
+
+        Nothing can when the agent is neither queued nor running (nor closed,
+        which ends waits with ``AgentClosed``), the host received every
+        completion it keeps, and nothing may wake it (:meth:`_may_be_woken`).
+        """
+        if record.state in BUSY or record.state is AgentState.CLOSED:
+            return None
+        if host_next(record, self.world.tree.completions.get(record.id, {})) is not None:
+            return None
+        if self._may_be_woken(record):
+            return None
+        return NothingToWaitFor(
+            f"{record.path} is {record.state}: no turn is queued or running and the host "
+            f"has received every completion it keeps (its last turn is {record.generation}), "
+            "so nothing will come; give it a new turn (follow_up, resume) before waiting"
+        )
+
+    def _may_be_woken(self, record: AgentRecord) -> bool:
+        """Return whether an idle agent may still get a turn nobody asked for.
+
+        It may if it wakes on completions and a completion is pending for it
+        (held back by a full backlog) or a live descendant has a turn queued
+        or running, whose completion may reach it.
+        """
+        world = self.world
+        if not getattr(world.profiles.get(record.profile), "wake_on_completion", False):
+            return False
+        tree = world.tree
+        if tree.pending_for(record.id):
+            return True
+        stack = list(tree.live_children(record.id))
+        while stack:
+            child = tree.agents[stack.pop()]
+            if child.state in BUSY:
+                return True
+            stack.extend(tree.live_children(child.id))
+        return False
+
+    def end_idle_host_waits(self, tx: Transition) -> None:
+        """End host waits left on agents that went idle with nothing left for the host.
+
+        Run once a command is done (a wake it queued counts as work to come).
+        """
+        tree = self.world.tree
+        while tx.idle_hosts:
+            agent_id = tx.idle_hosts.pop()
+            record = tree.agents.get(agent_id)
+            if record is None or not self.host.get(agent_id):
+                continue
+            error = self.nothing_to_wait_for(record)
+            if error is None:
+                continue
+            for waiter in self.host.pop(agent_id):
+                future = waiter.future
+                if future.set_running_or_notify_cancel():
+                    tx.after(lambda f=future, e=error: f.set_exception(e))  # type: ignore[misc]
 
     def serve_host(self, tx: Transition, agent_id: str) -> None:
         """Answer host waits on ``agent_id`` with completions they have not received.
@@ -126,6 +198,7 @@ class Waiters:
         if not waiters:
             self.host.pop(agent_id, None)
             return
+        tx.idle_hosts.add(agent_id)  # checked once the command is done (a wake may follow)
         if tree.agents[agent_id].state is AgentState.CLOSED:
             closed = AgentClosed(f"{tree.agents[agent_id].path} is closed")
             for waiter in self.host.pop(agent_id):
@@ -160,9 +233,12 @@ class Waiters:
                 if not waiters:
                     del self.host[agent_id]
                 if future.set_running_or_notify_cancel():
-                    path = self.world.tree.agents[agent_id].path
+                    record = self.world.tree.agents[agent_id]
                     future.set_exception(
-                        WaitTimeout(f"{path} did not settle within {seconds:g}s; it keeps running")
+                        self.nothing_to_wait_for(record)
+                        or WaitTimeout(
+                            f"{record.path} did not settle within {seconds:g}s; it keeps running"
+                        )
                     )
                 return
 

@@ -6,6 +6,13 @@ No threads and no I/O; these modules import nothing of retinue but
 
 from __future__ import annotations
 
+from retinue.protocol.checks import (
+    PREVIEW_CHARS,
+    check_key,
+    check_seconds,
+    check_text,
+    preview,
+)
 from retinue.protocol.graph import (
     validate_graph,
 )
@@ -46,6 +53,7 @@ from retinue.protocol.results import (
 from retinue.protocol.text import (
     HEAD_TRUNCATION_MARKER,
     TAIL_TRUNCATION_MARKER,
+    bounded_text,
     safe_terminal_text,
     truncate_utf8,
     truncate_utf8_tail,
@@ -65,12 +73,17 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "MAX_NAME_LENGTH",
     "MAX_PATH_LENGTH",
     "MAX_STRING_BYTES",
+    "PREVIEW_CHARS",
     "RESULT_VERSION",
     "ROOT",
     "ResultStatus",
     "StructuredResult",
     "TAIL_TRUNCATION_MARKER",
     "Verification",
+    "bounded_text",
+    "check_key",
+    "check_seconds",
+    "check_text",
     "depth",
     "derive_name",
     "is_immediate_child",
@@ -78,6 +91,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "name_of",
     "parent_of",
     "parse_result",
+    "preview",
     "resolve",
     "result_instruction",
     "safe_terminal_text",

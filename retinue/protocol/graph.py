@@ -2,9 +2,17 @@
 
 A profile names the profiles it may spawn. :func:`validate_graph` walks that
 graph once, iteratively (no recursion, linear in nodes plus edges), and
-returns every profile's delegation depth: a profile with no children has
-depth 0, any other has 1 + the deepest of its children. A child that is not a
-profile of the graph is a leaf (depth 0), not an error.
+returns every profile's delegation depth.
+
+Depth is counted as the runtime counts it: an agent's depth is the number of
+segments of its path below ``/root``, so a top-level agent is at depth 1, its
+children at 2, and so on; ``depth_cap`` is the deepest allowed. A profile's
+delegation depth is the depth the deepest agent of its chain reaches when
+the profile is spawned at the top: a profile with no children has depth 1,
+any other has 1 + the deepest of its children, so ``a -> b -> c`` has depth
+3 and needs ``depth_cap >= 3``. A graph that passes the check with the
+runtime's ``depth_cap`` therefore never hits that cap at run time. A child
+that is not a profile of the graph is a leaf (depth 1), not an error.
 """
 
 from __future__ import annotations
@@ -80,10 +88,12 @@ def validate_graph(
 
     ``graph`` is a mapping ``{profile: [child profiles]}`` or an iterable of
     objects with ``.name`` and ``.subagents``. ``cap`` defaults to
-    ``Limits.from_env().depth_cap``; a chain of exactly ``cap`` edges is
-    accepted. Depths are computed bottom-up, so the depth reported for a
-    chain that is too deep is ``cap + 1``. A cycle is reported in preference
-    to a depth error. The result lists the profiles in input order.
+    ``Limits.from_env().depth_cap``. Depth counts profiles, as the runtime
+    counts path segments below ``/root`` (see the module docstring): a leaf
+    profile has depth 1 and a chain of exactly ``cap`` profiles is accepted.
+    Depths are computed bottom-up, so the depth reported for a chain that is
+    too deep is ``cap + 1``. A cycle is reported in preference to a depth
+    error. The result lists the profiles in input order.
 
     Raises:
         DelegationCycleError: profiles delegate in a cycle (a self-loop too);
@@ -115,7 +125,7 @@ def validate_graph(
         path: list[str] = [start]
         position: dict[str, int] = {start: 0}
         iterators: list[Iterator[str]] = [iter(adjacency[start])]
-        best: list[int] = [0]
+        best: list[int] = [1]
         while path:
             for child in iterators[-1]:
                 if child in position:
@@ -123,13 +133,15 @@ def validate_graph(
                 known = depths.get(child)
                 if known is not None:
                     best[-1] = max(best[-1], known + 1)
-                elif child not in adjacency:
-                    best[-1] = max(best[-1], 1)
+                elif child not in adjacency:  # a leaf of depth 1 below this node
+                    best[-1] = max(best[-1], 2)
+                    if cap < 1 and too_deep is None:
+                        too_deep = 1
                 else:
                     position[child] = len(path)
                     path.append(child)
                     iterators.append(iter(adjacency[child]))
-                    best.append(0)
+                    best.append(1)
                     break
             else:
                 node = path.pop()

@@ -17,6 +17,7 @@ import hashlib
 import re
 
 from retinue.errors import ArgumentTypeError, InvalidAgentPath
+from retinue.protocol.checks import preview
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -63,8 +64,31 @@ def _check_name(name: str) -> None:
         raise InvalidAgentPath(_NAME_BAD)
 
 
-def validate_name(name: str) -> str:
+def _renamed(exc: InvalidAgentPath, field: str, value: str) -> InvalidAgentPath:
+    """Restate a path-rule error for the argument ``field`` the caller passed.
+
+    ``task_name must ...`` becomes ``<field> 'Bad': every name in it must
+    ...`` (or ``<field> 'Bad' must ...`` when ``field`` is a name itself),
+    quoting at most a short prefix of the value.
+    """
+    message = str(exc)
+    if message.startswith("task_name "):
+        rule = message[len("task_name ") :]
+        if field in ("name", "task_name"):
+            return InvalidAgentPath(f"{field} {preview(value)} {rule}")
+        return InvalidAgentPath(f"{field} {preview(value)}: every name in it {rule}")
+    if message.startswith("agent path "):
+        rule = message[len("agent path ") :]
+        return InvalidAgentPath(f"{field} {preview(value)} {rule}")
+    return InvalidAgentPath(f"{field} {preview(value)}: {message}")
+
+
+def validate_name(name: str, *, field: str | None = None) -> str:
     """Return ``name`` unchanged if it is a valid task name.
+
+    ``field`` names the caller's argument in the error (``name must use
+    ...``, quoting a short prefix of the value); by default the message
+    says ``task_name``.
 
     Raises:
         ArgumentTypeError: ``name`` is not a ``str``.
@@ -73,12 +97,21 @@ def validate_name(name: str) -> str:
             underscores`` (empty, ``root``, ``.``, ``..``, uppercase, ``-``,
             ``/``, whitespace, ...; the whole string must match).
     """
-    _check_name(_require_str(name, "task_name"))
+    _require_str(name, field or "task_name")
+    try:
+        _check_name(name)
+    except InvalidAgentPath as exc:
+        if field is None:
+            raise
+        raise _renamed(exc, field, name) from None
     return name
 
 
-def validate(path: str) -> str:
+def validate(path: str, *, field: str | None = None) -> str:
     """Return ``path`` unchanged if it is a valid agent path.
+
+    ``field`` names the caller's argument in the error (``parent must start
+    with /root``, quoting a short prefix of the value).
 
     Checks, in this order: it is ``/root`` or starts with ``/root/``; it does
     not end with ``/``; it is at most 1024 characters; it has no empty
@@ -91,7 +124,17 @@ def validate(path: str) -> str:
             with /``, ``agent path is too long``, ``agent path must not contain
             empty segments``, or a :func:`validate_name` message).
     """
-    _require_str(path, "agent path")
+    _require_str(path, field or "agent path")
+    if field is None:
+        return _validate(path)
+    try:
+        return _validate(path)
+    except InvalidAgentPath as exc:
+        raise _renamed(exc, field, path) from None
+
+
+def _validate(path: str) -> str:
+    """Check an agent path (already a str); see :func:`validate`."""
     if path == ROOT:
         return path
     if not path.startswith(_ROOT_PREFIX):
@@ -170,8 +213,11 @@ def is_immediate_child(path: str, parent: str) -> bool:
     return path.rsplit("/", 1)[0] == parent
 
 
-def resolve(sender_path: str, reference: str) -> str:
+def resolve(sender_path: str, reference: str, *, field: str | None = None) -> str:
     """Resolve a path ``reference`` made by the agent at ``sender_path``.
+
+    ``field`` names the caller's argument (``ref``, ``to``, ``parent``) in
+    the error, with a short prefix of the reference.
 
     An absolute reference (starting with ``/``) is validated and returned as
     it is. A relative one (``child`` or ``child/grandchild``) is joined below
@@ -183,12 +229,17 @@ def resolve(sender_path: str, reference: str) -> str:
         InvalidAgentPath: the sender path, the reference or the result is invalid.
     """
     validate(sender_path)
-    _require_str(reference, "agent reference")
-    if reference.startswith("/"):
-        return validate(reference)
-    for segment in reference.split("/"):
-        _check_name(segment)
-    return validate(sender_path + "/" + reference)
+    _require_str(reference, field or "agent reference")
+    try:
+        if reference.startswith("/"):
+            return _validate(reference)
+        for segment in reference.split("/"):
+            _check_name(segment)
+        return _validate(sender_path + "/" + reference)
+    except InvalidAgentPath as exc:
+        if field is None:
+            raise
+        raise _renamed(exc, field, reference) from None
 
 
 def derive_name(agent_id: str) -> str:

@@ -19,6 +19,7 @@ from retinue.errors import ArgumentTypeError, InvalidArgument
 __all__ = [
     "HEAD_TRUNCATION_MARKER",
     "TAIL_TRUNCATION_MARKER",
+    "bounded_text",
     "safe_terminal_text",
     "truncate_utf8",
     "truncate_utf8_tail",
@@ -119,6 +120,24 @@ def truncate_utf8_tail(text: str, max_bytes: int) -> tuple[str, bool]:
     if budget < 0:
         return _head(_TAIL_MARKER, max_bytes).decode("utf-8"), True
     return (_TAIL_MARKER + _tail(data, budget)).decode("utf-8"), True
+
+
+def bounded_text(text: str, max_bytes: int) -> str:
+    """Return ``text`` made storable and cut to ``max_bytes`` of UTF-8.
+
+    For text the runtime keeps but did not get from a caller it could refuse
+    (a runner's error, a turn's output): lone surrogates are escaped as
+    ``\\udXXX`` (the information is kept, unlike U+FFFD), then the head is
+    kept with ``…[truncated]`` if it is too long (see :func:`truncate_utf8`).
+
+    Raises:
+        ArgumentTypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
+        InvalidArgument: ``max_bytes`` is negative.
+    """
+    _check_args(text, max_bytes, "max_bytes")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return truncate_utf8(text, max_bytes)[0]
 
 
 def safe_terminal_text(text: str, max_chars: int) -> str:

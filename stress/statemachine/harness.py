@@ -28,7 +28,7 @@ from retinue.protocol.messages import (
 )
 
 LIMITS = Limits(
-    depth_cap=3,
+    depth_cap=4,
     fanout_cap=3,
     max_tree_agents=8,
     max_agents=20,
@@ -47,10 +47,13 @@ RUNNER_EXIT_S = 10.0  # runner threads must all end this soon after the runtime 
 
 BUSY = (AgentState.STARTING, AgentState.RUNNING)
 SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
+# The error of an interrupted turn: queued (never ran) or running when interrupted.
+INTERRUPT_ERRORS = ("interrupted before execution", "interrupted")
 HOST = "/root"
 
-# The team: boss -> lead -> mid -> echo/gated is one edge deeper than depth_cap allows
-# for a top-level boss, so the deepest spawns hit DepthLimitExceeded.
+# The team: boss -> lead -> mid -> echo/gated is exactly depth_cap deep for a
+# top-level boss (the graph check counts as the runtime does), so no spawn the
+# graph allows hits DepthLimitExceeded; the model still predicts it for any.
 SUBAGENTS: dict[str, tuple[str, ...]] = {
     "boss": ("lead", "echo"),
     "lead": ("mid", "echo", "gated"),

@@ -26,6 +26,7 @@ from retinue.protocol.messages import (
 from stress.statemachine.harness import (
     BUSY,
     HOST,
+    INTERRUPT_ERRORS,
     LIMITS,
     NAMES,
     RUNNER_EXIT_S,
@@ -144,6 +145,13 @@ class RetinueMachine(HostRules, StoreCheck, RuleBasedStateMachine):
             expected[agent_id] = info
             self.agents[agent_id].info = info
         records, completions, messages = read_store(self.store_path)
+        for agent_id, info in before.items():
+            if info.state in BUSY:  # queued or running when the runtime closed: which one?
+                error = records[agent_id].error if agent_id in records else None
+                if error not in INTERRUPT_ERRORS:
+                    fail(f"{info.path} was interrupted by close but its error is {error!r}")
+                expected[agent_id] = msgspec.structs.replace(expected[agent_id], error=error)
+                self.agents[agent_id].info = expected[agent_id]
         self.check_store(expected, records, completions, messages)
         self.rt = self._open()
         if self.rt.diagnostics:
@@ -303,8 +311,8 @@ class RetinueMachine(HostRules, StoreCheck, RuleBasedStateMachine):
             info = agent.info
             log = h.turns.get((info.id, info.generation))
             if info.state is AgentState.INTERRUPTED:
-                if (info.output, info.error) != (None, None):
-                    fail(f"interrupted {info.path} shows a result: {info}")
+                if info.output is not None or info.error not in INTERRUPT_ERRORS:
+                    fail(f"interrupted {info.path} shows a result or lacks its error: {info}")
             elif info.state in (AgentState.COMPLETED, AgentState.FAILED):
                 status = CompletionStatus(str(info.state))
                 as_completion = Completion(

@@ -21,6 +21,7 @@ from retinue.protocol.messages import (
 from stress.statemachine.harness import (
     BUSY,
     HOST,
+    INTERRUPT_ERRORS,
     INVALID_REF,
     STATS,
     TRACE,
@@ -203,8 +204,8 @@ class Model:
         """A completion must match what its runner returned (or be an interrupt)."""
         log = self.harness.turns.get((done.agent_id, done.generation))
         if done.status is CompletionStatus.INTERRUPTED:
-            if (done.output, done.error) != (None, None):
-                fail(f"{where}: interrupted completion {done.id} carries a result: {done}")
+            if done.output is not None or done.error not in INTERRUPT_ERRORS:
+                fail(f"{where}: interrupted completion {done.id} has the wrong result: {done}")
             return
         if log is None or log.outcome is None:
             fail(f"{where}: completion {done.id} is {done.status} but its runner never finished")

@@ -26,6 +26,7 @@ from retinue.errors import (
     InvalidAgentPath,
     MailboxFull,
     MessageTooLarge,
+    NothingToWaitFor,
     NotPermitted,
     UnknownProfile,
     WaitTimeout,
@@ -39,6 +40,7 @@ from stress.statemachine.harness import (
     COORDINATORS,
     DEDUP_KEYS,
     HOST,
+    INTERRUPT_ERRORS,
     KEY_MAX,
     LIMITS,
     MAX,
@@ -317,8 +319,8 @@ class HostRules(Model):
             STATS[f"interrupted_{before.state}"] += 1
         if (info.id, info.generation, info.state) != (before.id, before.generation, state):
             fail(f"{op} returned {info}; before it was {before.state} at {before.generation}")
-        if agent.busy and (info.output, info.error) != (None, None):
-            fail(f"{op}: an interrupted turn kept an output: {info}")
+        if agent.busy and (info.output is not None or info.error not in INTERRUPT_ERRORS):
+            fail(f"{op}: an interrupted turn kept an output or lacks its error: {info}")
 
     @precondition(lambda self: self.live())
     @rule(index=st.integers(0, 63), form=st.sampled_from(REF_FORMS))
@@ -393,6 +395,8 @@ class HostRules(Model):
                     expect.add(AgentClosed, f"{agent.info.path} is closed with nothing left")
                 else:
                     expect.add(WaitTimeout, f"{agent.info.path} has nothing new")
+                    if not agent.busy:  # unless a child's completion may still wake it
+                        expect.add(NothingToWaitFor, f"{agent.info.path} is idle")
         op = f"wait({ref!r}, timeout={timeout})"
         done, error = self.call("wait", lambda: self.rt.wait(ref, timeout=timeout))
         if not self.judge(op, error, expect):

@@ -40,11 +40,11 @@ def chain(edges: int, prefix: str = "n") -> dict[str, list[str]]:
 
 def test_depths_of_a_small_graph() -> None:
     graph = {"lead": ["review", "research"], "review": ["lint"], "research": [], "lint": []}
-    assert validate_graph(graph, cap=5) == {"lead": 2, "review": 1, "research": 0, "lint": 0}
+    assert validate_graph(graph, cap=5) == {"lead": 3, "review": 2, "research": 1, "lint": 1}
 
 
 def test_unknown_child_is_a_leaf() -> None:
-    assert validate_graph({"a": ["ghost"], "b": []}, cap=5) == {"a": 1, "b": 0}
+    assert validate_graph({"a": ["ghost"], "b": []}, cap=5) == {"a": 2, "b": 1}
 
 
 def test_result_keeps_input_order() -> None:
@@ -54,16 +54,16 @@ def test_result_keeps_input_order() -> None:
 
 def test_diamond_uses_the_deepest_child() -> None:
     graph = {"top": ["left", "right"], "left": ["bottom"], "right": [], "bottom": ["x"]}
-    assert validate_graph(graph, cap=5)["top"] == 3
+    assert validate_graph(graph, cap=5)["top"] == 4
 
 
 def test_iterable_of_profile_objects() -> None:
     profiles = [Profile("lead", ["worker"]), Profile("worker", ["tool"]), Profile("tool")]
-    assert validate_graph(profiles, cap=5) == {"lead": 2, "worker": 1, "tool": 0}
+    assert validate_graph(profiles, cap=5) == {"lead": 3, "worker": 2, "tool": 1}
 
 
 def test_children_may_be_any_iterable() -> None:
-    assert validate_graph({"a": ("b",), "b": iter([])}, cap=5) == {"a": 1, "b": 0}
+    assert validate_graph({"a": ("b",), "b": iter([])}, cap=5) == {"a": 2, "b": 1}
 
 
 def test_empty_graph() -> None:
@@ -79,7 +79,7 @@ def test_memoised_not_exponential() -> None:
         graph[f"a{i}"] = [f"a{i + 1}", f"b{i + 1}"]
         graph[f"b{i}"] = [f"a{i + 1}", f"b{i + 1}"]
     depths = validate_graph(graph, cap=BIG)
-    assert depths["a0"] == depths["b0"] == levels
+    assert depths["a0"] == depths["b0"] == levels + 1
 
 
 # -- cycles ------------------------------------------------------------------------
@@ -132,36 +132,45 @@ def test_chain_of_seven_edges_with_cap_five_reports_depth_six() -> None:
     assert isinstance(info.value, DelegationGraphError)
 
 
-def test_chain_of_exactly_cap_edges_is_accepted() -> None:
-    assert validate_graph(chain(5), cap=5)["n0"] == 5
+def test_chain_of_exactly_cap_profiles_is_accepted() -> None:
+    # Five profiles (four edges): spawned at the top, the last runs at depth 5.
+    assert validate_graph(chain(4), cap=5)["n0"] == 5
 
 
-def test_chain_of_cap_plus_one_edges_is_refused() -> None:
+def test_chain_of_cap_plus_one_profiles_is_refused() -> None:
     with pytest.raises(DelegationDepthError, match=r"^subagent depth 6 exceeds cap 5$"):
-        validate_graph(chain(6), cap=5)
+        validate_graph(chain(5), cap=5)
 
 
-def test_chain_ending_in_an_unknown_leaf_counts_that_edge() -> None:
+def test_depth_counts_as_the_runtime_does_a_top_level_agent_is_depth_one() -> None:
+    # a -> b -> c puts c at /root/a/b/c, depth 3: the issue's example.
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 3 exceeds cap 2$"):
+        validate_graph({"a": ["b"], "b": ["c"]}, cap=2)
+    assert validate_graph({"a": ["b"], "b": ["c"]}, cap=3) == {"a": 3, "b": 2}
+    assert validate_graph({"solo": []}, cap=1) == {"solo": 1}
+
+
+def test_chain_ending_in_an_unknown_leaf_counts_that_leaf() -> None:
     graph = {"a": ["b"], "b": ["unknown"]}
-    assert validate_graph(graph, cap=2) == {"a": 2, "b": 1}
-    with pytest.raises(DelegationDepthError, match=r"^subagent depth 2 exceeds cap 1$"):
-        validate_graph(graph, cap=1)
+    assert validate_graph(graph, cap=3) == {"a": 3, "b": 2}
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 3 exceeds cap 2$"):
+        validate_graph(graph, cap=2)
 
 
-def test_cap_zero_allows_no_delegation() -> None:
-    assert validate_graph({"a": [], "b": []}, cap=0) == {"a": 0, "b": 0}
+def test_cap_zero_allows_no_profile() -> None:
+    assert validate_graph({}, cap=0) == {}
     with pytest.raises(DelegationDepthError, match=r"^subagent depth 1 exceeds cap 0$"):
-        validate_graph({"a": ["b"]}, cap=0)
+        validate_graph({"a": []}, cap=0)
 
 
 def test_cap_defaults_to_limits_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RETINUE_DEPTH_CAP", raising=False)
-    assert validate_graph(chain(5))["n0"] == 5
+    assert validate_graph(chain(4))["n0"] == 5
     with pytest.raises(DelegationDepthError, match=r"^subagent depth 6 exceeds cap 5$"):
-        validate_graph(chain(6))
+        validate_graph(chain(5))
     monkeypatch.setenv("RETINUE_DEPTH_CAP", "2")
     with pytest.raises(DelegationDepthError, match=r"^subagent depth 3 exceeds cap 2$"):
-        validate_graph(chain(3))
+        validate_graph(chain(2))
 
 
 # -- bad input ---------------------------------------------------------------------
@@ -202,8 +211,8 @@ def test_duplicate_profile_names_are_refused() -> None:
 def test_100_000_node_chain_with_a_large_cap() -> None:
     depths = validate_graph(chain(99_999), cap=BIG)
     assert len(depths) == 100_000
-    assert depths["n0"] == 99_999
-    assert depths["n99999"] == 0
+    assert depths["n0"] == 100_000
+    assert depths["n99999"] == 1
 
 
 def test_100_000_node_chain_over_the_cap() -> None:
@@ -224,10 +233,10 @@ def test_100_000_node_cycle() -> None:
 
 
 def brute_force_depth(graph: dict[str, list[str]], node: str) -> int:
-    """Longest path length from ``node``, by plain recursion over an acyclic graph."""
+    """Profiles on the longest chain from ``node`` (a leaf is 1), by plain recursion."""
     children = graph.get(node)
     if not children:
-        return 0
+        return 1
     return 1 + max(brute_force_depth(graph, child) for child in children)
 
 

@@ -468,13 +468,13 @@ def test_protocol_package_all_is_sorted_and_every_name_imports() -> None:
         assert getattr(protocol, name) is not None
     for name in ["ROOT", "Limits", "validate_graph", "parse_result", "truncate_utf8"]:
         assert name in protocol.__all__
-    for module in ["paths", "limits", "graph", "results", "text"]:
+    for module in ["paths", "limits", "graph", "results", "text", "checks"]:
         names = getattr(protocol, module).__all__
         assert names == sorted(names), module
         assert set(names) <= set(protocol.__all__), module
 
 
-@pytest.mark.parametrize("module", ["paths", "limits", "graph", "results", "text"])
+@pytest.mark.parametrize("module", ["paths", "limits", "graph", "results", "text", "checks"])
 def test_protocol_modules_import_only_errors_and_each_other(module: str) -> None:
     import ast
     import importlib

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Gate, OpenRuntime, echo, wait_until
+from conftest import Gate, OpenRuntime, act, echo, wait_until
 
 from retinue import (
     AgentBusy,
@@ -23,6 +23,7 @@ from retinue import (
     DuplicateAgentPath,
     FanoutLimitExceeded,
     InvalidAgentPath,
+    Limits,
     NotPermitted,
     Profile,
     RetinueError,
@@ -30,6 +31,7 @@ from retinue import (
     Turn,
     UnknownAgent,
     UnknownProfile,
+    validate_graph,
 )
 
 
@@ -157,8 +159,6 @@ def test_open_checks_the_delegation_graph(store_path: Path) -> None:
                 Profile("b", subagents=["a"], runner=echo),
             ],
         )
-    from retinue import Limits
-
     with pytest.raises(DelegationDepthError):
         Runtime.open(
             store_path,
@@ -170,27 +170,61 @@ def test_open_checks_the_delegation_graph(store_path: Path) -> None:
 # -- caps at their limits ------------------------------------------------------------
 
 
-def test_depth_cap_allows_the_cap_and_refuses_one_deeper(open_runtime: OpenRuntime) -> None:
-    refusals: list[RetinueError] = []
+def test_a_team_that_passes_the_graph_check_never_hits_the_depth_cap(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    # lead -> mid -> leaf puts leaf at /root/a/b/c, depth 3: the check counts
+    # as the runtime does, so cap 2 refuses the team at open ...
+    with pytest.raises(DelegationDepthError, match=r"^subagent depth 3 exceeds cap 2$"):
+        Runtime.open(store_path, profiles=tree_profiles(echo, echo), limits=Limits(depth_cap=2))
+    assert validate_graph({"a": ["b"], "b": ["c"]}, cap=3) == {"a": 3, "b": 2}
 
+    # ... and cap 3 runs the whole chain, the deepest agent exactly at the cap.
     def mid(turn: Turn) -> str:
-        try:
-            turn.spawn("leaf", "too deep", name="c")
-        except DepthLimitExceeded as exc:
-            refusals.append(exc)
-            return "refused"
-        return "spawned"
+        return str(turn.run("leaf", "deepest", name="c", timeout=5).output)
 
     def lead(turn: Turn) -> str:
         return str(turn.run("mid", "m", name="b", timeout=5).output)
 
-    rt = open_runtime(tree_profiles(lead, mid), depth_cap=2)
+    rt = open_runtime(tree_profiles(lead, mid), depth_cap=3)
     a = rt.spawn("lead", "go", name="a")
-    assert rt.wait(a.id, timeout=5).output == "refused"
-    assert len(refusals) == 1
-    assert rt.get("/root/a/b").depth == 2  # exactly at the cap: accepted
-    with pytest.raises(DepthLimitExceeded):
+    assert rt.wait(a.id, timeout=5).output == "done:deepest"
+    assert rt.get("/root/a/b/c").depth == 3
+
+
+def test_depth_cap_still_refuses_one_deeper_after_a_reopen_with_another_team(
+    open_runtime: OpenRuntime, store_path: Path
+) -> None:
+    # An agent left by one team can sit deeper than a new team's chains assume.
+    def lead(turn: Turn) -> str:
+        return str(turn.run("mid", "m", name="b", timeout=5).output)
+
+    refusals: list[DepthLimitExceeded] = []
+
+    def mid(turn: Turn) -> str:
+        if turn.task == "go deeper":
+            try:
+                turn.spawn("leaf", "too deep", name="c")
+            except DepthLimitExceeded as exc:
+                refusals.append(exc)
+                return "refused"
+        return "spawned nothing"
+
+    rt = open_runtime(tree_profiles(lead, mid), depth_cap=3)
+    a = rt.spawn("lead", "go", name="a")
+    assert rt.wait(a.id, timeout=5).output == "spawned nothing"
+    rt.close()
+    # The new team is fine on its own (mid -> leaf is depth 2 <= 2) ...
+    team = [Profile("mid", subagents=["leaf"], runner=mid), Profile("leaf", runner=echo)]
+    rt = open_runtime(team, depth_cap=2)
+    assert rt.get("/root/a/b").depth == 2
+    # ... but /root/a/b is already at depth 2, so its child would be at 3.
+    assert act(rt, "/root/a/b", "go deeper").output == "refused"
+    (refusal,) = refusals
+    assert (refusal.limit, refusal.value, refusal.path) == (2, 3, "/root/a/b/c")
+    with pytest.raises(DepthLimitExceeded) as info:
         rt.spawn("leaf", "host too deep", name="c", parent="/root/a/b")
+    assert (info.value.limit, info.value.value, info.value.path) == (2, 3, "/root/a/b/c")
     assert [x.path for x in rt.agents()] == ["/root/a", "/root/a/b"]
 
 
