@@ -60,8 +60,10 @@ from retinue.errors import (
     ConfigurationError,
     RetinueError,
     RuntimeClosed,
+    StoreError,
 )
 from retinue.llm import model_runner_factory
+from retinue.persistence.options import check_store_options, make_folder, remove_created
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.limits import Limits
@@ -144,26 +146,48 @@ class Runtime:
         (``get``, ``agents``, ``backup``) work, every change raises
         ``StoreReadOnly``.
 
+        Every argument is checked before anything touches the disk, and a
+        failed open leaves nothing behind: a temporary folder, or a store
+        folder this call created, is removed again.
+
         Raises:
+            ArgumentTypeError: an argument of the wrong type (``path`` an
+                int, ``limits`` a dict, ``map_size`` a str, ...).
+            InvalidArgument: ``path`` is blank, contains NUL or names a file;
+                a bad ``map_size`` or ``durability``.
             ConfigurationError: a profile without a runner, or defined twice; a
                 profile whose tools exceed those of a profile that spawns it
                 (the capability ceiling; the message names the extra tools).
             TeamFileError: the team file is unusable (named by table and key).
             DelegationCycleError, DelegationDepthError: a bad profile graph.
+            InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad.
             StoreLocked: another writer holds the store.
             StoreVersionError: the store was written by a newer schema.
             StoreCorrupted: the store's data file is truncated, damaged or lost.
+            StoreError: the folder cannot be created or LMDB refuses it.
         """
         if team is not None and not readonly:
             profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
         rt = cls()
+        options = check_store_options(
+            path,
+            durability=durability,
+            map_size=map_size,
+            readonly=readonly,
+            group_commit=group_commit,
+        )
+        if limits is not None and not isinstance(limits, Limits):
+            raise ArgumentTypeError(
+                f"limits must be a Limits, not {type(limits).__name__}; "
+                "build one with Limits(**fields) or Limits.from_env(**fields)"
+            )
         rt.limits = limits if limits is not None else Limits.from_env()
         rt._bus = EventBus(rt.limits.event_queue_capacity)
-        rt.readonly = readonly
-        if readonly:
-            if path is None:
+        rt.readonly = options.readonly
+        if options.readonly:
+            if options.path is None:
                 raise ConfigurationError("a read-only runtime needs the path of a store")
-            rt.path = Path(path)
+            rt.path = options.path
             rt._store = Store(rt.path, readonly=True)
             try:
                 rt._store.refuse_newer()
@@ -177,18 +201,27 @@ class Runtime:
         rt._profiles, runners = profile_table(
             profiles, runner, rt.limits, model_runner=model_runner_factory(folder)
         )
-        if path is None:
-            rt.path = Path(tempfile.mkdtemp(prefix="retinue-"))
+        created: Path | None
+        if options.path is None:
+            try:
+                rt.path = created = Path(tempfile.mkdtemp(prefix="retinue-"))
+            except OSError as exc:
+                raise StoreError(f"cannot create a temporary store folder: {exc}") from None
             rt._temporary = True
         else:
-            rt.path = Path(path)
-        store = Store(
-            rt.path,
-            durability=durability,
-            map_size=map_size,
-            group_commit=group_commit,
-            create=create,
-        )
+            rt.path = options.path
+            created = make_folder(rt.path)
+        try:
+            store = Store(
+                rt.path,
+                durability=options.durability,
+                map_size=options.map_size,
+                group_commit=options.group_commit,
+                create=create,
+            )
+        except BaseException:
+            remove_created(created)
+            raise
         rt._store = store
         try:
             rt._executor = Executor()
@@ -205,6 +238,7 @@ class Runtime:
             if rt._executor is not None:
                 rt._executor.shutdown(0.0)
             store.close()
+            remove_created(created)
             raise
         rt._core = booted.core
         rt._actor = booted.actor
@@ -350,8 +384,14 @@ class Runtime:
         """Call ``callback(event)`` for every committed transition; return unsubscribe.
 
         Events arrive on one dispatcher thread, in commit order.
+
+        Raises:
+            RuntimeClosed: the runtime is closed (or closing).
         """
-        return self._bus.subscribe(callback)
+        with self._lock:
+            if self._closed or self._closing:
+                raise RuntimeClosed("the runtime is closed; open it again to subscribe")
+            return self._bus.subscribe(callback)
 
     def backup(self, dest: str | os.PathLike[str]) -> Path:
         """Write a compacted hot copy of the live store to ``dest``; return its path."""

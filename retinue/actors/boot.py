@@ -90,9 +90,17 @@ def profile_table(
     """
     table: dict[str, Profile] = {}
     runners: dict[str, Runner] = {}
+    if isinstance(profiles, str | bytes | Profile) or not isinstance(profiles, Iterable):
+        raise ConfigurationError(
+            f"profiles must be a list of Profile objects, not {type(profiles).__name__}"
+        )
+    if runner is not None and not callable(runner):
+        raise ConfigurationError(f"runner must be callable, not {type(runner).__name__}")
     for profile in profiles:
         if not isinstance(profile, Profile):
-            raise ConfigurationError(f"profiles must be Profile objects, not {profile!r}")
+            raise ConfigurationError(
+                f"profiles must be Profile objects, not {type(profile).__name__}"
+            )
         if profile.name in table:
             raise ConfigurationError(f"profile {profile.name!r} is defined twice")
         table[profile.name] = profile

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from retinue.errors import ConfigurationError
+from retinue.errors import ConfigurationError, InvalidArgument
+from retinue.protocol.checks import check_text
 from retinue.protocol.tools import resolve_tools
 
 if TYPE_CHECKING:
@@ -24,6 +25,14 @@ event loop and should use the turn's ``*_async`` operations.
 """
 
 RESULT_FORMATS = (None, "structured")
+
+
+def _check_storable(name: str, what: str) -> None:
+    """Raise ``ConfigurationError`` if ``name`` cannot be stored (a lone surrogate)."""
+    try:
+        check_text(name, what)
+    except InvalidArgument as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,8 @@ class Profile:
         """Check the fields.
 
         Raises:
-            ConfigurationError: an empty name, a non-string subagent, a runner
+            ConfigurationError: an empty or blank name, a non-string subagent, a
+                name with a lone surrogate (it could not be stored), a runner
                 that is not callable, an empty or non-string model, an unknown
                 result format, or bad ``tools`` (not a preset, a coordinator
                 tool name, a malformed name), or a turn_timeout_s that is not a
@@ -77,6 +87,7 @@ class Profile:
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
+        _check_storable(self.name, "a profile name")
         subagents = self.subagents
         if isinstance(subagents, str) or not isinstance(subagents, Iterable):
             raise ConfigurationError(
@@ -85,6 +96,8 @@ class Profile:
         names = tuple(subagents)
         if not all(isinstance(n, str) and n for n in names):
             raise ConfigurationError(f"profile {self.name!r}: subagents must be non-empty strings")
+        for sub in names:
+            _check_storable(sub, f"profile {self.name!r}: a subagent name")
         object.__setattr__(self, "subagents", names)
         if self.runner is not None and not callable(self.runner):
             raise ConfigurationError(f"profile {self.name!r}: runner must be callable")

@@ -90,7 +90,7 @@ def check_text(value: object, field: str, *, allow_blank: bool = False) -> str:
     _check_encodable(text, field)
     if not allow_blank and not text.strip():
         what = "empty" if not text else "only whitespace"
-        raise InvalidArgument(f"{field} must not be blank (it is {what}); say what to do")
+        raise InvalidArgument(f"{field} must not be blank (it is {what})")
     return text
 
 
