@@ -90,11 +90,12 @@ def check_store_options(
 
     Raises:
         ArgumentTypeError: ``path`` is not a ``str``/``os.PathLike``/None,
-            ``map_size`` not an ``int``, ``durability`` not a string, or
-            ``readonly``/``group_commit`` not a ``bool``.
+            ``map_size`` not an ``int``, or ``readonly``/``group_commit`` not
+            a ``bool``.
         InvalidArgument: ``path`` is blank, contains NUL or a lone surrogate,
             or names a file; ``map_size`` is below 1 or above
-            :data:`MAX_MAP_SIZE`; ``durability`` is not ``full`` or ``buffered``.
+            :data:`MAX_MAP_SIZE`; ``durability`` is not ``"full"`` or
+            ``"buffered"`` (whatever its type).
     """
     readonly = _check_bool(readonly, "readonly")
     group_commit = _check_bool(group_commit, "group_commit")
@@ -106,11 +107,9 @@ def check_store_options(
             f"map_size must be between 1 and {MAX_MAP_SIZE} bytes, got {map_size}; "
             "the map grows as needed, so the default is fine"
         )
-    if not isinstance(durability, str):
-        raise ArgumentTypeError(
-            f"durability must be 'full' or 'buffered', not {type(durability).__name__}"
-        )
     try:
+        if not isinstance(durability, str):
+            raise ValueError(durability)
         mode = Durability(durability)
     except ValueError:
         raise InvalidArgument(

@@ -63,12 +63,12 @@ def snapshot(rt: Runtime) -> list[tuple[str, str, int, str]]:
 
 def reopened_snapshot(rt: Runtime, profiles: list[Profile], path: Path) -> list[Any]:
     """Close ``rt`` and return what the store holds, read by a new runtime."""
-    rt.close()
+    rt.shutdown()
     again = Runtime.open(path, profiles=profiles, limits=Limits(wait_default_s=10))
     try:
         return snapshot(again)
     finally:
-        again.close()
+        again.shutdown()
 
 
 # -- lone surrogates ----------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_a_runner_error_with_a_lone_surrogate_still_makes_its_completion(
     done = rt.wait(a.id, timeout=10)
     assert done.status is CompletionStatus.FAILED
     assert done.error == "OSError: cannot read /data/r\\ud800port.txt"  # escaped, not lost
-    rt.close()
+    rt.shutdown()
     again = open_runtime(profiles, path=store_path)
     info = again.get(a.id)
     assert (info.state, info.error) == ("failed", "OSError: cannot read /data/r\\ud800port.txt")
@@ -291,7 +291,7 @@ def _open_cases(tmp: Path) -> list[tuple[str, dict[str, Any], type[RetinueError]
         ("map bool", {"map_size": True}, ArgumentTypeError, "map_size must be an int"),
         ("limits dict", {"limits": {"depth_cap": 2}}, ArgumentTypeError, "limits must be"),
         ("durability", {"durability": "fast"}, InvalidArgument, "durability must be"),
-        ("durability int", {"durability": 1}, ArgumentTypeError, "durability must be"),
+        ("durability int", {"durability": 1}, InvalidArgument, "durability must be"),
         ("readonly str", {"readonly": "yes"}, ArgumentTypeError, "readonly must be"),
         ("profiles str", {"profiles": "lead"}, ConfigurationError, "profiles must be a list"),
         ("runner", {"runner": "echo"}, ConfigurationError, "runner must be callable"),
@@ -415,7 +415,7 @@ def test_a_bad_reference_names_the_argument_the_caller_passed(
 
 def test_subscribe_on_a_closed_runtime_raises(open_runtime: OpenRuntime) -> None:
     rt = open_runtime([Profile("worker", runner=echo)])
-    rt.close()
+    rt.shutdown()
     with pytest.raises(RuntimeClosed):
         rt.subscribe(lambda event: None)
 

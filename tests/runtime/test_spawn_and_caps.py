@@ -213,7 +213,7 @@ def test_depth_cap_still_refuses_one_deeper_after_a_reopen_with_another_team(
     rt = open_runtime(tree_profiles(lead, mid), depth_cap=3)
     a = rt.spawn("lead", "go", name="a")
     assert rt.wait(a.id, timeout=5).output == "spawned nothing"
-    rt.close()
+    rt.shutdown()
     # The new team is fine on its own (mid -> leaf is depth 2 <= 2) ...
     team = [Profile("mid", subagents=["leaf"], runner=mid), Profile("leaf", runner=echo)]
     rt = open_runtime(team, depth_cap=2)
