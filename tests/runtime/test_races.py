@@ -151,11 +151,11 @@ def test_close_tree_while_the_host_waits_on_each_member_hands_each_completion_ou
 
 
 def test_a_cancelled_wait_async_loses_nothing_when_a_later_completion_is_received_first(
-    open_runtime: OpenRuntime, store_path: Path
+    open_runtime: OpenRuntime, store_path: Path, gate: Gate
 ) -> None:
     """The wait is answered, a second waiter receives the next completion, then the first
     wait's task is cancelled before it resumed: its completion is given back, not lost."""
-    profiles = [Profile("w", runner=lambda t: f"out:{t.task}")]
+    profiles = [Profile("w", runner=lambda t: gate(t) if t.task == "1" else f"out:{t.task}")]
     rt = open_runtime(profiles)
     a = rt.spawn("w", "0", name="a")
     wait_settled(rt, a.id, 1)
@@ -165,11 +165,13 @@ def test_a_cancelled_wait_async_loses_nothing_when_a_later_completion_is_receive
         first = asyncio.create_task(rt.wait_async(a.id, timeout=5))
         await asyncio.sleep(0)  # its wait is registered and answered with generation 1
         # Block the loop (so the first task cannot resume) while another waiter
-        # receives generation 2.
+        # receives generation 2 (held running until that waiter blocks: a wait on
+        # an idle agent with nothing left would raise NothingToWaitFor at once).
+        rt.follow_up(a.id, "1")
         other = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=5).generation))
         other.start()
         wait_until(lambda: parked(other), what="the second wait to block")
-        rt.follow_up(a.id, "1")
+        gate.release()
         other.join(PROMPT_S)
         first.cancel()
         with contextlib.suppress(asyncio.CancelledError):
