@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
-from retinue.errors import UnknownAgent, WaitTimeout
+from retinue.errors import NothingToWaitFor, UnknownAgent, WaitTimeout
 from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled, TurnStarted
 from retinue.protocol.text import safe_terminal_text
 
@@ -361,7 +361,7 @@ def receive(rt: Runtime, roots: Sequence[str]) -> None:
         while True:
             try:
                 rt.wait(root, timeout=0)
-            except (WaitTimeout, UnknownAgent):
+            except (WaitTimeout, NothingToWaitFor, UnknownAgent):
                 break
 
 

@@ -120,5 +120,6 @@ def test_runtime_open_with_a_team_file_runs_its_python_runners(tmp_path: Path) -
         paths = {a.path for a in rt.agents()}
         assert "/root/review/security/secrets" in paths and len(paths) == 6
     team = load_team(TEAM)
-    with Runtime.open(tmp_path / "other", team=team, limits=Limits(depth_cap=2)) as rt:
-        assert rt.limits.depth_cap == 2
+    # lead -> security -> secrets runs at depth 3: the smallest cap it passes.
+    with Runtime.open(tmp_path / "other", team=team, limits=Limits(depth_cap=3)) as rt:
+        assert rt.limits.depth_cap == 3
