@@ -344,19 +344,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     reader = Store(store, readonly=True)
     try:
         reader.refuse_newer()
-        snapshot = reader.snapshot()
+        restored = restore(reader.snapshot(), Limits.from_env().depth_cap)
+        tree = Tree()
+        tree.load(restored.agents, restored.messages, restored.completions)
+        record = tree.agents.get(args.ref) or tree.agents.get(tree.live_paths.get(args.ref, ""))
+        raw = reader.get("transcripts", record.id.encode()) if record is not None else None
     finally:
         reader.close()
-    restored = restore(snapshot, Limits.from_env().depth_cap)
-    tree = Tree()
-    tree.load(restored.agents, restored.messages, restored.completions)
-    record = tree.agents.get(args.ref) or tree.agents.get(tree.live_paths.get(args.ref, ""))
     if record is None:
         raise UsageError(f"no agent {args.ref!r} in {store} (see 'retinue tree --store {store}')")
     info = info_of(record)
     unread = [r.message for r in tree.unread(info.id)]
     pending = [r.completion for r in tree.pending_for(info.id)]
-    transcript = _transcript_tail(snapshot, info.id)
+    transcript = _transcript_tail(raw)
     if args.json:
         payload = {
             "agent": msgspec.to_builtins(info),
@@ -385,19 +385,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"pending   {len(pending)} completions of children not yet received")
     for completion in pending:
         print(f"  {completion.path} g{completion.generation} {completion.status.value}")
-    if transcript is None:
-        print("transcript -  (this retinue stores no transcripts)")
-    else:
-        print(f"transcript last {len(transcript)} entries")
-        for entry in transcript:
-            print(f"  {clip(str(entry), 200)}")
+    print(f"transcript {len(transcript)} latest messages" if transcript else "transcript -")
+    for entry in transcript:
+        print(f"  {_entry_line(entry)}")
     return OK
 
 
-def _transcript_tail(snapshot: Any, agent_id: str) -> list[Any] | None:
-    """The last entries of an agent's stored transcript; None when the store keeps none."""
-    del snapshot, agent_id
-    return None
+def _transcript_tail(raw: bytes | None, count: int = 10) -> list[dict[str, Any]]:
+    """The last ``count`` messages of a stored transcript (empty when there is none)."""
+    from retinue.llm.conversation import decode_transcript
+
+    messages, _ = decode_transcript(raw)
+    return [dict(m) for m in messages[-count:]]
+
+
+def _entry_line(entry: dict[str, Any]) -> str:
+    role = str(entry.get("role", "?"))
+    text = entry.get("content")
+    calls = entry.get("tool_calls") or []
+    parts = [str(text)] if text else []
+    for call in calls:
+        function = call.get("function", {}) if isinstance(call, dict) else {}
+        parts.append(f"-> {function.get('name', '?')}({function.get('arguments', '')})")
+    return f"{role}: {clip(' '.join(parts), 200)}"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -68,12 +68,8 @@ def clip(text: str, limit: int) -> str:
 
 
 def usage_of(info: AgentInfo) -> tuple[int, float]:
-    """Return (tokens, cost in USD) of an agent, 0 when the runtime records no usage."""
-    usage = getattr(info, "usage", None)
-    if usage is None:
-        return 0, 0.0
-    tokens = int(getattr(usage, "prompt_tokens", 0)) + int(getattr(usage, "completion_tokens", 0))
-    return tokens, float(getattr(usage, "cost_usd", 0.0) or 0.0)
+    """Return (tokens, cost in USD) an agent's model calls have spent."""
+    return info.usage.total_tokens, info.usage.cost_usd
 
 
 def _elapsed(info: AgentInfo, now: float) -> float:
@@ -318,6 +314,8 @@ def follow(
                 view.event(event, known)
 
     try:
+        if stop.is_set():  # Ctrl-C while the store was opening: start nothing
+            return Outcome(True, [], 0.0)
         start()
         agents = snapshot()
         view.update(agents)
