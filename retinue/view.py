@@ -319,8 +319,15 @@ def follow(
         start()
         agents = snapshot()
         view.update(agents)
+        last = time.monotonic()
         while True:
+            # At most ten snapshots a second, however fast the events come.
             batch = _drain(events, 0.1)
+            pause = last + 0.1 - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+                batch += _drain(events, 0.0)
+            last = time.monotonic()
             if stop.is_set():
                 return Outcome(True, agents, time.monotonic() - began)
             agents = snapshot()
