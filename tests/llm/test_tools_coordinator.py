@@ -292,19 +292,32 @@ def test_spawn_subagents_runs_children_at_once(open_runtime: OpenRuntime) -> Non
 def test_parallel_sync_spawns_from_one_response_all_succeed(open_runtime: OpenRuntime) -> None:
     """A model may issue several tool calls at once; a turn may wait on one child at a time."""
     results: Results = {}
+    release = threading.Event()
+
+    def held(turn: Turn) -> str:
+        release.wait(20)  # every child runs until all three calls are waiting
+        return f"done:{turn.task}"
 
     async def script(turn: Turn, box: ToolBox) -> str:
         calls = [
-            call(box, "spawn_subagent", {"agent": "worker", "message": f"p{i}"}) for i in range(3)
+            asyncio.create_task(
+                call(box, "spawn_subagent", {"agent": "worker", "message": f"p{i}"})
+            )
+            for i in range(3)
         ]
+        await asyncio.sleep(0.3)  # let all three spawn and start waiting (not an assertion)
+        release.set()
         results["parallel"] = await asyncio.gather(*calls)
         return "ok"
 
     rt = open_runtime(
         [Profile("lead", subagents=["worker"], runner=lead_runner(script, results)),
-         Profile("worker", runner=echo)]
+         Profile("worker", runner=held)]
     )  # fmt: skip
-    run_lead(rt)
+    try:
+        run_lead(rt)
+    finally:
+        release.set()
     assert [r.get("output") for r in results["parallel"]] == ["done:p0", "done:p1", "done:p2"]
 
 
@@ -483,7 +496,7 @@ def test_build_refuses_unknown_tools_and_builtins_without_workspace(
     async def probe(turn: Turn) -> str:
         for label, kwargs in {
             "unknown": {"tools": ["read_file", "lookup"]},
-            "no_workspace": {"tools": "read"},
+            "no_workspace": {"tools": ["read_file"]},
             "beyond_profile": {"tools": "modify", "workspace": tmp_path},
             "fine": {"tools": ["grep"], "workspace": tmp_path},
         }.items():
@@ -493,11 +506,13 @@ def test_build_refuses_unknown_tools_and_builtins_without_workspace(
                 outcomes[label] = str(exc)
         return "ok"
 
-    rt = open_runtime([Profile("lead", tools="read", runner=probe)])
+    rt = open_runtime([Profile("lead", tools=["read_file", "grep", "lookup"], runner=probe)])
     run_lead(rt)
     assert "['lookup'] are neither built in nor registered" in outcomes["unknown"]
     assert "no workspace folder" in outcomes["no_workspace"]
-    assert "bash, edit_file, write_file" in outcomes["beyond_profile"]
+    assert (
+        "does not grant: bash, edit_file, find, list_dir, write_file" in outcomes["beyond_profile"]
+    )
     assert outcomes["fine"][-1] == "grep"
 
 
@@ -544,7 +559,12 @@ def test_inherited_tools_reach_the_toolbox(open_runtime: OpenRuntime, tmp_path: 
 
     rt = open_runtime(
         [
-            Profile("lead", subagents=["worker"], tools="read", runner=lead_runner(script, {})),
+            Profile(
+                "lead",
+                subagents=["worker"],
+                tools="read",
+                runner=lead_runner(script, {}, workspace=tmp_path),
+            ),
             Profile("worker", runner=worker),  # tools=None: inherits "read" from its spawner
         ]
     )
