@@ -6,21 +6,15 @@ never reads or writes outside its folder. File work runs in a worker thread
 drives the other agents. Every result is bounded: files and outputs are cut at
 ``max_output_bytes`` with a visible marker, listings and matches at a count.
 
-``bash`` runs ``bash -c <command>`` in the workspace folder, in its own
-process group, with a small environment (``PATH``, ``HOME``, ``LANG``; the
-host's secrets are not passed on), a timeout after which the whole group is
-killed, and stdout and stderr each cut to ``max_output_bytes`` (start and end
-kept). It is not a sandbox: the command can reach anything the process can.
+``bash`` lives in :mod:`retinue.llm.bash_tool`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import os
 import re
-import signal
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,20 +22,12 @@ from typing import Annotated, Any
 import msgspec
 
 from retinue.llm.arguments import ToolDef, ToolError
+from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S, BashArgs, run_bash
 from retinue.llm.workspace import Workspace
 from retinue.protocol.text import truncate_utf8
 
-__all__ = [
-    "DEFAULT_BASH_TIMEOUT_S",
-    "DEFAULT_MAX_OUTPUT_BYTES",
-    "MAX_BASH_TIMEOUT_S",
-    "builtin_tools",
-]
+__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "builtin_tools"]
 
-DEFAULT_BASH_TIMEOUT_S = 60.0
-"""Seconds a ``bash`` call may run when the model gives no timeout."""
-MAX_BASH_TIMEOUT_S = 600.0
-"""Longest timeout a model may ask ``bash`` for."""
 DEFAULT_MAX_OUTPUT_BYTES = 32_768
 """Largest file content or command output one tool result carries (UTF-8 bytes)."""
 MAX_ENTRIES = 1000
@@ -123,19 +109,6 @@ class EditFileArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     replace_all: Annotated[
         bool, msgspec.Meta(description="Replace every occurrence instead of exactly one.")
     ] = False
-
-
-class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Arguments of bash."""
-
-    command: Annotated[str, msgspec.Meta(min_length=1, description="A bash command line.")]
-    timeout_s: (
-        Annotated[
-            float,
-            msgspec.Meta(gt=0, le=MAX_BASH_TIMEOUT_S, description="Seconds before it is killed."),
-        ]
-        | None
-    ) = None
 
 
 def _is_binary(head: bytes) -> bool:
@@ -303,117 +276,6 @@ class _Files:
         return {"path": self.ws.relative(real), "replacements": count}
 
 
-class _Capture:
-    """Keep the start and the end of a stream, at most ``limit`` bytes in all."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.limit // 2 - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            excess = len(self.tail) - (self.limit - self.limit // 2)
-            if excess > 0:
-                del self.tail[:excess]
-
-    def text(self) -> tuple[str, bool]:
-        """Return the kept text and whether anything was cut out of the middle."""
-        cut = self.total > len(self.head) + len(self.tail)
-        head = self.head.decode("utf-8", "replace")
-        if not cut:
-            return head + self.tail.decode("utf-8", "replace"), False
-        skipped = self.total - len(self.head) - len(self.tail)
-        tail = self.tail.decode("utf-8", "replace")
-        return f"{head}\n…[{skipped} bytes cut]…\n{tail}", True
-
-
-async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(65536):
-        capture.add(chunk)
-
-
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def _bash_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "LANG": os.environ.get("LANG", "C.UTF-8"),
-        "TERM": "dumb",
-    }
-    if extra:
-        env.update(extra)
-    return env
-
-
-async def _bash(
-    workspace: Workspace,
-    args: BashArgs,
-    *,
-    default_timeout_s: float,
-    max_output_bytes: int,
-    env: Mapping[str, str] | None,
-) -> dict[str, Any]:
-    timeout = args.timeout_s if args.timeout_s is not None else default_timeout_s
-    full_env = _bash_env(env)
-    full_env.setdefault("HOME", str(workspace.root))
-    try:
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            args.command,
-            cwd=workspace.root,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            env=full_env,
-        )
-    except OSError as exc:
-        raise ToolError(f"bash could not start: {exc}") from None
-    out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
-    pumps = asyncio.gather(_pump(process.stdout, out), _pump(process.stderr, err))
-    timed_out = False
-    try:
-        try:
-            await asyncio.wait_for(asyncio.shield(pumps), timeout)
-            await process.wait()
-        except TimeoutError:
-            timed_out = True
-            _kill_group(process)
-            await process.wait()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pumps, 1.0)  # drain what the killed group left
-    except asyncio.CancelledError:
-        _kill_group(process)  # the turn was interrupted: leave nothing running
-        pumps.cancel()
-        raise
-    stdout, cut_out = out.text()
-    stderr, cut_err = err.text()
-    result: dict[str, Any] = {
-        "exit_code": None if timed_out else process.returncode,
-        "stdout": stdout,
-        "stderr": stderr,
-        "timed_out": timed_out,
-        "truncated": cut_out or cut_err,
-    }
-    if timed_out:
-        result["error"] = f"the command ran past its {timeout:g}s timeout and was killed"
-    return result
-
-
 def builtin_tools(
     workspace: Workspace,
     names: frozenset[str],
@@ -435,7 +297,7 @@ def builtin_tools(
         return run
 
     async def bash(args: BashArgs) -> dict[str, Any]:
-        return await _bash(
+        return await run_bash(
             workspace,
             args,
             default_timeout_s=bash_timeout_s,

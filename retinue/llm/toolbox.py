@@ -35,11 +35,8 @@ import msgspec
 
 from retinue.errors import ConfigurationError, RetinueError
 from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
-from retinue.llm.builtin_tools import (
-    DEFAULT_BASH_TIMEOUT_S,
-    DEFAULT_MAX_OUTPUT_BYTES,
-    builtin_tools,
-)
+from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S
+from retinue.llm.builtin_tools import DEFAULT_MAX_OUTPUT_BYTES, builtin_tools
 from retinue.llm.coordinator import coordinator_tools
 from retinue.llm.host_tools import host_tool_defs
 from retinue.llm.workspace import Workspace
