@@ -23,6 +23,8 @@ from stress import (
     bench_commit,
     bench_lifecycle,
     bench_reopen,
+    bench_scale,
+    bench_trees,
     crash,
     damage,
     soak,
@@ -38,6 +40,8 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
+        # Figures are ratios within one run; a busy machine shifts both sides.
+        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -65,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             "commit",
             "reopen",
             "lifecycle",
+            "trees",
+            "async_turns",
+            "idle",
         ],
     )
     parser.add_argument(
@@ -157,7 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "lifecycle"):
         row = bench_lifecycle.run(32, 10 if quick else 100)
         report["lifecycle"] = row
-        _table("lifecycles/s (spawn + wait + close), 32 callers, vs raw pykka", row)
+        _table("lifecycles/s (spawn + wait + close), 32 callers, vs raw pykka and AutoGen", row)
+
+    if args.only in (None, "trees"):
+        row = bench_trees.run(32, 3 if quick else 20)
+        report["trees"] = row
+        _table("3-level trees (lead -> 2 mids -> 2 leaves, run_many), 32 at once, vs AutoGen", row)
+
+    if args.only in (None, "async_turns"):
+        row = bench_scale.async_turns(200 if quick else 1000)
+        report["async_turns"] = row
+        _table("concurrent async turns awaiting asyncio.sleep(1), vs plain asyncio", row)
+
+    if args.only in (None, "idle"):
+        row = bench_scale.idle_agents(2_000 if quick else 100_000)
+        report["idle"] = row
+        _table("idle agents held by one runtime: RSS and threads, vs the empty runtime", row)
 
     if args.only in (None, "reopen"):
         row = bench_reopen.run(10_000 if quick else 100_000)
@@ -177,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         "soak",
         "commit",
         "lifecycle",
+        "trees",
+        "async_turns",
+        "idle",
         "reopen",
     )
     parts = [k for k in every if k in report]

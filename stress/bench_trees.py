@@ -1,0 +1,153 @@
+"""3-level trees: a lead runs 2 mids, each mid runs 2 leaves (``run_many``), many trees at once.
+
+Each host thread spawns a lead, waits for it and closes its tree, in a loop;
+``concurrent`` threads keep that many trees in flight. Reported: agents per
+second (7 per tree), tree latency p50/p99 (spawn to the lead's completion),
+and routing latency p50/p99: from a mid's last leaf returning to the mid's
+``run_many`` returning (a child's return to its parent's wait returning).
+Both runner kinds are measured: sync runners (pooled threads) and async
+runners (tasks on the runtime's loop, ``run_many_async``).
+
+Baseline, measured in the same run: AutoGen core's in-memory runtime on the
+same tree shape (see :mod:`stress.bench_autogen`), when installed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from retinue import Completion, Durability, Limits, Profile, Runtime, Turn
+from stress import bench_autogen
+from stress.bench_autogen import percentile
+
+__all__ = ["run"]
+
+
+class _Routes:
+    """Routing latencies measured inside the mids' runners."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.latencies: list[float] = []
+
+    def add(self, results: list[Any]) -> None:
+        back = time.perf_counter()
+        returns = [float(r.output) for r in results if isinstance(r, Completion) and r.output]
+        if returns:
+            with self.lock:
+                self.latencies.append(back - max(returns))
+
+
+def _profiles(routes: _Routes, use_async: bool) -> list[Profile]:
+    def leaf(turn: Turn) -> str:
+        return repr(time.perf_counter())  # the moment the child returns
+
+    def mid(turn: Turn) -> str:
+        results = turn.run_many([("leaf", "l1"), ("leaf", "l2")], timeout=120)
+        routes.add(results)
+        return "mid"
+
+    def lead(turn: Turn) -> str:
+        results = turn.run_many([("mid", "m1"), ("mid", "m2")], timeout=120)
+        return f"lead:{sum(isinstance(r, Completion) for r in results)}"
+
+    async def aleaf(turn: Turn) -> str:
+        return repr(time.perf_counter())
+
+    async def amid(turn: Turn) -> str:
+        results = await turn.run_many_async([("leaf", "l1"), ("leaf", "l2")], timeout=120)
+        routes.add(results)
+        return "mid"
+
+    async def alead(turn: Turn) -> str:
+        results = await turn.run_many_async([("mid", "m1"), ("mid", "m2")], timeout=120)
+        return f"lead:{sum(isinstance(r, Completion) for r in results)}"
+
+    if use_async:
+        runners: tuple[Any, Any, Any] = (alead, amid, aleaf)
+    else:
+        runners = (lead, mid, leaf)
+    return [
+        Profile("lead", subagents=["mid"], runner=runners[0], wake_on_completion=False),
+        Profile("mid", subagents=["leaf"], runner=runners[1], wake_on_completion=False),
+        Profile("leaf", runner=runners[2]),
+    ]
+
+
+def retinue_trees(
+    folder: Path, concurrent: int, per_slot: int, *, use_async: bool, durability: str
+) -> dict[str, float]:
+    """Run the tree workload on retinue; return agents/s and latency percentiles (ms)."""
+    routes = _Routes()
+    limits = Limits(max_agents=concurrent * 16, max_active_turns=concurrent * 7)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    with Runtime.open(
+        folder, profiles=_profiles(routes, use_async), limits=limits, durability=durability
+    ) as rt:
+
+        def slot() -> None:
+            for _ in range(per_slot):
+                t0 = time.perf_counter()
+                lead = rt.spawn("lead", "go")
+                done = rt.wait(lead.id, timeout=120)
+                elapsed = time.perf_counter() - t0
+                assert done.output == "lead:2", done
+                rt.close_tree(lead.id)
+                with lock:
+                    latencies.append(elapsed)
+
+        threads = [threading.Thread(target=slot) for _ in range(concurrent)]
+        start = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+    return {
+        "agents_per_s": 7 * concurrent * per_slot / elapsed,
+        "p50_ms": percentile(latencies, 50) * 1000,
+        "p99_ms": percentile(latencies, 99) * 1000,
+        "route_p50_ms": percentile(routes.latencies, 50) * 1000,
+        "route_p99_ms": percentile(routes.latencies, 99) * 1000,
+    }
+
+
+def _ratio(ours: float, theirs: float | None) -> float | str:
+    return "n/a" if not theirs else round(ours / theirs, 2)
+
+
+def run(concurrent: int = 32, per_slot: int = 10) -> dict[str, Any]:
+    """Measure retinue (sync and async runners, durability full) and AutoGen on the trees."""
+    peer = bench_autogen.trees(concurrent, per_slot)
+    with tempfile.TemporaryDirectory() as tmp:
+        sync = retinue_trees(
+            Path(tmp) / "s", concurrent, per_slot, use_async=False, durability=Durability.FULL
+        )
+        asyn = retinue_trees(
+            Path(tmp) / "a", concurrent, per_slot, use_async=True, durability=Durability.FULL
+        )
+    row: dict[str, Any] = {"trees_in_flight": concurrent, "trees": concurrent * per_slot}
+    for name, figures in (("sync", sync), ("async", asyn)):
+        row[f"retinue_{name}_agents_per_s"] = round(figures["agents_per_s"])
+        row[f"retinue_{name}_p50_ms"] = round(figures["p50_ms"], 1)
+        row[f"retinue_{name}_p99_ms"] = round(figures["p99_ms"], 1)
+        row[f"retinue_{name}_route_p50_ms"] = round(figures["route_p50_ms"], 2)
+        row[f"retinue_{name}_route_p99_ms"] = round(figures["route_p99_ms"], 2)
+    if peer is None:
+        row["autogen"] = "not installed (pip install -e '.[bench]')"
+        return row
+    row["autogen_agents_per_s"] = round(peer["agents_per_s"])
+    row["autogen_p50_ms"] = round(peer["p50_ms"], 1)
+    row["autogen_p99_ms"] = round(peer["p99_ms"], 1)
+    for name, figures in (("sync", sync), ("async", asyn)):
+        row[f"ratio_{name}_agents_vs_autogen"] = _ratio(
+            figures["agents_per_s"], peer["agents_per_s"]
+        )
+        row[f"ratio_{name}_p50_vs_autogen"] = _ratio(figures["p50_ms"], peer["p50_ms"])
+        row[f"ratio_{name}_p99_vs_autogen"] = _ratio(figures["p99_ms"], peer["p99_ms"])
+    return row
