@@ -21,25 +21,21 @@ TWINS = sorted(
 )
 
 
-def test_the_async_twins_are_the_documented_set() -> None:
-    assert (
-        sorted(
-            [
-                "agents",
-                "close",
-                "close_tree",
-                "compact",
-                "follow_up",
-                "get",
-                "interrupt",
-                "resume",
-                "send",
-                "spawn",
-                "wait",
-            ]
-        )
-        == TWINS
-    )
+def test_every_documented_call_has_an_async_twin() -> None:
+    documented = {
+        "agents",
+        "close",
+        "close_tree",
+        "compact",
+        "follow_up",
+        "get",
+        "interrupt",
+        "resume",
+        "send",
+        "spawn",
+        "wait",
+    }
+    assert documented <= set(TWINS)
 
 
 @pytest.mark.parametrize("name", TWINS)
