@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from conftest import OpenRuntime, echo
 
@@ -145,9 +146,14 @@ def test_an_agent_that_may_not_spawn_gets_no_spawn_tools(open_runtime: OpenRunti
         async def runner(turn: Turn) -> str:
             box = build_toolbox(turn, tools=turn.profile.tools)
             seen[label] = box.names
-            if turn.profile.subagents and "spawn_subagent" in box.names:
+            if label == "lead":
                 result = await call(box, "spawn_subagent", {"agent": "mid", "message": "m"})
                 assert result["status"] == "completed", result
+            if label == "mid":
+                # The open-time graph check keeps teams off the depth cap, so put this
+                # turn at the cap by hand: an agent at the cap is not offered spawning.
+                turn.limits = msgspec.structs.replace(turn.limits, depth_cap=turn.agent.depth)
+                seen["mid_at_cap"] = build_toolbox(turn, tools=turn.profile.tools).names
             return "ok"
 
         return runner
@@ -157,22 +163,22 @@ def test_an_agent_that_may_not_spawn_gets_no_spawn_tools(open_runtime: OpenRunti
             Profile("lead", subagents=["mid"], runner=recorder("lead")),
             Profile("mid", subagents=["leaf"], runner=recorder("mid")),
             Profile("leaf", runner=recorder("leaf")),
-        ],
-        depth_cap=2,
+        ]
     )
     run_lead(rt)
     rt.wait(rt.spawn("leaf", "alone", name="leaf").id, timeout=30)
     assert seen["lead"][:2] == ["spawn_subagent", "spawn_subagents"]
-    assert "spawn_subagent" not in seen["mid"]  # at the depth cap
-    assert "spawn_subagents" not in seen["mid"]
-    assert "spawn_subagent" not in seen["leaf"]  # no subagents
-    assert seen["leaf"] == [
+    assert seen["mid"][:2] == ["spawn_subagent", "spawn_subagents"]
+    assert "spawn_subagent" not in seen["mid_at_cap"]
+    assert "spawn_subagents" not in seen["mid_at_cap"]
+    assert seen["leaf"] == [  # no subagents
         "send_message",
         "wait_agent",
         "list_agents",
         "interrupt_agent",
         "close_agent",
     ]
+    assert seen["mid_at_cap"] == seen["leaf"]
 
 
 # -- spawning ------------------------------------------------------------------------
