@@ -526,6 +526,9 @@ class Store:
 
         ``dest`` is created; it must not hold a store already.
 
+        The live store's pages are checked first (as on open), so damage that
+        happened since it was opened is reported rather than copied.
+
         Raises:
             InvalidArgument: ``dest`` already holds a store.
             StoreCorrupted: the live store is damaged.
@@ -536,10 +539,16 @@ class Store:
             raise InvalidArgument(f"backup destination {target} already holds a store")
         target.mkdir(parents=True, exist_ok=True)
         self.flush()
+        with self._lmdb_errors("check before a backup"):
+            self._verify()  # LMDB's copy walks every page: never let it walk a damaged one
         try:
             self.env.copy(str(target), compact=True)
         except lmdb.Error as exc:
             self._raise(f"backup to {target}", exc)
+        try:
+            write_marker(target, self.schema_version())
+        except OSError as exc:
+            raise StoreError(f"cannot write the marker of backup {target}: {exc}") from None
         return target
 
     def _release_lock(self) -> None:

@@ -243,4 +243,46 @@ def test_reads_of_a_store_damaged_after_open_raise_typed_errors_with_the_path(
     lines = done.stdout.splitlines()
     assert lines[0] == "snapshot StoreCorrupted True"
     assert lines[1] == "get StoreCorrupted True"
-    assert lines[2] in ("backup StoreCorrupted True", "backup OK")
+    assert lines[2] == "backup StoreCorrupted True"
+
+
+BACKUP_AFTER_TRUNCATION = r"""
+import os, sys
+from pathlib import Path
+from retinue import StoreError
+from retinue.persistence.store import Store
+folder = Path(sys.argv[1])
+reader = Store(folder, readonly=True)
+data = folder / "data.mdb"
+os.truncate(data, data.stat().st_size // 2)  # damaged under the open reader
+try:
+    reader.backup(folder.parent / "copy")
+    print("backup OK", flush=True)
+except StoreError as exc:
+    print("backup", type(exc).__name__, flush=True)
+"""
+
+
+def test_a_backup_of_a_store_truncated_since_open_is_refused_not_a_sigbus(
+    pristine: Path, tmp_path: Path
+) -> None:
+    store = copy_store(pristine, tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", BACKUP_AFTER_TRUNCATION, str(store)],
+        capture_output=True,
+        text=True,
+        env=dict(CHILD_ENV, PYTHONPATH=str(REPO)),
+        timeout=PROMPT_S * 3,
+        check=False,
+    )
+    assert done.returncode == 0, f"signal {-done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.strip() == "backup StoreCorrupted"
+    assert not (tmp_path / "copy" / "data.mdb").exists()
+
+
+def test_a_backup_is_a_marked_store(pristine: Path, tmp_path: Path) -> None:
+    with Runtime.open(pristine, readonly=True) as rt:
+        copy = rt.backup(tmp_path / "copy")
+    assert (copy / MARKER_FILE).exists()
+    with Runtime.open(copy, readonly=True) as rt:
+        assert len(rt.agents(include_closed=True)) == 120
