@@ -242,6 +242,7 @@ class Tree:
                 self.writes.append(("completions", completion_key(agent_id, generation), None))
             completions += len(done)
             self.undelivered.pop(agent_id, None)
+            self.pending.pop(agent_id, None)  # as a recipient: rerouted when it closed
             self.top_of.pop(agent_id, None)
             self.children.pop(agent_id, None)
             self.agents.pop(agent_id, None)
@@ -286,10 +287,19 @@ class Tree:
             )
         )
 
+    def _unqueue(self, record: CompletionRecord) -> None:
+        """Take a completion off its recipient's queue; an emptied queue goes too."""
+        key = recipient_key(record.recipient_id)
+        queued = self.pending.get(key)
+        if queued is not None:
+            queued.pop(record.completion.id, None)
+            if not queued and key != HOST:
+                del self.pending[key]
+
     def mark_delivered(self, record: CompletionRecord) -> CompletionRecord:
         """Mark a pending completion received by its recipient."""
         completion = record.completion
-        self.pending.get(recipient_key(record.recipient_id), {}).pop(completion.id, None)
+        self._unqueue(record)
         self.undelivered[completion.agent_id] -= 1
         recipient = None if record.recipient_id is None else self.agents.get(record.recipient_id)
         generation = 0 if recipient is None else recipient.generation
@@ -311,7 +321,7 @@ class Tree:
     def reroute(self, record: CompletionRecord, recipient_id: str | None) -> CompletionRecord:
         """Move a pending completion to another recipient."""
         completion = record.completion
-        self.pending.get(recipient_key(record.recipient_id), {}).pop(completion.id, None)
+        self._unqueue(record)
         moved = msgspec.structs.replace(record, recipient_id=recipient_id)
         self.pending.setdefault(recipient_key(recipient_id), {})[completion.id] = moved
         self.completions[completion.agent_id][completion.generation] = moved
