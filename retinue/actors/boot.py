@@ -9,7 +9,7 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
-from retinue.protocol.tools import resolve_profile_tools
+from retinue.protocol.tools import BUILTIN_TOOLS, resolve_profile_tools, unavailable_tools
 
 __all__ = [
     "Booted",
@@ -85,7 +85,9 @@ def profile_table(
     Raises:
         ConfigurationError: not a Profile, defined twice, or no runner at all;
             a profile whose tools exceed those of a profile that spawns it
-            (the capability ceiling; the message names the extra tools).
+            (the capability ceiling; the message names the extra tools); a
+            profile with a model runner naming tools that are neither built in
+            nor registered on that runner.
         DelegationCycleError, DelegationDepthError: a bad profile graph.
     """
     table: dict[str, Profile] = {}
@@ -106,6 +108,7 @@ def profile_table(
         table[profile.name] = profile
     validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
     tools = resolve_profile_tools({p.name: (p.tools, p.subagents) for p in table.values()})
+    explicit = {name for name, profile in table.items() if profile.tools is not None}
     for name, profile in table.items():
         if profile.tools is None:  # inheriting: record what it inherits
             table[name] = dataclasses.replace(profile, tools=tools[name])
@@ -122,6 +125,16 @@ def profile_table(
                 "and the runtime has no default runner"
             )
         runners[profile.name] = chosen
+        hosts = getattr(chosen, "host_tools", None)  # a model runner's registered tools
+        if profile.name in explicit and isinstance(hosts, Mapping):
+            missing = unavailable_tools(tools[profile.name], hosts)
+            if missing:
+                raise ConfigurationError(
+                    f"profile {profile.name!r} names tools that are neither built in nor "
+                    f"registered on its runner: {', '.join(missing)}; built-in tools are "
+                    f"{', '.join(BUILTIN_TOOLS)}; register host tools with "
+                    "LiteLLMRunner(host_tools={...})"
+                )
     return table, runners
 
 

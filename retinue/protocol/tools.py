@@ -34,6 +34,7 @@ __all__ = [
     "extra_tools",
     "resolve_profile_tools",
     "resolve_tools",
+    "unavailable_tools",
 ]
 
 COORDINATOR_TOOLS: tuple[str, ...] = (
@@ -113,6 +114,12 @@ def extra_tools(child: Iterable[str], parent: Iterable[str]) -> tuple[str, ...]:
     """Return, sorted, the tool names in ``child`` that ``parent`` lacks (empty: it fits)."""
     allowed = set(parent)
     return tuple(sorted({name for name in child if name not in allowed}))
+
+
+def unavailable_tools(names: Iterable[str], registered: Iterable[str]) -> tuple[str, ...]:
+    """Return, sorted, the ``names`` that are neither built in nor among ``registered``."""
+    known = set(BUILTIN_TOOLS).union(registered)
+    return tuple(sorted({name for name in names if name not in known}))
 
 
 def exceeds_ceiling(child: ToolSpec, parent: ToolSpec) -> tuple[str, ...]:

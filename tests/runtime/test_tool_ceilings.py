@@ -107,3 +107,31 @@ def test_spawn_checks_the_ceiling_again(open_runtime: OpenRuntime) -> None:
     assert "bash, edit_file, write_file" in str(error)
     assert [a.path for a in rt.agents()] == [top.path]
     assert set(MODIFY_TOOLS) - set(READ_TOOLS) == set(error.extra)
+
+
+def test_open_refuses_tool_names_a_model_runner_cannot_provide(store_path: Path) -> None:
+    from retinue.llm import LiteLLMRunner, tool
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    typo = Profile("lead", tools=["read_flie", "grep"], model="retinue/scripted")
+    with pytest.raises(ConfigurationError) as info:
+        Runtime.open(store_path, profiles=[typo])
+    assert "registered on its runner: read_flie; built-in tools are read_file," in str(info.value)
+    unregistered = Profile("lead", tools=["lookup"], runner=LiteLLMRunner("retinue/scripted"))
+    with pytest.raises(ConfigurationError, match="registered on its runner: lookup"):
+        Runtime.open(store_path, profiles=[unregistered])
+    registered = Profile(
+        "lead",
+        tools=["lookup", "grep"],
+        runner=LiteLLMRunner("retinue/scripted", host_tools={"lookup": lookup}),
+    )
+    Runtime.open(store_path, profiles=[registered]).shutdown()
+
+
+def test_python_runners_may_name_any_tools(open_runtime: OpenRuntime) -> None:
+    rt = open_runtime([Profile("lead", tools=["anything_goes"], runner=echo)])
+    assert rt.wait(rt.spawn("lead", "x").id, timeout=10).output == "done:x"
