@@ -6,7 +6,7 @@ model answers with. The rules:
 
 - a *lead* (``spawn_subagents`` offered) that has not delegated yet in this
   exchange delegates the task to every profile in the tool's ``agent`` enum,
-  in one ``spawn_subagents`` call; once the results are back it answers with a
+  in one ``spawn_subagents`` call, each child named after its profile; once the results are back it answers with a
   summary built from its children's outputs;
 - an agent woken by its children's completions summarises them;
 - a *leaf* with read tools lists the workspace (``list_dir``), reads up to five
@@ -199,7 +199,8 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
         return _final(f"Summary of {len(lines)} completions:\n" + "\n".join(lines), structured)
     agents = _spawnable(tools)
     if agents and not results:
-        batch = [{"agent": agent, "message": task} for agent in agents]
+        # Each child is named after its role, so its path reads /root/review/security.
+        batch = [{"agent": agent, "message": task, "task_name": agent} for agent in agents]
         return {
             "role": "assistant",
             "content": None,
