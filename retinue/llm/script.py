@@ -6,8 +6,9 @@ model answers with. The rules:
 
 - a *lead* (``spawn_subagents`` offered) that has not delegated yet in this
   exchange delegates the task to every profile in the tool's ``agent`` enum,
-  in one ``spawn_subagents`` call, each child named after its profile; once the results are back it answers with a
-  summary built from its children's outputs;
+  in one ``spawn_subagents`` call, each child named after its profile; once
+  the results are back it answers with a summary built from its children's
+  outputs;
 - an agent woken by its children's completions summarises them;
 - a *leaf* with read tools lists the workspace (``list_dir``), reads up to five
   files (``read_file``), then answers from their first lines;
