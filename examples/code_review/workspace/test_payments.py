@@ -1,6 +1,6 @@
 """Tests of the payments service."""
 
-from payments import app
+import payments as app
 
 
 def test_charge_returns_an_id():
