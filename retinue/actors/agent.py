@@ -21,13 +21,14 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import pykka
 
 from retinue.actors.executor import Executor
 from retinue.actors.profile import Runner
 from retinue.actors.turn import Turn
+from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
 
 __all__ = [
@@ -166,6 +167,25 @@ class _Inbox:
             return None
 
 
+class _StopFlag(threading.Event):
+    """``actor_stopped`` without a Condition: pykka only sets and reads it."""
+
+    def __init__(self) -> None:  # no Condition: set and read under the GIL
+        self._stopped = False
+
+    def is_set(self) -> bool:
+        return self._stopped
+
+    def set(self) -> None:
+        self._stopped = True
+
+    def clear(self) -> None:
+        self._stopped = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        raise NotImplementedError("a pooled actor's stop flag is not waited on")
+
+
 class PooledActor(pykka.Actor):
     """A pykka actor whose messages are handled by jobs on a shared executor.
 
@@ -173,15 +193,37 @@ class PooledActor(pykka.Actor):
     one job at a time drains the inbox, so messages are still handled one at a
     time and in order, and the actor holds no thread while its inbox is empty.
     ``on_start`` runs with the first message, on the executor.
+
+    Pooled actors are not put in pykka's ``ActorRegistry`` (their owner stops
+    them; ``stop_all`` never waits on one), and starting one makes no system
+    call: no thread, no ``os.urandom`` for its URN, no Condition for its stop flag.
     """
 
     def __init__(self, submit: Submit) -> None:
-        """Create the actor on ``submit``'s executor."""
+        """Create the actor on ``submit``'s executor (pykka's fields, set cheaply)."""
         self._submit = submit
         self._set_up = False
-        super().__init__()
-        inbox = cast(_Inbox, self.actor_inbox)
+        self.actor_urn = f"urn:retinue:{new_id()}"
+        inbox = _Inbox()
         inbox.kick = self._kick
+        self.actor_inbox = inbox
+        self.actor_stopped = _StopFlag()
+        self._actor_ref = pykka.ActorRef(self)
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
+        """Create the actor and return its ref; nothing runs until its first message."""
+        obj = cls(*args, **kwargs)
+        obj._start_actor_loop()
+        return obj.actor_ref
+
+    def _stop(self) -> None:
+        """Stop at once (pykka's stop, without the registry)."""
+        self.actor_stopped.set()
+        try:
+            self.on_stop()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
 
     @staticmethod
     def _create_actor_inbox() -> Any:

@@ -9,7 +9,6 @@ live-agent counts.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from retinue.actors.commands import Spawn, SpawnMany
@@ -29,6 +28,7 @@ from retinue.errors import (
 )
 from retinue.protocol import paths
 from retinue.protocol.checks import check_text, preview
+from retinue.protocol.ids import new_id
 from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.tools import ceiling_message, exceeds_ceiling
@@ -113,7 +113,7 @@ class Spawner:
             if extra:
                 raise ToolsNotPermitted(ceiling_message(profile, parent.profile, extra), extra)
         world.check_size(task, "task")
-        agent_id = uuid.uuid4().hex
+        agent_id = new_id()
         if name is None:
             name = paths.derive_name(agent_id)
         name = paths.validate_name(name, field="name")
