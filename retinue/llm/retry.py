@@ -38,7 +38,7 @@ class Failure:
 
     def line(self, attempts: int) -> str:
         """Return the one-line description of the final failure after ``attempts`` calls."""
-        status = "timeout" if self.status is None and "no answer" in self.message else self.status
+        status = self.status
         where = f"{self.provider} status {status}" if status is not None else self.provider
         tries = "1 attempt" if attempts == 1 else f"{attempts} attempts"
         return f"{where}: {self.message} ({tries})"

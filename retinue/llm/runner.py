@@ -155,8 +155,8 @@ class LiteLLMRunner:
     def _call_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model}
         if not self.model.startswith(SCRIPTED_PROVIDER + "/"):
-            kwargs["timeout"] = self.request_timeout_s
-            kwargs["max_retries"] = 0  # the openai client's own retries: retinue retries
+            # retinue owns retries and the deadline (asyncio.wait_for): none in the client.
+            kwargs["max_retries"] = 0
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base
         if self.api_key is not None:

@@ -1,0 +1,299 @@
+"""LiteLLMRunner end to end: real runtime, real LMDB store, real litellm call path, no network."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from retinue import AgentState, Profile, Runtime, Turn, Usage
+from retinue.errors import ConfigurationError
+from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
+from retinue.llm.runner import REPAIR_PROMPT
+from retinue.llm.stub import OpenAIStub, StubReply
+from tests.conftest import wait_until
+from tests.llm.conftest import run, stub_runner
+
+pytestmark = pytest.mark.usefixtures("litellm")
+
+
+def test_a_scripted_leaf_answers_and_its_usage_is_recorded(llm_runtime: Any) -> None:
+    rt: Runtime = llm_runtime([Profile("leaf", model=SCRIPTED_MODEL, instructions="Be brief.")])
+    info = run(rt, "leaf", "check the login handler")
+    assert info.state is AgentState.COMPLETED
+    assert info.output == "Done: check the login handler"
+    assert info.usage.prompt_tokens > 0 and info.usage.completion_tokens > 0
+    assert info.usage.cost_usd == 0.0  # the scripted model is not priced
+    assert info.tree_usage == info.usage  # a top-level agent: its tree is itself
+
+
+def test_the_model_sees_instructions_then_the_task(llm_runtime: Any, stub: OpenAIStub) -> None:
+    rt = llm_runtime([Profile("leaf", instructions="You review code.", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "review auth.py")
+    assert info.output == "Done: review auth.py"
+    (request,) = stub.requests
+    assert request.messages == [
+        {"role": "system", "content": "You review code."},
+        {"role": "user", "content": "review auth.py"},
+    ]
+    assert "tools" not in request.body  # nothing to offer: no tools parameter
+
+
+def test_usage_and_cost_come_from_the_provider(llm_runtime: Any, stub: OpenAIStub) -> None:
+    stub.handler = lambda r: StubReply(
+        message={"role": "assistant", "content": "ok"}, usage=(1000, 500)
+    )
+    runner = LiteLLMRunner("openai/gpt-4o-mini", api_base=stub.url, api_key="x")
+    rt = llm_runtime([Profile("leaf", runner=runner)])
+    info = run(rt, "leaf", "x")
+    assert (info.usage.prompt_tokens, info.usage.completion_tokens) == (1000, 500)
+    assert info.usage.cost_usd > 0.0  # gpt-4o-mini is in litellm's local cost map
+
+
+def test_a_profile_with_a_model_gets_a_runner_and_its_subagents_inherit_it(
+    llm_runtime: Any,
+) -> None:
+    rt = llm_runtime(
+        [
+            Profile("lead", subagents=["worker"], model=SCRIPTED_MODEL),
+            Profile("worker", subagents=["helper"]),
+            Profile("helper"),
+        ]
+    )
+    assert run(rt, "worker", "w").output == "Done: w"
+    assert run(rt, "helper", "h").output == "Done: h"
+    with pytest.raises(ConfigurationError, match="no runner"):
+        Runtime.open(None, profiles=[Profile("orphan")])
+
+
+def test_a_server_that_fails_twice_then_answers_succeeds(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    stub.handler = lambda r: StubReply(status=500, error="boom") if r.number <= 2 else None
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, retries=4))])
+    info = run(rt, "leaf", "retry me")
+    assert info.state is AgentState.COMPLETED
+    assert info.output == "Done: retry me"
+    assert len(stub.requests) == 3
+
+
+def test_a_server_that_always_fails_fails_the_turn_within_the_retry_budget(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    stub.handler = lambda r: StubReply(status=503, error="overloaded, try later")
+
+    def lead(turn: Turn) -> str:
+        done = turn.run("leaf", "doomed")
+        return f"{done.status}|{done.error}"
+
+    rt = llm_runtime(
+        [
+            Profile("lead", subagents=["leaf"], runner=lead),
+            Profile("leaf", runner=stub_runner(stub, retries=2)),
+        ]
+    )
+    info = run(rt, "lead", "go")
+    status, error = (info.output or "").split("|", 1)
+    assert status == "failed"
+    assert error == "ModelCallFailed: openai status 503: overloaded, try later (3 attempts)"
+    assert "\n" not in error and "Traceback" not in error
+    assert len(stub.requests) == 3
+
+
+def test_a_bad_request_is_not_retried(llm_runtime: Any, stub: OpenAIStub) -> None:
+    stub.handler = lambda r: StubReply(status=400, error="bad tool schema")
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, retries=4))])
+    info = run(rt, "leaf", "x")
+    assert info.state is AgentState.FAILED
+    assert info.error == "ModelCallFailed: openai status 400: bad tool schema (1 attempt)"
+    assert len(stub.requests) == 1
+
+
+def test_429_waits_at_least_retry_after(llm_runtime: Any, stub: OpenAIStub) -> None:
+    stub.handler = lambda r: (
+        StubReply(status=429, error="slow down", headers={"Retry-After": "1"})
+        if r.number == 1
+        else None
+    )
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, retry_base_s=0.001))])
+    info = run(rt, "leaf", "x")
+    assert info.state is AgentState.COMPLETED
+    first, second = stub.requests
+    # The backoff alone would be ~1 ms: the gap is the server's Retry-After.
+    assert second.at - first.at >= 1.0
+
+
+def test_a_call_past_request_timeout_is_abandoned_and_retried(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    stub.handler = lambda r: StubReply(delay_s=3.0)
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, request_timeout_s=0.2, retries=1))])
+    info = run(rt, "leaf", "x")
+    assert info.state is AgentState.FAILED
+    assert info.error == "ModelCallFailed: openai: no answer within 0.2 s (2 attempts)"
+    assert len(stub.requests) == 2
+
+
+def test_interrupt_abandons_a_slow_call_and_discards_its_answer(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    stub.handler = lambda r: StubReply(delay_s=1.0) if r.number == 1 else None
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))])
+    info = rt.spawn("leaf", "slow")
+    wait_until(lambda: stub.requests, what="the model call")
+    assert rt.interrupt(info.id).state is AgentState.INTERRUPTED
+    completion = rt.wait(info.id)
+    assert completion.status == "interrupted"
+    wait_until(lambda: stub.answered >= 1, what="the late answer")
+    # The late answer was never recorded: no usage, and the next turn does not see it.
+    assert rt.get(info.id).usage == Usage()
+    rt.follow_up(info.id, "again")
+    done = rt.wait(info.id)
+    assert done.output == "Done: again"
+    assert all(m.get("role") != "assistant" for m in stub.requests[1].messages)
+
+
+def test_a_structured_answer_that_breaks_the_contract_gets_one_repair(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    good = {"version": "retinue.result.v2", "status": "completed", "summary": "fine"}
+    answers = [
+        {"role": "assistant", "content": "I think it is fine."},
+        {"role": "assistant", "content": json.dumps(good)},
+    ]
+    stub.handler = lambda r: StubReply(message=answers[min(r.number, 2) - 1])
+    rt = llm_runtime([Profile("leaf", result_format="structured", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "x")
+    assert info.state is AgentState.COMPLETED
+    assert json.loads(info.output or "")["summary"] == "fine"
+    first, second = stub.requests
+    assert "retinue.result.v2" in first.messages[0]["content"]  # result_instruction()
+    repair = second.messages[-1]
+    assert repair["role"] == "user"
+    assert repair["content"].startswith(REPAIR_PROMPT.split("{", 1)[0])
+    assert "no JSON object found" in repair["content"]
+
+
+def test_a_structured_answer_that_breaks_the_contract_twice_fails(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    stub.handler = lambda r: StubReply(message={"role": "assistant", "content": "{}"})
+    rt = llm_runtime([Profile("leaf", result_format="structured", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "x")
+    assert info.state is AgentState.FAILED
+    assert (info.error or "").startswith("ResultContractError: invalid structured result")
+    assert len(stub.requests) == 2
+
+
+def test_tokens_per_agent_fails_the_turn_naming_the_budget(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    stub.handler = lambda r: StubReply(usage=(80, 40))
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))], tokens_per_agent=200)
+    info = run(rt, "leaf", "first")
+    assert info.state is AgentState.COMPLETED and info.usage.total_tokens == 120
+    rt.follow_up(info.id, "second")  # 120 < 200: the call is made, then 240 > 200
+    done = rt.wait(info.id)
+    done = rt.wait(info.id)
+    assert done.status == "failed"
+    assert done.error == (
+        "TokenBudgetExceeded: tokens_per_agent budget of 200 tokens is spent: "
+        f"{info.path} has used 240; raise Limits.tokens_per_agent to continue"
+    )
+    rt.follow_up(info.id, "third")  # already spent: no call at all
+    assert rt.wait(info.id).status == "failed"
+    assert len(stub.requests) == 2
+
+
+def test_tokens_per_tree_is_shared_by_the_whole_tree(llm_runtime: Any, stub: OpenAIStub) -> None:
+    stub.handler = lambda r: StubReply(usage=(100, 50))
+
+    def lead(turn: Turn) -> str:
+        return ",".join(str(turn.run("leaf", t).status) for t in ("a", "b", "c"))
+
+    rt = llm_runtime(
+        [
+            Profile("lead", subagents=["leaf"], runner=lead),
+            Profile("leaf", runner=stub_runner(stub)),
+        ],
+        tokens_per_tree=250,
+    )
+    info = run(rt, "lead", "go")
+    # a: 150 <= 250; b: 300 > 250 (fails after its call); c: spent before any call.
+    assert info.output == "completed,failed,failed"
+    assert len(stub.requests) == 2
+    assert info.tree_usage == Usage(prompt_tokens=200, completion_tokens=100, cost_usd=0.0)
+    assert info.usage == Usage()  # the lead itself called no model
+    leaves = [a for a in rt.agents() if a.profile == "leaf"]
+    assert "tokens_per_tree budget of 250 tokens" in (leaves[1].error or "")
+    assert leaves[1].tree_usage is None  # only top-level agents carry the tree total
+
+
+def test_max_concurrent_calls_bounds_calls_per_model(llm_runtime: Any, stub: OpenAIStub) -> None:
+    stub.handler = lambda r: StubReply(delay_s=0.2)
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))], max_concurrent_calls=2)
+    infos = [rt.spawn("leaf", f"t{i}") for i in range(6)]
+    for info in infos:
+        assert rt.wait(info.id).status == "completed"
+    assert stub.max_in_flight == 2
+
+
+def test_a_follow_up_continues_the_conversation(llm_runtime: Any, stub: OpenAIStub) -> None:
+    rt = llm_runtime([Profile("leaf", instructions="sys", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "first task")
+    rt.follow_up(info.id, "second task")
+    assert rt.wait(info.id).output == "Done: first task"
+    assert rt.wait(info.id).output == "Done: second task"
+    assert stub.requests[1].messages == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "first task"},
+        {"role": "assistant", "content": "Done: first task"},
+        {"role": "user", "content": "second task"},
+    ]
+
+
+def test_messages_and_child_completions_are_rendered_for_the_model(
+    llm_runtime: Any, stub: OpenAIStub
+) -> None:
+    def failing(turn: Turn) -> str:
+        raise RuntimeError("disk full")
+
+    rt = llm_runtime(
+        [
+            Profile(
+                "top", subagents=["leaf", "bad"], runner=stub_runner(stub), wake_on_completion=False
+            ),
+            Profile("leaf", runner=lambda t: f"result of {t.task}"),
+            Profile("bad", runner=failing),
+        ]
+    )
+    top = run(rt, "top", "coordinate")
+    rt.send(top.id, "hello from the host")
+    # Children of the LLM agent (spawned by the host under it) settle into its mailbox.
+    ok = rt.spawn("leaf", "worker task", name="w", parent=top.path)
+    bad = rt.spawn("bad", "x", name="b", parent=top.path)
+    wait_until(lambda: rt.get(ok.id).state is AgentState.COMPLETED)
+    wait_until(lambda: rt.get(bad.id).state is AgentState.FAILED)
+    rt.follow_up(top.id, "report")
+    rt.wait(top.id)
+    rt.wait(top.id)
+    last = stub.requests[-1].messages[-1]["content"]
+    assert last.split("\n\n") == [
+        "report",
+        "[message from /root] hello from the host",
+        f"[subagent:{top.path}/w] delegated task completed. Result: result of worker task",
+        f"[subagent:{top.path}/b] delegated task FAILED: RuntimeError: disk full",
+    ]
+
+
+def test_the_runner_checks_its_settings() -> None:
+    with pytest.raises(ConfigurationError, match="model"):
+        LiteLLMRunner("")
+    with pytest.raises(ConfigurationError, match="retries"):
+        LiteLLMRunner("m", retries=-1)
+    with pytest.raises(ConfigurationError, match="request_timeout_s"):
+        LiteLLMRunner("m", request_timeout_s=0)
+    with pytest.raises(ConfigurationError, match="result_format"):
+        LiteLLMRunner("m", result_format="xml")
+    assert "x" not in repr(LiteLLMRunner("m", api_key="x"))
