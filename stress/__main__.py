@@ -22,6 +22,7 @@ from typing import Any
 from stress import (
     bench_commit,
     bench_lifecycle,
+    bench_llm,
     bench_reopen,
     bench_scale,
     bench_trees,
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             "trees",
             "async_turns",
             "idle",
+            "llm",
         ],
     )
     parser.add_argument(
@@ -186,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         report["reopen"] = row
         _table("reopen: Runtime.open on a large store", row)
 
+    if args.only in (None, "llm"):
+        row = bench_llm.run(50 if quick else 1000)
+        report["llm"] = row
+        _table("llm: concurrent model turns vs raw litellm.acompletion, local OpenAI server", row)
+
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
@@ -203,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         "async_turns",
         "idle",
         "reopen",
+        "llm",
     )
     parts = [k for k in every if k in report]
     bad = sum(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -11,7 +10,9 @@ from retinue import AgentState, Profile, Runtime, Turn, Usage
 from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.runner import REPAIR_PROMPT
+from retinue.llm.script import script_reply
 from retinue.llm.stub import OpenAIStub, StubReply
+from retinue.protocol.results import parse_result, result_instruction
 from tests.conftest import wait_until
 from tests.llm.conftest import run, stub_runner
 
@@ -157,16 +158,17 @@ def test_interrupt_abandons_a_slow_call_and_discards_its_answer(
 def test_a_structured_answer_that_breaks_the_contract_gets_one_repair(
     llm_runtime: Any, stub: OpenAIStub
 ) -> None:
-    good = {"version": "retinue.result.v2", "status": "completed", "summary": "fine"}
+    contract = {"role": "system", "content": result_instruction()}
+    good = script_reply([contract, {"role": "user", "content": "fine"}])["content"]
     answers = [
         {"role": "assistant", "content": "I think it is fine."},
-        {"role": "assistant", "content": json.dumps(good)},
+        {"role": "assistant", "content": good},
     ]
     stub.handler = lambda r: StubReply(message=answers[min(r.number, 2) - 1])
     rt = llm_runtime([Profile("leaf", result_format="structured", runner=stub_runner(stub))])
     info = run(rt, "leaf", "x")
     assert info.state is AgentState.COMPLETED
-    assert json.loads(info.output or "")["summary"] == "fine"
+    assert parse_result(info.output or "").summary == "Done: fine"
     first, second = stub.requests
     assert "retinue.result.v2" in first.messages[0]["content"]  # result_instruction()
     repair = second.messages[-1]
