@@ -219,7 +219,12 @@ class _Session:
         while True:
             self._check_budgets(agent_usage, tree_usage, before=True)
             response = await self._complete(schemas)
-            message = response.choices[0].message
+            choices = getattr(response, "choices", None) or []
+            if not choices:
+                raise ModelCallFailed(
+                    f"{runner.model}: the model returned no choices", provider=runner.model
+                )
+            message = choices[0].message
             calls = list(getattr(message, "tool_calls", None) or [])
             assistant: ChatMessage = {"role": "assistant", "content": message.content}
             if calls:

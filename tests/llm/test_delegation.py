@@ -1,0 +1,69 @@
+"""Delegation through tool calls: the scripted model and litellm's OpenAI path over local HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retinue import AgentState, Profile
+from retinue.llm import SCRIPTED_MODEL
+from retinue.llm.stub import OpenAIStub
+from tests.llm.conftest import run, stub_runner
+
+pytestmark = pytest.mark.usefixtures("litellm")
+
+
+def _spawn_enum(request_tools: list[dict[str, Any]]) -> list[str]:
+    (spawn,) = [t for t in request_tools if t["function"]["name"] == "spawn_subagents"]
+    text = json.dumps(spawn["function"]["parameters"])
+    start = text.index('"enum": [') + len('"enum": ')
+    return list(json.loads(text[start : text.index("]", start) + 1]))
+
+
+def test_two_level_delegation_over_the_openai_http_path(llm_runtime: Any, stub: OpenAIStub) -> None:
+    runner = stub_runner(stub)
+    rt = llm_runtime(
+        [
+            Profile("lead", subagents=["reviewer", "tester"], runner=runner),
+            Profile("reviewer", runner=runner),
+            Profile("tester", runner=runner),
+        ]
+    )
+    lead = run(rt, "lead", "review the API", name="review")
+    assert lead.state is AgentState.COMPLETED
+    children = [a for a in rt.agents() if a.parent_path == lead.path]
+    assert sorted(c.profile for c in children) == ["reviewer", "tester"]
+    assert all(c.state is AgentState.COMPLETED for c in children)
+    lines = (lead.output or "").splitlines()
+    assert lines[0] == "Summary of 2 subagent results for: review the API"
+    assert sorted(lines[1:]) == sorted(
+        f"- {c.path} (completed): Done: review the API" for c in children
+    )
+    # The lead was offered the spawn tool with exactly the profiles it may spawn.
+    assert _spawn_enum(stub.requests[0].body["tools"]) == ["reviewer", "tester"]
+    # Four model calls: the lead twice (delegate, summarise), each child once.
+    assert len(stub.requests) == 4
+    total = sum(a.usage.total_tokens for a in rt.agents())
+    assert lead.tree_usage is not None and lead.tree_usage.total_tokens == total > 0
+
+
+def test_the_scripted_team_reads_the_workspace(llm_runtime: Any, tmp_path: Path) -> None:
+    workspace = tmp_path / "repo"
+    workspace.mkdir()
+    (workspace / "auth.py").write_text("def login(): ...\n")
+    (workspace / "README").write_text("The service.\nMore.\n")
+    rt = llm_runtime(
+        [
+            Profile("lead", subagents=["reader"], model=SCRIPTED_MODEL, tools="read"),
+            Profile("reader", tools="read"),  # inherits the scripted model
+        ],
+        workspace=workspace,
+    )
+    lead = run(rt, "lead", "describe the repo")
+    assert lead.state is AgentState.COMPLETED, lead.error
+    (reader,) = [a for a in rt.agents() if a.profile == "reader"]
+    assert reader.output == "Done: describe the repo (read 2 files: The service.; def login(): ...)"
+    assert f"- {reader.path} (completed): {reader.output}" in (lead.output or "")
