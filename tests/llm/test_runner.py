@@ -38,7 +38,10 @@ def test_the_model_sees_instructions_then_the_task(llm_runtime: Any, stub: OpenA
         {"role": "system", "content": "You review code."},
         {"role": "user", "content": "review auth.py"},
     ]
-    assert "tools" not in request.body  # nothing to offer: no tools parameter
+    # A leaf may not spawn: it is offered no spawn tool (and no workspace tools).
+    assert "spawn_subagents" not in request.tool_names
+    assert "spawn_subagent" not in request.tool_names
+    assert "read_file" not in request.tool_names
 
 
 def test_usage_and_cost_come_from_the_provider(llm_runtime: Any, stub: OpenAIStub) -> None:
