@@ -65,7 +65,13 @@ def test_a_profile_with_a_model_gets_a_runner_and_its_subagents_inherit_it(
             Profile("helper"),
         ]
     )
-    assert run(rt, "worker", "w").output == "Done: w"
+    # worker and helper inherit the scripted model: worker delegates to helper, which answers.
+    worker = run(rt, "worker", "w")
+    (helper,) = [a for a in rt.agents() if a.profile == "helper"]
+    assert (
+        worker.output
+        == f"Summary of 1 subagent results for: w\n- {helper.path} (completed): Done: w"
+    )
     assert run(rt, "helper", "h").output == "Done: h"
     with pytest.raises(ConfigurationError, match="no runner"):
         Runtime.open(None, profiles=[Profile("orphan")])
