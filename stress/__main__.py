@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         _table("reopen: Runtime.open on a large store", row)
 
     if args.only in (None, "llm"):
-        row = bench_llm.run(50 if quick else 1000)
+        row = bench_llm.run(50 if quick else 1000, reps=1 if quick else 3)
         report["llm"] = row
         _table("llm: concurrent model turns vs raw litellm.acompletion, local OpenAI server", row)
 
