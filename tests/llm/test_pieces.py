@@ -62,8 +62,8 @@ def test_a_scripted_lead_delegates_to_every_spawnable_profile_in_one_call() -> N
             "spawn_subagents",
             {
                 "tasks": [
-                    {"agent": "reviewer", "message": "review the API"},
-                    {"agent": "tester", "message": "review the API"},
+                    {"agent": "reviewer", "message": "review the API", "task_name": "reviewer"},
+                    {"agent": "tester", "message": "review the API", "task_name": "tester"},
                 ]
             },
         )
