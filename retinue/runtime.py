@@ -16,7 +16,6 @@ import concurrent.futures
 import contextlib
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,7 +26,7 @@ from typing import Any, TypeVar
 import pykka
 
 from retinue.actors.agent import running_agent
-from retinue.actors.boot import boot, profile_table, read_diagnostics
+from retinue.actors.boot import open_reader, profile_table, start
 from retinue.actors.commands import (
     HOST,
     Agents,
@@ -60,10 +59,9 @@ from retinue.errors import (
     ConfigurationError,
     RetinueError,
     RuntimeClosed,
-    StoreError,
 )
 from retinue.llm import model_runner_factory
-from retinue.persistence.options import check_store_options, make_folder, remove_created
+from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.limits import Limits
@@ -188,61 +186,27 @@ class Runtime:
             if options.path is None:
                 raise ConfigurationError("a read-only runtime needs the path of a store")
             rt.path = options.path
-            rt._store = Store(rt.path, readonly=True)
-            try:
-                rt._store.refuse_newer()
-                rt.diagnostics = read_diagnostics(rt._store, rt.limits)
-            except BaseException:
-                rt._store.close()
-                raise
+            rt._store, rt.diagnostics = open_reader(rt.path, rt.limits)
             rt._reader = StoreReader(rt._store, rt.limits)
             return rt
         folder = None if workspace is None else Path(workspace)
         rt._profiles, runners = profile_table(
             profiles, runner, rt.limits, model_runner=model_runner_factory(folder)
         )
-        created: Path | None
-        if options.path is None:
-            try:
-                rt.path = created = Path(tempfile.mkdtemp(prefix="retinue-"))
-            except OSError as exc:
-                raise StoreError(f"cannot create a temporary store folder: {exc}") from None
-            rt._temporary = True
-        else:
-            rt.path = options.path
-            created = make_folder(rt.path)
-        try:
-            store = Store(
-                rt.path,
-                durability=options.durability,
-                map_size=options.map_size,
-                group_commit=options.group_commit,
-                create=create,
-            )
-        except BaseException:
-            remove_created(created)
-            raise
-        rt._store = store
-        try:
-            rt._executor = Executor()
-            booted = boot(
-                store,
-                profiles=rt._profiles,
-                runners=runners,
-                limits=rt.limits,
-                bus=rt._bus,
-                caller=rt._submit,
-                executor=rt._executor,
-            )
-        except BaseException:
-            if rt._executor is not None:
-                rt._executor.shutdown(0.0)
-            store.close()
-            remove_created(created)
-            raise
-        rt._core = booted.core
-        rt._actor = booted.actor
-        rt.diagnostics = booted.diagnostics
+        started = start(
+            options,
+            create=create,
+            profiles=rt._profiles,
+            runners=runners,
+            limits=rt.limits,
+            bus=rt._bus,
+            caller=rt._submit,
+        )
+        rt.path, rt._temporary = started.path, started.temporary
+        rt._store, rt._executor = started.store, started.executor
+        rt._core = started.booted.core
+        rt._actor = started.booted.actor
+        rt.diagnostics = started.booted.diagnostics
         rt._compactor = threading.Thread(
             target=rt._compact_loop, name="retinue-compactor", daemon=True
         )

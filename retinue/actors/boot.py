@@ -9,8 +9,10 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pykka
@@ -21,7 +23,8 @@ from retinue.actors.profile import Profile, Runner
 from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import Tree
 from retinue.actors.turn import Caller
-from retinue.errors import ConfigurationError
+from retinue.errors import ConfigurationError, StoreError
+from retinue.persistence.options import StoreOptions, make_folder, remove_created
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import Store
 from retinue.protocol.graph import validate_graph
@@ -31,10 +34,13 @@ from retinue.protocol.tools import BUILTIN_TOOLS, resolve_profile_tools, unavail
 __all__ = [
     "Booted",
     "ModelRunnerFactory",
+    "Started",
     "boot",
     "inherited_model",
+    "open_reader",
     "profile_table",
     "read_diagnostics",
+    "start",
 ]
 
 
@@ -204,3 +210,97 @@ def boot(
         actor.stop()
         raise
     return Booted(actor=actor, diagnostics=diagnostics, core=core)
+
+
+@dataclass(frozen=True)
+class Started:
+    """A writable store with its running supervisor, as :func:`start` left them."""
+
+    path: Path
+    temporary: bool  # a temporary folder, removed when the runtime closes
+    store: Store
+    executor: Executor
+    booted: Booted
+
+
+def start(
+    options: StoreOptions,
+    *,
+    create: bool,
+    profiles: dict[str, Profile],
+    runners: dict[str, Runner],
+    limits: Limits,
+    bus: EventBus,
+    caller: Caller,
+) -> Started:
+    """Open (or create) the writable store ``options`` names and boot its supervisor.
+
+    ``options.path`` None makes a temporary folder. A failed start leaves
+    nothing behind: the executor is stopped, the store closed and a folder
+    this call created removed again.
+
+    Raises:
+        StoreError: the folder cannot be created, or the recovery not written.
+        StoreLocked, StoreVersionError, StoreCorrupted: as :class:`Store` raises.
+    """
+    created: Path | None
+    if options.path is None:
+        try:
+            path = created = Path(tempfile.mkdtemp(prefix="retinue-"))
+        except OSError as exc:
+            raise StoreError(f"cannot create a temporary store folder: {exc}") from None
+    else:
+        path = options.path
+        created = make_folder(path)
+    try:
+        store = Store(
+            path,
+            durability=options.durability,
+            map_size=options.map_size,
+            group_commit=options.group_commit,
+            create=create,
+        )
+    except BaseException:
+        remove_created(created)
+        raise
+    executor: Executor | None = None
+    try:
+        executor = Executor()
+        booted = boot(
+            store,
+            profiles=profiles,
+            runners=runners,
+            limits=limits,
+            bus=bus,
+            caller=caller,
+            executor=executor,
+        )
+    except BaseException:
+        if executor is not None:
+            executor.shutdown(0.0)
+        store.close()
+        remove_created(created)
+        raise
+    return Started(
+        path=path,
+        temporary=options.path is None,
+        store=store,
+        executor=executor,
+        booted=booted,
+    )
+
+
+def open_reader(path: Path, limits: Limits) -> tuple[Store, list[Diagnostic]]:
+    """Open the store at ``path`` read-only; return it with what a restore would report.
+
+    Raises:
+        StoreVersionError: the store was written by a newer schema.
+        StoreError, StoreCorrupted: no readable store there.
+    """
+    store = Store(path, readonly=True)
+    try:
+        store.refuse_newer()
+        return store, read_diagnostics(store, limits)
+    except BaseException:
+        store.close()
+        raise
