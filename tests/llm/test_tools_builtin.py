@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retinue.errors import ConfigurationError
 from retinue.llm import ToolBox, Workspace
@@ -18,9 +20,8 @@ from retinue.llm.workspace import WorkspaceEscape
 from retinue.protocol.tools import MODIFY_TOOLS, READ_TOOLS
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    """A workspace with files and folders, a secret beside it and symlinks in and out."""
+def make_tree(tmp_path: Path) -> Path:
+    """Build a workspace with files and folders, a secret beside it and symlinks in and out."""
     ws = tmp_path / "ws"
     (ws / "src" / "pkg").mkdir(parents=True)
     (ws / "README.md").write_text("# Demo\nhello world\n")
@@ -37,6 +38,12 @@ def tree(tmp_path: Path) -> Path:
     os.symlink(tmp_path / "outside", ws / "leakdir")
     os.symlink(ws / "src" / "app.py", ws / "inside_link.py")
     return ws
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A fresh workspace (see :func:`make_tree`)."""
+    return make_tree(tmp_path)
 
 
 def box_for(ws: Path, names: tuple[str, ...] = MODIFY_TOOLS, **options: Any) -> ToolBox:
@@ -299,3 +306,27 @@ def test_bash_output_is_capped_keeping_start_and_end(tree: Path) -> None:
 def test_bash_arguments_are_checked(tree: Path, arguments: dict[str, Any], field: str) -> None:
     message = error_of(box_for(tree), "bash", **arguments)
     assert f"`{field}`" in message
+
+
+SEGMENTS = ["..", ".", "", "src", "pkg", "leakdir", "leak.txt", "inside_link.py", "x", "~", "/"]
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=6), st.booleans())
+def test_resolved_paths_never_leave_the_workspace(
+    tree_once: Path, parts: list[str], absolute: bool
+) -> None:
+    ws = Workspace(tree_once)
+    path = ("/" if absolute else "") + "/".join(parts)
+    try:
+        real = ws.resolve(path)
+    except WorkspaceEscape:
+        return
+    assert ws.contains(real.resolve())
+    assert not absolute and ".." not in parts
+
+
+@pytest.fixture(scope="module")
+def tree_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``tree`` workspace, built once for the property test."""
+    return make_tree(tmp_path_factory.mktemp("prop"))

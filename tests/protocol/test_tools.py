@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retinue.errors import ConfigurationError
 from retinue.protocol.tools import (
@@ -155,3 +157,38 @@ def test_long_inheriting_chain_resolves_without_recursion() -> None:
     chain["p5000"] = (None, [])
     tools = resolve_profile_tools(chain)  # type: ignore[arg-type]
     assert tools["p5000"] == READ_TOOLS
+
+
+PROFILE_NAMES = ["a", "b", "c", "d", "e"]
+SPECS = st.one_of(
+    st.none(),
+    st.sampled_from(["none", "read", "modify"]),
+    st.lists(st.sampled_from([*MODIFY_TOOLS, "lookup"]), max_size=4),
+)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    st.lists(st.tuples(SPECS, st.sets(st.integers(0, 4))), min_size=5, max_size=5),
+)
+def test_resolution_either_fits_every_edge_or_names_the_breach(
+    rows: list[tuple[object, set[int]]],
+) -> None:
+    # Edges only go from a lower index to a higher one: the graph is acyclic.
+    profiles = {
+        name: (spec, [PROFILE_NAMES[j] for j in sorted(kids) if j > i])
+        for i, (name, (spec, kids)) in enumerate(zip(PROFILE_NAMES, rows, strict=True))
+    }
+    try:
+        tools = resolve_profile_tools(profiles)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        assert "lacks:" in str(exc)
+        return
+    for name, (spec, kids) in profiles.items():
+        if spec is not None:
+            assert tools[name] == resolve_tools(spec)
+        for kid in kids:
+            assert set(tools[kid]) <= set(tools[name])
+        spawners = [p for p, (_, k) in profiles.items() if name in k]
+        if spec is None and not spawners:
+            assert tools[name] == ()
