@@ -39,7 +39,9 @@ from retinue.actors.commands import (
     FollowUp,
     Get,
     GiveUpWait,
+    HostMessages,
     Interrupt,
+    InterruptTree,
     Resume,
     Send,
     Shutdown,
@@ -252,15 +254,28 @@ class Runtime:
     # -- host API ----------------------------------------------------------------
 
     def spawn(
-        self, profile: str, task: str, *, name: str | None = None, parent: str = "/root"
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
     ) -> AgentInfo:
         """Record a new agent under ``parent`` and queue its first turn; return it.
 
+        ``idempotency_key`` makes a retried spawn safe: a spawn under the same
+        parent with the same key returns the agent the first one made (as it
+        is now, even closed) instead of a second one, also after a reopen, for
+        as long as that agent is stored. Keys are bounded like dedup keys.
+
         Raises:
             UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
-            FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent.
+            FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent,
+            DedupKeyTooLong; InvalidArgument: a blank task, or the key was used
+            for another profile.
         """
-        return self._ask(Spawn(HOST, profile, task, name, parent))
+        return self._ask(Spawn(HOST, profile, task, name, parent, idempotency_key))
 
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
         """Return the completion of the agent's oldest turn the host has not received.
@@ -278,6 +293,39 @@ class Runtime:
             future, seconds, lambda: self._give_up_wait(future, seconds)
         )
         return result
+
+    def messages(self, timeout: float | None = None) -> list[Message]:
+        """Return the messages top-level agents sent to the host, oldest first.
+
+        A top-level agent sends one with ``turn.send("/root", ...)``. The
+        host's inbox is a durable mailbox like any other, bounded by
+        ``mailbox_capacity`` (a sender gets ``MailboxFull`` while it is full).
+        Every unread message is returned and marked read; with none there,
+        the call waits up to ``timeout`` (None: ``wait_default_s``; 0: not at
+        all) for the first, and returns ``[]`` if none came.
+
+        Raises:
+            InvalidArgument: a NaN, infinite, negative or too long timeout.
+            RuntimeClosed: the runtime is (or gets) closed.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._submit(HostMessages(HOST), reply=future)
+        result: list[Message] = wait_result(
+            future, seconds, lambda: self._give_up_wait(future, seconds)
+        )
+        return result
+
+    def interrupt_tree(self, ref: str) -> list[AgentInfo]:
+        """Interrupt the queued and running turns of an agent's live subtree, leaves first.
+
+        Returns every live agent of the subtree in that order (idle ones as
+        they were). None of them is woken by another's interrupted completion.
+
+        Raises:
+            AgentClosed: the agent is closed. UnknownAgent: no such agent.
+        """
+        return self._ask(InterruptTree(HOST, ref))
 
     def _give_up_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
         try:
@@ -381,10 +429,39 @@ class Runtime:
     # -- asyncio faces ---------------------------------------------------------------
 
     async def spawn_async(
-        self, profile: str, task: str, *, name: str | None = None, parent: str = "/root"
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
-        return await self._ask_async(Spawn(HOST, profile, task, name, parent))
+        return await self._ask_async(Spawn(HOST, profile, task, name, parent, idempotency_key))
+
+    async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
+        """Like :meth:`interrupt_tree`, without blocking the event loop."""
+        return await self._ask_async(InterruptTree(HOST, ref))
+
+    async def messages_async(self, timeout: float | None = None) -> list[Message]:
+        """Like :meth:`messages`, without blocking the event loop.
+
+        Cancelling the awaiting task before messages were handed over takes
+        none; messages already handed over are the cancelled task's.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._submit(HostMessages(HOST), reply=future)
+        try:
+            result: list[Message] = await await_waiter(
+                future, seconds, lambda: self._give_up_wait(future, seconds)
+            )
+        except asyncio.CancelledError:
+            if future.cancel():  # not answered: the supervisor skips it; forget it
+                self._give_up_wait(future, seconds)
+            raise
+        return result
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
         """Like :meth:`wait`, without blocking the event loop.

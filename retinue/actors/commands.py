@@ -40,7 +40,9 @@ __all__ = [
     "Get",
     "GiveUpWait",
     "Host",
+    "HostMessages",
     "Interrupt",
+    "InterruptTree",
     "LlmLoad",
     "LlmStep",
     "Resume",
@@ -120,6 +122,7 @@ class Spawn(Command[AgentInfo]):
     task: str
     name: str | None = None
     parent: str | None = None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,25 @@ class Interrupt(Command[AgentInfo]):
 
     sender: Sender
     ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptTree(Command[list[AgentInfo]]):
+    """Cancel the queued and running turns of an agent's whole live subtree, leaves first."""
+
+    sender: Sender
+    ref: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostMessages(Command[list[Message]]):
+    """Take the messages top-level agents sent to the host (``/root``), oldest first.
+
+    With none there, the answer waits (deferred) for the first to arrive; a
+    :class:`GiveUpWait` for the same future ends it with an empty list.
+    """
+
+    sender: Host
 
 
 @dataclass(frozen=True, slots=True)

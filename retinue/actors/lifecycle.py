@@ -16,6 +16,7 @@ from retinue.actors.commands import (
     ExpireTurn,
     FollowUp,
     Interrupt,
+    InterruptTree,
     Resume,
     Settle,
 )
@@ -182,6 +183,30 @@ class Lifecycle:
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
         return info_of(self.interrupt_turn(tx, record))
+
+    def interrupt_tree(self, tx: Transition, command: InterruptTree) -> list[AgentInfo]:
+        """Interrupt the queued and running turns of an agent's live subtree, leaves first.
+
+        Returns every live agent of the subtree in that order (idle ones as
+        they are). None of them is woken by the others' interrupted
+        completions; the subtree root's completion goes to its parent as
+        for any interrupt.
+
+        Raises:
+            AgentClosed: the agent is closed. NotPermitted: a turn may only
+            interrupt its own subtree.
+        """
+        me = self.world.sender(command.sender)
+        record = self.world.target(me, command.ref, "interrupt")
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed")
+        tree = self.world.tree
+        order = tree.descendants_postorder(record.id)
+        tx.closing_subtree = set(order)  # interrupted leaves wake none of their ancestors
+        try:
+            return [info_of(self.interrupt_turn(tx, tree.agents[i])) for i in order]
+        finally:
+            tx.closing_subtree = set()
 
     def interrupt_turn(self, tx: Transition, record: AgentRecord) -> AgentRecord:
         """Cancel ``record``'s queued or running turn: it settles ``interrupted``; return it.

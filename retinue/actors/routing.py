@@ -16,6 +16,7 @@ from retinue.actors.commands import Send
 from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
+from retinue.actors.tree import HOST
 from retinue.actors.waiters import Waiters
 from retinue.errors import AgentClosed, DedupKeyTooLong, MailboxFull, NotPermitted
 from retinue.protocol import paths
@@ -57,6 +58,9 @@ class Router:
         tree = world.tree
         me = world.sender(command.sender)
         content = check_text(command.content, "content")
+        to_host = self._host_sender(me, command.ref)
+        if to_host is not None:
+            return self._send_to_host(tx, to_host, content, command.dedup_key)
         target = world.find(me, command.ref)
         if me is not None:
             related = (
@@ -72,14 +76,7 @@ class Router:
         sender_id = "" if me is None else me.id
         dedup_key = command.dedup_key
         if dedup_key is not None:
-            dedup_key = check_key(dedup_key, "dedup_key")
-            cap = world.limits.dedup_key_max_length
-            if len(dedup_key) > cap:
-                raise DedupKeyTooLong(
-                    f"dedup_key has {len(dedup_key)} characters; max is {cap}",
-                    limit=cap,
-                    value=len(dedup_key),
-                )
+            dedup_key = self._check_dedup(dedup_key)
             original = tree.dedup.get((sender_id, dedup_key))
             if original is not None:
                 return original  # a retry of an acknowledged send, even if it closed since
@@ -123,6 +120,87 @@ class Router:
         if waiter is not None and waiter.child_id == sender_id and waiter.kind == "any":
             self.waiters.answer(tx, target.id, lambda _: world.take_message(record))
         return message
+
+    def _host_sender(self, me: AgentRecord | None, ref: object) -> AgentRecord | None:
+        """Return the sender if ``ref`` is the host (``/root``) and it may message it, else None.
+
+        Raises:
+            NotPermitted: the host messages itself, or a non-top-level agent
+                messages the host.
+        """
+        if not isinstance(ref, str) or ref != paths.ROOT:
+            return None
+        if me is None:
+            raise NotPermitted("the host cannot message itself; /root is the host")
+        if me.parent_id is not None:
+            raise NotPermitted(
+                f"{me.path} may message only its parent, children and siblings; only "
+                "top-level agents may message the host (/root)"
+            )
+        return me
+
+    def _send_to_host(
+        self, tx: Transition, me: AgentRecord, content: str, dedup_key: str | None
+    ) -> Message:
+        """Put a top-level agent's message in the host's inbox (read with ``rt.messages``).
+
+        Raises:
+            DedupKeyTooLong, MessageTooLarge, MailboxFull: as for any mailbox.
+        """
+        world = self.world
+        tree = world.tree
+        if dedup_key is not None:
+            dedup_key = self._check_dedup(dedup_key)
+            original = tree.dedup.get((me.id, dedup_key))
+            if original is not None:
+                return original
+        world.check_size(content, "the message")
+        unread = len(tree.mailbox.get(HOST, {}))
+        cap = world.limits.mailbox_capacity
+        if unread >= cap:
+            raise MailboxFull(
+                f"the host's inbox has {unread} unread messages; mailbox_capacity is {cap}; "
+                "the host reads them with rt.messages()",
+                limit=cap,
+                value=unread,
+                path=paths.ROOT,
+            )
+        now = time.time()
+        seq = tree.next_seq()
+        message = Message(
+            id=f"{paths.ROOT}:{seq}",
+            kind="message",
+            sender=me.path,
+            sender_id=me.id,
+            recipient=paths.ROOT,
+            recipient_id=HOST,
+            content=content,
+            dedup_key=dedup_key,
+            created_at=now,
+        )
+        tree.add_message(MessageRecord(message=message, seq=seq))
+        tx.emit(
+            MessageQueued(
+                agent_id=HOST, path=paths.ROOT, at=now, message_id=message.id, sender=me.path
+            )
+        )
+        self.waiters.serve_inbox(tx)
+        return message
+
+    def _check_dedup(self, dedup_key: object) -> str:
+        """Return a usable ``dedup_key``.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a non-empty storable str.
+            DedupKeyTooLong: longer than ``dedup_key_max_length``.
+        """
+        key = check_key(dedup_key, "dedup_key")
+        cap = self.world.limits.dedup_key_max_length
+        if len(key) > cap:
+            raise DedupKeyTooLong(
+                f"dedup_key has {len(key)} characters; max is {cap}", limit=cap, value=len(key)
+            )
+        return key
 
     def inbox(self, tx: Transition, record: AgentRecord) -> list[Message]:
         """Take the unread messages and pending completions of a starting turn, in order."""

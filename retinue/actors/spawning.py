@@ -15,19 +15,22 @@ from retinue.actors.commands import Spawn, SpawnMany
 from retinue.actors.core import World, info_of, require_str
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
+from retinue.actors.tree import spawn_key
 from retinue.errors import (
     AgentClosed,
     AgentLimitExceeded,
+    DedupKeyTooLong,
     DepthLimitExceeded,
     DuplicateAgentPath,
     FanoutLimitExceeded,
+    InvalidArgument,
     NotPermitted,
     RetinueError,
     ToolsNotPermitted,
     UnknownProfile,
 )
 from retinue.protocol import paths
-from retinue.protocol.checks import check_text, preview
+from retinue.protocol.checks import check_key, check_text, preview
 from retinue.protocol.ids import new_id
 from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState
 from retinue.protocol.records import AgentRecord
@@ -47,16 +50,59 @@ class Spawner:
     def spawn(self, tx: Transition, command: Spawn) -> AgentInfo:
         """Record a new agent below the sending turn (or the host's ``parent``); queue its turn.
 
+        With an ``idempotency_key`` already used under the same parent, the
+        agent that spawn made is returned instead (see :meth:`_retried`),
+        before any cap is checked: a retry after a crash never spawns twice.
+
         Raises:
             UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
             FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent,
-            MessageTooLarge, ArgumentTypeError, TurnInterrupted.
+            MessageTooLarge, ArgumentTypeError, TurnInterrupted, DedupKeyTooLong,
+            InvalidArgument.
         """
         me = self.world.sender(command.sender)
         parent = me
         if me is None and command.parent not in (None, paths.ROOT):
             parent = self.world.find(None, command.parent, "parent")
-        return self._spawn(tx, parent, command.profile, command.task, command.name)
+        key = command.idempotency_key
+        if key is not None:
+            original = self._retried(parent, command.profile, key)
+            if original is not None:
+                return original
+        return self._spawn(tx, parent, command.profile, command.task, command.name, key)
+
+    def _retried(self, parent: AgentRecord | None, profile: Any, key: Any) -> AgentInfo | None:
+        """Return the agent an earlier spawn under ``parent`` made with ``key``, if any.
+
+        Keys are scoped to the parent (the host for top-level agents) and
+        bounded like deduplication keys. The original is returned as it is
+        now, even if it has closed since (until compaction removes it).
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: a key that is not a non-empty,
+                storable str.
+            DedupKeyTooLong: the key is longer than ``dedup_key_max_length``.
+            InvalidArgument: the key was used for a spawn of another profile.
+        """
+        world = self.world
+        key = check_key(key, "idempotency_key")
+        cap = world.limits.dedup_key_max_length
+        if len(key) > cap:
+            raise DedupKeyTooLong(
+                f"idempotency_key has {len(key)} characters; max is {cap}",
+                limit=cap,
+                value=len(key),
+            )
+        agent_id = world.tree.spawn_keys.get(spawn_key(None if parent is None else parent.id, key))
+        if agent_id is None:
+            return None
+        original = world.tree.agents[agent_id]
+        if original.profile != profile:
+            raise InvalidArgument(
+                f"idempotency_key {preview(key)} already spawned {original.path} of profile "
+                f"{original.profile!r}, not {preview(profile)}; use a new key for a new spawn"
+            )
+        return info_of(original)
 
     def spawn_many(self, tx: Transition, command: SpawnMany) -> list[AgentInfo | RetinueError]:
         """Spawn a batch of children of the sender in one transition; a refusal keeps its place.
@@ -168,6 +214,7 @@ class Spawner:
         profile: str,
         task: str,
         name: str | None,
+        idempotency_key: str | None = None,
     ) -> AgentInfo:
         agent_id, name, path = self._check_spawn(parent, profile, task, name)
         now = time.time()
@@ -184,6 +231,7 @@ class Spawner:
             task=task,
             created_at=now,
             updated_at=now,
+            idempotency_key=idempotency_key,
         )
         self.world.tree.put_agent(record)
         tx.emit(

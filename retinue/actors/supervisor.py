@@ -41,7 +41,9 @@ from retinue.actors.commands import (
     Get,
     GiveUpWait,
     Host,
+    HostMessages,
     Interrupt,
+    InterruptTree,
     LlmLoad,
     LlmStep,
     Resume,
@@ -178,6 +180,10 @@ class Supervisor:
                 return self.lifecycle.resume(tx, command)
             case Interrupt():
                 return self.lifecycle.interrupt(tx, command)
+            case InterruptTree():
+                return self.lifecycle.interrupt_tree(tx, command)
+            case HostMessages():
+                return self.waiters.host_messages(tx)
             case Close():
                 info = self.lifecycle.close(tx, command)
                 self.retention.enforce(world.tree, time.time())

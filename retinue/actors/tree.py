@@ -23,7 +23,7 @@ from retinue.protocol.records import (
     message_key,
 )
 
-__all__ = ["HOST", "ReadEntry", "Tree"]
+__all__ = ["HOST", "ReadEntry", "Tree", "spawn_key"]
 
 # The recipient key of the host in pending-completion indexes.
 HOST = ""
@@ -46,8 +46,17 @@ def recipient_key(recipient_id: str | None) -> str:
     return HOST if recipient_id is None else recipient_id
 
 
+def spawn_key(parent_id: str | None, key: str) -> tuple[str, str]:
+    """Return the index key of a spawn idempotency ``key`` under a parent (None: the host)."""
+    return (recipient_key(parent_id), key)
+
+
 class Tree:
-    """Agents, mailboxes and completions, indexed for the supervisor's rules."""
+    """Agents, mailboxes and completions, indexed for the supervisor's rules.
+
+    The host's own mailbox (messages top-level agents send to ``/root``) is
+    ``mailbox[HOST]``.
+    """
 
     def __init__(self) -> None:
         """Create an empty tree."""
@@ -60,6 +69,8 @@ class Tree:
         # Unread messages per recipient, in arrival (seq) order.
         self.mailbox: dict[str, dict[int, MessageRecord]] = {}
         self.dedup: dict[tuple[str, str], Message] = {}
+        # Spawn idempotency keys: (parent id, or HOST for top level; key) -> agent id.
+        self.spawn_keys: dict[tuple[str, str], str] = {}
         # Read messages still stored, oldest read first.
         self.read_log: deque[ReadEntry] = deque()
         # Undelivered completions per recipient key, in routing order.
@@ -97,6 +108,8 @@ class Tree:
             self.top_of[record.id] = (
                 record.id if parent_id is None else self.top_of.get(parent_id, parent_id)
             )
+            if record.idempotency_key is not None:
+                self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = record.id
         if old is None and record.state is not AgentState.CLOSED:
             self._index_live(record)
         elif (
@@ -176,10 +189,11 @@ class Tree:
             )
 
     def mark_read(self, record: MessageRecord, at: float) -> None:
-        """Mark one unread message read and drop it from the mailbox."""
+        """Mark one unread message read and drop it from the mailbox (the host's too)."""
         recipient = record.message.recipient_id
         self.mailbox.get(recipient, {}).pop(record.seq, None)
-        generation = self.agents[recipient].generation
+        agent = self.agents.get(recipient)
+        generation = 0 if agent is None else agent.generation
         done = msgspec.structs.replace(record, read=True, read_at=at, read_generation=generation)
         self._log_read(done, at)
         self.writes.append(("messages", message_key(recipient, record.seq), _encode(done)))
@@ -245,7 +259,11 @@ class Tree:
             self.pending.pop(agent_id, None)  # as a recipient: rerouted when it closed
             self.top_of.pop(agent_id, None)
             self.children.pop(agent_id, None)
-            self.agents.pop(agent_id, None)
+            gone = self.agents.pop(agent_id, None)
+            if gone is not None and gone.idempotency_key is not None:
+                key = spawn_key(gone.parent_id, gone.idempotency_key)
+                if self.spawn_keys.get(key) == agent_id:
+                    del self.spawn_keys[key]
         if removed:  # their read messages go with them
             kept: deque[ReadEntry] = deque()
             for entry in self.read_log:

@@ -25,6 +25,7 @@ from retinue.actors.commands import (
     Command,
     GiveUpWait,
     Interrupt,
+    InterruptTree,
     Send,
     Spawn,
     SpawnMany,
@@ -318,23 +319,46 @@ class Turn:
 
     # -- operations: each is one generator, run by a sync and an async face ----------------
 
-    def _spawn_steps(self, profile: str, task: str, name: str | None) -> _Steps[AgentInfo]:
-        info: AgentInfo = yield self._ask(Spawn(self._me, profile, task, name))
+    def _spawn_steps(
+        self, profile: str, task: str, name: str | None, idempotency_key: str | None = None
+    ) -> _Steps[AgentInfo]:
+        info: AgentInfo = yield self._ask(
+            Spawn(self._me, profile, task, name, idempotency_key=idempotency_key)
+        )
         return info
 
-    def spawn(self, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
+    def spawn(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentInfo:
         """Spawn a child and return at once; its completion arrives in this agent's mailbox.
+
+        A spawn with an ``idempotency_key`` this agent already used returns
+        the child that spawn made instead of a second one (keys are scoped to
+        the parent and survive a reopen; see ``Runtime.spawn``).
 
         Raises:
             UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
             FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath,
-            TurnInterrupted: as the supervisor's rules say.
+            DedupKeyTooLong, InvalidArgument, TurnInterrupted: as the
+            supervisor's rules say.
         """
-        return self._sync(self._spawn_steps(profile, task, name))
+        return self._sync(self._spawn_steps(profile, task, name, idempotency_key))
 
-    async def spawn_async(self, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
+    async def spawn_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
-        return await _drive_async(self._spawn_steps(profile, task, name))
+        return await _drive_async(self._spawn_steps(profile, task, name, idempotency_key))
 
     def _run_steps(
         self, profile: str, task: str, name: str | None, timeout: float | None
@@ -482,6 +506,16 @@ class Turn:
         """Like :meth:`interrupt`, without blocking the event loop."""
         info: AgentInfo = await _drive_async(self._one_steps(Interrupt(self._me, ref)))
         return info
+
+    def interrupt_tree(self, ref: str) -> list[AgentInfo]:
+        """Interrupt the queued and running turns of a descendant's subtree, leaves first."""
+        infos: list[AgentInfo] = self._sync(self._one_steps(InterruptTree(self._me, ref)))
+        return infos
+
+    async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
+        """Like :meth:`interrupt_tree`, without blocking the event loop."""
+        infos: list[AgentInfo] = await _drive_async(self._one_steps(InterruptTree(self._me, ref)))
+        return infos
 
     def close(self, ref: str) -> AgentInfo:
         """Close a descendant that has no live children.

@@ -17,6 +17,7 @@ from retinue.actors.commands import GiveUpWait, Unreceive, Wait
 from retinue.actors.core import BUSY, World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
+from retinue.actors.tree import HOST
 from retinue.errors import (
     AgentBusy,
     AgentClosed,
@@ -94,6 +95,7 @@ class Waiters:
         self.scheduler = scheduler
         self.host: dict[str, list[HostWaiter]] = {}
         self.agent: dict[str, AgentWaiter] = {}
+        self.inbox: list[HostWaiter] = []  # host waits for messages to /root
 
     # -- the host ----------------------------------------------------------------
 
@@ -224,8 +226,17 @@ class Waiters:
         self.serve_host(tx, agent_id)
 
     def give_up_host(self, command: GiveUpWait) -> None:
-        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
+        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered.
+
+        An inbox wait (``rt.messages``) ends with no messages instead.
+        """
         future, seconds = command.future, command.seconds
+        for waiter in self.inbox:
+            if waiter.future is future:
+                self.inbox.remove(waiter)
+                if future.set_running_or_notify_cancel():
+                    future.set_result([])
+                return
         for agent_id, waiters in list(self.host.items()):
             mine = [w for w in waiters if w.future is future]
             if mine:
@@ -242,8 +253,33 @@ class Waiters:
                     )
                 return
 
+    # -- the host's inbox ----------------------------------------------------------
+
+    def host_messages(self, tx: Transition) -> None:
+        """Answer with the host's unread messages, or wait for the first to arrive."""
+        self.inbox.append(HostWaiter(tx.defer()))
+        self.serve_inbox(tx)
+
+    def serve_inbox(self, tx: Transition) -> None:
+        """Hand every unread message of the host's inbox to the oldest inbox wait."""
+        world = self.world
+        unread = world.tree.unread(HOST)
+        while unread and self.inbox:
+            future = self.inbox.pop(0).future
+            if not future.set_running_or_notify_cancel():
+                continue
+            taken = [world.take_message(record) for record in unread]
+            tx.after(lambda f=future, m=taken: f.set_result(m))  # type: ignore[misc]
+            return
+
+    # -- every host wait ---------------------------------------------------------------
+
     def fail_hosts(self, tx: Transition, why: RetinueError) -> None:
         """End every host wait with ``why`` (the runtime closes)."""
+        for waiter in self.inbox:
+            if waiter.future.set_running_or_notify_cancel():
+                tx.after(lambda f=waiter.future: f.set_exception(why))  # type: ignore[misc]
+        self.inbox.clear()
         for waiters in self.host.values():
             for waiter in waiters:
                 future = waiter.future

@@ -20,6 +20,11 @@ Diagnostic codes (stable, for tooling):
   by a faulty writer); kept, and routed to its nearest live ancestor.
 - ``dangling_message`` / ``dangling_completion``: the record belongs to an
   agent that was not restored.
+- ``migrated``: the store was migrated from an older schema version (added
+  by the writer's open, not by the scan).
+
+The README lists the same codes; ``tests/runtime/test_semantics.py`` keeps
+the two lists, and the codes the code emits, in step.
 """
 
 from __future__ import annotations
@@ -196,7 +201,8 @@ def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
         except msgspec.DecodeError as exc:
             diag("messages", key, "undecodable", f"message record does not decode: {exc}")
             continue
-        if message.message.recipient_id not in kept:
+        recipient = message.message.recipient_id
+        if recipient and recipient not in kept:  # "" is the host's own mailbox
             diag("messages", key, "dangling_message", "recipient was not restored")
             continue
         out.messages.append(message)

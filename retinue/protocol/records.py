@@ -39,7 +39,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     ``pending_task`` is the task of the queued turn while ``starting``.
     ``usage`` is what this agent's model calls spent; ``tree_usage``, kept on
     a top-level agent only, is what its whole tree spent (it survives the
-    compaction of closed descendants).
+    compaction of closed descendants). ``idempotency_key`` is the key the
+    spawn that made it gave: a spawn under the same parent with the same key
+    returns this agent instead of a new one, for as long as it is stored.
     """
 
     id: str
@@ -61,6 +63,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage = Usage()
     tree_usage: Usage = Usage()
     host_returned: tuple[int, ...] = ()
+    idempotency_key: str | None = None
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
