@@ -216,6 +216,7 @@ def test_a_blocked_messages_call_is_answered_by_the_next_message(
     rt.spawn("lead", "tell", name="a")
     reader.join(PROMPT_S)
     assert got == [["ping"]]
+    wait_settled(rt, "/root/a")
 
     async def both() -> list[str]:
         pending = asyncio.ensure_future(rt.messages_async(timeout=5))
@@ -400,21 +401,24 @@ def test_a_retried_spawn_with_the_same_key_returns_the_same_agent_even_after_reo
 
 
 def test_a_turns_idempotency_keys_are_its_own(open_runtime: OpenRuntime, script: Script) -> None:
-    ids: list[str] = []
+    ids: dict[str, list[str]] = {}
+    lock = threading.Lock()
 
     def lead(turn: Turn) -> str:
-        ids.append(turn.spawn("worker", "w", idempotency_key="child").id)
-        ids.append(turn.spawn("worker", "w", idempotency_key="child").id)
+        mine = [turn.spawn("worker", "w", idempotency_key="child").id for _ in range(2)]
+        with lock:
+            ids[turn.agent.path] = mine
         return "ok"
 
     script.on("go", lead)
     rt = open_runtime(_inbox_team(script))
     for name in ("a", "b"):
         rt.spawn("lead", "go", name=name)
-    wait_until(lambda: len(ids) == 4)
-    assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2]
+    wait_until(lambda: len(ids) == 2)
+    (a1, a2), (b1, b2) = ids["/root/a"], ids["/root/b"]
+    assert a1 == a2 and b1 == b2 and a1 != b1
     # The host spawning under /root/a with that key gets a's child too (keys are per parent).
-    assert rt.spawn("worker", "w", parent="/root/a", idempotency_key="child").id == ids[0]
+    assert rt.spawn("worker", "w", parent="/root/a", idempotency_key="child").id == a1
 
 
 # -- one list of diagnostic codes ------------------------------------------------------------
