@@ -30,6 +30,8 @@ def test_every_documented_call_has_an_async_twin() -> None:
         "follow_up",
         "get",
         "interrupt",
+        "interrupt_tree",
+        "messages",
         "resume",
         "send",
         "spawn",
