@@ -191,24 +191,19 @@ def boot(
     tree.load(restored.agents, restored.messages, restored.completions)
     for record in restored.rewritten:
         tree.put_agent(record)
-    actor = SupervisorActor.start()
-    try:
-        core = Supervisor(
-            store=store,
-            tree=tree,
-            profiles=profiles,
-            runners=runners,
-            limits=limits,
-            bus=bus,
-            caller=caller,
-            executor=executor,
-        )
-        core.recover()
-        store.write_now(tree.take_writes())
-        actor.tell(("attach", core))
-    except BaseException:
-        actor.stop()
-        raise
+    core = Supervisor(
+        store=store,
+        tree=tree,
+        profiles=profiles,
+        runners=runners,
+        limits=limits,
+        bus=bus,
+        caller=caller,
+        executor=executor,
+    )
+    core.recover()
+    store.write_now(tree.take_writes())
+    actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core)
 
 

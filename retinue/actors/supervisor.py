@@ -332,16 +332,15 @@ class SupervisorActor(pykka.ThreadingActor):
 
     use_daemon_thread = True
 
-    def __init__(self) -> None:
-        """Create the shell; :meth:`attach` gives it its core before any command."""
+    def __init__(self, core: Supervisor) -> None:
+        """Create the shell around ``core`` (recovered and committed already)."""
         super().__init__()
-        self.core: Supervisor | None = None
+        self.core = core
 
     def on_receive(self, message: Any) -> Any:
-        """Handle an :class:`Envelope` or an ``("attach", core)`` message."""
+        """Serve an :class:`Envelope`; anything else is a bug, logged and dropped."""
         if isinstance(message, Envelope):
-            assert self.core is not None
             self.core.handle(message)
-        elif isinstance(message, tuple) and message[0] == "attach":
-            self.core = message[1]
+        else:
+            log.error("the supervisor got a message that is not an Envelope: %r", message)
         return None
