@@ -141,12 +141,14 @@ def run(turns: int, bound: int = 64, reps: int = 1) -> dict[str, Any]:
             "http_raw_litellm_calls_per_s": round(turns / best["raw_http"]),
             "http_retinue_turns_per_s": round(turns / best["http"]),
             "http_overhead_ms_per_call": round((best["http"] - best["raw_http"]) / turns * 1000, 2),
+            "http_ratio_vs_raw": round(best["raw_http"] / best["http"], 2),
             "http_completed": completed["http"],
             "scripted_raw_litellm_calls_per_s": round(turns / best["raw_local"]),
             "scripted_retinue_turns_per_s": round(turns / best["local"]),
             "scripted_overhead_ms_per_call": round(
                 (best["local"] - best["raw_local"]) / turns * 1000, 2
             ),
+            "scripted_ratio_vs_raw": round(best["raw_local"] / best["local"], 2),
             "scripted_completed": completed["local"],
             "peak_threads": threads,
         }
