@@ -21,9 +21,10 @@ from retinue import AgentInfo, Limits, Profile, Runtime
 from retinue.llm import LiteLLMRunner
 from retinue.llm.provider import load_litellm
 from retinue.llm.stub import OpenAIStub
-from tests.conftest import wait_settled
+from tests.conftest import SETTLED, wait_until
 
-WATCHDOG_S = 120.0
+WATCHDOG_S = 240.0
+SETTLE_S = 60.0  # an upper bound under a loaded CI machine, never a timing assertion
 
 
 @pytest.fixture(autouse=True)
@@ -85,7 +86,10 @@ def llm_runtime(tmp_path: Path, litellm: ModuleType) -> Iterator[Any]:
 def run(rt: Runtime, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
     """Spawn a top-level agent and return it once its first turn settled."""
     info = rt.spawn(profile, task, name=name)
-    return wait_settled(rt, info.id)
+    settled: AgentInfo = wait_until(
+        lambda: (i := rt.get(info.id)).state in SETTLED and i, timeout=SETTLE_S, what=info.path
+    )
+    return settled
 
 
 def tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from retinue.llm.script import script_reply
 from retinue.llm.stub import OpenAIStub, StubReply
 from retinue.protocol.results import parse_result, result_instruction
 from tests.conftest import wait_until
-from tests.llm.conftest import run, stub_runner
+from tests.llm.conftest import SETTLE_S, run, stub_runner
 
 pytestmark = pytest.mark.usefixtures("litellm")
 
@@ -151,11 +151,11 @@ def test_interrupt_abandons_a_slow_call_and_discards_its_answer(
     stub.handler = lambda r: StubReply(delay_s=1.0) if r.number == 1 else None
     rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))])
     info = rt.spawn("leaf", "slow")
-    wait_until(lambda: stub.requests, what="the model call")
+    wait_until(lambda: stub.requests, timeout=SETTLE_S, what="the model call")
     assert rt.interrupt(info.id).state is AgentState.INTERRUPTED
     completion = rt.wait(info.id)
     assert completion.status == "interrupted"
-    wait_until(lambda: stub.answered >= 1, what="the late answer")
+    wait_until(lambda: stub.answered >= 1, timeout=SETTLE_S, what="the late answer")
     # The late answer was never recorded: no usage, and the next turn does not see it.
     assert rt.get(info.id).usage == Usage()
     rt.follow_up(info.id, "again")
@@ -284,8 +284,8 @@ def test_messages_and_child_completions_are_rendered_for_the_model(
     # Children of the LLM agent (spawned by the host under it) settle into its mailbox.
     ok = rt.spawn("leaf", "worker task", name="w", parent=top.path)
     bad = rt.spawn("bad", "x", name="b", parent=top.path)
-    wait_until(lambda: rt.get(ok.id).state is AgentState.COMPLETED)
-    wait_until(lambda: rt.get(bad.id).state is AgentState.FAILED)
+    wait_until(lambda: rt.get(ok.id).state is AgentState.COMPLETED, timeout=SETTLE_S)
+    wait_until(lambda: rt.get(bad.id).state is AgentState.FAILED, timeout=SETTLE_S)
     rt.follow_up(top.id, "report")
     rt.wait(top.id)
     rt.wait(top.id)

@@ -18,7 +18,7 @@ from retinue.llm import toolbox as toolbox_module
 from retinue.llm.conversation import CUT_MARKER, decode_transcript
 from retinue.llm.stub import OpenAIStub, StubReply
 from tests.conftest import wait_until
-from tests.llm.conftest import run, stub_runner, tool_call
+from tests.llm.conftest import SETTLE_S, run, stub_runner, tool_call
 
 pytestmark = pytest.mark.usefixtures("litellm")
 
@@ -151,7 +151,7 @@ def test_an_agent_killed_mid_call_resumes_with_its_history(
         [sys.executable, "-c", CHILD, str(store), stub.url], env=env, stdout=subprocess.PIPE
     )
     try:
-        wait_until(lambda: len(stub.requests) >= 2, timeout=60, what="the second model call")
+        wait_until(lambda: len(stub.requests) >= 2, timeout=150, what="the second model call")
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -161,7 +161,7 @@ def test_an_agent_killed_mid_call_resumes_with_its_history(
     assert memo.state is AgentState.INTERRUPTED
     assert memo.usage.total_tokens > 0  # the first call's usage survived the crash
     rt.resume(memo.id)
-    wait_until(lambda: rt.get(memo.id).state is AgentState.COMPLETED)
+    wait_until(lambda: rt.get(memo.id).state is AgentState.COMPLETED, timeout=SETTLE_S)
     messages = stub.requests[-1].messages
     # The killed turn had stored nothing yet (its input is replayed, never doubled).
     assert messages == [
