@@ -10,8 +10,11 @@ and lifecycles in the window.
 
 The parent judges the run: after a warm-up, the late windows' RSS and store
 size must not exceed the early windows' by more than a slack (growth that
-keeps going is a leak; growth that stops is a working set). Retention limits
-are set low so the steady state is reached within a quick run.
+keeps going is a leak; growth that stops is a working set). Runs of five
+minutes or more are also judged by RSS's trend after warm-up (least squares,
+at most 8 MiB/h): the empty completion queue left per agent, a few dozen bytes
+per lifecycle, trended at 31 MiB/h and passed the slack. Retention limits are
+set low so the steady state is reached within a quick run.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ CALLERS = 6
 FOLLOW_UPS = 3
 RSS_SLACK = (1.15, 12 * 1024 * 1024)  # late <= early * factor + bytes
 STORE_SLACK = (1.25, 2 * 1024 * 1024)
+# Runs this long are also judged by the trend of RSS after warm-up (least squares):
+# a leak of a few bytes per lifecycle shows up there long before it passes the slack.
+TREND_MIN_S = 300.0
+RSS_TREND_MIB_PER_H = 8.0
 
 
 def _rss_bytes() -> int:
@@ -134,6 +141,17 @@ def child_main(store: str, seconds: float, window: float) -> None:
     print(json.dumps({"done": True, "turns": counts["turns"]}), flush=True)
 
 
+def _slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(seconds, value)`` points, per hour."""
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return 0.0
+    return 3600 * sum((t - mean_t) * (v - mean_v) for t, v in points) / spread
+
+
 def _grew(early: list[int], late: list[int], slack: tuple[float, int]) -> bool:
     factor, extra = slack
     return max(late) > max(early) * factor + extra
@@ -196,13 +214,20 @@ def run(workdir: Path, seconds: float, window: float) -> dict[str, Any]:
             problems.append(
                 f"store keeps growing: {max(store_early) >> 20} -> {max(store_late) >> 20} MiB"
             )
+        trend = _slope_per_hour([(s["t"], s["rss"] / 2**20) for s in body])
+        if samples[-1]["t"] >= TREND_MIN_S and trend > RSS_TREND_MIB_PER_H:
+            problems.append(
+                f"RSS trends up {trend:.1f} MiB/h after warm-up "
+                f"(more than {RSS_TREND_MIB_PER_H} MiB/h): a leak"
+            )
         row |= {
-            "turns": sum(s["turns_per_s"] for s in samples) * window,
+            "turns": round(sum(s["turns_per_s"] for s in samples) * window),
             "turns_per_s_first": samples[0]["turns_per_s"],
             "turns_per_s_last": samples[-1]["turns_per_s"],
             "lifecycles_per_s_last": samples[-1]["lifecycles_per_s"],
             "rss_mib_early": round(max(rss_early) / 2**20, 1),
             "rss_mib_late": round(max(rss_late) / 2**20, 1),
+            "rss_trend_mib_per_h": round(trend, 1),
             "store_mib_early": round(max(store_early) / 2**20, 2),
             "store_mib_late": round(max(store_late) / 2**20, 2),
             "agents_held_last": samples[-1]["agents"],
