@@ -138,10 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         report["damage"] = row
         _table(
             "damage: truncated, flipped, zeroed, lost and garbage store files, opened in a child",
-            {k: v for k, v in row.items() if k != "problems"} | {"problems": len(row["problems"])},
+            {k: v for k, v in row.items() if k not in ("problems", "other_errors")}
+            | {"problems": len(row["problems"])},
         )
         for problem in row["problems"][:20]:
             print("  PROBLEM:", problem)
+        for note in row["other_errors"]:
+            print("  note:", note)
         failed = failed or bool(row["problems"])
 
     if args.only in (None, "soak"):

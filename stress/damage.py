@@ -8,8 +8,8 @@ is the verdict for that case and a new worker takes the next case.
 
 Damages: truncation of ``data.mdb`` at every page boundary (and inside a
 page), an empty or deleted ``data.mdb``, flipped bytes at random offsets,
-zeroed pages (each page in turn), garbage ``writer.lock`` / ``lock.mdb`` /
-``retinue.json`` files.
+random bytes scribbled over part of a page, zeroed pages (each page in turn),
+garbage ``writer.lock`` / ``lock.mdb`` / ``retinue.json`` files.
 
 Every outcome must be a typed ``RetinueError`` or an open (with per-record
 diagnostics where records were damaged). A problem is: a signal, a hang, an
@@ -99,6 +99,11 @@ class Case:
                 byte = handle.read(1)
                 handle.seek(self.arg)
                 handle.write(bytes([byte[0] ^ (self.arg2 or 0xFF)]))
+        elif self.kind == "scribble":  # random bytes over part of a page
+            rng = random.Random(self.arg)
+            with data.open("r+b") as handle:
+                handle.seek(self.arg)
+                handle.write(rng.randbytes(self.arg2))
         elif self.kind == "zero":
             with data.open("r+b") as handle:
                 handle.seek(self.arg * page)
@@ -123,6 +128,10 @@ def cases(data_size: int, page: int, quick: bool, seed: int) -> list[Case]:
         for _ in range(pages * 4)
     ]
     zeros = [Case("zero", n) for n in range(pages)]
+    scribbles = [
+        Case("scribble", rng.randrange(data_size - 512), rng.choice([8, 64, 512]))
+        for _ in range(pages * 2)
+    ]
     lost = [Case("delete", label="delete:data.mdb"), Case("truncate", 0, label="empty:data.mdb")]
     garbage = [
         Case("garbage", 1, 64, "garbage:writer.lock"),
@@ -136,7 +145,8 @@ def cases(data_size: int, page: int, quick: bool, seed: int) -> list[Case]:
         truncations = [truncations[0], *rng.sample(truncations[1:], min(8, len(truncations) - 1))]
         flips = rng.sample(flips, min(10, len(flips)))
         zeros = rng.sample(zeros, min(8, len(zeros)))
-    return lost + garbage + truncations + zeros + flips
+        scribbles = rng.sample(scribbles, min(6, len(scribbles)))
+    return lost + garbage + truncations + zeros + flips + scribbles
 
 
 # -- the worker child ------------------------------------------------------------------
@@ -254,6 +264,7 @@ class Tally:
     outcomes: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # typed errors other than StoreCorrupted
 
 
 def judge(case: Case, verdict: dict[str, Any], sample_agents: int, tally: Tally) -> None:
@@ -264,6 +275,8 @@ def judge(case: Case, verdict: dict[str, Any], sample_agents: int, tally: Tally)
     if outcome == "typed":
         tally.outcomes["typed_error"] += 1
         tally.errors[verdict["error"]] += 1
+        if verdict["error"] != "StoreCorrupted" and len(tally.notes) < 5:
+            tally.notes.append(f"{where}: {verdict['error']}: {verdict.get('message', '')}")
         return
     if outcome == "open":
         agents, diagnostics = verdict["agents"], verdict["diagnostics"]
@@ -314,6 +327,7 @@ def run(workdir: Path, quick: bool, seed: int) -> dict[str, Any]:
         "opens": tally.opens,
         **{k: tally.outcomes.get(k, 0) for k in _OUTCOMES},
         "error_types": dict(tally.errors.most_common()),
+        "other_errors": tally.notes,
         "seconds": round(time.perf_counter() - started, 1),
         "problems": tally.problems,
     }
