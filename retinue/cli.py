@@ -660,7 +660,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"retinue: {type(exc).__name__}: {exc}", file=sys.stderr)
         return USAGE
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader of our output went away (| head): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return FAILED
     except OSError as exc:
         if debug:
