@@ -69,6 +69,7 @@ def test_defaults_fill_agents_and_the_lead_comes_first() -> None:
         [agents.boss]
         subagents = ["helper"]
         instructions = "lead"
+        turn_timeout_s = 90
         """,
         environ=False,
     )
@@ -80,6 +81,7 @@ def test_defaults_fill_agents_and_the_lead_comes_first() -> None:
         ("helper",),
         "lead",
     )
+    assert (boss.turn_timeout_s, helper.turn_timeout_s) == (90, None)
     assert helper.model == "openai/gpt-4o-mini"
     assert helper.model_settings == {"retries": 1, "temperature": 0.5}
     assert boss.tools == "read" and boss.model_settings == {"retries": 1}
