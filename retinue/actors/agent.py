@@ -204,7 +204,7 @@ class PooledActor(pykka.Actor):
         self._submit = submit
         self._set_up = False
         self.actor_urn = f"urn:retinue:{new_id()}"
-        inbox = _Inbox()
+        inbox: _Inbox = self._create_actor_inbox()
         inbox.kick = self._kick
         self.actor_inbox = inbox
         self.actor_stopped = _StopFlag()
