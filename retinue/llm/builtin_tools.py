@@ -34,6 +34,9 @@ MAX_ENTRIES = 1000
 """Most entries ``list_dir`` and ``find`` return."""
 MAX_GREP_FILE_BYTES = 4 * 1024 * 1024
 """Files larger than this are skipped by ``grep``."""
+MAX_COUNT_BYTES = 16 * 1024 * 1024
+"""``read_file`` stops counting a file's lines past this many bytes (``total_lines`` null)."""
+_PIECE_BYTES = 1 << 20
 MAX_LINE_CHARS = 2000
 """A matched line longer than this is cut in ``grep`` results."""
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules"})
@@ -133,24 +136,38 @@ class _Files:
         real = self._existing(args.path)
         if real.is_dir():
             raise ToolError(f"{args.path!r} is a folder; use list_dir")
+        end = args.offset + args.limit  # first line not wanted
+        kept = bytearray()
+        line = 1  # the line the next piece belongs to
+        ended = True  # the last piece ended its line
+        counted = True  # every line was counted (False: stopped early in a huge file)
+        consumed = 0
         with real.open("rb") as handle:
             if _is_binary(handle.read(8192)):
                 raise ToolError(f"{args.path!r} is a binary file")
             handle.seek(0)
-            lines: list[str] = []
-            total = 0
-            for raw in handle:
-                total += 1
-                if args.offset <= total < args.offset + args.limit:
-                    lines.append(raw.decode("utf-8", "replace"))
-        content, cut = truncate_utf8("".join(lines), self.max_bytes)
+            # Pieces, not lines: one enormous line never has to fit in memory.
+            while piece := handle.readline(_PIECE_BYTES):
+                consumed += len(piece)
+                if args.offset <= line < end and len(kept) <= self.max_bytes:
+                    kept += piece
+                ended = piece.endswith(b"\n")
+                if ended:
+                    line += 1
+                if line >= end and consumed > MAX_COUNT_BYTES:
+                    counted = False
+                    break
+        seen = line - 1 if ended else line  # lines met so far
+        total = seen if counted else None
+        last = min(end - 1, seen)
+        content, cut = truncate_utf8(kept.decode("utf-8", "replace"), self.max_bytes)
         return {
             "path": self.ws.relative(real),
             "content": content,
             "first_line": args.offset,
-            "last_line": args.offset + len(lines) - 1 if lines else None,
+            "last_line": last if last >= args.offset else None,
             "total_lines": total,
-            "truncated": cut or args.offset + len(lines) - 1 < total,
+            "truncated": cut or not counted or last < seen,
         }
 
     def list_dir(self, args: ListDirArgs) -> dict[str, Any]:

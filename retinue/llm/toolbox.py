@@ -94,9 +94,12 @@ class ToolBox:
             if tool is None:
                 offered = ", ".join(self._tools) or "none"
                 return error_result(f"unknown tool {name!r}; the tools you have: {offered}")
-            if not isinstance(arguments, str | bytes):
+            raw: object = arguments
+            if isinstance(raw, Mapping):  # a provider that decoded the JSON already
+                raw = _ENCODER.encode(dict(raw))
+            if not isinstance(raw, str | bytes):
                 return error_result(f"invalid arguments for {name}: send a JSON object")
-            text = arguments if isinstance(arguments, str) else arguments.decode("utf-8", "replace")
+            text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
             try:
                 args = decode_arguments(tool.decoder, name, text)
             except ToolError as exc:

@@ -171,6 +171,30 @@ def test_read_file_is_cut_at_the_output_bound(tree: Path) -> None:
     assert result["content"].endswith("…[truncated]")
 
 
+def test_read_file_never_holds_a_huge_line_or_counts_a_huge_file(tree: Path) -> None:
+    (tree / "one_line.txt").write_bytes(b"y" * (3 * 1024 * 1024))  # no newline at all
+    single = call(box_for(tree, max_output_bytes=1000), "read_file", path="one_line.txt")
+    assert (single["total_lines"], single["last_line"], single["truncated"]) == (1, 1, True)
+    assert len(single["content"].encode()) <= 1000
+    with (tree / "long.log").open("wb") as handle:
+        handle.write(b"first\nsecond\n" + b"filler line\n" * (17 * 1024 * 1024 // 12))
+    head = call(box_for(tree), "read_file", path="long.log", limit=2)
+    assert head["content"] == "first\nsecond\n"
+    assert (head["last_line"], head["total_lines"], head["truncated"]) == (2, None, True)
+
+
+def test_read_file_past_the_end_and_without_final_newline(tree: Path) -> None:
+    (tree / "short.txt").write_text("a\nb")
+    whole = call(box_for(tree), "read_file", path="short.txt")
+    assert (whole["content"], whole["total_lines"], whole["truncated"]) == ("a\nb", 2, False)
+    past = call(box_for(tree), "read_file", path="short.txt", offset=5)
+    assert (past["content"], past["last_line"], past["total_lines"]) == ("", None, 2)
+    empty = tree / "empty.txt"
+    empty.write_text("")
+    nothing = call(box_for(tree), "read_file", path="empty.txt")
+    assert (nothing["content"], nothing["total_lines"], nothing["truncated"]) == ("", 0, False)
+
+
 @pytest.mark.parametrize(
     ("path", "why"),
     [("missing.txt", "does not exist"), ("src", "is a folder"), ("blob.bin", "binary")],

@@ -591,3 +591,19 @@ def test_call_never_raises_on_odd_inputs(open_runtime: OpenRuntime, bad: Any) ->
     run_lead(rt)
     assert "unknown tool" in results["name"]["error"]
     assert "invalid arguments for list_agents" in results["args"]["error"]
+
+
+def test_call_accepts_arguments_already_decoded(open_runtime: OpenRuntime) -> None:
+    results: Results = {}
+
+    async def script(turn: Turn, box: ToolBox) -> str:
+        arguments: Any = {"agent": "worker", "message": "as a dict"}
+        results["spawn"] = json.loads(await box.call("spawn_subagent", arguments))
+        return "ok"
+
+    rt = open_runtime(
+        [Profile("lead", subagents=["worker"], runner=lead_runner(script, results)),
+         Profile("worker", runner=echo)]
+    )  # fmt: skip
+    run_lead(rt)
+    assert results["spawn"]["output"] == "done:as a dict"
