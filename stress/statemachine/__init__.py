@@ -13,6 +13,15 @@ not permitted and unknown profiles, oversized tasks), send (duplicate and
 over-long dedup keys, oversized content, full mailboxes), follow-up, resume,
 interrupt, close, close-tree, host waits with tiny timeouts, opening and
 closing the gate, and reopen (close the runtime, read the store, open it again).
+The race rules (:mod:`stress.statemachine.races`): concurrent host waits,
+cancelled ``wait_async`` tasks, close and close-tree racing blocked waits, a
+runner closing the runtime, and a drain that checks the ledger: every
+completion id is received exactly once, before and after reopens.
+
+Modules: ``harness`` (limits, team, logging runners, the gate), ``model``
+(what the machine knows, judging calls), ``rules`` (the host's calls),
+``races`` (the race rules), ``storecheck`` (the closed store against the
+model), ``machine`` (the machine, reopen, quiescence and invariants).
 
 Each call is checked against the model: it succeeds exactly when no rule
 forbids it, and otherwise raises one of the typed errors the model allows
@@ -112,6 +121,12 @@ def run(
         "closed_busy",
         "dedup_hits",
         "agent_messages",
+        "race:concurrent_waits",
+        "race:cancelled_wait_async",
+        "race:cancelled",
+        "race:close_racing_waits",
+        "race:runner_closes_runtime",
+        "race:drain",
     )
     return {
         "examples": STATS["examples"],

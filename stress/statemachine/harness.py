@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from hypothesis import strategies as st
 
-from retinue import Limits, Profile, Turn
+from retinue import Limits, Profile, Runtime, Turn
 from retinue.errors import (
     RetinueError,
 )
@@ -111,6 +111,7 @@ UNKNOWN_REF = "nobody"  # a valid name no agent ever gets
 INVALID_REF = "/root/No-Such"
 WAIT_TIMEOUTS = [0, 0.001, 0.01]
 ON_PURPOSE = "failed on purpose"
+SHUTDOWN = "shutdown"  # an echo task that closes the runtime from its runner (race rules only)
 
 
 def _nbytes(text: str) -> int:
@@ -190,6 +191,9 @@ class Harness:
         self.agent_sent: dict[str, Message] = {}  # messages runners sent, by id
         self.agent_dedup: dict[tuple[str, str], Message] = {}  # (sender id, key) -> original
         self.settled_events: Counter[tuple[str, int]] = Counter()
+        self.runtime: Runtime | None = None  # the open runtime (a runner may close it)
+        self.closed_by_runner = threading.Event()
+        self.shutdown_armed = threading.Event()  # the next SHUTDOWN turn closes the runtime
 
     # -- activity --
 
@@ -287,6 +291,11 @@ class Harness:
             raise ValueError(ON_PURPOSE)
         if turn.task == "bad":
             return 42  # not a string: the turn must fail
+        if turn.task == SHUTDOWN and self.runtime is not None and self.shutdown_armed.is_set():
+            self.shutdown_armed.clear()  # once: a resumed or woken turn only echoes
+            self.runtime.shutdown()  # close the runtime from this runner
+            self.closed_by_runner.set()
+            return "closed the runtime"
         if turn.task in ("tell", "tell2"):  # message the parent (the host is not an agent)
             self._tell(turn, "t" if turn.task == "tell" else None)
         return f"echo:{turn.task}:{len(turn.messages)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,8 @@ class Agent:
     id: str
     parent_id: str | None
     info: AgentInfo
-    host_received: int = 0
+    host_got: set[int] = field(default_factory=set)  # generations the host's waits received
+    gave_back: int = 0  # cancelled host waits that may have given a completion back
     sent: list[Message] = field(default_factory=list)  # host messages, in send order
 
     @property
@@ -70,6 +72,7 @@ class Model:
     agents: dict[str, Agent]
     harness: Harness
     host_delivered: set[str]
+    host_ledger: Counter[str]
     rt: Runtime
 
     def live(self) -> list[Agent]:
@@ -114,6 +117,30 @@ class Model:
         """Return the generations that must have a completion now."""
         last = agent.info.generation - (1 if agent.busy else 0)
         return range(1, last + 1)
+
+    def host_due(self, agent: Agent) -> int | None:
+        """Return the generation the host's next wait on ``agent`` must receive (None: none)."""
+        left = set(self.completed_generations(agent)) - agent.host_got
+        return min(left) if left else None
+
+    def host_received(self, agent: Agent, done: Completion, where: str, *, routed: bool) -> None:
+        """Book one completion a host wait returned; it must be new and the agent's oldest.
+
+        ``routed``: the completion was routed to the host when it was received,
+        so the receipt also delivers it.
+        """
+        due = self.host_due(agent)
+        if done.agent_id == agent.id and done.generation in agent.host_got:
+            fail(f"{where}: the host received {done.id} again (it was received before)")
+        if (done.agent_id, done.generation) != (agent.id, due):
+            fail(f"{where} returned {done.id}; the oldest unreceived is {agent.id}:{due}")
+        self.host_ledger[done.id] += 1
+        if self.host_ledger[done.id] > 1:
+            fail(f"{where}: the host received {done.id} {self.host_ledger[done.id]} times")
+        self.check_completion(done, where)
+        agent.host_got.add(done.generation)
+        if routed:
+            self.host_delivered.add(done.id)
 
     def delivered(self) -> set[str]:
         """Return every completion id its recipient has received."""

@@ -388,9 +388,8 @@ class HostRules(Model):
         ref, agent, expect = self.ref(index, form)
         due: int | None = None
         if agent is not None:
-            due = agent.host_received + 1
-            if due not in self.completed_generations(agent):
-                due = None
+            due = self.host_due(agent)
+            if due is None:
                 if agent.closed:
                     expect.add(AgentClosed, f"{agent.info.path} is closed with nothing left")
                 else:
@@ -402,11 +401,5 @@ class HostRules(Model):
         if not self.judge(op, error, expect):
             return False
         assert agent is not None and due is not None
-        expected_id = f"{agent.id}:{due}"
-        if (done.id, done.agent_id, done.generation) != (expected_id, agent.id, due):
-            fail(f"{op} returned {done.id}; the oldest unreceived is {expected_id}")
-        self.check_completion(done, op)
-        agent.host_received = due
-        if self.heir(agent) is None:
-            self.host_delivered.add(done.id)
+        self.host_received(agent, done, op, routed=self.heir(agent) is None)
         return True

@@ -37,10 +37,11 @@ class StoreCheck(Model):
             want = (info.path, agent.parent_id, info.state, info.generation, info.output)
             if got != want or record.error != info.error or record.task != info.task:
                 fail(f"store has {record}; expected {info} (parent {agent.parent_id})")
-            if record.host_received != agent.host_received:
+            stored_got = set(range(1, record.host_received + 1)) - set(record.host_returned)
+            if stored_got != agent.host_got:
                 fail(
-                    f"{record.path}: store says the host received generation "
-                    f"{record.host_received}, the host received {agent.host_received}"
+                    f"{record.path}: store says the host received generations "
+                    f"{sorted(stored_got)}, the host received {sorted(agent.host_got)}"
                 )
             gens = sorted(g for a, g in completions if a == agent_id)
             if gens != list(range(1, record.generation + 1)):

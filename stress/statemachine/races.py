@@ -1,0 +1,276 @@
+"""The race rules: host waits that race each other, cancellation, close and the runtime's close.
+
+Each rule starts from quiescence (nothing settles unless the rule makes it),
+so the model can say exactly what the racing calls may return: each host
+wait on an agent receives the agent's oldest completion the host has not
+received, no two waits the same one, a cancelled ``wait_async`` receives
+nothing (what it was handed is given back), and a close answers every wait it
+races, with the completion it makes or ``AgentClosed``. The ledger
+(``host_ledger``) counts every completion id the host's waits returned; the
+``drain`` rule checks that every completion of every top-level agent was
+received exactly once, before and after reopens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
+from retinue import AgentInfo, AgentState, Completion
+from retinue.errors import (
+    ActiveDescendants,
+    AgentClosed,
+    AgentLimitExceeded,
+    RetinueError,
+    WaitTimeout,
+)
+from stress.statemachine.harness import (
+    LIMITS,
+    SHUTDOWN,
+    STATS,
+    TRACE,
+    fail,
+)
+from stress.statemachine.model import Agent, Model
+
+RACE_TIMEOUTS = [0, 0.005]
+PARK_S = 10.0  # racing waits block at most this long (a close answers them at once)
+NOTHING = (WaitTimeout, AgentClosed)
+
+
+def _nothing_left(exc: BaseException) -> bool:
+    """True for the errors a host wait with nothing to receive may end with."""
+    return isinstance(exc, NOTHING) or type(exc).__name__ == "NothingToWaitFor"
+
+
+def _blocked_in_wait(thread: threading.Thread) -> bool:
+    """True once ``thread`` has submitted its wait and blocks on its answer (or has ended)."""
+    if not thread.is_alive():
+        return True
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_filename.replace("\\", "/").endswith("/concurrent/futures/_base.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class RaceRules(Model):
+    """Rules where host calls race each other, the supervisor and the runtime's close."""
+
+    def sync(self) -> None:
+        """Wait for quiescence and update the model (the machine provides it)."""
+        raise NotImplementedError
+
+    def reopen_closed(self, before: dict[str, AgentInfo]) -> None:
+        """Check the closed store and open it again (the machine provides it)."""
+        raise NotImplementedError
+
+    def _book(
+        self,
+        results: list[tuple[Agent, Completion | BaseException]],
+        where: str,
+        routed: dict[str, bool],
+    ) -> None:
+        """Book racing waits' results in the order of the generations they got.
+
+        Per agent, the completions must be its oldest unreceived ones, each
+        once; a wait that got nothing ended with ``WaitTimeout``,
+        ``AgentClosed`` or ``NothingToWaitFor``, and only when nothing was left.
+        """
+        by_agent: dict[str, list[Completion | BaseException]] = {}
+        for agent, outcome in results:
+            by_agent.setdefault(agent.id, []).append(outcome)
+        for agent_id, outcomes in by_agent.items():
+            agent = self.agents[agent_id]
+            got = sorted(
+                (o for o in outcomes if isinstance(o, Completion)), key=lambda c: c.generation
+            )
+            empty = [o for o in outcomes if not isinstance(o, Completion)]
+            for exc in empty:
+                if not _nothing_left(exc):
+                    fail(f"{where}: a racing wait on {agent.info.path} raised {exc!r}")
+            for done in got:
+                self.host_received(agent, done, where, routed=routed[agent_id])
+            if empty and self.host_due(agent) is not None:
+                fail(
+                    f"{where}: a wait on {agent.info.path} got nothing while "
+                    f"{agent.id}:{self.host_due(agent)} was there to receive"
+                )
+
+    @precondition(lambda self: self.live())
+    @rule(
+        picks=st.lists(st.integers(0, 63), min_size=2, max_size=5),
+        timeout=st.sampled_from(RACE_TIMEOUTS),
+    )
+    def concurrent_waits(self, picks: list[int], timeout: float) -> None:
+        """Host threads wait at once, several on the same agent (tiny timeouts)."""
+        agents = list(self.agents.values())
+        chosen = [agents[-1 - i % len(agents)] for i in picks]
+        TRACE.append(f"concurrent_waits({[a.info.path for a in chosen]}, {timeout})")
+        STATS["race:concurrent_waits"] += 1
+        routed = {a.id: self.heir(a) is None for a in chosen}
+        results: list[tuple[Agent, Completion | BaseException]] = []
+        lock = threading.Lock()
+
+        def wait_on(agent: Agent) -> None:
+            try:
+                outcome: Completion | BaseException = self.rt.wait(agent.id, timeout=timeout)
+            except RetinueError as exc:
+                outcome = exc
+            except Exception as exc:
+                outcome = exc
+            with lock:
+                results.append((agent, outcome))
+
+        threads = [threading.Thread(target=wait_on, args=(a,)) for a in chosen]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(PARK_S)
+        if len(results) != len(chosen):
+            fail("concurrent host waits did not all return")
+        self._book(results, "concurrent wait", routed)
+
+    @precondition(lambda self: self.live())
+    @rule(index=st.integers(0, 63), spins=st.integers(0, 6), timeout=st.sampled_from([0, 1]))
+    def cancelled_wait_async(self, index: int, spins: int, timeout: float) -> None:
+        """A ``wait_async`` task is cancelled after ``spins`` loop turns: nothing is lost.
+
+        If it returned first, that is a receipt; if it was cancelled, whatever
+        it was handed is given back, so the next wait receives it.
+        """
+        agents = list(self.agents.values())
+        agent = agents[-1 - index % len(agents)]
+        TRACE.append(f"cancelled_wait_async({agent.info.path}, spins={spins})")
+        STATS["race:cancelled_wait_async"] += 1
+
+        async def scenario() -> Completion | BaseException | None:
+            task = asyncio.ensure_future(self.rt.wait_async(agent.id, timeout=timeout))
+            for _ in range(spins):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                return await task
+            except asyncio.CancelledError:
+                STATS["race:cancelled"] += 1
+                return None
+            except RetinueError as exc:
+                return exc
+
+        outcome = asyncio.run(scenario())
+        # A give-back is submitted once the handed-over answer is committed; two
+        # round trips later the supervisor has taken it back.
+        self.rt.get(agent.id)
+        self.rt.get(agent.id)
+        if outcome is None:
+            if self.heir(agent) is None:
+                agent.gave_back += 1
+            return
+        self._book([(agent, outcome)], "cancelled wait_async", {agent.id: self.heir(agent) is None})
+
+    @precondition(lambda self: self.live())
+    @rule(index=st.integers(0, 63), tree=st.booleans(), waiters=st.integers(1, 3))
+    def close_racing_waits(self, index: int, tree: bool, waiters: int) -> None:
+        """Host threads block in ``wait`` on an agent (and its subtree); then it is closed.
+
+        Every wait returns: with a completion (the close makes one for a busy
+        agent) or ``AgentClosed``; each completion once, the oldest first.
+        """
+        live = self.live()
+        target = live[-1 - index % len(live)]
+        if not tree and self.children(target):
+            tree = True  # close would refuse (ActiveDescendants) and leave the waits blocked
+        members = self.subtree(target)
+        TRACE.append(f"close_racing_waits({target.info.path}, tree={tree}, waiters={waiters})")
+        STATS["race:close_racing_waits"] += 1
+        # A member's completion is routed to the host (and a receipt delivers it)
+        # only for the subtree's root whose heir is the host.
+        routed = {m.id: m is target and self.heir(target) is None for m in members}
+        results: list[tuple[Agent, Completion | BaseException]] = []
+        lock = threading.Lock()
+
+        def wait_on(agent: Agent) -> None:
+            try:
+                outcome: Completion | BaseException = self.rt.wait(agent.id, timeout=PARK_S)
+            except Exception as exc:
+                outcome = exc
+            with lock:
+                results.append((agent, outcome))
+
+        threads = [
+            threading.Thread(target=wait_on, args=(m,)) for m in members for _ in range(waiters)
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + PARK_S
+        while not all(_blocked_in_wait(t) for t in threads):  # every wait is registered
+            if time.monotonic() > deadline:
+                fail("racing host waits never blocked")
+            time.sleep(0.001)
+        op = f"{'close_tree' if tree else 'close'}({target.info.path})"
+        _, error = self.call(
+            "close_tree" if tree else "close",
+            (lambda: self.rt.close_tree(target.id)) if tree else (lambda: self.rt.close(target.id)),
+        )
+        if error is not None and not isinstance(error, ActiveDescendants):
+            fail(f"{op} racing waits raised {error!r}")
+        for t in threads:
+            t.join(PARK_S)
+        if any(t.is_alive() for t in threads):
+            fail(f"{op}: host waits on the closed agents did not return")
+        self.sync()
+        self._book(results, f"wait racing {op}", routed)
+
+    @precondition(lambda self: len(self.live()) < LIMITS.max_agents)
+    @rule()
+    def runner_closes_runtime(self) -> None:
+        """A runner closes the runtime; the host's own close then returns with the store free."""
+        TRACE.append("runner_closes_runtime")
+        STATS["race:runner_closes_runtime"] += 1
+        running = [a for a in self.live() if a.info.state is AgentState.RUNNING]
+        if len(running) >= LIMITS.max_active_turns:  # gated turns hold every slot: free one
+            self.harness.open_gate()
+            self.sync()
+        before = {i.id: i for i in self.rt.agents(include_closed=True)}
+        self.harness.closed_by_runner.clear()
+        self.harness.shutdown_armed.set()
+        try:
+            info = self.rt.spawn("echo", SHUTDOWN)
+        except AgentLimitExceeded:
+            self.harness.shutdown_armed.clear()
+            return
+        before[info.id] = info
+        self.agents[info.id] = Agent(id=info.id, parent_id=None, info=info)
+        if not self.harness.closed_by_runner.wait(PARK_S):
+            fail("a runner's rt.shutdown() did not return")
+        self.rt.shutdown()  # returns once the store is released
+        self.reopen_closed(before)
+
+    @rule()
+    def drain(self) -> None:
+        """The host receives everything left of every top-level agent: each id exactly once.
+
+        Busy ones are waited for (the gate opens first), so afterwards every
+        generation of every top-level agent has been received by the host,
+        before or after reopens, once.
+        """
+        TRACE.append("drain")
+        STATS["race:drain"] += 1
+        self.harness.open_gate()
+        self.sync()
+        for agent in [a for a in self.agents.values() if a.parent_id is None]:
+            while self.host_due(agent) is not None:
+                done, error = self.call("wait", lambda a=agent: self.rt.wait(a.id, timeout=0))  # type: ignore[misc]
+                if error is not None:
+                    fail(f"drain: wait on {agent.info.path} raised {error!r} with work left")
+                self.host_received(agent, done, "drain", routed=True)
+            want = {f"{agent.id}:{g}" for g in self.completed_generations(agent)}
+            got = {cid for cid in self.host_ledger if cid.rsplit(":", 1)[0] == agent.id}
+            if want != got:
+                fail(f"drain: {agent.info.path} received {sorted(got)}, made {sorted(want)}")
