@@ -601,9 +601,13 @@ class Runtime:
         """Stop the actors of interrupted turns, waiting at most ``CLOSE_GRACE_S`` in all.
 
         A runner that is closing the runtime itself is not waited for: it
-        waits for this close, and returns once the store is released.
+        waits for this close, and returns once the store is released. Closed
+        from the runtime's own event loop (an async runner), none is waited
+        for: the loop's turns cannot end while it is blocked here.
         """
         stops = [(agent_id, ref, ref.stop(block=False)) for agent_id, ref in actors]
+        if self._executor is not None and self._executor.loop.thread_id == threading.get_ident():
+            return  # an async runner closes the runtime: the loop's turns cannot end meanwhile
         deadline = time.monotonic() + CLOSE_GRACE_S
         for agent_id, ref, stopped in stops:
             while ref.is_alive() and time.monotonic() < deadline:

@@ -47,7 +47,7 @@ LIMITS = Limits(
 POOL = 24  # top-level agents per round
 TASKS = ["quick", "quick", "quick", "fail", "hold", "child", "child"]
 BUSY = (AgentState.STARTING, AgentState.RUNNING)
-ENDINGS = ["host", "two_threads", "runner", "loop"]
+ENDINGS = ["host", "two_threads", "runner", "async_runner", "loop"]
 
 
 class Ledger:
@@ -97,11 +97,33 @@ def _runners(ledger: Ledger, holder: list[Runtime]) -> list[Profile]:
             turn.close(child.id)
         return f"out:{turn.task}"
 
+    async def async_worker(turn: Turn) -> str:
+        with ledger.lock:
+            ledger.turns.update(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "fail":
+            raise ValueError("on purpose")
+        if turn.task == "hold":
+            await asyncio.sleep(0.2)
+        elif turn.task == "shutdown":
+            holder[0].shutdown()  # from the runtime's own event loop
+        elif turn.task == "child" and turn.reason != "wake":
+            child = await turn.spawn_async("leaf", "leaf")
+            try:
+                event = await turn.wait_async(child.id, timeout=0.5)
+            except WaitTimeout:
+                event = None
+            if isinstance(event, Completion):
+                with ledger.lock:
+                    ledger.turns[event.id] += 1
+            await turn.close_async(child.id)
+        return f"out:{turn.task}"
+
     def leaf(turn: Turn) -> str:
         return "leaf"
 
     return [
         Profile("w", subagents=["leaf"], runner=worker, wake_on_completion=True),
+        Profile("aw", subagents=["leaf"], runner=async_worker, wake_on_completion=True),
         Profile("leaf", runner=leaf),
     ]
 
@@ -142,7 +164,7 @@ def _host_op(rt: Runtime, rng: random.Random, pool: list[str], ledger: Ledger) -
             _forget(pool, victim, ledger)
             rt.close_tree(victim)
             return
-        info = rt.spawn("w", rng.choice(TASKS))
+        info = rt.spawn(rng.choice(["w", "aw"]), rng.choice(TASKS))
         with ledger.lock:
             ledger.top.add(info.id)
             pool.append(info.id)
@@ -237,9 +259,9 @@ def _end(rt: Runtime, how: str, path: Path, ledger: Ledger, holder: list[Runtime
         _probe(path, ledger, how)
         closers[0].join()
         return
-    if how == "runner":
+    if how in ("runner", "async_runner"):
         holder[0] = rt
-        rt.spawn("w", "shutdown")
+        rt.spawn("w" if how == "runner" else "aw", "shutdown")
         deadline = time.monotonic() + 10
         while not rt.closed and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -317,10 +339,11 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
     ledger = Ledger()
     holder: list[Runtime] = []
     profiles = _runners(ledger, holder)
-    rounds = max(2, int(seconds // 20))
+    rounds = max(len(ENDINGS) if seconds >= 60 else 2, int(seconds // 20))
     per_round = seconds / rounds
     t0 = time.perf_counter()
     counts: dict[str, int] = {}
+    closes: list[float] = []
     with tempfile.TemporaryDirectory(prefix="retinue-soak-") as tmp:
         path = Path(tmp) / "store"
         pool: list[str] = []
@@ -344,7 +367,9 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
                 break
             pool[:] = [a for a in pool if rt.get(a).state is not AgentState.CLOSED]
             _chaos(rt, per_round, threads, tasks, seed + n, pool, ledger)
+            t_close = time.perf_counter()
             _end(rt, ENDINGS[(seed + n) % len(ENDINGS)], path, ledger, holder)
+            closes.append(time.perf_counter() - t_close)
             _check_store(path, ledger, final=False)
     elapsed = time.perf_counter() - t0
     total = sum(ledger.ops.values())
@@ -360,6 +385,7 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
         "lost": counts.get("lost", 0),
         "duplicates": counts.get("duplicates", 0),
         "pending_for_host": counts.get("pending_for_host", 0),
+        "slowest_close_s": round(max(closes, default=0.0), 2),
         "problems": ledger.problems[:50],
         "seconds": round(elapsed, 1),
     }

@@ -14,6 +14,7 @@ loop, and interrupting it cancels the task at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -124,6 +125,7 @@ async def run_runner_async(
         asyncio.CancelledError: the turn was interrupted (its task cancelled).
     """
     _RUNNING.set(turn.agent.id)  # the task runs in its own context
+    turn.runner_started = True
     try:
         result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
     except asyncio.CancelledError:
@@ -297,6 +299,7 @@ class AgentActor(PooledActor):
 
     def _start_task(self, turn: Turn) -> None:
         if turn.cancelled.is_set():
+            turn.give_back_unseen()
             self.stop()
             return
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
@@ -317,7 +320,10 @@ class AgentActor(PooledActor):
                 if not finished.cancelled():
                     output, error = finished.result()
                     self._settle(turn.agent.id, turn.agent.generation, output, error)
+                elif not turn.runner_started:  # cancelled before its runner ran
+                    turn.give_back_unseen()
             finally:
-                self.stop()
+                with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
+                    self.stop()
 
         task.add_done_callback(done)

@@ -38,6 +38,7 @@ __all__ = [
     "ExpireTurn",
     "FollowUp",
     "Get",
+    "GiveBack",
     "GiveUpWait",
     "Host",
     "HostMessages",
@@ -257,6 +258,21 @@ class Unreceive(Command[None]):
 
     after_close: ClassVar[bool] = True
     agent_id: str
+    generation: int
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack(Command[None]):
+    """A turn's cancelled wait had taken a child's completion: it goes back to the agent.
+
+    The completion is pending for ``agent_id`` again (or its nearest live
+    ancestor, if it closed meanwhile): its next wait or turn receives it.
+    """
+
+    after_close: ClassVar[bool] = True
+    agent_id: str
+    completion_agent_id: str
     generation: int
     sender: Host = HOST
 

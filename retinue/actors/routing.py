@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from retinue.actors.commands import Send
+from retinue.actors.commands import GiveBack, Send
 from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
@@ -310,6 +310,25 @@ class Router:
             self.waiters.answer(tx, recipient_id, lambda t: world.take_completion(t, pending))
             return
         self.maybe_wake(tx, recipient_id)
+
+    def give_back(self, tx: Transition, command: GiveBack) -> None:
+        """Put a completion a turn's cancelled wait had taken back in its recipient's queue.
+
+        It is pending again for that agent (or, if the agent closed since, for
+        its nearest live ancestor or the host) and offered as a new arrival: a
+        waiting turn takes it, an idle agent may be woken.
+        """
+        tree = self.world.tree
+        done = tree.completions.get(command.completion_agent_id, {}).get(command.generation)
+        if done is None or not done.delivered or done.recipient_id != command.agent_id:
+            return  # compacted, or not this agent's: nothing to give back
+        back = tree.undeliver(done)
+        recipient = tree.agents.get(command.agent_id)
+        if recipient is None or recipient.state is AgentState.CLOSED:
+            origin = tree.agents[command.completion_agent_id]
+            self.reroute(tx, back, tree.nearest_live_ancestor(origin))
+        else:
+            self.offer(tx, command.agent_id, back)
 
     def reroute(self, tx: Transition, pending: CompletionRecord, heir: str | None) -> None:
         """Move a pending completion to a new recipient, publish it and offer it there."""

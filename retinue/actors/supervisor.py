@@ -39,6 +39,7 @@ from retinue.actors.commands import (
     ExpireTurn,
     FollowUp,
     Get,
+    GiveBack,
     GiveUpWait,
     Host,
     HostMessages,
@@ -169,6 +170,8 @@ class Supervisor:
                 return self._give_up_agent_wait(tx, command)
             case Unreceive():
                 return self.waiters.unreceive(tx, command)
+            case GiveBack():
+                return self.router.give_back(tx, command)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, command)

@@ -23,6 +23,7 @@ from retinue.actors.commands import (
     Close,
     CloseTree,
     Command,
+    GiveBack,
     GiveUpWait,
     Interrupt,
     InterruptTree,
@@ -145,13 +146,16 @@ async def await_waiter(
 
 
 async def wait_result_async(
-    future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
+    future: concurrent.futures.Future[Any],
+    timeout: float,
+    give_up: Callable[[], None],
+    give_back: Callable[[Any], None] | None = None,
 ) -> Any:
-    """A turn's wait from asyncio: :func:`await_waiter`, and a cancelled await gives it up.
+    """A turn's wait from asyncio: :func:`await_waiter`; a cancelled await loses nothing.
 
     If nothing was handed over yet, the supervisor forgets the wait (so the
-    turn may wait again); an event already taken stays with the turn's
-    cancelled wait.
+    turn may wait again); an event already handed over is passed to
+    ``give_back`` once it arrives (a completion goes back to the agent).
 
     Raises:
         WaitTimeout: nothing arrived in time; the awaited agent keeps running.
@@ -161,6 +165,14 @@ async def wait_result_async(
     except asyncio.CancelledError:
         if future.cancel():
             give_up()
+        elif give_back is not None:
+            hand_back = give_back
+
+            def returned(answered: concurrent.futures.Future[Any]) -> None:
+                if not answered.cancelled() and answered.exception() is None:
+                    hand_back(answered.result())
+
+            future.add_done_callback(returned)
         raise
 
 
@@ -182,20 +194,25 @@ class _Ask:
 class _Wait:
     """A wait already registered with the supervisor, with its time and its give-up."""
 
-    __slots__ = ("future", "give_up", "timeout")
+    __slots__ = ("future", "give_back", "give_up", "timeout")
 
     def __init__(
-        self, future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
+        self,
+        future: concurrent.futures.Future[Any],
+        timeout: float,
+        give_up: Callable[[], None],
+        give_back: Callable[[Any], None] | None = None,
     ) -> None:
         self.future = future
         self.timeout = timeout
         self.give_up = give_up
+        self.give_back = give_back
 
     def sync(self) -> Any:
         return wait_result(self.future, self.timeout, self.give_up)
 
     async def async_(self) -> Any:
-        return await wait_result_async(self.future, self.timeout, self.give_up)
+        return await wait_result_async(self.future, self.timeout, self.give_up, self.give_back)
 
 
 # An operation's logic: a generator that sends requests and yields them; the
@@ -279,6 +296,7 @@ class Turn:
         self.cancelled = threading.Event()
         self.limits = limits
         self.runner_returned = False  # set by the executor once the runner is done
+        self.runner_started = False  # set by the executor as the runner starts
         self.loop_thread: int | None = None  # an async turn's event-loop thread
         self._caller = caller
         self._me = TurnRef(agent.id, agent.generation)
@@ -302,6 +320,19 @@ class Turn:
                 self._on_cancel.append(hook)
                 return
         hook()
+
+    def give_back_unseen(self) -> None:
+        """The runner never started (cancelled first): give its children's completions back.
+
+        Each goes back to this agent's queue, so its next turn receives it:
+        a completion handed to a turn no runner ever saw is not lost.
+        """
+        for message in self.messages:
+            done = message.completion
+            if message.kind == "completion" and done is not None:
+                back = GiveBack(self.agent.id, done.agent_id, done.generation)
+                with contextlib.suppress(RetinueError):  # the runtime closed meanwhile
+                    _ignore(self._caller(back))
 
     # -- the two faces ------------------------------------------------------------------
 
@@ -479,7 +510,13 @@ class Turn:
             with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
                 _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
 
-        return _Wait(future, timeout, give_up)
+        def give_back(event: Any) -> None:
+            if isinstance(event, Completion):  # a cancelled task never saw it: it goes back
+                back = GiveBack(self.agent.id, event.agent_id, event.generation)
+                with contextlib.suppress(RetinueError):
+                    _ignore(self._caller(back))
+
+        return _Wait(future, timeout, give_up, give_back)
 
     def _children_steps(self) -> _Steps[list[AgentInfo]]:
         result: list[AgentInfo] = yield self._ask(Children(self._me))

@@ -14,6 +14,7 @@ import contextlib
 import random
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -460,3 +461,73 @@ def test_closing_the_runtime_twice_from_many_threads_releases_the_store_for_each
     Runtime.open(store_path, profiles=profiles).shutdown()
     with pytest.raises(RuntimeClosed):
         rt.spawn("w", "late")
+
+
+# -- async turns: a cancelled wait or a turn cancelled before its runner ran --------------------
+
+
+def test_a_cancelled_wait_async_in_a_turn_gives_the_childs_completion_back(
+    open_runtime: OpenRuntime,
+) -> None:
+    async def parent(turn: Turn) -> str:
+        child = await turn.spawn_async("leaf", "x")
+        await asyncio.to_thread(wait_settled, holder[0], child.id)
+        waiting = asyncio.create_task(turn.wait_async(child.id, timeout=PROMPT_S))
+        await asyncio.sleep(0)  # the wait is registered and answered (the child is done)
+        time.sleep(0.2)  # block the loop: the answer lands while the task cannot resume
+        waiting.cancel()
+        try:
+            got = await waiting
+        except asyncio.CancelledError:
+            got = await turn.wait_async(child.id, timeout=PROMPT_S)
+        return f"{got.id}"
+
+    holder: list[Runtime] = []
+    rt = open_runtime(
+        [Profile("p", subagents=["leaf"], runner=parent), Profile("leaf", runner=lambda t: "leaf")]
+    )
+    holder.append(rt)
+    p = rt.spawn("p", "go")
+    done = rt.wait(p.id, timeout=PROMPT_S)
+    child = next(i for i in rt.agents() if i.parent_path == p.path)
+    assert (done.status, done.output) == ("completed", f"{child.id}:1")
+
+
+def test_an_async_turn_cancelled_before_its_runner_ran_hands_its_completions_on(
+    open_runtime: OpenRuntime,
+) -> None:
+    loop_free = threading.Event()
+    loop_held = threading.Event()
+    seen: list[list[str]] = []
+
+    async def blocker(turn: Turn) -> str:
+        loop_held.set()
+        loop_free.wait(PROMPT_S)  # blocks the runtime's event loop on purpose
+        return "unblocked"
+
+    async def parent(turn: Turn) -> str:
+        seen.append([m.id for m in turn.messages if m.kind == "completion"])
+        if turn.task == "spawn":
+            await turn.spawn_async("leaf", "x")
+        return "ok"
+
+    profiles = [
+        Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+        Profile("leaf", runner=lambda t: "leaf"),
+        Profile("blocker", runner=blocker),
+    ]
+    rt = open_runtime(profiles)
+    p = rt.spawn("p", "spawn")
+    rt.wait(p.id, timeout=PROMPT_S)
+    child = next(i for i in rt.agents() if i.parent_path == p.path)
+    wait_settled(rt, child.id)
+    rt.spawn("blocker", "b")
+    assert loop_held.wait(PROMPT_S)
+    rt.follow_up(p.id, "read")  # this turn gets the child's completion ...
+    rt.interrupt(p.id)  # ... and is interrupted before its runner can run
+    loop_free.set()
+    rt.wait(p.id, timeout=PROMPT_S)  # the interrupted turn
+    rt.follow_up(p.id, "read again")
+    rt.wait(p.id, timeout=PROMPT_S)
+    received = [cid for turn_ids in seen for cid in turn_ids]
+    assert received == [f"{child.id}:1"]
