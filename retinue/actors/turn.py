@@ -127,22 +127,32 @@ async def await_waiter(
         WaitTimeout: nothing arrived in time; and whatever the wait ended with.
     """
     loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
+    answered = await _when_done(loop, future, timeout)
+    if not answered:
+        _expire(future, give_up)
+        await _when_done(loop, future, None)
+    return future.result()
 
-    def mark_ready() -> None:
+
+def _when_done(
+    loop: asyncio.AbstractEventLoop, future: concurrent.futures.Future[Any], timeout: float | None
+) -> asyncio.Future[bool]:
+    """Return a loop future that turns True once ``future`` is done, False after ``timeout``."""
+    ready: asyncio.Future[bool] = loop.create_future()
+
+    def mark(answered: bool) -> None:
         if not ready.done():
-            ready.set_result(None)
+            ready.set_result(answered)
 
     def on_done(_: concurrent.futures.Future[Any]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits
-            loop.call_soon_threadsafe(mark_ready)
+            loop.call_soon_threadsafe(mark, True)
 
+    if timeout is not None:  # the timer goes once the answer is in or the await is cancelled
+        timer = loop.call_later(timeout, mark, False)
+        ready.add_done_callback(lambda _: timer.cancel())
     future.add_done_callback(on_done)
-    done, _ = await asyncio.wait({ready}, timeout=timeout)
-    if not done:
-        _expire(future, give_up)
-        await asyncio.shield(ready)
-    return future.result()
+    return ready
 
 
 async def wait_result_async(
