@@ -19,7 +19,7 @@ from typing import Any
 import pykka
 
 from retinue.actors.events import EventBus
-from retinue.errors import StoreError
+from retinue.errors import StoreCorrupted, StoreError
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Event
 
@@ -105,7 +105,10 @@ class Transition:
         if error is not None:
             for actor in self.started:  # their turns were never recorded
                 actor.stop()
-            resolve_future(self.reply, StoreError(f"the store could not commit: {error}"))
+            # A damaged store stays StoreCorrupted for the caller (with the path).
+            failure = StoreCorrupted if isinstance(error, StoreCorrupted) else StoreError
+            path = error.path if isinstance(error, StoreError) else None
+            resolve_future(self.reply, failure(f"the store could not commit: {error}", path=path))
             return
         for effect in self.effects:
             try:

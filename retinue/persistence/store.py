@@ -408,7 +408,8 @@ class Store:
         if self._closed:
             raise StoreError(f"store {self.folder} is closed")
         if self._failed is not None:
-            raise StoreError(f"store {self.folder} failed: {self._failed}")
+            failure = StoreCorrupted if isinstance(self._failed, StoreCorrupted) else StoreError
+            raise failure(f"store {self.folder} failed: {self._failed}", path=str(self.folder))
         self._queue.put(_Item(writes, callback))
 
     def write_now(self, writes: Sequence[Write]) -> None:
@@ -426,8 +427,11 @@ class Store:
 
         self.submit(writes, callback)
         done.wait()
-        if result[0] is not None:
-            raise StoreError(f"commit failed: {result[0]}") from result[0]
+        error = result[0]
+        if isinstance(error, StoreError):  # already typed, with the path
+            raise error
+        if error is not None:
+            raise StoreError(f"commit failed: {error}", path=str(self.folder)) from error
 
     def flush(self) -> None:
         """Wait until everything submitted so far is committed and synced to disk."""

@@ -286,3 +286,47 @@ def test_a_backup_is_a_marked_store(pristine: Path, tmp_path: Path) -> None:
     assert (copy / MARKER_FILE).exists()
     with Runtime.open(copy, readonly=True) as rt:
         assert len(rt.agents(include_closed=True)) == 120
+
+
+COMMIT_ON_DAMAGE = r"""
+import struct, sys
+from pathlib import Path
+from retinue import StoreError
+from retinue.persistence.store import Store
+folder = Path(sys.argv[1])
+store = Store(folder)
+store.write_now([("agents", f"k{i}".encode(), b"v" * 200) for i in range(300)])
+data = folder / "data.mdb"
+raw = data.read_bytes()
+at = struct.calcsize("P") + 2
+with data.open("r+b") as handle:  # every tree page zeroed under the open writer
+    for n in range(2, len(raw) // 4096):
+        (flags,) = struct.unpack_from("=H", raw, n * 4096 + at)
+        if flags in (1, 2):
+            handle.seek(n * 4096)
+            handle.write(bytes(4096))
+for attempt in range(2):
+    try:
+        store.write_now([("agents", b"new", b"x")])
+        print("OK", flush=True)
+    except StoreError as exc:
+        print(exc.path == str(folder), str(exc).count("commit failed"), flush=True)
+store.close()
+"""
+
+
+def test_a_commit_on_a_store_damaged_under_the_writer_is_a_store_error_with_the_path(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, "-c", COMMIT_ON_DAMAGE, str(store)],
+        capture_output=True,
+        text=True,
+        env=dict(CHILD_ENV, PYTHONPATH=str(REPO)),
+        timeout=PROMPT_S * 3,
+        check=False,
+    )
+    assert done.returncode == 0, f"{done.returncode}: {done.stderr[-2000:]}"
+    # The failed commit, then every later one: typed, with the path, said once.
+    assert done.stdout.split("\n")[:2] == ["True 1", "True 1"]
