@@ -96,6 +96,11 @@ TASKS = [
 ]
 CONTENTS = ["hi", "hi", "hello", "y" * MAX, "ü" * (MAX // 2 + 1), "z" * (MAX + 1)]
 DEDUP_KEYS: list[str | None] = [None, None, "k1", "k2", "k3", "k" * KEY_MAX, "k" * (KEY_MAX + 1)]
+# Hostile input the runtime must refuse at the boundary (InvalidArgument), changing nothing:
+# blank text, and lone surrogates (what surrogateescape makes of a stray byte).
+HOSTILE_TASKS = ["   ", "scan \ud800"]
+HOSTILE_CONTENTS = ["", "hi \ud800"]
+HOSTILE_KEYS: list[str | None] = ["k\ud800"]
 VALID_NAMES = ["a", "b", "c"]
 INVALID_NAMES = ["", "A", "a-b", "root", ".", "..", "a/b", "x" * 41, " a"]
 PROFILES = ["boss", "lead", "mid", "echo", "gated", "ghost"]
@@ -115,7 +120,16 @@ SHUTDOWN = "shutdown"  # an echo task that closes the runtime from its runner (r
 
 
 def _nbytes(text: str) -> int:
-    return len(text.encode("utf-8"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _hostile(text: str) -> bool:
+    """True for text the runtime refuses to store: blank, or with a lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return not text.strip()
 
 
 def _seq(message: Message) -> int:

@@ -24,6 +24,7 @@ from retinue.errors import (
     DuplicateAgentPath,
     FanoutLimitExceeded,
     InvalidAgentPath,
+    InvalidArgument,
     MailboxFull,
     MessageTooLarge,
     NothingToWaitFor,
@@ -40,6 +41,9 @@ from stress.statemachine.harness import (
     COORDINATORS,
     DEDUP_KEYS,
     HOST,
+    HOSTILE_CONTENTS,
+    HOSTILE_KEYS,
+    HOSTILE_TASKS,
     INTERRUPT_ERRORS,
     KEY_MAX,
     LIMITS,
@@ -51,6 +55,7 @@ from stress.statemachine.harness import (
     SUBAGENTS,
     TASKS,
     WAIT_TIMEOUTS,
+    _hostile,
     _nbytes,
     _valid_name,
     fail,
@@ -70,6 +75,8 @@ class HostRules(Model):
     ) -> None:
         if profile not in SUBAGENTS:
             expect.add(UnknownProfile, f"no profile {profile!r}")
+        if _hostile(task):
+            expect.add(InvalidArgument, f"hostile task {task!r}")
         if _nbytes(task) > MAX:
             expect.add(MessageTooLarge, f"task of {_nbytes(task)} bytes")
         if name is not None and not _valid_name(name):
@@ -111,7 +118,7 @@ class HostRules(Model):
 
     @rule(
         profile=st.sampled_from(PROFILES),
-        task=st.sampled_from(TASKS),
+        task=st.sampled_from(TASKS + HOSTILE_TASKS),
         name=NAMES,
         explicit_root=st.booleans(),
         repeat=st.integers(1, 3),
@@ -140,7 +147,7 @@ class HostRules(Model):
         index=st.integers(0, 63),
         form=st.sampled_from(REF_FORMS),
         profile=st.sampled_from(PROFILES),
-        task=st.sampled_from(TASKS),
+        task=st.sampled_from(TASKS + HOSTILE_TASKS),
         name=NAMES,
         repeat=st.integers(1, 4),
         obey=st.booleans(),
@@ -190,8 +197,8 @@ class HostRules(Model):
     @rule(
         index=st.integers(0, 63),
         form=st.sampled_from(REF_FORMS),
-        content=st.sampled_from(CONTENTS),
-        key=st.sampled_from(DEDUP_KEYS),
+        content=st.sampled_from(CONTENTS + HOSTILE_CONTENTS),
+        key=st.sampled_from(DEDUP_KEYS + HOSTILE_KEYS),
         repeat=st.integers(1, 4),
     )
     def send(self, index: int, form: str, content: str, key: str | None, repeat: int) -> None:
@@ -204,6 +211,9 @@ class HostRules(Model):
     def _send(self, index: int, form: str, content: str, key: str | None) -> None:
         ref, target, expect = self.ref(index, form)
         original = None if key is None else self.dedup.get(key)
+        if _hostile(content) or (key is not None and _hostile(key)):
+            expect.add(InvalidArgument, "hostile content or key")  # refused before the ref
+            original = None
         if target is not None:
             if target.closed:
                 expect.add(AgentClosed, f"{target.info.path} is closed")
@@ -264,7 +274,7 @@ class HostRules(Model):
     @rule(
         index=st.integers(0, 63),
         form=st.sampled_from(REF_FORMS),
-        task=st.sampled_from(TASKS),
+        task=st.sampled_from(TASKS + HOSTILE_TASKS),
         repeat=st.integers(1, 4),
     )
     def follow_up(self, index: int, form: str, task: str, repeat: int) -> None:
@@ -280,6 +290,8 @@ class HostRules(Model):
             self._turn_expect(agent, expect)
             if _nbytes(task) > MAX:
                 expect.add(MessageTooLarge, f"task of {_nbytes(task)} bytes")
+            if _hostile(task):
+                expect.add(InvalidArgument, f"hostile task {task!r}")
         op = f"follow_up({ref!r}, {task!r})"
         info, error = self.call("follow_up", lambda: self.rt.follow_up(ref, task))
         if self.judge(op, error, expect):
