@@ -43,6 +43,7 @@ from retinue.actors.commands import (
     Interrupt,
     InterruptTree,
     Resume,
+    ReturnHostMessages,
     Send,
     Shutdown,
     Spawn,
@@ -447,8 +448,8 @@ class Runtime:
     async def messages_async(self, timeout: float | None = None) -> list[Message]:
         """Like :meth:`messages`, without blocking the event loop.
 
-        Cancelling the awaiting task before messages were handed over takes
-        none; messages already handed over are the cancelled task's.
+        Cancelling the awaiting task loses nothing: messages already handed
+        to it are given back, unread, to the next ``messages`` call.
         """
         seconds = resolve_timeout(timeout, self.limits)
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -460,8 +461,18 @@ class Runtime:
         except asyncio.CancelledError:
             if future.cancel():  # not answered: the supervisor skips it; forget it
                 self._give_up_wait(future, seconds)
+            else:  # answered (or being answered): give the messages back
+                future.add_done_callback(self._return_messages)
             raise
         return result
+
+    def _return_messages(self, future: concurrent.futures.Future[Any]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        messages: list[Message] = future.result()
+        if messages:
+            with contextlib.suppress(RetinueError):
+                self._submit(ReturnHostMessages(tuple(messages)))
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
         """Like :meth:`wait`, without blocking the event loop.

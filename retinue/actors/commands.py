@@ -47,6 +47,7 @@ __all__ = [
     "LlmLoad",
     "LlmStep",
     "Resume",
+    "ReturnHostMessages",
     "Send",
     "Sender",
     "Settle",
@@ -274,6 +275,18 @@ class GiveBack(Command[None]):
     agent_id: str
     completion_agent_id: str
     generation: int
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class ReturnHostMessages(Command[None]):
+    """The host lost messages it was handed (``messages_async`` cancelled): take them back.
+
+    They become unread again and go to the next ``messages`` call, in order.
+    """
+
+    after_close: ClassVar[bool] = True
+    messages: tuple[Message, ...]
     sender: Host = HOST
 
 

@@ -48,6 +48,7 @@ from retinue.actors.commands import (
     LlmLoad,
     LlmStep,
     Resume,
+    ReturnHostMessages,
     Send,
     Settle,
     Shutdown,
@@ -172,6 +173,8 @@ class Supervisor:
                 return self.waiters.unreceive(tx, command)
             case GiveBack():
                 return self.router.give_back(tx, command)
+            case ReturnHostMessages():
+                return self.waiters.return_messages(tx, command.messages)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, command)

@@ -205,6 +205,23 @@ class Tree:
             ReadEntry(at, message.recipient_id, record.seq, dedup, record.read_generation)
         )
 
+    def unread_again(self, message: Message, seq: int) -> bool:
+        """Make a read message unread again (its reader lost it); return False if it is gone.
+
+        A message compaction removed meanwhile stays removed.
+        """
+        recipient = message.recipient_id
+        kept = [e for e in self.read_log if (e.recipient_id, e.seq) == (recipient, seq)]
+        if not kept:
+            return False
+        self.read_log.remove(kept[0])
+        record = MessageRecord(message=message, seq=seq)
+        self.mailbox.setdefault(recipient, {})[seq] = record
+        box = self.mailbox[recipient]
+        self.mailbox[recipient] = dict(sorted(box.items()))  # arrival order
+        self.writes.append(("messages", message_key(recipient, seq), _encode(record)))
+        return True
+
     def unread(self, agent_id: str) -> list[MessageRecord]:
         """Return the agent's unread messages in arrival order."""
         return list(self.mailbox.get(agent_id, {}).values())

@@ -26,7 +26,7 @@ from retinue.errors import (
     RetinueError,
     WaitTimeout,
 )
-from retinue.protocol.messages import AgentState
+from retinue.protocol.messages import AgentState, Message
 from retinue.protocol.records import AgentRecord
 
 __all__ = ["AgentWaiter", "HostWaiter", "Waiters", "host_give_back", "host_next", "host_take"]
@@ -271,6 +271,14 @@ class Waiters:
             taken = [world.take_message(record) for record in unread]
             tx.after(lambda f=future, m=taken: f.set_result(m))  # type: ignore[misc]
             return
+
+    def return_messages(self, tx: Transition, messages: tuple[Message, ...]) -> None:
+        """Take back messages the host was handed but lost; they are unread again."""
+        tree = self.world.tree
+        for message in messages:
+            seq = int(message.id.rsplit(":", 1)[1])
+            tree.unread_again(message, seq)
+        self.serve_inbox(tx)
 
     # -- every host wait ---------------------------------------------------------------
 

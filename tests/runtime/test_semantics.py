@@ -4,6 +4,7 @@ idempotent spawns, and one list of diagnostic codes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 from pathlib import Path
@@ -226,6 +227,28 @@ def test_a_blocked_messages_call_is_answered_by_the_next_message(
 
     assert asyncio.run(both()) == ["ping"]
     assert asyncio.run(rt.messages_async(timeout=0)) == []
+
+
+def test_a_cancelled_messages_async_gives_its_messages_back(
+    open_runtime: OpenRuntime, script: Script, store_path: Path
+) -> None:
+    script.on("tell", lambda turn: turn.send("/root", "ping").content)
+    rt = open_runtime(_inbox_team(script))
+    got: list[str] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(rt.messages_async(timeout=5))
+        await asyncio.sleep(0)  # its wait is registered
+        # Block the loop (the task cannot resume) while the message answers the wait.
+        wait_settled(rt, rt.spawn("lead", "tell", name="a").id)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            got.extend(m.content for m in await task)
+
+    asyncio.run(scenario())
+    assert got == []  # the task was cancelled before it could take them ...
+    assert [m.content for m in rt.messages(timeout=5)] == ["ping"]  # ... so they came back
+    assert rt.messages(timeout=0) == []
 
 
 def test_only_top_level_agents_message_the_host_and_its_inbox_is_bounded(

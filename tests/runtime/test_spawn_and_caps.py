@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from conftest import Gate, OpenRuntime, act, echo, wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retinue import (
     AgentBusy,
@@ -554,3 +556,52 @@ def test_open_creates_a_missing_store_folder(tmp_path: Path) -> None:
     assert folder.is_dir()
     with Runtime.open(folder, profiles=[Profile("worker", runner=echo)]) as again:
         assert [x.id for x in again.agents()] == [a.id]
+
+
+# -- the graph check and the runtime count depth the same way ---------------------------------
+
+
+@st.composite
+def small_dags(draw: st.DrawFn) -> dict[str, list[str]]:
+    """Random delegation DAGs over up to five profiles, each delegating to at most two."""
+    size = draw(st.integers(min_value=1, max_value=5))
+    names = [f"p{i}" for i in range(size)]
+    return {
+        name: draw(st.lists(st.sampled_from(names[i + 1 :]), max_size=2, unique=True))
+        if i + 1 < size
+        else []
+        for i, name in enumerate(names)
+    }
+
+
+@settings(max_examples=12, derandomize=True, deadline=None)
+@given(small_dags(), st.integers(min_value=1, max_value=4))
+def test_a_team_the_graph_check_accepts_never_hits_the_depth_cap_at_run_time(
+    graph: dict[str, list[str]], cap: int
+) -> None:
+    refusals: list[object] = []
+
+    def runner(turn: Turn) -> str:
+        kids = graph[turn.agent.profile]
+        for result in turn.run_many([(kid, "go") for kid in kids], timeout=20):
+            if isinstance(result, RetinueError) or result.status != "completed":
+                refusals.append(result)
+        return f"depth {turn.agent.depth}"
+
+    profiles = [
+        Profile(name, subagents=kids, runner=runner, wake_on_completion=False)
+        for name, kids in graph.items()
+    ]
+    try:
+        validate_graph(graph, cap=cap)
+    except DelegationDepthError:
+        with pytest.raises(DelegationDepthError):
+            Runtime.open(None, profiles=profiles, limits=Limits(depth_cap=cap))
+        return
+    with Runtime.open(None, profiles=profiles, limits=Limits(depth_cap=cap)) as rt:
+        for name in graph:  # every profile at the top: its deepest chain runs
+            done = rt.wait(rt.spawn(name, "go").id, timeout=30)
+            assert done.status is CompletionStatus.COMPLETED, done
+        deepest = max(a.depth for a in rt.agents())
+    assert refusals == []
+    assert deepest <= cap
