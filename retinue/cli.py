@@ -155,18 +155,10 @@ def _saved_run(store: Path, team_file: str | None, model: str | None) -> tuple[T
 
 
 def _team_kwargs(team: Team, workspace: Path | None) -> dict[str, Any]:
-    """Runtime.open arguments for a team: the team, and its workspace if the runtime takes one."""
-    import inspect
-
-    from retinue.runtime import Runtime
-
-    kwargs: dict[str, Any] = {"team": team}
-    if workspace is not None:
-        if not workspace.is_dir():
-            raise UsageError(f"--workspace {workspace} is not a folder")
-        if "workspace" in inspect.signature(Runtime.open).parameters:
-            kwargs["workspace"] = workspace
-    return kwargs
+    """Runtime.open arguments for a team and the folder its workspace tools work in."""
+    if workspace is not None and not workspace.is_dir():
+        raise UsageError(f"--workspace {workspace} is not a folder")
+    return {"team": team, "workspace": workspace}
 
 
 def _free_name(rt: Runtime, wanted: str) -> str:

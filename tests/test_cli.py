@@ -67,6 +67,9 @@ def test_usage_errors_exit_2_on_one_line(
         (["compact", "--store", tmp_path / "nothing"], "no retinue store at"),
         (["run", tmp_path / "missing.toml", "go"], "missing.toml: no such file"),
         (["run", TEAM, "go", "--agent", "nobody", "--store", tmp_path / "s"], "nobody"),
+        (["run", TEAM, "go", "--workspace", a_file, "--store", tmp_path / "s"], "not a folder"),
+        (["run", TEAM, "  ", "--store", tmp_path / "s"], "TASK is empty"),
+        (["resume", "--store", tmp_path / "nothing"], "no retinue store at"),
     ]
     for argv, expected in cases:
         code, _, err = _main(argv, capsys)
@@ -74,6 +77,7 @@ def test_usage_errors_exit_2_on_one_line(
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("retinue: "), (argv, err)
         assert expected in lines[0], (argv, lines[0])
+    assert not (tmp_path / "s").exists()  # nothing was created for a refused run
     code, _, err = _main(["tree", "--no-such-option"], capsys)
     assert code == 2 and "unrecognized arguments" in err
     # The same through a real process: one line, no traceback, exit 2.
