@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cliutil import TEAM, command, env, retinue_cli, tree_json
+from cliutil import HERE, TEAM, command, env, retinue_cli, tree_json
 
 LEAVES = {
     "/root/review/security/secrets",
@@ -84,3 +84,36 @@ def test_readers_beside_a_run_then_ctrl_c_then_resume(tmp_path: Path) -> None:
     assert after["/root/review"]["output"].startswith("lead done; security: security done")
     nothing = retinue_cli("resume", "--store", store)
     assert nothing.returncode == 0 and "nothing to resume" in nothing.stderr
+
+
+def test_model_agents_resume_from_their_transcripts_after_ctrl_c(tmp_path: Path) -> None:
+    """The same, with the offline model driving the lead and reviewers through litellm."""
+    store = tmp_path / "store"
+    run = subprocess.Popen(
+        command("run", HERE / "mixed.toml", "review the change", "--store", store, "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(CLI_TEST_DELAY="120"),
+    )
+    try:
+        _wait_until_running(store, run)
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 130, err
+    final = json.loads(out.splitlines()[-1])
+    assert final["exit_code"] == 130 and final["states"] == {"interrupted": 6}
+    resumed = retinue_cli("resume", "--store", store, "--json", CLI_TEST_DELAY="0", timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = {a["path"]: a for a in tree_json(store)}
+    assert {a["state"] for a in after.values()} == {"completed"}
+    lead = after["/root/review"]
+    assert lead["generation"] >= 2 and lead["output"]
+    assert lead["usage"]["prompt_tokens"] > 0
+    shown = retinue_cli("inspect", "/root/review/security", "--store", store, "--json")
+    transcript = json.loads(shown.stdout)["transcript_tail"]
+    assert any("[subagent:/root/review/security/" in (m.get("content") or "") for m in transcript)
