@@ -297,6 +297,19 @@ def _when_free(what: Any, ledger: Ledger, label: str) -> Any:
     return what()
 
 
+def _undrained(ledger: Ledger, path: Path | None) -> list[str]:
+    """Return the top-level agents with a completion the host has not received (store view)."""
+    if path is None:
+        return []
+    _, completions, _ = read_store(path)
+    with ledger.lock:
+        got = set(ledger.host)
+        top = set(ledger.top)
+    return sorted(
+        {a for (a, _), r in completions.items() if a in top and r.completion.id not in got}
+    )
+
+
 def _check_store(path: Path, ledger: Ledger, final: bool) -> dict[str, int]:
     """Compare the closed store with the ledger; return counts."""
     agents, completions, _ = _when_free(lambda: read_store(path), ledger, "store check")
@@ -327,8 +340,11 @@ def _check_store(path: Path, ledger: Ledger, final: bool) -> dict[str, int]:
                 lost += record.delivered and turns[cid] == 0
         elif not record.delivered:
             parked += 1  # a closed parent's child: pending for the host
+    generations: dict[str, list[int]] = {}
+    for agent_id, gen in completions:
+        generations.setdefault(agent_id, []).append(gen)
     for agent_id, record in agents.items():
-        have = sorted(g for a, g in completions if a == agent_id)
+        have = sorted(generations.get(agent_id, []))
         if have != list(range(1, record.generation + 1)):
             ledger.problem(f"{agent_id}: completions {have} for generation {record.generation}")
     return {"lost": lost, "duplicates": duplicates, "pending_for_host": parked}
@@ -348,20 +364,24 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
         path = Path(tmp) / "store"
         pool: list[str] = []
         for n in range(rounds + 1):
+            todo = _undrained(ledger, path if n else None)
             rt = _when_free(
                 lambda: Runtime.open(path, profiles=profiles, limits=LIMITS), ledger, "reopen"
             )
             holder[:] = [rt]
-            for agent_id in list(ledger.top):  # what was still pending at the close
+            for agent_id in todo:  # what was still pending at the close
                 _drain(rt, agent_id, ledger)
             if n == rounds:  # the final drain: interrupt what runs, receive everything
-                for agent_id in list(ledger.top):
-                    try:
-                        if rt.get(agent_id).state in BUSY:
-                            rt.interrupt(agent_id)
-                    except RetinueError:
-                        pass
-                    _drain(rt, agent_id, ledger)
+                for info in rt.agents():
+                    if info.id in ledger.top and info.state in BUSY:
+                        with contextlib.suppress(RetinueError):
+                            rt.interrupt(info.id)
+                with ledger.lock:
+                    got = set(ledger.host)
+                for info in rt.agents(include_closed=True):
+                    ids = (f"{info.id}:{g}" for g in range(1, info.generation + 1))
+                    if info.id in ledger.top and any(i not in got for i in ids):
+                        _drain(rt, info.id, ledger)
                 rt.shutdown()
                 counts = _check_store(path, ledger, final=True)
                 break
