@@ -215,11 +215,8 @@ class LimitExceeded(RetinueError):
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle with the bound attributes (for processes and executors)."""
-        return (
-            _rebuild_limit_error,
-            (type(self), str(self), self.limit, self.value, self.path),
-        )
+        """Pickle with every attribute (for processes and executors), subclasses' too."""
+        return (_rebuild_limit_error, (type(self), self.args, dict(self.__dict__)))
 
 
 class DepthLimitExceeded(LimitExceeded):
@@ -257,15 +254,26 @@ class TokenBudgetExceeded(LimitExceeded):
     spent when the turn stopped.
     """
 
-    def __init__(self, message: str, *, budget: str = "", limit: int = 0, used: int = 0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "",
+        limit: int = 0,
+        used: int = 0,
+        path: str | None = None,
+    ) -> None:
         self.budget = budget
-        self.limit = limit
         self.used = used
-        super().__init__(message)
+        super().__init__(message, limit=limit, value=used, path=path)
 
 
 class ToolCallLimitExceeded(LimitExceeded):
-    """A turn asked for more tool calls than its ``max_tool_calls``."""
+    """A turn asked for more tool calls than its ``max_tool_calls``.
+
+    ``.limit`` is ``max_tool_calls``, ``.value`` the calls the turn asked for
+    in all, ``.path`` the agent's path.
+    """
 
 
 class AgentStateError(RetinueError):
@@ -354,11 +362,10 @@ class StoreVersionError(StoreError):
 
 
 def _rebuild_limit_error(
-    cls: type[LimitExceeded],
-    message: str,
-    limit: int | float | None,
-    value: int | float | None,
-    path: str | None,
+    cls: type[LimitExceeded], args: tuple[Any, ...], state: dict[str, Any]
 ) -> LimitExceeded:
-    """Rebuild a pickled :class:`LimitExceeded` with its attributes."""
-    return cls(message, limit=limit, value=value, path=path)
+    """Rebuild a pickled :class:`LimitExceeded` (any subclass) with its attributes."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error

@@ -248,7 +248,10 @@ class _Session:
             if over:
                 raise ToolCallLimitExceeded(
                     f"the model asked for more than max_tool_calls={runner.max_tool_calls} "
-                    "tool calls in one turn"
+                    "tool calls in one turn",
+                    limit=runner.max_tool_calls,
+                    value=calls_made + len(calls),
+                    path=self.turn.agent.path,
                 )
             if calls:
                 calls_made += len(calls)
@@ -308,6 +311,7 @@ class _Session:
                 budget=budget,
                 limit=limit,
                 used=used,
+                path=who,
             )
 
     def _usage(self, response: Any) -> Usage:

@@ -507,3 +507,55 @@ def test_agent_count_errors_carry_their_bound(open_runtime: OpenRuntime, script:
         5,
         None,
     )
+
+
+def test_every_limit_error_raised_in_the_package_names_its_bound() -> None:
+    """Each raise of a LimitExceeded subclass passes the bound and the figure that hit it."""
+    import ast
+    import inspect
+
+    import retinue
+    import retinue.errors as errors
+
+    kinds = {
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value) and issubclass(value, LimitExceeded)
+    }
+    # TokenBudgetExceeded takes the figure as `used` (it is also `.value`).
+    figure = {"TokenBudgetExceeded": "used"}
+    missing: list[str] = []
+    sites = 0
+    for path in Path(retinue.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in kinds
+            ):
+                sites += 1
+                given = {k.arg for k in node.keywords}
+                if not {"limit", figure.get(node.func.id, "value")} <= given:
+                    missing.append(f"{path.name}:{node.lineno} {node.func.id}")
+    assert sites >= 10
+    assert missing == []
+
+
+def test_a_token_budget_error_keeps_its_bound() -> None:
+    import pickle
+
+    from retinue.errors import TokenBudgetExceeded
+
+    error = TokenBudgetExceeded(
+        "spent", budget="tokens_per_agent", limit=10, used=12, path="/root/a"
+    )
+    again = pickle.loads(pickle.dumps(error))
+    for e in (error, again):
+        assert (e.limit, e.value, e.path, e.used, e.budget) == (
+            10,
+            12,
+            "/root/a",
+            12,
+            "tokens_per_agent",
+        )
+        assert str(e) == "spent"
