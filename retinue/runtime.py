@@ -232,7 +232,9 @@ class Runtime:
             return self._reader.submit(command)
         future: concurrent.futures.Future[Any] = reply or concurrent.futures.Future()
         with self._lock:
-            if self._actor is None or self._closed:
+            # Commands served while closing (a settle, a give-back of a cancelled
+            # wait's completion) still reach the supervisor until it has stopped.
+            if self._actor is None or (self._closed and not command.after_close):
                 raise RuntimeClosed("the runtime is closed")
             if self._closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")
