@@ -125,7 +125,8 @@ async def run_runner_async(
         asyncio.CancelledError: the turn was interrupted (its task cancelled).
     """
     _RUNNING.set(turn.agent.id)  # the task runs in its own context
-    turn.runner_started = True
+    if not turn.claim_start():  # cancelled before it ran: its inputs already went back
+        raise asyncio.CancelledError
     try:
         result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
     except asyncio.CancelledError:
@@ -289,6 +290,9 @@ class AgentActor(PooledActor):
             if self.is_async:
                 self._start_task(message)
                 return None
+            if not message.claim_start():  # cancelled first: its inputs already went back
+                self.stop()
+                return None
             output, error = run_runner(self._runner, message, self._output_max_bytes)
             message.runner_returned = True
             try:
@@ -298,8 +302,7 @@ class AgentActor(PooledActor):
         return None
 
     def _start_task(self, turn: Turn) -> None:
-        if turn.cancelled.is_set():
-            turn.give_back_unseen()
+        if turn.cancelled.is_set():  # its inputs already went back
             self.stop()
             return
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
@@ -320,8 +323,6 @@ class AgentActor(PooledActor):
                 if not finished.cancelled():
                     output, error = finished.result()
                     self._settle(turn.agent.id, turn.agent.generation, output, error)
-                elif not turn.runner_started:  # cancelled before its runner ran
-                    turn.give_back_unseen()
             finally:
                 with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                     self.stop()

@@ -15,6 +15,7 @@ from retinue.actors.commands import (
     CloseTree,
     ExpireTurn,
     FollowUp,
+    GiveBack,
     Interrupt,
     InterruptTree,
     Resume,
@@ -108,8 +109,24 @@ class Lifecycle:
             or record.state is not AgentState.RUNNING
         ):
             return  # it settled (or was interrupted) in time
-        self.scheduler.cancel(tx, record)
+        self._cancel(tx, record)
         self.finish_turn(tx, record, None, f"TurnTimeout: turn exceeded {command.seconds:g} s")
+
+    def _cancel(self, tx: Transition, record: AgentRecord) -> None:
+        """Cancel a running turn; if its runner never started, give its completions back.
+
+        They are pending for the agent again in this same transition, so a
+        turn cancelled before it ran (by an interrupt, a close, a timeout or
+        the runtime closing) loses none of the children's completions it was
+        handed.
+        """
+        unseen = self.scheduler.cancel(tx, record)
+        if unseen is None:
+            return
+        for message in unseen.messages:
+            done = message.completion
+            if message.kind == "completion" and done is not None:
+                self.router.give_back(tx, GiveBack(record.id, done.agent_id, done.generation))
 
     def _release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
         """Drop a turn's slot, handle, waiter and queued slot request."""
@@ -219,7 +236,7 @@ class Lifecycle:
             error = INTERRUPTED_QUEUED
             self.scheduler.unqueue(record.id)
         elif record.state is AgentState.RUNNING:
-            self.scheduler.cancel(tx, record)
+            self._cancel(tx, record)
             self._release(tx, record.id, TurnInterrupted(f"{record.path} was interrupted"))
         else:
             return record

@@ -241,16 +241,19 @@ class Scheduler:
         if agent_id in self.queue:
             self.queue.remove(agent_id)
 
-    def cancel(self, tx: Transition, record: AgentRecord) -> None:
+    def cancel(self, tx: Transition, record: AgentRecord) -> Turn | None:
         """Cancel a running turn: set ``turn.cancelled`` and cancel an async turn's task.
 
-        A sync runner still running keeps its thread: it is counted as
-        abandoned (and announced) until its late settle arrives.
+        Returns the turn if its runner never started (and now never will):
+        the caller gives back what the turn was handed. A sync runner still
+        running keeps its thread: it is counted as abandoned (and announced)
+        until its late settle arrives.
         """
         handle = self.turns.get(record.id)
         if handle is None:
-            return
-        handle.turn.cancel()
+            return None
+        if not handle.turn.cancel():
+            return handle.turn
         if handle.sync and not handle.turn.runner_returned:
             self.abandoned.add((record.id, handle.generation))
             tx.emit(
@@ -262,6 +265,7 @@ class Scheduler:
                     abandoned=len(self.abandoned),
                 )
             )
+        return None
 
     def runner_returned(self, tx: Transition, turn: TurnRef) -> None:
         """A runner reported back: an abandoned one frees its thread for a waiting turn."""

@@ -315,13 +315,32 @@ class Turn:
 
     # -- cancellation (the supervisor's side) ---------------------------------------
 
-    def cancel(self) -> None:
-        """Mark the turn cancelled and run its cancel hooks (an async turn's task is cancelled)."""
+    def cancel(self) -> bool:
+        """Mark the turn cancelled and run its cancel hooks (an async turn's task is cancelled).
+
+        Returns whether its runner had started: one that had not never will
+        (:meth:`claim_start` refuses it), so the supervisor gives the turn's
+        inputs back in the same transition and nothing it was handed is lost.
+        """
         with self._cancel_lock:
             self.cancelled.set()
+            started = self.runner_started
             hooks, self._on_cancel = self._on_cancel, []
         for hook in hooks:
             hook()
+        return started
+
+    def claim_start(self) -> bool:
+        """Claim the turn for its runner (the executor calls this just before running it).
+
+        Returns False if the turn was cancelled first: the runner must not
+        run, its inputs already went back. Atomic with :meth:`cancel`.
+        """
+        with self._cancel_lock:
+            if self.cancelled.is_set():
+                return False
+            self.runner_started = True
+            return True
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
@@ -330,19 +349,6 @@ class Turn:
                 self._on_cancel.append(hook)
                 return
         hook()
-
-    def give_back_unseen(self) -> None:
-        """The runner never started (cancelled first): give its children's completions back.
-
-        Each goes back to this agent's queue, so its next turn receives it:
-        a completion handed to a turn no runner ever saw is not lost.
-        """
-        for message in self.messages:
-            done = message.completion
-            if message.kind == "completion" and done is not None:
-                back = GiveBack(self.agent.id, done.agent_id, done.generation)
-                with contextlib.suppress(RetinueError):  # the runtime closed meanwhile
-                    _ignore(self._caller(back))
 
     # -- the two faces ------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from retinue import (
     AgentClosed,
     AgentState,
     Completion,
+    CompletionStatus,
     Limits,
     Profile,
     RetinueError,
@@ -33,9 +34,11 @@ from retinue import (
     RuntimeClosed,
     StoreLocked,
     Turn,
+    TurnSettled,
     WaitTimeout,
 )
 from retinue.persistence.lock import WriterLock
+from retinue.runtime import CLOSE_GRACE_S
 
 
 def parked(thread: threading.Thread) -> bool:
@@ -529,5 +532,65 @@ def test_an_async_turn_cancelled_before_its_runner_ran_hands_its_completions_on(
     rt.wait(p.id, timeout=PROMPT_S)  # the interrupted turn
     rt.follow_up(p.id, "read again")
     rt.wait(p.id, timeout=PROMPT_S)
+    received = [cid for turn_ids in seen for cid in turn_ids]
+    assert received == [f"{child.id}:1"]
+
+
+def test_a_turn_the_runtime_closes_before_its_runner_ran_keeps_its_completions(
+    tmp_path: Path,
+) -> None:
+    """Shutdown cancels a turn still waiting for the (blocked) loop: its inputs survive a reopen."""
+    loop_free = threading.Event()
+    loop_held = threading.Event()
+    seen: list[list[str]] = []
+
+    async def blocker(turn: Turn) -> str:
+        loop_held.set()
+        # Blocks the runtime's event loop past the close's grace for running
+        # turns, so the supervisor stops before the parent's turn could run.
+        loop_free.wait(CLOSE_GRACE_S + 2)
+        return "unblocked"
+
+    async def parent(turn: Turn) -> str:
+        seen.append([m.id for m in turn.messages if m.kind == "completion"])
+        if turn.task == "spawn":
+            await turn.spawn_async("leaf", "x")
+        return "ok"
+
+    profiles = [
+        Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+        Profile("leaf", runner=lambda t: "leaf"),
+        Profile("blocker", runner=blocker),
+    ]
+    store = tmp_path / "store"
+    rt = Runtime.open(store, profiles=profiles)
+    p = rt.spawn("p", "spawn", name="p")
+    rt.wait(p.id, timeout=PROMPT_S)
+    child = next(i for i in rt.agents() if i.parent_path == p.path)
+    wait_settled(rt, child.id)
+    rt.spawn("blocker", "b")
+    assert loop_held.wait(PROMPT_S)
+    interrupted = threading.Event()
+
+    def on_event(event: object) -> None:
+        if (
+            isinstance(event, TurnSettled)
+            and event.agent_id == p.id
+            and event.status is CompletionStatus.INTERRUPTED
+        ):
+            interrupted.set()
+
+    rt.subscribe(on_event)
+    rt.follow_up(p.id, "read")  # this turn is handed the child's completion ...
+    closer = threading.Thread(target=rt.shutdown)
+    closer.start()  # ... and the runtime closes before its runner can run
+    assert interrupted.wait(PROMPT_S)
+    closer.join(CLOSE_GRACE_S + PROMPT_S)
+    loop_free.set()
+    assert not closer.is_alive()
+    with Runtime.open(store, profiles=profiles) as again:
+        again.follow_up("/root/p", "read again")
+        again.wait("/root/p", timeout=PROMPT_S)
+        again.close_tree("/root/p")
     received = [cid for turn_ids in seen for cid in turn_ids]
     assert received == [f"{child.id}:1"]
