@@ -454,18 +454,9 @@ class Runtime:
         to it are given back, unread, to the next ``messages`` call.
         """
         seconds = resolve_timeout(timeout, self.limits)
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._submit(HostMessages(HOST), reply=future)
-        try:
-            result: list[Message] = await await_waiter(
-                future, seconds, lambda: self._give_up_wait(future, seconds)
-            )
-        except asyncio.CancelledError:
-            if future.cancel():  # not answered: the supervisor skips it; forget it
-                self._give_up_wait(future, seconds)
-            else:  # answered (or being answered): give the messages back
-                future.add_done_callback(self._return_messages)
-            raise
+        result: list[Message] = await self._await_wait(
+            HostMessages(HOST), seconds, self._return_messages
+        )
         return result
 
     def _return_messages(self, future: concurrent.futures.Future[Any]) -> None:
@@ -483,19 +474,33 @@ class Runtime:
         handed to this wait is given back and goes to the next wait.
         """
         seconds = resolve_timeout(timeout, self.limits)
+        result: Completion = await self._await_wait(Wait(HOST, ref), seconds, self._unreceive)
+        return result
+
+    async def _await_wait(
+        self,
+        command: Any,
+        seconds: float,
+        give_back: Callable[[concurrent.futures.Future[Any]], None],
+    ) -> Any:
+        """Submit a host wait and await its answer for up to ``seconds``.
+
+        If the awaiting task is cancelled, nothing is lost: a wait not yet
+        answered is given up; what an answered one took goes to ``give_back``.
+
+        Raises:
+            WaitTimeout: nothing arrived in time.
+        """
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._submit(Wait(HOST, ref), reply=future)
+        self._submit(command, reply=future)
         try:
-            result: Completion = await await_waiter(
-                future, seconds, lambda: self._give_up_wait(future, seconds)
-            )
+            return await await_waiter(future, seconds, lambda: self._give_up_wait(future, seconds))
         except asyncio.CancelledError:
             if future.cancel():  # not answered: the supervisor skips it; forget it
                 self._give_up_wait(future, seconds)
-            else:  # answered (or being answered): give a completion back
-                future.add_done_callback(self._unreceive)
+            else:  # answered (or being answered): give what it took back
+                future.add_done_callback(give_back)
             raise
-        return result
 
     def _unreceive(self, future: concurrent.futures.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
