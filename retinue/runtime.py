@@ -603,10 +603,13 @@ class Runtime:
         with self._lock:
             self._closed = True
         self._stop_runners(actors)
+        if self._executor is not None:
+            # Before the supervisor stops: cancelled async turns finish here and
+            # give back the completions their waits had taken (GiveBack is
+            # served while closing), so none is lost to a stopped supervisor.
+            self._executor.shutdown(CLOSE_GRACE_S)
         if actor is not None:
             actor.stop(block=True)
-        if self._executor is not None:
-            self._executor.shutdown(CLOSE_GRACE_S)
         if self._reader is not None:
             self._reader.close()
         if self._store is not None:
