@@ -245,9 +245,16 @@ import sys, threading, time
 from retinue import Limits, Profile, Runtime
 
 hold = threading.Event()
+say_lock = threading.Lock()
+
+def say(*parts):
+    # One whole line per write: runner threads print concurrently.
+    with say_lock:
+        sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
+        sys.stdout.flush()
 
 def blocking(turn):
-    print("STARTED", turn.agent.name, turn.agent.id, flush=True)
+    say("STARTED", turn.agent.name, turn.agent.id)
     hold.wait()
     return "never"
 
@@ -280,7 +287,7 @@ profiles = [
 rt = Runtime.open(sys.argv[1], profiles=profiles, limits=Limits(max_active_turns=4))
 alpha = rt.spawn("worker", "original task", name="alpha")
 sent = rt.send(alpha.id, "hello alpha")
-print("SENT", sent.id, flush=True)
+say("SENT", sent.id)
 boss = rt.spawn("lead", "delegate and wait", name="boss")
 kid = until("/root/boss/kid", "completed")
 boss2 = rt.spawn("lead", "delegate and finish", name="boss2")
@@ -291,10 +298,10 @@ gamma = rt.spawn("worker", "gamma task", name="gamma")
 assert gamma.state == "starting", gamma.state
 ids = dict(alpha=alpha.id, boss=boss.id, kid=kid.id, boss2=boss2.id, slow=slow.id,
            beta=beta.id, gamma=gamma.id)
-print("IDS", *[f"{k}={v}" for k, v in ids.items()], flush=True)
+say("IDS", *[f"{k}={v}" for k, v in ids.items()])
 for ref in ("alpha", "boss", "slow", "beta"):
     assert rt.get(ids[ref]).state == "running", ref
-print("READY", flush=True)
+say("READY")
 hold.wait()
 """
 
