@@ -24,6 +24,7 @@ from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
 
 from retinue import (
     AgentClosed,
+    AgentInfo,
     AgentState,
     Completion,
     CompletionStatus,
@@ -496,80 +497,77 @@ def test_a_cancelled_wait_async_in_a_turn_gives_the_childs_completion_back(
     assert (done.status, done.output) == ("completed", f"{child.id}:1")
 
 
+class BlockedLoopTeam:
+    """A parent ``p`` with one settled child, and a ``blocker`` that holds the event loop.
+
+    ``ready(rt)`` spawns both and returns once the loop is held, so a turn of
+    ``p`` queued next cannot run until ``loop_free`` is set (or ``hold_s`` ends).
+    ``received()`` lists the completion ids the parent's runners saw.
+    """
+
+    def __init__(self, hold_s: float) -> None:
+        """Build the profiles; the blocker holds the loop for at most ``hold_s``."""
+        self.loop_free = threading.Event()
+        self.loop_held = threading.Event()
+        self.seen: list[list[str]] = []
+
+        async def blocker(turn: Turn) -> str:
+            self.loop_held.set()
+            self.loop_free.wait(hold_s)  # blocks the runtime's event loop on purpose
+            return "unblocked"
+
+        async def parent(turn: Turn) -> str:
+            self.seen.append([m.id for m in turn.messages if m.kind == "completion"])
+            if turn.task == "spawn":
+                await turn.spawn_async("leaf", "x")
+            return "ok"
+
+        self.profiles = [
+            Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+            Profile("leaf", runner=lambda t: "leaf"),
+            Profile("blocker", runner=blocker),
+        ]
+
+    def ready(self, rt: Runtime) -> tuple[AgentInfo, AgentInfo]:
+        """Spawn ``p`` (its child settles) and the blocker; return ``(p, child)``."""
+        p = rt.spawn("p", "spawn", name="p")
+        rt.wait(p.id, timeout=PROMPT_S)
+        child = next(i for i in rt.agents() if i.parent_path == p.path)
+        wait_settled(rt, child.id)
+        rt.spawn("blocker", "b")
+        assert self.loop_held.wait(PROMPT_S)
+        return p, child
+
+    def received(self) -> list[str]:
+        """Every completion id the parent's runners were handed, in order."""
+        return [cid for turn_ids in self.seen for cid in turn_ids]
+
+
 def test_an_async_turn_cancelled_before_its_runner_ran_hands_its_completions_on(
     open_runtime: OpenRuntime,
 ) -> None:
-    loop_free = threading.Event()
-    loop_held = threading.Event()
-    seen: list[list[str]] = []
-
-    async def blocker(turn: Turn) -> str:
-        loop_held.set()
-        loop_free.wait(PROMPT_S)  # blocks the runtime's event loop on purpose
-        return "unblocked"
-
-    async def parent(turn: Turn) -> str:
-        seen.append([m.id for m in turn.messages if m.kind == "completion"])
-        if turn.task == "spawn":
-            await turn.spawn_async("leaf", "x")
-        return "ok"
-
-    profiles = [
-        Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
-        Profile("leaf", runner=lambda t: "leaf"),
-        Profile("blocker", runner=blocker),
-    ]
-    rt = open_runtime(profiles)
-    p = rt.spawn("p", "spawn")
-    rt.wait(p.id, timeout=PROMPT_S)
-    child = next(i for i in rt.agents() if i.parent_path == p.path)
-    wait_settled(rt, child.id)
-    rt.spawn("blocker", "b")
-    assert loop_held.wait(PROMPT_S)
+    team = BlockedLoopTeam(PROMPT_S)
+    rt = open_runtime(team.profiles)
+    p, child = team.ready(rt)
     rt.follow_up(p.id, "read")  # this turn gets the child's completion ...
     rt.interrupt(p.id)  # ... and is interrupted before its runner can run
-    loop_free.set()
+    team.loop_free.set()
     rt.wait(p.id, timeout=PROMPT_S)  # the interrupted turn
     rt.follow_up(p.id, "read again")
     rt.wait(p.id, timeout=PROMPT_S)
-    received = [cid for turn_ids in seen for cid in turn_ids]
-    assert received == [f"{child.id}:1"]
+    assert team.received() == [f"{child.id}:1"]
 
 
 def test_a_turn_the_runtime_closes_before_its_runner_ran_keeps_its_completions(
     tmp_path: Path,
 ) -> None:
     """Shutdown cancels a turn still waiting for the (blocked) loop: its inputs survive a reopen."""
-    loop_free = threading.Event()
-    loop_held = threading.Event()
-    seen: list[list[str]] = []
-
-    async def blocker(turn: Turn) -> str:
-        loop_held.set()
-        # Blocks the runtime's event loop past the close's grace for running
-        # turns, so the supervisor stops before the parent's turn could run.
-        loop_free.wait(CLOSE_GRACE_S + 2)
-        return "unblocked"
-
-    async def parent(turn: Turn) -> str:
-        seen.append([m.id for m in turn.messages if m.kind == "completion"])
-        if turn.task == "spawn":
-            await turn.spawn_async("leaf", "x")
-        return "ok"
-
-    profiles = [
-        Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
-        Profile("leaf", runner=lambda t: "leaf"),
-        Profile("blocker", runner=blocker),
-    ]
+    # The loop stays blocked past the close's grace for running turns, so the
+    # supervisor stops before the parent's turn could run.
+    team = BlockedLoopTeam(CLOSE_GRACE_S + 2)
     store = tmp_path / "store"
-    rt = Runtime.open(store, profiles=profiles)
-    p = rt.spawn("p", "spawn", name="p")
-    rt.wait(p.id, timeout=PROMPT_S)
-    child = next(i for i in rt.agents() if i.parent_path == p.path)
-    wait_settled(rt, child.id)
-    rt.spawn("blocker", "b")
-    assert loop_held.wait(PROMPT_S)
+    rt = Runtime.open(store, profiles=team.profiles)
+    p, child = team.ready(rt)
     interrupted = threading.Event()
 
     def on_event(event: object) -> None:
@@ -586,11 +584,10 @@ def test_a_turn_the_runtime_closes_before_its_runner_ran_keeps_its_completions(
     closer.start()  # ... and the runtime closes before its runner can run
     assert interrupted.wait(PROMPT_S)
     closer.join(CLOSE_GRACE_S + PROMPT_S)
-    loop_free.set()
+    team.loop_free.set()
     assert not closer.is_alive()
-    with Runtime.open(store, profiles=profiles) as again:
+    with Runtime.open(store, profiles=team.profiles) as again:
         again.follow_up("/root/p", "read again")
         again.wait("/root/p", timeout=PROMPT_S)
         again.close_tree("/root/p")
-    received = [cid for turn_ids in seen for cid in turn_ids]
-    assert received == [f"{child.id}:1"]
+    assert team.received() == [f"{child.id}:1"]
