@@ -23,7 +23,7 @@ import pykka
 
 from retinue.actors.compaction import CompactionReport
 from retinue.errors import RetinueError
-from retinue.protocol.messages import AgentInfo, Message, Usage
+from retinue.protocol.messages import AgentInfo, Completion, Message, Usage
 
 __all__ = [
     "HOST",
@@ -265,16 +265,16 @@ class Unreceive(Command[None]):
 
 @dataclass(frozen=True, slots=True)
 class GiveBack(Command[None]):
-    """A turn's cancelled wait had taken a child's completion: it goes back to the agent.
+    """A turn's cancelled wait had taken ``event`` from a child: it goes back to the agent.
 
-    The completion is pending for ``agent_id`` again (or its nearest live
-    ancestor, if it closed meanwhile): its next wait or turn receives it.
+    A completion is pending for ``agent_id`` again (or its nearest live
+    ancestor, if it closed meanwhile); a message is unread again. Its next
+    wait or turn receives it.
     """
 
     after_close: ClassVar[bool] = True
     agent_id: str
-    completion_agent_id: str
-    generation: int
+    event: Message | Completion
     sender: Host = HOST
 
 

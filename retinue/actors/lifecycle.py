@@ -109,24 +109,28 @@ class Lifecycle:
             or record.state is not AgentState.RUNNING
         ):
             return  # it settled (or was interrupted) in time
-        self._cancel(tx, record)
+        self._cancel(tx, record, TurnInterrupted(f"{record.path} ran past its turn_timeout_s"))
         self.finish_turn(tx, record, None, f"TurnTimeout: turn exceeded {command.seconds:g} s")
 
-    def _cancel(self, tx: Transition, record: AgentRecord) -> None:
-        """Cancel a running turn; if its runner never started, give its completions back.
+    def _cancel(self, tx: Transition, record: AgentRecord, why: RetinueError) -> None:
+        """Cancel a running turn, release it, and give back what its runner never saw.
 
-        They are pending for the agent again in this same transition, so a
-        turn cancelled before it ran (by an interrupt, a close, a timeout or
-        the runtime closing) loses none of the children's completions it was
-        handed.
+        That is every input of a turn whose runner had not started, and the
+        events its waits took that the runner has not received (an async
+        task that has not resumed, whether or not its loop is busy). They are
+        pending or unread again in this same transition, so a turn cancelled
+        by an interrupt, a close, a timeout or the runtime closing loses
+        nothing it was handed.
         """
-        unseen = self.scheduler.cancel(tx, record)
-        if unseen is None:
+        turn = self.scheduler.cancel(tx, record)
+        self._release(tx, record.id, why)
+        if turn is None:
             return
-        for message in unseen.messages:
-            done = message.completion
-            if message.kind == "completion" and done is not None:
-                self.router.give_back(tx, GiveBack(record.id, done.agent_id, done.generation))
+        unseen = turn.reclaim()
+        if not turn.runner_started:
+            unseen += [m.completion if m.completion is not None else m for m in turn.messages]
+        for event in unseen:
+            self.router.give_back(tx, GiveBack(record.id, event))
 
     def _release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
         """Drop a turn's slot, handle, waiter and queued slot request."""
@@ -236,8 +240,7 @@ class Lifecycle:
             error = INTERRUPTED_QUEUED
             self.scheduler.unqueue(record.id)
         elif record.state is AgentState.RUNNING:
-            self._cancel(tx, record)
-            self._release(tx, record.id, TurnInterrupted(f"{record.path} was interrupted"))
+            self._cancel(tx, record, TurnInterrupted(f"{record.path} was interrupted"))
         else:
             return record
         record = self.world.update(record, state=AgentState.INTERRUPTED, output=None, error=error)

@@ -312,20 +312,25 @@ class Router:
         self.maybe_wake(tx, recipient_id)
 
     def give_back(self, tx: Transition, command: GiveBack) -> None:
-        """Put a completion a turn's cancelled wait had taken back in its recipient's queue.
+        """Put an event a turn's cancelled wait had taken back in its recipient's queue.
 
-        It is pending again for that agent (or, if the agent closed since, for
-        its nearest live ancestor or the host) and offered as a new arrival: a
-        waiting turn takes it, an idle agent may be woken.
+        A completion is pending again for that agent (or, if the agent closed
+        since, for its nearest live ancestor or the host) and offered as a new
+        arrival: a waiting turn takes it, an idle agent may be woken. A
+        message is unread again (unless compaction removed it meanwhile).
         """
         tree = self.world.tree
-        done = tree.completions.get(command.completion_agent_id, {}).get(command.generation)
+        event = command.event
+        if isinstance(event, Message):
+            tree.unread_again(event, int(event.id.rsplit(":", 1)[1]))
+            return
+        done = tree.completions.get(event.agent_id, {}).get(event.generation)
         if done is None or not done.delivered or done.recipient_id != command.agent_id:
             return  # compacted, or not this agent's: nothing to give back
         back = tree.undeliver(done)
         recipient = tree.agents.get(command.agent_id)
         if recipient is None or recipient.state is AgentState.CLOSED:
-            origin = tree.agents[command.completion_agent_id]
+            origin = tree.agents[event.agent_id]
             self.reroute(tx, back, tree.nearest_live_ancestor(origin))
         else:
             self.offer(tx, command.agent_id, back)

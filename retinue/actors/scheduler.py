@@ -35,6 +35,7 @@ from retinue.actors.turn import Turn
 from retinue.errors import RetinueError
 from retinue.protocol.messages import (
     AgentState,
+    Completion,
     Message,
     RunnerAbandoned,
     TurnQueued,
@@ -218,7 +219,18 @@ class Scheduler:
         self.active.add(request.agent_id)
         value = None if request.take is None else request.take(tx)
         future = request.future
+        self.hand(request.agent_id, future, value)
         tx.after(lambda: resolve_future(future, value))
+
+    def hand(self, agent_id: str, future: concurrent.futures.Future[Any], value: Any) -> None:
+        """Tell the running turn of ``agent_id`` that ``value`` (if an event) was taken for it.
+
+        Until its runner receives it, a cancel of the turn takes it back
+        (:meth:`~retinue.actors.turn.Turn.reclaim`).
+        """
+        handle = self.turns.get(agent_id)
+        if handle is not None and isinstance(value, Message | Completion):
+            handle.turn.hand(future, value)
 
     def yield_slot(self, tx: Transition, agent_id: str) -> None:
         """A turn starts waiting: its slot goes to others meanwhile."""
@@ -244,17 +256,16 @@ class Scheduler:
     def cancel(self, tx: Transition, record: AgentRecord) -> Turn | None:
         """Cancel a running turn: set ``turn.cancelled`` and cancel an async turn's task.
 
-        Returns the turn if its runner never started (and now never will):
-        the caller gives back what the turn was handed. A sync runner still
-        running keeps its thread: it is counted as abandoned (and announced)
-        until its late settle arrives.
+        Returns the cancelled turn (None if none runs): the caller gives back
+        what its runner never saw (``turn.runner_started`` is final now). A
+        sync runner still running keeps its thread: it is counted as
+        abandoned (and announced) until its late settle arrives.
         """
         handle = self.turns.get(record.id)
         if handle is None:
             return None
-        if not handle.turn.cancel():
-            return handle.turn
-        if handle.sync and not handle.turn.runner_returned:
+        started = handle.turn.cancel()
+        if started and handle.sync and not handle.turn.runner_returned:
             self.abandoned.add((record.id, handle.generation))
             tx.emit(
                 RunnerAbandoned(
@@ -265,7 +276,7 @@ class Scheduler:
                     abandoned=len(self.abandoned),
                 )
             )
-        return None
+        return handle.turn
 
     def runner_returned(self, tx: Transition, turn: TurnRef) -> None:
         """A runner reported back: an abandoned one frees its thread for a waiting turn."""

@@ -40,6 +40,7 @@ from retinue.errors import (
     FanoutLimitExceeded,
     InvalidArgument,
     RetinueError,
+    TurnInterrupted,
     WaitTimeout,
 )
 from retinue.protocol.checks import check_seconds
@@ -159,13 +160,14 @@ async def wait_result_async(
     future: concurrent.futures.Future[Any],
     timeout: float,
     give_up: Callable[[], None],
-    give_back: Callable[[Any], None] | None = None,
+    give_back: Callable[[], None] | None = None,
 ) -> Any:
     """A turn's wait from asyncio: :func:`await_waiter`; a cancelled await loses nothing.
 
     If nothing was handed over yet, the supervisor forgets the wait (so the
-    turn may wait again); an event already handed over is passed to
-    ``give_back`` once it arrives (a completion goes back to the agent).
+    turn may wait again); if an event was handed over, ``give_back()`` runs
+    once it has arrived (the turn gives it back unless a cancel took it back
+    first).
 
     Raises:
         WaitTimeout: nothing arrived in time; the awaited agent keeps running.
@@ -177,12 +179,7 @@ async def wait_result_async(
             give_up()
         elif give_back is not None:
             hand_back = give_back
-
-            def returned(answered: concurrent.futures.Future[Any]) -> None:
-                if not answered.cancelled() and answered.exception() is None:
-                    hand_back(answered.result())
-
-            future.add_done_callback(returned)
+            future.add_done_callback(lambda _: hand_back())
         raise
 
 
@@ -202,27 +199,35 @@ class _Ask:
 
 
 class _Wait:
-    """A wait already registered with the supervisor, with its time and its give-up."""
+    """A wait already registered with the supervisor, with its time and its give-up.
 
-    __slots__ = ("future", "give_back", "give_up", "timeout")
+    ``receive(value)`` checks what the wait returns before the runner sees it
+    (an event the turn's cancel took back is not returned); ``give_back()``
+    returns the event of a cancelled async wait.
+    """
+
+    __slots__ = ("future", "give_back", "give_up", "receive", "timeout")
 
     def __init__(
         self,
         future: concurrent.futures.Future[Any],
         timeout: float,
         give_up: Callable[[], None],
-        give_back: Callable[[Any], None] | None = None,
+        receive: Callable[[Any, bool], Any],
+        give_back: Callable[[], None],
     ) -> None:
         self.future = future
         self.timeout = timeout
         self.give_up = give_up
+        self.receive = receive
         self.give_back = give_back
 
     def sync(self) -> Any:
-        return wait_result(self.future, self.timeout, self.give_up)
+        return self.receive(wait_result(self.future, self.timeout, self.give_up), False)
 
     async def async_(self) -> Any:
-        return await wait_result_async(self.future, self.timeout, self.give_up, self.give_back)
+        value = await wait_result_async(self.future, self.timeout, self.give_up, self.give_back)
+        return self.receive(value, True)
 
 
 # An operation's logic: a generator that sends requests and yields them; the
@@ -312,6 +317,9 @@ class Turn:
         self._me = TurnRef(agent.id, agent.generation)
         self._cancel_lock = threading.Lock()
         self._on_cancel: list[Callable[[], None]] = []
+        # Events the supervisor took for this turn's waits that its runner has
+        # not received yet, by wait future (see hand/receive/reclaim).
+        self._held: dict[concurrent.futures.Future[Any], Message | Completion] = {}
 
     # -- cancellation (the supervisor's side) ---------------------------------------
 
@@ -341,6 +349,40 @@ class Turn:
                 return False
             self.runner_started = True
             return True
+
+    def hand(self, future: concurrent.futures.Future[Any], event: Message | Completion) -> None:
+        """Record that the supervisor took ``event`` for the wait answered by ``future``.
+
+        Until the runner receives it (:meth:`receive`), a cancel may take it
+        back (:meth:`reclaim`): whichever comes first owns it.
+        """
+        with self._cancel_lock:
+            self._held[future] = event
+
+    def receive(self, future: concurrent.futures.Future[Any]) -> bool:
+        """Claim the event of a wait's ``future`` for the runner; False if it went back.
+
+        Atomic with :meth:`reclaim`: the runner sees an event only if the
+        supervisor did not give it back, and the supervisor gives back only
+        what no runner saw.
+        """
+        with self._cancel_lock:
+            return self._held.pop(future, None) is not None
+
+    def reclaim(
+        self, future: concurrent.futures.Future[Any] | None = None
+    ) -> list[Message | Completion]:
+        """Take back events handed to waits that the runner has not received.
+
+        Those of every wait, or of the wait answered by ``future`` only. The
+        caller gives them back to the agent (they are pending or unread again).
+        """
+        with self._cancel_lock:
+            if future is None:
+                taken, self._held = list(self._held.values()), {}
+                return taken
+            event = self._held.pop(future, None)
+            return [] if event is None else [event]
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
@@ -526,13 +568,20 @@ class Turn:
             with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
                 _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
 
-        def give_back(event: Any) -> None:
-            if isinstance(event, Completion):  # a cancelled task never saw it: it goes back
-                back = GiveBack(self.agent.id, event.agent_id, event.generation)
-                with contextlib.suppress(RetinueError):
-                    _ignore(self._caller(back))
+        def receive(value: Any, in_task: bool) -> Any:
+            if not isinstance(value, Message | Completion) or self.receive(future):
+                return value
+            # The turn was cancelled and the supervisor took the event back first.
+            if in_task:
+                raise asyncio.CancelledError
+            raise TurnInterrupted(f"{self.agent.path} was interrupted; its wait's event went back")
 
-        return _Wait(future, timeout, give_up, give_back)
+        def give_back() -> None:  # a cancelled task never saw the event: it goes back
+            for event in self.reclaim(future):
+                with contextlib.suppress(RetinueError):
+                    _ignore(self._caller(GiveBack(self.agent.id, event)))
+
+        return _Wait(future, timeout, give_up, receive, give_back)
 
     def _children_steps(self) -> _Steps[list[AgentInfo]]:
         result: list[AgentInfo] = yield self._ask(Children(self._me))

@@ -317,7 +317,7 @@ class Waiters:
             )
         take = self._next_event(tx, me, child, command.kind)
         if take is not None:
-            self._claim(tx, tx.defer(), take)
+            self._claim(tx, me.id, tx.defer(), take)
             return
         if child.state is AgentState.CLOSED:
             raise AgentClosed(f"{child.path} is closed")
@@ -349,12 +349,14 @@ class Waiters:
     def _claim(
         self,
         tx: Transition,
+        waiter_id: str,
         future: concurrent.futures.Future[Any],
         take: Callable[[Transition], Any],
     ) -> None:
         if not future.set_running_or_notify_cancel():
             return
         value = take(tx)
+        self.scheduler.hand(waiter_id, future, value)
         tx.after(lambda: future.set_result(value))
 
     def answer(self, tx: Transition, waiter_id: str, take: Callable[[Transition], Any]) -> None:

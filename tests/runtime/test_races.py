@@ -591,3 +591,102 @@ def test_a_turn_the_runtime_closes_before_its_runner_ran_keeps_its_completions(
         again.wait("/root/p", timeout=PROMPT_S)
         again.close_tree("/root/p")
     assert team.received() == [f"{child.id}:1"]
+
+
+class HandedOverTeam:
+    """A parent ``p`` whose ``wait_async`` on its child is answered while the loop is held.
+
+    The child (a sync runner) settles only once ``child_go`` is set; the
+    ``blocker`` holds the runtime's event loop until ``loop_free`` is set and
+    then runs ``then()`` from the loop itself. So the parent's wait is handed
+    the completion while its task cannot resume to receive it.
+    """
+
+    def __init__(self) -> None:
+        """Build the profiles."""
+        self.child_go = threading.Event()
+        self.loop_free = threading.Event()
+        self.loop_held = threading.Event()
+        self.then: Any = lambda: None
+        self.seen: list[str] = []  # completion ids the parent's runners received
+
+        async def parent(turn: Turn) -> str:
+            self.seen += [m.id for m in turn.messages if m.kind == "completion"]
+            if turn.task == "wait":
+                child = await turn.spawn_async("leaf", "x", name="c")
+                event = await turn.wait_async(child.id, timeout=PROMPT_S)
+                self.seen.append(event.id)
+            return "ok"
+
+        def leaf(turn: Turn) -> str:
+            self.child_go.wait(PROMPT_S)
+            return "leaf"
+
+        async def blocker(turn: Turn) -> str:
+            self.loop_held.set()
+            self.loop_free.wait(PROMPT_S)  # blocks the runtime's event loop on purpose
+            self.then()
+            return "unblocked"
+
+        self.profiles = [
+            Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+            Profile("leaf", runner=leaf),
+            Profile("blocker", runner=blocker),
+        ]
+
+    def hand_over(self, rt: Runtime) -> str:
+        """Start ``p`` waiting, hold the loop, let the child settle; return the child's id."""
+        p = rt.spawn("p", "wait", name="p")
+        wait_until(lambda: any(i.parent_path == p.path for i in rt.agents()))
+        child = next(i for i in rt.agents() if i.parent_path == p.path)
+        wait_until(lambda: rt.get(child.id).state is AgentState.RUNNING)
+        time.sleep(0.05)  # the parent's task reaches its wait
+        rt.spawn("blocker", "b")
+        assert self.loop_held.wait(PROMPT_S)
+        self.child_go.set()
+        wait_settled(rt, child.id)  # its completion is now handed to the parent's wait
+        return child.id
+
+
+def test_a_completion_handed_to_an_async_wait_survives_a_close_from_the_blocked_loop(
+    tmp_path: Path,
+) -> None:
+    """An async runner closes the runtime while another turn's wait holds an unseen completion.
+
+    The waiting task cannot resume while the loop runs the close, so the
+    close takes the completion back: after a reopen the parent's next turn
+    receives it, once.
+    """
+    team = HandedOverTeam()
+    store = tmp_path / "store"
+    rt = Runtime.open(store, profiles=team.profiles)
+    closed = threading.Event()
+
+    def close_from_the_loop() -> None:
+        rt.shutdown()
+        closed.set()
+
+    team.then = close_from_the_loop
+    child_id = team.hand_over(rt)
+    team.loop_free.set()
+    assert closed.wait(CLOSE_GRACE_S + PROMPT_S)
+    assert team.seen == []  # the parent's task never resumed
+    with Runtime.open(store, profiles=team.profiles) as again:
+        again.follow_up("/root/p", "read")
+        again.wait("/root/p", timeout=PROMPT_S)
+    assert team.seen == [f"{child_id}:1"]
+
+
+def test_a_completion_handed_to_an_async_wait_survives_an_interrupt_while_the_loop_is_held(
+    open_runtime: OpenRuntime,
+) -> None:
+    """An interrupt takes back what a wait was handed but its task never received."""
+    team = HandedOverTeam()
+    rt = open_runtime(team.profiles)
+    child_id = team.hand_over(rt)
+    rt.interrupt("/root/p")
+    team.loop_free.set()
+    rt.wait("/root/p", timeout=PROMPT_S)
+    rt.follow_up("/root/p", "read")
+    rt.wait("/root/p", timeout=PROMPT_S)
+    assert team.seen == [f"{child_id}:1"]
