@@ -9,7 +9,10 @@ supervisor dispatches them in one ``match``.
 
 Argument fields are typed as the public API declares them; the supervisor
 still checks them at run time (a host may pass anything), raising
-``ArgumentTypeError`` for a wrong type.
+``ArgumentTypeError`` for a wrong type. A command that takes an agent
+reference also carries ``field``: the name of the caller's argument that held
+it (``ref`` from the host and a turn, ``to`` or ``agent`` from a coordinator
+tool), which the errors about a bad reference name.
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ class Send(Command[Message]):
     ref: str
     content: str
     dedup_key: str | None = None
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +156,7 @@ class FollowUp(Command[AgentInfo]):
     sender: Sender
     ref: str
     task: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +165,7 @@ class Resume(Command[AgentInfo]):
 
     sender: Sender
     ref: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +174,7 @@ class Interrupt(Command[AgentInfo]):
 
     sender: Sender
     ref: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +183,7 @@ class InterruptTree(Command[list[AgentInfo]]):
 
     sender: Sender
     ref: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +203,7 @@ class Close(Command[AgentInfo]):
 
     sender: Sender
     ref: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +212,7 @@ class CloseTree(Command[list[AgentInfo]]):
 
     sender: Sender
     ref: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +221,7 @@ class Get(Command[AgentInfo]):
 
     sender: Sender
     ref: str
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +252,7 @@ class Wait(Command[Any]):
     sender: Sender
     ref: str
     kind: WaitKind = "completion"
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)

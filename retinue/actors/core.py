@@ -146,7 +146,8 @@ class World:
     def find(self, sender: AgentRecord | None, ref: Any, field: str = "ref") -> AgentRecord:
         """Return the agent ``ref`` (an id, or a path relative to the sender) names.
 
-        ``field`` is the name of the caller's argument (``ref``, ``parent``),
+        ``field`` is the name of the caller's argument (``ref``, ``parent``,
+        ``to``, ``agent``: a command's ``field``),
         which the errors name, quoting at most a short prefix of the value.
 
         Raises:
@@ -174,14 +175,18 @@ class World:
             parent_id = self.tree.agents[parent_id].parent_id
         return False
 
-    def target(self, sender: AgentRecord | None, ref: Any, action: str) -> AgentRecord:
+    def target(
+        self, sender: AgentRecord | None, ref: Any, action: str, field: str = "ref"
+    ) -> AgentRecord:
         """Return the agent ``ref`` names, which a turn may only act on in its own subtree.
+
+        ``field`` is the caller's argument name, as for :meth:`find`.
 
         Raises:
             NotPermitted: it lies outside the sending turn's subtree.
             and everything :meth:`find` raises.
         """
-        record = self.find(sender, ref)
+        record = self.find(sender, ref, field)
         if sender is not None and not self.is_descendant(record, sender.id):
             raise NotPermitted(f"{sender.path} may only {action} agents in its own subtree")
         return record

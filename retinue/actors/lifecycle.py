@@ -148,7 +148,7 @@ class Lifecycle:
         """
         world = self.world
         me = world.sender(command.sender)
-        record = world.target(me, command.ref, "follow up")
+        record = world.target(me, command.ref, "follow up", command.field)
         task = check_text(command.task, "task")
         world.check_size(task, "task")
         return info_of(self._follow_up(tx, record, task, "follow_up"))
@@ -184,7 +184,7 @@ class Lifecycle:
             AgentStateError: it is not interrupted. AgentClosed: it is closed.
         """
         me = self.world.sender(command.sender)
-        record = self.world.target(me, command.ref, "resume")
+        record = self.world.target(me, command.ref, "resume", command.field)
         if record.state is not AgentState.INTERRUPTED:
             if record.state is AgentState.CLOSED:
                 raise AgentClosed(f"{record.path} is closed")
@@ -200,7 +200,7 @@ class Lifecycle:
             AgentClosed: it is closed.
         """
         me = self.world.sender(command.sender)
-        record = self.world.target(me, command.ref, "interrupt")
+        record = self.world.target(me, command.ref, "interrupt", command.field)
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
         return info_of(self.interrupt_turn(tx, record))
@@ -218,7 +218,7 @@ class Lifecycle:
             interrupt its own subtree.
         """
         me = self.world.sender(command.sender)
-        record = self.world.target(me, command.ref, "interrupt")
+        record = self.world.target(me, command.ref, "interrupt", command.field)
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
         tree = self.world.tree
@@ -257,7 +257,7 @@ class Lifecycle:
             ActiveDescendants: it has live children. AgentClosed: already closed.
         """
         me = self.world.sender(command.sender)
-        return info_of(self._close(tx, self.world.target(me, command.ref, "close")))
+        return info_of(self._close(tx, self.world.target(me, command.ref, "close", command.field)))
 
     def _close(self, tx: Transition, record: AgentRecord) -> AgentRecord:
         tree = self.world.tree
@@ -290,7 +290,7 @@ class Lifecycle:
             AgentClosed: it is already closed.
         """
         me = self.world.sender(command.sender)
-        record = self.world.target(me, command.ref, "close")
+        record = self.world.target(me, command.ref, "close", command.field)
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is already closed")
         order = self.world.tree.descendants_postorder(record.id)

@@ -61,7 +61,7 @@ class Router:
         to_host = self._host_sender(me, command.ref)
         if to_host is not None:
             return self._send_to_host(tx, to_host, content, command.dedup_key)
-        target = world.find(me, command.ref)
+        target = world.find(me, command.ref, command.field)
         if me is not None:
             related = (
                 target.id == me.parent_id

@@ -199,7 +199,7 @@ class Supervisor:
                 self.retention.enforce(world.tree, time.time())
                 return infos
             case Get():
-                return info_of(world.find(world.sender(command.sender), command.ref))
+                return info_of(world.find(world.sender(command.sender), command.ref, command.field))
             case Agents():
                 world.sender(command.sender)
                 return agent_list(world.tree, include_closed=command.include_closed)

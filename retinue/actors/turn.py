@@ -525,44 +525,59 @@ class Turn:
         """Like :meth:`run_many`, without blocking the event loop."""
         return await _drive_async(self._run_many_steps(requests, timeout))
 
-    def _send_steps(self, ref: str, content: str, dedup_key: str | None) -> _Steps[Message]:
-        message: Message = yield self._ask(Send(self._me, ref, content, dedup_key))
+    def _send_steps(
+        self, ref: str, content: str, dedup_key: str | None, field: str
+    ) -> _Steps[Message]:
+        message: Message = yield self._ask(Send(self._me, ref, content, dedup_key, field))
         return message
 
-    def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
+    def send(
+        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
+    ) -> Message:
         """Send a message to this agent's parent, a child or a sibling.
+
+        ``field`` is the name errors give ``ref`` (a tool layer passes its own
+        argument's name, as every call here that takes a reference does).
 
         Raises:
             NotPermitted, UnknownAgent, AgentClosed, MessageTooLarge,
             DedupKeyTooLong, MailboxFull: as the mailbox rules say.
         """
-        return self._sync(self._send_steps(ref, content, dedup_key))
+        return self._sync(self._send_steps(ref, content, dedup_key, field))
 
-    async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
+    async def send_async(
+        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
+    ) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
-        return await _drive_async(self._send_steps(ref, content, dedup_key))
+        return await _drive_async(self._send_steps(ref, content, dedup_key, field))
 
-    def _wait_steps(self, ref: str, timeout: float | None) -> _Steps[Message | Completion]:
+    def _wait_steps(
+        self, ref: str, timeout: float | None, field: str
+    ) -> _Steps[Message | Completion]:
         wait_s = resolve_timeout(timeout, self.limits)
-        result: Message | Completion = yield self._wait_request(ref, "any", wait_s)
+        result: Message | Completion = yield self._wait_request(ref, "any", wait_s, field)
         return result
 
-    def wait(self, ref: str, timeout: float | None = None) -> Message | Completion:
+    def wait(
+        self, ref: str, timeout: float | None = None, *, field: str = "ref"
+    ) -> Message | Completion:
         """Return the next event from a child: a message it sent here, or its completion.
 
         Raises:
             WaitTimeout: nothing arrived in time; the child keeps running.
             NotPermitted: ``ref`` is not this agent's child.
         """
-        return self._sync(self._wait_steps(ref, timeout))
+        return self._sync(self._wait_steps(ref, timeout, field))
 
-    async def wait_async(self, ref: str, timeout: float | None = None) -> Message | Completion:
+    async def wait_async(
+        self, ref: str, timeout: float | None = None, *, field: str = "ref"
+    ) -> Message | Completion:
         """Like :meth:`wait`, without blocking the event loop."""
-        return await _drive_async(self._wait_steps(ref, timeout))
+        return await _drive_async(self._wait_steps(ref, timeout, field))
 
-    def _wait_request(self, ref: str, kind: str, timeout: float) -> _Wait:
+    def _wait_request(self, ref: str, kind: str, timeout: float, field: str = "ref") -> _Wait:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._caller(Wait(self._me, ref, kind), reply=future)
+        self._caller(Wait(self._me, ref, kind, field), reply=future)
 
         def give_up() -> None:
             with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
@@ -599,46 +614,50 @@ class Turn:
         result: _T = yield self._ask(command)
         return result
 
-    def interrupt(self, ref: str) -> AgentInfo:
+    def interrupt(self, ref: str, *, field: str = "ref") -> AgentInfo:
         """Interrupt a descendant's queued or running turn."""
-        info: AgentInfo = self._sync(self._one_steps(Interrupt(self._me, ref)))
+        info: AgentInfo = self._sync(self._one_steps(Interrupt(self._me, ref, field)))
         return info
 
-    async def interrupt_async(self, ref: str) -> AgentInfo:
+    async def interrupt_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
         """Like :meth:`interrupt`, without blocking the event loop."""
-        info: AgentInfo = await _drive_async(self._one_steps(Interrupt(self._me, ref)))
+        info: AgentInfo = await _drive_async(self._one_steps(Interrupt(self._me, ref, field)))
         return info
 
-    def interrupt_tree(self, ref: str) -> list[AgentInfo]:
+    def interrupt_tree(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
         """Interrupt the queued and running turns of a descendant's subtree, leaves first."""
-        infos: list[AgentInfo] = self._sync(self._one_steps(InterruptTree(self._me, ref)))
+        infos: list[AgentInfo] = self._sync(self._one_steps(InterruptTree(self._me, ref, field)))
         return infos
 
-    async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
+    async def interrupt_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
         """Like :meth:`interrupt_tree`, without blocking the event loop."""
-        infos: list[AgentInfo] = await _drive_async(self._one_steps(InterruptTree(self._me, ref)))
+        infos: list[AgentInfo] = await _drive_async(
+            self._one_steps(InterruptTree(self._me, ref, field))
+        )
         return infos
 
-    def close(self, ref: str) -> AgentInfo:
+    def close(self, ref: str, *, field: str = "ref") -> AgentInfo:
         """Close a descendant that has no live children.
 
         Raises:
             ActiveDescendants: it still has live children.
         """
-        info: AgentInfo = self._sync(self._one_steps(Close(self._me, ref)))
+        info: AgentInfo = self._sync(self._one_steps(Close(self._me, ref, field)))
         return info
 
-    async def close_async(self, ref: str) -> AgentInfo:
+    async def close_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
         """Like :meth:`close`, without blocking the event loop."""
-        info: AgentInfo = await _drive_async(self._one_steps(Close(self._me, ref)))
+        info: AgentInfo = await _drive_async(self._one_steps(Close(self._me, ref, field)))
         return info
 
-    def close_tree(self, ref: str) -> list[AgentInfo]:
+    def close_tree(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
         """Close a descendant and its whole live subtree, children first."""
-        infos: list[AgentInfo] = self._sync(self._one_steps(CloseTree(self._me, ref)))
+        infos: list[AgentInfo] = self._sync(self._one_steps(CloseTree(self._me, ref, field)))
         return infos
 
-    async def close_tree_async(self, ref: str) -> list[AgentInfo]:
+    async def close_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
         """Like :meth:`close_tree`, without blocking the event loop."""
-        infos: list[AgentInfo] = await _drive_async(self._one_steps(CloseTree(self._me, ref)))
+        infos: list[AgentInfo] = await _drive_async(
+            self._one_steps(CloseTree(self._me, ref, field))
+        )
         return infos

@@ -108,7 +108,7 @@ class Waiters:
                 completion it keeps and nothing may wake it: the wait could
                 only run out its time.
         """
-        record = self.world.find(None, command.ref)
+        record = self.world.find(None, command.ref, command.field)
         idle = self.nothing_to_wait_for(record)
         if idle is not None:
             raise idle
@@ -305,7 +305,7 @@ class Waiters:
             AgentBusy: the turn already waits on a child.
             AgentClosed: the child is closed and has nothing left for it.
         """
-        child = self.world.find(me, command.ref)
+        child = self.world.find(me, command.ref, command.field)
         tree = self.world.tree
         if child.parent_id != me.id:
             raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")

@@ -14,7 +14,8 @@ the child sent meanwhile); an asynchronous one ``{"dispatched": true,
 "path"}``, its completion arriving as a message of a later turn.
 ``spawn_subagents`` returns ``{"results": [...]}`` in the order given, a
 refused entry keeping its place as ``{"agent", "error"}``. A refused operation
-raises, and the toolbox turns it into ``{"error": ...}``.
+raises, and the toolbox turns it into ``{"error": ...}``; an error about a
+malformed reference names the tool's own argument (``to``, ``agent``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import msgspec
 
 from retinue.errors import RetinueError, WaitTimeout
 from retinue.llm.arguments import ToolDef
+from retinue.protocol import paths
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paths import MAX_NAME_LENGTH
 
@@ -222,8 +224,23 @@ class _Coordinator:
             out["messages"] = messages
         return out
 
+    async def _spawn(self, agent: str, message: str, task_name: str | None) -> AgentInfo:
+        """Spawn one child of this turn.
+
+        A bad ``task_name`` (``root``, which the schema's pattern lets by) is
+        refused under the tool's own argument name.
+
+        Raises:
+            InvalidAgentPath: ``task_name`` is not a valid name.
+            and everything ``turn.spawn_async`` raises.
+        """
+        if task_name is not None:
+            paths.validate_name(task_name, field="task_name")
+        info: AgentInfo = await self.turn.spawn_async(agent, message, name=task_name)
+        return info
+
     async def spawn_subagent(self, args: Any) -> dict[str, Any]:
-        info: AgentInfo = await self.turn.spawn_async(args.agent, args.message, name=args.task_name)
+        info = await self._spawn(args.agent, args.message, args.task_name)
         if not args.wait:
             return {"dispatched": True, "path": info.path}
         async with self._waiting:
@@ -234,9 +251,7 @@ class _Coordinator:
         spawned: list[AgentInfo | dict[str, Any]] = []
         for task in args.tasks:
             try:
-                spawned.append(
-                    await self.turn.spawn_async(task.agent, task.message, name=task.task_name)
-                )
+                spawned.append(await self._spawn(task.agent, task.message, task.task_name))
             except RetinueError as exc:
                 spawned.append({"agent": task.agent, "error": str(exc)})
         results: list[dict[str, Any]] = []
@@ -253,14 +268,14 @@ class _Coordinator:
         return {"results": results}
 
     async def send_message(self, args: SendMessageArgs) -> dict[str, Any]:
-        sent: Message = await self.turn.send_async(args.to, args.message)
+        sent: Message = await self.turn.send_async(args.to, args.message, field="to")
         return {"sent": True, "to": sent.recipient}
 
     async def wait_agent(self, args: WaitAgentArgs) -> dict[str, Any]:
         timeout = None if args.timeout_ms is None else args.timeout_ms / 1000
         async with self._waiting:
             try:
-                event = await self.turn.wait_async(args.agent, timeout)
+                event = await self.turn.wait_async(args.agent, timeout, field="agent")
             except WaitTimeout:
                 return {"event": "timed_out", "agent": args.agent, "note": "it keeps running"}
         return _event(event)
@@ -270,14 +285,14 @@ class _Coordinator:
         return {"agents": [_agent(info) for info in children]}
 
     async def interrupt_agent(self, args: InterruptAgentArgs) -> dict[str, Any]:
-        info: AgentInfo = await self.turn.interrupt_async(args.agent)
+        info: AgentInfo = await self.turn.interrupt_async(args.agent, field="agent")
         return {"path": info.path, "state": str(info.state)}
 
     async def close_agent(self, args: CloseAgentArgs) -> dict[str, Any]:
         if args.recursive:
-            infos: list[AgentInfo] = await self.turn.close_tree_async(args.agent)
+            infos: list[AgentInfo] = await self.turn.close_tree_async(args.agent, field="agent")
             return {"closed": [info.path for info in infos]}
-        info: AgentInfo = await self.turn.close_async(args.agent)
+        info: AgentInfo = await self.turn.close_async(args.agent, field="agent")
         return {"closed": [info.path]}
 
 
