@@ -229,6 +229,11 @@ class Runtime:
                 not served while it closes.
         """
         if self._reader is not None:
+            # A closed read-only runtime refuses every call alike, before the
+            # reader sorts reads from (refused) changes.
+            with self._lock:
+                if self._closed or self._closing:
+                    raise RuntimeClosed("the runtime is closed")
             return self._reader.submit(command)
         future: concurrent.futures.Future[Any] = reply or concurrent.futures.Future()
         with self._lock:

@@ -1,0 +1,88 @@
+"""Every call on a closed runtime raises ``RuntimeClosed``, writable or read-only, sync or async.
+
+The table below must name every public method of :class:`Runtime` (the test
+checks it against the class), so a new method cannot skip the rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import echo
+
+from retinue import Limits, Profile, Runtime, RuntimeClosed
+
+Call = Callable[[Runtime, str, Path], Any]
+
+# How to call each public method on a closed runtime: ``ref`` is an agent the
+# runtime had, ``dest`` a free path for a backup.
+CALLS: dict[str, Call] = {
+    "agents": lambda rt, ref, dest: rt.agents(include_closed=True),
+    "backup": lambda rt, ref, dest: rt.backup(dest),
+    "close": lambda rt, ref, dest: rt.close(ref),
+    "close_tree": lambda rt, ref, dest: rt.close_tree(ref),
+    "compact": lambda rt, ref, dest: rt.compact(),
+    "follow_up": lambda rt, ref, dest: rt.follow_up(ref, "again"),
+    "get": lambda rt, ref, dest: rt.get(ref),
+    "interrupt": lambda rt, ref, dest: rt.interrupt(ref),
+    "interrupt_tree": lambda rt, ref, dest: rt.interrupt_tree(ref),
+    "messages": lambda rt, ref, dest: rt.messages(timeout=1),
+    "resume": lambda rt, ref, dest: rt.resume(ref),
+    "send": lambda rt, ref, dest: rt.send(ref, "hi"),
+    "spawn": lambda rt, ref, dest: rt.spawn("worker", "t"),
+    "subscribe": lambda rt, ref, dest: rt.subscribe(lambda event: None),
+    "wait": lambda rt, ref, dest: rt.wait(ref, timeout=1),
+}
+ASYNC_CALLS: dict[str, Call] = {
+    "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
+    "close_async": lambda rt, ref, dest: rt.close_async(ref),
+    "close_tree_async": lambda rt, ref, dest: rt.close_tree_async(ref),
+    "compact_async": lambda rt, ref, dest: rt.compact_async(),
+    "follow_up_async": lambda rt, ref, dest: rt.follow_up_async(ref, "again"),
+    "get_async": lambda rt, ref, dest: rt.get_async(ref),
+    "interrupt_async": lambda rt, ref, dest: rt.interrupt_async(ref),
+    "interrupt_tree_async": lambda rt, ref, dest: rt.interrupt_tree_async(ref),
+    "messages_async": lambda rt, ref, dest: rt.messages_async(timeout=1),
+    "resume_async": lambda rt, ref, dest: rt.resume_async(ref),
+    "send_async": lambda rt, ref, dest: rt.send_async(ref, "hi"),
+    "spawn_async": lambda rt, ref, dest: rt.spawn_async("worker", "t"),
+    "wait_async": lambda rt, ref, dest: rt.wait_async(ref, timeout=1),
+}
+# Not calls on an open runtime: ``open`` makes one and ``shutdown`` is idempotent.
+NOT_CALLS = {"open", "shutdown"}
+
+
+def test_the_table_names_every_public_method() -> None:
+    public = {
+        name
+        for name, value in inspect.getmembers(Runtime)
+        if not name.startswith("_") and callable(value)
+    }
+    assert public == set(CALLS) | set(ASYNC_CALLS) | NOT_CALLS
+
+
+@pytest.mark.parametrize("readonly", [False, True], ids=["writable", "readonly"])
+@pytest.mark.parametrize("name", sorted(CALLS) + sorted(ASYNC_CALLS))
+def test_every_call_on_a_closed_runtime_raises_runtime_closed(
+    tmp_path: Path, name: str, readonly: bool
+) -> None:
+    store = tmp_path / "store"
+    profiles = [Profile("worker", runner=echo)]
+    with Runtime.open(store, profiles=profiles, limits=Limits(wait_default_s=10)) as first:
+        agent = first.spawn("worker", "t", name="a")
+        first.wait(agent.id, timeout=30)
+    rt = Runtime.open(store, profiles=profiles, readonly=readonly)
+    rt.shutdown()
+    dest = tmp_path / "backup"
+    with pytest.raises(RuntimeClosed):
+        if name in CALLS:
+            CALLS[name](rt, agent.id, dest)
+        else:
+            asyncio.run(ASYNC_CALLS[name](rt, agent.id, dest))
+    assert not dest.exists()
+    assert rt.closed
