@@ -7,6 +7,7 @@ records a violation with the example's trace.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -17,7 +18,11 @@ from hypothesis import strategies as st
 
 from retinue import Limits, Profile, Runtime, Turn
 from retinue.errors import (
+    BlockingCallInAsyncRunner,
+    MailboxFull,
+    NotPermitted,
     RetinueError,
+    WaitTimeout,
 )
 from retinue.protocol.messages import (
     AgentState,
@@ -54,21 +59,37 @@ HOST = "/root"
 # The team: boss -> lead -> mid -> echo/gated is exactly depth_cap deep for a
 # top-level boss (the graph check counts as the runtime does), so no spawn the
 # graph allows hits DepthLimitExceeded; the model still predicts it for any.
+# ``alead`` and ``aecho`` are async runners (``async def``) on the runtime's event loop: an
+# async coordinator awaiting spawn_async / run_async / wait_async / run_many_async, and an
+# async leaf (echo, tell, hold on the gate without blocking the loop).
 SUBAGENTS: dict[str, tuple[str, ...]] = {
-    "boss": ("lead", "echo"),
-    "lead": ("mid", "echo", "gated"),
+    "boss": ("lead", "echo", "alead"),
+    "lead": ("mid", "echo", "gated", "aecho"),
     "mid": ("echo", "gated"),
+    "alead": ("echo", "gated", "aecho"),
     "echo": (),
     "gated": (),
+    "aecho": (),
 }
-WAKES = {"boss": True, "lead": True, "mid": False, "echo": True, "gated": True}
-COORDINATORS = ("boss", "lead", "mid")
+WAKES = {
+    "boss": True,
+    "lead": True,
+    "mid": False,
+    "alead": True,
+    "echo": True,
+    "gated": True,
+    "aecho": True,
+}
+COORDINATORS = ("boss", "lead", "mid", "alead")
+ASYNC_PROFILES = ("alead", "aecho")
 CHILD_TASK = {
     "boss": "echo",
     "lead": "spawn:mid",
     "mid": "spawn:echo",
+    "alead": "await:aecho",
     "echo": "tell",
     "gated": "hold",
+    "aecho": "tell",
 }
 
 MAX = LIMITS.message_max_bytes
@@ -91,6 +112,17 @@ TASKS = [
     "many",
     "many:gated",
     "many::wide",
+    "tellhost",  # message the host's inbox (/root): only a top-level agent may
+    "aspawn:aecho",  # the async coordinator's verbs (a sync one just echoes them)
+    "arun:aecho",
+    "arun:gated",
+    "await:aecho",
+    "await:echo",
+    "await:gated",
+    "amany",
+    "amany:gated",
+    "twice:echo",  # a retried spawn with the same idempotency key: the same child
+    "blocking",  # a blocking turn call from an async runner is refused
     "x" * MAX,  # exactly at the bound: allowed
     "é" * (MAX // 2 + 1),  # few characters, too many bytes
 ]
@@ -103,7 +135,7 @@ HOSTILE_CONTENTS = ["", "hi \ud800"]
 HOSTILE_KEYS: list[str | None] = ["k\ud800"]
 VALID_NAMES = ["a", "b", "c"]
 INVALID_NAMES = ["", "A", "a-b", "root", ".", "..", "a/b", "x" * 41, " a"]
-PROFILES = ["boss", "lead", "mid", "echo", "gated", "ghost"]
+PROFILES = ["boss", "lead", "mid", "alead", "echo", "gated", "aecho", "ghost"]
 NAMES = st.one_of(
     st.none(),
     st.none(),
@@ -117,6 +149,15 @@ INVALID_REF = "/root/No-Such"
 WAIT_TIMEOUTS = [0, 0.001, 0.01]
 ON_PURPOSE = "failed on purpose"
 SHUTDOWN = "shutdown"  # an echo task that closes the runtime from its runner (race rules only)
+# The hand-over race (race rules only): an ``alead`` turn waits (wait_async) on an ``echo``
+# child held on the latch; an ``aecho`` turn blocks the event loop, the child settles (its
+# completion is handed to the parent's wait, whose task cannot resume), then the blocker
+# closes the runtime from the loop.
+HANDOVER_TASK = "await:echo:latch"
+LATCH = "latch"
+LOOP_SHUTDOWN = "loopshut"
+TURN_KEY = "c"  # the idempotency key the async coordinator's "twice" task uses
+PARK_S = 10.0  # how long the race rules' blocked calls may take (a close answers them)
 
 
 def _nbytes(text: str) -> int:
@@ -181,7 +222,8 @@ class TurnLog:
     reason: str
     task: str
     messages: list[tuple[str, str]]  # (kind, id) in the order the turn got them
-    taken: list[str] = field(default_factory=list)  # completions received via run/run_many
+    taken: list[str] = field(default_factory=list)  # completions received via run/wait
+    waited: list[str] = field(default_factory=list)  # messages received via wait / wait_async
     outcome: tuple[str, str | None] | None = None  # ("output"|"error"|"nonstr", text)
 
 
@@ -208,6 +250,16 @@ class Harness:
         self.runtime: Runtime | None = None  # the open runtime (a runner may close it)
         self.closed_by_runner = threading.Event()
         self.shutdown_armed = threading.Event()  # the next SHUTDOWN turn closes the runtime
+        # Sends to the host's inbox refused with MailboxFull since the host last read it.
+        self.host_full = 0
+        # The hand-over race (see HANDOVER_TASK): armed by the rule, one turn each.
+        self.handover_armed = threading.Event()
+        self.latch = threading.Event()  # open (set) unless the hand-over rule holds it
+        self.latch.set()
+        self.handover_waiting = threading.Event()  # the parent is about to await its child
+        self.handover_parent: tuple[str, int] | None = None
+        self.loop_held = threading.Event()  # the blocker holds the event loop
+        self.loop_free = threading.Event()  # the blocker may close the runtime
 
     # -- activity --
 
@@ -235,6 +287,12 @@ class Harness:
                     self.problems.append(f"turn {key} settled twice (events)")
             self._bump()
 
+    def wait_settled_event(self, key: tuple[str, int], timeout: float) -> bool:
+        """Wait for the ``TurnSettled`` event of turn ``key``; True if it came exactly once."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.settled_events[key] > 0, timeout)
+            return self.settled_events[key] == 1
+
     # -- the gate --
 
     def open_gate(self) -> None:
@@ -253,8 +311,8 @@ class Harness:
 
     # -- runners --
 
-    def runner(self, profile: str) -> Callable[[Turn], str]:
-        """Return the logging runner of ``profile``."""
+    def runner(self, profile: str) -> Callable[[Turn], Any]:
+        """Return the logging runner of ``profile`` (``async def`` for the async profiles)."""
 
         def body(turn: Turn, log: TurnLog) -> Any:
             if profile in COORDINATORS:
@@ -263,42 +321,74 @@ class Harness:
                 return self._gated(turn)
             return self._echo(turn)
 
+        async def abody(turn: Turn, log: TurnLog) -> Any:
+            if profile == "alead":
+                return await self._acoordinate(turn, log)
+            return await self._aecho(turn)
+
         def run(turn: Turn) -> str:
-            key = (turn.agent.id, turn.agent.generation)
-            log = TurnLog(
-                agent_id=key[0],
-                generation=key[1],
-                profile=profile,
-                reason=turn.reason,
-                task=turn.task,
-                messages=[(m.kind, m.id) for m in turn.messages],
-            )
-            STATS[f"turns_{turn.reason}"] += 1
-            with self._cond:
-                if key in self.turns:
-                    self.problems.append(f"turn {key} ran twice")
-                self.turns[key] = log
-                self.in_flight.add(key)
-                self._bump()
+            log = self._enter(turn, profile)
             try:
                 result = body(turn, log)
             except BaseException as exc:
-                with self._cond:
-                    log.outcome = ("error", _error_text(exc))
-                    if not isinstance(exc, RetinueError) and str(exc) != ON_PURPOSE:
-                        self.problems.append(
-                            f"turn {key} of {turn.agent.path} raised {_error_text(exc)}"
-                        )
-                    self.in_flight.discard(key)
-                    self._bump()
+                self._leave(turn, log, exc=exc)
                 raise
-            with self._cond:
-                log.outcome = ("output", result) if isinstance(result, str) else ("nonstr", None)
-                self.in_flight.discard(key)
-                self._bump()
+            self._leave(turn, log, result=result)
             return result  # type: ignore[no-any-return]
 
-        return run
+        async def arun(turn: Turn) -> str:
+            log = self._enter(turn, profile)
+            try:
+                result = await abody(turn, log)
+            except BaseException as exc:
+                self._leave(turn, log, exc=exc)
+                raise
+            self._leave(turn, log, result=result)
+            return result  # type: ignore[no-any-return]
+
+        return arun if profile in ASYNC_PROFILES else run
+
+    def _enter(self, turn: Turn, profile: str) -> TurnLog:
+        """Log a turn as its runner starts (what it was given)."""
+        key = (turn.agent.id, turn.agent.generation)
+        log = TurnLog(
+            agent_id=key[0],
+            generation=key[1],
+            profile=profile,
+            reason=turn.reason,
+            task=turn.task,
+            messages=[(m.kind, m.id) for m in turn.messages],
+        )
+        STATS[f"turns_{turn.reason}"] += 1
+        if profile in ASYNC_PROFILES:
+            STATS["turns_async"] += 1
+        with self._cond:
+            if key in self.turns:
+                self.problems.append(f"turn {key} ran twice")
+            self.turns[key] = log
+            self.in_flight.add(key)
+            self._bump()
+        return log
+
+    def _leave(
+        self, turn: Turn, log: TurnLog, *, result: Any = None, exc: BaseException | None = None
+    ) -> None:
+        """Log how a runner ended: its result, or the exception it raised."""
+        key = (log.agent_id, log.generation)
+        with self._cond:
+            if exc is None:
+                log.outcome = ("output", result) if isinstance(result, str) else ("nonstr", None)
+            else:
+                log.outcome = ("error", _error_text(exc))
+                cancelled = isinstance(exc, asyncio.CancelledError) and turn.cancelled.is_set()
+                if cancelled:
+                    STATS["async_cancelled"] += 1
+                elif not isinstance(exc, RetinueError) and str(exc) != ON_PURPOSE:
+                    self.problems.append(
+                        f"turn {key} of {turn.agent.path} raised {_error_text(exc)}"
+                    )
+            self.in_flight.discard(key)
+            self._bump()
 
     def _echo(self, turn: Turn) -> Any:
         if turn.task == "fail":
@@ -310,22 +400,73 @@ class Harness:
             self.runtime.shutdown()  # close the runtime from this runner
             self.closed_by_runner.set()
             return "closed the runtime"
-        if turn.task in ("tell", "tell2"):  # message the parent (the host is not an agent)
-            self._tell(turn, "t" if turn.task == "tell" else None)
+        if turn.task == LATCH:  # held until the hand-over rule lets it go (or cancelled)
+            while not self.latch.wait(GATE_POLL_S) and not turn.cancelled.is_set():
+                pass
+        if turn.task in ("tell", "tell2", "tellhost"):  # message the parent (or the host)
+            to = HOST if turn.task == "tellhost" else turn.agent.parent_path
+            key = "t" if turn.task == "tell" else None
+            try:
+                message = turn.send(to, self._content(turn), dedup_key=key)
+            except BaseException as exc:
+                self._refused(turn, to, exc)
+                raise
+            self._told(turn, to, key, message)
         return f"echo:{turn.task}:{len(turn.messages)}"
 
-    def _tell(self, turn: Turn, key: str | None) -> None:
+    async def _aecho(self, turn: Turn) -> Any:
+        if turn.task == "fail":
+            raise ValueError(ON_PURPOSE)
+        if turn.task == "bad":
+            return 42
+        if turn.task == "hold":  # the gate, awaited: the loop stays free
+            return await self._agated(turn)
+        if turn.task == LOOP_SHUTDOWN and self.runtime is not None and self.handover_armed.is_set():
+            self.handover_armed.clear()
+            self.loop_held.set()
+            self.loop_free.wait(PARK_S)  # blocks the runtime's event loop on purpose
+            self.runtime.shutdown()  # close the runtime from its own event loop
+            self.closed_by_runner.set()
+            return "closed the runtime from the loop"
+        if turn.task in ("tell", "tell2", "tellhost"):
+            to = HOST if turn.task == "tellhost" else turn.agent.parent_path
+            key = "t" if turn.task == "tell" else None
+            try:
+                message = await turn.send_async(to, self._content(turn), dedup_key=key)
+            except BaseException as exc:
+                self._refused(turn, to, exc)
+                raise
+            self._told(turn, to, key, message)
+        return f"aecho:{turn.task}:{len(turn.messages)}"
+
+    @staticmethod
+    def _content(turn: Turn) -> str:
+        return f"hello from {turn.agent.name}"
+
+    def _refused(self, turn: Turn, to: str, exc: BaseException) -> None:
+        """A runner's send was refused: only as the mailbox rules say (the turn fails with it)."""
         me = turn.agent
-        content = f"hello from {me.name}"
-        try:
-            message = turn.send(me.parent_path, content, dedup_key=key)
-        except RetinueError:
-            raise  # the turn fails with it
-        except Exception as exc:
-            with self._cond:
-                self.problems.append(f"turn.send from {me.path} raised {_error_text(exc)}")
-            raise
         with self._cond:
+            if not isinstance(exc, RetinueError):
+                if not isinstance(exc, asyncio.CancelledError):
+                    self.problems.append(f"send from {me.path} raised {_error_text(exc)}")
+                return
+            if to != HOST:
+                return
+            STATS[f"host_send_refused:{type(exc).__name__}"] += 1
+            if isinstance(exc, NotPermitted) and me.depth == 1:
+                self.problems.append(f"top-level {me.path} may not message the host: {exc}")
+            if isinstance(exc, MailboxFull):
+                self.host_full += 1
+            if me.depth > 1 and not isinstance(exc, NotPermitted | MailboxFull):
+                self.problems.append(f"{me.path} messaging the host got {exc!r}, not NotPermitted")
+
+    def _told(self, turn: Turn, to: str, key: str | None, message: Message) -> None:
+        """Book a message a runner sent (to its parent, or to the host's inbox)."""
+        me = turn.agent
+        with self._cond:
+            if to == HOST and me.depth > 1:
+                self.problems.append(f"{me.path} (depth {me.depth}) messaged the host: {message}")
             original = None if key is None else self.agent_dedup.get((me.id, key))
             if original is not None:
                 if message != original:
@@ -334,14 +475,33 @@ class Harness:
                     )
                 return
             fields = (message.kind, message.sender, message.sender_id, message.recipient)
-            if fields != ("message", me.path, me.id, me.parent_path) or message.content != content:
+            if fields != ("message", me.path, me.id, to) or message.content != self._content(turn):
                 self.problems.append(f"turn.send from {me.path} returned {message}")
             if message.id in self.agent_sent:
                 self.problems.append(f"turn.send from {me.path} reused message id {message.id}")
             self.agent_sent[message.id] = message
             STATS["agent_messages"] += 1
+            if to == HOST:
+                STATS["host_inbox_sent"] += 1
             if key is not None:
                 self.agent_dedup[(me.id, key)] = message
+
+    async def _agated(self, turn: Turn) -> str:
+        key = (turn.agent.id, turn.agent.generation)
+        with self._cond:
+            self.in_gate.add(key)
+            self._bump()
+        try:
+            while True:
+                with self._cond:
+                    if self.gate_open:
+                        break
+                await asyncio.sleep(GATE_POLL_S)  # cancelled here when interrupted
+        finally:
+            with self._cond:
+                self.in_gate.discard(key)
+                self._bump()
+        return f"agated:{turn.task}"
 
     def _gated(self, turn: Turn) -> str:
         key = (turn.agent.id, turn.agent.generation)
@@ -395,6 +555,97 @@ class Harness:
             raise ValueError(ON_PURPOSE)
         return f"did:{turn.task}:{len(turn.messages)}"
 
+    async def _acoordinate(self, turn: Turn, log: TurnLog) -> str:
+        """The async coordinator: every verb awaits the turn's ``*_async`` twins."""
+        if turn.reason == "wake":
+            return f"woke:{len(turn.messages)}"
+        verb, _, rest = turn.task.partition(":")
+        profile, _, arg = rest.partition(":")
+        profile = profile or "aecho"
+        try:
+            if verb == "aspawn":
+                info = await turn.spawn_async(profile, CHILD_TASK.get(profile, "echo"))
+                return f"spawned:{info.name}"
+            if verb == "arun":
+                done = await turn.run_async(
+                    profile, CHILD_TASK.get(profile, "echo"), timeout=RUN_TIMEOUT_S
+                )
+                with self._cond:
+                    log.taken.append(done.id)
+                return f"ran:{done.status}"
+            if verb == "await":
+                return await self._await_child(turn, log, profile, arg)
+            if verb == "amany":  # one real wait per batch, as for the sync run_many
+                batch = [(profile, "echo"), ("ghost", "x")]
+                results = await turn.run_many_async(batch, timeout=RUN_TIMEOUT_S)
+                with self._cond:
+                    log.taken.extend(r.id for r in results if isinstance(r, Completion))
+                return "amany:" + ",".join(
+                    str(r.status) if isinstance(r, Completion) else type(r).__name__
+                    for r in results
+                )
+            if verb == "twice":  # a retried spawn with the same key makes no second child
+                first = await turn.spawn_async(profile, "echo", idempotency_key=TURN_KEY)
+                again = await turn.spawn_async(profile, "echo", idempotency_key=TURN_KEY)
+                STATS["idempotent_turn_spawns"] += 1
+                if again.id != first.id:
+                    with self._cond:
+                        self.problems.append(
+                            f"{turn.agent.path}: a retried spawn with key {TURN_KEY!r} made "
+                            f"{again.path} besides {first.path}"
+                        )
+                return f"twice:{first.name}"
+            if verb == "blocking":
+                try:
+                    turn.spawn("echo", "echo")  # a blocking call on the event loop
+                except BlockingCallInAsyncRunner:
+                    STATS["blocking_refused"] += 1
+                    return "refused"
+                with self._cond:
+                    self.problems.append(f"{turn.agent.path}: a blocking spawn ran on the loop")
+                return "blocked the loop"
+        except RetinueError:
+            raise  # the turn fails with it, which the model checks
+        except Exception as exc:
+            with self._cond:
+                self.problems.append(
+                    f"turn {turn.task!r} of {turn.agent.path}: async coordinator call raised "
+                    f"non-retinue {type(exc).__name__}: {exc}"
+                )
+            raise
+        if verb == "fail":
+            raise ValueError(ON_PURPOSE)
+        return f"adid:{turn.task}:{len(turn.messages)}"
+
+    async def _await_child(self, turn: Turn, log: TurnLog, profile: str, arg: str) -> str:
+        """Spawn a child, then ``wait_async`` on it: its messages, then its completion."""
+        timeout = RUN_TIMEOUT_S
+        task = CHILD_TASK.get(profile, "echo")
+        armed = False
+        if arg == LATCH:
+            task = LATCH
+            with self._cond:
+                if self.handover_armed.is_set() and self.handover_parent is None:
+                    armed = True
+                    self.handover_parent = (turn.agent.id, turn.agent.generation)
+                    timeout = PARK_S
+        child = await turn.spawn_async(profile, task)
+        for _ in range(3):
+            if armed:  # the wait is submitted in this same loop step, before the blocker runs
+                self.handover_waiting.set()
+            try:
+                event = await turn.wait_async(child.id, timeout=timeout)
+            except WaitTimeout:
+                return "await:timeout"
+            with self._cond:
+                if isinstance(event, Completion):
+                    log.taken.append(event.id)
+                    STATS["async_wait_completions"] += 1
+                    return f"await:{event.status}"
+                log.waited.append(event.id)
+                STATS["async_wait_messages"] += 1
+        return "await:messages"
+
     # -- reads for the machine --
 
     def delivered_messages(self) -> dict[str, list[str]]:
@@ -403,8 +654,15 @@ class Harness:
             logs = sorted(self.turns.values(), key=lambda t: (t.agent_id, t.generation))
         out: dict[str, list[str]] = {}
         for log in logs:
-            out.setdefault(log.agent_id, []).extend(i for k, i in log.messages if k == "message")
+            got = out.setdefault(log.agent_id, [])
+            got.extend(i for k, i in log.messages if k == "message")
+            got.extend(log.waited)
         return out
+
+    def waited_any(self, agent_id: str) -> bool:
+        """True if a turn of ``agent_id`` received a message through a wait."""
+        with self._cond:
+            return any(t.waited for t in self.turns.values() if t.agent_id == agent_id)
 
     def delivered_completions(self) -> Counter[str]:
         """Return how often each completion id reached an agent's turn."""

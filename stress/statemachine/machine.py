@@ -62,6 +62,8 @@ class RetinueMachine(HostRules, RaceRules, StoreCheck, RuleBasedStateMachine):
         self.host_delivered: set[str] = set()  # host-routed completions the host received
         self.host_ledger: Counter[str] = Counter()  # every completion id host waits returned
         self.dormant: dict[str, str | None] = {}  # pending at the last reopen -> recipient
+        self.host_inbox_ledger: Counter[str] = Counter()  # host-inbox messages the host read
+        self.spawn_keys: dict[tuple[str | None, str], str] = {}  # idempotency keys -> agent
         self.rt = self._open()
         STATS["examples"] += 1
         TRACE.clear()
@@ -340,10 +342,37 @@ class RetinueMachine(HostRules, RaceRules, StoreCheck, RuleBasedStateMachine):
                 fail(f"{info.path} ran the {log.profile} runner, not {info.profile}")
             got = delivered.get(agent.id, [])
             inbox = [m.id for m in self.inbox(agent)]
-            if got != inbox[: len(got)]:
-                fail(f"{info.path}: turns received messages {got}, but it was sent {inbox}")
+            if not h.waited_any(agent.id):  # a turn's messages: every unread one, in order
+                if got != inbox[: len(got)]:
+                    fail(f"{info.path}: turns received messages {got}, but it was sent {inbox}")
+            else:  # a wait takes one child's oldest message: in order per sender, each once
+                senders = {m.id: m.sender_id for m in self.inbox(agent)}
+                if len(set(got)) != len(got) or not set(got) <= set(inbox):
+                    fail(f"{info.path}: turns received messages {got}; it was sent {inbox}")
+                for sender in set(senders.values()):
+                    mine = [i for i in inbox if senders[i] == sender]
+                    seen = [i for i in got if senders[i] == sender]
+                    if seen != mine[: len(seen)]:
+                        fail(f"{info.path}: messages from {sender} received as {seen}, not {mine}")
             if len(inbox) - len(got) > LIMITS.mailbox_capacity:
                 fail(f"{info.path} holds more than mailbox_capacity unread messages")
+        self._check_host_inbox()
+
+    def _check_host_inbox(self) -> None:
+        """The host's inbox: read at most once each, bounded, full exactly when it refused."""
+        twice = [i for i, n in self.host_inbox_ledger.items() if n > 1]
+        if twice:
+            fail(f"the host read inbox messages more than once: {twice}")
+        unread = self.host_unread()
+        if len(unread) > LIMITS.mailbox_capacity:
+            fail(f"the host's inbox holds {len(unread)} unread messages > mailbox_capacity")
+        with self.harness._cond:
+            refused = self.harness.host_full
+        if refused and len(unread) < LIMITS.mailbox_capacity:
+            fail(
+                f"{refused} sends to the host were refused MailboxFull, yet its inbox holds "
+                f"only {len(unread)} unread (capacity {LIMITS.mailbox_capacity})"
+            )
 
     def _check_completions(self) -> None:
         h = self.harness

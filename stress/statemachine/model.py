@@ -73,6 +73,8 @@ class Model:
     harness: Harness
     host_delivered: set[str]
     host_ledger: Counter[str]
+    host_inbox_ledger: Counter[str]  # every host-inbox message id the host's reads returned
+    spawn_keys: dict[tuple[str | None, str], str]  # (parent id, idempotency key) -> agent id
     rt: Runtime
 
     def live(self) -> list[Agent]:
@@ -160,6 +162,30 @@ class Model:
         with self.harness._cond:
             told = [m for m in self.harness.agent_sent.values() if m.recipient_id == agent.id]
         return sorted([*agent.sent, *told], key=_seq)
+
+    def host_inbox(self) -> list[Message]:
+        """Return every message top-level agents sent to the host, in arrival order."""
+        with self.harness._cond:
+            told = [m for m in self.harness.agent_sent.values() if m.recipient == HOST]
+        return sorted(told, key=_seq)
+
+    def host_unread(self) -> list[Message]:
+        """Return the host-inbox messages no host read has returned, in arrival order."""
+        return [m for m in self.host_inbox() if m.id not in self.host_inbox_ledger]
+
+    def host_read(self, got: list[Message], where: str) -> None:
+        """Book one host read: exactly the unread host messages, in order, each new."""
+        want = self.host_unread()
+        if [m.id for m in got] != [m.id for m in want] or got != want:
+            fail(
+                f"{where} returned {[m.id for m in got]}; the unread host messages are "
+                f"{[m.id for m in want]}"
+            )
+        for message in got:
+            self.host_inbox_ledger[message.id] += 1
+        with self.harness._cond:
+            self.harness.host_full = 0  # the inbox has room again
+        STATS["host_inbox_read"] += len(got)
 
     def unread(self, agent: Agent) -> list[Message]:
         """Return the messages the agent's turns have not received."""

@@ -21,7 +21,7 @@ import time
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from retinue import AgentInfo, AgentState, Completion
+from retinue import AgentInfo, AgentState, Completion, Message
 from retinue.errors import (
     ActiveDescendants,
     AgentClosed,
@@ -30,7 +30,11 @@ from retinue.errors import (
     WaitTimeout,
 )
 from stress.statemachine.harness import (
+    HANDOVER_TASK,
     LIMITS,
+    LOOP_SHUTDOWN,
+    PARK_S,
+    SETTLED,
     SHUTDOWN,
     STATS,
     TRACE,
@@ -39,7 +43,6 @@ from stress.statemachine.harness import (
 from stress.statemachine.model import Agent, Model
 
 RACE_TIMEOUTS = [0, 0.005]
-PARK_S = 10.0  # racing waits block at most this long (a close answers them at once)
 NOTHING = (WaitTimeout, AgentClosed)
 
 
@@ -65,6 +68,10 @@ class RaceRules(Model):
 
     def sync(self) -> None:
         """Wait for quiescence and update the model (the machine provides it)."""
+        raise NotImplementedError
+
+    def _parent_of(self, info: AgentInfo) -> str | None:
+        """Return the id of the agent ``info`` was spawned under (the machine provides it)."""
         raise NotImplementedError
 
     def reopen_closed(self, before: dict[str, AgentInfo]) -> None:
@@ -274,3 +281,179 @@ class RaceRules(Model):
             got = {cid for cid in self.host_ledger if cid.rsplit(":", 1)[0] == agent.id}
             if want != got:
                 fail(f"drain: {agent.info.path} received {sorted(got)}, made {sorted(want)}")
+        messages, error = self.call("messages", lambda: self.rt.messages(timeout=0))
+        if error is not None:
+            fail(f"drain: messages() raised {error!r}")
+        self.host_read(messages, "drain: messages()")
+        sent = {m.id for m in self.host_inbox()}
+        ledger = self.host_inbox_ledger
+        if set(ledger) != sent or any(n != 1 for n in ledger.values()):
+            fail(f"drain: the host read {dict(ledger)}; agents sent it {sorted(sent)}")
+
+    # -- the host's inbox ---------------------------------------------------------------
+
+    @rule(timeout=st.sampled_from([0, 0.001]))
+    def host_messages(self, timeout: float) -> None:
+        """The host reads its inbox: exactly the unread messages, in order, each once."""
+        TRACE.append(f"messages(timeout={timeout})")
+        STATS["race:host_messages"] += 1
+        got, error = self.call("messages", lambda: self.rt.messages(timeout=timeout))
+        if error is not None:
+            fail(f"messages(timeout={timeout}) raised {error!r}")
+        self.host_read(got, f"messages(timeout={timeout})")
+
+    @rule(spins=st.integers(0, 6), timeout=st.sampled_from([0, 1]), read_now=st.booleans())
+    def cancelled_messages_async(self, spins: int, timeout: float, read_now: bool) -> None:
+        """A ``messages_async`` task is cancelled after ``spins`` loop turns: nothing is lost.
+
+        If it returned first, that is a read; if it was cancelled, what it was
+        handed goes back unread (``read_now``: the next read gets all of it).
+        """
+        TRACE.append(f"cancelled_messages_async(spins={spins}, timeout={timeout})")
+        STATS["race:cancelled_messages_async"] += 1
+
+        async def scenario() -> list[Message] | BaseException | None:
+            task = asyncio.ensure_future(self.rt.messages_async(timeout=timeout))
+            for _ in range(spins):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                return await task
+            except asyncio.CancelledError:
+                STATS["race:messages_cancelled"] += 1
+                return None
+            except Exception as exc:
+                return exc
+
+        outcome = asyncio.run(scenario())
+        if isinstance(outcome, BaseException):
+            fail(f"a cancelled messages_async raised {outcome!r}")
+        self.rt.agents()  # two round trips: a give-back submitted meanwhile is served
+        self.rt.agents()
+        if outcome is not None:
+            self.host_read(outcome, "cancelled messages_async (returned first)")
+        elif read_now:
+            self.host_read(self.rt.messages(timeout=0), "messages after a cancelled read")
+
+    @precondition(lambda self: not self.host_unread() and len(self.live()) < LIMITS.max_agents)
+    @rule(asynchronous=st.booleans())
+    def host_inbox_wait(self, asynchronous: bool) -> None:
+        """The host blocks reading its empty inbox; a new top-level agent's message answers it.
+
+        The read returns exactly that message (the inbox was empty), once.
+        """
+        TRACE.append(f"host_inbox_wait(asynchronous={asynchronous})")
+        STATS["race:host_inbox_wait"] += 1
+        running = [a for a in self.live() if a.info.state is AgentState.RUNNING]
+        if len(running) >= LIMITS.max_active_turns:  # gated turns hold every slot: free them
+            self.harness.open_gate()
+            self.sync()
+        profile = "aecho" if asynchronous else "echo"
+        got: list[list[Message] | BaseException] = []
+        spawned: list[AgentInfo] = []
+        if asynchronous:
+
+            async def scenario() -> None:
+                task = asyncio.ensure_future(self.rt.messages_async(timeout=PARK_S))
+                await asyncio.sleep(0)  # the read is submitted before the spawn
+                spawned.append(await self.rt.spawn_async(profile, "tell2"))
+                got.append(await task)
+
+            try:
+                asyncio.run(scenario())
+            except RetinueError as exc:
+                fail(f"host_inbox_wait: {exc!r}")
+        else:
+
+            def read() -> None:
+                try:
+                    got.append(self.rt.messages(timeout=PARK_S))
+                except Exception as exc:
+                    got.append(exc)
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            deadline = time.monotonic() + PARK_S
+            while not _blocked_in_wait(reader):
+                if time.monotonic() > deadline:
+                    fail("the host's inbox read never blocked")
+                time.sleep(0.001)
+            spawned.append(self.rt.spawn(profile, "tell2"))
+            reader.join(PARK_S)
+            if reader.is_alive():
+                fail("a blocked inbox read was not answered by a top-level agent's message")
+        info = spawned[0]
+        self.agents[info.id] = Agent(id=info.id, parent_id=None, info=info)
+        self.sync()
+        if not got or isinstance(got[0], BaseException):
+            fail(f"host_inbox_wait: the read ended with {got}")
+        if len(got[0]) != 1 or got[0][0].sender_id != info.id:
+            fail(f"host_inbox_wait: the read returned {got[0]}, not the one message of {info.path}")
+        self.host_read(got[0], "a blocked inbox read")
+
+    # -- an async runner closes the runtime while a wait holds an unseen completion -------
+
+    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 3)
+    @rule(follow=st.booleans())
+    def async_runner_closes_runtime(self, follow: bool) -> None:
+        """An async runner closes the runtime from the event loop while a wait was just answered.
+
+        A top-level ``alead`` awaits ``wait_async`` on its ``echo`` child (held
+        on the latch); an ``aecho`` turn blocks the event loop; the child
+        settles, so its completion is handed to the parent's wait, whose task
+        cannot resume; then the blocker calls ``rt.shutdown()`` from the loop.
+        After the reopen the child's completion is either received by exactly
+        one turn or pending for the parent, never both, never neither (the
+        store check); with ``follow`` the parent's next turn receives a pending
+        one, once.
+        """
+        TRACE.append("async_runner_closes_runtime")
+        STATS["race:async_runner_closes_runtime"] += 1
+        h = self.harness
+        h.open_gate()
+        self.sync()
+        h.handover_parent = None
+        for event in (h.handover_waiting, h.loop_held, h.loop_free, h.closed_by_runner, h.latch):
+            event.clear()
+        h.handover_armed.set()
+        try:
+            parent = self.rt.spawn("alead", HANDOVER_TASK)
+            self.agents[parent.id] = Agent(id=parent.id, parent_id=None, info=parent)
+            if not h.handover_waiting.wait(PARK_S):
+                fail("the async parent never reached its wait_async")
+            child = next(i for i in self.rt.agents() if i.parent_path == parent.path)
+            blocker = self.rt.spawn("aecho", LOOP_SHUTDOWN)
+            self.agents[blocker.id] = Agent(id=blocker.id, parent_id=None, info=blocker)
+            if not h.loop_held.wait(PARK_S):
+                fail("the blocker never held the event loop")
+            h.latch.set()  # the child settles: its completion is handed to the parent's wait
+            deadline = time.monotonic() + PARK_S
+            while self.rt.get(child.id).state not in SETTLED:
+                if time.monotonic() > deadline:
+                    fail(f"{child.path} did not settle while the loop was held")
+                h.wait_activity(h.mark(), 0.05)
+            before = {i.id: i for i in self.rt.agents(include_closed=True)}
+        finally:
+            h.latch.set()
+            h.loop_free.set()  # the blocker closes the runtime from the loop
+        if not h.closed_by_runner.wait(PARK_S):
+            fail("an async runner's rt.shutdown() did not return")
+        self.rt.shutdown()  # returns once the store is released
+        for info in before.values():
+            if info.id not in self.agents:
+                self.agents[info.id] = Agent(id=info.id, parent_id=self._parent_of(info), info=info)
+        self.reopen_closed(before)  # checks the store: delivered exactly when a turn received it
+        cid = f"{child.id}:1"
+        received = self.harness.delivered_completions()[cid]
+        STATS["handover_received" if received else "handover_given_back"] += 1
+        if not follow:
+            return
+        self.sync()
+        if self.agents[parent.id].info.state not in SETTLED or received:
+            return
+        info, error = self.call("follow_up", lambda: self.rt.follow_up(parent.id, "echo"))
+        if error is not None:
+            fail(f"follow_up of {parent.path} after the hand-over raised {error!r}")
+        self.sync()
+        if self.harness.delivered_completions()[cid] != 1:
+            fail(f"{parent.path}'s next turn did not receive {cid} (given back at the close)")

@@ -61,6 +61,10 @@ from stress.statemachine.harness import (
     fail,
 )
 from stress.statemachine.model import Agent, Expect, Model
+from stress.statemachine.storecheck import _identity
+
+# Idempotency keys the host uses: short ones, one over the bound, one it must refuse.
+SPAWN_KEYS = ["i1", "i1", "i2", "k" * (KEY_MAX + 1), "i\ud800"]
 
 
 class HostRules(Model):
@@ -68,6 +72,10 @@ class HostRules(Model):
 
     def sync(self) -> None:
         """Wait for quiescence and update the model (the machine provides it)."""
+        raise NotImplementedError
+
+    def reopen(self) -> None:
+        """Close the runtime, check the store and open it again (the machine provides it)."""
         raise NotImplementedError
 
     def _spawn_expect(
@@ -111,7 +119,9 @@ class HostRules(Model):
             id=info.id, parent_id=None if parent is None else parent.id, info=info
         )
 
-    @initialize(profile=st.sampled_from(["boss", "lead", "mid"]), task=st.sampled_from(TASKS))
+    @initialize(
+        profile=st.sampled_from(["boss", "lead", "mid", "alead"]), task=st.sampled_from(TASKS)
+    )
     def first_agent(self, profile: str, task: str) -> None:
         """Start every example with one top-level coordinator."""
         self._spawn_top(profile, task, None, False)
@@ -378,6 +388,135 @@ class HostRules(Model):
         for member in subtree:
             if member.parent_id in position and position[member.parent_id] < position[member.id]:
                 fail(f"{op} closed a parent before its child {member.info.path}")
+
+    @precondition(lambda self: self.live())
+    @rule(index=st.integers(0, 63), form=st.sampled_from(REF_FORMS), up=st.integers(0, 3))
+    def interrupt_tree(self, index: int, form: str, up: int) -> None:
+        """The host interrupts a subtree: leaves first, each busy member settles once.
+
+        Returns every live member once, a child before its parent; busy ones
+        come back ``interrupted`` at the same generation (with the queued or
+        running error), idle ones as they were. Once quiet, each busy member
+        settled exactly once (one ``TurnSettled``, so one completion), and no
+        member was woken by another's interrupted completion.
+        """
+        ref, agent, expect = self.ref(index, form)
+        if agent is not None and not agent.closed and form in ("live", "busy", "id"):
+            for _ in range(up):  # from a (busy) agent up to an ancestor: a subtree around it
+                if agent.parent_id is None or self.agents[agent.parent_id].closed:
+                    break
+                agent = self.agents[agent.parent_id]
+                ref = agent.id
+        if agent is not None and agent.closed:
+            expect.add(AgentClosed, f"{agent.info.path} is closed")
+        members = [] if agent is None or agent.closed else self.subtree(agent)
+        op = f"interrupt_tree({ref!r})"
+        infos, error = self.call("interrupt_tree", lambda: self.rt.interrupt_tree(ref))
+        if not self.judge(op, error, expect):
+            return
+        STATS["interrupt_tree"] += 1
+        order = [i.id for i in infos]
+        if sorted(order) != sorted(m.id for m in members) or len(set(order)) != len(order):
+            fail(f"{op} returned {order}; the live subtree is {[m.id for m in members]}")
+        position = {agent_id: n for n, agent_id in enumerate(order)}
+        for member in members:
+            if member.parent_id in position and position[member.parent_id] < position[member.id]:
+                fail(f"{op} returned a parent before its child {member.info.path}")
+        got = {i.id: i for i in infos}
+        busy = [m for m in members if m.busy]
+        for member in members:
+            info, before = got[member.id], member.info
+            want = AgentState.INTERRUPTED if member.busy else before.state
+            if (info.generation, info.state) != (before.generation, want):
+                fail(f"{op}: {before.path} was {before.state} at {before.generation}, now {info}")
+            if member.busy and (info.output is not None or info.error not in INTERRUPT_ERRORS):
+                fail(f"{op}: {before.path} kept an output or lacks its error: {info}")
+        STATS["interrupt_tree_busy"] += len(busy)
+        self.sync()
+        for member in members:
+            if member.info.generation != got[member.id].generation:
+                fail(f"{op}: {member.info.path} was woken by a member's interrupted completion")
+        for member in busy:
+            key = (member.id, got[member.id].generation)
+            if not self.harness.wait_settled_event(key, 5.0):
+                fail(f"{op}: {member.info.path} settled {self.harness.settled_events[key]} times")
+
+    @rule(
+        top=st.booleans(),
+        index=st.integers(0, 63),
+        profile=st.sampled_from(PROFILES),
+        task=st.sampled_from(TASKS + HOSTILE_TASKS),
+        name=NAMES,
+        key=st.sampled_from(SPAWN_KEYS),
+        retries=st.integers(1, 3),
+        reopen_between=st.booleans(),
+    )
+    def idempotent_spawn(
+        self,
+        top: bool,
+        index: int,
+        profile: str,
+        task: str,
+        name: str | None,
+        key: str,
+        retries: int,
+        reopen_between: bool,
+    ) -> None:
+        """The host spawns with an idempotency key, and retries (also across a reopen).
+
+        A spawn whose key its parent (the host for a top-level one) already
+        used returns that agent as it is now (closed too) and makes nothing
+        new, before any cap or name is checked; for another profile it is
+        ``InvalidArgument``. A first use spawns as usual and records the key.
+        """
+        parent = None if top or not self.live() else self.pick(index, live_only=True)
+        for n in range(retries + 1):
+            if n:
+                self.sync()
+                if reopen_between and n == 1:
+                    self.reopen()  # from quiescence, as the reopen rule
+            self._keyed_spawn(parent, profile, task, name, key)
+
+    def _keyed_spawn(
+        self, parent: Agent | None, profile: str, task: str, name: str | None, key: str
+    ) -> None:
+        expect = Expect()
+        slot = (None if parent is None else parent.id, key)
+        original_id = self.spawn_keys.get(slot) if not _hostile(key) else None
+        if _hostile(key):
+            expect.add(InvalidArgument, f"hostile key {key!r}")
+        elif len(key) > KEY_MAX:
+            expect.add(DedupKeyTooLong, f"key of {len(key)} characters")
+        elif original_id is not None:
+            original = self.agents[original_id]
+            if original.info.profile != profile:
+                expect.add(InvalidArgument, f"{key!r} spawned a {original.info.profile}")
+        else:
+            self._spawn_expect(parent, profile, task, name, expect)
+        ref = HOST if parent is None else parent.id
+        op = f"spawn({profile!r}, {task!r}, name={name!r}, parent={ref!r}, idempotency_key={key!r})"
+        count = len(self.rt.agents(include_closed=True))
+        info, error = self.call(
+            "spawn",
+            lambda: self.rt.spawn(profile, task, name=name, parent=ref, idempotency_key=key),
+        )
+        if original_id is not None and len(self.rt.agents(include_closed=True)) != count:
+            fail(f"{op}: a retried spawn made a new agent")
+        if not self.judge(op, error, expect):
+            return
+        if original_id is None:
+            self._spawned(info, parent, profile, task)
+            self.spawn_keys[slot] = info.id
+            STATS["idempotent_first"] += 1
+            return
+        STATS["idempotent_retry"] += 1
+        original = self.agents[original_id]
+        self.sync()
+        now = self.agents[original_id].info
+        if info.id != original_id or _identity(info) != _identity(original.info):
+            fail(f"{op} returned {info}, not the agent the key spawned: {original.info}")
+        if info.generation > now.generation or info.created_at != now.created_at:
+            fail(f"{op} returned {info}; the agent is now {now}")
 
     # -- rules: waiting --
 

@@ -67,6 +67,8 @@ class StoreCheck(Model):
                 if str(last.status) != str(record.state):
                     fail(f"{record.path} is {record.state} but its last completion is {last}")
         sent = {m.id: m for a in self.agents.values() for m in self.inbox(a)}
+        sent.update((m.id, m) for m in self.host_inbox())
+        read |= set(self.host_inbox_ledger)
         if set(messages) != set(sent):
             fail(f"store messages differ from the sent ones: {set(messages) ^ set(sent)}")
         for message_id, stored_message in messages.items():
