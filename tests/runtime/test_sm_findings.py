@@ -1,0 +1,85 @@
+"""Runtime defects the state machine's search led to, each pinned as a strict xfail.
+
+Each test states the promise it checks; it is marked ``xfail(strict=True)``
+until the runtime keeps it (then the mark goes and the test stays).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
+
+from retinue import AgentState, Completion, Profile, Turn
+
+
+def _run_many_results(thread: threading.Thread) -> list[Any] | None:
+    """The results a sync ``turn.run_many`` in ``thread`` has collected so far (None: not in one).
+
+    Reads the suspended ``_run_many_steps`` generator that ``_drive`` is running,
+    so the test knows the batch's first wait returned and its second one blocks.
+    """
+    import sys
+
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "_drive":
+            steps = frame.f_locals.get("steps")
+            inner = getattr(steps, "gi_frame", None)
+            if inner is not None and inner.f_code.co_name == "_run_many_steps":
+                results = inner.f_locals.get("results")
+                return list(results) if isinstance(results, list) else None
+        frame = frame.f_back
+    return None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "run_many interrupted in its second wait discards the completion its first wait "
+        "received: marked delivered, never seen by any runner, never handed to a later turn"
+    ),
+)
+def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    """A batch's first child completes; the parent is interrupted while waiting on the second.
+
+    ``run_many`` raised (``TurnInterrupted``), so the runner never saw the first
+    child's completion. Exactly once means some turn of the parent receives it:
+    the parent's next turn (a follow-up) must find it in ``turn.messages``.
+    """
+    seen: list[str] = []
+    threads: list[threading.Thread] = []
+
+    def parent(turn: Turn) -> str:
+        seen.extend(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "batch":
+            threads.append(threading.current_thread())
+            results = turn.run_many([("leaf", "quick"), ("leaf", "hold")], timeout=PROMPT_S)
+            seen.extend(r.id for r in results if isinstance(r, Completion))
+        return "ok"
+
+    gate.release("quick")
+    rt = open_runtime(
+        [
+            Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+            Profile("leaf", runner=gate),
+        ]
+    )
+    p = rt.spawn("p", "batch", name="p")
+    gate.wait_started(2)
+    quick = next(t.agent for t in gate.turns if t.task == "quick")
+    wait_settled(rt, quick.id)
+    wait_until(lambda: threads, what="the parent's runner")
+    wait_until(
+        lambda: len(_run_many_results(threads[0]) or []) == 1,
+        what="run_many to take the first completion and wait on the second child",
+    )
+    rt.interrupt(p.id)
+    wait_until(lambda: rt.get(p.id).state is AgentState.INTERRUPTED)
+    rt.follow_up(p.id, "read")
+    wait_settled(rt, p.id, generation=2)
+    assert seen.count(f"{quick.id}:1") == 1
