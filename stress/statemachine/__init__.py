@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,7 +49,7 @@ from hypothesis.stateful import get_state_machine_test
 from stress.statemachine.harness import LIMITS, STATS, VIOLATIONS, Harness
 from stress.statemachine.machine import RetinueMachine
 
-__all__ = ["LIMITS", "Harness", "RetinueMachine", "ci_settings", "run"]
+__all__ = ["LIMITS", "Harness", "RetinueMachine", "ci_settings", "run", "search"]
 
 
 # -- entry points -------------------------------------------------------------------------------
@@ -148,6 +149,9 @@ def run(
         "race:async_runner_closes_runtime",
         "handover_given_back",
         "handover_received",
+        "race:interrupt_racing_async_wait",
+        "interrupt_race_received",
+        "interrupt_race_given_back",
     )
     return {
         "examples": STATS["examples"],
@@ -159,6 +163,46 @@ def run(
     }
 
 
+def search(
+    minutes: float,
+    max_examples: int = 200,
+    steps: int = 50,
+    seed: int = 1,
+    *,
+    durability: str = "full",
+) -> dict[str, Any]:
+    """Run :func:`run` with seeds ``seed``, ``seed + 1``, ... until ``minutes`` have passed.
+
+    Stops at the first seed that finds a problem. Returns one row: the counts
+    summed over the seeds run (``seeds`` lists them), and the problems found.
+    """
+    deadline = time.monotonic() + minutes * 60
+    total: dict[str, Any] = {
+        "seeds": [],
+        "examples": 0,
+        "steps": 0,
+        "coverage": Counter(),
+        "errors_raised": Counter(),
+        "problems": [],
+        "seconds": 0.0,
+    }
+    while True:
+        row = run(max_examples, steps, seed, durability=durability)
+        total["seeds"].append(seed)
+        for key in ("examples", "steps", "seconds"):
+            total[key] += row[key]
+        total["coverage"].update(row["coverage"])
+        total["errors_raised"].update(row["errors_raised"])
+        total["problems"].extend(row["problems"])
+        if row["problems"] or time.monotonic() > deadline:
+            break
+        seed += 1
+    total["coverage"] = dict(total["coverage"])
+    total["errors_raised"] = dict(sorted(total["errors_raised"].items()))
+    total["seconds"] = round(total["seconds"], 1)
+    return total
+
+
 def _main(argv: Iterable[str] | None = None) -> int:
     import argparse
 
@@ -167,8 +211,17 @@ def _main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--durability", choices=["full", "buffered"], default="full")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="keep searching with the next seed until this many minutes have passed",
+    )
     args = parser.parse_args(None if argv is None else list(argv))
-    row = run(args.examples, args.steps, args.seed, durability=args.durability)
+    if args.minutes > 0:
+        row = search(args.minutes, args.examples, args.steps, args.seed, durability=args.durability)
+    else:
+        row = run(args.examples, args.steps, args.seed, durability=args.durability)
     for key, value in row.items():
         print(f"  {key:<20}  {value}")
     return 1 if row["problems"] else 0

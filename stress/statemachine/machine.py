@@ -64,6 +64,7 @@ class RetinueMachine(HostRules, RaceRules, StoreCheck, RuleBasedStateMachine):
         self.dormant: dict[str, str | None] = {}  # pending at the last reopen -> recipient
         self.host_inbox_ledger: Counter[str] = Counter()  # host-inbox messages the host read
         self.spawn_keys: dict[tuple[str | None, str], str] = {}  # idempotency keys -> agent
+        self.quiet: set[str] = set()  # interrupt_tree's completions for members: no wake
         self.rt = self._open()
         STATS["examples"] += 1
         TRACE.clear()
@@ -398,6 +399,8 @@ class RetinueMachine(HostRules, RaceRules, StoreCheck, RuleBasedStateMachine):
                 fail(f"{agent.info.path} has {len(backlog)} completions unreceived")
             heir = self.heir(agent)
             for cid in backlog:
+                if cid in self.quiet:  # interrupt_tree's, for a member: it wakes nobody
+                    continue
                 if self.dormant.get(cid, "absent") != heir:  # arrived since the last reopen
                     pending_for.setdefault(heir, []).append(cid)
         for agent in self.live():

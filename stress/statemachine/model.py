@@ -75,6 +75,7 @@ class Model:
     host_ledger: Counter[str]
     host_inbox_ledger: Counter[str]  # every host-inbox message id the host's reads returned
     spawn_keys: dict[tuple[str | None, str], str]  # (parent id, idempotency key) -> agent id
+    quiet: set[str]  # completions interrupt_tree made for a member: they wake nobody
     rt: Runtime
 
     def live(self) -> list[Agent]:

@@ -436,6 +436,7 @@ class RaceRules(Model):
         finally:
             h.latch.set()
             h.loop_free.set()  # the blocker closes the runtime from the loop
+            h.handover_armed.clear()
         if not h.closed_by_runner.wait(PARK_S):
             fail("an async runner's rt.shutdown() did not return")
         self.rt.shutdown()  # returns once the store is released
@@ -457,3 +458,56 @@ class RaceRules(Model):
         self.sync()
         if self.harness.delivered_completions()[cid] != 1:
             fail(f"{parent.path}'s next turn did not receive {cid} (given back at the close)")
+
+    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 2)
+    @rule(
+        delay=st.sampled_from([0.0, 0.0002, 0.001, 0.003]),
+        how=st.sampled_from(["interrupt", "interrupt_tree"]),
+    )
+    def interrupt_racing_async_wait(self, delay: float, how: str) -> None:
+        """The host interrupts an async parent just as its child settles into its ``wait_async``.
+
+        Whoever wins (the wait handing the completion to the task, or the cancel
+        taking it back), the child's completion reaches exactly one turn of the
+        parent: this one, a wake, or the follow-up the rule gives it.
+        """
+        TRACE.append(f"interrupt_racing_async_wait(delay={delay}, how={how})")
+        STATS["race:interrupt_racing_async_wait"] += 1
+        h = self.harness
+        h.open_gate()
+        self.sync()
+        h.handover_parent = None
+        h.handover_waiting.clear()
+        h.latch.clear()
+        h.handover_armed.set()  # the parent waits long (PARK_S): only the race ends it
+        try:
+            parent = self.rt.spawn("alead", HANDOVER_TASK)
+            self.agents[parent.id] = Agent(id=parent.id, parent_id=None, info=parent)
+            if not h.handover_waiting.wait(PARK_S):
+                fail("the async parent never reached its wait_async")
+        finally:
+            h.handover_armed.clear()
+            h.latch.set()  # the child settles ...
+        if delay:
+            time.sleep(delay)  # ... and the interrupt comes a moment later (a race knob)
+        call = self.rt.interrupt if how == "interrupt" else self.rt.interrupt_tree
+        _, error = self.call(how, lambda: call(parent.id))
+        if error is not None:
+            fail(f"{how}({parent.path}) raised {error!r}")
+        self.sync()
+        child = next(a for a in self.agents.values() if a.parent_id == parent.id)
+        cid = f"{child.id}:1"
+        if child.info.generation != 1 or self.harness.delivered_completions()[cid] > 1:
+            fail(f"{cid} reached {self.harness.delivered_completions()[cid]} turns")
+        received = self.harness.delivered_completions()[cid] == 1
+        STATS["interrupt_race_received" if received else "interrupt_race_given_back"] += 1
+        if received:
+            return
+        if self.agents[parent.id].info.state not in SETTLED:
+            fail(f"{parent.path} is {self.agents[parent.id].info.state} after the race")
+        _, error = self.call("follow_up", lambda: self.rt.follow_up(parent.id, "echo"))
+        if error is not None:
+            fail(f"follow_up of {parent.path} after the race raised {error!r}")
+        self.sync()
+        if self.harness.delivered_completions()[cid] != 1:
+            fail(f"{cid} went back at the interrupt but {parent.path}'s next turn missed it")

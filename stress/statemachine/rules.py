@@ -432,6 +432,10 @@ class HostRules(Model):
             if member.busy and (info.output is not None or info.error not in INTERRUPT_ERRORS):
                 fail(f"{op}: {before.path} kept an output or lacks its error: {info}")
         STATS["interrupt_tree_busy"] += len(busy)
+        inside = {m.id for m in members}
+        for member in busy:  # their completions wake no member (the parent finds them later)
+            if self.heir(member) in inside:
+                self.quiet.add(f"{member.id}:{got[member.id].generation}")
         self.sync()
         for member in members:
             if member.info.generation != got[member.id].generation:
