@@ -511,3 +511,36 @@ class RaceRules(Model):
         self.sync()
         if self.harness.delivered_completions()[cid] != 1:
             fail(f"{cid} went back at the interrupt but {parent.path}'s next turn missed it")
+
+    @precondition(lambda self: len(self.live()) + 2 <= LIMITS.max_agents)
+    @rule(count=st.integers(2, LIMITS.mailbox_capacity + 2), asynchronous=st.booleans())
+    def flood_host_inbox(self, count: int, asynchronous: bool) -> None:
+        """Top-level agents message the host at once, more than its inbox holds.
+
+        The host does not read meanwhile, so exactly the room that was left
+        fills (``mailbox_capacity`` minus the unread ones) and every other send
+        is refused ``MailboxFull`` (its turn fails with it); nothing is dropped
+        silently.
+        """
+        count = min(count, LIMITS.max_agents - len(self.live()))
+        TRACE.append(f"flood_host_inbox({count}, asynchronous={asynchronous})")
+        STATS["race:flood_host_inbox"] += 1
+        room = LIMITS.mailbox_capacity - len(self.host_unread())
+        with self.harness._cond:
+            refused_before = self.harness.host_full
+        sent_before = len(self.host_inbox())
+        profile = "aecho" if asynchronous else "echo"
+        for _ in range(count):
+            info, error = self.call("spawn", lambda: self.rt.spawn(profile, "tellhost"))
+            if error is not None:
+                fail(f"flood_host_inbox: spawn raised {error!r}")
+            self.agents[info.id] = Agent(id=info.id, parent_id=None, info=info)
+        self.sync()
+        arrived = len(self.host_inbox()) - sent_before
+        with self.harness._cond:
+            refused = self.harness.host_full - refused_before
+        if (arrived, refused) != (min(count, room), count - min(count, room)):
+            fail(
+                f"flood_host_inbox: {count} sends with room for {room}: {arrived} arrived, "
+                f"{refused} refused MailboxFull"
+            )
