@@ -522,9 +522,11 @@ class RaceRules(Model):
         is refused ``MailboxFull`` (its turn fails with it); nothing is dropped
         silently.
         """
-        count = min(count, LIMITS.max_agents - len(self.live()))
         TRACE.append(f"flood_host_inbox({count}, asynchronous={asynchronous})")
         STATS["race:flood_host_inbox"] += 1
+        self.harness.open_gate()  # every sender gets a turn slot
+        self.sync()
+        count = min(count, LIMITS.max_agents - len(self.live()))
         room = LIMITS.mailbox_capacity - len(self.host_unread())
         with self.harness._cond:
             refused_before = self.harness.host_full
