@@ -43,6 +43,8 @@ LIMITS = Limits(
     pending_completions_per_agent=1_000,
     wait_default_s=2.0,
     compact_interval_s=3600.0,
+    # Nothing is compacted away, so the store can answer for every id the ledger counted.
+    retain_closed_agents=10_000_000,
 )
 POOL = 24  # top-level agents per round
 TASKS = ["quick", "quick", "quick", "fail", "hold", "child", "child"]
