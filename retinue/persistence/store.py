@@ -129,6 +129,26 @@ _CORRUPTION = (
 )
 
 
+# LMDB errors that say what went wrong without any sign of damage. Any other
+# error (MDB_BAD_TXN above all: LMDB met a damaged page inside the transaction,
+# marked it failed and lost the first error) makes the store check its pages.
+_NOT_DAMAGE = (
+    lmdb.MapFullError,
+    lmdb.MapResizedError,
+    lmdb.ReadersFullError,
+    lmdb.ReadonlyError,
+    lmdb.NotFoundError,
+    lmdb.KeyExistsError,
+    lmdb.DbsFullError,
+    lmdb.TlsFullError,
+    lmdb.TxnFullError,
+    lmdb.CursorFullError,
+    lmdb.LockError,
+    lmdb.InvalidParameterError,
+    lmdb.BadRslotError,
+)
+
+
 def store_error(folder: Path, action: str, exc: lmdb.Error) -> StoreError:
     """Return the typed error for an LMDB error met while doing ``action`` on ``folder``.
 
@@ -218,6 +238,17 @@ class Store:
             self._release_lock()
             raise store_error(self.folder, "open", exc) from None
         try:
+            # The data file LMDB mapped, to notice it shrinking under us (see _check_size).
+            self._data_fd = os.open(self.folder / DATA_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            self.env.close()
+            self._release_lock()
+            raise StoreError(
+                f"cannot read {self.folder / DATA_FILE}: {exc}", path=str(self.folder)
+            ) from None
+        self._seen_size = 0
+        try:
+            self._check_size("open")
             with self._lmdb_errors("open"):
                 self.env.reader_check()
                 self._verify()
@@ -236,6 +267,7 @@ class Store:
                     ) from None
         except BaseException:
             self.env.close()
+            os.close(self._data_fd)
             self._release_lock()
             raise
         if not readonly:
@@ -255,16 +287,91 @@ class Store:
             self._raise(action, exc)
 
     def _raise(self, action: str, exc: lmdb.Error) -> NoReturn:
+        """Raise the typed error for ``exc``, met while doing ``action``.
+
+        An error LMDB does not name as damage, yet not one of the plain
+        failures either (``MDB_BAD_TXN`` after LMDB met a damaged page and
+        lost that error), makes the store check its pages: damage found is a
+        :class:`StoreCorrupted` saying what is damaged.
+
+        Raises:
+            StoreCorrupted: LMDB reported damage, or the check found it.
+            StoreError: any other LMDB failure.
+        """
+        if not isinstance(exc, _CORRUPTION + _NOT_DAMAGE):
+            damage = self._damage()
+            if damage is not None:
+                raise StoreCorrupted(
+                    f"store {self.folder} is damaged ({action}: {exc}; the page check "
+                    f"found: {damage}). "
+                    f"{restore_advice(self.folder)}",
+                    path=str(self.folder),
+                ) from None
         raise store_error(self.folder, action, exc) from None
+
+    def _damage(self) -> str | None:
+        """Return what the page check finds damaged now, or None if it finds nothing.
+
+        A check that cannot run (LMDB refuses even a read) finds nothing.
+        """
+        try:
+            return self._page_damage()
+        except (StoreError, lmdb.Error):
+            return None
+
+    def _check_size(self, action: str) -> None:
+        """Refuse a data file that shrank since this store last looked at it.
+
+        LMDB never shrinks ``data.mdb`` (it only grows it), so a smaller file
+        means another process truncated it under this one; LMDB would read
+        the lost pages through its map and the process would die of SIGBUS.
+        One ``fstat``, before every read transaction and around every commit.
+        It cannot close the window between the check and LMDB's read: a
+        truncation landing there still kills the process.
+
+        Raises:
+            StoreCorrupted: the file shrank.
+        """
+        try:
+            size = os.fstat(self._data_fd).st_size
+        except OSError as exc:
+            raise StoreError(
+                f"store {self.folder}: cannot check {DATA_FILE} ({action}): {exc}",
+                path=str(self.folder),
+            ) from None
+        if size < self._seen_size:
+            raise StoreCorrupted(
+                f"store {self.folder} is damaged ({action}): {DATA_FILE} shrank from "
+                f"{self._seen_size} to {size} bytes while the store was open; another "
+                f"process truncated it. {restore_advice(self.folder)}",
+                path=str(self.folder),
+            )
+        self._seen_size = size
 
     def _verify(self) -> None:
         """Check every B-tree page before LMDB walks one (it aborts on a damaged page).
+
+        Raises:
+            StoreCorrupted: a page is damaged.
+            StoreError: no meta page could be pinned for the check.
+        """
+        damage = self._page_damage()
+        if damage is not None:
+            raise StoreCorrupted(
+                f"store {self.folder} is damaged: {damage}. {restore_advice(self.folder)}",
+                path=str(self.folder),
+            )
+
+    def _page_damage(self) -> str | None:
+        """Walk every B-tree page; return what is damaged, or None if every page is sound.
 
         The walk runs inside a read transaction, against the meta page of that
         transaction, so a writer in another process cannot recycle its pages.
 
         Raises:
-            StoreCorrupted: a page is damaged.
+            StoreError: no meta page could be pinned for the check.
+            StoreCorrupted: the data file shrank (see :meth:`_check_size`).
+            lmdb.Error: LMDB refused the read transaction.
         """
         path = self.folder / DATA_FILE
         for _ in range(100):  # a busy writer may overwrite our meta page: take a newer one
@@ -279,11 +386,8 @@ class Store:
                 except (PageDamage, OSError) as exc:
                     if meta is not None and meta not in read_meta_pages(path):
                         continue  # the writer rewrote that meta page while we read it
-                    raise StoreCorrupted(
-                        f"store {self.folder} is damaged: {exc}. {restore_advice(self.folder)}",
-                        path=str(self.folder),
-                    ) from None
-                return
+                    return str(exc)
+                return None
         raise StoreError(
             f"store {self.folder}: could not pin a meta page to check", path=str(self.folder)
         )
@@ -382,7 +486,12 @@ class Store:
         return value
 
     def _read_txn(self) -> Any:
-        """Begin a read transaction, adopting a map another process has grown."""
+        """Begin a read transaction, adopting a map another process has grown.
+
+        Raises:
+            StoreCorrupted: the data file shrank since it was last looked at.
+        """
+        self._check_size("read")
         for _ in range(100):  # the writer may grow the map again between two tries
             try:
                 return self.env.begin(buffers=False)
@@ -504,7 +613,15 @@ class Store:
                 log.exception("a commit callback failed")
 
     def _commit(self, writes: list[Write]) -> None:
+        """Commit ``writes`` in one write transaction, growing a full map.
+
+        Raises:
+            StoreCorrupted: the data file shrank, or LMDB met (or the page
+                check then found) damage.
+            StoreError: LMDB refused the commit for another reason.
+        """
         dbs = self._dbs
+        self._check_size("commit")
         while True:
             try:
                 with self.env.begin(write=True) as txn:
@@ -521,6 +638,7 @@ class Store:
                 self._raise("commit", exc)
             self.stats.commits += 1
             self.stats.writes += len(writes)
+            self._check_size("commit")  # the size this commit grew the file to
             return
 
     # -- backup and close -------------------------------------------------
@@ -569,4 +687,5 @@ class Store:
             self._queue.put(_STOP)
             self._thread.join()
         self.env.close()
+        os.close(self._data_fd)
         self._release_lock()

@@ -1,0 +1,141 @@
+"""Damage met by a store in use: every caller gets ``StoreCorrupted``, never a signal.
+
+Each case runs in a child process (a SIGBUS shows up as a negative return code
+instead of killing the test run) and damages the store in one way: pages
+zeroed under an open runtime (LMDB then fails the commit with
+``MDB_BAD_TXN``, having lost the error that named the damage); the free-page
+list damaged while the store was closed (every tree page is sound, so it
+opens, and the first commit that takes a free page fails); ``data.mdb``
+truncated under an open writer or an open read-only runtime (LMDB would read
+the lost pages through its map: SIGBUS).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from . import CHILD_ENV, PROMPT_S, REPO
+
+CHILD = r"""
+import os, struct, sys
+from pathlib import Path
+from retinue import Limits, Profile, RetinueError, Runtime, StoreCorrupted
+from retinue.persistence import verify
+from retinue.persistence.store import Store
+
+case, folder = sys.argv[1], Path(sys.argv[2])
+data = folder / "data.mdb"
+PAGE = 4096
+profiles = [Profile("worker", runner=lambda turn: "done " + "o" * 300)]
+limits = Limits(max_tree_agents=100_000, wait_default_s=10)
+
+
+def fill(rt, count):
+    for i in range(count):
+        rt.wait(rt.spawn("worker", "task " + "x" * 300).id, timeout=10)
+
+
+def report(step, call):
+    try:
+        call()
+        print(step, "OK", flush=True)
+    except RetinueError as exc:
+        advice = "copy a backup in its place" in str(exc)
+        print(step, type(exc).__name__, exc.path == str(folder), advice, flush=True)
+        return exc
+    return None
+
+
+def zero_tree_pages():
+    raw = data.read_bytes()
+    at = struct.calcsize("P") + 2
+    with data.open("r+b") as handle:
+        for n in range(2, len(raw) // PAGE):
+            (flags,) = struct.unpack_from("=H", raw, n * PAGE + at)
+            if flags in (1, 2):
+                handle.seek(n * PAGE)
+                handle.write(bytes(PAGE))
+
+
+def break_newest_free_entry():
+    # The free-page tree's newest entry (a list of page numbers) claims 2**40 pages.
+    raw = bytearray(data.read_bytes())
+    meta_at = max((0, PAGE), key=lambda at: struct.unpack_from("=Q", raw, at + 128)[0])
+    depth, root = verify._db_record(raw, meta_at + verify._DBS_AT)
+    assert depth == 1, depth  # the free tree of this small store is one leaf
+    base = root * PAGE
+    _, _, lower, _ = verify._U16.unpack_from(raw, base + verify._S)
+    count = (lower - verify._HDR) // 2
+    offset = struct.unpack_from(f"={count}H", raw, base + verify._HDR)[-1]
+    ksize = verify._U16.unpack_from(raw, base + offset)[3]
+    struct.pack_into("=Q", raw, base + offset + 8 + ksize, 1 << 40)
+    data.write_bytes(raw)
+
+
+if case == "zeroed_under_writer":
+    rt = Runtime.open(folder, profiles=profiles, limits=limits)
+    fill(rt, 60)
+    zero_tree_pages()
+    report("spawn", lambda: rt.spawn("worker", "t"))
+    report("again", lambda: rt.spawn("worker", "t"))
+    rt.shutdown()
+elif case == "free_list_damaged_while_closed":
+    # Built by the store's own writer, one commit at a time: the same pages every run.
+    store = Store(folder)
+    for r in range(6):
+        store.write_now([("transcripts", f"{r}-{i:04d}".encode(), b"v" * 300) for i in range(200)])
+        store.write_now([("transcripts", f"{r}-{i:04d}".encode(), None) for i in range(0, 200, 2)])
+    store.close()
+    break_newest_free_entry()
+    store = Store(folder)  # every tree page is sound: it opens
+    print("open OK", flush=True)
+    report("commit", lambda: store.write_now([("transcripts", b"new", b"z" * 300)]))
+    report("again", lambda: store.write_now([("transcripts", b"new", b"z" * 300)]))
+    store.close()
+elif case == "truncated_under_writer":
+    rt = Runtime.open(folder, profiles=profiles, limits=limits)
+    fill(rt, 60)
+    os.truncate(data, 3 * PAGE)
+    report("spawn", lambda: rt.spawn("worker", "t"))
+    report("again", lambda: rt.spawn("worker", "t"))
+    rt.shutdown()
+elif case == "truncated_under_reader":
+    with Runtime.open(folder, profiles=profiles, limits=limits) as rt:
+        fill(rt, 60)
+    rt = Runtime.open(folder, readonly=True)
+    report("agents", lambda: rt.agents(include_closed=True))
+    os.truncate(data, 3 * PAGE)
+    report("agents", lambda: rt.agents(include_closed=True))
+    rt.shutdown()
+"""
+
+EXPECTED = {
+    "zeroed_under_writer": ["spawn StoreCorrupted True True", "again StoreCorrupted True True"],
+    "free_list_damaged_while_closed": [
+        "open OK",
+        "commit StoreCorrupted True True",
+        "again StoreCorrupted True True",
+    ],
+    "truncated_under_writer": ["spawn StoreCorrupted True True", "again StoreCorrupted True True"],
+    "truncated_under_reader": ["agents OK", "agents StoreCorrupted True True"],
+}
+
+
+@pytest.mark.parametrize("case", list(EXPECTED))
+def test_damage_met_in_use_is_store_corrupted_with_the_path_and_advice(
+    tmp_path: Path, case: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, case, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env=dict(CHILD_ENV, PYTHONPATH=str(REPO)),
+        timeout=PROMPT_S * 6,
+        check=False,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.splitlines() == EXPECTED[case], done.stderr[-2000:]
