@@ -154,6 +154,8 @@ def run(
         "handover_received",
         "race:interrupt_racing_async_wait",
         "race:flood_host_inbox",
+        "race:close_racing_async_waits",
+        "race:async_waits_cancelled",
         "interrupt_race_received",
         "interrupt_race_given_back",
     )

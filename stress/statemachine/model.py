@@ -126,15 +126,20 @@ class Model:
         left = set(self.completed_generations(agent)) - agent.host_got
         return min(left) if left else None
 
-    def host_received(self, agent: Agent, done: Completion, where: str, *, routed: bool) -> None:
+    def host_received(
+        self, agent: Agent, done: Completion, where: str, *, routed: bool, oldest: bool = True
+    ) -> None:
         """Book one completion a host wait returned; it must be new and the agent's oldest.
 
         ``routed``: the completion was routed to the host when it was received,
-        so the receipt also delivers it.
+        so the receipt also delivers it. ``oldest=False``: any unreceived one
+        will do (a cancelled wait racing it may have given an older one back).
         """
         due = self.host_due(agent)
         if done.agent_id == agent.id and done.generation in agent.host_got:
             fail(f"{where}: the host received {done.id} again (it was received before)")
+        if not oldest and done.agent_id == agent.id:
+            due = done.generation if done.generation in self.completed_generations(agent) else due
         if (done.agent_id, done.generation) != (agent.id, due):
             fail(f"{where} returned {done.id}; the oldest unreceived is {agent.id}:{due}")
         self.host_ledger[done.id] += 1

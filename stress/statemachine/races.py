@@ -83,12 +83,17 @@ class RaceRules(Model):
         results: list[tuple[Agent, Completion | BaseException]],
         where: str,
         routed: dict[str, bool],
+        *,
+        gave_back: bool = False,
     ) -> None:
         """Book racing waits' results in the order of the generations they got.
 
         Per agent, the completions must be its oldest unreceived ones, each
         once; a wait that got nothing ended with ``WaitTimeout``,
         ``AgentClosed`` or ``NothingToWaitFor``, and only when nothing was left.
+        With ``gave_back`` (cancelled waits raced these) a completion may be
+        any unreceived one, and a wait may have got nothing while one that a
+        cancelled wait gave back was left: only "new, each once" holds.
         """
         by_agent: dict[str, list[Completion | BaseException]] = {}
         for agent, outcome in results:
@@ -103,8 +108,10 @@ class RaceRules(Model):
                 if not _nothing_left(exc):
                     fail(f"{where}: a racing wait on {agent.info.path} raised {exc!r}")
             for done in got:
-                self.host_received(agent, done, where, routed=routed[agent_id])
-            if empty and self.host_due(agent) is not None:
+                self.host_received(
+                    agent, done, where, routed=routed[agent_id], oldest=not gave_back
+                )
+            if empty and self.host_due(agent) is not None and not gave_back:
                 fail(
                     f"{where}: a wait on {agent.info.path} got nothing while "
                     f"{agent.id}:{self.host_due(agent)} was there to receive"
@@ -233,6 +240,69 @@ class RaceRules(Model):
             fail(f"{op}: host waits on the closed agents did not return")
         self.sync()
         self._book(results, f"wait racing {op}", routed)
+
+    @precondition(lambda self: self.live())
+    @rule(
+        index=st.integers(0, 63),
+        tree=st.booleans(),
+        waiters=st.integers(1, 3),
+        cancel=st.sampled_from(["none", "none", "first", "every_other"]),
+    )
+    def close_racing_async_waits(self, index: int, tree: bool, waiters: int, cancel: str) -> None:
+        """``wait_async`` tasks wait on an agent (and its subtree); some are cancelled; it closes.
+
+        The waits are submitted, then (``cancel``) some tasks are cancelled and
+        the close is submitted before they can give up, so a cancelled wait
+        may be answered and must give its completion back. Every other wait
+        returns a completion or ``AgentClosed``; no completion twice, and what
+        went back is received later (the ledger, at ``drain``).
+        """
+        live = self.live()
+        target = live[-1 - index % len(live)]
+        if not tree and self.children(target):
+            tree = True
+        members = self.subtree(target)
+        TRACE.append(
+            f"close_racing_async_waits({target.info.path}, tree={tree}, waiters={waiters}, "
+            f"cancel={cancel})"
+        )
+        STATS["race:close_racing_async_waits"] += 1
+        routed = {m.id: m is target and self.heir(target) is None for m in members}
+        chosen = [m for m in members for _ in range(waiters)]
+
+        async def scenario() -> list[Completion | BaseException]:
+            tasks = [
+                asyncio.ensure_future(self.rt.wait_async(m.id, timeout=PARK_S)) for m in chosen
+            ]
+            await asyncio.sleep(0)  # every wait is submitted
+            for n, task in enumerate(tasks):
+                if (cancel == "first" and n == 0) or (cancel == "every_other" and n % 2 == 0):
+                    task.cancel()
+            # Submitted before the cancelled tasks run again: the close may answer them first.
+            if tree:
+                await self.rt.close_tree_async(target.id)
+            else:
+                await self.rt.close_async(target.id)
+            return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+        try:
+            outcomes = asyncio.run(scenario())
+        except RetinueError as exc:
+            fail(f"close racing async waits on {target.info.path} raised {exc!r}")
+        self.rt.agents()  # two round trips: give-backs submitted meanwhile are served
+        self.rt.agents()
+        self.sync()
+        results: list[tuple[Agent, Completion | BaseException]] = []
+        cancelled = 0
+        for agent, outcome in zip(chosen, outcomes, strict=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                cancelled += 1
+                if routed[agent.id]:
+                    agent.gave_back += 1
+                continue
+            results.append((agent, outcome))
+        STATS["race:async_waits_cancelled"] += cancelled
+        self._book(results, "wait_async racing a close", routed, gave_back=cancelled > 0)
 
     @precondition(lambda self: len(self.live()) < LIMITS.max_agents)
     @rule()
@@ -462,7 +532,7 @@ class RaceRules(Model):
     @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 2)
     @rule(
         delay=st.sampled_from([0.0, 0.0002, 0.001, 0.003]),
-        how=st.sampled_from(["interrupt", "interrupt_tree"]),
+        how=st.sampled_from(["interrupt", "interrupt_tree", "close_child"]),
     )
     def interrupt_racing_async_wait(self, delay: float, how: str) -> None:
         """The host interrupts an async parent just as its child settles into its ``wait_async``.
@@ -490,10 +560,15 @@ class RaceRules(Model):
             h.latch.set()  # the child settles ...
         if delay:
             time.sleep(delay)  # ... and the interrupt comes a moment later (a race knob)
-        call = self.rt.interrupt if how == "interrupt" else self.rt.interrupt_tree
-        _, error = self.call(how, lambda: call(parent.id))
+        if how == "close_child":  # the child closes under the wait instead
+            ref = next(i.id for i in self.rt.agents() if i.parent_path == parent.path)
+            _, error = self.call("close", lambda: self.rt.close(ref))
+        elif how == "interrupt":
+            _, error = self.call(how, lambda: self.rt.interrupt(parent.id))
+        else:
+            _, error = self.call(how, lambda: self.rt.interrupt_tree(parent.id))
         if error is not None:
-            fail(f"{how}({parent.path}) raised {error!r}")
+            fail(f"{how} racing {parent.path}'s wait_async raised {error!r}")
         self.sync()
         child = next(a for a in self.agents.values() if a.parent_id == parent.id)
         cid = f"{child.id}:1"
