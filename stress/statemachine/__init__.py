@@ -146,6 +146,7 @@ def run(
         "race:messages_cancelled",
         "race:host_inbox_wait",
         "interrupt_tree",
+        "turn_interrupt_tree",
         "interrupt_tree_busy",
         "idempotent_first",
         "idempotent_retry",

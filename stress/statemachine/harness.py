@@ -123,6 +123,8 @@ TASKS = [
     "amany:gated",
     "twice:echo",  # a retried spawn with the same idempotency key: the same child
     "blocking",  # a blocking turn call from an async runner is refused
+    "itree:gated",  # the async coordinator interrupts a child's subtree, then waits on it
+    "itree:aecho",
     "x" * MAX,  # exactly at the bound: allowed
     "é" * (MAX // 2 + 1),  # few characters, too many bytes
 ]
@@ -595,6 +597,25 @@ class Harness:
                             f"{again.path} besides {first.path}"
                         )
                 return f"twice:{first.name}"
+            if verb == "itree":  # interrupt a child's subtree from the turn, then wait on it
+                child = await turn.spawn_async(profile, "hold")
+                infos = await turn.interrupt_tree_async(child.id)
+                STATS["turn_interrupt_tree"] += 1
+                if [i.id for i in infos] != [child.id] or infos[0].state not in (
+                    AgentState.INTERRUPTED,
+                    AgentState.COMPLETED,
+                ):
+                    with self._cond:
+                        self.problems.append(
+                            f"{turn.agent.path}: interrupt_tree_async({child.path}) gave {infos}"
+                        )
+                done = await turn.wait_async(child.id, timeout=RUN_TIMEOUT_S)
+                with self._cond:
+                    if isinstance(done, Completion):
+                        log.taken.append(done.id)
+                    else:
+                        log.waited.append(done.id)
+                return f"itree:{done.kind if isinstance(done, Message) else done.status}"
             if verb == "blocking":
                 try:
                     turn.spawn("echo", "echo")  # a blocking call on the event loop
