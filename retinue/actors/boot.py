@@ -261,6 +261,7 @@ def start(
     executor: Executor | None = None
     try:
         executor = Executor()
+        executor.start()
         booted = boot(
             store,
             profiles=profiles,

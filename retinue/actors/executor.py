@@ -85,6 +85,15 @@ class WorkerPool:
         with self._cond:
             return sum(1 for w in self._workers if w.busy)
 
+    def start(self) -> None:
+        """Start the spawner thread now (otherwise the first job that needs a worker does)."""
+        with self._cond:
+            if self._spawner is None and not self._closed:
+                self._spawner = threading.Thread(
+                    target=self._spawn_loop, name=f"{self._name}-spawner", daemon=True
+                )
+                self._spawner.start()
+
     def submit(self, job: Job) -> None:
         """Run ``job()`` on a pool thread as soon as one is free (a new one if none is).
 
@@ -227,6 +236,10 @@ class LoopThread:
                     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
+    def start(self) -> None:
+        """Start the loop's thread now (otherwise the first callback does)."""
+        self._ensure()
+
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> bool:
         """Run ``callback(*args)`` on the loop thread soon; False once the loop is stopped."""
         loop = self._ensure()
@@ -264,9 +277,18 @@ class Executor:
     """The executors of one runtime: sync runners' pool and async runners' loop."""
 
     def __init__(self, *, idle_s: float = IDLE_S) -> None:
-        """Create both; neither starts a thread before its first job."""
+        """Create both; neither starts a thread before its first job (or :meth:`start`)."""
         self.pool = WorkerPool(idle_s=idle_s)
         self.loop = LoopThread()
+
+    def start(self) -> None:
+        """Start the event loop's thread and the pool's spawner now, on the caller's thread.
+
+        The runtime calls this as it opens, so the supervisor, which starts
+        turns in its commit effects, never starts a thread itself.
+        """
+        self.loop.start()
+        self.pool.start()
 
     def shutdown(self, timeout: float) -> None:
         """Stop the loop (cancelling its tasks) and the pool, waiting up to ``timeout``."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import queue
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -116,6 +117,8 @@ class Supervisor:
         self.spawner = Spawner(self.world, self.scheduler)
         self.lifecycle = Lifecycle(self.world, self.scheduler, self.waiters, self.router)
         self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
+        self._group: list[Transition] = []  # served, not committed yet
+        self._group_commands: list[Command[Any]] = []
 
     @property
     def tree(self) -> Tree:
@@ -124,8 +127,14 @@ class Supervisor:
 
     # -- one command, one transition --------------------------------------------------
 
-    def handle(self, envelope: Envelope) -> None:
-        """Serve one command and submit its transition; answer once it is committed."""
+    def handle(self, envelope: Envelope, *, last: bool = True) -> None:
+        """Serve one command; answer once its transition is committed.
+
+        Transitions are committed in groups: the group is committed when
+        ``last`` says no command waits behind this one (or the group is
+        full), so the commands that queued while a commit was in flight
+        share one commit.
+        """
         command = envelope.command
         world = self.world
         tx = Transition(envelope.reply, record_events=world.bus.active)
@@ -141,11 +150,27 @@ class Supervisor:
             log.exception("supervisor command %r failed", command)
             tx.result = exc
         tx.writes = world.tree.take_writes()
-        bus = world.bus
+        self._group.append(tx)
+        self._group_commands.append(command)
+        if last or len(self._group) >= world.store.max_group:
+            self.commit()
+
+    def commit(self) -> None:
+        """Commit the transitions served since the last commit; run their effects, answer."""
+        group, commands = self._group, self._group_commands
+        if not group:
+            return
+        self._group, self._group_commands = [], []
+        bus = self.world.bus
+        items = [
+            (tx.writes, lambda error, tx=tx, c=c: tx.on_commit(error, bus, c))
+            for tx, c in zip(group, commands, strict=True)
+        ]
         try:
-            world.store.submit(tx.writes, lambda error: tx.on_commit(error, bus, command))
+            self.world.store.commit_group(items)
         except RetinueError as exc:  # the store failed for good: say so, never hang
-            tx.on_commit(exc, bus, command)
+            for tx, command in zip(group, commands, strict=True):
+                tx.on_commit(exc, bus, command)
 
     def dispatch(self, tx: Transition, command: Command[Any]) -> Any:
         """Serve one command in ``tx``; return its answer (unused once deferred).
@@ -346,7 +371,16 @@ class SupervisorActor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         """Serve an :class:`Envelope`; anything else is a bug, logged and dropped."""
         if isinstance(message, Envelope):
-            self.core.handle(message)
+            self.core.handle(message, last=self.actor_inbox.empty())
         else:
             log.error("the supervisor got a message that is not an Envelope: %r", message)
         return None
+
+    def on_stop(self) -> None:
+        """Commit what was served but not committed yet (nothing is left unanswered)."""
+        self.core.commit()
+
+    @staticmethod
+    def _create_actor_inbox() -> Any:
+        """A C-implemented queue: the supervisor's inbox is the runtime's busiest."""
+        return queue.SimpleQueue()

@@ -1,10 +1,13 @@
-"""The LMDB store: one environment, named databases, one writer thread, group commit.
+"""The LMDB store: one environment, named databases, group commit.
 
-The supervisor encodes its transitions and hands them to :meth:`Store.submit`
-with a callback. The writer thread takes everything queued while the previous
-commit was in flight and commits it in one LMDB write transaction (group
-commit), then calls each callback in submission order. A callback therefore
-runs only once its transition is committed in the chosen durability mode:
+The supervisor encodes its transitions and commits them with
+:meth:`Store.commit_group`, on its own thread: every transition it served
+since its last commit (the commands that queued while the previous commit
+was in flight) goes into one LMDB write transaction, then each callback runs
+in order. Other writers hand transitions to :meth:`Store.submit`, whose writer
+thread groups them the same way; the writer thread also syncs ``buffered``
+stores. A callback runs only once its transition is committed in the chosen
+durability mode:
 
 - ``full``: every commit is fsynced before callbacks run; survives power loss.
 - ``buffered``: every commit is written to the OS before callbacks run, so it
@@ -115,6 +118,7 @@ class _Item:
 
 _STOP = object()
 _FLUSH = object()
+_DIRTY = object()
 log = logging.getLogger("retinue.store")
 
 # LMDB errors that mean the files are damaged (rather than full, busy or misused).
@@ -209,6 +213,8 @@ class Store:
         self._lock: WriterLock | None = None
         self._closed = False
         self._failed: BaseException | None = None
+        self._commit_lock = threading.Lock()  # one write transaction at a time
+        self._sync_due = False  # a buffered commit_group awaits the writer's periodic sync
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if readonly:
@@ -512,6 +518,16 @@ class Store:
             StoreReadOnly: the store is read-only.
             StoreError: the store is closed or a previous commit failed for good.
         """
+        self._check_writable()
+        self._queue.put(_Item(writes, callback))
+
+    def _check_writable(self) -> None:
+        """Raise unless transitions may be committed.
+
+        Raises:
+            StoreReadOnly: the store is read-only.
+            StoreError: the store is closed or a previous commit failed for good.
+        """
         if self.readonly:
             raise StoreReadOnly(f"store {self.folder} is open read-only")
         if self._closed:
@@ -519,7 +535,27 @@ class Store:
         if self._failed is not None:
             failure = StoreCorrupted if isinstance(self._failed, StoreCorrupted) else StoreError
             raise failure(f"store {self.folder} failed: {self._failed}", path=str(self.folder))
-        self._queue.put(_Item(writes, callback))
+
+    def commit_group(self, group: Sequence[tuple[Sequence[Write], Callback]]) -> None:
+        """Commit the transitions of ``group`` as one LMDB transaction on the caller's thread.
+
+        Then call each callback in order, on this thread: ``callback(None)``
+        once the commit is durable in the store's mode, ``callback(error)`` if
+        it failed (and for every group after a failure: they were built on its
+        state). Mutually exclusive with the writer thread's commits; one
+        writer should use one of the two paths, as transitions are ordered
+        within a path only.
+
+        Raises:
+            StoreReadOnly: the store is read-only.
+            StoreError: the store is closed or a previous commit failed for good.
+        """
+        self._check_writable()
+        with self._commit_lock:
+            self._commit_group([_Item(writes, callback) for writes, callback in group])
+        if self.durability is Durability.BUFFERED and not self._sync_due:
+            self._sync_due = True  # the writer thread fsyncs within FLUSH_INTERVAL_S
+            self._queue.put(_DIRTY)
 
     def write_now(self, writes: Sequence[Write]) -> None:
         """Commit ``writes`` and wait for it (convenience for setup and tests).
@@ -579,10 +615,13 @@ class Store:
                 except queue.Empty:
                     break
             if group:
-                self._commit_group(group)
+                with self._commit_lock:
+                    self._commit_group(group)
                 dirty = dirty or self.durability is Durability.BUFFERED
             for control in controls:
-                if control is _STOP:
+                if control is _DIRTY:  # commit_group committed unsynced writes
+                    dirty = True
+                elif control is _STOP:
                     self._sync()
                     return
                 if isinstance(control, tuple) and control[0] is _FLUSH:
@@ -591,6 +630,7 @@ class Store:
                     control[1].set()
 
     def _sync(self) -> None:
+        self._sync_due = False
         with contextlib.suppress(lmdb.Error):
             self.env.sync(True)
             self.stats.syncs += 1
