@@ -1,8 +1,9 @@
 """The supervisor's in-memory picture of the tree, and the writes that keep the store in step.
 
 Only the supervisor thread touches a :class:`Tree`. Every mutation updates the
-indexes and appends the matching LMDB write to :attr:`Tree.writes`; the
-supervisor hands those writes to the store as one transition.
+indexes and records the matching LMDB write; :meth:`Tree.take_writes` hands
+them to the supervisor as one transition. An agent changed several times in
+one transition is encoded and written once, as it ends.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Tree:
         self.undelivered: dict[str, int] = {}
         self.seq = 0
         self.writes: list[Write] = []
+        self._agents_written: dict[str, AgentRecord] = {}  # encoded by take_writes
 
     # -- sequencing and batching --------------------------------------------
 
@@ -89,8 +91,14 @@ class Tree:
         return self.seq
 
     def take_writes(self) -> list[Write]:
-        """Return and clear the writes gathered since the last call."""
+        """Return and clear the writes gathered since the last call (each agent's last state)."""
         writes, self.writes = self.writes, []
+        if self._agents_written:
+            writes += [
+                ("agents", agent_id.encode(), _encode(record))
+                for agent_id, record in self._agents_written.items()
+            ]
+            self._agents_written = {}
         return writes
 
     # -- agents --------------------------------------------------------------
@@ -119,7 +127,7 @@ class Tree:
         ):
             self._unindex_live(record)
         if persist:
-            self.writes.append(("agents", record.id.encode(), _encode(record)))
+            self._agents_written[record.id] = record
         return record
 
     def _index_live(self, record: AgentRecord) -> None:
@@ -261,6 +269,7 @@ class Tree:
         removed = set(agent_ids)
         completions = 0
         for agent_id in removed:
+            self._agents_written.pop(agent_id, None)
             self.writes.append(("agents", agent_id.encode(), None))
             self.writes.append(("transcripts", agent_id.encode(), None))
             for seq, record in self.mailbox.pop(agent_id, {}).items():

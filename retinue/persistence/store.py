@@ -636,7 +636,11 @@ class Store:
             self.stats.syncs += 1
 
     def _commit_group(self, group: list[_Item]) -> None:
-        writes = [w for item in group for w in item.writes]
+        if len(group) == 1:
+            writes = list(group[0].writes)
+        else:  # a key written by several transitions of the group is written once, as it ends
+            last = {(name, key): value for item in group for name, key, value in item.writes}
+            writes = [(name, key, value) for (name, key), value in last.items()]
         # Transitions queued behind a failed one were built on its state: refuse them too.
         error: BaseException | None = self._failed
         if writes and error is None:
