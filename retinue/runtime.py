@@ -107,6 +107,10 @@ class Runtime:
         self._shutting_down = False
         self._released = threading.Event()  # set once the store is released
         self._closing_runners: set[str] = set()  # agents whose runner is closing the runtime
+        # Async host waits whose task has not received the answer yet, with their give-back.
+        self._async_waits: dict[
+            concurrent.futures.Future[Any], Callable[[concurrent.futures.Future[Any]], None]
+        ] = {}
         self._executor: Executor | None = None
         self._core: Supervisor | None = None
 
@@ -497,15 +501,48 @@ class Runtime:
             WaitTimeout: nothing arrived in time.
         """
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._submit(command, reply=future)
+        with self._lock:
+            self._async_waits[future] = give_back
         try:
-            return await await_waiter(future, seconds, lambda: self._give_up_wait(future, seconds))
+            self._submit(command, reply=future)
+            value = await await_waiter(future, seconds, lambda: self._give_up_wait(future, seconds))
         except asyncio.CancelledError:
-            if future.cancel():  # not answered: the supervisor skips it; forget it
-                self._give_up_wait(future, seconds)
-            else:  # answered (or being answered): give what it took back
-                future.add_done_callback(give_back)
+            if self._claim(future):
+                if future.cancel():  # not answered: the supervisor skips it; forget it
+                    self._give_up_wait(future, seconds)
+                else:  # answered (or being answered): give what it took back
+                    future.add_done_callback(give_back)
             raise
+        except BaseException:
+            self._claim(future)
+            raise
+        if not self._claim(future):
+            raise RuntimeClosed(
+                "the runtime closed before this wait's task resumed; what it was handed "
+                "was given back and waits in the store"
+            )
+        return value
+
+    def _claim(self, future: concurrent.futures.Future[Any]) -> bool:
+        """Claim an async host wait's answer for its task; False if the close took it back."""
+        with self._lock:
+            return self._async_waits.pop(future, None) is not None
+
+    def _give_back_unclaimed(self) -> None:
+        """At close: give back what async host waits were handed but their tasks never received.
+
+        A task whose loop is busy (or blocked in this very close) cannot
+        resume before the supervisor stops, so its give-back could not be
+        served later; the close serves it now, and the task's wait ends
+        with ``RuntimeClosed``.
+        """
+        with self._lock:
+            waits, self._async_waits = self._async_waits, {}
+        for future, give_back in waits.items():
+            if future.done():
+                give_back(future)
+            else:
+                future.add_done_callback(give_back)  # answered by the shutdown, if at all
 
     def _unreceive(self, future: concurrent.futures.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
@@ -607,6 +644,7 @@ class Runtime:
                 actors = self._ask(Shutdown())
         with self._lock:
             self._closed = True
+        self._give_back_unclaimed()
         self._stop_runners(actors)
         if self._executor is not None:
             # Before the supervisor stops: cancelled async turns finish here and

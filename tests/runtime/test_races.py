@@ -690,3 +690,46 @@ def test_a_completion_handed_to_an_async_wait_survives_an_interrupt_while_the_lo
     rt.follow_up("/root/p", "read")
     rt.wait("/root/p", timeout=PROMPT_S)
     assert team.seen == [f"{child_id}:1"]
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+def test_a_completion_handed_to_a_host_wait_async_survives_a_close_before_its_task_resumes(
+    tmp_path: Path, cancelled: bool
+) -> None:
+    """The host's loop is busy while its wait is answered and another thread closes the runtime.
+
+    The close takes the completion back (the task could not give it back to a
+    stopped supervisor if it were cancelled next): the task's wait ends with
+    ``RuntimeClosed`` and the completion is received once, after a reopen.
+    """
+    gate = Gate()
+    profiles = [Profile("w", runner=gate)]
+    store = tmp_path / "store"
+    rt = Runtime.open(store, profiles=profiles)
+    agent = rt.spawn("w", "x")
+    loop_busy, loop_free = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    async def host() -> None:
+        task = asyncio.ensure_future(rt.wait_async(agent.id, timeout=PROMPT_S))
+        await asyncio.sleep(0.05)  # the wait is registered
+        loop_busy.set()
+        loop_free.wait(PROMPT_S)  # blocks this loop: the task cannot resume meanwhile
+        if cancelled:
+            task.cancel()
+        try:
+            outcome.append(await task)
+        except (RetinueError, asyncio.CancelledError) as exc:
+            outcome.append(type(exc))
+
+    loop = threading.Thread(target=asyncio.run, args=(host(),))
+    loop.start()
+    assert loop_busy.wait(PROMPT_S)
+    gate.release()
+    wait_settled(rt, agent.id)  # the host's wait is answered now
+    rt.shutdown()
+    loop_free.set()
+    loop.join(PROMPT_S)
+    assert outcome == [asyncio.CancelledError if cancelled else RuntimeClosed]
+    with Runtime.open(store, profiles=profiles) as again:
+        assert again.wait(agent.id, timeout=0).id == f"{agent.id}:1"
