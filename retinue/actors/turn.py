@@ -36,6 +36,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.profile import Profile
 from retinue.errors import (
+    AgentClosed,
     BlockingCallInAsyncRunner,
     FanoutLimitExceeded,
     InvalidArgument,
@@ -243,6 +244,9 @@ def _drive(steps: _Steps[_T]) -> _T:
                 value = request.sync()
             except Exception as exc:
                 request = steps.throw(exc)
+            except BaseException:
+                steps.close()  # its clean-up (a give-back) runs now, not when collected
+                raise
             else:
                 request = steps.send(value)
     except StopIteration as stop:
@@ -258,6 +262,9 @@ async def _drive_async(steps: _Steps[_T]) -> _T:
                 value = await request.async_()
             except Exception as exc:
                 request = steps.throw(exc)
+            except BaseException:  # the task was cancelled
+                steps.close()  # its clean-up (a give-back) runs now, not when collected
+                raise
             else:
                 request = steps.send(value)
     except StopIteration as stop:
@@ -368,6 +375,19 @@ class Turn:
         """
         with self._cancel_lock:
             return self._held.pop(future, None) is not None
+
+    def receive_all(self, futures: Sequence[concurrent.futures.Future[Any]]) -> bool:
+        """Claim the events of several waits at once (:meth:`receive`); False if they went back.
+
+        All or nothing: a cancel reclaims every held event at once, and
+        after it nothing new is handed to the turn.
+        """
+        with self._cancel_lock:
+            if any(future not in self._held for future in futures):
+                return False
+            for future in futures:
+                del self._held[future]
+            return True
 
     def reclaim(
         self, future: concurrent.futures.Future[Any] | None = None
@@ -494,15 +514,27 @@ class Turn:
         )
         deadline = time.monotonic() + wait_s
         results: list[Completion | RetinueError] = []
-        for entry in spawned:
-            if isinstance(entry, RetinueError):
-                results.append(entry)
-                continue
-            try:
+        # The batch's completions reach the runner together: until run_many
+        # returns they stay held, so a batch that ends in an error (an
+        # interrupt in a later wait, a cancelled task) gives them back.
+        received: list[concurrent.futures.Future[Any]] = []
+        try:
+            for entry in spawned:
+                if isinstance(entry, RetinueError):
+                    results.append(entry)
+                    continue
                 remaining = max(0.0, deadline - time.monotonic())
-                results.append((yield self._wait_request(entry.id, "completion", remaining)))
-            except WaitTimeout as exc:
-                results.append(exc)
+                request = self._wait_request(entry.id, "completion", remaining, claim=False)
+                try:
+                    results.append((yield request))
+                    received.append(request.future)
+                except (WaitTimeout, AgentClosed) as exc:  # keeps its place, as its error
+                    results.append(exc)
+        except BaseException:
+            self._give_back(received)
+            raise
+        if not self.receive_all(received):
+            raise TurnInterrupted(f"{self.agent.path} was interrupted; its batch went back")
         return results
 
     def run_many(
@@ -510,8 +542,11 @@ class Turn:
     ) -> list[Completion | RetinueError]:
         """Run several children at once; return their completions in request order.
 
-        A refused spawn or a wait that ran out of time keeps its place as its
-        error; the time budget is shared by the whole batch.
+        A refused spawn, a wait that ran out of time or a child closed
+        meanwhile keeps its place as its error; the time budget is shared by
+        the whole batch. If the batch ends in an error (the turn is
+        interrupted in a later wait), the completions it had received go
+        back to the agent: its next turn receives them.
 
         Raises:
             FanoutLimitExceeded: more requests than ``fanout_cap``.
@@ -575,7 +610,17 @@ class Turn:
         """Like :meth:`wait`, without blocking the event loop."""
         return await _drive_async(self._wait_steps(ref, timeout, field))
 
-    def _wait_request(self, ref: str, kind: str, timeout: float, field: str = "ref") -> _Wait:
+    def _give_back(self, futures: Sequence[concurrent.futures.Future[Any]]) -> None:
+        """Give back the events these waits took that no runner received (a cancel took none)."""
+        for future in futures:
+            for event in self.reclaim(future):
+                with contextlib.suppress(RetinueError):
+                    _ignore(self._caller(GiveBack(self.agent.id, event)))
+
+    def _wait_request(
+        self, ref: str, kind: str, timeout: float, field: str = "ref", *, claim: bool = True
+    ) -> _Wait:
+        """Register a wait; with ``claim=False`` its event stays held (the caller claims it)."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._caller(Wait(self._me, ref, kind, field), reply=future)
 
@@ -584,7 +629,7 @@ class Turn:
                 _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
 
         def receive(value: Any, in_task: bool) -> Any:
-            if not isinstance(value, Message | Completion) or self.receive(future):
+            if not claim or not isinstance(value, Message | Completion) or self.receive(future):
                 return value
             # The turn was cancelled and the supervisor took the event back first.
             if in_task:
@@ -592,9 +637,7 @@ class Turn:
             raise TurnInterrupted(f"{self.agent.path} was interrupted; its wait's event went back")
 
         def give_back() -> None:  # a cancelled task never saw the event: it goes back
-            for event in self.reclaim(future):
-                with contextlib.suppress(RetinueError):
-                    _ignore(self._caller(GiveBack(self.agent.id, event)))
+            self._give_back([future])
 
         return _Wait(future, timeout, give_up, receive, give_back)
 

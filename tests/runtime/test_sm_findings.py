@@ -1,7 +1,7 @@
-"""Runtime defects the state machine's search led to, each pinned as a strict xfail.
+"""Runtime defects the state machine's search led to, each pinned by the test that found it.
 
-Each test states the promise it checks; it is marked ``xfail(strict=True)``
-until the runtime keeps it (then the mark goes and the test stays).
+Each test states the promise it checks; while the runtime breaks it, it is
+marked ``xfail(strict=True)``; once fixed the mark goes and the test stays.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
 from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
 
 from retinue import AgentState, Completion, Profile, Turn
@@ -35,13 +34,6 @@ def _run_many_results(thread: threading.Thread) -> list[Any] | None:
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "run_many interrupted in its second wait discards the completion its first wait "
-        "received: marked delivered, never seen by any runner, never handed to a later turn"
-    ),
-)
 def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(
     open_runtime: OpenRuntime, gate: Gate
 ) -> None:
