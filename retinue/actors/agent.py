@@ -273,10 +273,18 @@ class AgentActor(PooledActor):
     """
 
     def __init__(
-        self, runner: Runner, settle: Settle, output_max_bytes: int, executor: Executor
+        self,
+        runner: Runner,
+        settle: Settle,
+        output_max_bytes: int,
+        executor: Executor,
+        is_async: bool | None = None,
     ) -> None:
-        """Prepare the actor; the turn arrives as its one message."""
-        self.is_async = is_async_runner(runner)
+        """Prepare the actor; the turn arrives as its one message.
+
+        ``is_async`` says whether ``runner`` is async (None: inspect it).
+        """
+        self.is_async = is_async_runner(runner) if is_async is None else is_async
         self._loop_thread = executor.loop
         submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
         super().__init__(submit)

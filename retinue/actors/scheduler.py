@@ -83,6 +83,7 @@ class Scheduler:
         self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
         self.turns: dict[str, TurnHandle] = {}
         self.reacquire: deque[SlotRequest] = deque()
+        self._settle = self._settle_teller()  # how every runner reports back
         # Sync turns cancelled while their runner still runs: (agent id, generation).
         self.abandoned: set[tuple[str, int]] = set()
 
@@ -145,9 +146,10 @@ class Scheduler:
         try:
             actor = AgentActor.start(
                 world.runners[record.profile],
-                self._settle_teller(),
+                self._settle,
                 world.limits.output_max_bytes,
                 world.executor,
+                world.runner_is_async.get(record.profile, False),
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
             error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"

@@ -161,11 +161,12 @@ class Spawner:
         world.check_size(task, "task")
         agent_id = new_id()
         if name is None:
-            name = paths.derive_name(agent_id)
-        name = paths.validate_name(name, field="name")
+            name = paths.derive_name(agent_id)  # valid by construction
+        else:
+            name = paths.validate_name(name, field="name")
         parent_path = paths.ROOT if parent is None else parent.path
         path = paths.join(parent_path, name)
-        depth = paths.depth(path)
+        depth = parent_path.count("/")  # the child's: one more segment than its parent's
         cap = limits.depth_cap
         if depth > cap:
             raise DepthLimitExceeded(
@@ -225,7 +226,7 @@ class Spawner:
             profile=profile,
             parent_id=None if parent is None else parent.id,
             parent_path=paths.ROOT if parent is None else parent.path,
-            depth=paths.depth(path),
+            depth=path.count("/") - 1,
             state=AgentState.STARTING,
             generation=0,
             task=task,
