@@ -22,6 +22,7 @@ from retinue.actors.commands import (
     Settle,
 )
 from retinue.actors.core import BUSY, World, info_of
+from retinue.actors.host_waits import HostWaits
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
@@ -53,12 +54,18 @@ class Lifecycle:
     """How turns end and agents close."""
 
     def __init__(
-        self, world: World, scheduler: Scheduler, waiters: Waiters, router: Router
+        self,
+        world: World,
+        scheduler: Scheduler,
+        waiters: Waiters,
+        hosts: HostWaits,
+        router: Router,
     ) -> None:
-        """Act on ``world`` through the scheduler, the waiters and the router."""
+        """Act on ``world`` through the scheduler, the turn and host waits and the router."""
         self.world = world
         self.scheduler = scheduler
         self.waiters = waiters
+        self.hosts = hosts
         self.router = router
 
     # -- turn ends ----------------------------------------------------------------------
@@ -275,7 +282,7 @@ class Lifecycle:
         heir = tree.nearest_live_ancestor(record)
         for pending in tree.pending_for(record.id):
             self.router.reroute(tx, pending, heir)
-        self.waiters.serve_host(tx, record.id)
+        self.hosts.serve_host(tx, record.id)
         parent_id = record.parent_id
         waiter = None if parent_id is None else self.waiters.waiting(parent_id)
         if parent_id is not None and waiter is not None and waiter.child_id == record.id:

@@ -14,6 +14,7 @@ import time
 
 from retinue.actors.commands import GiveBack, Send
 from retinue.actors.core import World
+from retinue.actors.host_waits import HostWaits
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.actors.tree import HOST
@@ -38,11 +39,14 @@ __all__ = ["Router"]
 class Router:
     """Messages, completions and wakes."""
 
-    def __init__(self, world: World, scheduler: Scheduler, waiters: Waiters) -> None:
-        """Route in ``world``; wakes queue turns on ``scheduler``; waits are ``waiters``."""
+    def __init__(
+        self, world: World, scheduler: Scheduler, waiters: Waiters, hosts: HostWaits
+    ) -> None:
+        """Route in ``world``; wakes queue turns on ``scheduler``; waits are in the two others."""
         self.world = world
         self.scheduler = scheduler
         self.waiters = waiters
+        self.hosts = hosts
         self.held_wakes: set[str] = set()
 
     # -- messages -------------------------------------------------------------------
@@ -184,7 +188,7 @@ class Router:
                 agent_id=HOST, path=paths.ROOT, at=now, message_id=message.id, sender=me.path
             )
         )
-        self.waiters.serve_inbox(tx)
+        self.hosts.serve_inbox(tx)
         return message
 
     def _check_dedup(self, dedup_key: object) -> str:
@@ -298,7 +302,7 @@ class Router:
             )
         )
         self._emit_routed(tx, completion, recipient, now)
-        self.waiters.serve_host(tx, record.id)
+        self.hosts.serve_host(tx, record.id)
         if recipient is not None:
             self.offer(tx, recipient, pending)
 
@@ -340,7 +344,7 @@ class Router:
         moved = self.world.tree.reroute(pending, heir)
         self._emit_routed(tx, moved.completion, heir, time.time())
         if heir is None:
-            self.waiters.serve_host(tx, moved.completion.agent_id)
+            self.hosts.serve_host(tx, moved.completion.agent_id)
         else:
             self.offer(tx, heir, moved)
 

@@ -5,7 +5,8 @@
 
 - :class:`~retinue.actors.spawning.Spawner`: every cap checked at spawn time;
 - :class:`~retinue.actors.scheduler.Scheduler`: turn slots and turn starts;
-- :class:`~retinue.actors.waiters.Waiters`: blocked host and turn waits;
+- :class:`~retinue.actors.waiters.Waiters`: blocked turn waits;
+- :class:`~retinue.actors.host_waits.HostWaits`: blocked host waits (agents and the inbox);
 - :class:`~retinue.actors.routing.Router`: messages, completions, wakes;
 - :class:`~retinue.actors.lifecycle.Lifecycle`: settles, follow-ups,
   interrupts and closes (the rules that span the parts).
@@ -13,8 +14,10 @@
 It serves each typed command (:mod:`retinue.actors.commands`) in one
 ``match``; every command writes into its own
 :class:`~retinue.actors.transition.Transition` (store writes, events, effects
-after the commit), committed as one. :class:`SupervisorActor` is its pykka
-shell, handling one command at a time in arrival order.
+after the commit). The supervisor commits the transitions it served while
+its inbox had more (group commit, on its own thread) and then answers them.
+:class:`SupervisorActor` is its pykka shell, handling one command at a time
+in arrival order.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import BUSY, World, agent_list, info_of
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.host_waits import HostWaits
 from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.routing import Router
@@ -113,9 +117,12 @@ class Supervisor:
         )
         self.scheduler = Scheduler(self.world, inbox=self._inbox, start_failed=self._start_failed)
         self.waiters = Waiters(self.world, self.scheduler)
-        self.router = Router(self.world, self.scheduler, self.waiters)
+        self.hosts = HostWaits(self.world)
+        self.router = Router(self.world, self.scheduler, self.waiters, self.hosts)
         self.spawner = Spawner(self.world, self.scheduler)
-        self.lifecycle = Lifecycle(self.world, self.scheduler, self.waiters, self.router)
+        self.lifecycle = Lifecycle(
+            self.world, self.scheduler, self.waiters, self.hosts, self.router
+        )
         self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
         self._group: list[Transition] = []  # served, not committed yet
         self._group_commands: list[Command[Any]] = []
@@ -143,7 +150,7 @@ class Supervisor:
                 raise RuntimeClosed("the runtime is closing")
             tx.result = self.dispatch(tx, command)
             self.router.wake_drained(tx)
-            self.waiters.end_idle_host_waits(tx)
+            self.hosts.end_idle_host_waits(tx)
         except RetinueError as exc:
             tx.result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
@@ -187,19 +194,19 @@ class Supervisor:
             case Send():
                 return self.router.send(tx, command)
             case Wait(sender=Host()):
-                return self.waiters.host_wait(tx, command)
+                return self.hosts.host_wait(tx, command)
             case Wait():
                 return self._agent_wait(tx, command)
             case GiveUpWait(sender=Host()):
-                return self.waiters.give_up_host(command)
+                return self.hosts.give_up_host(command)
             case GiveUpWait():
                 return self._give_up_agent_wait(tx, command)
             case Unreceive():
-                return self.waiters.unreceive(tx, command)
+                return self.hosts.unreceive(tx, command)
             case GiveBack():
                 return self.router.give_back(tx, command)
             case ReturnHostMessages():
-                return self.waiters.return_messages(tx, command.messages)
+                return self.hosts.return_messages(tx, command.messages)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, command)
@@ -214,7 +221,7 @@ class Supervisor:
             case InterruptTree():
                 return self.lifecycle.interrupt_tree(tx, command)
             case HostMessages():
-                return self.waiters.host_messages(tx)
+                return self.hosts.host_messages(tx)
             case Close():
                 info = self.lifecycle.close(tx, command)
                 self.retention.enforce(world.tree, time.time())
@@ -354,7 +361,7 @@ class Supervisor:
             record = self.world.tree.agents[agent_id]
             if record.state in BUSY:
                 self.lifecycle.interrupt_turn(tx, record)
-        self.waiters.fail_hosts(tx, RuntimeClosed("the runtime closed during the wait"))
+        self.hosts.fail_hosts(tx, RuntimeClosed("the runtime closed during the wait"))
         return actors
 
 

@@ -1,76 +1,28 @@
-"""Waiters: hosts and turns blocked in ``wait``, as small named records.
+"""Turn waits: a turn blocked in ``wait`` on one child, as a small named record.
 
-A host waits for an agent's oldest completion it has not received. A turn
-waits for the next event from one child (a message it sent, or its
+A turn waits for the next event from one child (a message it sent, or its
 completion); meanwhile it gives its turn slot to others, and takes the event
 only once it has a slot again, so an interrupt in between loses nothing.
+Every event taken for a turn is handed to it (``Turn.hand``) until its
+runner receives it, so a cancel can take back what no runner saw.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from retinue.actors.commands import GiveUpWait, Unreceive, Wait
-from retinue.actors.core import BUSY, World
+from retinue.actors.commands import GiveUpWait, Wait
+from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
-from retinue.actors.tree import HOST
-from retinue.errors import (
-    AgentBusy,
-    AgentClosed,
-    NothingToWaitFor,
-    NotPermitted,
-    RetinueError,
-    WaitTimeout,
-)
-from retinue.protocol.messages import AgentState, Message
+from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, WaitTimeout
+from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 
-__all__ = ["AgentWaiter", "HostWaiter", "Waiters", "host_give_back", "host_next", "host_take"]
-
-
-def host_next(record: AgentRecord, generations: Iterable[int]) -> int | None:
-    """Return the generation a host wait on ``record`` receives next (None: nothing new).
-
-    That is the oldest of the generations the host gave back and those above
-    its receipt mark; ``generations`` are the agent's known completions.
-    """
-    returned = record.host_returned
-    fresh = [g for g in generations if g > record.host_received or g in returned]
-    return min(fresh) if fresh else None
-
-
-def host_take(record: AgentRecord, generation: int) -> dict[str, Any]:
-    """Return the record changes that mark ``generation`` received by the host."""
-    if generation in record.host_returned:
-        return {"host_returned": tuple(g for g in record.host_returned if g != generation)}
-    return {"host_received": max(record.host_received, generation)}
-
-
-def host_give_back(record: AgentRecord, generation: int) -> dict[str, Any] | None:
-    """Return the record changes that give a received ``generation`` back (None: not received).
-
-    The receipt mark drops while its top generation is given back, so the
-    returned list only holds generations below the mark.
-    """
-    if generation > record.host_received or generation in record.host_returned:
-        return None
-    returned = set(record.host_returned) | {generation}
-    mark = record.host_received
-    while mark in returned:
-        returned.discard(mark)
-        mark -= 1
-    return {"host_received": mark, "host_returned": tuple(sorted(returned))}
-
-
-@dataclass(frozen=True, slots=True)
-class HostWaiter:
-    """A host blocked in ``wait`` on one agent; answered with a completion."""
-
-    future: concurrent.futures.Future[Any]
+__all__ = ["AgentWaiter", "Waiters"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,213 +39,13 @@ class AgentWaiter:
 
 
 class Waiters:
-    """Every blocked wait, and how each one is answered."""
+    """Every blocked turn wait, and how each one is answered."""
 
     def __init__(self, world: World, scheduler: Scheduler) -> None:
-        """Keep the waits of ``world``; a turn's slot comes from ``scheduler``."""
+        """Keep the turns' waits on ``world``; a turn's slot comes from ``scheduler``."""
         self.world = world
         self.scheduler = scheduler
-        self.host: dict[str, list[HostWaiter]] = {}
         self.agent: dict[str, AgentWaiter] = {}
-        self.inbox: list[HostWaiter] = []  # host waits for messages to /root
-
-    # -- the host ----------------------------------------------------------------
-
-    def host_wait(self, tx: Transition, command: Wait) -> None:
-        """Register a host wait for the agent's oldest completion the host has not received.
-
-        Raises:
-            UnknownAgent: no such agent.
-            NothingToWaitFor: the agent is idle, the host received every
-                completion it keeps and nothing may wake it: the wait could
-                only run out its time.
-        """
-        record = self.world.find(None, command.ref, command.field)
-        idle = self.nothing_to_wait_for(record)
-        if idle is not None:
-            raise idle
-        self.host.setdefault(record.id, []).append(HostWaiter(tx.defer()))
-        self.serve_host(tx, record.id)
-
-    def nothing_to_wait_for(self, record: AgentRecord) -> NothingToWaitFor | None:
-        """Return the error for a host wait on ``record`` that nothing can answer, or None.
-
-        Nothing can when the agent is neither queued nor running (nor closed,
-        which ends waits with ``AgentClosed``), the host received every
-        completion it keeps, and nothing may wake it (:meth:`_may_be_woken`).
-        """
-        if record.state in BUSY or record.state is AgentState.CLOSED:
-            return None
-        if host_next(record, self.world.tree.completions.get(record.id, {})) is not None:
-            return None
-        if self._may_be_woken(record):
-            return None
-        return NothingToWaitFor(
-            f"{record.path} is {record.state}: no turn is queued or running and the host "
-            f"has received every completion it keeps (its last turn is {record.generation}), "
-            "so nothing will come; give it a new turn (follow_up, resume) before waiting"
-        )
-
-    def _may_be_woken(self, record: AgentRecord) -> bool:
-        """Return whether an idle agent may still get a turn nobody asked for.
-
-        It may if it wakes on completions and a completion is pending for it
-        (held back by a full backlog) or a live descendant has a turn queued
-        or running, whose completion may reach it.
-        """
-        world = self.world
-        if not getattr(world.profiles.get(record.profile), "wake_on_completion", False):
-            return False
-        tree = world.tree
-        if tree.pending_for(record.id):
-            return True
-        stack = list(tree.live_children(record.id))
-        while stack:
-            child = tree.agents[stack.pop()]
-            if child.state in BUSY:
-                return True
-            stack.extend(tree.live_children(child.id))
-        return False
-
-    def end_idle_host_waits(self, tx: Transition) -> None:
-        """End host waits left on agents that went idle with nothing left for the host.
-
-        Run once a command is done (a wake it queued counts as work to come).
-        """
-        tree = self.world.tree
-        while tx.idle_hosts:
-            agent_id = tx.idle_hosts.pop()
-            record = tree.agents.get(agent_id)
-            if record is None or not self.host.get(agent_id):
-                continue
-            error = self.nothing_to_wait_for(record)
-            if error is None:
-                continue
-            for waiter in self.host.pop(agent_id):
-                future = waiter.future
-                if future.set_running_or_notify_cancel():
-                    tx.after(lambda f=future, e=error: f.set_exception(e))  # type: ignore[misc]
-
-    def serve_host(self, tx: Transition, agent_id: str) -> None:
-        """Answer host waits on ``agent_id`` with completions they have not received.
-
-        Waits left on a closed agent end with ``AgentClosed``.
-        """
-        waiters = self.host.get(agent_id)
-        world = self.world
-        tree = world.tree
-        while waiters:
-            record = tree.agents[agent_id]
-            done = tree.completions.get(agent_id, {})
-            generation = host_next(record, done)
-            if generation is None:
-                break
-            future = waiters.pop(0).future
-            if not future.set_running_or_notify_cancel():
-                continue
-            pending = done[generation]
-            if not pending.delivered and pending.recipient_id is None:
-                pending = world.deliver(tx, pending)
-            world.update(record, updated_at=record.updated_at, **host_take(record, generation))
-            completion = pending.completion
-            tx.after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
-        if not waiters:
-            self.host.pop(agent_id, None)
-            return
-        tx.idle_hosts.add(agent_id)  # checked once the command is done (a wake may follow)
-        if tree.agents[agent_id].state is AgentState.CLOSED:
-            closed = AgentClosed(f"{tree.agents[agent_id].path} is closed")
-            for waiter in self.host.pop(agent_id):
-                future = waiter.future
-                if future.set_running_or_notify_cancel():
-                    tx.after(lambda f=future: f.set_exception(closed))  # type: ignore[misc]
-
-    def unreceive(self, tx: Transition, command: Unreceive) -> None:
-        """The host lost a completion it was handed (its wait was cancelled): take it back.
-
-        It becomes the next completion a host wait on that agent receives.
-        """
-        agent_id, generation = command.agent_id, command.generation
-        tree = self.world.tree
-        record = tree.agents.get(agent_id)
-        done = tree.completions.get(agent_id, {}).get(generation)
-        back = None if record is None else host_give_back(record, generation)
-        if record is None or done is None or back is None:
-            return  # compacted, or not received: nothing to undo
-        if done.delivered and done.recipient_id is None:
-            tree.undeliver(done)
-        self.world.update(record, updated_at=record.updated_at, **back)
-        self.serve_host(tx, agent_id)
-
-    def give_up_host(self, command: GiveUpWait) -> None:
-        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered.
-
-        An inbox wait (``rt.messages``) ends with no messages instead.
-        """
-        future, seconds = command.future, command.seconds
-        for waiter in self.inbox:
-            if waiter.future is future:
-                self.inbox.remove(waiter)
-                if future.set_running_or_notify_cancel():
-                    future.set_result([])
-                return
-        for agent_id, waiters in list(self.host.items()):
-            mine = [w for w in waiters if w.future is future]
-            if mine:
-                waiters.remove(mine[0])
-                if not waiters:
-                    del self.host[agent_id]
-                if future.set_running_or_notify_cancel():
-                    record = self.world.tree.agents[agent_id]
-                    future.set_exception(
-                        self.nothing_to_wait_for(record)
-                        or WaitTimeout(
-                            f"{record.path} did not settle within {seconds:g}s; it keeps running"
-                        )
-                    )
-                return
-
-    # -- the host's inbox ----------------------------------------------------------
-
-    def host_messages(self, tx: Transition) -> None:
-        """Answer with the host's unread messages, or wait for the first to arrive."""
-        self.inbox.append(HostWaiter(tx.defer()))
-        self.serve_inbox(tx)
-
-    def serve_inbox(self, tx: Transition) -> None:
-        """Hand every unread message of the host's inbox to the oldest inbox wait."""
-        world = self.world
-        unread = world.tree.unread(HOST)
-        while unread and self.inbox:
-            future = self.inbox.pop(0).future
-            if not future.set_running_or_notify_cancel():
-                continue
-            taken = [world.take_message(record) for record in unread]
-            tx.after(lambda f=future, m=taken: f.set_result(m))  # type: ignore[misc]
-            return
-
-    def return_messages(self, tx: Transition, messages: tuple[Message, ...]) -> None:
-        """Take back messages the host was handed but lost; they are unread again."""
-        tree = self.world.tree
-        for message in messages:
-            seq = int(message.id.rsplit(":", 1)[1])
-            tree.unread_again(message, seq)
-        self.serve_inbox(tx)
-
-    # -- every host wait ---------------------------------------------------------------
-
-    def fail_hosts(self, tx: Transition, why: RetinueError) -> None:
-        """End every host wait with ``why`` (the runtime closes)."""
-        for waiter in self.inbox:
-            if waiter.future.set_running_or_notify_cancel():
-                tx.after(lambda f=waiter.future: f.set_exception(why))  # type: ignore[misc]
-        self.inbox.clear()
-        for waiters in self.host.values():
-            for waiter in waiters:
-                future = waiter.future
-                if future.set_running_or_notify_cancel():
-                    tx.after(lambda f=future: f.set_exception(why))  # type: ignore[misc]
-        self.host.clear()
 
     # -- turns ---------------------------------------------------------------------
 
