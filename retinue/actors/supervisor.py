@@ -7,7 +7,8 @@
 - :class:`~retinue.actors.scheduler.Scheduler`: turn slots and turn starts;
 - :class:`~retinue.actors.waiters.Waiters`: blocked turn waits;
 - :class:`~retinue.actors.host_waits.HostWaits`: blocked host waits (agents and the inbox);
-- :class:`~retinue.actors.routing.Router`: messages, completions, wakes;
+- :class:`~retinue.actors.mailboxes.Mailboxes`: messages and a starting turn's inbox;
+- :class:`~retinue.actors.routing.Router`: completions and wakes;
 - :class:`~retinue.actors.lifecycle.Lifecycle`: settles, follow-ups,
   interrupts and closes (the rules that span the parts).
 
@@ -67,6 +68,7 @@ from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
+from retinue.actors.mailboxes import Mailboxes
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
@@ -118,6 +120,7 @@ class Supervisor:
         self.scheduler = Scheduler(self.world, inbox=self._inbox, start_failed=self._start_failed)
         self.waiters = Waiters(self.world, self.scheduler)
         self.hosts = HostWaits(self.world)
+        self.mailboxes = Mailboxes(self.world, self.waiters, self.hosts)
         self.router = Router(self.world, self.scheduler, self.waiters, self.hosts)
         self.spawner = Spawner(self.world, self.scheduler)
         self.lifecycle = Lifecycle(
@@ -192,7 +195,7 @@ class Supervisor:
             case SpawnMany():
                 return self.spawner.spawn_many(tx, command)
             case Send():
-                return self.router.send(tx, command)
+                return self.mailboxes.send(tx, command)
             case Wait(sender=Host()):
                 return self.hosts.host_wait(tx, command)
             case Wait():
@@ -265,7 +268,7 @@ class Supervisor:
     # -- the scheduler's callbacks -------------------------------------------------------
 
     def _inbox(self, tx: Transition, record: AgentRecord) -> list[Message]:
-        return self.router.inbox(tx, record)
+        return self.mailboxes.inbox(tx, record)
 
     def _start_failed(self, tx: Transition, record: AgentRecord, error: str) -> None:
         self.lifecycle.finish_turn(tx, record, None, error, pump=False)
