@@ -19,11 +19,12 @@ import itertools
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "runner_finished"]
+__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "poster", "runner_finished"]
 
 log = logging.getLogger("retinue.executor")
 
@@ -190,6 +191,21 @@ class WorkerPool:
                 worker.join(max(0.0, deadline - time.monotonic()))
 
 
+# The batched cross-thread call of each runtime loop (see LoopThread.call_soon).
+_POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
+    """Return how to run a callback on ``loop`` from another thread.
+
+    A runtime's own loop gets its batched :meth:`LoopThread.call_soon`; any
+    other loop (a host's) ``call_soon_threadsafe``.
+    """
+    return _POSTERS.get(loop) or loop.call_soon_threadsafe
+
+
 class LoopThread:
     """One asyncio event loop on its own thread, started on first use."""
 
@@ -200,6 +216,9 @@ class LoopThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._calls_lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._drain_scheduled = False
 
     @property
     def thread_id(self) -> int | None:
@@ -216,6 +235,7 @@ class LoopThread:
                 return None
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                _POSTERS[loop] = self.call_soon
                 thread = threading.Thread(
                     target=self._run, args=(loop,), name=self._name, daemon=True
                 )
@@ -241,15 +261,36 @@ class LoopThread:
         self._ensure()
 
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> bool:
-        """Run ``callback(*args)`` on the loop thread soon; False once the loop is stopped."""
+        """Run ``callback(*args)`` on the loop thread soon; False once the loop is stopped.
+
+        Calls from any thread run in the order they were made. They are
+        batched: one wake-up of the loop (a write to its self-pipe) runs every
+        call queued until the loop gets to them, so a commit that starts or
+        answers many async turns wakes the loop once.
+        """
         loop = self._ensure()
         if loop is None:
             return False
+        with self._calls_lock:
+            self._calls.append((callback, args))
+            if self._drain_scheduled:
+                return True
+            self._drain_scheduled = True
         try:
-            loop.call_soon_threadsafe(callback, *args)
+            loop.call_soon_threadsafe(self._drain_calls)
         except RuntimeError:  # closed meanwhile
             return False
         return True
+
+    def _drain_calls(self) -> None:
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+            self._drain_scheduled = False
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception:  # one broken callback must not starve the others
+                log.exception("a callback on the runtime's event loop failed")
 
     def call_later(self, delay: float, callback: Callable[[], Any]) -> bool:
         """Run ``callback()`` on the loop thread after ``delay`` seconds; False once stopped."""

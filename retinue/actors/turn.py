@@ -34,6 +34,7 @@ from retinue.actors.commands import (
     TurnRef,
     Wait,
 )
+from retinue.actors.executor import poster
 from retinue.actors.profile import Profile
 from retinue.errors import (
     AgentClosed,
@@ -146,9 +147,11 @@ def _when_done(
         if not ready.done():
             ready.set_result(answered)
 
+    post = poster(loop)
+
     def on_done(_: concurrent.futures.Future[Any]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits
-            loop.call_soon_threadsafe(mark, True)
+            post(mark, True)
 
     if timeout is not None:  # the timer goes once the answer is in or the await is cancelled
         timer = loop.call_later(timeout, mark, False)
@@ -196,7 +199,8 @@ class _Ask:
         return self.future.result()
 
     async def async_(self) -> Any:
-        return await asyncio.wrap_future(self.future)
+        await _when_done(asyncio.get_running_loop(), self.future, None)
+        return self.future.result()
 
 
 class _Wait:
