@@ -240,7 +240,7 @@ class Children(Command[list[AgentInfo]]):
 
 
 @dataclass(frozen=True, slots=True)
-class Wait(Command[Any]):
+class Wait(Command[Message | Completion]):
     """Wait for the next event from an agent.
 
     From the host: the agent's oldest completion the host has not received
