@@ -1,22 +1,38 @@
 """Stateful property test: a hypothesis state machine drives a live runtime and checks its promises.
 
 The machine opens a runtime with small caps on a real LMDB store and runs
-deterministic, fast runners: ``echo`` (settles at once, or fails on purpose),
-``gated`` (blocks on a gate the machine opens and closes, honouring
-``turn.cancelled``), and coordinators ``boss`` -> ``lead`` -> ``mid`` that spawn
-children with ``turn.spawn``, ``turn.run`` and ``turn.run_many``. Every runner
-logs the turn it saw (its messages) and what it returned, so the model knows
-which messages and completions each turn received.
+deterministic, fast runners: ``echo`` (settles at once, fails on purpose,
+messages its parent or the host's inbox), ``gated`` (blocks on a gate the
+machine opens and closes, honouring ``turn.cancelled``), coordinators
+``boss`` -> ``lead`` -> ``mid`` that spawn children with ``turn.spawn``,
+``turn.run`` and ``turn.run_many``, and two async runners on the runtime's
+event loop: ``alead`` (awaits ``spawn_async``, ``run_async``, ``wait_async``
+on a child's messages and completion, ``run_many_async``,
+``interrupt_tree_async``, a retried keyed spawn, and a blocking call that
+must be refused) and ``aecho`` (echo, send_async, an awaited gate). Every
+runner logs the turn it saw (its messages) and what it received from waits
+and returned, so the model knows which messages and completions each turn
+received: the exactly-once ledger counts turns' receipts as well as the
+host's.
 
 Rules: spawn at the top or under any agent (valid and invalid names, permitted,
 not permitted and unknown profiles, oversized tasks), send (duplicate and
 over-long dedup keys, oversized content, full mailboxes), follow-up, resume,
 interrupt, close, close-tree, host waits with tiny timeouts, opening and
 closing the gate, and reopen (close the runtime, read the store, open it again).
+Also: ``interrupt_tree`` (leaves first, one completion per busy member, no
+member woken), and spawns with an ``idempotency_key`` retried (across a
+reopen too, under closed parents too): the same agent, never a second.
 The race rules (:mod:`stress.statemachine.races`): concurrent host waits,
-cancelled ``wait_async`` tasks, close and close-tree racing blocked waits, a
-runner closing the runtime, and a drain that checks the ledger: every
-completion id is received exactly once, before and after reopens.
+cancelled ``wait_async`` tasks, close and close-tree racing blocked waits
+(threads, and ``wait_async`` tasks some cancelled as the close lands), a sync
+and an async runner closing the runtime (the async one from the event loop
+while another turn's ``wait_async`` holds a completion it has not received),
+an interrupt, interrupt-tree or child close racing an async parent's wait,
+the host's inbox (reads, cancelled ``messages_async``, a blocked read a new
+agent's message answers, a flood past its capacity), and a drain that checks
+the ledgers: every completion id and every host-inbox message is received
+exactly once, before and after reopens.
 
 Modules: ``harness`` (limits, team, logging runners, the gate), ``model``
 (what the machine knows, judging calls), ``rules`` (the host's calls),
@@ -30,8 +46,9 @@ for quiescence (event-driven, no sleeps) and checks the invariants listed on
 :meth:`RetinueMachine.settled_invariants` and :meth:`RetinueMachine.reopen`.
 
 ``run(max_examples, steps, seed)`` is the long search ``python -m stress`` can
-call; ``tests/runtime/test_statemachine.py`` runs the same machine with CI
-settings.
+call; ``search(minutes, ...)`` (``python -m stress.statemachine --minutes N``)
+runs seed after seed for a time budget; ``tests/runtime/test_statemachine.py``
+runs the same machine with CI settings.
 """
 
 from __future__ import annotations

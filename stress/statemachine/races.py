@@ -8,7 +8,15 @@ nothing (what it was handed is given back), and a close answers every wait it
 races, with the completion it makes or ``AgentClosed``. The ledger
 (``host_ledger``) counts every completion id the host's waits returned; the
 ``drain`` rule checks that every completion of every top-level agent was
-received exactly once, before and after reopens.
+received exactly once, before and after reopens, and that the host read
+every message of its inbox exactly once.
+
+Async turns race too: an interrupt, interrupt-tree or child close lands as
+an ``alead`` turn's ``wait_async`` is answered, and an async runner closes
+the runtime from the event loop while another turn's wait holds a completion
+its task cannot resume to receive. A child's completion must reach exactly
+one turn of its parent (that turn, a wake or the next follow-up), or stay
+pending for it in the store: never both, never neither.
 """
 
 from __future__ import annotations

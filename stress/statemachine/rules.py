@@ -473,7 +473,9 @@ class HostRules(Model):
         new, before any cap or name is checked; for another profile it is
         ``InvalidArgument``. A first use spawns as usual and records the key.
         """
-        parent = None if top or not self.live() else self.pick(index, live_only=True)
+        # Any known parent, closed ones too: a retry under a closed parent (by id) still
+        # returns the original; a first use there is refused AgentClosed.
+        parent = None if top or not self.agents else self.pick(index)
         for n in range(retries + 1):
             if n:
                 self.sync()
