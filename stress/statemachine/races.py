@@ -426,6 +426,8 @@ class RaceRules(Model):
         if len(running) >= LIMITS.max_active_turns:  # gated turns hold every slot: free them
             self.harness.open_gate()
             self.sync()
+            if self.host_unread():  # queued senders ran meanwhile: read theirs first
+                self.host_read(self.rt.messages(timeout=0), "messages before a blocked read")
         profile = "aecho" if asynchronous else "echo"
         got: list[list[Message] | BaseException] = []
         spawned: list[AgentInfo] = []
