@@ -78,13 +78,6 @@ def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(
     assert seen.count(f"{quick.id}:1") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "run_many_async cancelled (turn interrupted) in its second wait discards the completion "
-        "its first wait received: the same loss as the sync run_many"
-    ),
-)
 def test_a_completion_run_many_async_received_survives_an_interrupt_of_its_next_wait(
     open_runtime: OpenRuntime, gate: Gate
 ) -> None:
