@@ -176,6 +176,7 @@ def run(
         "race:async_waits_cancelled",
         "interrupt_race_received",
         "interrupt_race_given_back",
+        "async_batches",
     )
     return {
         "examples": STATS["examples"],

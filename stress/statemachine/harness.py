@@ -121,6 +121,8 @@ TASKS = [
     "await:gated",
     "amany",
     "amany:gated",
+    "many2",  # a batch with two real waits (sync), and its async twin
+    "abatch",
     "twice:echo",  # a retried spawn with the same idempotency key: the same child
     "blocking",  # a blocking turn call from an async runner is refused
     "itree:gated",  # the async coordinator interrupts a child's subtree, then waits on it
@@ -156,6 +158,7 @@ SHUTDOWN = "shutdown"  # an echo task that closes the runtime from its runner (r
 # completion is handed to the parent's wait, whose task cannot resume), then the blocker
 # closes the runtime from the loop.
 HANDOVER_TASK = "await:echo:latch"
+BATCH_TASK = "abatch::latch"  # the same race with a batch: run_many_async's second wait
 LATCH = "latch"
 LOOP_SHUTDOWN = "loopshut"
 TURN_KEY = "c"  # the idempotency key the async coordinator's "twice" task uses
@@ -530,10 +533,22 @@ class Harness:
                 with self._cond:
                     log.taken.append(done.id)
                 return f"ran:{done.status}"
+            if verb == "many2":
+                results = turn.run_many(
+                    [("echo", "echo"), ("gated", "hold")], timeout=RUN_TIMEOUT_S
+                )
+                with self._cond:
+                    log.taken.extend(r.id for r in results if isinstance(r, Completion))
+                return "many2:" + ",".join(
+                    str(r.status) if isinstance(r, Completion) else type(r).__name__
+                    for r in results
+                )
             if verb == "many":
                 # One real wait per batch (the other entry is refused, or the batch is over
                 # the fan-out cap): run_many that took one completion and then raised on the
                 # next wait would hide what it took, and the model must know every receipt.
+                # Two real waits ("many2"): a batch that ends in an error gives back what it
+                # had received, so the runner sees the batch's completions all or none.
                 batch = [(profile or "echo", "echo"), ("ghost", "x")]
                 if name == "wide":
                     batch = [("echo", "echo")] * (LIMITS.fanout_cap + 1)
@@ -586,6 +601,8 @@ class Harness:
                     str(r.status) if isinstance(r, Completion) else type(r).__name__
                     for r in results
                 )
+            if verb == "abatch":  # two real waits; with the latch, the hand-over race's batch
+                return await self._abatch(turn, log, arg)
             if verb == "twice":  # a retried spawn with the same key makes no second child
                 first = await turn.spawn_async(profile, "echo", idempotency_key=TURN_KEY)
                 again = await turn.spawn_async(profile, "echo", idempotency_key=TURN_KEY)
@@ -637,6 +654,24 @@ class Harness:
         if verb == "fail":
             raise ValueError(ON_PURPOSE)
         return f"adid:{turn.task}:{len(turn.messages)}"
+
+    async def _abatch(self, turn: Turn, log: TurnLog, arg: str) -> str:
+        """``run_many_async`` of an ``echo`` and a second child (held on the latch, if armed)."""
+        timeout = RUN_TIMEOUT_S
+        if arg == LATCH:
+            with self._cond:
+                if self.handover_armed.is_set() and self.handover_parent is None:
+                    self.handover_parent = (turn.agent.id, turn.agent.generation)
+                    timeout = PARK_S
+            self.handover_waiting.set()
+        second = ("echo", LATCH) if arg == LATCH else ("aecho", "echo")
+        results = await turn.run_many_async([("echo", "echo"), second], timeout=timeout)
+        with self._cond:
+            log.taken.extend(r.id for r in results if isinstance(r, Completion))
+            STATS["async_batches"] += 1
+        return "abatch:" + ",".join(
+            str(r.status) if isinstance(r, Completion) else type(r).__name__ for r in results
+        )
 
     async def _await_child(self, turn: Turn, log: TurnLog, profile: str, arg: str) -> str:
         """Spawn a child, then ``wait_async`` on it: its messages, then its completion."""

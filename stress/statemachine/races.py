@@ -38,7 +38,9 @@ from retinue.errors import (
     WaitTimeout,
 )
 from stress.statemachine.harness import (
+    BATCH_TASK,
     HANDOVER_TASK,
+    LATCH,
     LIMITS,
     LOOP_SHUTDOWN,
     PARK_S,
@@ -539,19 +541,23 @@ class RaceRules(Model):
         if self.harness.delivered_completions()[cid] != 1:
             fail(f"{parent.path}'s next turn did not receive {cid} (given back at the close)")
 
-    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 2)
+    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 3)
     @rule(
         delay=st.sampled_from([0.0, 0.0002, 0.001, 0.003]),
         how=st.sampled_from(["interrupt", "interrupt_tree", "close_child"]),
+        batch=st.booleans(),
     )
-    def interrupt_racing_async_wait(self, delay: float, how: str) -> None:
+    def interrupt_racing_async_wait(self, delay: float, how: str, batch: bool) -> None:
         """The host interrupts an async parent just as its child settles into its ``wait_async``.
 
-        Whoever wins (the wait handing the completion to the task, or the cancel
-        taking it back), the child's completion reaches exactly one turn of the
-        parent: this one, a wake, or the follow-up the rule gives it.
+        With ``batch`` the parent runs ``run_many_async`` on two children: the
+        first has settled, the race is on the second wait (the batch holds what
+        it received until it returns, and an interrupt gives it all back).
+        Whoever wins (the wait handing the completion to the task, or the
+        cancel taking it back), each child's completion reaches exactly one
+        turn of the parent: this one, a wake, or the follow-up the rule gives it.
         """
-        TRACE.append(f"interrupt_racing_async_wait(delay={delay}, how={how})")
+        TRACE.append(f"interrupt_racing_async_wait(delay={delay}, how={how}, batch={batch})")
         STATS["race:interrupt_racing_async_wait"] += 1
         h = self.harness
         h.open_gate()
@@ -561,17 +567,21 @@ class RaceRules(Model):
         h.latch.clear()
         h.handover_armed.set()  # the parent waits long (PARK_S): only the race ends it
         try:
-            parent = self.rt.spawn("alead", HANDOVER_TASK)
+            parent = self.rt.spawn("alead", BATCH_TASK if batch else HANDOVER_TASK)
             self.agents[parent.id] = Agent(id=parent.id, parent_id=None, info=parent)
             if not h.handover_waiting.wait(PARK_S):
                 fail("the async parent never reached its wait_async")
+            if batch:  # the batch received the first child's completion; the latch holds the 2nd
+                self._await_batch(parent)
         finally:
             h.handover_armed.clear()
-            h.latch.set()  # the child settles ...
+            h.latch.set()  # the (last) child settles ...
         if delay:
             time.sleep(delay)  # ... and the interrupt comes a moment later (a race knob)
         if how == "close_child":  # the child closes under the wait instead
-            ref = next(i.id for i in self.rt.agents() if i.parent_path == parent.path)
+            ref = next(
+                i.id for i in self.rt.agents() if i.parent_path == parent.path and i.task == LATCH
+            )
             _, error = self.call("close", lambda: self.rt.close(ref))
         elif how == "interrupt":
             _, error = self.call(how, lambda: self.rt.interrupt(parent.id))
@@ -580,11 +590,14 @@ class RaceRules(Model):
         if error is not None:
             fail(f"{how} racing {parent.path}'s wait_async raised {error!r}")
         self.sync()
-        child = next(a for a in self.agents.values() if a.parent_id == parent.id)
-        cid = f"{child.id}:1"
-        if child.info.generation != 1 or self.harness.delivered_completions()[cid] > 1:
-            fail(f"{cid} reached {self.harness.delivered_completions()[cid]} turns")
-        received = self.harness.delivered_completions()[cid] == 1
+        children = [a for a in self.agents.values() if a.parent_id == parent.id]
+        cids = [f"{child.id}:1" for child in children]
+        counts = self.harness.delivered_completions()
+        if len(children) != (2 if batch else 1) or any(counts[c] > 1 for c in cids):
+            fail(f"{parent.path}'s children {cids} reached {[counts[c] for c in cids]} turns")
+        if batch and counts[cids[0]] != counts[cids[1]]:
+            fail(f"{parent.path}'s batch reached its runner in part: {[counts[c] for c in cids]}")
+        received = all(counts[c] == 1 for c in cids)
         STATS["interrupt_race_received" if received else "interrupt_race_given_back"] += 1
         if received:
             return
@@ -594,8 +607,22 @@ class RaceRules(Model):
         if error is not None:
             fail(f"follow_up of {parent.path} after the race raised {error!r}")
         self.sync()
-        if self.harness.delivered_completions()[cid] != 1:
-            fail(f"{cid} went back at the interrupt but {parent.path}'s next turn missed it")
+        counts = self.harness.delivered_completions()
+        if any(counts[c] != 1 for c in cids):
+            fail(f"{cids} went back at the interrupt but {parent.path}'s next turn got {counts}")
+
+    def _await_batch(self, parent: AgentInfo) -> None:
+        """Block until the parent's batch has its first child settled and its second latched."""
+        deadline = time.monotonic() + PARK_S
+        while True:
+            kids = [i for i in self.rt.agents() if i.parent_path == parent.path]
+            first = [k for k in kids if k.task != LATCH and k.state in SETTLED]
+            held = [k for k in kids if k.task == LATCH and k.state is AgentState.RUNNING]
+            if first and held:
+                return
+            if time.monotonic() > deadline:
+                fail(f"{parent.path}'s batch never got going: {kids}")
+            self.harness.wait_activity(self.harness.mark(), 0.05)
 
     @precondition(lambda self: len(self.live()) + 2 <= LIMITS.max_agents)
     @rule(count=st.integers(2, LIMITS.mailbox_capacity + 2), asynchronous=st.booleans())
