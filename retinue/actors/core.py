@@ -43,6 +43,7 @@ __all__ = [
     "BUSY",
     "World",
     "agent_list",
+    "find_agent",
     "info_of",
     "require_str",
     "resolve_future",
@@ -87,6 +88,29 @@ def require_str(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
     return value
+
+
+def find_agent(tree: Tree, base: str, ref: Any, field: str = "ref") -> AgentRecord:
+    """Return the agent of ``tree`` that ``ref`` names: an id, or a path relative to ``base``.
+
+    ``field`` is the name of the caller's argument (``ref``, ``parent``,
+    ``to``, ``agent``: a command's ``field``), which the errors name, quoting
+    at most a short prefix of the value.
+
+    Raises:
+        ArgumentTypeError: ``ref`` is not a str.
+        InvalidAgentPath: a malformed path.
+        UnknownAgent: no such agent (a path names live agents only).
+    """
+    ref = require_str(ref, field)
+    record = tree.agents.get(ref)
+    if record is not None:
+        return record
+    path = paths.resolve(base, ref, field=field)
+    agent_id = tree.live_paths.get(path)
+    if agent_id is None:
+        raise UnknownAgent(f"no live agent at {path}")
+    return tree.agents[agent_id]
 
 
 class World:
@@ -146,25 +170,12 @@ class World:
     def find(self, sender: AgentRecord | None, ref: Any, field: str = "ref") -> AgentRecord:
         """Return the agent ``ref`` (an id, or a path relative to the sender) names.
 
-        ``field`` is the name of the caller's argument (``ref``, ``parent``,
-        ``to``, ``agent``: a command's ``field``),
-        which the errors name, quoting at most a short prefix of the value.
+        ``field`` is the name of the caller's argument, as for :func:`find_agent`.
 
         Raises:
-            ArgumentTypeError: ``ref`` is not a str.
-            InvalidAgentPath: a malformed path.
-            UnknownAgent: no such agent (a path names live agents only).
+            ArgumentTypeError, InvalidAgentPath, UnknownAgent: as :func:`find_agent`.
         """
-        ref = require_str(ref, field)
-        record = self.tree.agents.get(ref)
-        if record is not None:
-            return record
-        base = paths.ROOT if sender is None else sender.path
-        path = paths.resolve(base, ref, field=field)
-        agent_id = self.tree.live_paths.get(path)
-        if agent_id is None:
-            raise UnknownAgent(f"no live agent at {path}")
-        return self.tree.agents[agent_id]
+        return find_agent(self.tree, paths.ROOT if sender is None else sender.path, ref, field)
 
     def is_descendant(self, record: AgentRecord, ancestor_id: str) -> bool:
         """Return True if ``record`` lies below ``ancestor_id``."""

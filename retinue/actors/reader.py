@@ -15,11 +15,12 @@ import threading
 from typing import Any
 
 from retinue.actors.commands import Agents, Barrier, Command, Get
-from retinue.actors.core import agent_list, info_of
+from retinue.actors.core import agent_list, find_agent, info_of
 from retinue.actors.tree import Tree
-from retinue.errors import RuntimeClosed, StoreReadOnly, UnknownAgent
+from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.persistence.restore import restore
 from retinue.persistence.store import Store
+from retinue.protocol import paths
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo
 
@@ -46,7 +47,7 @@ class StoreReader:
         """
         match command:
             case Get():
-                return self._run(self.get, command.ref)
+                return self._run(self.get, command.ref, command.field)
             case Agents():
                 return self._run(self.agents, command.include_closed)
             case Barrier():  # nothing is ever pending on a reader
@@ -75,17 +76,17 @@ class StoreReader:
         tree.load(restored.agents, restored.messages, restored.completions)
         return tree
 
-    def get(self, ref: str) -> AgentInfo:
+    def get(self, ref: str, field: str = "ref") -> AgentInfo:
         """Return an agent by id or live path, as the store has it now.
 
+        ``ref`` is looked up as a writer's supervisor does (an id, or a path
+        relative to ``/root``); ``field`` is the caller's argument name.
+
         Raises:
-            UnknownAgent: no such agent.
+            ArgumentTypeError, InvalidAgentPath, UnknownAgent: as
+                :func:`~retinue.actors.core.find_agent`.
         """
-        tree = self._tree()
-        record = tree.agents.get(ref) or tree.agents.get(tree.live_paths.get(ref, ""))
-        if record is None:
-            raise UnknownAgent(f"no agent {ref!r}")
-        return info_of(record)
+        return info_of(find_agent(self._tree(), paths.ROOT, ref, field))
 
     def agents(self, include_closed: bool) -> list[AgentInfo]:
         """Return every agent oldest first; closed ones only with ``include_closed``."""

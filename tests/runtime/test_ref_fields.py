@@ -15,6 +15,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,6 +72,9 @@ CASES: dict[str, Case] = {
     "rt.close_tree_async": _host_async("ref", lambda rt: rt.close_tree_async(BAD)),
     "rt.wait_async": _host_async("ref", lambda rt: rt.wait_async(BAD, timeout=1)),
     "rt.spawn_async": _host_async("parent", lambda rt: rt.spawn_async("worker", "t", parent=BAD)),
+    # A read-only runtime answers reads from the store, under the same rule.
+    "readonly rt.get": Case("ref", "readonly", lambda rt: rt.get(BAD)),
+    "readonly rt.get_async": Case("ref", "readonly", lambda rt: asyncio.run(rt.get_async(BAD))),
     # A turn: sync calls run in a sync runner, async twins in an async runner.
     "turn.send": Case("ref", "turn", lambda t: t.send(BAD, "hi")),
     "turn.wait": Case("ref", "turn", lambda t: t.wait(BAD, timeout=1)),
@@ -133,7 +137,9 @@ async def _async_lead(turn: Turn) -> str:
 
 
 @pytest.mark.parametrize("label", list(CASES))
-def test_a_bad_reference_names_the_callers_argument(open_runtime: OpenRuntime, label: str) -> None:
+def test_a_bad_reference_names_the_callers_argument(
+    open_runtime: OpenRuntime, store_path: Path, label: str
+) -> None:
     case = CASES[label]
     rt = open_runtime(
         [
@@ -142,9 +148,15 @@ def test_a_bad_reference_names_the_callers_argument(open_runtime: OpenRuntime, l
             Profile("worker", runner=echo),
         ]
     )
-    if case.where == "host":
-        with pytest.raises(InvalidAgentPath) as caught:
-            case.call(rt)
+    if case.where in ("host", "readonly"):
+        if case.where == "readonly":
+            rt.shutdown()
+            rt = Runtime.open(store_path, readonly=True)
+        try:
+            with pytest.raises(InvalidAgentPath) as caught:
+                case.call(rt)
+        finally:
+            rt.shutdown()
         message = str(caught.value)
     else:
         lead = "sync_lead" if case.where == "turn" else "async_lead"
