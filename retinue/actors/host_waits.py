@@ -149,7 +149,7 @@ class HostWaits:
             for waiter in self.host.pop(agent_id):
                 future = waiter.future
                 if future.set_running_or_notify_cancel():
-                    tx.after(lambda f=future, e=error: f.set_exception(e))  # type: ignore[misc]
+                    tx.answer(future, error)
 
     def serve_host(self, tx: Transition, agent_id: str) -> None:
         """Answer host waits on ``agent_id`` with completions they have not received.
@@ -173,7 +173,7 @@ class HostWaits:
                 pending = world.deliver(tx, pending)
             world.update(record, updated_at=record.updated_at, **host_take(record, generation))
             completion = pending.completion
-            tx.after(lambda f=future, c=completion: f.set_result(c))  # type: ignore[misc]
+            tx.answer(future, completion)
         if not waiters:
             self.host.pop(agent_id, None)
             return
@@ -183,7 +183,7 @@ class HostWaits:
             for waiter in self.host.pop(agent_id):
                 future = waiter.future
                 if future.set_running_or_notify_cancel():
-                    tx.after(lambda f=future: f.set_exception(closed))  # type: ignore[misc]
+                    tx.answer(future, closed)
 
     def unreceive(self, tx: Transition, command: Unreceive) -> None:
         """The host lost a completion it was handed (its wait was cancelled): take it back.
@@ -246,7 +246,7 @@ class HostWaits:
             if not future.set_running_or_notify_cancel():
                 continue
             taken = [world.take_message(record) for record in unread]
-            tx.after(lambda f=future, m=taken: f.set_result(m))  # type: ignore[misc]
+            tx.answer(future, taken)
             return
 
     def return_messages(self, tx: Transition, messages: tuple[Message, ...]) -> None:
@@ -263,11 +263,11 @@ class HostWaits:
         """End every host wait with ``why`` (the runtime closes)."""
         for waiter in self.inbox:
             if waiter.future.set_running_or_notify_cancel():
-                tx.after(lambda f=waiter.future: f.set_exception(why))  # type: ignore[misc]
+                tx.answer(waiter.future, why)
         self.inbox.clear()
         for waiters in self.host.values():
             for waiter in waiters:
                 future = waiter.future
                 if future.set_running_or_notify_cancel():
-                    tx.after(lambda f=future: f.set_exception(why))  # type: ignore[misc]
+                    tx.answer(future, why)
         self.host.clear()

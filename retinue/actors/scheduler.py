@@ -30,7 +30,7 @@ import pykka
 from retinue.actors.agent import AgentActor
 from retinue.actors.commands import ExpireTurn, Settle, TurnRef
 from retinue.actors.core import World, info_of
-from retinue.actors.transition import Transition, resolve_future
+from retinue.actors.transition import Transition
 from retinue.actors.turn import Turn
 from retinue.errors import RetinueError
 from retinue.protocol.messages import (
@@ -222,7 +222,7 @@ class Scheduler:
         value = None if request.take is None else request.take(tx)
         future = request.future
         self.hand(request.agent_id, future, value)
-        tx.after(lambda: resolve_future(future, value))
+        tx.answer(future, value)
 
     def hand(self, agent_id: str, future: concurrent.futures.Future[Any], value: Any) -> None:
         """Tell the running turn of ``agent_id`` that ``value`` (if an event) was taken for it.
@@ -246,7 +246,7 @@ class Scheduler:
         if any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
                 if request.agent_id == agent_id:  # its event stays pending
-                    tx.after(lambda f=request.future: resolve_future(f, why))  # type: ignore[misc]
+                    tx.answer(request.future, why)
             self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
 
     def unqueue(self, agent_id: str) -> None:

@@ -51,6 +51,7 @@ class Transition:
         writes: the store writes, set when the command is submitted.
         events: events published after the commit.
         effects: callables run after the commit, in order.
+        answers: other callers' futures an effect answers (failed if the commit fails).
         started: agent actors started for turns (stopped if the commit fails).
         drained: agents whose completion backlog shrank (they may wake).
         closing_subtree: agents a close_tree is closing (none of them is woken).
@@ -60,6 +61,7 @@ class Transition:
 
     __slots__ = (
         "_record_events",
+        "answers",
         "closing_subtree",
         "deferred",
         "drained",
@@ -80,6 +82,7 @@ class Transition:
         self.writes: list[Write] = []
         self.events: list[Event] = []
         self.effects: list[Callable[[], None]] = []
+        self.answers: list[concurrent.futures.Future[Any]] = []
         self.started: list[pykka.ActorRef[Any]] = []
         self.drained: set[str] = set()
         self.closing_subtree: set[str] = set()
@@ -89,6 +92,16 @@ class Transition:
     def after(self, effect: Callable[[], None]) -> None:
         """Run ``effect`` once the transition is committed."""
         self.effects.append(effect)
+
+    def answer(self, future: concurrent.futures.Future[Any], value: Any) -> None:
+        """Answer another caller's ``future`` with ``value`` once committed.
+
+        An exception ``value`` is raised to that caller. If the commit fails,
+        that caller gets the failure instead: a waiter whose answer this
+        transition took must never wait for an answer that cannot come.
+        """
+        self.answers.append(future)
+        self.effects.append(lambda: resolve_future(future, value))
 
     def emit(self, event: Event) -> None:
         """Publish ``event`` once the transition is committed (if anyone listens)."""
@@ -108,7 +121,10 @@ class Transition:
             # A damaged store stays StoreCorrupted for the caller (with the path).
             failure = StoreCorrupted if isinstance(error, StoreCorrupted) else StoreError
             path = error.path if isinstance(error, StoreError) else None
-            resolve_future(self.reply, failure(f"the store could not commit: {error}", path=path))
+            failed = failure(f"the store could not commit: {error}", path=path)
+            resolve_future(self.reply, failed)
+            for future in self.answers:
+                resolve_future(future, failed)
             return
         for effect in self.effects:
             try:

@@ -109,7 +109,7 @@ class Waiters:
             return
         value = take(tx)
         self.scheduler.hand(waiter_id, future, value)
-        tx.after(lambda: future.set_result(value))
+        tx.answer(future, value)
 
     def answer(self, tx: Transition, waiter_id: str, take: Callable[[Transition], Any]) -> None:
         """Answer a blocked wait; the turn runs on once it has a slot again.
@@ -144,4 +144,4 @@ class Waiters:
         waiter = self.agent.pop(agent_id, None)
         if waiter is not None and waiter.future.set_running_or_notify_cancel():
             future = waiter.future
-            tx.after(lambda: future.set_exception(why))
+            tx.answer(future, why)

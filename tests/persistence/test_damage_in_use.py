@@ -21,7 +21,7 @@ import pytest
 from . import CHILD_ENV, PROMPT_S, REPO
 
 CHILD = r"""
-import os, struct, sys
+import asyncio, os, struct, sys, threading
 from pathlib import Path
 from retinue import Limits, Profile, RetinueError, Runtime, StoreCorrupted
 from retinue.persistence import verify
@@ -96,6 +96,25 @@ elif case == "free_list_damaged_while_closed":
     report("commit", lambda: store.write_now([("transcripts", b"new", b"z" * 300)]))
     report("again", lambda: store.write_now([("transcripts", b"new", b"z" * 300)]))
     store.close()
+elif case == "settle_fails_under_a_host_wait":
+    # The host waits; then the store is damaged and the turn settles: its commit
+    # fails, and the wait it would have answered gets that failure, not silence.
+    gate = threading.Event()
+    def held(turn):
+        gate.wait(30)
+        return "late"
+    rt = Runtime.open(folder, profiles=[Profile("held", runner=held), *profiles], limits=limits)
+    fill(rt, 60)
+    agent = rt.spawn("held", "t")
+    async def scenario():
+        waiting = asyncio.ensure_future(rt.wait_async(agent.id, timeout=10))
+        await asyncio.sleep(0)  # the task has submitted its wait
+        await rt.get_async(agent.id)  # served after the wait: the wait is registered
+        zero_tree_pages()
+        gate.set()
+        await waiting
+    report("wait", lambda: asyncio.run(scenario()))
+    rt.shutdown()
 elif case == "truncated_under_writer":
     rt = Runtime.open(folder, profiles=profiles, limits=limits)
     fill(rt, 60)
@@ -120,6 +139,7 @@ EXPECTED = {
         "commit StoreCorrupted True True",
         "again StoreCorrupted True True",
     ],
+    "settle_fails_under_a_host_wait": ["wait StoreCorrupted True True"],
     "truncated_under_writer": ["spawn StoreCorrupted True True", "again StoreCorrupted True True"],
     "truncated_under_reader": ["agents OK", "agents StoreCorrupted True True"],
 }
