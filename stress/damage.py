@@ -11,6 +11,10 @@ page), an empty or deleted ``data.mdb``, flipped bytes at random offsets,
 random bytes scribbled over part of a page, zeroed pages (each page in turn),
 garbage ``writer.lock`` / ``lock.mdb`` / ``retinue.json`` files.
 
+Damage in use: truncation at page boundaries and zeroed pages applied by the
+worker itself to a store it has open (as writer, then read-only), followed by
+one turn of work or a read; the outcome must be a typed error or the work done.
+
 Every outcome must be a typed ``RetinueError`` or an open (with per-record
 diagnostics where records were damaged). A problem is: a signal, a hang, an
 untyped exception, or a silently empty store (an open that finds no agent and
@@ -19,6 +23,7 @@ reports no diagnostic when the sample had many).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -149,6 +154,20 @@ def cases(data_size: int, page: int, quick: bool, seed: int) -> list[Case]:
     return lost + garbage + truncations + zeros + flips + scribbles
 
 
+def in_use_cases(data_size: int, page: int, quick: bool, seed: int) -> list[Case]:
+    """Damage applied under an open runtime: truncation at every page boundary, zeroed pages."""
+    rng = random.Random(seed + 1)
+    pages = data_size // page
+    truncations = [
+        Case("truncate", n * page, label=f"in_use:truncate:{n * page}") for n in range(pages)
+    ]
+    zeros = [Case("zero", n, label=f"in_use:zero:{n}") for n in range(2, pages)]
+    if quick:
+        truncations = rng.sample(truncations, min(4, len(truncations)))
+        zeros = rng.sample(zeros, min(4, len(zeros)))
+    return truncations + zeros
+
+
 # -- the worker child ------------------------------------------------------------------
 
 
@@ -167,14 +186,16 @@ def worker_main() -> None:
         path, mode = request["path"], request["mode"]
         verdict: dict[str, Any] = {"mode": mode}
         try:
-            if mode == "readonly":
+            if mode.startswith("readonly"):
                 rt = Runtime.open(path, readonly=True)
             else:
                 rt = Runtime.open(path, profiles=profiles)
             try:
+                if "damage" in request:  # damaged under the open runtime
+                    Case(**request["damage"]).apply(Path(path), request["page"])
                 verdict["agents"] = len(rt.agents(include_closed=True))
                 verdict["diagnostics"] = len(rt.diagnostics)
-                if mode == "writer":  # one turn of work on the damaged store
+                if mode.startswith("writer"):  # one turn of work on the damaged store
                     info = rt.spawn("worker", "after the damage")
                     rt.wait(info.id, timeout=20)
             finally:
@@ -205,11 +226,16 @@ class Worker:
             env=env,
         )
 
-    def ask(self, path: Path, mode: str) -> dict[str, Any]:
-        """Have the worker open ``path``; return its verdict (or how it died)."""
+    def ask(
+        self, path: Path, mode: str, damage: Case | None = None, page: int = 0
+    ) -> dict[str, Any]:
+        """Have the worker open ``path`` (and damage it while open); return its verdict."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
+        request: dict[str, Any] = {"path": str(path), "mode": mode}
+        if damage is not None:
+            request.update(damage=dataclasses.asdict(damage), page=page)
         try:
-            self.proc.stdin.write(json.dumps({"path": str(path), "mode": mode}) + "\n")
+            self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             pass
@@ -280,7 +306,7 @@ def judge(case: Case, verdict: dict[str, Any], sample_agents: int, tally: Tally)
         return
     if outcome == "open":
         agents, diagnostics = verdict["agents"], verdict["diagnostics"]
-        if agents == 0 and diagnostics == 0 and sample_agents > 0:
+        if agents == 0 and diagnostics == 0 and sample_agents > 0 and "in_use" not in where:
             tally.outcomes["silently_empty"] += 1
             tally.problems.append(f"{where}: opened as an empty store with no diagnostic")
         elif diagnostics:
@@ -318,6 +344,15 @@ def run(workdir: Path, quick: bool, seed: int) -> dict[str, Any]:
                     worker = Worker()
                 judge(case, worker.ask(folder, mode), sample_agents, tally)
             shutil.rmtree(folder, ignore_errors=True)
+        for number, case in enumerate(in_use_cases(data_size, page, quick, seed)):
+            tally.cases += 1
+            for mode in ("readonly_in_use", "writer_in_use"):
+                folder = workdir / f"in_use{number}_{mode}"
+                shutil.copytree(sample, folder)
+                if not worker.alive:
+                    worker = Worker()
+                judge(case, worker.ask(folder, mode, case, page), sample_agents, tally)
+                shutil.rmtree(folder, ignore_errors=True)
     finally:
         worker.close()
     return {
