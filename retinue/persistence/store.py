@@ -467,11 +467,20 @@ class Store:
     def snapshot(self, databases: Iterable[str] = RESTORE_DATABASES) -> Snapshot:
         """Read every record of ``databases`` in one consistent read transaction.
 
+        A read-only store checks its pages first (see :meth:`_verify`): damage
+        made in place since it opened is a :class:`StoreCorrupted`, not an abort.
+
         Raises:
             StoreCorrupted: a page on the way is damaged.
             StoreError: LMDB refused the read for another reason.
         """
         snap = Snapshot(migrated_from=list(getattr(self, "migrated_from", [])))
+        if self.readonly:
+            # A reader's store may be damaged in place since it opened (no writer
+            # here notices), and LMDB aborts on a damaged page: check the pages
+            # first, as on open. The snapshot reads every record anyway.
+            with self._lmdb_errors("check before a snapshot"):
+                self._verify()
         with self._lmdb_errors("read a snapshot"), self._read_txn() as txn:
             for name in databases:
                 with txn.cursor(db=self._dbs[name]) as cur:

@@ -5,7 +5,8 @@ instead of killing the test run) and damages the store in one way: pages
 zeroed under an open runtime (LMDB then fails the commit with
 ``MDB_BAD_TXN``, having lost the error that named the damage); the free-page
 list damaged while the store was closed (every tree page is sound, so it
-opens, and the first commit that takes a free page fails); ``data.mdb``
+opens, and the first commit that takes a free page fails); pages zeroed under
+an open read-only runtime (LMDB aborts on a damaged page); ``data.mdb``
 truncated under an open writer or an open read-only runtime (LMDB would read
 the lost pages through its map: SIGBUS).
 """
@@ -59,6 +60,32 @@ def zero_tree_pages():
             if flags in (1, 2):
                 handle.seek(n * PAGE)
                 handle.write(bytes(PAGE))
+
+
+def nodes(raw, pgno):
+    # (offset of the node's key, key size, the node's first six bytes as lo, hi, flags)
+    base = pgno * PAGE
+    _, _, lower, _ = verify._U16.unpack_from(raw, base + verify._S)
+    count = (lower - verify._HDR) // 2
+    for offset in struct.unpack_from(f"={count}H", raw, base + verify._HDR):
+        lo, hi, flags, ksize = verify._U16.unpack_from(raw, base + offset)
+        yield base + offset + 8, ksize, lo, hi, flags
+
+
+def zero_second_agents_leaf():
+    # LMDB asserts (abort) when a cursor steps onto a zeroed sibling leaf.
+    raw = data.read_bytes()
+    meta_at = max((0, PAGE), key=lambda at: struct.unpack_from("=Q", raw, at + 128)[0])
+    depth, root = verify._db_record(raw, meta_at + verify._DBS_AT + verify._DB_SIZE)
+    assert depth == 1, depth  # the main tree of this store is one leaf
+    for key_at, ksize, *_ in nodes(raw, root):
+        if raw[key_at : key_at + ksize] == b"agents":
+            depth, root = verify._db_record(raw, key_at + ksize)
+    assert depth == 2, depth  # a branch over the agents' leaves
+    children = [lo | hi << 16 | flags << 32 for _, _, lo, hi, flags in nodes(raw, root)]
+    with data.open("r+b") as handle:
+        handle.seek(children[1] * PAGE)
+        handle.write(bytes(PAGE))
 
 
 def break_newest_free_entry():
@@ -122,6 +149,15 @@ elif case == "truncated_under_writer":
     report("spawn", lambda: rt.spawn("worker", "t"))
     report("again", lambda: rt.spawn("worker", "t"))
     rt.shutdown()
+elif case == "zeroed_under_reader":
+    with Runtime.open(folder, profiles=profiles, limits=limits) as rt:
+        fill(rt, 60)
+    rt = Runtime.open(folder, readonly=True)
+    report("agents", lambda: rt.agents(include_closed=True))
+    zero_second_agents_leaf()
+    report("agents", lambda: rt.agents(include_closed=True))
+    report("get", lambda: rt.get("/root/x"))
+    rt.shutdown()
 elif case == "truncated_under_reader":
     with Runtime.open(folder, profiles=profiles, limits=limits) as rt:
         fill(rt, 60)
@@ -141,6 +177,11 @@ EXPECTED = {
     ],
     "settle_fails_under_a_host_wait": ["wait StoreCorrupted True True"],
     "truncated_under_writer": ["spawn StoreCorrupted True True", "again StoreCorrupted True True"],
+    "zeroed_under_reader": [
+        "agents OK",
+        "agents StoreCorrupted True True",
+        "get StoreCorrupted True True",
+    ],
     "truncated_under_reader": ["agents OK", "agents StoreCorrupted True True"],
 }
 
