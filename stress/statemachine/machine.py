@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 import time
+import traceback
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from hypothesis import strategies as st
@@ -35,8 +39,10 @@ from stress.statemachine.harness import (
     STATS,
     SUBAGENTS,
     TRACE,
+    VIOLATIONS,
     WAKES,
     Harness,
+    Violation,
     fail,
     team,
 )
@@ -415,3 +421,41 @@ class RetinueMachine(HostRules, RaceRules, StoreCheck, RuleBasedStateMachine):
                     f"{agent.info.path} is {agent.info.state} and wakes on completions, "
                     f"but {fresh} wait for it and it was not woken"
                 )
+
+
+def _recording(function: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """Wrap a rule so an exception other than a Violation is recorded with its traceback.
+
+    Hypothesis may replace a failure it cannot replay (threads make replays
+    differ) with ``FlakyStrategyDefinition``; the recorded text keeps the
+    original error and the calls before it for the report.
+    """
+
+    @functools.wraps(function)
+    def rule_body(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except Violation:
+            raise
+        except BaseException as exc:
+            tail = "".join(traceback.format_exception(exc))[-2000:]
+            VIOLATIONS.append(
+                f"{name} raised {type(exc).__name__}: {exc}\n{tail}\n  after: "
+                + "\n         ".join(TRACE[-30:])
+            )
+            raise
+
+    return rule_body
+
+
+for _name in dir(RetinueMachine):
+    _marked = getattr(RetinueMachine, _name)
+    for _marker in (
+        "hypothesis_stateful_rule",
+        "hypothesis_stateful_initialize_rule",
+        "hypothesis_stateful_invariant",
+    ):
+        _spec = getattr(_marked, _marker, None)
+        if _spec is not None and hasattr(_spec, "function"):
+            # The rule records are frozen; the function is the one thing swapped.
+            object.__setattr__(_spec, "function", _recording(_spec.function, _name))
