@@ -71,7 +71,13 @@ class RetinueMachine(HostRules, RaceRules, StoreCheck, RuleBasedStateMachine):
         self.host_inbox_ledger: Counter[str] = Counter()  # host-inbox messages the host read
         self.spawn_keys: dict[tuple[str | None, str], str] = {}  # idempotency keys -> agent
         self.quiet: set[str] = set()  # interrupt_tree's completions for members: no wake
-        self.rt = self._open()
+        try:
+            self.rt = self._open()
+        except BaseException as exc:  # recorded: a replay that differs would hide it
+            tail = "".join(traceback.format_exception(exc))[-2000:]
+            VIOLATIONS.append(f"opening a fresh runtime raised {type(exc).__name__}: {exc}\n{tail}")
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         STATS["examples"] += 1
         TRACE.clear()
 
