@@ -325,8 +325,9 @@ class Executor:
     def start(self) -> None:
         """Start the event loop's thread and the pool's spawner now, on the caller's thread.
 
-        The runtime calls this as it opens, so the supervisor, which starts
-        turns in its commit effects, never starts a thread itself.
+        The runtime calls this as it opens, so neither the supervisor nor the
+        store's writer (which runs the commit effects that start turns) ever
+        starts a thread.
         """
         self.loop.start()
         self.pool.start()

@@ -15,8 +15,8 @@
 It serves each typed command (:mod:`retinue.actors.commands`) in one
 ``match``; every command writes into its own
 :class:`~retinue.actors.transition.Transition` (store writes, events, effects
-after the commit). The supervisor commits the transitions it served while
-its inbox had more (group commit, on its own thread) and then answers them.
+after the commit). The transitions it served while its inbox had more go to
+the store's writer as one group (group commit) and are answered once committed.
 :class:`SupervisorActor` is its pykka shell, handling one command at a time
 in arrival order.
 """
@@ -140,10 +140,10 @@ class Supervisor:
     def handle(self, envelope: Envelope, *, last: bool = True) -> None:
         """Serve one command; answer once its transition is committed.
 
-        Transitions are committed in groups: the group is committed when
+        Transitions go to the store in groups: the group is handed over when
         ``last`` says no command waits behind this one (or the group is
-        full), so the commands that queued while a commit was in flight
-        share one commit.
+        full), so the commands that queued meanwhile cross to the store's
+        writer thread at once, and the supervisor serves on while it commits.
         """
         command = envelope.command
         world = self.world
@@ -166,7 +166,11 @@ class Supervisor:
             self.commit()
 
     def commit(self) -> None:
-        """Commit the transitions served since the last commit; run their effects, answer."""
+        """Hand the transitions served since the last hand-off to the store as one group.
+
+        Once it is committed, on the writer thread, their effects run and
+        their callers are answered.
+        """
         group, commands = self._group, self._group_commands
         if not group:
             return
@@ -177,7 +181,7 @@ class Supervisor:
             for tx, c in zip(group, commands, strict=True)
         ]
         try:
-            self.world.store.commit_group(items)
+            self.world.store.submit_group(items)
         except RetinueError as exc:  # the store failed for good: say so, never hang
             for tx, command in zip(group, commands, strict=True):
                 tx.on_commit(exc, bus, command)

@@ -1,13 +1,12 @@
-"""The LMDB store: one environment, named databases, group commit.
+"""The LMDB store: one environment, named databases, one writer thread, group commit.
 
-The supervisor encodes its transitions and commits them with
-:meth:`Store.commit_group`, on its own thread: every transition it served
-since its last commit (the commands that queued while the previous commit
-was in flight) goes into one LMDB write transaction, then each callback runs
-in order. Other writers hand transitions to :meth:`Store.submit`, whose writer
-thread groups them the same way; the writer thread also syncs ``buffered``
-stores. A callback runs only once its transition is committed in the chosen
-durability mode:
+The supervisor encodes its transitions and hands them to the writer thread
+with callbacks, a group at a time (:meth:`Store.submit_group`: the
+transitions it served while its inbox had more); other writers use
+:meth:`Store.submit`. The writer takes everything queued while the previous
+commit was in flight and commits it in one LMDB write transaction (group
+commit), then calls each callback in submission order. A callback therefore
+runs only once its transition is committed in the chosen durability mode:
 
 - ``full``: every commit is fsynced before callbacks run; survives power loss.
 - ``buffered``: every commit is written to the OS before callbacks run, so it
@@ -118,7 +117,6 @@ class _Item:
 
 _STOP = object()
 _FLUSH = object()
-_DIRTY = object()
 log = logging.getLogger("retinue.store")
 
 # LMDB errors that mean the files are damaged (rather than full, busy or misused).
@@ -213,8 +211,6 @@ class Store:
         self._lock: WriterLock | None = None
         self._closed = False
         self._failed: BaseException | None = None
-        self._commit_lock = threading.Lock()  # one write transaction at a time
-        self._sync_due = False  # a buffered commit_group awaits the writer's periodic sync
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         if readonly:
@@ -545,26 +541,19 @@ class Store:
             failure = StoreCorrupted if isinstance(self._failed, StoreCorrupted) else StoreError
             raise failure(f"store {self.folder} failed: {self._failed}", path=str(self.folder))
 
-    def commit_group(self, group: Sequence[tuple[Sequence[Write], Callback]]) -> None:
-        """Commit the transitions of ``group`` as one LMDB transaction on the caller's thread.
+    def submit_group(self, group: Sequence[tuple[Sequence[Write], Callback]]) -> None:
+        """Queue the transitions of ``group`` for the writer thread, as :meth:`submit` each.
 
-        Then call each callback in order, on this thread: ``callback(None)``
-        once the commit is durable in the store's mode, ``callback(error)`` if
-        it failed (and for every group after a failure: they were built on its
-        state). Mutually exclusive with the writer thread's commits; one
-        writer should use one of the two paths, as transitions are ordered
-        within a path only.
+        One queue hand-off for the whole group; the writer commits it (with
+        whatever else is queued) and calls the callbacks in order, on its
+        thread, while the caller goes on serving.
 
         Raises:
             StoreReadOnly: the store is read-only.
             StoreError: the store is closed or a previous commit failed for good.
         """
         self._check_writable()
-        with self._commit_lock:
-            self._commit_group([_Item(writes, callback) for writes, callback in group])
-        if self.durability is Durability.BUFFERED and not self._sync_due:
-            self._sync_due = True  # the writer thread fsyncs within FLUSH_INTERVAL_S
-            self._queue.put(_DIRTY)
+        self._queue.put([_Item(writes, callback) for writes, callback in group])
 
     def write_now(self, writes: Sequence[Write]) -> None:
         """Commit ``writes`` and wait for it (convenience for setup and tests).
@@ -614,6 +603,8 @@ class Store:
             while True:
                 if isinstance(item, _Item):
                     group.append(item)
+                elif isinstance(item, list):  # submit_group
+                    group.extend(item)
                 else:
                     controls.append(item)
                     break
@@ -624,13 +615,10 @@ class Store:
                 except queue.Empty:
                     break
             if group:
-                with self._commit_lock:
-                    self._commit_group(group)
+                self._commit_group(group)
                 dirty = dirty or self.durability is Durability.BUFFERED
             for control in controls:
-                if control is _DIRTY:  # commit_group committed unsynced writes
-                    dirty = True
-                elif control is _STOP:
+                if control is _STOP:
                     self._sync()
                     return
                 if isinstance(control, tuple) and control[0] is _FLUSH:
@@ -639,7 +627,6 @@ class Store:
                     control[1].set()
 
     def _sync(self) -> None:
-        self._sync_due = False
         with contextlib.suppress(lmdb.Error):
             self.env.sync(True)
             self.stats.syncs += 1

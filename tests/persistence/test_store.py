@@ -11,7 +11,6 @@ from typing import Any
 import lmdb
 import msgspec
 import pytest
-from conftest import wait_until
 
 from retinue import (
     Durability,
@@ -326,50 +325,43 @@ def test_group_commit_shares_commits_and_answers_after_them(tmp_path: Path) -> N
         store.close()
 
 
-def test_commit_group_commits_on_the_callers_thread_and_keeps_each_keys_last_write(
+def test_submit_group_commits_once_in_order_and_keeps_each_keys_last_write(
     tmp_path: Path,
 ) -> None:
     store = Store(tmp_path / "store")
-    order: list[tuple[int, str, bytes | None]] = []
+    order: list[tuple[int, bytes | None]] = []
+    done = threading.Event()
 
     def callback_for(n: int) -> Any:
         def callback(error: BaseException | None) -> None:
             assert error is None
-            order.append((n, threading.current_thread().name, store.get("agents", b"a")))
+            order.append((n, store.get("agents", b"a")))
+            if n == 3:
+                done.set()
 
         return callback
 
     try:
-        store.commit_group(
+        store.submit_group(
             [
                 ([("agents", b"a", b"first"), ("agents", b"b", b"x")], callback_for(1)),
                 ([("agents", b"a", b"second")], callback_for(2)),
                 ([("agents", b"b", None)], callback_for(3)),
             ]
         )
-        me = threading.current_thread().name
-        assert order == [(1, me, b"second"), (2, me, b"second"), (3, me, b"second")]
+        assert done.wait(PROMPT_S)
+        assert order == [(1, b"second"), (2, b"second"), (3, b"second")]
         assert store.get("agents", b"b") is None  # deleted by the group's last write of it
         assert (store.stats.commits, store.stats.transitions, store.stats.writes) == (1, 3, 2)
     finally:
         store.close()
 
 
-def test_a_buffered_commit_group_is_synced_by_the_writer(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store", durability="buffered")
-    try:
-        before = store.stats.syncs
-        store.commit_group([([("agents", b"a", b"v")], lambda error: None)])
-        wait_until(lambda: store.stats.syncs > before, what="the periodic sync")
-    finally:
-        store.close()
-
-
-def test_commit_group_on_a_closed_store_is_a_store_error(tmp_path: Path) -> None:
+def test_submit_group_on_a_closed_store_is_a_store_error(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     store.close()
     with pytest.raises(StoreError, match="closed"):
-        store.commit_group([([("agents", b"a", b"v")], lambda error: None)])
+        store.submit_group([([("agents", b"a", b"v")], lambda error: None)])
 
 
 # -- a big store -----------------------------------------------------------------------------
