@@ -8,6 +8,7 @@ interrupted, 130 interrupted by the user.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
-from retinue.errors import NothingToWaitFor, UnknownAgent, WaitTimeout
+from retinue.errors import NothingToWaitFor, RetinueError, UnknownAgent, WaitTimeout
 from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled, TurnStarted
 from retinue.protocol.text import safe_terminal_text
 
@@ -328,7 +329,9 @@ def follow(
                 time.sleep(pause)
                 batch += _drain(events, 0.0)
             last = time.monotonic()
-            if stop.is_set():
+            if stop.is_set():  # report the trees as they are now, not as last drawn
+                with contextlib.suppress(RetinueError):
+                    agents = snapshot()
                 return Outcome(True, agents, time.monotonic() - began)
             agents = snapshot()
             show(batch)
