@@ -735,44 +735,6 @@ def test_a_completion_handed_to_a_host_wait_async_survives_a_close_before_its_ta
         assert again.wait(agent.id, timeout=0).id == f"{agent.id}:1"
 
 
-def test_a_completion_run_many_async_received_survives_an_interrupt_of_its_next_wait(
-    open_runtime: OpenRuntime, gate: Gate
-) -> None:
-    """The async twin of the state machine's finding: the batch's task is cancelled mid-batch.
-
-    The first child's completion was received by the batch but never reached
-    the runner: the parent's next turn receives it, once.
-    """
-    seen: list[str] = []
-
-    async def parent(turn: Turn) -> str:
-        seen.extend(m.id for m in turn.messages if m.kind == "completion")
-        if turn.task == "batch":
-            results = await turn.run_many_async(
-                [("leaf", "quick"), ("leaf", "hold")], timeout=PROMPT_S
-            )
-            seen.extend(r.id for r in results if isinstance(r, Completion))
-        return "ok"
-
-    gate.release("quick")
-    rt = open_runtime(
-        [
-            Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
-            Profile("leaf", runner=gate),
-        ]
-    )
-    p = rt.spawn("p", "batch", name="p")
-    gate.wait_started(2)
-    quick = next(t.agent for t in gate.turns if t.task == "quick")
-    wait_settled(rt, quick.id)
-    time.sleep(0.1)  # the batch's first wait returns; it waits on the second child
-    rt.interrupt(p.id)
-    wait_until(lambda: rt.get(p.id).state is AgentState.INTERRUPTED)
-    rt.follow_up(p.id, "read")
-    wait_settled(rt, p.id, generation=2)
-    assert seen.count(f"{quick.id}:1") == 1
-
-
 @pytest.mark.parametrize("use_async", [False, True])
 def test_run_many_receives_a_child_closed_while_it_waited_as_its_interrupted_completion(
     open_runtime: OpenRuntime, gate: Gate, use_async: bool
