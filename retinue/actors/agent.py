@@ -278,13 +278,13 @@ class AgentActor(PooledActor):
         settle: Settle,
         output_max_bytes: int,
         executor: Executor,
-        is_async: bool | None = None,
+        is_async: bool,
     ) -> None:
         """Prepare the actor; the turn arrives as its one message.
 
-        ``is_async`` says whether ``runner`` is async (None: inspect it).
+        ``is_async`` says whether ``runner`` is async (the world knows it per profile).
         """
-        self.is_async = is_async_runner(runner) if is_async is None else is_async
+        self.is_async = is_async
         self._loop_thread = executor.loop
         submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
         super().__init__(submit)

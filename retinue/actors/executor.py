@@ -90,10 +90,14 @@ class WorkerPool:
         """Start the spawner thread now (otherwise the first job that needs a worker does)."""
         with self._cond:
             if self._spawner is None and not self._closed:
-                self._spawner = threading.Thread(
-                    target=self._spawn_loop, name=f"{self._name}-spawner", daemon=True
-                )
-                self._spawner.start()
+                self._start_spawner()
+
+    def _start_spawner(self) -> None:
+        """Start the spawner thread (the pool's lock is held)."""
+        self._spawner = threading.Thread(
+            target=self._spawn_loop, name=f"{self._name}-spawner", daemon=True
+        )
+        self._spawner.start()
 
     def submit(self, job: Job) -> None:
         """Run ``job()`` on a pool thread as soon as one is free (a new one if none is).
@@ -108,10 +112,7 @@ class WorkerPool:
                 self._starting += 1
                 self._spawn_wanted += 1
                 if self._spawner is None:
-                    self._spawner = threading.Thread(
-                        target=self._spawn_loop, name=f"{self._name}-spawner", daemon=True
-                    )
-                    self._spawner.start()
+                    self._start_spawner()
                 else:
                     self._spawn_cond.notify()
             self._cond.notify()  # one idle worker per job: no thundering herd

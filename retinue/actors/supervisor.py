@@ -127,8 +127,7 @@ class Supervisor:
             self.world, self.scheduler, self.waiters, self.hosts, self.router
         )
         self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
-        self._group: list[Transition] = []  # served, not committed yet
-        self._group_commands: list[Command[Any]] = []
+        self._group: list[tuple[Transition, Command[Any]]] = []  # served, not yet handed over
 
     @property
     def tree(self) -> Tree:
@@ -160,8 +159,7 @@ class Supervisor:
             log.exception("supervisor command %r failed", command)
             tx.result = exc
         tx.writes = world.tree.take_writes()
-        self._group.append(tx)
-        self._group_commands.append(command)
+        self._group.append((tx, command))
         if last or len(self._group) >= world.store.max_group:
             self.commit()
 
@@ -171,19 +169,17 @@ class Supervisor:
         Once it is committed, on the writer thread, their effects run and
         their callers are answered.
         """
-        group, commands = self._group, self._group_commands
+        group, self._group = self._group, []
         if not group:
             return
-        self._group, self._group_commands = [], []
         bus = self.world.bus
         items = [
-            (tx.writes, lambda error, tx=tx, c=c: tx.on_commit(error, bus, c))
-            for tx, c in zip(group, commands, strict=True)
+            (tx.writes, lambda error, tx=tx, c=c: tx.on_commit(error, bus, c)) for tx, c in group
         ]
         try:
             self.world.store.submit_group(items)
         except RetinueError as exc:  # the store failed for good: say so, never hang
-            for tx, command in zip(group, commands, strict=True):
+            for tx, command in group:
                 tx.on_commit(exc, bus, command)
 
     def dispatch(self, tx: Transition, command: Command[Any]) -> Any:

@@ -164,7 +164,7 @@ async def wait_result_async(
     future: concurrent.futures.Future[Any],
     timeout: float,
     give_up: Callable[[], None],
-    give_back: Callable[[], None] | None = None,
+    give_back: Callable[[], None],
 ) -> Any:
     """A turn's wait from asyncio: :func:`await_waiter`; a cancelled await loses nothing.
 
@@ -181,9 +181,8 @@ async def wait_result_async(
     except asyncio.CancelledError:
         if future.cancel():
             give_up()
-        elif give_back is not None:
-            hand_back = give_back
-            future.add_done_callback(lambda _: hand_back())
+        else:
+            future.add_done_callback(lambda _: give_back())
         raise
 
 
