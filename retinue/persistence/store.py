@@ -5,7 +5,8 @@ with callbacks, a group at a time (:meth:`Store.submit_group`: the
 transitions it served while its inbox had more); other writers use
 :meth:`Store.submit`. The writer takes everything queued while the previous
 commit was in flight and commits it in one LMDB write transaction (group
-commit), then calls each callback in submission order. A callback therefore
+commit), then calls each callback in submission order (when more is queued, just
+before the next commit, once its writes are in). A callback therefore
 runs only once its transition is committed in the chosen durability mode:
 
 - ``full``: every commit is fsynced before callbacks run; survives power loss.
@@ -212,6 +213,8 @@ class Store:
         self._closed = False
         self._failed: BaseException | None = None
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # Committed groups whose callbacks wait for the next commit's puts (writer only).
+        self._unanswered: list[tuple[list[_Item], BaseException | None]] = []
         self._thread: threading.Thread | None = None
         if readonly:
             if not (self.folder / DATA_FILE).exists() and not has_marker(self.folder):
@@ -617,6 +620,8 @@ class Store:
             if group:
                 self._commit_group(group)
                 dirty = dirty or self.durability is Durability.BUFFERED
+            if controls or self._queue.empty():
+                self._answer()
             for control in controls:
                 if control is _STOP:
                     self._sync()
@@ -631,7 +636,25 @@ class Store:
             self.env.sync(True)
             self.stats.syncs += 1
 
+    def _answer(self) -> None:
+        """Call the callbacks of the committed, unanswered groups, in order."""
+        unanswered, self._unanswered = self._unanswered, []
+        for group, error in unanswered:
+            for item in group:
+                try:
+                    item.callback(error)
+                except Exception:  # a callback must never kill the writer
+                    log.exception("a commit callback failed")
+
     def _commit_group(self, group: list[_Item]) -> None:
+        """Commit ``group``; leave its callbacks to the next :meth:`_answer`.
+
+        The groups committed before and not answered yet (more was queued
+        behind them) are answered once this group's writes are in its
+        transaction, just before it commits: the threads their answers wake
+        then run while this commit syncs, instead of taking the GIL from the
+        writer at each of its puts (a put releases the GIL).
+        """
         if len(group) == 1:
             writes = list(group[0].writes)
         else:  # a key written by several transitions of the group is written once, as it ends
@@ -645,15 +668,15 @@ class Store:
             except Exception as exc:
                 error = exc
                 self._failed = exc
+        self._answer()
         self.stats.transitions += len(group)
-        for item in group:
-            try:
-                item.callback(error)
-            except Exception:  # a callback must never kill the writer
-                log.exception("a commit callback failed")
+        self._unanswered.append((group, error))
 
     def _commit(self, writes: list[Write]) -> None:
         """Commit ``writes`` in one write transaction, growing a full map.
+
+        Once every write is in the transaction, before the commit, the
+        groups committed earlier are answered (see :meth:`_commit_group`).
 
         Raises:
             StoreCorrupted: the data file shrank, or LMDB met (or the page
@@ -670,6 +693,7 @@ class Store:
                             txn.delete(key, db=dbs[name])
                         else:
                             txn.put(key, value, db=dbs[name])
+                    self._answer()
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
                 self.stats.map_growths += 1
