@@ -175,6 +175,7 @@ def run(
         "idempotent_first",
         "idempotent_retry",
         "race:async_runner_closes_runtime",
+        "race:host_loop_busy_at_close",
         "handover_given_back",
         "handover_received",
         "race:interrupt_racing_async_wait",

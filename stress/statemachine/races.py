@@ -16,7 +16,9 @@ an ``alead`` turn's ``wait_async`` is answered, and an async runner closes
 the runtime from the event loop while another turn's wait holds a completion
 its task cannot resume to receive. A child's completion must reach exactly
 one turn of its parent (that turn, a wake or the next follow-up), or stay
-pending for it in the store: never both, never neither.
+pending for it in the store: never both, never neither. The host's twin: the
+runtime closes while a host's ``wait_async`` was answered but the host's own
+loop is blocked; the close takes the completion back for a later wait.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from retinue.errors import (
     AgentClosed,
     AgentLimitExceeded,
     RetinueError,
+    RuntimeClosed,
     WaitTimeout,
 )
 from stress.statemachine.harness import (
@@ -540,6 +543,84 @@ class RaceRules(Model):
         self.sync()
         if self.harness.delivered_completions()[cid] != 1:
             fail(f"{parent.path}'s next turn did not receive {cid} (given back at the close)")
+
+    @precondition(lambda self: len(self.live()) < LIMITS.max_agents)
+    @rule(waiters=st.integers(1, 2), cancel=st.booleans())
+    def host_loop_busy_at_close(self, waiters: int, cancel: bool) -> None:
+        """The runtime closes while a host's ``wait_async`` was answered but its loop is busy.
+
+        ``waiters`` host tasks wait on a fresh top-level agent held on the
+        latch; the host's event loop then blocks; the agent settles, so its
+        completion is handed to a wait whose task cannot resume; then another
+        thread closes the runtime. The close takes the completion back: the
+        wait it was handed to ends with ``RuntimeClosed`` (every task with
+        ``CancelledError`` once ``cancel`` cancelled it; a second wait may have
+        ended with ``NothingToWaitFor`` as the first was answered), the store
+        has the completion undelivered, and the host receives it once after
+        the reopen (``drain``).
+        """
+        TRACE.append(f"host_loop_busy_at_close(waiters={waiters}, cancel={cancel})")
+        STATS["race:host_loop_busy_at_close"] += 1
+        h = self.harness
+        h.open_gate()
+        self.sync()
+        h.latch.clear()
+        try:
+            info = self.rt.spawn("echo", LATCH)
+        except AgentLimitExceeded:
+            h.latch.set()
+            return
+        agent = Agent(id=info.id, parent_id=None, info=info)
+        self.agents[info.id] = agent
+        loop_busy, loop_free = threading.Event(), threading.Event()
+        outcomes: list[object] = []
+
+        async def host() -> None:
+            tasks = [
+                asyncio.ensure_future(self.rt.wait_async(info.id, timeout=PARK_S))
+                for _ in range(waiters)
+            ]
+            await asyncio.sleep(0)  # every wait is submitted
+            loop_busy.set()
+            loop_free.wait(PARK_S)  # blocks this loop: no task resumes meanwhile
+            if cancel:
+                for task in tasks:
+                    task.cancel()
+            outcomes.extend(await asyncio.gather(*tasks, return_exceptions=True))
+
+        loop = threading.Thread(target=asyncio.run, args=(host(),), name="host-loop")
+        loop.start()
+        try:
+            if not loop_busy.wait(PARK_S):
+                fail("the host's loop never submitted its waits")
+            h.latch.set()  # the agent settles: its completion is handed to a blocked wait
+            deadline = time.monotonic() + PARK_S
+            while self.rt.get(info.id).state not in SETTLED:
+                if time.monotonic() > deadline:
+                    fail(f"{info.path} did not settle while the host's loop was held")
+                h.wait_activity(h.mark(), 0.05)
+            before = {i.id: i for i in self.rt.agents(include_closed=True)}
+            self.rt.shutdown()  # from this thread, while the host's loop is still blocked
+        finally:
+            h.latch.set()
+            loop_free.set()
+        loop.join(PARK_S)
+        if loop.is_alive():
+            fail("the host's waits did not return after the close")
+        # The wait handed the completion ends with RuntimeClosed; another may have
+        # ended at once with NothingToWaitFor (the completion was handed over then).
+        ended = asyncio.CancelledError if cancel else RuntimeClosed
+        for outcome in outcomes:
+            if not isinstance(outcome, ended) and (cancel or not _nothing_left(outcome)):
+                fail(
+                    f"a host wait_async on {info.path} blocked through the close returned "
+                    f"{outcome!r}; the close must take its completion back ({ended.__name__})"
+                )
+        if not any(isinstance(outcome, ended) for outcome in outcomes):
+            fail(f"no host wait on {info.path} was handed its completion before the close")
+        self.reopen_closed(before)  # the store check: the completion is undelivered
+        if self.host_due(agent) != 1:
+            fail(f"{info.path}'s completion is not due to the host after the reopen")
 
     @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 3)
     @rule(

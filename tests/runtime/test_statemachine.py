@@ -27,6 +27,7 @@ MUST_RUN = (
     "turns_async",  # async runners awaiting the turn's *_async twins
     "async_wait_completions",  # an async turn received a child's completion from wait_async
     "race:async_runner_closes_runtime",
+    "race:host_loop_busy_at_close",
     "race:interrupt_racing_async_wait",
     "race:host_inbox_wait",
     "race:flood_host_inbox",
