@@ -62,6 +62,7 @@ __all__ = [
     "Unreceive",
     "Wait",
     "WaitKind",
+    "WaitMany",
 ]
 
 R = TypeVar("R")
@@ -253,6 +254,21 @@ class Wait(Command[Message | Completion]):
     ref: str
     kind: WaitKind = "completion"
     field: str = "ref"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitMany(Command[list[Completion | RetinueError]]):
+    """A turn waits for the completions of several of its children at once (``run_many``).
+
+    Answered once every child has a completion pending for the turn, or is
+    closed with none: their completions (``AgentClosed`` for a closed one),
+    in the order given, taken in one transition. A :class:`GiveUpWait` ends
+    it early: each child with no completion yet keeps its place as
+    ``WaitTimeout``.
+    """
+
+    sender: TurnRef
+    children: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -283,11 +283,8 @@ class Lifecycle:
         for pending in tree.pending_for(record.id):
             self.router.reroute(tx, pending, heir)
         self.hosts.serve_host(tx, record.id)
-        parent_id = record.parent_id
-        waiter = None if parent_id is None else self.waiters.waiting(parent_id)
-        if parent_id is not None and waiter is not None and waiter.child_id == record.id:
-            closed = AgentClosed(f"{record.path} was closed while its parent waited on it")
-            self.waiters.answer(tx, parent_id, lambda _: closed)
+        if record.parent_id is not None:
+            self.waiters.child_closed(tx, record.parent_id, record)
         return record
 
     def close_tree(self, tx: Transition, command: CloseTree) -> list[AgentInfo]:

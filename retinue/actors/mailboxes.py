@@ -16,7 +16,7 @@ from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.transition import Transition
 from retinue.actors.tree import HOST
-from retinue.actors.waiters import Waiters
+from retinue.actors.waiters import AgentWaiter, Waiters
 from retinue.errors import AgentClosed, DedupKeyTooLong, MailboxFull, NotPermitted
 from retinue.protocol import paths
 from retinue.protocol.checks import check_key, check_text
@@ -105,7 +105,11 @@ class Mailboxes:
             )
         )
         waiter = self.waiters.waiting(target.id)
-        if waiter is not None and waiter.child_id == sender_id and waiter.kind == "any":
+        if (
+            isinstance(waiter, AgentWaiter)
+            and waiter.child_id == sender_id
+            and waiter.kind == "any"
+        ):
             self.waiters.answer(tx, target.id, lambda _: world.take_message(record))
         return message
 

@@ -117,12 +117,8 @@ class Router:
 
     def offer(self, tx: Transition, recipient_id: str, pending: CompletionRecord) -> None:
         """Hand a routed completion to a waiting turn, or wake an idle recipient."""
-        waiter = self.waiters.waiting(recipient_id)
-        if waiter is not None and waiter.child_id == pending.completion.agent_id:
-            world = self.world
-            self.waiters.answer(tx, recipient_id, lambda t: world.take_completion(t, pending))
-            return
-        self.maybe_wake(tx, recipient_id)
+        if not self.waiters.completion_arrived(tx, recipient_id, pending):
+            self.maybe_wake(tx, recipient_id)
 
     def give_back(self, tx: Transition, command: GiveBack) -> None:
         """Put an event a turn's cancelled wait had taken back in its recipient's queue.

@@ -225,14 +225,20 @@ class Scheduler:
         tx.answer(future, value)
 
     def hand(self, agent_id: str, future: concurrent.futures.Future[Any], value: Any) -> None:
-        """Tell the running turn of ``agent_id`` that ``value`` (if an event) was taken for it.
+        """Tell the running turn of ``agent_id`` that ``value`` (events) was taken for it.
 
         Until its runner receives it, a cancel of the turn takes it back
         (:meth:`~retinue.actors.turn.Turn.reclaim`).
         """
         handle = self.turns.get(agent_id)
-        if handle is not None and isinstance(value, Message | Completion):
-            handle.turn.hand(future, value)
+        if handle is None:
+            return
+        if isinstance(value, Message | Completion):
+            handle.turn.hand(future, [value])
+        elif isinstance(value, list):  # a batch: its completions (its errors hold nothing)
+            events: list[Message | Completion] = [v for v in value if isinstance(v, Completion)]
+            if events:
+                handle.turn.hand(future, events)
 
     def yield_slot(self, tx: Transition, agent_id: str) -> None:
         """A turn starts waiting: its slot goes to others meanwhile."""

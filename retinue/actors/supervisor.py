@@ -61,6 +61,7 @@ from retinue.actors.commands import (
     SpawnMany,
     Unreceive,
     Wait,
+    WaitMany,
 )
 from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import BUSY, World, agent_list, info_of
@@ -200,6 +201,8 @@ class Supervisor:
                 return self.hosts.host_wait(tx, command)
             case Wait():
                 return self._agent_wait(tx, command)
+            case WaitMany():
+                return self._agent_wait_many(tx, command)
             case GiveUpWait(sender=Host()):
                 return self.hosts.give_up_host(command)
             case GiveUpWait():
@@ -259,6 +262,11 @@ class Supervisor:
         me = self.world.sender(command.sender)
         assert me is not None
         self.waiters.agent_wait(tx, me, command)
+
+    def _agent_wait_many(self, tx: Transition, command: WaitMany) -> None:
+        me = self.world.sender(command.sender)
+        assert me is not None
+        self.waiters.agent_wait_many(tx, me, command)
 
     def _give_up_agent_wait(self, tx: Transition, command: GiveUpWait) -> None:
         me = self.world.sender(command.sender)

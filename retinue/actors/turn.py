@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -33,17 +32,16 @@ from retinue.actors.commands import (
     SpawnRequest,
     TurnRef,
     Wait,
+    WaitMany,
 )
 from retinue.actors.executor import poster
 from retinue.actors.profile import Profile
 from retinue.errors import (
-    AgentClosed,
     BlockingCallInAsyncRunner,
     FanoutLimitExceeded,
     InvalidArgument,
     RetinueError,
     TurnInterrupted,
-    WaitTimeout,
 )
 from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
@@ -329,7 +327,7 @@ class Turn:
         self._on_cancel: list[Callable[[], None]] = []
         # Events the supervisor took for this turn's waits that its runner has
         # not received yet, by wait future (see hand/receive/reclaim).
-        self._held: dict[concurrent.futures.Future[Any], Message | Completion] = {}
+        self._held: dict[concurrent.futures.Future[Any], list[Message | Completion]] = {}
 
     # -- cancellation (the supervisor's side) ---------------------------------------
 
@@ -360,14 +358,16 @@ class Turn:
             self.runner_started = True
             return True
 
-    def hand(self, future: concurrent.futures.Future[Any], event: Message | Completion) -> None:
-        """Record that the supervisor took ``event`` for the wait answered by ``future``.
+    def hand(
+        self, future: concurrent.futures.Future[Any], events: list[Message | Completion]
+    ) -> None:
+        """Record that the supervisor took ``events`` for the wait answered by ``future``.
 
         Until the runner receives it (:meth:`receive`), a cancel may take it
         back (:meth:`reclaim`): whichever comes first owns it.
         """
         with self._cancel_lock:
-            self._held[future] = event
+            self._held[future] = events
 
     def receive(self, future: concurrent.futures.Future[Any]) -> bool:
         """Claim the event of a wait's ``future`` for the runner; False if it went back.
@@ -379,19 +379,6 @@ class Turn:
         with self._cancel_lock:
             return self._held.pop(future, None) is not None
 
-    def receive_all(self, futures: Sequence[concurrent.futures.Future[Any]]) -> bool:
-        """Claim the events of several waits at once (:meth:`receive`); False if they went back.
-
-        All or nothing: a cancel reclaims every held event at once, and
-        after it nothing new is handed to the turn.
-        """
-        with self._cancel_lock:
-            if any(future not in self._held for future in futures):
-                return False
-            for future in futures:
-                del self._held[future]
-            return True
-
     def reclaim(
         self, future: concurrent.futures.Future[Any] | None = None
     ) -> list[Message | Completion]:
@@ -402,10 +389,9 @@ class Turn:
         """
         with self._cancel_lock:
             if future is None:
-                taken, self._held = list(self._held.values()), {}
-                return taken
-            event = self._held.pop(future, None)
-            return [] if event is None else [event]
+                held, self._held = self._held, {}
+                return [event for events in held.values() for event in events]
+            return self._held.pop(future, [])
 
     def on_cancel(self, hook: Callable[[], None]) -> None:
         """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
@@ -515,41 +501,26 @@ class Turn:
         spawned: list[AgentInfo | RetinueError] = yield self._ask(
             SpawnMany(self._me, [SpawnRequest(p, t) for p, t in items])
         )
-        deadline = time.monotonic() + wait_s
-        results: list[Completion | RetinueError] = []
-        # The batch's completions reach the runner together: until run_many
-        # returns they stay held, so a batch that ends in an error (an
-        # interrupt in a later wait, a cancelled task) gives them back.
-        received: list[concurrent.futures.Future[Any]] = []
-        try:
-            for entry in spawned:
-                if isinstance(entry, RetinueError):
-                    results.append(entry)
-                    continue
-                remaining = max(0.0, deadline - time.monotonic())
-                request = self._wait_request(entry.id, "completion", remaining, claim=False)
-                try:
-                    results.append((yield request))
-                    received.append(request.future)
-                except (WaitTimeout, AgentClosed) as exc:  # keeps its place, as its error
-                    results.append(exc)
-        except BaseException:
-            self._give_back(received)
-            raise
-        if not self.receive_all(received):
-            raise TurnInterrupted(f"{self.agent.path} was interrupted; its batch went back")
-        return results
+        children = tuple(entry.id for entry in spawned if not isinstance(entry, RetinueError))
+        got: list[Completion | RetinueError] = []
+        if children:
+            # One wait for the whole batch: answered once every child is done,
+            # its completions taken (and received here) together.
+            got = yield self._batch_request(children, wait_s)
+        done = iter(got)
+        return [entry if isinstance(entry, RetinueError) else next(done) for entry in spawned]
 
     def run_many(
         self, requests: Sequence[tuple[str, str]], timeout: float | None = None
     ) -> list[Completion | RetinueError]:
         """Run several children at once; return their completions in request order.
 
-        A refused spawn, a wait that ran out of time or a child closed
-        meanwhile keeps its place as its error; the time budget is shared by
-        the whole batch. If the batch ends in an error (the turn is
-        interrupted in a later wait), the completions it had received go
-        back to the agent: its next turn receives them.
+        A refused spawn, a child still running when the time budget (shared
+        by the whole batch) runs out, or a child closed with no completion
+        keeps its place as its error. The batch is one wait: it returns once
+        every child is done, with their completions taken together; if the
+        turn is interrupted first, nothing of the batch is taken (its next
+        turn receives the completions).
 
         Raises:
             FanoutLimitExceeded: more requests than ``fanout_cap``.
@@ -640,6 +611,29 @@ class Turn:
             raise TurnInterrupted(f"{self.agent.path} was interrupted; its wait's event went back")
 
         def give_back() -> None:  # a cancelled task never saw the event: it goes back
+            self._give_back([future])
+
+        return _Wait(future, timeout, give_up, receive, give_back)
+
+    def _batch_request(self, children: tuple[str, ...], timeout: float) -> _Wait:
+        """Register one wait for the completions of ``children`` (``run_many``'s batch)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._caller(WaitMany(self._me, children), reply=future)
+
+        def give_up() -> None:
+            with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
+                _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
+
+        def receive(value: Any, in_task: bool) -> Any:
+            taken = isinstance(value, list) and any(isinstance(v, Completion) for v in value)
+            if not taken or self.receive(future):
+                return value
+            # The turn was cancelled and the supervisor took the batch back first.
+            if in_task:
+                raise asyncio.CancelledError
+            raise TurnInterrupted(f"{self.agent.path} was interrupted; its batch went back")
+
+        def give_back() -> None:  # a cancelled task never saw the batch: it goes back
             self._give_back([future])
 
         return _Wait(future, timeout, give_up, receive, give_back)

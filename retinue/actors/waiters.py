@@ -1,10 +1,11 @@
-"""Turn waits: a turn blocked in ``wait`` on one child, as a small named record.
+"""Turn waits: a turn blocked in ``wait`` on one child, or in ``run_many`` on a batch.
 
 A turn waits for the next event from one child (a message it sent, or its
-completion); meanwhile it gives its turn slot to others, and takes the event
-only once it has a slot again, so an interrupt in between loses nothing.
-Every event taken for a turn is handed to it (``Turn.hand``) until its
-runner receives it, so a cancel can take back what no runner saw.
+completion), or for the completions of a batch of children at once; one
+wait at a time. Meanwhile it gives its turn slot to others, and takes the
+events only once it has a slot again, so an interrupt in between loses
+nothing. Every event taken for a turn is handed to it (``Turn.hand``) until
+its runner receives it, so a cancel can take back what no runner saw.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from retinue.actors.commands import GiveUpWait, Wait
+from retinue.actors.commands import GiveUpWait, Wait, WaitMany
 from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
 from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, WaitTimeout
-from retinue.protocol.messages import AgentState
-from retinue.protocol.records import AgentRecord
+from retinue.protocol.messages import AgentState, Completion
+from retinue.protocol.records import AgentRecord, CompletionRecord
 
-__all__ = ["AgentWaiter", "Waiters"]
+__all__ = ["AgentWaiter", "BatchWaiter", "Waiters"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,25 @@ class AgentWaiter:
     kind: str
     future: concurrent.futures.Future[Any]
 
+    def wants(self, child_id: str) -> bool:
+        """True if an event from ``child_id`` answers this wait."""
+        return child_id == self.child_id
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWaiter:
+    """A turn blocked in ``run_many`` on the completions of ``children``, all at once."""
+
+    children: tuple[str, ...]
+    future: concurrent.futures.Future[Any]
+
+    def wants(self, child_id: str) -> bool:
+        """True if ``child_id`` is one of the batch."""
+        return child_id in self.children
+
+
+Waiter = AgentWaiter | BatchWaiter
+
 
 class Waiters:
     """Every blocked turn wait, and how each one is answered."""
@@ -45,7 +65,7 @@ class Waiters:
         """Keep the turns' waits on ``world``; a turn's slot comes from ``scheduler``."""
         self.world = world
         self.scheduler = scheduler
-        self.agent: dict[str, AgentWaiter] = {}
+        self.agent: dict[str, Waiter] = {}
 
     # -- turns ---------------------------------------------------------------------
 
@@ -58,15 +78,9 @@ class Waiters:
             AgentClosed: the child is closed and has nothing left for it.
         """
         child = self.world.find(me, command.ref, command.field)
-        tree = self.world.tree
         if child.parent_id != me.id:
             raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
-        current = self.agent.get(me.id)
-        if current is not None:
-            raise AgentBusy(
-                f"{me.path} already waits on {tree.agents[current.child_id].path}; "
-                "a turn waits on one child at a time"
-            )
+        self._check_idle(me)
         take = self._next_event(tx, me, child, command.kind)
         if take is not None:
             self._claim(tx, me.id, tx.defer(), take)
@@ -75,6 +89,112 @@ class Waiters:
             raise AgentClosed(f"{child.path} is closed")
         self.agent[me.id] = AgentWaiter(child.id, command.kind, tx.defer())
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
+
+    def agent_wait_many(self, tx: Transition, me: AgentRecord, command: WaitMany) -> None:
+        """Answer a turn's batch wait if every child is done, or register it.
+
+        Raises:
+            NotPermitted: a child is not the turn's child.
+            AgentBusy: the turn already waits.
+        """
+        world = self.world
+        for child_id in command.children:
+            child = world.find(me, child_id, "children")
+            if child.parent_id != me.id:
+                raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
+        self._check_idle(me)
+        waiter = BatchWaiter(command.children, tx.defer())
+        if self._batch_done(me.id, waiter):
+            self._claim(tx, me.id, waiter.future, self._take_batch(me.id, waiter, None))
+            return
+        self.agent[me.id] = waiter
+        self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
+
+    def _check_idle(self, me: AgentRecord) -> None:
+        """Raise AgentBusy if the turn of ``me`` already waits."""
+        current = self.agent.get(me.id)
+        if current is None:
+            return
+        if isinstance(current, AgentWaiter):
+            on = self.world.tree.agents[current.child_id].path
+        else:
+            on = f"a batch of {len(current.children)} children"
+        raise AgentBusy(f"{me.path} already waits on {on}; a turn waits on one thing at a time")
+
+    def _batch_done(self, waiter_id: str, waiter: BatchWaiter) -> bool:
+        """True once each child of the batch has a completion pending for it, or is closed."""
+        tree = self.world.tree
+        pending = {p.completion.agent_id for p in tree.pending_for(waiter_id)}
+        for child_id in waiter.children:
+            if child_id in pending:
+                continue
+            child = tree.agents.get(child_id)
+            if child is not None and child.state is not AgentState.CLOSED:
+                return False
+        return True
+
+    def _take_batch(
+        self, waiter_id: str, waiter: BatchWaiter, timed_out: float | None
+    ) -> Callable[[Transition], list[Completion | RetinueError]]:
+        """Return how to take the batch's completions (each child's oldest), in order.
+
+        A closed child with none keeps its place as ``AgentClosed``; after a
+        time-out (``timed_out`` seconds), a child still running as ``WaitTimeout``.
+        """
+        world = self.world
+
+        def take(tx: Transition) -> list[Completion | RetinueError]:
+            tree = world.tree
+            oldest: dict[str, CompletionRecord] = {}
+            for record in tree.pending_for(waiter_id):
+                oldest.setdefault(record.completion.agent_id, record)
+            results: list[Completion | RetinueError] = []
+            for child_id in waiter.children:
+                pending = oldest.get(child_id)
+                child = tree.agents.get(child_id)
+                what = child_id if child is None else child.path
+                if pending is not None:
+                    results.append(world.take_completion(tx, pending))
+                elif (
+                    timed_out is not None
+                    and child is not None
+                    and child.state is not (AgentState.CLOSED)
+                ):
+                    results.append(
+                        WaitTimeout(f"no event from {what} within {timed_out:g}s; it keeps running")
+                    )
+                else:
+                    results.append(AgentClosed(f"{what} was closed while its parent waited on it"))
+            return results
+
+        return take
+
+    def completion_arrived(self, tx: Transition, waiter_id: str, pending: CompletionRecord) -> bool:
+        """A completion is routed to ``waiter_id``: answer its wait if that wait wants it.
+
+        Returns True if the turn's wait takes it (now, or with its batch once
+        the batch is done); False if the turn does not wait for it.
+        """
+        waiter = self.agent.get(waiter_id)
+        if waiter is None or not waiter.wants(pending.completion.agent_id):
+            return False
+        if isinstance(waiter, AgentWaiter):
+            world = self.world
+            self.answer(tx, waiter_id, lambda t: world.take_completion(t, pending))
+        elif self._batch_done(waiter_id, waiter):
+            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter, None))
+        return True
+
+    def child_closed(self, tx: Transition, waiter_id: str, child: AgentRecord) -> None:
+        """``child`` of ``waiter_id`` was closed: end a wait on it that nothing else will answer."""
+        waiter = self.agent.get(waiter_id)
+        if waiter is None or not waiter.wants(child.id):
+            return
+        if isinstance(waiter, AgentWaiter):
+            closed = AgentClosed(f"{child.path} was closed while its parent waited on it")
+            self.answer(tx, waiter_id, lambda _: closed)
+        elif self._batch_done(waiter_id, waiter):
+            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter, None))
 
     def _next_event(
         self, tx: Transition, me: AgentRecord, child: AgentRecord, kind: str
@@ -94,7 +214,7 @@ class Waiters:
                     break
         return None if best is None else best[1]
 
-    def waiting(self, waiter_id: str) -> AgentWaiter | None:
+    def waiting(self, waiter_id: str) -> Waiter | None:
         """Return the wait of the turn of ``waiter_id``, if it waits."""
         return self.agent.get(waiter_id)
 
@@ -133,6 +253,10 @@ class Waiters:
             return  # answered already (or failed by an interrupt)
         del self.agent[me.id]
         if not future.set_running_or_notify_cancel():
+            return
+        if isinstance(waiter, BatchWaiter):  # what is there is taken, the rest times out
+            take = self._take_batch(me.id, waiter, seconds)
+            self.scheduler.request_slot(tx, SlotRequest(me.id, future, take))
             return
         child = self.world.tree.agents.get(waiter.child_id)
         what = waiter.child_id if child is None else child.path

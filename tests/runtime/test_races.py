@@ -770,3 +770,55 @@ def test_run_many_receives_a_child_closed_while_it_waited_as_its_interrupted_com
     rt.close(hold.id)
     assert rt.wait(p.id, timeout=PROMPT_S).output == "ok"
     assert outcome == [["released:quick", "interrupted"]]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_run_many_timeout_keeps_a_late_child_in_place_and_its_completion_for_later(
+    open_runtime: OpenRuntime, gate: Gate, use_async: bool
+) -> None:
+    """The batch's budget runs out: the done child's completion is taken, the late one's is not.
+
+    The late child keeps its place as ``WaitTimeout``; when it settles, its
+    completion waits for the parent and its next turn receives it, once.
+    """
+    outcome: list[list[str]] = []
+    seen: list[str] = []
+
+    def names(results: list[Any]) -> list[str]:
+        return [type(r).__name__ if isinstance(r, RetinueError) else r.id for r in results]
+
+    def parent(turn: Turn) -> str:
+        seen.extend(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "batch":
+            outcome.append(names(turn.run_many([("leaf", "quick"), ("leaf", "hold")], 0.3)))
+        return "ok"
+
+    async def aparent(turn: Turn) -> str:
+        seen.extend(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "batch":
+            results = await turn.run_many_async([("leaf", "quick"), ("leaf", "hold")], 0.3)
+            outcome.append(names(results))
+        return "ok"
+
+    gate.release("quick")
+    rt = open_runtime(
+        [
+            Profile(
+                "p",
+                subagents=["leaf"],
+                runner=aparent if use_async else parent,
+                wake_on_completion=False,
+            ),
+            Profile("leaf", runner=gate),
+        ]
+    )
+    p = rt.spawn("p", "batch", name="p")
+    assert rt.wait(p.id, timeout=PROMPT_S).output == "ok"
+    quick = next(t.agent for t in gate.turns if t.task == "quick")
+    hold = next(t.agent for t in gate.turns if t.task == "hold")
+    assert outcome == [[f"{quick.id}:1", "WaitTimeout"]]
+    gate.release("hold")
+    wait_settled(rt, hold.id)
+    rt.follow_up(p.id, "read")
+    wait_settled(rt, p.id, generation=2)
+    assert seen == [f"{hold.id}:1"]

@@ -9,19 +9,18 @@ from __future__ import annotations
 import gc
 import inspect
 import threading
-from typing import Any
 
 from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
 
 from retinue import AgentState, Completion, Profile, Turn
 
 
-def _batch_results(agent_id: str) -> list[Any] | None:
-    """What a suspended ``run_many`` / ``run_many_async`` of an agent's turn has collected so far.
+def _batch_waits(agent_id: str) -> tuple[str, ...] | None:
+    """The children a suspended ``run_many`` / ``run_many_async`` of an agent's turn waits on.
 
-    Reads the locals of that turn's live ``_run_many_steps`` generator, so the
-    test knows the batch's first wait returned and its second one is pending.
-    None while the agent's turn runs no batch.
+    Reads the locals of that turn's live ``_run_many_steps`` generator: once
+    it is suspended with its children known, its one wait for the batch is
+    submitted. None while the agent's turn runs no batch.
     """
     for obj in gc.get_objects():
         if inspect.isgenerator(obj) and obj.gi_code.co_name == "_run_many_steps":
@@ -29,20 +28,21 @@ def _batch_results(agent_id: str) -> list[Any] | None:
             turn = None if frame is None else frame.f_locals.get("self")
             if frame is None or getattr(getattr(turn, "agent", None), "id", None) != agent_id:
                 continue
-            results = frame.f_locals.get("results")
-            if isinstance(results, list):
-                return list(results)
+            children = frame.f_locals.get("children")
+            if isinstance(children, tuple) and obj.gi_suspended:
+                return children
     return None
 
 
 def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(
     open_runtime: OpenRuntime, gate: Gate
 ) -> None:
-    """A batch's first child completes; the parent is interrupted while waiting on the second.
+    """A batch's first child completes; the parent is interrupted while its batch still waits.
 
     ``run_many`` raised (``TurnInterrupted``), so the runner never saw the first
     child's completion. Exactly once means some turn of the parent receives it:
     the parent's next turn (a follow-up) must find it in ``turn.messages``.
+    (Found when the batch waited on each child in turn and had taken the first.)
     """
     seen: list[str] = []
     threads: list[threading.Thread] = []
@@ -67,10 +67,7 @@ def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(
     quick = next(t.agent for t in gate.turns if t.task == "quick")
     wait_settled(rt, quick.id)
     wait_until(lambda: threads, what="the parent's runner")
-    wait_until(
-        lambda: len(_batch_results(p.id) or []) == 1,
-        what="run_many to take the first completion and wait on the second child",
-    )
+    wait_until(lambda: len(_batch_waits(p.id) or ()) == 2, what="run_many to wait on its batch")
     rt.interrupt(p.id)
     wait_until(lambda: rt.get(p.id).state is AgentState.INTERRUPTED)
     rt.follow_up(p.id, "read")
@@ -105,8 +102,7 @@ def test_a_completion_run_many_async_received_survives_an_interrupt_of_its_next_
     quick = next(t.agent for t in gate.turns if t.task == "quick")
     wait_settled(rt, quick.id)
     wait_until(
-        lambda: len(_batch_results(p.id) or []) == 1,
-        what="run_many_async to take the first completion and wait on the second child",
+        lambda: len(_batch_waits(p.id) or ()) == 2, what="run_many_async to wait on its batch"
     )
     rt.interrupt(p.id)
     wait_until(lambda: rt.get(p.id).state is AgentState.INTERRUPTED)
