@@ -263,6 +263,9 @@ class PooledActor(pykka.Actor):
             except BaseException:  # SystemExit and friends stop this actor, never others
                 self._stop()
         self._actor_loop_teardown()
+        # Break the cycle actor -> inbox -> kick -> actor: refcounting frees a
+        # stopped actor at once instead of the cyclic GC, once per turn.
+        inbox.kick = None
 
 
 class AgentActor(PooledActor):

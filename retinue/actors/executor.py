@@ -168,6 +168,7 @@ class WorkerPool:
                 log.exception("a pooled job failed")
             finally:
                 me.busy = False
+                del job  # an idle worker keeps nothing of its last job (its turn) alive
 
     def shutdown(self, timeout: float) -> None:
         """Drop queued jobs and let idle workers go, waiting up to ``timeout`` for them.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 import msgspec
@@ -28,6 +29,7 @@ __all__ = ["HOST", "ReadEntry", "Tree", "spawn_key"]
 
 # The recipient key of the host in pending-completion indexes.
 HOST = ""
+_NO_CHILDREN: frozenset[str] = frozenset()
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -103,9 +105,9 @@ class Tree:
 
     # -- agents --------------------------------------------------------------
 
-    def live_children(self, agent_id: str | None) -> set[str]:
+    def live_children(self, agent_id: str | None) -> AbstractSet[str]:
         """Return the ids of the live children of an agent (None: top-level agents)."""
-        return self.children.setdefault(recipient_key(agent_id), set())
+        return self.children.get(recipient_key(agent_id), _NO_CHILDREN)
 
     def put_agent(self, record: AgentRecord, *, persist: bool = True) -> AgentRecord:
         """Insert or update an agent, keeping every index in step."""
@@ -132,7 +134,7 @@ class Tree:
 
     def _index_live(self, record: AgentRecord) -> None:
         self.live_paths[record.path] = record.id
-        self.live_children(record.parent_id).add(record.id)
+        self.children.setdefault(recipient_key(record.parent_id), set()).add(record.id)
         top = self.top_of[record.id]
         self.tree_count[top] = self.tree_count.get(top, 0) + 1
         self.live_count += 1
@@ -140,7 +142,12 @@ class Tree:
     def _unindex_live(self, record: AgentRecord) -> None:
         if self.live_paths.get(record.path) == record.id:
             del self.live_paths[record.path]
-        self.live_children(record.parent_id).discard(record.id)
+        key = recipient_key(record.parent_id)
+        kids = self.children.get(key)
+        if kids is not None:
+            kids.discard(record.id)
+            if not kids and key != HOST:  # a leaf holds no set: 10,000 closed agents, no sets
+                del self.children[key]
         top = self.top_of[record.id]
         self.tree_count[top] -= 1
         if self.tree_count[top] == 0:

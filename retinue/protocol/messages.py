@@ -56,7 +56,7 @@ class CompletionStatus(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Model tokens and cost spent, summed over calls.
 
     ``cost_usd`` comes from litellm's local cost map; a model it does not
@@ -81,7 +81,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A snapshot of one agent, as the supervisor last committed it.
 
     ``usage`` is what this agent's model calls spent over all its turns;
@@ -106,7 +106,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     tree_usage: Usage | None = None
 
 
-class Completion(msgspec.Struct, frozen=True, kw_only=True):
+class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The one result of one settled turn, identified by ``<agent id>:<generation>``."""
 
     id: str
@@ -119,7 +119,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     created_at: float = 0.0
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One mailbox entry: a message (``kind="message"``) or a child's completion.
 
     ``sender`` is the sender's path (``/root`` for the host); ``completion``

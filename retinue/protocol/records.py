@@ -28,7 +28,7 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
+class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One agent as stored (keyed by its id).
 
     ``parent_id`` is None for a top-level agent. ``host_received`` is the
@@ -66,7 +66,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True):
     idempotency_key: str | None = None
 
 
-class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
+class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One mailbox message as stored (keyed by recipient id and sequence)."""
 
     message: Message
@@ -77,7 +77,7 @@ class MessageRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The recipient's turn that read it (0: not read by a turn)."""
 
 
-class CompletionRecord(msgspec.Struct, frozen=True, kw_only=True):
+class CompletionRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One completion as stored (keyed by agent id and generation).
 
     ``recipient_id`` is the agent it was routed to, None for the host;
