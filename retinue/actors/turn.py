@@ -273,6 +273,13 @@ async def _drive_async(steps: _Steps[_T]) -> _T:
         return result
 
 
+def _holds_events(value: object) -> bool:
+    """True if a wait's answer carries events the supervisor handed to the turn."""
+    if isinstance(value, list):  # a batch: its completions (its errors hold nothing)
+        return any(isinstance(v, Completion) for v in value)
+    return isinstance(value, Message | Completion)
+
+
 def _ignore(_: object) -> None:
     """Discard a value (the reply of a fire-and-forget request)."""
 
@@ -591,49 +598,34 @@ class Turn:
                 with contextlib.suppress(RetinueError):
                     _ignore(self._caller(GiveBack(self.agent.id, event)))
 
-    def _wait_request(
-        self, ref: str, kind: str, timeout: float, field: str = "ref", *, claim: bool = True
-    ) -> _Wait:
-        """Register a wait; with ``claim=False`` its event stays held (the caller claims it)."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._caller(Wait(self._me, ref, kind, field), reply=future)
-
-        def give_up() -> None:
-            with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
-                _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
-
-        def receive(value: Any, in_task: bool) -> Any:
-            if not claim or not isinstance(value, Message | Completion) or self.receive(future):
-                return value
-            # The turn was cancelled and the supervisor took the event back first.
-            if in_task:
-                raise asyncio.CancelledError
-            raise TurnInterrupted(f"{self.agent.path} was interrupted; its wait's event went back")
-
-        def give_back() -> None:  # a cancelled task never saw the event: it goes back
-            self._give_back([future])
-
-        return _Wait(future, timeout, give_up, receive, give_back)
+    def _wait_request(self, ref: str, kind: str, timeout: float, field: str = "ref") -> _Wait:
+        """Register a wait for the next event from the child ``ref``."""
+        return self._register_wait(
+            Wait(self._me, ref, kind, field), timeout, "its wait's event went back"
+        )
 
     def _batch_request(self, children: tuple[str, ...], timeout: float) -> _Wait:
         """Register one wait for the completions of ``children`` (``run_many``'s batch)."""
+        return self._register_wait(WaitMany(self._me, children), timeout, "its batch went back")
+
+    def _register_wait(self, command: Wait | WaitMany, timeout: float, went_back: str) -> _Wait:
+        """Send a wait command; return it with its give-up, its receipt and its give-back."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._caller(WaitMany(self._me, children), reply=future)
+        self._caller(command, reply=future)
 
         def give_up() -> None:
             with contextlib.suppress(RetinueError):  # closed meanwhile: the wait is failed
                 _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
 
         def receive(value: Any, in_task: bool) -> Any:
-            taken = isinstance(value, list) and any(isinstance(v, Completion) for v in value)
-            if not taken or self.receive(future):
+            if not _holds_events(value) or self.receive(future):
                 return value
-            # The turn was cancelled and the supervisor took the batch back first.
+            # The turn was cancelled and the supervisor took the events back first.
             if in_task:
                 raise asyncio.CancelledError
-            raise TurnInterrupted(f"{self.agent.path} was interrupted; its batch went back")
+            raise TurnInterrupted(f"{self.agent.path} was interrupted; {went_back}")
 
-        def give_back() -> None:  # a cancelled task never saw the batch: it goes back
+        def give_back() -> None:  # a cancelled task never saw the events: they go back
             self._give_back([future])
 
         return _Wait(future, timeout, give_up, receive, give_back)

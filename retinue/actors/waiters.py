@@ -105,7 +105,7 @@ class Waiters:
         self._check_idle(me)
         waiter = BatchWaiter(command.children, tx.defer())
         if self._batch_done(me.id, waiter):
-            self._claim(tx, me.id, waiter.future, self._take_batch(me.id, waiter, None))
+            self._claim(tx, me.id, waiter.future, self._take_batch(me.id, waiter))
             return
         self.agent[me.id] = waiter
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
@@ -134,12 +134,13 @@ class Waiters:
         return True
 
     def _take_batch(
-        self, waiter_id: str, waiter: BatchWaiter, timed_out: float | None
+        self, waiter_id: str, waiter: BatchWaiter, seconds: float = 0.0
     ) -> Callable[[Transition], list[Completion | RetinueError]]:
         """Return how to take the batch's completions (each child's oldest), in order.
 
-        A closed child with none keeps its place as ``AgentClosed``; after a
-        time-out (``timed_out`` seconds), a child still running as ``WaitTimeout``.
+        A closed child with none keeps its place as ``AgentClosed``; a child
+        still running (only once the batch gave up after ``seconds``) as
+        ``WaitTimeout``.
         """
         world = self.world
 
@@ -155,13 +156,9 @@ class Waiters:
                 what = child_id if child is None else child.path
                 if pending is not None:
                     results.append(world.take_completion(tx, pending))
-                elif (
-                    timed_out is not None
-                    and child is not None
-                    and child.state is not (AgentState.CLOSED)
-                ):
+                elif child is not None and child.state is not AgentState.CLOSED:
                     results.append(
-                        WaitTimeout(f"no event from {what} within {timed_out:g}s; it keeps running")
+                        WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
                     )
                 else:
                     results.append(AgentClosed(f"{what} was closed while its parent waited on it"))
@@ -182,7 +179,7 @@ class Waiters:
             world = self.world
             self.answer(tx, waiter_id, lambda t: world.take_completion(t, pending))
         elif self._batch_done(waiter_id, waiter):
-            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter, None))
+            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter))
         return True
 
     def child_closed(self, tx: Transition, waiter_id: str, child: AgentRecord) -> None:
@@ -194,7 +191,7 @@ class Waiters:
             closed = AgentClosed(f"{child.path} was closed while its parent waited on it")
             self.answer(tx, waiter_id, lambda _: closed)
         elif self._batch_done(waiter_id, waiter):
-            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter, None))
+            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter))
 
     def _next_event(
         self, tx: Transition, me: AgentRecord, child: AgentRecord, kind: str
