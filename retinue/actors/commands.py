@@ -51,6 +51,7 @@ __all__ = [
     "LlmStep",
     "Resume",
     "ReturnHostMessages",
+    "RunMany",
     "Send",
     "Sender",
     "Settle",
@@ -62,7 +63,6 @@ __all__ = [
     "Unreceive",
     "Wait",
     "WaitKind",
-    "WaitMany",
 ]
 
 R = TypeVar("R")
@@ -257,18 +257,21 @@ class Wait(Command[Message | Completion]):
 
 
 @dataclass(frozen=True, slots=True)
-class WaitMany(Command[list[Completion | RetinueError]]):
-    """A turn waits for the completions of several of its children at once (``run_many``).
+class RunMany(Command[list[Completion | RetinueError]]):
+    """Spawn a batch of children of the sending turn and wait for them all (``run_many``).
 
-    Answered once every child has a completion pending for the turn, or is
-    closed with none: their completions (``AgentClosed`` for a closed one),
-    in the order given, taken in one transition. A :class:`GiveUpWait` ends
-    it early: each child with no completion yet keeps its place as
-    ``WaitTimeout``.
+    One transition spawns them (a refusal keeps its place, as with
+    :class:`SpawnMany`) and registers the turn's wait, so no child's
+    completion can arrive before it. Answered once every child has a
+    completion pending for the turn, or is closed with none: in request
+    order, each refusal as its error and each child's completion
+    (``AgentClosed`` for a closed one), taken in one transition. A
+    :class:`GiveUpWait` ends it early: a child still running keeps its place
+    as ``WaitTimeout``.
     """
 
     sender: TurnRef
-    children: tuple[str, ...]
+    requests: Sequence[SpawnRequest]
 
 
 @dataclass(frozen=True, slots=True)

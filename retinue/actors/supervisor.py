@@ -54,6 +54,7 @@ from retinue.actors.commands import (
     LlmStep,
     Resume,
     ReturnHostMessages,
+    RunMany,
     Send,
     Settle,
     Shutdown,
@@ -61,7 +62,6 @@ from retinue.actors.commands import (
     SpawnMany,
     Unreceive,
     Wait,
-    WaitMany,
 )
 from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import BUSY, World, agent_list, info_of
@@ -201,8 +201,8 @@ class Supervisor:
                 return self.hosts.host_wait(tx, command)
             case Wait():
                 return self._agent_wait(tx, command)
-            case WaitMany():
-                return self._agent_wait_many(tx, command)
+            case RunMany():
+                return self._run_many(tx, command)
             case GiveUpWait(sender=Host()):
                 return self.hosts.give_up_host(command)
             case GiveUpWait():
@@ -263,10 +263,11 @@ class Supervisor:
         assert me is not None
         self.waiters.agent_wait(tx, me, command)
 
-    def _agent_wait_many(self, tx: Transition, command: WaitMany) -> None:
+    def _run_many(self, tx: Transition, command: RunMany) -> None:
+        spawned = self.spawner.spawn_many(tx, SpawnMany(command.sender, command.requests))
         me = self.world.sender(command.sender)
         assert me is not None
-        self.waiters.agent_wait_many(tx, me, command)
+        self.waiters.wait_for_batch(tx, me, spawned)
 
     def _give_up_agent_wait(self, tx: Transition, command: GiveUpWait) -> None:
         me = self.world.sender(command.sender)

@@ -26,13 +26,12 @@ from retinue.actors.commands import (
     GiveUpWait,
     Interrupt,
     InterruptTree,
+    RunMany,
     Send,
     Spawn,
-    SpawnMany,
     SpawnRequest,
     TurnRef,
     Wait,
-    WaitMany,
 )
 from retinue.actors.executor import poster
 from retinue.actors.profile import Profile
@@ -505,17 +504,13 @@ class Turn:
         for item in items:
             if not (isinstance(item, tuple | list) and len(item) == 2):
                 raise InvalidArgument("run_many takes a list of (profile, task) pairs")
-        spawned: list[AgentInfo | RetinueError] = yield self._ask(
-            SpawnMany(self._me, [SpawnRequest(p, t) for p, t in items])
+        # One command spawns the batch and waits for it: answered once every
+        # child is done, its completions taken (and received here) together.
+        spawn = [SpawnRequest(p, t) for p, t in items]
+        results: list[Completion | RetinueError] = yield self._register_wait(
+            RunMany(self._me, spawn), wait_s, "its batch went back"
         )
-        children = tuple(entry.id for entry in spawned if not isinstance(entry, RetinueError))
-        got: list[Completion | RetinueError] = []
-        if children:
-            # One wait for the whole batch: answered once every child is done,
-            # its completions taken (and received here) together.
-            got = yield self._batch_request(children, wait_s)
-        done = iter(got)
-        return [entry if isinstance(entry, RetinueError) else next(done) for entry in spawned]
+        return results
 
     def run_many(
         self, requests: Sequence[tuple[str, str]], timeout: float | None = None
@@ -604,11 +599,7 @@ class Turn:
             Wait(self._me, ref, kind, field), timeout, "its wait's event went back"
         )
 
-    def _batch_request(self, children: tuple[str, ...], timeout: float) -> _Wait:
-        """Register one wait for the completions of ``children`` (``run_many``'s batch)."""
-        return self._register_wait(WaitMany(self._me, children), timeout, "its batch went back")
-
-    def _register_wait(self, command: Wait | WaitMany, timeout: float, went_back: str) -> _Wait:
+    def _register_wait(self, command: Wait | RunMany, timeout: float, went_back: str) -> _Wait:
         """Send a wait command; return it with its give-up, its receipt and its give-back."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._caller(command, reply=future)

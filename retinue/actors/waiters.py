@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from retinue.actors.commands import GiveUpWait, Wait, WaitMany
+from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
 from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, WaitTimeout
-from retinue.protocol.messages import AgentState, Completion
+from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
 __all__ = ["AgentWaiter", "BatchWaiter", "Waiters"]
@@ -45,14 +45,23 @@ class AgentWaiter:
 
 @dataclass(frozen=True, slots=True)
 class BatchWaiter:
-    """A turn blocked in ``run_many`` on the completions of ``children``, all at once."""
+    """A turn blocked in ``run_many`` on all its batch at once.
 
-    children: tuple[str, ...]
+    ``entries`` follow the batch's requests: a child's id, or the error that
+    refused its spawn (it keeps its place in the answer).
+    """
+
+    entries: tuple[str | RetinueError, ...]
     future: concurrent.futures.Future[Any]
+
+    @property
+    def children(self) -> list[str]:
+        """The ids of the batch's children, in request order."""
+        return [entry for entry in self.entries if isinstance(entry, str)]
 
     def wants(self, child_id: str) -> bool:
         """True if ``child_id`` is one of the batch."""
-        return child_id in self.children
+        return child_id in self.entries
 
 
 Waiter = AgentWaiter | BatchWaiter
@@ -90,21 +99,18 @@ class Waiters:
         self.agent[me.id] = AgentWaiter(child.id, command.kind, tx.defer())
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
 
-    def agent_wait_many(self, tx: Transition, me: AgentRecord, command: WaitMany) -> None:
-        """Answer a turn's batch wait if every child is done, or register it.
+    def wait_for_batch(
+        self, tx: Transition, me: AgentRecord, spawned: list[AgentInfo | RetinueError]
+    ) -> None:
+        """Register the turn's wait for the batch it just spawned, or answer it at once.
 
         Raises:
-            NotPermitted: a child is not the turn's child.
             AgentBusy: the turn already waits.
         """
-        world = self.world
-        for child_id in command.children:
-            child = world.find(me, child_id, "children")
-            if child.parent_id != me.id:
-                raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
         self._check_idle(me)
-        waiter = BatchWaiter(command.children, tx.defer())
-        if self._batch_done(me.id, waiter):
+        entries = tuple(e if isinstance(e, RetinueError) else e.id for e in spawned)
+        waiter = BatchWaiter(entries, tx.defer())
+        if self._batch_done(me.id, waiter):  # every spawn was refused
             self._claim(tx, me.id, waiter.future, self._take_batch(me.id, waiter))
             return
         self.agent[me.id] = waiter
@@ -150,7 +156,10 @@ class Waiters:
             for record in tree.pending_for(waiter_id):
                 oldest.setdefault(record.completion.agent_id, record)
             results: list[Completion | RetinueError] = []
-            for child_id in waiter.children:
+            for child_id in waiter.entries:
+                if isinstance(child_id, RetinueError):  # its spawn was refused
+                    results.append(child_id)
+                    continue
                 pending = oldest.get(child_id)
                 child = tree.agents.get(child_id)
                 what = child_id if child is None else child.path
