@@ -165,7 +165,7 @@ class Spawner:
         else:
             name = paths.validate_name(name, field="name")
         parent_path = paths.ROOT if parent is None else parent.path
-        path = paths.join(parent_path, name)
+        path = paths.child_path(parent_path, name)  # both valid: only the length can fail
         depth = parent_path.count("/")  # the child's: one more segment than its parent's
         cap = limits.depth_cap
         if depth > cap:

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_PATH_LENGTH",
     "ROOT",
+    "child_path",
     "depth",
     "derive_name",
     "is_immediate_child",
@@ -162,6 +163,21 @@ def join(parent: str, name: str) -> str:
     validate(parent)
     validate_name(name)
     return validate(parent + "/" + name)
+
+
+def child_path(parent: str, name: str) -> str:
+    """Return the path of ``name`` below ``parent``, both already valid (no re-check).
+
+    :func:`join` for a caller that holds a valid path and a valid name (the
+    supervisor spawning below a stored agent): only the joined length can fail.
+
+    Raises:
+        InvalidAgentPath: the joined path is too long.
+    """
+    path = parent + "/" + name
+    if len(path) > MAX_PATH_LENGTH:
+        raise InvalidAgentPath("agent path is too long")
+    return path
 
 
 def parent_of(path: str) -> str:

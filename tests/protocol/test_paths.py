@@ -14,6 +14,7 @@ from retinue.protocol.paths import (
     MAX_NAME_LENGTH,
     MAX_PATH_LENGTH,
     ROOT,
+    child_path,
     depth,
     derive_name,
     is_immediate_child,
@@ -226,6 +227,13 @@ def test_join_validates_both_and_the_result() -> None:
     with _raises(TOO_LONG):
         join(_path_of_length(1020), "abcd")
     assert len(join(_path_of_length(1020), "abc")) == 1024
+
+
+def test_child_path_joins_valid_parts_like_join_and_bounds_the_length() -> None:
+    for parent, name in [(ROOT, "a"), ("/root/a", "b_1"), (_path_of_length(1020), "abc")]:
+        assert child_path(parent, name) == join(parent, name)
+    with _raises(TOO_LONG):
+        child_path(_path_of_length(1020), "abcd")
 
 
 def test_join_rejects_non_str() -> None:
