@@ -264,10 +264,11 @@ class Supervisor:
         self.waiters.agent_wait(tx, me, command)
 
     def _run_many(self, tx: Transition, command: RunMany) -> None:
-        spawned = self.spawner.spawn_many(tx, SpawnMany(command.sender, command.requests))
         me = self.world.sender(command.sender)
         assert me is not None
-        self.waiters.wait_for_batch(tx, me, spawned)
+        self.waiters.check_idle(me)  # before the spawns: a refused wait spawns nothing
+        spawned = self.spawner.spawn_many(tx, SpawnMany(command.sender, command.requests))
+        self.waiters.wait_for_batch(tx, self.world.tree.agents[me.id], spawned)
 
     def _give_up_agent_wait(self, tx: Transition, command: GiveUpWait) -> None:
         me = self.world.sender(command.sender)

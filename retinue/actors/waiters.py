@@ -89,7 +89,7 @@ class Waiters:
         child = self.world.find(me, command.ref, command.field)
         if child.parent_id != me.id:
             raise NotPermitted(f"{me.path} may only wait on its own children, not {child.path}")
-        self._check_idle(me)
+        self.check_idle(me)
         take = self._next_event(tx, me, child, command.kind)
         if take is not None:
             self._claim(tx, me.id, tx.defer(), take)
@@ -107,7 +107,7 @@ class Waiters:
         Raises:
             AgentBusy: the turn already waits.
         """
-        self._check_idle(me)
+        self.check_idle(me)
         entries = tuple(e if isinstance(e, RetinueError) else e.id for e in spawned)
         waiter = BatchWaiter(entries, tx.defer())
         if self._batch_done(me.id, waiter):  # every spawn was refused
@@ -116,7 +116,7 @@ class Waiters:
         self.agent[me.id] = waiter
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
 
-    def _check_idle(self, me: AgentRecord) -> None:
+    def check_idle(self, me: AgentRecord) -> None:
         """Raise AgentBusy if the turn of ``me`` already waits."""
         current = self.agent.get(me.id)
         if current is None:
