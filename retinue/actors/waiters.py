@@ -156,13 +156,13 @@ class Waiters:
             for record in tree.pending_for(waiter_id):
                 oldest.setdefault(record.completion.agent_id, record)
             results: list[Completion | RetinueError] = []
-            for child_id in waiter.entries:
-                if isinstance(child_id, RetinueError):  # its spawn was refused
-                    results.append(child_id)
+            for entry in waiter.entries:
+                if isinstance(entry, RetinueError):  # its spawn was refused
+                    results.append(entry)
                     continue
-                pending = oldest.get(child_id)
-                child = tree.agents.get(child_id)
-                what = child_id if child is None else child.path
+                pending = oldest.get(entry)
+                child = tree.agents.get(entry)
+                what = entry if child is None else child.path
                 if pending is not None:
                     results.append(world.take_completion(tx, pending))
                 elif child is not None and child.state is not AgentState.CLOSED:
