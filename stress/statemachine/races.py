@@ -478,6 +478,20 @@ class RaceRules(Model):
 
     # -- an async runner closes the runtime while a wait holds an unseen completion -------
 
+    def _release_latch_and_settle(self, agent: AgentInfo, held: str) -> dict[str, AgentInfo]:
+        """Let ``agent``'s latched turn go and wait until it settles while ``held`` stays blocked.
+
+        Returns every agent as it is then (what the close that follows is checked against).
+        """
+        h = self.harness
+        h.latch.set()
+        deadline = time.monotonic() + PARK_S
+        while self.rt.get(agent.id).state not in SETTLED:
+            if time.monotonic() > deadline:
+                fail(f"{agent.path} did not settle while {held} was held")
+            h.wait_activity(h.mark(), 0.05)
+        return {i.id: i for i in self.rt.agents(include_closed=True)}
+
     @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 3)
     @rule(follow=st.booleans())
     def async_runner_closes_runtime(self, follow: bool) -> None:
@@ -511,13 +525,8 @@ class RaceRules(Model):
             self.agents[blocker.id] = Agent(id=blocker.id, parent_id=None, info=blocker)
             if not h.loop_held.wait(PARK_S):
                 fail("the blocker never held the event loop")
-            h.latch.set()  # the child settles: its completion is handed to the parent's wait
-            deadline = time.monotonic() + PARK_S
-            while self.rt.get(child.id).state not in SETTLED:
-                if time.monotonic() > deadline:
-                    fail(f"{child.path} did not settle while the loop was held")
-                h.wait_activity(h.mark(), 0.05)
-            before = {i.id: i for i in self.rt.agents(include_closed=True)}
+            # The child settles: its completion is handed to the parent's wait.
+            before = self._release_latch_and_settle(child, "the loop")
         finally:
             h.latch.set()
             h.loop_free.set()  # the blocker closes the runtime from the loop
@@ -593,13 +602,8 @@ class RaceRules(Model):
         try:
             if not loop_busy.wait(PARK_S):
                 fail("the host's loop never submitted its waits")
-            h.latch.set()  # the agent settles: its completion is handed to a blocked wait
-            deadline = time.monotonic() + PARK_S
-            while self.rt.get(info.id).state not in SETTLED:
-                if time.monotonic() > deadline:
-                    fail(f"{info.path} did not settle while the host's loop was held")
-                h.wait_activity(h.mark(), 0.05)
-            before = {i.id: i for i in self.rt.agents(include_closed=True)}
+            # The agent settles: its completion is handed to a blocked wait.
+            before = self._release_latch_and_settle(info, "the host's loop")
             self.rt.shutdown()  # from this thread, while the host's loop is still blocked
         finally:
             h.latch.set()
