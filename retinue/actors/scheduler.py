@@ -31,11 +31,10 @@ from retinue.actors.agent import AgentActor
 from retinue.actors.commands import ExpireTurn, Settle, TurnRef
 from retinue.actors.core import World, info_of
 from retinue.actors.transition import Transition
-from retinue.actors.turn import Turn
+from retinue.actors.turn import Turn, wait_events
 from retinue.errors import RetinueError
 from retinue.protocol.messages import (
     AgentState,
-    Completion,
     Message,
     RunnerAbandoned,
     TurnQueued,
@@ -231,14 +230,9 @@ class Scheduler:
         (:meth:`~retinue.actors.turn.Turn.reclaim`).
         """
         handle = self.turns.get(agent_id)
-        if handle is None:
-            return
-        if isinstance(value, Message | Completion):
-            handle.turn.hand(future, [value])
-        elif isinstance(value, list):  # a batch: its completions (its errors hold nothing)
-            events: list[Message | Completion] = [v for v in value if isinstance(v, Completion)]
-            if events:
-                handle.turn.hand(future, events)
+        events = wait_events(value)
+        if handle is not None and events:
+            handle.turn.hand(future, events)
 
     def yield_slot(self, tx: Transition, agent_id: str) -> None:
         """A turn starts waiting: its slot goes to others meanwhile."""

@@ -46,7 +46,15 @@ from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
-__all__ = ["Caller", "Turn", "await_waiter", "resolve_timeout", "wait_result", "wait_result_async"]
+__all__ = [
+    "Caller",
+    "Turn",
+    "await_waiter",
+    "resolve_timeout",
+    "wait_events",
+    "wait_result",
+    "wait_result_async",
+]
 
 _T = TypeVar("_T")
 
@@ -272,11 +280,16 @@ async def _drive_async(steps: _Steps[_T]) -> _T:
         return result
 
 
-def _holds_events(value: object) -> bool:
-    """True if a wait's answer carries events the supervisor handed to the turn."""
-    if isinstance(value, list):  # a batch: its completions (its errors hold nothing)
-        return any(isinstance(v, Completion) for v in value)
-    return isinstance(value, Message | Completion)
+def wait_events(value: object) -> list[Message | Completion]:
+    """Return the events a wait's answer carries (what the supervisor handed to the turn).
+
+    An event itself, or a batch's completions (its errors hold nothing); none otherwise.
+    """
+    if isinstance(value, Message | Completion):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, Completion)]
+    return []
 
 
 def _ignore(_: object) -> None:
@@ -609,7 +622,7 @@ class Turn:
                 _ignore(self._caller(GiveUpWait(self._me, future, timeout)))
 
         def receive(value: Any, in_task: bool) -> Any:
-            if not _holds_events(value) or self.receive(future):
+            if not wait_events(value) or self.receive(future):
                 return value
             # The turn was cancelled and the supervisor took the events back first.
             if in_task:
