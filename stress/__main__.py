@@ -168,12 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         _table("group commit: durable transitions/s, 32 callers, full durability", row)
 
     if args.only in (None, "lifecycle"):
-        row = bench_lifecycle.run(32, 10 if quick else 100)
+        row = bench_lifecycle.run(32, 10 if quick else 100, rounds=1 if quick else 3)
         report["lifecycle"] = row
         _table("lifecycles/s (spawn + wait + close), 32 callers, vs raw pykka and AutoGen", row)
 
     if args.only in (None, "trees"):
-        row = bench_trees.run(32, 3 if quick else 20)
+        row = bench_trees.run(32, 3 if quick else 20, rounds=1 if quick else 3)
         report["trees"] = row
         _table("3-level trees (lead -> 2 mids -> 2 leaves, run_many), 32 at once, vs AutoGen", row)
 

@@ -11,6 +11,7 @@ and the ratios say what that costs.
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import threading
 import time
@@ -70,26 +71,52 @@ def retinue_lifecycles(folder: Path, callers: int, per_caller: int, durability: 
         return _work(callers, per_caller, body)
 
 
-def run(callers: int = 32, per_caller: int = 20) -> dict[str, Any]:
-    """Measure raw pykka, AutoGen (if installed) and retinue in both durability modes."""
-    raw = raw_pykka(callers, per_caller)
-    peer = bench_autogen.lifecycles(callers, per_caller)
+def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, Any]:
+    """Measure raw pykka, AutoGen (if installed) and retinue in both durability modes.
+
+    The four are measured in turn, ``rounds`` times over, so that a slow
+    stretch of the machine hits every contender alike. Each rate is the
+    median over the rounds; each ratio is the median of the ratios taken
+    within one round, with their range beside it.
+    """
+    raws: list[float] = []
+    peers: list[float] = []
+    fulls: list[float] = []
+    buffereds: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        full = retinue_lifecycles(Path(tmp) / "f", callers, per_caller, Durability.FULL)
-        buffered = retinue_lifecycles(Path(tmp) / "b", callers, per_caller, Durability.BUFFERED)
+        for index in range(rounds):
+            raws.append(raw_pykka(callers, per_caller))
+            peer = bench_autogen.lifecycles(callers, per_caller)
+            if peer is not None:
+                peers.append(peer)
+            folder = Path(tmp) / str(index)
+            fulls.append(retinue_lifecycles(folder / "f", callers, per_caller, Durability.FULL))
+            buffereds.append(
+                retinue_lifecycles(folder / "b", callers, per_caller, Durability.BUFFERED)
+            )
     row: dict[str, Any] = {
         "callers": callers,
         "lifecycles": callers * per_caller,
-        "raw_pykka_per_s": round(raw),
-        "autogen_per_s": "not installed (pip install -e '.[bench]')"
-        if peer is None
-        else round(peer),
-        "retinue_full_per_s": round(full),
-        "retinue_buffered_per_s": round(buffered),
-        "ratio_full_vs_pykka": round(full / raw, 2),
-        "ratio_buffered_vs_pykka": round(buffered / raw, 2),
+        "rounds": rounds,
+        "raw_pykka_per_s": round(statistics.median(raws)),
+        "autogen_per_s": round(statistics.median(peers))
+        if peers
+        else "not installed (pip install -e '.[bench]')",
+        "retinue_full_per_s": round(statistics.median(fulls)),
+        "retinue_buffered_per_s": round(statistics.median(buffereds)),
     }
-    if peer is not None:
-        row["ratio_full_vs_autogen"] = round(full / peer, 2)
-        row["ratio_buffered_vs_autogen"] = round(buffered / peer, 2)
+    row |= ratios("full_vs_pykka", fulls, raws)
+    row |= ratios("buffered_vs_pykka", buffereds, raws)
+    if peers:
+        row |= ratios("full_vs_autogen", fulls, peers)
+        row |= ratios("buffered_vs_autogen", buffereds, peers)
+    return row
+
+
+def ratios(name: str, ours: list[float], theirs: list[float]) -> dict[str, Any]:
+    """``ratio_<name>``: the median of the per-round ratios; ``..._range``: their span."""
+    each = sorted(a / b for a, b in zip(ours, theirs, strict=True))
+    row: dict[str, Any] = {f"ratio_{name}": round(statistics.median(each), 2)}
+    if len(each) > 1:
+        row[f"ratio_{name}_range"] = f"{each[0]:.2f}-{each[-1]:.2f}"
     return row

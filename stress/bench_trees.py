@@ -14,6 +14,7 @@ same tree shape (see :mod:`stress.bench_autogen`), when installed.
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import threading
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from retinue import Completion, Durability, Limits, Profile, Runtime, Turn
-from stress import bench_autogen
+from stress import bench_autogen, bench_lifecycle
 from stress.bench_autogen import percentile
 
 __all__ = ["run"]
@@ -117,37 +118,57 @@ def retinue_trees(
     }
 
 
-def _ratio(ours: float, theirs: float | None) -> float | str:
-    return "n/a" if not theirs else round(ours / theirs, 2)
+def run(concurrent: int = 32, per_slot: int = 10, rounds: int = 3) -> dict[str, Any]:
+    """Measure retinue (sync and async runners, durability full) and AutoGen on the trees.
 
-
-def run(concurrent: int = 32, per_slot: int = 10) -> dict[str, Any]:
-    """Measure retinue (sync and async runners, durability full) and AutoGen on the trees."""
-    peer = bench_autogen.trees(concurrent, per_slot)
+    The three are measured in turn, ``rounds`` times over; each figure is the
+    median over the rounds, each ratio the median of the ratios taken within
+    one round (with their range beside it).
+    """
+    peers: list[dict[str, float]] = []
+    ours: dict[str, list[dict[str, float]]] = {"sync": [], "async": []}
     with tempfile.TemporaryDirectory() as tmp:
-        sync = retinue_trees(
-            Path(tmp) / "s", concurrent, per_slot, use_async=False, durability=Durability.FULL
-        )
-        asyn = retinue_trees(
-            Path(tmp) / "a", concurrent, per_slot, use_async=True, durability=Durability.FULL
-        )
-    row: dict[str, Any] = {"trees_in_flight": concurrent, "trees": concurrent * per_slot}
-    for name, figures in (("sync", sync), ("async", asyn)):
-        row[f"retinue_{name}_agents_per_s"] = round(figures["agents_per_s"])
-        row[f"retinue_{name}_p50_ms"] = round(figures["p50_ms"], 1)
-        row[f"retinue_{name}_p99_ms"] = round(figures["p99_ms"], 1)
-        row[f"retinue_{name}_route_p50_ms"] = round(figures["route_p50_ms"], 2)
-        row[f"retinue_{name}_route_p99_ms"] = round(figures["route_p99_ms"], 2)
-    if peer is None:
+        for index in range(rounds):
+            peer = bench_autogen.trees(concurrent, per_slot)
+            if peer is not None:
+                peers.append(peer)
+            for name in ours:
+                folder = Path(tmp) / f"{name}{index}"
+                ours[name].append(
+                    retinue_trees(
+                        folder,
+                        concurrent,
+                        per_slot,
+                        use_async=name == "async",
+                        durability=Durability.FULL,
+                    )
+                )
+    row: dict[str, Any] = {
+        "trees_in_flight": concurrent,
+        "trees": concurrent * per_slot,
+        "rounds": rounds,
+    }
+    for name, runs in ours.items():
+        row[f"retinue_{name}_agents_per_s"] = round(_median(runs, "agents_per_s"))
+        for figure in ("p50_ms", "p99_ms"):
+            row[f"retinue_{name}_{figure}"] = round(_median(runs, figure), 1)
+        for figure in ("route_p50_ms", "route_p99_ms"):
+            row[f"retinue_{name}_{figure}"] = round(_median(runs, figure), 2)
+    if not peers:
         row["autogen"] = "not installed (pip install -e '.[bench]')"
         return row
-    row["autogen_agents_per_s"] = round(peer["agents_per_s"])
-    row["autogen_p50_ms"] = round(peer["p50_ms"], 1)
-    row["autogen_p99_ms"] = round(peer["p99_ms"], 1)
-    for name, figures in (("sync", sync), ("async", asyn)):
-        row[f"ratio_{name}_agents_vs_autogen"] = _ratio(
-            figures["agents_per_s"], peer["agents_per_s"]
-        )
-        row[f"ratio_{name}_p50_vs_autogen"] = _ratio(figures["p50_ms"], peer["p50_ms"])
-        row[f"ratio_{name}_p99_vs_autogen"] = _ratio(figures["p99_ms"], peer["p99_ms"])
+    row["autogen_agents_per_s"] = round(_median(peers, "agents_per_s"))
+    for figure in ("p50_ms", "p99_ms"):
+        row[f"autogen_{figure}"] = round(_median(peers, figure), 1)
+    for name, runs in ours.items():
+        for figure, label in (("agents_per_s", "agents"), ("p50_ms", "p50"), ("p99_ms", "p99")):
+            row |= bench_lifecycle.ratios(
+                f"{name}_{label}_vs_autogen",
+                [r[figure] for r in runs],
+                [p[figure] for p in peers],
+            )
     return row
+
+
+def _median(runs: list[dict[str, float]], figure: str) -> float:
+    return statistics.median(r[figure] for r in runs)
