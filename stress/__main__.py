@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             "reopen",
             "lifecycle",
             "trees",
+            "routing",
             "async_turns",
             "idle",
             "llm",
@@ -177,6 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         report["trees"] = row
         _table("3-level trees (lead -> 2 mids -> 2 leaves, run_many), 32 at once, vs AutoGen", row)
 
+    if args.only in (None, "routing"):
+        row = bench_trees.routing_by_load(
+            (1, 8) if quick else (1, 4, 8, 16, 32), 32 if quick else 320
+        )
+        report["routing"] = row
+        _table(
+            "routing latency p50/p99 ms (a child's return -> its parent's wait) by trees in flight",
+            row,
+        )
+
     if args.only in (None, "async_turns"):
         row = bench_scale.async_turns(200 if quick else 1000)
         report["async_turns"] = row
@@ -211,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit",
         "lifecycle",
         "trees",
+        "routing",
         "async_turns",
         "idle",
         "reopen",

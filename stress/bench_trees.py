@@ -160,14 +160,55 @@ def run(concurrent: int = 32, per_slot: int = 10, rounds: int = 3) -> dict[str, 
     row["autogen_agents_per_s"] = round(_median(peers, "agents_per_s"))
     for figure in ("p50_ms", "p99_ms"):
         row[f"autogen_{figure}"] = round(_median(peers, figure), 1)
+    for figure in ("route_p50_ms", "route_p99_ms"):
+        row[f"autogen_{figure}"] = round(_median(peers, figure), 2)
     for name, runs in ours.items():
-        for figure, label in (("agents_per_s", "agents"), ("p50_ms", "p50"), ("p99_ms", "p99")):
+        for figure, label in (
+            ("agents_per_s", "agents"),
+            ("p50_ms", "p50"),
+            ("p99_ms", "p99"),
+            ("route_p99_ms", "route_p99"),
+        ):
             row |= bench_lifecycle.ratios(
                 f"{name}_{label}_vs_autogen",
                 [r[figure] for r in runs],
                 [p[figure] for p in peers],
             )
     return row
+
+
+def routing_by_load(
+    levels: tuple[int, ...] = (1, 4, 8, 16, 32), trees: int = 320
+) -> dict[str, Any]:
+    """Routing latency p50/p99 (ms) as the number of trees in flight grows, beside AutoGen's.
+
+    About ``trees`` trees run at each level (at least 10 per slot). Once the
+    machine is saturated, more trees in flight add queueing, not throughput,
+    so every runtime's routing latency grows with the load (Little's law);
+    the row shows where a latency target holds.
+    """
+    row: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for level in levels:
+            per_slot = max(10, trees // level)
+            cells = []
+            for name in ("sync", "async"):
+                figures = retinue_trees(
+                    Path(tmp) / f"{name}{level}",
+                    level,
+                    per_slot,
+                    use_async=name == "async",
+                    durability=Durability.FULL,
+                )
+                cells.append(f"{name} {_route(figures)}")
+            peer = bench_autogen.trees(level, per_slot)
+            cells.append("autogen " + ("not installed" if peer is None else _route(peer)))
+            row[f"in_flight_{level}"] = "  ".join(cells)
+    return row
+
+
+def _route(figures: dict[str, float]) -> str:
+    return f"{figures['route_p50_ms']:.1f}/{figures['route_p99_ms']:.1f}"
 
 
 def _median(runs: list[dict[str, float]], figure: str) -> float:
