@@ -228,20 +228,28 @@ class Store:
             except BaseException:
                 self._release_lock()
                 raise
-        try:
-            self.env = lmdb.open(
-                str(self.folder),
-                map_size=map_size,
-                max_dbs=len(DATABASES) + 2,
-                max_readers=max_readers,
-                readonly=readonly,
-                sync=self.durability is Durability.FULL,
-                metasync=self.durability is Durability.FULL,
-                readahead=False,
-            )
-        except lmdb.Error as exc:
-            self._release_lock()
-            raise store_error(self.folder, "open", exc) from None
+        for attempt in range(100):
+            try:
+                self.env = lmdb.open(
+                    str(self.folder),
+                    map_size=map_size,
+                    max_dbs=len(DATABASES) + 2,
+                    max_readers=max_readers,
+                    readonly=readonly,
+                    sync=self.durability is Durability.FULL,
+                    metasync=self.durability is Durability.FULL,
+                    readahead=False,
+                )
+                break
+            except lmdb.MapResizedError as exc:
+                # A writer elsewhere grew the map between LMDB reading its size
+                # and opening the first transaction: open again, at the new size.
+                if attempt == 99:
+                    self._release_lock()
+                    raise store_error(self.folder, "open", exc) from None
+            except lmdb.Error as exc:
+                self._release_lock()
+                raise store_error(self.folder, "open", exc) from None
         try:
             # The data file LMDB mapped, to notice it shrinking under us (see _check_size).
             self._data_fd = os.open(self.folder / DATA_FILE, os.O_RDONLY | os.O_CLOEXEC)
