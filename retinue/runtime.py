@@ -55,6 +55,7 @@ from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.executor import Executor
 from retinue.actors.profile import Profile, Runner
 from retinue.actors.reader import StoreReader
+from retinue.actors.reply import Reply
 from retinue.actors.supervisor import Supervisor
 from retinue.actors.turn import await_waiter, resolve_timeout, wait_result
 from retinue.errors import (
@@ -239,7 +240,7 @@ class Runtime:
                 if self._closed or self._closing:
                     raise RuntimeClosed("the runtime is closed")
             return self._reader.submit(command)
-        future: concurrent.futures.Future[Any] = reply or concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = reply or Reply()
         with self._lock:
             # Commands served while closing (a settle, a give-back of a cancelled
             # wait's completion) still reach the supervisor until it has stopped.
@@ -299,7 +300,7 @@ class Runtime:
             UnknownAgent: no such agent.
         """
         seconds = resolve_timeout(timeout, self.limits)
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = Reply()
         self._submit(Wait(HOST, ref), reply=future)
         result: Completion = wait_result(
             future, seconds, lambda: self._give_up_wait(future, seconds)
@@ -321,7 +322,7 @@ class Runtime:
             RuntimeClosed: the runtime is (or gets) closed.
         """
         seconds = resolve_timeout(timeout, self.limits)
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = Reply()
         self._submit(HostMessages(HOST), reply=future)
         result: list[Message] = wait_result(
             future, seconds, lambda: self._give_up_wait(future, seconds)
@@ -500,7 +501,7 @@ class Runtime:
         Raises:
             WaitTimeout: nothing arrived in time.
         """
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = Reply()
         with self._lock:
             self._async_waits[future] = give_back
         try:

@@ -16,6 +16,7 @@ from typing import Any
 
 from retinue.actors.commands import Agents, Barrier, Command, Get
 from retinue.actors.core import agent_list, find_agent, info_of
+from retinue.actors.reply import Reply
 from retinue.actors.tree import Tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.persistence.restore import restore
@@ -51,7 +52,7 @@ class StoreReader:
             case Agents():
                 return self._run(self.agents, command.include_closed)
             case Barrier():  # nothing is ever pending on a reader
-                done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                done: concurrent.futures.Future[Any] = Reply()
                 done.set_result(None)
                 return done
             case _:

@@ -23,7 +23,6 @@ in arrival order.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import queue
 import time
@@ -71,6 +70,7 @@ from retinue.actors.host_waits import HostWaits
 from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
 from retinue.actors.mailboxes import Mailboxes
 from retinue.actors.profile import Profile, Runner
+from retinue.actors.reply import Reply
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.spawning import Spawner
@@ -338,7 +338,7 @@ class Supervisor:
         """
         world = self.world
         tree = world.tree
-        tx = Transition(concurrent.futures.Future(), record_events=False)
+        tx = Transition(Reply(), record_events=False)
         interrupted: list[AgentRecord] = []
         world.restoring = True
         for record in list(tree.agents.values()):

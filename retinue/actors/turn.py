@@ -35,6 +35,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.executor import poster
 from retinue.actors.profile import Profile
+from retinue.actors.reply import Reply
 from retinue.errors import (
     BlockingCallInAsyncRunner,
     FanoutLimitExceeded,
@@ -614,7 +615,7 @@ class Turn:
 
     def _register_wait(self, command: Wait | RunMany, timeout: float, went_back: str) -> _Wait:
         """Send a wait command; return it with its give-up, its receipt and its give-back."""
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future: concurrent.futures.Future[Any] = Reply()
         self._caller(command, reply=future)
 
         def give_up() -> None:

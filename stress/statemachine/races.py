@@ -70,8 +70,9 @@ def _blocked_in_wait(thread: threading.Thread) -> bool:
         return True
     frame = sys._current_frames().get(thread.ident or -1)
     while frame is not None:
-        if frame.f_code.co_filename.replace("\\", "/").endswith("/concurrent/futures/_base.py"):
-            return True
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if name.endswith(("/concurrent/futures/_base.py", "/retinue/actors/reply.py")):
+            return True  # in a future's (or retinue's Reply's) result
         frame = frame.f_back
     return False
 

@@ -49,8 +49,10 @@ def parked(thread: threading.Thread) -> bool:
     frame = sys._current_frames().get(thread.ident or -1)
     while frame is not None:
         name = frame.f_code.co_filename.replace("\\", "/")
-        if name.endswith("/threading.py") or name.endswith("/concurrent/futures/_base.py"):
-            return True
+        if name.endswith(
+            ("/threading.py", "/concurrent/futures/_base.py", "/retinue/actors/reply.py")
+        ):
+            return True  # a lock, a condition, a future's or a Reply's result
         frame = frame.f_back
     return False
 

@@ -1,0 +1,206 @@
+"""The one-shot future every request to the supervisor is answered on.
+
+A :class:`Reply` is a :class:`concurrent.futures.Future` (so
+``asyncio.wrap_future`` accepts it and every signature stays the same) without
+the ``Condition`` the standard one builds: a small lock guards its state, and
+a waiter blocks on a latch (a second lock, made only if someone has to wait)
+that the answer opens. Each host call and each runner call makes one, and the
+standard future's ``Condition`` (a Python-level ``RLock`` wrapper, a waiter
+lock per ``wait``, a notify loop) cost about a tenth of a lifecycle's CPU.
+
+Its states and rules are the standard future's: ``cancel`` succeeds only while
+it is pending; ``set_running_or_notify_cancel`` claims it (a claimed reply can
+no longer be cancelled) or reports the cancel; ``set_result`` and
+``set_exception`` refuse a reply already done with ``InvalidStateError``; done
+callbacks run once, in the thread that finished it (or at once if added
+later). ``concurrent.futures.wait`` and ``as_completed`` are not supported
+(they reach for the ``Condition``); nothing in retinue hands a reply to them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["Reply"]
+
+log = logging.getLogger("retinue.reply")
+
+T = TypeVar("T")
+
+_PENDING = "PENDING"
+_RUNNING = "RUNNING"
+_CANCELLED = "CANCELLED"
+_CANCELLED_AND_NOTIFIED = "CANCELLED_AND_NOTIFIED"
+_FINISHED = "FINISHED"
+_DONE = frozenset({_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED})
+_CANCELS = frozenset({_CANCELLED, _CANCELLED_AND_NOTIFIED})
+
+
+class Reply(concurrent.futures.Future[T]):
+    """A thread-safe one-shot future, as :class:`concurrent.futures.Future` minus its Condition."""
+
+    def __init__(self) -> None:  # no super().__init__(): it would build the Condition
+        """Create a pending reply."""
+        self._lock = threading.Lock()
+        self._latch: threading.Lock | None = None  # held until done, made by the first waiter
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+
+    def __repr__(self) -> str:
+        """Name the class, the state and (once finished) what it holds."""
+        if self._state != _FINISHED:
+            return f"<Reply at {id(self):#x} state={self._state.lower()}>"
+        if self._exception is not None:
+            held = f"raised {type(self._exception).__name__}"
+        else:
+            held = f"returned {type(self._result).__name__}"
+        return f"<Reply at {id(self):#x} state=finished {held}>"
+
+    # -- reading ------------------------------------------------------------------
+
+    def cancelled(self) -> bool:
+        """Return True if the reply was cancelled."""
+        return self._state in _CANCELS
+
+    def running(self) -> bool:
+        """Return True if the reply was claimed and is not answered yet."""
+        return self._state == _RUNNING
+
+    def done(self) -> bool:
+        """Return True if the reply was answered or cancelled."""
+        return self._state in _DONE
+
+    def result(self, timeout: float | None = None) -> T:
+        """Return the answer, waiting up to ``timeout`` seconds (None: for ever).
+
+        Raises:
+            concurrent.futures.CancelledError: the reply was cancelled.
+            TimeoutError: it was not answered in time.
+            BaseException: the exception it was answered with.
+        """
+        self._wait(timeout)
+        if self._state in _CANCELS:
+            raise concurrent.futures.CancelledError()
+        if self._exception is not None:
+            try:
+                raise self._exception
+            finally:
+                self = None  # type: ignore[assignment]  # no cycle through the traceback
+        result: T = self._result
+        return result
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Return the exception it was answered with (None for a result), waiting as :meth:`result`.
+
+        Raises:
+            concurrent.futures.CancelledError: the reply was cancelled.
+            TimeoutError: it was not answered in time.
+        """
+        self._wait(timeout)
+        if self._state in _CANCELS:
+            raise concurrent.futures.CancelledError()
+        return self._exception
+
+    def _wait(self, timeout: float | None) -> None:
+        """Block until done, or raise ``TimeoutError`` after ``timeout`` seconds."""
+        if self._state in _DONE:
+            return
+        with self._lock:
+            if self._state in _DONE:
+                return
+            latch = self._latch
+            if latch is None:
+                latch = self._latch = threading.Lock()
+                latch.acquire()
+        if not latch.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            raise TimeoutError()
+        latch.release()  # the next waiter goes through too
+
+    # -- callbacks ------------------------------------------------------------------
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
+        """Call ``fn(reply)`` once it is done (now, in this thread, if it already is)."""
+        with self._lock:
+            if self._state not in _DONE:
+                self._callbacks.append(fn)
+                return
+        self._call(fn)
+
+    def _call(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
+        try:
+            fn(self)
+        except Exception:  # a callback's failure is logged, never the finisher's
+            log.exception("a callback of %r failed", self)
+
+    def _finish(self, result: Any, exception: BaseException | None) -> None:
+        """Answer, then run the callbacks outside the lock.
+
+        Raises:
+            concurrent.futures.InvalidStateError: it is already done.
+        """
+        with self._lock:
+            if self._state in _DONE:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            self._result, self._exception = result, exception
+            callbacks = self._close(_FINISHED)
+        for fn in callbacks:
+            self._call(fn)
+
+    def _close(self, state: str) -> list[Callable[[concurrent.futures.Future[T]], object]]:
+        """Enter the done ``state``, open the latch, return the callbacks to run (lock held)."""
+        self._state = state
+        if self._latch is not None:
+            self._latch.release()
+        callbacks, self._callbacks = self._callbacks, []
+        return callbacks
+
+    # -- writing --------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Cancel the reply unless it was claimed or answered; return whether it is cancelled."""
+        with self._lock:
+            if self._state in _CANCELS:
+                return True
+            if self._state != _PENDING:
+                return False
+            callbacks = self._close(_CANCELLED)
+        for fn in callbacks:
+            self._call(fn)
+        return True
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """Claim a pending reply (True), or acknowledge its cancel (False).
+
+        Raises:
+            RuntimeError: it was already claimed or answered.
+        """
+        with self._lock:
+            if self._state == _CANCELLED:
+                self._state = _CANCELLED_AND_NOTIFIED
+                return False
+            if self._state == _PENDING:
+                self._state = _RUNNING
+                return True
+            raise RuntimeError(f"Reply in unexpected state {self._state}")
+
+    def set_result(self, result: T) -> None:
+        """Answer with ``result``.
+
+        Raises:
+            concurrent.futures.InvalidStateError: it is already done.
+        """
+        self._finish(result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Answer with ``exception`` (raised to whoever reads the result).
+
+        Raises:
+            concurrent.futures.InvalidStateError: it is already done.
+        """
+        self._finish(None, exception)
