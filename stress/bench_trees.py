@@ -25,7 +25,7 @@ from retinue import Completion, Durability, Limits, Profile, Runtime, Turn
 from stress import bench_autogen, bench_lifecycle
 from stress.bench_autogen import percentile
 
-__all__ = ["run"]
+__all__ = ["routing_by_load", "run"]
 
 
 class _Routes:
