@@ -67,6 +67,16 @@ class BatchWaiter:
 Waiter = AgentWaiter | BatchWaiter
 
 
+def _timed_out(what: str, seconds: float) -> WaitTimeout:
+    """The error of a wait on ``what`` that ran out of time (the child keeps running)."""
+    return WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
+
+
+def _closed(what: str) -> AgentClosed:
+    """The error of a wait on ``what``, closed with nothing left for its parent."""
+    return AgentClosed(f"{what} was closed while its parent waited on it")
+
+
 class Waiters:
     """Every blocked turn wait, and how each one is answered."""
 
@@ -166,11 +176,9 @@ class Waiters:
                 if pending is not None:
                     results.append(world.take_completion(tx, pending))
                 elif child is not None and child.state is not AgentState.CLOSED:
-                    results.append(
-                        WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
-                    )
+                    results.append(_timed_out(what, seconds))
                 else:
-                    results.append(AgentClosed(f"{what} was closed while its parent waited on it"))
+                    results.append(_closed(what))
             return results
 
         return take
@@ -187,8 +195,8 @@ class Waiters:
         if isinstance(waiter, AgentWaiter):
             world = self.world
             self.answer(tx, waiter_id, lambda t: world.take_completion(t, pending))
-        elif self._batch_done(waiter_id, waiter):
-            self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter))
+        else:
+            self._answer_batch_if_done(tx, waiter_id, waiter)
         return True
 
     def child_closed(self, tx: Transition, waiter_id: str, child: AgentRecord) -> None:
@@ -197,9 +205,14 @@ class Waiters:
         if waiter is None or not waiter.wants(child.id):
             return
         if isinstance(waiter, AgentWaiter):
-            closed = AgentClosed(f"{child.path} was closed while its parent waited on it")
+            closed = _closed(child.path)
             self.answer(tx, waiter_id, lambda _: closed)
-        elif self._batch_done(waiter_id, waiter):
+        else:
+            self._answer_batch_if_done(tx, waiter_id, waiter)
+
+    def _answer_batch_if_done(self, tx: Transition, waiter_id: str, waiter: BatchWaiter) -> None:
+        """Answer the batch wait of ``waiter_id`` once its last child is done."""
+        if self._batch_done(waiter_id, waiter):
             self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter))
 
     def _next_event(
@@ -266,7 +279,7 @@ class Waiters:
             return
         child = self.world.tree.agents.get(waiter.child_id)
         what = waiter.child_id if child is None else child.path
-        timeout = WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
+        timeout = _timed_out(what, seconds)
         self.scheduler.request_slot(tx, SlotRequest(me.id, future, lambda _: timeout))
 
     def release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
