@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 
 from retinue import (
@@ -183,6 +184,32 @@ def test_a_reader_survives_the_writer_growing_the_map(tmp_path: Path) -> None:
         while data.stat().st_size < 80 * mib:
             with Runtime.open(store, readonly=True, limits=Limits()) as rt:
                 assert rt.get("/root/sink").name == "sink"
+
+
+def test_a_reader_opened_as_the_writer_grows_the_map_opens_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB refuses an open whose map a writer grew meanwhile: the open is retried, not failed.
+
+    The growth lands between LMDB reading the map size and its first
+    transaction (``MDB_MAP_RESIZED``); the test above meets it by chance,
+    this one on the first open.
+    """
+    store = tmp_path / "store"
+    _build(store)
+    real_open = lmdb.open
+    calls: list[int] = []
+
+    def open_once_resized(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise lmdb.MapResizedError("mdb_txn_begin", "the map grew meanwhile")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(lmdb, "open", open_once_resized)
+    with Runtime.open(store, readonly=True, limits=Limits()) as rt:
+        assert rt.get("/root/top").name == "top"
+    assert len(calls) == 2
 
 
 def _build(store: Path) -> None:
