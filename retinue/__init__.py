@@ -56,6 +56,7 @@ from retinue.errors import (
 )
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Durability
+from retinue.protocol.details import AgentDetail
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import (
@@ -85,6 +86,7 @@ __all__ = [
     "AgentBusy",
     "AgentClosed",
     "AgentClosedEvent",
+    "AgentDetail",
     "AgentInfo",
     "AgentLimitExceeded",
     "AgentSpawned",

@@ -325,30 +325,19 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """``retinue inspect REF``: one agent in full, read-only."""
-    from retinue.actors.core import info_of
-    from retinue.actors.tree import Tree
-    from retinue.persistence.restore import restore
-    from retinue.persistence.store import Store
-    from retinue.protocol.limits import Limits
-
     store = store_path(args.store, must_exist=True)
-    # One consistent snapshot, read-only: safe beside the store's writer.
-    reader = Store(store, readonly=True)
+    rt = _reader(store)  # one consistent snapshot, read-only: safe beside the store's writer
     try:
-        reader.refuse_newer()
-        restored = restore(reader.snapshot(), Limits.from_env().depth_cap)
-        tree = Tree()
-        tree.load(restored.agents, restored.messages, restored.completions)
-        record = tree.agents.get(args.ref) or tree.agents.get(tree.live_paths.get(args.ref, ""))
-        raw = reader.get("transcripts", record.id.encode()) if record is not None else None
+        detail = rt.inspect(args.ref, transcript_tail=10)
+    except UnknownAgent:
+        raise UsageError(
+            f"no agent {args.ref!r} in {store} (see 'retinue tree --store {store}')"
+        ) from None
     finally:
-        reader.close()
-    if record is None:
-        raise UsageError(f"no agent {args.ref!r} in {store} (see 'retinue tree --store {store}')")
-    info = info_of(record)
-    unread = [r.message for r in tree.unread(info.id)]
-    pending = [r.completion for r in tree.pending_for(info.id)]
-    transcript = _transcript_tail(raw)
+        rt.shutdown()
+    info = detail.info
+    unread, pending = detail.unread, detail.pending
+    transcript = [msgspec.to_builtins(m) for m in detail.transcript]
     if args.json:
         payload = {
             "agent": msgspec.to_builtins(info),
@@ -383,22 +372,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return OK
 
 
-def _transcript_tail(raw: bytes | None, count: int = 10) -> list[dict[str, Any]]:
-    """The last ``count`` messages of a stored transcript (empty when there is none)."""
-    from retinue.llm.conversation import decode_transcript
-
-    messages, _ = decode_transcript(raw)
-    return [dict(m) for m in messages[-count:]]
-
-
 def _entry_line(entry: dict[str, Any]) -> str:
     role = str(entry.get("role", "?"))
     text = entry.get("content")
     calls = entry.get("tool_calls") or []
     parts = [str(text)] if text else []
     for call in calls:
-        function = call.get("function", {}) if isinstance(call, dict) else {}
-        parts.append(f"-> {function.get('name', '?')}({function.get('arguments', '')})")
+        parts.append(f"-> {call.get('name', '?')}({call.get('arguments', '')})")
     return f"{role}: {clip(' '.join(parts), 200)}"
 
 

@@ -40,6 +40,7 @@ from retinue.actors.commands import (
     Get,
     GiveUpWait,
     HostMessages,
+    Inspect,
     Interrupt,
     InterruptTree,
     Resume,
@@ -68,6 +69,7 @@ from retinue.llm import model_runner_factory
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
+from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.team import Team, open_arguments
@@ -405,6 +407,17 @@ class Runtime:
         """Return every agent, oldest first; closed ones only with ``include_closed``."""
         return self._ask(Agents(HOST, include_closed))
 
+    def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
+        """Return one agent in full: its snapshot, unread messages, pending completions
+        and the last ``transcript_tail`` messages of its stored transcript.
+
+        Served by a writer and by a read-only runtime alike, from one view of the store.
+
+        Raises:
+            UnknownAgent: no such agent. InvalidArgument: a negative ``transcript_tail``.
+        """
+        return self._ask(Inspect(HOST, ref, transcript_tail))
+
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every committed transition; return unsubscribe.
 
@@ -587,6 +600,10 @@ class Runtime:
     async def get_async(self, ref: str) -> AgentInfo:
         """Like :meth:`get`, without blocking the event loop."""
         return await self._ask_async(Get(HOST, ref))
+
+    async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
+        """Like :meth:`inspect`, without blocking the event loop."""
+        return await self._ask_async(Inspect(HOST, ref, transcript_tail))
 
     # -- lifecycle -----------------------------------------------------------------------
 

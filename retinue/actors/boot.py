@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pykka
 
 from retinue.actors.events import EventBus
@@ -26,12 +27,13 @@ from retinue.actors.turn import Caller
 from retinue.errors import ConfigurationError, StoreError
 from retinue.persistence.options import StoreOptions, make_folder, remove_created
 from retinue.persistence.restore import Diagnostic, restore
-from retinue.persistence.store import Store
+from retinue.persistence.store import Snapshot, Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.tools import BUILTIN_TOOLS, resolve_profile_tools, unavailable_tools
 
 __all__ = [
+    "DEPTH_CAP_KEY",
     "Booted",
     "ModelRunnerFactory",
     "Started",
@@ -41,6 +43,7 @@ __all__ = [
     "profile_table",
     "read_diagnostics",
     "start",
+    "stored_depth_cap",
 ]
 
 
@@ -144,9 +147,25 @@ def profile_table(
     return table, runners
 
 
-def read_diagnostics(store: Store, limits: Limits) -> list[Diagnostic]:
-    """Return what a restore of ``store`` would skip or repair (reads only)."""
-    return list(restore(store.snapshot(), limits.depth_cap).diagnostics)
+def read_diagnostics(store: Store) -> list[Diagnostic]:
+    """Return what a read-only restore of ``store`` skips or repairs (no cap applies)."""
+    return list(restore(store.snapshot(), None).diagnostics)
+
+
+DEPTH_CAP_KEY = b"depth_cap"
+"""The meta key holding the ``depth_cap`` the store's last writer ran with."""
+
+
+def stored_depth_cap(snapshot: Snapshot) -> int | None:
+    """Return the ``depth_cap`` the store's last writer recorded (None: never recorded)."""
+    for key, raw in snapshot.records.get("meta", []):
+        if key == DEPTH_CAP_KEY:
+            try:
+                value = msgspec.msgpack.decode(raw, type=int)
+            except msgspec.DecodeError:
+                return None
+            return value
+    return None
 
 
 @dataclass(frozen=True)
@@ -202,7 +221,8 @@ def boot(
         executor=executor,
     )
     core.recover()
-    store.write_now(tree.take_writes())
+    cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
+    store.write_now([*tree.take_writes(), cap])
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core)
 
@@ -296,7 +316,7 @@ def open_reader(path: Path, limits: Limits) -> tuple[Store, list[Diagnostic]]:
     store = Store(path, readonly=True)
     try:
         store.refuse_newer()
-        return store, read_diagnostics(store, limits)
+        return store, read_diagnostics(store)
     except BaseException:
         store.close()
         raise

@@ -26,6 +26,7 @@ import pykka
 
 from retinue.actors.compaction import CompactionReport
 from retinue.errors import RetinueError
+from retinue.protocol.details import AgentDetail
 from retinue.protocol.messages import AgentInfo, Completion, Message, Usage
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "GiveUpWait",
     "Host",
     "HostMessages",
+    "Inspect",
     "Interrupt",
     "InterruptTree",
     "LlmLoad",
@@ -231,6 +233,16 @@ class Agents(Command[list[AgentInfo]]):
 
     sender: Sender
     include_closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Inspect(Command[AgentDetail]):
+    """Return one agent in full: its mailbox, pending completions and transcript tail."""
+
+    sender: Sender
+    ref: str
+    transcript_tail: int = 20
+    field: str = "ref"
 
 
 @dataclass(frozen=True, slots=True)

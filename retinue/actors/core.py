@@ -28,6 +28,7 @@ from retinue.actors.tree import Tree
 from retinue.actors.turn import Caller
 from retinue.errors import (
     ArgumentTypeError,
+    InvalidArgument,
     MessageTooLarge,
     NotPermitted,
     TurnInterrupted,
@@ -35,14 +36,24 @@ from retinue.errors import (
 )
 from retinue.persistence.store import Store
 from retinue.protocol import paths
+from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
-from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+from retinue.protocol.records import (
+    TRANSCRIPT_VERSION,
+    AgentRecord,
+    CompletionRecord,
+    MessageRecord,
+    TranscriptMessage,
+    TranscriptRecord,
+)
 
 __all__ = [
     "BUSY",
     "World",
     "agent_list",
+    "check_tail",
+    "detail_of",
     "find_agent",
     "info_of",
     "require_str",
@@ -71,6 +82,47 @@ def info_of(record: AgentRecord) -> AgentInfo:
         usage=record.usage,
         tree_usage=record.tree_usage if record.parent_id is None else None,
     )
+
+
+_TRANSCRIPT = msgspec.msgpack.Decoder(TranscriptRecord)
+
+
+def detail_of(tree: Tree, record: AgentRecord, transcript: bytes | None, tail: int) -> AgentDetail:
+    """Return ``record`` in full: its unread messages, pending completions, transcript tail.
+
+    ``transcript`` is the agent's stored transcript record (None: none); one
+    that does not decode, or was written by a newer retinue, shows as empty.
+    """
+    messages: tuple[TranscriptMessage, ...] = ()
+    cut = 0
+    if transcript is not None:
+        try:
+            stored = _TRANSCRIPT.decode(transcript)
+        except msgspec.DecodeError:
+            stored = None
+        if stored is not None and stored.version <= TRANSCRIPT_VERSION:
+            messages, cut = stored.messages, stored.cut
+    return AgentDetail(
+        info=info_of(record),
+        unread=tuple(m.message for m in tree.unread(record.id)),
+        pending=tuple(p.completion for p in tree.pending_for(record.id)),
+        transcript=messages[len(messages) - tail :] if tail > 0 else (),
+        transcript_length=len(messages),
+        transcript_cut=cut,
+    )
+
+
+def check_tail(value: Any) -> int:
+    """Return ``value`` as a transcript tail length.
+
+    Raises:
+        ArgumentTypeError: it is not an int. InvalidArgument: it is negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"transcript_tail must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"transcript_tail must be 0 or more, not {value}")
+    return value
 
 
 def agent_list(tree: Tree, *, include_closed: bool) -> list[AgentInfo]:

@@ -1,7 +1,8 @@
 """The read-only face of a store: the reads a runtime serves without a supervisor.
 
-A :class:`StoreReader` answers :class:`~retinue.actors.commands.Get` and
-:class:`~retinue.actors.commands.Agents` from a fresh consistent snapshot of
+A :class:`StoreReader` answers :class:`~retinue.actors.commands.Get`,
+:class:`~retinue.actors.commands.Agents` and
+:class:`~retinue.actors.commands.Inspect` from a fresh consistent snapshot of
 the store, on a worker thread, through the same future a supervisor would
 answer, so the runtime's sync call and its ``*_async`` twin stay one line over
 the same command and an event loop never runs an LMDB scan. Every other
@@ -14,14 +15,15 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from retinue.actors.commands import Agents, Barrier, Command, Get
-from retinue.actors.core import agent_list, find_agent, info_of
+from retinue.actors.commands import Agents, Barrier, Command, Get, Inspect
+from retinue.actors.core import agent_list, check_tail, detail_of, find_agent, info_of
 from retinue.actors.reply import Reply
 from retinue.actors.tree import Tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.persistence.restore import restore
 from retinue.persistence.store import Store
 from retinue.protocol import paths
+from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo
 
@@ -51,6 +53,9 @@ class StoreReader:
                 return self._run(self.get, command.ref, command.field)
             case Agents():
                 return self._run(self.agents, command.include_closed)
+            case Inspect():
+                tail = check_tail(command.transcript_tail)
+                return self._run(self.inspect, command.ref, tail, command.field)
             case Barrier():  # nothing is ever pending on a reader
                 done: concurrent.futures.Future[Any] = Reply()
                 done.set_result(None)
@@ -72,7 +77,7 @@ class StoreReader:
             return self._pool.submit(fn, *args)
 
     def _tree(self) -> Tree:
-        restored = restore(self.store.snapshot(), self.limits.depth_cap)
+        restored = restore(self.store.snapshot(), None)  # a view drops no agent for a cap
         tree = Tree()
         tree.load(restored.agents, restored.messages, restored.completions)
         return tree
@@ -88,6 +93,16 @@ class StoreReader:
                 :func:`~retinue.actors.core.find_agent`.
         """
         return info_of(find_agent(self._tree(), paths.ROOT, ref, field))
+
+    def inspect(self, ref: str, tail: int, field: str = "ref") -> AgentDetail:
+        """Return an agent in full (see ``Runtime.inspect``), as the store has it now.
+
+        Raises:
+            ArgumentTypeError, InvalidAgentPath, UnknownAgent: as :meth:`get`.
+        """
+        tree = self._tree()
+        record = find_agent(tree, paths.ROOT, ref, field)
+        return detail_of(tree, record, self.store.get("transcripts", record.id.encode()), tail)
 
     def agents(self, include_closed: bool) -> list[AgentInfo]:
         """Return every agent oldest first; closed ones only with ``include_closed``."""

@@ -47,6 +47,7 @@ from retinue.actors.commands import (
     GiveUpWait,
     Host,
     HostMessages,
+    Inspect,
     Interrupt,
     InterruptTree,
     LlmLoad,
@@ -63,7 +64,7 @@ from retinue.actors.commands import (
     Wait,
 )
 from retinue.actors.compaction import CompactionReport, Retention, compact
-from retinue.actors.core import BUSY, World, agent_list, info_of
+from retinue.actors.core import BUSY, World, agent_list, check_tail, detail_of, info_of
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.host_waits import HostWaits
@@ -238,6 +239,12 @@ class Supervisor:
                 return infos
             case Get():
                 return info_of(world.find(world.sender(command.sender), command.ref, command.field))
+            case Inspect():
+                me = world.sender(command.sender)
+                tail = check_tail(command.transcript_tail)
+                record = world.find(me, command.ref, command.field)
+                raw = world.store.get("transcripts", record.id.encode())
+                return detail_of(world.tree, record, raw, tail)
             case Agents():
                 world.sender(command.sender)
                 return agent_list(world.tree, include_closed=command.include_closed)

@@ -66,8 +66,12 @@ def _key_text(key: bytes) -> str:
     return key.decode("utf-8", "backslashreplace")
 
 
-def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
-    """Decode and check every record of ``snapshot``; return the consistent part."""
+def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
+    """Decode and check every record of ``snapshot``; return the consistent part.
+
+    ``depth_cap`` None drops no agent for its depth: a read-only view shows
+    the store as its writer kept it, whatever cap that writer ran with.
+    """
     out = Restored()
 
     def diag(database: str, key: str, code: str, message: str) -> None:
@@ -145,7 +149,7 @@ def restore(snapshot: Snapshot, depth_cap: int) -> Restored:
         for agent_id in ordered:
             record = decoded[agent_id]
             depth = parent_depth + 1
-            if depth > depth_cap:
+            if depth_cap is not None and depth > depth_cap:
                 below = [(agent_id, depth)]
                 while below:
                     node, node_depth = below.pop()
