@@ -81,6 +81,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
         updated_at=record.updated_at,
         usage=record.usage,
         tree_usage=record.tree_usage if record.parent_id is None else None,
+        started_at=record.started_at,
     )
 
 

@@ -141,7 +141,10 @@ class Scheduler:
     def _start_turn(self, tx: Transition, agent_id: str) -> None:
         task, reason = self.pending_turn.pop(agent_id)
         world = self.world
-        record = world.update(world.tree.agents[agent_id], state=AgentState.RUNNING)
+        now = time.time()
+        record = world.update(
+            world.tree.agents[agent_id], state=AgentState.RUNNING, started_at=now, updated_at=now
+        )
         try:
             actor = AgentActor.start(
                 world.runners[record.profile],

@@ -87,6 +87,8 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``usage`` is what this agent's model calls spent over all its turns;
     ``tree_usage``, on a top-level agent only (None on the others), is what
     its whole tree spent, closed and compacted descendants included.
+    ``started_at`` is when its current (or last) turn started running (None:
+    no turn has run yet).
     """
 
     id: str
@@ -104,6 +106,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     updated_at: float = 0.0
     usage: Usage = Usage()
     tree_usage: Usage | None = None
+    started_at: float | None = None
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -42,6 +42,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     compaction of closed descendants). ``idempotency_key`` is the key the
     spawn that made it gave: a spawn under the same parent with the same key
     returns this agent instead of a new one, for as long as it is stored.
+    ``started_at`` is when its current (or last) turn's runner started.
     """
 
     id: str
@@ -64,6 +65,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     tree_usage: Usage = Usage()
     host_returned: tuple[int, ...] = ()
     idempotency_key: str | None = None
+    started_at: float | None = None
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

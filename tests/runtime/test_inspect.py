@@ -47,6 +47,8 @@ def test_inspect_shows_unread_messages_and_pending_completions(tmp_path: Path) -
         detail = rt.inspect("/root/boss")
         assert isinstance(detail, AgentDetail)
         assert detail.info.id == info.id and detail.info.output == "lead done"
+        started = detail.info.started_at
+        assert started is not None and detail.info.created_at <= started <= detail.info.updated_at
         assert [m.content for m in detail.unread] == ["hello boss"]
         assert [c.path for c in detail.pending] == ["/root/boss/kid"]
         assert detail.pending[0].output == "leaf done"
@@ -58,6 +60,18 @@ def test_inspect_shows_unread_messages_and_pending_completions(tmp_path: Path) -
         assert [m.content for m in seen.unread] == ["hello boss"]
         assert [c.path for c in seen.pending] == ["/root/boss/kid"]
     gate.release()
+
+
+def test_started_at_is_none_until_a_turn_runs(tmp_path: Path) -> None:
+    gate = Gate()
+    profiles = [Profile("p", runner=gate)]
+    with Runtime.open(tmp_path / "s", profiles=profiles, limits=Limits(max_active_turns=1)) as rt:
+        first = rt.spawn("p", "a", name="a")
+        queued = rt.spawn("p", "b", name="b")  # waits for the one slot
+        assert rt.get(queued.id).started_at is None
+        gate.release()
+        wait_settled(rt, first.id)
+        assert wait_settled(rt, queued.id).started_at is not None
 
 
 def test_inspect_refuses_bad_arguments(tmp_path: Path) -> None:
