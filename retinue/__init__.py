@@ -9,8 +9,8 @@ The names below are the public API; everything else is internal.
 
 from __future__ import annotations
 
-from retinue.actors.profile import Profile, Runner
-from retinue.actors.turn import Turn
+from retinue.actors.profile import Profile
+from retinue.actors.turn import Runner, Turn
 from retinue.errors import (
     ActiveDescendants,
     AgentBusy,

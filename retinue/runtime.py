@@ -11,22 +11,14 @@ Start-up wiring lives below, in :mod:`retinue.actors.boot`.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
 import os
-import shutil
-import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-import pykka
-
-from retinue.actors.agent import running_agent
-from retinue.actors.boot import open_reader, profile_table, start
+from retinue.actors.boot import profile_table
+from retinue.actors.channel import RuntimeState
 from retinue.actors.commands import (
     HOST,
     Agents,
@@ -35,36 +27,25 @@ from retinue.actors.commands import (
     CloseTree,
     Command,
     Compact,
-    Envelope,
     FollowUp,
     Get,
-    GiveUpWait,
     HostMessages,
     Inspect,
     Interrupt,
     InterruptTree,
     Resume,
-    ReturnHostMessages,
     Send,
-    Shutdown,
     Spawn,
-    Unreceive,
     Wait,
 )
 from retinue.actors.compaction import CompactionReport
-from retinue.actors.events import EventBus, Subscriber
-from retinue.actors.executor import Executor
-from retinue.actors.profile import Profile, Runner
-from retinue.actors.reader import StoreReader
-from retinue.actors.reply import Reply
-from retinue.actors.supervisor import Supervisor
-from retinue.actors.turn import await_waiter, resolve_timeout, wait_result
-from retinue.errors import (
-    ArgumentTypeError,
-    ConfigurationError,
-    RetinueError,
-    RuntimeClosed,
-)
+from retinue.actors.engine import Engine, HostReceipt
+from retinue.actors.events import Subscriber
+from retinue.actors.profile import Profile
+from retinue.actors.system import ReadOnlySystem, System
+from retinue.actors.turn import Runner
+from retinue.actors.waiting import resolve_timeout
+from retinue.errors import ArgumentTypeError, ConfigurationError, RuntimeClosed
 from retinue.llm import model_runner_factory
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
@@ -76,15 +57,8 @@ from retinue.team import Team, open_arguments
 
 __all__ = ["Runtime"]
 
-CLOSE_GRACE_S = 5.0
-STOP_POLL_S = 0.01  # how often a close looks again at a runner it waits for
 R = TypeVar("R")
 _NO_REF: Any = object()  # close() called without an agent reference
-
-
-def _fail(future: concurrent.futures.Future[Any], error: BaseException) -> None:
-    if future.set_running_or_notify_cancel():
-        future.set_exception(error)
 
 
 class Runtime:
@@ -95,27 +69,8 @@ class Runtime:
         self.path: Path = Path()
         self.limits = Limits()
         self.readonly = False
-        self.diagnostics: list[Diagnostic] = []
-        self._store: Store | None = None
-        self._actor: pykka.ActorRef[Any] | None = None
-        self._reader: StoreReader | None = None
-        self._bus = EventBus()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._closing = False
-        self._temporary = False
+        self._system: System | ReadOnlySystem | None = None
         self._profiles: dict[str, Profile] = {}
-        self._stopping = threading.Event()
-        self._compactor: threading.Thread | None = None
-        self._shutting_down = False
-        self._released = threading.Event()  # set once the store is released
-        self._closing_runners: set[str] = set()  # agents whose runner is closing the runtime
-        # Async host waits whose task has not received the answer yet, with their give-back.
-        self._async_waits: dict[
-            concurrent.futures.Future[Any], Callable[[concurrent.futures.Future[Any]], None]
-        ] = {}
-        self._executor: Executor | None = None
-        self._core: Supervisor | None = None
 
     @classmethod
     def open(
@@ -184,87 +139,61 @@ class Runtime:
             readonly=readonly,
             group_commit=group_commit,
         )
-        if limits is not None and not isinstance(limits, Limits):
-            raise ArgumentTypeError(
-                f"limits must be a Limits, not {type(limits).__name__}; "
-                "build one with Limits(**fields) or Limits.from_env(**fields)"
-            )
-        rt.limits = limits if limits is not None else Limits.from_env()
-        rt._bus = EventBus(rt.limits.event_queue_capacity)
+        rt.limits = _limits(limits)
         rt.readonly = options.readonly
         if options.readonly:
             if options.path is None:
                 raise ConfigurationError("a read-only runtime needs the path of a store")
+            rt._system = ReadOnlySystem(options.path, rt.limits)
             rt.path = options.path
-            rt._store, rt.diagnostics = open_reader(rt.path, rt.limits)
-            rt._reader = StoreReader(rt._store, rt.limits)
             return rt
         folder = None if workspace is None else Path(workspace)
         rt._profiles, runners = profile_table(
             profiles, runner, rt.limits, model_runner=model_runner_factory(folder)
         )
-        started = start(
-            options,
-            create=create,
-            profiles=rt._profiles,
-            runners=runners,
-            limits=rt.limits,
-            bus=rt._bus,
-            caller=rt._submit,
+        system = System.start(
+            options, create=create, profiles=rt._profiles, runners=runners, limits=rt.limits
         )
-        rt.path, rt._temporary = started.path, started.temporary
-        rt._store, rt._executor = started.store, started.executor
-        rt._core = started.booted.core
-        rt._actor = started.booted.actor
-        rt.diagnostics = started.booted.diagnostics
-        rt._compactor = threading.Thread(
-            target=rt._compact_loop, name="retinue-compactor", daemon=True
-        )
-        rt._compactor.start()
+        rt._system, rt.path = system, system.path
         return rt
 
     # -- plumbing --------------------------------------------------------------
 
-    def _submit(
-        self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
-    ) -> concurrent.futures.Future[Any]:
-        """Hand ``command`` to the supervisor (or the reader); return the future it answers.
+    @property
+    def _engine(self) -> Engine:
+        """The engine every call of this runtime goes through.
 
         Raises:
-            StoreReadOnly: a change on a read-only runtime.
-            RuntimeClosed: the runtime is closed, or closing and the command is
-                not served while it closes.
+            RuntimeClosed: the runtime was never opened.
         """
-        if self._reader is not None:
-            # A closed read-only runtime refuses every call alike, before the
-            # reader sorts reads from (refused) changes.
-            with self._lock:
-                if self._closed or self._closing:
-                    raise RuntimeClosed("the runtime is closed")
-            return self._reader.submit(command)
-        future: concurrent.futures.Future[Any] = reply or Reply()
-        with self._lock:
-            # Commands served while closing (a settle, a give-back of a cancelled
-            # wait's completion) still reach the supervisor until it has stopped.
-            if self._actor is None or (self._closed and not command.after_close):
-                raise RuntimeClosed("the runtime is closed")
-            if self._closing and not command.after_close:
-                raise RuntimeClosed("the runtime is closing")
-            try:
-                self._actor.tell(Envelope(command, future))
-            except pykka.ActorDeadError:
-                raise RuntimeClosed("the runtime's supervisor has stopped") from None
-        return future
+        if self._system is None:
+            raise RuntimeClosed("the runtime is not open; use Runtime.open(...)")
+        return self._system.engine
+
+    @property
+    def _store(self) -> Store:
+        """The runtime's store (open until the runtime closes)."""
+        if self._system is None:
+            raise RuntimeClosed("the runtime is not open; use Runtime.open(...)")
+        return self._system.store
+
+    @property
+    def diagnostics(self) -> list[Diagnostic]:
+        """What the restore of the store skipped or repaired (see the README's table)."""
+        return [] if self._system is None else self._system.diagnostics
+
+    @property
+    def state(self) -> RuntimeState:
+        """``open``, ``closing`` (``shutdown()`` is under way) or ``closed``."""
+        return RuntimeState.CLOSED if self._system is None else self._system.state
 
     def _ask(self, command: Command[R]) -> R:
         """Submit ``command`` and block until it is answered (committed)."""
-        result: R = self._submit(command).result()
-        return result
+        return self._engine.ask(command)
 
     async def _ask_async(self, command: Command[R]) -> R:
         """Submit ``command`` and await its answer without blocking the loop."""
-        result: R = await asyncio.wrap_future(self._submit(command))
-        return result
+        return await self._engine.ask_async(command)
 
     # -- host API ----------------------------------------------------------------
 
@@ -301,11 +230,8 @@ class Runtime:
             WaitTimeout: it did not settle in time; the agent keeps running.
             UnknownAgent: no such agent.
         """
-        seconds = resolve_timeout(timeout, self.limits)
-        future: concurrent.futures.Future[Any] = Reply()
-        self._submit(Wait(HOST, ref), reply=future)
-        result: Completion = wait_result(
-            future, seconds, lambda: self._give_up_wait(future, seconds)
+        result: Completion = self._engine.wait(
+            Wait(HOST, ref), resolve_timeout(timeout, self.limits)
         )
         return result
 
@@ -324,11 +250,7 @@ class Runtime:
             RuntimeClosed: the runtime is (or gets) closed.
         """
         seconds = resolve_timeout(timeout, self.limits)
-        future: concurrent.futures.Future[Any] = Reply()
-        self._submit(HostMessages(HOST), reply=future)
-        result: list[Message] = wait_result(
-            future, seconds, lambda: self._give_up_wait(future, seconds)
-        )
+        result: list[Message] = self._engine.wait(HostMessages(HOST), seconds)
         return result
 
     def interrupt_tree(self, ref: str) -> list[AgentInfo]:
@@ -341,12 +263,6 @@ class Runtime:
             AgentClosed: the agent is closed. UnknownAgent: no such agent.
         """
         return self._ask(InterruptTree(HOST, ref))
-
-    def _give_up_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
-        try:
-            self._submit(GiveUpWait(HOST, future, seconds))
-        except RetinueError as exc:  # closed meanwhile: nobody will answer the wait
-            _fail(future, exc)
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Put a message in an agent's durable mailbox (read by its next turn).
@@ -426,14 +342,13 @@ class Runtime:
         Raises:
             RuntimeClosed: the runtime is closed (or closing).
         """
-        with self._lock:
-            if self._closed or self._closing:
-                raise RuntimeClosed("the runtime is closed; open it again to subscribe")
-            return self._bus.subscribe(callback)
+        system = self._system
+        if system is None or system.state is not RuntimeState.OPEN:
+            raise RuntimeClosed("the runtime is closed; open it again to subscribe")
+        return system.bus.subscribe(callback)
 
     def backup(self, dest: str | os.PathLike[str]) -> Path:
         """Write a compacted hot copy of the live store to ``dest``; return its path."""
-        assert self._store is not None
         self._ask(Barrier())
         return self._store.backup(dest)
 
@@ -444,13 +359,6 @@ class Runtime:
         the ``retain_*`` limits; never anything unread, undelivered or live.
         """
         return self._ask(Compact())
-
-    def _compact_loop(self) -> None:
-        while not self._stopping.wait(self.limits.compact_interval_s):
-            try:
-                self._submit(Compact())
-            except RetinueError:
-                return
 
     # -- asyncio faces ---------------------------------------------------------------
 
@@ -477,18 +385,11 @@ class Runtime:
         to it are given back, unread, to the next ``messages`` call.
         """
         seconds = resolve_timeout(timeout, self.limits)
-        result: list[Message] = await self._await_wait(
-            HostMessages(HOST), seconds, self._return_messages
+        engine = self._engine
+        result: list[Message] = await engine.wait_async(
+            HostMessages(HOST), seconds, HostReceipt(engine)
         )
         return result
-
-    def _return_messages(self, future: concurrent.futures.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return
-        messages: list[Message] = future.result()
-        if messages:
-            with contextlib.suppress(RetinueError):
-                self._submit(ReturnHostMessages(tuple(messages)))
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
         """Like :meth:`wait`, without blocking the event loop.
@@ -497,73 +398,9 @@ class Runtime:
         handed to this wait is given back and goes to the next wait.
         """
         seconds = resolve_timeout(timeout, self.limits)
-        result: Completion = await self._await_wait(Wait(HOST, ref), seconds, self._unreceive)
+        engine = self._engine
+        result: Completion = await engine.wait_async(Wait(HOST, ref), seconds, HostReceipt(engine))
         return result
-
-    async def _await_wait(
-        self,
-        command: Any,
-        seconds: float,
-        give_back: Callable[[concurrent.futures.Future[Any]], None],
-    ) -> Any:
-        """Submit a host wait and await its answer for up to ``seconds``.
-
-        If the awaiting task is cancelled, nothing is lost: a wait not yet
-        answered is given up; what an answered one took goes to ``give_back``.
-
-        Raises:
-            WaitTimeout: nothing arrived in time.
-        """
-        future: concurrent.futures.Future[Any] = Reply()
-        with self._lock:
-            self._async_waits[future] = give_back
-        try:
-            self._submit(command, reply=future)
-            value = await await_waiter(future, seconds, lambda: self._give_up_wait(future, seconds))
-        except asyncio.CancelledError:
-            if self._claim(future):
-                if future.cancel():  # not answered: the supervisor skips it; forget it
-                    self._give_up_wait(future, seconds)
-                else:  # answered (or being answered): give what it took back
-                    future.add_done_callback(give_back)
-            raise
-        except BaseException:
-            self._claim(future)
-            raise
-        if not self._claim(future):
-            raise RuntimeClosed(
-                "the runtime closed before this wait's task resumed; what it was handed "
-                "was given back and waits in the store"
-            )
-        return value
-
-    def _claim(self, future: concurrent.futures.Future[Any]) -> bool:
-        """Claim an async host wait's answer for its task; False if the close took it back."""
-        with self._lock:
-            return self._async_waits.pop(future, None) is not None
-
-    def _give_back_unclaimed(self) -> None:
-        """At close: give back what async host waits were handed but their tasks never received.
-
-        A task whose loop is busy (or blocked in this very close) cannot
-        resume before the supervisor stops, so its give-back could not be
-        served later; the close serves it now, and the task's wait ends
-        with ``RuntimeClosed``.
-        """
-        with self._lock:
-            waits, self._async_waits = self._async_waits, {}
-        for future, give_back in waits.items():
-            if future.done():
-                give_back(future)
-            else:
-                future.add_done_callback(give_back)  # answered by the shutdown, if at all
-
-    def _unreceive(self, future: concurrent.futures.Future[Any]) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return
-        completion: Completion = future.result()
-        with contextlib.suppress(RetinueError):
-            self._submit(Unreceive(completion.agent_id, completion.generation))
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
@@ -615,13 +452,14 @@ class Runtime:
         event; past ``Limits.max_abandoned_runners`` new sync turns wait as
         ``starting`` until one returns.
         """
-        core = self._core
+        system = self._system
+        core = system.core if isinstance(system, System) else None
         return 0 if core is None else len(core.scheduler.abandoned)
 
     @property
     def closed(self) -> bool:
         """True once the runtime is closed."""
-        return self._closed
+        return self.state is RuntimeState.CLOSED
 
     def shutdown(self) -> None:
         """Close the runtime; return only once its store is released.
@@ -634,70 +472,8 @@ class Runtime:
         runner or an event loop, returns when that is done. So an immediate
         reopen always finds the store free.
         """
-        me = running_agent()
-        with self._lock:
-            first = not self._shutting_down
-            self._shutting_down = True
-            if me is not None:
-                self._closing_runners.add(me)
-        if not first:
-            self._released.wait()
-            return
-        try:
-            self._shut_down()
-        finally:
-            self._released.set()
-
-    def _shut_down(self) -> None:
-        self._stopping.set()
-        if self._compactor is not None and self._compactor is not threading.current_thread():
-            self._compactor.join()
-        with self._lock:
-            self._closing = True
-        actor = self._actor
-        actors: list[tuple[str, pykka.ActorRef[Any]]] = []
-        if actor is not None:
-            # A failed store cannot record the interrupts; the turns are cancelled anyway.
-            with contextlib.suppress(RetinueError):
-                actors = self._ask(Shutdown())
-        with self._lock:
-            self._closed = True
-        self._give_back_unclaimed()
-        self._stop_runners(actors)
-        if self._executor is not None:
-            # Before the supervisor stops: cancelled async turns finish here and
-            # give back the completions their waits had taken (GiveBack is
-            # served while closing), so none is lost to a stopped supervisor.
-            self._executor.shutdown(CLOSE_GRACE_S)
-        if actor is not None:
-            actor.stop(block=True)
-        if self._reader is not None:
-            self._reader.close()
-        if self._store is not None:
-            self._store.close()
-        self._bus.close()
-        if self._temporary:
-            shutil.rmtree(self.path, ignore_errors=True)
-
-    def _stop_runners(self, actors: list[tuple[str, pykka.ActorRef[Any]]]) -> None:
-        """Stop the actors of interrupted turns, waiting at most ``CLOSE_GRACE_S`` in all.
-
-        A runner that is closing the runtime itself is not waited for: it
-        waits for this close, and returns once the store is released. Closed
-        from the runtime's own event loop (an async runner), none is waited
-        for: the loop's turns cannot end while it is blocked here.
-        """
-        stops = [(agent_id, ref, ref.stop(block=False)) for agent_id, ref in actors]
-        if self._executor is not None and self._executor.loop.thread_id == threading.get_ident():
-            return  # an async runner closes the runtime: the loop's turns cannot end meanwhile
-        deadline = time.monotonic() + CLOSE_GRACE_S
-        for agent_id, ref, stopped in stops:
-            while ref.is_alive() and time.monotonic() < deadline:
-                with self._lock:
-                    if agent_id in self._closing_runners:
-                        break
-                with contextlib.suppress(pykka.Timeout):
-                    stopped.get(timeout=STOP_POLL_S)
+        if self._system is not None:
+            self._system.shutdown()
 
     def __enter__(self) -> Runtime:
         """Return the runtime itself."""
@@ -711,6 +487,21 @@ class Runtime:
     ) -> None:
         """Close the runtime (see :meth:`shutdown`)."""
         self.shutdown()
+
+
+def _limits(limits: Limits | None) -> Limits:
+    """Return the limits to run with: ``limits``, or the environment's.
+
+    Raises:
+        ArgumentTypeError: ``limits`` is not a Limits.
+        InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad.
+    """
+    if limits is not None and not isinstance(limits, Limits):
+        raise ArgumentTypeError(
+            f"limits must be a Limits, not {type(limits).__name__}; "
+            "build one with Limits(**fields) or Limits.from_env(**fields)"
+        )
+    return limits if limits is not None else Limits.from_env()
 
 
 def _agent_ref(ref: Any, method: str) -> str:

@@ -37,7 +37,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from retinue.actors.profile import Profile, Runner
+from retinue.actors.profile import Profile
+from retinue.actors.turn import Runner
 from retinue.errors import (
     ConfigurationError,
     DelegationCycleError,

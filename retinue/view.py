@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
 __all__ = [
-    "BUSY",
     "FAILED",
     "INTERRUPTED",
     "OK",
@@ -56,7 +55,6 @@ __all__ = [
 ]
 
 OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
-BUSY = (AgentState.STARTING, AgentState.RUNNING)
 
 
 # -- text helpers ---------------------------------------------------------------------------
@@ -74,7 +72,7 @@ def usage_of(info: AgentInfo) -> tuple[int, float]:
 
 
 def _elapsed(info: AgentInfo, now: float) -> float:
-    end = now if info.state in BUSY else info.updated_at
+    end = now if info.state.busy else info.updated_at
     return max(0.0, end - info.created_at)
 
 
@@ -336,7 +334,7 @@ def follow(
             agents = snapshot()
             show(batch)
             view.update(agents)
-            if not any(a.state in BUSY for a in agents):
+            if not any(a.state.busy for a in agents):
                 break
         # Events reach subscribers after the commit that the snapshot saw: show
         # the last settles too (bounded, in case a turn settled without an event).
@@ -381,7 +379,7 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
     """
     agents = outcome.agents
     failed = [a for a in agents if a.state is AgentState.FAILED]
-    interrupted = [a for a in agents if a.state is AgentState.INTERRUPTED or a.state in BUSY]
+    interrupted = [a for a in agents if a.state is AgentState.INTERRUPTED or a.state.busy]
     top = [a for a in agents if a.path in roots]
     tokens = sum(usage_of(a)[0] for a in agents)
     cost = sum(usage_of(a)[1] for a in agents)
@@ -393,7 +391,7 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
         code = OK
     counts: dict[str, int] = {}
     for agent in agents:
-        state = "interrupted" if outcome.interrupted and agent.state in BUSY else agent.state.value
+        state = "interrupted" if outcome.interrupted and agent.state.busy else agent.state.value
         counts[state] = counts.get(state, 0) + 1
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     if isinstance(view, JsonView):

@@ -27,8 +27,7 @@ from typing import Any, Self, cast
 import pykka
 
 from retinue.actors.executor import Executor
-from retinue.actors.profile import Runner
-from retinue.actors.turn import Turn
+from retinue.actors.turn import Runner, Turn
 from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
 

@@ -9,23 +9,21 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import pykka
 
+from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
-from retinue.actors.profile import Profile, Runner
+from retinue.actors.profile import Profile
 from retinue.actors.supervisor import Supervisor, SupervisorActor
-from retinue.actors.tree import Tree
-from retinue.actors.turn import Caller
-from retinue.errors import ConfigurationError, StoreError
-from retinue.persistence.options import StoreOptions, make_folder, remove_created
+from retinue.actors.tree import load_tree
+from retinue.actors.turn import Runner
+from retinue.errors import ConfigurationError
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import Snapshot, Store
 from retinue.protocol.graph import validate_graph
@@ -36,13 +34,10 @@ __all__ = [
     "DEPTH_CAP_KEY",
     "Booted",
     "ModelRunnerFactory",
-    "Started",
     "boot",
     "inherited_model",
-    "open_reader",
     "profile_table",
     "read_diagnostics",
-    "start",
     "stored_depth_cap",
 ]
 
@@ -184,7 +179,7 @@ def boot(
     runners: dict[str, Runner],
     limits: Limits,
     bus: EventBus,
-    caller: Caller,
+    engine: Engine,
     executor: Executor | None = None,
 ) -> Booted:
     """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
@@ -196,7 +191,7 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    restored = restore(store.snapshot(), limits.depth_cap)
+    tree, restored = load_tree(store.snapshot(), limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
         Diagnostic(
             database="meta",
@@ -206,8 +201,6 @@ def boot(
         )
         for v in store.migrated_from
     ]
-    tree = Tree()
-    tree.load(restored.agents, restored.messages, restored.completions)
     for record in restored.rewritten:
         tree.put_agent(record)
     core = Supervisor(
@@ -217,7 +210,7 @@ def boot(
         runners=runners,
         limits=limits,
         bus=bus,
-        caller=caller,
+        engine=engine,
         executor=executor,
     )
     core.recover()
@@ -225,98 +218,3 @@ def boot(
     store.write_now([*tree.take_writes(), cap])
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core)
-
-
-@dataclass(frozen=True)
-class Started:
-    """A writable store with its running supervisor, as :func:`start` left them."""
-
-    path: Path
-    temporary: bool  # a temporary folder, removed when the runtime closes
-    store: Store
-    executor: Executor
-    booted: Booted
-
-
-def start(
-    options: StoreOptions,
-    *,
-    create: bool,
-    profiles: dict[str, Profile],
-    runners: dict[str, Runner],
-    limits: Limits,
-    bus: EventBus,
-    caller: Caller,
-) -> Started:
-    """Open (or create) the writable store ``options`` names and boot its supervisor.
-
-    ``options.path`` None makes a temporary folder. A failed start leaves
-    nothing behind: the executor is stopped, the store closed and a folder
-    this call created removed again.
-
-    Raises:
-        StoreError: the folder cannot be created, or the recovery not written.
-        StoreLocked, StoreVersionError, StoreCorrupted: as :class:`Store` raises.
-    """
-    created: Path | None
-    if options.path is None:
-        try:
-            path = created = Path(tempfile.mkdtemp(prefix="retinue-"))
-        except OSError as exc:
-            raise StoreError(f"cannot create a temporary store folder: {exc}") from None
-    else:
-        path = options.path
-        created = make_folder(path)
-    try:
-        store = Store(
-            path,
-            durability=options.durability,
-            map_size=options.map_size,
-            group_commit=options.group_commit,
-            create=create,
-        )
-    except BaseException:
-        remove_created(created)
-        raise
-    executor: Executor | None = None
-    try:
-        executor = Executor()
-        executor.start()
-        booted = boot(
-            store,
-            profiles=profiles,
-            runners=runners,
-            limits=limits,
-            bus=bus,
-            caller=caller,
-            executor=executor,
-        )
-    except BaseException:
-        if executor is not None:
-            executor.shutdown(0.0)
-        store.close()
-        remove_created(created)
-        raise
-    return Started(
-        path=path,
-        temporary=options.path is None,
-        store=store,
-        executor=executor,
-        booted=booted,
-    )
-
-
-def open_reader(path: Path, limits: Limits) -> tuple[Store, list[Diagnostic]]:
-    """Open the store at ``path`` read-only; return it with what a restore would report.
-
-    Raises:
-        StoreVersionError: the store was written by a newer schema.
-        StoreError, StoreCorrupted: no readable store there.
-    """
-    store = Store(path, readonly=True)
-    try:
-        store.refuse_newer()
-        return store, read_diagnostics(store)
-    except BaseException:
-        store.close()
-        raise

@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
 import pykka
 
@@ -51,8 +51,8 @@ __all__ = [
     "InterruptTree",
     "LlmLoad",
     "LlmStep",
+    "ReadCommand",
     "Resume",
-    "ReturnHostMessages",
     "RunMany",
     "Send",
     "Sender",
@@ -61,8 +61,8 @@ __all__ = [
     "Spawn",
     "SpawnMany",
     "SpawnRequest",
+    "SupervisorCommand",
     "TurnRef",
-    "Unreceive",
     "Wait",
     "WaitKind",
 ]
@@ -95,7 +95,8 @@ class TurnRef:
 
 
 Sender = Host | TurnRef
-WaitKind = str  # "completion": only the child's completion; "any": a message or it
+WaitKind = Literal["completion", "any"]
+"""What a turn's wait takes: ``completion`` (only the child's) or ``any`` (a message or it)."""
 
 
 class Command(Generic[R]):
@@ -103,10 +104,17 @@ class Command(Generic[R]):
 
     ``after_close`` is True for the commands still served while the runtime
     closes (shutdown itself, settling turns, giving waits up, barriers).
+    ``live_sender`` is True for the commands a turn may send only while it is
+    its agent's running turn: the supervisor resolves the sender once, before
+    the command's handler runs, and refuses a stale turn with
+    ``TurnInterrupted``. A turn's report of its own end (``Settle``,
+    ``ExpireTurn``) and a give-up are served for a stale turn too (they are
+    discarded or do nothing).
     """
 
     __slots__ = ()
     after_close: ClassVar[bool] = False
+    live_sender: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,45 +299,26 @@ class GiveUpWait(Command[None]):
     """A wait ran out of time: end it with ``WaitTimeout`` unless it was answered."""
 
     after_close: ClassVar[bool] = True
+    live_sender: ClassVar[bool] = False
     sender: Sender
     future: concurrent.futures.Future[Any]
     seconds: float
 
 
 @dataclass(frozen=True, slots=True)
-class Unreceive(Command[None]):
-    """The host lost a completion it was handed (its wait was cancelled): take it back."""
-
-    after_close: ClassVar[bool] = True
-    agent_id: str
-    generation: int
-    sender: Host = HOST
-
-
-@dataclass(frozen=True, slots=True)
 class GiveBack(Command[None]):
-    """A turn's cancelled wait had taken ``event`` from a child: it goes back to the agent.
+    """A waiter lost what it was handed (its wait was cancelled): take ``events`` back.
 
-    A completion is pending for ``agent_id`` again (or its nearest live
-    ancestor, if it closed meanwhile); a message is unread again. Its next
-    wait or turn receives it.
+    To the host (``recipient_id`` None): a completion becomes the next one a
+    host wait on its agent receives; messages are unread again in the host's
+    inbox, in order. To an agent: a completion is pending for it again (or
+    for its nearest live ancestor, if it closed meanwhile) and a message is
+    unread again; its next wait or turn receives them.
     """
 
     after_close: ClassVar[bool] = True
-    agent_id: str
-    event: Message | Completion
-    sender: Host = HOST
-
-
-@dataclass(frozen=True, slots=True)
-class ReturnHostMessages(Command[None]):
-    """The host lost messages it was handed (``messages_async`` cancelled): take them back.
-
-    They become unread again and go to the next ``messages`` call, in order.
-    """
-
-    after_close: ClassVar[bool] = True
-    messages: tuple[Message, ...]
+    recipient_id: str | None
+    events: tuple[Message | Completion, ...]
     sender: Host = HOST
 
 
@@ -338,6 +327,7 @@ class Settle(Command[None]):
     """A runner finished its turn with ``output`` or ``error``."""
 
     after_close: ClassVar[bool] = True
+    live_sender: ClassVar[bool] = False
     sender: TurnRef
     output: str | None
     error: str | None
@@ -346,6 +336,8 @@ class Settle(Command[None]):
 @dataclass(frozen=True, slots=True)
 class ExpireTurn(Command[None]):
     """A turn's ``turn_timeout_s`` ran out: fail it with ``TurnTimeout`` if it still runs."""
+
+    live_sender: ClassVar[bool] = False
 
     sender: TurnRef
     seconds: float
@@ -394,9 +386,42 @@ class Shutdown(Command[list[tuple[str, pykka.ActorRef[Any]]]]):
     sender: Host = HOST
 
 
+SupervisorCommand = (
+    Spawn
+    | SpawnMany
+    | Send
+    | FollowUp
+    | Resume
+    | Interrupt
+    | InterruptTree
+    | HostMessages
+    | Close
+    | CloseTree
+    | Get
+    | Agents
+    | Inspect
+    | Children
+    | Wait
+    | RunMany
+    | GiveUpWait
+    | GiveBack
+    | Settle
+    | ExpireTurn
+    | LlmLoad
+    | LlmStep
+    | Compact
+    | Barrier
+    | Shutdown
+)
+"""The closed protocol: every command the supervisor serves (its ``match`` is exhaustive)."""
+
+ReadCommand = Get | Agents | Inspect | Barrier
+"""The commands a read-only runtime serves from a store snapshot (the others are refused)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """A command in the supervisor's inbox with the future its answer goes to."""
 
-    command: Command[Any]
+    command: SupervisorCommand
     reply: concurrent.futures.Future[Any]

@@ -20,12 +20,13 @@ import msgspec
 
 from retinue.actors.agent import is_async_runner
 from retinue.actors.commands import Host, Sender
+from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
-from retinue.actors.profile import Profile, Runner
+from retinue.actors.profile import Profile
 from retinue.actors.transition import Transition, resolve_future
 from retinue.actors.tree import Tree
-from retinue.actors.turn import Caller
+from retinue.actors.turn import Runner
 from retinue.errors import (
     ArgumentTypeError,
     InvalidArgument,
@@ -49,7 +50,6 @@ from retinue.protocol.records import (
 )
 
 __all__ = [
-    "BUSY",
     "World",
     "agent_list",
     "check_tail",
@@ -59,8 +59,6 @@ __all__ = [
     "require_str",
     "resolve_future",
 ]
-
-BUSY = (AgentState.STARTING, AgentState.RUNNING)
 
 
 def info_of(record: AgentRecord) -> AgentInfo:
@@ -170,6 +168,7 @@ class World:
     """The supervisor's shared state and lookups. Supervisor thread only.
 
     Attributes:
+        engine: the runtime's call engine (turns send their commands through it).
         executor: the pool and event loop agent actors run on.
         runner_is_async: per profile, whether its runner is ``async def``.
         closing: the runtime is closing: no turn starts, nothing is woken.
@@ -185,17 +184,17 @@ class World:
         runners: Mapping[str, Runner],
         limits: Limits,
         bus: EventBus,
-        caller: Caller,
+        engine: Engine,
         executor: Executor | None = None,
     ) -> None:
-        """Gather the store, tree, profiles, limits, bus, caller and the runners' executors."""
+        """Gather the store, tree, profiles, limits, bus, engine and the runners' executors."""
         self.store = store
         self.tree = tree
         self.profiles = profiles
         self.runners = runners
         self.limits = limits
         self.bus = bus
-        self.caller = caller
+        self.engine = engine
         self.executor = executor if executor is not None else Executor()
         self.runner_is_async = {name: is_async_runner(r) for name, r in runners.items()}
         self.closing = False

@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from retinue.actors.commands import GiveUpWait, Unreceive, Wait
-from retinue.actors.core import BUSY, World
+from retinue.actors.commands import GiveUpWait, Wait
+from retinue.actors.core import World
 from retinue.actors.transition import Transition
 from retinue.actors.tree import HOST
 from retinue.errors import AgentClosed, NothingToWaitFor, RetinueError, WaitTimeout
-from retinue.protocol.messages import AgentState, Message
+from retinue.protocol.messages import AgentState, Completion, Message
 from retinue.protocol.records import AgentRecord
 
 __all__ = ["HostWaiter", "HostWaits", "host_give_back", "host_next", "host_take"]
@@ -99,7 +99,7 @@ class HostWaits:
         which ends waits with ``AgentClosed``), the host received every
         completion it keeps, and nothing may wake it (:meth:`_may_be_woken`).
         """
-        if record.state in BUSY or record.state is AgentState.CLOSED:
+        if record.state.busy or record.state is AgentState.CLOSED:
             return None
         if host_next(record, self.world.tree.completions.get(record.id, {})) is not None:
             return None
@@ -127,7 +127,7 @@ class HostWaits:
         stack = list(tree.live_children(record.id))
         while stack:
             child = tree.agents[stack.pop()]
-            if child.state in BUSY:
+            if child.state.busy:
                 return True
             stack.extend(tree.live_children(child.id))
         return False
@@ -185,12 +185,24 @@ class HostWaits:
                 if future.set_running_or_notify_cancel():
                     tx.answer(future, closed)
 
-    def unreceive(self, tx: Transition, command: Unreceive) -> None:
-        """The host lost a completion it was handed (its wait was cancelled): take it back.
+    def give_back(self, tx: Transition, events: Iterable[Message | Completion]) -> None:
+        """The host lost what it was handed (its wait was cancelled): take ``events`` back.
 
-        It becomes the next completion a host wait on that agent receives.
+        A completion becomes the next one a host wait on its agent receives;
+        messages are unread again in the host's inbox, in order.
         """
-        agent_id, generation = command.agent_id, command.generation
+        messages = False
+        for event in events:
+            if isinstance(event, Completion):
+                self._unreceive(tx, event.agent_id, event.generation)
+            else:
+                self.world.tree.unread_again(event)
+                messages = True
+        if messages:
+            self.serve_inbox(tx)
+
+    def _unreceive(self, tx: Transition, agent_id: str, generation: int) -> None:
+        """Undo the host's receipt of one completion; serve a host wait on it."""
         tree = self.world.tree
         record = tree.agents.get(agent_id)
         done = tree.completions.get(agent_id, {}).get(generation)
@@ -248,14 +260,6 @@ class HostWaits:
             taken = [world.take_message(record) for record in unread]
             tx.answer(future, taken)
             return
-
-    def return_messages(self, tx: Transition, messages: tuple[Message, ...]) -> None:
-        """Take back messages the host was handed but lost; they are unread again."""
-        tree = self.world.tree
-        for message in messages:
-            seq = int(message.id.rsplit(":", 1)[1])
-            tree.unread_again(message, seq)
-        self.serve_inbox(tx)
 
     # -- every host wait ---------------------------------------------------------------
 

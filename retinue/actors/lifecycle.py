@@ -15,13 +15,12 @@ from retinue.actors.commands import (
     CloseTree,
     ExpireTurn,
     FollowUp,
-    GiveBack,
     Interrupt,
     InterruptTree,
     Resume,
     Settle,
 )
-from retinue.actors.core import BUSY, World, info_of
+from retinue.actors.core import World, info_of
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
@@ -133,11 +132,10 @@ class Lifecycle:
         self._release(tx, record.id, why)
         if turn is None:
             return
-        unseen = turn.reclaim()
+        unseen = [event for held in turn.handover.take_back() for event in held]
         if not turn.runner_started:
             unseen += [m.completion if m.completion is not None else m for m in turn.messages]
-        for event in unseen:
-            self.router.give_back(tx, GiveBack(record.id, event))
+        self.router.give_back(tx, record.id, unseen)
 
     def _release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
         """Drop a turn's slot, handle, waiter and queued slot request."""
@@ -146,7 +144,7 @@ class Lifecycle:
 
     # -- follow-ups and interrupts -----------------------------------------------------------
 
-    def follow_up(self, tx: Transition, command: FollowUp) -> AgentInfo:
+    def follow_up(self, tx: Transition, me: AgentRecord | None, command: FollowUp) -> AgentInfo:
         """Queue a follow-up turn for an idle agent.
 
         Raises:
@@ -154,7 +152,6 @@ class Lifecycle:
             MessageTooLarge, NotPermitted, UnknownAgent.
         """
         world = self.world
-        me = world.sender(command.sender)
         record = world.target(me, command.ref, "follow up", command.field)
         task = check_text(command.task, "task")
         world.check_size(task, "task")
@@ -166,7 +163,7 @@ class Lifecycle:
         world = self.world
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
-        if record.state in BUSY:
+        if record.state.busy:
             raise AgentBusy(f"{record.path} is {record.state}; wait for it or interrupt it")
         if record.profile not in world.profiles:
             raise UnknownProfile(
@@ -184,13 +181,12 @@ class Lifecycle:
             )
         return self.scheduler.queue_turn(tx, record, task, reason)
 
-    def resume(self, tx: Transition, command: Resume) -> AgentInfo:
+    def resume(self, tx: Transition, me: AgentRecord | None, command: Resume) -> AgentInfo:
         """Re-run an interrupted agent's task.
 
         Raises:
             AgentStateError: it is not interrupted. AgentClosed: it is closed.
         """
-        me = self.world.sender(command.sender)
         record = self.world.target(me, command.ref, "resume", command.field)
         if record.state is not AgentState.INTERRUPTED:
             if record.state is AgentState.CLOSED:
@@ -200,19 +196,20 @@ class Lifecycle:
             )
         return info_of(self._follow_up(tx, record, record.task, "resume"))
 
-    def interrupt(self, tx: Transition, command: Interrupt) -> AgentInfo:
+    def interrupt(self, tx: Transition, me: AgentRecord | None, command: Interrupt) -> AgentInfo:
         """Cancel an agent's queued or running turn (an idle agent is left as it is).
 
         Raises:
             AgentClosed: it is closed.
         """
-        me = self.world.sender(command.sender)
         record = self.world.target(me, command.ref, "interrupt", command.field)
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
         return info_of(self.interrupt_turn(tx, record))
 
-    def interrupt_tree(self, tx: Transition, command: InterruptTree) -> list[AgentInfo]:
+    def interrupt_tree(
+        self, tx: Transition, me: AgentRecord | None, command: InterruptTree
+    ) -> list[AgentInfo]:
         """Interrupt the queued and running turns of an agent's live subtree, leaves first.
 
         Returns every live agent of the subtree in that order (idle ones as
@@ -224,7 +221,6 @@ class Lifecycle:
             AgentClosed: the agent is closed. NotPermitted: a turn may only
             interrupt its own subtree.
         """
-        me = self.world.sender(command.sender)
         record = self.world.target(me, command.ref, "interrupt", command.field)
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is closed")
@@ -257,13 +253,12 @@ class Lifecycle:
 
     # -- closing --------------------------------------------------------------------------
 
-    def close(self, tx: Transition, command: Close) -> AgentInfo:
+    def close(self, tx: Transition, me: AgentRecord | None, command: Close) -> AgentInfo:
         """Close an agent without live children (interrupting its turn first).
 
         Raises:
             ActiveDescendants: it has live children. AgentClosed: already closed.
         """
-        me = self.world.sender(command.sender)
         return info_of(self._close(tx, self.world.target(me, command.ref, "close", command.field)))
 
     def _close(self, tx: Transition, record: AgentRecord) -> AgentRecord:
@@ -287,13 +282,14 @@ class Lifecycle:
             self.waiters.child_closed(tx, record.parent_id, record)
         return record
 
-    def close_tree(self, tx: Transition, command: CloseTree) -> list[AgentInfo]:
+    def close_tree(
+        self, tx: Transition, me: AgentRecord | None, command: CloseTree
+    ) -> list[AgentInfo]:
         """Close an agent's whole live subtree, children before parents.
 
         Raises:
             AgentClosed: it is already closed.
         """
-        me = self.world.sender(command.sender)
         record = self.world.target(me, command.ref, "close", command.field)
         if record.state is AgentState.CLOSED:
             raise AgentClosed(f"{record.path} is already closed")

@@ -16,7 +16,7 @@ from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.transition import Transition
 from retinue.actors.tree import HOST
-from retinue.actors.waiters import AgentWaiter, Waiters
+from retinue.actors.waiters import ChildWait, Waiters
 from retinue.errors import AgentClosed, DedupKeyTooLong, MailboxFull, NotPermitted
 from retinue.protocol import paths
 from retinue.protocol.checks import check_key, check_text
@@ -35,7 +35,7 @@ class Mailboxes:
         self.waiters = waiters
         self.hosts = hosts
 
-    def send(self, tx: Transition, command: Send) -> Message:
+    def send(self, tx: Transition, me: AgentRecord | None, command: Send) -> Message:
         """Queue a message in the recipient's durable mailbox.
 
         Raises:
@@ -44,7 +44,6 @@ class Mailboxes:
         """
         world = self.world
         tree = world.tree
-        me = world.sender(command.sender)
         content = check_text(command.content, "content")
         to_host = self._host_sender(me, command.ref)
         if to_host is not None:
@@ -92,6 +91,7 @@ class Mailboxes:
             content=content,
             dedup_key=dedup_key,
             created_at=now,
+            seq=seq,
         )
         record = MessageRecord(message=message, seq=seq)
         tree.add_message(record)
@@ -105,11 +105,7 @@ class Mailboxes:
             )
         )
         waiter = self.waiters.waiting(target.id)
-        if (
-            isinstance(waiter, AgentWaiter)
-            and waiter.child_id == sender_id
-            and waiter.kind == "any"
-        ):
+        if isinstance(waiter, ChildWait) and waiter.child_id == sender_id and waiter.kind == "any":
             self.waiters.answer(tx, target.id, lambda _: world.take_message(record))
         return message
 
@@ -169,6 +165,7 @@ class Mailboxes:
             content=content,
             dedup_key=dedup_key,
             created_at=now,
+            seq=seq,
         )
         tree.add_message(MessageRecord(message=message, seq=seq))
         tx.emit(
@@ -221,4 +218,5 @@ class Mailboxes:
             content=completion.output if completion.output is not None else completion.error or "",
             created_at=completion.created_at,
             completion=completion,
+            seq=pending.seq,
         )

@@ -5,24 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from retinue.errors import ConfigurationError, InvalidArgument
 from retinue.protocol.checks import check_text
 from retinue.protocol.tools import resolve_tools
 
-if TYPE_CHECKING:
-    from retinue.actors.turn import Turn
+__all__ = ["AnyRunner", "Profile"]
 
-__all__ = ["Profile", "Runner"]
-
-Runner = Callable[["Turn"], str | Awaitable[str]]
-"""Anything that takes a turn context and returns the turn's output text.
-
-A plain function runs on a pooled worker thread; an ``async def`` runner (or an
-object whose ``__call__`` is ``async def``) runs as a task on the runtime's
-event loop and should use the turn's ``*_async`` operations.
-"""
+AnyRunner = Callable[..., str | Awaitable[str]]
+"""What a profile's ``runner`` holds: a :data:`retinue.actors.turn.Runner` (typed
+loosely here, so the profile does not depend on the turn context that depends on it)."""
 
 RESULT_FORMATS = (None, "structured")
 
@@ -64,7 +57,7 @@ class Profile:
     name: str
     _: KW_ONLY
     subagents: Sequence[str] = field(default=())
-    runner: Runner | None = None
+    runner: AnyRunner | None = None
     instructions: str = ""
     wake_on_completion: bool = True
     description: str = ""

@@ -18,9 +18,8 @@ from typing import Any
 from retinue.actors.commands import Agents, Barrier, Command, Get, Inspect
 from retinue.actors.core import agent_list, check_tail, detail_of, find_agent, info_of
 from retinue.actors.reply import Reply
-from retinue.actors.tree import Tree
+from retinue.actors.tree import Tree, load_tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
-from retinue.persistence.restore import restore
 from retinue.persistence.store import Store
 from retinue.protocol import paths
 from retinue.protocol.details import AgentDetail
@@ -77,9 +76,7 @@ class StoreReader:
             return self._pool.submit(fn, *args)
 
     def _tree(self) -> Tree:
-        restored = restore(self.store.snapshot(), None)  # a view drops no agent for a cap
-        tree = Tree()
-        tree.load(restored.agents, restored.messages, restored.completions)
+        tree, _ = load_tree(self.store.snapshot(), None)  # a view drops no agent for a cap
         return tree
 
     def get(self, ref: str, field: str = "ref") -> AgentInfo:

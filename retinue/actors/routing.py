@@ -10,8 +10,8 @@ Messages go through :mod:`retinue.actors.mailboxes`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
-from retinue.actors.commands import GiveBack
 from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.scheduler import Scheduler
@@ -55,7 +55,7 @@ class Router:
         world = self.world
         record = world.tree.agents[agent_id]
         if (
-            record.state not in (AgentState.COMPLETED, AgentState.FAILED)
+            not record.state.idle_after_work
             or not world.tree.pending_for(agent_id)
             or not getattr(world.profiles.get(record.profile), "wake_on_completion", False)
             or world.closing
@@ -120,8 +120,10 @@ class Router:
         if not self.waiters.completion_arrived(tx, recipient_id, pending):
             self.maybe_wake(tx, recipient_id)
 
-    def give_back(self, tx: Transition, command: GiveBack) -> None:
-        """Put an event a turn's cancelled wait had taken back in its recipient's queue.
+    def give_back(
+        self, tx: Transition, agent_id: str, events: Iterable[Message | Completion]
+    ) -> None:
+        """Put events a turn of ``agent_id`` was handed but never saw back in its queue.
 
         A completion is pending again for that agent (or, if the agent closed
         since, for its nearest live ancestor or the host) and offered as a new
@@ -129,20 +131,20 @@ class Router:
         message is unread again (unless compaction removed it meanwhile).
         """
         tree = self.world.tree
-        event = command.event
-        if isinstance(event, Message):
-            tree.unread_again(event, int(event.id.rsplit(":", 1)[1]))
-            return
-        done = tree.completions.get(event.agent_id, {}).get(event.generation)
-        if done is None or not done.delivered or done.recipient_id != command.agent_id:
-            return  # compacted, or not this agent's: nothing to give back
-        back = tree.undeliver(done)
-        recipient = tree.agents.get(command.agent_id)
-        if recipient is None or recipient.state is AgentState.CLOSED:
-            origin = tree.agents[event.agent_id]
-            self.reroute(tx, back, tree.nearest_live_ancestor(origin))
-        else:
-            self.offer(tx, command.agent_id, back)
+        for event in events:
+            if isinstance(event, Message):
+                tree.unread_again(event)
+                continue
+            done = tree.completions.get(event.agent_id, {}).get(event.generation)
+            if done is None or not done.delivered or done.recipient_id != agent_id:
+                continue  # compacted, or not this agent's: nothing to give back
+            back = tree.undeliver(done)
+            recipient = tree.agents.get(agent_id)
+            if recipient is None or recipient.state is AgentState.CLOSED:
+                origin = tree.agents[event.agent_id]
+                self.reroute(tx, back, tree.nearest_live_ancestor(origin))
+            else:
+                self.offer(tx, agent_id, back)
 
     def reroute(self, tx: Transition, pending: CompletionRecord, heir: str | None) -> None:
         """Move a pending completion to a new recipient, publish it and offer it there."""

@@ -18,7 +18,6 @@ loop that sends :class:`~retinue.actors.commands.ExpireTurn`.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -30,8 +29,9 @@ import pykka
 from retinue.actors.agent import AgentActor
 from retinue.actors.commands import ExpireTurn, Settle, TurnRef
 from retinue.actors.core import World, info_of
+from retinue.actors.engine import handed_events
 from retinue.actors.transition import Transition
-from retinue.actors.turn import Turn, wait_events
+from retinue.actors.turn import Turn
 from retinue.errors import RetinueError
 from retinue.protocol.messages import (
     AgentState,
@@ -161,12 +161,11 @@ class Scheduler:
         now = record.updated_at
         profile = world.profiles[record.profile]
         turn = Turn(
-            caller=world.caller,
+            engine=world.engine,
             agent=info_of(record),
             task=task,
             messages=self._inbox(tx, record),
             reason=reason,
-            instructions=profile.instructions,
             limits=world.limits,
             profile=profile,
         )
@@ -186,11 +185,10 @@ class Scheduler:
 
     def _arm_timeout(self, tx: Transition, turn: TurnRef, seconds: float) -> None:
         """After the commit, arm a timer on the executor's loop that expires the turn."""
-        caller, loop = self.world.caller, self.world.executor.loop
+        engine, loop = self.world.engine, self.world.executor.loop
 
-        def expire() -> None:
-            with contextlib.suppress(RetinueError):  # closed meanwhile: nothing to expire
-                caller(ExpireTurn(turn, seconds))
+        def expire() -> None:  # closed meanwhile: nothing to expire
+            engine.tell(ExpireTurn(turn, seconds))
 
         def arm() -> None:
             loop.call_later(seconds, expire)
@@ -198,12 +196,11 @@ class Scheduler:
         tx.after(arm)
 
     def _settle_teller(self) -> Callable[[str, int, str | None, str | None], None]:
-        caller = self.world.caller
+        engine = self.world.engine
 
         def settle(agent_id: str, generation: int, output: str | None, error: str | None) -> None:
-            # RetinueError: the runtime closed meanwhile and interrupted the turn.
-            with contextlib.suppress(RetinueError):
-                caller(Settle(TurnRef(agent_id, generation), output, error))
+            # Refused only once the runtime closed, which interrupted the turn already.
+            engine.tell(Settle(TurnRef(agent_id, generation), output, error))
 
         return settle
 
@@ -230,12 +227,12 @@ class Scheduler:
         """Tell the running turn of ``agent_id`` that ``value`` (events) was taken for it.
 
         Until its runner receives it, a cancel of the turn takes it back
-        (:meth:`~retinue.actors.turn.Turn.reclaim`).
+        (the turn's :class:`~retinue.actors.handover.Handover`).
         """
         handle = self.turns.get(agent_id)
-        events = wait_events(value)
+        events = handed_events(value)
         if handle is not None and events:
-            handle.turn.hand(future, events)
+            handle.turn.handover.hand(future, events)
 
     def yield_slot(self, tx: Transition, agent_id: str) -> None:
         """A turn starts waiting: its slot goes to others meanwhile."""

@@ -9,9 +9,10 @@ live-agent counts.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from retinue.actors.commands import Spawn, SpawnMany
+from retinue.actors.commands import Spawn, SpawnRequest
 from retinue.actors.core import World, info_of, require_str
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
@@ -47,7 +48,7 @@ class Spawner:
         self.world = world
         self.scheduler = scheduler
 
-    def spawn(self, tx: Transition, command: Spawn) -> AgentInfo:
+    def spawn(self, tx: Transition, me: AgentRecord | None, command: Spawn) -> AgentInfo:
         """Record a new agent below the sending turn (or the host's ``parent``); queue its turn.
 
         With an ``idempotency_key`` already used under the same parent, the
@@ -60,7 +61,6 @@ class Spawner:
             MessageTooLarge, ArgumentTypeError, TurnInterrupted, DedupKeyTooLong,
             InvalidArgument.
         """
-        me = self.world.sender(command.sender)
         parent = me
         if me is None and command.parent not in (None, paths.ROOT):
             parent = self.world.find(None, command.parent, "parent")
@@ -104,15 +104,14 @@ class Spawner:
             )
         return info_of(original)
 
-    def spawn_many(self, tx: Transition, command: SpawnMany) -> list[AgentInfo | RetinueError]:
-        """Spawn a batch of children of the sender in one transition; a refusal keeps its place.
+    def spawn_many(
+        self, tx: Transition, me: AgentRecord | None, requests: Sequence[SpawnRequest]
+    ) -> list[AgentInfo | RetinueError]:
+        """Spawn a batch of children of ``me`` in one transition; a refusal keeps its place.
 
         Raises:
             FanoutLimitExceeded: the batch is larger than ``fanout_cap``.
-            TurnInterrupted: the sending turn is no longer running.
         """
-        me = self.world.sender(command.sender)
-        requests = command.requests
         if len(requests) > self.world.limits.fanout_cap:
             raise FanoutLimitExceeded(
                 f"a batch of {len(requests)} exceeds fanout_cap {self.world.limits.fanout_cap}",

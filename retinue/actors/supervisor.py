@@ -27,7 +27,7 @@ import logging
 import queue
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, assert_never
 
 import pykka
 
@@ -37,7 +37,6 @@ from retinue.actors.commands import (
     Children,
     Close,
     CloseTree,
-    Command,
     Compact,
     Envelope,
     ExpireTurn,
@@ -53,36 +52,34 @@ from retinue.actors.commands import (
     LlmLoad,
     LlmStep,
     Resume,
-    ReturnHostMessages,
     RunMany,
     Send,
     Settle,
     Shutdown,
     Spawn,
     SpawnMany,
-    Unreceive,
+    SupervisorCommand,
+    TurnRef,
     Wait,
 )
 from retinue.actors.compaction import CompactionReport, Retention, compact
-from retinue.actors.core import BUSY, World, agent_list, check_tail, detail_of, info_of
+from retinue.actors.core import World, agent_list, check_tail, detail_of, info_of
+from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
 from retinue.actors.mailboxes import Mailboxes
-from retinue.actors.profile import Profile, Runner
+from retinue.actors.profile import Profile
 from retinue.actors.reply import Reply
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.spawning import Spawner
 from retinue.actors.transition import Transition
 from retinue.actors.tree import Tree
-from retinue.actors.turn import Caller
+from retinue.actors.turn import Runner
 from retinue.actors.waiters import Waiters
-from retinue.errors import (
-    RetinueError,
-    RuntimeClosed,
-)
+from retinue.errors import ArgumentTypeError, RetinueError, RuntimeClosed
 from retinue.persistence.store import Store
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, CompletionStatus, Message, Usage
@@ -105,7 +102,7 @@ class Supervisor:
         runners: Mapping[str, Runner],
         limits: Limits,
         bus: EventBus,
-        caller: Caller,
+        engine: Engine,
         executor: Executor | None = None,
     ) -> None:
         """Compose the parts over one world."""
@@ -116,7 +113,7 @@ class Supervisor:
             runners=runners,
             limits=limits,
             bus=bus,
-            caller=caller,
+            engine=engine,
             executor=executor,
         )
         self.scheduler = Scheduler(self.world, inbox=self._inbox, start_failed=self._start_failed)
@@ -129,7 +126,7 @@ class Supervisor:
             self.world, self.scheduler, self.waiters, self.hosts, self.router
         )
         self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
-        self._group: list[tuple[Transition, Command[Any]]] = []  # served, not yet handed over
+        self._group: list[tuple[Transition, SupervisorCommand]] = []  # served, not yet handed over
 
     @property
     def tree(self) -> Tree:
@@ -184,76 +181,81 @@ class Supervisor:
             for tx, command in group:
                 tx.on_commit(exc, bus, command)
 
-    def dispatch(self, tx: Transition, command: Command[Any]) -> Any:
+    def dispatch(self, tx: Transition, command: SupervisorCommand) -> Any:
         """Serve one command in ``tx``; return its answer (unused once deferred).
+
+        The sender is resolved once, here: a command a stale turn may not send
+        is refused before any handler runs.
 
         Raises:
             RetinueError: the command is refused (nothing changed).
+            TurnInterrupted: its sending turn is no longer its agent's running turn.
         """
         world = self.world
+        me = world.sender(command.sender) if command.live_sender else None
         match command:
             case Spawn():
-                return self.spawner.spawn(tx, command)
+                return self.spawner.spawn(tx, me, command)
             case SpawnMany():
-                return self.spawner.spawn_many(tx, command)
+                return self.spawner.spawn_many(tx, me, command.requests)
             case Send():
-                return self.mailboxes.send(tx, command)
+                return self.mailboxes.send(tx, me, command)
             case Wait(sender=Host()):
                 return self.hosts.host_wait(tx, command)
             case Wait():
-                return self._agent_wait(tx, command)
+                return self.waiters.child_wait(tx, _turn(me), command)
             case RunMany():
-                return self._run_many(tx, command)
+                return self._run_many(tx, _turn(me), command)
             case GiveUpWait(sender=Host()):
                 return self.hosts.give_up_host(command)
+            case GiveUpWait(sender=TurnRef(agent_id=agent_id)):
+                return self.waiters.give_up(tx, agent_id, command)
             case GiveUpWait():
-                return self._give_up_agent_wait(tx, command)
-            case Unreceive():
-                return self.hosts.unreceive(tx, command)
+                raise TypeError(f"a give-up from an unknown sender: {command!r}")
+            case GiveBack(recipient_id=None):
+                return self.hosts.give_back(tx, command.events)
+            case GiveBack(recipient_id=str(agent_id)):
+                return self.router.give_back(tx, agent_id, command.events)
             case GiveBack():
-                return self.router.give_back(tx, command)
-            case ReturnHostMessages():
-                return self.hosts.return_messages(tx, command.messages)
+                raise TypeError(f"a give-back to an unknown recipient: {command!r}")
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, command)
             case ExpireTurn():
                 return self.lifecycle.expire(tx, command)
             case FollowUp():
-                return self.lifecycle.follow_up(tx, command)
+                return self.lifecycle.follow_up(tx, me, command)
             case Resume():
-                return self.lifecycle.resume(tx, command)
+                return self.lifecycle.resume(tx, me, command)
             case Interrupt():
-                return self.lifecycle.interrupt(tx, command)
+                return self.lifecycle.interrupt(tx, me, command)
             case InterruptTree():
-                return self.lifecycle.interrupt_tree(tx, command)
+                return self.lifecycle.interrupt_tree(tx, me, command)
             case HostMessages():
                 return self.hosts.host_messages(tx)
             case Close():
-                info = self.lifecycle.close(tx, command)
+                info = self.lifecycle.close(tx, me, command)
                 self.retention.enforce(world.tree, time.time())
                 return info
             case CloseTree():
-                infos = self.lifecycle.close_tree(tx, command)
+                infos = self.lifecycle.close_tree(tx, me, command)
                 self.retention.enforce(world.tree, time.time())
                 return infos
             case Get():
-                return info_of(world.find(world.sender(command.sender), command.ref, command.field))
+                return info_of(world.find(me, command.ref, command.field))
             case Inspect():
-                me = world.sender(command.sender)
                 tail = check_tail(command.transcript_tail)
                 record = world.find(me, command.ref, command.field)
                 raw = world.store.get("transcripts", record.id.encode())
                 return detail_of(world.tree, record, raw, tail)
             case Agents():
-                world.sender(command.sender)
                 return agent_list(world.tree, include_closed=command.include_closed)
             case Children():
-                return self.children(command)
+                return self.children(_turn(me))
             case LlmLoad():
-                return self.llm_load(command)
+                return self.llm_load(_turn(me))
             case LlmStep():
-                return self.llm_step(command)
+                return self.llm_step(_turn(me), command)
             case Compact():
                 return self.compact()
             case Barrier():
@@ -261,26 +263,14 @@ class Supervisor:
             case Shutdown():
                 return self.shutdown(tx)
             case _:
-                raise TypeError(f"not a supervisor command: {command!r}")
+                assert_never(command)
 
     # -- waits ---------------------------------------------------------------------------
 
-    def _agent_wait(self, tx: Transition, command: Wait) -> None:
-        me = self.world.sender(command.sender)
-        assert me is not None
-        self.waiters.agent_wait(tx, me, command)
-
-    def _run_many(self, tx: Transition, command: RunMany) -> None:
-        me = self.world.sender(command.sender)
-        assert me is not None
+    def _run_many(self, tx: Transition, me: AgentRecord, command: RunMany) -> None:
         self.waiters.check_idle(me)  # before the spawns: a refused wait spawns nothing
-        spawned = self.spawner.spawn_many(tx, SpawnMany(command.sender, command.requests))
+        spawned = self.spawner.spawn_many(tx, me, command.requests)
         self.waiters.wait_for_batch(tx, self.world.tree.agents[me.id], spawned)
-
-    def _give_up_agent_wait(self, tx: Transition, command: GiveUpWait) -> None:
-        me = self.world.sender(command.sender)
-        assert me is not None
-        self.waiters.give_up_agent(tx, me, command)
 
     # -- the scheduler's callbacks -------------------------------------------------------
 
@@ -292,10 +282,8 @@ class Supervisor:
 
     # -- reads and upkeep -------------------------------------------------------------------
 
-    def children(self, command: Children) -> list[AgentInfo]:
+    def children(self, me: AgentRecord) -> list[AgentInfo]:
         """Return the sending turn's live children, oldest first."""
-        me = self.world.sender(command.sender)
-        assert me is not None
         tree = self.world.tree
         kids = [tree.agents[i] for i in tree.live_children(me.id)]
         return [info_of(r) for r in sorted(kids, key=lambda r: r.created_at)]
@@ -306,22 +294,18 @@ class Supervisor:
 
     # -- LLM state: transcripts and usage ---------------------------------------------------
 
-    def llm_load(self, command: LlmLoad) -> tuple[bytes | None, Usage, Usage]:
+    def llm_load(self, me: AgentRecord) -> tuple[bytes | None, Usage, Usage]:
         """Return the sender's stored transcript, its usage and its tree's usage."""
         world = self.world
-        me = world.sender(command.sender)
-        assert me is not None
         raw = world.store.get("transcripts", me.id.encode())
         top = world.tree.agents[world.tree.top_of[me.id]]
         return raw, me.usage, top.tree_usage
 
-    def llm_step(self, command: LlmStep) -> tuple[Usage, Usage]:
+    def llm_step(self, me: AgentRecord, command: LlmStep) -> tuple[Usage, Usage]:
         """Add one model step's usage to the sender and its tree; store its transcript."""
         world = self.world
         tree = world.tree
-        me = world.sender(command.sender)
         usage, transcript = command.usage, command.transcript
-        assert me is not None
         if transcript is not None:
             tree.put_transcript(me.id, transcript)
         if usage == Usage():
@@ -349,7 +333,7 @@ class Supervisor:
         interrupted: list[AgentRecord] = []
         world.restoring = True
         for record in list(tree.agents.values()):
-            if record.state in BUSY:
+            if record.state.busy:
                 error = (
                     INTERRUPTED_QUEUED
                     if record.state is AgentState.STARTING
@@ -379,10 +363,21 @@ class Supervisor:
         actors = self.scheduler.running_actors()
         for agent_id in self.scheduler.scheduled():
             record = self.world.tree.agents[agent_id]
-            if record.state in BUSY:
+            if record.state.busy:
                 self.lifecycle.interrupt_turn(tx, record)
         self.hosts.fail_hosts(tx, RuntimeClosed("the runtime closed during the wait"))
         return actors
+
+
+def _turn(me: AgentRecord | None) -> AgentRecord:
+    """Return the sending turn's agent of a command only a running turn sends.
+
+    Raises:
+        ArgumentTypeError: the host sent it.
+    """
+    if me is None:
+        raise ArgumentTypeError("only a running turn sends this command")
+    return me
 
 
 class SupervisorActor(pykka.ThreadingActor):

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from retinue.persistence.store import Write
+from retinue.persistence.restore import Restored, restore
+from retinue.persistence.store import Snapshot, Write
 from retinue.protocol.messages import AgentState, Message
 from retinue.protocol.records import (
     AgentRecord,
@@ -25,7 +26,7 @@ from retinue.protocol.records import (
     message_key,
 )
 
-__all__ = ["HOST", "ReadEntry", "Tree", "spawn_key"]
+__all__ = ["HOST", "ReadEntry", "Tree", "load_tree", "spawn_key"]
 
 # The recipient key of the host in pending-completion indexes.
 HOST = ""
@@ -191,6 +192,9 @@ class Tree:
 
     def add_message(self, record: MessageRecord, *, persist: bool = True) -> None:
         """Store a message; unread ones join the recipient's mailbox."""
+        if record.message.seq != record.seq:  # stored before messages carried their seq
+            message = msgspec.structs.replace(record.message, seq=record.seq)
+            record = msgspec.structs.replace(record, message=message)
         message = record.message
         if not record.read:
             self.mailbox.setdefault(message.recipient_id, {})[record.seq] = record
@@ -220,12 +224,12 @@ class Tree:
             ReadEntry(at, message.recipient_id, record.seq, dedup, record.read_generation)
         )
 
-    def unread_again(self, message: Message, seq: int) -> bool:
+    def unread_again(self, message: Message) -> bool:
         """Make a read message unread again (its reader lost it); return False if it is gone.
 
         A message compaction removed meanwhile stays removed.
         """
-        recipient = message.recipient_id
+        recipient, seq = message.recipient_id, message.seq
         kept = [e for e in self.read_log if (e.recipient_id, e.seq) == (recipient, seq)]
         if not kept:
             return False
@@ -442,3 +446,17 @@ class Tree:
         record = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
         self._write_completion(record)
         return record
+
+
+def load_tree(snapshot: Snapshot, depth_cap: int | None) -> tuple[Tree, Restored]:
+    """Restore ``snapshot`` (see :func:`~retinue.persistence.restore.restore`) into a tree.
+
+    The one loader from a store snapshot to the supervisor's picture of it,
+    for the writer's boot and a reader's every read. Rewritten records are in
+    the returned ``Restored`` (a writer stores them; a reader has them as they
+    were restored).
+    """
+    restored = restore(snapshot, depth_cap)
+    tree = Tree()
+    tree.load(restored.agents, restored.messages, restored.completions)
+    return tree, restored

@@ -23,11 +23,11 @@ from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, W
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
-__all__ = ["AgentWaiter", "BatchWaiter", "Waiters"]
+__all__ = ["BatchWait", "ChildWait", "Waiters"]
 
 
 @dataclass(frozen=True, slots=True)
-class AgentWaiter:
+class ChildWait:
     """A turn blocked in ``wait`` on its child ``child_id`` (one at a time per turn).
 
     ``kind`` is ``"completion"`` (only the child's completion) or ``"any"``
@@ -44,7 +44,7 @@ class AgentWaiter:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchWaiter:
+class BatchWait:
     """A turn blocked in ``run_many`` on all its batch at once.
 
     ``entries`` follow the batch's requests: a child's id, or the error that
@@ -64,7 +64,7 @@ class BatchWaiter:
         return child_id in self.entries
 
 
-Waiter = AgentWaiter | BatchWaiter
+Waiter = ChildWait | BatchWait
 
 
 def _timed_out(what: str, seconds: float) -> WaitTimeout:
@@ -84,11 +84,11 @@ class Waiters:
         """Keep the turns' waits on ``world``; a turn's slot comes from ``scheduler``."""
         self.world = world
         self.scheduler = scheduler
-        self.agent: dict[str, Waiter] = {}
+        self.by_turn: dict[str, Waiter] = {}  # agent id -> the wait of its running turn
 
     # -- turns ---------------------------------------------------------------------
 
-    def agent_wait(self, tx: Transition, me: AgentRecord, command: Wait) -> None:
+    def child_wait(self, tx: Transition, me: AgentRecord, command: Wait) -> None:
         """Answer a turn's wait with the next event from its child, or register it.
 
         Raises:
@@ -106,7 +106,7 @@ class Waiters:
             return
         if child.state is AgentState.CLOSED:
             raise AgentClosed(f"{child.path} is closed")
-        self.agent[me.id] = AgentWaiter(child.id, command.kind, tx.defer())
+        self.by_turn[me.id] = ChildWait(child.id, command.kind, tx.defer())
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
 
     def wait_for_batch(
@@ -119,25 +119,25 @@ class Waiters:
         """
         self.check_idle(me)
         entries = tuple(e if isinstance(e, RetinueError) else e.id for e in spawned)
-        waiter = BatchWaiter(entries, tx.defer())
+        waiter = BatchWait(entries, tx.defer())
         if self._batch_done(me.id, waiter):  # every spawn was refused
             self._claim(tx, me.id, waiter.future, self._take_batch(me.id, waiter))
             return
-        self.agent[me.id] = waiter
+        self.by_turn[me.id] = waiter
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
 
     def check_idle(self, me: AgentRecord) -> None:
         """Raise AgentBusy if the turn of ``me`` already waits."""
-        current = self.agent.get(me.id)
+        current = self.by_turn.get(me.id)
         if current is None:
             return
-        if isinstance(current, AgentWaiter):
+        if isinstance(current, ChildWait):
             on = self.world.tree.agents[current.child_id].path
         else:
             on = f"a batch of {len(current.children)} children"
         raise AgentBusy(f"{me.path} already waits on {on}; a turn waits on one thing at a time")
 
-    def _batch_done(self, waiter_id: str, waiter: BatchWaiter) -> bool:
+    def _batch_done(self, waiter_id: str, waiter: BatchWait) -> bool:
         """True once each child of the batch has a completion pending for it, or is closed."""
         tree = self.world.tree
         pending = {p.completion.agent_id for p in tree.pending_for(waiter_id)}
@@ -150,7 +150,7 @@ class Waiters:
         return True
 
     def _take_batch(
-        self, waiter_id: str, waiter: BatchWaiter, seconds: float = 0.0
+        self, waiter_id: str, waiter: BatchWait, seconds: float = 0.0
     ) -> Callable[[Transition], list[Completion | RetinueError]]:
         """Return how to take the batch's completions (each child's oldest), in order.
 
@@ -189,10 +189,10 @@ class Waiters:
         Returns True if the turn's wait takes it (now, or with its batch once
         the batch is done); False if the turn does not wait for it.
         """
-        waiter = self.agent.get(waiter_id)
+        waiter = self.by_turn.get(waiter_id)
         if waiter is None or not waiter.wants(pending.completion.agent_id):
             return False
-        if isinstance(waiter, AgentWaiter):
+        if isinstance(waiter, ChildWait):
             world = self.world
             self.answer(tx, waiter_id, lambda t: world.take_completion(t, pending))
         else:
@@ -201,16 +201,16 @@ class Waiters:
 
     def child_closed(self, tx: Transition, waiter_id: str, child: AgentRecord) -> None:
         """``child`` of ``waiter_id`` was closed: end a wait on it that nothing else will answer."""
-        waiter = self.agent.get(waiter_id)
+        waiter = self.by_turn.get(waiter_id)
         if waiter is None or not waiter.wants(child.id):
             return
-        if isinstance(waiter, AgentWaiter):
+        if isinstance(waiter, ChildWait):
             closed = _closed(child.path)
             self.answer(tx, waiter_id, lambda _: closed)
         else:
             self._answer_batch_if_done(tx, waiter_id, waiter)
 
-    def _answer_batch_if_done(self, tx: Transition, waiter_id: str, waiter: BatchWaiter) -> None:
+    def _answer_batch_if_done(self, tx: Transition, waiter_id: str, waiter: BatchWait) -> None:
         """Answer the batch wait of ``waiter_id`` once its last child is done."""
         if self._batch_done(waiter_id, waiter):
             self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter))
@@ -235,7 +235,7 @@ class Waiters:
 
     def waiting(self, waiter_id: str) -> Waiter | None:
         """Return the wait of the turn of ``waiter_id``, if it waits."""
-        return self.agent.get(waiter_id)
+        return self.by_turn.get(waiter_id)
 
     def _claim(
         self,
@@ -256,35 +256,36 @@ class Waiters:
         The event is taken (marked read or delivered) only when the slot is
         granted, so an interrupt in between leaves it for the next turn.
         """
-        future = self.agent.pop(waiter_id).future
+        future = self.by_turn.pop(waiter_id).future
         if not future.set_running_or_notify_cancel():
             return
         self.scheduler.request_slot(tx, SlotRequest(waiter_id, future, take))
 
-    def give_up_agent(self, tx: Transition, me: AgentRecord, command: GiveUpWait) -> None:
+    def give_up(self, tx: Transition, agent_id: str, command: GiveUpWait) -> None:
         """A turn's wait ran out of time: end it with ``WaitTimeout`` once it has a slot.
 
-        If an event was already taken for it, the wait keeps that event instead.
+        If an event was already taken for it, the wait keeps that event
+        instead; a wait already answered (or ended by an interrupt) is left alone.
         """
         future, seconds = command.future, command.seconds
-        waiter = self.agent.get(me.id)
+        waiter = self.by_turn.get(agent_id)
         if waiter is None or waiter.future is not future:
             return  # answered already (or failed by an interrupt)
-        del self.agent[me.id]
+        del self.by_turn[agent_id]
         if not future.set_running_or_notify_cancel():
             return
-        if isinstance(waiter, BatchWaiter):  # what is there is taken, the rest times out
-            take = self._take_batch(me.id, waiter, seconds)
-            self.scheduler.request_slot(tx, SlotRequest(me.id, future, take))
+        if isinstance(waiter, BatchWait):  # what is there is taken, the rest times out
+            take = self._take_batch(agent_id, waiter, seconds)
+            self.scheduler.request_slot(tx, SlotRequest(agent_id, future, take))
             return
         child = self.world.tree.agents.get(waiter.child_id)
         what = waiter.child_id if child is None else child.path
         timeout = _timed_out(what, seconds)
-        self.scheduler.request_slot(tx, SlotRequest(me.id, future, lambda _: timeout))
+        self.scheduler.request_slot(tx, SlotRequest(agent_id, future, lambda _: timeout))
 
     def release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
         """The turn of ``agent_id`` ended: fail its wait with ``why``."""
-        waiter = self.agent.pop(agent_id, None)
+        waiter = self.by_turn.pop(agent_id, None)
         if waiter is not None and waiter.future.set_running_or_notify_cancel():
             future = waiter.future
             tx.answer(future, why)

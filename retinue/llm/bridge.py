@@ -11,7 +11,6 @@ turn is interrupted) and are answered once committed:
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from retinue.actors.commands import LlmLoad, LlmStep
@@ -23,17 +22,13 @@ LlmState = tuple[bytes | None, Usage, Usage]
 """``(transcript, agent usage, tree usage)``."""
 
 
-async def _ask(turn: Any, command: Any) -> Any:
-    return await asyncio.wrap_future(turn._caller(command))
-
-
 async def llm_load(turn: Any) -> LlmState:
     """Return the agent's stored transcript and its usage totals.
 
     Raises:
         TurnInterrupted: the turn was interrupted.
     """
-    state: LlmState = await _ask(turn, LlmLoad(turn._me))
+    state: LlmState = await turn.request_async(LlmLoad(turn.ref))
     return state
 
 
@@ -43,5 +38,5 @@ async def llm_step(turn: Any, usage: Usage, transcript: bytes | None) -> tuple[U
     Raises:
         TurnInterrupted: the turn was interrupted.
     """
-    totals: tuple[Usage, Usage] = await _ask(turn, LlmStep(turn._me, usage, transcript))
+    totals: tuple[Usage, Usage] = await turn.request_async(LlmStep(turn.ref, usage, transcript))
     return totals

@@ -47,6 +47,25 @@ class AgentState(enum.StrEnum):
     INTERRUPTED = "interrupted"
     CLOSED = "closed"
 
+    @property
+    def busy(self) -> bool:
+        """True while a turn is queued or running: its outcome is still to come."""
+        return self in _BUSY
+
+    @property
+    def settled(self) -> bool:
+        """True once the last turn settled (completed, failed or interrupted), not closed."""
+        return self in _SETTLED
+
+    @property
+    def idle_after_work(self) -> bool:
+        """True if the last turn ended on its own (completed or failed): a wake may follow."""
+        return self is AgentState.COMPLETED or self is AgentState.FAILED
+
+
+_BUSY = frozenset({AgentState.STARTING, AgentState.RUNNING})
+_SETTLED = frozenset({AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED})
+
 
 class CompletionStatus(enum.StrEnum):
     """How a turn settled."""
@@ -126,7 +145,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One mailbox entry: a message (``kind="message"``) or a child's completion.
 
     ``sender`` is the sender's path (``/root`` for the host); ``completion``
-    is set only for ``kind="completion"``.
+    is set only for ``kind="completion"``. ``seq`` is its place in the
+    runtime's arrival order (the mailbox order).
     """
 
     id: str
@@ -139,6 +159,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     dedup_key: str | None = None
     created_at: float = 0.0
     completion: Completion | None = None
+    seq: int = 0
 
 
 class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):

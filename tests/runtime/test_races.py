@@ -38,8 +38,8 @@ from retinue import (
     TurnSettled,
     WaitTimeout,
 )
+from retinue.actors.system import CLOSE_GRACE_S
 from retinue.persistence.lock import WriterLock
-from retinue.runtime import CLOSE_GRACE_S
 
 
 def parked(thread: threading.Thread) -> bool:

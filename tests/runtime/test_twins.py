@@ -70,15 +70,15 @@ def test_a_read_only_runtime_reads_off_the_event_loop(
     with Runtime.open(store, profiles=[Profile("worker", runner=echo)]) as rt:
         rt.wait(rt.spawn("worker", "x", name="a").id, timeout=PROMPT_S)
     released = threading.Event()
-    real_restore = reader_module.restore
+    real_load = reader_module.load_tree
 
-    def gated_restore(*args: Any, **kwargs: Any) -> Any:
+    def gated_load(*args: Any, **kwargs: Any) -> Any:
         # Only the loop can release the read: a read run on the loop deadlocks here.
         if not released.wait(timeout=PROMPT_S):
             raise AssertionError("the read blocked the event loop")
-        return real_restore(*args, **kwargs)
+        return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(reader_module, "restore", gated_restore)
+    monkeypatch.setattr(reader_module, "load_tree", gated_load)
     reader = Runtime.open(store, readonly=True)
     try:
 

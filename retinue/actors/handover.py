@@ -1,0 +1,66 @@
+"""The handover ledger: what was handed to a waiter that has not received it yet.
+
+An answer handed to a wait crosses threads: the supervisor (or a closing
+runtime) hands it, and the waiter receives it when it runs again. Until then
+the other side may take it back (an interrupt cancels the turn, the runtime
+closes before the awaiting task resumed), and whoever comes first owns it:
+the waiter sees an answer only if it was not taken back, and what is taken
+back is exactly what no waiter saw. Its three verbs:
+
+- :meth:`Handover.hand`: record what was handed for the wait keyed by its reply;
+- :meth:`Handover.receive`: the waiter claims it (False: it was taken back);
+- :meth:`Handover.take_back`: the other side takes back what nobody received.
+
+A turn's ledger holds the events a wait took from its children (its cancel
+gives them back to the agent); the runtime's holds the give-back of each
+async host wait (its close gives back what the waiting tasks never received).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Handover"]
+
+T = TypeVar("T")
+Key = concurrent.futures.Future[Any]
+_MISSING: Any = object()
+
+
+class Handover(Generic[T]):
+    """Values handed to waits (keyed by the wait's reply) and not received yet; thread-safe."""
+
+    __slots__ = ("_held", "_lock")
+
+    def __init__(self) -> None:
+        """Start with nothing handed."""
+        self._lock = threading.Lock()
+        self._held: dict[Key, T] = {}
+
+    def hand(self, key: Key, value: T) -> None:
+        """Record that ``value`` was handed to the wait answered on ``key``."""
+        with self._lock:
+            self._held[key] = value
+
+    def receive(self, key: Key) -> bool:
+        """Claim what was handed on ``key`` for its waiter; False if it was taken back.
+
+        Atomic with :meth:`take_back`: a value is received or taken back, never both.
+        """
+        with self._lock:
+            return self._held.pop(key, _MISSING) is not _MISSING
+
+    def take_back(self, key: Key | None = None) -> list[T]:
+        """Take back what no waiter received: the value of ``key``, or of every wait (None)."""
+        with self._lock:
+            if key is None:
+                held, self._held = self._held, {}
+                return list(held.values())
+            value = self._held.pop(key, _MISSING)
+        return [] if value is _MISSING else [value]
+
+    def __len__(self) -> int:
+        """How many handed values are not received yet."""
+        return len(self._held)

@@ -1,0 +1,109 @@
+"""Waiting for a supervisor's answer: blocking, from asyncio, and giving a wait up in time.
+
+The supervisor answers every request on a reply future. A wait that can run
+out of time (a host ``wait``, a turn's ``wait`` or ``run_many``) is given up
+by asking the supervisor to end it (``GiveUpWait``): the supervisor settles
+the race on its own thread, so the future ends with the event if one was
+taken in time, or with ``WaitTimeout`` and nothing consumed. So a wait with
+``timeout=0`` still returns an event that was already there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from retinue.actors.executor import poster
+from retinue.errors import InvalidArgument
+from retinue.protocol.checks import check_seconds
+from retinue.protocol.limits import Limits
+
+__all__ = ["await_answer", "fail_pending", "resolve_timeout", "wait_answer", "when_done"]
+
+
+def resolve_timeout(timeout: float | None, limits: Limits) -> float:
+    """Return the wait time to use: ``wait_default_s`` for None.
+
+    Raises:
+        ArgumentTypeError: not a number.
+        InvalidArgument: NaN, infinite, negative, or above ``wait_max_s``.
+    """
+    if timeout is None:
+        return limits.wait_default_s
+    seconds = check_seconds(timeout, "timeout")
+    if seconds > limits.wait_max_s:
+        raise InvalidArgument(
+            f"timeout {timeout} exceeds wait_max_s {limits.wait_max_s}; raise the limit"
+        )
+    return seconds
+
+
+def fail_pending(future: concurrent.futures.Future[Any], error: BaseException) -> None:
+    """End ``future`` with ``error`` unless someone claimed or answered it first."""
+    with contextlib.suppress(RuntimeError, concurrent.futures.InvalidStateError):
+        if future.set_running_or_notify_cancel():
+            future.set_exception(error)
+
+
+def wait_answer(
+    future: concurrent.futures.Future[Any], timeout: float, give_up: Callable[[], None]
+) -> Any:
+    """Block for a wait's answer; past ``timeout`` give the wait up and take what it ends with.
+
+    Raises:
+        WaitTimeout: nothing arrived in time; and whatever the wait ended with.
+    """
+    try:
+        return future.result(timeout=timeout)
+    except TimeoutError:
+        if not future.done():
+            give_up()
+        return future.result()
+
+
+async def await_answer(
+    future: concurrent.futures.Future[Any], timeout: float | None, give_up: Callable[[], None]
+) -> Any:
+    """Await a wait's answer from asyncio, as :func:`wait_answer` does, never blocking the loop.
+
+    The loop is only told that ``future`` is done; its value is read here, so
+    nothing is left in an asyncio future if the awaiting task is cancelled
+    (the caller decides what a cancelled wait gives back). ``timeout`` None
+    waits for ever (a request that is not a wait).
+
+    Raises:
+        WaitTimeout: nothing arrived in time; and whatever the wait ended with.
+    """
+    loop = asyncio.get_running_loop()
+    answered = await when_done(loop, future, timeout)
+    if not answered:
+        if not future.done():
+            give_up()
+        await when_done(loop, future, None)
+    return future.result()
+
+
+def when_done(
+    loop: asyncio.AbstractEventLoop, future: concurrent.futures.Future[Any], timeout: float | None
+) -> asyncio.Future[bool]:
+    """Return a loop future that turns True once ``future`` is done, False after ``timeout``."""
+    ready: asyncio.Future[bool] = loop.create_future()
+
+    def mark(answered: bool) -> None:
+        if not ready.done():
+            ready.set_result(answered)
+
+    post = poster(loop)
+
+    def on_done(_: concurrent.futures.Future[Any]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits
+            post(mark, True)
+
+    if timeout is not None:  # the timer goes once the answer is in or the await is cancelled
+        timer = loop.call_later(timeout, mark, False)
+        ready.add_done_callback(lambda _: timer.cancel())
+    future.add_done_callback(on_done)
+    return ready
