@@ -34,7 +34,7 @@ from retinue.protocol.text import bounded_text, truncate_utf8
 __all__ = [
     "AgentActor",
     "PooledActor",
-    "Settle",
+    "Report",
     "error_text",
     "is_async_runner",
     "run_runner",
@@ -44,8 +44,8 @@ __all__ = [
 
 log = logging.getLogger("retinue.agent")
 
-# settle(agent_id, generation, output, error)
-Settle = Callable[[str, int, str | None, str | None], None]
+# report(agent_id, generation, output, error): how a finished runner reports back
+Report = Callable[[str, int, str | None, str | None], None]
 Submit = Callable[[Callable[[], None]], Any]
 
 
@@ -277,7 +277,7 @@ class AgentActor(PooledActor):
     def __init__(
         self,
         runner: Runner,
-        settle: Settle,
+        settle: Report,
         output_max_bytes: int,
         executor: Executor,
         is_async: bool,

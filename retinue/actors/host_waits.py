@@ -16,7 +16,7 @@ from typing import Any
 from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.transition import Transition
-from retinue.actors.tree import HOST
+from retinue.actors.tree import HOST_KEY
 from retinue.errors import AgentClosed, NothingToWaitFor, RetinueError, WaitTimeout
 from retinue.protocol.messages import AgentState, Completion, Message
 from retinue.protocol.records import AgentRecord
@@ -252,7 +252,7 @@ class HostWaits:
     def serve_inbox(self, tx: Transition) -> None:
         """Hand every unread message of the host's inbox to the oldest inbox wait."""
         world = self.world
-        unread = world.tree.unread(HOST)
+        unread = world.tree.unread(HOST_KEY)
         while unread and self.inbox:
             future = self.inbox.pop(0).future
             if not future.set_running_or_notify_cancel():

@@ -15,7 +15,7 @@ from retinue.actors.commands import Send
 from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.transition import Transition
-from retinue.actors.tree import HOST
+from retinue.actors.tree import HOST_KEY
 from retinue.actors.waiters import ChildWait, Waiters
 from retinue.errors import AgentClosed, DedupKeyTooLong, MailboxFull, NotPermitted
 from retinue.protocol import paths
@@ -143,7 +143,7 @@ class Mailboxes:
             if original is not None:
                 return original
         world.check_size(content, "the message")
-        unread = len(tree.mailbox.get(HOST, {}))
+        unread = len(tree.mailbox.get(HOST_KEY, {}))
         cap = world.limits.mailbox_capacity
         if unread >= cap:
             raise MailboxFull(
@@ -161,7 +161,7 @@ class Mailboxes:
             sender=me.path,
             sender_id=me.id,
             recipient=paths.ROOT,
-            recipient_id=HOST,
+            recipient_id=HOST_KEY,
             content=content,
             dedup_key=dedup_key,
             created_at=now,
@@ -170,7 +170,7 @@ class Mailboxes:
         tree.add_message(MessageRecord(message=message, seq=seq))
         tx.emit(
             MessageQueued(
-                agent_id=HOST, path=paths.ROOT, at=now, message_id=message.id, sender=me.path
+                agent_id=HOST_KEY, path=paths.ROOT, at=now, message_id=message.id, sender=me.path
             )
         )
         self.hosts.serve_inbox(tx)

@@ -18,6 +18,7 @@ loop that sends :class:`~retinue.actors.commands.ExpireTurn`.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -78,28 +79,56 @@ class Scheduler:
         self._inbox = inbox
         self._start_failed = start_failed
         self.active: set[str] = set()
-        self.queue: deque[str] = deque()
-        self.pending_turn: dict[str, tuple[str, str]] = {}  # id -> (task, reason)
+        # Queued turns, sync (False) and async (True) apart: (arrival order, agent id).
+        self.queues: dict[bool, deque[tuple[int, str]]] = {False: deque(), True: deque()}
+        self._order = itertools.count()
+        self.pending_turn: dict[str, tuple[str, str, int]] = {}  # id -> (task, reason, order)
         self.turns: dict[str, TurnHandle] = {}
         self.reacquire: deque[SlotRequest] = deque()
         self._settle = self._settle_teller()  # how every runner reports back
         # Sync turns cancelled while their runner still runs: (agent id, generation).
         self.abandoned: set[tuple[str, int]] = set()
 
+    def would_start(self, profile: str) -> bool:
+        """Whether a turn of ``profile`` queued now would start at once (a slot and a thread)."""
+        return (
+            not self.world.closing
+            and not self.reacquire
+            and not self.queues[self._is_async(profile)]
+            and len(self.active) < self.world.limits.max_active_turns
+            and self._thread_free(profile)
+        )
+
     def queue_turn(
         self, tx: Transition, record: AgentRecord, task: str, reason: str
     ) -> AgentRecord:
-        """Start a new generation of ``record`` as ``starting`` and queue it; return it."""
+        """Start a new generation of an existing agent's ``record``; return it as stored.
+
+        It runs at once if a slot is free, else it waits as ``starting``; the
+        record is written once either way.
+        """
+        now = time.time()
+        starts = self.would_start(record.profile)
         record = self.world.update(
             record,
-            state=AgentState.STARTING,
+            state=AgentState.RUNNING if starts else AgentState.STARTING,
             generation=record.generation + 1,
             task=task,
             output=None,
             error=None,
+            started_at=now if starts else record.started_at,
+            updated_at=now,
         )
-        self.pending_turn[record.id] = (task, reason)
-        self.queue.append(record.id)
+        return self.enqueue(tx, record, task, reason, start=starts)
+
+    def enqueue(
+        self, tx: Transition, record: AgentRecord, task: str, reason: str, *, start: bool
+    ) -> AgentRecord:
+        """Queue the turn of ``record`` (stored already); run it at once if ``start``.
+
+        ``start`` is what :meth:`would_start` said as the record was made
+        (``running`` then, else ``starting``).
+        """
         tx.emit(
             TurnQueued(
                 agent_id=record.id,
@@ -108,57 +137,93 @@ class Scheduler:
                 generation=record.generation,
             )
         )
-        self.pump(tx)
+        if start:
+            self._run(tx, record, task, reason)
+        else:
+            order = next(self._order)
+            self.pending_turn[record.id] = (task, reason, order)
+            self.queues[self._is_async(record.profile)].append((order, record.id))
+            self.pump(tx)
         return self.world.tree.agents[record.id]
 
     def pump(self, tx: Transition) -> None:
-        """Grant slots while some are free: waits coming back first, then queued turns."""
+        """Grant slots while some are free: waits coming back first, then queued turns.
+
+        Sync and async turns queue apart, each first come first served: a sync
+        turn that waits for a thread (abandoned runners hold them) holds back
+        no async turn queued after it.
+        """
         cap = self.world.limits.max_active_turns
         while len(self.active) < cap and not self.world.closing:
             if self.reacquire:
                 self._grant(tx, self.reacquire.popleft())
-            elif self.queue:
-                agent_id = self.queue[0]
-                if agent_id in self.pending_turn and not self._thread_free(agent_id):
-                    return  # abandoned runners hold the threads: it waits as starting
-                self.queue.popleft()
-                if agent_id in self.pending_turn:
-                    self._start_turn(tx, agent_id)
-            else:
+                continue
+            agent_id = self._next_queued()
+            if agent_id is None:
                 return
+            self._start_turn(tx, agent_id)
 
-    def _thread_free(self, agent_id: str) -> bool:
-        """Whether the queued turn may start: async turns hold no thread; sync turns
-        start while turns running plus abandoned runners stay below the ceiling."""
+    def _next_queued(self) -> str | None:
+        """Take the oldest queued turn that may start now (None: none may)."""
+        heads: list[tuple[int, bool]] = []
+        for is_async, queue in self.queues.items():
+            while queue and self._stale(*queue[0]):
+                queue.popleft()  # interrupted while queued
+            if queue and (is_async or self._threads_free()):
+                heads.append((queue[0][0], is_async))
+        if not heads:
+            return None
+        _, is_async = min(heads)
+        return self.queues[is_async].popleft()[1]
+
+    def _stale(self, order: int, agent_id: str) -> bool:
+        """Whether a queue entry is no longer its agent's queued turn."""
+        pending = self.pending_turn.get(agent_id)
+        return pending is None or pending[2] != order
+
+    def _is_async(self, profile: str) -> bool:
+        return self.world.runner_is_async.get(profile, False)
+
+    def _thread_free(self, profile: str) -> bool:
+        """Whether a turn of ``profile`` may start: async turns hold no thread."""
+        return self._is_async(profile) or self._threads_free()
+
+    def _threads_free(self) -> bool:
+        """Whether a sync turn may start: turns running plus abandoned runners stay
+        below ``max_active_turns + max_abandoned_runners``."""
         if not self.abandoned:
             return True
-        world = self.world
-        if world.runner_is_async.get(world.tree.agents[agent_id].profile, False):
-            return True
-        ceiling = world.limits.max_active_turns + world.limits.max_abandoned_runners
+        limits = self.world.limits
+        ceiling = limits.max_active_turns + limits.max_abandoned_runners
         return len(self.active) + len(self.abandoned) < ceiling
 
     def _start_turn(self, tx: Transition, agent_id: str) -> None:
-        task, reason = self.pending_turn.pop(agent_id)
-        world = self.world
+        """Start a queued turn: its agent becomes ``running``."""
+        task, reason, _ = self.pending_turn.pop(agent_id)
         now = time.time()
+        world = self.world
         record = world.update(
             world.tree.agents[agent_id], state=AgentState.RUNNING, started_at=now, updated_at=now
         )
+        self._run(tx, record, task, reason)
+
+    def _run(self, tx: Transition, record: AgentRecord, task: str, reason: str) -> None:
+        """Hand the turn of a ``running`` record to a fresh agent actor (after the commit)."""
+        world = self.world
+        agent_id = record.id
         try:
             actor = AgentActor.start(
                 world.runners[record.profile],
                 self._settle,
                 world.limits.output_max_bytes,
                 world.executor,
-                world.runner_is_async.get(record.profile, False),
+                self._is_async(record.profile),
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
             error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
             self._start_failed(tx, record, error)
             return
         tx.started.append(actor)
-        now = record.updated_at
         profile = world.profiles[record.profile]
         turn = Turn(
             engine=world.engine,
@@ -173,11 +238,16 @@ class Scheduler:
             generation=record.generation,
             turn=turn,
             actor=actor,
-            sync=not world.runner_is_async.get(record.profile, False),
+            sync=not self._is_async(record.profile),
         )
         self.active.add(agent_id)
         tx.emit(
-            TurnStarted(agent_id=agent_id, path=record.path, at=now, generation=record.generation)
+            TurnStarted(
+                agent_id=agent_id,
+                path=record.path,
+                at=record.updated_at,
+                generation=record.generation,
+            )
         )
         tx.after(lambda: actor.tell(turn))
         if profile.turn_timeout_s is not None:
@@ -250,10 +320,8 @@ class Scheduler:
             self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
 
     def unqueue(self, agent_id: str) -> None:
-        """Forget a queued turn that has not started."""
+        """Forget a queued turn that has not started (its queue entry is dropped when reached)."""
         self.pending_turn.pop(agent_id, None)
-        if agent_id in self.queue:
-            self.queue.remove(agent_id)
 
     def cancel(self, tx: Transition, record: AgentRecord) -> Turn | None:
         """Cancel a running turn: set ``turn.cancelled`` and cancel an async turn's task.
@@ -291,5 +359,6 @@ class Scheduler:
         return [(i, h.actor) for i, h in self.turns.items() if h.actor is not None]
 
     def scheduled(self) -> list[str]:
-        """Return the agents with a queued or running turn (queued first)."""
-        return list(self.queue) + list(self.turns)
+        """Return the agents with a queued or running turn (queued first, in arrival order)."""
+        queued = sorted(entry for queue in self.queues.values() for entry in queue)
+        return [i for order, i in queued if not self._stale(order, i)] + list(self.turns)

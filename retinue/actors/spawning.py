@@ -27,7 +27,6 @@ from retinue.errors import (
     InvalidArgument,
     NotPermitted,
     RetinueError,
-    ToolsNotPermitted,
     UnknownProfile,
 )
 from retinue.protocol import paths
@@ -35,7 +34,6 @@ from retinue.protocol.checks import check_key, check_text, preview
 from retinue.protocol.ids import new_id
 from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState
 from retinue.protocol.records import AgentRecord
-from retinue.protocol.tools import ceiling_message, exceeds_ceiling
 
 __all__ = ["Spawner"]
 
@@ -153,10 +151,6 @@ class Spawner:
                     f"profile {parent.profile!r} may not spawn {profile!r}; "
                     f"it may spawn: {sorted(allowed)}"
                 )
-            tools = world.profiles[profile].tools
-            extra = exceeds_ceiling(tools, world.profiles[parent.profile].tools)
-            if extra:
-                raise ToolsNotPermitted(ceiling_message(profile, parent.profile, extra), extra)
         world.check_size(task, "task")
         agent_id = new_id()
         if name is None:
@@ -165,9 +159,9 @@ class Spawner:
             name = paths.validate_name(name, field="name")
         parent_path = paths.ROOT if parent is None else parent.path
         path = paths.child_path(parent_path, name)  # both valid: only the length can fail
-        depth = parent_path.count("/")  # the child's: one more segment than its parent's
+        depth = paths.depth(path, valid=True)
         cap = limits.depth_cap
-        if depth > cap:
+        if not limits.depth_allowed(depth):
             raise DepthLimitExceeded(
                 f"{path} would be at depth {depth}; depth_cap is {cap}",
                 limit=cap,
@@ -218,6 +212,7 @@ class Spawner:
     ) -> AgentInfo:
         agent_id, name, path = self._check_spawn(parent, profile, task, name)
         now = time.time()
+        starts = self.scheduler.would_start(profile)  # the record is written once, as it ends
         record = AgentRecord(
             id=agent_id,
             name=name,
@@ -225,13 +220,14 @@ class Spawner:
             profile=profile,
             parent_id=None if parent is None else parent.id,
             parent_path=paths.ROOT if parent is None else parent.path,
-            depth=path.count("/") - 1,
-            state=AgentState.STARTING,
-            generation=0,
+            depth=paths.depth(path, valid=True),
+            state=AgentState.RUNNING if starts else AgentState.STARTING,
+            generation=1,
             task=task,
             created_at=now,
             updated_at=now,
             idempotency_key=idempotency_key,
+            started_at=now if starts else None,
         )
         self.world.tree.put_agent(record)
         tx.emit(
@@ -243,4 +239,4 @@ class Spawner:
                 parent_path=record.parent_path,
             )
         )
-        return info_of(self.scheduler.queue_turn(tx, record, task, "spawn"))
+        return info_of(self.scheduler.enqueue(tx, record, task, "spawn", start=starts))

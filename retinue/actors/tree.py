@@ -26,10 +26,10 @@ from retinue.protocol.records import (
     message_key,
 )
 
-__all__ = ["HOST", "ReadEntry", "Tree", "load_tree", "spawn_key"]
+__all__ = ["HOST_KEY", "ReadEntry", "Tree", "load_tree", "spawn_key"]
 
-# The recipient key of the host in pending-completion indexes.
-HOST = ""
+HOST_KEY = ""
+"""The host's key in the tree's indexes (its mailbox, pending completions, top-level children)."""
 _NO_CHILDREN: frozenset[str] = frozenset()
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -47,7 +47,7 @@ class ReadEntry(NamedTuple):
 
 def recipient_key(recipient_id: str | None) -> str:
     """Map a stored recipient (None for the host) to its index key."""
-    return HOST if recipient_id is None else recipient_id
+    return HOST_KEY if recipient_id is None else recipient_id
 
 
 def spawn_key(parent_id: str | None, key: str) -> tuple[str, str]:
@@ -59,26 +59,26 @@ class Tree:
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
     The host's own mailbox (messages top-level agents send to ``/root``) is
-    ``mailbox[HOST]``.
+    ``mailbox[HOST_KEY]``.
     """
 
     def __init__(self) -> None:
         """Create an empty tree."""
         self.agents: dict[str, AgentRecord] = {}
         self.live_paths: dict[str, str] = {}
-        self.children: dict[str, set[str]] = {HOST: set()}
+        self.children: dict[str, set[str]] = {HOST_KEY: set()}
         self.top_of: dict[str, str] = {}
         self.tree_count: dict[str, int] = {}
         self.live_count = 0
         # Unread messages per recipient, in arrival (seq) order.
         self.mailbox: dict[str, dict[int, MessageRecord]] = {}
         self.dedup: dict[tuple[str, str], Message] = {}
-        # Spawn idempotency keys: (parent id, or HOST for top level; key) -> agent id.
+        # Spawn idempotency keys: (parent id, or HOST_KEY for top level; key) -> agent id.
         self.spawn_keys: dict[tuple[str, str], str] = {}
         # Read messages still stored, oldest read first.
         self.read_log: deque[ReadEntry] = deque()
         # Undelivered completions per recipient key, in routing order.
-        self.pending: dict[str, dict[str, CompletionRecord]] = {HOST: {}}
+        self.pending: dict[str, dict[str, CompletionRecord]] = {HOST_KEY: {}}
         # Every known completion per agent and generation.
         self.completions: dict[str, dict[int, CompletionRecord]] = {}
         self.undelivered: dict[str, int] = {}
@@ -147,7 +147,7 @@ class Tree:
         kids = self.children.get(key)
         if kids is not None:
             kids.discard(record.id)
-            if not kids and key != HOST:  # a leaf holds no set: 10,000 closed agents, no sets
+            if not kids and key != HOST_KEY:  # a leaf holds no set: 10,000 closed agents, no sets
                 del self.children[key]
         top = self.top_of[record.id]
         self.tree_count[top] -= 1
@@ -348,7 +348,7 @@ class Tree:
         queued = self.pending.get(key)
         if queued is not None:
             queued.pop(record.completion.id, None)
-            if not queued and key != HOST:
+            if not queued and key != HOST_KEY:
                 del self.pending[key]
 
     def mark_delivered(self, record: CompletionRecord) -> CompletionRecord:

@@ -127,6 +127,14 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             else:
                 _check_int(field, value)
 
+    def depth_allowed(self, depth: int) -> bool:
+        """Whether an agent at ``depth`` (segments below ``/root``) is within ``depth_cap``.
+
+        The one depth rule of spawns: a spawn whose child would be deeper is
+        refused, and an agent whose children would be is offered no spawn tools.
+        """
+        return depth <= self.depth_cap
+
     def replace(self, **changes: Any) -> Limits:
         """Return a copy with ``changes`` applied, validated again.
 

@@ -204,14 +204,19 @@ def name_of(path: str) -> str:
     return path.rsplit("/", 1)[1]
 
 
-def depth(path: str) -> int:
+def depth(path: str, *, valid: bool = False) -> int:
     """Return the number of segments below ``/root`` (``/root`` is 0, ``/root/a`` is 1).
+
+    This is the one depth rule (the depth cap and the delegation graph count
+    the same way). ``valid=True`` skips the check, for a path already known
+    to be valid (the supervisor's hot path).
 
     Raises:
         ArgumentTypeError: ``path`` is not a ``str``.
         InvalidAgentPath: ``path`` is invalid.
     """
-    validate(path)
+    if not valid:
+        validate(path)
     return path.count("/") - 1
 
 

@@ -7,7 +7,7 @@ queue behind, one per agent that ever received a completion, for ever.
 
 from __future__ import annotations
 
-from retinue.actors.tree import HOST, Tree
+from retinue.actors.tree import HOST_KEY, Tree
 from retinue.protocol.messages import AgentState
 
 from . import agent, completion
@@ -19,15 +19,15 @@ def test_removing_closed_agents_leaves_no_index_entry_behind() -> None:
     kid = agent("kid1", "/root/lead/kid", "lead1", state=AgentState.CLOSED)
     done = completion(kid, 1, 1, recipient_id="lead1")
     tree.load([lead, kid], [], [done])
-    assert set(tree.pending) == {HOST, "lead1"}
+    assert set(tree.pending) == {HOST_KEY, "lead1"}
     tree.mark_delivered(tree.pending_for("lead1")[0])  # the lead received it
-    assert set(tree.pending) == {HOST}
+    assert set(tree.pending) == {HOST_KEY}
     tree.remove_agents(["kid1"])
     tree.remove_agents(["lead1"])
     assert tree.agents == {}
-    assert set(tree.pending) == {HOST} and tree.pending[HOST] == {}
+    assert set(tree.pending) == {HOST_KEY} and tree.pending[HOST_KEY] == {}
     assert tree.completions == {} and tree.undelivered == {} and tree.mailbox == {}
-    assert tree.top_of == {} and set(tree.children) <= {HOST}
+    assert tree.top_of == {} and set(tree.children) <= {HOST_KEY}
 
 
 def test_a_rerouted_completion_leaves_no_empty_queue() -> None:
@@ -36,5 +36,5 @@ def test_a_rerouted_completion_leaves_no_empty_queue() -> None:
     kid = agent("kid1", "/root/lead/kid", "lead1", state=AgentState.COMPLETED)
     tree.load([lead, kid], [], [completion(kid, 1, 1, recipient_id="lead1")])
     tree.reroute(tree.pending_for("lead1")[0], None)  # to the host
-    assert set(tree.pending) == {HOST}
+    assert set(tree.pending) == {HOST_KEY}
     assert [c.completion.agent_id for c in tree.pending_for(None)] == ["kid1"]

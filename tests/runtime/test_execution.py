@@ -174,6 +174,38 @@ def test_async_turns_are_not_held_back_by_abandoned_runners(
     stubborn.release()
 
 
+def test_an_async_turn_queued_behind_a_sync_turn_waiting_for_a_thread_starts(
+    open_runtime: OpenRuntime, make_gate: Callable[..., Gate]
+) -> None:
+    """Each kind is scheduled by its own rule: a sync turn that waits as ``starting``
+    for a thread (abandoned runners hold them) holds back no async turn queued after it."""
+    stubborn = make_gate(honour_cancel=False)
+
+    async def quick(turn: Turn) -> str:
+        await asyncio.sleep(0)
+        return "async ok"
+
+    rt = open_runtime(
+        [Profile("w", runner=stubborn), Profile("q", runner=quick)],
+        max_active_turns=2,
+        max_abandoned_runners=1,
+    )
+    agents = [rt.spawn("w", f"s{i}") for i in range(3)]
+    stubborn.wait_started(2)
+    rt.interrupt(agents[0].id)
+    rt.interrupt(agents[1].id)
+    stubborn.wait_started(3)  # the third took the last thread below 2 + 1
+    rt.interrupt(agents[2].id)
+    assert rt.abandoned_runners == 3  # every thread held: no sync turn may start
+    waiting = rt.spawn("w", "waits for a thread")
+    assert rt.get(waiting.id).state is AgentState.STARTING
+    late = rt.spawn("q", "queued after it")
+    assert rt.wait(late.id, timeout=PROMPT_S).output == "async ok"
+    assert rt.get(waiting.id).state is AgentState.STARTING  # still first in its own queue
+    stubborn.release()
+    assert rt.wait(waiting.id, timeout=PROMPT_S).output == "released:waits for a thread"
+
+
 def test_limits_max_abandoned_runners_is_env_settable() -> None:
     assert Limits().max_abandoned_runners == 8
     limits = Limits.from_env({"RETINUE_MAX_ABANDONED_RUNNERS": "3"})

@@ -10,13 +10,11 @@ from conftest import OpenRuntime, echo
 from retinue import (
     CompletionStatus,
     ConfigurationError,
-    NotPermitted,
     Profile,
     Runtime,
-    ToolsNotPermitted,
     Turn,
 )
-from retinue.protocol.tools import MODIFY_TOOLS, READ_TOOLS
+from retinue.protocol.tools import READ_TOOLS
 
 
 def test_open_refuses_a_child_with_more_tools_than_its_parent(store_path: Path) -> None:
@@ -76,37 +74,6 @@ def test_spawn_within_the_ceiling_runs(open_runtime: OpenRuntime) -> None:
     top = rt.spawn("lead", "go")
     done = rt.wait(top.id, timeout=10)
     assert (done.status, done.output) == (CompletionStatus.COMPLETED, "lead<done:look>")
-
-
-def test_spawn_checks_the_ceiling_again(open_runtime: OpenRuntime) -> None:
-    """Defence in depth: a profile table changed under a live runtime is still checked."""
-    refused: list[BaseException] = []
-
-    def lead(turn: Turn) -> str:
-        try:
-            turn.spawn("worker", "escalate")
-        except NotPermitted as exc:
-            refused.append(exc)
-            return f"refused: {exc}"
-        return "spawned"
-
-    rt = open_runtime(
-        [
-            Profile("lead", subagents=["worker"], tools="read", runner=lead),
-            Profile("worker", tools="read", runner=echo),
-        ]
-    )
-    rt._profiles["worker"] = Profile("worker", tools="modify", runner=echo)
-    top = rt.spawn("lead", "go")
-    done = rt.wait(top.id, timeout=10)
-    assert done.status is CompletionStatus.COMPLETED
-    assert len(refused) == 1
-    error = refused[0]
-    assert isinstance(error, ToolsNotPermitted)
-    assert error.extra == ("bash", "edit_file", "write_file")
-    assert "bash, edit_file, write_file" in str(error)
-    assert [a.path for a in rt.agents()] == [top.path]
-    assert set(MODIFY_TOOLS) - set(READ_TOOLS) == set(error.extra)
 
 
 def test_open_refuses_tool_names_a_model_runner_cannot_provide(store_path: Path) -> None:
