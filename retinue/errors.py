@@ -35,7 +35,6 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── ActiveDescendants
     │   └── NothingToWaitFor                          an idle agent, all received
     ├── WaitTimeout                    (TimeoutError) the agent keeps running
-    ├── TurnInterrupted                               a turn's wait ended by interrupt
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
     ├── ModelCallFailed                               .provider, .status: retries spent
@@ -44,6 +43,11 @@ and friends keep working for callers that do not know retinue's names::
         ├── StoreLocked                               .pid: another writer holds it
         ├── StoreReadOnly                             a mutating call on a reader
         └── StoreVersionError                         written by a newer retinue
+
+Outside the tree, as a ``BaseException`` (so ``except Exception`` cannot
+swallow it, like asyncio's ``CancelledError``)::
+
+    TurnInterrupted                                   the calling turn was interrupted
 
 Messages say what was wrong and what to do, and never carry a traceback, so
 they can be shown to a model as a tool result.
@@ -305,8 +309,15 @@ class WaitTimeout(RetinueError, TimeoutError):
     """A wait ran out of time; the agent keeps running."""
 
 
-class TurnInterrupted(RetinueError):
-    """The calling turn was interrupted while it waited."""
+class TurnInterrupted(BaseException):
+    """The calling turn was interrupted (or its time ran out, or the runtime closed).
+
+    Like asyncio's ``CancelledError`` and trio's ``Cancelled``, it is a
+    ``BaseException``, not a :class:`RetinueError`: a runner's ``except
+    Exception`` cannot swallow an interrupt and carry on as if its calls had
+    worked. Let it propagate (clean up in ``finally``); the turn's result is
+    discarded anyway.
+    """
 
 
 class BlockingCallInAsyncRunner(RetinueError, RuntimeError):

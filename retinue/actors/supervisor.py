@@ -79,7 +79,7 @@ from retinue.actors.transition import Transition
 from retinue.actors.tree import Tree
 from retinue.actors.turn import Runner
 from retinue.actors.waiters import Waiters
-from retinue.errors import ArgumentTypeError, RetinueError, RuntimeClosed
+from retinue.errors import ArgumentTypeError, RetinueError, RuntimeClosed, TurnInterrupted
 from retinue.persistence.store import Store
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, CompletionStatus, Message, Usage
@@ -152,7 +152,7 @@ class Supervisor:
             tx.result = self.dispatch(tx, command)
             self.router.wake_drained(tx)
             self.hosts.end_idle_host_waits(tx)
-        except RetinueError as exc:
+        except (RetinueError, TurnInterrupted) as exc:
             tx.result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
             log.exception("supervisor command %r failed", command)

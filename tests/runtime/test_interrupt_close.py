@@ -345,7 +345,7 @@ def test_an_interrupted_turns_later_calls_are_refused(
         try:
             turn.spawn("worker", "after interrupt", name="late")
             outcome.append("spawned")
-        except RetinueError as exc:
+        except (RetinueError, TurnInterrupted) as exc:
             outcome.append(type(exc).__name__)
         return "late"
 
