@@ -11,7 +11,9 @@ Start-up wiring lives below, in :mod:`retinue.actors.boot`.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +32,7 @@ from retinue.actors.commands import (
     FollowUp,
     Get,
     HostMessages,
+    Idle,
     Inspect,
     Interrupt,
     InterruptTree,
@@ -45,7 +48,7 @@ from retinue.actors.profile import Profile
 from retinue.actors.system import ReadOnlySystem, System
 from retinue.actors.turn import Runner
 from retinue.actors.waiting import resolve_timeout
-from retinue.errors import ArgumentTypeError, ConfigurationError, RuntimeClosed
+from retinue.errors import ArgumentTypeError, ConfigurationError, RuntimeClosed, WaitTimeout
 from retinue.llm import model_runner_factory
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
@@ -443,6 +446,42 @@ class Runtime:
         return await self._ask_async(Inspect(HOST, ref, transcript_tail))
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float | None = None) -> None:
+        """Block until the runtime is quiescent; ``timeout=None`` means ``wait_default_s``.
+
+        Quiescent: no turn is queued or running, every runner has returned
+        (an abandoned one included), no command waits for the supervisor, and
+        every event published so far was handed to its subscribers. For tests
+        and drivers that would otherwise poll; a host that keeps spawning may
+        never see it.
+
+        Raises:
+            WaitTimeout: the runtime was still busy after ``timeout``.
+            RuntimeClosed: the runtime is (or gets) closed.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        deadline = time.monotonic() + seconds
+        self._engine.wait(Idle(HOST), seconds)
+        self._flush_events(deadline)
+
+    async def settled(self, timeout: float | None = None) -> None:
+        """Like :meth:`wait_idle`, without blocking the event loop."""
+        seconds = resolve_timeout(timeout, self.limits)
+        deadline = time.monotonic() + seconds
+        engine = self._engine
+        await engine.wait_async(Idle(HOST), seconds, HostReceipt(engine))
+        await asyncio.get_running_loop().run_in_executor(None, self._flush_events, deadline)
+
+    def _flush_events(self, deadline: float) -> None:
+        """Wait until subscribers have every event published so far.
+
+        Raises:
+            WaitTimeout: they had not by ``deadline``.
+        """
+        system = self._system
+        if system is not None and not system.bus.flush(max(0.0, deadline - time.monotonic())):
+            raise WaitTimeout("the runtime's subscribers did not take every event in time")
 
     @property
     def abandoned_runners(self) -> int:

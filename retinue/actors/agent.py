@@ -301,7 +301,7 @@ class AgentActor(PooledActor):
                 self._start_task(message)
                 return None
             if not message.claim_start():  # cancelled first: its inputs already went back
-                self.stop()
+                self._gone(message)
                 return None
             output, error = run_runner(self._runner, message, self._output_max_bytes)
             message.runner_returned = True
@@ -311,9 +311,22 @@ class AgentActor(PooledActor):
                 self.stop()
         return None
 
+    def _gone(self, turn: Turn) -> None:
+        """A cancelled turn's runner will not run (or ran no further): say so, then stop.
+
+        The report is discarded as a late result; it tells the supervisor that
+        no runner of that turn runs any more (see ``Runtime.wait_idle``).
+        """
+        turn.runner_returned = True
+        try:
+            self._settle(turn.agent.id, turn.agent.generation, None, None)
+        finally:
+            with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
+                self.stop()
+
     def _start_task(self, turn: Turn) -> None:
         if turn.cancelled.is_set():  # its inputs already went back
-            self.stop()
+            self._gone(turn)
             return
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
         task = asyncio.get_running_loop().create_task(
@@ -328,11 +341,13 @@ class AgentActor(PooledActor):
         turn.on_cancel(cancel)
 
         def done(finished: asyncio.Task[tuple[str | None, str | None]]) -> None:
+            if finished.cancelled():
+                self._gone(turn)
+                return
             turn.runner_returned = True
             try:
-                if not finished.cancelled():
-                    output, error = finished.result()
-                    self._settle(turn.agent.id, turn.agent.generation, output, error)
+                output, error = finished.result()
+                self._settle(turn.agent.id, turn.agent.generation, output, error)
             finally:
                 with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                     self.stop()

@@ -46,6 +46,7 @@ __all__ = [
     "GiveUpWait",
     "Host",
     "HostMessages",
+    "Idle",
     "Inspect",
     "Interrupt",
     "InterruptTree",
@@ -254,6 +255,18 @@ class Inspect(Command[AgentDetail]):
 
 
 @dataclass(frozen=True, slots=True)
+class Idle(Command[None]):
+    """Answer once the runtime is quiescent: no turn queued or running, no runner still
+    running (an abandoned one included) and no command waiting behind this one.
+
+    Deferred like a host wait; a :class:`GiveUpWait` for the same future ends
+    it with ``WaitTimeout``.
+    """
+
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
 class Children(Command[list[AgentInfo]]):
     """Return the sending turn's live children."""
 
@@ -411,11 +424,12 @@ SupervisorCommand = (
     | LlmStep
     | Compact
     | Barrier
+    | Idle
     | Shutdown
 )
 """The closed protocol: every command the supervisor serves (its ``match`` is exhaustive)."""
 
-ReadCommand = Get | Agents | Inspect | Barrier
+ReadCommand = Get | Agents | Inspect | Barrier | Idle
 """The commands a read-only runtime serves from a store snapshot (the others are refused)."""
 
 

@@ -29,6 +29,7 @@ from retinue.actors.commands import (
     GiveBack,
     GiveUpWait,
     HostMessages,
+    Idle,
     RunMany,
     Sender,
     Wait,
@@ -42,7 +43,7 @@ from retinue.protocol.messages import Completion, Message
 __all__ = ["Engine", "HostReceipt", "Receipt", "WaitCommand", "handed_events"]
 
 R = TypeVar("R")
-WaitCommand = Wait | RunMany | HostMessages
+WaitCommand = Wait | RunMany | HostMessages | Idle
 """The commands whose answer may take long: a wait, given up in time."""
 
 

@@ -38,6 +38,7 @@ class _Subscription:
         self.dropped = 0  # dropped since the last notice
         self.total_dropped = 0
         self.cond = threading.Condition(threading.Lock())
+        self.busy = False  # a batch is being delivered
         self.stopped = False  # unsubscribed: deliver nothing more
         self.draining = False  # closing: deliver what is queued, then stop
         self.thread = threading.Thread(target=self._run, name="retinue-events", daemon=True)
@@ -75,6 +76,7 @@ class _Subscription:
             pending = self.pending
             for _ in range(min(_BATCH, len(pending))):
                 batch.append(pending.popleft())
+            self.busy = bool(batch)
             return batch or None  # empty here means draining with nothing left
 
     def _run(self) -> None:
@@ -90,6 +92,16 @@ class _Subscription:
                     callback(event)
                 except Exception:
                     log.exception("event subscriber %r failed", callback)
+            with self.cond:
+                self.busy = False
+                self.cond.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything queued was delivered; False if ``timeout`` ran out first."""
+        with self.cond:
+            return self.cond.wait_for(
+                lambda: self.stopped or not (self.pending or self.dropped or self.busy), timeout
+            )
 
     def stop(self, *, drain: bool) -> None:
         """Stop the thread: at once, or (``drain``) once what is queued is delivered."""
@@ -156,6 +168,20 @@ class EventBus:
         if events:
             for subscription in self._subscriptions:
                 subscription.offer(events)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every subscriber has been handed every event published so far.
+
+        A subscriber's own thread does not wait for itself. Returns False if
+        ``timeout`` ran out first.
+        """
+        deadline = time.monotonic() + timeout
+        for subscription in self._subscriptions:
+            if subscription.thread is threading.current_thread():
+                continue
+            if not subscription.flush(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
 
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is queued (waiting at most ``timeout`` s in all), then stop."""

@@ -248,7 +248,15 @@ class LoopThread:
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         asyncio.set_event_loop(loop)
         try:
-            loop.run_forever()
+            while True:
+                try:
+                    loop.run_forever()
+                    break  # stopped by shutdown
+                except BaseException:  # the loop outlives any task
+                    # asyncio re-raises a task's SystemExit or KeyboardInterrupt out of
+                    # run_forever (after storing it in the task, whose awaiters see it):
+                    # one task must not stop every async turn of the runtime.
+                    log.exception("a task on the runtime's event loop raised; the loop goes on")
         finally:
             with contextlib.suppress(Exception):
                 tasks = asyncio.all_tasks(loop)

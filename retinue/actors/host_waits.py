@@ -73,6 +73,7 @@ class HostWaits:
         self.world = world
         self.host: dict[str, list[HostWaiter]] = {}
         self.inbox: list[HostWaiter] = []  # host waits for messages to /root
+        self.idle: list[HostWaiter] = []  # host waits for the runtime to go quiescent
 
     # -- waits on agents ----------------------------------------------------------------
 
@@ -220,6 +221,14 @@ class HostWaits:
         An inbox wait (``rt.messages``) ends with no messages instead.
         """
         future, seconds = command.future, command.seconds
+        for waiter in self.idle:
+            if waiter.future is future:
+                self.idle.remove(waiter)
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(
+                        WaitTimeout(f"the runtime did not go idle within {seconds:g}s")
+                    )
+                return
         for waiter in self.inbox:
             if waiter.future is future:
                 self.inbox.remove(waiter)
@@ -241,6 +250,21 @@ class HostWaits:
                         )
                     )
                 return
+
+    # -- quiescence -------------------------------------------------------------------
+
+    def wait_idle(self, tx: Transition) -> None:
+        """Register a host wait for quiescence (answered by :meth:`serve_idle`)."""
+        self.idle.append(HostWaiter(tx.defer()))
+
+    def serve_idle(self, tx: Transition, quiet: bool) -> None:
+        """Answer every wait for quiescence once ``quiet`` says the runtime is."""
+        if not quiet or not self.idle:
+            return
+        waiters, self.idle = self.idle, []
+        for waiter in waiters:
+            if waiter.future.set_running_or_notify_cancel():
+                tx.answer(waiter.future, None)
 
     # -- the host's inbox ----------------------------------------------------------
 
@@ -265,10 +289,11 @@ class HostWaits:
 
     def fail_hosts(self, tx: Transition, why: RetinueError) -> None:
         """End every host wait with ``why`` (the runtime closes)."""
-        for waiter in self.inbox:
+        for waiter in [*self.inbox, *self.idle]:
             if waiter.future.set_running_or_notify_cancel():
                 tx.answer(waiter.future, why)
         self.inbox.clear()
+        self.idle.clear()
         for waiters in self.host.values():
             for waiter in waiters:
                 future = waiter.future

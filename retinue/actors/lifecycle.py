@@ -32,7 +32,6 @@ from retinue.errors import (
     AgentClosed,
     AgentStateError,
     CompletionBacklogFull,
-    RetinueError,
     TurnInterrupted,
     UnknownProfile,
 )
@@ -118,7 +117,7 @@ class Lifecycle:
         self._cancel(tx, record, TurnInterrupted(f"{record.path} ran past its turn_timeout_s"))
         self.finish_turn(tx, record, None, f"TurnTimeout: turn exceeded {command.seconds:g} s")
 
-    def _cancel(self, tx: Transition, record: AgentRecord, why: RetinueError) -> None:
+    def _cancel(self, tx: Transition, record: AgentRecord, why: TurnInterrupted) -> None:
         """Cancel a running turn, release it, and give back what its runner never saw.
 
         That is every input of a turn whose runner had not started, and the
@@ -137,7 +136,7 @@ class Lifecycle:
             unseen += [m.completion if m.completion is not None else m for m in turn.messages]
         self.router.give_back(tx, record.id, unseen)
 
-    def _release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
+    def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle, waiter and queued slot request."""
         self.scheduler.release(tx, agent_id, why)
         self.waiters.release(tx, agent_id, why)

@@ -15,7 +15,7 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from retinue.actors.commands import Agents, Barrier, Command, Get, Inspect
+from retinue.actors.commands import Agents, Barrier, Command, Get, Idle, Inspect
 from retinue.actors.core import agent_list, check_tail, detail_of, find_agent, info_of
 from retinue.actors.reply import Reply
 from retinue.actors.tree import Tree, load_tree
@@ -55,7 +55,7 @@ class StoreReader:
             case Inspect():
                 tail = check_tail(command.transcript_tail)
                 return self._run(self.inspect, command.ref, tail, command.field)
-            case Barrier():  # nothing is ever pending on a reader
+            case Barrier() | Idle():  # nothing is ever pending or running on a reader
                 done: concurrent.futures.Future[Any] = Reply()
                 done.set_result(None)
                 return done

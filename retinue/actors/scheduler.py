@@ -33,7 +33,7 @@ from retinue.actors.core import World, info_of
 from retinue.actors.engine import handed_events
 from retinue.actors.transition import Transition
 from retinue.actors.turn import Turn
-from retinue.errors import RetinueError
+from retinue.errors import TurnInterrupted
 from retinue.protocol.messages import (
     AgentState,
     Message,
@@ -88,6 +88,8 @@ class Scheduler:
         self._settle = self._settle_teller()  # how every runner reports back
         # Sync turns cancelled while their runner still runs: (agent id, generation).
         self.abandoned: set[tuple[str, int]] = set()
+        # Turns whose runner has not reported back yet (every runner reports, once).
+        self.unreported: set[tuple[str, int]] = set()
 
     def would_start(self, profile: str) -> bool:
         """Whether a turn of ``profile`` queued now would start at once (a slot and a thread)."""
@@ -241,6 +243,7 @@ class Scheduler:
             sync=not self._is_async(record.profile),
         )
         self.active.add(agent_id)
+        self.unreported.add((agent_id, record.generation))
         tx.emit(
             TurnStarted(
                 agent_id=agent_id,
@@ -309,7 +312,7 @@ class Scheduler:
         self.active.discard(agent_id)
         self.pump(tx)
 
-    def release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
+    def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle and queued slot request (failed with ``why``)."""
         self.turns.pop(agent_id, None)
         self.active.discard(agent_id)
@@ -350,9 +353,14 @@ class Scheduler:
 
     def runner_returned(self, tx: Transition, turn: TurnRef) -> None:
         """A runner reported back: an abandoned one frees its thread for a waiting turn."""
+        self.unreported.discard((turn.agent_id, turn.generation))
         if self.abandoned and (turn.agent_id, turn.generation) in self.abandoned:
             self.abandoned.discard((turn.agent_id, turn.generation))
             self.pump(tx)
+
+    def quiet(self) -> bool:
+        """True when no turn is queued or running and every runner has reported back."""
+        return not (self.pending_turn or self.turns or self.reacquire or self.unreported)
 
     def running_actors(self) -> list[tuple[str, pykka.ActorRef[Any]]]:
         """Return the actors of the running turns, by agent id."""

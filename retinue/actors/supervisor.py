@@ -46,6 +46,7 @@ from retinue.actors.commands import (
     GiveUpWait,
     Host,
     HostMessages,
+    Idle,
     Inspect,
     Interrupt,
     InterruptTree,
@@ -152,6 +153,7 @@ class Supervisor:
             tx.result = self.dispatch(tx, command)
             self.router.wake_drained(tx)
             self.hosts.end_idle_host_waits(tx)
+            self.hosts.serve_idle(tx, last and self.scheduler.quiet())
         except (RetinueError, TurnInterrupted) as exc:
             tx.result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
@@ -260,6 +262,8 @@ class Supervisor:
                 return self.compact()
             case Barrier():
                 return None
+            case Idle():
+                return self.hosts.wait_idle(tx)
             case Shutdown():
                 return self.shutdown(tx)
             case _:

@@ -19,7 +19,14 @@ from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
-from retinue.errors import AgentBusy, AgentClosed, NotPermitted, RetinueError, WaitTimeout
+from retinue.errors import (
+    AgentBusy,
+    AgentClosed,
+    NotPermitted,
+    RetinueError,
+    TurnInterrupted,
+    WaitTimeout,
+)
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
@@ -283,7 +290,7 @@ class Waiters:
         timeout = _timed_out(what, seconds)
         self.scheduler.request_slot(tx, SlotRequest(agent_id, future, lambda _: timeout))
 
-    def release(self, tx: Transition, agent_id: str, why: RetinueError) -> None:
+    def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: fail its wait with ``why``."""
         waiter = self.by_turn.pop(agent_id, None)
         if waiter is not None and waiter.future.set_running_or_notify_cancel():

@@ -397,3 +397,29 @@ def test_a_cancelled_wait_async_inside_a_turn_frees_the_wait(
     )
     a = rt.spawn("lead", "go")
     assert rt.wait(a.id, timeout=PROMPT_S).output == "released:s"
+
+
+@pytest.mark.parametrize("kind", [SystemExit, KeyboardInterrupt])
+def test_a_sub_task_raising_system_exit_fails_its_turn_and_the_loop_carries_on(
+    open_runtime: OpenRuntime, kind: type[BaseException]
+) -> None:
+    """asyncio re-raises a task's SystemExit/KeyboardInterrupt out of the event loop; the
+    runtime's loop must survive it: the turn settles failed and later async turns run."""
+
+    async def sub() -> None:
+        await asyncio.sleep(0)
+        raise kind("from a sub-task")
+
+    async def lead(turn: Turn) -> str:
+        await asyncio.gather(sub())
+        return "not reached"
+
+    async def later(turn: Turn) -> str:
+        await asyncio.sleep(0)
+        return "later ok"
+
+    rt = open_runtime([Profile("lead", runner=lead), Profile("later", runner=later)])
+    done = rt.wait(rt.spawn("lead", "x").id, timeout=PROMPT_S)
+    assert done.status is CompletionStatus.FAILED
+    assert done.error == f"{kind.__name__}: from a sub-task"
+    assert rt.wait(rt.spawn("later", "y").id, timeout=PROMPT_S).output == "later ok"

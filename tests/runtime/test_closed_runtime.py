@@ -38,6 +38,7 @@ CALLS: dict[str, Call] = {
     "spawn": lambda rt, ref, dest: rt.spawn("worker", "t"),
     "subscribe": lambda rt, ref, dest: rt.subscribe(lambda event: None),
     "wait": lambda rt, ref, dest: rt.wait(ref, timeout=1),
+    "wait_idle": lambda rt, ref, dest: rt.wait_idle(timeout=1),
 }
 ASYNC_CALLS: dict[str, Call] = {
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
@@ -54,6 +55,7 @@ ASYNC_CALLS: dict[str, Call] = {
     "send_async": lambda rt, ref, dest: rt.send_async(ref, "hi"),
     "spawn_async": lambda rt, ref, dest: rt.spawn_async("worker", "t"),
     "wait_async": lambda rt, ref, dest: rt.wait_async(ref, timeout=1),
+    "settled": lambda rt, ref, dest: rt.settled(timeout=1),
 }
 # Not calls on an open runtime: ``open`` makes one and ``shutdown`` is idempotent.
 NOT_CALLS = {"open", "shutdown"}
