@@ -18,6 +18,7 @@ from typing import Any
 from retinue.actors.commands import Agents, Barrier, Command, Get, Idle, Inspect
 from retinue.actors.core import agent_list, check_tail, detail_of, find_agent, info_of
 from retinue.actors.reply import Reply
+from retinue.actors.transition import resolve_future
 from retinue.actors.tree import Tree, load_tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.persistence.store import Store
@@ -40,32 +41,46 @@ class StoreReader:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
 
-    def submit(self, command: Command[Any]) -> concurrent.futures.Future[Any]:
-        """Start serving ``command``; return the future its answer goes to.
+    def submit(
+        self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
+    ) -> concurrent.futures.Future[Any]:
+        """Start serving ``command``; return the future its answer goes to (``reply`` if given).
 
         Raises:
             StoreReadOnly: the command would change the store.
             RuntimeClosed: the reader is closed.
         """
+        future: concurrent.futures.Future[Any] = reply if reply is not None else Reply()
         match command:
             case Get():
-                return self._run(self.get, command.ref, command.field)
+                return self._run(future, self.get, command.ref, command.field)
             case Agents():
-                return self._run(self.agents, command.include_closed)
+                return self._run(future, self.agents, command.include_closed)
             case Inspect():
                 tail = check_tail(command.transcript_tail)
-                return self._run(self.inspect, command.ref, tail, command.field)
+                return self._run(future, self.inspect, command.ref, tail, command.field)
             case Barrier() | Idle():  # nothing is ever pending or running on a reader
-                done: concurrent.futures.Future[Any] = Reply()
-                done.set_result(None)
-                return done
+                resolve_future(future, None)
+                return future
             case _:
                 name = type(command).__name__
                 raise StoreReadOnly(
                     f"runtime on {self.store.folder} is read-only; {name} is refused"
                 )
 
-    def _run(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+    def _run(
+        self, future: concurrent.futures.Future[Any], fn: Any, *args: Any
+    ) -> concurrent.futures.Future[Any]:
+        """Serve ``fn(*args)`` on a worker thread; its answer (or error) goes to ``future``."""
+
+        def serve() -> None:
+            try:
+                value = fn(*args)
+            except Exception as exc:
+                resolve_future(future, exc)
+            else:
+                resolve_future(future, value)
+
         with self._lock:
             if self._closed:
                 raise RuntimeClosed("the runtime is closed")
@@ -73,7 +88,8 @@ class StoreReader:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     max_workers=2, thread_name_prefix="retinue-reader"
                 )
-            return self._pool.submit(fn, *args)
+            self._pool.submit(serve)
+        return future
 
     def _tree(self) -> Tree:
         tree, _ = load_tree(self.store.snapshot(), None)  # a view drops no agent for a cap

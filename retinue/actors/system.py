@@ -274,7 +274,7 @@ class ReadOnlySystem:
         self.store = store
         self.reader = StoreReader(store, limits)
         self.engine = Engine(Channel(after_close=False))
-        self.engine.channel.connect(lambda command, reply: self.reader.submit(command))
+        self.engine.channel.connect(self.reader.submit)
         self._lock = threading.Lock()
         self._shutting_down = False
         self._released = threading.Event()
