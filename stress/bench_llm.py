@@ -1,7 +1,7 @@
 """LLM benchmark: many concurrent model turns against a local OpenAI server, threads bounded.
 
 ``turns`` top-level agents (a ``LiteLLMRunner`` each, on litellm's OpenAI
-provider path against :class:`~retinue.llm.stub.OpenAIStub` on 127.0.0.1) are
+provider path against :class:`~retinue.testing.OpenAIStub` on 127.0.0.1) are
 spawned at once and awaited. Baseline, measured in the same run against the
 same server: raw ``litellm.acompletion`` calls on one event loop, with the same
 bound on calls in flight. A retinue turn does one model call plus its durable
@@ -26,7 +26,7 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.provider import load_litellm
-from retinue.llm.stub import OpenAIStub
+from retinue.testing import OpenAIStub
 
 STUB_THREAD_MARKS = ("process_request_thread", "openai-stub")
 WARM_UP = 10

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn
-from retinue.actors.executor import runner_finished
+from retinue.testing import Gate
 
 # A test that hangs is a bug; dump every stack and stop instead of hanging CI.
 TEST_WATCHDOG_S = 60.0
@@ -28,11 +28,6 @@ PROMPT_S = 10.0
 CANCEL_POLL_S = 0.02
 # Default wait for tests: short enough that a forgotten timeout cannot hang the suite.
 TEST_WAIT_DEFAULT_S = 10.0
-
-
-def echo(turn: Turn) -> str:
-    """Runner that settles at once with ``done:<task>``."""
-    return f"done:{turn.task}"
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: str = "") -> Any:
@@ -67,95 +62,6 @@ def act(rt: Runtime, ref: str, task: str) -> AgentInfo:
     """Give an idle agent a follow-up turn with ``task`` and return it once settled."""
     queued = rt.follow_up(ref, task)
     return wait_settled(rt, ref, queued.generation)
-
-
-class Gate:
-    """A runner whose turns block until the test releases them.
-
-    ``release()`` opens the gate for every turn (past and future);
-    ``release(task)`` only for turns of that task. With ``honour_cancel`` a
-    turn also ends as soon as ``turn.cancelled`` is set (so closing a runtime
-    never waits on it); without it the runner ignores cancellation and
-    returns its (late) result only when released.
-    """
-
-    def __init__(self, *, output: str = "released", honour_cancel: bool = True) -> None:
-        """Create a closed gate."""
-        self.output = output
-        self.honour_cancel = honour_cancel
-        self._cond = threading.Condition()
-        self._open_all = False
-        self._open_tasks: set[str] = set()
-        self.turns: list[Turn] = []
-        self.finished: list[Turn] = []
-        self.threads: list[threading.Thread] = []
-
-    def __call__(self, turn: Turn) -> str:
-        """Record the turn, block until released (or cancelled), return ``<output>:<task>``."""
-        with self._cond:
-            self.turns.append(turn)
-            self.threads.append(threading.current_thread())
-            self._cond.notify_all()
-            while not (self._open_all or turn.task in self._open_tasks):
-                if self.honour_cancel and turn.cancelled.is_set():
-                    break
-                self._cond.wait(CANCEL_POLL_S)
-        with self._cond:
-            self.finished.append(turn)
-            self._cond.notify_all()
-        return f"{self.output}:{turn.task}"
-
-    def release(self, task: str | None = None) -> None:
-        """Let every turn (``task=None``) or every turn of ``task`` return."""
-        with self._cond:
-            if task is None:
-                self._open_all = True
-            else:
-                self._open_tasks.add(task)
-            self._cond.notify_all()
-
-    def wait_started(self, count: int, timeout: float = PROMPT_S) -> list[Turn]:
-        """Block until at least ``count`` turns have entered the runner; return them."""
-        return self._wait_for(lambda: len(self.turns) >= count, timeout, f"{count} turns started")
-
-    def wait_finished(self, count: int, timeout: float = PROMPT_S) -> list[Turn]:
-        """Block until at least ``count`` turns have left the runner; return them."""
-        self._wait_for(lambda: len(self.finished) >= count, timeout, f"{count} turns finished")
-        return list(self.finished)
-
-    def _wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> list[Turn]:
-        with self._cond:
-            if not self._cond.wait_for(check, timeout):
-                raise AssertionError(f"timed out waiting for {what}; started: {self.tasks()}")
-            return list(self.turns)
-
-    def tasks(self) -> list[str]:
-        """Return the tasks of the turns that entered the runner, in order."""
-        with self._cond:
-            return [t.task for t in self.turns]
-
-    def turn_of(self, agent_id: str, generation: int | None = None) -> Turn:
-        """Return the (latest, or given generation's) turn of an agent that entered the runner."""
-        with self._cond:
-            for turn in reversed(self.turns):
-                if turn.agent.id == agent_id and generation in (None, turn.agent.generation):
-                    return turn
-        raise AssertionError(f"agent {agent_id} has no turn in this gate")
-
-    def join_runner_threads(self, timeout: float = PROMPT_S) -> None:
-        """Wait until every runner this gate saw has returned and its settle call is sent.
-
-        Runner threads are pooled: a thread is done with its runner once it has
-        ended or is back in the pool between jobs.
-        """
-        with self._cond:
-            threads = list(self.threads)
-        for thread in threads:
-            wait_until(
-                lambda t=thread: runner_finished(t),  # type: ignore[misc]
-                timeout,
-                what=f"runner thread {thread.name} to finish its runner",
-            )
 
 
 class Script:

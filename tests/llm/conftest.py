@@ -3,7 +3,7 @@
 litellm costs seconds to import, so it is imported once (module-scoped
 fixture) and every test goes through the real litellm call path: the
 scripted custom provider or litellm's OpenAI provider against
-:class:`~retinue.llm.stub.OpenAIStub` on 127.0.0.1. No network.
+:class:`~retinue.testing.OpenAIStub` on 127.0.0.1. No network.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from retinue import AgentInfo, Limits, Profile, Runtime
 from retinue.llm import LiteLLMRunner
 from retinue.llm.provider import load_litellm
-from retinue.llm.stub import OpenAIStub
+from retinue.testing import OpenAIStub
 from tests.conftest import SETTLED, wait_until
 
 WATCHDOG_S = 240.0

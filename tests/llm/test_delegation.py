@@ -10,7 +10,7 @@ import pytest
 
 from retinue import AgentState, Profile
 from retinue.llm import SCRIPTED_MODEL
-from retinue.llm.stub import OpenAIStub
+from retinue.testing import OpenAIStub
 from tests.llm.conftest import run, stub_runner
 
 pytestmark = pytest.mark.usefixtures("litellm")

@@ -11,8 +11,8 @@ from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.runner import REPAIR_PROMPT
 from retinue.llm.script import script_reply
-from retinue.llm.stub import OpenAIStub, StubReply
 from retinue.protocol.results import parse_result, result_instruction
+from retinue.testing import OpenAIStub, StubReply
 from tests.conftest import wait_until
 from tests.llm.conftest import SETTLE_S, run, stub_runner
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import OpenRuntime, echo
+from conftest import OpenRuntime
 
 from retinue import CompletionStatus, ConfigurationError, Profile, Runtime, Turn
 from retinue.llm import ToolBox, build_toolbox, tool
+from retinue.testing import echo
 
 Script = Callable[[Turn, ToolBox], Awaitable[str]]
 Results = dict[str, Any]

@@ -16,7 +16,7 @@ import pytest
 from retinue import AgentState, Profile, Runtime
 from retinue.llm import toolbox as toolbox_module
 from retinue.llm.conversation import CUT_MARKER, decode_transcript
-from retinue.llm.stub import OpenAIStub, StubReply
+from retinue.testing import OpenAIStub, StubReply
 from tests.conftest import wait_until
 from tests.llm.conftest import SETTLE_S, run, stub_runner, tool_call
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import PROMPT_S, EventLog, Gate, OpenRuntime, echo, tag, wait_settled, wait_until
+from conftest import PROMPT_S, EventLog, OpenRuntime, tag, wait_settled, wait_until
 
 from retinue import (
     AgentState,
@@ -20,6 +20,7 @@ from retinue import (
     Turn,
     WaitTimeout,
 )
+from retinue.testing import Gate, echo
 
 
 class Hold:

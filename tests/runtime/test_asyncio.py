@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from conftest import Gate, OpenRuntime, Script
+from conftest import OpenRuntime, Script
 
 from retinue import (
     AgentClosed,
@@ -18,6 +18,7 @@ from retinue import (
     UnknownAgent,
     WaitTimeout,
 )
+from retinue.testing import Gate
 
 PENDING_WAITS = 1_000
 TICKS = 40

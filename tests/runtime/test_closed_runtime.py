@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import echo
 
 from retinue import Limits, Profile, Runtime, RuntimeClosed
+from retinue.testing import echo
 
 Call = Callable[[Runtime, str, Path], Any]
 

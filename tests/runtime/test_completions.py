@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import Gate, OpenRuntime, echo, wait_settled, wait_until
+from conftest import OpenRuntime, wait_settled, wait_until
 
 from retinue import (
     AgentState,
@@ -20,6 +20,7 @@ from retinue import (
     TurnInterrupted,
     WaitTimeout,
 )
+from retinue.testing import Gate, echo
 
 # -- host waits -------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import Gate, OpenRuntime, Script, act, echo, wait_settled, wait_until
+from conftest import OpenRuntime, Script, act, wait_settled, wait_until
 
 from retinue import (
     AgentInfo,
@@ -18,6 +18,7 @@ from retinue import (
     Profile,
     Turn,
 )
+from retinue.testing import Gate, echo
 
 HOST_THREADS = 32
 IDLE_THREAD_ALLOWANCE = 2

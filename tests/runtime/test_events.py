@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
-from conftest import EventLog, Gate, OpenRuntime, echo, tag, wait_settled
+from conftest import EventLog, OpenRuntime, tag, wait_settled
 
 from retinue import (
     AgentClosedEvent,
@@ -23,6 +23,7 @@ from retinue import (
     TurnSettled,
     TurnStarted,
 )
+from retinue.testing import Gate, echo
 
 ONE_TURN = ["agent_spawned", "turn_queued", "turn_started", "turn_settled", "completion_routed"]
 NEXT_TURN = ["turn_queued", "turn_started", "turn_settled", "completion_routed"]

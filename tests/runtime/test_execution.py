@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, EventLog, Gate, OpenRuntime, echo, tag, wait_until
+from conftest import PROMPT_S, EventLog, OpenRuntime, tag, wait_until
 
 from retinue import (
     AgentState,
@@ -22,6 +22,7 @@ from retinue import (
 )
 from retinue.actors.agent import AgentActor
 from retinue.actors.executor import WorkerPool
+from retinue.testing import Gate, echo
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Gate, OpenRuntime, Script, act, echo, wait_settled
+from conftest import OpenRuntime, Script, act, wait_settled
 
 from retinue import (
     AgentLimitExceeded,
@@ -44,6 +44,7 @@ from retinue import (
     UnknownProfile,
 )
 from retinue.protocol.text import HEAD_TRUNCATION_MARKER
+from retinue.testing import Gate, echo
 
 SURROGATE = "\ud800"  # what surrogateescape makes of a stray byte in a file name
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Gate, wait_settled
+from conftest import wait_settled
 
 from retinue import (
     AgentDetail,
@@ -25,6 +25,7 @@ from retinue import (
 )
 from retinue.actors.boot import stored_depth_cap
 from retinue.persistence.store import Store
+from retinue.testing import Gate
 
 
 def test_inspect_shows_unread_messages_and_pending_completions(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import PROMPT_S, Gate, OpenRuntime, echo, wait_settled, wait_until
+from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import (
     ActiveDescendants,
@@ -26,6 +26,7 @@ from retinue import (
     WaitTimeout,
 )
 from retinue.actors.executor import runner_finished
+from retinue.testing import Gate, echo
 
 
 def tree_profiles(leaf: Callable[[Turn], str]) -> list[Profile]:

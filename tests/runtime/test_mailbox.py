@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import Gate, OpenRuntime, Script, act, echo, wait_settled
+from conftest import OpenRuntime, Script, act, wait_settled
 
 from retinue import (
     AgentClosed,
@@ -19,6 +19,7 @@ from retinue import (
     Runtime,
     Turn,
 )
+from retinue.testing import Gate, echo
 
 
 def scripted(script: Script) -> list[Profile]:

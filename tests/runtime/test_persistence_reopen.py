@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, EventLog, Gate, OpenRuntime, Script, act, echo, wait_settled
+from conftest import PROMPT_S, EventLog, OpenRuntime, Script, act, wait_settled
 
 from retinue import (
     AgentInfo,
@@ -25,6 +25,7 @@ from retinue import (
     StoreError,
     Turn,
 )
+from retinue.testing import Gate, echo
 
 
 def team(script: Script, gate: Gate) -> list[Profile]:

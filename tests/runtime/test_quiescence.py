@@ -8,9 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, Gate, echo
+from conftest import PROMPT_S
 
 from retinue import Event, Profile, Runtime, Turn, TurnSettled, WaitTimeout
+from retinue.testing import Gate, echo
 
 
 def _lead(turn: Turn) -> str:

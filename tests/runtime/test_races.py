@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
+from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import (
     AgentClosed,
@@ -40,6 +40,7 @@ from retinue import (
 )
 from retinue.actors.system import CLOSE_GRACE_S
 from retinue.persistence.lock import WriterLock
+from retinue.testing import Gate
 
 
 def parked(thread: threading.Thread) -> bool:

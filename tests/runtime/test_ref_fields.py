@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OpenRuntime, echo
+from conftest import OpenRuntime
 
 from retinue import CompletionStatus, InvalidAgentPath, Profile, Runtime, Turn
 from retinue.llm import build_toolbox
+from retinue.testing import echo
 
 BAD = "Bad Ref"
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, Gate, OpenRuntime, Script, act, echo, wait_settled, wait_until
+from conftest import PROMPT_S, OpenRuntime, Script, act, wait_settled, wait_until
 
 from retinue import (
     AgentState,
@@ -27,6 +27,7 @@ from retinue import (
     WaitTimeout,
 )
 from retinue.persistence import restore
+from retinue.testing import Gate, echo
 
 # -- a host wait with nothing to wait for ------------------------------------------------------
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 
-from conftest import PROMPT_S, Gate, OpenRuntime, wait_settled, wait_until
+from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import AgentState, Completion, Profile, Turn
+from retinue.testing import Gate
 
 
 def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(

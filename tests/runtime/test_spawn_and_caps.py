@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import Gate, OpenRuntime, act, echo, wait_until
+from conftest import OpenRuntime, act, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +35,7 @@ from retinue import (
     UnknownProfile,
     validate_graph,
 )
+from retinue.testing import Gate, echo
 
 
 def tree_profiles(lead: object, mid: object, leaf: object = echo) -> list[Profile]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, echo
+from conftest import OpenRuntime
 
 from retinue import (
     CompletionStatus,
@@ -15,6 +15,7 @@ from retinue import (
     Turn,
 )
 from retinue.protocol.tools import READ_TOOLS
+from retinue.testing import echo
 
 
 def test_open_refuses_a_child_with_more_tools_than_its_parent(store_path: Path) -> None:

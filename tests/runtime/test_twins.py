@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, echo
+from conftest import PROMPT_S, OpenRuntime
 
 from retinue import Profile, Runtime
 from retinue.actors import reader as reader_module
+from retinue.testing import echo
 
 TWINS = sorted(
     name.removesuffix("_async")
