@@ -11,9 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from retinue.errors import StoreVersionError
+import msgspec
 
-__all__ = ["MIGRATIONS", "Migration", "upgrade"]
+from retinue.errors import StoreVersionError
+from retinue.protocol.records import SCHEMA_VERSION
+
+__all__ = ["MIGRATIONS", "SCHEMA_KEY", "Migration", "migrate", "stamped_version", "upgrade"]
+
+SCHEMA_KEY = b"schema_version"
+"""The meta key holding the store's schema version."""
 
 # A step gets the open write transaction and the named databases.
 Migration = Callable[[Any, Mapping[str, Any]], None]
@@ -51,4 +57,29 @@ def upgrade(
             raise StoreVersionError(f"no migration from store schema version {version}")
         step(txn, dbs)
         done.append(version)
+    return done
+
+
+def stamped_version(txn: Any, dbs: Mapping[str, Any]) -> int:
+    """Return the schema version stamped in the store (0 if none)."""
+    raw = txn.get(SCHEMA_KEY, db=dbs["meta"])
+    return 0 if raw is None else msgspec.msgpack.decode(raw, type=int)
+
+
+def migrate(txn: Any, dbs: Mapping[str, Any]) -> list[int]:
+    """Upgrade the store to this retinue's schema in ``txn`` and stamp it; return the steps.
+
+    A store with no stamp and no data is new (stamped current); one with data
+    but no stamp is version 0.
+
+    Raises:
+        StoreVersionError: the store is newer than this retinue, or a step is missing.
+    """
+    if txn.get(SCHEMA_KEY, db=dbs["meta"]) is None:
+        has_data = any(txn.stat(dbs[name])["entries"] for name in ("agents", "messages"))
+        found = 0 if has_data else SCHEMA_VERSION
+    else:
+        found = stamped_version(txn, dbs)
+    done = upgrade(txn, dbs, found, SCHEMA_VERSION)
+    txn.put(SCHEMA_KEY, msgspec.msgpack.encode(SCHEMA_VERSION), db=dbs["meta"])
     return done

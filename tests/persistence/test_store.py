@@ -23,8 +23,8 @@ from retinue import (
     StoreVersionError,
 )
 from retinue.persistence import migrations
-from retinue.persistence.migrations import upgrade
-from retinue.persistence.store import DATABASES, SCHEMA_KEY, Store, Write
+from retinue.persistence.migrations import SCHEMA_KEY, upgrade
+from retinue.persistence.store import DATABASES, Store, Write
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import SCHEMA_VERSION, CompletionRecord, MessageRecord

@@ -27,7 +27,7 @@ def test_a_failed_commit_is_an_error_for_that_caller_and_every_later_one(
         def broken(writes: object) -> None:  # fault injection: the disk went away
             raise lmdb.DiskError("injected: no space left on device")
 
-        monkeypatch.setattr(store, "_commit", broken)
+        monkeypatch.setattr(store._writer, "_commit", broken)
         with pytest.raises(StoreError, match="injected"):
             rt.send(a.id, "lost?")
         # The store is marked failed: later calls fail fast instead of hanging.
