@@ -28,7 +28,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import msgspec
 
 from retinue.errors import (
     ConfigurationError,
@@ -51,7 +50,7 @@ from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.retry import backoff_delay, classify
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import Usage
-from retinue.protocol.results import parse_result, result_instruction
+from retinue.protocol.results import encode_result, parse_result, result_instruction
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "model_runner_factory"]
 
@@ -276,7 +275,7 @@ class _Session:
                 self.history.append({"role": "user", "content": REPAIR_PROMPT.format(error=exc)})
                 agent_usage, tree_usage = await self._save(Usage())
                 continue
-            return msgspec.json.encode(result).decode()
+            return encode_result(result, self.limits.output_max_bytes)
 
     def _answer_calls(self, assistant: ChatMessage, results: Sequence[str]) -> None:
         for call, content in zip(assistant.get("tool_calls") or [], results, strict=True):
