@@ -37,6 +37,7 @@ __all__ = [
     "encode_transcript",
     "render_message",
     "repair_dangling",
+    "storable",
     "turn_input",
 ]
 
@@ -83,22 +84,40 @@ def turn_input(task: str, reason: str, messages: Sequence[Message]) -> str:
     return "\n\n".join(parts)
 
 
+def storable(text: str) -> str:
+    """Return ``text`` with lone surrogates (no UTF-8 form) escaped as ``\\udXXX``.
+
+    Providers do send half an emoji; the escape keeps the information, as
+    runner outputs do (:func:`retinue.protocol.text.bounded_text`).
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _optional_text(value: object) -> str | None:
+    return storable(value) if isinstance(value, str) else None
+
+
 def _to_record(message: ChatMessage) -> TranscriptMessage:
     calls = tuple(
         ToolCallRecord(
-            id=str(call.get("id", "")),
-            name=str((call.get("function") or {}).get("name", "")),
-            arguments=str((call.get("function") or {}).get("arguments", "")),
+            id=storable(str(call.get("id", ""))),
+            name=storable(str((call.get("function") or {}).get("name", ""))),
+            arguments=storable(str((call.get("function") or {}).get("arguments", ""))),
         )
         for call in message.get("tool_calls") or ()
     )
-    content = message.get("content")
     return TranscriptMessage(
-        role=str(message.get("role", "user")),
-        content=content if isinstance(content, str) else None,
+        role=storable(str(message.get("role", "user"))),
+        content=_optional_text(message.get("content")),
         tool_calls=calls,
-        tool_call_id=message.get("tool_call_id"),
-        name=message.get("name"),
+        tool_call_id=_optional_text(message.get("tool_call_id")),
+        name=_optional_text(message.get("name")),
     )
 
 
