@@ -86,8 +86,9 @@ class ToolBox:
     async def call(self, name: str, arguments: str) -> str:
         """Run tool ``name`` with the raw JSON ``arguments``; return the result as JSON text.
 
-        Never raises, except ``asyncio.CancelledError``: every failure is
-        returned as ``{"error": "..."}``.
+        Never raises, except ``asyncio.CancelledError``: every failure, any
+        ``BaseException`` a tool raises included (``SystemExit``,
+        ``KeyboardInterrupt``), is returned as ``{"error": "..."}``.
         """
         try:
             tool = self._tools.get(name) if isinstance(name, str) else None
@@ -107,11 +108,11 @@ class ToolBox:
                 return error_result(f"{exc}{hint}")
             value = await tool.handler(args)
             return self._encode(name, value)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            raise  # the turn is cancelled, or the coroutine closed: not the tool's failure
         except (ToolError, RetinueError) as exc:
             return error_result(str(exc) or type(exc).__name__)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never escapes
             detail = str(exc)
             return error_result(
                 f"{name} failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
