@@ -4,7 +4,11 @@
 with a small environment (``PATH``, ``LANG``, ``TERM``, ``HOME`` set to the
 workspace; the host's secrets are not passed on), a timeout after which the
 whole group is killed, and stdout and stderr each cut to ``max_output_bytes``
-(start and end kept). An interrupted turn kills the group too. It is not a
+(start and end kept). The timeout covers both the output pipes and the wait
+for the process, so a command that redirects its output (``cmd > log 2>&1``,
+``exec >/dev/null``) is killed on time too. An interrupted turn kills the
+group, and so does the end of the call: nothing the command started in the
+background outlives it. It is not a
 sandbox: the command can reach anything the process can.
 """
 
@@ -28,6 +32,10 @@ DEFAULT_BASH_TIMEOUT_S = 60.0
 """Seconds a ``bash`` call may run when the model gives no timeout."""
 MAX_BASH_TIMEOUT_S = 600.0
 """Longest timeout a model may ask ``bash`` for."""
+
+
+_DRAIN_S = 2.0
+"""Seconds the output pipes may take to drain once the process group is gone."""
 
 
 class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -136,15 +144,18 @@ async def run_bash(
     pumps = asyncio.gather(_pump(process.stdout, out), _pump(process.stderr, err))
     timed_out = False
     try:
+        # The deadline covers the process itself, not only its pipes: a command
+        # that redirects its output (`exec >/dev/null`) closes them at once.
         try:
-            await asyncio.wait_for(asyncio.shield(pumps), timeout)
-            await process.wait()
+            await asyncio.wait_for(process.wait(), timeout)
         except TimeoutError:
             timed_out = True
-            _kill_group(process)
-            await process.wait()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pumps, 1.0)  # drain what the killed group left
+        # Whether it ended or timed out, nothing it started outlives the call
+        # (`sleep 600 >/dev/null &`): the whole group goes, then the pipes drain.
+        _kill_group(process)
+        await process.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(pumps, _DRAIN_S)
     except asyncio.CancelledError:
         _kill_group(process)  # the turn was interrupted: leave nothing running
         pumps.cancel()
