@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
 
 from retinue.llm.arguments import ToolError
+from retinue.llm.child_process import kill_group, spawn
 from retinue.llm.workspace import Workspace
 
 __all__ = ["DEFAULT_BASH_TIMEOUT_S", "MAX_BASH_TIMEOUT_S", "BashArgs", "run_bash"]
@@ -90,11 +90,6 @@ async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
         capture.add(chunk)
 
 
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
 def _bash_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
@@ -127,37 +122,35 @@ async def run_bash(
     full_env = _bash_env(env)
     full_env.setdefault("HOME", str(workspace.root))
     try:
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            args.command,
+        child = await spawn(
+            ["bash", "-c", args.command],
             cwd=workspace.root,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
             env=full_env,
+            stdin=asyncio.subprocess.DEVNULL,
         )
     except OSError as exc:
         raise ToolError(f"bash could not start: {exc}") from None
+    process = child.process
     out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
     pumps = asyncio.gather(_pump(process.stdout, out), _pump(process.stderr, err))
     timed_out = False
     try:
         # The deadline covers the process itself, not only its pipes: a command
-        # that redirects its output (`exec >/dev/null`) closes them at once.
+        # that redirects its output (`exec >/dev/null`) closes them at once,
+        # and one that leaves a child behind keeps them open after it exits.
         try:
-            await asyncio.wait_for(process.wait(), timeout)
+            await asyncio.wait_for(asyncio.shield(child.exited), timeout)
         except TimeoutError:
             timed_out = True
         # Whether it ended or timed out, nothing it started outlives the call
         # (`sleep 600 >/dev/null &`): the whole group goes, then the pipes drain.
-        _kill_group(process)
-        await process.wait()
-        with contextlib.suppress(Exception):
+        kill_group(process)
+        with contextlib.suppress(Exception):  # a process that left the group keeps them
             await asyncio.wait_for(pumps, _DRAIN_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), _DRAIN_S)
     except asyncio.CancelledError:
-        _kill_group(process)  # the turn was interrupted: leave nothing running
+        kill_group(process)  # the turn was interrupted: leave nothing running
         pumps.cancel()
         raise
     stdout, cut_out = out.text()
