@@ -28,7 +28,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-
 from retinue.errors import (
     ConfigurationError,
     ModelCallFailed,
@@ -38,14 +37,16 @@ from retinue.errors import (
 )
 from retinue.llm import toolbox as toolbox_module
 from retinue.llm.bridge import llm_load, llm_step
+from retinue.llm.builtin_tools import DEFAULT_TOOL_TIMEOUT_S
 from retinue.llm.conversation import (
     ChatMessage,
-    bound,
+    bound_at,
     decode_transcript,
     encode_transcript,
     repair_dangling,
     turn_input,
 )
+from retinue.llm.host_tools import check_timeout
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.retry import backoff_delay, classify
 from retinue.protocol.limits import Limits
@@ -92,7 +93,9 @@ class LiteLLMRunner:
     ``workspace`` is the folder built-in tools are confined to (set by
     ``Runtime.open(workspace=...)`` for runners it creates); ``host_tools``
     maps names to host functions offered as tools. ``retry_base_s`` and
-    ``retry_max_s`` shape the backoff. Every other keyword goes to
+    ``retry_max_s`` shape the backoff. ``tool_timeout_s`` bounds each call of
+    a file tool or a host tool (one without ``@tool(timeout_s=...)``). Every
+    other keyword goes to
     ``litellm.acompletion`` as it is (litellm's own client retries are off
     unless ``max_retries`` is given).
 
@@ -117,6 +120,7 @@ class LiteLLMRunner:
         host_tools: Mapping[str, Callable[..., Any]] | None = None,
         retry_base_s: float = 0.5,
         retry_max_s: float = 60.0,
+        tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -127,6 +131,7 @@ class LiteLLMRunner:
         _positive("request_timeout_s", request_timeout_s, integer=False)
         _positive("retry_base_s", retry_base_s, integer=False)
         _positive("retry_max_s", retry_max_s, integer=False)
+        check_timeout("LiteLLMRunner tool_timeout_s", tool_timeout_s)
         if result_format not in (None, "structured"):
             raise ConfigurationError(
                 f"LiteLLMRunner result_format must be 'structured' or None, not {result_format!r}"
@@ -144,6 +149,7 @@ class LiteLLMRunner:
         self.host_tools: dict[str, Callable[..., Any]] = dict(host_tools or {})
         self.retry_base_s = float(retry_base_s)
         self.retry_max_s = float(retry_max_s)
+        self.tool_timeout_s = float(tool_timeout_s)  # bounds each file and host tool call
         self.litellm_kwargs = dict(litellm_kwargs)
         self._rng = random.Random()
 
@@ -194,6 +200,7 @@ class _Session:
         ) == "structured"
         self.history: list[ChatMessage] = []
         self.cut = 0
+        self.task_at: int | None = None
 
     def _system(self) -> list[ChatMessage]:
         text = str(getattr(self.turn, "instructions", "") or "")
@@ -206,11 +213,16 @@ class _Session:
         raw, agent_usage, tree_usage = await llm_load(turn)
         history, self.cut = decode_transcript(raw)
         self.history = repair_dangling(history)
+        self.task_at = len(self.history)  # the transcript cut always keeps this turn's task
         self.history.append(
             {"role": "user", "content": turn_input(turn.task, turn.reason, turn.messages)}
         )
         toolbox = toolbox_module.build_toolbox(
-            turn, tools=self.tools, workspace=runner.workspace, host_tools=runner.host_tools
+            turn,
+            tools=self.tools,
+            workspace=runner.workspace,
+            host_tools=runner.host_tools,
+            tool_timeout_s=runner.tool_timeout_s,
         )
         schemas = toolbox.schemas()
         calls_made = 0
@@ -289,7 +301,9 @@ class _Session:
             )
 
     async def _save(self, usage: Usage) -> tuple[Usage, Usage]:
-        self.history, cut = bound(self.history, self.limits.transcript_max_bytes)
+        self.history, cut, self.task_at = bound_at(
+            self.history, self.limits.transcript_max_bytes, self.task_at
+        )
         self.cut += cut
         raw = encode_transcript(self.turn.agent.id, self.history, self.cut)
         return await llm_step(self.turn, usage, raw)

@@ -114,9 +114,7 @@ class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit
     evidence: _Strings | None = None
 
 
-class StructuredResult(
-    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True
-):
+class StructuredResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """The whole structured result; build one with :func:`parse_result` to get it validated.
 
     Every list field is required (send ``[]`` when there is nothing to say);
@@ -308,9 +306,7 @@ def encode_result(result: StructuredResult, max_bytes: int = MAX_INPUT_BYTES) ->
     try:
         text = _ENCODER.encode(result).decode("utf-8")
     except UnicodeEncodeError:
-        loose = json.dumps(
-            msgspec.to_builtins(result), ensure_ascii=False, separators=(",", ":")
-        )
+        loose = json.dumps(msgspec.to_builtins(result), ensure_ascii=False, separators=(",", ":"))
         text = _SURROGATE_RE.sub(lambda m: f"\\u{ord(m[0]):04x}", loose)
     size = len(text.encode("utf-8"))
     if size > max_bytes:

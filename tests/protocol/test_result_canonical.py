@@ -48,8 +48,12 @@ def near_the_bound() -> str:
 
 
 def test_canonical_output_omits_absent_optional_fields() -> None:
-    text = compact(minimal(artifacts=[{"id": "r", "kind": "file"}],
-                           verification=[{"status": "not-run", "summary": "later"}]))
+    text = compact(
+        minimal(
+            artifacts=[{"id": "r", "kind": "file"}],
+            verification=[{"status": "not-run", "summary": "later"}],
+        )
+    )
     out = encode_result(parse_result(text))
     assert json.loads(out) == json.loads(text)
     assert "null" not in out and "reason_code" not in out and "digest" not in out
