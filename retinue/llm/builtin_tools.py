@@ -252,6 +252,36 @@ def _os_error(name: str, args: Any, exc: OSError) -> ToolError:
     return ToolError(f"{name} {path!r}: {reason}")
 
 
+_TOOLS: dict[str, tuple[type[msgspec.Struct], str]] = {
+    "read_file": (
+        ReadFileArgs,
+        "Read a text file of the workspace, by lines (offset is 1-based).",
+    ),
+    "list_dir": (
+        ListDirArgs,
+        "List a folder of the workspace: each entry's name, type and size.",
+    ),
+    "grep": (
+        GrepArgs,
+        "Search the text files under a workspace path for a regular expression; "
+        "returns matching lines with their path and line number.",
+    ),
+    "find": (FindArgs, "Find files and folders under a workspace path by glob pattern."),
+    "write_file": (
+        WriteFileArgs,
+        "Create or overwrite a file of the workspace with the given content "
+        "(missing folders are created).",
+    ),
+    "edit_file": (
+        EditFileArgs,
+        "Replace an exact, unique piece of text in a workspace file "
+        "(or every occurrence with replace_all).",
+    ),
+    "bash": (BashArgs, ""),  # described with its bounds in builtin_tools
+}
+"""Each built-in tool's arguments and description, in preset order."""
+
+
 def builtin_tools(
     workspace: Workspace,
     names: frozenset[str],
@@ -300,56 +330,28 @@ def builtin_tools(
             env=bash_env,
         )
 
-    def file_tool(name: str, description: str, args: type[msgspec.Struct], fn: Any) -> ToolDef:
-        return ToolDef(name, description, args, fn, timeout_s=tool_timeout_s)
-
+    handlers: dict[str, Any] = {
+        "read_file": threaded("read_file", files.read_file),
+        "list_dir": threaded("list_dir", files.list_dir),
+        "grep": grep,
+        "find": threaded("find", files.find),
+        "write_file": threaded("write_file", files.write_file),
+        "edit_file": threaded("edit_file", files.edit_file),
+        "bash": bash,
+    }
+    bash_text = (
+        f"Run a bash command in the workspace folder; killed after timeout_s seconds "
+        f"(default {bash_timeout_s:g}); stdout and stderr are each cut to "
+        f"{max_output_bytes} bytes."
+    )
     every = [
-        file_tool(
-            "read_file",
-            "Read a text file of the workspace, by lines (offset is 1-based).",
-            ReadFileArgs,
-            threaded("read_file", files.read_file),
-        ),
-        file_tool(
-            "list_dir",
-            "List a folder of the workspace: each entry's name, type and size.",
-            ListDirArgs,
-            threaded("list_dir", files.list_dir),
-        ),
-        file_tool(
-            "grep",
-            "Search the text files under a workspace path for a regular expression; "
-            "returns matching lines with their path and line number.",
-            GrepArgs,
-            grep,
-        ),
-        file_tool(
-            "find",
-            "Find files and folders under a workspace path by glob pattern.",
-            FindArgs,
-            threaded("find", files.find),
-        ),
-        file_tool(
-            "write_file",
-            "Create or overwrite a file of the workspace with the given content "
-            "(missing folders are created).",
-            WriteFileArgs,
-            threaded("write_file", files.write_file),
-        ),
-        file_tool(
-            "edit_file",
-            "Replace an exact, unique piece of text in a workspace file "
-            "(or every occurrence with replace_all).",
-            EditFileArgs,
-            threaded("edit_file", files.edit_file),
-        ),
         ToolDef(
-            "bash",
-            f"Run a bash command in the workspace folder; killed after timeout_s seconds "
-            f"(default {bash_timeout_s:g}); stdout and stderr are each cut to "
-            f"{max_output_bytes} bytes.",
-            BashArgs,
-            bash,
-        ),
+            name,
+            bash_text if name == "bash" else text,
+            args,
+            handlers[name],
+            timeout_s=tool_timeout_s if name in FILE_TOOLS else None,
+        )
+        for name, (args, text) in _TOOLS.items()
     ]
     return [tool for tool in every if tool.name in names]

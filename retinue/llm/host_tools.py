@@ -144,6 +144,22 @@ class HostTool:
         return ToolDef(self.name, self.description, self.args, self.invoke, timeout_s=timeout)
 
 
+def _checked_name(fn: Callable[..., Any], name: str | None) -> str:
+    """Return the tool's name, checked against the rule and the built-in names."""
+    if not callable(fn):
+        raise ConfigurationError(f"a host tool must be a function, not {type(fn).__name__}")
+    tool_name = name if name is not None else getattr(fn, "__name__", "")
+    if not isinstance(tool_name, str) or _NAME_RE.fullmatch(tool_name) is None:
+        raise ConfigurationError(
+            f"host tool name {tool_name!r} must match {TOOL_NAME_PATTERN}; pass name=..."
+        )
+    if tool_name in COORDINATOR_TOOLS or tool_name in BUILTIN_TOOLS or tool_name in PRESETS:
+        raise ConfigurationError(
+            f"host tool name {tool_name!r} is taken by a built-in tool or preset; pass name=..."
+        )
+    return tool_name
+
+
 def _build(
     fn: Callable[..., Any],
     name: str | None,
@@ -159,17 +175,7 @@ def _build(
             return fn
         description = fn.description if description is None else description
         fn = fn.fn
-    if not callable(fn):
-        raise ConfigurationError(f"a host tool must be a function, not {type(fn).__name__}")
-    tool_name = name if name is not None else getattr(fn, "__name__", "")
-    if not isinstance(tool_name, str) or _NAME_RE.fullmatch(tool_name) is None:
-        raise ConfigurationError(
-            f"host tool name {tool_name!r} must match {TOOL_NAME_PATTERN}; pass name=..."
-        )
-    if tool_name in COORDINATOR_TOOLS or tool_name in BUILTIN_TOOLS or tool_name in PRESETS:
-        raise ConfigurationError(
-            f"host tool name {tool_name!r} is taken by a built-in tool or preset; pass name=..."
-        )
+    tool_name = _checked_name(fn, name)
     summary, param_docs = _docstring_parts(fn)
     try:
         signature = inspect.signature(fn)

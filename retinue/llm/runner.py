@@ -37,7 +37,6 @@ from retinue.errors import (
 )
 from retinue.llm import toolbox as toolbox_module
 from retinue.llm.bridge import llm_load, llm_step
-from retinue.llm.builtin_tools import DEFAULT_TOOL_TIMEOUT_S
 from retinue.llm.conversation import (
     ChatMessage,
     bound_at,
@@ -46,7 +45,6 @@ from retinue.llm.conversation import (
     repair_dangling,
     turn_input,
 )
-from retinue.llm.host_tools import check_timeout
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.retry import backoff_delay, classify
 from retinue.protocol.limits import Limits
@@ -93,9 +91,8 @@ class LiteLLMRunner:
     ``workspace`` is the folder built-in tools are confined to (set by
     ``Runtime.open(workspace=...)`` for runners it creates); ``host_tools``
     maps names to host functions offered as tools. ``retry_base_s`` and
-    ``retry_max_s`` shape the backoff. ``tool_timeout_s`` bounds each call of
-    a file tool or a host tool (one without ``@tool(timeout_s=...)``). Every
-    other keyword goes to
+    ``retry_max_s`` shape the backoff; ``tool_timeout_s`` bounds each file or
+    host tool call. Every other keyword goes to
     ``litellm.acompletion`` as it is (litellm's own client retries are off
     unless ``max_retries`` is given).
 
@@ -120,7 +117,7 @@ class LiteLLMRunner:
         host_tools: Mapping[str, Callable[..., Any]] | None = None,
         retry_base_s: float = 0.5,
         retry_max_s: float = 60.0,
-        tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        tool_timeout_s: float = toolbox_module.DEFAULT_TOOL_TIMEOUT_S,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -131,7 +128,7 @@ class LiteLLMRunner:
         _positive("request_timeout_s", request_timeout_s, integer=False)
         _positive("retry_base_s", retry_base_s, integer=False)
         _positive("retry_max_s", retry_max_s, integer=False)
-        check_timeout("LiteLLMRunner tool_timeout_s", tool_timeout_s)
+        toolbox_module.check_timeout("LiteLLMRunner tool_timeout_s", tool_timeout_s)
         if result_format not in (None, "structured"):
             raise ConfigurationError(
                 f"LiteLLMRunner result_format must be 'structured' or None, not {result_format!r}"

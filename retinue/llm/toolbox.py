@@ -51,9 +51,11 @@ from retinue.protocol.tools import BUILTIN_TOOLS, extra_tools, resolve_tools
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_TOOL_TIMEOUT_S",
     "ToolBox",
     "ToolBoxFactory",
     "build_toolbox",
+    "check_timeout",
     "error_result",
 ]
 
@@ -194,6 +196,21 @@ ToolBoxFactory = Callable[..., ToolBox]
 """``factory(turn, *, tools, workspace, host_tools) -> ToolBox``."""
 
 
+def _granted(profile: Any, owner: str, tools: str | Sequence[str] | None) -> Sequence[str]:
+    """Return the tool names ``tools`` grants, checked against the profile's ceiling."""
+    names = resolve_tools(tools, owner=owner) or ()
+    ceiling = resolve_tools(getattr(profile, "tools", None), owner=owner)
+    if ceiling is not None and tools is not getattr(profile, "tools", None):
+        beyond = extra_tools(names, ceiling)
+        if beyond:
+            raise ConfigurationError(
+                f"profile {owner!r}: the runner asks for tools its profile does not grant: "
+                f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
+                "(name them in Profile(tools=...))"
+            )
+    return names
+
+
 def build_toolbox(
     turn: Any,
     *,
@@ -229,16 +246,7 @@ def build_toolbox(
     check_timeout("tool_timeout_s", tool_timeout_s)
     profile = getattr(turn, "profile", None)
     owner = getattr(profile, "name", "") or ""
-    names = resolve_tools(tools, owner=owner) or ()
-    ceiling = resolve_tools(getattr(profile, "tools", None), owner=owner)
-    if ceiling is not None and tools is not getattr(profile, "tools", None):
-        beyond = extra_tools(names, ceiling)
-        if beyond:
-            raise ConfigurationError(
-                f"profile {owner!r}: the runner asks for tools its profile does not grant: "
-                f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
-                "(name them in Profile(tools=...))"
-            )
+    names = _granted(profile, owner, tools)
     hosts = host_tool_defs(host_tools)
     unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in hosts]
     if unknown:
