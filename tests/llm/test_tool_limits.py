@@ -537,3 +537,37 @@ def test_the_pool_bound_must_be_a_positive_integer() -> None:
         ToolPool(0)
     with pytest.raises(ConfigurationError, match="max_threads"):
         ToolPool(2).max_threads = -1
+
+
+STUCK_FOREVER = """
+import asyncio, json, threading
+from retinue.llm import ToolBox, tool
+from retinue.llm.tool_pool import tool_pool
+
+@tool(timeout_s=0.5)
+def wedged() -> str:
+    \"\"\"Never return.\"\"\"
+    threading.Event().wait()
+    return "never"
+
+box = ToolBox([wedged.definition()])
+
+async def main():
+    text = await box.call("wedged", "{}")
+    print(json.dumps({"result": json.loads(text), "abandoned": tool_pool().abandoned}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_tool_call_stuck_for_good_is_abandoned_and_the_process_still_exits() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", STUCK_FOREVER],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report == {"result": {"error": "tool wedged timed out after 0.5 s"}, "abandoned": 1}
