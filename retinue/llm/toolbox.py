@@ -133,6 +133,11 @@ class ToolBox:
             value = {"result": value}
         try:
             text = _ENCODER.encode(value).decode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (half an emoji): keep it as an escape
+            try:
+                text = json.dumps(msgspec.to_builtins(value), ensure_ascii=True)
+            except (TypeError, ValueError) as exc:
+                return error_result(f"{name} returned a value that is not JSON: {exc}")
         except (TypeError, ValueError, UnicodeDecodeError) as exc:
             return error_result(f"{name} returned a value that is not JSON: {exc}")
         if len(text.encode("utf-8")) <= self._max:

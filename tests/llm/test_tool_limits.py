@@ -571,3 +571,14 @@ def test_a_tool_call_stuck_for_good_is_abandoned_and_the_process_still_exits() -
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report == {"result": {"error": "tool wedged timed out after 0.5 s"}, "abandoned": 1}
+
+
+def test_a_tool_result_with_a_lone_surrogate_is_kept_escaped() -> None:
+    @tool
+    def half_emoji() -> str:
+        """Return half an emoji."""
+        return "smile \ud83d please"
+
+    text = asyncio.run(host_box(half_emoji).call("half_emoji", "{}"))
+    text.encode("utf-8")  # storable as it is
+    assert json.loads(text) == {"result": "smile \ud83d please"}
