@@ -53,6 +53,7 @@ from retinue.protocol.limits import Limits
 __all__ = ["AgentSpec", "Defaults", "Team", "load_team", "open_arguments"]
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
+FiniteSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e9)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 Tools = str | list[str]
@@ -77,6 +78,8 @@ class Defaults(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     max_tool_calls: PositiveInt | None = None
     request_timeout_s: Positive | None = None
     turn_timeout_s: Positive | None = None
+    tool_timeout_s: FiniteSeconds | None = None
+    """Seconds one file tool or host tool call may take (the runner's default: 120)."""
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -98,6 +101,7 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     retries: NonNegativeInt | None = None
     max_tool_calls: PositiveInt | None = None
     request_timeout_s: Positive | None = None
+    tool_timeout_s: FiniteSeconds | None = None
 
 
 class _Top(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -119,6 +123,7 @@ _INHERITED = (
     "max_tool_calls",
     "request_timeout_s",
     "turn_timeout_s",
+    "tool_timeout_s",
 )
 # Settings that only an LLM runner reads: they go to Profile fields of the same name.
 _LLM_KNOBS = (
@@ -127,6 +132,7 @@ _LLM_KNOBS = (
     "retries",
     "max_tool_calls",
     "request_timeout_s",
+    "tool_timeout_s",
 )
 _NAME = re.compile(r"[a-z0-9_]{1,40}")
 

@@ -26,6 +26,7 @@ from stress import (
     bench_llm,
     bench_reopen,
     bench_scale,
+    bench_tools,
     bench_trees,
     crash,
     damage,
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             "async_turns",
             "idle",
             "llm",
+            "tools",
         ],
     )
     parser.add_argument(
@@ -208,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         report["llm"] = row
         _table("llm: concurrent model turns vs raw litellm.acompletion, local OpenAI server", row)
 
+    if args.only in (None, "tools"):
+        row = bench_tools.run(10 if quick else 50)
+        report["tools"] = row
+        _table("tools: grep in a child process vs in-process, read_file on the tool pool", row)
+
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
@@ -227,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "idle",
         "reopen",
         "llm",
+        "tools",
     )
     parts = [k for k in every if k in report]
     bad = sum(

@@ -133,7 +133,10 @@ class ToolDef:
     ``handler(args)`` gets the decoded struct and returns something
     ``msgspec.json`` can encode (a dict, a struct, a list, a str ...); it
     signals a refusal by raising :class:`ToolError`. ``hint`` is appended to
-    an argument error (say, the agents one may spawn).
+    an argument error (say, the agents one may spawn). ``timeout_s`` bounds
+    one call (None: no bound of the toolbox's, as for the coordinator tools
+    and bash, which has its own): past it the call is cancelled and the
+    model gets ``{"error": "tool <name> timed out after N s"}``.
     """
 
     name: str
@@ -142,6 +145,7 @@ class ToolDef:
     handler: Callable[[Any], Awaitable[Any]]
     hint: str = ""
     decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         """Build the argument decoder once."""

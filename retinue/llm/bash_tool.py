@@ -4,7 +4,11 @@
 with a small environment (``PATH``, ``LANG``, ``TERM``, ``HOME`` set to the
 workspace; the host's secrets are not passed on), a timeout after which the
 whole group is killed, and stdout and stderr each cut to ``max_output_bytes``
-(start and end kept). An interrupted turn kills the group too. It is not a
+(start and end kept). The timeout covers both the output pipes and the wait
+for the process, so a command that redirects its output (``cmd > log 2>&1``,
+``exec >/dev/null``) is killed on time too. An interrupted turn kills the
+group, and so does the end of the call: nothing the command started in the
+background outlives it. It is not a
 sandbox: the command can reach anything the process can.
 """
 
@@ -13,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
 
 from retinue.llm.arguments import ToolError
+from retinue.llm.child_process import kill_group, spawn
 from retinue.llm.workspace import Workspace
 
 __all__ = ["DEFAULT_BASH_TIMEOUT_S", "MAX_BASH_TIMEOUT_S", "BashArgs", "run_bash"]
@@ -28,6 +32,10 @@ DEFAULT_BASH_TIMEOUT_S = 60.0
 """Seconds a ``bash`` call may run when the model gives no timeout."""
 MAX_BASH_TIMEOUT_S = 600.0
 """Longest timeout a model may ask ``bash`` for."""
+
+
+_DRAIN_S = 2.0
+"""Seconds the output pipes may take to drain once the process group is gone."""
 
 
 class BashArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -82,11 +90,6 @@ async def _pump(stream: asyncio.StreamReader | None, capture: _Capture) -> None:
         capture.add(chunk)
 
 
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
 def _bash_env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
@@ -119,34 +122,35 @@ async def run_bash(
     full_env = _bash_env(env)
     full_env.setdefault("HOME", str(workspace.root))
     try:
-        process = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            args.command,
+        child = await spawn(
+            ["bash", "-c", args.command],
             cwd=workspace.root,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
             env=full_env,
+            stdin=asyncio.subprocess.DEVNULL,
         )
     except OSError as exc:
         raise ToolError(f"bash could not start: {exc}") from None
+    process = child.process
     out, err = _Capture(max_output_bytes), _Capture(max_output_bytes)
     pumps = asyncio.gather(_pump(process.stdout, out), _pump(process.stderr, err))
     timed_out = False
     try:
+        # The deadline covers the process itself, not only its pipes: a command
+        # that redirects its output (`exec >/dev/null`) closes them at once,
+        # and one that leaves a child behind keeps them open after it exits.
         try:
-            await asyncio.wait_for(asyncio.shield(pumps), timeout)
-            await process.wait()
+            await asyncio.wait_for(asyncio.shield(child.exited), timeout)
         except TimeoutError:
             timed_out = True
-            _kill_group(process)
-            await process.wait()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pumps, 1.0)  # drain what the killed group left
+        # Whether it ended or timed out, nothing it started outlives the call
+        # (`sleep 600 >/dev/null &`): the whole group goes, then the pipes drain.
+        kill_group(process)
+        with contextlib.suppress(Exception):  # a process that left the group keeps them
+            await asyncio.wait_for(pumps, _DRAIN_S)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), _DRAIN_S)
     except asyncio.CancelledError:
-        _kill_group(process)  # the turn was interrupted: leave nothing running
+        kill_group(process)  # the turn was interrupted: leave nothing running
         pumps.cancel()
         raise
     stdout, cut_out = out.text()

@@ -1,21 +1,25 @@
 """The built-in workspace tools: read_file, list_dir, grep, find, write_file, edit_file, bash.
 
 Every path goes through :class:`~retinue.llm.workspace.Workspace`, so a tool
-never reads or writes outside its folder. File work runs in a worker thread
-(``asyncio.to_thread``), so a big folder never stalls the event loop that
-drives the other agents. Every result is bounded: files and outputs are cut at
+never reads or writes outside its folder, and no result shows a path outside
+it. File work runs on the tool pool's threads (:mod:`retinue.llm.tool_pool`),
+never the loop's shared default executor, so a big folder never stalls the
+event loop that drives the other agents, and each file tool call is bounded by
+``tool_timeout_s``. Only regular files are opened
+(:mod:`retinue.llm.file_access`): a FIFO or a device is refused before any
+blocking open. Every result is bounded: files and outputs are cut at
 ``max_output_bytes`` with a visible marker, listings and matches at a count.
 
-``bash`` lives in :mod:`retinue.llm.bash_tool`.
+``bash`` lives in :mod:`retinue.llm.bash_tool`, ``grep`` (matching in a child
+process under a deadline) in :mod:`retinue.llm.grep_tool`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import os
-import re
-from collections.abc import Callable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,23 +27,31 @@ import msgspec
 
 from retinue.llm.arguments import ToolDef, ToolError
 from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S, BashArgs, run_bash
+from retinue.llm.file_access import check_regular, open_for_reading, write_regular
+from retinue.llm.grep_tool import DEFAULT_GREP_TIMEOUT_S, MAX_SKIPPED, GrepArgs, run_grep
+from retinue.llm.tool_pool import tool_pool
 from retinue.llm.workspace import Workspace
 from retinue.protocol.text import truncate_utf8
 
-__all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "builtin_tools"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "FILE_TOOLS",
+    "GrepArgs",
+    "builtin_tools",
+]
 
 DEFAULT_MAX_OUTPUT_BYTES = 32_768
 """Largest file content or command output one tool result carries (UTF-8 bytes)."""
+DEFAULT_TOOL_TIMEOUT_S = 120.0
+"""Seconds one file tool (or host tool) call may take before the model gets a timeout error."""
+FILE_TOOLS = frozenset({"read_file", "list_dir", "grep", "find", "write_file", "edit_file"})
+"""The built-in tools bounded by ``tool_timeout_s`` (``bash`` has its own ``timeout_s``)."""
 MAX_ENTRIES = 1000
 """Most entries ``list_dir`` and ``find`` return."""
-MAX_GREP_FILE_BYTES = 4 * 1024 * 1024
-"""Files larger than this are skipped by ``grep``."""
 MAX_COUNT_BYTES = 16 * 1024 * 1024
 """``read_file`` stops counting a file's lines past this many bytes (``total_lines`` null)."""
 _PIECE_BYTES = 1 << 20
-MAX_LINE_CHARS = 2000
-"""A matched line longer than this is cut in ``grep`` results."""
-_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules"})
 
 _Path = Annotated[
     str,
@@ -59,24 +71,6 @@ class ListDirArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Arguments of list_dir."""
 
     path: _Path = "."
-
-
-class GrepArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Arguments of grep."""
-
-    pattern: Annotated[str, msgspec.Meta(description="A Python regular expression.")]
-    path: _Path = "."
-    glob: (
-        Annotated[
-            str,
-            msgspec.Meta(
-                description="Only search files whose name matches this glob, e.g. '*.py'."
-            ),
-        ]
-        | None
-    ) = None
-    ignore_case: bool = False
-    max_results: Annotated[int, msgspec.Meta(ge=1, le=MAX_ENTRIES)] = 100
 
 
 class FindArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -120,7 +114,7 @@ def _is_binary(head: bytes) -> bool:
 
 
 class _Files:
-    """The file tools of one workspace (each method runs in a worker thread)."""
+    """The file tools of one workspace (each method runs on a tool-pool thread)."""
 
     def __init__(self, workspace: Workspace, max_output_bytes: int) -> None:
         self.ws = workspace
@@ -132,7 +126,7 @@ class _Files:
             raise ToolError(f"{path!r} does not exist in the workspace")
         return real
 
-    def read_file(self, args: ReadFileArgs) -> dict[str, Any]:
+    def read_file(self, args: ReadFileArgs, stop: threading.Event) -> dict[str, Any]:
         real = self._existing(args.path)
         if real.is_dir():
             raise ToolError(f"{args.path!r} is a folder; use list_dir")
@@ -142,12 +136,12 @@ class _Files:
         ended = True  # the last piece ended its line
         counted = True  # every line was counted (False: stopped early in a huge file)
         consumed = 0
-        with real.open("rb") as handle:
+        with open_for_reading(real, args.path) as handle:
             if _is_binary(handle.read(8192)):
                 raise ToolError(f"{args.path!r} is a binary file")
             handle.seek(0)
             # Pieces, not lines: one enormous line never has to fit in memory.
-            while piece := handle.readline(_PIECE_BYTES):
+            while (piece := handle.readline(_PIECE_BYTES)) and not stop.is_set():
                 consumed += len(piece)
                 if args.offset <= line < end and len(kept) <= self.max_bytes:
                     kept += piece
@@ -170,7 +164,7 @@ class _Files:
             "truncated": cut or not counted or last < seen,
         }
 
-    def list_dir(self, args: ListDirArgs) -> dict[str, Any]:
+    def list_dir(self, args: ListDirArgs, stop: threading.Event) -> dict[str, Any]:
         real = self._existing(args.path)
         if not real.is_dir():
             raise ToolError(f"{args.path!r} is a file; use read_file")
@@ -196,87 +190,45 @@ class _Files:
             "truncated": len(names) > MAX_ENTRIES,
         }
 
-    def _walk(self, top: Path) -> Iterator[Path]:
-        """Yield the files and folders below ``top`` that stay in the workspace, sorted."""
-        for folder, dirs, files in os.walk(top, followlinks=False):
-            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-            base = Path(folder)
-            for name in dirs:
-                yield base / name
-            for name in sorted(files):
-                path = base / name
-                if path.is_symlink() and not self.ws.contains(path.resolve()):
-                    continue  # a symlink pointing out of the workspace: never followed
-                yield path
-
-    def grep(self, args: GrepArgs) -> dict[str, Any]:
-        try:
-            regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
-        except re.error as exc:
-            raise ToolError(
-                f"pattern {args.pattern!r} is not a valid regular expression: {exc}"
-            ) from None
-        real = self._existing(args.path)
-        candidates = [real] if real.is_file() else (p for p in self._walk(real) if p.is_file())
-        matches: list[dict[str, Any]] = []
-        searched = 0
-        truncated = False
-        for file in candidates:
-            if args.glob is not None and not fnmatch.fnmatch(file.name, args.glob):
-                continue
-            try:
-                if file.stat().st_size > MAX_GREP_FILE_BYTES:
-                    continue
-                data = file.read_bytes()
-            except OSError:
-                continue
-            if _is_binary(data[:8192]):
-                continue
-            searched += 1
-            rel = self.ws.relative(file.resolve())
-            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-                if regex.search(line):
-                    if len(matches) >= args.max_results:
-                        truncated = True
-                        break
-                    matches.append({"path": rel, "line": number, "text": line[:MAX_LINE_CHARS]})
-            if truncated:
-                break
-        return {"matches": matches, "files_searched": searched, "truncated": truncated}
-
-    def find(self, args: FindArgs) -> dict[str, Any]:
+    def find(self, args: FindArgs, stop: threading.Event) -> dict[str, Any]:
         real = self._existing(args.path)
         if not real.is_dir():
             raise ToolError(f"{args.path!r} is a file, not a folder to search")
         by_name = "/" not in args.pattern
         found: list[str] = []
+        skipped: list[dict[str, str]] = []
         truncated = False
-        for path in self._walk(real):
+        for path in self.ws.walk(real, skipped, stop):
             rel_here = path.relative_to(real).as_posix()
             subject = path.name if by_name else rel_here
             if fnmatch.fnmatchcase(subject, args.pattern):
                 if len(found) >= MAX_ENTRIES:
                     truncated = True
                     break
-                shown = self.ws.relative(real / rel_here)
+                shown = self.ws.shown(path)
                 found.append(shown + "/" if path.is_dir() and not path.is_symlink() else shown)
-        return {"paths": found, "truncated": truncated}
+        result: dict[str, Any] = {"paths": found, "truncated": truncated}
+        if skipped:
+            result["skipped"] = skipped[:MAX_SKIPPED]
+        return result
 
-    def write_file(self, args: WriteFileArgs) -> dict[str, Any]:
+    def write_file(self, args: WriteFileArgs, stop: threading.Event) -> dict[str, Any]:
         real = self.ws.resolve(args.path)
         if real.is_dir():
             raise ToolError(f"{args.path!r} is a folder")
         created = not real.exists()
         real.parent.mkdir(parents=True, exist_ok=True)
         data = args.content.encode("utf-8", "surrogatepass")
-        real.write_bytes(data)
+        write_regular(real, args.path, data)
         return {"path": self.ws.relative(real), "bytes": len(data), "created": created}
 
-    def edit_file(self, args: EditFileArgs) -> dict[str, Any]:
+    def edit_file(self, args: EditFileArgs, stop: threading.Event) -> dict[str, Any]:
         real = self._existing(args.path)
         if real.is_dir():
             raise ToolError(f"{args.path!r} is a folder")
-        data = real.read_bytes()
+        check_regular(real, args.path)
+        with open_for_reading(real, args.path) as handle:
+            data = handle.read()
         if _is_binary(data[:8192]):
             raise ToolError(f"{args.path!r} is a binary file")
         text = data.decode("utf-8", "surrogateescape")
@@ -289,8 +241,45 @@ class _Files:
                 "to make it unique, or set replace_all"
             )
         text = text.replace(args.old_text, args.new_text)
-        real.write_bytes(text.encode("utf-8", "surrogateescape"))
+        write_regular(real, args.path, text.encode("utf-8", "surrogateescape"))
         return {"path": self.ws.relative(real), "replacements": count}
+
+
+def _os_error(name: str, args: Any, exc: OSError) -> ToolError:
+    """Describe an OS error by the model's own path, never the host's."""
+    path = getattr(args, "path", ".")
+    reason = exc.strerror or type(exc).__name__
+    return ToolError(f"{name} {path!r}: {reason}")
+
+
+_TOOLS: dict[str, tuple[type[msgspec.Struct], str]] = {
+    "read_file": (
+        ReadFileArgs,
+        "Read a text file of the workspace, by lines (offset is 1-based).",
+    ),
+    "list_dir": (
+        ListDirArgs,
+        "List a folder of the workspace: each entry's name, type and size.",
+    ),
+    "grep": (
+        GrepArgs,
+        "Search the text files under a workspace path for a regular expression; "
+        "returns matching lines with their path and line number.",
+    ),
+    "find": (FindArgs, "Find files and folders under a workspace path by glob pattern."),
+    "write_file": (
+        WriteFileArgs,
+        "Create or overwrite a file of the workspace with the given content "
+        "(missing folders are created).",
+    ),
+    "edit_file": (
+        EditFileArgs,
+        "Replace an exact, unique piece of text in a workspace file "
+        "(or every occurrence with replace_all).",
+    ),
+    "bash": (BashArgs, ""),  # described with its bounds in builtin_tools
+}
+"""Each built-in tool's arguments and description, in preset order."""
 
 
 def builtin_tools(
@@ -300,18 +289,37 @@ def builtin_tools(
     bash_timeout_s: float = DEFAULT_BASH_TIMEOUT_S,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     bash_env: Mapping[str, str] | None = None,
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+    grep_timeout_s: float = DEFAULT_GREP_TIMEOUT_S,
 ) -> list[ToolDef]:
     """Return the built-in tools among ``names``, confined to ``workspace``, in preset order.
 
-    ``bash_env`` adds variables to bash's small environment.
+    ``bash_env`` adds variables to bash's small environment. Each file tool
+    call is bounded by ``tool_timeout_s`` (bash by its own ``timeout_s``,
+    default ``bash_timeout_s``); grep's matching by ``grep_timeout_s`` too.
     """
     files = _Files(workspace, max_output_bytes)
 
-    def threaded(fn: Callable[[Any], dict[str, Any]]) -> Callable[[Any], Any]:
+    def threaded(name: str, fn: Callable[[Any, threading.Event], dict[str, Any]]) -> Any:
+        def guarded(args: Any, stop: threading.Event) -> dict[str, Any]:
+            try:
+                return fn(args, stop)
+            except OSError as exc:
+                raise _os_error(name, args, exc) from None
+
         async def run(args: Any) -> dict[str, Any]:
-            return await asyncio.to_thread(fn, args)
+            stop = threading.Event()
+            return await tool_pool().run(guarded, args, stop, stop=stop)
 
         return run
+
+    async def grep(args: GrepArgs) -> dict[str, Any]:
+        try:
+            return await run_grep(
+                workspace, args, run_blocking=tool_pool().run, timeout_s=grep_timeout_s
+            )
+        except OSError as exc:
+            raise _os_error("grep", args, exc) from None
 
     async def bash(args: BashArgs) -> dict[str, Any]:
         return await run_bash(
@@ -322,53 +330,28 @@ def builtin_tools(
             env=bash_env,
         )
 
+    handlers: dict[str, Any] = {
+        "read_file": threaded("read_file", files.read_file),
+        "list_dir": threaded("list_dir", files.list_dir),
+        "grep": grep,
+        "find": threaded("find", files.find),
+        "write_file": threaded("write_file", files.write_file),
+        "edit_file": threaded("edit_file", files.edit_file),
+        "bash": bash,
+    }
+    bash_text = (
+        f"Run a bash command in the workspace folder; killed after timeout_s seconds "
+        f"(default {bash_timeout_s:g}); stdout and stderr are each cut to "
+        f"{max_output_bytes} bytes."
+    )
     every = [
         ToolDef(
-            "read_file",
-            "Read a text file of the workspace, by lines (offset is 1-based).",
-            ReadFileArgs,
-            threaded(files.read_file),
-        ),
-        ToolDef(
-            "list_dir",
-            "List a folder of the workspace: each entry's name, type and size.",
-            ListDirArgs,
-            threaded(files.list_dir),
-        ),
-        ToolDef(
-            "grep",
-            "Search the text files under a workspace path for a regular expression; "
-            "returns matching lines with their path and line number.",
-            GrepArgs,
-            threaded(files.grep),
-        ),
-        ToolDef(
-            "find",
-            "Find files and folders under a workspace path by glob pattern.",
-            FindArgs,
-            threaded(files.find),
-        ),
-        ToolDef(
-            "write_file",
-            "Create or overwrite a file of the workspace with the given content "
-            "(missing folders are created).",
-            WriteFileArgs,
-            threaded(files.write_file),
-        ),
-        ToolDef(
-            "edit_file",
-            "Replace an exact, unique piece of text in a workspace file "
-            "(or every occurrence with replace_all).",
-            EditFileArgs,
-            threaded(files.edit_file),
-        ),
-        ToolDef(
-            "bash",
-            f"Run a bash command in the workspace folder; killed after timeout_s seconds "
-            f"(default {bash_timeout_s:g}); stdout and stderr are each cut to "
-            f"{max_output_bytes} bytes.",
-            BashArgs,
-            bash,
-        ),
+            name,
+            bash_text if name == "bash" else text,
+            args,
+            handlers[name],
+            timeout_s=tool_timeout_s if name in FILE_TOOLS else None,
+        )
+        for name, (args, text) in _TOOLS.items()
     ]
     return [tool for tool in every if tool.name in names]

@@ -7,9 +7,12 @@ then its unread messages in arrival order, a child's completion rendered as
 
 The transcript is the chat without its system prompt, stored as a
 :class:`~retinue.protocol.records.TranscriptRecord`. :func:`bound` keeps it
-within ``Limits.transcript_max_bytes``: the oldest tool results are replaced
-by :data:`CUT_MARKER` first, then the oldest other contents, then the oldest
-exchanges are dropped whole.
+within ``Limits.transcript_max_bytes`` without breaking the chat's structure
+(:mod:`retinue.llm.transcript_cut`): the current task and the step in
+progress stay, the oldest tool results are replaced by :data:`CUT_MARKER`
+first, then oversized tool-call arguments, then the oldest other contents,
+then whole units (an assistant message with its tool results) go, oldest
+first. Every text is made storable: a lone surrogate is escaped.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from retinue.llm.transcript_cut import CUT_ARGUMENTS, CUT_MARKER, cut_transcript
 from retinue.protocol.messages import CompletionStatus, Message
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
@@ -29,22 +33,23 @@ from retinue.protocol.records import (
 )
 
 __all__ = [
+    "CUT_ARGUMENTS",
     "CUT_MARKER",
     "INTERRUPTED_TOOL_RESULT",
     "ChatMessage",
     "bound",
+    "bound_at",
     "decode_transcript",
     "encode_transcript",
     "render_message",
     "repair_dangling",
+    "storable",
     "turn_input",
 ]
 
 ChatMessage = dict[str, Any]
 """One OpenAI-shaped chat message."""
 
-CUT_MARKER = "[retinue: older content cut to keep the transcript within transcript_max_bytes]"
-"""What replaces a content cut from a stored transcript."""
 INTERRUPTED_TOOL_RESULT = json.dumps(
     {"error": "this tool call did not finish: the turn was interrupted before it returned"}
 )
@@ -83,22 +88,40 @@ def turn_input(task: str, reason: str, messages: Sequence[Message]) -> str:
     return "\n\n".join(parts)
 
 
+def storable(text: str) -> str:
+    """Return ``text`` with lone surrogates (no UTF-8 form) escaped as ``\\udXXX``.
+
+    Providers do send half an emoji; the escape keeps the information, as
+    runner outputs do (:func:`retinue.protocol.text.bounded_text`).
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _optional_text(value: object) -> str | None:
+    return storable(value) if isinstance(value, str) else None
+
+
 def _to_record(message: ChatMessage) -> TranscriptMessage:
     calls = tuple(
         ToolCallRecord(
-            id=str(call.get("id", "")),
-            name=str((call.get("function") or {}).get("name", "")),
-            arguments=str((call.get("function") or {}).get("arguments", "")),
+            id=storable(str(call.get("id", ""))),
+            name=storable(str((call.get("function") or {}).get("name", ""))),
+            arguments=storable(str((call.get("function") or {}).get("arguments", ""))),
         )
         for call in message.get("tool_calls") or ()
     )
-    content = message.get("content")
     return TranscriptMessage(
-        role=str(message.get("role", "user")),
-        content=content if isinstance(content, str) else None,
+        role=storable(str(message.get("role", "user"))),
+        content=_optional_text(message.get("content")),
         tool_calls=calls,
-        tool_call_id=message.get("tool_call_id"),
-        name=message.get("name"),
+        tool_call_id=_optional_text(message.get("tool_call_id")),
+        name=_optional_text(message.get("name")),
     )
 
 
@@ -120,38 +143,54 @@ def _to_chat(record: TranscriptMessage) -> ChatMessage:
     return message
 
 
-def _size(message: ChatMessage) -> int:
-    return len(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 8
+def _storable_message(message: ChatMessage) -> ChatMessage:
+    """Return ``message`` with every text storable (lone surrogates escaped); same if it was."""
+    out = message
+    for key in ("content", "tool_call_id", "name"):
+        value = message.get(key)
+        if isinstance(value, str) and storable(value) is not value:
+            out = out if out is not message else dict(message)
+            out[key] = storable(value)
+    calls = message.get("tool_calls")
+    if calls:
+        fixed = [
+            {**call, "function": {**function, "arguments": storable(arguments)}}
+            if isinstance(function := call.get("function"), dict)
+            and isinstance(arguments := function.get("arguments"), str)
+            and storable(arguments) is not arguments
+            else call
+            for call in calls
+        ]
+        if any(a is not b for a, b in zip(fixed, calls, strict=True)):
+            out = out if out is not message else dict(message)
+            out["tool_calls"] = fixed
+    return out
 
 
-def bound(messages: list[ChatMessage], max_bytes: int) -> tuple[list[ChatMessage], int]:
+def bound_at(
+    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None
+) -> tuple[list[ChatMessage], int, int | None]:
+    """Return ``messages`` cut to fit ``max_bytes`` and made storable, the cut count, and
+    the new index of the current task (``task_at``: its index in ``messages``).
+
+    See :mod:`retinue.llm.transcript_cut` for what the cut keeps: the current
+    task, the step in progress, system messages and the chat's structure (no
+    tool result without its call). Lone surrogates are escaped, so the history
+    the runner sends next is the one it stores.
+    """
+    out, cut, where = cut_transcript(messages, max_bytes, task_at)
+    return [_storable_message(m) for m in out], cut, where
+
+
+def bound(
+    messages: list[ChatMessage], max_bytes: int, task_at: int | None = None
+) -> tuple[list[ChatMessage], int]:
     """Return ``messages`` cut to fit ``max_bytes`` (approximately, as encoded) and the cut count.
 
-    Never cuts the last message. Oldest tool results go first, then the
-    oldest other contents; if that is not enough, the oldest exchanges (up to
-    the next ``user`` message) are dropped whole.
+    Like :func:`bound_at` without the task's new index; with ``task_at`` None
+    the current task is the last ``user`` message.
     """
-    out = [dict(m) for m in messages]
-    total = sum(_size(m) for m in out)
-    cut = 0
-    for roles in (("tool",), ("user", "assistant")):
-        for message in out[:-1]:
-            if total <= max_bytes:
-                return out, cut
-            content = message.get("content")
-            if message.get("role") in roles and isinstance(content, str) and content != CUT_MARKER:
-                if len(content) <= len(CUT_MARKER):
-                    continue
-                before = _size(message)
-                message["content"] = CUT_MARKER
-                total += _size(message) - before
-                cut += 1
-    while total > max_bytes and len(out) > 1:
-        total -= _size(out.pop(0))
-        cut += 1
-        while len(out) > 1 and out[0].get("role") != "user":
-            total -= _size(out.pop(0))
-            cut += 1
+    out, cut, _ = bound_at(messages, max_bytes, task_at)
     return out, cut
 
 

@@ -24,8 +24,13 @@ A tool is *available* once registered with the runner
 (``LiteLLMRunner(tools=[lookup_user])`` or ``build_toolbox(host_tools=...)``)
 and *granted* to the agents whose profile names it in ``tools``
 (``Profile("support", tools=["read_file", "lookup_user"])``): capability
-ceilings treat host tools like built-in ones. A sync function runs in a worker
-thread, so it never stalls the event loop. Whatever it returns is sent to the
+ceilings treat host tools like built-in ones. A sync function runs on a
+thread of the tool pool (:mod:`retinue.llm.tool_pool`), so it never stalls the
+event loop. Each call is bounded by ``@tool(timeout_s=...)``, else by the
+runner's ``tool_timeout_s`` (120 s): past it an async call is cancelled, a sync
+one abandoned (it keeps its pool thread until it returns, counted in
+``ToolPool.abandoned``), and the model gets ``{"error": "tool <name> timed out
+after N s"}``. Whatever it returns is sent to the
 model as JSON (a ``str`` as ``{"result": "..."}``); a
 :class:`~retinue.llm.arguments.ToolError` it raises is shown to the model as
 its message, any other exception as its type and message (no traceback).
@@ -33,9 +38,9 @@ its message, any other exception as its type and message (no traceback).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
+import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -46,9 +51,10 @@ import msgspec
 
 from retinue.errors import ConfigurationError
 from retinue.llm.arguments import ToolDef
+from retinue.llm.tool_pool import tool_pool
 from retinue.protocol.tools import BUILTIN_TOOLS, COORDINATOR_TOOLS, PRESETS, TOOL_NAME_PATTERN
 
-__all__ = ["HostTool", "host_tool_defs", "tool"]
+__all__ = ["HostTool", "check_timeout", "host_tool_defs", "tool"]
 
 _NAME_RE = re.compile(TOOL_NAME_PATTERN.strip("^$"))
 _ARG_LINE_RE = re.compile(r"^\s+\*{0,2}(\w+)(?:\s*\([^)]*\))?\s*:\s*(.+)$")
@@ -84,11 +90,27 @@ def _has_description(hint: Any) -> bool:
     return any(isinstance(m, msgspec.Meta) and m.description for m in hint.__metadata__)
 
 
+def check_timeout(what: str, value: object) -> None:
+    """Check that a tool timeout is a positive, finite number of seconds.
+
+    Raises:
+        ConfigurationError: it is not.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigurationError(f"{what} must be a positive number of seconds, not {value!r}")
+
+
 @dataclass(frozen=True)
 class HostTool:
     """A host function registered as a tool: its name, description and argument struct.
 
-    Build one with :func:`tool`; calling it calls the function.
+    Build one with :func:`tool`; calling it calls the function. ``timeout_s``
+    bounds each call (None: the runner's ``tool_timeout_s``).
     """
 
     name: str
@@ -96,13 +118,14 @@ class HostTool:
     args: type[msgspec.Struct]
     fn: Callable[..., Any]
     takes_struct: bool
+    timeout_s: float | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly (so a decorated function stays usable)."""
         return self.fn(*args, **kwargs)
 
     async def invoke(self, args: msgspec.Struct) -> Any:
-        """Run the function with decoded arguments: awaited if async, else in a thread."""
+        """Run the function with decoded arguments: awaited if async, else on a pool thread."""
         if self.takes_struct:
             call = functools.partial(self.fn, args)
         else:
@@ -110,22 +133,19 @@ class HostTool:
             call = functools.partial(self.fn, **kwargs)
         if inspect.iscoroutinefunction(self.fn):
             return await call()
-        result = await asyncio.to_thread(call)
+        result = await tool_pool().run(call)
         if inspect.isawaitable(result):
             return await result
         return result
 
-    def definition(self) -> ToolDef:
-        """Return the tool as the toolbox holds it."""
-        return ToolDef(self.name, self.description, self.args, self.invoke)
+    def definition(self, default_timeout_s: float | None = None) -> ToolDef:
+        """Return the tool as the toolbox holds it, bounded by ``timeout_s`` or the default."""
+        timeout = self.timeout_s if self.timeout_s is not None else default_timeout_s
+        return ToolDef(self.name, self.description, self.args, self.invoke, timeout_s=timeout)
 
 
-def _build(fn: Callable[..., Any], name: str | None, description: str | None) -> HostTool:
-    if isinstance(fn, HostTool):
-        if name in (None, fn.name) and description is None:
-            return fn
-        description = fn.description if description is None else description
-        fn = fn.fn
+def _checked_name(fn: Callable[..., Any], name: str | None) -> str:
+    """Return the tool's name, checked against the rule and the built-in names."""
     if not callable(fn):
         raise ConfigurationError(f"a host tool must be a function, not {type(fn).__name__}")
     tool_name = name if name is not None else getattr(fn, "__name__", "")
@@ -137,6 +157,25 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None) ->
         raise ConfigurationError(
             f"host tool name {tool_name!r} is taken by a built-in tool or preset; pass name=..."
         )
+    return tool_name
+
+
+def _build(
+    fn: Callable[..., Any],
+    name: str | None,
+    description: str | None,
+    timeout_s: float | None = None,
+) -> HostTool:
+    if timeout_s is not None:
+        check_timeout(f"host tool {name or getattr(fn, '__name__', '?')!r}: timeout_s", timeout_s)
+    if isinstance(fn, HostTool):
+        if timeout_s is None:
+            timeout_s = fn.timeout_s
+        if name in (None, fn.name) and description is None and timeout_s == fn.timeout_s:
+            return fn
+        description = fn.description if description is None else description
+        fn = fn.fn
+    tool_name = _checked_name(fn, name)
     summary, param_docs = _docstring_parts(fn)
     try:
         signature = inspect.signature(fn)
@@ -185,6 +224,7 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None) ->
         args=struct,
         fn=fn,
         takes_struct=takes_struct,
+        timeout_s=None if timeout_s is None else float(timeout_s),
     )
     try:
         tool_def.definition().schema()
@@ -197,13 +237,18 @@ def _build(fn: Callable[..., Any], name: str | None, description: str | None) ->
 
 @overload
 def tool(
-    fn: Callable[..., Any], /, *, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
 ) -> HostTool: ...
 
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, timeout_s: float | None = None
 ) -> Callable[[Callable[..., Any]], HostTool]: ...
 
 
@@ -213,20 +258,23 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    timeout_s: float | None = None,
 ) -> HostTool | Callable[[Callable[..., Any]], HostTool]:
     """Register ``fn`` (sync or async) as a host tool; usable as ``@tool`` or ``@tool(name=...)``.
 
     ``name`` defaults to the function's name, ``description`` to the first
-    paragraph of its docstring.
+    paragraph of its docstring; ``timeout_s`` bounds each call (default: the
+    runner's ``tool_timeout_s``, 120 s).
 
     Raises:
         ConfigurationError: a name that breaks the tool-name rule or is taken by
             a built-in tool, a parameter without a type hint, ``*args`` /
-            ``**kwargs``, or a type that cannot be described as JSON.
+            ``**kwargs``, a type that cannot be described as JSON, or a
+            ``timeout_s`` that is not a positive number.
     """
     if fn is None:
-        return lambda f: _build(f, name, description)
-    return _build(fn, name, description)
+        return lambda f: _build(f, name, description, timeout_s)
+    return _build(fn, name, description, timeout_s)
 
 
 def host_tool_defs(

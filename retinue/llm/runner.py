@@ -28,8 +28,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import msgspec
-
 from retinue.errors import (
     ConfigurationError,
     ModelCallFailed,
@@ -41,7 +39,7 @@ from retinue.llm import toolbox as toolbox_module
 from retinue.llm.bridge import llm_load, llm_step
 from retinue.llm.conversation import (
     ChatMessage,
-    bound,
+    bound_at,
     decode_transcript,
     encode_transcript,
     repair_dangling,
@@ -51,7 +49,7 @@ from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.retry import backoff_delay, classify
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import Usage
-from retinue.protocol.results import parse_result, result_instruction
+from retinue.protocol.results import encode_result, parse_result, result_instruction
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "model_runner_factory"]
 
@@ -93,7 +91,8 @@ class LiteLLMRunner:
     ``workspace`` is the folder built-in tools are confined to (set by
     ``Runtime.open(workspace=...)`` for runners it creates); ``host_tools``
     maps names to host functions offered as tools. ``retry_base_s`` and
-    ``retry_max_s`` shape the backoff. Every other keyword goes to
+    ``retry_max_s`` shape the backoff; ``tool_timeout_s`` bounds each file or
+    host tool call. Every other keyword goes to
     ``litellm.acompletion`` as it is (litellm's own client retries are off
     unless ``max_retries`` is given).
 
@@ -118,6 +117,7 @@ class LiteLLMRunner:
         host_tools: Mapping[str, Callable[..., Any]] | None = None,
         retry_base_s: float = 0.5,
         retry_max_s: float = 60.0,
+        tool_timeout_s: float = toolbox_module.DEFAULT_TOOL_TIMEOUT_S,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -128,6 +128,7 @@ class LiteLLMRunner:
         _positive("request_timeout_s", request_timeout_s, integer=False)
         _positive("retry_base_s", retry_base_s, integer=False)
         _positive("retry_max_s", retry_max_s, integer=False)
+        toolbox_module.check_timeout("LiteLLMRunner tool_timeout_s", tool_timeout_s)
         if result_format not in (None, "structured"):
             raise ConfigurationError(
                 f"LiteLLMRunner result_format must be 'structured' or None, not {result_format!r}"
@@ -145,6 +146,7 @@ class LiteLLMRunner:
         self.host_tools: dict[str, Callable[..., Any]] = dict(host_tools or {})
         self.retry_base_s = float(retry_base_s)
         self.retry_max_s = float(retry_max_s)
+        self.tool_timeout_s = float(tool_timeout_s)  # bounds each file and host tool call
         self.litellm_kwargs = dict(litellm_kwargs)
         self._rng = random.Random()
 
@@ -195,6 +197,7 @@ class _Session:
         ) == "structured"
         self.history: list[ChatMessage] = []
         self.cut = 0
+        self.task_at: int | None = None
 
     def _system(self) -> list[ChatMessage]:
         text = str(getattr(self.turn, "instructions", "") or "")
@@ -207,11 +210,16 @@ class _Session:
         raw, agent_usage, tree_usage = await llm_load(turn)
         history, self.cut = decode_transcript(raw)
         self.history = repair_dangling(history)
+        self.task_at = len(self.history)  # the transcript cut always keeps this turn's task
         self.history.append(
             {"role": "user", "content": turn_input(turn.task, turn.reason, turn.messages)}
         )
         toolbox = toolbox_module.build_toolbox(
-            turn, tools=self.tools, workspace=runner.workspace, host_tools=runner.host_tools
+            turn,
+            tools=self.tools,
+            workspace=runner.workspace,
+            host_tools=runner.host_tools,
+            tool_timeout_s=runner.tool_timeout_s,
         )
         schemas = toolbox.schemas()
         calls_made = 0
@@ -276,7 +284,7 @@ class _Session:
                 self.history.append({"role": "user", "content": REPAIR_PROMPT.format(error=exc)})
                 agent_usage, tree_usage = await self._save(Usage())
                 continue
-            return msgspec.json.encode(result).decode()
+            return encode_result(result, self.limits.output_max_bytes)
 
     def _answer_calls(self, assistant: ChatMessage, results: Sequence[str]) -> None:
         for call, content in zip(assistant.get("tool_calls") or [], results, strict=True):
@@ -290,7 +298,9 @@ class _Session:
             )
 
     async def _save(self, usage: Usage) -> tuple[Usage, Usage]:
-        self.history, cut = bound(self.history, self.limits.transcript_max_bytes)
+        self.history, cut, self.task_at = bound_at(
+            self.history, self.limits.transcript_max_bytes, self.task_at
+        )
         self.cut += cut
         raw = encode_transcript(self.turn.agent.id, self.history, self.cut)
         return await llm_step(self.turn, usage, raw)

@@ -19,7 +19,9 @@
   cancelled): invalid JSON, a missing, unknown or mistyped argument (named by
   field), an unknown tool, a refused operation (caps, permissions, unknown
   agents, paths out of the workspace) and any tool exception come back as
-  ``{"error": "..."}`` with no traceback. Results are bounded at
+  ``{"error": "..."}`` with no traceback, and so does a call past its
+  ``timeout_s`` (``tool_timeout_s`` for file and host tools: the call is
+  cancelled, or abandoned on its pool thread). Results are bounded at
   ``max_result_bytes``.
 """
 
@@ -28,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -36,18 +38,24 @@ import msgspec
 from retinue.errors import ConfigurationError, RetinueError
 from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
 from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S
-from retinue.llm.builtin_tools import DEFAULT_MAX_OUTPUT_BYTES, builtin_tools
+from retinue.llm.builtin_tools import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_TOOL_TIMEOUT_S,
+    builtin_tools,
+)
 from retinue.llm.coordinator import coordinator_tools
-from retinue.llm.host_tools import host_tool_defs
+from retinue.llm.host_tools import check_timeout, host_tool_defs
 from retinue.llm.workspace import Workspace
 from retinue.protocol.text import truncate_utf8
 from retinue.protocol.tools import BUILTIN_TOOLS, extra_tools, resolve_tools
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
+    "DEFAULT_TOOL_TIMEOUT_S",
     "ToolBox",
     "ToolBoxFactory",
     "build_toolbox",
+    "check_timeout",
     "error_result",
 ]
 
@@ -55,6 +63,8 @@ DEFAULT_MAX_RESULT_BYTES = 65_536
 """Largest tool result handed back to the model, in bytes of UTF-8 JSON."""
 
 _ENCODER = msgspec.json.Encoder()
+_CANCEL_GRACE_S = 1.0
+"""Seconds a timed-out tool call is given to end once cancelled, before it is left behind."""
 
 
 def error_result(message: str) -> str:
@@ -86,8 +96,9 @@ class ToolBox:
     async def call(self, name: str, arguments: str) -> str:
         """Run tool ``name`` with the raw JSON ``arguments``; return the result as JSON text.
 
-        Never raises, except ``asyncio.CancelledError``: every failure is
-        returned as ``{"error": "..."}``.
+        Never raises, except ``asyncio.CancelledError``: every failure, any
+        ``BaseException`` a tool raises included (``SystemExit``,
+        ``KeyboardInterrupt``), is returned as ``{"error": "..."}``.
         """
         try:
             tool = self._tools.get(name) if isinstance(name, str) else None
@@ -105,13 +116,13 @@ class ToolBox:
             except ToolError as exc:
                 hint = f"; {tool.hint}" if tool.hint else ""
                 return error_result(f"{exc}{hint}")
-            value = await tool.handler(args)
+            value = await _run(tool, args)
             return self._encode(name, value)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            raise  # the turn is cancelled, or the coroutine closed: not the tool's failure
         except (ToolError, RetinueError) as exc:
             return error_result(str(exc) or type(exc).__name__)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never escapes
             detail = str(exc)
             return error_result(
                 f"{name} failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
@@ -122,6 +133,11 @@ class ToolBox:
             value = {"result": value}
         try:
             text = _ENCODER.encode(value).decode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (half an emoji): keep it as an escape
+            try:
+                text = json.dumps(msgspec.to_builtins(value), ensure_ascii=True)
+            except (TypeError, ValueError) as exc:
+                return error_result(f"{name} returned a value that is not JSON: {exc}")
         except (TypeError, ValueError, UnicodeDecodeError) as exc:
             return error_result(f"{name} returned a value that is not JSON: {exc}")
         if len(text.encode("utf-8")) <= self._max:
@@ -133,8 +149,71 @@ class ToolBox:
         )
 
 
+class _TimedOut(ToolError):
+    """A tool call ran past its ``timeout_s``."""
+
+
+async def _guarded(call: Awaitable[Any]) -> tuple[bool, Any]:
+    """Await ``call``; return ``(True, value)`` or ``(False, exception)``, any exception.
+
+    A separate task must never raise ``SystemExit``: asyncio would re-raise it
+    from the event loop itself.
+    """
+    try:
+        return True, await call
+    except (asyncio.CancelledError, GeneratorExit):
+        raise
+    except BaseException as exc:
+        return False, exc
+
+
+async def _run(tool: ToolDef, args: Any) -> Any:
+    """Run ``tool``'s handler, bounded by its ``timeout_s`` when it has one.
+
+    Past the bound the call is cancelled (a sync call on the tool pool is
+    abandoned and counted there) and waited for at most ``_CANCEL_GRACE_S``:
+    a tool that ignores the cancellation cannot hold the turn.
+
+    Raises:
+        _TimedOut: the call ran past ``timeout_s``.
+    """
+    if tool.timeout_s is None:
+        return await tool.handler(args)
+    task = asyncio.ensure_future(_guarded(tool.handler(args)))
+    try:
+        done, _ = await asyncio.wait({task}, timeout=tool.timeout_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        # Let the cancellation land (a pool call is then counted as abandoned),
+        # but never wait long for a tool that ignores it.
+        await asyncio.wait({task}, timeout=_CANCEL_GRACE_S)
+        raise _TimedOut(f"tool {tool.name} timed out after {tool.timeout_s:g} s")
+    ok, value = task.result()
+    if not ok:
+        raise value
+    return value
+
+
 ToolBoxFactory = Callable[..., ToolBox]
 """``factory(turn, *, tools, workspace, host_tools) -> ToolBox``."""
+
+
+def _granted(profile: Any, owner: str, tools: str | Sequence[str] | None) -> Sequence[str]:
+    """Return the tool names ``tools`` grants, checked against the profile's ceiling."""
+    names = resolve_tools(tools, owner=owner) or ()
+    ceiling = resolve_tools(getattr(profile, "tools", None), owner=owner)
+    if ceiling is not None and tools is not getattr(profile, "tools", None):
+        beyond = extra_tools(names, ceiling)
+        if beyond:
+            raise ConfigurationError(
+                f"profile {owner!r}: the runner asks for tools its profile does not grant: "
+                f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
+                "(name them in Profile(tools=...))"
+            )
+    return names
 
 
 def build_toolbox(
@@ -149,6 +228,7 @@ def build_toolbox(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     bash_env: Mapping[str, str] | None = None,
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
 ) -> ToolBox:
     """Return the toolbox of one turn (see the module docstring for the contract).
 
@@ -158,27 +238,20 @@ def build_toolbox(
     the model. A synchronous spawn waits up to ``spawn_wait_s`` (default:
     ``turn.limits.wait_max_s``). ``bash_timeout_s`` is bash's default timeout;
     ``max_output_bytes`` bounds one file read or command output,
-    ``max_result_bytes`` any result.
+    ``max_result_bytes`` any result. ``tool_timeout_s`` bounds each call of a
+    file tool and of a host tool that sets no ``timeout_s`` of its own.
 
     Raises:
         ConfigurationError: ``tools`` is not a valid spec; it goes beyond
             ``turn.profile.tools`` (the capability ceiling, when the profile
             sets one); it names a tool that is neither built in nor among
             ``host_tools``; it grants built-in tools with no ``workspace``; or
-            a host tool is invalid.
+            a host tool is invalid; ``tool_timeout_s`` is not a positive number.
     """
+    check_timeout("tool_timeout_s", tool_timeout_s)
     profile = getattr(turn, "profile", None)
     owner = getattr(profile, "name", "") or ""
-    names = resolve_tools(tools, owner=owner) or ()
-    ceiling = resolve_tools(getattr(profile, "tools", None), owner=owner)
-    if ceiling is not None and tools is not getattr(profile, "tools", None):
-        beyond = extra_tools(names, ceiling)
-        if beyond:
-            raise ConfigurationError(
-                f"profile {owner!r}: the runner asks for tools its profile does not grant: "
-                f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
-                "(name them in Profile(tools=...))"
-            )
+    names = _granted(profile, owner, tools)
     hosts = host_tool_defs(host_tools)
     unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in hosts]
     if unknown:
@@ -213,6 +286,7 @@ def build_toolbox(
             bash_timeout_s=bash_timeout_s,
             max_output_bytes=max_output_bytes,
             bash_env=bash_env,
+            tool_timeout_s=tool_timeout_s,
         )
-    offered += [hosts[n].definition() for n in names if n in hosts]
+    offered += [hosts[n].definition(tool_timeout_s) for n in names if n in hosts]
     return ToolBox(offered, max_result_bytes=max_result_bytes)

@@ -48,6 +48,7 @@ from retinue.protocol.results import (
     ResultStatus,
     StructuredResult,
     Verification,
+    encode_result,
     parse_result,
     result_instruction,
 )
@@ -88,6 +89,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "child_path",
     "depth",
     "derive_name",
+    "encode_result",
     "is_immediate_child",
     "join",
     "name_of",

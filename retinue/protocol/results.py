@@ -11,7 +11,14 @@ two steps: msgspec rejects a string of more than 8192 *characters* while
 decoding (cheap, early), then :func:`parse_result` checks the UTF-8 *byte*
 length of every string, which is the rule itself. Artifact ids must fully
 match ``^[A-Za-z0-9][A-Za-z0-9._:-]*$``, be at most 256 characters and be
-unique within the result.
+unique within the result. An artifact's ``kind``, ``version``, ``location``
+and ``digest`` may not be blank or whitespace-only (the seed's
+``parseArtifact``); the optional ones may be left out.
+
+:func:`encode_result` gives the canonical output: compact JSON that leaves
+absent optional fields out (so it is never longer than the object a model
+sent, whitespace aside), lone surrogates as ``\\uXXXX`` escapes; a result
+whose canonical output is over the bound is a contract error, never a cut.
 
 :func:`parse_result` raises :class:`~retinue.errors.ResultContractError` whose
 message and ``.field`` name the offending field path, such as
@@ -20,6 +27,7 @@ message and ``.field`` name the offending field path, such as
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Annotated, Literal
@@ -41,6 +49,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "ResultStatus",
     "StructuredResult",
     "Verification",
+    "encode_result",
     "parse_result",
     "result_instruction",
 ]
@@ -79,7 +88,7 @@ class Claim(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     evidence: _Strings
 
 
-class Artifact(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Artifact(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """Something the agent produced or used, named by a unique ``id``."""
 
     id: _ArtifactId
@@ -96,7 +105,7 @@ class Change(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     summary: _Str
 
 
-class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """One check the agent ran (or did not run) on its work, and its outcome."""
 
     status: Literal["passed", "failed", "not-run"]
@@ -105,7 +114,7 @@ class Verification(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     evidence: _Strings | None = None
 
 
-class StructuredResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class StructuredResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
     """The whole structured result; build one with :func:`parse_result` to get it validated.
 
     Every list field is required (send ``[]`` when there is nothing to say);
@@ -128,6 +137,9 @@ class StructuredResult(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 _DECODER = msgspec.json.Decoder(StructuredResult)
+_ENCODER = msgspec.json.Encoder()
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_ARTIFACT_TEXT_FIELDS = ("kind", "version", "location", "digest")
 
 # A fenced block: an opening ``` line with an optional info string, then
 # everything up to the next line that is only ```.
@@ -211,6 +223,15 @@ def _check(result: StructuredResult) -> None:
             )
     first_use: dict[str, int] = {}
     for index, artifact in enumerate(result.artifacts):
+        for name in _ARTIFACT_TEXT_FIELDS:
+            value = getattr(artifact, name)
+            if value is not None and not value.strip():
+                raise _fail(
+                    f"artifact {name} is blank; give a value or leave the field out"
+                    if name != "kind"
+                    else "artifact kind is blank; say what the artifact is (e.g. 'file')",
+                    f"artifacts[{index}].{name}",
+                )
         field = f"artifacts[{index}].id"
         if _ARTIFACT_ID_RE.fullmatch(artifact.id) is None:
             raise _fail(
@@ -232,7 +253,8 @@ def parse_result(text: str) -> StructuredResult:
     ``text`` is the JSON object alone (surrounding whitespace allowed) or a
     reply containing one fenced block tagged ``json`` (or, when there is no
     tagged block, exactly one untagged fenced block); the whole text is at
-    most :data:`MAX_INPUT_BYTES` bytes of UTF-8.
+    most :data:`MAX_INPUT_BYTES` bytes of UTF-8. A lone surrogate in a
+    string (half an emoji) is kept as the visible text ``\\udXXX``.
 
     Raises:
         ArgumentTypeError: ``text`` is not a ``str``.
@@ -253,6 +275,10 @@ def parse_result(text: str) -> StructuredResult:
             "",
         )
     payload = _extract_json(text)
+    if _SURROGATE_RE.search(payload):
+        # Half an emoji (providers send them) has no UTF-8: keep it as visible
+        # text, escaped the way runner outputs are (retinue.protocol.text).
+        payload = _SURROGATE_RE.sub(lambda m: f"\\\\u{ord(m[0]):04x}", payload)
     try:
         result = _DECODER.decode(payload)
     except msgspec.ValidationError as exc:
@@ -261,6 +287,35 @@ def parse_result(text: str) -> StructuredResult:
         raise _fail(f"not valid JSON ({exc})", "") from None
     _check(result)
     return result
+
+
+def encode_result(result: StructuredResult, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """Return ``result``'s canonical JSON text, checked to fit in ``max_bytes`` of UTF-8.
+
+    Canonical: compact, fields in contract order, absent optional fields
+    (``None``) left out, so a result :func:`parse_result` accepted is never
+    longer than the object the model sent (whitespace aside). Lone surrogates,
+    which UTF-8 cannot hold, are written as ``\\uXXXX`` escapes: the text is
+    storable as it is and decodes to the same result. ``max_bytes`` is the
+    bound the output is kept within (a turn's ``Limits.output_max_bytes``).
+
+    Raises:
+        ResultContractError: the canonical output is over ``max_bytes`` (a
+            result that cannot be kept whole is refused, never cut).
+    """
+    try:
+        text = _ENCODER.encode(result).decode("utf-8")
+    except UnicodeEncodeError:
+        loose = json.dumps(msgspec.to_builtins(result), ensure_ascii=False, separators=(",", ":"))
+        text = _SURROGATE_RE.sub(lambda m: f"\\u{ord(m[0]):04x}", loose)
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise _fail(
+            f"the result is {size} bytes as canonical JSON, over the output bound of "
+            f"{max_bytes} bytes (Limits.output_max_bytes); shorten it",
+            "",
+        )
+    return text
 
 
 _EXAMPLE = """{

@@ -171,7 +171,9 @@ def test_bound_cuts_oldest_tool_results_first_and_keeps_the_last_message() -> No
     assert contents[-1] == "4" * 1000
     assert cut_chat[0]["content"] == "u" * 50  # tool results go before anything else
     tiny, _ = bound(chat, 10)
-    assert tiny == [chat[-1]]  # an absurd bound keeps only the last message
+    # An absurd bound keeps the task and the last step whole: a tool result
+    # alone (without its call) would be refused by the provider.
+    assert tiny == [chat[0], chat[-2], chat[-1]]
 
 
 def test_a_tool_call_left_without_a_result_gets_an_interrupted_one() -> None:

@@ -1,0 +1,57 @@
+"""What a model answers, kept whole: structured results near the bound, lone surrogates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from retinue import AgentState, Profile
+from retinue.llm.stub import OpenAIStub, StubReply
+from retinue.protocol.results import MAX_INPUT_BYTES, parse_result
+from tests.llm.conftest import run, stub_runner
+from tests.protocol.test_result_canonical import near_the_bound
+
+
+def answer(content: str) -> Any:
+    return lambda request: StubReply(message={"role": "assistant", "content": content})
+
+
+def test_a_valid_result_near_the_bound_completes_as_valid_json(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    text = near_the_bound()
+    stub.handler = answer(text)
+    rt = llm_runtime([Profile("leaf", result_format="structured", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "report")
+    assert info.state is AgentState.COMPLETED, info.error
+    assert json.loads(info.output or "") == json.loads(text)  # whole, never cut
+    assert parse_result(info.output or "") == parse_result(text)
+
+
+def test_a_result_over_a_lowered_output_bound_fails_with_a_contract_error(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    stub.handler = answer(near_the_bound())
+    rt = llm_runtime(
+        [Profile("leaf", result_format="structured", runner=stub_runner(stub))],
+        output_max_bytes=20_000,
+    )
+    info = run(rt, "leaf", "report")
+    assert info.state is AgentState.FAILED
+    assert (info.error or "").startswith("ResultContractError: invalid structured result")
+    assert "output_max_bytes" in (info.error or "")
+    assert MAX_INPUT_BYTES > 20_000
+
+
+def test_an_answer_with_a_lone_surrogate_completes_and_is_stored(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    stub.handler = answer("half an emoji: \ud83d and the rest")
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "say it")
+    assert info.state is AgentState.COMPLETED, info.error
+    assert "half an emoji" in (info.output or "")
+    detail = rt.inspect(info.id)
+    stored = [m for m in detail.transcript if m.role == "assistant"]
+    assert stored and "half an emoji" in (stored[-1].content or "")
+    (stored[-1].content or "").encode("utf-8")  # storable, lossless as an escape
