@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from retinue.errors import ConfigurationError, RetinueError
+from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
 from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
 from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S
 from retinue.llm.builtin_tools import (
@@ -96,7 +96,8 @@ class ToolBox:
     async def call(self, name: str, arguments: str) -> str:
         """Run tool ``name`` with the raw JSON ``arguments``; return the result as JSON text.
 
-        Never raises, except ``asyncio.CancelledError``: every failure, any
+        Never raises, except ``asyncio.CancelledError`` and ``TurnInterrupted``
+        (the turn is cancelled or interrupted): every failure, any other
         ``BaseException`` a tool raises included (``SystemExit``,
         ``KeyboardInterrupt``), is returned as ``{"error": "..."}``.
         """
@@ -118,8 +119,8 @@ class ToolBox:
                 return error_result(f"{exc}{hint}")
             value = await _run(tool, args)
             return self._encode(name, value)
-        except (asyncio.CancelledError, GeneratorExit):
-            raise  # the turn is cancelled, or the coroutine closed: not the tool's failure
+        except (asyncio.CancelledError, GeneratorExit, TurnInterrupted):
+            raise  # the turn is cancelled or interrupted: not the tool's failure
         except (ToolError, RetinueError) as exc:
             return error_result(str(exc) or type(exc).__name__)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never escapes
@@ -161,7 +162,7 @@ async def _guarded(call: Awaitable[Any]) -> tuple[bool, Any]:
     """
     try:
         return True, await call
-    except (asyncio.CancelledError, GeneratorExit):
+    except (asyncio.CancelledError, GeneratorExit, TurnInterrupted):
         raise
     except BaseException as exc:
         return False, exc

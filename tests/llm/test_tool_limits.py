@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from retinue import Limits
-from retinue.errors import ConfigurationError
+from retinue.errors import ConfigurationError, TurnInterrupted
 from retinue.llm import ToolBox, Workspace, build_toolbox, tool
 from retinue.llm.builtin_tools import builtin_tools
 from retinue.llm.host_tools import host_tool_defs
@@ -59,6 +59,20 @@ def test_an_async_host_tool_raising_a_base_exception_is_a_tool_error(kind: type)
 
     result = call(host_box(quit_now), "quit_now")
     assert result == {"error": f"quit_now failed: {kind.__name__}"}
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0])
+def test_an_interrupted_turn_is_not_a_tool_error(timeout_s: float | None) -> None:
+    """TurnInterrupted (a turn operation of an interrupted turn) ends the turn; it is not
+    shown to the model as a tool failure, with or without a per-tool timeout."""
+
+    @tool(timeout_s=timeout_s)
+    async def coordinate() -> str:
+        """Ask the supervisor something."""
+        raise TurnInterrupted("this turn was interrupted; its calls are refused")
+
+    with pytest.raises(TurnInterrupted):
+        asyncio.run(host_box(coordinate).call("coordinate", "{}"))
 
 
 def test_cancellation_still_propagates_through_a_tool_call() -> None:
