@@ -39,6 +39,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
     ├── ModelCallFailed                               .provider, .status: retries spent
+    ├── McpServerError                                .server: an MCP server failed to start or died
     └── StoreError                                    the LMDB store refused
         ├── StoreCorrupted                            .path: damaged, truncated or lost data
         ├── StoreLocked                               .pid: another writer holds it
@@ -75,6 +76,7 @@ __all__ = [
     "InvalidLimits",
     "LimitExceeded",
     "MailboxFull",
+    "McpServerError",
     "MessageTooLarge",
     "ModelCallFailed",
     "NotPermitted",
@@ -327,6 +329,19 @@ class ModelCallFailed(RetinueError):
     def __init__(self, message: str, *, provider: str = "", status: int | None = None) -> None:
         self.provider = provider
         self.status = status
+        super().__init__(message)
+
+
+class McpServerError(RetinueError):
+    """An MCP server could not be started, or died; ``.server`` names it.
+
+    The message says why (the exit code, the end of its stderr, how many times
+    in a row it failed and when it is tried again). A model sees it as a
+    tool's ``{"error": ...}``; a turn whose server never started fails with it.
+    """
+
+    def __init__(self, message: str, *, server: str = "") -> None:
+        self.server = server
         super().__init__(message)
 
 

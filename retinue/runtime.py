@@ -66,13 +66,14 @@ from retinue.errors import (
     RuntimeClosed,
 )
 from retinue.llm import model_runner_factory
+from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
-from retinue.team import Team, open_arguments
+from retinue.team import Team, load_team, open_arguments
 
 __all__ = ["Runtime"]
 
@@ -116,6 +117,7 @@ class Runtime:
         ] = {}
         self._executor: Executor | None = None
         self._core: Supervisor | None = None
+        self._mcp: McpManager | None = None
 
     @classmethod
     def open(
@@ -132,6 +134,7 @@ class Runtime:
         workspace: str | os.PathLike[str] | None = None,
         team: Team | str | os.PathLike[str] | None = None,
         create: bool = False,
+        mcp_servers: dict[str, McpServer] | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -152,7 +155,10 @@ class Runtime:
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
         ``readonly=True`` opens an existing store beside its writer: reads
         (``get``, ``agents``, ``backup``) work, every change raises
-        ``StoreReadOnly``.
+        ``StoreReadOnly``. ``mcp_servers`` names MCP servers
+        (:class:`~retinue.llm.McpServer`) whose tools profiles grant as
+        ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the
+        team's ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`).
 
         Every argument is checked before anything touches the disk, and a
         failed open leaves nothing behind: a temporary folder, or a store
@@ -174,7 +180,10 @@ class Runtime:
             StoreCorrupted: the store's data file is truncated, damaged or lost.
             StoreError: the folder cannot be created or LMDB refuses it.
         """
+        team_servers: dict[str, McpServer] = {}
         if team is not None and not readonly:
+            team = team if isinstance(team, Team) else load_team(team)
+            team_servers = dict(team.mcp)
             profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
         rt = cls()
         options = check_store_options(
@@ -200,9 +209,11 @@ class Runtime:
             rt._reader = StoreReader(rt._store, rt.limits)
             return rt
         folder = None if workspace is None else Path(workspace)
+        rt._mcp = open_mcp(team_servers, mcp_servers, folder, rt._bus.publish)
         rt._profiles, runners = profile_table(
-            profiles, runner, rt.limits, model_runner=model_runner_factory(folder)
+            profiles, runner, rt.limits, model_runner=model_runner_factory(folder, rt._mcp)
         )
+        check_mcp_grants(rt._profiles, runners, rt._mcp)
         started = start(
             options,
             create=create,
@@ -619,6 +630,11 @@ class Runtime:
         return 0 if core is None else len(core.scheduler.abandoned)
 
     @property
+    def mcp(self) -> McpManager | None:
+        """The runtime's MCP servers (:class:`~retinue.llm.mcp.McpManager`), None if it has none."""
+        return self._mcp
+
+    @property
     def closed(self) -> bool:
         """True once the runtime is closed."""
         return self._closed
@@ -664,6 +680,8 @@ class Runtime:
             self._closed = True
         self._give_back_unclaimed()
         self._stop_runners(actors)
+        if self._mcp is not None:  # on the loop, before it stops; process groups killed
+            self._mcp.close()
         if self._executor is not None:
             # Before the supervisor stops: cancelled async turns finish here and
             # give back the completions their waits had taken (GiveBack is
