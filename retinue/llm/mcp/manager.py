@@ -364,21 +364,21 @@ class McpManager:
             ) from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED or not session.alive:
-                raise self._broken(state, session, tool, str(exc)) from None
+                raise await self._broken(state, session, tool, str(exc)) from None
             raise ToolError(f"{tool.granted_name}: {exc} (MCP error {exc.code})") from None
         except McpServerError:
             raise
         except Exception as exc:
             if not session.alive:
-                raise self._broken(state, session, tool, str(exc)) from None
+                raise await self._broken(state, session, tool, str(exc)) from None
             raise ToolError(f"{tool.granted_name}: {type(exc).__name__}: {exc}") from None
         state.failures = 0
         return result_value(tool, result)
 
-    def _broken(
+    async def _broken(
         self, state: _State, session: McpSession, tool: McpTool, detail: str
     ) -> McpServerError:
-        reason = session.ended() or detail
+        reason = await session.why_ended() or detail
         session.mark_dead(reason)
         if state.session is session:
             state.session = None

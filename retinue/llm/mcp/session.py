@@ -212,6 +212,15 @@ class McpSession:
         """Why the session ended ('' while it runs)."""
         return self._ended
 
+    async def why_ended(self, timeout: float = 1.0) -> str:
+        """Why a stdio server's session ended, waiting up to ``timeout`` s to learn its exit."""
+        if self.config.transport == "stdio":
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    while not self._ended:
+                        await asyncio.sleep(0.01)
+        return self._ended
+
     def kill(self) -> None:
         """Kill the stdio server's process group at once (from any thread; no wait)."""
         if self.pid is not None:

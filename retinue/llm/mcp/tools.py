@@ -218,8 +218,9 @@ def _block_text(block: Any) -> str:
 def result_value(tool: McpTool, result: Any) -> Any:
     """Return what the model sees of a ``CallToolResult``: ``{"result": ...}``.
 
-    Structured content is returned as JSON (other blocks summarised beside it
-    as ``"attachments"``); else the text blocks joined, images, audio and
+    Structured content is returned as JSON (``{"result": x}``, how SDK servers
+    wrap a value that is not an object, as ``x``; other blocks summarised
+    beside it as ``"attachments"``); else the text blocks joined, images, audio and
     resources summarised. The toolbox bounds the whole.
 
     Raises:
@@ -231,6 +232,8 @@ def result_value(tool: McpTool, result: Any) -> Any:
         text = "\n".join(t for t in texts if t) or "the tool reported an error"
         raise ToolError(f"{tool.granted_name}: {truncate_utf8(text, MAX_ERROR_BYTES)[0]}")
     structured = getattr(result, "structured_content", None)
+    if isinstance(structured, dict) and list(structured) == ["result"]:
+        structured = structured["result"]  # how SDK servers wrap a value that is not an object
     if structured is not None:
         others = [t for block, t in zip(blocks, texts, strict=True) if block.type != "text"]
         value: dict[str, Any] = {"result": structured}

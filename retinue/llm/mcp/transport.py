@@ -194,3 +194,10 @@ async def _stop(process: anyio.abc.Process) -> None:
         if pipe is not None:
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await pipe.aclose()
+    # asyncio's subprocess transport stays open (and complains when collected after its
+    # loop closed) until closed; nothing public reaches it.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
