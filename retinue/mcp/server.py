@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -50,15 +51,37 @@ async def _guard(call: Any) -> str:
         raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
 
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _tool(server: Any, description: str) -> Callable[[_Fn], _Fn]:
+    """Register an async function as a tool with a JSON text result."""
+
+    def register(fn: _Fn) -> _Fn:
+        server.add_tool(fn, description=description, structured_output=False)
+        return fn
+
+    return register
+
+
+def _resource(server: Any, uri: str, **options: Any) -> Callable[[_Fn], _Fn]:
+    """Register an async function as a read-only JSON resource (or template)."""
+
+    def register(fn: _Fn) -> _Fn:
+        server.resource(uri, **options)(fn)
+        return fn
+
+    return register
+
+
 def build_server(tools: Tools) -> MCPServer:
     """Return the MCP server with every tool and resource of ``tools``."""
     server = MCPServer("retinue", instructions=INSTRUCTIONS, log_level="WARNING")
-    unstructured = {"structured_output": False}
 
-    @server.tool(
-        description="Start the team's lead on a task; return its path at once, "
+    @_tool(
+        server,
+        "Start the team's lead on a task; return its path at once, "
         "or its answer if it finishes within wait_s.",
-        **unstructured,
     )
     async def run_team(
         task: Annotated[str, Field(description="What the team should do.")],
@@ -73,10 +96,7 @@ def build_server(tools: Tools) -> MCPServer:
     ) -> str:
         return await _guard(tools.run_team(task, agent, name, wait_s, _reporter(ctx)))
 
-    @server.tool(
-        description="Start an agent of a profile on a task under a parent; return it at once.",
-        **unstructured,
-    )
+    @_tool(server, "Start an agent of a profile on a task under a parent; return it at once.")
     async def spawn(
         profile: Annotated[str, Field(description="The profile (team agent) to run.")],
         task: Annotated[str, Field(description="Its task.")],
@@ -85,10 +105,7 @@ def build_server(tools: Tools) -> MCPServer:
     ) -> str:
         return await _guard(tools.spawn(profile, task, parent, name))
 
-    @server.tool(
-        description="Wait for an agent's next completion (bounded); on time-out it keeps running.",
-        **unstructured,
-    )
+    @_tool(server, "Wait for an agent's next completion (bounded); on time-out it keeps running.")
     async def wait(
         ref: Ref,
         ctx: Context,
@@ -96,11 +113,11 @@ def build_server(tools: Tools) -> MCPServer:
     ) -> str:
         return await _guard(tools.wait(ref, timeout_s, _reporter(ctx)))
 
-    @server.tool(description="Send a message to an agent's mailbox.", **unstructured)
+    @_tool(server, "Send a message to an agent's mailbox.")
     async def send(ref: Ref, message: Annotated[str, Field(description="The text.")]) -> str:
         return await _guard(tools.send(ref, message))
 
-    @server.tool(description="List agents by path with state and result.", **unstructured)
+    @_tool(server, "List agents by path with state and result.")
     async def tree(
         ref: Annotated[str | None, Field(description="Only this agent's subtree.")] = None,
         include_closed: bool = False,
@@ -108,25 +125,19 @@ def build_server(tools: Tools) -> MCPServer:
     ) -> str:
         return await _guard(tools.tree(ref, include_closed, limit))
 
-    @server.tool(
-        description="Show one agent: state, task, output, mailbox, transcript tail.", **unstructured
-    )
+    @_tool(server, "Show one agent: state, task, output, mailbox, transcript tail.")
     async def inspect(ref: Ref, transcript_tail: Annotated[int, Field(ge=0, le=200)] = 10) -> str:
         return await _guard(tools.inspect(ref, transcript_tail))
 
-    @server.tool(
-        description="Interrupt an agent's running turn (tree: its whole subtree).", **unstructured
-    )
+    @_tool(server, "Interrupt an agent's running turn (tree: its whole subtree).")
     async def interrupt(ref: Ref, tree: bool = False) -> str:
         return await _guard(tools.interrupt(ref, tree))
 
-    @server.tool(
-        description="Close an agent (tree: with its subtree, children first).", **unstructured
-    )
+    @_tool(server, "Close an agent (tree: with its subtree, children first).")
     async def close(ref: Ref, tree: bool = False) -> str:
         return await _guard(tools.close(ref, tree))
 
-    @server.tool(description="Re-run an interrupted agent's task.", **unstructured)
+    @_tool(server, "Re-run an interrupted agent's task.")
     async def resume(ref: Ref) -> str:
         return await _guard(tools.resume(ref))
 
@@ -134,7 +145,8 @@ def build_server(tools: Tools) -> MCPServer:
     # Their place: the supervision work adds parked approvals to the runtime; these
     # three tools come with it, over its public API, registered here.
 
-    @server.resource(
+    @_resource(
+        server,
         "retinue://tree",
         name="tree",
         mime_type="application/json",
@@ -146,7 +158,8 @@ def build_server(tools: Tools) -> MCPServer:
         except RetinueError as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
-    @server.resource(
+    @_resource(
+        server,
         "retinue://agent/{+path}",
         name="agent",
         mime_type="application/json",

@@ -86,13 +86,17 @@ def test_the_environment_holds_only_what_is_named(monkeypatch: pytest.MonkeyPatc
 
 def test_a_team_file_declares_servers(tmp_path: Path) -> None:
     file = tmp_path / "team.toml"
-    file.write_text(TEAM.replace('command = "mcp-server-time"', 'command = "mcp-server-time"\ncwd = "tools"'))
+    file.write_text(
+        TEAM.replace('command = "mcp-server-time"', 'command = "mcp-server-time"\ncwd = "tools"')
+    )
     team = Team.from_toml(file.read_text(), source=file)
     time, fs = team.mcp["time"], team.mcp["fs"]
     assert time.args == ("--local-timezone", "UTC") and dict(time.env) == {"TZ": "UTC"}
     assert time.env_from_host == ("SOME_TOKEN",) and time.startup_timeout_s == 5
     assert time.cwd == tmp_path / "tools"
-    assert fs.url == "http://127.0.0.1:3001/mcp" and dict(fs.headers) == {"Authorization": "Bearer secret"}
+    assert fs.url == "http://127.0.0.1:3001/mcp" and dict(fs.headers) == {
+        "Authorization": "Bearer secret"
+    }
 
 
 @pytest.mark.parametrize(
@@ -101,11 +105,20 @@ def test_a_team_file_declares_servers(tmp_path: Path) -> None:
         (lambda t: t.replace("[mcp.fs]", "[mcp.Fs]"), "[mcp.Fs]"),
         (lambda t: t.replace("[mcp.fs]", "[mcp.root]"), "[mcp.root]"),
         (lambda t: t.replace('url = "http', 'command = "x"\nurl = "http'), "either command"),
-        (lambda t: t.replace("startup_timeout_s = 5", "startup_timeout = 5"), "key 'startup_timeout'"),
-        (lambda t: t.replace('headers = {', 'args = ["a"]\nheaders = {'), "key 'args'"),
-        (lambda t: t.replace("startup_timeout_s = 5", "startup_timeout_s = -1"), "startup_timeout_s"),
+        (
+            lambda t: t.replace("startup_timeout_s = 5", "startup_timeout = 5"),
+            "key 'startup_timeout'",
+        ),
+        (lambda t: t.replace("headers = {", 'args = ["a"]\nheaders = {'), "key 'args'"),
+        (
+            lambda t: t.replace("startup_timeout_s = 5", "startup_timeout_s = -1"),
+            "startup_timeout_s",
+        ),
         (lambda t: t.replace('"fs.read_file"', '"gh.read_file"'), "MCP server 'gh'"),
-        (lambda t: t.replace('tools = ["time.get_current_time"]', 'tools = ["fs.*"]'), "lacks: fs.*"),
+        (
+            lambda t: t.replace('tools = ["time.get_current_time"]', 'tools = ["fs.*"]'),
+            "lacks: fs.*",
+        ),
     ],
 )
 def test_bad_mcp_tables_and_grants_name_the_table(edit: object, where: str) -> None:

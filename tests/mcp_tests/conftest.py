@@ -24,8 +24,8 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP tests need the mcp extra: pip install -e '.[mcp]'")
 
-from retinue.llm.stub import OpenAIStub, StubReply  # noqa: E402
-from tests.llm.conftest import _llm_watchdog, litellm, stub  # noqa: E402, F401
+from retinue.llm.stub import OpenAIStub, StubReply
+from tests.llm.conftest import _llm_watchdog, litellm, stub  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKIT = Path(__file__).parent / "servers" / "toolkit.py"
@@ -59,8 +59,11 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> 
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": call_id, "type": "function",
-             "function": {"name": name, "arguments": json.dumps(arguments)}}
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
         ],
     }
 
@@ -69,14 +72,14 @@ def answer(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
 
 
-def script(stub: OpenAIStub, steps: Callable[[Any], dict[str, Any] | None]) -> None:
+def script(server: OpenAIStub, steps: Callable[[Any], dict[str, Any] | None]) -> None:
     """Answer each request with ``steps(request)`` (None: the scripted default)."""
 
     def handler(request: Any) -> StubReply | None:
         message = steps(request)
         return None if message is None else StubReply(message=message)
 
-    stub.handler = handler
+    server.handler = handler
 
 
 def last_tool_result(request: Any) -> dict[str, Any]:
@@ -85,8 +88,8 @@ def last_tool_result(request: Any) -> dict[str, Any]:
     return result
 
 
-def model_settings(stub: OpenAIStub) -> dict[str, Any]:
-    return {"api_base": stub.url, "api_key": "x", "retries": 0, "request_timeout_s": 30}
+def model_settings(server: OpenAIStub) -> dict[str, Any]:
+    return {"api_base": server.url, "api_key": "x", "retries": 0, "request_timeout_s": 30}
 
 
 def free_port() -> int:

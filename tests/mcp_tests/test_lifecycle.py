@@ -45,12 +45,19 @@ def calls(*steps: tuple[str, dict[str, Any]]) -> Any:
 
 
 def open_kit(tmp_path: Path, stub: OpenAIStub, tools: Any = ("kit.*",), **server: Any) -> Runtime:
-    profiles = [Profile("agent", model="openai/stub", model_settings=model_settings(stub),
-                        tools=list(tools))]
+    profiles = [
+        Profile(
+            "agent", model="openai/stub", model_settings=model_settings(stub), tools=list(tools)
+        )
+    ]
     workspace = tmp_path / "work"
     workspace.mkdir(exist_ok=True)
-    return Runtime.open(tmp_path / "s", profiles=profiles, workspace=workspace,
-                        mcp_servers={"kit": toolkit(**server)})
+    return Runtime.open(
+        tmp_path / "s",
+        profiles=profiles,
+        workspace=workspace,
+        mcp_servers={"kit": toolkit(**server)},
+    )
 
 
 def results(stub: OpenAIStub) -> list[dict[str, Any]]:
@@ -80,7 +87,9 @@ def test_env_holds_only_what_is_named_and_the_folder_is_the_workspace(
 
 
 def test_a_server_that_dies_is_restarted_on_next_use(tmp_path: Path, stub: OpenAIStub) -> None:
-    script(stub, calls(("kit__environment", {}), ("kit__crash", {"code": 7}), ("kit__environment", {})))
+    script(
+        stub, calls(("kit__environment", {}), ("kit__crash", {"code": 7}), ("kit__environment", {}))
+    )
     events: list[McpServerEvent] = []
     with open_kit(tmp_path, stub) as rt:
         rt.subscribe(lambda e: events.append(e) if isinstance(e, McpServerEvent) else None)
@@ -98,8 +107,11 @@ def test_a_server_that_dies_is_restarted_on_next_use(tmp_path: Path, stub: OpenA
 
 def test_a_server_that_keeps_failing_backs_off_and_says_so(tmp_path: Path) -> None:
     events: list[Any] = []
-    bad = McpServer.stdio(sys.executable, ["-c", "import sys; print('no luck', file=sys.stderr); sys.exit(5)"],
-                          restart_backoff_s=60)
+    bad = McpServer.stdio(
+        sys.executable,
+        ["-c", "import sys; print('no luck', file=sys.stderr); sys.exit(5)"],
+        restart_backoff_s=60,
+    )
     manager = McpManager({"bad": bad}, publish=events.extend)
 
     async def attempt() -> str:
@@ -121,9 +133,12 @@ def test_a_server_that_keeps_failing_backs_off_and_says_so(tmp_path: Path) -> No
     assert [(e.status, e.failures) for e in events] == [("start_failed", 1), ("start_failed", 2)]
 
 
-def test_a_turn_whose_server_never_starts_fails_with_the_reason(tmp_path: Path, stub: OpenAIStub) -> None:
-    profiles = [Profile("agent", model="openai/stub", model_settings=model_settings(stub),
-                        tools=["nope.*"])]
+def test_a_turn_whose_server_never_starts_fails_with_the_reason(
+    tmp_path: Path, stub: OpenAIStub
+) -> None:
+    profiles = [
+        Profile("agent", model="openai/stub", model_settings=model_settings(stub), tools=["nope.*"])
+    ]
     servers = {"nope": McpServer.stdio(str(tmp_path / "no-such-command"))}
     with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers) as rt:
         done = rt.wait(rt.spawn("agent", "x").id, timeout=60)
@@ -133,7 +148,9 @@ def test_a_turn_whose_server_never_starts_fails_with_the_reason(tmp_path: Path, 
     assert not stub.requests  # no model call was made without the tools it was granted
 
 
-def test_a_slow_call_times_out_and_the_server_keeps_running(tmp_path: Path, stub: OpenAIStub) -> None:
+def test_a_slow_call_times_out_and_the_server_keeps_running(
+    tmp_path: Path, stub: OpenAIStub
+) -> None:
     script(stub, calls(("kit__slow", {"seconds": 30}), ("kit__echo", {"text": "still here"})))
     with open_kit(tmp_path, stub, tool_timeout_s=0.5) as rt:
         done = rt.wait(rt.spawn("agent", "slow").id, timeout=60)
@@ -150,8 +167,11 @@ def test_calls_of_one_turn_run_concurrently_on_the_shared_session(
         "role": "assistant",
         "content": None,
         "tool_calls": [
-            {"id": f"c{n}", "type": "function",
-             "function": {"name": "kit__meet", "arguments": json.dumps({"n": 2, "timeout": 20})}}
+            {
+                "id": f"c{n}",
+                "type": "function",
+                "function": {"name": "kit__meet", "arguments": json.dumps({"n": 2, "timeout": 20})},
+            }
             for n in (1, 2)
         ],
     }
@@ -159,13 +179,24 @@ def test_calls_of_one_turn_run_concurrently_on_the_shared_session(
     with open_kit(tmp_path, stub) as rt:
         done = rt.wait(rt.spawn("agent", "meet").id, timeout=60)
     assert done.status is CompletionStatus.COMPLETED, done.error
-    tool_results = [json.loads(m["content"]) for m in stub.requests[1].messages if m.get("role") == "tool"]
+    tool_results = [
+        json.loads(m["content"]) for m in stub.requests[1].messages if m.get("role") == "tool"
+    ]
     assert tool_results == [{"result": "met 2"}, {"result": "met 2"}]
 
 
-def test_errors_images_and_bad_arguments_come_back_as_results(tmp_path: Path, stub: OpenAIStub) -> None:
-    script(stub, calls(("kit__fail", {"reason": "no"}), ("kit__picture", {}), ("kit__echo", {"text": 5}),
-                       ("kit__echo", {})))
+def test_errors_images_and_bad_arguments_come_back_as_results(
+    tmp_path: Path, stub: OpenAIStub
+) -> None:
+    script(
+        stub,
+        calls(
+            ("kit__fail", {"reason": "no"}),
+            ("kit__picture", {}),
+            ("kit__echo", {"text": 5}),
+            ("kit__echo", {}),
+        ),
+    )
     with open_kit(tmp_path, stub) as rt:
         done = rt.wait(rt.spawn("agent", "errors").id, timeout=60)
     assert done.status is CompletionStatus.COMPLETED, done.error
@@ -173,7 +204,9 @@ def test_errors_images_and_bad_arguments_come_back_as_results(tmp_path: Path, st
     assert failed == {"error": "kit.fail: Error executing tool fail: refused: no"}  # its text
     assert "a red dot" in picture["result"] and "[image image/png, " in picture["result"]
     assert "iVBOR" not in picture["result"]
-    assert mistyped == {"error": "invalid arguments for kit__echo: argument `text`: 5 is not of type 'string'"}
+    assert mistyped == {
+        "error": "invalid arguments for kit__echo: argument `text`: 5 is not of type 'string'"
+    }
     assert "'text' is a required property" in missing["error"]
 
 
@@ -182,15 +215,29 @@ def test_a_tool_added_later_is_offered_only_where_a_pattern_grants_it(
 ) -> None:
     settings = model_settings(stub)
     profiles = [
-        Profile("grower", model="openai/stub", model_settings=settings, tools=["kit.*"],
-                instructions="GROWER"),
-        Profile("exact", model="openai/stub", model_settings=settings,
-                tools=["kit.echo", "kit.grow"], instructions="EXACT"),
+        Profile(
+            "grower",
+            model="openai/stub",
+            model_settings=settings,
+            tools=["kit.*"],
+            instructions="GROWER",
+        ),
+        Profile(
+            "exact",
+            model="openai/stub",
+            model_settings=settings,
+            tools=["kit.echo", "kit.grow"],
+            instructions="EXACT",
+        ),
     ]
 
     def steps(r: Any) -> dict[str, Any]:
         tools = [m for m in r.messages if m.get("role") == "tool"]
-        if r.messages[0]["content"] == "GROWER" and "first" in r.messages[1]["content"] and not tools:
+        if (
+            r.messages[0]["content"] == "GROWER"
+            and "first" in r.messages[1]["content"]
+            and not tools
+        ):
             return tool_call("kit__grow", {"name": "extra"})
         return answer("ok")
 
@@ -214,8 +261,13 @@ def test_stderr_is_kept_bounded_and_big_schemas_are_refused(
     monkeypatch.setenv("TOOLKIT_BIG_SCHEMA", "1")
     script(stub, calls(("kit__noise", {"lines": 500})))
     events: list[McpServerEvent] = []
-    with open_kit(tmp_path, stub, stderr_max_bytes=4096, max_schema_bytes=8192,
-                  env_from_host=["TOOLKIT_BIG_SCHEMA"]) as rt:
+    with open_kit(
+        tmp_path,
+        stub,
+        stderr_max_bytes=4096,
+        max_schema_bytes=8192,
+        env_from_host=["TOOLKIT_BIG_SCHEMA"],
+    ) as rt:
         rt.subscribe(lambda e: events.append(e) if isinstance(e, McpServerEvent) else None)
         rt.wait(rt.spawn("agent", "noise").id, timeout=60)
         assert rt.mcp is not None

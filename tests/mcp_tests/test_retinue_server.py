@@ -56,8 +56,17 @@ def test_stdio_run_team_tree_inspect_wait_and_errors(tmp_path: Path) -> None:
     async def go() -> None:
         async with Client(stdio(tmp_path / "s", EXAMPLE), mode="legacy") as client:
             names = {t.name for t in (await client.list_tools()).tools}
-            assert names == {"run_team", "spawn", "wait", "send", "tree", "inspect",
-                             "interrupt", "close", "resume"}
+            assert names == {
+                "run_team",
+                "spawn",
+                "wait",
+                "send",
+                "tree",
+                "inspect",
+                "interrupt",
+                "close",
+                "resume",
+            }
             error, started = await call(client, "run_team", task="review it", wait_s=0)
             assert not error and started["path"] == "/root/review"
             error, waited = await call(client, "wait", ref="/root/review", timeout_s=0)
@@ -66,14 +75,19 @@ def test_stdio_run_team_tree_inspect_wait_and_errors(tmp_path: Path) -> None:
             async def on_progress(value: float, total: float | None, message: str | None) -> None:
                 progress.append((value, total, message))
 
-            result = await client.call_tool("wait", {"ref": "/root/review", "timeout_s": 120},
-                                            progress_callback=on_progress)
+            result = await client.call_tool(
+                "wait", {"ref": "/root/review", "timeout_s": 120}, progress_callback=on_progress
+            )
             done = json.loads(result.content[0].text)
-            assert done["status"] == "completed" and "Summary of 3 subagent results" in done["output"]
+            assert (
+                done["status"] == "completed" and "Summary of 3 subagent results" in done["output"]
+            )
             error, tree = await call(client, "tree")
             paths = [row["path"] for row in tree["agents"]]
             assert paths[0] == "/root/review" and "/root/review/security" in paths
-            assert tree["count"] == len(paths) and all(r["state"] == "completed" for r in tree["agents"])
+            assert tree["count"] == len(paths) and all(
+                r["state"] == "completed" for r in tree["agents"]
+            )
             error, detail = await call(client, "inspect", ref="/root/review/security")
             assert not error and detail["info"]["profile"] == "security" and detail["transcript"]
             error, text = await call(client, "inspect", ref="/root/nope")
@@ -98,17 +112,26 @@ def test_a_client_killed_mid_run_leaves_the_tree_for_the_next(tmp_path: Path) ->
     store, team = tmp_path / "s", patient_team(tmp_path)
     client = subprocess.Popen(
         [sys.executable, str(SERVERS / "client.py"), "stdio", str(store), str(team)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, env={**os.environ, **ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        env={**os.environ, **ENV},
     )
     try:
         assert client.stdout is not None and client.stdout.readline().strip() == b"CALLING"
-        wait_until(lambda: _state(store, "/root/job") is AgentState.RUNNING, timeout=60,
-                   what="/root/job running")
+        wait_until(
+            lambda: _state(store, "/root/job") is AgentState.RUNNING,
+            timeout=60,
+            what="/root/job running",
+        )
         client.send_signal(signal.SIGKILL)
         client.wait(10)
         # Its server saw stdin close: it saved the run as interrupted and let the store go.
-        wait_until(lambda: _state(store, "/root/job") is AgentState.INTERRUPTED, timeout=60,
-                   what="/root/job interrupted")
+        wait_until(
+            lambda: _state(store, "/root/job") is AgentState.INTERRUPTED,
+            timeout=60,
+            what="/root/job interrupted",
+        )
     finally:
         if client.poll() is None:
             client.kill()
@@ -122,8 +145,10 @@ def test_a_client_killed_mid_run_leaves_the_tree_for_the_next(tmp_path: Path) ->
                 except Exception:
                     await anyio.sleep(0.2)
             error, tree = await call(new, "tree")
-            assert [(a["path"], a["state"]) for a in tree["agents"]] == [("/root/job", "interrupted")]
-            error, resumed = await call(new, "resume", ref="/root/job")
+            assert [(a["path"], a["state"]) for a in tree["agents"]] == [
+                ("/root/job", "interrupted")
+            ]
+            error, _resumed = await call(new, "resume", ref="/root/job")
             assert not error
             error, first = await call(new, "wait", ref="/root/job", timeout_s=60)
             assert (first["status"], first["generation"]) == ("interrupted", 1)  # the crash's
@@ -148,9 +173,21 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     token = "test-token-123"
     store = tmp_path / "s"
     process = subprocess.Popen(
-        [sys.executable, "-m", "retinue.cli", "mcp", "--store", str(store), "--team",
-         str(patient_team(tmp_path)), "--http", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "retinue.cli",
+            "mcp",
+            "--store",
+            str(store),
+            "--team",
+            str(patient_team(tmp_path)),
+            "--http",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
         env={**os.environ, **ENV, "PATIENT_S": "4", "RETINUE_MCP_TOKEN": token},
     )
     try:
@@ -174,7 +211,9 @@ def test_http_a_killed_client_leaves_the_run_and_its_answer(
     url, token, store = http_server
     client = subprocess.Popen(
         [sys.executable, str(SERVERS / "client.py"), "http", url],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
         env={**os.environ, **ENV, "TOKEN": token},
     )
     assert client.stdout is not None and client.stdout.readline().strip() == b"CALLING"
@@ -183,14 +222,16 @@ def test_http_a_killed_client_leaves_the_run_and_its_answer(
     client.wait(10)
 
     async def next_client(headers: dict[str, str]) -> Any:
-        async with create_mcp_http_client(headers=headers) as http:
-            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as new:
-                for _ in range(600):  # the run goes on without its client
-                    error, tree = await call(new, "tree")
-                    if tree["agents"][0]["state"] == "completed":
-                        return tree
-                    await anyio.sleep(0.1)
-                return tree
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(url, http_client=http), mode="legacy") as new,
+        ):
+            for _ in range(600):  # the run goes on without its client
+                _error, tree = await call(new, "tree")
+                if tree["agents"][0]["state"] == "completed":
+                    return tree
+                await anyio.sleep(0.1)
+            return tree
 
     tree = anyio.run(next_client, {"Authorization": f"Bearer {token}"})
     rows = [(a["path"], a["state"], a["output"]) for a in tree["agents"]]
@@ -208,8 +249,9 @@ def test_http_a_killed_client_leaves_the_run_and_its_answer(
         ("127.0.0.1:70000", None, None, "not 0-65535"),
     ],
 )
-def test_non_loopback_needs_host_and_a_token(http: str, host: str | None, token: str | None,
-                                              message: str) -> None:
+def test_non_loopback_needs_host_and_a_token(
+    http: str, host: str | None, token: str | None, message: str
+) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         listen_address(http, host, token)
     assert listen_address("8765", None, None) == ("127.0.0.1", 8765)

@@ -1,4 +1,4 @@
-"""mcp-server-time (PyPI) over stdio: a model agent gets the real server's answer, within ceilings."""
+"""mcp-server-time (PyPI) over stdio: a model agent gets the real server's answer, in ceilings."""
 
 from __future__ import annotations
 
@@ -31,12 +31,20 @@ def servers() -> dict[str, McpServer]:
 def test_a_model_agent_gets_the_real_servers_answer(tmp_path: Path, stub: OpenAIStub) -> None:
     script(
         stub,
-        lambda r: tool_call("time__get_current_time", {"timezone": "Europe/Paris"})
-        if r.number == 1
-        else answer("it is " + last_tool_result(r)["result"]["datetime"]),
+        lambda r: (
+            tool_call("time__get_current_time", {"timezone": "Europe/Paris"})
+            if r.number == 1
+            else answer("it is " + last_tool_result(r)["result"]["datetime"])
+        ),
     )
-    profiles = [Profile("clock", model="openai/stub", model_settings=model_settings(stub),
-                        tools=["time.get_current_time"])]
+    profiles = [
+        Profile(
+            "clock",
+            model="openai/stub",
+            model_settings=model_settings(stub),
+            tools=["time.get_current_time"],
+        )
+    ]
     with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers()) as rt:
         done = rt.wait(rt.spawn("clock", "what time is it in Paris?").id, timeout=60)
         assert done.status is CompletionStatus.COMPLETED, done.error
@@ -50,10 +58,17 @@ def test_a_model_agent_gets_the_real_servers_answer(tmp_path: Path, stub: OpenAI
 
 
 def test_the_servers_error_comes_back_as_the_tools_error(tmp_path: Path, stub: OpenAIStub) -> None:
-    script(stub, lambda r: tool_call("time__get_current_time", {"timezone": "Mars/Olympus"})
-           if r.number == 1 else answer("ok"))
-    profiles = [Profile("clock", model="openai/stub", model_settings=model_settings(stub),
-                        tools=["time.*"])]
+    script(
+        stub,
+        lambda r: (
+            tool_call("time__get_current_time", {"timezone": "Mars/Olympus"})
+            if r.number == 1
+            else answer("ok")
+        ),
+    )
+    profiles = [
+        Profile("clock", model="openai/stub", model_settings=model_settings(stub), tools=["time.*"])
+    ]
     with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers()) as rt:
         rt.wait(rt.spawn("clock", "time on mars").id, timeout=60)
     error = last_tool_result(stub.requests[1])["error"]
@@ -72,8 +87,14 @@ def test_a_child_without_the_grant_is_not_offered_it(tmp_path: Path, stub: OpenA
     script(stub, steps)
     settings = model_settings(stub)
     profiles = [
-        Profile("lead", model="openai/stub", model_settings=settings, tools=["time.*"],
-                subagents=["helper", "heir"], instructions="LEAD"),
+        Profile(
+            "lead",
+            model="openai/stub",
+            model_settings=settings,
+            tools=["time.*"],
+            subagents=["helper", "heir"],
+            instructions="LEAD",
+        ),
         Profile("helper", tools="none", instructions="HELPER"),
         Profile("heir", instructions="HEIR"),
     ]
@@ -120,9 +141,17 @@ def test_a_team_file_declares_the_server(
         '[agents.clock]\nmodel = "openai/stub"\n'
         f'api_base = "{stub.url}"\ntools = ["time.*"]\nretries = 0\n'
     )
-    script(stub, lambda r: tool_call("time__convert_time", {
-        "source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
-        if r.number == 1 else answer("converted"))
+    script(
+        stub,
+        lambda r: (
+            tool_call(
+                "time__convert_time",
+                {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+            )
+            if r.number == 1
+            else answer("converted")
+        ),
+    )
     with Runtime.open(tmp_path / "s", team=team) as rt:
         done = rt.wait(rt.spawn("clock", "noon UTC in Tokyo", name="c").id, timeout=60)
     assert done.status is CompletionStatus.COMPLETED, done.error

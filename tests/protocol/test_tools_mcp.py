@@ -20,7 +20,9 @@ from retinue.protocol.tools import (
 
 
 def test_mcp_names_and_patterns_are_valid_tool_specs() -> None:
-    names = resolve_tools(["read_file", "time.get_current_time", "fs.*", "fs.*", "gh.list-issues.v2"])
+    names = resolve_tools(
+        ["read_file", "time.get_current_time", "fs.*", "fs.*", "gh.list-issues.v2"]
+    )
     assert names == ("read_file", "time.get_current_time", "fs.*", "gh.list-issues.v2")
     assert split_mcp_name("time.get_current_time") == ("time", "get_current_time")
     assert split_mcp_name("fs.*") == ("fs", "*")
@@ -29,7 +31,8 @@ def test_mcp_names_and_patterns_are_valid_tool_specs() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["Time.now", "root.now", "time.", ".now", "time.now now", "t" * 41 + ".x", "time.a*", "a.b/c"]
+    "name",
+    ["Time.now", "root.now", "time.", ".now", "time.now now", "t" * 41 + ".x", "time.a*", "a.b/c"],
 )
 def test_bad_mcp_names_are_refused_with_the_rule(name: str) -> None:
     with pytest.raises(ConfigurationError, match="MCP tool") as info:

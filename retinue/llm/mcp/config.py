@@ -40,13 +40,17 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
+def _finite_positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
 def _positive(what: str, value: Any, *, integer: bool = False) -> None:
-    kind: tuple[type, ...] = (int,) if integer else (int, float)
+    wrong_kind = integer and not isinstance(value, int)
     if (
         isinstance(value, bool)
-        or not isinstance(value, kind)
-        or not math.isfinite(value)
-        or value <= 0
+        or not isinstance(value, int | float)
+        or wrong_kind
+        or not _finite_positive(value)
     ):
         want = "a positive integer" if integer else "a positive number of seconds"
         raise ConfigurationError(f"McpServer {what} must be {want}, not {value!r}")

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def patient(turn: Any) -> str:
-    """Wait PATIENT_S seconds (or until interrupted), then answer; a resumed turn answers at once."""
+    """Wait PATIENT_S s (or until interrupted), then answer; a resumed turn answers at once."""
     if turn.reason == "resume":
         return "resumed answer"
     turn.cancelled.wait(float(os.environ.get("PATIENT_S", "60")))

@@ -34,7 +34,9 @@ async def slow(seconds: float) -> str:
 _met = {"count": 0}
 
 
-@server.tool(description="Wait until `n` calls of meet are in flight at once (or fail after timeout).")
+@server.tool(
+    description="Wait until `n` calls of meet are in flight at once (or fail after timeout)."
+)
 async def meet(n: int, timeout: float = 20.0) -> str:
     _met["count"] += 1
     try:
@@ -49,12 +51,15 @@ async def meet(n: int, timeout: float = 20.0) -> str:
         _met["count"] -= 1
 
 
-@server.tool(description="Report the environment, folder and process group.", structured_output=False)
+@server.tool(
+    description="Report the environment, folder and process group.", structured_output=False
+)
 def environment() -> str:
     import json
 
-    return json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
-                       "pgid": os.getpgid(0)})
+    return json.dumps(
+        {"env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(), "pgid": os.getpgid(0)}
+    )
 
 
 @server.tool(description="Start a child process that sleeps (it shares the process group).")
@@ -84,8 +89,10 @@ def fail(reason: str) -> str:
 
 @server.tool(description="Answer with an image and text.", structured_output=False)
 def picture() -> list[Any]:
-    return [TextContent(type="text", text="a red dot"),
-            ImageContent(type="image", data="iVBORw0KGgo=" * 100, mime_type="image/png")]
+    return [
+        TextContent(type="text", text="a red dot"),
+        ImageContent(type="image", data="iVBORw0KGgo=" * 100, mime_type="image/png"),
+    ]
 
 
 @server.tool(description="Add a tool named `name` at run time and announce it.")
