@@ -55,9 +55,9 @@ from retinue.errors import (
     TeamFileError,
 )
 from retinue.llm.mcp.config import McpServer
+from retinue.llm.mcp.teamfile import McpSpec, check_tools, mcp_servers
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
-from retinue.protocol.tools import mcp_grant_servers, resolve_profile_tools, resolve_tools
 
 __all__ = ["AgentSpec", "Defaults", "McpSpec", "Team", "load_team", "open_arguments"]
 
@@ -107,24 +107,6 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     retries: NonNegativeInt | None = None
     max_tool_calls: PositiveInt | None = None
     request_timeout_s: Positive | None = None
-
-
-class McpSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One ``[mcp.<server>]`` table: an MCP server (stdio ``command`` or HTTP ``url``)."""
-
-    command: str | None = None
-    args: list[str] = msgspec.field(default_factory=list)
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    """Variables the server gets, with their values (nothing else of the host's but PATH,
-    HOME and LANG)."""
-    env_from_host: list[str] = msgspec.field(default_factory=list)
-    """Names of this process's variables passed through (a secret stays out of the file)."""
-    cwd: str | None = None
-    """The server's folder, relative to the team file (default: the workspace)."""
-    url: str | None = None
-    headers: dict[str, str] = msgspec.field(default_factory=dict)
-    startup_timeout_s: Positive = 30.0
-    tool_timeout_s: Positive = 60.0
 
 
 class _Top(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -269,8 +251,10 @@ class Team:
             raise TeamFileError(
                 label, "", "name", "the team name is an agent name: 1-40 characters of a-z, 0-9, _"
             )
-        servers = _mcp_servers(label, top.mcp, Path(source) if source is not None else None)
-        _check_tools(label, agents, defaults, servers)
+        servers = mcp_servers(label, top.mcp, Path(source) if source is not None else None)
+        check_tools(
+            label, {n: (self_tools(a, defaults), a.subagents) for n, a in agents.items()}, servers
+        )
         return cls(
             agents=agents,
             limits=limits,
@@ -388,88 +372,9 @@ def _import_runner(label: str, table: str, target: str, source: Path | None) -> 
     return runner
 
 
-def _mcp_servers(label: str, raw: dict[str, Any], source: Path | None) -> dict[str, McpServer]:
-    """Decode the ``[mcp.<server>]`` tables into servers."""
-    servers: dict[str, McpServer] = {}
-    for name, table in raw.items():
-        where = f"mcp.{name}"
-        if not _NAME.fullmatch(name) or name == "root":
-            raise TeamFileError(
-                label,
-                where,
-                "",
-                "an MCP server name is an agent name: 1-40 characters of a-z, 0-9, _",
-            )
-        spec = _convert(label, where, table, McpSpec)
-        assert isinstance(spec, McpSpec)
-        if (spec.command is None) == (spec.url is None):
-            raise TeamFileError(
-                label, where, "", "give either command (a stdio server) or url (streamable HTTP)"
-            )
-        stdio_keys = ("args", "env", "env_from_host", "cwd")
-        wrong = [k for k in stdio_keys if getattr(spec, k)] if spec.url else []
-        wrong += ["headers"] if spec.command and spec.headers else []
-        if wrong:
-            raise TeamFileError(
-                label,
-                where,
-                wrong[0],
-                "is for the other transport (stdio: command, args, env, "
-                "env_from_host, cwd; HTTP: url, headers)",
-            )
-        timeouts = {
-            "startup_timeout_s": spec.startup_timeout_s,
-            "tool_timeout_s": spec.tool_timeout_s,
-        }
-        try:
-            if spec.command is not None:
-                cwd = Path(spec.cwd).expanduser() if spec.cwd is not None else None
-                if cwd is not None and not cwd.is_absolute() and source is not None:
-                    cwd = source.parent / cwd
-                servers[name] = McpServer.stdio(
-                    spec.command,
-                    spec.args,
-                    env=spec.env,
-                    env_from_host=spec.env_from_host,
-                    cwd=cwd,
-                    **timeouts,
-                )
-            else:
-                assert spec.url is not None
-                servers[name] = McpServer.http(spec.url, headers=spec.headers, **timeouts)
-        except ConfigurationError as exc:
-            raise TeamFileError(label, where, "", str(exc)) from None
-    return servers
-
-
-def _check_tools(
-    label: str,
-    agents: Mapping[str, AgentSpec],
-    defaults: Defaults,
-    servers: Mapping[str, McpServer],
-) -> None:
-    """Check the agents' tools: valid specs, declared MCP servers, and the capability ceilings."""
-    specs: dict[str, tuple[Any, list[str]]] = {}
-    for name, spec in agents.items():
-        tools = spec.tools if spec.tools is not None else defaults.tools
-        try:
-            names = resolve_tools(tools, owner=name) or ()
-        except ConfigurationError as exc:
-            raise TeamFileError(label, f"agents.{name}", "tools", str(exc)) from None
-        for server in mcp_grant_servers(names):
-            if server not in servers:
-                raise TeamFileError(
-                    label,
-                    f"agents.{name}",
-                    "tools",
-                    f"grants tools of MCP server {server!r}, which the file does not declare "
-                    f"(add an [mcp.{server}] table)",
-                )
-        specs[name] = (tools, spec.subagents)
-    try:
-        resolve_profile_tools(specs)
-    except ConfigurationError as exc:
-        raise TeamFileError(label, "agents", "tools", str(exc)) from None
+def self_tools(spec: AgentSpec, defaults: Defaults) -> Tools | None:
+    """An agent's tools setting: its own, else ``[defaults]``'s."""
+    return spec.tools if spec.tools is not None else defaults.tools
 
 
 def _limits(label: str, raw: dict[str, Any], environ: bool) -> Limits:

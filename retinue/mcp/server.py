@@ -113,6 +113,14 @@ def build_server(tools: Tools) -> MCPServer:
     ) -> str:
         return await _guard(tools.wait(ref, timeout_s, _reporter(ctx)))
 
+    _agent_tools(server, tools)
+    _resources(server, tools)
+    return server
+
+
+def _agent_tools(server: Any, tools: Tools) -> None:
+    """The tools on agents that exist: send, tree, inspect, interrupt, close, resume."""
+
     @_tool(server, "Send a message to an agent's mailbox.")
     async def send(ref: Ref, message: Annotated[str, Field(description="The text.")]) -> str:
         return await _guard(tools.send(ref, message))
@@ -145,6 +153,10 @@ def build_server(tools: Tools) -> MCPServer:
     # Their place: the supervision work adds parked approvals to the runtime; these
     # three tools come with it, over its public API, registered here.
 
+
+def _resources(server: Any, tools: Tools) -> None:
+    """``retinue://tree`` and ``retinue://agent/{path}``: read-only JSON."""
+
     @_resource(
         server,
         "retinue://tree",
@@ -170,8 +182,6 @@ def build_server(tools: Tools) -> MCPServer:
             return _text(await tools.agent_resource(path))
         except RetinueError as exc:
             raise ValueError(f"{type(exc).__name__}: {exc}") from None
-
-    return server
 
 
 def with_bearer_token(app: Any, token: str) -> Any:

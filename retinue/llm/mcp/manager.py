@@ -26,13 +26,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retinue.errors import ConfigurationError, McpServerError
 from retinue.llm.arguments import ToolError
 from retinue.llm.mcp.config import McpServer
+from retinue.llm.mcp.state import ServerStatus, _retrieved, _State, missing_sdk
 from retinue.protocol import paths
 from retinue.protocol.messages import Event, McpServerEvent
 from retinue.protocol.tools import mcp_grant_servers, mcp_granted
@@ -41,54 +41,12 @@ if TYPE_CHECKING:
     from retinue.llm.arguments import ToolDef
     from retinue.llm.mcp.session import McpSession
     from retinue.llm.mcp.tools import McpTool
-    from retinue.llm.mcp.transport import BoundedLog
 
 __all__ = ["CLOSE_TIMEOUT_S", "McpManager", "ServerStatus"]
 
 CLOSE_TIMEOUT_S = 5.0
 """How long :meth:`McpManager.close` waits for the servers to stop before killing them."""
 log = logging.getLogger("retinue.mcp")
-
-
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """Mark a start task's outcome as seen (its callers may all have been cancelled)."""
-    if not task.cancelled():
-        task.exception()
-
-
-def missing_sdk() -> McpServerError:
-    """The error for a runtime with MCP servers but without the ``mcp`` SDK installed."""
-    return McpServerError(
-        "MCP servers need the mcp extra, which is not installed: pip install 'retinue[mcp]'"
-    )
-
-
-@dataclass
-class ServerStatus:
-    """What the manager knows of one server (see :meth:`McpManager.status`)."""
-
-    name: str
-    running: bool = False
-    failures: int = 0
-    last_error: str = ""
-    pid: int | None = None
-    tools: tuple[str, ...] = ()
-    refused: tuple[str, ...] = ()
-
-
-@dataclass
-class _State:
-    name: str
-    config: McpServer
-    log: BoundedLog | None = None
-    session: McpSession | None = None
-    starting: asyncio.Task[McpSession] | None = None
-    tools: list[McpTool] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-    listed: bool = False
-    failures: int = 0
-    last_error: str = ""
-    retry_at: float = 0.0
 
 
 class McpManager:
