@@ -9,6 +9,7 @@ Commands:
   validate  check a team file without running it
   backup    write a compacted copy of a store
   compact   remove old closed agents and read messages from a store
+  mcp       serve a store over MCP (stdio, or streamable HTTP on loopback)
 
 Exit codes: 0 completed, 1 an agent failed, 2 usage or input error, 130 interrupted.
 """
@@ -432,6 +433,13 @@ def cmd_compact(args: argparse.Namespace) -> int:
     return OK
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """``retinue mcp``: serve a store over MCP (see :mod:`retinue.mcp`)."""
+    from retinue.mcp.serve import serve
+
+    return serve(args, store_path(args.store, must_exist=False))
+
+
 # -- argument parsing ----------------------------------------------------------------------------
 
 
@@ -606,6 +614,18 @@ def build_parser() -> argparse.ArgumentParser:
     compact.add_argument("store_pos", nargs="?", metavar="STORE", help=argparse.SUPPRESS)
     compact.add_argument("--store", help=store_help)
     compact.set_defaults(handler=cmd_compact)
+
+    from retinue.mcp.options import add_arguments as mcp_arguments
+
+    mcp = add(
+        "mcp",
+        "serve a store over MCP (stdio, or streamable HTTP on loopback)",
+        "Serve a store's trees to an MCP client (Claude Code, an IDE): tools run_team,\n"
+        "spawn, wait, send, tree, inspect, interrupt, close, resume; resources\n"
+        "retinue://tree and retinue://agent/{path}. Needs pip install 'retinue[mcp]'.",
+    )
+    mcp_arguments(mcp, store_help)
+    mcp.set_defaults(handler=cmd_mcp)
     return parser
 
 

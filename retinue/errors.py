@@ -18,7 +18,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── UnknownAgent                   (LookupError)
     ├── DuplicateAgentPath             (ValueError)   a live sibling holds the name
     ├── NotPermitted                                  outside what the sender may do
-    │   └── ToolsNotPermitted                         .extra: tools above the parent's
+    │   └── ToolsNotPermitted          (ConfigurationError) .extra: tools above the parent's
     ├── LimitExceeded                                 .limit, .value, .path: a bound was hit
     │   ├── DepthLimitExceeded
     │   ├── FanoutLimitExceeded
@@ -38,6 +38,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
     ├── ModelCallFailed                               .provider, .status: retries spent
+    ├── McpServerError                                .server: an MCP server failed to start or died
     └── StoreError                                    the LMDB store refused
         ├── StoreCorrupted                            .path: damaged, truncated or lost data
         ├── StoreLocked                               .pid: another writer holds it
@@ -79,6 +80,7 @@ __all__ = [
     "InvalidLimits",
     "LimitExceeded",
     "MailboxFull",
+    "McpServerError",
     "MessageTooLarge",
     "ModelCallFailed",
     "NotPermitted",
@@ -188,8 +190,13 @@ class NotPermitted(RetinueError):
     """The sender may not do that (spawn that profile, message that agent)."""
 
 
-class ToolsNotPermitted(NotPermitted):
-    """A child's tools exceed its parent's (the capability ceiling); ``.extra`` names them."""
+class ToolsNotPermitted(NotPermitted, ConfigurationError):
+    """A child's tools exceed its parent's (the capability ceiling); ``.extra`` names them.
+
+    Raised when the profiles are checked (``Runtime.open``, ``retinue
+    validate``), so it is also a :class:`ConfigurationError`: with the
+    ceilings checked there, no spawn can exceed them.
+    """
 
     def __init__(self, message: str, extra: tuple[str, ...] = ()) -> None:
         self.extra = tuple(extra)
@@ -338,6 +345,19 @@ class ModelCallFailed(RetinueError):
     def __init__(self, message: str, *, provider: str = "", status: int | None = None) -> None:
         self.provider = provider
         self.status = status
+        super().__init__(message)
+
+
+class McpServerError(RetinueError):
+    """An MCP server could not be started, or died; ``.server`` names it.
+
+    The message says why (the exit code, the end of its stderr, how many times
+    in a row it failed and when it is tried again). A model sees it as a
+    tool's ``{"error": ...}``; a turn whose server never started fails with it.
+    """
+
+    def __init__(self, message: str, *, server: str = "") -> None:
+        self.server = server
         super().__init__(message)
 
 

@@ -43,20 +43,21 @@ from retinue.actors.commands import (
 )
 from retinue.actors.compaction import CompactionReport
 from retinue.actors.engine import Engine, HostReceipt
-from retinue.actors.events import Subscriber
+from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile
 from retinue.actors.system import ReadOnlySystem, System
 from retinue.actors.turn import Runner
 from retinue.actors.waiting import resolve_timeout
 from retinue.errors import ArgumentTypeError, ConfigurationError, RuntimeClosed, WaitTimeout
 from retinue.llm import model_runner_factory
+from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
-from retinue.team import Team, open_arguments
+from retinue.team import Team, load_team, open_arguments
 
 __all__ = ["Runtime"]
 
@@ -74,6 +75,7 @@ class Runtime:
         self.readonly = False
         self._system: System | ReadOnlySystem | None = None
         self._profiles: dict[str, Profile] = {}
+        self._mcp: McpManager | None = None
 
     @classmethod
     def open(
@@ -90,6 +92,7 @@ class Runtime:
         workspace: str | os.PathLike[str] | None = None,
         team: Team | str | os.PathLike[str] | None = None,
         create: bool = False,
+        mcp_servers: dict[str, McpServer] | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -110,7 +113,10 @@ class Runtime:
         ``interrupted``; restore problems are listed in :attr:`diagnostics`.
         ``readonly=True`` opens an existing store beside its writer: reads
         (``get``, ``agents``, ``backup``) work, every change raises
-        ``StoreReadOnly``.
+        ``StoreReadOnly``. ``mcp_servers`` names MCP servers
+        (:class:`~retinue.llm.McpServer`) whose tools profiles grant as
+        ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the
+        team's ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`).
 
         Every argument is checked before anything touches the disk, and a
         failed open leaves nothing behind: a temporary folder, or a store
@@ -132,7 +138,10 @@ class Runtime:
             StoreCorrupted: the store's data file is truncated, damaged or lost.
             StoreError: the folder cannot be created or LMDB refuses it.
         """
+        team_servers: dict[str, McpServer] = {}
         if team is not None and not readonly:
+            team = team if isinstance(team, Team) else load_team(team)
+            team_servers = dict(team.mcp)
             profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
         rt = cls()
         options = check_store_options(
@@ -151,12 +160,27 @@ class Runtime:
             rt.path = options.path
             return rt
         folder = None if workspace is None else Path(workspace)
+        bus = EventBus(rt.limits.event_queue_capacity)
+        rt._mcp = open_mcp(team_servers, mcp_servers, folder, bus.publish)
         rt._profiles, runners = profile_table(
-            profiles, runner, rt.limits, model_runner=model_runner_factory(folder)
+            profiles, runner, rt.limits, model_runner=model_runner_factory(folder, rt._mcp)
         )
-        system = System.start(
-            options, create=create, profiles=rt._profiles, runners=runners, limits=rt.limits
-        )
+        check_mcp_grants(rt._profiles, runners, rt._mcp)
+        mcp = rt._mcp
+        try:
+            system = System.start(
+                options,
+                create=create,
+                profiles=rt._profiles,
+                runners=runners,
+                limits=rt.limits,
+                bus=bus,
+                before_stop=[] if mcp is None else [mcp.close],
+            )
+        except BaseException:
+            if mcp is not None:
+                mcp.close()
+            raise
         rt._system, rt.path = system, system.path
         return rt
 
@@ -494,6 +518,11 @@ class Runtime:
         system = self._system
         core = system.core if isinstance(system, System) else None
         return 0 if core is None else len(core.scheduler.abandoned)
+
+    @property
+    def mcp(self) -> McpManager | None:
+        """The runtime's MCP servers (:class:`~retinue.llm.mcp.McpManager`), None if it has none."""
+        return self._mcp
 
     @property
     def closed(self) -> bool:

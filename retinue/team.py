@@ -12,7 +12,10 @@ A team file has four parts, every one optional but ``[agents.*]``::
     model = "retinue/scripted"
     instructions = "..."
     subagents = ["security", "style"]
-    tools = "read"
+    tools = ["read_file", "time.*"]
+
+    [mcp.time]               # an MCP server whose tools agents grant as time.<tool>
+    command = "mcp-server-time"
 
 Decoding is strict: an unknown key, a wrong type or a bad value raises
 :class:`~retinue.errors.TeamFileError` naming the file, the table and the key
@@ -20,6 +23,11 @@ Decoding is strict: an unknown key, a wrong type or a bad value raises
 graph is checked with :func:`~retinue.protocol.graph.validate_graph` against
 the team's depth cap, so a team that loads never hits the depth cap at run time.
 Token budgets are limits: ``[limits] tokens_per_agent`` and ``tokens_per_tree``.
+An ``[mcp.<server>]`` table declares an MCP server (``command``, ``args``,
+``env``, ``env_from_host``, ``cwd`` for stdio; ``url``, ``headers`` for
+streamable HTTP; ``startup_timeout_s``, ``tool_timeout_s``); a grant of an
+undeclared server's tools, and a child granted tools its parent lacks, are
+errors of the file.
 """
 
 from __future__ import annotations
@@ -47,10 +55,12 @@ from retinue.errors import (
     RetinueError,
     TeamFileError,
 )
+from retinue.llm.mcp.config import McpServer
+from retinue.llm.mcp.teamfile import McpSpec, check_tools, mcp_servers
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 
-__all__ = ["AgentSpec", "Defaults", "Team", "load_team", "open_arguments"]
+__all__ = ["AgentSpec", "Defaults", "McpSpec", "Team", "load_team", "open_arguments"]
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 FiniteSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e9)]
@@ -111,6 +121,7 @@ class _Top(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     limits: dict[str, Any] = msgspec.field(default_factory=dict)
     defaults: dict[str, Any] = msgspec.field(default_factory=dict)
     agents: dict[str, Any] = msgspec.field(default_factory=dict)
+    mcp: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 # Settings an agent inherits from [defaults] when its own table leaves them unset.
@@ -176,6 +187,8 @@ class Team:
     lead: str = ""
     description: str = ""
     source: Path | None = None
+    mcp: Mapping[str, McpServer] = dataclasses.field(default_factory=dict)
+    """The ``[mcp.<server>]`` servers, by name."""
 
     @classmethod
     def from_toml(
@@ -245,6 +258,10 @@ class Team:
             raise TeamFileError(
                 label, "", "name", "the team name is an agent name: 1-40 characters of a-z, 0-9, _"
             )
+        servers = mcp_servers(label, top.mcp, Path(source) if source is not None else None)
+        check_tools(
+            label, {n: (self_tools(a, defaults), a.subagents) for n, a in agents.items()}, servers
+        )
         return cls(
             agents=agents,
             limits=limits,
@@ -253,6 +270,7 @@ class Team:
             lead=lead,
             description=top.description,
             source=Path(source) if source is not None else None,
+            mcp=servers,
         )
 
     @property
@@ -359,6 +377,11 @@ def _import_runner(label: str, table: str, target: str, source: Path | None) -> 
         raise TeamFileError(label, table, "runner", f"{target!r} is not callable")
     runner: Runner = found
     return runner
+
+
+def self_tools(spec: AgentSpec, defaults: Defaults) -> Tools | None:
+    """An agent's tools setting: its own, else ``[defaults]``'s."""
+    return spec.tools if spec.tools is not None else defaults.tools
 
 
 def _limits(label: str, raw: dict[str, Any], environ: bool) -> Limits:

@@ -70,6 +70,7 @@ LAYERS = [
     "runtime",
     "testing",
     "view",
+    "mcp",
     "cli",
 ]
 # Compatibility aliases that re-export what moved up a layer (and nothing else).

@@ -11,10 +11,12 @@ read-only beside its writer.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ __all__ = ["CLOSE_GRACE_S", "ReadOnlySystem", "System"]
 CLOSE_GRACE_S = 5.0
 """How long a close waits, in all, for the runners of the turns it interrupts."""
 STOP_POLL_S = 0.01  # how often a close looks again at a runner it waits for
+log = logging.getLogger("retinue.runtime")
 
 
 class System:
@@ -75,6 +78,7 @@ class System:
         self._closing_runners: set[str] = set()  # agents whose runner is closing the runtime
         self._stopping = threading.Event()
         self._compactor: threading.Thread | None = None
+        self.before_stop: list[Callable[[], None]] = []
 
     @classmethod
     def start(
@@ -85,12 +89,18 @@ class System:
         profiles: dict[str, Profile],
         runners: dict[str, Runner],
         limits: Limits,
+        bus: EventBus | None = None,
+        before_stop: Sequence[Callable[[], None]] = (),
     ) -> System:
         """Open (or create) the writable store ``options`` names and start everything on it.
 
-        ``options.path`` None makes a temporary folder. A failed start leaves
-        nothing behind: the executor is stopped, the store closed and a folder
-        this call created removed again.
+        ``options.path`` None makes a temporary folder. ``bus`` is the event
+        bus to publish on (a new one if None). ``before_stop`` are the close
+        functions of what the host's layers started on the runtime's executors
+        (MCP sessions): the shutdown calls them once the turns are interrupted,
+        before the event loop stops. A failed start leaves nothing behind: the
+        executor is stopped, the store closed and a folder this call created
+        removed again.
 
         Raises:
             StoreError: the folder cannot be created, or the recovery not written.
@@ -114,7 +124,7 @@ class System:
         try:
             executor = Executor()
             executor.start()  # threads start here, never on the supervisor's or writer's
-            bus = EventBus(limits.event_queue_capacity)
+            bus = bus if bus is not None else EventBus(limits.event_queue_capacity)
             engine = Engine(Channel(after_close=True))
             system = cls(
                 path=path,
@@ -205,6 +215,11 @@ class System:
         channel.close(RuntimeState.CLOSED)
         self.engine.give_back_host_waits()
         self._stop_runners(actors)
+        for close in self.before_stop:  # on the loop, before it stops (MCP process groups)
+            try:
+                close()
+            except Exception:
+                log.exception("closing %r failed", close)
         # Before the supervisor stops: cancelled async turns finish here and
         # give back the completions their waits had taken (GiveBack is served
         # while closing), so none is lost to a stopped supervisor.

@@ -3,7 +3,9 @@
 The tools: the coordinator tools (spawn, send, wait, ...), the built-in
 workspace tools (presets ``"read"`` and ``"modify"``) and host tools (the
 host's own functions, registered with :func:`tool` and passed to
-``LiteLLMRunner(host_tools=...)``).
+``LiteLLMRunner(host_tools=...)``) and MCP servers' tools (:class:`McpServer`,
+declared with ``Runtime.open(..., mcp_servers=...)``; the ``mcp`` SDK is
+imported only when a server starts).
 
 Importing this package does not import litellm; the runner imports it the
 first time a model is called (see :mod:`retinue.llm.provider`).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from retinue.llm.arguments import ToolError
 from retinue.llm.host_tools import HostTool, tool
+from retinue.llm.mcp import McpServer
 from retinue.llm.provider import SCRIPTED_MODEL
 from retinue.llm.runner import LiteLLMRunner, model_runner_factory
 from retinue.llm.toolbox import ToolBox, build_toolbox
@@ -21,6 +24,7 @@ from retinue.llm.workspace import Workspace
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "HostTool",
     "LiteLLMRunner",
+    "McpServer",
     "SCRIPTED_MODEL",
     "ToolBox",
     "ToolError",

@@ -45,6 +45,7 @@ from retinue.llm.conversation import (
     repair_dangling,
     turn_input,
 )
+from retinue.llm.mcp.grants import mcp_tool_defs
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.retry import backoff_delay, classify
 from retinue.protocol.limits import Limits
@@ -118,6 +119,7 @@ class LiteLLMRunner:
         retry_base_s: float = 0.5,
         retry_max_s: float = 60.0,
         tool_timeout_s: float = toolbox_module.DEFAULT_TOOL_TIMEOUT_S,
+        mcp: Any = None,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -148,6 +150,7 @@ class LiteLLMRunner:
         self.retry_max_s = float(retry_max_s)
         self.tool_timeout_s = float(tool_timeout_s)  # bounds each file and host tool call
         self.litellm_kwargs = dict(litellm_kwargs)
+        self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
         self._rng = random.Random()
 
     def __repr__(self) -> str:
@@ -214,12 +217,14 @@ class _Session:
         self.history.append(
             {"role": "user", "content": turn_input(turn.task, turn.reason, turn.messages)}
         )
+        owner = getattr(getattr(turn, "profile", None), "name", "") or ""
         toolbox = toolbox_module.build_toolbox(
             turn,
             tools=self.tools,
             workspace=runner.workspace,
             host_tools=runner.host_tools,
             tool_timeout_s=runner.tool_timeout_s,
+            mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner),
         )
         schemas = toolbox.schemas()
         calls_made = 0
@@ -379,12 +384,13 @@ def _not_run(limit: int) -> str:
     return json.dumps({"error": f"not run: the turn reached max_tool_calls={limit}"})
 
 
-def model_runner_factory(workspace: Path | None) -> Callable[[Any, Any], Any]:
+def model_runner_factory(workspace: Path | None, mcp: Any = None) -> Callable[[Any, Any], Any]:
     """Return the factory the runtime uses for profiles that name (or inherit) a model.
 
     ``factory(profile, model_profile)`` builds a :class:`LiteLLMRunner` for
-    ``model_profile.model`` with its ``model_settings`` as keyword arguments
-    and ``workspace`` (unless the settings name one).
+    ``model_profile.model`` with its ``model_settings`` as keyword arguments,
+    ``workspace`` (unless the settings name one) and the runtime's MCP
+    servers ``mcp`` (an :class:`~retinue.llm.mcp.McpManager` or None).
 
     Raises:
         ConfigurationError: (from the factory) a setting LiteLLMRunner refuses.
@@ -394,6 +400,8 @@ def model_runner_factory(workspace: Path | None) -> Callable[[Any, Any], Any]:
         settings = dict(model_profile.model_settings)
         if workspace is not None:
             settings.setdefault("workspace", workspace)
+        if mcp is not None:
+            settings["mcp"] = mcp
         try:
             return LiteLLMRunner(model_profile.model, **settings)
         except TypeError as exc:

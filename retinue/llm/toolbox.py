@@ -47,7 +47,7 @@ from retinue.llm.coordinator import coordinator_tools
 from retinue.llm.host_tools import check_timeout, host_tool_defs
 from retinue.llm.workspace import Workspace
 from retinue.protocol.text import truncate_utf8
-from retinue.protocol.tools import BUILTIN_TOOLS, extra_tools, resolve_tools
+from retinue.protocol.tools import BUILTIN_TOOLS, extra_tools, is_mcp_name, resolve_tools
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
@@ -230,6 +230,7 @@ def build_toolbox(
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     bash_env: Mapping[str, str] | None = None,
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+    mcp_tools: Sequence[ToolDef] = (),
 ) -> ToolBox:
     """Return the toolbox of one turn (see the module docstring for the contract).
 
@@ -241,6 +242,8 @@ def build_toolbox(
     ``max_output_bytes`` bounds one file read or command output,
     ``max_result_bytes`` any result. ``tool_timeout_s`` bounds each call of a
     file tool and of a host tool that sets no ``timeout_s`` of its own.
+    ``mcp_tools`` are the granted MCP servers' tools (from
+    :func:`retinue.llm.mcp.mcp_tool_defs`), offered last.
 
     Raises:
         ConfigurationError: ``tools`` is not a valid spec; it goes beyond
@@ -254,7 +257,7 @@ def build_toolbox(
     owner = getattr(profile, "name", "") or ""
     names = _granted(profile, owner, tools)
     hosts = host_tool_defs(host_tools)
-    unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in hosts]
+    unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in hosts and not is_mcp_name(n)]
     if unknown:
         raise ConfigurationError(
             f"{'profile ' + repr(owner) + ': ' if owner else ''}tools {unknown} are neither "
@@ -290,4 +293,9 @@ def build_toolbox(
             tool_timeout_s=tool_timeout_s,
         )
     offered += [hosts[n].definition(tool_timeout_s) for n in names if n in hosts]
+    taken = {tool.name for tool in offered}
+    clash = [tool.name for tool in mcp_tools if tool.name in taken]
+    if clash:
+        raise ConfigurationError(f"MCP tools {clash} are offered under names other tools have")
+    offered += mcp_tools
     return ToolBox(offered, max_result_bytes=max_result_bytes)

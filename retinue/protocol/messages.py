@@ -22,6 +22,7 @@ __all__ = [
     "CompletionStatus",
     "Event",
     "EventsDropped",
+    "McpServerEvent",
     "Message",
     "MessageQueued",
     "RunnerAbandoned",
@@ -236,6 +237,22 @@ class RunnerAbandoned(_EventBase, frozen=True, tag="runner_abandoned"):
     abandoned: int
 
 
+class McpServerEvent(_EventBase, frozen=True, tag="mcp_server"):
+    """An MCP server of the runtime changed: it ``started``, ``died``, failed to start
+    (``start_failed``), changed its tools (``tools_changed``), had a tool refused
+    (``tool_refused``, e.g. a schema over the bound) or was ``closed``.
+
+    It is about no agent: ``agent_id`` is ``""`` and ``path`` is ``/root``.
+    ``failures`` counts the failures in a row (starts and deaths) so far;
+    ``detail`` says what happened (an exit code, the end of its stderr).
+    """
+
+    server: str
+    status: str
+    detail: str = ""
+    failures: int = 0
+
+
 Event = (
     AgentSpawned
     | TurnQueued
@@ -246,4 +263,5 @@ Event = (
     | AgentClosedEvent
     | EventsDropped
     | RunnerAbandoned
+    | McpServerEvent
 )

@@ -10,19 +10,27 @@ capability ceiling: a child's tools must lie within its parent's.
 
 The coordinator tools (spawn, send, wait, ...) are not listed in ``tools``:
 every LLM agent gets them, shaped by what its profile may spawn.
+
+MCP servers' tools are granted as ``<server>.<tool>`` (``time.get_current_time``)
+or all of one server's, now and later, with the pattern ``<server>.*``. A
+pattern covers every exact name of its server; an exact name never covers the
+pattern. The model is offered them as ``<server>__<tool>`` (:func:`offered_name`:
+OpenAI's function names allow no dot), mapped back exactly by the toolbox.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
-from retinue.errors import ConfigurationError
+from retinue.errors import ConfigurationError, ToolsNotPermitted
 
 __all__ = [
     "BUILTIN_TOOLS",
     "COORDINATOR_TOOLS",
+    "MCP_TOOL_PATTERN",
     "MODIFY_TOOLS",
     "PRESETS",
     "READ_TOOLS",
@@ -30,10 +38,16 @@ __all__ = [
     "TOOL_NAME_PATTERN",
     "ToolSpec",
     "ceiling_message",
+    "covers",
     "exceeds_ceiling",
     "extra_tools",
+    "is_mcp_name",
+    "mcp_grant_servers",
+    "mcp_granted",
+    "offered_name",
     "resolve_profile_tools",
     "resolve_tools",
+    "split_mcp_name",
     "unavailable_tools",
 ]
 
@@ -62,7 +76,17 @@ PRESETS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 """What a tool name must fully match (the OpenAI function-name rule)."""
 
+MCP_TOOL_PATTERN = r"^[a-z0-9_]{1,40}\.(\*|[A-Za-z0-9_.-]{1,128})$"
+"""What a granted MCP tool fully matches: ``<server>.<tool>`` or ``<server>.*``.
+
+The server's name follows the agent-name rules (and is not ``root``); the
+tool's follows MCP's tool-name rule (letters, digits, ``_``, ``-``, ``.``).
+"""
+
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_MCP_RE = re.compile(MCP_TOOL_PATTERN.strip("^$"))
+_OFFERED_BAD = re.compile(r"[^A-Za-z0-9_-]")
+_OFFERED_MAX = 64
 
 ToolSpec = str | Sequence[str] | None
 """A profile's ``tools``: a preset name, an exact list of tool names, or None (inherit)."""
@@ -103,23 +127,101 @@ def resolve_tools(spec: object, *, owner: str = "") -> tuple[str, ...] | None:
                 f"{where}{name!r} is a coordinator tool; it is not listed in tools "
                 "(an agent gets the spawn tools when its profile names subagents)"
             )
-        if _NAME_RE.fullmatch(name) is None:
+        if "." in name:
+            if _MCP_RE.fullmatch(name) is None or name.startswith("root."):
+                raise ConfigurationError(
+                    f"{where}MCP tool {name!r} must be '<server>.<tool>' or '<server>.*' "
+                    f"(matching {MCP_TOOL_PATTERN}; a server is named like an agent, not 'root')"
+                )
+        elif _NAME_RE.fullmatch(name) is None:
             raise ConfigurationError(f"{where}tool name {name!r} must match {TOOL_NAME_PATTERN}")
         if name not in names:
             names.append(name)
     return tuple(names)
 
 
+def is_mcp_name(name: str) -> bool:
+    """True for a granted MCP tool name or pattern (``time.get_current_time``, ``time.*``)."""
+    return "." in name
+
+
+def split_mcp_name(name: str) -> tuple[str, str] | None:
+    """Return ``(server, tool)`` of an MCP grant (tool ``*`` for a pattern); None otherwise."""
+    if "." not in name:
+        return None
+    server, _, tool = name.partition(".")
+    return server, tool
+
+
+def mcp_grant_servers(names: Iterable[str]) -> tuple[str, ...]:
+    """Return, in first-seen order, the MCP servers that ``names`` grant tools of."""
+    servers: list[str] = []
+    for name in names:
+        split = split_mcp_name(name)
+        if split is not None and split[0] not in servers:
+            servers.append(split[0])
+    return tuple(servers)
+
+
+def mcp_granted(server: str, tool: str, grants: Iterable[str]) -> bool:
+    """True when ``grants`` holds ``<server>.<tool>`` or the pattern ``<server>.*``."""
+    allowed = set(grants)
+    return f"{server}.{tool}" in allowed or f"{server}.*" in allowed
+
+
+def covers(name: str, grants: Iterable[str]) -> bool:
+    """True when ``grants`` includes ``name``: the name itself, or its server's pattern.
+
+    An exact MCP tool is covered by ``<server>.*``; a pattern only by the same pattern.
+    """
+    allowed = grants if isinstance(grants, set | frozenset) else set(grants)
+    if name in allowed:
+        return True
+    split = split_mcp_name(name)
+    return split is not None and split[1] != "*" and f"{split[0]}.*" in allowed
+
+
+def offered_name(server: str, tool: str) -> str:
+    """Return the function name a model is offered for an MCP tool: ``<server>__<tool>``.
+
+    Characters OpenAI's function names refuse become ``_``; a name longer than
+    64 characters keeps its first 55 and a hash of the whole. Distinct tools
+    can map to one name (``a.b`` and ``a_b``): the toolbox refuses that.
+    """
+    name = f"{server}__{_OFFERED_BAD.sub('_', tool)}"
+    if len(name) <= _OFFERED_MAX:
+        return name
+    digest = hashlib.sha256(f"{server}.{tool}".encode()).hexdigest()[:8]
+    return f"{name[: _OFFERED_MAX - 9]}_{digest}"
+
+
 def extra_tools(child: Iterable[str], parent: Iterable[str]) -> tuple[str, ...]:
-    """Return, sorted, the tool names in ``child`` that ``parent`` lacks (empty: it fits)."""
+    """Return, sorted, the tool names in ``child`` that ``parent`` lacks (empty: it fits).
+
+    ``<server>.*`` in ``parent`` covers every tool of that server (see :func:`covers`).
+    """
     allowed = set(parent)
-    return tuple(sorted({name for name in child if name not in allowed}))
+    return tuple(sorted({name for name in child if not covers(name, allowed)}))
 
 
 def unavailable_tools(names: Iterable[str], registered: Iterable[str]) -> tuple[str, ...]:
-    """Return, sorted, the ``names`` that are neither built in nor among ``registered``."""
+    """Return, sorted, the ``names`` that are neither built in nor among ``registered``.
+
+    MCP tools are not counted: their servers are checked where they are declared.
+    """
     known = set(BUILTIN_TOOLS).union(registered)
-    return tuple(sorted({name for name in names if name not in known}))
+    return tuple(sorted({n for n in names if n not in known and not is_mcp_name(n)}))
+
+
+def _common(lists: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
+    """Return the tools every list grants (a pattern in one, an exact name in another: the name)."""
+    first, *rest = lists
+    sets = [set(names) for names in lists]
+    common: list[str] = []
+    for name in (n for names in (first, *rest) for n in names):
+        if name not in common and all(covers(name, allowed) for allowed in sets):
+            common.append(name)
+    return tuple(common)
 
 
 def exceeds_ceiling(child: ToolSpec, parent: ToolSpec) -> tuple[str, ...]:
@@ -157,9 +259,10 @@ def resolve_profile_tools(
         profile name -> its effective tool names.
 
     Raises:
-        ConfigurationError: a bad spec (see :func:`resolve_tools`), a child
-            profile whose explicit tools are not all among a parent's (the
-            message names the extra tools), or an inheriting profile on a cycle.
+        ToolsNotPermitted: (a ConfigurationError) a child profile whose
+            explicit tools are not all among a parent's (``.extra`` names them).
+        ConfigurationError: a bad spec (see :func:`resolve_tools`), or an
+            inheriting profile on a cycle.
     """
     explicit = {name: resolve_tools(spec, owner=name) for name, (spec, _) in profiles.items()}
     parents: dict[str, list[str]] = {name: [] for name in profiles}
@@ -198,13 +301,11 @@ def resolve_profile_tools(
             elif not parents[name]:
                 effective[name] = ()
             else:
-                first, *rest = (effective[p] for p in parents[name])
-                common = set(first).intersection(*rest)
-                effective[name] = tuple(n for n in first if n in common)
+                effective[name] = _common([effective[p] for p in parents[name]])
     for name, (_, subagents) in profiles.items():
         for child in subagents:
             if child in effective:
                 extra = extra_tools(effective[child], effective[name])
                 if extra:
-                    raise ConfigurationError(ceiling_message(child, name, extra))
+                    raise ToolsNotPermitted(ceiling_message(child, name, extra), extra)
     return effective

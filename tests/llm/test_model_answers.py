@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from retinue import AgentState, Profile
-from retinue.llm.stub import OpenAIStub, StubReply
 from retinue.protocol.results import MAX_INPUT_BYTES, parse_result
+from retinue.testing import OpenAIStub, StubReply
 from tests.llm.conftest import run, stub_runner
 from tests.protocol.test_result_canonical import near_the_bound
 

@@ -12,8 +12,8 @@ import pytest
 from retinue import AgentState, Profile, Runtime
 from retinue.errors import ConfigurationError, TeamFileError
 from retinue.llm import LiteLLMRunner, tool
-from retinue.llm.stub import OpenAIStub, StubReply
 from retinue.team import Team
+from retinue.testing import OpenAIStub, StubReply
 from tests.llm.conftest import run, stub_runner, tool_call, tool_messages
 
 release = threading.Event()

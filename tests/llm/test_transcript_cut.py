@@ -17,9 +17,9 @@ from retinue.llm.conversation import (
     decode_transcript,
     encode_transcript,
 )
-from retinue.llm.stub import OpenAIStub, StubReply
 from retinue.llm.transcript_cut import TASK_FLOOR_BYTES, message_size
 from retinue.protocol.text import HEAD_TRUNCATION_MARKER
+from retinue.testing import OpenAIStub, StubReply
 from tests.llm.conftest import run, stub_runner, tool_call
 
 Chat = list[dict[str, Any]]

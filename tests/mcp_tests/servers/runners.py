@@ -1,0 +1,14 @@
+"""Python runners for the retinue-server tests' team (loaded by the team file)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def patient(turn: Any) -> str:
+    """Wait PATIENT_S s (or until interrupted), then answer; a resumed turn answers at once."""
+    if turn.reason == "resume":
+        return "resumed answer"
+    turn.cancelled.wait(float(os.environ.get("PATIENT_S", "60")))
+    return "patient answer"
