@@ -38,6 +38,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── TurnInterrupted                               a turn's wait ended by interrupt
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
+    ├── ExtraNotInstalled              (ImportError)  .extra: pip install 'retinue[extra]'
     ├── ModelCallFailed                               .provider, .status: retries spent
     └── StoreError                                    the LMDB store refused
         ├── StoreCorrupted                            .path: damaged, truncated or lost data
@@ -69,6 +70,7 @@ __all__ = [
     "DelegationGraphError",
     "DepthLimitExceeded",
     "DuplicateAgentPath",
+    "ExtraNotInstalled",
     "FanoutLimitExceeded",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -311,6 +313,20 @@ class TurnInterrupted(RetinueError):
 
 class BlockingCallInAsyncRunner(RetinueError, RuntimeError):
     """An async runner called a blocking turn operation; await its ``*_async`` twin."""
+
+
+class ExtraNotInstalled(RetinueError, ImportError):
+    """A feature needs an optional extra that is not installed; ``.extra`` names it.
+
+    The message names the missing package and the ``pip install`` line that adds it.
+    """
+
+    def __init__(self, extra: str, feature: str, missing: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the {extra!r} extra ({missing} is not installed): "
+            f"pip install 'retinue[{extra}]'"
+        )
 
 
 class RuntimeClosed(RetinueError):

@@ -15,8 +15,15 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from retinue.actors.commands import Agents, Barrier, Command, Get, Inspect
-from retinue.actors.core import agent_list, check_tail, detail_of, find_agent, info_of
+from retinue.actors.commands import Agents, Barrier, Command, CountBacklog, Get, Inspect
+from retinue.actors.core import (
+    agent_list,
+    backlog_of,
+    check_tail,
+    detail_of,
+    find_agent,
+    info_of,
+)
 from retinue.actors.reply import Reply
 from retinue.actors.tree import Tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
@@ -56,6 +63,8 @@ class StoreReader:
             case Inspect():
                 tail = check_tail(command.transcript_tail)
                 return self._run(self.inspect, command.ref, tail, command.field)
+            case CountBacklog():
+                return self._run(lambda: backlog_of(self._tree()))
             case Barrier():  # nothing is ever pending on a reader
                 done: concurrent.futures.Future[Any] = Reply()
                 done.set_result(None)

@@ -39,6 +39,7 @@ from retinue.actors.commands import (
     CloseTree,
     Command,
     Compact,
+    CountBacklog,
     Envelope,
     ExpireTurn,
     FollowUp,
@@ -64,7 +65,7 @@ from retinue.actors.commands import (
     Wait,
 )
 from retinue.actors.compaction import CompactionReport, Retention, compact
-from retinue.actors.core import BUSY, World, agent_list, check_tail, detail_of, info_of
+from retinue.actors.core import BUSY, World, agent_list, backlog_of, check_tail, detail_of, info_of
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.host_waits import HostWaits
@@ -248,6 +249,8 @@ class Supervisor:
             case Agents():
                 world.sender(command.sender)
                 return agent_list(world.tree, include_closed=command.include_closed)
+            case CountBacklog():
+                return backlog_of(world.tree)
             case Children():
                 return self.children(command)
             case LlmLoad():

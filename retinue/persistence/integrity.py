@@ -52,6 +52,7 @@ _SIZE_T = "Q" if _S == 8 else "I"
 # Offsets inside a meta page, from LMDB 0.9's MDB_page and MDB_meta layouts.
 _FLAGS_AT = _S + 2
 _MAGIC_AT = _PAGE_HEADER
+_MAPSIZE_AT = _PAGE_HEADER + 8 + _S  # mm_mapsize follows mm_address
 _PSIZE_AT = _PAGE_HEADER + 8 + 2 * _S  # mm_dbs[FREE_DBI].md_pad holds the page size
 _LAST_PG_AT = _PAGE_HEADER + 8 + 2 * _S + 2 * _DB_SIZE
 _TXNID_AT = _LAST_PG_AT + _S
@@ -61,12 +62,16 @@ _MIN_PAGE, _MAX_PAGE = 512, 65536
 
 @dataclass(frozen=True)
 class MetaPage:
-    """The fields of one LMDB meta page that tell how large the file must be."""
+    """The fields of one LMDB meta page that tell how large the file must be.
+
+    ``map_size`` is the map size the last writer recorded (0 if unknown).
+    """
 
     index: int
     page_size: int
     last_page: int
     txnid: int
+    map_size: int = 0
 
     @property
     def required_bytes(self) -> int:
@@ -94,11 +99,14 @@ def _parse_meta(raw: bytes, index: int) -> MetaPage | None:
     (page_size,) = struct.unpack_from("=I", raw, _PSIZE_AT)
     (last_page,) = struct.unpack_from("=" + _SIZE_T, raw, _LAST_PG_AT)
     (txnid,) = struct.unpack_from("=" + _SIZE_T, raw, _TXNID_AT)
+    (map_size,) = struct.unpack_from("=" + _SIZE_T, raw, _MAPSIZE_AT)
     if not _MIN_PAGE <= page_size <= _MAX_PAGE or page_size & (page_size - 1):
         return None
     if last_page < 1:  # pages 0 and 1 are the meta pages themselves
         return None
-    return MetaPage(index=index, page_size=page_size, last_page=last_page, txnid=txnid)
+    return MetaPage(
+        index=index, page_size=page_size, last_page=last_page, txnid=txnid, map_size=map_size
+    )
 
 
 def read_meta_pages(path: Path) -> list[MetaPage]:
