@@ -32,10 +32,12 @@ __all__ = [
     "DATA_FILE",
     "MARKER_FILE",
     "MetaPage",
+    "StoreUsage",
     "check_data_file",
     "has_marker",
     "read_meta_pages",
     "restore_advice",
+    "store_usage",
     "write_marker",
 ]
 
@@ -131,6 +133,40 @@ def read_meta_pages(path: Path) -> list[MetaPage]:
                 metas.append(second)
                 break
     return metas
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    """How much of its LMDB map a store uses, read from its data file's meta pages.
+
+    ``txnid`` is the last committed transaction (it changes with every
+    commit); ``used_bytes`` the pages in use up to the last one;
+    ``file_bytes`` the data file's size; ``map_bytes`` the map size the last
+    writer recorded (0 if unknown).
+    """
+
+    txnid: int
+    file_bytes: int
+    used_bytes: int
+    map_bytes: int
+
+
+def store_usage(folder: Path) -> StoreUsage | None:
+    """Read ``folder``'s meta pages (two small reads, no mapping); None if unreadable.
+
+    Safe beside a writer in any process: a meta page read while it is being
+    written may be skipped, never trusted for more than these figures.
+    """
+    path = folder / DATA_FILE
+    try:
+        metas = read_meta_pages(path)
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if not metas:
+        return None
+    meta = max(metas, key=lambda m: m.txnid)
+    return StoreUsage(meta.txnid, size, meta.required_bytes, meta.map_size)
 
 
 def has_marker(folder: Path) -> bool:

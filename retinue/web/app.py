@@ -338,6 +338,7 @@ def create_app(live: LiveTree, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS)
     routes = [
         Route("/", _guard(api.page)),
         Route("/static/{name}", _guard(api.page)),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/summary", _guard(api.summary)),
         Route("/api/children", _guard(api.children)),
         Route("/api/agent", _guard(api.agent)),

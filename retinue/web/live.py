@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from retinue.errors import RetinueError, RuntimeClosed
-from retinue.persistence.integrity import DATA_FILE, read_meta_pages
+from retinue.persistence.integrity import store_usage
 from retinue.web.activity import Activity
 from retinue.web.options import WebOptions
 from retinue.web.rows import Row, tool_in_progress
@@ -37,7 +37,7 @@ from retinue.web.snapshot import Snapshot, build, changes
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
-__all__ = ["Delta", "LiveTree"]
+__all__ = ["Delta", "LiveTree", "next_pause"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,13 @@ class Delta:
     rows: list[Row]
     removed: list[str]
     reset: bool = False
+
+
+def next_pause(read_s: float, options: WebOptions) -> float:
+    """Seconds from one read of the store to the next: ``cost_factor`` times what the
+    read cost, within ``[min_interval_s, max_interval_s]``."""
+    paced = max(options.min_interval_s, read_s * options.cost_factor)
+    return min(paced, options.max_interval_s)
 
 
 class LiveTree:
@@ -85,7 +92,7 @@ class LiveTree:
         """Start the poller thread (and, on a writer, the event subscription)."""
         if not self.rt.readonly:
             with contextlib.suppress(RuntimeClosed):
-                self._unsubscribe = self.rt.subscribe(self._on_event)
+                self._unsubscribe = self.rt.subscribe(self.observe)
         self._thread = threading.Thread(target=self._loop, name="retinue-web-poller", daemon=True)
         self._thread.start()
 
@@ -124,7 +131,8 @@ class LiveTree:
             with contextlib.suppress(Exception):  # a closed event loop: its stream is gone
                 callback()
 
-    def _on_event(self, event: Any) -> None:
+    def observe(self, event: Any) -> None:
+        """Take one runtime event into account (the subscriber :meth:`start` registers)."""
         if self.activity.handle(event):
             self._wake.set()
         else:
@@ -140,15 +148,8 @@ class LiveTree:
 
     def _store_marker(self) -> tuple[int, int] | None:
         """The last commit's transaction id and the data file's size (None: unknown)."""
-        try:
-            path = self.rt.path / DATA_FILE
-            metas = read_meta_pages(path)
-            size = path.stat().st_size
-        except OSError:
-            return None
-        if not metas:
-            return None
-        return max(m.txnid for m in metas), size
+        usage = store_usage(self.rt.path)
+        return None if usage is None else (usage.txnid, usage.file_bytes)
 
     def poll(self, *, force: bool = False) -> bool:
         """Read the store now unless no commit happened since the last read; return True
@@ -247,11 +248,7 @@ class LiveTree:
                 self.error = f"{type(exc).__name__}: {exc}"
                 self._notify()
             last = time.monotonic()
-            pause = min(
-                max(opts.min_interval_s, self.read_s * opts.cost_factor), opts.max_interval_s
-            )
-            if self.error is not None:
-                pause = opts.max_interval_s
+            pause = opts.max_interval_s if self.error else next_pause(self.read_s, opts)
             # Woken early by a committed event; a read-only runtime looks at the
             # meta pages every min_interval_s (no read if nothing was committed).
             deadline = last + pause
@@ -262,6 +259,6 @@ class LiveTree:
                 woken = self._wake.wait(min(left, opts.min_interval_s))
                 self._wake.clear()
                 if woken or self._marker != self._store_marker():
-                    floor = last + max(opts.min_interval_s, self.read_s * opts.cost_factor)
+                    floor = last + next_pause(self.read_s, opts)
                     self._stop.wait(max(0.0, floor - time.monotonic()))
                     break

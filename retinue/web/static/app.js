@@ -1,5 +1,5 @@
 // retinue's live view. No build step, no dependency. Every piece of data is put in the page
-// with textContent (never innerHTML): agent output is untrusted text.
+// with textContent, never parsed as markup: agent output is untrusted text.
 "use strict";
 
 const KNOWN_STATES = ["starting", "running", "completed", "failed", "interrupted", "closed"];
