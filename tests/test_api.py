@@ -53,7 +53,31 @@ def test_import_retinue_does_not_import_litellm() -> None:
     assert out.strip() == "False"
 
 
-LAYERS = ["errors", "protocol", "persistence", "actors", "llm", "team", "runtime", "view", "cli"]
+def test_import_retinue_imports_no_optional_extra() -> None:
+    extras = ["starlette", "uvicorn", "prometheus_client", "retinue.web", "retinue.metrics"]
+    code = (
+        "import sys, retinue, retinue.runtime, retinue.cli\n"
+        f"print([m for m in {extras!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+LAYERS = [
+    "errors",
+    "protocol",
+    "persistence",
+    "actors",
+    "llm",
+    "team",
+    "runtime",
+    "view",
+    "metrics",
+    "web",
+    "cli",
+]
 
 
 def _layer(module: str) -> int:

@@ -1,4 +1,4 @@
-"""The web view's endpoints over HTTP (Starlette's test client), read-only beside a writer process."""
+"""The web view's endpoints over HTTP (Starlette's test client), read-only beside a writer."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_a_read_only_view_follows_its_writer_in_another_process(
 
     timeline = _get(client, f"/api/timeline?id={worker['id']}")
     assert timeline["top"] == tree["/root/review"]["id"]
-    assert [a["path"] for a in timeline["agents"]][0] == "/root/review"
+    assert timeline["agents"][0]["path"] == "/root/review"
     assert {a["path"] for a in timeline["agents"]} == set(tree)
     assert timeline["events"] is False  # a read-only view has the store's times only
 

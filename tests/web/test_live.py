@@ -138,7 +138,10 @@ def writer_view(tmp_path: object, gate: Gate) -> Iterator[tuple[Runtime, LiveTre
     """An in-process writer (gated workers) and a live tree over it that is not polling."""
     rt = Runtime.open(
         f"{tmp_path}/store",
-        profiles=[Profile("lead", subagents=["worker"], runner=gate), Profile("worker", runner=gate)],
+        profiles=[
+            Profile("lead", subagents=["worker"], runner=gate),
+            Profile("worker", runner=gate),
+        ],
     )
     live = LiveTree(rt, WebOptions(history=3, max_changes=4))
     yield rt, live
@@ -191,14 +194,26 @@ def test_events_show_the_tool_in_progress_and_feed_the_timeline(
         assert client.get(f"/api/agent?id={lead.id}").json()["tool"] == "grep"
         live.observe(
             ToolCallFinished(
-                agent_id=lead.id, path=lead.path, at=101.0, call_id="c1", tool="grep",
-                ok=False, duration_s=1.0, error="no such file",
+                agent_id=lead.id,
+                path=lead.path,
+                at=101.0,
+                call_id="c1",
+                tool="grep",
+                ok=False,
+                duration_s=1.0,
+                error="no such file",
             )
         )
         live.observe(
             ModelCallFinished(
-                agent_id=lead.id, path=lead.path, at=102.0, model="m", prompt_tokens=10,
-                completion_tokens=5, cost_usd=0.0, duration_s=0.5,
+                agent_id=lead.id,
+                path=lead.path,
+                at=102.0,
+                model="m",
+                prompt_tokens=10,
+                completion_tokens=5,
+                cost_usd=0.0,
+                duration_s=0.5,
             )
         )
         assert live.activity.tools() == {}

@@ -81,7 +81,9 @@ def test_bad_addresses_are_refused_with_a_reason(tmp_path: Path) -> None:
     busy.listen(1)
     try:
         with Runtime.open(tmp_path / "store", profiles=[Profile("p", runner=lambda t: "")]) as rt:
-            with pytest.raises(InvalidArgument, match="cannot listen on 127.0.0.1:.*another --port"):
+            with pytest.raises(
+                InvalidArgument, match=r"cannot listen on 127\.0\.0\.1:.*another --port"
+            ):
                 serve(rt, port=busy.getsockname()[1])
             with pytest.raises(InvalidArgument, match="between 0 and 65535"):
                 serve(rt, port=70000)
@@ -114,9 +116,22 @@ def _url(proc: subprocess.Popen[str]) -> str:
 def test_retinue_run_web_serves_the_run_it_draws(tmp_path: Path) -> None:
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "retinue.cli", "run", str(CLIUTIL / "team.toml"), "review it",
-         "--store", str(store), "--web", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(CLI_TEST_DELAY="3"),
+        [
+            sys.executable,
+            "-m",
+            "retinue.cli",
+            "run",
+            str(CLIUTIL / "team.toml"),
+            "review it",
+            "--store",
+            str(store),
+            "--web",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(CLI_TEST_DELAY="3"),
     )
     try:
         url = _url(proc)
@@ -133,7 +148,7 @@ def test_retinue_run_web_serves_the_run_it_draws(tmp_path: Path) -> None:
         wait_until(lambda: wanted <= paths(), what="the run's agents in its live view")
         summary = httpx.get(url + "api/summary", timeout=10).json()
         assert summary["readonly"] is False and summary["events"] is True
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         with pytest.raises(httpx.ConnectError):  # the view ends with the run
             httpx.get(url, timeout=2)
@@ -149,7 +164,10 @@ def test_retinue_web_serves_a_store_until_interrupted(tmp_path: Path) -> None:
         rt.wait(rt.spawn("p", "task", name="one").id, timeout=30)
     proc = subprocess.Popen(
         [sys.executable, "-m", "retinue.cli", "web", "--store", str(store), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
     )
     try:
         url = _url(proc)
@@ -164,6 +182,9 @@ def test_retinue_web_serves_a_store_until_interrupted(tmp_path: Path) -> None:
             proc.communicate()
     missing = subprocess.run(
         [sys.executable, "-m", "retinue.cli", "web", "--store", str(tmp_path / "none")],
-        capture_output=True, text=True, env=_env(), timeout=60,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
     )
     assert missing.returncode == 2 and "no retinue store at" in missing.stderr

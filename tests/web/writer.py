@@ -5,17 +5,63 @@
 ``worker`` (a Python runner that blocks until the file RELEASE exists) and
 ``hostile`` (whose output is HTML that must be shown as text). It prints
 ``ready`` once the lead is spawned, waits for the lead's completion, prints
-``done`` and exits; it gives up after 120 s.
+``done`` and exits; it gives up after 120 s. :class:`Writer` runs it from a test.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from retinue import Profile, Runtime, Turn
+
+WRITER = Path(__file__)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Writer:
+    """The writer process of :mod:`writer` and the file that releases its worker."""
+
+    def __init__(self, store: Path, release: Path) -> None:
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+        self.store = store
+        self.release_file = release
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WRITER), str(store), str(release)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.proc.kill()
+            raise AssertionError(f"writer did not start: {line!r} {self.proc.stderr.read()}")
+
+    def release(self) -> None:
+        """Let the worker (and so the lead) finish."""
+        self.release_file.write_text("go")
+
+    def finish(self, timeout: float = 60.0) -> str:
+        """Wait for the writer to exit; return what it printed after ``ready``."""
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err
+        return out
+
+    def stop(self) -> None:
+        """Release and end the writer, whatever state it is in."""
+        self.release()
+        try:
+            self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+
 
 HOSTILE = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2">'
 
