@@ -96,7 +96,9 @@ def _bind(host: str, port: int) -> socket.socket:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:
         family = socket.AF_INET  # a name such as localhost
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP (not 0): asyncio then sets TCP_NODELAY on each connection; without it a
+    # response's headers and body, written apart, wait ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

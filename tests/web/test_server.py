@@ -46,6 +46,14 @@ def test_uvicorn_serves_a_live_stream_on_loopback(tmp_path: Path, gate: Gate) ->
                 stream = _events(response)
                 kind, hello = next(stream)
                 assert kind == "hello"
+                # Nagle is off on the server's side of every connection: without it each
+                # response waited ~40 ms for the client's delayed ACK (headers and body
+                # are written apart).
+                connections = list(web._server.server_state.connections)
+                assert connections
+                for connection in connections:
+                    sock = connection.transport.get_extra_info("socket")
+                    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
                 info = rt.spawn("worker", "check", name="check")
                 seen: dict[str, str] = {}
                 for kind, data in stream:
