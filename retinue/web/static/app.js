@@ -18,6 +18,7 @@ const view = {
   renderPending: false,
   detailTimer: null,
   detailBusy: false,
+  detailAgain: false,
   timelineTimer: null,
   started: false,
 };
@@ -276,8 +277,10 @@ function refreshDetail(now) {
 }
 
 async function loadDetail() {
-  if (!view.selected || view.detailBusy) return;
+  if (!view.selected) return;
+  if (view.detailBusy) { view.detailAgain = true; return; }  // read again once this one is done
   view.detailBusy = true;
+  view.detailAgain = false;
   const id = view.selected;
   try {
     const detail = await getJSON("/api/agent?" + new URLSearchParams({ id }));
@@ -287,6 +290,7 @@ async function loadDetail() {
     pane.replaceChildren(el("p", "hint", "Could not read " + id + ": " + error.message));
   } finally {
     view.detailBusy = false;
+    if (view.detailAgain) refreshDetail();
   }
 }
 
