@@ -121,7 +121,7 @@ def run(agents: int = 100_000, updates: int = 5, browser: bool = False) -> dict[
             out["expand_ms"] = round(took * 1000, 1)
             took, _, _ = _timed(client, "/api/children?parent=&offset=12000&limit=200")
             out["page_at_12000_ms"] = round(took * 1000, 1)
-            took, _, found = _timed(client, "/api/search?q=agent_00")
+            took, _, _ = _timed(client, "/api/search?q=agent_00")
             out["search_ms"] = round(took * 1000, 1)
             took, _, _ = _timed(client, f"/api/agent?id={top['rows'][0]['id']}")
             out["agent_detail_s"] = round(took, 2)
