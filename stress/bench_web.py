@@ -74,8 +74,14 @@ def _browser_first_load(url: str) -> float | None:
         from playwright.sync_api import sync_playwright
     except ImportError:
         return None
-    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"]
+    args = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+    ]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=args)
         page = browser.new_page()
@@ -108,8 +114,13 @@ def run(agents: int = 100_000, updates: int = 5, browser: bool = False) -> dict[
         with httpx.Client(base_url=web.url, timeout=300) as client:
             load = 0.0
             size = 0
-            for path in ("/", "/static/app.js", "/static/style.css", "/api/summary",
-                         "/api/children?parent=&limit=200"):
+            for path in (
+                "/",
+                "/static/app.js",
+                "/static/style.css",
+                "/api/summary",
+                "/api/children?parent=&limit=200",
+            ):
                 took, nbytes, response = _timed(client, path)
                 load += took
                 size += nbytes
@@ -147,7 +158,10 @@ def run(agents: int = 100_000, updates: int = 5, browser: bool = False) -> dict[
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(store), str(updates)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         assert proc.stdin is not None and proc.stdout is not None
         opened_at = float(proc.stdout.readline().split()[1])
@@ -164,8 +178,10 @@ def run(agents: int = 100_000, updates: int = 5, browser: bool = False) -> dict[
         proc.stdin.close()
         proc.wait(60)
         stop.set()
-        first_update = min((v for k, v in seen.items() if k.startswith(("update:", "reset:"))),
-                           default=float("nan"))
+        first_update = min(
+            (v for k, v in seen.items() if k.startswith(("update:", "reset:"))),
+            default=float("nan"),
+        )
         out["writer_restore_to_view_s"] = round(first_update - opened_at, 2)
         out["update_latency_s"] = [round(x, 2) for x in latencies]
         out["poll_read_s"] = round(web.live.read_s, 2)
