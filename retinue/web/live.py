@@ -158,6 +158,8 @@ class LiveTree:
         Raises:
             RuntimeClosed: the runtime was closed.
         """
+        if self.rt.closed:
+            raise RuntimeClosed("the runtime is closed")
         marker = self._store_marker()
         if not force and marker is not None and marker == self._marker and self._snapshot:
             self.skips += 1
@@ -242,6 +244,7 @@ class LiveTree:
                 self.error = None
             except RuntimeClosed:
                 self.error = "the runtime is closed"
+                self._stop.set()  # open streams end; the page says it lost the server
                 self._notify()
                 return
             except RetinueError as exc:

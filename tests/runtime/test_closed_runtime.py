@@ -23,12 +23,14 @@ Call = Callable[[Runtime, str, Path], Any]
 # runtime had, ``dest`` a free path for a backup.
 CALLS: dict[str, Call] = {
     "agents": lambda rt, ref, dest: rt.agents(include_closed=True),
+    "backlog": lambda rt, ref, dest: rt.backlog(),
     "backup": lambda rt, ref, dest: rt.backup(dest),
     "close": lambda rt, ref, dest: rt.close(ref),
     "close_tree": lambda rt, ref, dest: rt.close_tree(ref),
     "compact": lambda rt, ref, dest: rt.compact(),
     "follow_up": lambda rt, ref, dest: rt.follow_up(ref, "again"),
     "get": lambda rt, ref, dest: rt.get(ref),
+    "inspect": lambda rt, ref, dest: rt.inspect(ref),
     "interrupt": lambda rt, ref, dest: rt.interrupt(ref),
     "interrupt_tree": lambda rt, ref, dest: rt.interrupt_tree(ref),
     "messages": lambda rt, ref, dest: rt.messages(timeout=1),
@@ -40,11 +42,13 @@ CALLS: dict[str, Call] = {
 }
 ASYNC_CALLS: dict[str, Call] = {
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
+    "backlog_async": lambda rt, ref, dest: rt.backlog_async(),
     "close_async": lambda rt, ref, dest: rt.close_async(ref),
     "close_tree_async": lambda rt, ref, dest: rt.close_tree_async(ref),
     "compact_async": lambda rt, ref, dest: rt.compact_async(),
     "follow_up_async": lambda rt, ref, dest: rt.follow_up_async(ref, "again"),
     "get_async": lambda rt, ref, dest: rt.get_async(ref),
+    "inspect_async": lambda rt, ref, dest: rt.inspect_async(ref),
     "interrupt_async": lambda rt, ref, dest: rt.interrupt_async(ref),
     "interrupt_tree_async": lambda rt, ref, dest: rt.interrupt_tree_async(ref),
     "messages_async": lambda rt, ref, dest: rt.messages_async(timeout=1),

@@ -226,3 +226,15 @@ def test_events_show_the_tool_in_progress_and_feed_the_timeline(
         tool = timeline["spans"][0]
         assert (tool["start"], tool["end"], tool["detail"]) == (100.0, 101.0, "no such file")
         assert timeline["events"] is True and timeline["spans_dropped"] == 0
+
+
+def test_a_closed_runtime_stops_the_view_with_a_reason(tmp_path: object) -> None:
+    rt = Runtime.open(f"{tmp_path}/store", profiles=[Profile("p", runner=lambda t: "ok")])
+    live = LiveTree(rt, WebOptions(min_interval_s=0.01, max_interval_s=0.05))
+    live.start()
+    assert live.snapshot(10) is not None
+    rt.shutdown()
+    # The runtime is gone: the poller finds out at its next read and stops.
+    wait_until(lambda: live.stopping, what="the poller to stop")
+    assert live.error == "the runtime is closed"
+    live.stop()
