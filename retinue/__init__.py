@@ -27,6 +27,7 @@ from retinue.errors import (
     DelegationGraphError,
     DepthLimitExceeded,
     DuplicateAgentPath,
+    ExtraNotInstalled,
     FanoutLimitExceeded,
     InvalidAgentPath,
     InvalidArgument,
@@ -57,7 +58,7 @@ from retinue.errors import (
 )
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Durability
-from retinue.protocol.details import AgentDetail
+from retinue.protocol.details import AgentDetail, Backlog
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import (
@@ -95,6 +96,7 @@ __all__ = [
     "AgentState",
     "AgentStateError",
     "ArgumentTypeError",
+    "Backlog",
     "BlockingCallInAsyncRunner",
     "Completion",
     "CompletionBacklogFull",
@@ -111,6 +113,7 @@ __all__ = [
     "Durability",
     "Event",
     "EventsDropped",
+    "ExtraNotInstalled",
     "FanoutLimitExceeded",
     "InvalidAgentPath",
     "InvalidArgument",

@@ -10,6 +10,7 @@ Commands:
   backup    write a compacted copy of a store
   compact   remove old closed agents and read messages from a store
   mcp       serve a store over MCP (stdio, or streamable HTTP on loopback)
+  web       serve a live view of a store in the browser (read-only; extra: web)
 
 Exit codes: 0 completed, 1 an agent failed, 2 usage or input error, 130 interrupted.
 """
@@ -191,7 +192,9 @@ def _execute(
     durability = getattr(args, "durability", None) or team.defaults.durability
     with stop_on_signals(stop):
         rt = _open(store, durability=durability, **_team_kwargs(team, workspace))
+        web = None
         try:
+            web = _start_web(rt, getattr(args, "web", None))
             if team.source is not None:
                 _save_run(store, team, getattr(args, "model", None), workspace)
             name = args.name or _free_name(rt, team.name)
@@ -215,8 +218,28 @@ def _execute(
         finally:
             if stop.is_set():
                 print("retinue: interrupting every running agent…", file=sys.stderr, flush=True)
+            if web is not None:
+                web.stop()
             rt.shutdown()
     return report(outcome, [root], store, view, sys.stdout)
+
+
+def _start_web(rt: Runtime, address: str | None) -> Any:
+    """Serve the run's live web view on ``address`` when ``--web`` was given."""
+    if not address:
+        return None
+    from retinue.web import start_web
+
+    web = start_web(rt, address)
+    print(f"retinue: live view at {web.url}", file=sys.stderr, flush=True)
+    return web
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """``retinue web``: serve a store's live view in the browser, read-only."""
+    from retinue.web.command import run_web
+
+    return run_web(store_path(args.store, must_exist=True), args.host, args.port)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -515,6 +538,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--json", action="store_true", help="print one JSON event per line instead of the tree"
         )
+        p.add_argument(
+            "--web",
+            nargs="?",
+            const="127.0.0.1:8321",
+            metavar="HOST:PORT",
+            help="also serve the live web view of the run (default: 127.0.0.1:8321; extra: web)",
+        )
 
     demo = add(
         "demo",
@@ -626,6 +656,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp_arguments(mcp, store_help)
     mcp.set_defaults(handler=cmd_mcp)
+    web = add(
+        "web",
+        "serve a live view of a store in the browser (read-only)",
+        "Serve a page that shows a store's tree live (states, tokens, cost, the tool\n"
+        "in progress), an agent's detail and transcript, and a timeline. Read-only:\n"
+        "safe while another process runs the store. Needs: pip install 'retinue[web]'.",
+    )
+    web.add_argument("--store", help=store_help)
+    web.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    web.add_argument("--port", type=int, default=8321, help="port to listen on (0: any free one)")
+    web.set_defaults(handler=cmd_web)
     return parser
 
 

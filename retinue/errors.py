@@ -37,6 +37,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── WaitTimeout                    (TimeoutError) the agent keeps running
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
+    ├── ExtraNotInstalled              (ImportError)  .extra: pip install 'retinue[extra]'
     ├── ModelCallFailed                               .provider, .status: retries spent
     ├── McpServerError                                .server: an MCP server failed to start or died
     └── StoreError                                    the LMDB store refused
@@ -74,6 +75,7 @@ __all__ = [
     "DelegationGraphError",
     "DepthLimitExceeded",
     "DuplicateAgentPath",
+    "ExtraNotInstalled",
     "FanoutLimitExceeded",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -329,6 +331,20 @@ class TurnInterrupted(BaseException):
 
 class BlockingCallInAsyncRunner(RetinueError, RuntimeError):
     """An async runner called a blocking turn operation; await its ``*_async`` twin."""
+
+
+class ExtraNotInstalled(RetinueError, ImportError):
+    """A feature needs an optional extra that is not installed; ``.extra`` names it.
+
+    The message names the missing package and the ``pip install`` line that adds it.
+    """
+
+    def __init__(self, extra: str, feature: str, missing: str) -> None:
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the {extra!r} extra ({missing} is not installed): "
+            f"pip install 'retinue[{extra}]'"
+        )
 
 
 class RuntimeClosed(RetinueError):

@@ -29,6 +29,7 @@ from retinue.actors.commands import (
     CloseTree,
     Command,
     Compact,
+    CountBacklog,
     FollowUp,
     Get,
     HostMessages,
@@ -54,7 +55,7 @@ from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
-from retinue.protocol.details import AgentDetail
+from retinue.protocol.details import AgentDetail, Backlog
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.team import Team, load_team, open_arguments
@@ -361,6 +362,15 @@ class Runtime:
         """
         return self._ask(Inspect(HOST, ref, transcript_tail))
 
+    def backlog(self) -> Backlog:
+        """Count what waits to be received in the whole store: unread messages and
+        pending completions (the host's among them), from one view of the store.
+
+        Served by a writer and a read-only runtime alike (for metrics: one call, not
+        one ``inspect`` per agent).
+        """
+        return self._ask(CountBacklog(HOST))
+
     def subscribe(self, callback: Subscriber) -> Callable[[], None]:
         """Call ``callback(event)`` for every committed transition; return unsubscribe.
 
@@ -464,6 +474,10 @@ class Runtime:
     async def get_async(self, ref: str) -> AgentInfo:
         """Like :meth:`get`, without blocking the event loop."""
         return await self._ask_async(Get(HOST, ref))
+
+    async def backlog_async(self) -> Backlog:
+        """Like :meth:`backlog`, without blocking the event loop."""
+        return await self._ask_async(CountBacklog(HOST))
 
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""

@@ -60,6 +60,18 @@ def test_import_retinue_does_not_import_litellm() -> None:
     assert out.strip() == "False"
 
 
+def test_import_retinue_imports_no_optional_extra() -> None:
+    extras = ["starlette", "uvicorn", "prometheus_client", "retinue.web", "retinue.metrics"]
+    code = (
+        "import sys, retinue, retinue.runtime, retinue.cli\n"
+        f"print([m for m in {extras!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
 LAYERS = [
     "errors",
     "protocol",
@@ -70,6 +82,8 @@ LAYERS = [
     "runtime",
     "testing",
     "view",
+    "metrics",
+    "web",
     "mcp",
     "cli",
 ]

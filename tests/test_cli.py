@@ -17,7 +17,7 @@ from cliutil import TEAM, retinue_cli, tree_json
 
 from retinue.cli import main
 
-SUBCOMMANDS = ["demo", "run", "resume", "tree", "inspect", "validate", "backup", "compact"]
+SUBCOMMANDS = ["demo", "run", "resume", "tree", "inspect", "validate", "backup", "compact", "web"]
 
 
 def _main(argv: list[str | Path], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

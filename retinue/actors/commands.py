@@ -26,7 +26,7 @@ import pykka
 
 from retinue.actors.compaction import CompactionReport
 from retinue.errors import RetinueError
-from retinue.protocol.details import AgentDetail
+from retinue.protocol.details import AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo, Completion, Message, Usage
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "CloseTree",
     "Command",
     "Compact",
+    "CountBacklog",
     "Envelope",
     "ExpireTurn",
     "FollowUp",
@@ -234,6 +235,13 @@ class Get(Command[AgentInfo]):
     sender: Sender
     ref: str
     field: str = "ref"
+
+
+@dataclass(frozen=True, slots=True)
+class CountBacklog(Command[Backlog]):
+    """Count the unread messages and pending completions of the whole store."""
+
+    sender: Sender
 
 
 @dataclass(frozen=True, slots=True)

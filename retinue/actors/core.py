@@ -25,7 +25,7 @@ from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.profile import Profile
 from retinue.actors.transition import Transition, resolve_future
-from retinue.actors.tree import Tree
+from retinue.actors.tree import HOST_KEY, Tree
 from retinue.actors.turn import Runner
 from retinue.errors import (
     ArgumentTypeError,
@@ -37,7 +37,7 @@ from retinue.errors import (
 )
 from retinue.persistence.store import Store
 from retinue.protocol import paths
-from retinue.protocol.details import AgentDetail
+from retinue.protocol.details import AgentDetail, Backlog
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
 from retinue.protocol.records import (
@@ -52,6 +52,7 @@ from retinue.protocol.records import (
 __all__ = [
     "World",
     "agent_list",
+    "backlog_of",
     "check_tail",
     "detail_of",
     "find_agent",
@@ -128,6 +129,17 @@ def agent_list(tree: Tree, *, include_closed: bool) -> list[AgentInfo]:
     """Return the tree's agents oldest first; closed ones only with ``include_closed``."""
     records = sorted(tree.agents.values(), key=lambda r: r.created_at)
     return [info_of(r) for r in records if include_closed or r.state is not AgentState.CLOSED]
+
+
+def backlog_of(tree: Tree) -> Backlog:
+    """Count the unread messages and undelivered completions of every recipient."""
+    host = tree.mailbox.get(HOST_KEY, {})
+    return Backlog(
+        unread_messages=sum(len(box) for box in tree.mailbox.values()),
+        pending_completions=sum(len(queue) for queue in tree.pending.values()),
+        host_unread_messages=len(host),
+        host_pending_completions=len(tree.pending.get(HOST_KEY, {})),
+    )
 
 
 def require_str(value: Any, what: str) -> str:

@@ -15,8 +15,15 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from retinue.actors.commands import Agents, Barrier, Command, Get, Idle, Inspect
-from retinue.actors.core import agent_list, check_tail, detail_of, find_agent, info_of
+from retinue.actors.commands import Agents, Barrier, Command, CountBacklog, Get, Idle, Inspect
+from retinue.actors.core import (
+    agent_list,
+    backlog_of,
+    check_tail,
+    detail_of,
+    find_agent,
+    info_of,
+)
 from retinue.actors.reply import Reply
 from retinue.actors.transition import resolve_future
 from retinue.actors.tree import Tree, load_tree
@@ -59,6 +66,8 @@ class StoreReader:
             case Inspect():
                 tail = check_tail(command.transcript_tail)
                 return self._run(future, self.inspect, command.ref, tail, command.field)
+            case CountBacklog():
+                return self._run(future, lambda: backlog_of(self._tree()))
             case Barrier() | Idle():  # nothing is ever pending or running on a reader
                 resolve_future(future, None)
                 return future

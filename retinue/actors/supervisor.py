@@ -38,6 +38,7 @@ from retinue.actors.commands import (
     Close,
     CloseTree,
     Compact,
+    CountBacklog,
     Envelope,
     ExpireTurn,
     FollowUp,
@@ -64,7 +65,7 @@ from retinue.actors.commands import (
     Wait,
 )
 from retinue.actors.compaction import CompactionReport, Retention, compact
-from retinue.actors.core import World, agent_list, check_tail, detail_of, info_of
+from retinue.actors.core import World, agent_list, backlog_of, check_tail, detail_of, info_of
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
@@ -252,6 +253,8 @@ class Supervisor:
                 return detail_of(world.tree, record, raw, tail)
             case Agents():
                 return agent_list(world.tree, include_closed=command.include_closed)
+            case CountBacklog():
+                return backlog_of(world.tree)
             case Children():
                 return self.children(_turn(me))
             case LlmLoad():

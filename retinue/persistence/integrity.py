@@ -32,10 +32,12 @@ __all__ = [
     "DATA_FILE",
     "MARKER_FILE",
     "MetaPage",
+    "StoreUsage",
     "check_data_file",
     "has_marker",
     "read_meta_pages",
     "restore_advice",
+    "store_usage",
     "write_marker",
 ]
 
@@ -52,6 +54,7 @@ _SIZE_T = "Q" if _S == 8 else "I"
 # Offsets inside a meta page, from LMDB 0.9's MDB_page and MDB_meta layouts.
 _FLAGS_AT = _S + 2
 _MAGIC_AT = _PAGE_HEADER
+_MAPSIZE_AT = _PAGE_HEADER + 8 + _S  # mm_mapsize follows mm_address
 _PSIZE_AT = _PAGE_HEADER + 8 + 2 * _S  # mm_dbs[FREE_DBI].md_pad holds the page size
 _LAST_PG_AT = _PAGE_HEADER + 8 + 2 * _S + 2 * _DB_SIZE
 _TXNID_AT = _LAST_PG_AT + _S
@@ -61,12 +64,16 @@ _MIN_PAGE, _MAX_PAGE = 512, 65536
 
 @dataclass(frozen=True)
 class MetaPage:
-    """The fields of one LMDB meta page that tell how large the file must be."""
+    """The fields of one LMDB meta page that tell how large the file must be.
+
+    ``map_size`` is the map size the last writer recorded (0 if unknown).
+    """
 
     index: int
     page_size: int
     last_page: int
     txnid: int
+    map_size: int = 0
 
     @property
     def required_bytes(self) -> int:
@@ -94,11 +101,14 @@ def _parse_meta(raw: bytes, index: int) -> MetaPage | None:
     (page_size,) = struct.unpack_from("=I", raw, _PSIZE_AT)
     (last_page,) = struct.unpack_from("=" + _SIZE_T, raw, _LAST_PG_AT)
     (txnid,) = struct.unpack_from("=" + _SIZE_T, raw, _TXNID_AT)
+    (map_size,) = struct.unpack_from("=" + _SIZE_T, raw, _MAPSIZE_AT)
     if not _MIN_PAGE <= page_size <= _MAX_PAGE or page_size & (page_size - 1):
         return None
     if last_page < 1:  # pages 0 and 1 are the meta pages themselves
         return None
-    return MetaPage(index=index, page_size=page_size, last_page=last_page, txnid=txnid)
+    return MetaPage(
+        index=index, page_size=page_size, last_page=last_page, txnid=txnid, map_size=map_size
+    )
 
 
 def read_meta_pages(path: Path) -> list[MetaPage]:
@@ -123,6 +133,40 @@ def read_meta_pages(path: Path) -> list[MetaPage]:
                 metas.append(second)
                 break
     return metas
+
+
+@dataclass(frozen=True)
+class StoreUsage:
+    """How much of its LMDB map a store uses, read from its data file's meta pages.
+
+    ``txnid`` is the last committed transaction (it changes with every
+    commit); ``used_bytes`` the pages in use up to the last one;
+    ``file_bytes`` the data file's size; ``map_bytes`` the map size the last
+    writer recorded (0 if unknown).
+    """
+
+    txnid: int
+    file_bytes: int
+    used_bytes: int
+    map_bytes: int
+
+
+def store_usage(folder: Path) -> StoreUsage | None:
+    """Read ``folder``'s meta pages (two small reads, no mapping); None if unreadable.
+
+    Safe beside a writer in any process: a meta page read while it is being
+    written may be skipped, never trusted for more than these figures.
+    """
+    path = folder / DATA_FILE
+    try:
+        metas = read_meta_pages(path)
+        size = path.stat().st_size
+    except OSError:
+        return None
+    if not metas:
+        return None
+    meta = max(metas, key=lambda m: m.txnid)
+    return StoreUsage(meta.txnid, size, meta.required_bytes, meta.map_size)
 
 
 def has_marker(folder: Path) -> bool:

@@ -12,7 +12,7 @@ import msgspec
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.records import TranscriptMessage
 
-__all__ = ["AgentDetail"]
+__all__ = ["AgentDetail", "Backlog"]
 
 
 class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -31,3 +31,18 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     transcript: tuple[TranscriptMessage, ...] = ()
     transcript_length: int = 0
     transcript_cut: int = 0
+
+
+class Backlog(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What is waiting to be received across the whole store (``Runtime.backlog``).
+
+    ``unread_messages`` counts the unread messages of every mailbox, the
+    host's included (``host_unread_messages`` of them); ``pending_completions``
+    the completions routed but not received yet, by agents and the host
+    (``host_pending_completions`` of them).
+    """
+
+    unread_messages: int = 0
+    pending_completions: int = 0
+    host_unread_messages: int = 0
+    host_pending_completions: int = 0

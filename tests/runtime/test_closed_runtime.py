@@ -23,6 +23,7 @@ Call = Callable[[Runtime, str, Path], Any]
 # runtime had, ``dest`` a free path for a backup.
 CALLS: dict[str, Call] = {
     "agents": lambda rt, ref, dest: rt.agents(include_closed=True),
+    "backlog": lambda rt, ref, dest: rt.backlog(),
     "backup": lambda rt, ref, dest: rt.backup(dest),
     "close": lambda rt, ref, dest: rt.close(ref),
     "close_tree": lambda rt, ref, dest: rt.close_tree(ref),
@@ -42,6 +43,7 @@ CALLS: dict[str, Call] = {
 }
 ASYNC_CALLS: dict[str, Call] = {
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
+    "backlog_async": lambda rt, ref, dest: rt.backlog_async(),
     "close_async": lambda rt, ref, dest: rt.close_async(ref),
     "close_tree_async": lambda rt, ref, dest: rt.close_tree_async(ref),
     "compact_async": lambda rt, ref, dest: rt.compact_async(),

@@ -1,0 +1,353 @@
+"""The web view's HTTP face: a static page and a read-only JSON API over a :class:`LiveTree`.
+
+Routes (all ``GET``; anything else is 405):
+
+- ``/`` the page; ``/static/app.js`` and ``/static/style.css`` its script and style.
+- ``/api/summary`` counts by state, tokens and cost, and how the poller is doing.
+- ``/api/children?parent=ID&offset=0&limit=200&closed=0`` one page of an agent's
+  children (``parent`` empty or absent: the top-level agents), with their count.
+- ``/api/agent?id=ID&tail=50`` one agent in full (``Runtime.inspect``).
+- ``/api/timeline?id=ID`` the turns and calls of the tree ``ID`` belongs to.
+- ``/api/search?q=TEXT&limit=100`` agents whose path contains TEXT.
+- ``/api/events?since=VERSION`` server-sent events: ``hello``, then ``update``
+  (the rows that changed, with the version as the event id), ``reset`` (reload),
+  ``activity`` (spans and tool calls from events) and a comment every
+  ``heartbeat_s``; ``max_messages=N`` ends the stream after N messages.
+
+Bad query arguments get HTTP 400 with ``{"error": "..."}``; an unknown agent 404;
+a closed runtime 503. Every response carries a strict Content-Security-Policy
+(no inline script, nothing from another origin), and only requests whose
+``Host`` is a loopback name or the address served are answered (against DNS
+rebinding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from importlib import resources
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from retinue.errors import (
+    ArgumentTypeError,
+    InvalidAgentPath,
+    InvalidArgument,
+    RetinueError,
+    RuntimeClosed,
+    UnknownAgent,
+)
+from retinue.web.live import Delta, LiveTree
+from retinue.web.rows import detail_payload
+from retinue.web.snapshot import ROOT, Snapshot
+
+__all__ = ["LOOPBACK_HOSTS", "create_app"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+FIRST_SNAPSHOT_S = 60.0  # how long a request waits for the store's first read
+_STATIC = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
+_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; "
+        b"img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+        b"frame-ancestors 'none'; form-action 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+]
+_encode = msgspec.json.Encoder().encode
+
+
+class _Headers:
+    """ASGI middleware adding the security headers to every HTTP response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+class BadRequest(Exception):
+    """A query argument the API cannot use (HTTP 400)."""
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(_encode(payload), status_code=status, media_type="application/json")
+
+
+def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, not {raw[:40]!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}, not {value}")
+    return value
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name, "0").lower()
+    if raw not in ("0", "1", "true", "false", ""):
+        raise BadRequest(f"{name} must be 0 or 1, not {raw[:40]!r}")
+    return raw in ("1", "true")
+
+
+class _Api:
+    """The route handlers, over one live tree."""
+
+    def __init__(self, live: LiveTree) -> None:
+        self.live = live
+        self.rt = live.rt
+        self.opts = live.options
+        self.streams = 0
+        folder = resources.files("retinue.web") / "static"
+        self.files = {name: (folder / name).read_bytes() for name in _STATIC}
+
+    async def snap(self) -> Snapshot:
+        snap = await asyncio.to_thread(self.live.snapshot, FIRST_SNAPSHOT_S)
+        if snap is None:
+            raise RuntimeClosed(self.live.error or "the store could not be read yet")
+        return snap
+
+    async def page(self, request: Request) -> Response:
+        name = request.path_params.get("name", "index.html")
+        if name not in _STATIC:
+            return _json({"error": f"no file {name[:60]!r}"}, 404)
+        return Response(self.files[name], media_type=_STATIC[name])
+
+    async def summary(self, request: Request) -> Response:
+        await self.snap()
+        return _json(self._summary())
+
+    def _summary(self) -> dict[str, Any]:
+        snap = self.live.snapshot(0)
+        live = self.live
+        return {
+            **(snap.summary() if snap is not None else {"version": 0, "agents": 0, "states": {}}),
+            "store": str(self.rt.path),
+            "readonly": self.rt.readonly,
+            "now": time.time(),
+            "polls": live.polls,
+            "skips": live.skips,
+            "read_s": live.read_s,
+            "error": live.error,
+            "abandoned_runners": self.rt.abandoned_runners,
+            "spans_dropped": live.activity.dropped,
+            "events": not self.rt.readonly,
+            "page_size": self.opts.page_size,
+        }
+
+    async def children(self, request: Request) -> Response:
+        snap = await self.snap()
+        parent = request.query_params.get("parent", ROOT)
+        if parent != ROOT and parent not in snap.rows:
+            return _json({"error": f"no agent {parent[:60]!r} in the view"}, 404)
+        offset = _int(request, "offset", 0, 0, 10**9)
+        limit = _int(request, "limit", self.opts.page_size, 1, self.opts.max_page_size)
+        rows, total = snap.children(
+            parent, closed=_flag(request, "closed"), offset=offset, limit=limit
+        )
+        payload = {"version": snap.version, "parent": parent, "offset": offset}
+        return _json({**payload, "total": total, "rows": rows})
+
+    async def agent(self, request: Request) -> Response:
+        ref = request.query_params.get("id", "")
+        if not ref:
+            raise BadRequest("id is required: an agent id or path")
+        tail = _int(request, "tail", self.opts.transcript_tail, 0, self.opts.max_transcript_tail)
+        detail = await self.rt.inspect_async(ref, transcript_tail=tail)
+        snap = self.live.snapshot(0)
+        row = snap.rows.get(detail.info.id) if snap is not None else None
+        tool = self.live.activity.tools().get(detail.info.id)
+        payload = detail_payload(detail, row, tool)
+        chain = snap.ancestors(detail.info.id) if snap is not None and row is not None else []
+        payload["ancestors"] = [{"id": i, "path": snap.rows[i]["path"]} for i in chain if snap]
+        return _json(payload)
+
+    async def timeline(self, request: Request) -> Response:
+        snap = await self.snap()
+        ref = request.query_params.get("id", "")
+        if ref not in snap.rows:
+            return _json({"error": f"no agent {ref[:60]!r} in the view"}, 404)
+        top = snap.top_of(ref)
+        ids = snap.subtree(top, self.opts.timeline_agents)
+        keys = ("id", "path", "profile", "state", "generation", "created_at", "started_at")
+        agents = [
+            {**{k: snap.rows[i][k] for k in keys}, "updated_at": snap.rows[i]["updated_at"]}
+            for i in ids
+        ]
+        activity = self.live.activity
+        spans = [s.payload() for s in activity.spans_of(ids, self.opts.timeline_spans)]
+        return _json(
+            {
+                "top": top,
+                "now": time.time(),
+                "agents": agents,
+                "truncated": len(ids) >= self.opts.timeline_agents,
+                "spans": spans,
+                "open_turns": activity.open_turns(ids),
+                "spans_dropped": activity.dropped,
+                "events": not self.rt.readonly,
+            }
+        )
+
+    async def search(self, request: Request) -> Response:
+        snap = await self.snap()
+        text = request.query_params.get("q", "").strip()
+        if not text:
+            raise BadRequest("q is required: part of an agent path")
+        limit = _int(request, "limit", self.opts.search_limit, 1, self.opts.search_limit)
+        rows, total = snap.search(text[:1024], limit)
+        return _json({"version": snap.version, "total": total, "rows": rows})
+
+    async def events(self, request: Request) -> Response:
+        since_raw = request.headers.get("last-event-id") or request.query_params.get("since")
+        since = None
+        if since_raw:
+            try:
+                since = int(since_raw)
+            except ValueError:
+                raise BadRequest(
+                    f"since must be a version number, not {since_raw[:40]!r}"
+                ) from None
+        most = _int(request, "max_messages", 0, 0, 10**9)
+        if self.streams >= self.opts.max_streams:
+            return _json(
+                {"error": f"too many open streams (max_streams={self.opts.max_streams})"}, 503
+            )
+        headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
+        return StreamingResponse(
+            self._stream(since, most), media_type="text/event-stream", headers=headers
+        )
+
+    async def _stream(self, since: int | None, most: int) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def wake_up() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        remove = self.live.add_listener(wake_up)
+        sent = 0
+        self.streams += 1
+        try:
+            snap = self.live.snapshot(0)
+            version = snap.version if snap is not None else 0
+            hello = {"version": version, "now": time.time(), "readonly": self.rt.readonly}
+            yield _sse("hello", hello, version)
+            sent += 1
+            if since is not None:
+                version = since
+                wake.set()
+            seq = self.live.activity.seq
+            tools: dict[str, str] = {}
+            deadline = time.monotonic() + self.opts.stream_max_s
+            while not self.live.stopping and time.monotonic() < deadline:
+                if most and sent >= most:
+                    return
+                try:
+                    await asyncio.wait_for(wake.wait(), self.opts.heartbeat_s)
+                except TimeoutError:
+                    yield ": ping\n\n"
+                    continue
+                wake.clear()
+                delta = self.live.delta(version)
+                if delta is not None:
+                    version = delta.version
+                    yield _delta_message(delta, self._summary())
+                    sent += 1
+                spans, seq = self.live.activity.since(seq, 200)
+                now_tools = self.live.activity.tools()
+                if spans or now_tools != tools:
+                    tools = now_tools
+                    payload = {"spans": [s.payload() for s in spans], "tools": tools}
+                    yield _sse("activity", payload, None)
+                    sent += 1
+        finally:
+            remove()
+            self.streams -= 1
+
+
+def _sse(kind: str, payload: Any, version: int | None) -> str:
+    head = f"id: {version}\n" if version is not None else ""
+    return f"{head}event: {kind}\ndata: {_encode(payload).decode()}\n\n"
+
+
+def _delta_message(delta: Delta, summary: dict[str, Any]) -> str:
+    if delta.reset:
+        return _sse("reset", {"version": delta.version, "summary": summary}, delta.version)
+    payload = {"version": delta.version, "rows": delta.rows, "removed": delta.removed}
+    payload["summary"] = summary
+    return _sse("update", payload, delta.version)
+
+
+def _guard(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    async def guarded(request: Request) -> Response:
+        try:
+            response: Response = await handler(request)
+            return response
+        except BadRequest as exc:
+            return _json({"error": str(exc)}, 400)
+        except UnknownAgent as exc:
+            return _json({"error": str(exc)}, 404)
+        except (InvalidArgument, ArgumentTypeError, InvalidAgentPath) as exc:
+            return _json({"error": str(exc)}, 400)
+        except RuntimeClosed as exc:
+            return _json({"error": str(exc)}, 503)
+        except RetinueError as exc:
+            return _json({"error": f"{type(exc).__name__}: {exc}"}, 500)
+
+    return guarded
+
+
+def create_app(live: LiveTree, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS) -> Starlette:
+    """Return the ASGI app of the web view over ``live`` (which the caller starts and stops).
+
+    ``allowed_hosts`` are the ``Host`` names answered (``"*"``: any).
+    """
+    api = _Api(live)
+    routes = [
+        Route("/", _guard(api.page)),
+        Route("/static/{name}", _guard(api.page)),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Route("/api/summary", _guard(api.summary)),
+        Route("/api/children", _guard(api.children)),
+        Route("/api/agent", _guard(api.agent)),
+        Route("/api/timeline", _guard(api.timeline)),
+        Route("/api/search", _guard(api.search)),
+        Route("/api/events", _guard(api.events)),
+    ]
+    middleware = [
+        Middleware(_Headers),
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
+    ]
+    return Starlette(routes=routes, middleware=middleware)

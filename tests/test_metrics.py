@@ -1,0 +1,240 @@
+"""The Prometheus collector: scraped during and after real runs, parsed, checked against the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from retinue import AgentState, InvalidArgument, Profile, Runtime, Turn
+from tests.conftest import Gate, wait_until
+from tests.web.writer import Writer
+
+prometheus_client = pytest.importorskip(
+    "prometheus_client", reason="the metrics need the 'metrics' extra: pip install -e '.[metrics]'"
+)
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from retinue.metrics import OTHER, RetinueCollector  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "code_review" / "team.toml"
+
+# -- event shapes the lead adds to retinue.protocol.messages (defined here until they land) --
+
+
+class ToolCallFinished(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call_finished"):
+    """Stand-in for the lead's ToolCallFinished event (same fields and tag)."""
+
+    agent_id: str
+    path: str
+    at: float
+    call_id: str
+    tool: str
+    ok: bool
+    duration_s: float
+    error: str | None = None
+
+
+class ModelCallFinished(msgspec.Struct, frozen=True, kw_only=True, tag="model_call_finished"):
+    """Stand-in for the lead's ModelCallFinished event (same fields and tag)."""
+
+    agent_id: str
+    path: str
+    at: float
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    duration_s: float
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Scrape the text exposition and parse it: (sample name, labels) -> value."""
+    text = generate_latest(registry).decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def test_counts_during_and_after_a_run_match_the_run(tmp_path: Path, gate: Gate) -> None:
+    def lead(turn: Turn) -> str:
+        results = turn.run_many([("leaf", "a"), ("leaf", "b"), ("leaf", "c")], timeout=30)
+        return f"{len(results)} done"
+
+    profiles = [Profile("lead", subagents=["leaf"], runner=lead), Profile("leaf", runner=gate)]
+    registry = CollectorRegistry()
+    with Runtime.open(tmp_path / "store", profiles=profiles) as rt:
+        collector = RetinueCollector(rt, registry=registry, min_read_interval_s=0)
+        info = rt.spawn("lead", "plan", name="plan")
+        gate.wait_started(3)
+        during = scrape(registry)
+        assert value(during, "retinue_agents", state="running") == 4
+        assert value(during, "retinue_turns_running") == 4
+        assert value(during, "retinue_turns_queued") == 0
+        assert value(during, "retinue_agents_by_profile", profile="leaf") == 3
+        assert value(during, "retinue_agents_by_profile", profile="lead") == 1
+        assert (
+            "retinue_turns_settled_total",
+            (("profile", "leaf"), ("status", "completed")),
+        ) not in during
+        gate.release()
+        rt.wait(info.id, timeout=30)
+        rt.send(info.id, "a note for its next turn")
+        wait_until(
+            lambda: (
+                value(
+                    scrape(registry),
+                    "retinue_turns_settled_total",
+                    profile="lead",
+                    status="completed",
+                )
+                == 1
+            )
+        )
+        after = scrape(registry)
+        assert value(after, "retinue_agents", state="completed") == 4
+        assert value(after, "retinue_agents", state="running") == 0
+        assert value(after, "retinue_turns_settled_total", profile="leaf", status="completed") == 3
+        assert value(after, "retinue_turn_duration_seconds_count", profile="leaf") == 3
+        assert value(after, "retinue_turn_duration_seconds_count", profile="lead") == 1
+        assert value(after, "retinue_turn_duration_seconds_bucket", profile="leaf", le="+Inf") == 3
+        assert value(after, "retinue_unread_messages") == 1
+        assert value(after, "retinue_pending_completions") == 0  # the host received it
+        assert value(after, "retinue_abandoned_runners") == 0
+        assert value(after, "retinue_events_dropped_total") == 0
+        size = value(after, "retinue_store_file_bytes")
+        assert size == (rt.path / "data.mdb").stat().st_size
+        assert 0 < value(after, "retinue_store_map_used_ratio") <= 1
+        assert value(after, "retinue_store_used_bytes") <= value(after, "retinue_store_map_bytes")
+        # No label carries an agent id, a path or a task.
+        for _, labels in after:
+            for _, label in labels:
+                assert info.id not in label and "/root" not in label and label != "plan"
+        collector.close()
+        assert scrape(registry) == {}
+
+
+def test_model_and_tool_calls_from_events(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with Runtime.open(tmp_path / "store", team=EXAMPLE) as rt:
+        collector = RetinueCollector(rt, registry=registry, max_label_values=2)
+        lead = rt.spawn("lead", "review", name="review")
+        rt.wait(lead.id, timeout=120)
+        args = {"agent_id": lead.id, "path": lead.path, "at": 10.0}
+        collector.observe(
+            ModelCallFinished(
+                **args,
+                model="gpt-x",
+                prompt_tokens=100,
+                completion_tokens=20,
+                cost_usd=0.25,
+                duration_s=1.5,
+            )
+        )
+        collector.observe(
+            ModelCallFinished(
+                **args,
+                model="gpt-x",
+                prompt_tokens=10,
+                completion_tokens=2,
+                cost_usd=0.05,
+                duration_s=0.2,
+            )
+        )
+        for tool, ok in (("grep", True), ("grep", False), ("read_file", True), ("bash", True)):
+            collector.observe(
+                ToolCallFinished(
+                    **args,
+                    call_id="c",
+                    tool=tool,
+                    ok=ok,
+                    duration_s=0.01,
+                    error=None if ok else "boom",
+                )
+            )
+        collector.observe_commit(0.002)
+        collector.observe_command("Spawn", 0.0001)
+        samples = scrape(registry)
+    assert value(samples, "retinue_model_calls_total", model="gpt-x") == 2
+    assert value(samples, "retinue_model_tokens_total", model="gpt-x", kind="prompt") == 110
+    assert value(samples, "retinue_model_tokens_total", model="gpt-x", kind="completion") == 22
+    assert value(samples, "retinue_model_cost_usd_total", model="gpt-x") == pytest.approx(0.30)
+    assert value(samples, "retinue_model_call_duration_seconds_count", model="gpt-x") == 2
+    assert value(
+        samples, "retinue_model_call_duration_seconds_sum", model="gpt-x"
+    ) == pytest.approx(1.7)
+    assert (
+        value(samples, "retinue_model_call_duration_seconds_bucket", model="gpt-x", le="0.25") == 1
+    )
+    assert value(samples, "retinue_tool_calls_total", tool="grep", outcome="ok") == 1
+    assert value(samples, "retinue_tool_calls_total", tool="grep", outcome="error") == 1
+    assert value(samples, "retinue_tool_calls_total", tool="read_file", outcome="ok") == 1
+    # A third tool name is past max_label_values=2: counted, under "other".
+    assert value(samples, "retinue_tool_calls_total", tool=OTHER, outcome="ok") == 1
+    assert value(samples, "retinue_metrics_label_overflow_total") >= 1
+    assert value(samples, "retinue_store_commit_duration_seconds_count") == 1
+    assert value(samples, "retinue_supervisor_command_duration_seconds_count", command="Spawn") == 1
+    # The code-review run itself: ten agents settled once each (profiles past 2 are "other").
+    settled = sum(v for (name, _), v in samples.items() if name == "retinue_turns_settled_total")
+    assert settled == 10
+    assert value(samples, "retinue_agents", state="completed") == 10
+
+
+def test_a_read_only_runtime_serves_the_state_gauges(tmp_path: Path) -> None:
+    writer = Writer(tmp_path / "store", tmp_path / "release")  # a writer in another process
+    try:
+        reader = Runtime.open(writer.store, readonly=True)
+        registry = CollectorRegistry()
+        try:
+            RetinueCollector(reader, registry=registry, min_read_interval_s=0)
+            wait_until(
+                lambda: any(
+                    a.path == "/root/review/hostile" and a.state == AgentState.COMPLETED
+                    for a in reader.agents()
+                ),
+                timeout=60,
+            )
+            samples = scrape(registry)
+            agents = reader.agents(include_closed=True)
+            details = [reader.inspect(a.id, transcript_tail=0) for a in agents]
+            unread = sum(len(d.unread) for d in details)
+            pending = sum(len(d.pending) for d in details)
+        finally:
+            reader.shutdown()
+    finally:
+        writer.stop()
+    assert value(samples, "retinue_agents", state="running") == 2  # the lead and the worker
+    assert value(samples, "retinue_agents", state="completed") == 1
+    assert value(samples, "retinue_agents", state="closed") == 0
+    assert value(samples, "retinue_turns_running") == 2
+    assert value(samples, "retinue_agents_by_profile", profile="lead") == 1
+    # The backlog gauges agree with one inspect per agent (the host has none pending here).
+    assert value(samples, "retinue_unread_messages") == unread
+    assert value(samples, "retinue_pending_completions") == pending
+    assert pending + unread >= 1  # hostile's completion waits for the running lead
+    # A reader sees no events: its counters stay at zero rather than missing.
+    assert value(samples, "retinue_events_dropped_total") == 0
+
+
+def test_bad_arguments_are_refused(tmp_path: Path) -> None:
+    with Runtime.open(tmp_path / "store", profiles=[Profile("p", runner=lambda t: "")]) as rt:
+        for kwargs in (
+            {"namespace": "bad-name"},
+            {"max_label_values": 0},
+            {"min_read_interval_s": -1.0},
+            {"latency_buckets": ()},
+        ):
+            with pytest.raises(InvalidArgument):
+                RetinueCollector(rt, **kwargs)
