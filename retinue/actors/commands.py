@@ -377,11 +377,16 @@ class LlmStep(Command[tuple[Usage, Usage]]):
 
     ``transcript`` is an encoded :class:`~retinue.protocol.records.TranscriptRecord`
     (None keeps the stored one); the answer is the agent's and the tree's new usage.
+    ``takes_input`` says the transcript now holds the turn's input (its task,
+    messages and children's completions): from this commit on they are the
+    transcript's, neither given back if the turn fails or is interrupted nor
+    handed again after a crash (see ``Scheduler`` and ``Tree.consume_inputs``).
     """
 
     sender: TurnRef
     usage: Usage
     transcript: bytes | None = None
+    takes_input: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from retinue.actors.host_waits import HostWaits
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
+from retinue.actors.turn import Turn
 from retinue.actors.waiters import Waiters
 from retinue.errors import (
     ActiveDescendants,
@@ -36,7 +37,14 @@ from retinue.errors import (
     UnknownProfile,
 )
 from retinue.protocol.checks import check_text
-from retinue.protocol.messages import AgentClosedEvent, AgentInfo, AgentState, CompletionStatus
+from retinue.protocol.messages import (
+    AgentClosedEvent,
+    AgentInfo,
+    AgentState,
+    Completion,
+    CompletionStatus,
+    Message,
+)
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.text import bounded_text
 
@@ -89,6 +97,13 @@ class Lifecycle:
         *,
         pump: bool = True,
     ) -> None:
+        """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
+
+        A model turn that never stored its input in its transcript gives the
+        input back (pending or unread again, for its next turn) and wakes
+        itself on none of it.
+        """
+        returned = self._give_back_held(tx, record.id)
         self._release(tx, record.id, TurnInterrupted("the turn ended"))
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
@@ -102,7 +117,8 @@ class Lifecycle:
         self.router.emit_completion(tx, record, status)
         if pump:
             self.scheduler.pump(tx)
-        self.router.maybe_wake(tx, record.id)
+        if not returned:
+            self.router.maybe_wake(tx, record.id)
 
     def expire(self, tx: Transition, command: ExpireTurn) -> None:
         """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed."""
@@ -127,14 +143,29 @@ class Lifecycle:
         by an interrupt, a close, a timeout or the runtime closing loses
         nothing it was handed.
         """
+        held = self._holds_input(record.id)
         turn = self.scheduler.cancel(tx, record)
         self._release(tx, record.id, why)
         if turn is None:
             return
         unseen = [event for held in turn.handover.take_back() for event in held]
-        if not turn.runner_started:
-            unseen += [m.completion if m.completion is not None else m for m in turn.messages]
+        if not turn.runner_started or held:
+            unseen += _inputs(turn)
         self.router.give_back(tx, record.id, unseen)
+
+    def _holds_input(self, agent_id: str) -> bool:
+        """Whether the running turn of ``agent_id`` has not stored its input yet."""
+        handle = self.scheduler.turns.get(agent_id)
+        return handle is not None and handle.holds_input
+
+    def _give_back_held(self, tx: Transition, agent_id: str) -> bool:
+        """Give back the input of a turn ending before it stored it; return whether it did."""
+        handle = self.scheduler.turns.get(agent_id)
+        if handle is None or not handle.holds_input:
+            return False
+        handle.holds_input = False
+        self.router.give_back(tx, agent_id, _inputs(handle.turn))
+        return True
 
     def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle, waiter and queued slot request."""
@@ -298,3 +329,8 @@ class Lifecycle:
             return [info_of(self._close(tx, self.world.tree.agents[i])) for i in order]
         finally:
             tx.closing_subtree = set()
+
+
+def _inputs(turn: Turn) -> list[Message | Completion]:
+    """The events a turn was handed as it started: its messages and children's completions."""
+    return [m.completion if m.completion is not None else m for m in turn.messages]

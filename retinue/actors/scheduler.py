@@ -59,6 +59,9 @@ class TurnHandle:
     turn: Turn
     actor: pykka.ActorRef[Any] | None = None
     sync: bool = True  # a sync runner holds a pool thread until it returns
+    # The runner keeps its input in a transcript (a model runner): until it says
+    # it did (LlmStep.takes_input), a turn that ends gives its input back.
+    holds_input: bool = False
 
 
 @dataclass
@@ -241,6 +244,7 @@ class Scheduler:
             turn=turn,
             actor=actor,
             sync=not self._is_async(record.profile),
+            holds_input=world.runner_holds_input.get(record.profile, False) and bool(turn.messages),
         )
         self.active.add(agent_id)
         self.unreported.add((agent_id, record.generation))

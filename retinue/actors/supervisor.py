@@ -315,6 +315,10 @@ class Supervisor:
         usage, transcript = command.usage, command.transcript
         if transcript is not None:
             tree.put_transcript(me.id, transcript)
+        handle = self.scheduler.turns.get(me.id)
+        if command.takes_input and handle is not None and handle.holds_input:
+            handle.holds_input = False  # the turn's input is the transcript's now
+            tree.consume_inputs(me.id, me.generation, handle.turn.messages)
         if usage == Usage():
             top = tree.agents[tree.top_of[me.id]]
             return me.usage, top.tree_usage

@@ -412,6 +412,39 @@ class Tree:
             self.seq = max(self.seq, completion.seq)
             self.add_completion(self._replay_completion(completion), persist=False)
 
+    def consume_inputs(self, recipient_id: str, generation: int, inputs: Iterable[Message]) -> None:
+        """The turn ``generation`` of ``recipient_id`` stored ``inputs`` in its transcript.
+
+        Their records lose the turn's tag: a crash that kills the turn no
+        longer hands them to the next one (the transcript has them).
+        """
+        for message in inputs:
+            done = message.completion
+            if done is not None:
+                record = self.completions.get(done.agent_id, {}).get(done.generation)
+                if record is not None and record.delivered_generation == generation:
+                    record = msgspec.structs.replace(record, delivered_generation=0)
+                    self.completions[done.agent_id][done.generation] = record
+                    self._write_completion(record)
+                continue
+            self._untag_read(recipient_id, message, generation)
+
+    def _untag_read(self, recipient_id: str, message: Message, generation: int) -> None:
+        """Drop the reading turn's tag from a read message (searched from the newest read)."""
+        for index in range(len(self.read_log) - 1, -1, -1):
+            entry = self.read_log[index]
+            if (entry.recipient_id, entry.seq) != (recipient_id, message.seq):
+                continue
+            if entry.generation == generation:
+                self.read_log[index] = entry._replace(generation=0)
+                record = MessageRecord(
+                    message=message, seq=message.seq, read=True, read_at=entry.read_at
+                )
+                self.writes.append(
+                    ("messages", message_key(recipient_id, message.seq), _encode(record))
+                )
+            return
+
     def held_by_running_turn(self, recipient_id: str | None, generation: int) -> bool:
         """True if the running turn ``generation`` of ``recipient_id`` received the input.
 

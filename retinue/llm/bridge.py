@@ -32,11 +32,18 @@ async def llm_load(turn: Any) -> LlmState:
     return state
 
 
-async def llm_step(turn: Any, usage: Usage, transcript: bytes | None) -> tuple[Usage, Usage]:
+async def llm_step(
+    turn: Any, usage: Usage, transcript: bytes | None, *, takes_input: bool = False
+) -> tuple[Usage, Usage]:
     """Record one model step; return ``(agent usage, tree usage)`` after it.
+
+    ``takes_input`` says ``transcript`` is the first to hold the turn's input:
+    from this commit on the input is the transcript's (see ``LlmStep``).
 
     Raises:
         TurnInterrupted: the turn was interrupted.
     """
-    totals: tuple[Usage, Usage] = await turn.request_async(LlmStep(turn.ref, usage, transcript))
+    totals: tuple[Usage, Usage] = await turn.request_async(
+        LlmStep(turn.ref, usage, transcript, takes_input)
+    )
     return totals

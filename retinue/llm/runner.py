@@ -102,6 +102,9 @@ class LiteLLMRunner:
             timeout or an unknown result format.
     """
 
+    holds_input = True
+    """A turn's input is stored with its first model step; one that ends before gives it back."""
+
     def __init__(
         self,
         model: str,
@@ -200,6 +203,7 @@ class _Session:
         ) == "structured"
         self.history: list[ChatMessage] = []
         self.cut = 0
+        self.input_stored = False  # the first save stores the turn's input with its step
         self.task_at: int | None = None
 
     def _system(self) -> list[ChatMessage]:
@@ -308,7 +312,8 @@ class _Session:
         )
         self.cut += cut
         raw = encode_transcript(self.turn.agent.id, self.history, self.cut)
-        return await llm_step(self.turn, usage, raw)
+        takes_input, self.input_stored = not self.input_stored, True
+        return await llm_step(self.turn, usage, raw, takes_input=takes_input)
 
     def _check_budgets(self, agent: Usage, tree: Usage, *, before: bool) -> None:
         path = self.turn.agent.path
