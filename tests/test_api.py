@@ -81,7 +81,6 @@ LAYERS = [
     "team",
     "runtime",
     "testing",
-    "view",
     "metrics",
     "web",
     "mcp",

@@ -1,4 +1,4 @@
-"""What a run looks like: a live rich table, plain lines, or JSON events; and how it ends.
+"""Following a run: show the trees under some roots until they settle, then report.
 
 :func:`follow` shows the trees under some roots until none of their agents is
 busy (or Ctrl-C); :func:`report` prints the roots' answers, a summary and the
@@ -21,233 +21,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import msgspec
 
+from retinue.cli.common import FAILED, INTERRUPTED, OK
+from retinue.cli.render import JsonView, View, clip, in_tree, usage_of
 from retinue.errors import NothingToWaitFor, RetinueError, UnknownAgent, WaitTimeout
-from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled, TurnStarted
+from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled
 from retinue.protocol.text import safe_terminal_text
 
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
-__all__ = [
-    "FAILED",
-    "INTERRUPTED",
-    "OK",
-    "USAGE",
-    "JsonView",
-    "LiveView",
-    "Outcome",
-    "PlainView",
-    "View",
-    "clip",
-    "follow",
-    "make_view",
-    "ordered",
-    "plain_row",
-    "receive",
-    "report",
-    "stop_on_signals",
-    "table",
-    "usage_of",
-]
-
-OK, FAILED, USAGE, INTERRUPTED = 0, 1, 2, 130
-
-
-# -- text helpers ---------------------------------------------------------------------------
-
-
-def clip(text: str, limit: int) -> str:
-    """Return ``text`` on one safe line, at most ``limit`` characters, ``…`` when cut."""
-    flat = " ".join(safe_terminal_text(text, len(text)).split())
-    return flat if len(flat) <= limit else flat[: max(0, limit - 1)] + "…"
-
-
-def usage_of(info: AgentInfo) -> tuple[int, float]:
-    """Return (tokens, cost in USD) an agent's model calls have spent."""
-    return info.usage.total_tokens, info.usage.cost_usd
-
-
-def _elapsed(info: AgentInfo, now: float) -> float:
-    end = now if info.state.busy else info.updated_at
-    return max(0.0, end - info.created_at)
-
-
-def _in_tree(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r + "/") for r in roots)
-
-
-def ordered(agents: Sequence[AgentInfo]) -> list[AgentInfo]:
-    """Agents in tree order: each parent before its children, siblings by creation."""
-    by_parent: dict[str, list[AgentInfo]] = {}
-    for agent in sorted(agents, key=lambda a: a.created_at):
-        by_parent.setdefault(agent.parent_path, []).append(agent)
-    paths = {a.path for a in agents}
-    out: list[AgentInfo] = []
-    stack = [a for a in reversed(by_parent.get("/root", []))]
-    stack += [
-        a for a in reversed(agents) if a.parent_path != "/root" and a.parent_path not in paths
-    ]
-    seen: set[str] = set()
-    while stack:
-        agent = stack.pop()
-        if agent.id in seen:
-            continue
-        seen.add(agent.id)
-        out.append(agent)
-        stack.extend(reversed(by_parent.get(agent.path, [])))
-    return out
-
-
-def plain_row(info: AgentInfo, now: float, width: int = 70) -> str:
-    """One line for an agent: path, profile, state, generation, elapsed, tokens, result."""
-    tokens, _ = usage_of(info)
-    text = info.error if info.state is AgentState.FAILED else info.output
-    line = (
-        f"{info.path}  {info.profile}  {info.state.value} g{info.generation}"
-        f"  {_elapsed(info, now):.1f}s"
-    )
-    if tokens:
-        line += f"  {tokens} tok"
-    if text:
-        line += "  " + clip(text, width)
-    return line
-
-
-def table(agents: Sequence[AgentInfo], title: str) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    styles = {
-        AgentState.STARTING: "yellow",
-        AgentState.RUNNING: "bold cyan",
-        AgentState.COMPLETED: "green",
-        AgentState.FAILED: "bold red",
-        AgentState.INTERRUPTED: "magenta",
-        AgentState.CLOSED: "dim",
-    }
-    now = time.time()
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    for column in ("path", "profile", "state", "time", "tokens", "result"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis")
-    for info in ordered(agents):
-        tokens, _ = usage_of(info)
-        text = info.error if info.state is AgentState.FAILED else info.output
-        style = styles.get(info.state, "")
-        table.add_row(
-            Text(info.path),
-            Text(info.profile, style="dim"),
-            Text(f"{info.state.value} g{info.generation}", style=style),
-            f"{_elapsed(info, now):.1f}s",
-            f"{tokens:,}" if tokens else "",
-            Text(clip(text or "", 60), style="red" if info.state is AgentState.FAILED else ""),
-        )
-    return table
-
-
-# -- views ------------------------------------------------------------------------------------
-
-
-class View:
-    """How a run is shown: rich live table, plain lines or JSON events."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-
-    def start(self, title: str) -> None:
-        """Begin showing a run."""
-
-    def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
-        """Show one committed transition of the followed tree."""
-
-    def update(self, agents: Sequence[AgentInfo]) -> None:
-        """Show the tree as it is now."""
-
-    def stop(self) -> None:
-        """End the live part; later output goes below it."""
-
-
-class PlainView(View):
-    """One line per turn that starts or settles, for logs and pipes."""
-
-    def __init__(self, out: TextIO) -> None:
-        super().__init__(out)
-        self.started = time.time()
-
-    def start(self, title: str) -> None:
-        print(title, file=self.out, flush=True)
-
-    def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
-        if not isinstance(event, TurnStarted | TurnSettled):
-            return
-        info = agents.get(event.agent_id)
-        profile = info.profile if info is not None else "?"
-        state = "running" if isinstance(event, TurnStarted) else event.status.value
-        at = event.at - self.started
-        line = f"[{at:6.1f}s] {event.path}  {profile}  {state} g{event.generation}"
-        if (
-            isinstance(event, TurnSettled)
-            and info is not None
-            and info.generation == event.generation
-        ):
-            text = info.error if event.status.value == "failed" else info.output
-            if text:
-                line += "  " + clip(text, 100)
-        print(line, file=self.out, flush=True)
-
-
-class JsonView(View):
-    """One JSON object per line: the runtime's event structs, then a final ``run_finished``."""
-
-    def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
-        self.out.write(msgspec.json.encode(event).decode() + "\n")
-        self.out.flush()
-
-
-class LiveView(View):
-    """A rich table redrawn in place: path, profile, state, time, tokens, result."""
-
-    def __init__(self, out: TextIO) -> None:
-        super().__init__(out)
-        from rich.console import Console
-
-        self.console = Console(file=out)
-        self.live: Any = None
-        self.title = ""
-
-    def start(self, title: str) -> None:
-        from rich.live import Live
-
-        self.title = title
-        self.live = Live(
-            table([], title), console=self.console, refresh_per_second=8, transient=False
-        )
-        self.live.start()
-
-    def update(self, agents: Sequence[AgentInfo]) -> None:
-        if self.live is not None:
-            self.live.update(table(agents, self.title))
-
-    def stop(self) -> None:
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
-
-
-def make_view(json_mode: bool, out: TextIO | None = None) -> View:
-    """JSON events with ``--json``; a live table on a terminal; plain lines otherwise."""
-    stream = out if out is not None else sys.stdout
-    if json_mode:
-        return JsonView(stream)
-    if stream.isatty() and os.environ.get("TERM") != "dumb":
-        return LiveView(stream)
-    return PlainView(stream)
-
-
-# -- following a run ------------------------------------------------------------------------
+__all__ = ["Outcome", "follow", "receive", "report", "stop_on_signals"]
 
 
 @dataclass
@@ -299,7 +86,7 @@ def follow(
     known: dict[str, AgentInfo] = {}
 
     def snapshot() -> list[AgentInfo]:
-        mine = [a for a in rt.agents() if _in_tree(a.path, roots)]
+        mine = [a for a in rt.agents() if in_tree(a.path, roots)]
         known.update((a.id, a) for a in mine)
         return mine
 
@@ -307,7 +94,7 @@ def follow(
 
     def show(batch: list[Event]) -> None:
         for event in batch:
-            if _in_tree(event.path, roots):
+            if in_tree(event.path, roots):
                 if isinstance(event, TurnSettled):
                     seen.add((event.agent_id, event.generation))
                 view.event(event, known)

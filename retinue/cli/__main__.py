@@ -1,0 +1,7 @@
+"""``python -m retinue.cli``."""
+
+import sys
+
+from retinue.cli.main import main
+
+sys.exit(main())

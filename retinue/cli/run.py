@@ -1,0 +1,120 @@
+"""``retinue run``, ``retinue demo`` and ``retinue resume``: trees run live on a store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retinue.cli.common import UsageError, load_team_file, store_path
+from retinue.cli.session import Plan, free_name, run_session, save_run, saved_run, team_kwargs
+from retinue.protocol.messages import AgentState
+
+if TYPE_CHECKING:
+    from retinue.runtime import Runtime
+    from retinue.team import Team
+
+__all__ = ["DEMO_TASK", "cmd_demo", "cmd_resume", "cmd_run"]
+
+DEMO_TASK = (
+    "Review the change in the workspace (a small payments service) before it ships: "
+    "security, style and tests. Report what must be fixed."
+)
+
+
+def _execute(
+    args: argparse.Namespace, team: Team, store: Path, task: str, workspace: Path | None
+) -> int:
+    """Start the team's lead (or ``--agent``) on ``task`` and follow its tree."""
+    from retinue.errors import DuplicateAgentPath
+
+    agent = args.agent or team.lead
+    if agent not in team.agents:
+        raise UsageError(
+            f"--agent {agent!r} is not an agent of the team ({', '.join(team.agents)})"
+        )
+    durability = getattr(args, "durability", None) or team.defaults.durability
+
+    def plan(rt: Runtime) -> Plan:
+        if team.source is not None:
+            save_run(store, team, getattr(args, "model", None), workspace)
+        name = args.name or free_name(rt, team.name)
+        root = f"/root/{name}"
+
+        def start() -> None:
+            try:
+                rt.spawn(agent, task, name=name)
+            except DuplicateAgentPath:
+                raise UsageError(
+                    f"{root} is already in {store}; pass another --name or close it first"
+                ) from None
+
+        return Plan(f"retinue  {agent} -> {root}  store={store}", [root], start)
+
+    open_kwargs = {"durability": durability, **team_kwargs(team, workspace)}
+    return run_session(
+        store, open_kwargs, plan, json_mode=args.json, web=getattr(args, "web", None)
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``retinue demo``: the bundled code-review team on a fresh store."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "code_review" / "team.toml"
+    if not example.is_file():
+        raise UsageError(
+            f"the demo team ships with retinue's source tree and is not at {example}; "
+            "run the demo from a clone (./dev demo)"
+        )
+    if args.store is None:
+        store = Path(tempfile.mkdtemp(prefix="retinue-demo-"))
+    else:
+        store = Path(args.store)
+        if store.exists() and not store.is_dir():
+            raise UsageError(f"--store {store} is a file; the demo needs a new, empty folder")
+        if store.is_dir() and any(store.iterdir()):
+            raise UsageError(
+                f"--store {store} is not empty; the demo runs on a fresh store "
+                "(pick a new folder, or leave out --store for a temporary one)"
+            )
+    team = load_team_file(str(example), args.model)
+    workspace = Path(args.workspace) if args.workspace else team.workspace
+    args.agent = None
+    args.name = None
+    return _execute(args, team, store, args.task or DEMO_TASK, workspace)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``retinue run TEAM TASK``."""
+    team = load_team_file(args.team, args.model)
+    store = store_path(args.store, must_exist=False)
+    workspace = Path(args.workspace) if args.workspace else team.workspace
+    if not args.task.strip():
+        raise UsageError("TASK is empty; say what the team should do")
+    return _execute(args, team, store, args.task, workspace)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``retinue resume``: resume every interrupted agent and follow the trees."""
+    store = store_path(args.store, must_exist=True)
+    team, workspace = saved_run(store, args.team, args.model)
+
+    def plan(rt: Runtime) -> Plan | None:
+        waiting = [a for a in rt.agents() if a.state is AgentState.INTERRUPTED]
+        if not waiting:
+            print(f"nothing to resume: no interrupted agent in {store}", file=sys.stderr)
+            return None
+        roots = sorted({"/".join(a.path.split("/")[:3]) for a in waiting})
+
+        def start() -> None:
+            # Parents first: a parent is busy again before a child settles, so
+            # the child's completion reaches the resumed turn instead of waking
+            # the parent for a second, separate turn.
+            for agent in sorted(waiting, key=lambda a: (a.depth, a.created_at)):
+                rt.resume(agent.id)
+
+        return Plan(f"retinue resume  {len(waiting)} agents  store={store}", roots, start)
+
+    web = getattr(args, "web", None)
+    return run_session(store, team_kwargs(team, workspace), plan, json_mode=args.json, web=web)
