@@ -11,9 +11,8 @@ turn is interrupted) and are answered once committed:
 
 from __future__ import annotations
 
-from typing import Any
-
 from retinue.actors.commands import LlmLoad, LlmStep
+from retinue.llm.context import TurnContext
 from retinue.protocol.messages import Usage
 
 __all__ = ["LlmState", "llm_load", "llm_step"]
@@ -22,7 +21,7 @@ LlmState = tuple[bytes | None, Usage, Usage]
 """``(transcript, agent usage, tree usage)``."""
 
 
-async def llm_load(turn: Any) -> LlmState:
+async def llm_load(turn: TurnContext) -> LlmState:
     """Return the agent's stored transcript and its usage totals.
 
     Raises:
@@ -33,7 +32,7 @@ async def llm_load(turn: Any) -> LlmState:
 
 
 async def llm_step(
-    turn: Any, usage: Usage, transcript: bytes | None, *, takes_input: bool = False
+    turn: TurnContext, usage: Usage, transcript: bytes | None, *, takes_input: bool = False
 ) -> tuple[Usage, Usage]:
     """Record one model step; return ``(agent usage, tree usage)`` after it.
 

@@ -29,6 +29,7 @@ import msgspec
 
 from retinue.errors import RetinueError, WaitTimeout
 from retinue.llm.arguments import ToolDef
+from retinue.llm.context import TurnContext
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paths import MAX_NAME_LENGTH
@@ -189,7 +190,7 @@ class _Coordinator:
     children still run side by side, only the waits queue.
     """
 
-    def __init__(self, turn: Any, spawn_wait_s: float) -> None:
+    def __init__(self, turn: TurnContext, spawn_wait_s: float) -> None:
         self.turn = turn
         self.spawn_wait_s = spawn_wait_s
         self._waiting = asyncio.Lock()
@@ -305,7 +306,7 @@ def _listing(allowed: Sequence[str], descriptions: Mapping[str, str]) -> str:
 
 
 def coordinator_tools(
-    turn: Any,
+    turn: TurnContext,
     *,
     allowed: Sequence[str],
     can_spawn: bool,

@@ -1,17 +1,15 @@
 """``LiteLLMRunner``: an async turn runner that drives a model through litellm.
 
-A turn sends the profile's instructions as the system message, then the
-stored conversation, then the turn's input (its task and unread messages,
-children's completions rendered as ``[subagent:<path>] ...``). It loops over
-the model's tool calls (run through the turn's :mod:`toolbox
-<retinue.llm.toolbox>`) until the model answers without one; that answer is
-the turn's output. Every step is recorded through the supervisor (usage and
-transcript in one committed transition), so a follow-up continues the
-conversation and an agent restored after a crash resumes with its history.
+The runner holds one agent kind's model settings; each turn is a
+:class:`~retinue.llm.session.TurnSession` (the tool loop), each model call
+goes through :mod:`retinue.llm.calls` (deadline, retries, cost) and each
+tool call through the turn's toolbox (:func:`~retinue.llm.toolbox.build_toolbox`,
+or the ``toolbox`` builder given). litellm is imported the first time a
+model is called (see :mod:`retinue.llm.provider`).
 
-Bounds: ``max_tool_calls`` per turn, ``request_timeout_s`` per call (enforced
-here with ``asyncio.wait_for``), ``retries`` with jittered exponential backoff
-(``Retry-After`` honoured), ``Limits.tokens_per_agent`` /
+Bounds: ``max_tool_calls`` per turn, ``request_timeout_s`` per call,
+``retries`` with jittered exponential backoff (``Retry-After`` honoured),
+``tool_timeout_s`` per tool call, ``Limits.tokens_per_agent`` /
 ``Limits.tokens_per_tree`` and ``Limits.max_concurrent_calls`` per model.
 An interrupt cancels the turn's task: the in-flight call is abandoned and its
 late answer never read.
@@ -19,58 +17,23 @@ late answer never read.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import random
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from retinue.errors import (
-    ConfigurationError,
-    ModelCallFailed,
-    ResultContractError,
-    TokenBudgetExceeded,
-    ToolCallLimitExceeded,
-)
+from retinue.errors import ConfigurationError
 from retinue.llm import toolbox as toolbox_module
-from retinue.llm.bridge import llm_load, llm_step
-from retinue.llm.conversation import (
-    ChatMessage,
-    bound_at,
-    decode_transcript,
-    encode_transcript,
-    repair_dangling,
-    turn_input,
-)
-from retinue.llm.mcp.grants import mcp_tool_defs
+from retinue.llm.calls import CallSettings
+from retinue.llm.context import TurnContext
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
-from retinue.llm.retry import backoff_delay, classify
-from retinue.protocol.limits import Limits
-from retinue.protocol.messages import Usage
-from retinue.protocol.results import encode_result, parse_result, result_instruction
+from retinue.llm.session import REPAIR_PROMPT, TurnSession
+from retinue.llm.toolbox import ToolBox
 
-__all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "model_runner_factory"]
+__all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "ToolBoxBuilder", "model_runner_factory"]
 
-REPAIR_PROMPT = (
-    "Your answer does not follow the structured result contract: {error}. "
-    "Answer again with only the corrected JSON object."
-)
-"""The one repair request sent after a structured answer that does not parse."""
-
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
-_semaphores = weakref.WeakKeyDictionary()
-
-
-def _semaphore(model: str, size: int) -> asyncio.Semaphore:
-    """Return the per-model call bound of the running event loop."""
-    per_loop = _semaphores.setdefault(asyncio.get_running_loop(), {})
-    semaphore = per_loop.get(model)
-    if semaphore is None:
-        semaphore = per_loop[model] = asyncio.Semaphore(size)
-    return semaphore
+ToolBoxBuilder = Callable[..., ToolBox]
+"""``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
+(:func:`~retinue.llm.toolbox.build_toolbox` by default)."""
 
 
 def _positive(name: str, value: Any, *, integer: bool, zero: bool = False) -> None:
@@ -93,7 +56,8 @@ class LiteLLMRunner:
     ``Runtime.open(workspace=...)`` for runners it creates); ``host_tools``
     maps names to host functions offered as tools. ``retry_base_s`` and
     ``retry_max_s`` shape the backoff; ``tool_timeout_s`` bounds each file or
-    host tool call. Every other keyword goes to
+    host tool call; ``toolbox`` builds each turn's toolbox (default
+    :func:`~retinue.llm.toolbox.build_toolbox`). Every other keyword goes to
     ``litellm.acompletion`` as it is (litellm's own client retries are off
     unless ``max_retries`` is given).
 
@@ -123,6 +87,7 @@ class LiteLLMRunner:
         retry_max_s: float = 60.0,
         tool_timeout_s: float = toolbox_module.DEFAULT_TOOL_TIMEOUT_S,
         mcp: Any = None,
+        toolbox: ToolBoxBuilder | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -154,7 +119,15 @@ class LiteLLMRunner:
         self.tool_timeout_s = float(tool_timeout_s)  # bounds each file and host tool call
         self.litellm_kwargs = dict(litellm_kwargs)
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
-        self._rng = random.Random()
+        self.toolbox_builder: ToolBoxBuilder = toolbox or toolbox_module.build_toolbox
+        self.calls = CallSettings(
+            model=model,
+            kwargs=self._call_kwargs(),
+            request_timeout_s=self.request_timeout_s,
+            retries=retries,
+            retry_base_s=self.retry_base_s,
+            retry_max_s=self.retry_max_s,
+        )
 
     def __repr__(self) -> str:
         """Show the model (never the key)."""
@@ -174,7 +147,7 @@ class LiteLLMRunner:
         kwargs.update(self.litellm_kwargs)
         return kwargs
 
-    async def __call__(self, turn: Any) -> str:
+    async def __call__(self, turn: TurnContext) -> str:
         """Run one turn; return the model's final answer.
 
         Raises:
@@ -185,208 +158,7 @@ class LiteLLMRunner:
                 one repair request.
             TurnInterrupted: the turn was interrupted.
         """
-        return await _Session(self, turn, load_litellm()).run()
-
-
-class _Session:
-    """One turn of a :class:`LiteLLMRunner`."""
-
-    def __init__(self, runner: LiteLLMRunner, turn: Any, litellm: ModuleType) -> None:
-        self.runner = runner
-        self.turn = turn
-        self.litellm = litellm
-        self.limits: Limits = turn.limits
-        profile = getattr(turn, "profile", None)
-        self.tools = runner.tools if runner.tools is not None else getattr(profile, "tools", None)
-        self.structured = (
-            runner.result_format or getattr(profile, "result_format", None)
-        ) == "structured"
-        self.history: list[ChatMessage] = []
-        self.cut = 0
-        self.input_stored = False  # the first save stores the turn's input with its step
-        self.task_at: int | None = None
-
-    def _system(self) -> list[ChatMessage]:
-        text = str(getattr(self.turn, "instructions", "") or "")
-        if self.structured:
-            text = f"{text}\n\n{result_instruction()}" if text else result_instruction()
-        return [{"role": "system", "content": text}] if text else []
-
-    async def run(self) -> str:
-        turn, runner = self.turn, self.runner
-        raw, agent_usage, tree_usage = await llm_load(turn)
-        history, self.cut = decode_transcript(raw)
-        self.history = repair_dangling(history)
-        self.task_at = len(self.history)  # the transcript cut always keeps this turn's task
-        self.history.append(
-            {"role": "user", "content": turn_input(turn.task, turn.reason, turn.messages)}
-        )
-        owner = getattr(getattr(turn, "profile", None), "name", "") or ""
-        toolbox = toolbox_module.build_toolbox(
-            turn,
-            tools=self.tools,
-            workspace=runner.workspace,
-            host_tools=runner.host_tools,
-            tool_timeout_s=runner.tool_timeout_s,
-            mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner),
-        )
-        schemas = toolbox.schemas()
-        calls_made = 0
-        repaired = False
-        while True:
-            self._check_budgets(agent_usage, tree_usage, before=True)
-            response = await self._complete(schemas)
-            choices = getattr(response, "choices", None) or []
-            if not choices:
-                raise ModelCallFailed(
-                    f"{runner.model}: the model returned no choices", provider=runner.model
-                )
-            message = choices[0].message
-            calls = list(getattr(message, "tool_calls", None) or [])
-            assistant: ChatMessage = {"role": "assistant", "content": message.content}
-            if calls:
-                assistant["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.function.name,
-                            "arguments": call.function.arguments or "{}",
-                        },
-                    }
-                    for call in calls
-                ]
-            self.history.append(assistant)
-            over = calls and calls_made + len(calls) > runner.max_tool_calls
-            if over:
-                self._answer_calls(assistant, [_not_run(runner.max_tool_calls)] * len(calls))
-            agent_usage, tree_usage = await self._save(self._usage(response))
-            self._check_budgets(agent_usage, tree_usage, before=False)
-            if over:
-                raise ToolCallLimitExceeded(
-                    f"the model asked for more than max_tool_calls={runner.max_tool_calls} "
-                    "tool calls in one turn",
-                    limit=runner.max_tool_calls,
-                    value=calls_made + len(calls),
-                    path=self.turn.agent.path,
-                )
-            if calls:
-                calls_made += len(calls)
-                results = await asyncio.gather(
-                    *(
-                        toolbox.call(c["function"]["name"], c["function"]["arguments"])
-                        for c in assistant["tool_calls"]
-                    )
-                )
-                self._answer_calls(assistant, results)
-                agent_usage, tree_usage = await self._save(Usage())
-                continue
-            text = message.content or ""
-            if not self.structured:
-                return text
-            try:
-                result = parse_result(text)
-            except ResultContractError as exc:
-                if repaired:
-                    raise
-                repaired = True
-                self.history.append({"role": "user", "content": REPAIR_PROMPT.format(error=exc)})
-                agent_usage, tree_usage = await self._save(Usage())
-                continue
-            return encode_result(result, self.limits.output_max_bytes)
-
-    def _answer_calls(self, assistant: ChatMessage, results: Sequence[str]) -> None:
-        for call, content in zip(assistant.get("tool_calls") or [], results, strict=True):
-            self.history.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call["id"],
-                    "name": call["function"]["name"],
-                    "content": content,
-                }
-            )
-
-    async def _save(self, usage: Usage) -> tuple[Usage, Usage]:
-        self.history, cut, self.task_at = bound_at(
-            self.history, self.limits.transcript_max_bytes, self.task_at
-        )
-        self.cut += cut
-        raw = encode_transcript(self.turn.agent.id, self.history, self.cut)
-        takes_input, self.input_stored = not self.input_stored, True
-        return await llm_step(self.turn, usage, raw, takes_input=takes_input)
-
-    def _check_budgets(self, agent: Usage, tree: Usage, *, before: bool) -> None:
-        path = self.turn.agent.path
-        checks = (
-            ("tokens_per_agent", self.limits.tokens_per_agent, agent.total_tokens, path),
-            ("tokens_per_tree", self.limits.tokens_per_tree, tree.total_tokens, None),
-        )
-        for budget, limit, used, who in checks:
-            if limit is None or (used < limit if before else used <= limit):
-                continue
-            owner = who or f"the tree of {path}"
-            raise TokenBudgetExceeded(
-                f"{budget} budget of {limit} tokens is spent: {owner} has used {used}; "
-                f"raise Limits.{budget} to continue",
-                budget=budget,
-                limit=limit,
-                used=used,
-                path=who,
-            )
-
-    def _usage(self, response: Any) -> Usage:
-        usage = getattr(response, "usage", None)
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = 0.0
-        if not self.runner.model.startswith(SCRIPTED_PROVIDER + "/"):
-            hidden = getattr(response, "_hidden_params", None) or {}
-            value = hidden.get("response_cost")
-            if value is None:
-                try:
-                    value = self.litellm.completion_cost(completion_response=response)
-                except Exception:  # a model litellm does not price costs 0.0
-                    value = 0.0
-            try:
-                cost = max(0.0, float(value or 0.0))
-            except (TypeError, ValueError):
-                cost = 0.0
-        return Usage(prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost)
-
-    async def _complete(self, schemas: list[dict[str, Any]]) -> Any:
-        runner = self.runner
-        kwargs = runner._call_kwargs()
-        kwargs["messages"] = self._system() + self.history
-        if schemas:
-            kwargs["tools"] = schemas
-        semaphore = _semaphore(runner.model, self.limits.max_concurrent_calls)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                async with semaphore:
-                    return await asyncio.wait_for(
-                        self.litellm.acompletion(**kwargs), runner.request_timeout_s
-                    )
-            except Exception as exc:  # CancelledError (an interrupt) is not an Exception
-                failure = classify(exc, runner.model, runner.request_timeout_s)
-            if not failure.retryable or attempt > runner.retries:
-                raise ModelCallFailed(
-                    failure.line(attempt), provider=failure.provider, status=failure.status
-                )
-            await asyncio.sleep(
-                backoff_delay(
-                    attempt,
-                    runner.retry_base_s,
-                    runner.retry_max_s,
-                    failure.retry_after,
-                    runner._rng,
-                )
-            )
-
-
-def _not_run(limit: int) -> str:
-    return json.dumps({"error": f"not run: the turn reached max_tool_calls={limit}"})
+        return await TurnSession(self, turn, load_litellm()).run()
 
 
 def model_runner_factory(workspace: Path | None, mcp: Any = None) -> Callable[[Any, Any], Any]:

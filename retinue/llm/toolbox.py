@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 
+from retinue.actors.profile import Profile
 from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
 from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
 from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S
@@ -43,6 +44,7 @@ from retinue.llm.builtin_tools import (
     DEFAULT_TOOL_TIMEOUT_S,
     builtin_tools,
 )
+from retinue.llm.context import TurnContext
 from retinue.llm.coordinator import coordinator_tools
 from retinue.llm.host_tools import check_timeout, host_tool_defs
 from retinue.llm.workspace import Workspace
@@ -53,7 +55,6 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TOOL_TIMEOUT_S",
     "ToolBox",
-    "ToolBoxFactory",
     "build_toolbox",
     "check_timeout",
     "error_result",
@@ -198,15 +199,11 @@ async def _run(tool: ToolDef, args: Any) -> Any:
     return value
 
 
-ToolBoxFactory = Callable[..., ToolBox]
-"""``factory(turn, *, tools, workspace, host_tools) -> ToolBox``."""
-
-
-def _granted(profile: Any, owner: str, tools: str | Sequence[str] | None) -> Sequence[str]:
+def _granted(profile: Profile, owner: str, tools: str | Sequence[str] | None) -> Sequence[str]:
     """Return the tool names ``tools`` grants, checked against the profile's ceiling."""
     names = resolve_tools(tools, owner=owner) or ()
-    ceiling = resolve_tools(getattr(profile, "tools", None), owner=owner)
-    if ceiling is not None and tools is not getattr(profile, "tools", None):
+    ceiling = resolve_tools(profile.tools, owner=owner)
+    if ceiling is not None and tools is not profile.tools:
         beyond = extra_tools(names, ceiling)
         if beyond:
             raise ConfigurationError(
@@ -218,7 +215,7 @@ def _granted(profile: Any, owner: str, tools: str | Sequence[str] | None) -> Seq
 
 
 def build_toolbox(
-    turn: Any,
+    turn: TurnContext,
     *,
     tools: str | Sequence[str] | None = None,
     workspace: str | os.PathLike[str] | Workspace | None = None,
@@ -253,24 +250,24 @@ def build_toolbox(
             a host tool is invalid; ``tool_timeout_s`` is not a positive number.
     """
     check_timeout("tool_timeout_s", tool_timeout_s)
-    profile = getattr(turn, "profile", None)
-    owner = getattr(profile, "name", "") or ""
+    profile = turn.profile
+    owner = profile.name
     names = _granted(profile, owner, tools)
     hosts = host_tool_defs(host_tools)
     unknown = [n for n in names if n not in BUILTIN_TOOLS and n not in hosts and not is_mcp_name(n)]
     if unknown:
         raise ConfigurationError(
-            f"{'profile ' + repr(owner) + ': ' if owner else ''}tools {unknown} are neither "
+            f"profile {owner!r}: tools {unknown} are neither "
             "built in nor registered; register host tools with the runner (tools=[...])"
         )
     granted = frozenset(names)
     offered: list[ToolDef] = []
     limits = turn.limits
-    subagents = tuple(getattr(profile, "subagents", ()) or ())
+    subagents = tuple(profile.subagents)
     offered += coordinator_tools(
         turn,
         allowed=subagents,
-        can_spawn=bool(subagents) and turn.agent.depth < limits.depth_cap,
+        can_spawn=bool(subagents) and limits.depth_allowed(turn.agent.depth + 1),
         fanout_cap=limits.fanout_cap,
         spawn_wait_s=limits.wait_max_s if spawn_wait_s is None else spawn_wait_s,
         wait_default_s=limits.wait_default_s,
@@ -280,8 +277,8 @@ def build_toolbox(
     if builtins:
         if workspace is None:
             raise ConfigurationError(
-                f"{'profile ' + repr(owner) + ' has' if owner else 'granted'} built-in tools "
-                f"({', '.join(sorted(builtins))}) but no workspace folder was given"
+                f"profile {owner!r} has built-in tools ({', '.join(sorted(builtins))}) "
+                "but no workspace folder was given"
             )
         confined = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
         offered += builtin_tools(
@@ -293,9 +290,18 @@ def build_toolbox(
             tool_timeout_s=tool_timeout_s,
         )
     offered += [hosts[n].definition(tool_timeout_s) for n in names if n in hosts]
+    offered += _unclashed(offered, mcp_tools)
+    return ToolBox(offered, max_result_bytes=max_result_bytes)
+
+
+def _unclashed(offered: Sequence[ToolDef], mcp_tools: Sequence[ToolDef]) -> Sequence[ToolDef]:
+    """Return ``mcp_tools`` if none takes the name of a tool ``offered`` already has.
+
+    Raises:
+        ConfigurationError: an MCP tool would be offered under a taken name.
+    """
     taken = {tool.name for tool in offered}
     clash = [tool.name for tool in mcp_tools if tool.name in taken]
     if clash:
         raise ConfigurationError(f"MCP tools {clash} are offered under names other tools have")
-    offered += mcp_tools
-    return ToolBox(offered, max_result_bytes=max_result_bytes)
+    return mcp_tools

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from retinue import Limits
+from retinue import Limits, Profile
 from retinue.errors import ConfigurationError, TurnInterrupted
 from retinue.llm import ToolBox, Workspace, build_toolbox, tool
 from retinue.llm.builtin_tools import builtin_tools
@@ -529,7 +529,9 @@ def test_build_toolbox_bounds_host_tools_without_their_own_timeout() -> None:
         time.sleep(0.5)
         return "in time"
 
-    turn = SimpleNamespace(profile=None, limits=Limits(), agent=SimpleNamespace(depth=1))
+    turn = SimpleNamespace(
+        profile=Profile("probe"), limits=Limits(), agent=SimpleNamespace(depth=1)
+    )
     box = build_toolbox(
         turn, tools=["sleepy", "patient"], host_tools=[sleepy, patient], tool_timeout_s=0.25
     )
@@ -541,7 +543,9 @@ def test_build_toolbox_bounds_host_tools_without_their_own_timeout() -> None:
 def test_timeouts_must_be_positive_numbers(bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="timeout_s must be a positive number"):
         tool(timeout_s=bad)(lambda: None)
-    turn = SimpleNamespace(profile=None, limits=Limits(), agent=SimpleNamespace(depth=1))
+    turn = SimpleNamespace(
+        profile=Profile("probe"), limits=Limits(), agent=SimpleNamespace(depth=1)
+    )
     with pytest.raises(ConfigurationError, match="tool_timeout_s must be a positive number"):
         build_toolbox(turn, tool_timeout_s=bad)
 

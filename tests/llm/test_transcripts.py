@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from retinue import AgentState, Profile, Runtime
-from retinue.llm import toolbox as toolbox_module
 from retinue.llm.conversation import CUT_MARKER, decode_transcript
 from retinue.testing import OpenAIStub, StubReply
 from tests.conftest import wait_until
@@ -57,13 +56,12 @@ def _stored(rt: Runtime, agent_id: str) -> list[dict[str, Any]]:
 
 
 def test_the_tool_loop_runs_tools_until_the_model_answers(
-    llm_runtime: Any, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+    llm_runtime: Any, stub: OpenAIStub
 ) -> None:
     tools = BigTools(10)
-    monkeypatch.setattr(toolbox_module, "build_toolbox", lambda *a, **k: tools)
     replies = [tool_call("dump", {"n": 1}, "c1"), tool_call("dump", {"n": 2}, "c2"), None]
     stub.handler = lambda r: StubReply(message=replies[r.number - 1])
-    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))])
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, toolbox=lambda *a, **k: tools))])
     info = run(rt, "leaf", "use the tool")
     assert info.state is AgentState.COMPLETED
     assert tools.calls == [("dump", '{"n": 1}'), ("dump", '{"n": 2}')]
@@ -74,13 +72,12 @@ def test_the_tool_loop_runs_tools_until_the_model_answers(
     assert _stored(rt, info.id)[-1] == {"role": "assistant", "content": info.output}
 
 
-def test_max_tool_calls_fails_the_turn(
-    llm_runtime: Any, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_max_tool_calls_fails_the_turn(llm_runtime: Any, stub: OpenAIStub) -> None:
     tools = BigTools(1)
-    monkeypatch.setattr(toolbox_module, "build_toolbox", lambda *a, **k: tools)
     stub.handler = lambda r: StubReply(message=tool_call("dump", {}, f"c{r.number}"))
-    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, max_tool_calls=3))])
+    rt = llm_runtime(
+        [Profile("leaf", runner=stub_runner(stub, max_tool_calls=3, toolbox=lambda *a, **k: tools))]
+    )
     info = run(rt, "leaf", "loop forever")
     assert info.state is AgentState.FAILED
     assert info.error == (
@@ -91,13 +88,15 @@ def test_max_tool_calls_fails_the_turn(
 
 
 def test_stored_transcripts_are_bounded_with_a_visible_marker(
-    llm_runtime: Any, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
+    llm_runtime: Any, stub: OpenAIStub
 ) -> None:
     tools = BigTools(3000)
-    monkeypatch.setattr(toolbox_module, "build_toolbox", lambda *a, **k: tools)
     replies = [tool_call("dump", {}, f"c{i}") for i in range(4)]
     stub.handler = lambda r: StubReply(message=replies[r.number - 1] if r.number <= 4 else None)
-    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))], transcript_max_bytes=8000)
+    rt = llm_runtime(
+        [Profile("leaf", runner=stub_runner(stub, toolbox=lambda *a, **k: tools))],
+        transcript_max_bytes=8000,
+    )
     info = run(rt, "leaf", "dump a lot")
     assert info.state is AgentState.COMPLETED
     stored = _stored(rt, info.id)

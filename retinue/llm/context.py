@@ -1,0 +1,84 @@
+"""What the LLM layer needs of a turn: the :class:`TurnContext` protocol.
+
+:class:`retinue.Turn` satisfies it; the runner, the toolbox and the
+coordinator tools are typed against it, so they read (and a test can supply)
+exactly what they use: the agent and its task, the turn's input, its limits
+and profile, and the awaitable coordinator operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
+
+from retinue.actors.commands import Command, TurnRef
+from retinue.actors.profile import Profile
+from retinue.errors import RetinueError
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentInfo, Completion, Message
+
+__all__ = ["TurnContext"]
+
+R = TypeVar("R")
+
+
+class TurnContext(Protocol):
+    """One agent's turn, as a model runner and its tools use it."""
+
+    agent: AgentInfo
+    task: str
+    reason: str
+    messages: list[Message]
+    limits: Limits
+    profile: Profile
+    instructions: str
+    ref: TurnRef
+
+    async def request_async(self, command: Command[R]) -> R:
+        """Send one command of this turn to the supervisor; return its answer."""
+        ...
+
+    async def spawn_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> AgentInfo:
+        """Spawn a child; its completion arrives later."""
+        ...
+
+    async def run_many_async(
+        self, requests: Sequence[tuple[str, str]], timeout: float | None = None
+    ) -> list[Completion | RetinueError]:
+        """Run a batch of children and wait for them all."""
+        ...
+
+    async def send_async(
+        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
+    ) -> Message:
+        """Send a message to the parent, a child or a sibling."""
+        ...
+
+    async def wait_async(
+        self, ref: str, timeout: float | None = None, *, field: str = "ref"
+    ) -> Message | Completion:
+        """Return the next event from a child."""
+        ...
+
+    async def children_async(self) -> list[AgentInfo]:
+        """Return the live children."""
+        ...
+
+    async def interrupt_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
+        """Interrupt a descendant's turn."""
+        ...
+
+    async def close_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
+        """Close a descendant without live children."""
+        ...
+
+    async def close_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+        """Close a descendant's whole subtree."""
+        ...
