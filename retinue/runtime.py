@@ -29,6 +29,7 @@ from retinue.actors.agent import running_agent
 from retinue.actors.boot import open_reader, profile_table, start
 from retinue.actors.commands import (
     HOST,
+    AckLease,
     Agents,
     Barrier,
     Close,
@@ -43,6 +44,8 @@ from retinue.actors.commands import (
     Inspect,
     Interrupt,
     InterruptTree,
+    Leases,
+    ReleaseLease,
     Resume,
     ReturnHostMessages,
     Send,
@@ -292,18 +295,28 @@ class Runtime:
         """
         return self._ask(Spawn(HOST, profile, task, name, parent, idempotency_key))
 
-    def wait(self, ref: str, timeout: float | None = None) -> Completion:
+    def wait(
+        self, ref: str, timeout: float | None = None, *, lease: str | None = None
+    ) -> Completion:
         """Return the completion of the agent's oldest turn the host has not received.
 
         Blocks until that turn settles; ``timeout=None`` means ``wait_default_s``.
 
+        ``lease`` (an id the host makes, unique per wait) makes the handover
+        durable: the commit that marks the completion received also stores it
+        under the lease, so a wait repeated with the same lease (its answer
+        was lost) returns the same completion, also after a reopen, until
+        :meth:`ack_lease` forgets it or :meth:`release_lease` gives it back.
+
         Raises:
             WaitTimeout: it did not settle in time; the agent keeps running.
             UnknownAgent: no such agent.
+            InvalidArgument, DedupKeyTooLong: a blank or too long lease, one a
+                blocked wait holds, or one stored for another agent.
         """
         seconds = resolve_timeout(timeout, self.limits)
         future: concurrent.futures.Future[Any] = Reply()
-        self._submit(Wait(HOST, ref), reply=future)
+        self._submit(Wait(HOST, ref, lease=lease), reply=future)
         result: Completion = wait_result(
             future, seconds, lambda: self._give_up_wait(future, seconds)
         )
@@ -341,6 +354,33 @@ class Runtime:
             AgentClosed: the agent is closed. UnknownAgent: no such agent.
         """
         return self._ask(InterruptTree(HOST, ref))
+
+    def ack_lease(self, lease: str) -> bool:
+        """Forget ``lease``: the host has the completion its wait returned.
+
+        Returns True if the lease was stored (False: unknown, or acknowledged
+        or released before), so acknowledging twice is harmless.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        return self._ask(AckLease(lease))
+
+    def release_lease(self, lease: str) -> bool:
+        """Give back the completion ``lease`` holds: the host never got it.
+
+        The completion goes to the next host wait on its agent (as when a
+        ``wait_async`` is cancelled after it was answered), and the lease is
+        forgotten. Returns True if the lease was stored.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        return self._ask(ReleaseLease(lease))
+
+    def leases(self) -> dict[str, Completion]:
+        """Return every lease not acknowledged or released yet, with its completion."""
+        return self._ask(Leases())
 
     def _give_up_wait(self, future: concurrent.futures.Future[Any], seconds: float) -> None:
         try:
@@ -490,15 +530,43 @@ class Runtime:
             with contextlib.suppress(RetinueError):
                 self._submit(ReturnHostMessages(tuple(messages)))
 
-    async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
+    async def wait_async(
+        self, ref: str, timeout: float | None = None, *, lease: str | None = None
+    ) -> Completion:
         """Like :meth:`wait`, without blocking the event loop.
 
         Cancelling the awaiting task loses nothing: a completion already
-        handed to this wait is given back and goes to the next wait.
+        handed to this wait is given back and goes to the next wait (a leased
+        one is released).
         """
         seconds = resolve_timeout(timeout, self.limits)
-        result: Completion = await self._await_wait(Wait(HOST, ref), seconds, self._unreceive)
+        give_back = self._unreceive if lease is None else self._releaser(lease)
+        result: Completion = await self._await_wait(
+            Wait(HOST, ref, lease=lease), seconds, give_back
+        )
         return result
+
+    def _releaser(self, lease: str) -> Callable[[concurrent.futures.Future[Any]], None]:
+        """Return the give-back of a cancelled leased wait: release its lease."""
+
+        def release(future: concurrent.futures.Future[Any]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                with contextlib.suppress(RetinueError):
+                    self._submit(ReleaseLease(lease))
+
+        return release
+
+    async def ack_lease_async(self, lease: str) -> bool:
+        """Like :meth:`ack_lease`, without blocking the event loop."""
+        return await self._ask_async(AckLease(lease))
+
+    async def release_lease_async(self, lease: str) -> bool:
+        """Like :meth:`release_lease`, without blocking the event loop."""
+        return await self._ask_async(ReleaseLease(lease))
+
+    async def leases_async(self) -> dict[str, Completion]:
+        """Like :meth:`leases`, without blocking the event loop."""
+        return await self._ask_async(Leases())
 
     async def _await_wait(
         self,

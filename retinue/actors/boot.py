@@ -27,7 +27,7 @@ from retinue.actors.turn import Caller
 from retinue.errors import ConfigurationError, StoreError
 from retinue.persistence.options import StoreOptions, make_folder, remove_created
 from retinue.persistence.restore import Diagnostic, restore
-from retinue.persistence.store import Snapshot, Store
+from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.tools import BUILTIN_TOOLS, resolve_profile_tools, unavailable_tools
@@ -196,7 +196,7 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    restored = restore(store.snapshot(), limits.depth_cap)
+    restored = restore(store.snapshot((*RESTORE_DATABASES, "leases")), limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
         Diagnostic(
             database="meta",
@@ -207,7 +207,7 @@ def boot(
         for v in store.migrated_from
     ]
     tree = Tree()
-    tree.load(restored.agents, restored.messages, restored.completions)
+    tree.load(restored.agents, restored.messages, restored.completions, restored.leases)
     for record in restored.rewritten:
         tree.put_agent(record)
     core = Supervisor(

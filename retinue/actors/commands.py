@@ -31,6 +31,7 @@ from retinue.protocol.messages import AgentInfo, Completion, Message, Usage
 
 __all__ = [
     "HOST",
+    "AckLease",
     "Agents",
     "Barrier",
     "Children",
@@ -49,8 +50,10 @@ __all__ = [
     "Inspect",
     "Interrupt",
     "InterruptTree",
+    "Leases",
     "LlmLoad",
     "LlmStep",
+    "ReleaseLease",
     "Resume",
     "ReturnHostMessages",
     "RunMany",
@@ -260,12 +263,18 @@ class Wait(Command[Message | Completion]):
     (answered with a :class:`~retinue.protocol.messages.Completion`). From a
     turn: the next event from its child, a ``Message`` it sent (``kind="any"``)
     or its ``Completion``.
+
+    ``lease`` (host waits only): the transition that marks the completion
+    received also stores ``lease -> completion``, and a wait with a lease
+    already stored is answered with that completion again (see
+    :class:`AckLease`, :class:`ReleaseLease`).
     """
 
     sender: Sender
     ref: str
     kind: WaitKind = "completion"
     field: str = "ref"
+    lease: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +312,37 @@ class Unreceive(Command[None]):
     after_close: ClassVar[bool] = True
     agent_id: str
     generation: int
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class AckLease(Command[bool]):
+    """The host has the completion a leased wait handed it: forget the lease.
+
+    Answered True if the lease was stored (False: unknown or acknowledged before).
+    """
+
+    lease: str
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseLease(Command[bool]):
+    """The host never got the completion a leased wait took: give it back, forget the lease.
+
+    The completion goes to the next host wait on its agent, as after
+    :class:`Unreceive`. Answered True if the lease was stored.
+    """
+
+    after_close: ClassVar[bool] = True
+    lease: str
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Leases(Command[dict[str, Completion]]):
+    """Return every stored lease with the completion it holds (not yet acknowledged)."""
+
     sender: Host = HOST
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import pykka
 
 from retinue.actors.commands import (
+    AckLease,
     Agents,
     Barrier,
     Children,
@@ -50,8 +51,10 @@ from retinue.actors.commands import (
     Inspect,
     Interrupt,
     InterruptTree,
+    Leases,
     LlmLoad,
     LlmStep,
+    ReleaseLease,
     Resume,
     ReturnHostMessages,
     RunMany,
@@ -210,6 +213,12 @@ class Supervisor:
                 return self._give_up_agent_wait(tx, command)
             case Unreceive():
                 return self.hosts.unreceive(tx, command)
+            case AckLease():
+                return self.hosts.ack_lease(command.lease)
+            case ReleaseLease():
+                return self.hosts.release_lease(tx, command.lease)
+            case Leases():
+                return dict(world.tree.leases)
             case GiveBack():
                 return self.router.give_back(tx, command)
             case ReturnHostMessages():
