@@ -39,6 +39,8 @@ and friends keep working for callers that do not know retinue's names::
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
     ├── ModelCallFailed                               .provider, .status: retries spent
+    ├── ClusterError                                  retinue.cluster: Ray or a shard failed
+    │   └── ShardUnavailable                          .shard: no answer within the retry bound
     └── StoreError                                    the LMDB store refused
         ├── StoreCorrupted                            .path: damaged, truncated or lost data
         ├── StoreLocked                               .pid: another writer holds it
@@ -61,6 +63,7 @@ __all__ = [
     "AgentStateError",
     "ArgumentTypeError",
     "BlockingCallInAsyncRunner",
+    "ClusterError",
     "CompletionBacklogFull",
     "ConfigurationError",
     "DedupKeyTooLong",
@@ -82,6 +85,7 @@ __all__ = [
     "ResultContractError",
     "RetinueError",
     "RuntimeClosed",
+    "ShardUnavailable",
     "StoreCorrupted",
     "StoreError",
     "StoreLocked",
@@ -327,6 +331,25 @@ class ModelCallFailed(RetinueError):
     def __init__(self, message: str, *, provider: str = "", status: int | None = None) -> None:
         self.provider = provider
         self.status = status
+        super().__init__(message)
+
+
+class ClusterError(RetinueError):
+    """``retinue.cluster`` could not do what was asked: Ray failed to start, or a shard failed.
+
+    The message says which shard or node, and what to do.
+    """
+
+
+class ShardUnavailable(ClusterError):
+    """A shard did not answer within the cluster's retry bound; ``.shard`` names it.
+
+    The call may or may not have run on the shard; it is safe to repeat
+    (mutating calls carry request ids the shard records with its answer).
+    """
+
+    def __init__(self, message: str, shard: int | None = None) -> None:
+        self.shard = shard
         super().__init__(message)
 
 

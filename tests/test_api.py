@@ -53,7 +53,18 @@ def test_import_retinue_does_not_import_litellm() -> None:
     assert out.strip() == "False"
 
 
-LAYERS = ["errors", "protocol", "persistence", "actors", "llm", "team", "runtime", "view", "cli"]
+LAYERS = [
+    "errors",
+    "protocol",
+    "persistence",
+    "actors",
+    "llm",
+    "team",
+    "runtime",
+    "view",
+    "cluster",
+    "cli",
+]
 
 
 def _layer(module: str) -> int:
