@@ -34,6 +34,8 @@ from stress import (
     statemachine,
 )
 
+CLUSTER_CHECKS = ("cluster_net", "cluster_crash")  # parts whose problems fail a run
+
 
 def machine() -> dict[str, Any]:
     """Describe the machine the figures come from."""
@@ -76,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             "async_turns",
             "idle",
             "llm",
+            "cluster",
+            "cluster_crash",
         ],
     )
     parser.add_argument(
@@ -208,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         report["llm"] = row
         _table("llm: concurrent model turns vs raw litellm.acompletion, local OpenAI server", row)
 
+    if args.only in ("cluster", "cluster_crash"):
+        # Only when asked, and only in a loopback-only namespace (see .ci/extras-ray.sh).
+        from stress import cluster_parts
+
+        cluster_failed = cluster_parts.run(args.only, quick, args.kills, args.seed, report, _table)
+        failed = failed or cluster_failed
+
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "") + ".json"
@@ -227,11 +238,14 @@ def main(argv: list[str] | None = None) -> int:
         "idle",
         "reopen",
         "llm",
+        "cluster_net",
+        "cluster",
+        "cluster_crash",
     )
     parts = [k for k in every if k in report]
     bad = sum(
         1
-        for k in ("crash", "statemachine", "soak_races", "damage", "soak")
+        for k in ("crash", "statemachine", "soak_races", "damage", "soak", *CLUSTER_CHECKS)
         if k in report and report[k].get("problems", report[k].get("problem_list"))
     )
     print(f"stress: {len(parts) - bad} passed, {bad} failed")

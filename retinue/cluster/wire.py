@@ -344,7 +344,10 @@ def decode_reply(raw: bytes, kind: type[T]) -> T:
 def recordable(error: BaseException) -> bool:
     """Return True if a refusal is the call's answer for good (recorded for its retries).
 
-    A closing runtime or a failing store is the shard's trouble, not the call's:
-    a retry after the shard comes back must run the call again.
+    A closing runtime, a failing store or a cluster fault is the shard's
+    trouble, not the call's: a retry after the shard comes back must run the
+    call again.
     """
-    return isinstance(error, RetinueError) and not isinstance(error, RuntimeClosed | StoreError)
+    return isinstance(error, RetinueError) and not isinstance(
+        error, RuntimeClosed | StoreError | ClusterError
+    )

@@ -135,7 +135,7 @@ def test_a_shard_killed_between_its_commits_spawns_and_sends_once(
 
 
 def test_an_unacknowledged_lease_is_handed_out_again_once(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=1, lease_timeout_s=1.0)
+    cluster = open_cluster(shards=1, lease_timeout_s=1.0, retry_s=2.0)
     a = cluster.spawn("worker", "x", name="leased")
     # The ack of the first wait is lost for good: the shard releases the lease later.
     cluster.faults.drop["ack"] = 10_000

@@ -64,3 +64,8 @@ def talker(turn: Turn) -> str:
     """Send the host a message (``turn.send("/root", ...)``) and settle."""
     turn.send("/root", f"hello from {turn.agent.name}")
     return "sent"
+
+
+def reader(turn: Turn) -> str:
+    """Return the ids of the messages this turn read, comma-separated (for the crash loop)."""
+    return ",".join(m.id for m in turn.messages if m.kind == "message")
