@@ -15,9 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import clusterlib
 import pytest
 
-from retinue import AgentState, CompletionStatus, NothingToWaitFor
+from retinue import AgentState, CompletionStatus, NothingToWaitFor, Profile
 from retinue.cluster.ids import split_id
 from tests.cluster.conftest import HERE, OpenCluster
 
@@ -150,30 +151,43 @@ def test_an_unacknowledged_lease_is_handed_out_again_once(open_cluster: OpenClus
 
 DRIVER = r"""
 import sys
-sys.path.insert(0, sys.argv[2])
+root, here, gates, address, gate = sys.argv[1:6]
+sys.path.insert(0, here)
 import clusterlib
 from retinue import Profile
 from retinue.cluster import Cluster
 profiles = [Profile("worker", runner=clusterlib.echo), Profile("gated", runner=clusterlib.gated)]
-cluster = Cluster.open(sys.argv[1], shards=2, profiles=profiles,
-                       runtime_env={"py_modules": [sys.argv[2] + "/clusterlib"],
-                                    "env_vars": {"RETINUE_CLUSTER_GATES": sys.argv[3]}})
+cluster = Cluster.open(root, shards=2, profiles=profiles,
+                       address=None if address == "own" else address,
+                       runtime_env={"py_modules": [here + "/clusterlib"],
+                                    "env_vars": {"RETINUE_CLUSTER_GATES": gates}})
 done = cluster.spawn("worker", "finished", name="done_tree")
 cluster.wait(done.id, timeout=60)
 for name in ("open_a", "open_b", "open_c"):
-    cluster.spawn("gated", "driver-gate", name=name)
+    cluster.spawn("gated", gate, name=name)
 print("READY", flush=True)
 sys.stdin.read()
 """
+DRIVER_PROFILES = [
+    Profile("worker", runner=clusterlib.echo),
+    Profile("gated", runner=clusterlib.gated),
+]
 
 
+@pytest.mark.parametrize("ray_of", ["own", "joined"])
 def test_a_new_driver_finds_every_tree_of_a_killed_one(
-    open_cluster: OpenCluster, tmp_path: Path, gates: Path
+    open_cluster: OpenCluster, tmp_path: Path, gates: Path, local_ray: Any, ray_of: str
 ) -> None:
+    """A driver with a local Ray of its own takes it down when killed: the stores reopen.
+
+    One that joined a running Ray leaves its (detached) shards running: they are found.
+    """
     root = tmp_path / "driven"
+    address = "own" if ray_of == "own" else local_ray.address
+    gate = f"driver-gate-{ray_of}"
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     child = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(root), str(HERE), str(gates)],
+        [sys.executable, "-c", DRIVER, str(root), str(HERE), str(gates), address, gate],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -184,17 +198,21 @@ def test_a_new_driver_finds_every_tree_of_a_killed_one(
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "READY"
     finally:
-        child.kill()  # the driver and the local Ray it started die
+        child.kill()
         child.wait(30)
-    cluster = open_cluster(shards=2, root=root)
+    cluster = open_cluster(shards=2, root=root, profiles=DRIVER_PROFILES, limits=None)
     found = {a.name: a for a in cluster.agents()}
     assert set(found) == {"done_tree", "open_a", "open_b", "open_c"}
     assert {shard_of(a.id) for a in found.values()} == {0, 1}
     assert found["done_tree"].state is AgentState.COMPLETED
-    assert all(found[n].state is AgentState.INTERRUPTED for n in ("open_a", "open_b", "open_c"))
+    gated = ("open_a", "open_b", "open_c")
     # Paths still go through the directory the dead driver wrote.
     assert cluster.get("/root/open_b").id == found["open_b"].id
-    (gates / "driver-gate").touch()
-    cluster.resume("/root/open_b")
-    assert cluster.wait("/root/open_b", timeout=60).status is CompletionStatus.INTERRUPTED
-    assert cluster.wait("/root/open_b", timeout=60).output == "done:driver-gate"
+    (gates / gate).touch()
+    if ray_of == "own":  # its shards died with it: restored, the lost turns interrupted
+        assert all(found[n].state is AgentState.INTERRUPTED for n in gated)
+        cluster.resume("/root/open_b")
+        assert cluster.wait("/root/open_b", timeout=60).status is CompletionStatus.INTERRUPTED
+    else:  # its shards kept running the turns
+        assert [found[n].state for n in gated] == [AgentState.RUNNING] * 3
+    assert cluster.wait("/root/open_b", timeout=60).output == f"done:{gate}"
