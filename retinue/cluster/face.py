@@ -171,9 +171,12 @@ class Cluster:
 
         ray = self._ray
         self.namespace = actors.namespace_of(self.store_root)
-        directory = actors.start_directory(
-            self.namespace, self.store_root, self.shards, runtime_env
-        )
+        try:
+            directory = actors.start_directory(
+                self.namespace, self.store_root, self.shards, runtime_env
+            )
+        except ValueError as exc:  # Ray refused the runtime environment
+            raise ConfigurationError(f"runtime_env: {exc}") from None
         recorded = _started(ray, directory.nodes.remote(), "the directory")
         handles, where = actors.start_shards(
             self.namespace, self.store_root, self.shards, config, recorded, runtime_env
@@ -181,15 +184,29 @@ class Cluster:
         for k, address in where.items():
             if recorded.get(k) != address:
                 ray.get(directory.set_node.remote(k, address))
+        try:
+            self._check_shards(config, handles)
+        except ClusterError:  # a shard that cannot start leaves no other shard holding a store
+            for handle in [*handles, directory]:
+                self._kill(handle)
+            raise
         self._transport = Transport(
             ray, handles, directory, retry_s=retry_s, call_timeout_s=call_timeout_s
         )
         self._router = Router(
             self.shards, self.limits, retry_s=retry_s, call_timeout_s=call_timeout_s
         )
+
+    def _check_shards(self, config: ShardConfig, handles: list[Any]) -> None:
+        """Wait for every shard to answer; check they run with ``config``.
+
+        Raises:
+            ClusterError: a shard did not start (its constructor's error).
+            ConfigurationError: a shard runs with another configuration.
+        """
         ping = w.encode_call(w.Ping())
         pongs = [
-            w.decode_reply(_started(ray, h.handle.remote(ping), f"shard {k}"), w.Pong)
+            w.decode_reply(_started(self._ray, h.handle.remote(ping), f"shard {k}"), w.Pong)
             for k, h in enumerate(handles)
         ]
         digest = config_digest(config)

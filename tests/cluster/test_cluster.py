@@ -180,3 +180,18 @@ def test_a_closed_cluster_refuses_every_call(open_cluster: OpenCluster) -> None:
         cluster.get(a.id)
     with pytest.raises(RuntimeClosed):
         asyncio.run(cluster.agents_async())
+
+
+def only_here(turn: Any) -> str:
+    """A runner the workers cannot import (this test module is not shipped to them)."""
+    return "never"
+
+
+def test_a_runner_the_workers_cannot_import_fails_the_open(open_cluster: OpenCluster) -> None:
+    from retinue import ClusterError, Profile
+
+    with pytest.raises(ClusterError, match="does not import on this worker"):
+        open_cluster(shards=2, profiles=[Profile("p", runner=only_here)])
+    # Nothing is left holding the stores: the same root opens with runners that do import.
+    cluster = open_cluster(shards=2)
+    assert cluster.wait(cluster.spawn("worker", "x", name="ok").id, timeout=30).output == "done:x"
