@@ -197,7 +197,10 @@ def start_local_ray(
     """Start a local Ray of ``nodes`` nodes (``num_cpus`` each), bound to loopback only.
 
     Everything Ray needs is set before it starts (see the module's
-    docstring). Connect with ``ray.init(address=local.address)`` or pass the
+    docstring); the proxy variables go to Ray's processes (and so to the
+    shards' model calls: a host that calls a hosted model from a local
+    cluster sets its own proxy, or names the provider in ``no_proxy``) and
+    this process gets its own back. Connect with ``ray.init(address=local.address)`` or pass the
     address to :meth:`retinue.cluster.Cluster.open`; stop it with
     :meth:`LocalRay.shutdown`.
 
@@ -208,9 +211,26 @@ def start_local_ray(
     if nodes < 1 or num_cpus < 0:
         raise ClusterError(f"a local Ray needs at least one node, not {nodes}")
     load_ray()
+    env = loopback_environment()
+    # The proxies are for Ray's processes (they keep them); this process gets its own back.
+    saved = {key: os.environ.get(key) for key in env if not key.startswith("RAY_")}
+    os.environ.update(env)
+    try:
+        return _start(nodes, num_cpus, object_store_memory, temp_root)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _start(
+    nodes: int, num_cpus: int, object_store_memory: int, temp_root: str | os.PathLike[str] | None
+) -> LocalRay:
+    """Start the nodes (the environment is set) and their reaper; see :func:`start_local_ray`."""
     from ray.cluster_utils import Cluster as RayCluster
 
-    os.environ.update(loopback_environment())
     root = Path(tempfile.gettempdir() if temp_root is None else temp_root)
     remove_stale_state(root)
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=root))

@@ -21,6 +21,7 @@ or an event loop.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict, deque
 from typing import Any
@@ -53,7 +54,11 @@ _enc = w.encode_call
 
 
 class Router:
-    """A face's routing state and its host calls as transport generators."""
+    """A face's routing state and its host calls as transport generators.
+
+    Thread-safe: host threads and event loops may run operations at once; the
+    shared state is only touched under a lock, never across a step.
+    """
 
     def __init__(
         self,
@@ -74,13 +79,15 @@ class Router:
         self._returned: set[str] = set()
         self._returned_order: deque[str] = deque()
         self.unacked: list[tuple[int, str]] = []  # leases whose ack did not get through
+        self._lock = threading.Lock()
 
     # -- routing -------------------------------------------------------------------------
 
     def _cache(self, name: str, shard: int) -> int:
-        self.names[name] = shard
-        if len(self.names) > self.remember:
-            self.names.popitem(last=False)
+        with self._lock:
+            self.names[name] = shard
+            if len(self.names) > self.remember:
+                self.names.popitem(last=False)
         return shard
 
     def route(self, ref: Any, field: str = "ref") -> Op[tuple[int, str]]:
@@ -240,21 +247,25 @@ class Router:
 
     def _ack(self, shard: int, lease: str) -> Op[None]:
         """Acknowledge ``lease`` (and any the face could not acknowledge before)."""
-        for pending in [(shard, lease), *self.unacked]:
-            self.unacked = [u for u in self.unacked if u != pending]
+        with self._lock:
+            todo, self.unacked = [(shard, lease), *self.unacked], []
+        for pending in todo:
             try:
                 yield One(pending[0], _enc(w.Ack(pending[1])), "ack")
             except ShardUnavailable:
-                self.unacked.append(pending)  # released after lease_timeout_s at worst
+                with self._lock:
+                    self.unacked.append(pending)  # released after lease_timeout_s at worst
 
     def _first_time(self, completion_id: str) -> bool:
-        if completion_id in self._returned:
-            return False
-        self._returned.add(completion_id)
-        self._returned_order.append(completion_id)
-        if len(self._returned_order) > self.remember:
-            self._returned.discard(self._returned_order.popleft())
-        return True
+        """Note that the face returns ``completion_id``; False if it returned it before."""
+        with self._lock:
+            if completion_id in self._returned:
+                return False
+            self._returned.add(completion_id)
+            self._returned_order.append(completion_id)
+            if len(self._returned_order) > self.remember:
+                self._returned.discard(self._returned_order.popleft())
+            return True
 
     def messages(self, timeout: float | None) -> Op[list[Message]]:
         """Every shard's host inbox, oldest first; wait for the first message on any shard."""

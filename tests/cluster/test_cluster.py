@@ -195,3 +195,34 @@ def test_a_runner_the_workers_cannot_import_fails_the_open(open_cluster: OpenClu
     # Nothing is left holding the stores: the same root opens with runners that do import.
     cluster = open_cluster(shards=2)
     assert cluster.wait(cluster.spawn("worker", "x", name="ok").id, timeout=30).output == "done:x"
+
+
+def test_host_threads_waiting_on_one_agent_each_get_a_different_completion(
+    open_cluster: OpenCluster,
+) -> None:
+    import threading
+
+    cluster = open_cluster(shards=2)
+    a = cluster.spawn("worker", "t0", name="many")
+    for generation in range(2, 7):
+        deadline = time.monotonic() + 30
+        while cluster.get(a.id).state is not AgentState.COMPLETED:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        cluster.follow_up(a.id, f"t{generation - 1}")
+    got: list[Any] = []
+    lock = threading.Lock()
+
+    def wait_once() -> None:
+        done = cluster.wait(a.id, timeout=30)
+        with lock:
+            got.append(done.generation)
+
+    threads = [threading.Thread(target=wait_once) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(got) == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(NothingToWaitFor):
+        cluster.wait(a.id, timeout=5)

@@ -91,3 +91,15 @@ def test_every_socket_the_clusters_processes_listen_on_is_loopback(
     assert {lst.pid for lst in listeners} & shard_pids  # each worker serves its calls
     outside = [lst for lst in listeners if not is_loopback(lst.address)]
     assert outside == [], outside
+
+
+@pytest.mark.ray
+def test_the_dead_proxy_goes_to_rays_processes_not_to_the_host(
+    open_cluster: OpenCluster, local_ray: Any
+) -> None:
+    cluster = open_cluster(shards=1)
+    (pong,) = cluster.ping()
+    environ = Path(f"/proc/{pong.pid}/environ").read_bytes().split(b"\0")
+    assert f"http_proxy={LOOPBACK_PROXY}".encode() in environ  # the shard's model calls too
+    assert b"RAY_USAGE_STATS_ENABLED=0" in environ
+    assert os.environ.get("http_proxy") != LOOPBACK_PROXY  # this process keeps its own
