@@ -118,6 +118,26 @@ def test_a_dropped_reply_is_retried_and_changes_nothing_twice(open_cluster: Open
     assert [c.id for c in closed] == [a.id]
     assert faults.dropped == 6
     assert cluster.agents() == []
+    # The rest of the mutating calls, on a gated agent and a talker.
+    faults.drop.update(interrupt_tree=1, resume=1, close=1, messages=2)
+    g = cluster.spawn("gated", "dropped-gate", name="gated")
+    (interrupted,) = cluster.interrupt_tree(g.id)
+    assert interrupted.state is AgentState.INTERRUPTED
+    assert cluster.wait(g.id, timeout=30).status is CompletionStatus.INTERRUPTED
+    assert cluster.resume(g.id).generation == 2  # resumed once, not twice
+    cluster.interrupt(g.id)
+    assert cluster.wait(g.id, timeout=30).generation == 2
+    with pytest.raises(NothingToWaitFor):
+        cluster.wait(g.id, timeout=5)
+    assert cluster.close(g.id).state is AgentState.CLOSED  # not AgentClosed from a repeat
+    cluster.spawn("talker", "t", name="talker")
+    got: list[Any] = []
+    deadline = time.monotonic() + SETTLE_S
+    while not got and time.monotonic() < deadline:
+        got = cluster.messages(timeout=10)
+    assert [m.content for m in got] == ["hello from talker"]  # its reply was dropped, not it
+    assert cluster.messages(timeout=0) == []
+    assert faults.dropped == 11
 
 
 @pytest.mark.parametrize("point", ["after_runtime", "after_record"])
