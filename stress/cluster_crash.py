@@ -4,9 +4,10 @@
 ``--only cluster``), in a loopback-only namespace. A host thread runs a
 seeded random workload against a 2-shard cluster (spawn, send, follow-up,
 wait, close) while a killer SIGKILLs a random shard's process at random
-moments; Ray restarts it, its store reopens, and the face retries what was
-in flight. Every acknowledged call goes into a ledger. At the end every
-agent is drained (waited on until nothing is left) and the ledger checked:
+moments, or arms it to kill itself inside a spawn's or send's commit window
+(after the runtime's commit, before the request log's); Ray restarts it, its
+store reopens, and the face retries what was in flight. Every acknowledged
+call goes into a ledger. At the end every agent is drained (waited on until nothing is left) and the ledger checked:
 
 - every acknowledged spawn exists, once (no retry spawned twice);
 - every acknowledged message was delivered exactly once: it is in its
@@ -94,12 +95,21 @@ def _drain(cluster: Any, agent_id: str, ledger: Ledger) -> None:
             return
 
 
-def _killer(cluster: Any, kills: int, rng: random.Random, stop: threading.Event) -> list[int]:
-    killed: list[int] = []
+def _killer(cluster: Any, kills: int, rng: random.Random, stop: threading.Event) -> list[str]:
+    """SIGKILL a random shard now, or (every other time) arm it to die inside a commit window.
+
+    An armed shard kills itself on its next spawn or send, after the runtime's
+    commit and before the request log's (the window the keys close).
+    """
+    killed: list[str] = []
     while len(killed) < kills and not stop.wait(rng.uniform(0.3, 1.5)):
         pong = rng.choice(cluster.ping())
-        os.kill(pong.pid, signal.SIGKILL)
-        killed.append(pong.shard)
+        if rng.random() < 0.5:
+            cluster.set_fault(pong.shard, "after_runtime", ("spawn", "send"), 1)
+            killed.append("window")
+        else:
+            os.kill(pong.pid, signal.SIGKILL)
+            killed.append("now")
     return killed
 
 
@@ -159,6 +169,7 @@ def run(kills: int, seed: int) -> dict[str, Any]:
             problems = _check(cluster, ledger)
     return {
         "kills": len(killed),
+        "of_them_armed_in_the_commit_window": killed.count("window"),
         "acknowledged_spawns": len(ledger.spawned),
         "acknowledged_sends": len(ledger.sent),
         "completions_received": len(ledger.received),
