@@ -7,7 +7,8 @@ wait, close) while a killer SIGKILLs a random shard's process at random
 moments, or arms it to kill itself inside a spawn's or send's commit window
 (after the runtime's commit, before the request log's); Ray restarts it, its
 store reopens, and the face retries what was in flight. Every acknowledged
-call goes into a ledger. At the end every agent is drained (waited on until nothing is left) and the ledger checked:
+call goes into a ledger. At the end every agent is drained (waited on until
+nothing is left) and the ledger checked:
 
 - every acknowledged spawn exists, once (no retry spawned twice);
 - every acknowledged message was delivered exactly once: it is in its
