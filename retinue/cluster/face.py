@@ -10,7 +10,6 @@ line over a :class:`~retinue.cluster.router.Router` operation run by the
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Iterable
@@ -19,23 +18,22 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from retinue.actors.profile import Profile
+from retinue.cluster import startup
 from retinue.cluster import wire as w
-from retinue.cluster.local import LocalRay, load_ray, start_local_ray
+from retinue.cluster.local import LocalRay
 from retinue.cluster.router import Router
-from retinue.cluster.specs import ShardConfig, config_digest, shard_config
-from retinue.cluster.transport import Faults, One, Op, Transport, failure_text
-from retinue.errors import ArgumentTypeError, ClusterError, ConfigurationError, RuntimeClosed
+from retinue.cluster.specs import shard_config
+from retinue.cluster.transport import Faults, One, Op, Transport
+from retinue.errors import ArgumentTypeError, RuntimeClosed
 from retinue.persistence.store import Durability
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
-from retinue.team import Team, load_team
+from retinue.team import Team
 
 __all__ = ["Cluster"]
 
 T = TypeVar("T")
-START_TIMEOUT_S = 120.0
-MAX_SHARDS = 10_000
 _NO_REF: Any = object()
 
 
@@ -101,7 +99,9 @@ class Cluster:
                 its store (the message carries the shard's error).
         """
         cluster = cls()
-        cluster._configure(store_root, shards, team, limits)
+        cluster.store_root = startup.store_folder(store_root, shards)
+        cluster.shards = shards
+        cluster.limits = startup.face_limits(team, limits)
         config = shard_config(
             profiles=profiles,
             team=team,
@@ -112,110 +112,27 @@ class Cluster:
             max_requests=int(max_requests),
         )
         try:
-            actor_env = cluster._connect(address, runtime_env)
-            cluster._start(config, actor_env, retry_s=retry_s, call_timeout_s=call_timeout_s)
+            connection = startup.connect(address, runtime_env)
+            cluster._ray, cluster.local = connection.ray, connection.local
+            cluster._connected_here = connection.made_here
+            cluster.namespace = startup.namespace_of(cluster.store_root)
+            cluster._transport = startup.start(
+                connection.ray,
+                cluster.namespace,
+                cluster.store_root,
+                shards,
+                config,
+                connection.actor_env,
+                retry_s=retry_s,
+                call_timeout_s=call_timeout_s,
+            )
         except BaseException:
             cluster._disconnect()
             raise
-        assert cluster._router is not None
-        cluster._router.remember = remember
+        router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
+        router.remember = remember
+        cluster._router = router
         return cluster
-
-    def _configure(self, store_root: Any, shards: Any, team: Any, limits: Limits | None) -> None:
-        if not isinstance(store_root, str | os.PathLike) or not str(store_root).strip():
-            raise ArgumentTypeError(
-                f"store_root must name a folder (a str or PathLike), not {store_root!r}"
-            )
-        if isinstance(shards, bool) or not isinstance(shards, int):
-            raise ArgumentTypeError(f"shards must be an int, not {type(shards).__name__}")
-        if not 1 <= shards <= MAX_SHARDS:
-            raise ConfigurationError(f"shards must be 1 to {MAX_SHARDS}, not {shards}")
-        self.store_root = Path(store_root).expanduser().resolve()
-        self.store_root.mkdir(parents=True, exist_ok=True)
-        self.shards = shards
-        if limits is not None:
-            self.limits = limits
-        elif team is not None:
-            self.limits = (team if isinstance(team, Team) else load_team(team)).limits
-        else:
-            self.limits = Limits.from_env()
-
-    def _connect(
-        self, address: str | None, runtime_env: dict[str, Any] | None
-    ) -> dict[str, Any] | None:
-        """Connect to Ray; return the runtime environment the actors need on top of the job's.
-
-        A connection this face makes carries ``runtime_env`` as the job's (local
-        folders are uploaded then), which the actors inherit; on a connection the
-        host made, it goes to each actor (so it must name URIs).
-        """
-        ray = self._ray = load_ray()
-        if ray.is_initialized():
-            return runtime_env
-        if address is None:
-            self.local = start_local_ray()
-            address = self.local.address
-        ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
-        self._connected_here = True
-        return None
-
-    def _start(
-        self,
-        config: ShardConfig,
-        runtime_env: dict[str, Any] | None,
-        *,
-        retry_s: float,
-        call_timeout_s: float,
-    ) -> None:
-        from retinue.cluster import actors
-
-        ray = self._ray
-        self.namespace = actors.namespace_of(self.store_root)
-        try:
-            directory = actors.start_directory(
-                self.namespace, self.store_root, self.shards, runtime_env
-            )
-        except ValueError as exc:  # Ray refused the runtime environment
-            raise ConfigurationError(f"runtime_env: {exc}") from None
-        recorded = _started(ray, directory.nodes.remote(), "the directory")
-        handles, where = actors.start_shards(
-            self.namespace, self.store_root, self.shards, config, recorded, runtime_env
-        )
-        for k, address in where.items():
-            if recorded.get(k) != address:
-                ray.get(directory.set_node.remote(k, address))
-        try:
-            self._check_shards(config, handles)
-        except ClusterError:  # a shard that cannot start leaves no other shard holding a store
-            for handle in [*handles, directory]:
-                self._kill(handle)
-            raise
-        self._transport = Transport(
-            ray, handles, directory, retry_s=retry_s, call_timeout_s=call_timeout_s
-        )
-        self._router = Router(
-            self.shards, self.limits, retry_s=retry_s, call_timeout_s=call_timeout_s
-        )
-
-    def _check_shards(self, config: ShardConfig, handles: list[Any]) -> None:
-        """Wait for every shard to answer; check they run with ``config``.
-
-        Raises:
-            ClusterError: a shard did not start (its constructor's error).
-            ConfigurationError: a shard runs with another configuration.
-        """
-        ping = w.encode_call(w.Ping())
-        pongs = [
-            w.decode_reply(_started(self._ray, h.handle.remote(ping), f"shard {k}"), w.Pong)
-            for k, h in enumerate(handles)
-        ]
-        digest = config_digest(config)
-        for pong in pongs:
-            if pong.config_digest != digest:
-                raise ConfigurationError(
-                    f"shard {pong.shard} of {self.store_root} runs with other profiles, team "
-                    "or limits (another driver opened it); shut that cluster down first"
-                )
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -425,15 +342,8 @@ class Cluster:
             if self._closed:
                 return
             self._closed = True
-        transport = self._transport
-        if transport is not None:
-            stop = w.encode_call(w.Shutdown())
-            for k, handle in enumerate(transport.shards):
-                # A shard that cannot answer is killed all the same.
-                with contextlib.suppress(Exception):
-                    transport.run(_call(One(k, stop, "shutdown", retry=False)))
-                self._kill(handle)
-            self._kill(transport.directory, closing=True)
+        if self._transport is not None:
+            startup.stop(self._transport)
         self._disconnect()
 
     def detach(self) -> None:
@@ -445,14 +355,6 @@ class Cluster:
         with self._lock:
             self._closed = True
         self._disconnect()
-
-    def _kill(self, handle: Any, *, closing: bool = False) -> None:
-        ray = self._ray
-        if closing:
-            with contextlib.suppress(Exception):
-                ray.get(handle.close.remote(), timeout=10)
-        with contextlib.suppress(Exception):
-            ray.kill(handle, no_restart=True)
 
     def _disconnect(self) -> None:
         if self.local is not None:
@@ -479,18 +381,6 @@ def _call(step: One) -> Op[bytes]:
     """An operation of one step: the raw reply."""
     raw: bytes = yield step
     return raw
-
-
-def _started(ray: Any, ref: Any, what: str) -> Any:
-    """Wait for an actor's first answer; its constructor's failure becomes a ClusterError.
-
-    Raises:
-        ClusterError: it did not start (the message carries why).
-    """
-    try:
-        return ray.get(ref, timeout=START_TIMEOUT_S)
-    except Exception as exc:
-        raise ClusterError(f"{what} did not start: {failure_text(exc)}") from None
 
 
 def _agent_ref(ref: Any, method: str) -> Any:
