@@ -40,6 +40,8 @@ and friends keep working for callers that do not know retinue's names::
     ├── ExtraNotInstalled              (ImportError)  .extra: pip install 'retinue[extra]'
     ├── ModelCallFailed                               .provider, .status: retries spent
     ├── McpServerError                                .server: an MCP server failed to start or died
+    ├── ClusterError                                  retinue.cluster: Ray or a shard failed
+    │   └── ShardUnavailable                          .shard: no answer within the retry bound
     └── StoreError                                    the LMDB store refused
         ├── StoreCorrupted                            .path: damaged, truncated or lost data
         ├── StoreLocked                               .pid: another writer holds it
@@ -67,6 +69,7 @@ __all__ = [
     "AgentStateError",
     "ArgumentTypeError",
     "BlockingCallInAsyncRunner",
+    "ClusterError",
     "CompletionBacklogFull",
     "ConfigurationError",
     "DedupKeyTooLong",
@@ -90,6 +93,7 @@ __all__ = [
     "ResultContractError",
     "RetinueError",
     "RuntimeClosed",
+    "ShardUnavailable",
     "StoreCorrupted",
     "StoreError",
     "StoreLocked",
@@ -374,6 +378,25 @@ class McpServerError(RetinueError):
 
     def __init__(self, message: str, *, server: str = "") -> None:
         self.server = server
+        super().__init__(message)
+
+
+class ClusterError(RetinueError):
+    """``retinue.cluster`` could not do what was asked: Ray failed to start, or a shard failed.
+
+    The message says which shard or node, and what to do.
+    """
+
+
+class ShardUnavailable(ClusterError):
+    """A shard did not answer within the cluster's retry bound; ``.shard`` names it.
+
+    The call may or may not have run on the shard; it is safe to repeat
+    (mutating calls carry request ids the shard records with its answer).
+    """
+
+    def __init__(self, message: str, shard: int | None = None) -> None:
+        self.shard = shard
         super().__init__(message)
 
 

@@ -23,6 +23,7 @@ from retinue.actors.boot import profile_table
 from retinue.actors.channel import RuntimeState
 from retinue.actors.commands import (
     HOST,
+    AckLease,
     Agents,
     Barrier,
     Close,
@@ -37,6 +38,8 @@ from retinue.actors.commands import (
     Inspect,
     Interrupt,
     InterruptTree,
+    Leases,
+    ReleaseLease,
     Resume,
     Send,
     Spawn,
@@ -249,19 +252,54 @@ class Runtime:
         """
         return self._ask(Spawn(HOST, profile, task, name, parent, idempotency_key))
 
-    def wait(self, ref: str, timeout: float | None = None) -> Completion:
+    def wait(
+        self, ref: str, timeout: float | None = None, *, lease: str | None = None
+    ) -> Completion:
         """Return the completion of the agent's oldest turn the host has not received.
 
         Blocks until that turn settles; ``timeout=None`` means ``wait_default_s``.
+        ``lease`` (an id the host makes, unique per wait) makes the handover
+        durable: the commit that marks the completion received also stores it
+        under the lease, so a wait repeated with the same lease (its answer
+        was lost) returns the same completion, also after a reopen, until
+        :meth:`ack_lease` forgets it or :meth:`release_lease` gives it back.
 
         Raises:
             WaitTimeout: it did not settle in time; the agent keeps running.
             UnknownAgent: no such agent.
+            InvalidArgument, DedupKeyTooLong: a blank or too long lease, one a
+                blocked wait holds, or one stored for another agent.
         """
-        result: Completion = self._engine.wait(
-            Wait(HOST, ref), resolve_timeout(timeout, self.limits)
-        )
+        seconds = resolve_timeout(timeout, self.limits)
+        result: Completion = self._engine.wait(Wait(HOST, ref, lease=lease), seconds)
         return result
+
+    def ack_lease(self, lease: str) -> bool:
+        """Forget ``lease``: the host has the completion its wait returned.
+
+        Returns True if the lease was stored (False: unknown, or acknowledged
+        or released before), so acknowledging twice is harmless.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        return self._ask(AckLease(lease))
+
+    def release_lease(self, lease: str) -> bool:
+        """Give back the completion ``lease`` holds: the host never got it.
+
+        The completion goes to the next host wait on its agent (as when a
+        ``wait_async`` is cancelled after it was answered), and the lease is
+        forgotten. Returns True if the lease was stored.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        return self._ask(ReleaseLease(lease))
+
+    def leases(self) -> dict[str, Completion]:
+        """Return every lease not acknowledged or released yet, with its completion."""
+        return self._ask(Leases())
 
     def messages(self, timeout: float | None = None) -> list[Message]:
         """Return the messages top-level agents sent to the host, oldest first.
@@ -428,16 +466,32 @@ class Runtime:
         )
         return result
 
-    async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
+    async def wait_async(
+        self, ref: str, timeout: float | None = None, *, lease: str | None = None
+    ) -> Completion:
         """Like :meth:`wait`, without blocking the event loop.
 
         Cancelling the awaiting task loses nothing: a completion already
-        handed to this wait is given back and goes to the next wait.
+        handed to this wait is given back and goes to the next wait (a leased
+        one is released).
         """
         seconds = resolve_timeout(timeout, self.limits)
         engine = self._engine
-        result: Completion = await engine.wait_async(Wait(HOST, ref), seconds, HostReceipt(engine))
+        command = Wait(HOST, ref, lease=lease)
+        result: Completion = await engine.wait_async(command, seconds, HostReceipt(engine, lease))
         return result
+
+    async def ack_lease_async(self, lease: str) -> bool:
+        """Like :meth:`ack_lease`, without blocking the event loop."""
+        return await self._ask_async(AckLease(lease))
+
+    async def release_lease_async(self, lease: str) -> bool:
+        """Like :meth:`release_lease`, without blocking the event loop."""
+        return await self._ask_async(ReleaseLease(lease))
+
+    async def leases_async(self) -> dict[str, Completion]:
+        """Like :meth:`leases`, without blocking the event loop."""
+        return await self._ask_async(Leases())
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""

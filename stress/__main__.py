@@ -35,6 +35,8 @@ from stress import (
     statemachine,
 )
 
+CLUSTER_CHECKS = ("cluster_net", "cluster_crash")  # parts whose problems fail a run
+
 
 def machine() -> dict[str, Any]:
     """Describe the machine the figures come from."""
@@ -78,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             "idle",
             "llm",
             "tools",
+            "cluster",
+            "cluster_crash",
         ],
     )
     parser.add_argument(
@@ -214,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         row = bench_tools.run(10 if quick else 50)
         report["tools"] = row
         _table("tools: grep in a child process vs in-process, read_file on the tool pool", row)
+    if args.only in ("cluster", "cluster_crash"):
+        # Only when asked, and only in a loopback-only namespace (see .ci/extras-ray.sh).
+        from stress import cluster_parts
+
+        cluster_failed = cluster_parts.run(args.only, quick, args.kills, args.seed, report, _table)
+        failed = failed or cluster_failed
 
     out = Path(__file__).resolve().parent / "results"
     out.mkdir(exist_ok=True)
@@ -235,11 +245,14 @@ def main(argv: list[str] | None = None) -> int:
         "reopen",
         "llm",
         "tools",
+        "cluster_net",
+        "cluster",
+        "cluster_crash",
     )
     parts = [k for k in every if k in report]
     bad = sum(
         1
-        for k in ("crash", "statemachine", "soak_races", "damage", "soak")
+        for k in ("crash", "statemachine", "soak_races", "damage", "soak", *CLUSTER_CHECKS)
         if k in report and report[k].get("problems", report[k].get("problem_list"))
     )
     print(f"stress: {len(parts) - bad} passed, {bad} failed")

@@ -84,6 +84,7 @@ LAYERS = [
     "metrics",
     "web",
     "mcp",
+    "cluster",
     "cli",
 ]
 # Compatibility aliases that re-export what moved up a layer (and nothing else).

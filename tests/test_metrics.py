@@ -9,7 +9,8 @@ import msgspec
 import pytest
 
 from retinue import AgentState, InvalidArgument, Profile, Runtime, Turn
-from tests.conftest import Gate, wait_until
+from retinue.testing import Gate
+from tests.conftest import wait_until
 from tests.web.writer import Writer
 
 prometheus_client = pytest.importorskip(

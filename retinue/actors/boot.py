@@ -25,7 +25,7 @@ from retinue.actors.tree import load_tree
 from retinue.actors.turn import Runner
 from retinue.errors import ConfigurationError
 from retinue.persistence.restore import Diagnostic, restore
-from retinue.persistence.store import Snapshot, Store
+from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.tools import BUILTIN_TOOLS, resolve_profile_tools, unavailable_tools
@@ -191,7 +191,7 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    tree, restored = load_tree(store.snapshot(), limits.depth_cap)
+    tree, restored = load_tree(store.snapshot((*RESTORE_DATABASES, "leases")), limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
         Diagnostic(
             database="meta",

@@ -31,6 +31,7 @@ from retinue.protocol.messages import AgentInfo, Completion, Message, Usage
 
 __all__ = [
     "HOST",
+    "AckLease",
     "Agents",
     "Barrier",
     "Children",
@@ -51,9 +52,11 @@ __all__ = [
     "Inspect",
     "Interrupt",
     "InterruptTree",
+    "Leases",
     "LlmLoad",
     "LlmStep",
     "ReadCommand",
+    "ReleaseLease",
     "Resume",
     "RunMany",
     "Send",
@@ -289,12 +292,18 @@ class Wait(Command[Message | Completion]):
     (answered with a :class:`~retinue.protocol.messages.Completion`). From a
     turn: the next event from its child, a ``Message`` it sent (``kind="any"``)
     or its ``Completion``.
+
+    ``lease`` (host waits only): the transition that marks the completion
+    received also stores ``lease -> completion``, and a wait with a lease
+    already stored is answered with that completion again (see
+    :class:`AckLease`, :class:`ReleaseLease`).
     """
 
     sender: Sender
     ref: str
     kind: WaitKind = "completion"
     field: str = "ref"
+    lease: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +349,37 @@ class GiveBack(Command[None]):
     after_close: ClassVar[bool] = True
     recipient_id: str | None
     events: tuple[Message | Completion, ...]
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class AckLease(Command[bool]):
+    """The host has the completion a leased wait handed it: forget the lease.
+
+    Answered True if the lease was stored (False: unknown or acknowledged before).
+    """
+
+    lease: str
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseLease(Command[bool]):
+    """The host never got the completion a leased wait took: give it back, forget the lease.
+
+    The completion goes to the next host wait on its agent, as after a
+    :class:`GiveBack`. Answered True if the lease was stored.
+    """
+
+    after_close: ClassVar[bool] = True
+    lease: str
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Leases(Command[dict[str, Completion]]):
+    """Return every stored lease with the completion it holds (not yet acknowledged)."""
+
     sender: Host = HOST
 
 
@@ -431,6 +471,9 @@ SupervisorCommand = (
     | RunMany
     | GiveUpWait
     | GiveBack
+    | AckLease
+    | ReleaseLease
+    | Leases
     | Settle
     | ExpireTurn
     | LlmLoad

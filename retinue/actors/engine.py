@@ -30,6 +30,7 @@ from retinue.actors.commands import (
     GiveUpWait,
     HostMessages,
     Idle,
+    ReleaseLease,
     RunMany,
     Sender,
     Wait,
@@ -82,7 +83,8 @@ class Engine:
     def __init__(self, channel: Channel) -> None:
         """Serve calls through ``channel``; the host's async waits are kept in :attr:`host`."""
         self.channel = channel
-        self.host: Handover[concurrent.futures.Future[Any]] = Handover()
+        # The host's async waits whose task has not received the answer, with their receipt.
+        self.host: Handover[tuple[concurrent.futures.Future[Any], HostReceipt]] = Handover()
 
     def submit(
         self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
@@ -178,23 +180,27 @@ class Engine:
         later; the close serves it now, and the task's wait ends with
         ``RuntimeClosed``.
         """
-        receipt = HostReceipt(self)
-        for future in self.host.take_back():
+        for future, receipt in self.host.take_back():
             future.add_done_callback(receipt.give_back)  # at once if answered already
 
 
 class HostReceipt:
-    """The host's receipt: an async host wait owns its answer until the runtime's close."""
+    """The host's receipt: an async host wait owns its answer until the runtime's close.
 
-    __slots__ = ("engine",)
+    A leased wait (``lease``) gives back by releasing its lease, which gives
+    the completion back and forgets the lease in one transition.
+    """
 
-    def __init__(self, engine: Engine) -> None:
+    __slots__ = ("engine", "lease")
+
+    def __init__(self, engine: Engine, lease: str | None = None) -> None:
         """Keep the host's waits in ``engine.host``."""
         self.engine = engine
+        self.lease = lease
 
     def expect(self, future: concurrent.futures.Future[Any]) -> None:
         """Register the wait: until its task receives the answer, a close may take it back."""
-        self.engine.host.hand(future, future)
+        self.engine.host.hand(future, (future, self))
 
     def abandon(self, future: concurrent.futures.Future[Any]) -> bool:
         """True unless the close already took the wait's answer back (and gave it back)."""
@@ -203,6 +209,9 @@ class HostReceipt:
     def give_back(self, future: concurrent.futures.Future[Any]) -> None:
         """Give what an answered host wait took back to the store (completion or messages)."""
         if future.cancelled() or future.exception() is not None:
+            return
+        if self.lease is not None:
+            self.engine.tell(ReleaseLease(self.lease))
             return
         events = handed_events(future.result())
         if events:

@@ -4,6 +4,13 @@ A host wait receives the agent's oldest completion the host has not
 received; the receipt is a mark on the agent's record (plus the generations
 given back), so a reopened runtime hands out exactly what the host has not
 received. A wait nothing can answer ends at once with ``NothingToWaitFor``.
+
+A host wait may carry a *lease*: the transition that marks the completion
+received also stores ``lease -> completion``, so a host that lost the answer
+(a dropped reply, a crash) can wait again with the same lease and get the same
+completion. The host acknowledges the lease once it has the completion
+(:meth:`HostWaits.ack_lease`), or releases it (:meth:`HostWaits.release_lease`),
+which gives the completion back like a cancelled ``wait_async``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,16 @@ from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.transition import Transition
 from retinue.actors.tree import HOST_KEY
-from retinue.errors import AgentClosed, NothingToWaitFor, RetinueError, WaitTimeout
+from retinue.errors import (
+    AgentClosed,
+    DedupKeyTooLong,
+    InvalidArgument,
+    NothingToWaitFor,
+    RetinueError,
+    UnknownAgent,
+    WaitTimeout,
+)
+from retinue.protocol.checks import check_key
 from retinue.protocol.messages import AgentState, Completion, Message
 from retinue.protocol.records import AgentRecord
 
@@ -60,9 +76,14 @@ def host_give_back(record: AgentRecord, generation: int) -> dict[str, Any] | Non
 
 @dataclass(frozen=True, slots=True)
 class HostWaiter:
-    """A host blocked in ``wait`` on one agent; answered with a completion."""
+    """A host blocked in ``wait`` on one agent; answered with a completion.
+
+    ``lease``: the completion it takes is stored under this lease in the same
+    transition.
+    """
 
     future: concurrent.futures.Future[Any]
+    lease: str | None = None
 
 
 class HostWaits:
@@ -77,21 +98,67 @@ class HostWaits:
 
     # -- waits on agents ----------------------------------------------------------------
 
-    def host_wait(self, tx: Transition, command: Wait) -> None:
+    def host_wait(self, tx: Transition, command: Wait) -> Completion | None:
         """Register a host wait for the agent's oldest completion the host has not received.
 
+        A wait whose ``lease`` is stored is answered at once with the
+        completion stored under it (returned); otherwise the answer is deferred.
+
         Raises:
+            InvalidArgument, DedupKeyTooLong: a bad lease (see :meth:`_leased`).
             UnknownAgent: no such agent.
             NothingToWaitFor: the agent is idle, the host received every
                 completion it keeps and nothing may wake it: the wait could
                 only run out its time.
         """
+        lease = command.lease
+        if lease is not None:
+            held = self._leased(lease, command)
+            if held is not None:
+                return held
         record = self.world.find(None, command.ref, command.field)
         idle = self.nothing_to_wait_for(record)
         if idle is not None:
             raise idle
-        self.host.setdefault(record.id, []).append(HostWaiter(tx.defer()))
+        self.host.setdefault(record.id, []).append(HostWaiter(tx.defer(), lease))
         self.serve_host(tx, record.id)
+        return None
+
+    def _leased(self, lease: str, command: Wait) -> Completion | None:
+        """Return the completion stored under ``lease`` (a retried wait), or None.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id, one held
+                by a wait still blocked, or one stored for another agent.
+            DedupKeyTooLong: the lease id is longer than ``dedup_key_max_length``.
+        """
+        check_key(lease, "lease")
+        cap = self.world.limits.dedup_key_max_length
+        if len(lease) > cap:
+            raise DedupKeyTooLong(
+                f"lease is {len(lease)} characters; dedup_key_max_length is {cap}",
+                limit=cap,
+                value=len(lease),
+            )
+        held = self.world.tree.leases.get(lease)
+        if held is None:
+            if any(w.lease == lease for ws in self.host.values() for w in ws):
+                raise InvalidArgument(
+                    f"lease {lease[:60]!r} is held by a host wait still blocked; "
+                    "give every wait its own lease"
+                )
+            return None
+        if command.ref not in (held.agent_id, held.path):
+            try:
+                record = self.world.find(None, command.ref, command.field)
+            except UnknownAgent:
+                record = None
+            if record is not None and record.id != held.agent_id:
+                raise InvalidArgument(
+                    f"lease {lease[:60]!r} holds a completion of {held.path}, "
+                    f"not of {record.path}; give every wait its own lease"
+                )
+        return held
 
     def nothing_to_wait_for(self, record: AgentRecord) -> NothingToWaitFor | None:
         """Return the error for a host wait on ``record`` that nothing can answer, or None.
@@ -166,7 +233,8 @@ class HostWaits:
             generation = host_next(record, done)
             if generation is None:
                 break
-            future = waiters.pop(0).future
+            waiter = waiters.pop(0)
+            future = waiter.future
             if not future.set_running_or_notify_cancel():
                 continue
             pending = done[generation]
@@ -174,6 +242,8 @@ class HostWaits:
                 pending = world.deliver(tx, pending)
             world.update(record, updated_at=record.updated_at, **host_take(record, generation))
             completion = pending.completion
+            if waiter.lease is not None:
+                tree.put_lease(waiter.lease, completion)
             tx.answer(future, completion)
         if not waiters:
             self.host.pop(agent_id, None)
@@ -214,6 +284,32 @@ class HostWaits:
             tree.undeliver(done)
         self.world.update(record, updated_at=record.updated_at, **back)
         self.serve_host(tx, agent_id)
+
+    # -- leases ------------------------------------------------------------------------
+
+    def ack_lease(self, lease: Any) -> bool:
+        """The host has the completion handed out under ``lease``: forget the lease.
+
+        Returns whether the lease was stored.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        return self.world.tree.drop_lease(check_key(lease, "lease")) is not None
+
+    def release_lease(self, tx: Transition, lease: Any) -> bool:
+        """The host never got what ``lease`` took: give the completion back, forget the lease.
+
+        Returns whether the lease was stored.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        completion = self.world.tree.drop_lease(check_key(lease, "lease"))
+        if completion is None:
+            return False
+        self._unreceive(tx, completion.agent_id, completion.generation)
+        return True
 
     def give_up_host(self, command: GiveUpWait) -> None:
         """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered.

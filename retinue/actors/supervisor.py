@@ -32,6 +32,7 @@ from typing import Any, assert_never
 import pykka
 
 from retinue.actors.commands import (
+    AckLease,
     Agents,
     Barrier,
     Children,
@@ -51,8 +52,10 @@ from retinue.actors.commands import (
     Inspect,
     Interrupt,
     InterruptTree,
+    Leases,
     LlmLoad,
     LlmStep,
+    ReleaseLease,
     Resume,
     RunMany,
     Send,
@@ -221,6 +224,12 @@ class Supervisor:
                 return self.router.give_back(tx, agent_id, command.events)
             case GiveBack():
                 raise TypeError(f"a give-back to an unknown recipient: {command!r}")
+            case AckLease():
+                return self.hosts.ack_lease(command.lease)
+            case ReleaseLease():
+                return self.hosts.release_lease(tx, command.lease)
+            case Leases():
+                return dict(world.tree.leases)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, command)

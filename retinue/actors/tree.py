@@ -17,7 +17,7 @@ import msgspec
 
 from retinue.persistence.restore import Restored, restore
 from retinue.persistence.store import Snapshot, Write
-from retinue.protocol.messages import AgentState, Message
+from retinue.protocol.messages import AgentState, Completion, Message
 from retinue.protocol.records import (
     AgentRecord,
     CompletionRecord,
@@ -82,6 +82,8 @@ class Tree:
         # Every known completion per agent and generation.
         self.completions: dict[str, dict[int, CompletionRecord]] = {}
         self.undelivered: dict[str, int] = {}
+        # Host waits' leases not yet acknowledged: lease id -> the completion it took.
+        self.leases: dict[str, Completion] = {}
         self.seq = 0
         self.writes: list[Write] = []
         self._agents_written: dict[str, AgentRecord] = {}  # encoded by take_writes
@@ -387,11 +389,26 @@ class Tree:
         """Return the completions waiting for a recipient, in routing order."""
         return list(self.pending.get(recipient_key(recipient_id), {}).values())
 
+    # -- leases ------------------------------------------------------------------
+
+    def put_lease(self, lease: str, completion: Completion) -> None:
+        """Store that a host wait under ``lease`` took ``completion``."""
+        self.leases[lease] = completion
+        self.writes.append(("leases", lease.encode(), _encode(completion)))
+
+    def drop_lease(self, lease: str) -> Completion | None:
+        """Forget a lease; return the completion it held (None: no such lease)."""
+        completion = self.leases.pop(lease, None)
+        if completion is not None:
+            self.writes.append(("leases", lease.encode(), None))
+        return completion
+
     def load(
         self,
         agents: Iterable[AgentRecord],
         messages: Iterable[MessageRecord],
         completions: Iterable[CompletionRecord],
+        leases: Iterable[tuple[str, Completion]] = (),
     ) -> None:
         """Fill an empty tree from restored records (parents before children).
 
@@ -411,6 +428,7 @@ class Tree:
         for completion in sorted(completions, key=lambda c: c.seq):
             self.seq = max(self.seq, completion.seq)
             self.add_completion(self._replay_completion(completion), persist=False)
+        self.leases.update(leases)
 
     def consume_inputs(self, recipient_id: str, generation: int, inputs: Iterable[Message]) -> None:
         """The turn ``generation`` of ``recipient_id`` stored ``inputs`` in its transcript.
@@ -491,5 +509,5 @@ def load_tree(snapshot: Snapshot, depth_cap: int | None) -> tuple[Tree, Restored
     """
     restored = restore(snapshot, depth_cap)
     tree = Tree()
-    tree.load(restored.agents, restored.messages, restored.completions)
+    tree.load(restored.agents, restored.messages, restored.completions, restored.leases)
     return tree, restored

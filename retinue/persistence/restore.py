@@ -36,7 +36,7 @@ import msgspec
 from retinue.errors import InvalidAgentPath
 from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
-from retinue.protocol.messages import AgentState
+from retinue.protocol.messages import AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
 
 __all__ = ["Diagnostic", "Restored", "restore"]
@@ -60,6 +60,7 @@ class Restored:
     completions: list[CompletionRecord] = field(default_factory=list)
     rewritten: list[AgentRecord] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    leases: list[tuple[str, Completion]] = field(default_factory=list)
 
 
 def _key_text(key: bytes) -> str:
@@ -223,4 +224,23 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
             diag("completions", key, "dangling_completion", "its agent was not restored")
             continue
         out.completions.append(completion)
+    _restore_leases(snapshot, out)
     return out
+
+
+def _restore_leases(snapshot: Snapshot, out: Restored) -> None:
+    """Decode the host waits' unacknowledged leases (kept even if their agent is gone)."""
+    decoder = msgspec.msgpack.Decoder(Completion)
+    for raw_key, raw in snapshot.records.get("leases", []):
+        key = _key_text(raw_key)
+        try:
+            out.leases.append((key, decoder.decode(raw)))
+        except msgspec.DecodeError as exc:
+            out.diagnostics.append(
+                Diagnostic(
+                    database="leases",
+                    key=key,
+                    code="undecodable",
+                    message=f"lease does not decode: {exc}",
+                )
+            )

@@ -51,8 +51,8 @@ __all__ = [
     "Write",
 ]
 
-DATABASES = ("agents", "messages", "completions", "meta", "transcripts")
-OPTIONAL_DATABASES = frozenset({"transcripts"})
+DATABASES = ("agents", "messages", "completions", "meta", "transcripts", "leases")
+OPTIONAL_DATABASES = frozenset({"transcripts", "leases"})
 """Databases added after schema 1: a reader of an older store does without them."""
 RESTORE_DATABASES = ("agents", "messages", "completions", "meta")
 """What :meth:`Store.snapshot` reads by default (transcripts are read one by one)."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from conftest import Gate, wait_settled
+from conftest import wait_settled
 
 from retinue import Backlog, Profile, Runtime, Turn
 from retinue.persistence.integrity import store_usage
+from retinue.testing import Gate
 
 
 def test_backlog_counts_unread_messages_and_pending_completions(tmp_path: Path) -> None:

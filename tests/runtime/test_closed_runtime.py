@@ -22,6 +22,7 @@ Call = Callable[[Runtime, str, Path], Any]
 # How to call each public method on a closed runtime: ``ref`` is an agent the
 # runtime had, ``dest`` a free path for a backup.
 CALLS: dict[str, Call] = {
+    "ack_lease": lambda rt, ref, dest: rt.ack_lease("L"),
     "agents": lambda rt, ref, dest: rt.agents(include_closed=True),
     "backlog": lambda rt, ref, dest: rt.backlog(),
     "backup": lambda rt, ref, dest: rt.backup(dest),
@@ -33,7 +34,9 @@ CALLS: dict[str, Call] = {
     "inspect": lambda rt, ref, dest: rt.inspect(ref),
     "interrupt": lambda rt, ref, dest: rt.interrupt(ref),
     "interrupt_tree": lambda rt, ref, dest: rt.interrupt_tree(ref),
+    "leases": lambda rt, ref, dest: rt.leases(),
     "messages": lambda rt, ref, dest: rt.messages(timeout=1),
+    "release_lease": lambda rt, ref, dest: rt.release_lease("L"),
     "resume": lambda rt, ref, dest: rt.resume(ref),
     "send": lambda rt, ref, dest: rt.send(ref, "hi"),
     "spawn": lambda rt, ref, dest: rt.spawn("worker", "t"),
@@ -42,6 +45,7 @@ CALLS: dict[str, Call] = {
     "wait_idle": lambda rt, ref, dest: rt.wait_idle(timeout=1),
 }
 ASYNC_CALLS: dict[str, Call] = {
+    "ack_lease_async": lambda rt, ref, dest: rt.ack_lease_async("L"),
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
     "backlog_async": lambda rt, ref, dest: rt.backlog_async(),
     "close_async": lambda rt, ref, dest: rt.close_async(ref),
@@ -52,7 +56,9 @@ ASYNC_CALLS: dict[str, Call] = {
     "inspect_async": lambda rt, ref, dest: rt.inspect_async(ref),
     "interrupt_async": lambda rt, ref, dest: rt.interrupt_async(ref),
     "interrupt_tree_async": lambda rt, ref, dest: rt.interrupt_tree_async(ref),
+    "leases_async": lambda rt, ref, dest: rt.leases_async(),
     "messages_async": lambda rt, ref, dest: rt.messages_async(timeout=1),
+    "release_lease_async": lambda rt, ref, dest: rt.release_lease_async("L"),
     "resume_async": lambda rt, ref, dest: rt.resume_async(ref),
     "send_async": lambda rt, ref, dest: rt.send_async(ref, "hi"),
     "spawn_async": lambda rt, ref, dest: rt.spawn_async("worker", "t"),

@@ -10,10 +10,11 @@ from starlette.testclient import TestClient
 
 from retinue import AgentInfo, AgentState, InvalidArgument, Profile, Runtime
 from retinue.errors import ArgumentTypeError
+from retinue.testing import Gate
 from retinue.web import LiveTree, WebOptions, create_app
 from retinue.web.live import next_pause
 from retinue.web.snapshot import ROOT, build
-from tests.conftest import Gate, wait_until
+from tests.conftest import wait_until
 
 # -- event shapes the lead adds to retinue.protocol.messages (defined here until they land) --
 

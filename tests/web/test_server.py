@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from retinue import ArgumentTypeError, InvalidArgument, Profile, Runtime
+from retinue.testing import Gate
 from retinue.web import WebOptions, parse_address, serve
-from tests.conftest import Gate, wait_until
+from tests.conftest import wait_until
 from tests.web.conftest import ROOT
 
 CLIUTIL = ROOT / "tests" / "cliutil"

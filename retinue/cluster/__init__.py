@@ -1,0 +1,23 @@
+"""Past one machine: top-level trees sharded over Ray actors (``pip install 'retinue[ray]'``).
+
+:class:`Cluster` is a host face with the calls a host makes on a
+:class:`~retinue.runtime.Runtime`, sync and ``*_async``, over shards that are
+Ray actors, each hosting one ordinary ``Runtime`` over its own store. A
+top-level agent and its whole tree live on one shard; agent ids carry their
+shard (``s<k>-...``); a path goes through the cluster's directory. Mutating
+calls carry request ids the shards record with their answers, and waits
+hand completions out under leases the face acknowledges, so nothing
+acknowledged is lost or received twice across the wire.
+
+:func:`start_local_ray` is the one way retinue starts a Ray on this machine:
+loopback only, no dashboard, no usage stats, stale state removed.
+
+Importing this package does not import Ray; :meth:`Cluster.open` does.
+"""
+
+from __future__ import annotations
+
+from retinue.cluster.face import Cluster
+from retinue.cluster.local import LocalRay, loopback_environment, start_local_ray
+
+__all__ = ["Cluster", "LocalRay", "loopback_environment", "start_local_ray"]

@@ -1,0 +1,393 @@
+"""The host face of a cluster: the calls a host makes on a ``Runtime``, over shards on Ray.
+
+``Cluster.open(store_root, shards=4, ...)`` connects to Ray (or starts a
+local Ray on loopback), starts or finds the directory and the shard actors,
+and returns a face whose calls have the names and semantics of
+:class:`~retinue.runtime.Runtime`'s, sync and ``*_async``. Each call is one
+line over a :class:`~retinue.cluster.router.Router` operation run by the
+:class:`~retinue.cluster.transport.Transport`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from retinue.actors.profile import Profile
+from retinue.cluster import startup
+from retinue.cluster import wire as w
+from retinue.cluster.local import LocalRay
+from retinue.cluster.router import Router
+from retinue.cluster.specs import shard_config
+from retinue.cluster.transport import Faults, One, Op, Transport
+from retinue.errors import ArgumentTypeError, RuntimeClosed
+from retinue.persistence.store import Durability
+from retinue.protocol.details import AgentDetail
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.team import Team
+
+__all__ = ["Cluster"]
+
+T = TypeVar("T")
+_NO_REF: Any = object()
+
+
+class Cluster:
+    """Top-level trees sharded over Ray actors, each shard a ``Runtime`` over its own store."""
+
+    def __init__(self) -> None:
+        """Use :meth:`Cluster.open`."""
+        self.store_root = Path()
+        self.shards = 0
+        self.namespace = ""
+        self.limits = Limits()
+        self.local: LocalRay | None = None
+        self._ray: Any = None
+        self._connected_here = False
+        self._transport: Transport | None = None
+        self._router: Router | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        store_root: str | os.PathLike[str],
+        *,
+        shards: int = 4,
+        team: Team | str | os.PathLike[str] | None = None,
+        profiles: Iterable[Profile] | None = None,
+        limits: Limits | None = None,
+        address: str | None = None,
+        durability: Durability | str = Durability.FULL,
+        runtime_env: dict[str, Any] | None = None,
+        lease_timeout_s: float = 120.0,
+        retry_s: float = 60.0,
+        call_timeout_s: float = 30.0,
+        request_ttl_s: float = 3600.0,
+        max_requests: int = 1_000_000,
+        remember: int = 100_000,
+    ) -> Cluster:
+        """Open the cluster whose shards keep their stores under ``store_root``.
+
+        Shard ``k`` hosts one ``Runtime`` over ``<store_root>/shard-<k>``
+        (reopened, so restored, if it exists) with ``profiles``, ``team`` and
+        ``limits`` as ``Runtime.open`` takes them; runners must import by name
+        on every worker (see :mod:`retinue.cluster.specs`). ``address=None``
+        uses the Ray this process is connected to, else starts a local Ray on
+        loopback (:func:`~retinue.cluster.local.start_local_ray`); an address
+        joins that cluster. ``runtime_env`` goes to every actor (how code
+        reaches workers that lack it). ``lease_timeout_s``: a completion
+        handed out and not acknowledged is handed out again after it;
+        ``retry_s``: how long a call to a shard that does not answer is
+        repeated (a restart takes seconds); ``call_timeout_s``: one attempt's
+        bound beyond a wait's own; ``request_ttl_s`` and ``max_requests``
+        bound each shard's request log; ``remember`` bounds the names and
+        returned completions a face keeps.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: a bad argument.
+            ConfigurationError, TeamFileError: unusable profiles or team (a
+                runner that cannot be imported by name), fewer shards than
+                the store root had, or shards running with other profiles.
+            ClusterError: Ray is missing, did not start, or a shard did not open
+                its store (the message carries the shard's error).
+        """
+        cluster = cls()
+        cluster.store_root = startup.store_folder(store_root, shards)
+        cluster.shards = shards
+        cluster.limits = startup.face_limits(team, limits)
+        config = shard_config(
+            profiles=profiles,
+            team=team,
+            limits=limits,
+            durability=str(Durability(durability)),
+            lease_timeout_s=float(lease_timeout_s),
+            request_ttl_s=float(request_ttl_s),
+            max_requests=int(max_requests),
+        )
+        try:
+            connection = startup.connect(address, runtime_env)
+            cluster._ray, cluster.local = connection.ray, connection.local
+            cluster._connected_here = connection.made_here
+            cluster.namespace = startup.namespace_of(cluster.store_root)
+            cluster._transport = startup.start(
+                connection.ray,
+                cluster.namespace,
+                cluster.store_root,
+                shards,
+                config,
+                connection.actor_env,
+                retry_s=retry_s,
+                call_timeout_s=call_timeout_s,
+            )
+        except BaseException:
+            cluster._disconnect()
+            raise
+        router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
+        router.remember = remember
+        cluster._router = router
+        return cluster
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _ops(self) -> tuple[Transport, Router]:
+        with self._lock:
+            if self._closed or self._transport is None or self._router is None:
+                raise RuntimeClosed("the cluster is closed; open it again to continue")
+            return self._transport, self._router
+
+    def _run(self, operation: str, *args: Any) -> Any:
+        """Run the router's ``operation`` from this thread."""
+        transport, router = self._ops()
+        return transport.run(getattr(router, operation)(*args))
+
+    async def _run_async(self, operation: str, *args: Any) -> Any:
+        """Run the router's ``operation`` on the running event loop."""
+        transport, router = self._ops()
+        return await transport.run_async(getattr(router, operation)(*args))
+
+    @property
+    def faults(self) -> Faults:
+        """Lost replies to inject, by call tag (for tests and the crash loop)."""
+        transport, _ = self._ops()
+        return transport.faults
+
+    def set_fault(self, shard: int, point: str, calls: Iterable[str], times: int = 1) -> None:
+        """Make shard ``shard`` kill its own process at ``point`` (for tests; see the wire)."""
+        transport, _ = self._ops()
+        transport.run(_call(One(shard, w.encode_call(w.SetFault(point, tuple(calls), times)))))
+
+    def ping(self) -> list[w.Pong]:
+        """Return what every shard says about itself (pid, node, leases held)."""
+        transport, _ = self._ops()
+        ping = w.encode_call(w.Ping())
+        return [
+            w.decode_reply(transport.run(_call(One(k, ping, "ping"))), w.Pong)
+            for k in range(self.shards)
+        ]
+
+    # -- host API ------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+    ) -> AgentInfo:
+        """Like ``Runtime.spawn``; a new top-level agent goes to its shard (see the directory)."""
+        result: AgentInfo = self._run("spawn", profile, task, name, parent, idempotency_key)
+        return result
+
+    def wait(self, ref: str, timeout: float | None = None) -> Completion:
+        """Like ``Runtime.wait``: the oldest completion the host has not received, once."""
+        result: Completion = self._run("wait", ref, timeout)
+        return result
+
+    def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
+        """Like ``Runtime.send``."""
+        result: Message = self._run("send", ref, content, dedup_key)
+        return result
+
+    def messages(self, timeout: float | None = None) -> list[Message]:
+        """Like ``Runtime.messages``, over every shard's host inbox (oldest first)."""
+        result: list[Message] = self._run("messages", timeout)
+        return result
+
+    def follow_up(self, ref: str, task: str) -> AgentInfo:
+        """Like ``Runtime.follow_up``."""
+        return self._one(w.FollowUp, ref, task)
+
+    def resume(self, ref: str) -> AgentInfo:
+        """Like ``Runtime.resume``."""
+        return self._one(w.Resume, ref)
+
+    def interrupt(self, ref: str) -> AgentInfo:
+        """Like ``Runtime.interrupt``."""
+        return self._one(w.Interrupt, ref)
+
+    def interrupt_tree(self, ref: str) -> list[AgentInfo]:
+        """Like ``Runtime.interrupt_tree``."""
+        result: list[AgentInfo] = self._run("subtree", w.InterruptTree, ref)
+        return result
+
+    def close(self, ref: str = _NO_REF) -> AgentInfo:
+        """Like ``Runtime.close`` of one agent (the cluster itself: :meth:`shutdown`)."""
+        return self._one(w.Close, _agent_ref(ref, "close"))
+
+    def close_tree(self, ref: str) -> list[AgentInfo]:
+        """Like ``Runtime.close_tree``."""
+        result: list[AgentInfo] = self._run("subtree", w.CloseTree, ref)
+        return result
+
+    def get(self, ref: str) -> AgentInfo:
+        """Like ``Runtime.get``."""
+        result: AgentInfo = self._run("get", ref)
+        return result
+
+    def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
+        """Like ``Runtime.agents``: every shard's agents, oldest first."""
+        result: list[AgentInfo] = self._run("agents", include_closed)
+        return result
+
+    def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
+        """Like ``Runtime.inspect``."""
+        result: AgentDetail = self._run("inspect", ref, transcript_tail)
+        return result
+
+    def _one(self, kind: type[Any], ref: Any, *extra: Any) -> AgentInfo:
+        result: AgentInfo = self._run("one", kind, ref, *extra)
+        return result
+
+    # -- asyncio faces -------------------------------------------------------------------
+
+    async def spawn_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+    ) -> AgentInfo:
+        """Like :meth:`spawn`, without blocking the event loop."""
+        result: AgentInfo = await self._run_async(
+            "spawn", profile, task, name, parent, idempotency_key
+        )
+        return result
+
+    async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
+        """Like :meth:`wait`; a cancelled wait gives back what it was handed."""
+        result: Completion = await self._run_async("wait", ref, timeout)
+        return result
+
+    async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
+        """Like :meth:`send`, without blocking the event loop."""
+        result: Message = await self._run_async("send", ref, content, dedup_key)
+        return result
+
+    async def messages_async(self, timeout: float | None = None) -> list[Message]:
+        """Like :meth:`messages`, without blocking the event loop."""
+        result: list[Message] = await self._run_async("messages", timeout)
+        return result
+
+    async def follow_up_async(self, ref: str, task: str) -> AgentInfo:
+        """Like :meth:`follow_up`, without blocking the event loop."""
+        return await self._one_async(w.FollowUp, ref, task)
+
+    async def resume_async(self, ref: str) -> AgentInfo:
+        """Like :meth:`resume`, without blocking the event loop."""
+        return await self._one_async(w.Resume, ref)
+
+    async def interrupt_async(self, ref: str) -> AgentInfo:
+        """Like :meth:`interrupt`, without blocking the event loop."""
+        return await self._one_async(w.Interrupt, ref)
+
+    async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
+        """Like :meth:`interrupt_tree`, without blocking the event loop."""
+        result: list[AgentInfo] = await self._run_async("subtree", w.InterruptTree, ref)
+        return result
+
+    async def close_async(self, ref: str = _NO_REF) -> AgentInfo:
+        """Like :meth:`close`, without blocking the event loop."""
+        return await self._one_async(w.Close, _agent_ref(ref, "close_async"))
+
+    async def close_tree_async(self, ref: str) -> list[AgentInfo]:
+        """Like :meth:`close_tree`, without blocking the event loop."""
+        result: list[AgentInfo] = await self._run_async("subtree", w.CloseTree, ref)
+        return result
+
+    async def get_async(self, ref: str) -> AgentInfo:
+        """Like :meth:`get`, without blocking the event loop."""
+        result: AgentInfo = await self._run_async("get", ref)
+        return result
+
+    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
+        """Like :meth:`agents`, without blocking the event loop."""
+        result: list[AgentInfo] = await self._run_async("agents", include_closed)
+        return result
+
+    async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
+        """Like :meth:`inspect`, without blocking the event loop."""
+        result: AgentDetail = await self._run_async("inspect", ref, transcript_tail)
+        return result
+
+    async def _one_async(self, kind: type[Any], ref: Any, *extra: Any) -> AgentInfo:
+        result: AgentInfo = await self._run_async("one", kind, ref, *extra)
+        return result
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`shutdown` (or :meth:`detach`) ran."""
+        return self._closed
+
+    def shutdown(self) -> None:
+        """Close every shard's runtime and stop the cluster's actors; idempotent.
+
+        Each shard commits what it was doing and releases its store; the
+        actors are then killed without a restart, and a local Ray this face
+        started is stopped.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._transport is not None:
+            startup.stop(self._transport)
+        self._disconnect()
+
+    def detach(self) -> None:
+        """Leave the cluster running for other drivers; only this face is closed.
+
+        A local Ray this face started cannot outlive it: it is stopped (the
+        stores keep every committed step, as after a crash).
+        """
+        with self._lock:
+            self._closed = True
+        self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self.local is not None:
+            self.local.shutdown()
+        elif self._connected_here and self._ray is not None:
+            self._ray.shutdown()
+        self._connected_here = False
+
+    def __enter__(self) -> Cluster:
+        """Return the cluster itself."""
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Shut the cluster down (see :meth:`shutdown`)."""
+        self.shutdown()
+
+
+def _call(step: One) -> Op[bytes]:
+    """An operation of one step: the raw reply."""
+    raw: bytes = yield step
+    return raw
+
+
+def _agent_ref(ref: Any, method: str) -> Any:
+    if ref is _NO_REF or ref is None:
+        given = "no argument" if ref is _NO_REF else "None"
+        raise ArgumentTypeError(
+            f"{method}() closes one agent and needs its id or path, got {given}; "
+            "to close the cluster use shutdown() or a with block"
+        )
+    return ref

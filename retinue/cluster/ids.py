@@ -1,0 +1,80 @@
+"""Cluster ids: every id a cluster hands out carries its shard, ``s<k>-<shard-local id>``.
+
+A shard's runtime makes its own ids (32 hex digits); the shard prefixes every
+id it sends out (agents, completions ``s<k>-<agent>:<generation>``, messages
+``s<k>-<recipient>:<seq>``, the host inbox's ``s<k>-/root:<seq>`` among them)
+and the face strips the prefix on the way in, so a call by id goes straight
+to its shard. ``-`` never occurs in an agent name, so an id is never mistaken
+for a (relative) path.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from retinue.protocol.details import AgentDetail
+from retinue.protocol.messages import AgentInfo, Completion, Message
+
+__all__ = [
+    "global_id",
+    "map_completion",
+    "map_detail",
+    "map_info",
+    "map_message",
+    "split_id",
+]
+
+_ID = re.compile(r"s(0|[1-9][0-9]{0,4})-(.+)", re.DOTALL)
+_replace = msgspec.structs.replace
+
+
+def global_id(shard: int, local: str) -> str:
+    """Return the cluster id of shard ``shard``'s id ``local`` (the host's empty id stays)."""
+    return f"s{shard}-{local}" if local else local
+
+
+def split_id(ref: str) -> tuple[int, str] | None:
+    """Return ``(shard, local id)`` for a cluster id, or None for anything else (a path)."""
+    match = _ID.fullmatch(ref)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def map_info(shard: int, info: AgentInfo) -> AgentInfo:
+    """Return ``info`` with its id as a cluster id."""
+    return _replace(info, id=global_id(shard, info.id))
+
+
+def map_completion(shard: int, completion: Completion) -> Completion:
+    """Return ``completion`` with its id and agent id as cluster ids."""
+    return _replace(
+        completion,
+        id=global_id(shard, completion.id),
+        agent_id=global_id(shard, completion.agent_id),
+    )
+
+
+def map_message(shard: int, message: Message) -> Message:
+    """Return ``message`` with its ids (and its completion's) as cluster ids."""
+    return _replace(
+        message,
+        id=global_id(shard, message.id),
+        sender_id=global_id(shard, message.sender_id),
+        recipient_id=global_id(shard, message.recipient_id),
+        completion=None
+        if message.completion is None
+        else map_completion(shard, message.completion),
+    )
+
+
+def map_detail(shard: int, detail: AgentDetail) -> AgentDetail:
+    """Return ``detail`` with every id in it as a cluster id."""
+    return _replace(
+        detail,
+        info=map_info(shard, detail.info),
+        unread=tuple(map_message(shard, m) for m in detail.unread),
+        pending=tuple(map_completion(shard, c) for c in detail.pending),
+    )

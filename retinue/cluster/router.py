@@ -1,0 +1,323 @@
+"""The host calls of a cluster, each written once as a generator of transport steps.
+
+:class:`Router` holds what a face knows: the shard count, the directory
+entries it has seen (entries never change once recorded, so a cached one is
+never stale), the completions it has returned and the leases it could not
+acknowledge yet. Each host call is a method returning an
+:data:`~retinue.cluster.transport.Op`, run by the transport from a thread
+or an event loop.
+
+- A ref that is a cluster id (``s<k>-...``) goes to shard ``k``; a path goes
+  to the shard the directory records for its top-level name. A name the
+  directory does not know (a spawn whose directory record was lost with its
+  driver, or an id without its shard) is looked for on every shard, and
+  recorded where it is found.
+- Mutating calls carry a fresh request id; a spawn without an idempotency key
+  gets one made from it, a send without a dedup key too (taken off the
+  returned message again), so the runtime's own commit deduplicates a retry.
+- A wait is leased and acknowledged before it returns; the face never
+  returns one completion twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from typing import Any
+
+import msgspec
+
+from retinue.actors.waiting import resolve_timeout
+from retinue.cluster import wire as w
+from retinue.cluster.ids import split_id
+from retinue.cluster.transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race
+from retinue.errors import (
+    ArgumentTypeError,
+    DedupKeyTooLong,
+    RetinueError,
+    ShardUnavailable,
+    UnknownAgent,
+)
+from retinue.protocol import paths
+from retinue.protocol.checks import check_key, preview
+from retinue.protocol.details import AgentDetail
+from retinue.protocol.ids import new_id
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentInfo, Completion, Message
+
+__all__ = ["Router"]
+
+KEY_PREFIX = "~"  # generated idempotency and dedup keys: "~<request id>"
+MIN_GENERATED_KEY = 17  # a generated key keeps at least 64 random bits, or none is made
+_enc = w.encode_call
+
+
+class Router:
+    """A face's routing state and its host calls as transport generators.
+
+    Thread-safe: host threads and event loops may run operations at once; the
+    shared state is only touched under a lock, never across a step.
+    """
+
+    def __init__(
+        self,
+        shards: int,
+        limits: Limits,
+        *,
+        retry_s: float,
+        call_timeout_s: float,
+        remember: int = 100_000,
+    ) -> None:
+        """Route over ``shards`` shards; remember up to ``remember`` names and completions."""
+        self.shards = shards
+        self.limits = limits
+        self.retry_s = retry_s
+        self.call_timeout_s = call_timeout_s
+        self.remember = remember
+        self.names: OrderedDict[str, int] = OrderedDict()
+        self._returned: set[str] = set()
+        self._returned_order: deque[str] = deque()
+        self.unacked: list[tuple[int, str]] = []  # leases whose ack did not get through
+        self._lock = threading.Lock()
+
+    # -- routing -------------------------------------------------------------------------
+
+    def _cache(self, name: str, shard: int) -> int:
+        with self._lock:
+            self.names[name] = shard
+            if len(self.names) > self.remember:
+                self.names.popitem(last=False)
+        return shard
+
+    def route(self, ref: Any, field: str = "ref") -> Op[tuple[int, str]]:
+        """Return ``(shard, shard-local ref)`` for a host's agent reference.
+
+        Raises:
+            ArgumentTypeError, InvalidAgentPath: a bad reference.
+            UnknownAgent: an id of a shard the cluster does not have, or a
+                name no shard holds.
+        """
+        if not isinstance(ref, str):
+            raise ArgumentTypeError(f"{field} must be a str, not {type(ref).__name__}")
+        split = split_id(ref)
+        if split is not None:
+            shard, local = split
+            if shard >= self.shards:
+                raise UnknownAgent(f"no agent {preview(ref)}: the cluster has {self.shards} shards")
+            return shard, local
+        path = paths.resolve(paths.ROOT, ref, field=field)
+        if path == paths.ROOT:
+            return 0, ref
+        top = path.split("/")[2]
+        cached = self.names.get(top)
+        if cached is None:
+            found: int | None = yield Dir("lookup", (top,))
+            cached = found if found is not None else (yield from self._search(ref, top))
+            self._cache(top, cached)
+        return cached, path
+
+    def _search(self, ref: str, top: str) -> Op[int]:
+        """Ask every shard for ``ref``; record where its top-level name lives.
+
+        Raises:
+            UnknownAgent (or the shards' own refusal): no shard holds it.
+        """
+        replies = yield Many(tuple(One(k, _enc(w.Get(ref)), "get") for k in range(self.shards)))
+        first: RetinueError | None = None
+        for shard, raw in enumerate(replies):
+            try:
+                info = w.decode_reply(raw, AgentInfo)
+            except RetinueError as exc:
+                first = first or exc
+                continue
+            if info.path.split("/")[2] == top:
+                yield Dir("record", (top, shard))
+            return shard
+        assert first is not None
+        raise first
+
+    def _key(self, given: Any, rid: str, field: str) -> str | None:
+        """Return the key a call carries: the caller's (checked), or one made from ``rid``.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument, DedupKeyTooLong: a bad given key.
+        """
+        cap = self.limits.dedup_key_max_length
+        if given is not None:
+            key = check_key(given, field)
+            if len(key) > cap:
+                raise DedupKeyTooLong(
+                    f"{field} has {len(key)} characters; max is {cap}", limit=cap, value=len(key)
+                )
+            return key
+        if cap < MIN_GENERATED_KEY:
+            return None
+        return KEY_PREFIX + rid[: cap - len(KEY_PREFIX)]
+
+    # -- mutating calls ------------------------------------------------------------------
+
+    def spawn(self, profile: str, task: str, name: Any, parent: Any, key: Any) -> Op[AgentInfo]:
+        """Spawn on the parent's shard, or place a new top-level agent (see the directory)."""
+        rid = new_id()
+        made = self._key(key, rid, "idempotency_key")
+        top = parent is None or parent == paths.ROOT
+        if not top:
+            shard, local_parent = yield from self.route(parent, "parent")
+        elif name is not None:
+            paths.validate_name(name, field="name")
+            cached = self.names.get(name)
+            shard = (
+                cached if cached is not None else self._cache(name, (yield Dir("place", (name,))))
+            )
+            local_parent = paths.ROOT
+        else:
+            shard = (yield Dir("place_key", (made,))) if key is not None else (yield Dir("pick"))
+            local_parent = paths.ROOT
+        call = w.Spawn(rid, profile, task, name, local_parent, made)
+        info = w.decode_reply((yield One(shard, _enc(call), "spawn")), AgentInfo)
+        if top and name is None:
+            self._cache(info.name, (yield Dir("record", (info.name, shard))))
+        return info
+
+    def send(self, ref: Any, content: str, dedup_key: Any) -> Op[Message]:
+        """Send to an agent's mailbox; a made dedup key is taken off the returned message."""
+        rid = new_id()
+        key = self._key(dedup_key, rid, "dedup_key")
+        shard, local = yield from self.route(ref)
+        call = w.Send(rid, local, content, key)
+        message = w.decode_reply((yield One(shard, _enc(call), "send")), Message)
+        if dedup_key is None and message.dedup_key is not None:
+            message = msgspec.structs.replace(message, dedup_key=None)
+        return message
+
+    def one(self, kind: type[Any], ref: Any, *extra: Any) -> Op[AgentInfo]:
+        """A call on one agent answered with it: follow_up, resume, interrupt, close."""
+        shard, local = yield from self.route(ref)
+        call = kind(new_id(), local, *extra)
+        raw = yield One(shard, _enc(call), call.__struct_config__.tag)
+        return w.decode_reply(raw, AgentInfo)
+
+    def subtree(self, kind: type[Any], ref: Any) -> Op[list[AgentInfo]]:
+        """A call on a subtree answered with its agents: interrupt_tree, close_tree."""
+        shard, local = yield from self.route(ref)
+        call = kind(new_id(), local)
+        raw = yield One(shard, _enc(call), call.__struct_config__.tag)
+        return w.decode_reply(raw, list[AgentInfo])
+
+    # -- waits ---------------------------------------------------------------------------
+
+    def wait(self, ref: Any, timeout: float | None) -> Op[Completion]:
+        """Wait under a lease; acknowledge it; never return one completion twice.
+
+        Raises:
+            WaitTimeout, NothingToWaitFor, UnknownAgent: as ``Runtime.wait``.
+            ShardUnavailable: the shard did not come back within ``retry_s``.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        shard, local = yield from self.route(ref)
+        deadline = time.monotonic() + seconds
+        failing_since: float | None = None
+        attempt = 0
+        lease = new_id()
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            call = One(
+                shard,
+                _enc(w.Wait(lease, local, remaining)),
+                "wait",
+                timeout_s=remaining,
+                retry=False,
+                on_cancel=_enc(w.Release(lease)),
+            )
+            try:
+                raw = yield call
+            except ShardUnavailable:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > self.retry_s:
+                    raise
+                yield Pause(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1
+                continue  # the same lease: a wait that took a completion hands it over again
+            completion = w.decode_reply(raw, Completion)
+            yield from self._ack(shard, lease)
+            if self._first_time(completion.id):
+                return completion
+            lease = new_id()  # handed out again after its lease ran out: not twice
+
+    def _ack(self, shard: int, lease: str) -> Op[None]:
+        """Acknowledge ``lease`` (and any the face could not acknowledge before)."""
+        with self._lock:
+            todo, self.unacked = [(shard, lease), *self.unacked], []
+        for pending in todo:
+            try:
+                yield One(pending[0], _enc(w.Ack(pending[1])), "ack")
+            except ShardUnavailable:
+                with self._lock:
+                    self.unacked.append(pending)  # released after lease_timeout_s at worst
+
+    def _first_time(self, completion_id: str) -> bool:
+        """Note that the face returns ``completion_id``; False if it returned it before."""
+        with self._lock:
+            if completion_id in self._returned:
+                return False
+            self._returned.add(completion_id)
+            self._returned_order.append(completion_id)
+            if len(self._returned_order) > self.remember:
+                self._returned.discard(self._returned_order.popleft())
+            return True
+
+    def messages(self, timeout: float | None) -> Op[list[Message]]:
+        """Every shard's host inbox, oldest first; wait for the first message on any shard."""
+        seconds = resolve_timeout(timeout, self.limits)
+        polls = [w.Messages(new_id(), 0.0) for _ in range(self.shards)]
+        replies = yield Many(tuple(One(k, _enc(p), "messages") for k, p in enumerate(polls)))
+        got = _merge(replies)
+        if got or seconds == 0:
+            return got
+        waits = [w.Messages(new_id(), seconds) for _ in range(self.shards)]
+        replies = yield Race(
+            calls=tuple(
+                One(k, _enc(c), "messages", timeout_s=seconds) for k, c in enumerate(waits)
+            ),
+            stops=tuple(One(k, _enc(w.StopWaiting((c.rid,)))) for k, c in enumerate(waits)),
+            fallback=tuple(
+                One(k, _enc(w.Messages(c.rid, 0.0)), "messages") for k, c in enumerate(waits)
+            ),
+            done=_has_messages,
+        )
+        return _merge(replies)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, ref: Any) -> Op[AgentInfo]:
+        """One agent, by cluster id or live path."""
+        shard, local = yield from self.route(ref)
+        return w.decode_reply((yield One(shard, _enc(w.Get(local)), "get")), AgentInfo)
+
+    def inspect(self, ref: Any, tail: int) -> Op[AgentDetail]:
+        """One agent in full."""
+        shard, local = yield from self.route(ref)
+        raw = yield One(shard, _enc(w.Inspect(local, tail)), "inspect")
+        return w.decode_reply(raw, AgentDetail)
+
+    def agents(self, include_closed: bool) -> Op[list[AgentInfo]]:
+        """Every shard's agents, merged oldest first."""
+        call = _enc(w.Agents(include_closed))
+        replies = yield Many(tuple(One(k, call, "agents") for k in range(self.shards)))
+        merged = [a for raw in replies for a in w.decode_reply(raw, list[AgentInfo])]
+        return sorted(merged, key=lambda a: (a.created_at, a.id))
+
+
+def _has_messages(raw: bytes) -> bool:
+    """Return True if an inbox answer holds messages (a refusal holds none)."""
+    try:
+        return bool(w.decode_reply(raw, list[Message]))
+    except RetinueError:
+        return False
+
+
+def _merge(replies: list[bytes]) -> list[Message]:
+    """Decode every shard's inbox answer and merge them oldest first."""
+    merged = [m for raw in replies for m in w.decode_reply(raw, list[Message])]
+    return sorted(merged, key=lambda m: (m.created_at, m.id))

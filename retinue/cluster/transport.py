@@ -1,0 +1,324 @@
+"""The face's side of the wire: Ray calls to shards and the directory, retried, sync or async.
+
+A host call is written once, as a generator (:mod:`retinue.cluster.router`)
+that yields *steps* — a call to one shard, calls to several at once, a
+directory call, a pause — and receives their results. :class:`Transport`
+runs such a generator from a thread (:meth:`Transport.run`, blocking on
+``ray.get``) or from an event loop (:meth:`Transport.run_async`, awaiting
+the object refs), so every sync host call and its ``*_async`` twin share
+one body.
+
+A call Ray reports as failed (the shard's process died, the actor is
+restarting or unreachable, the answer did not come within its bound) is
+sent again with the same bytes, so with the same request id, until
+``retry_s`` has passed; then :class:`~retinue.errors.ShardUnavailable` is
+thrown into the generator. A step with ``retry=False`` gets that error at
+the first failure (a wait retries itself, with its remaining time).
+
+:class:`Faults` injects lost replies for tests: the call runs on the shard,
+its answer is dropped on the way back, as Ray reports a call that ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from retinue.errors import ShardUnavailable
+
+__all__ = ["Dir", "Faults", "Many", "One", "Op", "Pause", "Race", "Transport", "failure_text"]
+
+T = TypeVar("T")
+BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class One:
+    """Call shard ``shard`` with ``payload``; the result is the reply's bytes.
+
+    ``tag`` names the call (for fault injection); ``timeout_s`` bounds one
+    attempt; ``on_cancel`` is sent (unanswered) if an async caller is
+    cancelled while the call is in flight.
+    """
+
+    shard: int
+    payload: bytes
+    tag: str = ""
+    timeout_s: float | None = None
+    retry: bool = True
+    on_cancel: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Many:
+    """Call several shards at once; the result is their replies, in order."""
+
+    calls: tuple[One, ...]
+
+
+@dataclass(frozen=True)
+class Race:
+    """Blocking calls on several shards: once one answers and ``done(reply)``, stop the rest.
+
+    ``stops[i]`` is sent to the shard of ``calls[i]`` to end it early; the
+    result is every call's reply, in order (so nothing one of them took is
+    dropped). ``fallback[i]`` replaces a call that failed (same request id).
+    """
+
+    calls: tuple[One, ...]
+    stops: tuple[One, ...]
+    fallback: tuple[One, ...]
+    done: Callable[[bytes], bool]
+
+
+@dataclass(frozen=True)
+class Dir:
+    """Call the directory's ``method`` with ``args``; the result is its return value."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Sleep ``seconds`` (a backoff inside a step that retries itself)."""
+
+    seconds: float
+
+
+Step = One | Many | Race | Dir | Pause
+Op = Generator[Step, Any, T]
+
+
+@dataclass
+class Faults:
+    """Replies to drop, by call tag (``spawn``, ``send``, ``wait``, ...), for tests."""
+
+    drop: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
+
+    def take(self, tag: str) -> bool:
+        """Return True (and count it) if the reply of this ``tag`` call is to be dropped."""
+        left = self.drop.get(tag, 0)
+        if left <= 0:
+            return False
+        self.drop[tag] = left - 1
+        self.dropped += 1
+        return True
+
+
+class _Lost(Exception):
+    """One attempt failed (internal to the transport)."""
+
+
+def failure_text(error: BaseException) -> str:
+    """Return one line saying why a Ray call failed (a constructor's own error if it was one).
+
+    Ray's message for an actor whose constructor raised carries the whole
+    remote traceback; its last line is the error itself.
+    """
+    text = str(error)
+    if getattr(error, "actor_init_failed", False):
+        lines = [line for line in text.splitlines() if line.strip()]
+        text = lines[-1].strip() if lines else text
+    return f"{type(error).__name__}: {text[:300]}"
+
+
+class Transport:
+    """Ray calls to a cluster's shards and directory, with retries."""
+
+    def __init__(
+        self,
+        ray: Any,
+        shards: list[Any],
+        directory: Any,
+        *,
+        retry_s: float,
+        call_timeout_s: float,
+    ) -> None:
+        """Call ``shards`` (actor handles by index) and ``directory`` through ``ray``."""
+        self.ray = ray
+        self.shards = shards
+        self.directory = directory
+        self.retry_s = retry_s
+        self.call_timeout_s = call_timeout_s
+        self.faults = Faults()
+        errors = ray.exceptions
+        self._failures = (errors.RayActorError, errors.GetTimeoutError, errors.ActorDiedError)
+
+    def _unavailable(self, shard: int | None, why: BaseException) -> ShardUnavailable:
+        what = "the directory" if shard is None else f"shard {shard}"
+        return ShardUnavailable(
+            f"{what} did not answer within {self.retry_s:g}s ({failure_text(why)}); "
+            "the call may have run: repeating it is safe",
+            shard=shard,
+        )
+
+    def _gone(self, exc: BaseException) -> bool:
+        """True for a failure no retry cures (an actor whose constructor failed, or killed)."""
+        return isinstance(exc, self.ray.exceptions.ActorDiedError) and bool(
+            getattr(exc, "actor_init_failed", False)
+        )
+
+    # -- sync ----------------------------------------------------------------------------
+
+    def run(self, op: Op[T]) -> T:
+        """Run a host call's generator from a thread; return its value.
+
+        Raises:
+            whatever the generator raises (a shard's refusal, ShardUnavailable).
+        """
+        try:
+            step = next(op)
+            while True:
+                try:
+                    result = self._step(step)
+                except Exception as exc:
+                    step = op.throw(exc)
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+
+    def _step(self, step: Step) -> Any:
+        match step:
+            case One():
+                return self._one(step, None)
+            case Many():
+                refs = [self._submit(c) for c in step.calls]
+                return [self._one(c, ref) for c, ref in zip(step.calls, refs, strict=True)]
+            case Race():
+                return self._race(step)
+            case Dir():
+                return self._dir(step)
+            case Pause():
+                time.sleep(step.seconds)
+                return None
+
+    def _submit(self, call: One) -> Any:
+        return self.shards[call.shard].handle.remote(call.payload)
+
+    def _one(self, call: One, ref: Any) -> bytes:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                ref = self._submit(call) if ref is None else ref
+                raw: bytes = self.ray.get(ref, timeout=self._bound(call))
+                if self.faults.take(call.tag):
+                    raise _Lost("reply dropped (injected)")
+                return raw
+            except (*self._failures, _Lost) as exc:
+                ref = None
+                if not call.retry or self._gone(exc) or time.monotonic() - started > self.retry_s:
+                    raise self._unavailable(call.shard, exc) from None
+                time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1
+
+    def _bound(self, call: One) -> float:
+        return self.call_timeout_s + (call.timeout_s or 0.0)
+
+    def _race(self, race: Race) -> list[bytes]:
+        refs = [self._submit(c) for c in race.calls]
+        pending = list(refs)
+        stopped = False
+        while pending and not stopped:
+            ready, pending = self.ray.wait(pending, num_returns=1)
+            for ref in ready:
+                with contextlib.suppress(*self._failures):
+                    if race.done(self.ray.get(ref)):
+                        stopped = True
+        if stopped:
+            for i, ref in enumerate(refs):
+                if ref in pending:
+                    self._fire(race.stops[i])
+        return [self._settle(race, i, ref) for i, ref in enumerate(refs)]
+
+    def _settle(self, race: Race, i: int, ref: Any) -> bytes:
+        try:
+            raw: bytes = self.ray.get(ref, timeout=self._bound(race.calls[i]))
+            return raw
+        except self._failures:
+            return self._one(race.fallback[i], None)
+
+    def _fire(self, call: One) -> None:
+        """Send ``call`` without waiting for its answer."""
+        with contextlib.suppress(*self._failures):
+            self._submit(call)
+
+    def _dir(self, step: Dir) -> Any:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                method = getattr(self.directory, step.method)
+                return self.ray.get(method.remote(*step.args), timeout=self.call_timeout_s)
+            except self._failures as exc:
+                if self._gone(exc) or time.monotonic() - started > self.retry_s:
+                    raise self._unavailable(None, exc) from None
+                time.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1
+
+    # -- async ---------------------------------------------------------------------------
+
+    async def run_async(self, op: Op[T]) -> T:
+        """Run a host call's generator on the running event loop; return its value.
+
+        Raises:
+            whatever the generator raises (a shard's refusal, ShardUnavailable).
+        """
+        try:
+            step = next(op)
+            while True:
+                try:
+                    result = await self._step_async(step)
+                except Exception as exc:
+                    step = op.throw(exc)
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+
+    async def _step_async(self, step: Step) -> Any:
+        match step:
+            case One():
+                return await self._one_async(step)
+            case Many():
+                return list(await asyncio.gather(*(self._one_async(c) for c in step.calls)))
+            case Race():
+                return await asyncio.to_thread(self._race, step)
+            case Dir():
+                return await asyncio.to_thread(self._dir, step)
+            case Pause():
+                await asyncio.sleep(step.seconds)
+                return None
+
+    async def _one_async(self, call: One) -> bytes:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            ref = self._submit(call)
+            try:
+                raw: bytes = await asyncio.wait_for(
+                    asyncio.wrap_future(ref.future()), self._bound(call)
+                )
+                if self.faults.take(call.tag):
+                    raise _Lost("reply dropped (injected)")
+                return raw
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    self.ray.cancel(ref)
+                if call.on_cancel is not None:
+                    self._fire(One(call.shard, call.on_cancel))
+                raise
+            except (*self._failures, _Lost, TimeoutError) as exc:
+                if not call.retry or self._gone(exc) or time.monotonic() - started > self.retry_s:
+                    raise self._unavailable(call.shard, exc) from None
+                await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1

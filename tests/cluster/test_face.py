@@ -1,0 +1,66 @@
+"""The cluster's host face offers a Runtime's host calls, same names and arguments; no Ray."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from retinue import ArgumentTypeError, ConfigurationError, Profile, Runtime
+from retinue.cluster import Cluster
+
+
+def shape(signature: inspect.Signature, skip: str = "") -> list[tuple[object, ...]]:
+    """Each parameter's name, kind, annotation and default (a bare sentinel as such)."""
+    return [
+        (
+            p.name,
+            p.kind,
+            p.annotation,
+            "<no argument>" if type(p.default) is object else p.default,
+        )
+        for p in signature.parameters.values()
+        if p.name != skip
+    ]
+
+
+HOST_CALLS = [
+    "agents",
+    "close",
+    "close_tree",
+    "follow_up",
+    "get",
+    "inspect",
+    "interrupt",
+    "interrupt_tree",
+    "messages",
+    "resume",
+    "send",
+    "spawn",
+    "wait",
+]
+
+
+@pytest.mark.parametrize("name", HOST_CALLS)
+def test_each_call_takes_the_runtimes_arguments_and_has_an_async_twin(name: str) -> None:
+    face = inspect.signature(getattr(Cluster, name))
+    twin = inspect.signature(getattr(Cluster, f"{name}_async"))
+    runtime = inspect.signature(getattr(Runtime, name))
+    # The face leases its waits itself: Runtime.wait's lease is not the host's to pass.
+    expected = shape(runtime, skip="lease")
+    assert shape(face) == expected
+    assert shape(twin) == expected
+    assert face.return_annotation == runtime.return_annotation == twin.return_annotation
+    assert inspect.iscoroutinefunction(getattr(Cluster, f"{name}_async"))
+
+
+def test_bad_arguments_are_refused_before_ray_is_touched(tmp_path: Path) -> None:
+    with pytest.raises(ArgumentTypeError, match="shards must be an int"):
+        Cluster.open(tmp_path, shards="4")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="shards must be 1 to"):
+        Cluster.open(tmp_path, shards=0)
+    with pytest.raises(ArgumentTypeError, match="store_root must name a folder"):
+        Cluster.open(7)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="cannot reach the cluster's workers"):
+        Cluster.open(tmp_path, profiles=[Profile("p", runner=lambda turn: "x")])

@@ -1,0 +1,189 @@
+"""A shard's core without Ray: request ids answered once, leases, inbox waits, reopen.
+
+:class:`~retinue.cluster.shard.ShardCore` is what each Ray actor hosts; here
+it runs over a real store in ``tmp_path`` and is fed the same encoded calls a
+face sends, on an event loop of the test's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import clusterlib
+import pytest
+from conftest import wait_until
+
+from retinue import (
+    AgentInfo,
+    AgentState,
+    Completion,
+    DuplicateAgentPath,
+    Message,
+    NothingToWaitFor,
+    Profile,
+    RuntimeClosed,
+)
+from retinue.cluster import wire as w
+from retinue.cluster.shard import ShardCore
+from retinue.cluster.specs import ShardConfig, spec_of
+from retinue.protocol.details import AgentDetail
+
+PROFILES = (
+    spec_of(Profile("worker", runner=clusterlib.echo)),
+    spec_of(Profile("talker", runner=clusterlib.talker)),
+)
+
+
+def call(core: ShardCore, message: w.Call, kind: type[Any] = AgentInfo) -> Any:
+    return w.decode_reply(asyncio.run(core.handle(w.encode_call(message))), kind)
+
+
+@pytest.fixture
+def open_core(tmp_path: Path) -> Iterator[Any]:
+    opened: list[ShardCore] = []
+
+    def _open(**options: Any) -> ShardCore:
+        core = ShardCore.open(1, tmp_path / "shard-1", ShardConfig(profiles=PROFILES, **options))
+        opened.append(core)
+        return core
+
+    yield _open
+    for core in opened:
+        core.close()
+
+
+def test_a_repeated_request_id_is_answered_from_the_log(open_core: Any) -> None:
+    core = open_core()
+    spawn = w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1")
+    first = asyncio.run(core.handle(w.encode_call(spawn)))
+    again = asyncio.run(core.handle(w.encode_call(spawn)))
+    assert again == first
+    info = w.decode_reply(first, AgentInfo)
+    assert info.id.startswith("s1-")
+    assert len(core.rt.agents()) == 1
+    # Refusals are answers too: the same request id gets the same refusal.
+    clash = w.Spawn("rid-2", "worker", "t", "a", "/root", "~rid-2")
+    with pytest.raises(DuplicateAgentPath):
+        call(core, clash)
+    core.rt.close_tree(info.id.removeprefix("s1-"))
+    with pytest.raises(DuplicateAgentPath):
+        call(core, clash)  # recorded: not run again although the name is free now
+
+
+def test_the_log_outlives_the_shard_process(open_core: Any, tmp_path: Path) -> None:
+    core = open_core()
+    spawn = w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1")
+    first = call(core, spawn)
+    core.close()
+    again = open_core()
+    assert call(again, spawn) == first
+    assert len(again.rt.agents()) == 1
+
+
+def test_a_crash_between_the_runtime_and_the_log_still_spawns_and_sends_once(
+    open_core: Any,
+) -> None:
+    core = open_core()
+    # What the runtime committed before a crash that the log never recorded:
+    made = core.rt.spawn("worker", "t", name="a", idempotency_key="~rid-1")
+    sent = core.rt.send(made.id, "hi", dedup_key="~rid-2")
+    # The retried calls carry the same keys: the runtime's own commit answers them.
+    info = call(core, w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1"))
+    assert info.id == f"s1-{made.id}"
+    message = call(core, w.Send("rid-2", made.id, "hi", "~rid-2"), Message)
+    assert message.id == f"s1-{sent.id}"
+    assert len(core.rt.agents()) == 1
+    assert [m.id for m in core.rt.inspect(made.id).unread] == [sent.id]
+
+
+def test_concurrent_repeats_run_the_call_once(open_core: Any) -> None:
+    core = open_core()
+    spawn = w.Spawn("rid-1", "worker", "t", None, "/root", "~rid-1")
+
+    async def both() -> list[bytes]:
+        payload = w.encode_call(spawn)
+        return list(await asyncio.gather(*(core.handle(payload) for _ in range(5))))
+
+    replies = asyncio.run(both())
+    assert len(set(replies)) == 1
+    assert len(core.rt.agents()) == 1
+
+
+def test_a_closing_runtime_is_not_recorded_as_the_answer(open_core: Any) -> None:
+    core = open_core()
+    core.rt.shutdown()
+    with pytest.raises(RuntimeClosed):
+        call(core, w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1"))
+    assert core.log.get("rid-1") is None  # the retry after a restart runs it
+
+
+def test_a_lease_is_held_until_acknowledged(open_core: Any) -> None:
+    core = open_core()
+    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    local = a.id.removeprefix("s1-")
+    done = call(core, w.Wait("L1", local, 10.0), Completion)
+    assert done.id == f"{a.id}:1"
+    assert call(core, w.Wait("L1", local, 0.0), Completion) == done  # the reply was lost
+    assert call(core, w.Ping(), w.Pong).leases == 1
+    assert call(core, w.Ack("L1"), bool) is True
+    assert call(core, w.Ping(), w.Pong).leases == 0
+    with pytest.raises(NothingToWaitFor):
+        call(core, w.Wait("L2", local, 0.0), Completion)
+
+
+def test_a_lease_never_acknowledged_is_released_after_its_timeout(open_core: Any) -> None:
+    core = open_core(lease_timeout_s=0.2)
+    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    local = a.id.removeprefix("s1-")
+    done = call(core, w.Wait("L1", local, 10.0), Completion)
+    wait_until(lambda: not core.rt.leases(), what="the lease released")
+    assert call(core, w.Wait("L2", local, 5.0), Completion) == done  # handed out again
+
+
+def test_leases_restored_on_reopen_are_released_if_never_acknowledged(open_core: Any) -> None:
+    core = open_core()
+    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    local = a.id.removeprefix("s1-")
+    done = call(core, w.Wait("L1", local, 10.0), Completion)
+    core.close()  # the face never acknowledged; the shard restarts
+    again = open_core(lease_timeout_s=0.2)
+    assert call(again, w.Ping(), w.Pong).leases == 1
+    assert call(again, w.Wait("L1", local, 0.0), Completion) == done
+    wait_until(lambda: not again.rt.leases(), what="the restored lease released")
+    assert call(again, w.Wait("L2", local, 5.0), Completion) == done
+
+
+def test_a_stopped_inbox_wait_ends_empty_and_loses_nothing(open_core: Any) -> None:
+    core = open_core()
+
+    async def scenario() -> None:
+        blocked = asyncio.ensure_future(core.handle(w.encode_call(w.Messages("m1", 30.0))))
+        await asyncio.sleep(0.1)
+        await core.handle(w.encode_call(w.StopWaiting(("m1",))))
+        assert w.decode_reply(await blocked, list[Message]) == []
+        await core.handle(w.encode_call(w.Spawn("r1", "talker", "t", "t", "/root", "~r1")))
+        for attempt in range(200):
+            poll = w.Messages(f"poll-{attempt}", 0.05)
+            got = w.decode_reply(await core.handle(w.encode_call(poll)), list[Message])
+            if got:
+                assert [m.content for m in got] == ["hello from t"]
+                assert got[0].id.startswith("s1-/root:")
+                return
+        raise AssertionError("the talker's message never arrived")
+
+    asyncio.run(scenario())
+
+
+def test_reads_map_every_id(open_core: Any) -> None:
+    core = open_core()
+    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    assert call(core, w.Get("/root/a")) == call(core, w.Get(a.id.removeprefix("s1-")))
+    (listed,) = call(core, w.Agents(False), list[AgentInfo])
+    assert listed.id == a.id
+    detail = call(core, w.Inspect("/root/a", 5), AgentDetail)
+    assert detail.info.id == a.id
+    closed = call(core, w.CloseTree("r2", a.id.removeprefix("s1-")), list[AgentInfo])
+    assert [(c.id, c.state) for c in closed] == [(a.id, AgentState.CLOSED)]
