@@ -25,6 +25,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from retinue import Limits, Profile, Runtime, Turn
 from retinue.errors import RetinueError
 from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+from stress.parts import Options, Part, Result
 
 LIMITS = Limits(
     depth_cap=3,
@@ -255,3 +257,23 @@ def run_crashes(
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "child":
     child_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+
+
+def _part(options: Options) -> Result:
+    """SIGKILL a random workload, reopen, check the acknowledgement log."""
+    kills = options.kills if options.kills is not None else (4 if options.quick else 200)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        verdicts = run_crashes(Path(tmp), kills, options.seed)
+    problems = [p for v in verdicts for p in v.problems]
+    row = {
+        "kills": len(verdicts),
+        "acknowledged_ops": sum(v.acks for v in verdicts),
+        "agents_at_end": verdicts[-1].agents if verdicts else 0,
+        "interrupted_at_restore": sum(v.interrupted_at_restore for v in verdicts),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    return Result.row("crash: SIGKILL a random workload, reopen, check the ack log", row, problems)
+
+
+PART = Part("crash", _part, check=True)

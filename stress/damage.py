@@ -30,11 +30,14 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stress.parts import Options, Part, Result
 
 CASE_TIMEOUT_S = 60.0
 
@@ -390,3 +393,19 @@ if __name__ == "__main__":
         with tempfile.TemporaryDirectory() as tmp:
             result = run(Path(tmp), quick="--quick" in sys.argv, seed=1)
         print(json.dumps(result, indent=2))
+
+
+def _part(options: Options) -> Result:
+    """Damaged store files opened in a child: typed errors, never a crash."""
+    with tempfile.TemporaryDirectory() as tmp:
+        row = run(Path(tmp), options.quick, options.seed)
+    problems = list(row["problems"])
+    shown = {k: v for k, v in row.items() if k not in ("problems", "other_errors")}
+    title = "damage: truncated, flipped, zeroed, lost and garbage store files, opened in a child"
+    result = Result.row(title, shown, problems)
+    result.data = row
+    result.notes = list(row["other_errors"])
+    return result
+
+
+PART = Part("damage", _part, check=True)

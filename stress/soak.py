@@ -23,10 +23,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from stress.parts import Options, Part, Result
 
 CALLERS = 6
 FOLLOW_UPS = 3
@@ -253,3 +256,19 @@ if __name__ == "__main__":
         print(json.dumps({k: v for k, v in result.items() if k != "timeline"}, indent=2))
         for point in result["timeline"]:
             print(point)
+
+
+def _part(options: Options) -> Result:
+    """Churn for a while; RSS and the store's size must level off."""
+    seconds = options.soak_seconds or (36.0 if options.quick else 600.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        row = run(Path(tmp), seconds, window=2.0 if seconds <= 120 else 10.0)
+    problems = list(row["problems"])
+    shown = {k: v for k, v in row.items() if k not in ("problems", "timeline")}
+    title = "soak: spawn/close churn and short turns; RSS and store size must level off"
+    result = Result.row(title, shown, problems)
+    result.data = row
+    return result
+
+
+PART = Part("soak", _part, check=True)

@@ -33,6 +33,7 @@ from typing import Any
 from retinue import Limits, Profile, Runtime, Turn
 from retinue.errors import AgentClosed, RetinueError, StoreError, StoreLocked, WaitTimeout
 from retinue.protocol.messages import AgentState, Completion
+from stress.parts import Options, Part, Result
 from stress.statemachine.storecheck import read_store
 
 LIMITS = Limits(
@@ -425,3 +426,17 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
         "problems": ledger.problems[:50],
         "seconds": round(elapsed, 1),
     }
+
+
+def _part(options: Options) -> Result:
+    """50 host threads and 500 asyncio tasks race; every completion received once."""
+    seconds = options.soak_seconds or (10.0 if options.quick else 300.0)
+    row = run(seconds, options.seed)
+    problems = list(row.pop("problems"))
+    if row["lost"] or row["duplicates"]:
+        problems.append(f"{row['lost']} completions lost, {row['duplicates']} received twice")
+    title = "races soak: 50 host threads + 500 asyncio tasks, every completion once"
+    return Result.row(title, row, problems)
+
+
+PART = Part("soak_races", _part, check=True)

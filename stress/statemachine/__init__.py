@@ -70,6 +70,7 @@ __all__ = ["LIMITS", "Harness", "RetinueMachine", "ci_settings", "run", "search"
 
 
 # -- entry points -------------------------------------------------------------------------------
+from stress.parts import Options, Part, Result
 
 
 def ci_settings(max_examples: int = 25, steps: int = 30) -> settings:
@@ -262,3 +263,13 @@ def _main(argv: Iterable[str] | None = None) -> int:
     for key, value in row.items():
         print(f"  {key:<20}  {value}")
     return 1 if row["problems"] else 0
+
+
+def _part(options: Options) -> Result:
+    """The hypothesis state machine over live actors (CI runs it seeded in the tests)."""
+    row = run(25 if options.quick else 200, 30 if options.quick else 50, options.seed)
+    title = "state machine: hypothesis rules over live actors, with reopen"
+    return Result.row(title, row, list(row.pop("problems")))
+
+
+PART = Part("statemachine", _part, check=True, in_quick=False)

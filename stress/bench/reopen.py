@@ -20,6 +20,7 @@ from retinue.persistence.store import Store, Write
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
+from stress.parts import Options, Part, Result
 
 
 def _idle(turn: Turn) -> str:
@@ -89,3 +90,11 @@ def run(agents: int = 100_000) -> dict[str, Any]:
         "first_reopen_s": round(first, 2),
         "second_reopen_s": round(second, 2),
     }
+
+
+def _part(options: Options) -> Result:
+    row = run(10_000 if options.quick else 100_000)
+    return Result.row("reopen: Runtime.open on a large store", row)
+
+
+PART = Part("reopen", _part)

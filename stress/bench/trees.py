@@ -9,7 +9,7 @@ Both runner kinds are measured: sync runners (pooled threads) and async
 runners (tasks on the runtime's loop, ``run_many_async``).
 
 Baseline, measured in the same run: AutoGen core's in-memory runtime on the
-same tree shape (see :mod:`stress.bench_autogen`), when installed.
+same tree shape (see :mod:`stress.bench.autogen`), when installed.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from retinue import Completion, Durability, Limits, Profile, Runtime, Turn
-from stress import bench_autogen, bench_lifecycle
-from stress.bench_autogen import percentile
+from stress.bench import autogen as bench_autogen
+from stress.bench import lifecycle as bench_lifecycle
+from stress.bench.autogen import percentile
 
 __all__ = ["routing_by_load", "run"]
+from stress.parts import Options, Part, Result
 
 
 class _Routes:
@@ -213,3 +215,20 @@ def _route(figures: dict[str, float]) -> str:
 
 def _median(runs: list[dict[str, float]], figure: str) -> float:
     return statistics.median(r[figure] for r in runs)
+
+
+def _trees(options: Options) -> Result:
+    row = run(32, 3 if options.quick else 20, rounds=1 if options.quick else 3)
+    title = "3-level trees (lead -> 2 mids -> 2 leaves, run_many), 32 at once, vs AutoGen"
+    return Result.row(title, row)
+
+
+def _routing(options: Options) -> Result:
+    loads = (1, 8) if options.quick else (1, 4, 8, 16, 32)
+    row = routing_by_load(loads, 32 if options.quick else 320)
+    title = "routing latency p50/p99 ms (a child's return -> its parent's wait) by trees in flight"
+    return Result.row(title, row)
+
+
+PART = Part("trees", _trees)
+ROUTING = Part("routing", _routing)

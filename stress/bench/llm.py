@@ -27,6 +27,7 @@ from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.provider import load_litellm
 from retinue.testing import OpenAIStub
+from stress.parts import Options, Part, Result
 
 STUB_THREAD_MARKS = ("process_request_thread", "openai-stub")
 WARM_UP = 10
@@ -158,3 +159,12 @@ def run(turns: int, bound: int = 64, reps: int = 1) -> dict[str, Any]:
 
 if __name__ == "__main__":
     print(run(100))
+
+
+def _part(options: Options) -> Result:
+    row = run(50 if options.quick else 1000, reps=1 if options.quick else 3)
+    title = "llm: concurrent model turns vs raw litellm.acompletion, local OpenAI server"
+    return Result.row(title, row)
+
+
+PART = Part("llm", _part)

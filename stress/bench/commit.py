@@ -21,6 +21,7 @@ from typing import Any
 import lmdb
 
 from retinue import Limits, Profile, Runtime, Turn
+from stress.parts import Options, Part, Result
 
 
 def _idle(turn: Turn) -> str:
@@ -95,3 +96,11 @@ def run(callers: int = 32, per_caller: int = 100) -> dict[str, Any]:
         "ratio_on_vs_raw": round(on / raw, 2),
         "ratio_on_vs_off": round(on / off, 2),
     }
+
+
+def _part(options: Options) -> Result:
+    row = run(32, 40 if options.quick else 300)
+    return Result.row("group commit: durable transitions/s, 32 callers, full durability", row)
+
+
+PART = Part("commit", _part)

@@ -21,7 +21,8 @@ from typing import Any
 import pykka
 
 from retinue import Durability, Limits, Profile, Runtime, Turn
-from stress import bench_autogen
+from stress.bench import autogen as bench_autogen
+from stress.parts import Options, Part, Result
 
 
 class _Echo(pykka.ThreadingActor):
@@ -120,3 +121,12 @@ def ratios(name: str, ours: list[float], theirs: list[float]) -> dict[str, Any]:
     if len(each) > 1:
         row[f"ratio_{name}_range"] = f"{each[0]:.2f}-{each[-1]:.2f}"
     return row
+
+
+def _part(options: Options) -> Result:
+    row = run(32, 10 if options.quick else 100, rounds=1 if options.quick else 3)
+    title = "lifecycles/s (spawn + wait + close), 32 callers, vs raw pykka and AutoGen"
+    return Result.row(title, row)
+
+
+PART = Part("lifecycle", _part)

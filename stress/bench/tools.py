@@ -24,6 +24,7 @@ from retinue.llm import ToolBox, Workspace
 from retinue.llm.builtin_tools import builtin_tools
 from retinue.llm.grep_child import search
 from retinue.llm.grep_tool import GrepArgs, _plan
+from stress.parts import Options, Part, Result
 
 
 def _workspace(root: Path, files: int) -> None:
@@ -92,3 +93,12 @@ def run(calls: int, sizes: tuple[int, ...] = (20, 200)) -> dict[str, Any]:
         row[f"read_file_{files}_to_thread_ms"] = got["thread"]
         row[f"read_file_{files}_pool_tool_ms"] = got["pool"]
     return row
+
+
+def _part(options: Options) -> Result:
+    row = run(10 if options.quick else 50)
+    title = "tools: grep in a child process vs in-process, read_file on the tool pool"
+    return Result.row(title, row)
+
+
+PART = Part("tools", _part)

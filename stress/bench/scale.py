@@ -22,6 +22,7 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime, Turn
 
 __all__ = ["async_turns", "idle_agents", "rss_bytes"]
+from stress.parts import Options, Part, Result
 
 
 def rss_bytes() -> int:
@@ -160,3 +161,17 @@ def idle_agents(count: int = 100_000, callers: int = 32) -> dict[str, Any]:
         "threads_with_agents": threads_after,
         "max_active_turns": limits.max_active_turns,
     }
+
+
+def _async_turns(options: Options) -> Result:
+    row = async_turns(200 if options.quick else 1000)
+    return Result.row("concurrent async turns awaiting asyncio.sleep(1), vs plain asyncio", row)
+
+
+def _idle(options: Options) -> Result:
+    row = idle_agents(2_000 if options.quick else 100_000)
+    return Result.row("idle agents held by one runtime: RSS and threads, vs the empty runtime", row)
+
+
+ASYNC_TURNS = Part("async_turns", _async_turns)
+IDLE = Part("idle", _idle)

@@ -1,8 +1,8 @@
 """Web view benchmark: the page's first load and its updates on a store of many agents.
 
-``python -m stress.bench_web [--agents 100000] [--browser]`` (needs the ``web``
+``python -m stress.bench.web [--agents 100000] [--browser]`` (needs the ``web``
 extra; ``--browser`` also needs chromium and playwright). The store is built as
-:mod:`stress.bench_reopen` builds it (top-level agents with seven children
+:mod:`stress.bench.reopen` builds it (top-level agents with seven children
 each, 1% left running). The view is served by ``retinue web``'s code from a
 read-only runtime in this process; a writer in another process opens the
 store (its restore interrupts the running agents: one large change) and then
@@ -28,7 +28,7 @@ import httpx
 
 from retinue import Runtime
 from retinue.web import WebOptions, serve
-from stress.bench_reopen import build_store
+from stress.bench.reopen import build_store
 
 WRITER = """
 import sys, time
