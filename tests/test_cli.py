@@ -9,11 +9,13 @@ each to show the real process behaves the same.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
-from cliutil import TEAM, retinue_cli, tree_json
+from cliutil import TEAM, command, env, retinue_cli, tree_json
 
 from retinue.cli import main
 
@@ -153,7 +155,7 @@ def test_plain_run_shows_paths_and_a_failed_child_fails_the_run(tmp_path: Path) 
     # Off a terminal every line is plain and names a path.
     assert "/root/review/style/naming  naming  failed g1" in done.stdout
     # The error is shown whole: the number it reports is not cut off.
-    assert "failed: /root/review/style/naming: ValueError: fanout_cap is 8 but" in done.stdout
+    assert "failed: /root/review/style/naming g1: ValueError: fanout_cap is 8 but" in done.stdout
     assert "wanted 12" in done.stdout
     assert "failed: None" not in done.stdout
     assert "6 agents: 5 completed, 1 failed" in done.stdout
@@ -184,3 +186,55 @@ def test_inspect_backup_and_compact_report_in_words(tmp_path: Path) -> None:
         r"and \d+ delivered completions\n",
         compact.stdout,
     )
+
+
+def test_a_closed_standard_output_is_a_usage_error_not_an_internal_one(tmp_path: Path) -> None:
+    for args in (["tree", "--store", str(tmp_path)], ["tree", "--json"], ["validate", str(TEAM)]):
+        done = subprocess.run(
+            command(*args),
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+            check=False,
+            timeout=60,
+            preexec_fn=lambda: os.close(1),  # retinue ... >&-
+        )
+        assert done.returncode == 2, done.stderr
+        assert "standard output is closed" in done.stderr
+        assert "internal error" not in done.stderr
+
+
+def test_a_failure_a_later_turn_replaced_is_still_shown_and_summed_up() -> None:
+    """An agent failed at g1, then a wake turn completed at g2: the plain line of g1 shows
+    g1's error and the summary lists it, though the agent's record now holds g2."""
+    import io
+
+    from retinue import AgentInfo, AgentState, CompletionStatus, TurnSettled
+    from retinue.cli.follow import Outcome
+    from retinue.cli.render import PlainView
+
+    now = AgentInfo(
+        id="a1",
+        name="lead",
+        path="/root/lead",
+        profile="lead",
+        parent_path="/root",
+        depth=1,
+        state=AgentState.COMPLETED,
+        generation=2,
+        task="t",
+        output="fine at last",
+    )
+    failed = TurnSettled(
+        agent_id="a1",
+        path="/root/lead",
+        at=0.0,
+        generation=1,
+        status=CompletionStatus.FAILED,
+        error="ModelCallFailed: openai status 503",
+    )
+    out = io.StringIO()
+    PlainView(out).event(failed, {"a1": now})
+    assert "failed g1  ModelCallFailed: openai status 503" in out.getvalue()
+    outcome = Outcome(False, [now], 1.0, [("/root/lead", 1, "ModelCallFailed: openai status 503")])
+    assert outcome.failed() == [("/root/lead", 1, "ModelCallFailed: openai status 503")]

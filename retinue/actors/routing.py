@@ -108,6 +108,7 @@ class Router:
                 at=now,
                 generation=record.generation,
                 status=status,
+                error=record.error if status is CompletionStatus.FAILED else None,
             )
         )
         self._emit_routed(tx, completion, recipient, now)

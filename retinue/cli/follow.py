@@ -44,6 +44,17 @@ class Outcome:
     interrupted: bool
     agents: list[AgentInfo] = field(default_factory=list)
     seconds: float = 0.0
+    # Every failed turn seen while following: (path, generation, error), oldest first.
+    failures: list[tuple[str, int, str]] = field(default_factory=list)
+
+    def failed(self) -> list[tuple[str, int, str]]:
+        """Every failure of the run: the failed turns seen, and agents left failed."""
+        found = list(self.failures)
+        seen = {(path, generation) for path, generation, _ in found}
+        for agent in self.agents:
+            if agent.state is AgentState.FAILED and (agent.path, agent.generation) not in seen:
+                found.append((agent.path, agent.generation, agent.error or "no error recorded"))
+        return found
 
 
 @contextmanager
@@ -92,11 +103,16 @@ def follow(
 
     seen: set[tuple[str, int]] = set()
 
+    failures: list[tuple[str, int, str]] = []
+
     def show(batch: list[Event]) -> None:
         for event in batch:
             if in_tree(event.path, roots):
                 if isinstance(event, TurnSettled):
                     seen.add((event.agent_id, event.generation))
+                    if event.status.value == "failed":
+                        error = event.error or "no error recorded"
+                        failures.append((event.path, event.generation, error))
                 view.event(event, known)
 
     try:
@@ -117,7 +133,7 @@ def follow(
             if stop.is_set():  # report the trees as they are now, not as last drawn
                 with contextlib.suppress(RetinueError):
                     agents = snapshot()
-                return Outcome(True, agents, time.monotonic() - began)
+                return Outcome(True, agents, time.monotonic() - began, failures)
             agents = snapshot()
             show(batch)
             view.update(agents)
@@ -125,7 +141,7 @@ def follow(
                 break
         # Events reach subscribers after the commit that the snapshot saw: show
         # the last settles too (bounded, in case a turn settled without an event).
-        outcome = Outcome(False, agents, time.monotonic() - began)
+        outcome = Outcome(False, agents, time.monotonic() - began, failures)
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline and any(
             a.generation and (a.id, a.generation) not in seen for a in agents
@@ -192,7 +208,10 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
             "tokens": tokens,
             "cost_usd": cost,
             "roots": [msgspec.to_builtins(a) for a in top],
-            "failed": [{"path": a.path, "error": a.error} for a in failed],
+            "failed": [
+                {"path": path, "generation": generation, "error": error}
+                for path, generation, error in outcome.failed()
+            ],
         }
         out.write(json.dumps(final) + "\n")
         out.flush()
@@ -208,8 +227,8 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
     if tokens:
         line += f"; {tokens:,} tokens, ${cost:.4f}"
     print(line, file=out)
-    for agent in failed:
-        print(f"failed: {agent.path}: {clip(agent.error or 'no error recorded', 300)}", file=out)
+    for path, generation, error in outcome.failed():
+        print(f"failed: {path} g{generation}: {clip(error, 300)}", file=out)
     if outcome.interrupted:
         print(f"interrupted; every step so far is saved in {store}", file=out)
         print(f"resume with: retinue resume --store {store}", file=out)

@@ -22,6 +22,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if sys.stdout is None:  # started with its standard output closed (retinue tree >&-)
+        print(
+            "retinue: standard output is closed; redirect it (to a file, or /dev/null)",
+            file=sys.stderr,
+        )
+        return USAGE
     try:
         return handler(args)
     except KeyboardInterrupt:

@@ -165,12 +165,10 @@ class PlainView(View):
         state = "running" if isinstance(event, TurnStarted) else event.status.value
         at = event.at - self.started
         line = f"[{at:6.1f}s] {event.path}  {profile}  {state} g{event.generation}"
-        if (
-            isinstance(event, TurnSettled)
-            and info is not None
-            and info.generation == event.generation
-        ):
-            text = info.error if event.status.value == "failed" else info.output
+        if isinstance(event, TurnSettled):
+            text = event.error
+            if text is None and info is not None and info.generation == event.generation:
+                text = info.output
             if text:
                 line += "  " + clip(text, 100)
         print(line, file=self.out, flush=True)

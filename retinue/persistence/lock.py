@@ -97,6 +97,14 @@ class WriterLock:
     @staticmethod
     def _locked(folder: Path) -> StoreLocked:
         pid = read_holder_pid(folder)
+        if pid == os.getpid():
+            return StoreLocked(
+                f"store {folder} is already open for writing in this process (pid {pid}); "
+                "use the runtime that holds it (or shut it down first): a process opens a "
+                "store once, so readonly=True here fails too; read it beside its writer from "
+                "another process",
+                pid=pid,
+            )
         if pid is None:
             return StoreLocked(
                 f"store {folder} is open for writing by another process (its lock file "

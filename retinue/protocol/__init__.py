@@ -18,6 +18,8 @@ from retinue.protocol.graph import (
 )
 from retinue.protocol.limits import (
     ENV_PREFIX,
+    MAX_DEPTH,
+    MAX_INT,
     Limits,
 )
 from retinue.protocol.paths import (
@@ -61,7 +63,7 @@ from retinue.protocol.text import (
     truncate_utf8_tail,
 )
 
-__all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
+__all__ = [  # noqa: RUF022 (plain sorted(), checked by a test)
     "ARTIFACT_ID_PATTERN",
     "Artifact",
     "Change",
@@ -70,7 +72,9 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "HEAD_TRUNCATION_MARKER",
     "Limits",
     "MAX_ARTIFACT_ID_LENGTH",
+    "MAX_DEPTH",
     "MAX_INPUT_BYTES",
+    "MAX_INT",
     "MAX_LIST_ITEMS",
     "MAX_NAME_LENGTH",
     "MAX_PATH_LENGTH",

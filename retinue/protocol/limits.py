@@ -22,21 +22,35 @@ from typing import Any, ClassVar
 import msgspec
 
 from retinue.errors import ArgumentTypeError, InvalidLimits
+from retinue.protocol.paths import MAX_PATH_LENGTH, ROOT
 
-__all__ = ["ENV_PREFIX", "Limits"]
+__all__ = ["ENV_PREFIX", "Limits", "MAX_DEPTH", "MAX_INT"]  # noqa: RUF022 (plain sorted())
 
 ENV_PREFIX = "RETINUE_"
 """Prefix of the environment variables read by :meth:`Limits.from_env`."""
 
 
+MAX_INT = 2**62
+"""The largest integer bound (it is stored, and must stay a machine integer)."""
+MAX_DEPTH = (MAX_PATH_LENGTH - len(ROOT)) // 2
+"""The deepest path there can be: ``/root`` and one-letter names up to the path limit."""
+
+
 def _check_int(field: str, value: object) -> int:
-    """Return ``value`` if it is a positive ``int``; raise ``InvalidLimits`` otherwise."""
+    """Return ``value`` if it is a positive ``int`` within its ceiling, else raise InvalidLimits."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidLimits(
             f"Limits.{field} must be a positive integer, got {type(value).__name__} {value!r}"
         )
     if value <= 0:
         raise InvalidLimits(f"Limits.{field} must be a positive integer, got {value!r}")
+    if field == "depth_cap" and value > MAX_DEPTH:
+        raise InvalidLimits(
+            f"Limits.depth_cap is at most {MAX_DEPTH} (a path holds {MAX_PATH_LENGTH} "
+            f"characters), got {value!r}"
+        )
+    if value > MAX_INT:
+        raise InvalidLimits(f"Limits.{field} is at most {MAX_INT}, got {value!r}")
     return value
 
 

@@ -191,10 +191,15 @@ class TurnStarted(_EventBase, frozen=True, tag="turn_started"):
 
 
 class TurnSettled(_EventBase, frozen=True, tag="turn_settled"):
-    """A turn settled; ``status`` is completed, failed or interrupted."""
+    """A turn settled; ``status`` is completed, failed or interrupted.
+
+    ``error`` is the failed turn's error (a later turn of the agent may have
+    replaced it on the agent's record by the time the event is read).
+    """
 
     generation: int
     status: CompletionStatus
+    error: str | None = None
 
 
 class MessageQueued(_EventBase, frozen=True, tag="message_queued"):

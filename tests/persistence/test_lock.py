@@ -65,6 +65,11 @@ def test_second_writer_in_this_process_is_refused_and_the_first_keeps_working(
             assert caught.value.pid == os.getpid()
             assert str(os.getpid()) in str(caught.value)
             assert isinstance(caught.value, StoreError)
+            # It says what works: not readonly=True here (a process opens a store once).
+            assert "in this process" in str(caught.value)
+            assert "readonly=True here fails too" in str(caught.value)
+        with pytest.raises(StoreError, match="already open in this process"):
+            Runtime.open(store, readonly=True)  # the advice does not send you here
         info = rt.spawn("worker", "still mine")
         assert rt.wait(info.id, timeout=PROMPT_S).output == "done:still mine"
     with open_rt(store) as rt:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import msgspec
 import pytest
 
-from retinue.errors import ArgumentTypeError, InvalidLimits, RetinueError
+from retinue.errors import ArgumentTypeError, InvalidLimits, RetinueError, TeamFileError
 from retinue.protocol.limits import Limits
+from retinue.team import load_team
 
 DEFAULTS: dict[str, int | float | None] = {
     "depth_cap": 5,
@@ -233,3 +235,25 @@ def test_budget_env_none_means_unlimited(field: str, text: str) -> None:
     assert getattr(Limits.from_env({var: text}), field) is None
     with pytest.raises(InvalidLimits, match=var):
         Limits.from_env({var: "lots"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("depth_cap", 99999999999999999999, "depth_cap is at most 509"),
+        ("depth_cap", 510, "depth_cap is at most 509"),
+        ("fanout_cap", 2**63, "fanout_cap is at most"),
+    ],
+)
+def test_a_bound_beyond_what_can_be_stored_or_reached_is_refused(
+    field: str, value: int, said: str
+) -> None:
+    with pytest.raises(InvalidLimits, match=said):
+        Limits(**{field: value})
+
+
+def test_a_huge_depth_cap_in_a_team_file_is_a_team_file_error(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text('[limits]\ndepth_cap = 99999999999999999999\n[agents.lead]\nrunner = "x:y"\n')
+    with pytest.raises(TeamFileError, match="depth_cap"):
+        load_team(team)
