@@ -11,6 +11,7 @@ header is honoured, up to the runner's ``retry_max_s``.
 from __future__ import annotations
 
 import email.utils
+import logging
 import random
 import re
 import time
@@ -44,9 +45,22 @@ class Failure:
         return f"{where}: {self.message} ({tries})"
 
 
+_TRACEBACK = "Traceback (most recent call last)"
+
+log = logging.getLogger("retinue.llm")
+
+
 def _clean(text: str) -> str:
-    """One line, no litellm class prefixes, at most 300 characters."""
-    text = " ".join(str(text).split())
+    """One line, no litellm class prefixes, no traceback, at most 300 characters.
+
+    litellm puts a whole Python traceback in some errors' text (an answer it
+    could not parse); what a model or an operator sees is the line before it.
+    """
+    text = str(text)
+    if _TRACEBACK in text:
+        log.debug("model call error with a traceback: %s", text)
+        text = text.split(_TRACEBACK, 1)[0].strip() or "the provider's answer could not be read"
+    text = " ".join(text.split())
     while True:
         stripped = _PREFIX_RE.sub("", text, count=1)
         if stripped == text:

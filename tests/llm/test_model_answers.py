@@ -55,3 +55,18 @@ def test_an_answer_with_a_lone_surrogate_completes_and_is_stored(
     stored = [m for m in detail.transcript if m.role == "assistant"]
     assert stored and "half an emoji" in (stored[-1].content or "")
     (stored[-1].content or "").encode("utf-8")  # storable, lossless as an escape
+
+
+def test_an_answer_litellm_cannot_parse_fails_in_one_line_without_a_traceback(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    """Content parts (a list where litellm 1.110 wants a string) fail litellm's parsing, and
+    litellm's error text holds a Python traceback: the turn's error is one line without it."""
+    parts = [{"type": "text", "text": "hello"}]
+    stub.handler = lambda r: StubReply(message={"role": "assistant", "content": parts})
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub, retries=0))])
+    info = run(rt, "leaf", "say hello")
+    assert info.state is AgentState.FAILED
+    error = info.error or ""
+    assert error.startswith("ModelCallFailed: openai status 500: Invalid response object")
+    assert "Traceback" not in error and "File " not in error and "\n" not in error
