@@ -12,19 +12,17 @@ message names the offending field (``tasks[2].agent``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
 
+from retinue.protocol.validation import field_problem
+
 __all__ = ["ToolArgumentError", "ToolDef", "ToolError", "decode_arguments", "function_schema"]
 
 _S = TypeVar("_S", bound=msgspec.Struct)
-
-_AT_RE = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_NAMED_FIELD_RE = re.compile(r"^Object (missing required|contains unknown) field `([^`]*)`")
 
 
 class ToolError(Exception):
@@ -91,19 +89,15 @@ def function_schema(name: str, description: str, struct: type[msgspec.Struct]) -
 
 
 def _explain(error: msgspec.ValidationError) -> str:
-    """Turn msgspec's ``detail - at `$.a[0].b``` into ``a[0].b: detail``."""
-    match = _AT_RE.match(str(error))
-    assert match is not None  # the pattern matches any string
-    detail = match["detail"]
-    field = (match["path"] or "").removeprefix(".")
-    named = _NAMED_FIELD_RE.match(detail)
-    if named:
-        full = f"{field}.{named[2]}" if field else named[2]
-        what = "missing required argument" if named[1] == "missing required" else "unknown argument"
-        return f"{what} `{full}`"
-    if field:
-        return f"argument `{field}`: {detail}"
-    return detail
+    """Turn msgspec's ``detail - at `$.a[0].b``` into ``argument `a[0].b`: detail``."""
+    problem = field_problem(error)
+    if problem.kind == "missing":
+        return f"missing required argument `{problem.field}`"
+    if problem.kind == "unknown":
+        return f"unknown argument `{problem.field}`"
+    if problem.field:
+        return f"argument `{problem.field}`: {problem.detail}"
+    return problem.detail
 
 
 def decode_arguments(decoder: msgspec.json.Decoder[_S], tool: str, arguments: str) -> _S:

@@ -35,6 +35,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from retinue.errors import ArgumentTypeError, ResultContractError
+from retinue.protocol.validation import field_problem
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "ARTIFACT_ID_PATTERN",
@@ -147,8 +148,6 @@ _FENCE_RE = re.compile(
     r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$",
     re.MULTILINE | re.DOTALL,
 )
-_AT_RE = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_NAMED_FIELD_RE = re.compile(r"^Object (?:missing required|contains unknown) field `([^`]*)`")
 
 _REDO = "; answer again with one JSON object that follows the result contract"
 
@@ -161,14 +160,8 @@ def _fail(detail: str, field: str) -> ResultContractError:
 
 def _from_validation_error(error: msgspec.ValidationError) -> ResultContractError:
     """Turn msgspec's ``... - at `$.claims[2].x``` into a field path and a message."""
-    match = _AT_RE.match(str(error))
-    assert match is not None  # the pattern matches any string
-    detail = match["detail"]
-    field = (match["path"] or "").removeprefix(".")
-    named = _NAMED_FIELD_RE.match(detail)
-    if named:
-        field = f"{field}.{named[1]}" if field else named[1]
-    return _fail(detail, field)
+    problem = field_problem(error)
+    return _fail(problem.detail, problem.field)
 
 
 def _extract_json(text: str) -> str:
