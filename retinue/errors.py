@@ -294,7 +294,15 @@ class ToolCallLimitExceeded(LimitExceeded):
 
 
 class AgentStateError(RetinueError):
-    """The agent is in a state that does not allow the call."""
+    """The agent is in a state that does not allow the call; ``.path`` names it (when known)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the path (``Exception`` pickles only the message)."""
+        return (_rebuild_with_path, (type(self), str(self), self.path))
 
 
 class AgentClosed(AgentStateError):
@@ -319,7 +327,15 @@ class NothingToWaitFor(AgentStateError):
 
 
 class WaitTimeout(RetinueError, TimeoutError):
-    """A wait ran out of time; the agent keeps running."""
+    """A wait ran out of time; the agent keeps running. ``.path`` names it (when known)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle with the path (``Exception`` pickles only the message)."""
+        return (_rebuild_with_path, (type(self), str(self), self.path))
 
 
 class TurnInterrupted(BaseException):
@@ -439,3 +455,8 @@ def _rebuild_limit_error(
     Exception.__init__(error, *args)
     error.__dict__.update(state)
     return error
+
+
+def _rebuild_with_path(cls: type[Any], message: str, path: str | None) -> Any:
+    """Rebuild a pickled error that carries ``.path``."""
+    return cls(message, path=path)

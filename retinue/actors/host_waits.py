@@ -24,6 +24,7 @@ from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.transition import Transition
 from retinue.actors.tree import HOST_KEY
+from retinue.actors.waiting import timed_out
 from retinue.errors import (
     AgentClosed,
     DedupKeyTooLong,
@@ -176,7 +177,8 @@ class HostWaits:
         return NothingToWaitFor(
             f"{record.path} is {record.state}: no turn is queued or running and the host "
             f"has received every completion it keeps (its last turn is {record.generation}), "
-            "so nothing will come; give it a new turn (follow_up, resume) before waiting"
+            "so nothing will come; give it a new turn (follow_up, resume) before waiting",
+            path=record.path,
         )
 
     def _may_be_woken(self, record: AgentRecord) -> bool:
@@ -250,7 +252,9 @@ class HostWaits:
             return
         tx.idle_hosts.add(agent_id)  # checked once the command is done (a wake may follow)
         if tree.agents[agent_id].state is AgentState.CLOSED:
-            closed = AgentClosed(f"{tree.agents[agent_id].path} is closed")
+            closed = AgentClosed(
+                f"{tree.agents[agent_id].path} is closed", path=tree.agents[agent_id].path
+            )
             for waiter in self.host.pop(agent_id):
                 future = waiter.future
                 if future.set_running_or_notify_cancel():
@@ -322,7 +326,7 @@ class HostWaits:
                 self.idle.remove(waiter)
                 if future.set_running_or_notify_cancel():
                     future.set_exception(
-                        WaitTimeout(f"the runtime did not go idle within {seconds:g}s")
+                        WaitTimeout(f"the runtime did not go idle within {seconds:g} s")
                     )
                 return
         for waiter in self.inbox:
@@ -340,10 +344,7 @@ class HostWaits:
                 if future.set_running_or_notify_cancel():
                     record = self.world.tree.agents[agent_id]
                     future.set_exception(
-                        self.nothing_to_wait_for(record)
-                        or WaitTimeout(
-                            f"{record.path} did not settle within {seconds:g}s; it keeps running"
-                        )
+                        self.nothing_to_wait_for(record) or timed_out(record.path, seconds)
                     )
                 return
 

@@ -192,9 +192,11 @@ class Lifecycle:
     ) -> AgentRecord:
         world = self.world
         if record.state is AgentState.CLOSED:
-            raise AgentClosed(f"{record.path} is closed")
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
         if record.state.busy:
-            raise AgentBusy(f"{record.path} is {record.state}; wait for it or interrupt it")
+            raise AgentBusy(
+                f"{record.path} is {record.state}; wait for it or interrupt it", path=record.path
+            )
         if record.profile not in world.profiles:
             raise UnknownProfile(
                 f"{record.path} has profile {record.profile!r}, which this runtime does not define"
@@ -220,9 +222,10 @@ class Lifecycle:
         record = self.world.target(me, command.ref, "resume", command.field)
         if record.state is not AgentState.INTERRUPTED:
             if record.state is AgentState.CLOSED:
-                raise AgentClosed(f"{record.path} is closed")
+                raise AgentClosed(f"{record.path} is closed", path=record.path)
             raise AgentStateError(
-                f"{record.path} is {record.state}; only an interrupted agent can be resumed"
+                f"{record.path} is {record.state}; only an interrupted agent can be resumed",
+                path=record.path,
             )
         return info_of(self._follow_up(tx, record, record.task, "resume"))
 
@@ -234,7 +237,7 @@ class Lifecycle:
         """
         record = self.world.target(me, command.ref, "interrupt", command.field)
         if record.state is AgentState.CLOSED:
-            raise AgentClosed(f"{record.path} is closed")
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
         return info_of(self.interrupt_turn(tx, record))
 
     def interrupt_tree(
@@ -253,7 +256,7 @@ class Lifecycle:
         """
         record = self.world.target(me, command.ref, "interrupt", command.field)
         if record.state is AgentState.CLOSED:
-            raise AgentClosed(f"{record.path} is closed")
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
         tree = self.world.tree
         order = tree.descendants_postorder(record.id)
         tx.closing_subtree = set(order)  # interrupted leaves wake none of their ancestors
@@ -294,11 +297,12 @@ class Lifecycle:
     def _close(self, tx: Transition, record: AgentRecord) -> AgentRecord:
         tree = self.world.tree
         if record.state is AgentState.CLOSED:
-            raise AgentClosed(f"{record.path} is already closed")
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
         live = tree.live_children(record.id)
         if live:
             raise ActiveDescendants(
-                f"{record.path} has {len(live)} live children; close them first or use close_tree"
+                f"{record.path} has {len(live)} live children; close them first or use close_tree",
+                path=record.path,
             )
         record = self.interrupt_turn(tx, record)
         now = time.time()
@@ -322,7 +326,7 @@ class Lifecycle:
         """
         record = self.world.target(me, command.ref, "close", command.field)
         if record.state is AgentState.CLOSED:
-            raise AgentClosed(f"{record.path} is already closed")
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
         order = self.world.tree.descendants_postorder(record.id)
         tx.closing_subtree = set(order)  # a parent about to close is not woken
         try:

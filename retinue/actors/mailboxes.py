@@ -68,7 +68,7 @@ class Mailboxes:
             if original is not None:
                 return original  # a retry of an acknowledged send, even if it closed since
         if target.state is AgentState.CLOSED:
-            raise AgentClosed(f"{target.path} is closed")
+            raise AgentClosed(f"{target.path} is closed", path=target.path)
         world.check_size(content, "the message")
         unread = len(tree.mailbox.get(target.id, {}))
         if unread >= world.limits.mailbox_capacity:

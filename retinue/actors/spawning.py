@@ -139,7 +139,7 @@ class Spawner:
             )
         if parent is not None:
             if parent.state is AgentState.CLOSED:
-                raise AgentClosed(f"{parent.path} is closed")
+                raise AgentClosed(f"{parent.path} is closed", path=parent.path)
             if parent.profile not in world.profiles:
                 raise UnknownProfile(
                     f"{parent.path} has profile {parent.profile!r}, which this runtime does "

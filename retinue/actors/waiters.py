@@ -19,13 +19,13 @@ from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
+from retinue.actors.waiting import timed_out
 from retinue.errors import (
     AgentBusy,
     AgentClosed,
     NotPermitted,
     RetinueError,
     TurnInterrupted,
-    WaitTimeout,
 )
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord
@@ -74,14 +74,9 @@ class BatchWait:
 Waiter = ChildWait | BatchWait
 
 
-def _timed_out(what: str, seconds: float) -> WaitTimeout:
-    """The error of a wait on ``what`` that ran out of time (the child keeps running)."""
-    return WaitTimeout(f"no event from {what} within {seconds:g}s; it keeps running")
-
-
 def _closed(what: str) -> AgentClosed:
     """The error of a wait on ``what``, closed with nothing left for its parent."""
-    return AgentClosed(f"{what} was closed while its parent waited on it")
+    return AgentClosed(f"{what} was closed while its parent waited on it", path=what)
 
 
 class Waiters:
@@ -112,7 +107,7 @@ class Waiters:
             self._claim(tx, me.id, tx.defer(), take)
             return
         if child.state is AgentState.CLOSED:
-            raise AgentClosed(f"{child.path} is closed")
+            raise AgentClosed(f"{child.path} is closed", path=child.path)
         self.by_turn[me.id] = ChildWait(child.id, command.kind, tx.defer())
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
 
@@ -142,7 +137,9 @@ class Waiters:
             on = self.world.tree.agents[current.child_id].path
         else:
             on = f"a batch of {len(current.children)} children"
-        raise AgentBusy(f"{me.path} already waits on {on}; a turn waits on one thing at a time")
+        raise AgentBusy(
+            f"{me.path} already waits on {on}; a turn waits on one thing at a time", path=me.path
+        )
 
     def _batch_done(self, waiter_id: str, waiter: BatchWait) -> bool:
         """True once each child of the batch has a completion pending for it, or is closed."""
@@ -183,7 +180,7 @@ class Waiters:
                 if pending is not None:
                     results.append(world.take_completion(tx, pending))
                 elif child is not None and child.state is not AgentState.CLOSED:
-                    results.append(_timed_out(what, seconds))
+                    results.append(timed_out(what, seconds))
                 else:
                     results.append(_closed(what))
             return results
@@ -287,7 +284,7 @@ class Waiters:
             return
         child = self.world.tree.agents.get(waiter.child_id)
         what = waiter.child_id if child is None else child.path
-        timeout = _timed_out(what, seconds)
+        timeout = timed_out(what, seconds)
         self.scheduler.request_slot(tx, SlotRequest(agent_id, future, lambda _: timeout))
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:

@@ -17,11 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from retinue.actors.executor import poster
-from retinue.errors import InvalidArgument
+from retinue.errors import InvalidArgument, WaitTimeout
 from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
 
-__all__ = ["await_answer", "fail_pending", "resolve_timeout", "wait_answer", "when_done"]
+__all__ = [
+    "await_answer",
+    "fail_pending",
+    "resolve_timeout",
+    "timed_out",
+    "wait_answer",
+    "when_done",
+]
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:
@@ -39,6 +46,14 @@ def resolve_timeout(timeout: float | None, limits: Limits) -> float:
             f"timeout {timeout} exceeds wait_max_s {limits.wait_max_s}; raise the limit"
         )
     return seconds
+
+
+def timed_out(path: str, seconds: float) -> WaitTimeout:
+    """The error of a wait on ``path`` that ran out of time: the same words for a host's
+    wait and a turn's (the awaited agent keeps running)."""
+    return WaitTimeout(
+        f"nothing came from {path} within {seconds:g} s; it keeps running", path=path
+    )
 
 
 def fail_pending(future: concurrent.futures.Future[Any], error: BaseException) -> None:
