@@ -73,33 +73,181 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
     ``depth_cap`` None drops no agent for its depth: a read-only view shows
     the store as its writer kept it, whatever cap that writer ran with.
     """
-    out = Restored()
+    scan = _Scan(Restored())
+    decoded = scan.agents(snapshot)
+    children = scan.chains(decoded)
+    kept = scan.rebuild(decoded, children, depth_cap)
+    scan.messages(snapshot, kept)
+    scan.completions(snapshot, kept)
+    _restore_leases(snapshot, scan.out)
+    return scan.out
 
-    def diag(database: str, key: str, code: str, message: str) -> None:
-        out.diagnostics.append(Diagnostic(database=database, key=key, code=code, message=message))
 
-    agent_decoder = msgspec.msgpack.Decoder(AgentRecord)
-    decoded: dict[str, AgentRecord] = {}
-    for raw_key, raw in snapshot.records.get("agents", []):
-        key = _key_text(raw_key)
-        try:
-            record = agent_decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
-            continue
-        if record.id != key:
-            diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
-            continue
-        try:
-            paths.validate(record.path)
-            paths.validate_name(record.name)
-        except (InvalidAgentPath, TypeError) as exc:
-            diag("agents", key, "bad_path", f"{exc}")
-            continue
-        decoded[key] = record
+class _Scan:
+    """The steps of one restore, gathering what they keep and say into ``out``."""
 
-    # Walk every parent chain once: classify cycles and orphans.
-    status: dict[str, str] = {}  # id -> "ok" | "orphan" | "cycle"
+    def __init__(self, out: Restored) -> None:
+        self.out = out
+
+    def diag(self, database: str, key: str, code: str, message: str) -> None:
+        """Record a diagnostic."""
+        self.out.diagnostics.append(
+            Diagnostic(database=database, key=key, code=code, message=message)
+        )
+
+    def agents(self, snapshot: Snapshot) -> dict[str, AgentRecord]:
+        """Decode the agent records each on its own: undecodable, mismatched, bad paths go."""
+        decoder = msgspec.msgpack.Decoder(AgentRecord)
+        decoded: dict[str, AgentRecord] = {}
+        for raw_key, raw in snapshot.records.get("agents", []):
+            key = _key_text(raw_key)
+            try:
+                record = decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                self.diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
+                continue
+            if record.id != key:
+                self.diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
+                continue
+            try:
+                paths.validate(record.path)
+                paths.validate_name(record.name)
+            except (InvalidAgentPath, TypeError) as exc:
+                self.diag("agents", key, "bad_path", f"{exc}")
+                continue
+            decoded[key] = record
+        return decoded
+
+    def chains(self, decoded: dict[str, AgentRecord]) -> dict[str | None, list[str]]:
+        """Drop the agents whose parent chain loops or ends nowhere; return the children."""
+        status = _chain_status(decoded)
+        children: dict[str | None, list[str]] = {}
+        for agent_id, record in decoded.items():
+            state = status[agent_id]
+            if state == "cycle":
+                self.diag("agents", agent_id, "cycle", f"{record.path}: parent chain loops")
+            elif state == "orphan":
+                self.diag("agents", agent_id, "orphan", f"{record.path}: parent is missing")
+            else:
+                children.setdefault(record.parent_id, []).append(agent_id)
+        return children
+
+    def rebuild(
+        self,
+        decoded: dict[str, AgentRecord],
+        children: dict[str | None, list[str]],
+        depth_cap: int | None,
+    ) -> dict[str, AgentRecord]:
+        """Rebuild the tree top-down: depths, paths, unique live paths; return what is kept."""
+        live_paths: set[str] = set()
+        kept: dict[str, AgentRecord] = {}
+        frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
+        while frontier:
+            parent_id, parent_path, parent_depth = frontier.pop()
+            ordered = sorted(children.get(parent_id, []), key=lambda i: decoded[i].created_at)
+            for agent_id in ordered:
+                depth = parent_depth + 1
+                if depth_cap is not None and depth > depth_cap:
+                    self._too_deep(decoded, children, agent_id, depth, depth_cap)
+                    continue
+                record = self._placed(decoded[agent_id], parent_path, depth, live_paths)
+                if record.state is not AgentState.CLOSED:
+                    live_paths.add(record.path)
+                    parent = kept.get(parent_id) if parent_id is not None else None
+                    if parent is not None and parent.state is AgentState.CLOSED:
+                        self.diag(
+                            "agents",
+                            agent_id,
+                            "live_under_closed",
+                            f"{record.path} is live under closed {parent.path}; kept, its "
+                            "completions go to the nearest live ancestor",
+                        )
+                kept[agent_id] = record
+                self.out.agents.append(record)
+                frontier.append((agent_id, record.path, depth))
+        return kept
+
+    def _too_deep(
+        self,
+        decoded: dict[str, AgentRecord],
+        children: dict[str | None, list[str]],
+        agent_id: str,
+        depth: int,
+        cap: int,
+    ) -> None:
+        """Drop an agent deeper than the cap, and its whole subtree, each with a diagnostic."""
+        below = [(agent_id, depth)]
+        while below:
+            node, node_depth = below.pop()
+            self.diag(
+                "agents", node, "too_deep", f"{decoded[node].path}: depth {node_depth} > cap {cap}"
+            )
+            below.extend((c, node_depth + 1) for c in children.get(node, []))
+
+    def _placed(
+        self, record: AgentRecord, parent_path: str, depth: int, live_paths: set[str]
+    ) -> AgentRecord:
+        """The record at its place below ``parent_path``: its path rewritten or its name
+        derived where the store disagrees, or a live sibling already holds the path."""
+        agent_id = record.id
+        path = paths.join(parent_path, record.name)
+        changed = False
+        if path != record.path:
+            self.diag("agents", agent_id, "path_rewritten", f"{record.path} is now {path}")
+            changed = True
+        name = record.name
+        if record.state is not AgentState.CLOSED and path in live_paths:
+            name = paths.derive_name(agent_id)
+            new_path = paths.join(parent_path, name)
+            self.diag(
+                "agents",
+                agent_id,
+                "path_collision",
+                f"{path} is held by another live agent; renamed to {new_path}",
+            )
+            path, changed = new_path, True
+        if changed or depth != record.depth or record.parent_path != parent_path:
+            record = msgspec.structs.replace(
+                record, name=name, path=path, depth=depth, parent_path=parent_path
+            )
+            self.out.rewritten.append(record)
+        return record
+
+    def messages(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
+        """Decode the messages; those of agents not restored go."""
+        decoder = msgspec.msgpack.Decoder(MessageRecord)
+        for raw_key, raw in snapshot.records.get("messages", []):
+            key = _key_text(raw_key)
+            try:
+                message = decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                self.diag("messages", key, "undecodable", f"message record does not decode: {exc}")
+                continue
+            recipient = message.message.recipient_id
+            if recipient and recipient not in kept:  # "" is the host's own mailbox
+                self.diag("messages", key, "dangling_message", "recipient was not restored")
+                continue
+            self.out.messages.append(message)
+
+    def completions(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
+        """Decode the completions; those of agents not restored go."""
+        decoder = msgspec.msgpack.Decoder(CompletionRecord)
+        for raw_key, raw in snapshot.records.get("completions", []):
+            key = _key_text(raw_key)
+            try:
+                completion = decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                self.diag("completions", key, "undecodable", f"completion does not decode: {exc}")
+                continue
+            if completion.completion.agent_id not in kept:
+                self.diag("completions", key, "dangling_completion", "its agent was not restored")
+                continue
+            self.out.completions.append(completion)
+
+
+def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
+    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``."""
+    status: dict[str, str] = {}
     for start in decoded:
         chain: list[str] = []
         on_chain: set[str] = set()
@@ -129,103 +277,7 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
         else:
             for member in chain:
                 status[member] = verdict
-
-    children: dict[str | None, list[str]] = {}
-    for agent_id, record in decoded.items():
-        state = status[agent_id]
-        if state == "cycle":
-            diag("agents", agent_id, "cycle", f"{record.path}: parent chain loops")
-        elif state == "orphan":
-            diag("agents", agent_id, "orphan", f"{record.path}: parent is missing")
-        else:
-            children.setdefault(record.parent_id, []).append(agent_id)
-
-    # Rebuild top-down: depth, paths, unique live paths.
-    live_paths: set[str] = set()
-    kept: dict[str, AgentRecord] = {}
-    frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
-    while frontier:
-        parent_id, parent_path, parent_depth = frontier.pop()
-        ordered = sorted(children.get(parent_id, []), key=lambda i: decoded[i].created_at)
-        for agent_id in ordered:
-            record = decoded[agent_id]
-            depth = parent_depth + 1
-            if depth_cap is not None and depth > depth_cap:
-                below = [(agent_id, depth)]
-                while below:
-                    node, node_depth = below.pop()
-                    diag(
-                        "agents",
-                        node,
-                        "too_deep",
-                        f"{decoded[node].path}: depth {node_depth} > cap {depth_cap}",
-                    )
-                    below.extend((c, node_depth + 1) for c in children.get(node, []))
-                continue
-            path = paths.join(parent_path, record.name)
-            changed = False
-            if path != record.path:
-                diag("agents", agent_id, "path_rewritten", f"{record.path} is now {path}")
-                changed = True
-            name = record.name
-            if record.state is not AgentState.CLOSED and path in live_paths:
-                name = paths.derive_name(agent_id)
-                new_path = paths.join(parent_path, name)
-                diag(
-                    "agents",
-                    agent_id,
-                    "path_collision",
-                    f"{path} is held by another live agent; renamed to {new_path}",
-                )
-                path, changed = new_path, True
-            if changed or depth != record.depth or record.parent_path != parent_path:
-                record = msgspec.structs.replace(
-                    record, name=name, path=path, depth=depth, parent_path=parent_path
-                )
-                out.rewritten.append(record)
-            if record.state is not AgentState.CLOSED:
-                live_paths.add(path)
-                parent = kept.get(parent_id) if parent_id is not None else None
-                if parent is not None and parent.state is AgentState.CLOSED:
-                    diag(
-                        "agents",
-                        agent_id,
-                        "live_under_closed",
-                        f"{path} is live under closed {parent.path}; kept, its completions go "
-                        "to the nearest live ancestor",
-                    )
-            kept[agent_id] = record
-            out.agents.append(record)
-            frontier.append((agent_id, path, depth))
-
-    message_decoder = msgspec.msgpack.Decoder(MessageRecord)
-    for raw_key, raw in snapshot.records.get("messages", []):
-        key = _key_text(raw_key)
-        try:
-            message = message_decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            diag("messages", key, "undecodable", f"message record does not decode: {exc}")
-            continue
-        recipient = message.message.recipient_id
-        if recipient and recipient not in kept:  # "" is the host's own mailbox
-            diag("messages", key, "dangling_message", "recipient was not restored")
-            continue
-        out.messages.append(message)
-
-    completion_decoder = msgspec.msgpack.Decoder(CompletionRecord)
-    for raw_key, raw in snapshot.records.get("completions", []):
-        key = _key_text(raw_key)
-        try:
-            completion = completion_decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            diag("completions", key, "undecodable", f"completion does not decode: {exc}")
-            continue
-        if completion.completion.agent_id not in kept:
-            diag("completions", key, "dangling_completion", "its agent was not restored")
-            continue
-        out.completions.append(completion)
-    _restore_leases(snapshot, out)
-    return out
+    return status
 
 
 def _restore_leases(snapshot: Snapshot, out: Restored) -> None:
