@@ -23,10 +23,9 @@ from retinue.errors import (
     StoreReadOnly,
     StoreVersionError,
 )
-from retinue.persistence.damage import Guard, store_error
-from retinue.persistence.integrity import DATA_FILE, check_data_file, has_marker, write_marker
-from retinue.persistence.lock import WriterLock
+from retinue.persistence.integrity import has_marker, write_marker
 from retinue.persistence.migrations import migrate, stamped_version
+from retinue.persistence.opening import claim_folder, guard_file, open_env
 from retinue.persistence.writer import (
     FLUSH_INTERVAL_S,
     MAX_GROUP,
@@ -111,12 +110,22 @@ class Store:
         self.max_group = MAX_GROUP if group_commit else 1
         self.stats = StoreStats()
         self.migrated_from: list[int] = []
-        self._lock: WriterLock | None = None
         self._closed = False
         self._writer: Writer | None = None
-        self._claim_folder(create)
-        self.env = self._open_env(map_size, max_readers)
-        self._guard = self._guard_file()
+        self._lock = claim_folder(self.folder, readonly=readonly, create=create)
+        try:
+            self.env = open_env(
+                self.folder,
+                map_size=map_size,
+                max_dbs=len(DATABASES) + 2,
+                max_readers=max_readers,
+                readonly=readonly,
+                sync=self.durability is Durability.FULL,
+            )
+            self._guard = guard_file(self.folder, self.env)
+        except BaseException:
+            self._release_lock()
+            raise
         try:
             self._check_contents()
         except BaseException:
@@ -134,72 +143,6 @@ class Store:
             )
 
     # -- opening, step by step -----------------------------------------------------
-
-    def _claim_folder(self, create: bool) -> None:
-        """Check the folder holds (or may hold) a store; a writer takes its lock.
-
-        Raises:
-            StoreError: a reader found no store there.
-            StoreLocked: another writer holds it.
-            StoreCorrupted: its data file is damaged or lost.
-        """
-        if self.readonly:
-            if not (self.folder / DATA_FILE).exists() and not has_marker(self.folder):
-                raise StoreError(f"no retinue store at {self.folder}", path=str(self.folder))
-            check_data_file(self.folder, create=False)
-            return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock = WriterLock(self.folder)
-        try:
-            check_data_file(self.folder, create=create)
-        except BaseException:
-            self._release_lock()
-            raise
-
-    def _open_env(self, map_size: int, max_readers: int) -> Any:
-        """Open the LMDB environment.
-
-        Raises:
-            StoreCorrupted, StoreError: LMDB refused it.
-        """
-        for attempt in range(100):
-            try:
-                return lmdb.open(
-                    str(self.folder),
-                    map_size=map_size,
-                    max_dbs=len(DATABASES) + 2,
-                    max_readers=max_readers,
-                    readonly=self.readonly,
-                    sync=self.durability is Durability.FULL,
-                    metasync=self.durability is Durability.FULL,
-                    readahead=False,
-                )
-            except lmdb.MapResizedError as exc:
-                # A writer elsewhere grew the map between LMDB reading its size
-                # and opening the first transaction: open again, at the new size.
-                if attempt == 99:
-                    self._release_lock()
-                    raise store_error(self.folder, "open", exc) from None
-            except lmdb.Error as exc:
-                self._release_lock()
-                raise store_error(self.folder, "open", exc) from None
-        raise AssertionError("unreachable")
-
-    def _guard_file(self) -> Guard:
-        """Open the data file LMDB mapped (to notice it shrinking) and guard the environment.
-
-        Raises:
-            StoreError: the data file cannot be read.
-        """
-        try:
-            data_fd = os.open(self.folder / DATA_FILE, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            self.env.close()
-            self._release_lock()
-            raise StoreError(
-                f"cannot read {self.folder / DATA_FILE}: {exc}", path=str(self.folder)
-            ) from None
-        return Guard(self.folder, self.env, data_fd)
 
     def _check_contents(self) -> None:
         """Check the pages, open the databases and (a writer) migrate and mark the store.
