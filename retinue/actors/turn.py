@@ -48,10 +48,13 @@ from retinue.protocol.messages import AgentInfo, Completion, Message
 if TYPE_CHECKING:
     from retinue.actors.profile import Profile
 
-__all__ = ["Runner", "Turn", "TurnReceipt"]
+__all__ = ["BatchRequest", "Runner", "Turn", "TurnReceipt"]
 
 R = TypeVar("R")
 Event = Message | Completion
+
+BatchRequest = tuple[str, str] | tuple[str, str, str | None]
+"""One child of ``run_many``: ``(profile, task)``, or ``(profile, task, name)``."""
 
 Runner = Callable[["Turn"], str | Awaitable[str]]
 """Anything that takes a turn context and returns the turn's output text.
@@ -287,12 +290,13 @@ class Turn:
         result: Completion = await self._wait_async(command, seconds, _EVENT)
         return result
 
-    def _run_many(self, requests: Sequence[tuple[str, str]]) -> RunMany:
+    def _run_many(self, requests: Sequence[BatchRequest]) -> RunMany:
         """The one command that spawns a batch and waits for it (answered once all are done).
 
         Raises:
             FanoutLimitExceeded: more requests than ``fanout_cap``.
-            InvalidArgument: a request is not a ``(profile, task)`` pair.
+            InvalidArgument: a request is not a ``(profile, task)`` pair or a
+                ``(profile, task, name)`` triple.
         """
         items = list(requests)
         cap = self.limits.fanout_cap
@@ -304,14 +308,18 @@ class Turn:
                 path=self.agent.path,
             )
         for item in items:
-            if not (isinstance(item, tuple | list) and len(item) == 2):
-                raise InvalidArgument("run_many takes a list of (profile, task) pairs")
-        return RunMany(self.ref, [SpawnRequest(p, t) for p, t in items])
+            if not (isinstance(item, tuple | list) and len(item) in (2, 3)):
+                raise InvalidArgument(
+                    "run_many takes a list of (profile, task) pairs or (profile, task, name)"
+                )
+        return RunMany(self.ref, [SpawnRequest(*item) for item in items])
 
     def run_many(
-        self, requests: Sequence[tuple[str, str]], timeout: float | None = None
+        self, requests: Sequence[BatchRequest], timeout: float | None = None
     ) -> list[Completion | RetinueError]:
         """Run several children at once; return their completions in request order.
+
+        A request is ``(profile, task)``, or ``(profile, task, name)`` to name the child.
 
         A refused spawn, a child still running when the time budget (shared
         by the whole batch) runs out, or a child closed with no completion
@@ -331,7 +339,7 @@ class Turn:
         return result
 
     async def run_many_async(
-        self, requests: Sequence[tuple[str, str]], timeout: float | None = None
+        self, requests: Sequence[BatchRequest], timeout: float | None = None
     ) -> list[Completion | RetinueError]:
         """Like :meth:`run_many`, without blocking the event loop."""
         seconds = resolve_timeout(timeout, self.limits)

@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 
 from retinue.actors.commands import Command, TurnRef
 from retinue.actors.profile import Profile
+from retinue.actors.turn import BatchRequest
 from retinue.errors import RetinueError
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
@@ -50,7 +51,7 @@ class TurnContext(Protocol):
         ...
 
     async def run_many_async(
-        self, requests: Sequence[tuple[str, str]], timeout: float | None = None
+        self, requests: Sequence[BatchRequest], timeout: float | None = None
     ) -> list[Completion | RetinueError]:
         """Run a batch of children and wait for them all."""
         ...

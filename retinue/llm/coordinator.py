@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from retinue.actors.turn import BatchRequest
 from retinue.errors import RetinueError, WaitTimeout
 from retinue.llm.arguments import ToolDef
 from retinue.llm.context import TurnContext
@@ -249,24 +250,49 @@ class _Coordinator:
             return await self._result(info, deadline)
 
     async def spawn_subagents(self, args: Any) -> dict[str, Any]:
-        spawned: list[AgentInfo | dict[str, Any]] = []
-        for task in args.tasks:
+        """Run the batch as one ``run_many``: one command spawns it and waits for it all.
+
+        A refused entry keeps its place as ``{"agent", "error"}``; a child still
+        running when the shared wait runs out as ``{"path", "status": "running",
+        "error"}``; messages the children send meanwhile reach the next turn.
+        """
+        tasks = list(args.tasks)
+        refused: dict[int, str] = {}
+        requests: list[BatchRequest] = []
+        for index, task in enumerate(tasks):
             try:
-                spawned.append(await self._spawn(task.agent, task.message, task.task_name))
+                if task.task_name is not None:
+                    paths.validate_name(task.task_name, field="task_name")
             except RetinueError as exc:
-                spawned.append({"agent": task.agent, "error": str(exc)})
-        results: list[dict[str, Any]] = []
+                refused[index] = str(exc)
+                continue
+            requests.append((task.agent, task.message, task.task_name))
         async with self._waiting:
-            deadline = asyncio.get_running_loop().time() + self.spawn_wait_s
-            for entry in spawned:
-                if isinstance(entry, dict):
-                    results.append(entry)
-                    continue
-                try:
-                    results.append(await self._result(entry, deadline))
-                except RetinueError as exc:
-                    results.append({"path": entry.path, "error": str(exc)})
+            done = await self.turn.run_many_async(requests, timeout=self.spawn_wait_s)
+        answers = iter(done)
+        results = [
+            {"agent": task.agent, "error": refused[index]}
+            if index in refused
+            else self._batch_entry(task.agent, next(answers))
+            for index, task in enumerate(tasks)
+        ]
         return {"results": results}
+
+    def _batch_entry(self, agent: str, answer: Completion | RetinueError) -> dict[str, Any]:
+        """One place of a batch's results: a completion, a refusal, a child still running."""
+        if isinstance(answer, Completion):
+            return _completion(answer)
+        if isinstance(answer, WaitTimeout) and answer.path is not None:
+            return {
+                "path": answer.path,
+                "status": "running",
+                "error": f"no result within {self.spawn_wait_s:g}s; {answer.path} keeps "
+                "running: wait_agent for it later, or interrupt_agent",
+            }
+        path = getattr(answer, "path", None)
+        return (
+            {"path": path, "error": str(answer)} if path else {"agent": agent, "error": str(answer)}
+        )
 
     async def send_message(self, args: SendMessageArgs) -> dict[str, Any]:
         sent: Message = await self.turn.send_async(args.to, args.message, field="to")
