@@ -124,11 +124,13 @@ class Command(Generic[R]):
 
 @dataclass(frozen=True, slots=True)
 class SpawnRequest:
-    """One child of a :class:`SpawnMany` batch."""
+    """One child of a :class:`SpawnMany` or :class:`RunMany` batch (``name_field``: see
+    :class:`Spawn`)."""
 
     profile: str
     task: str
     name: str | None = None
+    name_field: str = "name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +138,8 @@ class Spawn(Command[AgentInfo]):
     """Record a new agent and queue its first turn.
 
     A turn spawns below itself; the host below ``parent`` (a live path or id).
+    ``name_field`` is the caller's argument that held ``name`` (``task_name``
+    from a coordinator tool), which an error about a bad name names.
     """
 
     sender: Sender
@@ -144,6 +148,7 @@ class Spawn(Command[AgentInfo]):
     name: str | None = None
     parent: str | None = None
     idempotency_key: str | None = None
+    name_field: str = "name"
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,9 @@ class Spawner:
             original = self._retried(parent, command.profile, key)
             if original is not None:
                 return original
-        return self._spawn(tx, parent, command.profile, command.task, command.name, key)
+        return self._spawn(
+            tx, parent, command.profile, command.task, command.name, key, command.name_field
+        )
 
     def _retried(self, parent: AgentRecord | None, profile: Any, key: Any) -> AgentInfo | None:
         """Return the agent an earlier spawn under ``parent`` made with ``key``, if any.
@@ -120,65 +122,98 @@ class Spawner:
         results: list[AgentInfo | RetinueError] = []
         for request in requests:
             try:
-                results.append(self._spawn(tx, me, request.profile, request.task, request.name))
+                results.append(
+                    self._spawn(
+                        tx,
+                        me,
+                        request.profile,
+                        request.task,
+                        request.name,
+                        name_field=request.name_field,
+                    )
+                )
             except RetinueError as exc:
                 results.append(exc)
         return results
 
     def _check_spawn(
-        self, parent: AgentRecord | None, profile: Any, task: Any, name: Any
+        self,
+        parent: AgentRecord | None,
+        profile: Any,
+        task: Any,
+        name: Any,
+        name_field: str = "name",
     ) -> tuple[str, str, str]:
-        world = self.world
-        tree = world.tree
-        limits = world.limits
+        """Check every rule of a spawn, in order; return the new agent's id, name and path.
+
+        Raises:
+            as :meth:`spawn` says (nothing has changed).
+        """
         profile = require_str(profile, "profile")
         check_text(task, "task")
-        if profile not in world.profiles:
-            raise UnknownProfile(
-                f"unknown profile {preview(profile)}; known: {sorted(world.profiles)}"
-            )
-        if parent is not None:
-            if parent.state is AgentState.CLOSED:
-                raise AgentClosed(f"{parent.path} is closed", path=parent.path)
-            if parent.profile not in world.profiles:
-                raise UnknownProfile(
-                    f"{parent.path} has profile {parent.profile!r}, which this runtime does "
-                    "not define, so it may spawn nothing"
-                )
-            allowed = world.profiles[parent.profile].subagents
-            if profile not in allowed:
-                raise NotPermitted(
-                    f"profile {parent.profile!r} may not spawn {profile!r}; "
-                    f"it may spawn: {sorted(allowed)}"
-                )
-        world.check_size(task, "task")
+        self._check_profile(parent, profile)
+        self.world.check_size(task, "task")
         agent_id = new_id()
         if name is None:
             name = paths.derive_name(agent_id)  # valid by construction
         else:
-            name = paths.validate_name(name, field="name")
+            name = paths.validate_name(name, field=name_field)
         parent_path = paths.ROOT if parent is None else parent.path
         path = paths.child_path(parent_path, name)  # both valid: only the length can fail
+        self._check_place(path)
+        self._check_counts(parent)
+        return agent_id, name, path
+
+    def _check_profile(self, parent: AgentRecord | None, profile: str) -> None:
+        """The profile exists, and the parent (alive, of a known profile) may spawn it."""
+        world = self.world
+        if profile not in world.profiles:
+            raise UnknownProfile(
+                f"unknown profile {preview(profile)}; known: {sorted(world.profiles)}"
+            )
+        if parent is None:
+            return
+        if parent.state is AgentState.CLOSED:
+            raise AgentClosed(f"{parent.path} is closed", path=parent.path)
+        if parent.profile not in world.profiles:
+            raise UnknownProfile(
+                f"{parent.path} has profile {parent.profile!r}, which this runtime does "
+                "not define, so it may spawn nothing"
+            )
+        allowed = world.profiles[parent.profile].subagents
+        if profile not in allowed:
+            raise NotPermitted(
+                f"profile {parent.profile!r} may not spawn {profile!r}; "
+                f"it may spawn: {sorted(allowed)}"
+            )
+
+    def _check_place(self, path: str) -> None:
+        """The new path is within the depth cap and no live agent holds it."""
+        limits = self.world.limits
         depth = paths.depth(path, valid=True)
-        cap = limits.depth_cap
         if not limits.depth_allowed(depth):
+            cap = limits.depth_cap
             raise DepthLimitExceeded(
                 f"{path} would be at depth {depth}; depth_cap is {cap}",
                 limit=cap,
                 value=depth,
                 path=path,
             )
-        if path in tree.live_paths:
+        if path in self.world.tree.live_paths:
             raise DuplicateAgentPath(f"a live agent already holds {path}")
-        parent_id = None if parent is None else parent.id
-        live = len(tree.live_children(parent_id))
+
+    def _check_counts(self, parent: AgentRecord | None) -> None:
+        """The parent's fan-out, the runtime's live agents and the top-level tree's."""
+        tree = self.world.tree
+        limits = self.world.limits
+        live = len(tree.live_children(None if parent is None else parent.id))
         if parent is not None and live >= limits.fanout_cap:
             raise FanoutLimitExceeded(
-                f"{parent_path} already has {live} live children; "
+                f"{parent.path} already has {live} live children; "
                 f"fanout_cap is {limits.fanout_cap}",
                 limit=limits.fanout_cap,
                 value=live,
-                path=parent_path,
+                path=parent.path,
             )
         if tree.live_count >= limits.max_agents:
             raise AgentLimitExceeded(
@@ -187,19 +222,19 @@ class Spawner:
                 limit=limits.max_agents,
                 value=tree.live_count,
             )
-        if parent is not None:
-            top = tree.top_of[parent.id]
-            in_tree = tree.tree_count.get(top, 0)
-            if in_tree >= limits.max_tree_agents:
-                top_path = tree.agents[top].path
-                raise AgentLimitExceeded(
-                    f"the tree of {top_path} already has {in_tree} live "
-                    f"agents; max_tree_agents is {limits.max_tree_agents}",
-                    limit=limits.max_tree_agents,
-                    value=in_tree,
-                    path=top_path,
-                )
-        return agent_id, name, path
+        if parent is None:
+            return
+        top = tree.top_of[parent.id]
+        in_tree = tree.tree_count.get(top, 0)
+        if in_tree >= limits.max_tree_agents:
+            top_path = tree.agents[top].path
+            raise AgentLimitExceeded(
+                f"the tree of {top_path} already has {in_tree} live "
+                f"agents; max_tree_agents is {limits.max_tree_agents}",
+                limit=limits.max_tree_agents,
+                value=in_tree,
+                path=top_path,
+            )
 
     def _spawn(
         self,
@@ -209,8 +244,9 @@ class Spawner:
         task: str,
         name: str | None,
         idempotency_key: str | None = None,
+        name_field: str = "name",
     ) -> AgentInfo:
-        agent_id, name, path = self._check_spawn(parent, profile, task, name)
+        agent_id, name, path = self._check_spawn(parent, profile, task, name, name_field)
         now = time.time()
         starts = self.scheduler.would_start(profile)  # the record is written once, as it ends
         record = AgentRecord(

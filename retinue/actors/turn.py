@@ -37,7 +37,6 @@ from retinue.actors.handover import Handover
 from retinue.actors.waiting import resolve_timeout
 from retinue.errors import (
     BlockingCallInAsyncRunner,
-    FanoutLimitExceeded,
     InvalidArgument,
     RetinueError,
     TurnInterrupted,
@@ -238,12 +237,14 @@ class Turn:
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
+        name_field: str = "name",
     ) -> AgentInfo:
         """Spawn a child and return at once; its completion arrives in this agent's mailbox.
 
         A spawn with an ``idempotency_key`` this agent already used returns
         the child that spawn made instead of a second one (keys are scoped to
-        the parent and survive a reopen; see ``Runtime.spawn``).
+        the parent and survive a reopen; see ``Runtime.spawn``). ``name_field``
+        is the name errors give ``name`` (a tool layer passes its own argument's).
 
         Raises:
             UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
@@ -251,7 +252,16 @@ class Turn:
             DedupKeyTooLong, InvalidArgument, TurnInterrupted: as the
             supervisor's rules say.
         """
-        return self.request(Spawn(self.ref, profile, task, name, idempotency_key=idempotency_key))
+        return self.request(
+            Spawn(
+                self.ref,
+                profile,
+                task,
+                name,
+                idempotency_key=idempotency_key,
+                name_field=name_field,
+            )
+        )
 
     async def spawn_async(
         self,
@@ -260,10 +270,18 @@ class Turn:
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
+        name_field: str = "name",
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
         return await self.request_async(
-            Spawn(self.ref, profile, task, name, idempotency_key=idempotency_key)
+            Spawn(
+                self.ref,
+                profile,
+                task,
+                name,
+                idempotency_key=idempotency_key,
+                name_field=name_field,
+            )
         )
 
     def run(
@@ -290,7 +308,7 @@ class Turn:
         result: Completion = await self._wait_async(command, seconds, _EVENT)
         return result
 
-    def _run_many(self, requests: Sequence[BatchRequest]) -> RunMany:
+    def _run_many(self, requests: Sequence[BatchRequest], name_field: str = "name") -> RunMany:
         """The one command that spawns a batch and waits for it (answered once all are done).
 
         Raises:
@@ -299,23 +317,23 @@ class Turn:
                 ``(profile, task, name)`` triple.
         """
         items = list(requests)
-        cap = self.limits.fanout_cap
-        if len(items) > cap:
-            raise FanoutLimitExceeded(
-                f"run_many got {len(items)} requests; fanout_cap is {cap}",
-                limit=cap,
-                value=len(items),
-                path=self.agent.path,
-            )
         for item in items:
             if not (isinstance(item, tuple | list) and len(item) in (2, 3)):
                 raise InvalidArgument(
                     "run_many takes a list of (profile, task) pairs or (profile, task, name)"
                 )
-        return RunMany(self.ref, [SpawnRequest(*item) for item in items])
+        spawns = [
+            SpawnRequest(item[0], item[1], item[2] if len(item) == 3 else None, name_field)
+            for item in items
+        ]
+        return RunMany(self.ref, spawns)
 
     def run_many(
-        self, requests: Sequence[BatchRequest], timeout: float | None = None
+        self,
+        requests: Sequence[BatchRequest],
+        timeout: float | None = None,
+        *,
+        name_field: str = "name",
     ) -> list[Completion | RetinueError]:
         """Run several children at once; return their completions in request order.
 
@@ -334,17 +352,21 @@ class Turn:
         """
         seconds = resolve_timeout(timeout, self.limits)
         result: list[Completion | RetinueError] = self._wait(
-            self._run_many(requests), seconds, _BATCH
+            self._run_many(requests, name_field), seconds, _BATCH
         )
         return result
 
     async def run_many_async(
-        self, requests: Sequence[BatchRequest], timeout: float | None = None
+        self,
+        requests: Sequence[BatchRequest],
+        timeout: float | None = None,
+        *,
+        name_field: str = "name",
     ) -> list[Completion | RetinueError]:
         """Like :meth:`run_many`, without blocking the event loop."""
         seconds = resolve_timeout(timeout, self.limits)
         result: list[Completion | RetinueError] = await self._wait_async(
-            self._run_many(requests), seconds, _BATCH
+            self._run_many(requests, name_field), seconds, _BATCH
         )
         return result
 

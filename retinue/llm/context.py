@@ -46,12 +46,17 @@ class TurnContext(Protocol):
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
+        name_field: str = "name",
     ) -> AgentInfo:
         """Spawn a child; its completion arrives later."""
         ...
 
     async def run_many_async(
-        self, requests: Sequence[BatchRequest], timeout: float | None = None
+        self,
+        requests: Sequence[BatchRequest],
+        timeout: float | None = None,
+        *,
+        name_field: str = "name",
     ) -> list[Completion | RetinueError]:
         """Run a batch of children and wait for them all."""
         ...

@@ -31,7 +31,6 @@ from retinue.actors.turn import BatchRequest
 from retinue.errors import RetinueError, WaitTimeout
 from retinue.llm.arguments import ToolDef
 from retinue.llm.context import TurnContext
-from retinue.protocol import paths
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paths import MAX_NAME_LENGTH
 
@@ -233,12 +232,11 @@ class _Coordinator:
         refused under the tool's own argument name.
 
         Raises:
-            InvalidAgentPath: ``task_name`` is not a valid name.
-            and everything ``turn.spawn_async`` raises.
+            everything ``turn.spawn_async`` raises.
         """
-        if task_name is not None:
-            paths.validate_name(task_name, field="task_name")
-        info: AgentInfo = await self.turn.spawn_async(agent, message, name=task_name)
+        info: AgentInfo = await self.turn.spawn_async(
+            agent, message, name=task_name, name_field="task_name"
+        )
         return info
 
     async def spawn_subagent(self, args: Any) -> dict[str, Any]:
@@ -257,25 +255,12 @@ class _Coordinator:
         "error"}``; messages the children send meanwhile reach the next turn.
         """
         tasks = list(args.tasks)
-        refused: dict[int, str] = {}
-        requests: list[BatchRequest] = []
-        for index, task in enumerate(tasks):
-            try:
-                if task.task_name is not None:
-                    paths.validate_name(task.task_name, field="task_name")
-            except RetinueError as exc:
-                refused[index] = str(exc)
-                continue
-            requests.append((task.agent, task.message, task.task_name))
+        requests: list[BatchRequest] = [(t.agent, t.message, t.task_name) for t in tasks]
         async with self._waiting:
-            done = await self.turn.run_many_async(requests, timeout=self.spawn_wait_s)
-        answers = iter(done)
-        results = [
-            {"agent": task.agent, "error": refused[index]}
-            if index in refused
-            else self._batch_entry(task.agent, next(answers))
-            for index, task in enumerate(tasks)
-        ]
+            done = await self.turn.run_many_async(
+                requests, timeout=self.spawn_wait_s, name_field="task_name"
+            )
+        results = [self._batch_entry(t.agent, a) for t, a in zip(tasks, done, strict=True)]
         return {"results": results}
 
     def _batch_entry(self, agent: str, answer: Completion | RetinueError) -> dict[str, Any]:

@@ -14,12 +14,10 @@ import os
 import threading
 from types import ModuleType
 
+from retinue.llm.script import SCRIPTED_MODEL, SCRIPTED_PROVIDER
+
 __all__ = ["SCRIPTED_MODEL", "SCRIPTED_PROVIDER", "load_litellm"]
 
-SCRIPTED_PROVIDER = "retinue"
-"""The litellm custom provider name of the offline model."""
-SCRIPTED_MODEL = "retinue/scripted"
-"""The offline, deterministic model: no key, no network."""
 
 _lock = threading.Lock()
 _module: ModuleType | None = None

@@ -27,7 +27,12 @@ from typing import Any
 
 from retinue.protocol.results import RESULT_VERSION
 
-__all__ = ["MAX_FILES_READ", "count_tokens", "script_reply"]
+__all__ = ["MAX_FILES_READ", "SCRIPTED_MODEL", "SCRIPTED_PROVIDER", "count_tokens", "script_reply"]
+
+SCRIPTED_PROVIDER = "retinue"
+"""The litellm custom provider name of the offline model."""
+SCRIPTED_MODEL = "retinue/scripted"
+"""The offline, deterministic model: no key, no network."""
 
 MAX_FILES_READ = 5
 """Most files a scripted leaf reads."""

@@ -15,8 +15,7 @@ from typing import Any
 
 from litellm import CustomLLM, ModelResponse
 
-from retinue.llm.provider import SCRIPTED_MODEL
-from retinue.llm.script import count_tokens, script_reply
+from retinue.llm.script import SCRIPTED_MODEL, count_tokens, script_reply
 
 __all__ = ["ScriptedLLM"]
 
