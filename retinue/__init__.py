@@ -9,6 +9,7 @@ The names below are the public API; everything else is internal.
 
 from __future__ import annotations
 
+from retinue.actors.channel import RuntimeState
 from retinue.actors.profile import Profile
 from retinue.actors.turn import Runner, Turn
 from retinue.errors import (
@@ -139,6 +140,7 @@ __all__ = [
     "RunnerAbandoned",
     "Runtime",
     "RuntimeClosed",
+    "RuntimeState",
     "ShardUnavailable",
     "StoreCorrupted",
     "StoreError",
