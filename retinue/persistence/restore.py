@@ -20,6 +20,7 @@ Diagnostic codes (stable, for tooling):
   by a faulty writer); kept, and routed to its nearest live ancestor.
 - ``dangling_message`` / ``dangling_completion``: the record belongs to an
   agent that was not restored.
+- ``dangling_approval``: an approval request of an agent that was not restored.
 - ``migrated``: the store was migrated from an older schema version (added
   by the writer's open, not by the scan).
 
@@ -38,6 +39,7 @@ from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+from retinue.protocol.supervision import ApprovalRecord
 
 __all__ = ["Diagnostic", "Restored", "restore"]
 
@@ -61,6 +63,7 @@ class Restored:
     rewritten: list[AgentRecord] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     leases: list[tuple[str, Completion]] = field(default_factory=list)
+    approvals: list[ApprovalRecord] = field(default_factory=list)
 
 
 def _key_text(key: bytes) -> str:
@@ -225,6 +228,7 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
             continue
         out.completions.append(completion)
     _restore_leases(snapshot, out)
+    _restore_approvals(snapshot, out, kept)
     return out
 
 
@@ -244,3 +248,23 @@ def _restore_leases(snapshot: Snapshot, out: Restored) -> None:
                     message=f"lease does not decode: {exc}",
                 )
             )
+
+
+def _restore_approvals(snapshot: Snapshot, out: Restored, kept: dict[str, AgentRecord]) -> None:
+    """Decode the approval requests whose agent was restored."""
+
+    def diag(database: str, key: str, code: str, message: str) -> None:
+        out.diagnostics.append(Diagnostic(database=database, key=key, code=code, message=message))
+
+    decoder = msgspec.msgpack.Decoder(ApprovalRecord)
+    for raw_key, raw in snapshot.records.get("approvals", []):
+        key = _key_text(raw_key)
+        try:
+            record = decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            diag("approvals", key, "undecodable", f"approval request does not decode: {exc}")
+            continue
+        if record.request.agent_id not in kept:
+            diag("approvals", key, "dangling_approval", "its agent was not restored")
+            continue
+        out.approvals.append(record)
