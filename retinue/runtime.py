@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from retinue.actors.approval_calls import ApprovalCalls
 from retinue.actors.boot import profile_table
 from retinue.actors.channel import RuntimeState
 from retinue.actors.commands import (
@@ -69,8 +70,12 @@ R = TypeVar("R")
 _NO_REF: Any = object()  # close() called without an agent reference
 
 
-class Runtime:
-    """A supervised tree of agents kept in one LMDB store. Open it with :meth:`open`."""
+class Runtime(ApprovalCalls):
+    """A supervised tree of agents kept in one LMDB store. Open it with :meth:`open`.
+
+    The approval calls (``approvals``, ``approve``, ``deny`` and their twins)
+    come from :class:`~retinue.actors.approval_calls.ApprovalCalls`.
+    """
 
     def __init__(self) -> None:
         """Use :meth:`Runtime.open`; the constructor only declares the fields."""

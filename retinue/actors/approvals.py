@@ -119,7 +119,7 @@ class Approvals:
             ArgumentTypeError: ``calls`` is not a tuple of three strings each.
         """
         calls = _check_calls(command.calls)
-        ids = tuple(self._request(tx, me, *call).request.id for call in calls)
+        ids = tuple(self._request(tx, me, *call, reuse=command.resume).request.id for call in calls)
         if not any(self.records[i].pending for i in ids):
             return [self.records[i] for i in ids]
         self.world.update(me, state=AgentState.AWAITING_APPROVAL)
@@ -128,10 +128,18 @@ class Approvals:
         return None
 
     def _request(
-        self, tx: Transition, me: AgentRecord, call_id: str, tool: str, arguments: str
+        self,
+        tx: Transition,
+        me: AgentRecord,
+        call_id: str,
+        tool: str,
+        arguments: str,
+        *,
+        reuse: bool,
     ) -> ApprovalRecord:
-        """The request of one call: the one this turn made before, or a new one."""
-        for known in self.by_agent.get(me.id, ()):
+        """The request of one call: with ``reuse``, the latest one this generation made for
+        the same call id; otherwise (or with none) a new one."""
+        for known in reversed(self.by_agent.get(me.id, ()) if reuse else ()):
             held = self.records[known]
             if held.request.generation == me.generation and held.request.call_id == call_id:
                 return held

@@ -489,14 +489,16 @@ class Rearm(Command[None]):
 class AwaitApproval(Command[list[ApprovalRecord]]):
     """A model turn asks approval for tool calls ``(call id, tool, JSON arguments)``.
 
-    Each call gets a stored :class:`~retinue.protocol.supervision.ApprovalRequest`
-    (a call asked for before by the same turn keeps its request); the turn
-    parks (``awaiting_approval``, no slot) until every one is answered, and is
-    answered with their records, in order.
+    Each call gets a stored :class:`~retinue.protocol.supervision.ApprovalRequest`;
+    the turn parks (``awaiting_approval``, no slot) until every one is
+    answered, and is answered with their records, in order. ``resume``: the
+    turn carries on after a reopen and asked for these calls before, so the
+    requests its generation made for the same call ids are reused.
     """
 
     sender: TurnRef
     calls: tuple[tuple[str, str, str], ...]
+    resume: bool = False
 
 
 @dataclass(frozen=True, slots=True)
