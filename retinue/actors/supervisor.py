@@ -354,16 +354,14 @@ class Supervisor:
         if command.takes_input and handle is not None and handle.holds_input:
             handle.holds_input = False  # the turn's input is the transcript's now
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
-        if command.ends_call:
-            self.supervision.admission.call_done(tx, me, usage)
-        if usage == Usage():
+        if usage != Usage():
+            me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
             top = tree.agents[tree.top_of[me.id]]
-            return me.usage, top.tree_usage
-        me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
-        top = tree.agents[tree.top_of[me.id]]
-        top = world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
-        me = tree.agents[me.id]
-        return me.usage, top.tree_usage
+            world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
+            me = tree.agents[me.id]
+        if command.ends_call:  # after the usage: what waits is admitted against the new totals
+            self.supervision.admission.call_done(tx, me, usage)
+        return me.usage, tree.agents[tree.top_of[me.id]].tree_usage
 
     # -- start and stop ------------------------------------------------------------------
 
