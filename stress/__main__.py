@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
                 "acknowledged_ops": sum(v.acks for v in verdicts),
                 "agents_at_end": verdicts[-1].agents if verdicts else 0,
                 "interrupted_at_restore": sum(v.interrupted_at_restore for v in verdicts),
+                "restarting_at_kill": sum(v.restarting_at_kill for v in verdicts),
+                "awaiting_approval_at_kill": sum(v.awaiting_approval_at_kill for v in verdicts),
+                "approved_calls": verdicts[-1].approved_calls if verdicts else 0,
+                "approved_runs": verdicts[-1].approved_runs if verdicts else 0,
+                "approved_calls_cut_short": verdicts[-1].cut_short if verdicts else 0,
                 "problems": len(problems),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
