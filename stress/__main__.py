@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=[
             "crash",
             "statemachine",
+            "restarts",
             "soak_races",
             "damage",
             "soak",
@@ -132,6 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         for problem in row["problems"][:5]:
             print("  PROBLEM:", problem)
         failed = failed or bool(row["problems"])
+
+    if args.only == "restarts" or (args.only is None and not quick):
+        # CI runs it once, derandomized, in tests/runtime/test_restart_machine.py.
+        from stress.statemachine import restarts
+
+        found = restarts.run(30 if quick else 200, 40)
+        report["restarts"] = found
+        _table(
+            "restarts machine: every task one completion across interrupts, reopens, crashes",
+            {**found, "problems": len(found["problems"])},
+        )
+        failed = failed or bool(found["problems"])
 
     if args.only in (None, "soak_races"):
         seconds = args.soak_seconds or (10.0 if quick else 300.0)
