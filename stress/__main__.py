@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stress import (
+    bench_budgets,
     bench_commit,
     bench_lifecycle,
     bench_llm,
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             "idle",
             "llm",
             "tools",
+            "budgets",
             "cluster",
             "cluster_crash",
         ],
@@ -236,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         row = bench_tools.run(10 if quick else 50)
         report["tools"] = row
         _table("tools: grep in a child process vs in-process, read_file on the tool pool", row)
+    if args.only in (None, "budgets"):
+        row = bench_budgets.run(1 if quick else 3)
+        report["budgets"] = row
+        _table("budgets: 8 agents calling at once under tokens_per_tree, admission on/off", row)
     if args.only in ("cluster", "cluster_crash"):
         # Only when asked, and only in a loopback-only namespace (see .ci/extras-ray.sh).
         from stress import cluster_parts
