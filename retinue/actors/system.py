@@ -150,11 +150,8 @@ class System:
             store.close()
             remove_created(created)
             raise
-        system.core, system.actor, system.diagnostics = (
-            booted.core,
-            booted.actor,
-            booted.diagnostics,
-        )
+        system.core, system.actor = booted.core, booted.actor
+        system.diagnostics = booted.diagnostics
         engine.channel.connect(actor_target(booted.actor))
         engine.tell(Rearm())  # pending restarts and approval timeouts get their timers
         system._compactor = threading.Thread(

@@ -7,6 +7,7 @@ OpenAI provider against the local stub, which reports fixed usage.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -158,8 +159,21 @@ def test_eight_agents_calling_at_once_overshoot_a_tree_budget_by_less_than_one_c
 
 def test_a_call_reserve_admits_first_calls_together(stub: OpenAIStub, tmp_path: Path) -> None:
     # Without an estimate a tree's first call flies alone; call_reserve_tokens is one, so the
-    # eight first calls (7 x 400 reserved < 3000) fly together, and the bound still holds.
-    looping(stub, (200, 150), delay_s=1.0)
+    # eight first calls (7 x 400 reserved < 3000) fly together: each first request is held
+    # until all eight are in flight (a barrier, bounded only to fail instead of hang).
+    together = threading.Barrier(8, timeout=SETTLE_S)
+    broken: list[int] = []
+
+    def handler(request: Any) -> StubReply:
+        if request.number <= 8:
+            try:
+                together.wait()
+            except threading.BrokenBarrierError:
+                broken.append(request.number)
+        message = tool_call("note", {"text": "x"}, f"call_{request.number}")
+        return StubReply(message=message, usage=(200, 150))
+
+    stub.handler = handler
     profiles = [
         Profile("lead", subagents=["worker"], tools=["note"], runner=eight_workers),
         Profile("worker", tools=["note"], runner=runner(stub, "openai/stub-model")),
@@ -171,5 +185,5 @@ def test_a_call_reserve_admits_first_calls_together(stub: OpenAIStub, tmp_path: 
         lead = rt.spawn("lead", "fan out")
         rt.wait(lead.id, timeout=SETTLE_S)
         spent = rt.get(lead.id).tree_usage
+    assert broken == [], "the first calls did not all fly at once"
     assert spent is not None and 3000 <= spent.total_tokens < 3000 + 350
-    assert stub.max_in_flight == 8
