@@ -547,9 +547,11 @@ class Runtime(ApprovalCalls):
     def wait_idle(self, timeout: float | None = None) -> None:
         """Block until the runtime is quiescent; ``timeout=None`` means ``wait_default_s``.
 
-        Quiescent: no turn is queued or running, every runner has returned
-        (an abandoned one included), no command waits for the supervisor, and
-        every event published so far was handed to its subscribers. For tests
+        Quiescent: no turn is queued or running, no restart is pending, every
+        runner has returned (an abandoned one included), no command waits for
+        the supervisor, and every event published so far was handed to its
+        subscribers. A turn parked for approval does not count (it waits for a
+        person). For tests
         and drivers that would otherwise poll; a host that keeps spawning may
         never see it.
 

@@ -277,8 +277,9 @@ class Inspect(Command[AgentDetail]):
 
 @dataclass(frozen=True, slots=True)
 class Idle(Command[None]):
-    """Answer once the runtime is quiescent: no turn queued or running, no runner still
-    running (an abandoned one included) and no command waiting behind this one.
+    """Answer once the runtime is quiescent: no turn queued or running, no restart pending,
+    no runner still running (an abandoned one included) and no command waiting behind
+    this one. A turn parked for approval does not count: it waits for a person.
 
     Deferred like a host wait; a :class:`GiveUpWait` for the same future ends
     it with ``WaitTimeout``.

@@ -110,8 +110,12 @@ class Supervision:
         for approval waits for a person), every runner reported back, no restart pending."""
         scheduler = self.scheduler
         parked = self.approvals.parked
+        if not parked:  # the common case, O(1): the scheduler's own answer
+            return scheduler.quiet() and self.restarts.quiet()
         if scheduler.pending_turn or scheduler.reacquire or not self.restarts.quiet():
             return False
+        if len(scheduler.turns) > len(parked) or len(scheduler.unreported) > len(parked):
+            return False  # some turn is not parked (checked in O(parked) below otherwise)
         return all(a in parked for a in scheduler.turns) and all(
             a in parked for a, _ in scheduler.unreported
         )

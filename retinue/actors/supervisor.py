@@ -259,11 +259,11 @@ class Supervisor:
                 return self.hosts.host_messages(tx)
             case Close():
                 info = self.lifecycle.close(tx, me, command)
-                self.retention.enforce(world.tree, time.time())
+                self._retain()
                 return info
             case CloseTree():
                 infos = self.lifecycle.close_tree(tx, me, command)
-                self.retention.enforce(world.tree, time.time())
+                self._retain()
                 return infos
             case Get():
                 return info_of(world.find(me, command.ref, command.field))
@@ -326,6 +326,12 @@ class Supervisor:
         tree = self.world.tree
         kids = [tree.agents[i] for i in tree.live_children(me.id)]
         return [info_of(r) for r in sorted(kids, key=lambda r: r.created_at)]
+
+    def _retain(self) -> None:
+        """Enforce the retention counts after a close (approvals of removed agents go too)."""
+        now = time.time()
+        if self.retention.enforce(self.world.tree, now) is not None:
+            self.supervision.approvals.prune(now - self.world.limits.retain_age_s)
 
     def compact(self) -> CompactionReport:
         """Remove what retention no longer keeps, as one transition."""

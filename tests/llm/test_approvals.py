@@ -256,3 +256,23 @@ def test_a_bad_approve_setting_is_refused() -> None:
 
 def test_the_cut_short_result_names_the_restart() -> None:
     assert "cut short by a restart" in json.loads(CUT_SHORT_RESULT)["error"]
+
+
+def test_requests_go_with_their_agent_when_it_is_compacted(
+    stub: OpenAIStub, tmp_path: Path
+) -> None:
+    deploy = Deploy()
+    stub.handler = scripted([tool_call("deploy", {"target": "prod"}), DONE])
+    store = tmp_path / "s"
+    with open_rt(store, [profile(stub, deploy)], retain_age_s=0.001) as rt:
+        a = rt.spawn("ops", "ship it")
+        request = parked(rt, a.id)
+        rt.close(a.id)  # cancels the request; the closed agent is older than retain_age_s soon
+        assert rt.wait(a.id, timeout=0).status == "interrupted"  # nothing left undelivered
+        removed: list[int] = []
+        wait_until(lambda: removed.append(rt.compact().agents) or sum(removed), timeout=SETTLE_S)
+        assert sum(removed) == 1
+        with pytest.raises(UnknownApproval):
+            rt.approve(request.id)
+    with open_rt(store, [profile(stub, deploy)]) as rt:
+        assert rt.diagnostics == [], "no request of a removed agent was left behind"
