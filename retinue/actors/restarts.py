@@ -89,7 +89,8 @@ class Restarts:
         recent = tuple(t for t in record.restarts if t > now - policy.within_s)
         if len(recent) + 1 > policy.max_restarts:
             return (
-                f"RestartLimitExceeded: {len(recent)} restarts within {policy.within_s:g} s; "
+                f"RestartLimitExceeded: {len(recent)} restart{'' if len(recent) == 1 else 's'} "
+                f"within {policy.within_s:g} s; "
                 f"last error: {error}"
             )
         delay = policy.delay(record.attempt, self.rng)

@@ -281,3 +281,29 @@ def test_a_bad_policy_is_a_configuration_error(bad: dict[str, object]) -> None:
 def test_a_profile_restart_must_be_a_restart() -> None:
     with pytest.raises(ConfigurationError, match=r"restart must be a retinue\.Restart"):
         Profile("p", restart={"max_restarts": 1})  # type: ignore[arg-type]
+
+
+def test_giving_up_escalates_one_failed_completion_to_the_parent(
+    open_runtime: OpenRuntime,
+) -> None:
+    flaky = Flaky(99)
+    policy = Restart(max_restarts=1, backoff_s=0.01, jitter=0.0)
+    got: list[object] = []
+
+    def lead(turn: Turn) -> str:
+        got.append(turn.run("worker", "the job", timeout=PROMPT_S))
+        return "reported"
+
+    rt = open_runtime(
+        [
+            Profile("lead", subagents=["worker"], runner=lead, wake_on_completion=False),
+            Profile("worker", runner=flaky, restart=policy),
+        ]
+    )
+    top = rt.spawn("lead", "go")
+    assert rt.wait(top.id, timeout=PROMPT_S).output == "reported"
+    rt.wait_idle(PROMPT_S)
+    (done,) = got
+    assert getattr(done, "status", None) == "failed"
+    assert getattr(done, "error", "").startswith("RestartLimitExceeded: 1 restart within 60 s")
+    assert rt.backlog().pending_completions == 0, "no second completion waits anywhere"
