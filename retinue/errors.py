@@ -16,6 +16,8 @@ and friends keep working for callers that do not know retinue's names::
     ├── ResultContractError            (ValueError)   .field: a bad structured result
     ├── UnknownProfile                 (LookupError)
     ├── UnknownAgent                   (LookupError)
+    ├── UnknownApproval                (LookupError)  no approval request with that id
+    ├── ApprovalAlreadyAnswered                       the request was answered before
     ├── DuplicateAgentPath             (ValueError)   a live sibling holds the name
     ├── NotPermitted                                  outside what the sender may do
     │   └── ToolsNotPermitted          (ConfigurationError) .extra: tools above the parent's
@@ -28,6 +30,8 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── DedupKeyTooLong            (ValueError)
     │   ├── CompletionBacklogFull
     │   ├── TokenBudgetExceeded                       .budget, .limit, .used: model tokens
+    │   ├── CostBudgetExceeded                        .budget, .limit, .used: model cost in USD
+    │   ├── RestartLimitExceeded                      a restart policy gave up (its intensity)
     │   └── ToolCallLimitExceeded                     a turn made max_tool_calls calls
     ├── AgentStateError                               wrong state for the call
     │   ├── AgentClosed
@@ -67,11 +71,13 @@ __all__ = [
     "AgentClosed",
     "AgentLimitExceeded",
     "AgentStateError",
+    "ApprovalAlreadyAnswered",
     "ArgumentTypeError",
     "BlockingCallInAsyncRunner",
     "ClusterError",
     "CompletionBacklogFull",
     "ConfigurationError",
+    "CostBudgetExceeded",
     "DedupKeyTooLong",
     "DelegationCycleError",
     "DelegationDepthError",
@@ -90,6 +96,7 @@ __all__ = [
     "ModelCallFailed",
     "NotPermitted",
     "NothingToWaitFor",
+    "RestartLimitExceeded",
     "ResultContractError",
     "RetinueError",
     "RuntimeClosed",
@@ -105,6 +112,7 @@ __all__ = [
     "ToolsNotPermitted",
     "TurnInterrupted",
     "UnknownAgent",
+    "UnknownApproval",
     "UnknownProfile",
     "WaitTimeout",
 ]
@@ -186,6 +194,14 @@ class UnknownProfile(RetinueError, LookupError):
 
 class UnknownAgent(RetinueError, LookupError):
     """No agent has that id or live path."""
+
+
+class UnknownApproval(RetinueError, LookupError):
+    """No approval request has that id (see ``Runtime.approvals``)."""
+
+
+class ApprovalAlreadyAnswered(RetinueError):
+    """The approval request was approved, denied or timed out before; it takes one answer."""
 
 
 class DuplicateAgentPath(RetinueError, ValueError):
@@ -283,6 +299,37 @@ class TokenBudgetExceeded(LimitExceeded):
         self.budget = budget
         self.used = used
         super().__init__(message, limit=limit, value=used, path=path)
+
+
+class CostBudgetExceeded(LimitExceeded):
+    """A model cost budget (``usd_per_agent`` or ``usd_per_tree``) is spent.
+
+    ``budget`` names the limit, ``limit`` is its value in USD and ``used``
+    (also ``.value``) the cost spent when the turn stopped; ``.path`` the agent
+    (None for a tree's budget).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str = "",
+        limit: float = 0.0,
+        used: float = 0.0,
+        path: str | None = None,
+    ) -> None:
+        self.budget = budget
+        self.used = used
+        super().__init__(message, limit=limit, value=used, path=path)
+
+
+class RestartLimitExceeded(LimitExceeded):
+    """A restart policy gave up: one more restart would pass ``max_restarts`` within ``within_s``.
+
+    It is the error of the ``failed`` completion that escalates to the parent
+    (``RestartLimitExceeded: 3 restarts within 60 s; last error: ...``);
+    ``.limit`` is ``max_restarts``, ``.value`` the restarts made, ``.path`` the agent.
+    """
 
 
 class ToolCallLimitExceeded(LimitExceeded):

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from retinue.actors.approval_calls import ApprovalCalls
 from retinue.actors.boot import profile_table
 from retinue.actors.channel import RuntimeState
 from retinue.actors.commands import (
@@ -69,8 +70,12 @@ R = TypeVar("R")
 _NO_REF: Any = object()  # close() called without an agent reference
 
 
-class Runtime:
-    """A supervised tree of agents kept in one LMDB store. Open it with :meth:`open`."""
+class Runtime(ApprovalCalls):
+    """A supervised tree of agents kept in one LMDB store. Open it with :meth:`open`.
+
+    The approval calls (``approvals``, ``approve``, ``deny`` and their twins)
+    come from :class:`~retinue.actors.approval_calls.ApprovalCalls`.
+    """
 
     def __init__(self) -> None:
         """Use :meth:`Runtime.open`; the constructor only declares the fields."""
@@ -542,9 +547,11 @@ class Runtime:
     def wait_idle(self, timeout: float | None = None) -> None:
         """Block until the runtime is quiescent; ``timeout=None`` means ``wait_default_s``.
 
-        Quiescent: no turn is queued or running, every runner has returned
-        (an abandoned one included), no command waits for the supervisor, and
-        every event published so far was handed to its subscribers. For tests
+        Quiescent: no turn is queued or running, no restart is pending, every
+        runner has returned (an abandoned one included), no command waits for
+        the supervisor, and every event published so far was handed to its
+        subscribers. A turn parked for approval does not count (it waits for a
+        person). For tests
         and drivers that would otherwise poll; a host that keeps spawning may
         never see it.
 

@@ -22,7 +22,11 @@ Decoding is strict: an unknown key, a wrong type or a bad value raises
 (``team.toml: [agents.lead] key 'modle': unknown key; ...``). The delegation
 graph is checked with :func:`~retinue.protocol.graph.validate_graph` against
 the team's depth cap, so a team that loads never hits the depth cap at run time.
-Token budgets are limits: ``[limits] tokens_per_agent`` and ``tokens_per_tree``.
+Token and cost budgets are limits: ``[limits] tokens_per_agent``,
+``tokens_per_tree``, ``usd_per_agent``, ``usd_per_tree``. Supervision:
+``restart = { max_restarts = 3, within_s = 60 }`` (a
+:class:`~retinue.protocol.supervision.Restart`) and ``approve = ["bash"]``
+(tools whose calls a person approves), in ``[defaults]`` or an agent's table.
 An ``[mcp.<server>]`` table declares an MCP server (``command``, ``args``,
 ``env``, ``env_from_host``, ``cwd`` for stdio; ``url``, ``headers`` for
 streamable HTTP; ``startup_timeout_s``, ``tool_timeout_s``); a grant of an
@@ -59,6 +63,7 @@ from retinue.llm.mcp.config import McpServer
 from retinue.llm.mcp.teamfile import McpSpec, check_tools, mcp_servers
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
+from retinue.protocol.supervision import Restart
 
 __all__ = ["AgentSpec", "Defaults", "McpSpec", "Team", "load_team", "open_arguments"]
 
@@ -90,6 +95,10 @@ class Defaults(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     turn_timeout_s: Positive | None = None
     tool_timeout_s: FiniteSeconds | None = None
     """Seconds one file tool or host tool call may take (the runner's default: 120)."""
+    restart: Restart | None = None
+    """The restart policy: ``{ max_restarts = 3, within_s = 60, backoff_s = 1, ... }``."""
+    approve: list[str] | None = None
+    """Tools whose calls a person must approve (``["*"]``: every tool but the coordinator's)."""
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -112,6 +121,8 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     max_tool_calls: PositiveInt | None = None
     request_timeout_s: Positive | None = None
     tool_timeout_s: FiniteSeconds | None = None
+    restart: Restart | None = None
+    approve: list[str] | None = None
 
 
 class _Top(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -135,6 +146,8 @@ _INHERITED = (
     "request_timeout_s",
     "turn_timeout_s",
     "tool_timeout_s",
+    "restart",
+    "approve",
 )
 # Settings that only an LLM runner reads: they go to Profile fields of the same name.
 _LLM_KNOBS = (
@@ -144,6 +157,15 @@ _LLM_KNOBS = (
     "max_tool_calls",
     "request_timeout_s",
     "tool_timeout_s",
+)
+_PROFILE_KEYS = (
+    "model",
+    "tools",
+    "result_format",
+    "turn_timeout_s",
+    "restart",
+    "approve",
+    *_LLM_KNOBS,
 )
 _NAME = re.compile(r"[a-z0-9_]{1,40}")
 
@@ -160,11 +182,12 @@ def _convert(source: str, table: str, raw: object, cls: type[msgspec.Struct]) ->
         return msgspec.convert(raw, cls)
     except msgspec.ValidationError as exc:
         text = str(exc)
-        unknown = re.match(r"Object contains unknown field `(.+?)`", text)
+        unknown = re.match(r"Object contains unknown field `(.+?)`(?: - at `\$\.(\w+)`)?", text)
         if unknown:
-            raise TeamFileError(
-                source, table, unknown.group(1), f"unknown key; known keys: {_fields(cls)}"
-            ) from None
+            key, inner = unknown.group(1), unknown.group(2)
+            known = _fields(Restart if inner == "restart" else cls)
+            key = f"{inner}.{key}" if inner else key
+            raise TeamFileError(source, table, key, f"unknown key; known keys: {known}") from None
         where = re.search(r" - at `\$\.?(.*)`$", text)
         key = where.group(1) if where else ""
         message = text[: where.start()] if where else text
@@ -317,7 +340,7 @@ class Team:
             table = f"agents.{name}"
             extra: dict[str, Any] = {}
             settings: dict[str, Any] = {}
-            for key in ("model", "tools", "result_format", "turn_timeout_s", *_LLM_KNOBS):
+            for key in _PROFILE_KEYS:
                 value = self.setting(name, key)
                 if value is None:
                     continue

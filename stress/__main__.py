@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from stress import cluster_parts, crash, damage, soak, soak_races, statemachine
-from stress.bench import commit, lifecycle, llm, reopen, scale, tools, trees
+from stress.bench import budgets, commit, lifecycle, llm, reopen, scale, tools, trees
 from stress.parts import Options, Part, Result, table
+from stress.statemachine import restarts
 
 PARTS: list[Part] = [
     crash.PART,
     statemachine.PART,
+    restarts.PART,
     soak_races.PART,
     damage.PART,
     soak.PART,
@@ -40,6 +42,7 @@ PARTS: list[Part] = [
     reopen.PART,
     llm.PART,
     tools.PART,
+    budgets.PART,
     cluster_parts.CLUSTER,
     cluster_parts.CLUSTER_CRASH,
 ]

@@ -125,3 +125,51 @@ def test_runtime_open_with_a_team_file_runs_its_python_runners(tmp_path: Path) -
     # lead -> security -> secrets runs at depth 3: the smallest cap it passes.
     with Runtime.open(tmp_path / "other", team=team, limits=Limits(depth_cap=3)) as rt:
         assert rt.limits.depth_cap == 3
+
+
+SUPERVISED = """
+[limits]
+usd_per_tree = 2.5
+approval_timeout_s = 600
+
+[defaults]
+model = "retinue/scripted"
+restart = { max_restarts = 2, within_s = 30 }
+approve = ["write_file"]
+
+[agents.lead]
+subagents = ["worker"]
+
+[agents.worker]
+restart = { max_restarts = 5, backoff_s = 0.5, on = ["failed", "lost"] }
+approve = ["*"]
+"""
+
+
+def test_restart_and_approve_come_from_defaults_or_the_agents_table() -> None:
+    from retinue import Restart
+
+    team = Team.from_toml(SUPERVISED, environ=False)
+    lead, worker = team.profiles()
+    assert lead.restart == Restart(max_restarts=2, within_s=30)
+    assert lead.approve == ("write_file",)
+    assert worker.restart == Restart(max_restarts=5, backoff_s=0.5, on=("failed", "lost"))
+    assert worker.approve == ("*",)
+    assert (team.limits.usd_per_tree, team.limits.approval_timeout_s) == (2.5, 600.0)
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "words"),
+    [
+        ("restart = { max_restart = 1 }", "restart.max_restart", "known keys: max_restarts"),
+        ("restart = { jitter = 3 }", "restart", "Restart.jitter must be a fraction"),
+        ("restart = { on = ['crashed'] }", "restart.on[0]", "Invalid enum value 'crashed'"),
+        ("restart = 3", "restart", "Expected object"),
+        ("approve = 'bash'", "approve", "Expected array"),
+    ],
+)
+def test_bad_supervision_settings_name_the_key(line: str, key: str, words: str) -> None:
+    with pytest.raises(TeamFileError) as caught:
+        Team.from_toml(f"[agents.a]\n{line}\n", source="team.toml", environ=False)
+    assert caught.value.key == key
+    assert words in str(caught.value)

@@ -191,7 +191,8 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    tree, restored = load_tree(store.snapshot((*RESTORE_DATABASES, "leases")), limits.depth_cap)
+    snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"))
+    tree, restored = load_tree(snapshot, limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
         Diagnostic(
             database="meta",
@@ -213,6 +214,7 @@ def boot(
         engine=engine,
         executor=executor,
     )
+    core.supervision.approvals.load(restored.approvals)
     core.recover()
     cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
     store.write_now([*tree.take_writes(), cap])

@@ -28,11 +28,16 @@ from retinue.actors.compaction import CompactionReport
 from retinue.errors import RetinueError
 from retinue.protocol.details import AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo, Completion, Message, Usage
+from retinue.protocol.supervision import ApprovalRecord, ApprovalRequest
 
 __all__ = [
     "HOST",
     "AckLease",
+    "AdmitCall",
     "Agents",
+    "Approvals",
+    "Approve",
+    "AwaitApproval",
     "Barrier",
     "Children",
     "Close",
@@ -40,8 +45,11 @@ __all__ = [
     "Command",
     "Compact",
     "CountBacklog",
+    "Deny",
     "Envelope",
+    "ExpireApprovals",
     "ExpireTurn",
+    "FireRestarts",
     "FollowUp",
     "Get",
     "GiveBack",
@@ -56,6 +64,7 @@ __all__ = [
     "LlmLoad",
     "LlmStep",
     "ReadCommand",
+    "Rearm",
     "ReleaseLease",
     "Resume",
     "RunMany",
@@ -66,6 +75,7 @@ __all__ = [
     "Spawn",
     "SpawnMany",
     "SpawnRequest",
+    "SupervisionCommand",
     "SupervisorCommand",
     "TurnRef",
     "Wait",
@@ -272,8 +282,9 @@ class Inspect(Command[AgentDetail]):
 
 @dataclass(frozen=True, slots=True)
 class Idle(Command[None]):
-    """Answer once the runtime is quiescent: no turn queued or running, no runner still
-    running (an abandoned one included) and no command waiting behind this one.
+    """Answer once the runtime is quiescent: no turn queued or running, no restart pending,
+    no runner still running (an abandoned one included) and no command waiting behind
+    this one. A turn parked for approval does not count: it waits for a person.
 
     Deferred like a host wait; a :class:`GiveUpWait` for the same future ends
     it with ``WaitTimeout``.
@@ -426,12 +437,15 @@ class LlmStep(Command[tuple[Usage, Usage]]):
     messages and children's completions): from this commit on they are the
     transcript's, neither given back if the turn fails or is interrupted nor
     handed again after a crash (see ``Scheduler`` and ``Tree.consume_inputs``).
+    ``ends_call`` says ``usage`` is a model call :class:`AdmitCall` admitted:
+    its reservation ends in this commit.
     """
 
     sender: TurnRef
     usage: Usage
     transcript: bytes | None = None
     takes_input: bool = False
+    ends_call: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +470,93 @@ class Shutdown(Command[list[tuple[str, pykka.ActorRef[Any]]]]):
     after_close: ClassVar[bool] = True
     sender: Host = HOST
 
+
+# -- supervision: restarts, approvals, call admission ----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FireRestarts(Command[None]):
+    """A restart's backoff ran out: run every restart that is due, parents first."""
+
+    live_sender: ClassVar[bool] = False
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Rearm(Command[None]):
+    """The supervisor serves: arm the timers of the restarts and approval timeouts the store
+    holds, and carry on the parked turns whose approvals were all answered meanwhile."""
+
+    live_sender: ClassVar[bool] = False
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitApproval(Command[list[ApprovalRecord]]):
+    """A model turn asks approval for tool calls ``(call id, tool, JSON arguments)``.
+
+    Each call gets a stored :class:`~retinue.protocol.supervision.ApprovalRequest`;
+    the turn parks (``awaiting_approval``, no slot) until every one is
+    answered, and is answered with their records, in order. ``resume``: the
+    turn carries on after a reopen and asked for these calls before, so the
+    requests its generation made for the same call ids are reused.
+    """
+
+    sender: TurnRef
+    calls: tuple[tuple[str, str, str], ...]
+    resume: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Approvals(Command[list[ApprovalRequest]]):
+    """Return the pending approval requests, of ``ref``'s subtree or of every agent."""
+
+    sender: Sender
+    ref: str | None = None
+    field: str = "ref"
+
+
+@dataclass(frozen=True, slots=True)
+class Approve(Command[None]):
+    """Approve a pending request: its call runs and the model gets its result."""
+
+    request_id: str
+    note: str | None = None
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class Deny(Command[None]):
+    """Deny a pending request: the model gets ``{"error": "denied: <reason>"}``."""
+
+    request_id: str
+    reason: str
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireApprovals(Command[None]):
+    """An approval timeout ran out: deny every request past ``approval_timeout_s``."""
+
+    live_sender: ClassVar[bool] = False
+    sender: Host = HOST
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitCall(Command[None]):
+    """A model turn asks to make one model call under a budget; answered once admitted.
+
+    Raises (to the turn): ``TokenBudgetExceeded`` or ``CostBudgetExceeded``
+    once a budget is spent.
+    """
+
+    sender: TurnRef
+
+
+SupervisionCommand = (
+    FireRestarts | Rearm | AwaitApproval | Approvals | Approve | Deny | ExpireApprovals | AdmitCall
+)
+"""The commands of supervision (:mod:`retinue.actors.supervision` serves them)."""
 
 SupervisorCommand = (
     Spawn
@@ -487,10 +588,18 @@ SupervisorCommand = (
     | Barrier
     | Idle
     | Shutdown
+    | FireRestarts
+    | Rearm
+    | AwaitApproval
+    | Approvals
+    | Approve
+    | Deny
+    | ExpireApprovals
+    | AdmitCall
 )
 """The closed protocol: every command the supervisor serves (its ``match`` is exhaustive)."""
 
-ReadCommand = Get | Agents | Inspect | Barrier | Idle
+ReadCommand = Get | Agents | Inspect | Barrier | Idle | Approvals
 """The commands a read-only runtime serves from a store snapshot (the others are refused)."""
 
 

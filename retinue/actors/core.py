@@ -81,6 +81,9 @@ def info_of(record: AgentRecord) -> AgentInfo:
         usage=record.usage,
         tree_usage=record.tree_usage if record.parent_id is None else None,
         started_at=record.started_at,
+        attempt=record.attempt,
+        last_error=record.last_error,
+        restart_due_at=record.restart_due_at,
     )
 
 

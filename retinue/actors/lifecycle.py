@@ -3,7 +3,8 @@
 A settled, interrupted or closed turn releases its slot (scheduler) and its
 wait (waiters), and produces its one completion (router). Closing an agent
 interrupts it first, hands its pending completions to its heir and ends the
-waits on it.
+waits on it. A failed turn may be restarted by its profile's policy instead
+(supervision), which makes no completion yet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from retinue.actors.core import World, info_of
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
+from retinue.actors.supervision import Supervision
 from retinue.actors.transition import Transition
 from retinue.actors.turn import Turn
 from retinue.actors.waiters import Waiters
@@ -54,6 +56,8 @@ INTERRUPTED_QUEUED = "interrupted before execution"
 """The error of a turn interrupted while it waited for a slot (it never ran)."""
 INTERRUPTED_RUNNING = "interrupted"
 """The error of a turn interrupted while its runner ran."""
+_LIVE = frozenset({AgentState.RUNNING, AgentState.AWAITING_APPROVAL})
+"""States of an agent whose turn has a runner (parked for approval, after a reopen, none)."""
 
 
 class Lifecycle:
@@ -66,13 +70,16 @@ class Lifecycle:
         waiters: Waiters,
         hosts: HostWaits,
         router: Router,
+        supervision: Supervision,
     ) -> None:
-        """Act on ``world`` through the scheduler, the turn and host waits and the router."""
+        """Act on ``world`` through the scheduler, the turn and host waits, the router and
+        supervision (restarts, approvals, call admission)."""
         self.world = world
         self.scheduler = scheduler
         self.waiters = waiters
         self.hosts = hosts
         self.router = router
+        self.supervision = supervision
 
     # -- turn ends ----------------------------------------------------------------------
 
@@ -83,7 +90,7 @@ class Lifecycle:
         if (
             not self.scheduler.is_current(turn.agent_id, turn.generation)
             or record is None
-            or record.state is not AgentState.RUNNING
+            or record.state not in _LIVE
         ):
             return  # a late result of an interrupted turn: discarded
         self.finish_turn(tx, record, command.output, command.error)
@@ -101,13 +108,19 @@ class Lifecycle:
 
         A model turn that never stored its input in its transcript gives the
         input back (pending or unread again, for its next turn) and wakes
-        itself on none of it.
+        itself on none of it. A failed turn its restart policy restarts makes
+        no completion (the agent is ``restarting``).
         """
         returned = self._give_back_held(tx, record.id)
         self._release(tx, record.id, TurnInterrupted("the turn ended"))
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
+            error = self.supervision.restarts.after_failure(tx, record, bounded_text(error, cap))
+            if error is None:  # restarting: the task's completion is still to come
+                if pump:
+                    self.scheduler.pump(tx)
+                return
             error = bounded_text(error, cap)
         elif output is not None:
             output = bounded_text(output, cap)
@@ -127,7 +140,7 @@ class Lifecycle:
         if (
             not self.scheduler.is_current(turn.agent_id, turn.generation)
             or record is None
-            or record.state is not AgentState.RUNNING
+            or record.state not in _LIVE
         ):
             return  # it settled (or was interrupted) in time
         self._cancel(tx, record, TurnInterrupted(f"{record.path} ran past its turn_timeout_s"))
@@ -168,9 +181,22 @@ class Lifecycle:
         return True
 
     def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
-        """Drop a turn's slot, handle, waiter and queued slot request."""
+        """Drop a turn's slot, handle, waiter, queued slot request, park and reservation."""
         self.scheduler.release(tx, agent_id, why)
         self.waiters.release(tx, agent_id, why)
+        self.supervision.turn_ended(tx, agent_id, why)
+
+    def detach(self, tx: Transition, record: AgentRecord) -> None:
+        """The runtime closes under a turn parked for approval: stop it, keep the park.
+
+        The agent stays ``awaiting_approval`` in the store with its requests
+        pending; the next open carries the turn on once they are answered.
+        """
+        why = TurnInterrupted(f"{record.path}: the runtime closed while it awaited approval")
+        self.scheduler.cancel(tx, record)
+        self.scheduler.release(tx, record.id, why)
+        self.waiters.release(tx, record.id, why)
+        self.supervision.approvals.detach(record.id)
 
     # -- follow-ups and interrupts -----------------------------------------------------------
 
@@ -269,17 +295,24 @@ class Lifecycle:
         """Cancel ``record``'s queued or running turn: it settles ``interrupted``; return it.
 
         The completion's error says which: ``interrupted before execution``
-        (it was queued) or ``interrupted`` (its runner ran).
+        (it was queued, or a restart was pending) or ``interrupted`` (its
+        runner ran; a turn parked for approval too, whose requests are
+        cancelled).
         """
         error = INTERRUPTED_RUNNING
         if record.state is AgentState.STARTING:
             error = INTERRUPTED_QUEUED
             self.scheduler.unqueue(record.id)
-        elif record.state is AgentState.RUNNING:
+        elif record.state in _LIVE:  # running, or parked for approval
             self._cancel(tx, record, TurnInterrupted(f"{record.path} was interrupted"))
+        elif record.state is AgentState.RESTARTING:  # its next attempt never ran
+            error = INTERRUPTED_QUEUED
+            self.supervision.restarts.cancel(tx, record.id)
         else:
             return record
-        record = self.world.update(record, state=AgentState.INTERRUPTED, output=None, error=error)
+        record = self.world.update(
+            record, state=AgentState.INTERRUPTED, output=None, error=error, restart_due_at=None
+        )
         self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
         self.scheduler.pump(tx)
         return record

@@ -9,6 +9,7 @@ from typing import Any
 
 from retinue.errors import ConfigurationError, InvalidArgument
 from retinue.protocol.checks import check_text
+from retinue.protocol.supervision import Restart, check_approve
 from retinue.protocol.tools import resolve_tools
 
 __all__ = ["AnyRunner", "Profile"]
@@ -52,6 +53,12 @@ class Profile:
     child's tools must lie within its parent's, checked at ``Runtime.open``
     and at every spawn. ``result_format="structured"`` asks the model for the
     structured result contract.
+
+    Supervision fields: ``restart`` (a :class:`~retinue.protocol.supervision.Restart`
+    policy; None: a failed turn stays failed) restarts a failed (or lost)
+    turn after a backoff; ``approve`` names the tools whose calls a person
+    must approve before they run (``["*"]``: every tool but the coordinator
+    tools).
     """
 
     name: str
@@ -66,6 +73,8 @@ class Profile:
     result_format: str | None = None
     model_settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
     turn_timeout_s: float | None = None
+    restart: Restart | None = None
+    approve: Sequence[str] = field(default=())
 
     def __post_init__(self) -> None:
         """Check the fields.
@@ -76,7 +85,8 @@ class Profile:
                 that is not callable, an empty or non-string model, an unknown
                 result format, or bad ``tools`` (not a preset, a coordinator
                 tool name, a malformed name), or a turn_timeout_s that is not a
-                positive number.
+                positive number; a restart that is not a Restart, an approve
+                that is not a list of tool names.
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
@@ -96,6 +106,12 @@ class Profile:
             raise ConfigurationError(f"profile {self.name!r}: runner must be callable")
         self._check_turn_timeout()
         self._check_llm_fields()
+        if self.restart is not None and not isinstance(self.restart, Restart):
+            raise ConfigurationError(
+                f"profile {self.name!r}: restart must be a retinue.Restart or None, "
+                f"not {type(self.restart).__name__}"
+            )
+        object.__setattr__(self, "approve", check_approve(self.name, self.approve))
 
     def _check_turn_timeout(self) -> None:
         timeout = self.turn_timeout_s

@@ -1,7 +1,7 @@
 """The read-only face of a store: the reads a runtime serves without a supervisor.
 
 A :class:`StoreReader` answers :class:`~retinue.actors.commands.Get`,
-:class:`~retinue.actors.commands.Agents` and
+:class:`~retinue.actors.commands.Agents`, :class:`~retinue.actors.commands.Approvals` and
 :class:`~retinue.actors.commands.Inspect` from a fresh consistent snapshot of
 the store, on a worker thread, through the same future a supervisor would
 answer, so the runtime's sync call and its ``*_async`` twin stay one line over
@@ -15,7 +15,17 @@ import concurrent.futures
 import threading
 from typing import Any
 
-from retinue.actors.commands import Agents, Barrier, Command, CountBacklog, Get, Idle, Inspect
+from retinue.actors.approvals import pending_requests
+from retinue.actors.commands import (
+    Agents,
+    Approvals,
+    Barrier,
+    Command,
+    CountBacklog,
+    Get,
+    Idle,
+    Inspect,
+)
 from retinue.actors.core import (
     agent_list,
     backlog_of,
@@ -28,11 +38,12 @@ from retinue.actors.reply import Reply
 from retinue.actors.transition import resolve_future
 from retinue.actors.tree import Tree, load_tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
-from retinue.persistence.store import Store
+from retinue.persistence.store import RESTORE_DATABASES, Store
 from retinue.protocol import paths
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo
+from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = ["StoreReader"]
 
@@ -68,6 +79,8 @@ class StoreReader:
                 return self._run(future, self.inspect, command.ref, tail, command.field)
             case CountBacklog():
                 return self._run(future, lambda: backlog_of(self._tree()))
+            case Approvals():
+                return self._run(future, self.approvals, command.ref, command.field)
             case Barrier() | Idle():  # nothing is ever pending or running on a reader
                 resolve_future(future, None)
                 return future
@@ -125,6 +138,17 @@ class StoreReader:
         tree = self._tree()
         record = find_agent(tree, paths.ROOT, ref, field)
         return detail_of(tree, record, self.store.get("transcripts", record.id.encode()), tail)
+
+    def approvals(self, ref: str | None, field: str = "ref") -> list[ApprovalRequest]:
+        """Return the pending approval requests (of ``ref``'s subtree, or all), oldest first.
+
+        Raises:
+            ArgumentTypeError, InvalidAgentPath, UnknownAgent: as :meth:`get`.
+        """
+        tree, restored = load_tree(self.store.snapshot((*RESTORE_DATABASES, "approvals")), None)
+        below = None if ref is None else find_agent(tree, paths.ROOT, ref, field)
+        held = {r.request.id: r for r in restored.approvals}
+        return pending_requests(held, tree.agents, below)
 
     def agents(self, include_closed: bool) -> list[AgentInfo]:
         """Return every agent oldest first; closed ones only with ``include_closed``."""

@@ -95,6 +95,7 @@ class Router:
             output=record.output,
             error=record.error,
             created_at=now,
+            attempt=record.attempt,
         )
         recipient = tree.nearest_live_ancestor(record)
         pending = CompletionRecord(

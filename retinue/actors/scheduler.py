@@ -110,7 +110,7 @@ class Scheduler:
         """Start a new generation of an existing agent's ``record``; return it as stored.
 
         It runs at once if a slot is free, else it waits as ``starting``; the
-        record is written once either way.
+        record is written once either way. It is a new task: its first attempt.
         """
         now = time.time()
         starts = self.would_start(record.profile)
@@ -123,6 +123,10 @@ class Scheduler:
             error=None,
             started_at=now if starts else record.started_at,
             updated_at=now,
+            attempt=1,
+            last_error=None,
+            restart_due_at=None,
+            restarts=(),
         )
         return self.enqueue(tx, record, task, reason, start=starts)
 

@@ -10,7 +10,9 @@
 - :class:`~retinue.actors.mailboxes.Mailboxes`: messages and a starting turn's inbox;
 - :class:`~retinue.actors.routing.Router`: completions and wakes;
 - :class:`~retinue.actors.lifecycle.Lifecycle`: settles, follow-ups,
-  interrupts and closes (the rules that span the parts).
+  interrupts and closes (the rules that span the parts);
+- :class:`~retinue.actors.supervision.Supervision`: restart policies,
+  approvals of tool calls and the admission of model calls under a budget.
 
 It serves each typed command (:mod:`retinue.actors.commands`) in one
 ``match``; every command writes into its own
@@ -33,15 +35,22 @@ import pykka
 
 from retinue.actors.commands import (
     AckLease,
+    AdmitCall,
     Agents,
+    Approvals,
+    Approve,
+    AwaitApproval,
     Barrier,
     Children,
     Close,
     CloseTree,
     Compact,
     CountBacklog,
+    Deny,
     Envelope,
+    ExpireApprovals,
     ExpireTurn,
+    FireRestarts,
     FollowUp,
     Get,
     GiveBack,
@@ -55,6 +64,7 @@ from retinue.actors.commands import (
     Leases,
     LlmLoad,
     LlmStep,
+    Rearm,
     ReleaseLease,
     Resume,
     RunMany,
@@ -80,6 +90,7 @@ from retinue.actors.reply import Reply
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.spawning import Spawner
+from retinue.actors.supervision import Supervision
 from retinue.actors.transition import Transition
 from retinue.actors.tree import Tree
 from retinue.actors.turn import Runner
@@ -127,8 +138,9 @@ class Supervisor:
         self.mailboxes = Mailboxes(self.world, self.waiters, self.hosts)
         self.router = Router(self.world, self.scheduler, self.waiters, self.hosts)
         self.spawner = Spawner(self.world, self.scheduler)
+        self.supervision = Supervision(self.world, self.scheduler, self.router)
         self.lifecycle = Lifecycle(
-            self.world, self.scheduler, self.waiters, self.hosts, self.router
+            self.world, self.scheduler, self.waiters, self.hosts, self.router, self.supervision
         )
         self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
         self._group: list[tuple[Transition, SupervisorCommand]] = []  # served, not yet handed over
@@ -157,7 +169,7 @@ class Supervisor:
             tx.result = self.dispatch(tx, command)
             self.router.wake_drained(tx)
             self.hosts.end_idle_host_waits(tx)
-            self.hosts.serve_idle(tx, last and self.scheduler.quiet())
+            self.hosts.serve_idle(tx, last and self.supervision.quiet())
         except (RetinueError, TurnInterrupted) as exc:
             tx.result = exc
         except Exception as exc:  # a bug must answer the caller, not kill the supervisor
@@ -247,11 +259,11 @@ class Supervisor:
                 return self.hosts.host_messages(tx)
             case Close():
                 info = self.lifecycle.close(tx, me, command)
-                self.retention.enforce(world.tree, time.time())
+                self._retain()
                 return info
             case CloseTree():
                 infos = self.lifecycle.close_tree(tx, me, command)
-                self.retention.enforce(world.tree, time.time())
+                self._retain()
                 return infos
             case Get():
                 return info_of(world.find(me, command.ref, command.field))
@@ -269,7 +281,7 @@ class Supervisor:
             case LlmLoad():
                 return self.llm_load(_turn(me))
             case LlmStep():
-                return self.llm_step(_turn(me), command)
+                return self.llm_step(tx, _turn(me), command)
             case Compact():
                 return self.compact()
             case Barrier():
@@ -278,6 +290,17 @@ class Supervisor:
                 return self.hosts.wait_idle(tx)
             case Shutdown():
                 return self.shutdown(tx)
+            case (
+                FireRestarts()
+                | Rearm()
+                | AwaitApproval()
+                | Approvals()
+                | Approve()
+                | Deny()
+                | ExpireApprovals()
+                | AdmitCall()
+            ):
+                return self.supervision.serve(tx, me, command)
             case _:
                 assert_never(command)
 
@@ -304,9 +327,18 @@ class Supervisor:
         kids = [tree.agents[i] for i in tree.live_children(me.id)]
         return [info_of(r) for r in sorted(kids, key=lambda r: r.created_at)]
 
+    def _retain(self) -> None:
+        """Enforce the retention counts after a close (approvals of removed agents go too)."""
+        now = time.time()
+        if self.retention.enforce(self.world.tree, now) is not None:
+            self.supervision.approvals.prune(now - self.world.limits.retain_age_s)
+
     def compact(self) -> CompactionReport:
         """Remove what retention no longer keeps, as one transition."""
-        return compact(self.world.tree, self.world.limits, time.time())
+        now = time.time()
+        report = compact(self.world.tree, self.world.limits, now)
+        self.supervision.approvals.prune(now - self.world.limits.retain_age_s)
+        return report
 
     # -- LLM state: transcripts and usage ---------------------------------------------------
 
@@ -317,7 +349,7 @@ class Supervisor:
         top = world.tree.agents[world.tree.top_of[me.id]]
         return raw, me.usage, top.tree_usage
 
-    def llm_step(self, me: AgentRecord, command: LlmStep) -> tuple[Usage, Usage]:
+    def llm_step(self, tx: Transition, me: AgentRecord, command: LlmStep) -> tuple[Usage, Usage]:
         """Add one model step's usage to the sender and its tree; store its transcript."""
         world = self.world
         tree = world.tree
@@ -328,14 +360,14 @@ class Supervisor:
         if command.takes_input and handle is not None and handle.holds_input:
             handle.holds_input = False  # the turn's input is the transcript's now
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
-        if usage == Usage():
+        if usage != Usage():
+            me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
             top = tree.agents[tree.top_of[me.id]]
-            return me.usage, top.tree_usage
-        me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
-        top = tree.agents[tree.top_of[me.id]]
-        top = world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
-        me = tree.agents[me.id]
-        return me.usage, top.tree_usage
+            world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
+            me = tree.agents[me.id]
+        if command.ends_call:  # after the usage: what waits is admitted against the new totals
+            self.supervision.admission.call_done(tx, me, usage)
+        return me.usage, tree.agents[tree.top_of[me.id]].tree_usage
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -344,6 +376,8 @@ class Supervisor:
 
         Each gets its ``interrupted`` completion (unless the store already had
         it), and pending completions whose recipient is gone are rerouted.
+        A turn whose restart policy answers ``lost`` is restarted instead (or
+        given up on); a pending restart or approval stays as it was stored.
         Nothing is woken and no event is published. Returns the agents it
         interrupted; the writes stay in the tree for the caller to commit.
         """
@@ -352,8 +386,8 @@ class Supervisor:
         tx = Transition(Reply(), record_events=False)
         interrupted: list[AgentRecord] = []
         world.restoring = True
-        for record in list(tree.agents.values()):
-            if record.state.busy:
+        for record in sorted(tree.agents.values(), key=lambda r: (r.depth, r.created_at)):
+            if record.state.has_turn and not self.supervision.restarts.lost(tx, record):
                 error = (
                     INTERRUPTED_QUEUED
                     if record.state is AgentState.STARTING
@@ -383,7 +417,9 @@ class Supervisor:
         actors = self.scheduler.running_actors()
         for agent_id in self.scheduler.scheduled():
             record = self.world.tree.agents[agent_id]
-            if record.state.busy:
+            if record.state is AgentState.AWAITING_APPROVAL:
+                self.lifecycle.detach(tx, record)  # the park stays in the store, pending
+            elif record.state.busy:
                 self.lifecycle.interrupt_turn(tx, record)
         self.hosts.fail_hosts(tx, RuntimeClosed("the runtime closed during the wait"))
         return actors

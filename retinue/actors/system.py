@@ -25,7 +25,7 @@ import pykka
 from retinue.actors.agent import running_agent
 from retinue.actors.boot import boot, read_diagnostics
 from retinue.actors.channel import Channel, RuntimeState, actor_target
-from retinue.actors.commands import Compact, Shutdown
+from retinue.actors.commands import Compact, Rearm, Shutdown
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
@@ -150,12 +150,10 @@ class System:
             store.close()
             remove_created(created)
             raise
-        system.core, system.actor, system.diagnostics = (
-            booted.core,
-            booted.actor,
-            booted.diagnostics,
-        )
+        system.core, system.actor = booted.core, booted.actor
+        system.diagnostics = booted.diagnostics
         engine.channel.connect(actor_target(booted.actor))
+        engine.tell(Rearm())  # pending restarts and approval timeouts get their timers
         system._compactor = threading.Thread(
             target=system._compact_loop, name="retinue-compactor", daemon=True
         )

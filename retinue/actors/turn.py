@@ -117,7 +117,11 @@ class Turn:
         messages: unread messages in arrival order, children's completions
             among them as ``Message(kind="completion", completion=...)``.
         cancelled: set when the turn is interrupted; a runner should stop.
-        reason: why the turn runs: ``spawn``, ``follow_up``, ``wake`` or ``resume``.
+        reason: why the turn runs: ``spawn``, ``follow_up``, ``wake``, ``resume``,
+            ``restart`` (a restart policy runs a failed or lost turn again) or
+            ``approval`` (a model turn carries on after its approvals were
+            answered in a new process).
+        attempt: the run of this task: 1, or n for the (n-1)th restart.
         instructions: the profile's instructions.
         profile: the agent's :class:`~retinue.actors.profile.Profile`.
         limits: the runtime's limits.
@@ -155,6 +159,11 @@ class Turn:
         self.loop_thread: int | None = None  # an async turn's event-loop thread
         self._cancel_lock = threading.Lock()
         self._on_cancel: list[Callable[[], None]] = []
+
+    @property
+    def attempt(self) -> int:
+        """The run of this turn's task: 1 for a first run, n for its (n-1)th restart."""
+        return self.agent.attempt
 
     # -- cancellation (the supervisor's side) ---------------------------------------
 

@@ -6,6 +6,7 @@ Commands:
   resume    resume every interrupted agent of a store and wait for the tree to settle
   tree      print a store's agents by path (read-only; works beside a running writer)
   inspect   show one agent: state, task, output, error, mailbox, usage, transcript
+  approvals list the tool calls waiting for approval (read-only)
   validate  check a team file without running it
   backup    write a compacted copy of a store
   compact   remove old closed agents and read messages from a store

@@ -86,10 +86,13 @@ def follow(
     view: View,
     start: Callable[[], None],
     stop: threading.Event,
+    tick: Callable[[list[Event]], None] | None = None,
 ) -> Outcome:
     """Run ``start`` and show the trees under ``roots`` until none of their agents is busy.
 
-    Returns early, with ``interrupted=True``, once ``stop`` is set (Ctrl-C).
+    ``tick(batch)`` runs between draws with the events since the last
+    (answering approval requests). Returns early, with ``interrupted=True``,
+    once ``stop`` is set (Ctrl-C).
     """
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     unsubscribe = rt.subscribe(events.put)
@@ -137,6 +140,8 @@ def follow(
             agents = snapshot()
             show(batch)
             view.update(agents)
+            if tick is not None:
+                tick(batch)
             if not any(a.state.busy for a in agents):
                 break
         # Events reach subscribers after the commit that the snapshot saw: show
@@ -182,19 +187,20 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
     """
     agents = outcome.agents
     failed = [a for a in agents if a.state is AgentState.FAILED]
-    interrupted = [a for a in agents if a.state is AgentState.INTERRUPTED or a.state.busy]
+    interrupted = [a for a in agents if a.state is AgentState.INTERRUPTED or a.state.has_turn]
+    waiting = [a for a in agents if a.state.busy and not a.state.has_turn]
     top = [a for a in agents if a.path in roots]
     tokens = sum(usage_of(a)[0] for a in agents)
     cost = sum(usage_of(a)[1] for a in agents)
     if outcome.interrupted:
         code = INTERRUPTED
-    elif failed or interrupted or any(a.state is not AgentState.COMPLETED for a in top):
+    elif failed or interrupted or waiting or any(a.state is not AgentState.COMPLETED for a in top):
         code = FAILED
     else:
         code = OK
     counts: dict[str, int] = {}
     for agent in agents:
-        state = "interrupted" if outcome.interrupted and agent.state.busy else agent.state.value
+        state = "interrupted" if outcome.interrupted and agent.state.has_turn else agent.state.value
         counts[state] = counts.get(state, 0) + 1
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     if isinstance(view, JsonView):
@@ -238,5 +244,8 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
             f"retinue resume --store {store}",
             file=out,
         )
+    for agent in waiting:  # kept in the store: a restart fires, an approval waits, on resume
+        what = "waits for approval" if agent.state is AgentState.AWAITING_APPROVAL else "restarts"
+        print(f"{agent.path} {what}; carry on with: retinue resume --store {store}", file=out)
     print(f"store: {store}  (look again: retinue tree --store {store})", file=out)
     return code

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from retinue.cli.approve import cmd_approvals
 from retinue.cli.common import store_help
 from retinue.cli.extras import cmd_mcp, cmd_web
 from retinue.cli.reads import cmd_backup, cmd_compact, cmd_inspect, cmd_tree
@@ -22,7 +23,8 @@ EPILOG = """examples:
   retinue run examples/code_review/team.toml "Review the change" --store review-store
   retinue tree --store review-store
   retinue inspect /root/review/security --store review-store
-  retinue resume --store review-store
+  retinue approvals --store review-store
+  retinue resume --store review-store --approve write_file
 
 exit codes: 0 completed, 1 an agent failed, 2 usage or input error, 130 interrupted.
 """
@@ -105,12 +107,28 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json", action="store_true", help="print one JSON event per line instead of the tree"
     )
+    _approval_options(p)
     p.add_argument(
         "--web",
         nargs="?",
         const="127.0.0.1:8321",
         metavar="HOST:PORT",
         help="also serve the live web view of the run (default: 127.0.0.1:8321; extra: web)",
+    )
+
+
+def _approval_options(p: argparse.ArgumentParser) -> None:
+    """How a run answers its approval requests (on a terminal it asks about the others)."""
+    p.add_argument(
+        "--approve",
+        action="append",
+        metavar="TOOL",
+        help="approve every call of TOOL (repeat for more tools)",
+    )
+    p.add_argument(
+        "--deny-unlisted",
+        action="store_true",
+        help="deny the calls of tools not named with --approve (instead of asking or waiting)",
     )
 
 
@@ -159,11 +177,12 @@ def _add_runs(add: Add) -> None:
     resume.add_argument("--team", help="team file to use (default: the one the store was run with)")
     resume.add_argument("--model", help="use this litellm model for every agent")
     resume.add_argument("--json", action="store_true", help="print one JSON event per line")
+    _approval_options(resume)
     resume.set_defaults(handler=cmd_resume)
 
 
 def _add_reads(add: Add) -> None:
-    """tree, inspect, validate, backup and compact."""
+    """tree, inspect, approvals, validate, backup and compact."""
     tree = add(
         "tree",
         "print a store's agents by path (read-only)",
@@ -188,6 +207,19 @@ def _add_reads(add: Add) -> None:
     inspect.add_argument("--store", help=store_help())
     inspect.add_argument("--json", action="store_true", help="print one JSON object")
     inspect.set_defaults(handler=cmd_inspect)
+
+    approvals = add(
+        "approvals",
+        "list the approval requests waiting in a store (read-only)",
+        "List the tool calls waiting for approval: id, tool, agent path, arguments.\n"
+        "Read-only: safe while another process runs the store; that run (retinue run\n"
+        "or resume) asks, or answers with --approve / --deny-unlisted.",
+    )
+    approvals.add_argument("--store", help=store_help())
+    approvals.add_argument(
+        "--json", action="store_true", help="print one JSON object per request and line"
+    )
+    approvals.set_defaults(handler=cmd_approvals)
 
     validate = add(
         "validate",
@@ -227,7 +259,8 @@ def _add_extras(add: Add) -> None:
         "mcp",
         "serve a store over MCP (stdio, or streamable HTTP on loopback)",
         "Serve a store's trees to an MCP client (Claude Code, an IDE): tools run_team,\n"
-        "spawn, wait, send, tree, inspect, interrupt, close, resume; resources\n"
+        "spawn, wait, send, tree, inspect, interrupt, close, resume, approvals, approve,\n"
+        "deny; resources "
         "retinue://tree and retinue://agent/{path}. Needs pip install 'retinue[mcp]'.",
     )
     mcp_arguments(mcp, store_help())

@@ -71,17 +71,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(payload))
         return OK
     tokens, cost = usage_of(info)
+    attempt = f", attempt {info.attempt}" if info.attempt > 1 else ""
     rows = [
         ("path", info.path),
         ("id", info.id),
         ("profile", info.profile),
-        ("state", f"{info.state.value} (generation {info.generation})"),
+        ("state", f"{info.state.value} (generation {info.generation}{attempt})"),
         ("task", info.task),
         ("output", info.output if info.output is not None else "-"),
         ("error", info.error if info.error is not None else "-"),
         ("usage", f"{tokens:,} tokens, ${cost:.4f}" if tokens else "-"),
         ("unread", f"{len(unread)} messages"),
     ]
+    if info.last_error is not None:  # a restart policy ran it again (or will)
+        rows.insert(-2, ("restarted", info.last_error))
+    if info.restart_due_at is not None:
+        rows.insert(-2, ("next run", _due(info.restart_due_at)))
     for key, value in rows:
         print(f"{key:<9} {safe_terminal_text(value, 4000)}")
     for message in unread:
@@ -93,6 +98,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for entry in transcript:
         print(f"  {_entry_line(entry)}")
     return OK
+
+
+def _due(at: float) -> str:
+    """When a pending restart runs: ``in 3.2s (at 14:05:07)``."""
+    clock = time.strftime("%H:%M:%S", time.localtime(at))
+    return f"in {max(0.0, at - time.time()):.1f}s (at {clock})"
 
 
 def _entry_line(entry: dict[str, Any]) -> str:

@@ -14,7 +14,16 @@ from typing import Any, TextIO
 
 import msgspec
 
-from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled, TurnStarted
+from retinue.protocol.messages import (
+    AgentInfo,
+    AgentState,
+    ApprovalAnswered,
+    ApprovalRequested,
+    Event,
+    TurnRestarting,
+    TurnSettled,
+    TurnStarted,
+)
 from retinue.protocol.text import safe_terminal_text
 
 __all__ = [
@@ -27,6 +36,7 @@ __all__ = [
     "make_view",
     "ordered",
     "plain_row",
+    "state_text",
     "table",
     "usage_of",
 ]
@@ -78,14 +88,26 @@ def ordered(agents: Sequence[AgentInfo]) -> list[AgentInfo]:
     return out
 
 
+def state_text(info: AgentInfo, now: float) -> str:
+    """An agent's state with its generation, and its attempt and next restart when it has them.
+
+    ``running g3 attempt 3``, ``restarting g2 attempt 2 in 4.1s``.
+    """
+    text = f"{info.state.value} g{info.generation}"
+    if info.attempt > 1:
+        text += f" attempt {info.attempt}"
+    if info.state is AgentState.RESTARTING and info.restart_due_at is not None:
+        text += f" in {max(0.0, info.restart_due_at - now):.1f}s"
+    return text
+
+
 def plain_row(info: AgentInfo, now: float, width: int = 70) -> str:
     """One line for an agent: path, profile, state, generation, elapsed, tokens, result."""
     tokens, _ = usage_of(info)
     text = info.error if info.state is AgentState.FAILED else info.output
-    line = (
-        f"{info.path}  {info.profile}  {info.state.value} g{info.generation}"
-        f"  {_elapsed(info, now):.1f}s"
-    )
+    if info.state is AgentState.RESTARTING:
+        text = info.last_error
+    line = f"{info.path}  {info.profile}  {state_text(info, now)}  {_elapsed(info, now):.1f}s"
     if tokens:
         line += f"  {tokens} tok"
     if text:
@@ -105,6 +127,8 @@ def table(agents: Sequence[AgentInfo], title: str) -> Any:
         AgentState.FAILED: "bold red",
         AgentState.INTERRUPTED: "magenta",
         AgentState.CLOSED: "dim",
+        AgentState.RESTARTING: "bold yellow",
+        AgentState.AWAITING_APPROVAL: "bold magenta",
     }
     now = time.time()
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
@@ -113,11 +137,13 @@ def table(agents: Sequence[AgentInfo], title: str) -> Any:
     for info in ordered(agents):
         tokens, _ = usage_of(info)
         text = info.error if info.state is AgentState.FAILED else info.output
+        if info.state is AgentState.RESTARTING:
+            text = info.last_error
         style = styles.get(info.state, "")
         table.add_row(
             Text(info.path),
             Text(info.profile, style="dim"),
-            Text(f"{info.state.value} g{info.generation}", style=style),
+            Text(state_text(info, now), style=style),
             f"{_elapsed(info, now):.1f}s",
             f"{tokens:,}" if tokens else "",
             Text(clip(text or "", 60), style="red" if info.state is AgentState.FAILED else ""),
@@ -158,6 +184,11 @@ class PlainView(View):
         print(title, file=self.out, flush=True)
 
     def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
+        at = event.at - self.started
+        if isinstance(event, TurnRestarting | ApprovalRequested | ApprovalAnswered):
+            print(f"[{at:6.1f}s] {event.path}  {_supervision_line(event)}", file=self.out)
+            self.out.flush()
+            return
         if not isinstance(event, TurnStarted | TurnSettled):
             return
         info = agents.get(event.agent_id)
@@ -172,6 +203,22 @@ class PlainView(View):
             if text:
                 line += "  " + clip(text, 100)
         print(line, file=self.out, flush=True)
+
+
+def _supervision_line(event: TurnRestarting | ApprovalRequested | ApprovalAnswered) -> str:
+    """What a plain line says of a restart or an approval."""
+    if isinstance(event, TurnRestarting):
+        return (
+            f"restarting g{event.generation} attempt {event.attempt} in {event.delay_s:.1f}s  "
+            + clip(event.error, 100)
+        )
+    if isinstance(event, ApprovalRequested):
+        return (
+            f"awaiting approval {event.request_id}: {event.tool} {clip(event.arguments, 80)} "
+            "(retinue approvals)"
+        )
+    verdict = "approved" if event.approved else f"denied: {clip(event.reason or '', 80)}"
+    return f"{event.tool} {verdict} ({event.request_id})"
 
 
 class JsonView(View):

@@ -8,7 +8,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retinue.cli.approve import approver_for
 from retinue.cli.common import UsageError, load_team_file, store_path
+from retinue.cli.pricing import warn_unpriced
 from retinue.cli.session import Plan, free_name, run_session, save_run, saved_run, team_kwargs
 from retinue.protocol.messages import AgentState
 
@@ -54,8 +56,14 @@ def _execute(
         return Plan(f"retinue  {agent} -> {root}  store={store}", [root], start)
 
     open_kwargs = {"durability": durability, **team_kwargs(team, workspace)}
+    warn_unpriced(team)
     return run_session(
-        store, open_kwargs, plan, json_mode=args.json, web=getattr(args, "web", None)
+        store,
+        open_kwargs,
+        plan,
+        json_mode=args.json,
+        web=getattr(args, "web", None),
+        approver=lambda rt, roots: approver_for(rt, roots, args),
     )
 
 
@@ -101,11 +109,14 @@ def cmd_resume(args: argparse.Namespace) -> int:
     team, workspace = saved_run(store, args.team, args.model)
 
     def plan(rt: Runtime) -> Plan | None:
-        waiting = [a for a in rt.agents() if a.state is AgentState.INTERRUPTED]
-        if not waiting:
+        agents = rt.agents()
+        waiting = [a for a in agents if a.state is AgentState.INTERRUPTED]
+        # Restarts and approvals kept in the store carry on by themselves: follow them too.
+        pending = [a for a in agents if a.state.busy]
+        if not waiting and not pending:
             print(f"nothing to resume: no interrupted agent in {store}", file=sys.stderr)
             return None
-        roots = sorted({"/".join(a.path.split("/")[:3]) for a in waiting})
+        roots = sorted({"/".join(a.path.split("/")[:3]) for a in [*waiting, *pending]})
 
         def start() -> None:
             # Parents first: a parent is busy again before a child settles, so
@@ -114,7 +125,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
             for agent in sorted(waiting, key=lambda a: (a.depth, a.created_at)):
                 rt.resume(agent.id)
 
-        return Plan(f"retinue resume  {len(waiting)} agents  store={store}", roots, start)
+        count = len(waiting) + len(pending)
+        return Plan(f"retinue resume  {count} agents  store={store}", roots, start)
 
     web = getattr(args, "web", None)
-    return run_session(store, team_kwargs(team, workspace), plan, json_mode=args.json, web=web)
+    return run_session(
+        store,
+        team_kwargs(team, workspace),
+        plan,
+        json_mode=args.json,
+        web=web,
+        approver=lambda rt, roots: approver_for(rt, roots, args),
+    )

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retinue.cli.approve import Approver
 from retinue.cli.common import OK, RUN_FILE, UsageError, load_team_file, open_store
 from retinue.cli.extras import start_web
 from retinue.cli.follow import Outcome, follow, receive, report, stop_on_signals
@@ -46,11 +47,13 @@ def run_session(
     *,
     json_mode: bool,
     web: str | None = None,
+    approver: Callable[[Runtime, Sequence[str]], Approver] | None = None,
 ) -> int:
     """Open ``store``, start what ``plan`` says and follow it to the end; return the exit code.
 
     ``plan(rt)`` returns None when there is nothing to do (exit 0). Ctrl-C
     interrupts every running agent, saves the tree and exits 130.
+    ``approver(rt, roots)`` answers the trees' approval requests meanwhile.
 
     Raises:
         UsageError: the store is in use, or the plan refuses the arguments.
@@ -67,8 +70,10 @@ def run_session(
             if chosen is None:
                 return OK
             view.start(chosen.title)
+            answers = None if approver is None else approver(rt, chosen.roots)
+            tick = None if answers is None else lambda batch: answers.tick(batch, view, stop)
             try:
-                outcome = follow(rt, chosen.roots, view, chosen.start, stop)
+                outcome = follow(rt, chosen.roots, view, chosen.start, stop, tick)
             finally:
                 view.stop()
             if not outcome.interrupted:

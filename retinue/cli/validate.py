@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from retinue.cli.common import OK, load_team_file
+from retinue.cli.pricing import warn_unpriced
 
 __all__ = ["cmd_validate"]
 
@@ -25,4 +26,5 @@ def cmd_validate(args: argparse.Namespace) -> int:
         tools = team.setting(name, "tools") or "-"
         children = ", ".join(spec.subagents) or "-"
         print(f"  {name}: model {model}, tools {tools}, subagents {children}")
+    warn_unpriced(team)
     return OK

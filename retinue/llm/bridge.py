@@ -32,17 +32,23 @@ async def llm_load(turn: TurnContext) -> LlmState:
 
 
 async def llm_step(
-    turn: TurnContext, usage: Usage, transcript: bytes | None, *, takes_input: bool = False
+    turn: TurnContext,
+    usage: Usage,
+    transcript: bytes | None,
+    *,
+    takes_input: bool = False,
+    ends_call: bool = False,
 ) -> tuple[Usage, Usage]:
     """Record one model step; return ``(agent usage, tree usage)`` after it.
 
     ``takes_input`` says ``transcript`` is the first to hold the turn's input:
-    from this commit on the input is the transcript's (see ``LlmStep``).
+    from this commit on the input is the transcript's (see ``LlmStep``);
+    ``ends_call`` that ``usage`` is a call a budget admitted (see ``AdmitCall``).
 
     Raises:
         TurnInterrupted: the turn was interrupted.
     """
     totals: tuple[Usage, Usage] = await turn.request_async(
-        LlmStep(turn.ref, usage, transcript, takes_input)
+        LlmStep(turn.ref, usage, transcript, takes_input, ends_call)
     )
     return totals

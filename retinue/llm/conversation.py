@@ -45,6 +45,7 @@ __all__ = [
     "repair_dangling",
     "storable",
     "turn_input",
+    "unanswered_calls",
 ]
 
 ChatMessage = dict[str, Any]
@@ -72,16 +73,25 @@ def render_message(message: Message) -> str:
     return f"[message from {message.sender}] {message.content}"
 
 
-def turn_input(task: str, reason: str, messages: Sequence[Message]) -> str:
+def turn_input(
+    task: str, reason: str, messages: Sequence[Message], error: str | None = None
+) -> str:
     """Return the text of the ``user`` message that opens a turn.
 
     ``reason`` is the turn's reason: a ``wake`` turn shows only its messages
     (the task was shown before); a ``resume`` turn says the last one was
-    interrupted.
+    interrupted; a ``restart`` turn says the previous attempt failed and why
+    (``error``).
     """
     parts: list[str] = []
     if reason == "resume":
         parts.append(f"The previous turn was interrupted; carry on with the task: {task}")
+    elif reason == "restart":
+        why = f" ({error})" if error else ""
+        parts.append(
+            f"[retinue: the previous attempt at this task failed{why}; it was restarted] "
+            f"Carry on with the task: {task}"
+        )
     elif reason != "wake" or not messages:
         parts.append(task)
     parts.extend(render_message(m) for m in messages)
@@ -220,6 +230,22 @@ def repair_dangling(messages: list[ChatMessage]) -> list[ChatMessage]:
                     {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_TOOL_RESULT}
                 )
     return out
+
+
+def unanswered_calls(messages: Sequence[ChatMessage]) -> list[Any]:
+    """Return the tool calls of the last assistant message that have no result yet.
+
+    That is the step a turn parked on (for approval) when its process stopped.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "tool":
+            continue
+        if message.get("role") != "assistant":
+            return []
+        answered = {m.get("tool_call_id") for m in messages[index + 1 :]}
+        return [c for c in message.get("tool_calls") or () if c.get("id") not in answered]
+    return []
 
 
 def encode_transcript(agent_id: str, messages: Sequence[ChatMessage], cut: int = 0) -> bytes:

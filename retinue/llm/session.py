@@ -8,6 +8,13 @@ answers without one; that answer is the turn's output. Every step is
 recorded through the supervisor (usage and transcript in one committed
 transition); the first step also stores the turn's input, so nothing the
 turn was handed is lost if it fails later (see ``LlmStep.takes_input``).
+
+Supervision: a restarted turn (``reason == "restart"``) opens with a marker
+saying the previous attempt failed and why; calls of tools the profile names
+in ``approve`` pass the approval gate (:mod:`retinue.llm.approval_gate`); a
+turn that carries on after its approvals were answered in a new process
+(``reason == "approval"``) first runs the step it parked on; with a budget
+set, every model call is admitted first (:func:`~retinue.llm.budgets.admit_call`).
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from retinue.errors import ModelCallFailed, ResultContractError, ToolCallLimitExceeded
+from retinue.llm.approval_gate import CUT_SHORT_RESULT, ask_approvals, denied_result, gated
 from retinue.llm.bridge import llm_load, llm_step
-from retinue.llm.budgets import check_token_budgets
+from retinue.llm.budgets import admit_call, check_budgets
 from retinue.llm.calls import complete, usage_of
 from retinue.llm.context import TurnContext
 from retinue.llm.conversation import (
@@ -28,13 +36,16 @@ from retinue.llm.conversation import (
     bound_at,
     decode_transcript,
     encode_transcript,
+    render_message,
     repair_dangling,
     turn_input,
+    unanswered_calls,
 )
 from retinue.llm.mcp.grants import mcp_tool_defs
 from retinue.llm.toolbox import ToolBox
 from retinue.protocol.messages import Usage
 from retinue.protocol.results import encode_result, parse_result, result_instruction
+from retinue.protocol.supervision import APPROVAL_REASON
 
 if TYPE_CHECKING:
     from retinue.llm.runner import LiteLLMRunner
@@ -68,6 +79,7 @@ class TurnSession:
         self.tree_usage = Usage()
         self.calls_made = 0
         self.repaired = False
+        self.parked_calls: list[Any] = []  # the step a turn carrying on after a reopen parked on
 
     def _system(self) -> list[ChatMessage]:
         text = self.turn.instructions or ""
@@ -85,10 +97,10 @@ class TurnSession:
         await self._load()
         toolbox = await self._toolbox()
         schemas = toolbox.schemas()
+        if self.turn.reason == APPROVAL_REASON:
+            await self._carry_on(toolbox)
         while True:
-            check_token_budgets(
-                self.limits, self.turn.agent.path, self.agent_usage, self.tree_usage, before=True
-            )
+            admitted = await admit_call(self.turn, self.agent_usage, self.tree_usage)
             response = await complete(
                 self.litellm,
                 self.runner.calls,
@@ -101,24 +113,47 @@ class TurnSession:
             self.history.append(assistant)
             calls = assistant.get("tool_calls") or []
             if calls:
-                await self._run_tools(toolbox, response, assistant)
+                await self._run_tools(toolbox, response, assistant, admitted)
                 continue
-            await self._save(usage_of(self.litellm, self.runner.calls, response))
+            await self._save(
+                usage_of(self.litellm, self.runner.calls, response), ends_call=admitted
+            )
             self._check_spent()
             answer = await self._answer(message.content or "")
             if answer is not None:
                 return answer
 
     async def _load(self) -> None:
-        """Read the stored conversation and usage; open the chat with this turn's input."""
+        """Read the stored conversation and usage; open the chat with this turn's input.
+
+        A turn carrying on after a reopen keeps the step it parked on (its
+        calls have no results yet); its input follows their results.
+        """
         turn = self.turn
         raw, self.agent_usage, self.tree_usage = await llm_load(turn)
         history, self.cut = decode_transcript(raw)
+        if turn.reason == APPROVAL_REASON:
+            self.parked_calls = unanswered_calls(history)
+            self.history = history
+            self.input_stored = True  # its input joins the chat after the parked step
+            return
         self.history = repair_dangling(history)
         self.task_at = len(self.history)  # the transcript cut always keeps this turn's task
-        self.history.append(
-            {"role": "user", "content": turn_input(turn.task, turn.reason, turn.messages)}
-        )
+        text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
+        self.history.append({"role": "user", "content": text})
+
+    async def _carry_on(self, toolbox: ToolBox) -> None:
+        """Run the step a turn parked on before its process stopped; then add its input."""
+        calls = self.parked_calls
+        if calls:
+            results = await self._call_tools(toolbox, calls, resume=True)
+            self._answer_calls(calls, results)
+        if self.turn.messages:
+            self.task_at = len(self.history)
+            text = "\n\n".join(render_message(m) for m in self.turn.messages)
+            self.history.append({"role": "user", "content": text})
+        self.input_stored = False  # the next save stores the input (or the results)
+        await self._save(Usage())
 
     async def _toolbox(self) -> ToolBox:
         runner = self.runner
@@ -132,7 +167,9 @@ class TurnSession:
             mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner),
         )
 
-    async def _run_tools(self, toolbox: ToolBox, response: Any, assistant: ChatMessage) -> None:
+    async def _run_tools(
+        self, toolbox: ToolBox, response: Any, assistant: ChatMessage, admitted: bool
+    ) -> None:
         """Run the model's tool calls (at once) and record their results.
 
         Raises:
@@ -142,8 +179,8 @@ class TurnSession:
         limit = self.runner.max_tool_calls
         over = self.calls_made + len(calls) > limit
         if over:
-            self._answer_calls(assistant, [_not_run(limit)] * len(calls))
-        await self._save(usage_of(self.litellm, self.runner.calls, response))
+            self._answer_calls(calls, [_not_run(limit)] * len(calls))
+        await self._save(usage_of(self.litellm, self.runner.calls, response), ends_call=admitted)
         self._check_spent()
         if over:
             raise ToolCallLimitExceeded(
@@ -153,11 +190,41 @@ class TurnSession:
                 path=self.turn.agent.path,
             )
         self.calls_made += len(calls)
-        results = await asyncio.gather(
-            *(toolbox.call(c["function"]["name"], c["function"]["arguments"]) for c in calls)
-        )
-        self._answer_calls(assistant, results)
+        results = await self._call_tools(toolbox, calls)
+        self._answer_calls(calls, results)
         await self._save(Usage())
+
+    async def _call_tools(
+        self, toolbox: ToolBox, calls: Sequence[Any], *, resume: bool = False
+    ) -> list[str]:
+        """Run ``calls`` at once, after the approval gate; return their results in order.
+
+        The calls that need approval wait for it first (the turn parks); a
+        denied one is not run. An approved one is recorded as cut short
+        before it runs, so a crash meanwhile never runs it twice.
+        """
+        approve = self.turn.profile.approve
+        asked = gated(approve, calls, toolbox.names) if approve else []
+        answers = await ask_approvals(self.turn, asked, resume=resume)
+        approved = [c["id"] for c in asked if answers[c["id"]].status == "approved"]
+        if approved:
+            held = [
+                {"role": "tool", "tool_call_id": i, "content": CUT_SHORT_RESULT} for i in approved
+            ]
+            self.history.extend(held)
+            await self._save(Usage())
+            self.history = [m for m in self.history if not _holds_place(m, approved)]
+
+        async def one(call: Any) -> str:
+            answer = answers.get(call["id"])
+            if answer is not None and answer.status != "approved":
+                return denied_result(answer)
+            result: str = await toolbox.call(
+                call["function"]["name"], call["function"]["arguments"]
+            )
+            return result
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
 
     async def _answer(self, text: str) -> str | None:
         """The turn's output for the model's final ``text``; None after asking for a repair.
@@ -178,8 +245,8 @@ class TurnSession:
             return None
         return encode_result(result, self.limits.output_max_bytes)
 
-    def _answer_calls(self, assistant: ChatMessage, results: Sequence[str]) -> None:
-        for call, content in zip(assistant.get("tool_calls") or [], results, strict=True):
+    def _answer_calls(self, calls: Sequence[Any], results: Sequence[str]) -> None:
+        for call, content in zip(calls, results, strict=True):
             self.history.append(
                 {
                     "role": "tool",
@@ -191,12 +258,15 @@ class TurnSession:
 
     def _check_spent(self) -> None:
         """After a call is recorded: the turn fails once a budget is crossed."""
-        check_token_budgets(
+        check_budgets(
             self.limits, self.turn.agent.path, self.agent_usage, self.tree_usage, before=False
         )
 
-    async def _save(self, usage: Usage) -> None:
-        """Store the chat (bounded) and add ``usage``; the first save also takes the input."""
+    async def _save(self, usage: Usage, *, ends_call: bool = False) -> None:
+        """Store the chat (bounded) and add ``usage``; the first save also takes the input.
+
+        ``ends_call``: ``usage`` is an admitted call's (its reservation ends).
+        """
         self.history, cut, self.task_at = bound_at(
             self.history, self.limits.transcript_max_bytes, self.task_at
         )
@@ -204,7 +274,7 @@ class TurnSession:
         raw = encode_transcript(self.turn.agent.id, self.history, self.cut)
         takes_input, self.input_stored = not self.input_stored, True
         self.agent_usage, self.tree_usage = await llm_step(
-            self.turn, usage, raw, takes_input=takes_input
+            self.turn, usage, raw, takes_input=takes_input, ends_call=ends_call
         )
 
 
@@ -237,6 +307,15 @@ def _assistant(message: Any) -> ChatMessage:
             for call in calls
         ]
     return assistant
+
+
+def _holds_place(message: ChatMessage, call_ids: Sequence[str]) -> bool:
+    """Whether ``message`` is the cut-short result stored while an approved call runs."""
+    return (
+        message.get("role") == "tool"
+        and message.get("tool_call_id") in call_ids
+        and message.get("content") == CUT_SHORT_RESULT
+    )
 
 
 def _not_run(limit: int) -> str:

@@ -30,6 +30,7 @@ INSTRUCTIONS = (
     "client's crash: interrupted agents are resumed with resume."
 )
 Ref = Annotated[str, Field(description="An agent path (/root/review) or id.")]
+RequestId = Annotated[str, Field(description="The approval request's id (from approvals).")]
 
 
 def _text(value: Any) -> str:
@@ -119,7 +120,8 @@ def build_server(tools: Tools) -> MCPServer:
 
 
 def _agent_tools(server: Any, tools: Tools) -> None:
-    """The tools on agents that exist: send, tree, inspect, interrupt, close, resume."""
+    """The tools on agents that exist: send, tree, inspect, interrupt, close, resume; and
+    the approval tools."""
 
     @_tool(server, "Send a message to an agent's mailbox.")
     async def send(ref: Ref, message: Annotated[str, Field(description="The text.")]) -> str:
@@ -149,9 +151,30 @@ def _agent_tools(server: Any, tools: Tools) -> None:
     async def resume(ref: Ref) -> str:
         return await _guard(tools.resume(ref))
 
-    # -- approvals (approvals, approve, deny) ------------------------------------------
-    # Their place: the supervision work adds parked approvals to the runtime; these
-    # three tools come with it, over its public API, registered here.
+    _approval_tools(server, tools)
+
+
+def _approval_tools(server: Any, tools: Tools) -> None:
+    """approvals, approve, deny: the tool calls agents wait on a person for."""
+
+    @_tool(server, "List the tool calls waiting for approval (id, tool, arguments, agent).")
+    async def approvals(
+        ref: Annotated[str | None, Field(description="Only this agent's subtree.")] = None,
+    ) -> str:
+        return await _guard(tools.approvals(ref))
+
+    @_tool(server, "Approve a pending tool call: it runs and the agent's model gets its result.")
+    async def approve(
+        request_id: RequestId,
+        note: Annotated[str | None, Field(description="A note kept with the answer.")] = None,
+    ) -> str:
+        return await _guard(tools.approve(request_id, note))
+
+    @_tool(server, "Deny a pending tool call: the agent's model gets the reason as an error.")
+    async def deny(
+        request_id: RequestId, reason: Annotated[str, Field(description="Why it is denied.")]
+    ) -> str:
+        return await _guard(tools.deny(request_id, reason))
 
 
 def _resources(server: Any, tools: Tools) -> None:

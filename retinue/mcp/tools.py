@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from retinue.errors import InvalidArgument, NotPermitted, UnknownAgent, WaitTimeout
-from retinue.protocol.messages import AgentInfo, AgentState, Completion
+from retinue.protocol.messages import AgentInfo, Completion
 from retinue.protocol.text import truncate_utf8
 from retinue.runtime import Runtime
 from retinue.team import Team
@@ -87,8 +87,7 @@ class Tools:
             counts: dict[str, int] = {}
             for agent in agents:
                 counts[agent.state.value] = counts.get(agent.state.value, 0) + 1
-            busy = (AgentState.STARTING, AgentState.RUNNING)
-            settled = sum(1 for a in agents if a.state not in busy)
+            settled = sum(1 for a in agents if not a.state.busy)
             states = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
             await report(settled, max(len(agents), 1), f"{root}: {states or 'no agents'}")
             await asyncio.sleep(PROGRESS_INTERVAL_S)
@@ -180,6 +179,21 @@ class Tools:
     async def resume(self, ref: str) -> dict[str, Any]:
         """Re-run an interrupted agent's task."""
         return agent_row(await self.rt.resume_async(ref))
+
+    async def approvals(self, ref: str | None) -> dict[str, Any]:
+        """The tool calls waiting for approval (of ``ref``'s subtree when given), oldest first."""
+        pending = await self.rt.approvals_async(ref)
+        return {"approvals": [msgspec.to_builtins(r) for r in pending], "count": len(pending)}
+
+    async def approve(self, request_id: str, note: str | None) -> dict[str, Any]:
+        """Approve one pending request: its call runs and the model gets the result."""
+        await self.rt.approve_async(request_id, note=note)
+        return {"approved": request_id}
+
+    async def deny(self, request_id: str, reason: str) -> dict[str, Any]:
+        """Deny one pending request: the model gets ``denied: <reason>``."""
+        await self.rt.deny_async(request_id, reason=reason)
+        return {"denied": request_id, "reason": reason}
 
     async def tree_resource(self) -> list[dict[str, Any]]:
         """``retinue://tree``: every live agent by path."""

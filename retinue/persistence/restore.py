@@ -20,6 +20,7 @@ Diagnostic codes (stable, for tooling):
   by a faulty writer); kept, and routed to its nearest live ancestor.
 - ``dangling_message`` / ``dangling_completion``: the record belongs to an
   agent that was not restored.
+- ``dangling_approval``: an approval request of an agent that was not restored.
 - ``migrated``: the store was migrated from an older schema version (added
   by the writer's open, not by the scan).
 
@@ -38,6 +39,7 @@ from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
+from retinue.protocol.supervision import ApprovalRecord
 
 __all__ = ["Diagnostic", "Restored", "restore"]
 
@@ -61,6 +63,7 @@ class Restored:
     rewritten: list[AgentRecord] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     leases: list[tuple[str, Completion]] = field(default_factory=list)
+    approvals: list[ApprovalRecord] = field(default_factory=list)
 
 
 def _key_text(key: bytes) -> str:
@@ -79,6 +82,7 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
     kept = scan.rebuild(decoded, children, depth_cap)
     scan.messages(snapshot, kept)
     scan.completions(snapshot, kept)
+    scan.approvals(snapshot, kept)
     _restore_leases(snapshot, scan.out)
     return scan.out
 
@@ -243,6 +247,23 @@ class _Scan:
                 self.diag("completions", key, "dangling_completion", "its agent was not restored")
                 continue
             self.out.completions.append(completion)
+
+    def approvals(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
+        """Decode the approval requests whose agent was restored."""
+        decoder = msgspec.msgpack.Decoder(ApprovalRecord)
+        for raw_key, raw in snapshot.records.get("approvals", []):
+            key = _key_text(raw_key)
+            try:
+                record = decoder.decode(raw)
+            except msgspec.DecodeError as exc:
+                self.diag(
+                    "approvals", key, "undecodable", f"approval request does not decode: {exc}"
+                )
+                continue
+            if record.request.agent_id not in kept:
+                self.diag("approvals", key, "dangling_approval", "its agent was not restored")
+                continue
+            self.out.approvals.append(record)
 
 
 def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:

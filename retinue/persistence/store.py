@@ -50,8 +50,8 @@ __all__ = [
     "Write",
 ]
 
-DATABASES = ("agents", "messages", "completions", "meta", "transcripts", "leases")
-OPTIONAL_DATABASES = frozenset({"transcripts", "leases"})
+DATABASES = ("agents", "messages", "completions", "meta", "transcripts", "leases", "approvals")
+OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals"})
 """Databases added after schema 1: a reader of an older store does without them."""
 RESTORE_DATABASES = ("agents", "messages", "completions", "meta")
 """What :meth:`Store.snapshot` reads by default (transcripts are read one by one)."""
@@ -240,6 +240,9 @@ class Store:
                 self._guard.verify()
         with self._guard.lmdb_errors("read a snapshot"), self._guard.read_txn() as txn:
             for name in databases:
+                if name not in self._dbs:  # an optional database an older store lacks
+                    snap.records[name] = []
+                    continue
                 with txn.cursor(db=self._dbs[name]) as cur:
                     snap.records[name] = list(cur.iternext(keys=True, values=True))
         return snap

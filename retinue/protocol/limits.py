@@ -3,10 +3,12 @@
 ``Limits`` is an immutable msgspec struct. Every field must be a positive
 number: integer fields take an ``int`` (never a ``bool``), float fields take an
 ``int`` or a ``float`` (stored as ``float``) that is finite. A bad value raises
-:class:`~retinue.errors.InvalidLimits` naming the field. The token budgets
-(``tokens_per_agent``, ``tokens_per_tree``) are the optional fields: ``None``
-(their default) means unlimited, otherwise they are positive integers; in the
-environment, ``none`` or ``unlimited`` sets ``None``.
+:class:`~retinue.errors.InvalidLimits` naming the field. The budgets
+(``tokens_per_agent``, ``tokens_per_tree``, ``usd_per_agent``,
+``usd_per_tree``), ``call_reserve_tokens`` and ``approval_timeout_s`` are the
+optional fields: ``None`` (their default) means unlimited (or unset),
+otherwise they are positive numbers; in the environment, ``none`` or
+``unlimited`` sets ``None``.
 
 ``Limits.from_env()`` reads ``RETINUE_<FIELD>`` variables (for example
 ``RETINUE_DEPTH_CAP``); keyword overrides win over the environment.
@@ -54,17 +56,17 @@ def _check_int(field: str, value: object) -> int:
     return value
 
 
-def _check_float(field: str, value: object) -> float:
+def _check_float(field: str, value: object, unit: str = "seconds") -> float:
     """Return ``value`` as a float if it is a positive finite number; else raise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidLimits(
-            f"Limits.{field} must be a positive number of seconds, "
+            f"Limits.{field} must be a positive number of {unit}, "
             f"got {type(value).__name__} {value!r}"
         )
     number = float(value)
     if not math.isfinite(number) or number <= 0:
         raise InvalidLimits(
-            f"Limits.{field} must be a positive finite number of seconds, got {value!r}"
+            f"Limits.{field} must be a positive finite number of {unit}, got {value!r}"
         )
     return number
 
@@ -122,11 +124,39 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_abandoned_runners: int = 8
     """Sync runners that ignored an interrupt and still hold their thread, beyond
     ``max_active_turns``; past it new sync turns wait as ``starting``."""
+    usd_per_agent: float | None = None
+    """Model cost in USD (litellm's cost map) one agent may spend in all its turns; None: no cap."""
+    usd_per_tree: float | None = None
+    """Model cost in USD one top-level agent's whole tree may spend; None: unlimited."""
+    call_reserve_tokens: int | None = None
+    """Tokens a model call is assumed to take while a budget admits calls in flight (at
+    least; an agent's largest call so far counts when larger); None: the largest call so far."""
+    approval_timeout_s: float | None = None
+    """Seconds an approval request waits for an answer before it is denied (``timed out``);
+    None: it waits until answered."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"}
+        {
+            "wait_default_s",
+            "wait_max_s",
+            "retain_age_s",
+            "compact_interval_s",
+            "approval_timeout_s",
+            "usd_per_agent",
+            "usd_per_tree",
+        }
     )
-    _OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset({"tokens_per_agent", "tokens_per_tree"})
+    _USD_FIELDS: ClassVar[frozenset[str]] = frozenset({"usd_per_agent", "usd_per_tree"})
+    _OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "tokens_per_agent",
+            "tokens_per_tree",
+            "usd_per_agent",
+            "usd_per_tree",
+            "call_reserve_tokens",
+            "approval_timeout_s",
+        }
+    )
 
     def __post_init__(self) -> None:
         """Validate every field; raise ``InvalidLimits`` naming the first bad one."""
@@ -135,7 +165,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             if value is None and field in self._OPTIONAL_FIELDS:
                 continue
             if field in self._FLOAT_FIELDS:
-                number = _check_float(field, value)
+                unit = "USD" if field in self._USD_FIELDS else "seconds"
+                number = _check_float(field, value, unit)
                 if type(value) is not float:
                     msgspec.structs.force_setattr(self, field, number)
             else:
@@ -202,11 +233,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
                 values[field] = None
                 continue
             if field in cls._FLOAT_FIELDS:
+                unit = "USD" if field in cls._USD_FIELDS else "seconds"
                 try:
                     number: int | float = float(text)
                 except ValueError:
                     raise InvalidLimits(
-                        f"{var} must be a positive number of seconds, got {raw!r}; fix or unset it"
+                        f"{var} must be a positive number of {unit}, got {raw!r}; fix or unset it"
                     ) from None
             else:
                 try:

@@ -17,6 +17,8 @@ __all__ = [
     "AgentInfo",
     "AgentSpawned",
     "AgentState",
+    "ApprovalAnswered",
+    "ApprovalRequested",
     "Completion",
     "CompletionRouted",
     "CompletionStatus",
@@ -27,6 +29,7 @@ __all__ = [
     "MessageQueued",
     "RunnerAbandoned",
     "TurnQueued",
+    "TurnRestarting",
     "TurnSettled",
     "TurnStarted",
     "Usage",
@@ -38,7 +41,11 @@ class AgentState(enum.StrEnum):
 
     ``starting``: a turn is queued for a slot; ``running``: a turn runs;
     ``completed``/``failed``/``interrupted``: the last turn settled so;
-    ``closed``: the agent is gone and its name is free.
+    ``closed``: the agent is gone and its name is free; ``restarting``: its
+    restart policy restarts a failed (or lost) turn once a backoff has passed;
+    ``awaiting_approval``: its turn is parked until a tool call it asked for
+    is approved or denied. The two waiting states hold no turn slot and no
+    thread, and survive a crash.
     """
 
     STARTING = "starting"
@@ -47,11 +54,19 @@ class AgentState(enum.StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     CLOSED = "closed"
+    RESTARTING = "restarting"
+    AWAITING_APPROVAL = "awaiting_approval"
 
     @property
     def busy(self) -> bool:
-        """True while a turn is queued or running: its outcome is still to come."""
+        """True while the task's outcome is still to come: a turn is queued or running, a
+        restart is pending or a tool call waits for approval."""
         return self in _BUSY
+
+    @property
+    def has_turn(self) -> bool:
+        """True while a turn is queued or running (``starting`` or ``running``)."""
+        return self is AgentState.STARTING or self is AgentState.RUNNING
 
     @property
     def settled(self) -> bool:
@@ -64,7 +79,14 @@ class AgentState(enum.StrEnum):
         return self is AgentState.COMPLETED or self is AgentState.FAILED
 
 
-_BUSY = frozenset({AgentState.STARTING, AgentState.RUNNING})
+_BUSY = frozenset(
+    {
+        AgentState.STARTING,
+        AgentState.RUNNING,
+        AgentState.RESTARTING,
+        AgentState.AWAITING_APPROVAL,
+    }
+)
 _SETTLED = frozenset({AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED})
 
 
@@ -108,7 +130,10 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``tree_usage``, on a top-level agent only (None on the others), is what
     its whole tree spent, closed and compacted descendants included.
     ``started_at`` is when its current (or last) turn started running (None:
-    no turn has run yet).
+    no turn has run yet). ``attempt`` counts the runs of its current (or
+    last) task: 1 for a first run, n for the (n-1)th restart; ``last_error``
+    is the error of the attempt a restart policy restarted (None: none was);
+    ``restart_due_at`` is when a pending restart runs (``restarting`` only).
     """
 
     id: str
@@ -127,10 +152,18 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     usage: Usage = Usage()
     tree_usage: Usage | None = None
     started_at: float | None = None
+    attempt: int = 1
+    last_error: str | None = None
+    restart_due_at: float | None = None
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """The one result of one settled turn, identified by ``<agent id>:<generation>``."""
+    """The one result of one settled task, identified by ``<agent id>:<generation>``.
+
+    ``attempt`` is the run of the task that settled (1 unless a restart policy
+    restarted it): the task's runs were generations ``generation - attempt + 1``
+    to ``generation``, and only the last has a completion.
+    """
 
     id: str
     agent_id: str
@@ -140,6 +173,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     output: str | None = None
     error: str | None = None
     created_at: float = 0.0
+    attempt: int = 1
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -242,6 +276,35 @@ class RunnerAbandoned(_EventBase, frozen=True, tag="runner_abandoned"):
     abandoned: int
 
 
+class TurnRestarting(_EventBase, frozen=True, tag="turn_restarting"):
+    """A failed (or lost) turn is restarted as ``generation``, its ``attempt``, in ``delay_s``.
+
+    The failed attempt makes no completion; ``error`` is why it failed.
+    """
+
+    generation: int
+    attempt: int
+    delay_s: float
+    error: str
+
+
+class ApprovalRequested(_EventBase, frozen=True, tag="approval_requested"):
+    """A model asked for a tool call that needs approval; its turn is parked until answered."""
+
+    request_id: str
+    tool: str
+    arguments: str
+
+
+class ApprovalAnswered(_EventBase, frozen=True, tag="approval_answered"):
+    """An approval request was answered: ``approved``, or ``denied`` with ``reason``."""
+
+    request_id: str
+    tool: str
+    approved: bool
+    reason: str | None = None
+
+
 class McpServerEvent(_EventBase, frozen=True, tag="mcp_server"):
     """An MCP server of the runtime changed: it ``started``, ``died``, failed to start
     (``start_failed``), changed its tools (``tools_changed``), had a tool refused
@@ -269,4 +332,7 @@ Event = (
     | EventsDropped
     | RunnerAbandoned
     | McpServerEvent
+    | TurnRestarting
+    | ApprovalRequested
+    | ApprovalAnswered
 )

@@ -43,6 +43,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     spawn that made it gave: a spawn under the same parent with the same key
     returns this agent instead of a new one, for as long as it is stored.
     ``started_at`` is when its current (or last) turn's runner started.
+    ``attempt``, ``last_error`` and ``restart_due_at`` are the restart policy's
+    (see :class:`~retinue.protocol.messages.AgentInfo`); ``restarts`` are the
+    times of the current task's restarts, for the policy's intensity.
     """
 
     id: str
@@ -66,6 +69,10 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     host_returned: tuple[int, ...] = ()
     idempotency_key: str | None = None
     started_at: float | None = None
+    attempt: int = 1
+    last_error: str | None = None
+    restart_due_at: float | None = None
+    restarts: tuple[float, ...] = ()
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -66,6 +66,9 @@ def test_stdio_run_team_tree_inspect_wait_and_errors(tmp_path: Path) -> None:
                 "interrupt",
                 "close",
                 "resume",
+                "approvals",
+                "approve",
+                "deny",
             }
             error, started = await call(client, "run_team", task="review it", wait_s=0)
             assert not error and started["path"] == "/root/review"
@@ -256,3 +259,44 @@ def test_non_loopback_needs_host_and_a_token(
         listen_address(http, host, token)
     assert listen_address("8765", None, None) == ("127.0.0.1", 8765)
     assert listen_address("8765", "10.0.0.5", "t") == ("10.0.0.5", 8765)
+
+
+READER = """
+name = "reader"
+[defaults]
+model = "retinue/scripted"
+tools = "read"
+workspace = "ws"
+[agents.reader]
+approve = ["read_file"]
+"""
+
+
+def test_approvals_are_listed_and_answered_over_mcp(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "notes.txt").write_text("ship on Tuesday\n")
+    team = tmp_path / "team.toml"
+    team.write_text(READER)
+
+    async def go() -> None:
+        async with Client(stdio(tmp_path / "s", team), mode="legacy") as client:
+            error, started = await call(client, "run_team", task="read the notes", wait_s=0)
+            assert not error and started["path"] == "/root/reader"
+            listed: dict[str, Any] = {"count": 0}
+            with anyio.fail_after(60):
+                while not listed["count"]:
+                    error, listed = await call(client, "approvals")
+                    assert not error
+                    await anyio.sleep(0.05)
+            (request,) = listed["approvals"]
+            assert (request["tool"], request["path"]) == ("read_file", "/root/reader")
+            error, text = await call(client, "deny", request_id="nope", reason="no")
+            assert error and "UnknownApproval" in text
+            error, answered = await call(client, "approve", request_id=request["id"], note="ok")
+            assert not error and answered == {"approved": request["id"]}
+            error, text = await call(client, "approve", request_id=request["id"])
+            assert error and "ApprovalAlreadyAnswered" in text
+            error, done = await call(client, "wait", ref="/root/reader", timeout_s=60)
+            assert not error and "ship on Tuesday" in done["output"]
+
+    anyio.run(go)

@@ -38,9 +38,16 @@ DEFAULTS: dict[str, int | float | None] = {
     "event_queue_capacity": 10_000,
     # Execution: runners that ignored an interrupt, beyond max_active_turns.
     "max_abandoned_runners": 8,
+    # Supervision: cost budgets (None = unlimited), the call estimate, approval timeouts.
+    "usd_per_agent": None,
+    "usd_per_tree": None,
+    "call_reserve_tokens": None,
+    "approval_timeout_s": None,
 }
 FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
-OPTIONAL_FIELDS = ["tokens_per_agent", "tokens_per_tree"]
+OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]
+OPTIONAL_FLOAT_FIELDS = ["usd_per_agent", "usd_per_tree", "approval_timeout_s"]
+OPTIONAL_FIELDS = OPTIONAL_INT_FIELDS + OPTIONAL_FLOAT_FIELDS
 INT_FIELDS = [f for f in DEFAULTS if f not in FLOAT_FIELDS and f not in OPTIONAL_FIELDS]
 
 
@@ -214,11 +221,19 @@ def test_from_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> Non
 # -- token budgets: optional fields (None = unlimited) ---------------------------------
 
 
-@pytest.mark.parametrize("field", OPTIONAL_FIELDS)
+@pytest.mark.parametrize("field", OPTIONAL_INT_FIELDS)
 @pytest.mark.parametrize("value", [0, -1, True, 1.5, "5"])
 def test_bad_budget_raises_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(InvalidLimits, match=rf"\b{field}\b"):
         Limits(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", OPTIONAL_FLOAT_FIELDS)
+@pytest.mark.parametrize("value", [0, -1, True, "5", math.nan, math.inf])
+def test_bad_optional_float_raises_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(InvalidLimits, match=rf"\b{field}\b"):
+        Limits(**{field: value})  # type: ignore[arg-type]
+    assert getattr(Limits(**{field: 2}), field) == 2.0
 
 
 @pytest.mark.parametrize("field", OPTIONAL_FIELDS)

@@ -24,6 +24,9 @@ Call = Callable[[Runtime, str, Path], Any]
 CALLS: dict[str, Call] = {
     "ack_lease": lambda rt, ref, dest: rt.ack_lease("L"),
     "agents": lambda rt, ref, dest: rt.agents(include_closed=True),
+    "approvals": lambda rt, ref, dest: rt.approvals(),
+    "approve": lambda rt, ref, dest: rt.approve("request"),
+    "deny": lambda rt, ref, dest: rt.deny("request", reason="no"),
     "backlog": lambda rt, ref, dest: rt.backlog(),
     "backup": lambda rt, ref, dest: rt.backup(dest),
     "close": lambda rt, ref, dest: rt.close(ref),
@@ -47,6 +50,9 @@ CALLS: dict[str, Call] = {
 ASYNC_CALLS: dict[str, Call] = {
     "ack_lease_async": lambda rt, ref, dest: rt.ack_lease_async("L"),
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
+    "approvals_async": lambda rt, ref, dest: rt.approvals_async(),
+    "approve_async": lambda rt, ref, dest: rt.approve_async("request"),
+    "deny_async": lambda rt, ref, dest: rt.deny_async("request", reason="no"),
     "backlog_async": lambda rt, ref, dest: rt.backlog_async(),
     "close_async": lambda rt, ref, dest: rt.close_async(ref),
     "close_tree_async": lambda rt, ref, dest: rt.close_tree_async(ref),

@@ -523,8 +523,8 @@ def test_every_limit_error_raised_in_the_package_names_its_bound() -> None:
         for name, value in vars(errors).items()
         if inspect.isclass(value) and issubclass(value, LimitExceeded)
     }
-    # TokenBudgetExceeded takes the figure as `used` (it is also `.value`).
-    figure = {"TokenBudgetExceeded": "used"}
+    # The budget errors take the figure as `used` (it is also `.value`).
+    figure = {"TokenBudgetExceeded": "used", "CostBudgetExceeded": "used"}
     missing: list[str] = []
     sites = 0
     for path in Path(retinue.__file__).parent.rglob("*.py"):

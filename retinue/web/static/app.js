@@ -2,7 +2,9 @@
 // with textContent, never parsed as markup: agent output is untrusted text.
 "use strict";
 
-const KNOWN_STATES = ["starting", "running", "completed", "failed", "interrupted", "closed"];
+const KNOWN_STATES = [
+  "starting", "running", "completed", "failed", "interrupted", "closed", "restarting", "awaiting_approval",
+];
 const BUSY = new Set(["starting", "running", "restarting", "awaiting_approval"]);
 const $ = (id) => document.getElementById(id);
 

@@ -1,0 +1,76 @@
+"""The approval gate of a model turn: calls of tools a person must approve wait for a yes.
+
+Before a step's tool calls run, the calls of tools the profile names in
+``approve`` (``"*"``: every tool but the coordinator tools) are asked for
+through the supervisor (:class:`~retinue.actors.commands.AwaitApproval`); the
+turn parks until each is answered. A denied call is not run: the model gets
+``{"error": "denied: <reason>"}``. An approved call runs at most once: before
+it runs, the turn stores :data:`CUT_SHORT_RESULT` as its result, so if the
+process dies while it runs, the next turn reads that error instead of running
+it again without a new approval; the real result replaces it once it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from retinue.actors.commands import AwaitApproval
+from retinue.llm.context import TurnContext
+from retinue.protocol.supervision import ApprovalRecord, needs_approval
+from retinue.protocol.tools import COORDINATOR_TOOLS
+
+__all__ = ["CUT_SHORT_RESULT", "ask_approvals", "denied_result", "gated"]
+
+CUT_SHORT_RESULT = json.dumps(
+    {
+        "error": (
+            "this approved call was cut short by a restart: the runtime stopped while it ran, "
+            "and it is not run again without a new approval; call it again if it is still needed"
+        )
+    }
+)
+"""The result stored for an approved call while it runs (what a crash leaves the model)."""
+
+
+def gated(approve: Iterable[str], calls: Sequence[Any], offered: Iterable[str]) -> list[Any]:
+    """Return the calls (OpenAI-shaped) that need approval: of tools offered and named."""
+    names = tuple(approve)
+    if not names:
+        return []
+    tools = set(offered)
+    return [
+        call
+        for call in calls
+        if call["function"]["name"] in tools
+        and needs_approval(names, call["function"]["name"], COORDINATOR_TOOLS)
+    ]
+
+
+async def ask_approvals(
+    turn: TurnContext, calls: Sequence[Any], *, resume: bool = False
+) -> dict[str, ApprovalRecord]:
+    """Ask approval of ``calls``; return each call's answered record, by call id.
+
+    ``resume``: the turn asked for these calls before (it carries on after a
+    reopen), so their requests are reused.
+
+    Raises:
+        TurnInterrupted: the turn was interrupted while it waited.
+    """
+    if not calls:
+        return {}
+    asked = tuple(
+        (str(c["id"]), str(c["function"]["name"]), str(c["function"]["arguments"])) for c in calls
+    )
+    answers: list[ApprovalRecord] = await turn.request_async(
+        AwaitApproval(turn.ref, asked, resume=resume)
+    )
+    return {record.request.call_id: record for record in answers}
+
+
+def denied_result(record: ApprovalRecord) -> str:
+    """The result a model gets for a call that was not approved."""
+    reason = record.reason or record.status
+    return json.dumps({"error": f"denied: {reason}"}, ensure_ascii=False)

@@ -1,0 +1,205 @@
+"""Supervision's values: restart policies and approval requests (pure data and rules).
+
+:class:`Restart` is a profile's restart policy, OTP's intensity and period
+with a backoff: which failures it answers (``on``), how long it waits before
+each restart, and when it gives up. :class:`ApprovalRequest` is a tool call a
+model asked for that a person must approve first; :class:`ApprovalRecord` is
+how the store keeps it, with its answer. Both are frozen msgspec structs
+(schema rule: new fields at the end, with defaults).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from typing import Literal
+
+import msgspec
+
+from retinue.errors import ConfigurationError
+
+__all__ = [
+    "APPROVAL_REASON",
+    "LOST_ERROR",
+    "RESTART_ON",
+    "RESTART_REASON",
+    "TIMED_OUT",
+    "ApprovalRecord",
+    "ApprovalRequest",
+    "ApprovalStatus",
+    "Restart",
+    "check_approve",
+    "needs_approval",
+    "never_restarts",
+]
+
+RESTART_ON = ("failed", "lost")
+"""What a restart policy may answer: a turn that ``failed``, and one ``lost`` in a crash."""
+RESTART_REASON = "restart"
+"""``turn.reason`` of a turn a restart policy runs again."""
+APPROVAL_REASON = "approval"
+"""``turn.reason`` of a turn that carries on after its approvals were answered in a new process."""
+LOST_ERROR = "lost: the runtime stopped while this turn was queued or running"
+"""The ``last_error`` of a turn restarted because it was lost in a crash."""
+TIMED_OUT = "timed out"
+"""The reason of an approval request denied by ``Limits.approval_timeout_s``."""
+_FINAL = ("TokenBudgetExceeded", "CostBudgetExceeded", "RestartLimitExceeded")
+
+
+def _seconds(name: str, value: object, *, zero: bool) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not zero)
+    ):
+        want = "a non-negative" if zero else "a positive"
+        raise ConfigurationError(
+            f"Restart.{name} must be {want} finite number of seconds, not {value!r}"
+        )
+    return float(value)
+
+
+class Restart(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A restart policy: restart a failed (or lost) turn after a backoff, within an intensity.
+
+    ``on`` names what it answers: ``"failed"`` (the runner raised, a model
+    call failed after its retries, ``TurnTimeout``, a tool error that ended
+    the turn) and ``"lost"`` (the turn was queued or running when the process
+    died). The n-th restart of a task waits ``min(backoff_s * 2**(n-1),
+    backoff_max_s)``, jittered by +-``jitter`` (a fraction). When a restart
+    would make more than ``max_restarts`` restarts within ``within_s``
+    seconds, the policy gives up: the turn settles ``failed`` with
+    ``RestartLimitExceeded``.
+
+    Raises:
+        ConfigurationError: a negative count, a bad number of seconds, a
+            jitter outside 0-1, ``backoff_max_s`` below ``backoff_s``, or an
+            ``on`` that is empty or names something else than failed and lost.
+    """
+
+    max_restarts: int = 3
+    within_s: float = 60.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    jitter: float = 0.2
+    on: tuple[Literal["failed", "lost"], ...] = ("failed",)
+
+    def __post_init__(self) -> None:
+        """Check every field (see the class docstring)."""
+        count = self.max_restarts
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigurationError(
+                f"Restart.max_restarts must be a non-negative integer, not {count!r}"
+            )
+        set_ = msgspec.structs.force_setattr
+        set_(self, "within_s", _seconds("within_s", self.within_s, zero=False))
+        set_(self, "backoff_s", _seconds("backoff_s", self.backoff_s, zero=True))
+        set_(self, "backoff_max_s", _seconds("backoff_max_s", self.backoff_max_s, zero=True))
+        if self.backoff_max_s < self.backoff_s:
+            raise ConfigurationError(
+                f"Restart.backoff_max_s ({self.backoff_max_s:g}) is below "
+                f"backoff_s ({self.backoff_s:g})"
+            )
+        jitter = self.jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
+            raise ConfigurationError(
+                f"Restart.jitter must be a fraction from 0 to 1, not {jitter!r}"
+            )
+        set_(self, "jitter", float(jitter))
+        on = self.on
+        if isinstance(on, str) or not isinstance(on, Iterable):
+            raise ConfigurationError(
+                f"Restart.on must be a list of {' and '.join(RESTART_ON)}, not {on!r}"
+            )
+        names = tuple(dict.fromkeys(on))
+        if not names or any(name not in RESTART_ON for name in names):
+            raise ConfigurationError(
+                f"Restart.on must name some of {', '.join(RESTART_ON)}, not {list(on)!r}"
+            )
+        set_(self, "on", names)
+
+    def delay(self, restart: int, rng: random.Random) -> float:
+        """Return the seconds before the ``restart``-th restart of a task (1 for the first)."""
+        base = min(self.backoff_s * 2.0 ** max(0, restart - 1), self.backoff_max_s)
+        if self.jitter:
+            base *= 1.0 + rng.uniform(-self.jitter, self.jitter)
+        return max(0.0, base)
+
+
+def never_restarts(error: str) -> bool:
+    """Whether a turn's error is final whatever the policy: an exhausted budget, or a give-up."""
+    return error.startswith(_FINAL)
+
+
+ApprovalStatus = Literal["pending", "approved", "denied", "cancelled"]
+"""Where an approval request is: waiting, approved, denied (or timed out), or cancelled
+(its turn was interrupted or closed first)."""
+
+
+class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A tool call a model asked for that must be approved before it runs.
+
+    ``arguments`` is the call's raw JSON text; ``generation`` the turn that
+    asked, ``call_id`` the model's id of the call; ``expires_at`` is when
+    ``Limits.approval_timeout_s`` denies it (None: never).
+    """
+
+    id: str
+    agent_id: str
+    path: str
+    tool: str
+    arguments: str
+    requested_at: float
+    generation: int = 0
+    call_id: str = ""
+    expires_at: float | None = None
+
+
+class ApprovalRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """An approval request as stored (keyed by its id), with its answer once given.
+
+    ``note`` is the approver's note, ``reason`` a denial's reason.
+    """
+
+    request: ApprovalRequest
+    status: ApprovalStatus = "pending"
+    answered_at: float | None = None
+    note: str | None = None
+    reason: str | None = None
+
+    @property
+    def pending(self) -> bool:
+        """True until it is answered (or cancelled)."""
+        return self.status == "pending"
+
+
+def check_approve(owner: str, approve: object) -> tuple[str, ...]:
+    """Return a profile's ``approve`` setting as a tuple of tool names (``"*"``: every tool).
+
+    Raises:
+        ConfigurationError: it is a single string or holds something else than
+            non-empty tool names.
+    """
+    if isinstance(approve, str) or not isinstance(approve, Iterable):
+        raise ConfigurationError(
+            f"profile {owner!r}: approve must be a list of tool names (or ['*']), not {approve!r}"
+        )
+    names = tuple(dict.fromkeys(approve))
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(
+                f"profile {owner!r}: approve must hold tool names, not {name!r}"
+            )
+    return names
+
+
+def needs_approval(approve: Iterable[str], tool: str, coordinator: Iterable[str]) -> bool:
+    """Whether a call of ``tool`` must be approved: it is named, or ``"*"`` names every tool
+    but the ``coordinator`` tools."""
+    names = tuple(approve)
+    if tool in names:
+        return True
+    return "*" in names and tool not in tuple(coordinator)

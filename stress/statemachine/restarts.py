@@ -1,0 +1,337 @@
+"""Restarts under a state machine: every task ends in exactly one completion, whatever its attempts.
+
+Agents run ``flaky`` turns whose task carries a plan, one letter per attempt
+(``F`` fails, ``S`` succeeds: ``plan:FFS`` completes on attempt 3), under a
+restart policy of at most :data:`MAX_RESTARTS` restarts answering ``failed``
+and ``lost``: ``quick`` agents restart after a few milliseconds, ``held``
+ones after a quarter second, so rules land in backoffs. Rules spawn, give
+follow-ups, interrupt and close (racing due restarts), reopen the runtime
+cleanly, and crash it: a crash is a consistent copy of the store taken while
+the runtime runs (``rt.backup``, what a crash at that commit leaves), which
+the machine opens while the old runtime is thrown away. ``drain`` waits for
+quiescence and receives every completion as the host.
+
+The model knows each agent's tasks and their plans, and predicts for each
+task: one completion, its status and attempt (the first ``S`` of the plan,
+or ``RestartLimitExceeded`` after :data:`MAX_RESTARTS` restarts); a task a
+crash hit may have lost attempts (it completes on an ``S`` attempt or fails
+at the limit), and one an interrupt, close or clean reopen hit may end
+``interrupted``. Across all tasks, the completions' generations
+(``generation - attempt + 1 .. generation``) cover the agent's generations
+exactly once, and no completion reaches the host twice.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+
+from retinue import Limits, Profile, Restart, Runtime, Turn
+from retinue.errors import (
+    AgentBusy,
+    AgentClosed,
+    NothingToWaitFor,
+    RetinueError,
+    WaitTimeout,
+)
+from retinue.protocol.messages import AgentInfo, AgentState, Completion
+from stress.parts import Options, Part, Result
+from stress.statemachine.harness import INTERRUPT_ERRORS, STATS, TRACE, fail
+
+__all__ = ["MAX_RESTARTS", "RestartMachine"]
+
+MAX_RESTARTS = 2
+ATTEMPTS = MAX_RESTARTS + 1
+SETTLE_S = 30.0
+LIMITS = Limits(max_active_turns=3, wait_default_s=5.0, compact_interval_s=3600.0)
+
+
+def _policy(backoff_s: float) -> Restart:
+    return Restart(
+        max_restarts=MAX_RESTARTS,
+        within_s=3600,
+        backoff_s=backoff_s,
+        backoff_max_s=backoff_s * 2,
+        jitter=0.5,
+        on=("failed", "lost"),
+    )
+
+
+def flaky(turn: Turn) -> str:
+    """Fail or succeed as the task's plan says for this attempt (``plan:FS`` ...)."""
+    plan = turn.task.split(":", 1)[1].split("#", 1)[0]
+    if plan[min(turn.attempt, len(plan)) - 1] == "F":
+        raise RuntimeError(f"attempt {turn.attempt} failed as planned")
+    return f"done on attempt {turn.attempt}"
+
+
+PROFILES = [
+    Profile("quick", runner=flaky, restart=_policy(0.005), wake_on_completion=False),
+    Profile("held", runner=flaky, restart=_policy(0.25), wake_on_completion=False),
+]
+PLANS = st.text(alphabet="FS", min_size=ATTEMPTS, max_size=ATTEMPTS)
+
+
+@dataclass
+class Task:
+    """One task of an agent and what may happen to it."""
+
+    plan: str
+    crashed: bool = False  # a crash may have lost attempts
+    may_interrupt: bool = False  # an interrupt, close or clean reopen may end it
+
+
+@dataclass
+class Agent:
+    """What the model knows of an agent."""
+
+    id: str
+    tasks: list[Task] = field(default_factory=list)
+    closed: bool = False
+    got: list[Completion] = field(default_factory=list)  # what host waits received, in order
+
+
+class RestartMachine(RuleBasedStateMachine):
+    """One runtime per example; restarts raced by interrupts, closes, reopens and crashes."""
+
+    def __init__(self) -> None:
+        """Open a fresh runtime on a fresh store."""
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="retinue-restarts-"))
+        self.store = self.dir / "store-0"
+        self.stores = 0
+        self.agents: list[Agent] = []
+        self.ledger: Counter[str] = Counter()
+        self.rt = Runtime.open(self.store, profiles=PROFILES, limits=LIMITS)
+        TRACE.clear()
+
+    def teardown(self) -> None:
+        """Drain (every task of the example is checked), close the runtime, remove the stores."""
+        try:
+            self.drain()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            self.rt.shutdown()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _pick(self, index: int) -> Agent | None:
+        live = [a for a in self.agents if not a.closed]
+        return live[index % len(live)] if live else None
+
+    # -- rules -------------------------------------------------------------------------
+
+    @rule(plan=PLANS, held=st.booleans())
+    def spawn(self, plan: str, held: bool) -> None:
+        """Spawn a flaky agent on a planned task."""
+        info = self.rt.spawn("held" if held else "quick", f"plan:{plan}#{len(self.agents)}")
+        self.agents.append(Agent(info.id, [Task(plan)]))
+        TRACE.append(f"spawn {plan} held={held} -> {info.id[:6]}")
+        STATS["restart:spawn"] += 1
+
+    @precondition(lambda self: self.agents)
+    @rule(index=st.integers(0, 20), plan=PLANS)
+    def follow_up(self, index: int, plan: str) -> None:
+        """Give an agent a new planned task (refused while its task is still going)."""
+        agent = self._pick(index)
+        if agent is None:
+            return
+        try:
+            self.rt.follow_up(agent.id, f"plan:{plan}#f")
+        except AgentBusy:
+            TRACE.append(f"follow_up {agent.id[:6]} -> busy")
+            return
+        agent.tasks.append(Task(plan))
+        TRACE.append(f"follow_up {agent.id[:6]} {plan}")
+        STATS["restart:follow_up"] += 1
+
+    @precondition(lambda self: self.agents)
+    @rule(index=st.integers(0, 20))
+    def interrupt(self, index: int) -> None:
+        """Interrupt an agent: a pending restart (or running turn) ends ``interrupted``."""
+        agent = self._pick(index)
+        if agent is None:
+            return
+        before = self.rt.get(agent.id).state
+        info = self.rt.interrupt(agent.id)
+        if info.state is AgentState.INTERRUPTED:
+            agent.tasks[-1].may_interrupt = True
+        TRACE.append(f"interrupt {agent.id[:6]} ({before}) -> {info.state}")
+        STATS[f"restart:interrupt:{before}"] += 1
+
+    @rule(
+        rest=st.text(alphabet="FS", min_size=ATTEMPTS - 1, max_size=ATTEMPTS - 1),
+        shut=st.booleans(),
+    )
+    def stop_in_backoff(self, rest: str, shut: bool) -> None:
+        """A held agent fails its first attempt; interrupt or close it during the backoff."""
+        info = self.rt.spawn("held", f"plan:F{rest}#{len(self.agents)}")
+        agent = Agent(info.id, [Task("F" + rest)])
+        self.agents.append(agent)
+        deadline = time.monotonic() + SETTLE_S
+        while self.rt.get(info.id).state is not AgentState.RESTARTING:
+            if time.monotonic() > deadline:
+                fail(f"{info.id} never entered its backoff")
+            time.sleep(0.002)
+        agent.tasks[-1].may_interrupt = True
+        if shut:
+            self._collect(agent)
+            self.rt.close(info.id)
+            agent.closed = True
+        elif self.rt.interrupt(info.id).state is not AgentState.INTERRUPTED:
+            fail(f"interrupting {info.id} in its backoff left it running")
+        TRACE.append(f"stop_in_backoff F{rest} close={shut}")
+        STATS[f"restart:{'close' if shut else 'interrupt'}:restarting"] += 1
+
+    @precondition(lambda self: self.agents)
+    @rule(index=st.integers(0, 20))
+    def close(self, index: int) -> None:
+        """Close an agent; its pending task ends ``interrupted``."""
+        agent = self._pick(index)
+        if agent is None:
+            return
+        self._collect(agent)  # the host's completions first: a closed agent keeps them
+        before = self.rt.get(agent.id)
+        self.rt.close(agent.id)
+        agent.tasks[-1].may_interrupt = True
+        agent.closed = True
+        TRACE.append(f"close {agent.id[:6]} (was {before.state})")
+        STATS[f"restart:close:{before.state}"] += 1
+
+    @rule()
+    def reopen(self) -> None:
+        """Close the runtime and open it again: pending restarts survive, turns are interrupted."""
+        states = [self.rt.get(a.id).state for a in self.agents if not a.closed]
+        for agent in self.agents:
+            if agent.tasks:
+                agent.tasks[-1].may_interrupt = True
+        self.rt.shutdown()
+        self.rt = Runtime.open(self.store, profiles=PROFILES, limits=LIMITS)
+        TRACE.append("reopen")
+        STATS["restart:reopen"] += 1
+        STATS["restart:reopen_restarting"] += states.count(AgentState.RESTARTING)
+
+    @rule()
+    def crash(self) -> None:
+        """Crash: open a consistent copy of the running store; the old runtime is lost."""
+        self.stores += 1
+        copy = self.dir / f"store-{self.stores}"
+        self.rt.backup(copy)
+        old = self.rt
+        for agent in self.agents:
+            if agent.tasks:
+                agent.tasks[-1].crashed = True
+        self.store = copy
+        self.rt = Runtime.open(copy, profiles=PROFILES, limits=LIMITS)
+        old.shutdown()  # its later work is as lost as a killed process's
+        restarting = sum(1 for a in self.rt.agents() if a.state is AgentState.RESTARTING)
+        TRACE.append(f"crash ({restarting} restarting after it)")
+        STATS["restart:crash"] += 1
+        STATS["restart:crash_restarting"] += restarting
+
+    @rule()
+    def drain(self) -> None:
+        """Wait for quiescence, receive every completion, check every task against the model."""
+        self.rt.wait_idle(SETTLE_S)
+        for agent in self.agents:
+            self._collect(agent)
+            self._check(agent, self.rt.get(agent.id))
+        STATS["restart:drain"] += 1
+
+    # -- the model ----------------------------------------------------------------------
+
+    def _collect(self, agent: Agent) -> None:
+        """Receive every completion of ``agent`` the host has not received yet."""
+        while True:
+            try:
+                done = self.rt.wait(agent.id, timeout=0)
+            except (NothingToWaitFor, AgentClosed, WaitTimeout):
+                return
+            except RetinueError as exc:
+                fail(f"host wait on {agent.id} raised {type(exc).__name__}: {exc}")
+            self.ledger[done.id] += 1
+            if self.ledger[done.id] > 1:
+                fail(f"completion {done.id} reached the host {self.ledger[done.id]} times")
+            agent.got.append(done)
+
+    def _check(self, agent: Agent, info: AgentInfo) -> None:
+        """Each task has its one completion, as its plan predicts; generations covered once."""
+        if info.state.busy:
+            fail(f"{agent.id} is {info.state} after quiescence")
+        got = sorted(agent.got, key=lambda c: c.generation)
+        if len(got) != len(agent.tasks):
+            fail(f"{agent.id}: {len(agent.tasks)} tasks made {len(got)} completions: {got}")
+        covered: list[int] = []
+        for task, done in zip(agent.tasks, got, strict=True):
+            covered += range(done.generation - done.attempt + 1, done.generation + 1)
+            self._judge(agent, task, done)
+        if covered != list(range(1, info.generation + 1)):
+            fail(f"{agent.id}: completions cover {covered} of {info.generation} generations")
+
+    def _judge(self, agent: Agent, task: Task, done: Completion) -> None:
+        first = task.plan.find("S") + 1  # 0: the plan never succeeds
+        status = str(done.status)
+        STATS[f"restart:outcome:{status}:{done.attempt}"] += 1
+        if status == "interrupted":
+            if not task.may_interrupt or done.error not in INTERRUPT_ERRORS:
+                fail(f"{agent.id}: task {task} ended {done}")
+            return
+        if status == "completed":
+            ok = task.plan[done.attempt - 1] == "S" and (task.crashed or done.attempt == first)
+        else:
+            limit = f"RestartLimitExceeded: {MAX_RESTARTS} restarts within 3600 s"
+            ok = (done.error or "").startswith(limit) and (task.crashed or first == 0)
+            ok = ok and done.attempt == ATTEMPTS
+        if not ok:
+            fail(f"{agent.id}: task {task} (first success at attempt {first}) ended {done}")
+
+
+def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
+    """The long search (``python -m stress --only restarts``): a row with the problems found."""
+    import hypothesis
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    STATS.clear()
+    config = settings(
+        max_examples=max_examples,
+        stateful_step_count=steps,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    problems: list[str] = []
+    try:
+        run_state_machine_as_test(RestartMachine, settings=config)
+    except (AssertionError, hypothesis.errors.HypothesisException) as exc:
+        problems.append(f"{type(exc).__name__}: {exc}"[:4000])
+    outcomes = {k.split(":", 2)[2]: v for k, v in STATS.items() if k.startswith("restart:outcome")}
+    return {
+        "examples": max_examples,
+        "steps": steps,
+        "crashes": STATS["restart:crash"],
+        "restarting_after_crash": STATS["restart:crash_restarting"],
+        "outcomes": dict(sorted(outcomes.items())),
+        "problems": problems,
+    }
+
+
+def _part(options: Options) -> Result:
+    """The restart machine (CI runs it derandomized in tests/runtime/test_restart_machine.py)."""
+    found = run(30 if options.quick else 200, 40)
+    title = "restarts machine: every task one completion across interrupts, reopens, crashes"
+    return Result.row(title, found, list(found.pop("problems")))
+
+
+PART = Part("restarts", _part, check=True, in_quick=False)
