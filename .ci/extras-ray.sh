@@ -21,7 +21,7 @@ started=$(date +%s)
 "${NETNS[@]}" sh -c '
     ip link set lo up &&
     exec timeout --kill-after=10 "$1" sh -c "
-        \"$2/bin/python\" -m pytest tests/cluster tests/runtime/test_leases.py -q -p no:cacheprovider &&
+        \"$2/bin/python\" -m pytest tests/cluster tests/actors/test_leases.py -q -p no:cacheprovider &&
         \"$2/bin/python\" -m stress --only cluster --quick"
 ' sh "$BOUND" "$VENV"
 echo "extras-ray: the Ray step took $(( $(date +%s) - started )) s (bound ${BOUND} s)"

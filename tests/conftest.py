@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn
+from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn, TurnSettled
 from retinue.testing import Gate
 
 # A test that hangs is a bug; dump every stack and stop instead of hanging CI.
@@ -49,13 +49,37 @@ def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: st
 SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
 
 
-def wait_settled(rt: Runtime, ref: str, generation: int = 1) -> AgentInfo:
-    """Block until the agent's turn ``generation`` has settled, without receiving it."""
-    info: AgentInfo = wait_until(
-        lambda: (i := rt.get(ref)).generation == generation and i.state in SETTLED and i,
-        what=f"{ref} generation {generation} settled",
-    )
-    return info
+def wait_settled(
+    rt: Runtime, ref: str, generation: int = 1, timeout: float = PROMPT_S
+) -> AgentInfo:
+    """Block until the agent's turn ``generation`` has settled, without receiving it.
+
+    Woken by the runtime's ``TurnSettled`` event for that turn (no polling).
+
+    Raises:
+        AssertionError: it had not settled within ``timeout`` seconds.
+    """
+    agent_id = rt.get(ref).id
+    settled = threading.Event()
+
+    def on_event(event: Event) -> None:
+        if (
+            isinstance(event, TurnSettled)
+            and event.agent_id == agent_id
+            and event.generation == generation
+        ):
+            settled.set()
+
+    unsubscribe = rt.subscribe(on_event)
+    try:
+        info = rt.get(agent_id)  # it may have settled before the subscription
+        if info.generation == generation and info.state in SETTLED:
+            return info
+        if not settled.wait(timeout):
+            raise AssertionError(f"timed out after {timeout:g}s: {ref} generation {generation}")
+        return rt.get(agent_id)
+    finally:
+        unsubscribe()
 
 
 def act(rt: Runtime, ref: str, task: str) -> AgentInfo:
@@ -145,8 +169,8 @@ def _watchdog_output(config: pytest.Config) -> Any:
 
 @pytest.fixture(autouse=True)
 def _watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
-    """In the runtime tests, abort the run with every thread's stack if one test hangs."""
-    if "runtime" not in request.node.path.parts:
+    """In the runtime and actors tests, abort the run with every thread's stack if one hangs."""
+    if not {"runtime", "actors"} & set(request.node.path.parts):
         yield
         return
     faulthandler.dump_traceback_later(

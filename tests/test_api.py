@@ -6,7 +6,10 @@ import ast
 import inspect
 import subprocess
 import sys
+import typing
 from pathlib import Path
+
+import msgspec
 
 import retinue
 import retinue.errors as errors
@@ -17,9 +20,26 @@ def test_all_is_sorted_and_unique() -> None:
     assert len(set(retinue.__all__)) == len(retinue.__all__)
 
 
-def test_every_exported_name_imports() -> None:
-    for name in retinue.__all__:
-        assert getattr(retinue, name) is not None, name
+# Exported type aliases: they have no __module__ of ours, their members do.
+TYPE_ALIASES = {"Event", "Runner"}
+
+
+def test_star_import_gives_exactly_all_and_each_name_is_ours() -> None:
+    namespace: dict[str, object] = {}
+    exec("from retinue import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(retinue.__all__)
+    for name in sorted(set(retinue.__all__) - TYPE_ALIASES):
+        obj = getattr(retinue, name)
+        # Defined in retinue and exported under its own name (not a re-export of a
+        # third-party object, nor a renamed one).
+        assert obj.__module__.startswith("retinue."), (name, obj.__module__)
+        assert obj.__name__ == name, (name, obj)
+    # Every kind of event is exported (a subscriber matches on it) and tagged on the wire.
+    for kind in typing.get_args(retinue.Event):
+        assert getattr(retinue, kind.__name__) is kind, kind
+        assert issubclass(kind, msgspec.Struct) and kind.__struct_config__.tag, kind
+    turn_arg = typing.get_args(retinue.Runner)[0][0]
+    assert turn_arg in ("Turn", retinue.Turn)
 
 
 def test_every_error_is_exported_and_rooted() -> None:

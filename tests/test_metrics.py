@@ -7,11 +7,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from conftest import wait_until
+from web.writer import Writer
 
 from retinue import AgentState, InvalidArgument, Profile, Runtime, Turn
 from retinue.testing import Gate
-from tests.conftest import wait_until
-from tests.web.writer import Writer
 
 prometheus_client = pytest.importorskip(
     "prometheus_client", reason="the metrics need the 'metrics' extra: pip install -e '.[metrics]'"

@@ -48,10 +48,6 @@ def ray_unavailable() -> str | None:
     return None
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ray: starts a real Ray (loopback-only namespace only)")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     why = ray_unavailable()
     if why is None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cluster.conftest import OpenCluster
 from retinue import (
     AgentState,
     ArgumentTypeError,
@@ -21,7 +22,6 @@ from retinue import (
     WaitTimeout,
 )
 from retinue.cluster.ids import split_id
-from tests.cluster.conftest import OpenCluster
 
 pytestmark = pytest.mark.ray
 

@@ -18,9 +18,9 @@ from typing import Any
 import clusterlib
 import pytest
 
+from cluster.conftest import HERE, OpenCluster
 from retinue import AgentState, CompletionStatus, NothingToWaitFor, Profile
 from retinue.cluster.ids import split_id
-from tests.cluster.conftest import HERE, OpenCluster
 
 pytestmark = pytest.mark.ray
 SETTLE_S = 60.0

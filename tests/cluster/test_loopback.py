@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cluster.conftest import OpenCluster
 from retinue.cluster.local import (
     LOOPBACK_PROXY,
     OWNER_FILE,
@@ -19,7 +20,6 @@ from retinue.cluster.local import (
     remove_stale_state,
 )
 from retinue.cluster.loopback import descendants, is_loopback, listening_sockets
-from tests.cluster.conftest import OpenCluster
 
 
 def test_the_environment_keeps_ray_on_loopback() -> None:

@@ -16,12 +16,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import wait_settled
 
 from retinue import AgentInfo, Limits, Profile, Runtime
 from retinue.llm import LiteLLMRunner
 from retinue.llm.provider import load_litellm
 from retinue.testing import OpenAIStub
-from tests.conftest import SETTLED, wait_until
 
 WATCHDOG_S = 240.0
 SETTLE_S = 60.0  # an upper bound under a loaded CI machine, never a timing assertion
@@ -86,10 +86,7 @@ def llm_runtime(tmp_path: Path, litellm: ModuleType) -> Iterator[Any]:
 def run(rt: Runtime, profile: str, task: str, *, name: str | None = None) -> AgentInfo:
     """Spawn a top-level agent and return it once its first turn settled."""
     info = rt.spawn(profile, task, name=name)
-    settled: AgentInfo = wait_until(
-        lambda: (i := rt.get(info.id)).state in SETTLED and i, timeout=SETTLE_S, what=info.path
-    )
-    return settled
+    return wait_settled(rt, info.id, info.generation, timeout=SETTLE_S)
 
 
 def tool_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

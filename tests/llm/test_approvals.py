@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import EventLog, wait_until
 
+from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import (
     AgentState,
     ApprovalAlreadyAnswered,
@@ -27,8 +29,6 @@ from retinue import (
 )
 from retinue.llm.approval_gate import CUT_SHORT_RESULT
 from retinue.testing import OpenAIStub, StubReply
-from tests.conftest import EventLog, wait_until
-from tests.llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 
 pytestmark = pytest.mark.usefixtures("litellm")
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from llm.conftest import SETTLE_S, tool_call
 from retinue import (
     AgentState,
     CostBudgetExceeded,
@@ -28,7 +29,6 @@ from retinue import (
 from retinue.llm import LiteLLMRunner
 from retinue.protocol.budgets import budget_error
 from retinue.testing import OpenAIStub, StubReply
-from tests.llm.conftest import SETTLE_S, tool_call
 
 pytestmark = pytest.mark.usefixtures("litellm")
 

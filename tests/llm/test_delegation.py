@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from llm.conftest import run, stub_runner
 from retinue import AgentState, Profile
 from retinue.llm import SCRIPTED_MODEL
 from retinue.testing import OpenAIStub
-from tests.llm.conftest import run, stub_runner
 
 pytestmark = pytest.mark.usefixtures("litellm")
 

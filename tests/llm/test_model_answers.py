@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from protocol.test_result_canonical import near_the_bound
+
+from llm.conftest import run, stub_runner
 from retinue import AgentState, Profile
 from retinue.protocol.results import MAX_INPUT_BYTES, parse_result
 from retinue.testing import OpenAIStub, StubReply
-from tests.llm.conftest import run, stub_runner
-from tests.protocol.test_result_canonical import near_the_bound
 
 
 def answer(content: str) -> Any:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import Limits, Profile, Restart, Runtime, Turn
 from retinue.testing import OpenAIStub, StubReply
-from tests.llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 
 
 def note(text: str) -> str:

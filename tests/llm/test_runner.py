@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import wait_settled, wait_until
 
+from llm.conftest import SETTLE_S, run, stub_runner
 from retinue import AgentState, Profile, Runtime, Turn, Usage
 from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
@@ -13,8 +15,6 @@ from retinue.llm.runner import REPAIR_PROMPT
 from retinue.llm.script import script_reply
 from retinue.protocol.results import parse_result, result_instruction
 from retinue.testing import OpenAIStub, StubReply
-from tests.conftest import wait_until
-from tests.llm.conftest import SETTLE_S, run, stub_runner
 
 pytestmark = pytest.mark.usefixtures("litellm")
 
@@ -284,8 +284,8 @@ def test_messages_and_child_completions_are_rendered_for_the_model(
     # Children of the LLM agent (spawned by the host under it) settle into its mailbox.
     ok = rt.spawn("leaf", "worker task", name="w", parent=top.path)
     bad = rt.spawn("bad", "x", name="b", parent=top.path)
-    wait_until(lambda: rt.get(ok.id).state is AgentState.COMPLETED, timeout=SETTLE_S)
-    wait_until(lambda: rt.get(bad.id).state is AgentState.FAILED, timeout=SETTLE_S)
+    assert wait_settled(rt, ok.id, timeout=SETTLE_S).state is AgentState.COMPLETED
+    assert wait_settled(rt, bad.id, timeout=SETTLE_S).state is AgentState.FAILED
     rt.follow_up(top.id, "report")
     rt.wait(top.id)
     rt.wait(top.id)

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
 from retinue import Limits, Profile
 from retinue.errors import ConfigurationError, TurnInterrupted
@@ -23,7 +24,6 @@ from retinue.llm.builtin_tools import builtin_tools
 from retinue.llm.host_tools import host_tool_defs
 from retinue.llm.tool_pool import ToolPool, abandoned_tool_calls, tool_pool
 from retinue.protocol.tools import MODIFY_TOOLS
-from tests.conftest import wait_until
 
 
 def host_box(*fns: Any, **options: Any) -> ToolBox:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
+from llm.conftest import run, stub_runner, tool_call, tool_messages
 from retinue import AgentState, Profile, Runtime
 from retinue.errors import ConfigurationError, TeamFileError
 from retinue.llm import LiteLLMRunner, tool
 from retinue.team import Team
 from retinue.testing import OpenAIStub, StubReply
-from tests.llm.conftest import run, stub_runner, tool_call, tool_messages
 
 release = threading.Event()
 

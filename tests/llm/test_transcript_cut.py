@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llm.conftest import run, stub_runner, tool_call
 from retinue import AgentState, Profile
 from retinue.llm.conversation import (
     CUT_ARGUMENTS,
@@ -20,7 +21,6 @@ from retinue.llm.conversation import (
 from retinue.llm.transcript_cut import TASK_FLOOR_BYTES, message_size
 from retinue.protocol.text import HEAD_TRUNCATION_MARKER
 from retinue.testing import OpenAIStub, StubReply
-from tests.llm.conftest import run, stub_runner, tool_call
 
 Chat = list[dict[str, Any]]
 

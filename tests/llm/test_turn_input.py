@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from conftest import wait_settled
+
+from llm.conftest import SETTLE_S, stub_runner
 from retinue import AgentState, CompletionStatus, Profile, Turn
 from retinue.testing import OpenAIStub, StubReply
-from tests.conftest import wait_until
-from tests.llm.conftest import SETTLE_S, stub_runner
 
 CHILD_SAID = "the child's result: 4217"
 
@@ -74,13 +75,13 @@ def test_a_wake_turn_that_fails_before_its_first_answer_keeps_its_input(
     rt = _parent_waiting_for_its_wake(stub, llm_runtime, retries=0)
     stub.handler = handler
     boss = rt.spawn("boss", "delegate", name="boss")
-    wait_until(lambda: rt.get(boss.id).state is AgentState.FAILED, timeout=SETTLE_S, what="wake")
-    woken = rt.get(boss.id)
+    woken = wait_settled(rt, boss.id, generation=2, timeout=SETTLE_S)  # the wake turn
+    assert woken.state is AgentState.FAILED
     assert woken.generation == 2 and "503" in (woken.error or "")
     assert _saw_child(stub.requests[2])  # the failed wake turn was handed the completion
     # Its input went back: the follow-up turn's model call shows the child's result.
     rt.follow_up(boss.id, "what did the child say?")
-    wait_until(lambda: rt.get(boss.id).state is AgentState.COMPLETED, timeout=SETTLE_S)
+    assert wait_settled(rt, boss.id, generation=3, timeout=SETTLE_S).state is AgentState.COMPLETED
     assert _saw_child(stub.requests[-1])
     assert rt.get(boss.id).generation == 3  # the failed wake did not wake itself again
 

@@ -24,8 +24,9 @@ import pytest
 
 pytest.importorskip("mcp", reason="the MCP tests need the mcp extra: pip install -e '.[mcp]'")
 
+from llm.conftest import _llm_watchdog, litellm, stub  # noqa: F401
+
 from retinue.testing import OpenAIStub, StubReply
-from tests.llm.conftest import _llm_watchdog, litellm, stub  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLKIT = Path(__file__).parent / "servers" / "toolkit.py"

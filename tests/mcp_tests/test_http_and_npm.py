@@ -7,10 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from retinue import CompletionStatus, Profile, Runtime
-from retinue.llm import McpServer
-from retinue.testing import OpenAIStub
-from tests.mcp_tests.conftest import (
+from mcp_tests.conftest import (
     NPM_DIR,
     HttpToolkit,
     answer,
@@ -19,6 +16,9 @@ from tests.mcp_tests.conftest import (
     script,
     tool_call,
 )
+from retinue import CompletionStatus, Profile, Runtime
+from retinue.llm import McpServer
+from retinue.testing import OpenAIStub
 
 
 def tool_results(stub: OpenAIStub) -> list[dict[str, Any]]:

@@ -11,13 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
-from retinue import CompletionStatus, McpServerError, McpServerEvent, Profile, Runtime
-from retinue.llm import McpServer
-from retinue.llm.mcp import McpManager
-from retinue.testing import OpenAIStub
-from tests.conftest import wait_until
-from tests.mcp_tests.conftest import (
+from mcp_tests.conftest import (
     TOOLKIT,
     answer,
     last_tool_result,
@@ -26,6 +22,10 @@ from tests.mcp_tests.conftest import (
     script,
     tool_call,
 )
+from retinue import CompletionStatus, McpServerError, McpServerEvent, Profile, Runtime
+from retinue.llm import McpServer
+from retinue.llm.mcp import McpManager
+from retinue.testing import OpenAIStub
 
 
 def toolkit(**kwargs: Any) -> McpServer:

@@ -15,13 +15,13 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import wait_until
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from retinue import AgentState, Runtime
 from retinue.mcp.options import listen_address
-from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "code_review" / "team.toml"
@@ -138,6 +138,9 @@ def test_a_client_killed_mid_run_leaves_the_tree_for_the_next(tmp_path: Path) ->
     finally:
         if client.poll() is None:
             client.kill()
+        client.wait(10)
+        if client.stdout is not None:  # a pipe left open is a ResourceWarning (an error here)
+            client.stdout.close()
 
     async def next_client() -> None:
         async with AsyncExitStack() as stack:
@@ -206,6 +209,8 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 def test_http_a_killed_client_leaves_the_run_and_its_answer(
@@ -223,6 +228,7 @@ def test_http_a_killed_client_leaves_the_run_and_its_answer(
     wait_until(lambda: _state(store, "/root/job") is AgentState.RUNNING, timeout=60, what="running")
     client.send_signal(signal.SIGKILL)
     client.wait(10)
+    client.stdout.close()  # checked above: a pipe left open is a ResourceWarning
 
     async def next_client(headers: dict[str, str]) -> Any:
         async with (

@@ -8,6 +8,15 @@ from typing import Any
 
 import pytest
 
+from mcp_tests.conftest import (
+    answer,
+    last_tool_result,
+    model_settings,
+    need_time_server,
+    script,
+    time_server_command,
+    tool_call,
+)
 from retinue import (
     CompletionStatus,
     ConfigurationError,
@@ -17,15 +26,6 @@ from retinue import (
 )
 from retinue.llm import McpServer
 from retinue.testing import OpenAIStub, echo
-from tests.mcp_tests.conftest import (
-    answer,
-    last_tool_result,
-    model_settings,
-    need_time_server,
-    script,
-    time_server_command,
-    tool_call,
-)
 
 pytestmark = need_time_server
 

@@ -278,6 +278,8 @@ class Child:
             self.proc.kill()
         self.proc.wait(timeout=PROMPT_S)
         self._reader.join(timeout=PROMPT_S)
+        if self.proc.stdout is not None:  # the reader has seen its end: close our end
+            self.proc.stdout.close()
 
     def finish(self, timeout: float = PROMPT_S) -> int:
         """Wait for the child to exit on its own; return its exit code."""

@@ -22,6 +22,8 @@ def test_a_failed_commit_is_an_error_for_that_caller_and_every_later_one(
     try:
         a = rt.spawn("w", "before", name="a")
         assert rt.wait(a.id, timeout=10).output == "before"
+        # A fault injected below the API: no public call makes the disk fail, so the
+        # store's writer is reached directly (the only way to stage a failed commit).
         store: Any = rt._store
 
         def broken(writes: object) -> None:  # fault injection: the disk went away

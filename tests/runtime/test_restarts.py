@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import PROMPT_S, EventLog, OpenRuntime, wait_until
+from persistence import agent, agent_write, completions_of, write_store
 
 from retinue import (
     AgentState,
@@ -24,8 +26,6 @@ from retinue import (
 )
 from retinue.errors import TokenBudgetExceeded
 from retinue.protocol.supervision import LOST_ERROR
-from tests.conftest import PROMPT_S, EventLog, OpenRuntime, wait_until
-from tests.persistence import agent, agent_write, completions_of, write_store
 
 FAST = Restart(max_restarts=3, within_s=60, backoff_s=0.01, backoff_max_s=0.05, jitter=0.0)
 

@@ -325,7 +325,7 @@ def test_interrupt_tree_interrupts_a_subtree_leaves_first_and_wakes_nobody(
     gate.wait_started(3)  # lead, mid and leaf hold their turns
     rt.spawn("mid", "idle", name="idle", parent="/root/a")
     gate.wait_started(4)
-    wait_until(lambda: rt.get("/root/a/idle").state is AgentState.COMPLETED)
+    assert wait_settled(rt, "/root/a/idle").state is AgentState.COMPLETED
     infos = rt.interrupt_tree("/root/a")
     assert [i.path for i in infos] == [
         "/root/a/m/x",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime
+from conftest import PROMPT_S, OpenRuntime
 
 from retinue import (
     CompletionStatus,
@@ -47,18 +47,25 @@ def test_profile_refuses_coordinator_tools_and_unknown_presets() -> None:
 
 
 def test_open_records_inherited_tools(open_runtime: OpenRuntime) -> None:
+    seen: dict[str, object] = {}
+
+    def record(turn: Turn) -> str:
+        seen[turn.profile.name] = turn.profile.tools  # the profile the runtime resolved
+        return "ok"
+
     rt = open_runtime(
         [
-            Profile("lead", subagents=["worker"], tools="modify", runner=echo),
-            Profile("reviewer", subagents=["worker"], tools="read", runner=echo),
-            Profile("worker", runner=echo),
-            Profile("solo", runner=echo),
+            Profile("lead", subagents=["worker"], tools="modify", runner=record),
+            Profile("reviewer", subagents=["worker"], tools="read", runner=record),
+            Profile("worker", runner=record),
+            Profile("solo", runner=record),
         ]
     )
-    profiles = rt._profiles
-    assert profiles["lead"].tools == "modify"
-    assert profiles["worker"].tools == READ_TOOLS  # what both spawners share
-    assert profiles["solo"].tools == ()
+    for name in ("lead", "worker", "solo"):
+        rt.wait(rt.spawn(name, "t").id, timeout=PROMPT_S)
+    assert seen["lead"] == "modify"
+    assert seen["worker"] == READ_TOOLS  # what both spawners share
+    assert seen["solo"] == ()
 
 
 def test_spawn_within_the_ceiling_runs(open_runtime: OpenRuntime) -> None:

@@ -12,7 +12,7 @@ pytest.importorskip(
 )
 pytest.importorskip("uvicorn", reason="the web view needs the 'web' extra: pip install -e '.[web]'")
 
-from tests.web.writer import ROOT, Writer
+from web.writer import ROOT, Writer
 
 __all__ = ["ROOT", "Writer", "writer"]
 

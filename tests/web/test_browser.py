@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
 from retinue import Runtime
 from retinue.web import WebOptions, serve
-from tests.conftest import wait_until
-from tests.web.conftest import Writer
-from tests.web.writer import HOSTILE
+from web.conftest import Writer
+from web.writer import HOSTILE
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

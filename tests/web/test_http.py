@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import wait_until
 from starlette.testclient import TestClient
 
 from retinue import Runtime
 from retinue.web import LiveTree, WebOptions, create_app
-from tests.conftest import wait_until
-from tests.web.conftest import Writer
-from tests.web.writer import HOSTILE
+from web.conftest import Writer
+from web.writer import HOSTILE
 
 FAST = WebOptions(min_interval_s=0.02, max_interval_s=0.5, heartbeat_s=0.5)
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
+from conftest import wait_until
 from starlette.testclient import TestClient
 
 from retinue import AgentInfo, AgentState, InvalidArgument, Profile, Runtime
@@ -14,7 +15,6 @@ from retinue.testing import Gate
 from retinue.web import LiveTree, WebOptions, create_app
 from retinue.web.live import next_pause
 from retinue.web.snapshot import ROOT, build
-from tests.conftest import wait_until
 
 # -- event shapes the lead adds to retinue.protocol.messages (defined here until they land) --
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import wait_until
 
 from retinue import ArgumentTypeError, InvalidArgument, Profile, Runtime
 from retinue.testing import Gate
 from retinue.web import WebOptions, parse_address, serve
-from tests.conftest import wait_until
-from tests.web.conftest import ROOT
+from web.conftest import ROOT
 
 CLIUTIL = ROOT / "tests" / "cliutil"
 

@@ -4,7 +4,7 @@ This builds a virtual environment and installs every dependency (network,
 minutes), then runs the whole test suite once more inside the clone, so it
 runs only when ``RETINUE_TEST_QUICKSTART=1`` is set:
 
-    RETINUE_TEST_QUICKSTART=1 python -m pytest tests/test_cli_quickstart.py
+    RETINUE_TEST_QUICKSTART=1 python -m pytest tests/cli/test_quickstart.py
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import asyncio
 import gc
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from retinue import (
     Limits,
     Profile,
     RunnerAbandoned,
+    Runtime,
     Turn,
 )
 from retinue.actors.agent import AgentActor
@@ -296,6 +298,7 @@ def test_a_finished_turn_leaves_no_cyclic_garbage(
     rt = open_runtime([Profile("w", runner=_asame if use_async else _same)])
 
     def actors() -> list[object]:
+        # Below the API on purpose: the promise is about what the collector holds.
         return [o for o in gc.get_objects() if isinstance(o, AgentActor)]
 
     gc.collect()
@@ -308,3 +311,40 @@ def test_a_finished_turn_leaves_no_cyclic_garbage(
         wait_until(lambda: not actors(), what="every turn's actor to be freed")
     finally:
         gc.enable()
+
+
+# -- found by the review -----------------------------------------------------------------
+
+
+def test_a_failed_actor_start_leaves_the_turns_inputs_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An actor that cannot start fails the turn and leaves its inputs unread for the next turn.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    seen: list[tuple[str, list[str]]] = []
+
+    def runner(turn: Turn) -> str:
+        seen.append((turn.reason, [m.content for m in turn.messages]))
+        return "ok"
+
+    with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=runner)]) as rt:
+        a = rt.spawn("w", "t", name="a")
+        rt.wait(a.id, timeout=10)
+        rt.send(a.id, "IMPORTANT")
+        original = AgentActor.start
+        failures = [RuntimeError("can't start new thread")]
+
+        def flaky_start(*args: object, **kwargs: object) -> object:
+            if failures:
+                raise failures.pop()
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(AgentActor, "start", flaky_start)
+        rt.follow_up(a.id, "read")
+        failed = rt.wait(a.id, timeout=10)
+        assert failed.status == "failed" and "cannot start an actor" in (failed.error or "")
+        rt.follow_up(a.id, "again")
+        rt.wait(a.id, timeout=10)
+    assert seen == [("spawn", []), ("follow_up", ["IMPORTANT"])]

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import OpenRuntime, wait_settled, wait_until
 
 from retinue import (
+    AgentBusy,
+    AgentClosed,
     AgentState,
     Completion,
     CompletionBacklogFull,
     CompletionStatus,
+    Limits,
     Message,
     NothingToWaitFor,
     Profile,
     RetinueError,
+    Runtime,
     Turn,
     TurnInterrupted,
     WaitTimeout,
@@ -556,3 +562,89 @@ def test_an_event_taken_by_an_interrupted_wait_stays_for_the_next_turn(
         ("message", "progress"),
         ("completion", "child done"),
     ]
+
+
+# -- turn waits found by the review ------------------------------------------------------
+
+
+def lead_and_worker(lead: object, worker: object, **limits: int | float) -> dict[str, object]:
+    return {
+        "profiles": [
+            Profile("lead", subagents=["worker"], runner=lead),  # type: ignore[arg-type]
+            Profile("worker", runner=worker),  # type: ignore[arg-type]
+        ],
+        "limits": Limits(**limits),
+    }
+
+
+def test_a_turn_waits_on_one_child_at_a_time(tmp_path: Path) -> None:
+    """A second wait of one turn, while its first wait is registered, is refused with AgentBusy.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    outcome: dict[str, object] = {}
+    release = threading.Event()
+
+    def lead(turn: Turn) -> str:
+        turn.spawn("worker", "a", name="a")
+        turn.spawn("worker", "b", name="b")
+        first_waiting = threading.Event()
+
+        def wait_a() -> None:
+            first_waiting.set()
+            outcome["a"] = turn.wait("a", timeout=10)
+
+        waiter = threading.Thread(target=wait_a)
+        waiter.start()
+        first_waiting.wait(5)
+        deadline = 50
+        while deadline and "b" not in outcome:  # until the first wait is registered
+            try:
+                turn.wait("b", timeout=0.01)
+            except AgentBusy as exc:
+                outcome["b"] = exc
+            except Exception:
+                deadline -= 1
+        release.set()
+        waiter.join(10)
+        return "done"
+
+    def worker(turn: Turn) -> str:
+        release.wait(10)
+        return turn.task
+
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:  # type: ignore[arg-type]
+        info = rt.spawn("lead", "t", name="lead")
+        assert rt.wait(info.id, timeout=20).output == "done"
+    assert isinstance(outcome["b"], AgentBusy)
+    assert getattr(outcome["a"], "output", None) == "a"
+
+
+def test_a_parent_waiting_on_a_closed_child_hears_agent_closed(tmp_path: Path) -> None:
+    """A turn waiting on a child that gets closed (nothing more can come) hears AgentClosed.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    waiting = threading.Event()
+    seen: list[BaseException] = []
+
+    def lead(turn: Turn) -> str:
+        child = turn.spawn("worker", "quick", name="c")
+        turn.wait(child.id, timeout=10)  # its completion
+        waiting.set()
+        try:
+            turn.wait(child.id, timeout=30)  # nothing more will come: it gets closed
+        except AgentClosed as exc:
+            seen.append(exc)
+        return "done"
+
+    def worker(turn: Turn) -> str:
+        return "quick"
+
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:  # type: ignore[arg-type]
+        info = rt.spawn("lead", "t", name="lead")
+        assert waiting.wait(10)
+        wait_settled(rt, "/root/lead/c")
+        rt.close("/root/lead/c")
+        assert rt.wait(info.id, timeout=10).output == "done"
+    assert len(seen) == 1

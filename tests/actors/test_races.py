@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,11 @@ from retinue import (
     AgentClosed,
     AgentInfo,
     AgentState,
+    Backlog,
     Completion,
     CompletionStatus,
     Limits,
+    NothingToWaitFor,
     Profile,
     RetinueError,
     Runtime,
@@ -40,22 +42,48 @@ from retinue import (
 )
 from retinue.actors.system import CLOSE_GRACE_S
 from retinue.persistence.lock import WriterLock
-from retinue.testing import Gate
+from retinue.testing import Gate, echo
+
+Outcome = Completion | BaseException
+FACES = ["async", "sync"]
 
 
-def parked(thread: threading.Thread) -> bool:
-    """True once ``thread`` blocks on a lock, condition or future (or has ended)."""
-    if not thread.is_alive():
-        return True
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        name = frame.f_code.co_filename.replace("\\", "/")
-        if name.endswith(
-            ("/threading.py", "/concurrent/futures/_base.py", "/retinue/actors/reply.py")
-        ):
-            return True  # a lock, a condition, a future's or a Reply's result
-        frame = frame.f_back
-    return False
+def waits_racing(
+    rt: Runtime, refs: list[str], action: Callable[[], object], face: str
+) -> list[Outcome]:
+    """Host waits on ``refs`` race ``action()``; return each wait's outcome, in ``refs`` order.
+
+    ``async``: the waits are tasks on one loop and ``action`` runs on that loop's
+    thread once every task has submitted its wait; the host's calls from one
+    thread are served in the order made, so every wait is registered before
+    ``action``: the race is staged, not left to chance. ``sync``: each wait
+    blocks a thread of its own, started just before ``action``; either may reach
+    the supervisor first, and the callers' assertions hold for both orders.
+    """
+    if face == "async":
+
+        async def staged() -> list[Outcome]:
+            tasks = [asyncio.create_task(rt.wait_async(r, timeout=PROMPT_S)) for r in refs]
+            await asyncio.sleep(0)  # each task runs up to its first await: its wait is sent
+            action()
+            return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+        return asyncio.run(staged())
+    outcomes: dict[int, Outcome] = {}
+
+    def wait_on(index: int) -> None:
+        try:
+            outcomes[index] = rt.wait(refs[index], timeout=PROMPT_S)
+        except Exception as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=wait_on, args=(i,)) for i in range(len(refs))]
+    for thread in threads:
+        thread.start()
+    action()
+    for thread in threads:
+        thread.join(PROMPT_S)
+    return [outcomes[i] for i in range(len(refs))]
 
 
 def drain(rt: Runtime, agent_id: str) -> list[int]:
@@ -75,47 +103,41 @@ def drain(rt: Runtime, agent_id: str) -> list[int]:
 # -- close racing a blocked wait ------------------------------------------------------------
 
 
+@pytest.mark.parametrize("face", FACES)
 def test_close_while_the_host_waits_hands_the_completion_out_once(
-    open_runtime: OpenRuntime, gate: Gate, store_path: Path
+    open_runtime: OpenRuntime, gate: Gate, store_path: Path, face: str
 ) -> None:
     rt = open_runtime([Profile("w", runner=gate)])
     a = rt.spawn("w", "t", name="a")
     gate.wait_started(1)
-    got: list[Completion] = []
-    waiter = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=PROMPT_S)))
-    waiter.start()
-    wait_until(lambda: parked(waiter), what="the host wait to block")
-    rt.close(a.id)
-    waiter.join(PROMPT_S)
-    assert [(c.id, c.status) for c in got] == [(f"{a.id}:1", "interrupted")]
+    got = waits_racing(rt, [a.id], lambda: rt.close(a.id), face)
+    assert [(c.id, c.status) for c in got if isinstance(c, Completion)] == [
+        (f"{a.id}:1", "interrupted")
+    ]
     assert drain(rt, a.id) == []  # received once: nothing is handed out again
     rt.shutdown()
     with Runtime.open(store_path, profiles=[Profile("w", runner=gate)]) as again:
         assert drain(again, a.id) == []  # and not after a reopen either
 
 
+@pytest.mark.parametrize("face", FACES)
 def test_interrupt_while_the_host_waits_hands_the_completion_out_once(
-    open_runtime: OpenRuntime, gate: Gate, store_path: Path
+    open_runtime: OpenRuntime, gate: Gate, store_path: Path, face: str
 ) -> None:
     rt = open_runtime([Profile("w", runner=gate)])
     a = rt.spawn("w", "t", name="a")
     gate.wait_started(1)
-    got: list[Completion] = []
-    waiter = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=PROMPT_S)))
-    waiter.start()
-    wait_until(lambda: parked(waiter), what="the host wait to block")
-    rt.interrupt(a.id)
-    rt.close(a.id)
-    waiter.join(PROMPT_S)
-    assert [c.generation for c in got] == [1]
+    got = waits_racing(rt, [a.id], lambda: (rt.interrupt(a.id), rt.close(a.id)), face)
+    assert [c.generation for c in got if isinstance(c, Completion)] == [1]
     assert drain(rt, a.id) == []
     rt.shutdown()
     with Runtime.open(store_path, profiles=[Profile("w", runner=gate)]) as again:
         assert drain(again, a.id) == []
 
 
+@pytest.mark.parametrize("face", FACES)
 def test_close_tree_while_the_host_waits_on_each_member_hands_each_completion_out_once(
-    open_runtime: OpenRuntime, gate: Gate, store_path: Path
+    open_runtime: OpenRuntime, gate: Gate, store_path: Path, face: str
 ) -> None:
     def lead(turn: Turn) -> str:
         turn.spawn("w", "child", name="c")
@@ -127,24 +149,11 @@ def test_close_tree_while_the_host_waits_on_each_member_hands_each_completion_ou
     gate.wait_started(2)
     child = wait_until(lambda: [i for i in rt.agents() if i.name == "c"], what="the child")[0]
     got: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def wait_on(ref: str) -> None:
-        try:
-            done = rt.wait(ref, timeout=PROMPT_S)
-        except AgentClosed:
-            return
-        with lock:
-            got[done.id] += 1
-
-    waiters = [threading.Thread(target=wait_on, args=(r,)) for r in (top.id, child.id)]
-    for w in waiters:
-        w.start()
-    for w in waiters:
-        wait_until(lambda w=w: parked(w), what="the host waits to block")  # type: ignore[misc]
-    rt.close_tree(top.id)
-    for w in waiters:
-        w.join(PROMPT_S)
+    for outcome in waits_racing(rt, [top.id, child.id], lambda: rt.close_tree(top.id), face):
+        if isinstance(outcome, Completion):
+            got[outcome.id] += 1
+        else:  # the child's completion goes to its parent, closed with it: nothing to wait for
+            assert isinstance(outcome, AgentClosed | NothingToWaitFor), outcome
     for ref in (top.id, child.id):
         for generation in drain(rt, ref):
             got[f"{ref}:{generation}"] += 1
@@ -176,9 +185,10 @@ def test_a_cancelled_wait_async_loses_nothing_when_a_later_completion_is_receive
         # receives generation 2 (held running until that waiter blocks: a wait on
         # an idle agent with nothing left would raise NothingToWaitFor at once).
         rt.follow_up(a.id, "1")
+        # Whether the other wait registers before generation 2 settles or after (and
+        # finds it pending), it receives generation 2: both orders give one outcome.
         other = threading.Thread(target=lambda: got.append(rt.wait(a.id, timeout=5).generation))
         other.start()
-        wait_until(lambda: parked(other), what="the second wait to block")
         gate.release()
         other.join(PROMPT_S)
         first.cancel()
@@ -396,10 +406,12 @@ def test_a_second_close_returns_only_once_the_store_is_released(
     stubborn.wait_started(1)
     first = threading.Thread(target=rt.shutdown)
     first.start()
-    wait_until(lambda: rt.closed or parked(first), what="the first close to begin")
+    wait_until(lambda: rt.state.value != "open", what="the first close to begin")
     outcome: list[str] = []
+    overlapped: list[bool] = []
 
     def second() -> None:
+        overlapped.append(first.is_alive())  # the first close has not returned yet
         rt.shutdown()
         try:
             Runtime.open(store_path, profiles=profiles).shutdown()
@@ -409,10 +421,15 @@ def test_a_second_close_returns_only_once_the_store_is_released(
 
     closer = threading.Thread(target=second)
     closer.start()
-    wait_until(lambda: parked(closer), what="the second close to block or end")
+    # The first close waits for the stubborn runner until it is released (or its grace
+    # of CLOSE_GRACE_S runs out): the second close starts while the first is under way.
+    # Whether it reaches its wait before the release or during the first close's
+    # tear-down, it must return only once the store is released: "reopened".
+    wait_until(lambda: overlapped, what="the second close to start")
     stubborn.release()
     first.join(PROMPT_S)
     closer.join(PROMPT_S)
+    assert overlapped == [True]
     assert outcome == ["reopened"]
 
 
@@ -825,3 +842,40 @@ def test_run_many_timeout_keeps_a_late_child_in_place_and_its_completion_for_lat
     rt.follow_up(p.id, "read")
     wait_settled(rt, p.id, generation=2)
     assert seen == [f"{hold.id}:1"]
+
+
+# -- found by the review -----------------------------------------------------------------
+
+
+def test_a_cancelled_wait_async_gives_a_handed_over_completion_back(tmp_path: Path) -> None:
+    """A completion claimed for a wait whose task is then cancelled goes to the next wait.
+
+    The race is staged, not left to chance: the event loop is held (a blocking
+    call on its own thread) from the moment the wait is submitted until the
+    supervisor has handed the completion over (the host's backlog is empty), so
+    the task is cancelled after the handover and before it could receive it.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=lambda t: t.task)]) as rt:
+        a = rt.spawn("w", "result", name="a")
+        rt.wait_idle(PROMPT_S)  # settled, its completion routed to the host, not received
+        assert rt.backlog().host_pending_completions == 1
+
+        async def scenario() -> tuple[str, str, str]:
+            task = asyncio.create_task(rt.wait_async(a.id, timeout=PROMPT_S))
+            await asyncio.sleep(0)  # the task submits its wait and awaits the answer
+            # Hold the loop until the supervisor has handed the completion to the wait:
+            # the answer cannot reach the task before it is cancelled.
+            wait_until(lambda: rt.backlog().host_pending_completions == 0, what="the handover")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            again = await rt.wait_async(a.id, timeout=PROMPT_S)  # given back: the next wait
+            with pytest.raises(NothingToWaitFor):  # and only once
+                await rt.wait_async(a.id, timeout=0)
+            return again.id, again.output or "", str(again.status)
+
+        assert asyncio.run(scenario()) == (f"{a.id}:1", "result", str(CompletionStatus.COMPLETED))
+    with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=echo)]) as again:
+        assert again.backlog() == Backlog()  # received once, durably: nothing comes back

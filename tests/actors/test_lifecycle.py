@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
@@ -16,6 +17,7 @@ from retinue import (
     ArgumentTypeError,
     Completion,
     CompletionStatus,
+    Limits,
     NothingToWaitFor,
     Profile,
     RetinueError,
@@ -388,3 +390,156 @@ def test_close_async_without_an_agent_is_refused(open_runtime: OpenRuntime) -> N
     with pytest.raises(ArgumentTypeError, match="shutdown"):
         asyncio.run(rt.close_async(None))  # type: ignore[arg-type]
     assert not rt.closed
+
+
+# -- found by the review and the state machine -------------------------------------------
+
+
+def lead_and_worker(lead: object, worker: object, **limits: int | float) -> dict[str, object]:
+    return {
+        "profiles": [
+            Profile("lead", subagents=["worker"], runner=lead),  # type: ignore[arg-type]
+            Profile("worker", runner=worker),  # type: ignore[arg-type]
+        ],
+        "limits": Limits(**limits),
+    }
+
+
+def test_closing_the_runtime_wakes_nobody(tmp_path: Path) -> None:
+    """Shutdown's interrupts must not wake an idle parent with a new turn.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    reasons: list[str] = []
+    child_started = threading.Event()
+
+    def lead(turn: Turn) -> str:
+        reasons.append(turn.reason)
+        if turn.reason == "spawn":
+            turn.spawn("worker", "w")
+        return "lead"
+
+    def worker(turn: Turn) -> str:
+        child_started.set()
+        turn.cancelled.wait(10)
+        return "w"
+
+    rt = Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker))  # type: ignore[arg-type]
+    info = rt.spawn("lead", "t", name="lead")
+    rt.wait(info.id, timeout=10)
+    assert child_started.wait(10)
+    rt.shutdown()
+    assert reasons == ["spawn"]
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as again:  # type: ignore[arg-type]
+        states = {a.name: (a.state, a.generation) for a in again.agents()}
+    assert states["lead"] == (AgentState.COMPLETED, 1)
+
+
+def test_close_tree_does_not_wake_a_parent_it_is_about_to_close(tmp_path: Path) -> None:
+    """close_tree closes a parent without first waking it with its child's completion.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    reasons: list[str] = []
+
+    def lead(turn: Turn) -> str:
+        reasons.append(turn.reason)
+        turn.spawn("worker", "w", name="w")
+        return "lead"
+
+    def worker(turn: Turn) -> str:
+        turn.cancelled.wait(10)
+        return "w"
+
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:  # type: ignore[arg-type]
+        info = rt.spawn("lead", "t", name="lead")
+        rt.wait(info.id, timeout=10)
+        closed = rt.close_tree(info.id)
+        assert [(c.name, c.state) for c in closed] == [
+            ("w", AgentState.CLOSED),
+            ("lead", AgentState.CLOSED),
+        ]
+        with pytest.raises(AgentClosed):
+            rt.wait(info.id, timeout=1)  # no spurious second completion of lead
+    assert reasons == ["spawn"]
+
+
+def test_a_completion_run_many_received_survives_an_interrupt_of_its_next_wait(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    """A batch's first child completes; the parent is interrupted while its batch still waits.
+
+    ``run_many`` raised (``TurnInterrupted``), so the runner never saw the first
+    child's completion. Exactly once means some turn of the parent receives it:
+    the parent's next turn (a follow-up) must find it in ``turn.messages``.
+    (Found when the batch waited on each child in turn and had taken the first.)
+
+    Found by the state machine's search (was ``tests/runtime/test_sm_findings.py``).
+    """
+    seen: list[str] = []
+    threads: list[threading.Thread] = []
+
+    def parent(turn: Turn) -> str:
+        seen.extend(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "batch":
+            threads.append(threading.current_thread())
+            results = turn.run_many([("leaf", "quick"), ("leaf", "hold")], timeout=PROMPT_S)
+            seen.extend(r.id for r in results if isinstance(r, Completion))
+        return "ok"
+
+    gate.release("quick")
+    rt = open_runtime(
+        [
+            Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+            Profile("leaf", runner=gate),
+        ]
+    )
+    p = rt.spawn("p", "batch", name="p")
+    gate.wait_started(2)
+    quick = next(t.agent for t in gate.turns if t.task == "quick")
+    wait_settled(rt, quick.id)
+    wait_until(lambda: threads, what="the parent's runner")
+    # The batch's wait was registered with its spawns, in one transition (RunMany):
+    # its first child settled, so the parent waits on the second one now.
+    rt.interrupt(p.id)
+    assert wait_settled(rt, p.id).state is AgentState.INTERRUPTED
+    rt.follow_up(p.id, "read")
+    wait_settled(rt, p.id, generation=2)
+    assert seen.count(f"{quick.id}:1") == 1
+
+
+def test_a_completion_run_many_async_received_survives_an_interrupt_of_its_next_wait(
+    open_runtime: OpenRuntime, gate: Gate
+) -> None:
+    """The async twin: the parent's task is cancelled while its batch waits on the second child.
+
+    Found by the state machine's search (was ``tests/runtime/test_sm_findings.py``).
+    """
+    seen: list[str] = []
+
+    async def parent(turn: Turn) -> str:
+        seen.extend(m.id for m in turn.messages if m.kind == "completion")
+        if turn.task == "batch":
+            results = await turn.run_many_async(
+                [("leaf", "quick"), ("leaf", "hold")], timeout=PROMPT_S
+            )
+            seen.extend(r.id for r in results if isinstance(r, Completion))
+        return "ok"
+
+    gate.release("quick")
+    rt = open_runtime(
+        [
+            Profile("p", subagents=["leaf"], runner=parent, wake_on_completion=False),
+            Profile("leaf", runner=gate),
+        ]
+    )
+    p = rt.spawn("p", "batch", name="p")
+    gate.wait_started(2)
+    quick = next(t.agent for t in gate.turns if t.task == "quick")
+    wait_settled(rt, quick.id)
+    # As above: the children exist, so the batch's wait is registered.
+    rt.interrupt(p.id)
+    assert wait_settled(rt, p.id).state is AgentState.INTERRUPTED
+    rt.follow_up(p.id, "read")
+    wait_settled(rt, p.id, generation=2)
+    assert seen.count(f"{quick.id}:1") == 1

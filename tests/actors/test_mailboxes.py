@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import OpenRuntime, Script, act, wait_settled
@@ -275,3 +276,23 @@ def test_an_interrupted_queued_turn_leaves_messages_unread(
     act(rt, a, "read")
     assert [t.task for t in script.turns_of(a)] == ["start", "read"]
     assert contents(script.turns_of(a)[-1]) == ["keep me"]
+
+
+# -- found by the review -----------------------------------------------------------------
+
+
+def test_a_retried_send_returns_the_original_even_after_the_recipient_closed(
+    tmp_path: Path,
+) -> None:
+    """A retried send (same dedup key) returns the original message even once the recipient closed.
+
+    Found by the code review (was ``tests/runtime/test_regressions.py``).
+    """
+    with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=lambda t: "ok")]) as rt:
+        a = rt.spawn("w", "t", name="a")
+        rt.wait(a.id, timeout=10)
+        first = rt.send(a.id, "hello", dedup_key="k")
+        rt.close(a.id)
+        assert rt.send(a.id, "hello", dedup_key="k").id == first.id
+        with pytest.raises(AgentClosed):
+            rt.send(a.id, "hello", dedup_key="other")

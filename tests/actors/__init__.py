@@ -1,0 +1,1 @@
+"""Tests of the supervisor's parts (retinue.actors): real pykka actors on a real LMDB store."""

@@ -1,0 +1,1 @@
+"""Tests of the retinue command (retinue.cli), run as a user runs it."""

@@ -1,0 +1,216 @@
+"""The package's layout rules: rooms of one concept, short functions, no import cycle.
+
+- no module in ``retinue/`` is over :data:`MAX_MODULE_LINES` lines;
+- no function (or method) is over :data:`MAX_FUNCTION_LINES` lines, except the
+  declarative tables in :data:`TABLES`, each with its reason;
+- no import cycle among ``retinue`` modules: every ``import`` counts, also one
+  inside ``if TYPE_CHECKING:`` or inside a function (a lazy import hides a cycle
+  from the interpreter, not from a reader).
+
+What breaks a rule today because the renovation has not reached it yet is named
+in :data:`PENDING` (printed by the test); an entry that no longer breaks its
+rule fails the test, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import retinue
+
+PACKAGE = Path(retinue.__file__).resolve().parent
+ROOT = PACKAGE.parent
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+# Functions over the limit that are declarative tables, not sequences of steps.
+# Key: "<path from the checkout>:<qualified name>".
+TABLES: dict[str, str] = {
+    "retinue/actors/supervisor.py:Supervisor.dispatch": (
+        "the closed command protocol's match: one case per command, ending in assert_never"
+    ),
+}
+
+# Known breaks, emptied as the lead's splits land (issue 17, section 3). Keys:
+# "<path>" (module size), "<path>:<qualified name>" (function size), or
+# "cycle: <module> -> ... -> <module>" (an import cycle, as the test reports it).
+SPLIT = "the lead's split of issue 17, section 3"
+PENDING: dict[str, str] = {
+    "retinue/runtime.py": f"{SPLIT}: the facade only",
+    "retinue/runtime.py:Runtime.open": f"{SPLIT}: a sequence of named steps",
+    "retinue/actors/tree.py": SPLIT,
+    "retinue/actors/turn.py": f"{SPLIT}: waiting, the step engine, the turn's operations",
+    "retinue/actors/commands.py": f"{SPLIT}: the command structs, or named a table here",
+    "retinue/actors/supervisor.py": SPLIT,
+    "retinue/team.py": SPLIT,
+    "retinue/team.py:Team.from_toml": f"{SPLIT}: a sequence of named steps",
+    "retinue/errors.py": "every error lives here (COMMON brief): trim it, or name it a table",
+    "retinue/llm/mcp/transport.py:stdio_transport": "one line over: named steps",
+    "cycle: retinue.llm.runner -> retinue.llm.session -> retinue.llm.runner": (
+        "session.py imports LiteLLMRunner under TYPE_CHECKING: a settings protocol breaks it"
+    ),
+}
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    """Yield ``(dotted module name, file)`` for every module of the package."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def where(path: Path) -> str:
+    """Return a file's path from the checkout, with forward slashes."""
+    return path.relative_to(ROOT).as_posix()
+
+
+def long_functions(path: Path) -> Iterator[tuple[str, int]]:
+    """Yield ``(qualified name, lines)`` of every function in ``path`` over the limit."""
+
+    def visit(node: ast.AST, prefix: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    start = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    size = (child.end_lineno or child.lineno) - start + 1
+                    if size > MAX_FUNCTION_LINES:
+                        yield name, size
+                yield from visit(child, f"{name}.")
+            else:
+                yield from visit(child, prefix)
+
+    yield from visit(ast.parse(path.read_text()), "")
+
+
+def imported(module: str, path: Path, known: set[str]) -> set[str]:
+    """Return the package's modules that ``module`` imports, anywhere in its file."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.add(submodule if submodule in known else base)
+    return {name for name in found if name in known and name != module}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Return one cycle (a closed list of modules) per strongly connected component."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def strongconnect(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                strongconnect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component: set[str] = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            strongconnect(node)
+    return [shortest_cycle(graph, component) for component in components]
+
+
+def shortest_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """Return the shortest cycle through the component's first module (breadth first)."""
+    start = min(component)
+    paths: dict[str, list[str]] = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for other in sorted(graph[node] & component):
+                if other == start:
+                    return [*paths[node], start]
+                if other not in paths:
+                    paths[other] = [*paths[node], other]
+                    following.append(other)
+        frontier = following
+    raise AssertionError(f"no cycle through {start}")  # pragma: no cover - Tarjan found one
+
+
+def breaks() -> dict[str, str]:
+    """Return every break of the layout rules: key (as in :data:`PENDING`) -> what is wrong."""
+    found: dict[str, str] = {}
+    files = dict(modules())
+    for path in files.values():
+        size = len(path.read_text().splitlines())
+        if size > MAX_MODULE_LINES:
+            found[where(path)] = f"{size} lines (limit {MAX_MODULE_LINES})"
+        for name, lines in long_functions(path):
+            key = f"{where(path)}:{name}"
+            if key not in TABLES:
+                found[key] = f"{lines} lines (limit {MAX_FUNCTION_LINES})"
+    graph = {name: imported(name, path, set(files)) for name, path in files.items()}
+    for cycle in cycles(graph):
+        found["cycle: " + " -> ".join(cycle)] = "an import cycle"
+    return found
+
+
+def test_the_package_keeps_its_layout_rules() -> None:
+    found = breaks()
+    if PENDING:
+        print("Known layout breaks still pending (tests/test_layout.py PENDING):")
+        for key, why in sorted(PENDING.items()):
+            print(f"  {key}: {found.get(key, 'fixed')} -- {why}")
+    new = {key: why for key, why in found.items() if key not in PENDING}
+    assert not new, "layout rules broken (split the module or function, or break the cycle):\n" + (
+        "\n".join(f"  {key}: {why}" for key, why in sorted(new.items()))
+    )
+    fixed = sorted(set(PENDING) - set(found))
+    assert not fixed, f"these PENDING entries hold now: remove them from PENDING: {fixed}"
+
+
+def test_the_table_exceptions_are_real() -> None:
+    """Every exception in TABLES names a function that exists and is over the limit."""
+    over = {f"{where(path)}:{name}" for _, path in modules() for name, _ in long_functions(path)}
+    assert not set(TABLES) - over, f"stale TABLES entries: {sorted(set(TABLES) - over)}"
+
+
+def test_the_checks_see_what_they_must(tmp_path: Path) -> None:
+    """The checks themselves: a long function, a nested one, and a cycle are each found."""
+    source = tmp_path / "m.py"
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    nested = body.replace("\n", "\n    ")
+    source.write_text(f"def long():\n{body}\n\nclass C:\n    def method(self):\n    {nested}\n")
+    assert [name for name, _ in long_functions(source)] == ["long", "C.method"]
+    imports = tmp_path / "i.py"
+    imports.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from . import b\n"
+        "if TYPE_CHECKING:\n    from p.c import Thing\n"
+        "def later():\n    import p.d\n"
+    )
+    assert imported("p.a", imports, {"p", "p.a", "p.b", "p.c", "p.d"}) == {"p.b", "p.c", "p.d"}
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
