@@ -50,7 +50,8 @@ from retinue.actors.compaction import CompactionReport
 from retinue.actors.engine import Engine, HostReceipt
 from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile
-from retinue.actors.system import ReadOnlySystem, System
+from retinue.actors.readonly import ReadOnlySystem
+from retinue.actors.system import System
 from retinue.actors.turn import Runner
 from retinue.actors.waiting import resolve_timeout
 from retinue.errors import ArgumentTypeError, ConfigurationError, RuntimeClosed, WaitTimeout
@@ -176,20 +177,15 @@ class Runtime(ApprovalCalls):
         )
         check_mcp_grants(rt._profiles, runners, rt._mcp)
         mcp = rt._mcp
-        try:
-            system = System.start(
-                options,
-                create=create,
-                profiles=rt._profiles,
-                runners=runners,
-                limits=rt.limits,
-                bus=bus,
-                before_stop=[] if mcp is None else [mcp.close],
-            )
-        except BaseException:
-            if mcp is not None:
-                mcp.close()
-            raise
+        system = System.start(
+            options,
+            create=create,
+            profiles=rt._profiles,
+            runners=runners,
+            limits=rt.limits,
+            bus=bus,
+            before_stop=[] if mcp is None else [mcp.close],
+        )
         rt._system, rt.path = system, system.path
         return rt
 
@@ -590,9 +586,7 @@ class Runtime(ApprovalCalls):
         event; past ``Limits.max_abandoned_runners`` new sync turns wait as
         ``starting`` until one returns.
         """
-        system = self._system
-        core = system.core if isinstance(system, System) else None
-        return 0 if core is None else len(core.scheduler.abandoned)
+        return 0 if self._system is None else self._system.abandoned_runners
 
     @property
     def mcp(self) -> McpManager | None:
