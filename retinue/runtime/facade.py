@@ -1,81 +1,55 @@
-"""The host-facing facade: open a store, spawn agents, wait, message, close.
+"""The host-facing facade: :class:`Runtime`, opened on a store, closed by ``shutdown``.
 
-``Runtime`` is thread-safe and thin: every call builds one typed command
-(:mod:`retinue.actors.commands`) and hands it to the supervisor actor, or, on
-a read-only runtime, to a :class:`~retinue.actors.reader.StoreReader`; either
-answers through a future. Each sync method and its ``*_async`` twin are one
-line over the same command: the sync one waits on the future, the async one
-awaits it through ``asyncio.wrap_future``, so it never blocks an event loop.
-Start-up wiring lives below, in :mod:`retinue.actors.boot`.
+``Runtime`` is thread-safe and thin. It holds one thing, the running parts
+below it (:class:`~retinue.actors.system.System` for a writer,
+:class:`~retinue.actors.readonly.ReadOnlySystem` for a reader), which start
+together at :meth:`Runtime.open` and stop together at :meth:`Runtime.shutdown`;
+its state is theirs. Its calls come from the call groups it mixes in (see
+:mod:`retinue.runtime`), each one line over a typed command.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
 
-from retinue.actors.approval_calls import ApprovalCalls
-from retinue.actors.boot import profile_table
 from retinue.actors.channel import RuntimeState
-from retinue.actors.commands import (
-    HOST,
-    AckLease,
-    Agents,
-    Barrier,
-    Close,
-    CloseTree,
-    Command,
-    Compact,
-    CountBacklog,
-    FollowUp,
-    Get,
-    HostMessages,
-    Idle,
-    Inspect,
-    Interrupt,
-    InterruptTree,
-    Leases,
-    ReleaseLease,
-    Resume,
-    Send,
-    Spawn,
-    Wait,
-)
-from retinue.actors.compaction import CompactionReport
-from retinue.actors.engine import Engine, HostReceipt
-from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.profile import Profile
 from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
 from retinue.actors.turn import Runner
-from retinue.actors.waiting import resolve_timeout
-from retinue.errors import ArgumentTypeError, ConfigurationError, RuntimeClosed, WaitTimeout
-from retinue.llm import model_runner_factory
-from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
+from retinue.llm.mcp import McpManager, McpServer
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
-from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability
 from retinue.protocol.limits import Limits
-from retinue.protocol.messages import AgentInfo, Completion, Message
-from retinue.team import Team, load_team, open_arguments
+from retinue.runtime.approvals import ApprovalCalls
+from retinue.runtime.events import EventCalls
+from retinue.runtime.lifecycle import LifecycleCalls
+from retinue.runtime.mailbox import MailboxCalls
+from retinue.runtime.opening import apply_team, attach_reader, checked_limits, start_writer
+from retinue.runtime.reads import ReadCalls
+from retinue.runtime.upkeep import UpkeepCalls
+from retinue.runtime.waits import WaitCalls
+from retinue.team import Team
 
 __all__ = ["Runtime"]
 
-R = TypeVar("R")
-_NO_REF: Any = object()  # close() called without an agent reference
 
-
-class Runtime(ApprovalCalls):
+class Runtime(
+    LifecycleCalls, WaitCalls, MailboxCalls, ReadCalls, EventCalls, UpkeepCalls, ApprovalCalls
+):
     """A supervised tree of agents kept in one LMDB store. Open it with :meth:`open`.
 
-    The approval calls (``approvals``, ``approve``, ``deny`` and their twins)
-    come from :class:`~retinue.actors.approval_calls.ApprovalCalls`.
+    Its calls come by theme from :mod:`retinue.runtime`'s call groups: an
+    agent's lifecycle (``spawn``, ``follow_up``, ``interrupt``, ``close``, ...),
+    waits and leases (``wait``, ``ack_lease``, ``wait_idle``, ...), mailboxes
+    (``send``, ``messages``), reads (``get``, ``agents``, ``inspect``,
+    ``backlog``), events (``subscribe``), upkeep (``backup``, ``compact``) and
+    approvals (``approvals``, ``approve``, ``deny``), each sync call with its
+    ``*_async`` twin.
     """
 
     def __init__(self) -> None:
@@ -83,7 +57,7 @@ class Runtime(ApprovalCalls):
         self.path: Path = Path()
         self.limits = Limits()
         self.readonly = False
-        self._system: System | ReadOnlySystem | None = None
+        self._system = None
         self._profiles: dict[str, Profile] = {}
         self._mcp: McpManager | None = None
 
@@ -148,12 +122,7 @@ class Runtime(ApprovalCalls):
             StoreCorrupted: the store's data file is truncated, damaged or lost.
             StoreError: the folder cannot be created or LMDB refuses it.
         """
-        team_servers: dict[str, McpServer] = {}
-        if team is not None and not readonly:
-            team = team if isinstance(team, Team) else load_team(team)
-            team_servers = dict(team.mcp)
-            profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
-        rt = cls()
+        given = apply_team(team, readonly, profiles, runner, limits, workspace)
         options = check_store_options(
             path,
             durability=durability,
@@ -161,53 +130,29 @@ class Runtime(ApprovalCalls):
             readonly=readonly,
             group_commit=group_commit,
         )
-        rt.limits = _limits(limits)
-        rt.readonly = options.readonly
+        checked = checked_limits(given.limits)
         if options.readonly:
-            if options.path is None:
-                raise ConfigurationError("a read-only runtime needs the path of a store")
-            rt._system = ReadOnlySystem(options.path, rt.limits)
-            rt.path = options.path
-            return rt
-        folder = None if workspace is None else Path(workspace)
-        bus = EventBus(rt.limits.event_queue_capacity)
-        rt._mcp = open_mcp(team_servers, mcp_servers, folder, bus.publish)
-        rt._profiles, runners = profile_table(
-            profiles, runner, rt.limits, model_runner=model_runner_factory(folder, rt._mcp)
+            return cls._over(attach_reader(options, checked))
+        writer = start_writer(
+            options, checked, given, runner=runner, create=create, mcp_servers=mcp_servers
         )
-        check_mcp_grants(rt._profiles, runners, rt._mcp)
-        mcp = rt._mcp
-        system = System.start(
-            options,
-            create=create,
-            profiles=rt._profiles,
-            runners=runners,
-            limits=rt.limits,
-            bus=bus,
-            before_stop=[] if mcp is None else [mcp.close],
-        )
-        rt._system, rt.path = system, system.path
+        return cls._over(*writer)
+
+    @classmethod
+    def _over(
+        cls,
+        system: System | ReadOnlySystem,
+        mcp: McpManager | None = None,
+        profiles: dict[str, Profile] | None = None,
+    ) -> Runtime:
+        """Return a runtime over ``system``, the running parts an open started."""
+        rt = cls()
+        rt._system, rt._mcp, rt._profiles = system, mcp, profiles or {}
+        rt.path, rt.limits = system.path, system.limits
+        rt.readonly = isinstance(system, ReadOnlySystem)
         return rt
 
-    # -- plumbing --------------------------------------------------------------
-
-    @property
-    def _engine(self) -> Engine:
-        """The engine every call of this runtime goes through.
-
-        Raises:
-            RuntimeClosed: the runtime was never opened.
-        """
-        if self._system is None:
-            raise RuntimeClosed("the runtime is not open; use Runtime.open(...)")
-        return self._system.engine
-
-    @property
-    def _store(self) -> Store:
-        """The runtime's store (open until the runtime closes)."""
-        if self._system is None:
-            raise RuntimeClosed("the runtime is not open; use Runtime.open(...)")
-        return self._system.store
+    # -- state -------------------------------------------------------------------------
 
     @property
     def diagnostics(self) -> list[Diagnostic]:
@@ -219,364 +164,10 @@ class Runtime(ApprovalCalls):
         """``open``, ``closing`` (``shutdown()`` is under way) or ``closed``."""
         return RuntimeState.CLOSED if self._system is None else self._system.state
 
-    def _ask(self, command: Command[R]) -> R:
-        """Submit ``command`` and block until it is answered (committed)."""
-        return self._engine.ask(command)
-
-    async def _ask_async(self, command: Command[R]) -> R:
-        """Submit ``command`` and await its answer without blocking the loop."""
-        return await self._engine.ask_async(command)
-
-    # -- host API ----------------------------------------------------------------
-
-    def spawn(
-        self,
-        profile: str,
-        task: str,
-        *,
-        name: str | None = None,
-        parent: str = "/root",
-        idempotency_key: str | None = None,
-    ) -> AgentInfo:
-        """Record a new agent under ``parent`` and queue its first turn; return it.
-
-        ``idempotency_key`` makes a retried spawn safe: a spawn under the same
-        parent with the same key returns the agent the first one made (as it
-        is now, even closed) instead of a second one, also after a reopen, for
-        as long as that agent is stored. Keys are bounded like dedup keys.
-
-        Raises:
-            UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
-            FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent,
-            DedupKeyTooLong; InvalidArgument: a blank task, or the key was used
-            for another profile.
-        """
-        return self._ask(Spawn(HOST, profile, task, name, parent, idempotency_key))
-
-    def wait(
-        self, ref: str, timeout: float | None = None, *, lease: str | None = None
-    ) -> Completion:
-        """Return the completion of the agent's oldest turn the host has not received.
-
-        Blocks until that turn settles; ``timeout=None`` means ``wait_default_s``.
-        ``lease`` (an id the host makes, unique per wait) makes the handover
-        durable: the commit that marks the completion received also stores it
-        under the lease, so a wait repeated with the same lease (its answer
-        was lost) returns the same completion, also after a reopen, until
-        :meth:`ack_lease` forgets it or :meth:`release_lease` gives it back.
-
-        Raises:
-            WaitTimeout: it did not settle in time; the agent keeps running.
-            UnknownAgent: no such agent.
-            InvalidArgument, DedupKeyTooLong: a blank or too long lease, one a
-                blocked wait holds, or one stored for another agent.
-        """
-        seconds = resolve_timeout(timeout, self.limits)
-        result: Completion = self._engine.wait(Wait(HOST, ref, lease=lease), seconds)
-        return result
-
-    def ack_lease(self, lease: str) -> bool:
-        """Forget ``lease``: the host has the completion its wait returned.
-
-        Returns True if the lease was stored (False: unknown, or acknowledged
-        or released before), so acknowledging twice is harmless.
-
-        Raises:
-            ArgumentTypeError, InvalidArgument: not a usable lease id.
-        """
-        return self._ask(AckLease(lease))
-
-    def release_lease(self, lease: str) -> bool:
-        """Give back the completion ``lease`` holds: the host never got it.
-
-        The completion goes to the next host wait on its agent (as when a
-        ``wait_async`` is cancelled after it was answered), and the lease is
-        forgotten. Returns True if the lease was stored.
-
-        Raises:
-            ArgumentTypeError, InvalidArgument: not a usable lease id.
-        """
-        return self._ask(ReleaseLease(lease))
-
-    def leases(self) -> dict[str, Completion]:
-        """Return every lease not acknowledged or released yet, with its completion."""
-        return self._ask(Leases())
-
-    def messages(self, timeout: float | None = None) -> list[Message]:
-        """Return the messages top-level agents sent to the host, oldest first.
-
-        A top-level agent sends one with ``turn.send("/root", ...)``. The
-        host's inbox is a durable mailbox like any other, bounded by
-        ``mailbox_capacity`` (a sender gets ``MailboxFull`` while it is full).
-        Every unread message is returned and marked read; with none there,
-        the call waits up to ``timeout`` (None: ``wait_default_s``; 0: not at
-        all) for the first, and returns ``[]`` if none came.
-
-        Raises:
-            InvalidArgument: a NaN, infinite, negative or too long timeout.
-            RuntimeClosed: the runtime is (or gets) closed.
-        """
-        seconds = resolve_timeout(timeout, self.limits)
-        result: list[Message] = self._engine.wait(HostMessages(HOST), seconds)
-        return result
-
-    def interrupt_tree(self, ref: str) -> list[AgentInfo]:
-        """Interrupt the queued and running turns of an agent's live subtree, leaves first.
-
-        Returns every live agent of the subtree in that order (idle ones as
-        they were). None of them is woken by another's interrupted completion.
-
-        Raises:
-            AgentClosed: the agent is closed. UnknownAgent: no such agent.
-        """
-        return self._ask(InterruptTree(HOST, ref))
-
-    def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
-        """Put a message in an agent's durable mailbox (read by its next turn).
-
-        The same ``dedup_key`` returns the original message instead of a second one.
-
-        Raises:
-            MessageTooLarge, DedupKeyTooLong, MailboxFull, AgentClosed, UnknownAgent.
-        """
-        return self._ask(Send(HOST, ref, content, dedup_key))
-
-    def follow_up(self, ref: str, task: str) -> AgentInfo:
-        """Queue a new turn for an idle agent.
-
-        Raises:
-            AgentBusy: a turn is queued or running. AgentClosed: it is closed.
-            CompletionBacklogFull: too many of its completions are unreceived.
-        """
-        return self._ask(FollowUp(HOST, ref, task))
-
-    def resume(self, ref: str) -> AgentInfo:
-        """Re-run an interrupted agent's task as a new turn.
-
-        Raises:
-            AgentStateError: the agent is not interrupted.
-        """
-        return self._ask(Resume(HOST, ref))
-
-    def interrupt(self, ref: str) -> AgentInfo:
-        """Cancel an agent's queued or running turn; it settles ``interrupted`` at once."""
-        return self._ask(Interrupt(HOST, ref))
-
-    def close(self, ref: str = _NO_REF) -> AgentInfo:
-        """Close agent ``ref``: interrupt its turn first, then free its name.
-
-        To close the runtime itself use :meth:`shutdown` (or a ``with`` block).
-
-        Raises:
-            ArgumentTypeError: no agent reference (or None) was given.
-            ActiveDescendants: the agent still has live children.
-            AgentClosed: it is already closed.
-        """
-        return self._ask(Close(HOST, _agent_ref(ref, "close")))
-
-    def close_tree(self, ref: str) -> list[AgentInfo]:
-        """Close an agent and its whole live subtree, children first; return them in order."""
-        return self._ask(CloseTree(HOST, ref))
-
-    def get(self, ref: str) -> AgentInfo:
-        """Return an agent by id or live path.
-
-        Raises:
-            UnknownAgent: no such agent.
-        """
-        return self._ask(Get(HOST, ref))
-
-    def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
-        """Return every agent, oldest first; closed ones only with ``include_closed``."""
-        return self._ask(Agents(HOST, include_closed))
-
-    def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
-        """Return one agent in full: its snapshot, unread messages, pending completions
-        and the last ``transcript_tail`` messages of its stored transcript.
-
-        Served by a writer and by a read-only runtime alike, from one view of the store.
-
-        Raises:
-            UnknownAgent: no such agent. InvalidArgument: a negative ``transcript_tail``.
-        """
-        return self._ask(Inspect(HOST, ref, transcript_tail))
-
-    def backlog(self) -> Backlog:
-        """Count what waits to be received in the whole store: unread messages and
-        pending completions (the host's among them), from one view of the store.
-
-        Served by a writer and a read-only runtime alike (for metrics: one call, not
-        one ``inspect`` per agent).
-        """
-        return self._ask(CountBacklog(HOST))
-
-    def subscribe(self, callback: Subscriber) -> Callable[[], None]:
-        """Call ``callback(event)`` for every committed transition; return unsubscribe.
-
-        Events arrive on one dispatcher thread, in commit order.
-
-        Raises:
-            RuntimeClosed: the runtime is closed (or closing).
-        """
-        system = self._system
-        if system is None or system.state is not RuntimeState.OPEN:
-            raise RuntimeClosed("the runtime is closed; open it again to subscribe")
-        return system.bus.subscribe(callback)
-
-    def backup(self, dest: str | os.PathLike[str]) -> Path:
-        """Write a compacted hot copy of the live store to ``dest``; return its path."""
-        self._ask(Barrier())
-        return self._store.backup(dest)
-
-    def compact(self) -> CompactionReport:
-        """Compact now (it also runs every ``compact_interval_s``); return what went.
-
-        Removes closed agents, read messages and delivered completions beyond
-        the ``retain_*`` limits; never anything unread, undelivered or live.
-        """
-        return self._ask(Compact())
-
-    # -- asyncio faces ---------------------------------------------------------------
-
-    async def spawn_async(
-        self,
-        profile: str,
-        task: str,
-        *,
-        name: str | None = None,
-        parent: str = "/root",
-        idempotency_key: str | None = None,
-    ) -> AgentInfo:
-        """Like :meth:`spawn`, without blocking the event loop."""
-        return await self._ask_async(Spawn(HOST, profile, task, name, parent, idempotency_key))
-
-    async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
-        """Like :meth:`interrupt_tree`, without blocking the event loop."""
-        return await self._ask_async(InterruptTree(HOST, ref))
-
-    async def messages_async(self, timeout: float | None = None) -> list[Message]:
-        """Like :meth:`messages`, without blocking the event loop.
-
-        Cancelling the awaiting task loses nothing: messages already handed
-        to it are given back, unread, to the next ``messages`` call.
-        """
-        seconds = resolve_timeout(timeout, self.limits)
-        engine = self._engine
-        result: list[Message] = await engine.wait_async(
-            HostMessages(HOST), seconds, HostReceipt(engine)
-        )
-        return result
-
-    async def wait_async(
-        self, ref: str, timeout: float | None = None, *, lease: str | None = None
-    ) -> Completion:
-        """Like :meth:`wait`, without blocking the event loop.
-
-        Cancelling the awaiting task loses nothing: a completion already
-        handed to this wait is given back and goes to the next wait (a leased
-        one is released).
-        """
-        seconds = resolve_timeout(timeout, self.limits)
-        engine = self._engine
-        command = Wait(HOST, ref, lease=lease)
-        result: Completion = await engine.wait_async(command, seconds, HostReceipt(engine, lease))
-        return result
-
-    async def ack_lease_async(self, lease: str) -> bool:
-        """Like :meth:`ack_lease`, without blocking the event loop."""
-        return await self._ask_async(AckLease(lease))
-
-    async def release_lease_async(self, lease: str) -> bool:
-        """Like :meth:`release_lease`, without blocking the event loop."""
-        return await self._ask_async(ReleaseLease(lease))
-
-    async def leases_async(self) -> dict[str, Completion]:
-        """Like :meth:`leases`, without blocking the event loop."""
-        return await self._ask_async(Leases())
-
-    async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
-        """Like :meth:`send`, without blocking the event loop."""
-        return await self._ask_async(Send(HOST, ref, content, dedup_key))
-
-    async def follow_up_async(self, ref: str, task: str) -> AgentInfo:
-        """Like :meth:`follow_up`, without blocking the event loop."""
-        return await self._ask_async(FollowUp(HOST, ref, task))
-
-    async def interrupt_async(self, ref: str) -> AgentInfo:
-        """Like :meth:`interrupt`, without blocking the event loop."""
-        return await self._ask_async(Interrupt(HOST, ref))
-
-    async def close_async(self, ref: str = _NO_REF) -> AgentInfo:
-        """Like :meth:`close` of an agent, without blocking the event loop."""
-        return await self._ask_async(Close(HOST, _agent_ref(ref, "close_async")))
-
-    async def resume_async(self, ref: str) -> AgentInfo:
-        """Like :meth:`resume`, without blocking the event loop."""
-        return await self._ask_async(Resume(HOST, ref))
-
-    async def close_tree_async(self, ref: str) -> list[AgentInfo]:
-        """Like :meth:`close_tree`, without blocking the event loop."""
-        return await self._ask_async(CloseTree(HOST, ref))
-
-    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
-        """Like :meth:`agents`, without blocking the event loop."""
-        return await self._ask_async(Agents(HOST, include_closed))
-
-    async def compact_async(self) -> CompactionReport:
-        """Like :meth:`compact`, without blocking the event loop."""
-        return await self._ask_async(Compact())
-
-    async def get_async(self, ref: str) -> AgentInfo:
-        """Like :meth:`get`, without blocking the event loop."""
-        return await self._ask_async(Get(HOST, ref))
-
-    async def backlog_async(self) -> Backlog:
-        """Like :meth:`backlog`, without blocking the event loop."""
-        return await self._ask_async(CountBacklog(HOST))
-
-    async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
-        """Like :meth:`inspect`, without blocking the event loop."""
-        return await self._ask_async(Inspect(HOST, ref, transcript_tail))
-
-    # -- lifecycle -----------------------------------------------------------------------
-
-    def wait_idle(self, timeout: float | None = None) -> None:
-        """Block until the runtime is quiescent; ``timeout=None`` means ``wait_default_s``.
-
-        Quiescent: no turn is queued or running, no restart is pending, every
-        runner has returned (an abandoned one included), no command waits for
-        the supervisor, and every event published so far was handed to its
-        subscribers. A turn parked for approval does not count (it waits for a
-        person). For tests
-        and drivers that would otherwise poll; a host that keeps spawning may
-        never see it.
-
-        Raises:
-            WaitTimeout: the runtime was still busy after ``timeout``.
-            RuntimeClosed: the runtime is (or gets) closed.
-        """
-        seconds = resolve_timeout(timeout, self.limits)
-        deadline = time.monotonic() + seconds
-        self._engine.wait(Idle(HOST), seconds)
-        self._flush_events(deadline)
-
-    async def settled(self, timeout: float | None = None) -> None:
-        """Like :meth:`wait_idle`, without blocking the event loop."""
-        seconds = resolve_timeout(timeout, self.limits)
-        deadline = time.monotonic() + seconds
-        engine = self._engine
-        await engine.wait_async(Idle(HOST), seconds, HostReceipt(engine))
-        await asyncio.get_running_loop().run_in_executor(None, self._flush_events, deadline)
-
-    def _flush_events(self, deadline: float) -> None:
-        """Wait until subscribers have every event published so far.
-
-        Raises:
-            WaitTimeout: they had not by ``deadline``.
-        """
-        system = self._system
-        if system is not None and not system.bus.flush(max(0.0, deadline - time.monotonic())):
-            raise WaitTimeout("the runtime's subscribers did not take every event in time")
+    @property
+    def closed(self) -> bool:
+        """True once the runtime is closed."""
+        return self.state is RuntimeState.CLOSED
 
     @property
     def abandoned_runners(self) -> int:
@@ -593,10 +184,7 @@ class Runtime(ApprovalCalls):
         """The runtime's MCP servers (:class:`~retinue.llm.mcp.McpManager`), None if it has none."""
         return self._mcp
 
-    @property
-    def closed(self) -> bool:
-        """True once the runtime is closed."""
-        return self.state is RuntimeState.CLOSED
+    # -- closing -----------------------------------------------------------------------
 
     def shutdown(self) -> None:
         """Close the runtime; return only once its store is released.
@@ -624,34 +212,3 @@ class Runtime(ApprovalCalls):
     ) -> None:
         """Close the runtime (see :meth:`shutdown`)."""
         self.shutdown()
-
-
-def _limits(limits: Limits | None) -> Limits:
-    """Return the limits to run with: ``limits``, or the environment's.
-
-    Raises:
-        ArgumentTypeError: ``limits`` is not a Limits.
-        InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad.
-    """
-    if limits is not None and not isinstance(limits, Limits):
-        raise ArgumentTypeError(
-            f"limits must be a Limits, not {type(limits).__name__}; "
-            "build one with Limits(**fields) or Limits.from_env(**fields)"
-        )
-    return limits if limits is not None else Limits.from_env()
-
-
-def _agent_ref(ref: Any, method: str) -> str:
-    """Return ``ref`` if one was given.
-
-    Raises:
-        ArgumentTypeError: it is missing or None (closing the runtime is ``shutdown()``).
-    """
-    if ref is _NO_REF or ref is None:
-        given = "no argument" if ref is _NO_REF else "None"
-        raise ArgumentTypeError(
-            f"{method}() closes one agent and needs its id or path, got {given}; "
-            "to close the runtime use shutdown() or a with block"
-        )
-    checked: str = ref  # its type is checked by the supervisor (ArgumentTypeError)
-    return checked
