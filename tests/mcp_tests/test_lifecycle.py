@@ -294,3 +294,21 @@ def test_shutdown_kills_the_servers_process_group(tmp_path: Path, stub: OpenAISt
         rt.shutdown()
     wait_until(lambda: not pid_alive(child_pid) and not pid_alive(server_pid), what="group gone")
     assert os.getpgid(0) != server_pid
+
+
+def test_shutdown_closes_each_running_server_and_says_so(tmp_path: Path, stub: OpenAIStub) -> None:
+    """The runtime's close stops its servers itself, before its event loop ends: a subscriber
+    sees each running server ``closed``, and the status no longer names a process."""
+    script(stub, calls(("kit__environment", {})))
+    events: list[McpServerEvent] = []
+    rt = open_kit(tmp_path, stub)
+    try:
+        rt.subscribe(lambda e: events.append(e) if isinstance(e, McpServerEvent) else None)
+        done = rt.wait(rt.spawn("agent", "env").id, timeout=60)
+        assert done.status is CompletionStatus.COMPLETED, done.error
+        assert rt.mcp is not None and rt.mcp.status()["kit"].running
+    finally:
+        rt.shutdown()
+    assert [e.status for e in events if e.server == "kit"][-1] == "closed"
+    status = rt.mcp.status()["kit"]
+    assert not status.running and status.pid is None

@@ -17,7 +17,7 @@ from retinue.testing import echo
 
 TWINS = sorted(
     name.removesuffix("_async")
-    for name, member in vars(Runtime).items()
+    for name, member in inspect.getmembers(Runtime)
     if name.endswith("_async") and not name.startswith("_") and inspect.iscoroutinefunction(member)
 )
 
