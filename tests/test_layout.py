@@ -44,7 +44,6 @@ PENDING: dict[str, str] = {
     "retinue/actors/supervisor.py": SPLIT,
     "retinue/team.py": SPLIT,
     "retinue/team.py:Team.from_toml": f"{SPLIT}: a sequence of named steps",
-    "retinue/errors.py": "every error lives here (COMMON brief): trim it, or name it a table",
 }
 
 
