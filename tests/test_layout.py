@@ -42,8 +42,6 @@ PENDING: dict[str, str] = {
     "retinue/actors/turn.py": f"{SPLIT}: waiting, the step engine, the turn's operations",
     "retinue/actors/commands.py": f"{SPLIT}: the command structs, or named a table here",
     "retinue/actors/supervisor.py": SPLIT,
-    "retinue/team.py": SPLIT,
-    "retinue/team.py:Team.from_toml": f"{SPLIT}: a sequence of named steps",
 }
 
 
