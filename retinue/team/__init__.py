@@ -56,10 +56,10 @@ from retinue.errors import TeamFileError
 from retinue.llm.mcp.config import McpServer
 from retinue.llm.mcp.teamfile import McpSpec, check_tools, mcp_servers
 from retinue.protocol.limits import Limits
+from retinue.protocol.validation import decode_table
 from retinue.team.decoding import (
     check_delegation,
     choose_lead,
-    convert,
     decode_agents,
     decode_limits,
     decode_top,
@@ -114,7 +114,7 @@ class Team:
         """
         label = str(source) if source is not None else "<team>"
         top = decode_top(label, text)
-        defaults = convert(label, "defaults", top.defaults, Defaults)
+        defaults = decode_table(label, "defaults", top.defaults, Defaults)
         limits = decode_limits(label, top.limits, environ)
         agents = decode_agents(label, top.agents)
         check_delegation(label, agents, limits.depth_cap)

@@ -7,10 +7,9 @@ unknown key; ...``); :meth:`~retinue.team.Team.from_toml` runs them in order.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -23,50 +22,21 @@ from retinue.errors import (
 )
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
-from retinue.protocol.supervision import Restart
+from retinue.protocol.validation import decode_table
 from retinue.team.schema import NAME, AgentSpec, TopTable
 
 __all__ = [
     "check_delegation",
     "choose_lead",
-    "convert",
     "decode_agents",
     "decode_limits",
     "decode_top",
     "team_name",
 ]
 
-S = TypeVar("S", bound=msgspec.Struct)
-
 
 def _fields(cls: type[msgspec.Struct]) -> str:
     return ", ".join(cls.__struct_fields__)
-
-
-def convert(source: str, table: str, raw: object, cls: type[S]) -> S:
-    """Decode one table, turning msgspec's message into one naming table and key.
-
-    Raises:
-        TeamFileError: ``raw`` is not a table, or breaks ``cls`` (an unknown
-            key, a wrong type or value).
-    """
-    if not isinstance(raw, dict):
-        raise TeamFileError(source, table, "", f"must be a table, not {type(raw).__name__}")
-    try:
-        return msgspec.convert(raw, cls)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        unknown = re.match(r"Object contains unknown field `(.+?)`(?: - at `\$\.(\w+)`)?", text)
-        if unknown:
-            key, inner = unknown.group(1), unknown.group(2)
-            known = _fields(Restart if inner == "restart" else cls)
-            key = f"{inner}.{key}" if inner else key
-            raise TeamFileError(source, table, key, f"unknown key; known keys: {known}") from None
-        where = re.search(r" - at `\$\.?(.*)`$", text)
-        key = where.group(1) if where else ""
-        message = text[: where.start()] if where else text
-        message = message.replace("`", "").replace(" | null", "")
-        raise TeamFileError(source, table, key, message) from None
 
 
 def decode_top(label: str, text: str) -> TopTable:
@@ -79,7 +49,7 @@ def decode_top(label: str, text: str) -> TopTable:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TeamFileError(label, "", "", f"not valid TOML: {exc}") from None
-    return convert(label, "", data, TopTable)
+    return decode_table(label, "", data, TopTable)
 
 
 def decode_limits(label: str, raw: dict[str, Any], environ: bool) -> Limits:
@@ -115,7 +85,7 @@ def decode_agents(label: str, raw: Mapping[str, Any]) -> dict[str, AgentSpec]:
             raise TeamFileError(
                 label, where, "", "an agent name is 1-40 characters of a-z, 0-9 and _"
             )
-        agents[name] = convert(label, where, table, AgentSpec)
+        agents[name] = decode_table(label, where, table, AgentSpec)
     for name, spec in agents.items():
         for child in spec.subagents:
             if child not in agents:
