@@ -42,13 +42,6 @@ PENDING: dict[str, str] = {
     "retinue/actors/turn.py": f"{SPLIT}: waiting, the step engine, the turn's operations",
     "retinue/actors/commands.py": f"{SPLIT}: the command structs, or named a table here",
     "retinue/actors/supervisor.py": SPLIT,
-    "retinue/team.py": SPLIT,
-    "retinue/team.py:Team.from_toml": f"{SPLIT}: a sequence of named steps",
-    "retinue/errors.py": "every error lives here (COMMON brief): trim it, or name it a table",
-    "retinue/llm/mcp/transport.py:stdio_transport": "one line over: named steps",
-    "cycle: retinue.llm.runner -> retinue.llm.session -> retinue.llm.runner": (
-        "session.py imports LiteLLMRunner under TYPE_CHECKING: a settings protocol breaks it"
-    ),
 }
 
 

@@ -27,13 +27,9 @@ from retinue.llm.calls import CallSettings
 from retinue.llm.context import TurnContext
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.session import REPAIR_PROMPT, TurnSession
-from retinue.llm.toolbox import ToolBox
+from retinue.llm.toolbox import ToolBoxBuilder
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "ToolBoxBuilder", "model_runner_factory"]
-
-ToolBoxBuilder = Callable[..., ToolBox]
-"""``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
-(:func:`~retinue.llm.toolbox.build_toolbox` by default)."""
 
 
 def _positive(name: str, value: Any, *, integer: bool, zero: bool = False) -> None:
@@ -50,6 +46,9 @@ def _positive(name: str, value: Any, *, integer: bool, zero: bool = False) -> No
 
 class LiteLLMRunner:
     """An async runner that answers a turn with a model called through ``litellm.acompletion``.
+
+    Its settings are what each turn's :class:`~retinue.llm.session.TurnSession`
+    reads (the :class:`~retinue.llm.settings.RunnerSettings` protocol).
 
     ``tools`` and ``result_format`` default to the agent's profile fields;
     ``workspace`` is the folder built-in tools are confined to (set by

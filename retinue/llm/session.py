@@ -23,7 +23,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from retinue.errors import ModelCallFailed, ResultContractError, ToolCallLimitExceeded
 from retinue.llm.approval_gate import CUT_SHORT_RESULT, ask_approvals, denied_result, gated
@@ -42,13 +42,11 @@ from retinue.llm.conversation import (
     unanswered_calls,
 )
 from retinue.llm.mcp.grants import mcp_tool_defs
+from retinue.llm.settings import RunnerSettings
 from retinue.llm.toolbox import ToolBox
 from retinue.protocol.messages import Usage
 from retinue.protocol.results import encode_result, parse_result, result_instruction
 from retinue.protocol.supervision import APPROVAL_REASON
-
-if TYPE_CHECKING:
-    from retinue.llm.runner import LiteLLMRunner
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
@@ -60,9 +58,12 @@ REPAIR_PROMPT = (
 
 
 class TurnSession:
-    """One turn of a :class:`~retinue.llm.runner.LiteLLMRunner`: its chat and its usage."""
+    """One turn of a :class:`~retinue.llm.runner.LiteLLMRunner`: its chat and its usage.
 
-    def __init__(self, runner: LiteLLMRunner, turn: TurnContext, litellm: ModuleType) -> None:
+    ``runner`` is read for its settings only (:class:`RunnerSettings`).
+    """
+
+    def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
         self.runner = runner
         self.turn = turn

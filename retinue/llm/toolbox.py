@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TOOL_TIMEOUT_S",
     "ToolBox",
+    "ToolBoxBuilder",
     "build_toolbox",
     "check_timeout",
     "error_result",
@@ -149,6 +150,11 @@ class ToolBox:
             {"result": cut, "truncated": True, "note": f"the result was over {self._max} bytes"},
             ensure_ascii=False,
         )
+
+
+ToolBoxBuilder = Callable[..., ToolBox]
+"""``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
+(:func:`build_toolbox` by default)."""
 
 
 class _TimedOut(ToolError):
