@@ -47,6 +47,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: st
         time.sleep(0.002)
 
 
+READER_TEAM = """
+name = "reader"
+
+[defaults]
+model = "retinue/scripted"
+tools = "read"
+workspace = "ws"
+
+[agents.reader]
+approve = ["read_file"]
+"""
+"""A team whose scripted reader reads the workspace; each read_file call waits for approval."""
+
+
+def reader_team(folder: Path) -> Path:
+    """Write :data:`READER_TEAM` and its workspace (``ws/notes.txt``: "ship on Tuesday") in
+    ``folder``; return the team file's path."""
+    (folder / "ws").mkdir()
+    (folder / "ws" / "notes.txt").write_text("ship on Tuesday\n")
+    team = folder / "team.toml"
+    team.write_text(READER_TEAM)
+    return team
+
+
 SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
 
 

@@ -145,6 +145,11 @@ class ToolDef:
         """Build the argument decoder once."""
         object.__setattr__(self, "decoder", msgspec.json.Decoder(self.args))
 
+    @property
+    def granted_name(self) -> str:
+        """The name profiles grant this tool by (an MCP tool's differs from :attr:`name`)."""
+        return self.name
+
     def schema(self) -> dict[str, Any]:
         """Return this tool's OpenAI ``tools`` entry."""
         return function_schema(self.name, self.description, self.args)

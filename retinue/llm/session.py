@@ -26,7 +26,13 @@ from types import ModuleType
 from typing import Any
 
 from retinue.errors import ModelCallFailed, ResultContractError, ToolCallLimitExceeded
-from retinue.llm.approval_gate import CUT_SHORT_RESULT, ask_approvals, denied_result, gated
+from retinue.llm.approval_gate import (
+    CUT_SHORT_RESULT,
+    ask_approvals,
+    denied_result,
+    gated,
+    granted_names,
+)
 from retinue.llm.bridge import llm_load, llm_step
 from retinue.llm.budgets import admit_call, check_budgets
 from retinue.llm.calls import complete, usage_of
@@ -205,8 +211,9 @@ class TurnSession:
         before it runs, so a crash meanwhile never runs it twice.
         """
         approve = self.turn.profile.approve
-        asked = gated(approve, calls, toolbox.names) if approve else []
-        answers = await ask_approvals(self.turn, asked, resume=resume)
+        names = granted_names(toolbox) if approve else {}
+        asked = gated(approve, calls, names) if approve else []
+        answers = await ask_approvals(self.turn, asked, names=names, resume=resume)
         approved = [c["id"] for c in asked if answers[c["id"]].status == "approved"]
         if approved:
             held = [

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -65,6 +66,7 @@ DEFAULT_MAX_RESULT_BYTES = 65_536
 """Largest tool result handed back to the model, in bytes of UTF-8 JSON."""
 
 _ENCODER = msgspec.json.Encoder()
+_log = logging.getLogger("retinue.mcp")
 _CANCEL_GRACE_S = 1.0
 """Seconds a timed-out tool call is given to end once cancelled, before it is left behind."""
 
@@ -89,6 +91,12 @@ class ToolBox:
     def names(self) -> list[str]:
         """The tool names offered, in schema order."""
         return list(self._tools)
+
+    @property
+    def granted(self) -> dict[str, str]:
+        """Each offered name -> the name profiles grant the tool by (``time__x`` ->
+        ``time.x`` for an MCP tool; a built-in, host or coordinator tool's own name)."""
+        return {name: tool.granted_name for name, tool in self._tools.items()}
 
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
@@ -301,13 +309,19 @@ def build_toolbox(
 
 
 def _unclashed(offered: Sequence[ToolDef], mcp_tools: Sequence[ToolDef]) -> Sequence[ToolDef]:
-    """Return ``mcp_tools`` if none takes the name of a tool ``offered`` already has.
+    """Return the ``mcp_tools`` whose offered names no tool in ``offered`` has already.
 
-    Raises:
-        ConfigurationError: an MCP tool would be offered under a taken name.
+    An MCP tool granted by its server's pattern may be listed under a name a
+    host tool has (``a.b`` and the host tool ``a__b``): it is left out, with
+    a warning, and the turn goes on with the other tools. (Exact grants that
+    clash are refused at open.)
     """
     taken = {tool.name for tool in offered}
-    clash = [tool.name for tool in mcp_tools if tool.name in taken]
-    if clash:
-        raise ConfigurationError(f"MCP tools {clash} are offered under names other tools have")
-    return mcp_tools
+    clash = [tool for tool in mcp_tools if tool.name in taken]
+    for tool in clash:
+        _log.warning(
+            "MCP tool %r is not offered: a model would see it as %r, a name another tool has",
+            tool.granted_name,
+            tool.name,
+        )
+    return [tool for tool in mcp_tools if tool.name not in taken]

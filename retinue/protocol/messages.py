@@ -308,7 +308,8 @@ class ApprovalAnswered(_EventBase, frozen=True, tag="approval_answered"):
 class McpServerEvent(_EventBase, frozen=True, tag="mcp_server"):
     """An MCP server of the runtime changed: it ``started``, ``died``, failed to start
     (``start_failed``), changed its tools (``tools_changed``), had a tool refused
-    (``tool_refused``, e.g. a schema over the bound) or was ``closed``.
+    (``tool_refused``: a schema over the bound, or two granted tools a model would
+    see under one name) or was ``closed``.
 
     It is about no agent: ``agent_id`` is ``""`` and ``path`` is ``/root``.
     ``failures`` counts the failures in a row (starts and deaths) so far;

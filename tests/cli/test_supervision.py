@@ -74,3 +74,28 @@ def test_validate_warns_about_a_model_nobody_prices_under_a_cost_budget(tmp_path
     assert "gpt-4o-mini" not in done.stderr  # litellm's map prices it
     team.write_text('[agents.a]\nmodel = "retinue/scripted"\n')
     assert "price" not in retinue_cli("validate", team).stderr  # no cost budget, no warning
+
+
+def test_run_warns_about_a_model_nobody_prices_under_a_cost_budget(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text('[limits]\nusd_per_tree = 2\n[agents.a]\nmodel = "retinue/scripted"\n')
+    done = retinue_cli("run", team, "say hi", "--store", tmp_path / "s", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "litellm's cost map does not price retinue/scripted" in done.stderr
+    assert "usd_per_agent / usd_per_tree" in done.stderr
+    team.write_text('[agents.a]\nmodel = "retinue/scripted"\n')
+    done = retinue_cli("run", team, "say hi", "--store", tmp_path / "t", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "price" not in done.stderr  # no cost budget, no warning
+
+
+def test_validate_refuses_an_approve_entry_naming_no_tool_of_the_agent(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text('[agents.a]\nmodel = "retinue/scripted"\ntools = "read"\napprove = ["bsh"]\n')
+    done = retinue_cli("validate", team)
+    assert done.returncode == 2, done.stdout
+    assert "approve names 'bsh', which is not one of its tools (read_file" in done.stderr
+    team.write_text(
+        '[agents.a]\nmodel = "retinue/scripted"\ntools = "modify"\napprove = ["bash"]\n'
+    )
+    assert retinue_cli("validate", team).returncode == 0

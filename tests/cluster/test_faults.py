@@ -220,6 +220,9 @@ def test_a_new_driver_finds_every_tree_of_a_killed_one(
     finally:
         child.kill()
         child.wait(30)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()  # a pipe left open is a ResourceWarning (an error here)
     cluster = open_cluster(shards=2, root=root, profiles=DRIVER_PROFILES, limits=None)
     found = {a.name: a for a in cluster.agents()}
     assert set(found) == {"done_tree", "open_a", "open_b", "open_c"}

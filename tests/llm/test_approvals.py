@@ -237,8 +237,8 @@ def test_star_asks_for_every_tool_but_the_coordinator_tools(
         assert request.tool == "deploy"
         rt.approve(request.id)
         rt.wait(a.id, timeout=SETTLE_S)
-    # list_subagents is a coordinator tool: never gated, even under "*".
-    stub.handler = scripted([tool_call("list_subagents", {}), DONE])
+    # list_agents is a coordinator tool: never gated, even under "*".
+    stub.handler = scripted([tool_call("list_agents", {}), DONE])
     with open_rt(tmp_path / "t", [profile(stub, deploy, approve=["*"])]) as rt:
         a = rt.spawn("ops", "look around")
         assert rt.wait(a.id, timeout=SETTLE_S).status == "completed"

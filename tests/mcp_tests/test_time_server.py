@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
 from mcp_tests.conftest import (
     answer,
@@ -18,6 +20,7 @@ from mcp_tests.conftest import (
     tool_call,
 )
 from retinue import (
+    AgentState,
     CompletionStatus,
     ConfigurationError,
     Profile,
@@ -34,23 +37,33 @@ def servers() -> dict[str, McpServer]:
     return {"time": McpServer.stdio(time_server_command(), ["--local-timezone", "UTC"])}
 
 
-def test_a_model_agent_gets_the_real_servers_answer(tmp_path: Path, stub: OpenAIStub) -> None:
+def ask_the_time(stub: OpenAIStub, timezone: str) -> None:
+    """The model calls ``time__get_current_time`` for ``timezone``, then says the time."""
     script(
         stub,
         lambda r: (
-            tool_call("time__get_current_time", {"timezone": "Europe/Paris"})
+            tool_call("time__get_current_time", {"timezone": timezone})
             if r.number == 1
             else answer("it is " + last_tool_result(r)["result"]["datetime"])
         ),
     )
-    profiles = [
-        Profile(
-            "clock",
-            model="openai/stub",
-            model_settings=model_settings(stub),
-            tools=["time.get_current_time"],
-        )
-    ]
+
+
+def clock(stub: OpenAIStub, **extra: Any) -> Profile:
+    """A model agent on the stub granted ``time.get_current_time``."""
+    settings = model_settings(stub)
+    return Profile(
+        "clock",
+        model="openai/stub",
+        model_settings=settings,
+        tools=["time.get_current_time"],
+        **extra,
+    )
+
+
+def test_a_model_agent_gets_the_real_servers_answer(tmp_path: Path, stub: OpenAIStub) -> None:
+    ask_the_time(stub, "Europe/Paris")
+    profiles = [clock(stub)]
     with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers()) as rt:
         done = rt.wait(rt.spawn("clock", "what time is it in Paris?").id, timeout=60)
         assert done.status is CompletionStatus.COMPLETED, done.error
@@ -153,3 +166,50 @@ def test_a_team_file_declares_the_server(
     assert done.status is CompletionStatus.COMPLETED, done.error
     target = last_tool_result(stub.requests[1])["result"]["target"]
     assert target["timezone"] == "Asia/Tokyo" and "T21:00:00" in target["datetime"]
+
+
+@pytest.mark.parametrize("approve", [["time.get_current_time"], ["time.*"]])
+def test_an_mcp_tool_named_in_approve_waits_for_approval(
+    tmp_path: Path, stub: OpenAIStub, approve: list[str]
+) -> None:
+    """``approve`` names MCP tools as they are granted (``server.tool`` or ``server.*``),
+    never as the model is offered them: the call waits, and the request says the granted name."""
+    ask_the_time(stub, "UTC")
+    profiles = [clock(stub, approve=approve)]
+    with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers()) as rt:
+        agent = rt.spawn("clock", "what time is it?")
+        wait_until(lambda: rt.get(agent.id).state is AgentState.AWAITING_APPROVAL, timeout=60)
+        (request,) = rt.approvals()
+        assert (request.tool, json.loads(request.arguments)) == (
+            "time.get_current_time",
+            {"timezone": "UTC"},
+        )
+        assert len(stub.requests) == 1, "the call waits: no result went back to the model"
+        rt.approve(request.id)
+        done = rt.wait(agent.id, timeout=60)
+    assert done.status is CompletionStatus.COMPLETED, done.error
+    assert last_tool_result(stub.requests[1])["result"]["timezone"] == "UTC"
+
+
+def test_an_approve_entry_naming_no_tool_of_the_profile_is_refused_at_open(
+    tmp_path: Path, stub: OpenAIStub
+) -> None:
+    """A misspelt name would let the calls it meant run unapproved: the open refuses it."""
+    for approve, words in [
+        (["time.get_curent_time"], "'time.get_curent_time', which is not one of its tools"),
+        (["clock.*"], "'clock.*', which is not one of its tools (time.get_current_time)"),
+        (["bash"], "'bash', which is not one of its tools"),
+    ]:
+        profiles = [clock(stub, approve=approve)]
+        with pytest.raises(ConfigurationError, match=re.escape(words)):
+            Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers())
+    assert stub.requests == []
+
+
+def test_two_granted_tools_offered_under_one_name_are_refused_at_open(tmp_path: Path) -> None:
+    """``time.get.x`` and ``time.get_x`` would both reach the model as ``time__get_x``."""
+    profiles = [Profile("clock", tools=["time.get.x", "time.get_x"], runner=echo)]
+    with pytest.raises(
+        ConfigurationError, match="would both be offered to a model as 'time__get_x'"
+    ):
+        Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers())
