@@ -6,7 +6,8 @@ tree gathers the store writes) instead of resetting shared fields on every
 call. Once the handler returns, the writes go to the store as one
 transition; when the store says they are committed, the effects run (start
 a runner, answer a waiter), the events are published and the caller is
-answered, unless the answer was deferred to a waiter.
+answered, unless the answer was deferred to a waiter. The events are published
+before the effects run, so whatever a started runner publishes comes after them.
 """
 
 from __future__ import annotations
@@ -126,12 +127,14 @@ class Transition:
             for future in self.answers:
                 resolve_future(future, failed)
             return
+        # Events first: a turn's runner starts in an effect, and what it publishes
+        # live (tool and model calls) must follow its turn_started.
+        if self.events:
+            bus.publish(self.events)
         for effect in self.effects:
             try:
                 effect()
             except Exception:  # one broken effect must not starve the others
                 log.exception("an after-commit effect of %r failed", what)
-        if self.events:
-            bus.publish(self.events)
         if not self.deferred:
             resolve_future(self.reply, self.result)

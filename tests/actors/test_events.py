@@ -256,3 +256,27 @@ def test_the_event_queue_capacity_comes_from_the_environment() -> None:
     assert Limits().event_queue_capacity == 10_000
     limits = Limits.from_env({"RETINUE_EVENT_QUEUE_CAPACITY": "123"})
     assert limits.event_queue_capacity == 123
+
+
+def test_a_transitions_events_come_before_what_its_effects_publish() -> None:
+    # A turn's runner starts in an after-commit effect; what it publishes live must
+    # follow the turn_started of the transition that started it.
+    from concurrent.futures import Future
+
+    from retinue import ToolCallStarted
+    from retinue.actors.events import EventBus, EventQueue
+    from retinue.actors.transition import Transition
+
+    bus = EventBus(16)
+    queue = EventQueue(16)
+    bus.attach(queue)
+    tx = Transition(Future(), record_events=True)
+    tx.emit(TurnStarted(agent_id="a", path="/root/a", at=1.0, generation=1))
+    live = ToolCallStarted(
+        agent_id="a", path="/root/a", at=1.0, call_id="c", tool="t", arguments_preview="{}"
+    )
+    tx.after(lambda: bus.publish([live]))
+    tx.on_commit(None, bus, "start")
+    with queue.cond:
+        taken = queue.take_locked(16)
+    assert [tag(e) for e in taken] == ["turn_started", "tool_call_started"]
