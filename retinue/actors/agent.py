@@ -27,6 +27,7 @@ from typing import Any, Self, cast
 import pykka
 
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Observer
 from retinue.actors.turn import Runner, Turn
 from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
@@ -281,10 +282,12 @@ class AgentActor(PooledActor):
         output_max_bytes: int,
         executor: Executor,
         is_async: bool,
+        observer: Observer | None = None,
     ) -> None:
         """Prepare the actor; the turn arrives as its one message.
 
-        ``is_async`` says whether ``runner`` is async (the world knows it per profile).
+        ``is_async`` says whether ``runner`` is async (the world knows it per profile);
+        ``observer`` gives the turn its watch (``turn.watch``) as the runner starts.
         """
         self.is_async = is_async
         self._loop_thread = executor.loop
@@ -293,10 +296,13 @@ class AgentActor(PooledActor):
         self._runner = runner
         self._settle = settle
         self._output_max_bytes = output_max_bytes
+        self._observer = observer
 
     def on_receive(self, message: Any) -> Any:
         """Run the turn in ``message`` (or start its task), report it, then stop."""
         if isinstance(message, Turn):
+            if self._observer is not None:
+                message.watch = self._observer.watch(message)
             if self.is_async:
                 self._start_task(message)
                 return None

@@ -227,6 +227,7 @@ class Scheduler:
                 world.limits.output_max_bytes,
                 world.executor,
                 self._is_async(record.profile),
+                world.observer,
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
             error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
