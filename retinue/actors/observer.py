@@ -15,15 +15,22 @@ publishes its events before it starts the runner) and precede its
 runner publishes nothing more, and the settle's events come after all it did
 publish. With nobody listening, nothing is built.
 
+Spans: when the runtime traces (:mod:`retinue.tracing`, extra ``otel``), the
+same watches carry a :class:`Spans` implementation's span objects (a turn's,
+each model call's, each tool call's); the watch makes each current while its
+operation runs (:meth:`TurnWatch.current`), so what it starts nests under it.
+This module imports nothing of OpenTelemetry.
+
 The :class:`Observer` is the runtime's (one per world); the agent actor asks
 it for each turn's watch as the runner starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from retinue.actors.events import EventBus
 from retinue.protocol.limits import Limits
@@ -38,7 +45,16 @@ from retinue.protocol.messages import (
 )
 from retinue.protocol.text import bounded_text
 
-__all__ = ["QUIET", "ModelCallWatch", "Observer", "ToolCallWatch", "TurnWatch", "Watched"]
+__all__ = [
+    "QUIET",
+    "ModelCallWatch",
+    "Observer",
+    "Span",
+    "Spans",
+    "ToolCallWatch",
+    "TurnWatch",
+    "Watched",
+]
 
 
 class Watched(Protocol):
@@ -46,21 +62,56 @@ class Watched(Protocol):
 
     agent: AgentInfo
     limits: Limits
+    reason: str
 
     def while_running(self, action: Callable[[], None]) -> bool:
         """Run ``action`` unless the turn is cancelled, atomically with its cancellation."""
         ...
 
 
+class Span(Protocol):
+    """One span of a :class:`Spans` implementation (a turn's, a model call's, a tool call's)."""
+
+    def enter(self) -> object | None:
+        """Make the span current in this thread or task; return what :meth:`leave` takes."""
+        ...
+
+    def leave(self, token: object | None) -> None:
+        """Undo :meth:`enter`."""
+        ...
+
+
+class Spans(Protocol):
+    """Where spans go (:class:`retinue.tracing.Tracing` implements it).
+
+    ``turn(turn, model)`` starts a turn's span and returns it; it has
+    ``end(status, error)``, ``traceparent()``, ``model_call(model, request)``
+    (a span with ``retry(attempt, error, delay_s)`` and ``end(usage, response,
+    error)``) and ``tool_call(call_id, tool, kind, arguments)`` (a span with
+    ``end(error, result)``). ``capture()`` is the caller's current span as a W3C
+    ``traceparent`` (None: none), stored with what a command starts.
+    """
+
+    def capture(self) -> str | None:
+        """The caller's current span as a W3C ``traceparent``."""
+        ...
+
+    def turn(self, turn: Watched, model: str | None) -> Any:
+        """Start ``turn``'s span (its runner starts now)."""
+        ...
+
+
 class TurnWatch:
     """What one turn reports as it runs; the LLM layer's one handle (``turn.watch``)."""
 
-    __slots__ = ("bus", "turn")
+    __slots__ = ("bus", "span", "turn")
 
-    def __init__(self, bus: EventBus | None, turn: Watched | None) -> None:
-        """Report ``turn``'s calls on ``bus`` (None for either: report nothing)."""
+    def __init__(self, bus: EventBus | None, turn: Watched | None, span: Any = None) -> None:
+        """Report ``turn``'s calls on ``bus`` (None for either: report nothing), and its
+        spans under ``span`` (its turn's span; None: no spans)."""
         self.bus = bus
         self.turn = turn
+        self.span = span
 
     @property
     def listening(self) -> bool:
@@ -81,18 +132,55 @@ class TurnWatch:
         limit = self.turn.limits.event_preview_bytes if self.turn is not None else 1024
         return bounded_text(text, limit)
 
-    def model_call(self, model: str) -> ModelCallWatch:
-        """Open the watch of one model call of ``model`` (it starts now)."""
-        return ModelCallWatch(self, model)
+    def model_call(self, model: str, request: Mapping[str, Any] | None = None) -> ModelCallWatch:
+        """Open the watch of one model call of ``model`` (it starts now).
 
-    def tool_call(self, call_id: object, tool: object, arguments: object) -> ToolCallWatch:
+        ``request`` is what the model is sent (litellm's keywords), for its span.
+        """
+        span = None if self.span is None else self.span.model_call(model, request or {})
+        return ModelCallWatch(self, model, span)
+
+    def tool_call(
+        self, call_id: object, tool: object, arguments: object, kind: str = "function"
+    ) -> ToolCallWatch:
         """Open the watch of one tool call (it starts now): ``ToolCallStarted``.
 
         The model's call id, tool name and arguments are taken as they came
-        (a malformed call included) and shown as text.
+        (a malformed call included) and shown as text. ``kind`` is ``function``,
+        or ``extension`` for an MCP server's tool.
         """
         text = arguments if isinstance(arguments, str) else str(arguments)
-        return ToolCallWatch(self, str(call_id), str(tool), text)
+        call, name = str(call_id), str(tool)
+        span = None if self.span is None else self.span.tool_call(call, name, kind, text)
+        return ToolCallWatch(self, call, name, text, span)
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """Make the turn's span current in this thread or task while inside."""
+        with _current(self.span):
+            yield
+
+    def end(self, status: str, error: str | None) -> None:
+        """The turn's runner is done: ``completed``, ``failed`` or ``interrupted``."""
+        if self.span is not None:
+            self.span.end(status, error)
+
+    def traceparent(self) -> str | None:
+        """The turn's span as a W3C ``traceparent`` (None: no span)."""
+        return None if self.span is None else self.span.traceparent()
+
+
+@contextlib.contextmanager
+def _current(span: Span | None) -> Iterator[None]:
+    """Make ``span`` current while inside (nothing when it is None)."""
+    if span is None:
+        yield
+        return
+    token = span.enter()
+    try:
+        yield
+    finally:
+        span.leave(token)
 
 
 QUIET = TurnWatch(None, None)
@@ -102,13 +190,20 @@ QUIET = TurnWatch(None, None)
 class ModelCallWatch:
     """One model call: its retries, its streamed text, its answer."""
 
-    __slots__ = ("model", "started", "watch")
+    __slots__ = ("model", "span", "started", "watch")
 
-    def __init__(self, watch: TurnWatch, model: str) -> None:
-        """Start timing a call of ``model``."""
+    def __init__(self, watch: TurnWatch, model: str, span: Any = None) -> None:
+        """Start timing a call of ``model`` (``span``: its span, if the runtime traces)."""
         self.watch = watch
         self.model = model
+        self.span = span
         self.started = time.monotonic()
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """Make the call's span current while inside (the model is called inside)."""
+        with _current(self.span):
+            yield
 
     def delta(self, text: str) -> None:
         """A piece of the answer's text arrived: ``ModelDelta``."""
@@ -118,10 +213,14 @@ class ModelCallWatch:
 
     def retry(self, attempt: int, error: str, delay_s: float) -> None:
         """Attempt ``attempt`` failed with ``error``; the call is retried in ``delay_s``."""
+        if self.span is not None:
+            self.span.retry(attempt, error, delay_s)
 
-    def finished(self, usage: Usage) -> None:
-        """The call was answered with ``usage``: ``ModelCallFinished``."""
+    def finished(self, usage: Usage, response: Any = None) -> None:
+        """The call was answered with ``usage`` (``response``: litellm's): ``ModelCallFinished``."""
         duration = time.monotonic() - self.started
+        if self.span is not None:
+            self.span.end(usage, response, None)
         self.watch.publish(
             lambda agent, at: ModelCallFinished(
                 agent_id=agent.id,
@@ -137,18 +236,23 @@ class ModelCallWatch:
 
     def failed(self, error: BaseException) -> None:
         """The call failed for good (or was cancelled) with ``error``."""
+        if self.span is not None:
+            self.span.end(None, None, error)
 
 
 class ToolCallWatch:
     """One tool call of a turn: ``ToolCallStarted`` now, ``ToolCallFinished`` at its end."""
 
-    __slots__ = ("call_id", "started", "tool", "watch")
+    __slots__ = ("call_id", "span", "started", "tool", "watch")
 
-    def __init__(self, watch: TurnWatch, call_id: str, tool: str, arguments: str) -> None:
+    def __init__(
+        self, watch: TurnWatch, call_id: str, tool: str, arguments: str, span: Any = None
+    ) -> None:
         """Start timing the call and publish that it started."""
         self.watch = watch
         self.call_id = call_id
         self.tool = tool
+        self.span = span
         self.started = time.monotonic()
         if watch.listening:
             preview = watch.preview(arguments)
@@ -163,9 +267,18 @@ class ToolCallWatch:
                 )
             )
 
-    def finished(self, error: str | None) -> None:
-        """The call ended: ok (``error`` None), or with the error the model was given."""
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """Make the call's span current while inside (what the tool spawns nests under it)."""
+        with _current(self.span):
+            yield
+
+    def finished(self, error: str | None, result: str | None = None) -> None:
+        """The call ended: ok (``error`` None) with ``result``, or with the error the model
+        was given."""
         duration = time.monotonic() - self.started
+        if self.span is not None:
+            self.span.end(error, result)
         watch = self.watch
         if not watch.listening:
             return
@@ -183,14 +296,27 @@ class ToolCallWatch:
             )
         )
 
+    def cancelled(self) -> None:
+        """The turn was cancelled while the call ran: its span ends, nothing is published."""
+        if self.span is not None:
+            self.span.end("cancelled", None)
+
 
 class Observer:
     """The runtime's observer: hands each turn its watch. Thread-safe."""
 
-    def __init__(self, bus: EventBus) -> None:
-        """Report on ``bus``."""
+    def __init__(self, bus: EventBus, spans: Spans | None = None) -> None:
+        """Report on ``bus``; trace through ``spans`` (None: no spans)."""
         self.bus = bus
+        self.spans = spans
 
-    def watch(self, turn: Watched) -> TurnWatch:
-        """Return ``turn``'s watch (the agent actor calls this as its runner starts)."""
-        return TurnWatch(self.bus, turn)
+    def watch(self, turn: Watched, model: str | None = None) -> TurnWatch:
+        """Return ``turn``'s watch, its span started (the agent actor calls this as its
+        runner starts; ``model`` is the runner's model, if it has one)."""
+        spans = self.spans
+        return TurnWatch(self.bus, turn, None if spans is None else spans.turn(turn, model))
+
+    def capture(self) -> str | None:
+        """The caller's current span as a W3C ``traceparent`` (None: none, or no spans)."""
+        spans = self.spans
+        return None if spans is None else spans.capture()

@@ -58,6 +58,9 @@ class Transition:
         closing_subtree: agents a close_tree is closing (none of them is woken).
         idle_hosts: agents with host waits left unanswered; once the command is
             done, those waits end with ``NothingToWaitFor`` if the agent is idle.
+        trace: the span that caused this command (W3C ``traceparent``; None when
+            the runtime traces nothing): stored with the agents it spawns, a
+            link of the turns it starts.
     """
 
     __slots__ = (
@@ -72,6 +75,7 @@ class Transition:
         "reply",
         "result",
         "started",
+        "trace",
         "writes",
     )
 
@@ -88,6 +92,7 @@ class Transition:
         self.drained: set[str] = set()
         self.closing_subtree: set[str] = set()
         self.idle_hosts: set[str] = set()
+        self.trace: str | None = None
         self._record_events = record_events
 
     def after(self, effect: Callable[[], None]) -> None:

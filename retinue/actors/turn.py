@@ -132,6 +132,10 @@ class Turn:
             runner has not received yet (an interrupt takes them back).
         watch: where the turn reports its model and tool calls as they happen
             (:mod:`retinue.actors.observer`); set as its runner starts.
+        trace: the agent's stored trace context (W3C ``traceparent``), the
+            parent of this turn's span; ``cause``: the span that caused this
+            turn (a link); ``root_id``: its top-level agent's id (the trace's
+            conversation). Set when the runtime traces.
     """
 
     def __init__(
@@ -161,6 +165,9 @@ class Turn:
         self.runner_started = False  # set by the executor as the runner starts
         self.loop_thread: int | None = None  # an async turn's event-loop thread
         self.watch: TurnWatch = QUIET
+        self.trace: str | None = None
+        self.cause: str | None = None
+        self.root_id = agent.id
         self._cancel_lock = threading.Lock()
         self._on_cancel: list[Callable[[], None]] = []
 

@@ -122,22 +122,26 @@ class TurnSession:
             ModelCallFailed: the call failed for good, or the answer has no choices.
         """
         calls = self.runner.calls
-        watch = self.turn.watch.model_call(calls.model)
+        messages = self._system() + self.history
+        traced = self.turn.watch.span is not None  # the chat span reads the request
+        request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
+        watch = self.turn.watch.model_call(calls.model, request)
         try:
-            response = await complete(
-                self.litellm,
-                calls,
-                self._system() + self.history,
-                schemas,
-                self.limits.max_concurrent_calls,
-                watch,
-            )
+            with watch.current():  # litellm's own OTel callback sees it as its parent
+                response = await complete(
+                    self.litellm,
+                    calls,
+                    messages,
+                    schemas,
+                    self.limits.max_concurrent_calls,
+                    watch,
+                )
             message = _first_message(response, self.runner.model)
         except BaseException as exc:
             watch.failed(exc)
             raise
         usage = usage_of(self.litellm, calls, response)
-        watch.finished(usage)
+        watch.finished(usage, response)
         return message, usage
 
     async def _load(self) -> None:
@@ -233,15 +237,21 @@ class TurnSession:
             self.history = [m for m in self.history if not _holds_place(m, approved)]
 
         async def one(call: Any) -> str:
-            function = call["function"]
-            watch = self.turn.watch.tool_call(call["id"], function["name"], function["arguments"])
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            kind = toolbox.kind(name) if isinstance(toolbox, ToolBox) else "function"
+            watch = self.turn.watch.tool_call(call["id"], name, arguments, kind)
             answer = answers.get(call["id"])
             if answer is not None and answer.status != "approved":
                 result = denied_result(answer)
                 watch.finished(f"denied: {answer.reason or answer.status}")
                 return result
-            result, error = await _run_tool(toolbox, function["name"], function["arguments"])
-            watch.finished(error)
+            try:
+                with watch.current():  # what the tool spawns nests under its span
+                    result, error = await _run_tool(toolbox, name, arguments)
+            except BaseException:
+                watch.cancelled()
+                raise
+            watch.finished(error, result)
             return result
 
         return list(await asyncio.gather(*(one(c) for c in calls)))

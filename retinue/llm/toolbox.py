@@ -90,6 +90,11 @@ class ToolBox:
         """The tool names offered, in schema order."""
         return list(self._tools)
 
+    def kind(self, name: str) -> str:
+        """Return a tool's ``gen_ai.tool.type``: ``extension`` (an MCP server's), ``function``."""
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        return "function" if tool is None else tool.kind
+
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
         copy: list[dict[str, Any]] = json.loads(json.dumps(self._schemas))

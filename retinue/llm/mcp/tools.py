@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -50,6 +50,7 @@ class McpToolDef(ToolDef):
     """A toolbox tool whose schema is an MCP server's ``inputSchema`` (arguments: a dict)."""
 
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = "extension"
 
     def __post_init__(self) -> None:
         """Decode arguments into a dict; the handler checks them against the schema."""
