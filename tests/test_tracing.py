@@ -22,7 +22,7 @@ from cliutil import env
 
 from retinue import AgentState, Profile, Runtime, Turn
 from retinue.llm import SCRIPTED_MODEL
-from retinue.testing import OpenAIStub, StubReply, echo
+from retinue.testing import Gate, OpenAIStub, StubReply, echo
 
 pytest.importorskip(
     "opentelemetry.sdk",
@@ -65,6 +65,20 @@ def attrs(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
+def run_script(code: str, store: Path, **environ: str) -> str:
+    """Run ``code`` with ``store`` as its argument in a fresh interpreter; return its output."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(store)],
+        env=env(**environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 def test_the_span_tree_of_a_team_run_matches_the_agent_tree(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
@@ -88,11 +102,11 @@ def test_the_span_tree_of_a_team_run_matches_the_agent_tree(
             continue
         # A child's turn is the child of its parent's execute_tool spawn_subagents span,
         # itself in the parent's turn.
-        spawner = by_id[parent_id(span)]  # type: ignore[index]
+        spawner = by_id[parent_id(span)]
         assert spawner.name == "execute_tool spawn_subagents"
         assert parent_id(spawner) == turns[agent.parent_path].context.span_id
     for span in named(spans, "chat ") + named(spans, "execute_tool "):
-        owner = by_id[parent_id(span)]  # type: ignore[index]
+        owner = by_id[parent_id(span)]
         assert owner.name.startswith("invoke_agent ")
 
 
@@ -209,6 +223,36 @@ def test_follow_up_and_resume_continue_the_agents_trace_with_a_link(
     assert attrs(two)["retinue.turn.reason"] == "follow_up"
 
 
+def test_a_wake_links_to_the_childs_turn_that_woke_it(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    gate = Gate()
+
+    def lead(turn: Turn) -> str:
+        if turn.reason == "spawn":
+            turn.spawn("worker", "w", name="w")  # not waited for: its completion wakes us
+            return "delegated"
+        return "woken"
+
+    profiles = [Profile("lead", subagents=["worker"], runner=lead), Profile("worker", runner=gate)]
+    with Runtime.open(tmp_path / "s", profiles=profiles, tracer_provider=provider) as rt:
+        info = rt.spawn("lead", "go", name="lead")
+        assert rt.wait(info.id, timeout=WAIT_S).output == "delegated"
+        gate.release()  # the child completes once the lead is idle: a wake
+        rt.wait(info.id, timeout=WAIT_S)
+        rt.wait_idle(timeout=WAIT_S)
+        woke = rt.get(info.id)
+    assert woke.generation == 2 and woke.output == "woken"
+    turns = named(exporter.get_finished_spans(), "invoke_agent ")
+    (child,) = [s for s in turns if attrs(s)["retinue.agent.path"] == "/root/lead/w"]
+    first, wake = [s for s in turns if attrs(s)["retinue.agent.path"] == "/root/lead"]
+    assert attrs(wake)["retinue.turn.reason"] == "wake"
+    assert len({s.context.trace_id for s in turns}) == 1  # the lead's first turn is its trace
+    assert parent_id(child) == first.context.span_id
+    assert parent_id(wake) == first.context.span_id
+    assert [link.context.span_id for link in wake.links] == [child.context.span_id]
+
+
 def test_a_failed_turn_is_an_error_span(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:
@@ -313,26 +357,8 @@ def test_the_global_tracer_provider_is_used_by_default(tmp_path: Path) -> None:
         print(sorted(s.name for s in exporter.get_finished_spans()))
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "s")],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['invoke_agent worker']"
-    off = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "s2")],
-        env=env(OTEL_SDK_DISABLED="true"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert off.returncode == 0, off.stderr
-    assert off.stdout.strip() == "[]"
+    assert run_script(code, tmp_path / "s") == "['invoke_agent worker']"
+    assert run_script(code, tmp_path / "s2", OTEL_SDK_DISABLED="true") == "[]"
 
 
 CRASHING = textwrap.dedent(
@@ -420,16 +446,7 @@ def test_a_tracer_provider_without_the_extra_is_refused_clearly(tmp_path: Path) 
             print(exc.extra)
         """
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "s")],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "otel"
+    assert run_script(code, tmp_path / "s") == "otel"
 
 
 def test_capture_content_must_be_a_bool(tmp_path: Path, provider: TracerProvider) -> None:

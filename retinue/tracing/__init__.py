@@ -26,7 +26,7 @@ wake, a resume, a turn restored after a crash) continues that trace, in this
 process or the next (an agent spawned outside any span takes its first turn's
 span as its trace). The span that caused a later turn is its link: the
 caller's at ``follow_up`` or ``resume``, the child's turn whose completion woke
-it.
+the idle agent.
 
 Content (instructions, the chat, answers, tool arguments and results) is recorded
 only with ``capture_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``
