@@ -92,7 +92,15 @@ def test_import_retinue_does_not_import_litellm() -> None:
 
 
 def test_import_retinue_imports_no_optional_extra() -> None:
-    extras = ["starlette", "uvicorn", "prometheus_client", "retinue.web", "retinue.metrics"]
+    extras = [
+        "starlette",
+        "uvicorn",
+        "prometheus_client",
+        "opentelemetry",
+        "retinue.web",
+        "retinue.metrics",
+        "retinue.tracing",
+    ]
     code = (
         "import sys, retinue, retinue.runtime, retinue.cli\n"
         f"print([m for m in {extras!r} if m in sys.modules])\n"
@@ -109,6 +117,7 @@ LAYERS = [
     "persistence",
     "actors",
     "llm",
+    "tracing",
     "team",
     "runtime",
     "testing",

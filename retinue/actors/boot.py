@@ -19,6 +19,7 @@ import pykka
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import load_tree
@@ -208,6 +209,7 @@ def boot(
     bus: EventBus,
     engine: Engine,
     executor: Executor | None = None,
+    spans: Spans | None = None,
 ) -> Booted:
     """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
 
@@ -240,6 +242,7 @@ def boot(
         bus=bus,
         engine=engine,
         executor=executor,
+        spans=spans,
     )
     core.supervision.approvals.load(restored.approvals)
     core.recover()

@@ -30,6 +30,7 @@ from retinue.actors.commands import Compact, Rearm, Shutdown
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.supervisor import Supervisor
 from retinue.actors.turn import Runner
@@ -93,6 +94,7 @@ class System:
         limits: Limits,
         bus: EventBus | None = None,
         before_stop: Sequence[Callable[[], None]] = (),
+        spans: Spans | None = None,
     ) -> System:
         """Open (or create) the writable store ``options`` names and start everything on it.
 
@@ -102,7 +104,8 @@ class System:
         (MCP sessions): the shutdown calls them once the turns are interrupted,
         before the event loop stops. A failed start leaves nothing behind: the
         executor is stopped, the store closed, a folder this call created
-        removed again and the ``before_stop`` functions called.
+        removed again and the ``before_stop`` functions called. ``spans`` is where
+        the turns' spans go (:mod:`retinue.tracing`; None: no spans).
 
         Raises:
             StoreError: the folder cannot be created, or the recovery not written.
@@ -123,6 +126,7 @@ class System:
                 bus=system.bus,
                 engine=system.engine,
                 executor=system.executor,
+                spans=spans,
             )
         except BaseException:
             system._discard()
@@ -189,7 +193,9 @@ class System:
         """Connect the running supervisor, re-arm its timers and start the compactor."""
         self.core, self.actor = booted.core, booted.actor
         self.diagnostics = booted.diagnostics
-        self.engine.channel.connect(actor_target(booted.actor))
+        observer = booted.core.world.observer
+        capture = observer.capture if observer.spans is not None else None
+        self.engine.channel.connect(actor_target(booted.actor, capture))
         self.engine.tell(Rearm())  # pending restarts and approval timeouts get their timers
         self._compactor = threading.Thread(
             target=self._compact_loop, name="retinue-compactor", daemon=True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -140,6 +140,8 @@ class ToolDef:
     hint: str = ""
     decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
     timeout_s: float | None = None
+    kind: ClassVar[str] = "function"
+    """The tool's ``gen_ai.tool.type`` on its spans (an MCP server's tool: ``extension``)."""
 
     def __post_init__(self) -> None:
         """Build the argument decoder once."""

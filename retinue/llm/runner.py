@@ -56,9 +56,11 @@ class LiteLLMRunner:
     maps names to host functions offered as tools. ``retry_base_s`` and
     ``retry_max_s`` shape the backoff; ``tool_timeout_s`` bounds each file or
     host tool call; ``toolbox`` builds each turn's toolbox (default
-    :func:`~retinue.llm.toolbox.build_toolbox`). Every other keyword goes to
-    ``litellm.acompletion`` as it is (litellm's own client retries are off
-    unless ``max_retries`` is given).
+    :func:`~retinue.llm.toolbox.build_toolbox`). ``stream=True`` streams each
+    answer (its text is published as ``ModelDelta`` events as it arrives; the
+    assembled answer is what is stored: see :mod:`retinue.llm.streaming`).
+    Every other keyword goes to ``litellm.acompletion`` as it is (litellm's own
+    client retries are off unless ``max_retries`` is given).
 
     Raises:
         ConfigurationError: an empty model, a negative count, a non-positive
@@ -87,6 +89,7 @@ class LiteLLMRunner:
         tool_timeout_s: float = toolbox_module.DEFAULT_TOOL_TIMEOUT_S,
         mcp: Any = None,
         toolbox: ToolBoxBuilder | None = None,
+        stream: bool = False,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -98,6 +101,8 @@ class LiteLLMRunner:
         _positive("retry_base_s", retry_base_s, integer=False)
         _positive("retry_max_s", retry_max_s, integer=False)
         toolbox_module.check_timeout("LiteLLMRunner tool_timeout_s", tool_timeout_s)
+        if not isinstance(stream, bool):
+            raise ConfigurationError(f"LiteLLMRunner stream must be True or False, not {stream!r}")
         if result_format not in (None, "structured"):
             raise ConfigurationError(
                 f"LiteLLMRunner result_format must be 'structured' or None, not {result_format!r}"
@@ -119,6 +124,7 @@ class LiteLLMRunner:
         self.litellm_kwargs = dict(litellm_kwargs)
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
         self.toolbox_builder: ToolBoxBuilder = toolbox or toolbox_module.build_toolbox
+        self.stream = stream
         self.calls = CallSettings(
             model=model,
             kwargs=self._call_kwargs(),
@@ -126,6 +132,7 @@ class LiteLLMRunner:
             retries=retries,
             retry_base_s=self.retry_base_s,
             retry_max_s=self.retry_max_s,
+            stream=stream,
         )
 
     def __repr__(self) -> str:

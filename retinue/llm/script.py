@@ -27,7 +27,14 @@ from typing import Any
 
 from retinue.protocol.results import RESULT_VERSION
 
-__all__ = ["MAX_FILES_READ", "SCRIPTED_MODEL", "SCRIPTED_PROVIDER", "count_tokens", "script_reply"]
+__all__ = [
+    "MAX_FILES_READ",
+    "SCRIPTED_MODEL",
+    "SCRIPTED_PROVIDER",
+    "count_tokens",
+    "reply_deltas",
+    "script_reply",
+]
 
 SCRIPTED_PROVIDER = "retinue"
 """The litellm custom provider name of the offline model."""
@@ -244,3 +251,28 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
             )
         return _final(f"Done: {_one_line(task)} (the workspace has no files to read)", structured)
     return _final(f"Done: {_one_line(task)}", structured)
+
+
+def reply_deltas(reply: Msg, piece: int = 8) -> list[dict[str, Any]]:
+    """Return an assistant message as the deltas of an OpenAI stream.
+
+    The role first, then the text in pieces of ``piece`` characters, then each
+    tool call: its index, id and name, then its arguments in pieces (what the
+    offline model and :class:`~retinue.testing.OpenAIStub` stream, and what a
+    streamed answer is assembled from).
+    """
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    content = reply.get("content")
+    if isinstance(content, str):
+        deltas += [{"content": content[i : i + piece]} for i in range(0, len(content), piece)]
+    for index, call in enumerate(reply.get("tool_calls") or []):
+        function = call.get("function") or {}
+        head = {"index": index, "id": call.get("id"), "type": "function"}
+        head["function"] = {"name": function.get("name"), "arguments": ""}
+        deltas.append({"tool_calls": [head]})
+        arguments = str(function.get("arguments") or "")
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": arguments[i : i + piece]}}]}
+            for i in range(0, len(arguments), piece)
+        ]
+    return deltas

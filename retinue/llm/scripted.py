@@ -10,31 +10,67 @@ imports it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from litellm import CustomLLM, ModelResponse
 
-from retinue.llm.script import SCRIPTED_MODEL, count_tokens, script_reply
+from retinue.llm.script import SCRIPTED_MODEL, count_tokens, reply_deltas, script_reply
 
 __all__ = ["ScriptedLLM"]
 
 
-def _respond(messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]) -> Any:
+def _reply(
+    messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]
+) -> tuple[dict[str, Any], str, dict[str, int]]:
+    """The scripted answer to ``messages``: the message, its finish reason and its usage."""
     tools = optional_params.get("tools") or []
     reply = script_reply(messages, tools)
     prompt = count_tokens(json.dumps(list(messages), default=str))
     completion = count_tokens(json.dumps(reply))
     finish = "tool_calls" if reply.get("tool_calls") else "stop"
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    return reply, finish, usage
+
+
+def _respond(messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]) -> Any:
+    reply, finish, usage = _reply(messages, optional_params)
     return ModelResponse(
         model=SCRIPTED_MODEL,
         choices=[{"index": 0, "finish_reason": finish, "message": reply}],
-        usage={
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        usage=usage,
     )
+
+
+async def _stream(
+    messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """The scripted answer as litellm's generic streaming chunks: text and tool calls in
+    pieces (see :func:`~retinue.llm.script.reply_deltas`), the usage with the last one."""
+    reply, finish, usage = _reply(messages, optional_params)
+    deltas = reply_deltas(reply)
+    for delta in deltas:
+        call = (delta.get("tool_calls") or [None])[0]
+        yield {
+            "text": delta.get("content") or "",
+            "tool_use": call,
+            "is_finished": False,
+            "finish_reason": "",
+            "usage": None,
+            "index": 0,
+        }
+    yield {
+        "text": "",
+        "tool_use": None,
+        "is_finished": True,
+        "finish_reason": finish,
+        "usage": usage,
+        "index": 0,
+    }
 
 
 class ScriptedLLM(CustomLLM):  # type: ignore[misc]
@@ -47,6 +83,13 @@ class ScriptedLLM(CustomLLM):  # type: ignore[misc]
     async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
         """Answer asynchronously (litellm's ``acompletion``)."""
         return _respond(messages, _optional(args, kwargs))
+
+    async def astreaming(
+        self, model: str, messages: list[Any], *args: Any, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream the answer (litellm's ``acompletion(stream=True)``)."""
+        async for chunk in _stream(messages, _optional(args, kwargs)):
+            yield chunk
 
 
 def _optional(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Mapping[str, Any]:

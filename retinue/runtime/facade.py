@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from retinue.actors.channel import RuntimeState
 from retinue.actors.profile import Profile
@@ -29,7 +30,13 @@ from retinue.runtime.approvals import ApprovalCalls
 from retinue.runtime.events import EventCalls
 from retinue.runtime.lifecycle import LifecycleCalls
 from retinue.runtime.mailbox import MailboxCalls
-from retinue.runtime.opening import apply_team, attach_reader, checked_limits, start_writer
+from retinue.runtime.opening import (
+    apply_team,
+    attach_reader,
+    checked_limits,
+    open_tracing,
+    start_writer,
+)
 from retinue.runtime.reads import ReadCalls
 from retinue.runtime.upkeep import UpkeepCalls
 from retinue.runtime.waits import WaitCalls
@@ -77,6 +84,8 @@ class Runtime(
         team: Team | str | os.PathLike[str] | None = None,
         create: bool = False,
         mcp_servers: dict[str, McpServer] | None = None,
+        tracer_provider: Any = None,
+        capture_content: bool | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -101,6 +110,8 @@ class Runtime(
         (:class:`~retinue.llm.McpServer`) whose tools profiles grant as
         ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the
         team's ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`).
+        ``tracer_provider`` (None: the global one) and ``capture_content`` (None:
+        as the environment says) are the spans' (:mod:`retinue.tracing`, extra ``otel``).
 
         Every argument is checked before anything touches the disk, and a
         failed open leaves nothing behind: a temporary folder, or a store
@@ -121,6 +132,7 @@ class Runtime(
             StoreVersionError: the store was written by a newer schema.
             StoreCorrupted: the store's data file is truncated, damaged or lost.
             StoreError: the folder cannot be created or LMDB refuses it.
+            ExtraNotInstalled: a ``tracer_provider`` without the ``otel`` extra.
         """
         given = apply_team(team, readonly, profiles, runner, limits, workspace)
         options = check_store_options(
@@ -133,9 +145,8 @@ class Runtime(
         checked = checked_limits(given.limits)
         if options.readonly:
             return cls._over(attach_reader(options, checked))
-        writer = start_writer(
-            options, checked, given, runner=runner, create=create, mcp_servers=mcp_servers
-        )
+        spans = open_tracing(tracer_provider, capture_content, checked)
+        writer = start_writer(options, checked, given, runner, create, mcp_servers, spans)
         return cls._over(*writer)
 
     @classmethod

@@ -3,20 +3,24 @@
 Apply the team (:func:`apply_team`), check the limits (:func:`checked_limits`),
 then either attach a reader to an existing store (:func:`attach_reader`) or
 start a writer (:func:`start_writer`): the event bus, the MCP servers, the
-profile table with its runners, the grants check, and the
+profile table with its runners, the grants check, the spans
+(:func:`open_tracing`: :mod:`retinue.tracing` when OpenTelemetry is
+installed; it is imported only then, never by ``import retinue``), and the
 :class:`~retinue.actors.system.System` that starts (and, on failure or at
 shutdown, stops) everything below the facade.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from retinue.actors.boot import profile_table
 from retinue.actors.events import EventBus
+from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
@@ -34,6 +38,7 @@ __all__ = [
     "apply_team",
     "attach_reader",
     "checked_limits",
+    "open_tracing",
     "start_writer",
 ]
 
@@ -107,15 +112,16 @@ def start_writer(
     options: StoreOptions,
     limits: Limits,
     given: OpenArguments,
-    *,
     runner: Runner | None,
     create: bool,
     mcp_servers: dict[str, McpServer] | None,
+    spans: Spans | None = None,
 ) -> Writer:
     """Check the profiles and MCP grants, then start the writable runtime on ``options``.
 
     ``given`` are the open's arguments with the team's applied (its
-    ``limits`` already checked into ``limits``).
+    ``limits`` already checked into ``limits``); ``spans`` where the turns'
+    spans go (see :func:`open_tracing`).
 
     The MCP servers start on first use; the system closes them at shutdown,
     or at once if its start fails.
@@ -142,5 +148,34 @@ def start_writer(
         limits=limits,
         bus=bus,
         before_stop=[] if mcp is None else [mcp.close],
+        spans=spans,
     )
     return Writer(system, mcp, table)
+
+
+def open_tracing(provider: Any, capture_content: bool | None, limits: Limits) -> Spans | None:
+    """Return the spans of a writer: :class:`retinue.tracing.Tracing` over ``provider``.
+
+    ``provider`` None is OpenTelemetry's global tracer provider (spans cost a
+    few microseconds while no SDK is configured). No spans at all when
+    OpenTelemetry is not installed (and no provider was given) or when
+    ``OTEL_SDK_DISABLED`` is ``true``. ``capture_content`` None reads the
+    conventions' environment variable.
+
+    Raises:
+        ArgumentTypeError: ``capture_content`` is not a bool or None.
+        ExtraNotInstalled: a ``provider`` was given without the ``otel`` extra.
+    """
+    if capture_content is not None and not isinstance(capture_content, bool):
+        raise ArgumentTypeError(
+            f"capture_content must be True, False or None, not {type(capture_content).__name__}"
+        )
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if provider is None and importlib.util.find_spec("opentelemetry") is None:
+        return None
+    from retinue.tracing import Tracing  # the extra, imported only now
+
+    return Tracing(
+        provider, capture_content=capture_content, max_content=limits.trace_content_max_bytes
+    )

@@ -147,6 +147,27 @@ def test_run_json_is_one_event_per_line_then_a_summary(tmp_path: Path) -> None:
     assert json.loads(again.stdout.splitlines()[-1])["roots"][0]["path"] == "/root/review_2"
 
 
+def test_run_json_prints_the_live_tool_and_model_call_events(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "code_review" / "team.toml"
+    done = retinue_cli(
+        "run", example, "review the change", "--store", tmp_path / "store", "--json", timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()][:-1]
+    kinds = [e["event"] for e in events]
+    assert {"tool_call_started", "tool_call_finished", "model_call_finished"} <= set(kinds)
+    calls = [e for e in events if e["event"] == "model_call_finished"]
+    assert all(c["model"] == "retinue/scripted" and c["prompt_tokens"] > 0 for c in calls)
+    started = [e for e in events if e["event"] == "tool_call_started"]
+    assert any(e["tool"] == "spawn_subagents" and e["path"] == "/root/review" for e in started)
+    # In each agent's lines, its turn_started comes before its calls.
+    first: dict[tuple[str, str], int] = {}
+    for index, event in enumerate(events):
+        first.setdefault((event["path"], event["event"]), index)
+    for event in started:
+        assert first[(event["path"], "turn_started")] < first[(event["path"], "tool_call_started")]
+
+
 def test_plain_run_shows_paths_and_a_failed_child_fails_the_run(tmp_path: Path) -> None:
     store = tmp_path / "store"
     done = retinue_cli("run", TEAM, "check", "--store", store, CLI_TEST_FAIL="naming")

@@ -23,8 +23,11 @@ from retinue import (
     AgentState,
     CompletionStatus,
     ConfigurationError,
+    Event,
     Profile,
     Runtime,
+    ToolCallFinished,
+    ToolCallStarted,
     ToolsNotPermitted,
 )
 from retinue.llm import McpServer
@@ -64,9 +67,18 @@ def clock(stub: OpenAIStub, **extra: Any) -> Profile:
 def test_a_model_agent_gets_the_real_servers_answer(tmp_path: Path, stub: OpenAIStub) -> None:
     ask_the_time(stub, "Europe/Paris")
     profiles = [clock(stub)]
+    seen: list[Event] = []
     with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers()) as rt:
+        rt.subscribe(seen.append)
         done = rt.wait(rt.spawn("clock", "what time is it in Paris?").id, timeout=60)
         assert done.status is CompletionStatus.COMPLETED, done.error
+        rt.wait_idle(timeout=60)
+        # An MCP tool call is reported live like any other.
+        (started,) = [e for e in seen if isinstance(e, ToolCallStarted)]
+        (finished,) = [e for e in seen if isinstance(e, ToolCallFinished)]
+        assert started.tool == finished.tool == "time__get_current_time"
+        assert "Europe/Paris" in started.arguments_preview
+        assert finished.ok and finished.error is None and finished.call_id == started.call_id
         first, second = stub.requests
         assert [n for n in first.tool_names if n.startswith("time__")] == ["time__get_current_time"]
         result = last_tool_result(second)["result"]
@@ -88,10 +100,15 @@ def test_the_servers_error_comes_back_as_the_tools_error(tmp_path: Path, stub: O
     profiles = [
         Profile("clock", model="openai/stub", model_settings=model_settings(stub), tools=["time.*"])
     ]
+    seen: list[Event] = []
     with Runtime.open(tmp_path / "s", profiles=profiles, mcp_servers=servers()) as rt:
+        rt.subscribe(seen.append)
         rt.wait(rt.spawn("clock", "time on mars").id, timeout=60)
+        rt.wait_idle(timeout=60)
     error = last_tool_result(stub.requests[1])["error"]
     assert error.startswith("time.get_current_time: ") and "Mars/Olympus" in error
+    (finished,) = [e for e in seen if isinstance(e, ToolCallFinished)]
+    assert not finished.ok and finished.error == error
 
 
 def test_a_child_without_the_grant_is_not_offered_it(tmp_path: Path, stub: OpenAIStub) -> None:

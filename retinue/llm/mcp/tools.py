@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -53,6 +53,7 @@ class McpToolDef(ToolDef):
     parameters: Mapping[str, Any] = field(default_factory=dict)
     granted: str = ""
     """``<server>.<tool>``: the name profiles grant it by (:attr:`granted_name`)."""
+    kind: ClassVar[str] = "extension"
 
     def __post_init__(self) -> None:
         """Decode arguments into a dict; the handler checks them against the schema."""
