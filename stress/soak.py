@@ -52,7 +52,7 @@ def _rss_bytes() -> int:
 def child_main(store: str, seconds: float, window: float) -> None:
     """Run the churn for ``seconds``, printing one JSON sample per ``window``."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from retinue import Limits, Profile, Runtime, Turn
+    from retinue import Event, Limits, Profile, Runtime, Turn
     from retinue.errors import RetinueError
 
     def worker(turn: Turn) -> str:
@@ -85,7 +85,11 @@ def child_main(store: str, seconds: float, window: float) -> None:
             counts[key] += n
 
     with Runtime.open(store, profiles=profiles, limits=limits, durability="buffered") as rt:
-        rt.subscribe(lambda event: blocker.wait())  # blocked for the whole run
+
+        def held(event: Event) -> None:  # a subscriber blocked for the whole run
+            blocker.wait()
+
+        rt.subscribe(held)
         rt.subscribe(lambda event: count("events"))
 
         def churn(index: int) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import wait_until
+from conftest import EventFields, wait_until
 from web.writer import Writer
 
 from retinue import AgentState, InvalidArgument, Profile, Runtime, Turn
@@ -133,7 +133,7 @@ def test_model_and_tool_calls_from_events(tmp_path: Path) -> None:
         collector = RetinueCollector(rt, registry=registry, max_label_values=2)
         lead = rt.spawn("lead", "review", name="review")
         rt.wait(lead.id, timeout=120)
-        args = {"agent_id": lead.id, "path": lead.path, "at": 10.0}
+        args: EventFields = {"agent_id": lead.id, "path": lead.path, "at": 10.0}
         collector.observe(
             ModelCallFinished(
                 **args,

@@ -121,7 +121,7 @@ def run(
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
-    machine_test = get_state_machine_test(RetinueMachine, settings=config)  # type: ignore[no-untyped-call]
+    machine_test = get_state_machine_test(RetinueMachine, settings=config)
     test = hypothesis.seed(seed)(machine_test)
     t0 = time.perf_counter()
     problems: list[str] = []

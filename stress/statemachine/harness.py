@@ -626,13 +626,13 @@ class Harness:
                         self.problems.append(
                             f"{turn.agent.path}: interrupt_tree_async({child.path}) gave {infos}"
                         )
-                done = await turn.wait_async(child.id, timeout=RUN_TIMEOUT_S)
+                event = await turn.wait_async(child.id, timeout=RUN_TIMEOUT_S)
                 with self._cond:
-                    if isinstance(done, Completion):
-                        log.taken.append(done.id)
+                    if isinstance(event, Completion):
+                        log.taken.append(event.id)
                     else:
-                        log.waited.append(done.id)
-                return f"itree:{done.kind if isinstance(done, Message) else done.status}"
+                        log.waited.append(event.id)
+                return f"itree:{event.kind if isinstance(event, Message) else event.status}"
             if verb == "blocking":
                 try:
                     turn.spawn("echo", "echo")  # a blocking call on the event loop

@@ -71,6 +71,7 @@ class Model:
 
     agents: dict[str, Agent]
     harness: Harness
+    dedup: dict[str, Message]  # host dedup key -> the original message
     host_delivered: set[str]
     host_ledger: Counter[str]
     host_inbox_ledger: Counter[str]  # every host-inbox message id the host's reads returned

@@ -59,9 +59,9 @@ RACE_TIMEOUTS = [0, 0.005]
 NOTHING = (WaitTimeout, AgentClosed)
 
 
-def _nothing_left(exc: BaseException) -> bool:
+def _nothing_left(outcome: object) -> bool:
     """True for the errors a host wait with nothing to receive may end with."""
-    return isinstance(exc, NOTHING) or type(exc).__name__ == "NothingToWaitFor"
+    return isinstance(outcome, NOTHING) or type(outcome).__name__ == "NothingToWaitFor"
 
 
 def _blocked_in_wait(thread: threading.Thread) -> bool:

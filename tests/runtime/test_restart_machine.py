@@ -36,8 +36,6 @@ MUST_RUN = (
 
 def test_restart_state_machine() -> None:
     STATS.clear()
-    run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        RestartMachine, settings=ci_settings(max_examples=40, steps=25)
-    )
+    run_state_machine_as_test(RestartMachine, settings=ci_settings(max_examples=40, steps=25))
     missed = [key for key in MUST_RUN if STATS[key] == 0]
     assert not missed, f"the CI run never reached {missed}; it reached {sorted(STATS)}"

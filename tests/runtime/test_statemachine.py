@@ -42,8 +42,6 @@ MUST_RUN = (
 
 def test_runtime_state_machine() -> None:
     STATS.clear()
-    run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        RetinueMachine, settings=ci_settings(max_examples=50, steps=35)
-    )
+    run_state_machine_as_test(RetinueMachine, settings=ci_settings(max_examples=50, steps=35))
     missed = [key for key in MUST_RUN if STATS[key] == 0]
     assert not missed, f"the CI run never reached {missed}"
