@@ -18,8 +18,8 @@ if str(ROOT) not in sys.path:  # ``pytest`` (not ``python -m pytest``) leaves th
     sys.path.insert(0, str(ROOT))
 
 from stress.statemachine import ci_settings  # noqa: E402
-from stress.statemachine.harness import STATS  # noqa: E402
 from stress.statemachine.restarts import RestartMachine  # noqa: E402
+from stress.statemachine.trace import STATS  # noqa: E402
 
 # What the CI run must reach, or the run proves less than it claims.
 MUST_RUN = (

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # ``pytest`` (not ``python -m pytest``) leaves th
     sys.path.insert(0, str(ROOT))
 
 from stress.statemachine import RetinueMachine, ci_settings  # noqa: E402
-from stress.statemachine.harness import STATS  # noqa: E402
+from stress.statemachine.trace import STATS  # noqa: E402
 
 # Rules and runner paths the CI run must reach: a precondition that never holds,
 # or a runner that never gets there, would pass silently without this.
