@@ -13,11 +13,21 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
-from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn, TurnSettled
+from retinue import (
+    AgentInfo,
+    AgentState,
+    Event,
+    Limits,
+    Profile,
+    Runner,
+    Runtime,
+    Turn,
+    TurnSettled,
+)
 from retinue.testing import Gate
 
 TESTS = Path(__file__).resolve().parent
@@ -174,12 +184,38 @@ class EventLog:
             return [e for e in self.events if e.agent_id == agent_id]
 
 
+class EventFields(TypedDict):
+    """The fields every event has: ``SomeEvent(**fields, ...)`` in tests that build events."""
+
+    agent_id: str
+    path: str
+    at: float
+
+
 def tag(event: Event) -> str:
     """Return an event's tag (``agent_spawned``, ``turn_queued``, ...)."""
     return str(type(event).__struct_config__.tag)
 
 
 OpenRuntime = Callable[..., Runtime]
+
+
+class Opening(TypedDict):
+    """Keyword arguments of ``Runtime.open``: ``Runtime.open(path, **opening)``."""
+
+    profiles: list[Profile]
+    limits: Limits
+
+
+def lead_and_worker(lead: Runner, worker: Runner, **limits: Any) -> Opening:
+    """A ``lead`` that may spawn ``worker``s, with ``limits`` (keywords of :class:`Limits`)."""
+    return {
+        "profiles": [
+            Profile("lead", subagents=["worker"], runner=lead),
+            Profile("worker", runner=worker),
+        ],
+        "limits": Limits(**limits),
+    }
 
 
 def _watchdog_output(config: pytest.Config) -> Any:

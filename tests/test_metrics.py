@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import EventFields, wait_until
 from web.writer import Writer
 
 from retinue import (
@@ -147,7 +147,7 @@ def test_model_and_tool_call_labels_are_bounded(tmp_path: Path) -> None:
         collector = RetinueCollector(rt, registry=registry, max_label_values=2)
         worker = rt.spawn("worker", "work", name="w")
         rt.wait(worker.id, timeout=30)
-        args: dict[str, Any] = {"agent_id": worker.id, "path": worker.path, "at": 10.0}
+        args: EventFields = {"agent_id": worker.id, "path": worker.path, "at": 10.0}
         for prompt, completion, cost, seconds in ((100, 20, 0.25, 1.5), (10, 2, 0.05, 0.2)):
             collector.observe(
                 ModelCallFinished(

@@ -105,7 +105,11 @@ def test_a_bad_team_file_is_named_by_table_and_key(
 ) -> None:
     team = tmp_path / "team.toml"
     team.write_text(toml)
-    for argv in (["validate", team], ["run", team, "go", "--store", tmp_path / "store"]):
+    argvs: list[list[str | Path]] = [
+        ["validate", team],
+        ["run", team, "go", "--store", tmp_path / "store"],
+    ]
+    for argv in argvs:
         code, _, err = _main(argv, capsys)
         assert code == 2, err
         line = err.strip()

@@ -264,7 +264,7 @@ def test_parked_approvals_are_listed_and_answered_through_the_face(
     with pytest.raises(UnknownApproval, match="list them with approvals"):
         cluster.deny("s9-" + "0" * 32, reason="no")  # a shard the cluster does not have
     with pytest.raises(ArgumentTypeError):
-        cluster.approve(7)  # type: ignore[arg-type]
+        cluster.approve(7)
     approved, denied = cluster.wait(a.id, timeout=60), cluster.wait(b.id, timeout=60)
     assert approved.status is CompletionStatus.COMPLETED, approved.error
     assert "ship on Tuesday" in (approved.output or "")

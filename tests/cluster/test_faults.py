@@ -18,12 +18,13 @@ from typing import Any
 import clusterlib
 import pytest
 
-from cluster.conftest import HERE, OpenCluster
+from cluster.conftest import OpenCluster
 from retinue import AgentState, CompletionStatus, NothingToWaitFor, Profile
 from retinue.cluster.ids import split_id
 
 pytestmark = pytest.mark.ray
 SETTLE_S = 60.0
+HERE = Path(clusterlib.__file__).parent.parent  # the folder that holds clusterlib
 
 
 def shard_of(agent_id: str) -> int:

@@ -109,7 +109,7 @@ def test_a_runner_goes_by_its_import_path() -> None:
 
     for bad in (lambda turn: "x", inner, NotARunner()):
         with pytest.raises(ConfigurationError, match="cannot reach the cluster's workers"):
-            runner_path(bad, "p")  # type: ignore[arg-type]
+            runner_path(bad, "p")
 
 
 def test_a_profile_crosses_as_data_and_comes_back_the_same() -> None:

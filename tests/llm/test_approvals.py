@@ -270,7 +270,12 @@ def test_requests_go_with_their_agent_when_it_is_compacted(
         rt.close(a.id)  # cancels the request; the closed agent is older than retain_age_s soon
         assert rt.wait(a.id, timeout=0).status == "interrupted"  # nothing left undelivered
         removed: list[int] = []
-        wait_until(lambda: removed.append(rt.compact().agents) or sum(removed), timeout=SETTLE_S)
+
+        def compacted() -> int:  # compact until the closed agent is old enough to go
+            removed.append(rt.compact().agents)
+            return sum(removed)
+
+        wait_until(compacted, timeout=SETTLE_S)
         assert sum(removed) == 1
         with pytest.raises(UnknownApproval):
             rt.approve(request.id)

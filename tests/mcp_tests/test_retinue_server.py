@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from conftest import reader_team, wait_until
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import TextContent, TextResourceContents
 
 from retinue import AgentState, Runtime
 from retinue.mcp.options import listen_address
@@ -47,8 +48,15 @@ def stdio(store: Path, team: Path, **env: str) -> StdioServerParameters:
 
 async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, Any]:
     result = await client.call_tool(tool, arguments)
-    text = result.content[0].text
+    text = text_of(result.content)
     return result.is_error, (text if result.is_error else json.loads(text))
+
+
+def text_of(contents: Sequence[object]) -> str:
+    """The text of a tool result's or a resource's first content, which must be text."""
+    first = contents[0]
+    assert isinstance(first, TextContent | TextResourceContents), first
+    return first.text
 
 
 @contextlib.asynccontextmanager
@@ -79,7 +87,7 @@ def test_run_team_tree_inspect_wait_and_errors(tmp_path: Path, transport: str) -
 
 async def _run_team_checks(
     connect: Callable[[], contextlib.AbstractAsyncContextManager[Client]],
-    progress: list[tuple[float, float | None, str | None]],
+    reports: list[tuple[float, float | None, str | None]],
 ) -> None:
     async with connect() as client:
         names = {t.name for t in (await client.list_tools()).tools}
@@ -102,13 +110,13 @@ async def _run_team_checks(
         error, waited = await call(client, "wait", ref="/root/review", timeout_s=0)
         assert not error and waited["event"] == "timed_out"  # still running (it keeps going)
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            progress.append((value, total, message))
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            reports.append((progress, total, message))
 
         result = await client.call_tool(
             "wait", {"ref": "/root/review", "timeout_s": 120}, progress_callback=on_progress
         )
-        done = json.loads(result.content[0].text)
+        done = json.loads(text_of(result.content))
         assert done["status"] == "completed" and "Summary of 3 subagent results" in done["output"]
         error, tree = await call(client, "tree")
         paths = [row["path"] for row in tree["agents"]]
@@ -127,9 +135,9 @@ async def _run_team_checks(
         error, text = await call(client, "spawn", profile="nobody", task="x")
         assert error and "UnknownProfile" in text
         resource = await client.read_resource("retinue://agent/root/review")
-        assert json.loads(resource.contents[0].text)["info"]["path"] == "/root/review"
+        assert json.loads(text_of(resource.contents))["info"]["path"] == "/root/review"
         tree_resource = await client.read_resource("retinue://tree")
-        assert [a["path"] for a in json.loads(tree_resource.contents[0].text)] == sorted(paths)
+        assert [a["path"] for a in json.loads(text_of(tree_resource.contents))] == sorted(paths)
 
 
 def test_a_client_killed_mid_run_leaves_the_tree_for_the_next(tmp_path: Path) -> None:

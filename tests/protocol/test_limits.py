@@ -72,7 +72,7 @@ def test_limits_is_immutable() -> None:
 
 def test_limits_is_keyword_only() -> None:
     with pytest.raises(TypeError):
-        Limits(3)  # type: ignore[misc]
+        Limits(3)  # type: ignore[call-arg]
 
 
 def test_valid_values_are_kept() -> None:

@@ -7,7 +7,7 @@ Backoffs are tiny so nothing waits long; no assertion is about time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -83,7 +83,7 @@ def test_a_task_that_fails_twice_completes_on_attempt_3_with_one_completion(
     assert only.completion.status is CompletionStatus.COMPLETED
 
 
-def _restarts(events: list[object]) -> list[TurnRestarting]:
+def _restarts(events: Iterable[object]) -> list[TurnRestarting]:
     return [e for e in events if isinstance(e, TurnRestarting)]
 
 

@@ -97,7 +97,7 @@ def test_options_are_checked() -> None:
         {"transcript_tail": 600},
     ):
         with pytest.raises(InvalidArgument):
-            WebOptions(**bad)  # type: ignore[arg-type]
+            WebOptions(**bad)
     with pytest.raises(ArgumentTypeError):
         WebOptions(page_size="10")  # type: ignore[arg-type]
     with pytest.raises(ArgumentTypeError):
