@@ -40,7 +40,6 @@ SPLIT = "the lead's split of issue 17, section 3"
 PENDING: dict[str, str] = {
     "retinue/actors/tree.py": SPLIT,
     "retinue/actors/turn.py": f"{SPLIT}: waiting, the step engine, the turn's operations",
-    "retinue/actors/commands.py": f"{SPLIT}: the command structs, or named a table here",
     "retinue/actors/supervisor.py": SPLIT,
 }
 
