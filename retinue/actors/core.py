@@ -25,7 +25,8 @@ from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.profile import Profile
 from retinue.actors.transition import Transition, resolve_future
-from retinue.actors.tree import HOST_KEY, Tree
+from retinue.actors.tree import Tree
+from retinue.actors.tree_keys import HOST_KEY
 from retinue.actors.turn import Runner
 from retinue.errors import (
     ArgumentTypeError,
