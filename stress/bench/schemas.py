@@ -21,22 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from retinue import Runtime, Team
+from retinue.protocol.tools import COORDINATOR_TOOLS, SPAWN_TOOLS
 from retinue.testing import OpenAIStub
 from stress.parts import Options, Part, Result
 
 __all__ = ["run"]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code_review" / "team.toml"
-COORDINATOR = {  # the coordinator tools; a leaf's first tool is send_message
-    "spawn_subagent",
-    "spawn_subagents",
-    "send_message",
-    "wait_agent",
-    "list_agents",
-    "interrupt_agent",
-    "close_agent",
-}
-LEAF_BEFORE = ("wait_agent", "list_agents", "interrupt_agent", "close_agent")
+LEAF_BEFORE = tuple(t for t in COORDINATOR_TOOLS if t not in (*SPAWN_TOOLS, "send_message"))
+"""What a leaf was offered before beside send_message: wait, list, interrupt, close."""
 
 
 def _bytes(tools: list[dict[str, Any]]) -> int:
@@ -74,13 +67,13 @@ def run() -> dict[str, Any]:
         name = by_instructions[body["messages"][0]["content"].strip()]
         per_agent.setdefault(name, []).append(list(body.get("tools") or []))
     lead_tools = {t["function"]["name"]: t for t in per_agent[team.lead][0]}
-    leaf = per_agent["secrets"][0]
+    leaf = per_agent["secrets"][0]  # send_message first, then the workspace tools
     before = [leaf[0], *(lead_tools[name] for name in LEAF_BEFORE), *leaf[1:]]
     extra = _bytes(before) - _bytes(leaf)  # the four schemas a leaf no longer gets, per call
     row: dict[str, Any] = {"model_calls": len(bodies)}
     for label, name in (("lead", team.lead), ("reviewer", "security"), ("leaf", "secrets")):
         tools = per_agent[name][0]
-        coordinator = [t for t in tools if t["function"]["name"] in COORDINATOR]
+        coordinator = [t for t in tools if t["function"]["name"] in COORDINATOR_TOOLS]
         row[f"{label}_calls"] = len(per_agent[name])
         row[f"{label}_coordinator_tools"] = len(coordinator)
         row[f"{label}_coordinator_schema_bytes_per_call"] = _bytes(coordinator)

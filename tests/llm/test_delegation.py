@@ -11,6 +11,7 @@ import pytest
 from llm.conftest import SETTLE_S, run, stub_runner
 from retinue import AgentState, Profile, Runtime, Team
 from retinue.llm import SCRIPTED_MODEL
+from retinue.protocol.tools import COORDINATOR_TOOLS, READ_TOOLS
 from retinue.testing import OpenAIStub
 
 pytestmark = pytest.mark.usefixtures("litellm")
@@ -70,16 +71,6 @@ def test_the_scripted_team_reads_the_workspace(llm_runtime: Any, tmp_path: Path)
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code_review" / "team.toml"
-COORDINATOR = [
-    "spawn_subagent",
-    "spawn_subagents",
-    "send_message",
-    "wait_agent",
-    "list_agents",
-    "interrupt_agent",
-    "close_agent",
-]
-READ_TOOLS = ["read_file", "list_dir", "grep", "find"]
 
 
 def test_each_agent_of_the_example_team_is_offered_one_fixed_tool_set(
@@ -102,7 +93,7 @@ def test_each_agent_of_the_example_team_is_offered_one_fixed_tool_set(
         offered.setdefault(by_instructions[system], []).append(request.tool_names)
     assert set(offered) == set(team.agents)
     for name, calls in offered.items():
-        coordinator = COORDINATOR if team.agents[name].subagents else ["send_message"]
-        assert calls == [coordinator + READ_TOOLS] * len(calls), name
+        coordinator = COORDINATOR_TOOLS if team.agents[name].subagents else ("send_message",)
+        assert calls == [[*coordinator, *READ_TOOLS]] * len(calls), name
     # A leaf reads the workspace first: several calls, one tool set.
     assert len(offered["secrets"]) > 1
