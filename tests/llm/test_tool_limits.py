@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from conftest import wait_until
 
-from retinue import Limits, Profile
+from retinue import Limits, Profile, Runtime
 from retinue.errors import ConfigurationError, TurnInterrupted
 from retinue.llm import ToolBox, Workspace, build_toolbox, tool
+from retinue.llm import tool_pool as tool_pool_module
 from retinue.llm.builtin_tools import builtin_tools
 from retinue.llm.host_tools import host_tool_defs
 from retinue.llm.tool_pool import ToolPool, abandoned_tool_calls, tool_pool
@@ -548,6 +549,32 @@ def test_timeouts_must_be_positive_numbers(bad: Any) -> None:
     )
     with pytest.raises(ConfigurationError, match="tool_timeout_s must be a positive number"):
         build_toolbox(turn, tool_timeout_s=bad)
+
+
+def test_the_tool_pool_threads_end_with_their_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shut-down runtime leaves no idle tool thread behind (they used to idle on for
+    IDLE_S): the runtime's loop closes its pool."""
+    monkeypatch.setattr(tool_pool_module, "IDLE_S", 3600.0)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+
+    def tool_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "retinue-tool" and t.is_alive()}
+
+    before = tool_threads()
+    leaf = Profile("leaf", model="retinue/scripted", tools="read")
+    rt = Runtime.open(tmp_path / "store", profiles=[leaf], workspace=workspace)
+    try:
+        info = rt.spawn("leaf", "read the files")
+        assert rt.wait(info.id, timeout=60).output
+        mine = tool_threads() - before
+        assert mine  # list_dir and read_file ran on the pool
+    finally:
+        rt.shutdown()
+    wait_until(lambda: not any(t.is_alive() for t in mine), what="the tool threads to end")
 
 
 def test_the_pool_bound_must_be_a_positive_integer() -> None:
