@@ -4,7 +4,9 @@ litellm costs seconds and ~190 MiB to import, and without
 ``LITELLM_LOCAL_MODEL_COST_MAP=True`` it fetches its cost map from the network
 at import. :func:`load_litellm` sets that variable (unless the host set it),
 imports litellm once per process, silences its feedback banners and registers
-the offline ``retinue/scripted`` model as a litellm custom provider.
+the ``retinue/`` custom provider: the offline ``retinue/scripted`` model, and
+every model registered by name with :func:`~retinue.llm.offline.register_offline_model`
+(``retinue/chaos`` while a ``retinue.testing.ChaosModel`` is installed).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def load_litellm() -> ModuleType:
 
     Sets ``LITELLM_LOCAL_MODEL_COST_MAP=True`` before the import if it is not
     set, turns off litellm's debug banners and registers the ``retinue``
-    custom provider (the scripted model) next to any the host registered.
+    custom provider (the offline models: the scripted one and those registered
+    in :mod:`retinue.llm.offline`) next to any the host registered.
 
     Raises:
         ImportError: litellm is not installed.

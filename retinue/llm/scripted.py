@@ -1,21 +1,28 @@
-"""The offline model ``retinue/scripted``, registered with litellm as a custom provider.
+"""The litellm handler of the ``retinue/`` provider: the offline models, registered once.
 
-It goes through litellm's own call path (``litellm.acompletion`` ->
-custom provider -> ``ModelResponse`` with tool calls and usage), needs no key
-and no network, and answers deterministically (see :mod:`retinue.llm.script`).
+``retinue/scripted`` answers deterministically (see :mod:`retinue.llm.script`);
+other names go to the responder registered for them
+(:mod:`retinue.llm.offline`, e.g. ``retinue/chaos`` while a
+``retinue.testing.ChaosModel`` is installed). Either way the call goes through
+litellm's own call path (``litellm.acompletion`` -> custom provider ->
+``ModelResponse`` with tool calls and usage), with no key and no network.
+A name nothing serves fails at once with a 400 that says what to do.
 This module imports litellm: only :func:`retinue.llm.provider.load_litellm`
 imports it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import litellm
 from litellm import CustomLLM, ModelResponse
 
-from retinue.llm.script import SCRIPTED_MODEL, count_tokens, script_reply
+from retinue.llm.offline import offline_responder
+from retinue.llm.script import SCRIPTED_MODEL, SCRIPTED_PROVIDER, count_tokens, script_reply
 
 __all__ = ["ScriptedLLM"]
 
@@ -37,16 +44,43 @@ def _respond(messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str
     )
 
 
+async def _answer(model: str, messages: list[Any], optional_params: Mapping[str, Any]) -> Any:
+    """Answer with the scripted model or the responder registered for ``model``.
+
+    Raises:
+        litellm.BadRequestError: no offline model of that name is served.
+    """
+    name = model.rsplit("/", 1)[-1]
+    if name == SCRIPTED_MODEL.rsplit("/", 1)[-1]:
+        return _respond(messages, optional_params)
+    responder = offline_responder(name)
+    if responder is None:
+        full = f"{SCRIPTED_PROVIDER}/{name}"
+        hint = (
+            "install a retinue.testing.ChaosModel first (with ChaosModel(seed=...): ...)"
+            if name == "chaos"
+            else f"use {SCRIPTED_MODEL}, or register it with retinue.llm.offline"
+        )
+        raise litellm.BadRequestError(
+            f"no offline model {full!r} is served in this process; {hint}",
+            model=full,
+            llm_provider=SCRIPTED_PROVIDER,
+        )
+    return await responder(f"{SCRIPTED_PROVIDER}/{name}", messages, optional_params)
+
+
 class ScriptedLLM(CustomLLM):  # type: ignore[misc]
-    """litellm handler of the ``retinue`` provider: the scripted, offline model."""
+    """litellm handler of the ``retinue`` provider: the offline models."""
 
     def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
-        """Answer synchronously (litellm's ``completion``)."""
-        return _respond(messages, _optional(args, kwargs))
+        """Answer synchronously (litellm's ``completion``); others than scripted on a new loop."""
+        if model.rsplit("/", 1)[-1] == SCRIPTED_MODEL.rsplit("/", 1)[-1]:
+            return _respond(messages, _optional(args, kwargs))
+        return asyncio.run(_answer(model, messages, _optional(args, kwargs)))
 
     async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
         """Answer asynchronously (litellm's ``acompletion``)."""
-        return _respond(messages, _optional(args, kwargs))
+        return await _answer(model, messages, _optional(args, kwargs))
 
 
 def _optional(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
