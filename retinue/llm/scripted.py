@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any
 
 import litellm
@@ -69,6 +69,45 @@ async def _answer(model: str, messages: list[Any], optional_params: Mapping[str,
     return await responder(f"{SCRIPTED_PROVIDER}/{name}", messages, optional_params)
 
 
+class _Deferred(Coroutine[Any, Any, Any]):
+    """A coroutine made only when it is first run: dropped unrun, it warns nobody.
+
+    litellm's ``acompletion`` calls the provider's ``acompletion`` on an
+    executor thread and awaits what it returns; a call cancelled meanwhile (an
+    interrupt, a deadline) drops that, and a real coroutine dropped unrun is
+    reported on stderr ("coroutine ... was never awaited").
+    """
+
+    def __init__(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        self._make: Callable[[], Coroutine[Any, Any, Any]] | None = make
+        self._coroutine: Coroutine[Any, Any, Any] | None = None
+
+    def _started(self) -> Coroutine[Any, Any, Any]:
+        if self._coroutine is None:
+            make, self._make = self._make, None
+            assert make is not None
+            self._coroutine = make()
+        return self._coroutine
+
+    def send(self, value: Any) -> Any:
+        """Run the coroutine on (made now if it was not)."""
+        return self._started().send(value)
+
+    def throw(self, *args: Any) -> Any:
+        """Raise into the coroutine (made now if it was not)."""
+        return self._started().throw(*args)
+
+    def close(self) -> None:
+        """Close the coroutine if it was made."""
+        if self._coroutine is not None:
+            self._coroutine.close()
+        self._make = None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        """Await the coroutine (made now)."""
+        return self._started().__await__()
+
+
 class ScriptedLLM(CustomLLM):  # type: ignore[misc]
     """litellm handler of the ``retinue`` provider: the offline models."""
 
@@ -78,9 +117,10 @@ class ScriptedLLM(CustomLLM):  # type: ignore[misc]
             return _respond(messages, _optional(args, kwargs))
         return asyncio.run(_answer(model, messages, _optional(args, kwargs)))
 
-    async def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
-        """Answer asynchronously (litellm's ``acompletion``)."""
-        return await _answer(model, messages, _optional(args, kwargs))
+    def acompletion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+        """Answer asynchronously (litellm's ``acompletion``): a coroutine made when awaited."""
+        optional = _optional(args, kwargs)
+        return _Deferred(lambda: _answer(model, messages, optional))
 
 
 def _optional(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
