@@ -249,7 +249,8 @@ def _object(
     inner = "spawn_task" if tool == "spawn_subagents" else tool
     out: dict[str, Any] = {}
     for name, prop in properties.items():
-        if name in required or rng.random() < 0.4:
+        # A wait without a timeout waits for wait_default_s: runs would idle for it.
+        if name in required or name == "timeout_ms" or rng.random() < 0.4:
             out[name] = value_for(prop, rng, seen, tool=inner, prop=name, tag=tag, depth=depth + 1)
     return out
 
