@@ -242,6 +242,7 @@ class Scheduler:
             reason=reason,
             limits=world.limits,
             profile=profile,
+            keeps_receipts=world.runner_holds_input.get(record.profile, False),
         )
         self.turns[agent_id] = TurnHandle(
             generation=record.generation,

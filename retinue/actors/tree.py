@@ -430,22 +430,24 @@ class Tree:
             self.add_completion(self._replay_completion(completion), persist=False)
         self.leases.update(leases)
 
-    def consume_inputs(self, recipient_id: str, generation: int, inputs: Iterable[Message]) -> None:
+    def consume_inputs(
+        self, recipient_id: str, generation: int, inputs: Iterable[Message | Completion]
+    ) -> None:
         """The turn ``generation`` of ``recipient_id`` stored ``inputs`` in its transcript.
 
         Their records lose the turn's tag: a crash that kills the turn no
         longer hands them to the next one (the transcript has them).
         """
-        for message in inputs:
-            done = message.completion
+        for event in inputs:
+            done = event if isinstance(event, Completion) else event.completion
             if done is not None:
                 record = self.completions.get(done.agent_id, {}).get(done.generation)
                 if record is not None and record.delivered_generation == generation:
                     record = msgspec.structs.replace(record, delivered_generation=0)
                     self.completions[done.agent_id][done.generation] = record
                     self._write_completion(record)
-                continue
-            self._untag_read(recipient_id, message, generation)
+            elif isinstance(event, Message):
+                self._untag_read(recipient_id, event, generation)
 
     def _untag_read(self, recipient_id: str, message: Message, generation: int) -> None:
         """Drop the reading turn's tag from a read message (searched from the newest read)."""

@@ -95,7 +95,8 @@ class TurnReceipt:
             asyncio.CancelledError: (an async turn) they went back: the task is cancelled.
             TurnInterrupted: (a sync turn) they went back.
         """
-        if not handed_events(value) or self.turn.handover.receive(future):
+        keep = self.turn.keeps_receipts
+        if not handed_events(value) or self.turn.handover.receive(future, keep=keep):
             return value
         if in_task:
             raise asyncio.CancelledError
@@ -141,8 +142,13 @@ class Turn:
         reason: str,
         limits: Limits,
         profile: Profile,
+        keeps_receipts: bool = False,
     ) -> None:
-        """Create the context (the supervisor does this)."""
+        """Create the context (the supervisor does this).
+
+        ``keeps_receipts``: the runner stores what its waits receive (a model
+        runner's transcript); until it did, an interrupt gives it back.
+        """
         self.agent = agent
         self.task = task
         self.messages = list(messages)
@@ -154,6 +160,7 @@ class Turn:
         self.engine = engine
         self.ref = TurnRef(agent.id, agent.generation)
         self.handover: Handover[list[Event]] = Handover()
+        self.keeps_receipts = keeps_receipts
         self.runner_returned = False  # set by the executor once the runner is done
         self.runner_started = False  # set by the executor as the runner starts
         self.loop_thread: int | None = None  # an async turn's event-loop thread
