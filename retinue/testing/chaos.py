@@ -27,7 +27,7 @@ import hashlib
 import importlib
 import random
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -234,8 +234,3 @@ class ChaosModel:
             return cls(seed, weights={**base, **dict.fromkeys(off, 0.0)}, **settings)
 
         return st.builds(make, st.integers(0, 2**32 - 1), faults)
-
-    def kinds_seen(self) -> Iterator[str]:
-        """The kinds answered so far, most frequent first."""
-        with self._lock:
-            return iter([k for k, _ in self.counts.most_common()])

@@ -24,7 +24,7 @@ import msgspec
 from retinue.llm.provider import load_litellm
 from retinue.protocol.messages import Completion
 from retinue.testing.fuzz_ops import Op
-from retinue.testing.fuzz_run import Setup, host_op, open_runtime
+from retinue.testing.fuzz_run import Setup, host_op, open_runtime, reopened
 
 __all__ = ["main"]
 
@@ -49,11 +49,16 @@ def main(spec_path: str) -> None:
             time.sleep(3600)
             return
         ledger: list[Completion] = []
-        outcome, broken = host_op(rt, op, number, ledger, setup.label)
+        if op.kind == "reopen":
+            again, broken = reopened(rt, setup, Path(spec["store"]), Path(spec["workspace"]))
+            outcome = "shutdown hung" if again is None else "reopened"
+            rt = again or rt
+        else:
+            outcome, broken = host_op(rt, op, number, ledger, setup.label)
         for found in broken:
             ack(broken={"invariant": found.invariant, "path": found.path, "detail": found.detail})
         ack(outcome=outcome, received=[msgspec.to_builtins(c) for c in ledger])
-        if outcome == "hung":
+        if outcome in ("hung", "shutdown hung"):
             time.sleep(3600)
     rt.shutdown()
 

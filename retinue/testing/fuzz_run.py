@@ -43,7 +43,7 @@ from retinue.testing.fuzz_workspace import chaos_workspace
 from retinue.testing.invariants import Broken, check_invariants
 from retinue.testing.leaks import Leaks, shutdown_within
 
-__all__ = ["CaseResult", "Setup", "host_op", "open_runtime", "run_case"]
+__all__ = ["CaseResult", "Setup", "host_op", "open_runtime", "opened", "reopened", "run_case"]
 
 HOST_CALL_BOUND_S = 120.0
 """A host call that has not returned after this (plus its own timeout) has hung."""
@@ -206,7 +206,8 @@ def _follow(acks: Path, child: subprocess.Popen[bytes], deadline: float) -> list
     """Wait until the child reached its crash, exited, or ran past ``deadline``."""
     while True:
         entries = _read_acks(acks)
-        if entries and ("crash_point" in entries[-1] or entries[-1].get("outcome") == "hung"):
+        last = entries[-1] if entries else {}
+        if "crash_point" in last or last.get("outcome") in ("hung", "shutdown hung"):
             return entries
         if child.poll() is not None or time.monotonic() > deadline:
             return entries
@@ -233,9 +234,34 @@ def _from_acks(
     return outcomes, ledger, broken
 
 
-def _reopened(setup: Setup, paths: Mapping[str, Path]) -> tuple[Runtime, list[Broken]]:
-    rt = open_runtime(setup, paths["store"], paths["workspace"])
+def _settled(rt: Runtime, seconds: float) -> bool:
+    """Wait up to ``seconds`` for quiescence (in waits ``wait_max_s`` allows); whether it came."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            rt.wait_idle(max(0.0, min(left, rt.limits.wait_max_s)))
+            return True
+        except WaitTimeout:
+            if left <= rt.limits.wait_max_s:
+                return False
+
+
+def opened(setup: Setup, store: Path, workspace: Path) -> tuple[Runtime, list[Broken]]:
+    """Open the run's runtime; what its restore reported (``restore_diagnostic``)."""
+    rt = open_runtime(setup, store, workspace)
     return rt, [Broken("restore_diagnostic", "", str(d)) for d in rt.diagnostics]
+
+
+def reopened(
+    rt: Runtime, setup: Setup, store: Path, workspace: Path
+) -> tuple[Runtime | None, list[Broken]]:
+    """Shut ``rt`` down within the bound and open the store again (None: the shutdown hung)."""
+    broken = shutdown_within(rt, setup.shutdown_s)
+    if not rt.closed:
+        return None, broken
+    again, more = opened(setup, store, workspace)
+    return again, broken + more
 
 
 def _in_process(
@@ -254,14 +280,14 @@ def _in_process(
     outcomes: list[str] = []
     leaks = Leaks()
     try:
-        rt, broken = _reopened(setup, paths)
+        rt, broken = opened(setup, paths["store"], paths["workspace"])
         for number, op in enumerate(segment, first):
             if op.kind == "reopen":
-                broken += shutdown_within(rt, setup.shutdown_s) + leaks.check()
-                if not rt.closed:
+                again, more = reopened(rt, setup, paths["store"], paths["workspace"])
+                broken += more + leaks.check()
+                if again is None:
                     return [*outcomes, "shutdown hung"], broken, False
-                rt, more = _reopened(setup, paths)
-                broken += more
+                rt = again
                 outcomes.append("reopened")
                 continue
             outcome, more = host_op(rt, op, number, ledger, setup.label)
@@ -269,9 +295,7 @@ def _in_process(
             broken += more
             if outcome == "hung":
                 break
-        try:
-            rt.wait_idle(setup.settle_s)
-        except WaitTimeout:
+        if not _settled(rt, setup.settle_s):
             outcomes.append(f"(not idle after {setup.settle_s:g} s: shut down while busy)")
         agents[0] = len(rt.agents(include_closed=True))
         broken += shutdown_within(rt, setup.shutdown_s)
