@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from retinue.protocol.results import RESULT_VERSION
+from retinue.llm.script import minimal_result
 from retinue.testing.chaos_args import Seen, arguments_for
 
 __all__ = [
@@ -135,17 +135,7 @@ def _calls(message_calls: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _structured(rng: random.Random, text: str) -> str:
     """A structured result for ``text``: valid mostly; sometimes broken or near the bound."""
-    body: dict[str, Any] = {
-        "version": RESULT_VERSION,
-        "status": "completed",
-        "summary": text,
-        "claims": [],
-        "artifacts": [],
-        "changes": [],
-        "verification": [],
-        "limitations": [],
-        "unresolved_dependencies": [],
-    }
+    body = minimal_result(text)
     roll = rng.random()
     if roll < 0.08:
         del body["claims"]  # breaks the contract: a repair request follows

@@ -22,17 +22,13 @@ from retinue.errors import RetinueError
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from retinue.runtime import Runtime
 
-__all__ = ["HOST_OPS", "OPS", "Op", "apply", "describe", "lines"]
+__all__ = ["AGENT_OPS", "HOST_OPS", "OPS", "Op", "apply", "describe", "lines"]
 
+AGENT_OPS = ("follow_up", "send", "interrupt", "interrupt_tree", "close", "close_tree", "resume")
+"""Operations on one agent (named by ``target``/``deep``) that take no value."""
 HOST_OPS = (
     "spawn",
-    "follow_up",
-    "send",
-    "interrupt",
-    "interrupt_tree",
-    "close",
-    "close_tree",
-    "resume",
+    *AGENT_OPS,
     "wait",
     "messages",
     "approvals",
@@ -113,7 +109,7 @@ def _one(rt: Runtime, op: Op, info: AgentInfo, number: int, ledger: list[Complet
         "resume": lambda: rt.resume(ref),
     }
     if op.kind == "wait":
-        completion = rt.wait(ref, timeout=op.value)
+        completion = rt.wait(ref, timeout=min(op.value, rt.limits.wait_max_s))
         ledger.append(completion)
         return f"got run {completion.generation} {completion.status}"
     answer = actions[op.kind]()
@@ -140,7 +136,7 @@ def apply(rt: Runtime, op: Op, number: int, ledger: list[Completion], *, label: 
             spawned = rt.spawn(op.profile, f"task {number} {label}: review what you can")
             return f"-> {spawned.path}"
         if op.kind == "settle":
-            rt.wait_idle(op.value)
+            rt.wait_idle(min(op.value, rt.limits.wait_max_s))
             return "idle"
         if op.kind == "pause":
             time.sleep(op.value)

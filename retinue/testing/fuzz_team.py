@@ -19,7 +19,7 @@ import msgspec
 
 from retinue.team import Team, load_team
 from retinue.testing.chaos import CHAOS_MODEL
-from retinue.testing.fuzz_ops import Op
+from retinue.testing.fuzz_ops import AGENT_OPS, Op
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -85,19 +85,10 @@ def operations(
     from hypothesis import strategies as st
 
     targets = st.integers(0, 3)
-    on_agents = (
-        "follow_up",
-        "send",
-        "interrupt",
-        "interrupt_tree",
-        "close",
-        "close_tree",
-        "resume",
-    )
     spawn = st.builds(Op, kind=st.just("spawn"), profile=st.sampled_from([lead, *profiles]))
     choices = [
         spawn,
-        st.builds(Op, kind=st.sampled_from(on_agents), target=targets, deep=st.booleans()),
+        st.builds(Op, kind=st.sampled_from(AGENT_OPS), target=targets, deep=st.booleans()),
         st.builds(Op, kind=st.just("wait"), target=targets, value=st.sampled_from((0.0, 0.5, 3.0))),
         st.builds(Op, kind=st.just("settle"), value=st.sampled_from((2.0, 10.0))),
         st.builds(Op, kind=st.just("pause"), value=st.sampled_from((0.05, 0.3))),
