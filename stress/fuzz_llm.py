@@ -259,7 +259,8 @@ def search(
             )
         print(
             f"fuzz_llm: case {case_seed}: {len(ops)} ops, {result.agents} agents, "
-            f"{result.crashes} crashes, {len(result.broken)} broken",
+            f"{result.crashes} crashes, {len(result.broken)} broken"
+            + (f": {result.broken[0]}" if result.broken else ""),
             file=sys.stderr,
             flush=True,
         )
