@@ -10,8 +10,8 @@ the request offers (most of the time, so turns get somewhere), parallel calls,
 malformed JSON arguments, unknown tools, huge arguments, calls without an id or
 sharing one, lone surrogates, content parts, empty or null choices, 429s with
 ``Retry-After``, 5xx, 400, timeouts, hangs and slow answers. It always answers
-in the end: a turn's final-answer odds grow with each step, and after
-``max_steps`` steps it only answers with text (or fails).
+in the end: a turn's final-answer odds start low and grow with each step, and
+after ``max_steps`` steps it only answers with text (or fails).
 
 Deterministic for a seed, whatever the threads do: each call draws from a
 stream derived from the seed, the agent (its system prompt and first task) and
@@ -179,7 +179,9 @@ class ChaosModel:
         allowed = [*FINAL_KINDS, *FAULT_KINDS, "slow"]
         if tools and steps < self.max_steps:
             allowed += TOOL_KINDS
-        weights = [self.weights[k] * (1 + steps if k == "text" else 1) for k in allowed]
+        # A first step rarely ends the turn; each step after makes an answer likelier.
+        grow = 0.25 + steps
+        weights = [self.weights[k] * (grow if k in FINAL_KINDS else 1) for k in allowed]
         if not any(weights):
             return "text"
         return rng.choices(allowed, weights)[0]

@@ -254,12 +254,20 @@ def opened(setup: Setup, store: Path, workspace: Path) -> tuple[Runtime, list[Br
 
 
 def reopened(
-    rt: Runtime, setup: Setup, store: Path, workspace: Path
+    rt: Runtime,
+    setup: Setup,
+    store: Path,
+    workspace: Path,
+    check: Callable[[], list[Broken]] = list,
 ) -> tuple[Runtime | None, list[Broken]]:
-    """Shut ``rt`` down within the bound and open the store again (None: the shutdown hung)."""
+    """Shut ``rt`` down within the bound, ``check()`` what it left, and open the store again.
+
+    The runtime is None when the shutdown hung (nothing is checked or opened then).
+    """
     broken = shutdown_within(rt, setup.shutdown_s)
     if not rt.closed:
         return None, broken
+    broken += check()
     again, more = opened(setup, store, workspace)
     return again, broken + more
 
@@ -283,8 +291,8 @@ def _in_process(
         rt, broken = opened(setup, paths["store"], paths["workspace"])
         for number, op in enumerate(segment, first):
             if op.kind == "reopen":
-                again, more = reopened(rt, setup, paths["store"], paths["workspace"])
-                broken += more + leaks.check()
+                again, more = reopened(rt, setup, paths["store"], paths["workspace"], leaks.check)
+                broken += more
                 if again is None:
                     return [*outcomes, "shutdown hung"], broken, False
                 rt = again

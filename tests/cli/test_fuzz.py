@@ -83,6 +83,7 @@ def test_a_crash_and_reopen_replayed_breaks_nothing(capsys: pytest.CaptureFixtur
             {"kind": "spawn", "profile": "lead"},
             {"kind": "crash", "value": 0.3},
             {"kind": "resume", "deep": True},
+            {"kind": "reopen"},
             {"kind": "wait", "value": 3.0},
         ],
     }
