@@ -3,8 +3,8 @@
 Every part that starts Ray refuses to unless Ray is installed and this
 process runs in a loopback-only network namespace (``.ci/extras-ray.sh`` and
 the README show the ``unshare -n`` line). The runners are the cluster tests'
-``clusterlib`` package (``tests/cluster/clusterlib``), shipped to Ray's
-workers with ``runtime_env={"py_modules": [...]}``.
+``clusterlib`` package (``tests/clusterlib``), shipped to Ray's workers with
+``runtime_env={"py_modules": [...]}``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 
 from retinue.cluster.loopback import interfaces, only_loopback_interfaces
 
-CLUSTERLIB = Path(__file__).resolve().parent.parent / "tests" / "cluster"
+CLUSTERLIB = Path(__file__).resolve().parent.parent / "tests"
+"""The folder of ``clusterlib``: a top-level module of the test suite (so last on the path)."""
 if str(CLUSTERLIB) not in sys.path:
-    sys.path.insert(0, str(CLUSTERLIB))
+    sys.path.append(str(CLUSTERLIB))
 
 import clusterlib  # noqa: E402
 

@@ -225,7 +225,7 @@ def check_store(
         elif op == "follow_up" and record.generation < entry["generation"]:
             p.append(f"acknowledged follow-up {agent_id}:{entry['generation']} is lost")
         elif op == "interrupt" and entry["state"] == "interrupted":
-            if entry["generation"] not in by_agent.get(agent_id, []):
+            if entry["generation"] not in by_agent.get(record.id, []):
                 p.append(f"interrupted completion {agent_id}:{entry['generation']} is lost")
         elif op == "close" and record.state != "closed":
             p.append(f"acknowledged close of {record.path} is lost ({record.state})")

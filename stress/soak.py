@@ -27,9 +27,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stress.parts import Options, Part, Result
+
+if TYPE_CHECKING:  # the child imports retinue once LITELLM_LOCAL_MODEL_COST_MAP is set
+    from retinue import Event, Limits, Profile, Runtime, Turn
 
 CALLERS = 6
 FOLLOW_UPS = 3
@@ -49,11 +52,58 @@ def _rss_bytes() -> int:
     return 0
 
 
+class _Counts:
+    """What the churn did so far (turns, lifecycles, errors, events), counted from many threads."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self._lock = threading.Lock()
+        self._counts = {"turns": 0, "lifecycles": 0, "errors": 0, "events": 0}
+
+    def add(self, key: str, n: int = 1) -> None:
+        """Count ``n`` more of ``key``."""
+        with self._lock:
+            self._counts[key] += n
+
+    def now(self) -> dict[str, int]:
+        """Return a copy of the counts."""
+        with self._lock:
+            return dict(self._counts)
+
+
 def child_main(store: str, seconds: float, window: float) -> None:
     """Run the churn for ``seconds``, printing one JSON sample per ``window``."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    from retinue import Limits, Profile, Runtime, Turn
-    from retinue.errors import RetinueError
+    from retinue import Runtime
+
+    counts = _Counts()
+    stop = threading.Event()
+    blocker = threading.Event()
+    profiles, limits = _team()
+    with Runtime.open(store, profiles=profiles, limits=limits, durability="buffered") as rt:
+
+        def held(event: Event) -> None:  # a subscriber blocked for the whole run
+            blocker.wait()
+
+        rt.subscribe(held)
+        rt.subscribe(lambda event: counts.add("events"))
+        threads = [
+            threading.Thread(target=_churn, args=(rt, i, stop, counts), daemon=True)
+            for i in range(CALLERS)
+        ]
+        for thread in threads:
+            thread.start()
+        _sample(rt, Path(store) / "data.mdb", seconds, window, counts)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        blocker.set()
+    print(json.dumps({"done": True, "turns": counts.now()["turns"]}), flush=True)
+
+
+def _team() -> tuple[list[Profile], Limits]:
+    """The churn's profiles (a worker, a lead of two workers) and its low retention limits."""
+    from retinue import Limits, Profile
 
     def worker(turn: Turn) -> str:
         return f"{turn.task[:10]}:{len(turn.messages)}"
@@ -75,73 +125,59 @@ def child_main(store: str, seconds: float, window: float) -> None:
         Profile("lead", subagents=["worker"], runner=lead),
         Profile("worker", runner=worker),
     ]
-    counts = {"turns": 0, "lifecycles": 0, "errors": 0, "events": 0}
-    guard = threading.Lock()
-    stop = threading.Event()
-    blocker = threading.Event()
+    return profiles, limits
 
-    def count(key: str, n: int = 1) -> None:
-        with guard:
-            counts[key] += n
 
-    with Runtime.open(store, profiles=profiles, limits=limits, durability="buffered") as rt:
-        rt.subscribe(lambda event: blocker.wait())  # blocked for the whole run
-        rt.subscribe(lambda event: count("events"))
+def _churn(rt: Runtime, index: int, stop: threading.Event, counts: _Counts) -> None:
+    """One caller: spawn, wait, message and follow up, close; now and then a small tree."""
+    from retinue.errors import RetinueError
 
-        def churn(index: int) -> None:
-            n = 0
-            while not stop.is_set():
-                n += 1
-                try:
-                    if n % 10 == 0:  # a small tree: lead + two children, closed as one
-                        info = rt.spawn("lead", f"tree {index} {n}")
-                        rt.wait(info.id, timeout=30)
-                        rt.close_tree(info.id)
-                        count("turns", 3)
-                        count("lifecycles", 3)
-                        continue
-                    info = rt.spawn("worker", f"task {index} {n}")
-                    rt.wait(info.id, timeout=30)
-                    for k in range(FOLLOW_UPS):
-                        rt.send(info.id, f"message {k}")
-                        rt.follow_up(info.id, f"again {k}")
-                        rt.wait(info.id, timeout=30)
-                    rt.close(info.id)
-                    count("turns", 1 + FOLLOW_UPS)
-                    count("lifecycles")
-                except RetinueError as exc:
-                    count("errors")
-                    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:200]}), flush=True)
+    n = 0
+    while not stop.is_set():
+        n += 1
+        try:
+            if n % 10 == 0:  # a small tree: lead + two children, closed as one
+                info = rt.spawn("lead", f"tree {index} {n}")
+                rt.wait(info.id, timeout=30)
+                rt.close_tree(info.id)
+                counts.add("turns", 3)
+                counts.add("lifecycles", 3)
+                continue
+            info = rt.spawn("worker", f"task {index} {n}")
+            rt.wait(info.id, timeout=30)
+            for k in range(FOLLOW_UPS):
+                rt.send(info.id, f"message {k}")
+                rt.follow_up(info.id, f"again {k}")
+                rt.wait(info.id, timeout=30)
+            rt.close(info.id)
+            counts.add("turns", 1 + FOLLOW_UPS)
+            counts.add("lifecycles")
+        except RetinueError as exc:
+            counts.add("errors")
+            print(json.dumps({"error": f"{type(exc).__name__}: {exc}"[:200]}), flush=True)
 
-        threads = [threading.Thread(target=churn, args=(i,), daemon=True) for i in range(CALLERS)]
-        for thread in threads:
-            thread.start()
-        started = time.monotonic()
-        data = Path(store) / "data.mdb"
-        last = dict(counts)
-        next_at = started + window
-        while next_at <= started + seconds:
-            time.sleep(max(0.0, next_at - time.monotonic()))
-            with guard:
-                now = dict(counts)
-            sample = {
-                "t": round(time.monotonic() - started, 1),
-                "rss": _rss_bytes(),
-                "store": data.stat().st_size,
-                "agents": len(rt.agents(include_closed=True)),
-                "turns_per_s": round((now["turns"] - last["turns"]) / window, 1),
-                "lifecycles_per_s": round((now["lifecycles"] - last["lifecycles"]) / window, 1),
-                "events": now["events"],
-                "errors": now["errors"],
-            }
-            last = now
-            print(json.dumps(sample), flush=True)
-            next_at += window
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=60)
-        blocker.set()
-    print(json.dumps({"done": True, "turns": counts["turns"]}), flush=True)
+
+def _sample(rt: Runtime, data: Path, seconds: float, window: float, counts: _Counts) -> None:
+    """Print one JSON sample per ``window`` for ``seconds``: RSS, store size, agents, rates."""
+    started = time.monotonic()
+    last = counts.now()
+    next_at = started + window
+    while next_at <= started + seconds:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        now = counts.now()
+        sample = {
+            "t": round(time.monotonic() - started, 1),
+            "rss": _rss_bytes(),
+            "store": data.stat().st_size,
+            "agents": len(rt.agents(include_closed=True)),
+            "turns_per_s": round((now["turns"] - last["turns"]) / window, 1),
+            "lifecycles_per_s": round((now["lifecycles"] - last["lifecycles"]) / window, 1),
+            "events": now["events"],
+            "errors": now["errors"],
+        }
+        last = now
+        print(json.dumps(sample), flush=True)
+        next_at += window
 
 
 def _slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -162,27 +198,8 @@ def _grew(early: list[int], late: list[int], slack: tuple[float, int]) -> bool:
 
 def run(workdir: Path, seconds: float, window: float) -> dict[str, Any]:
     """Run the soak in a child for ``seconds``; return figures and ``problems``."""
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
     started = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stress.soak",
-            "--child",
-            str(workdir / "store"),
-            str(seconds),
-            str(window),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=repo,
-        env=env,
-        timeout=seconds + 180,
-        check=False,
-    )
+    proc = _run_child(workdir / "store", seconds, window)
     samples: list[dict[str, Any]] = []
     errors: list[str] = []
     done = False
@@ -203,39 +220,7 @@ def run(workdir: Path, seconds: float, window: float) -> dict[str, Any]:
         "windows": len(samples),
     }
     if len(samples) >= 6:
-        warm = max(1, len(samples) // 5)
-        body = samples[warm:]
-        third = max(2, len(body) // 3)
-        early, late = body[:third], body[-third:]
-        rss_early, rss_late = [s["rss"] for s in early], [s["rss"] for s in late]
-        store_early, store_late = [s["store"] for s in early], [s["store"] for s in late]
-        if _grew(rss_early, rss_late, RSS_SLACK):
-            problems.append(
-                f"RSS keeps growing: {max(rss_early) >> 20} -> {max(rss_late) >> 20} MiB"
-            )
-        if _grew(store_early, store_late, STORE_SLACK):
-            problems.append(
-                f"store keeps growing: {max(store_early) >> 20} -> {max(store_late) >> 20} MiB"
-            )
-        trend = _slope_per_hour([(s["t"], s["rss"] / 2**20) for s in body])
-        if samples[-1]["t"] >= TREND_MIN_S and trend > RSS_TREND_MIB_PER_H:
-            problems.append(
-                f"RSS trends up {trend:.1f} MiB/h after warm-up "
-                f"(more than {RSS_TREND_MIB_PER_H} MiB/h): a leak"
-            )
-        row |= {
-            "turns": round(sum(s["turns_per_s"] for s in samples) * window),
-            "turns_per_s_first": samples[0]["turns_per_s"],
-            "turns_per_s_last": samples[-1]["turns_per_s"],
-            "lifecycles_per_s_last": samples[-1]["lifecycles_per_s"],
-            "rss_mib_early": round(max(rss_early) / 2**20, 1),
-            "rss_mib_late": round(max(rss_late) / 2**20, 1),
-            "rss_trend_mib_per_h": round(trend, 1),
-            "store_mib_early": round(max(store_early) / 2**20, 2),
-            "store_mib_late": round(max(store_late) / 2**20, 2),
-            "agents_held_last": samples[-1]["agents"],
-            "events_counted": samples[-1]["events"],
-        }
+        row |= _judge(samples, window, problems)
     else:
         problems.append(f"only {len(samples)} windows sampled")
     row["timeline"] = [
@@ -243,6 +228,57 @@ def run(workdir: Path, seconds: float, window: float) -> dict[str, Any]:
     ]
     row["problems"] = problems
     return row
+
+
+def _run_child(store: Path, seconds: float, window: float) -> subprocess.CompletedProcess[str]:
+    """Run :func:`child_main` in a child process on ``store``; return it once it ended."""
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "stress.soak", "--child", str(store), str(seconds), str(window)],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=env,
+        timeout=seconds + 180,
+        check=False,
+    )
+
+
+def _judge(samples: list[dict[str, Any]], window: float, problems: list[str]) -> dict[str, Any]:
+    """Judge the samples after warm-up (growth past the slack, RSS's trend); return figures."""
+    warm = max(1, len(samples) // 5)
+    body = samples[warm:]
+    third = max(2, len(body) // 3)
+    early, late = body[:third], body[-third:]
+    rss_early, rss_late = [s["rss"] for s in early], [s["rss"] for s in late]
+    store_early, store_late = [s["store"] for s in early], [s["store"] for s in late]
+    if _grew(rss_early, rss_late, RSS_SLACK):
+        problems.append(f"RSS keeps growing: {max(rss_early) >> 20} -> {max(rss_late) >> 20} MiB")
+    if _grew(store_early, store_late, STORE_SLACK):
+        problems.append(
+            f"store keeps growing: {max(store_early) >> 20} -> {max(store_late) >> 20} MiB"
+        )
+    trend = _slope_per_hour([(s["t"], s["rss"] / 2**20) for s in body])
+    if samples[-1]["t"] >= TREND_MIN_S and trend > RSS_TREND_MIB_PER_H:
+        problems.append(
+            f"RSS trends up {trend:.1f} MiB/h after warm-up "
+            f"(more than {RSS_TREND_MIB_PER_H} MiB/h): a leak"
+        )
+    return {
+        "turns": round(sum(s["turns_per_s"] for s in samples) * window),
+        "turns_per_s_first": samples[0]["turns_per_s"],
+        "turns_per_s_last": samples[-1]["turns_per_s"],
+        "lifecycles_per_s_last": samples[-1]["lifecycles_per_s"],
+        "rss_mib_early": round(max(rss_early) / 2**20, 1),
+        "rss_mib_late": round(max(rss_late) / 2**20, 1),
+        "rss_trend_mib_per_h": round(trend, 1),
+        "store_mib_early": round(max(store_early) / 2**20, 2),
+        "store_mib_late": round(max(store_late) / 2**20, 2),
+        "agents_held_last": samples[-1]["agents"],
+        "events_counted": samples[-1]["events"],
+    }
 
 
 if __name__ == "__main__":

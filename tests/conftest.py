@@ -13,13 +13,24 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
-from retinue import AgentInfo, AgentState, Event, Limits, Profile, Runtime, Turn, TurnSettled
+from retinue import (
+    AgentInfo,
+    AgentState,
+    Event,
+    Limits,
+    Profile,
+    Runner,
+    Runtime,
+    Turn,
+    TurnSettled,
+)
 from retinue.testing import Gate
 
+TESTS = Path(__file__).resolve().parent
 # A test that hangs is a bug; dump every stack and stop instead of hanging CI.
 TEST_WATCHDOG_S = 60.0
 # Generous upper bound for "this should happen promptly"; never a timing assertion.
@@ -44,6 +55,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
         time.sleep(0.002)
+
+
+READER_TEAM = """
+name = "reader"
+
+[defaults]
+model = "retinue/scripted"
+tools = "read"
+workspace = "ws"
+
+[agents.reader]
+approve = ["read_file"]
+"""
+"""A team whose scripted reader reads the workspace; each read_file call waits for approval."""
+
+
+def reader_team(folder: Path) -> Path:
+    """Write :data:`READER_TEAM` and its workspace (``ws/notes.txt``: "ship on Tuesday") in
+    ``folder``; return the team file's path."""
+    (folder / "ws").mkdir()
+    (folder / "ws" / "notes.txt").write_text("ship on Tuesday\n")
+    team = folder / "team.toml"
+    team.write_text(READER_TEAM)
+    return team
 
 
 SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
@@ -149,12 +184,38 @@ class EventLog:
             return [e for e in self.events if e.agent_id == agent_id]
 
 
+class EventFields(TypedDict):
+    """The fields every event has: ``SomeEvent(**fields, ...)`` in tests that build events."""
+
+    agent_id: str
+    path: str
+    at: float
+
+
 def tag(event: Event) -> str:
     """Return an event's tag (``agent_spawned``, ``turn_queued``, ...)."""
     return str(type(event).__struct_config__.tag)
 
 
 OpenRuntime = Callable[..., Runtime]
+
+
+class Opening(TypedDict):
+    """Keyword arguments of ``Runtime.open``: ``Runtime.open(path, **opening)``."""
+
+    profiles: list[Profile]
+    limits: Limits
+
+
+def lead_and_worker(lead: Runner, worker: Runner, **limits: Any) -> Opening:
+    """A ``lead`` that may spawn ``worker``s, with ``limits`` (keywords of :class:`Limits`)."""
+    return {
+        "profiles": [
+            Profile("lead", subagents=["worker"], runner=lead),
+            Profile("worker", runner=worker),
+        ],
+        "limits": Limits(**limits),
+    }
 
 
 def _watchdog_output(config: pytest.Config) -> Any:
@@ -170,7 +231,8 @@ def _watchdog_output(config: pytest.Config) -> Any:
 @pytest.fixture(autouse=True)
 def _watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
     """In the runtime and actors tests, abort the run with every thread's stack if one hangs."""
-    if not {"runtime", "actors"} & set(request.node.path.parts):
+    # The folders below tests/ only: a checkout's own path may name "runtime" too.
+    if not {"runtime", "actors"} & set(request.node.path.resolve().relative_to(TESTS).parts):
         yield
         return
     faulthandler.dump_traceback_later(

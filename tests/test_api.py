@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 import subprocess
 import sys
 import typing
@@ -43,13 +45,22 @@ def test_star_import_gives_exactly_all_and_each_name_is_ours() -> None:
 
 
 def test_every_error_is_exported_and_rooted() -> None:
-    classes = [
-        obj
-        for _, obj in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(obj, Exception) and obj.__module__ == errors.__name__
+    # The classes live in retinue.errors' private modules by theme: every one is
+    # published as retinue.errors.<Name> (where users import it and pickles find it).
+    modules = [errors] + [
+        importlib.import_module(f"{errors.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(errors.__path__)
     ]
-    assert classes
+    classes = {
+        obj
+        for module in modules
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if issubclass(obj, Exception) and obj.__module__.startswith(errors.__name__)
+    }
+    assert len(classes) == len(errors.__all__) - 1  # all but TurnInterrupted, a BaseException
     for cls in classes:
+        assert cls.__module__ == errors.__name__, cls
+        assert getattr(errors, cls.__name__) is cls, cls
         assert issubclass(cls, errors.RetinueError), cls
         assert cls.__name__ in errors.__all__, cls
         assert cls.__name__ in retinue.__all__, cls
@@ -81,7 +92,15 @@ def test_import_retinue_does_not_import_litellm() -> None:
 
 
 def test_import_retinue_imports_no_optional_extra() -> None:
-    extras = ["starlette", "uvicorn", "prometheus_client", "retinue.web", "retinue.metrics"]
+    extras = [
+        "starlette",
+        "uvicorn",
+        "prometheus_client",
+        "opentelemetry",
+        "retinue.web",
+        "retinue.metrics",
+        "retinue.tracing",
+    ]
     code = (
         "import sys, retinue, retinue.runtime, retinue.cli\n"
         f"print([m for m in {extras!r} if m in sys.modules])\n"
@@ -98,6 +117,7 @@ LAYERS = [
     "persistence",
     "actors",
     "llm",
+    "tracing",
     "team",
     "runtime",
     "testing",

@@ -1,15 +1,18 @@
 """The package's layout rules: rooms of one concept, short functions, no import cycle.
 
-- no module in ``retinue/`` is over :data:`MAX_MODULE_LINES` lines;
+The same rules hold for ``retinue/`` and for the stress suite (``stress/``):
+
+- no module is over :data:`MAX_MODULE_LINES` lines;
 - no function (or method) is over :data:`MAX_FUNCTION_LINES` lines, except the
   declarative tables in :data:`TABLES`, each with its reason;
-- no import cycle among ``retinue`` modules: every ``import`` counts, also one
+- no import cycle among a package's modules: every ``import`` counts, also one
   inside ``if TYPE_CHECKING:`` or inside a function (a lazy import hides a cycle
   from the interpreter, not from a reader).
 
 What breaks a rule today because the renovation has not reached it yet is named
-in :data:`PENDING` (printed by the test); an entry that no longer breaks its
-rule fails the test, so the list only shrinks.
+in :data:`PENDING` (``retinue/``) or :data:`STRESS_PENDING` (``stress/``),
+printed by the test; an entry that no longer breaks its rule fails the test,
+so the lists only shrink.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import retinue
 
 PACKAGE = Path(retinue.__file__).resolve().parent
 ROOT = PACKAGE.parent
+STRESS = ROOT / "stress"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
 
@@ -38,25 +42,20 @@ TABLES: dict[str, str] = {
 # "cycle: <module> -> ... -> <module>" (an import cycle, as the test reports it).
 SPLIT = "the lead's split of issue 17, section 3"
 PENDING: dict[str, str] = {
-    "retinue/runtime.py": f"{SPLIT}: the facade only",
-    "retinue/runtime.py:Runtime.open": f"{SPLIT}: a sequence of named steps",
     "retinue/actors/tree.py": SPLIT,
     "retinue/actors/turn.py": f"{SPLIT}: waiting, the step engine, the turn's operations",
     "retinue/actors/commands.py": f"{SPLIT}: the command structs, or named a table here",
     "retinue/actors/supervisor.py": SPLIT,
-    "retinue/team.py": SPLIT,
-    "retinue/team.py:Team.from_toml": f"{SPLIT}: a sequence of named steps",
-    "retinue/errors.py": "every error lives here (COMMON brief): trim it, or name it a table",
-    "retinue/llm/mcp/transport.py:stdio_transport": "one line over: named steps",
-    "cycle: retinue.llm.runner -> retinue.llm.session -> retinue.llm.runner": (
-        "session.py imports LiteLLMRunner under TYPE_CHECKING: a settings protocol breaks it"
-    ),
 }
 
 
-def modules() -> Iterator[tuple[str, Path]]:
-    """Yield ``(dotted module name, file)`` for every module of the package."""
-    for path in sorted(PACKAGE.rglob("*.py")):
+# Known breaks in stress/, keyed as PENDING is; the stress suite's rooms are split.
+STRESS_PENDING: dict[str, str] = {}
+
+
+def modules(package: Path = PACKAGE) -> Iterator[tuple[str, Path]]:
+    """Yield ``(dotted module name, file)`` for every module of ``package`` (a folder)."""
+    for path in sorted(package.rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -158,10 +157,10 @@ def shortest_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]
     raise AssertionError(f"no cycle through {start}")  # pragma: no cover - Tarjan found one
 
 
-def breaks() -> dict[str, str]:
-    """Return every break of the layout rules: key (as in :data:`PENDING`) -> what is wrong."""
+def breaks(package: Path = PACKAGE) -> dict[str, str]:
+    """Return every break of the layout rules in ``package``: key (as in :data:`PENDING`) -> why."""
     found: dict[str, str] = {}
-    files = dict(modules())
+    files = dict(modules(package))
     for path in files.values():
         size = len(path.read_text().splitlines())
         if size > MAX_MODULE_LINES:
@@ -176,23 +175,38 @@ def breaks() -> dict[str, str]:
     return found
 
 
-def test_the_package_keeps_its_layout_rules() -> None:
-    found = breaks()
-    if PENDING:
-        print("Known layout breaks still pending (tests/test_layout.py PENDING):")
-        for key, why in sorted(PENDING.items()):
+def check_layout(found: dict[str, str], pending: dict[str, str], name: str) -> None:
+    """Fail on a break not in ``pending`` (named ``name``), and on an entry that holds now."""
+    if pending:
+        print(f"Known layout breaks still pending (tests/test_layout.py {name}):")
+        for key, why in sorted(pending.items()):
             print(f"  {key}: {found.get(key, 'fixed')} -- {why}")
-    new = {key: why for key, why in found.items() if key not in PENDING}
+    new = {key: why for key, why in found.items() if key not in pending}
     assert not new, "layout rules broken (split the module or function, or break the cycle):\n" + (
         "\n".join(f"  {key}: {why}" for key, why in sorted(new.items()))
     )
-    fixed = sorted(set(PENDING) - set(found))
-    assert not fixed, f"these PENDING entries hold now: remove them from PENDING: {fixed}"
+    fixed = sorted(set(pending) - set(found))
+    assert not fixed, f"these {name} entries hold now: remove them from {name}: {fixed}"
+
+
+def test_the_package_keeps_its_layout_rules() -> None:
+    check_layout(breaks(), PENDING, "PENDING")
+
+
+def test_the_stress_suite_keeps_its_layout_rules() -> None:
+    """The stress suite's modules follow the package's rules (its own cycles, its own PENDING)."""
+    assert dict(modules(STRESS)), "no stress module found"
+    check_layout(breaks(STRESS), STRESS_PENDING, "STRESS_PENDING")
 
 
 def test_the_table_exceptions_are_real() -> None:
     """Every exception in TABLES names a function that exists and is over the limit."""
-    over = {f"{where(path)}:{name}" for _, path in modules() for name, _ in long_functions(path)}
+    over = {
+        f"{where(path)}:{name}"
+        for package in (PACKAGE, STRESS)
+        for _, path in modules(package)
+        for name, _ in long_functions(path)
+    }
     assert not set(TABLES) - over, f"stale TABLES entries: {sorted(set(TABLES) - over)}"
 
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
-from conftest import wait_until
+from conftest import EventFields, wait_until
 from web.writer import Writer
 
-from retinue import AgentState, InvalidArgument, Profile, Runtime, Turn
-from retinue.testing import Gate
+from retinue import (
+    AgentState,
+    Event,
+    InvalidArgument,
+    ModelCallFinished,
+    Profile,
+    Runtime,
+    ToolCallFinished,
+    Turn,
+)
+from retinue.testing import Gate, echo
 
 prometheus_client = pytest.importorskip(
     "prometheus_client", reason="the metrics need the 'metrics' extra: pip install -e '.[metrics]'"
@@ -22,37 +30,6 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from retinue.metrics import OTHER, RetinueCollector  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "code_review" / "team.toml"
-
-# -- event shapes the lead adds to retinue.protocol.messages (defined here until they land) --
-
-
-class ToolCallFinished(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call_finished"):
-    """Stand-in for the lead's ToolCallFinished event (same fields and tag)."""
-
-    agent_id: str
-    path: str
-    at: float
-    call_id: str
-    tool: str
-    ok: bool
-    duration_s: float
-    error: str | None = None
-
-
-class ModelCallFinished(msgspec.Struct, frozen=True, kw_only=True, tag="model_call_finished"):
-    """Stand-in for the lead's ModelCallFinished event (same fields and tag)."""
-
-    agent_id: str
-    path: str
-    at: float
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    duration_s: float
-
-
-# ------------------------------------------------------------------------------------------
 
 
 def scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -127,33 +104,61 @@ def test_counts_during_and_after_a_run_match_the_run(tmp_path: Path, gate: Gate)
         assert scrape(registry) == {}
 
 
-def test_model_and_tool_calls_from_events(tmp_path: Path) -> None:
+def test_model_and_tool_calls_of_a_run_match_its_events(tmp_path: Path) -> None:
     registry = CollectorRegistry()
+    seen: list[Event] = []
     with Runtime.open(tmp_path / "store", team=EXAMPLE) as rt:
-        collector = RetinueCollector(rt, registry=registry, max_label_values=2)
+        collector = RetinueCollector(rt, registry=registry)
+        rt.subscribe(seen.append)
         lead = rt.spawn("lead", "review", name="review")
         rt.wait(lead.id, timeout=120)
-        args = {"agent_id": lead.id, "path": lead.path, "at": 10.0}
-        collector.observe(
-            ModelCallFinished(
-                **args,
-                model="gpt-x",
-                prompt_tokens=100,
-                completion_tokens=20,
-                cost_usd=0.25,
-                duration_s=1.5,
+        rt.wait_idle(timeout=30)
+        samples = scrape(registry)
+        agents = rt.agents()
+        collector.close()
+    calls = [e for e in seen if isinstance(e, ModelCallFinished)]
+    tools = [e for e in seen if isinstance(e, ToolCallFinished)]
+    assert calls and tools
+    model = "retinue/scripted"
+    assert {c.model for c in calls} == {model}
+    assert value(samples, "retinue_model_calls_total", model=model) == len(calls)
+    # The tokens counted are the ones the agents were charged with.
+    prompt = sum(a.usage.prompt_tokens for a in agents)
+    completion = sum(a.usage.completion_tokens for a in agents)
+    assert value(samples, "retinue_model_tokens_total", model=model, kind="prompt") == prompt
+    assert value(samples, "retinue_model_tokens_total", model=model, kind="completion") == (
+        completion
+    )
+    assert value(samples, "retinue_model_call_duration_seconds_count", model=model) == len(calls)
+    for tool in {t.tool for t in tools}:
+        ok = sum(1 for t in tools if t.tool == tool and t.ok)
+        assert value(samples, "retinue_tool_calls_total", tool=tool, outcome="ok") == ok
+    # The scripted leads delegate in one spawn_subagents call each.
+    leads = {a.parent_path for a in agents} - {"/root"}
+    spawns = value(samples, "retinue_tool_calls_total", tool="spawn_subagents", outcome="ok")
+    assert spawns == len(leads) > 1
+    settled = sum(v for (name, _), v in samples.items() if name == "retinue_turns_settled_total")
+    assert settled == 10
+
+
+def test_model_and_tool_call_labels_are_bounded(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with Runtime.open(tmp_path / "store", profiles=[Profile("worker", runner=echo)]) as rt:
+        collector = RetinueCollector(rt, registry=registry, max_label_values=2)
+        worker = rt.spawn("worker", "work", name="w")
+        rt.wait(worker.id, timeout=30)
+        args: EventFields = {"agent_id": worker.id, "path": worker.path, "at": 10.0}
+        for prompt, completion, cost, seconds in ((100, 20, 0.25, 1.5), (10, 2, 0.05, 0.2)):
+            collector.observe(
+                ModelCallFinished(
+                    **args,
+                    model="gpt-x",
+                    prompt_tokens=prompt,
+                    completion_tokens=completion,
+                    cost_usd=cost,
+                    duration_s=seconds,
+                )
             )
-        )
-        collector.observe(
-            ModelCallFinished(
-                **args,
-                model="gpt-x",
-                prompt_tokens=10,
-                completion_tokens=2,
-                cost_usd=0.05,
-                duration_s=0.2,
-            )
-        )
         for tool, ok in (("grep", True), ("grep", False), ("read_file", True), ("bash", True)):
             collector.observe(
                 ToolCallFinished(
@@ -187,10 +192,6 @@ def test_model_and_tool_calls_from_events(tmp_path: Path) -> None:
     assert value(samples, "retinue_metrics_label_overflow_total") >= 1
     assert value(samples, "retinue_store_commit_duration_seconds_count") == 1
     assert value(samples, "retinue_supervisor_command_duration_seconds_count", command="Spawn") == 1
-    # The code-review run itself: ten agents settled once each (profiles past 2 are "other").
-    settled = sum(v for (name, _), v in samples.items() if name == "retinue_turns_settled_total")
-    assert settled == 10
-    assert value(samples, "retinue_agents", state="completed") == 10
 
 
 def test_a_read_only_runtime_serves_the_state_gauges(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ EXTRAS = {
     "prometheus_client": "prometheus_client",
     "retinue.metrics": "prometheus_client",
     "retinue.web": "starlette",
+    "opentelemetry.sdk.trace": "opentelemetry.sdk",
+    "opentelemetry.sdk.trace.export": "opentelemetry.sdk",
 }
 
 

@@ -27,6 +27,7 @@ from typing import Any, Self, cast
 import pykka
 
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Observer
 from retinue.actors.turn import Runner, Turn
 from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
@@ -44,8 +45,9 @@ __all__ = [
 
 log = logging.getLogger("retinue.agent")
 
-# report(agent_id, generation, output, error): how a finished runner reports back
-Report = Callable[[str, int, str | None, str | None], None]
+# report(agent_id, generation, output, error, trace): how a finished runner reports back
+# (``trace``: its turn's span as a W3C traceparent, None if the runtime traces nothing).
+Report = Callable[[str, int, str | None, str | None, str | None], None]
 Submit = Callable[[Callable[[], None]], Any]
 
 
@@ -91,7 +93,8 @@ def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str |
     """
     token = _RUNNING.set(turn.agent.id)
     try:
-        result: Any = runner(turn)
+        with turn.watch.current():  # its span is current: what it starts nests under it
+            result: Any = runner(turn)
     except BaseException as exc:  # a runner must never take its actor down
         return None, error_text(exc, output_max_bytes)
     finally:
@@ -127,7 +130,8 @@ async def run_runner_async(
     if not turn.claim_start():  # cancelled before it ran: its inputs already went back
         raise asyncio.CancelledError
     try:
-        result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
+        with turn.watch.current():  # its span is current in this task
+            result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a runner must never take its loop down
@@ -281,10 +285,12 @@ class AgentActor(PooledActor):
         output_max_bytes: int,
         executor: Executor,
         is_async: bool,
+        observer: Observer | None = None,
     ) -> None:
         """Prepare the actor; the turn arrives as its one message.
 
-        ``is_async`` says whether ``runner`` is async (the world knows it per profile).
+        ``is_async`` says whether ``runner`` is async (the world knows it per profile);
+        ``observer`` gives the turn its watch (``turn.watch``) as the runner starts.
         """
         self.is_async = is_async
         self._loop_thread = executor.loop
@@ -293,10 +299,15 @@ class AgentActor(PooledActor):
         self._runner = runner
         self._settle = settle
         self._output_max_bytes = output_max_bytes
+        self._observer = observer
+        model = getattr(runner, "model", None)  # a model runner's, for its turn's span
+        self._model = model if isinstance(model, str) else None
 
     def on_receive(self, message: Any) -> Any:
         """Run the turn in ``message`` (or start its task), report it, then stop."""
         if isinstance(message, Turn):
+            if self._observer is not None:
+                message.watch = self._observer.watch(message, self._model)
             if self.is_async:
                 self._start_task(message)
                 return None
@@ -306,7 +317,7 @@ class AgentActor(PooledActor):
             output, error = run_runner(self._runner, message, self._output_max_bytes)
             message.runner_returned = True
             try:
-                self._settle(message.agent.id, message.agent.generation, output, error)
+                self._report(message, output, error)
             finally:
                 self.stop()
         return None
@@ -318,8 +329,9 @@ class AgentActor(PooledActor):
         no runner of that turn runs any more (see ``Runtime.wait_idle``).
         """
         turn.runner_returned = True
+        turn.watch.end("interrupted", None)
         try:
-            self._settle(turn.agent.id, turn.agent.generation, None, None)
+            self._settle(turn.agent.id, turn.agent.generation, None, None, None)
         finally:
             with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                 self.stop()
@@ -347,9 +359,25 @@ class AgentActor(PooledActor):
             turn.runner_returned = True
             try:
                 output, error = finished.result()
-                self._settle(turn.agent.id, turn.agent.generation, output, error)
+                self._report(turn, output, error)
             finally:
                 with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                     self.stop()
 
         task.add_done_callback(done)
+
+    def _report(self, turn: Turn, output: str | None, error: str | None) -> None:
+        """Settle ``turn`` with its runner's outcome, and end its span."""
+        watch = turn.watch
+        trace = watch.traceparent()
+        status = (
+            "interrupted"
+            if turn.cancelled.is_set()
+            else "failed"
+            if error is not None
+            else "completed"
+        )
+        try:
+            self._settle(turn.agent.id, turn.agent.generation, output, error, trace)
+        finally:
+            watch.end(status, error)

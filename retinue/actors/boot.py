@@ -19,6 +19,7 @@ import pykka
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import load_tree
@@ -28,7 +29,14 @@ from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
-from retinue.protocol.tools import BUILTIN_TOOLS, resolve_profile_tools, unavailable_tools
+from retinue.protocol.supervision import check_approve_names
+from retinue.protocol.tools import (
+    BUILTIN_TOOLS,
+    check_offered_names,
+    resolve_profile_tools,
+    resolve_tools,
+    unavailable_tools,
+)
 
 __all__ = [
     "DEPTH_CAP_KEY",
@@ -91,7 +99,9 @@ def profile_table(
             a profile whose tools exceed those of a profile that spawns it
             (the capability ceiling; the message names the extra tools); a
             profile with a model runner naming tools that are neither built in
-            nor registered on that runner.
+            nor registered on that runner; two tools a model would be offered
+            under one function name; an ``approve`` entry that names no tool
+            of the profile.
         DelegationCycleError, DelegationDepthError: a bad profile graph.
     """
     table: dict[str, Profile] = {}
@@ -130,6 +140,7 @@ def profile_table(
             )
         runners[profile.name] = chosen
         hosts = getattr(chosen, "host_tools", None)  # a model runner's registered tools
+        _check_names(profile, tools[profile.name], chosen if isinstance(hosts, Mapping) else None)
         if profile.name in explicit and isinstance(hosts, Mapping):
             missing = unavailable_tools(tools[profile.name], hosts)
             if missing:
@@ -140,6 +151,23 @@ def profile_table(
                     "LiteLLMRunner(host_tools={...})"
                 )
     return table, runners
+
+
+def _check_names(profile: Profile, tools: tuple[str, ...], model_runner: object) -> None:
+    """Check the names a profile's model is offered and the ``approve`` entries.
+
+    ``tools`` are the profile's effective tools; a model runner built with
+    tools of its own (``LiteLLMRunner(tools=...)``) offers those instead.
+
+    Raises:
+        ConfigurationError: see :func:`~retinue.protocol.tools.check_offered_names`
+            and :func:`~retinue.protocol.supervision.check_approve_names`.
+    """
+    own = getattr(model_runner, "tools", None)
+    has = resolve_tools(own, owner=profile.name) if own is not None else None
+    names = tools if has is None else has
+    check_offered_names(profile.name, names)
+    check_approve_names(profile.name, profile.approve, names)
 
 
 def read_diagnostics(store: Store) -> list[Diagnostic]:
@@ -181,6 +209,7 @@ def boot(
     bus: EventBus,
     engine: Engine,
     executor: Executor | None = None,
+    spans: Spans | None = None,
 ) -> Booted:
     """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
 
@@ -213,6 +242,7 @@ def boot(
         bus=bus,
         engine=engine,
         executor=executor,
+        spans=spans,
     )
     core.supervision.approvals.load(restored.approvals)
     core.recover()

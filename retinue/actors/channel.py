@@ -18,7 +18,16 @@ from typing import Any, cast
 
 import pykka
 
-from retinue.actors.commands import Command, Envelope, SupervisorCommand
+from retinue.actors.commands import (
+    Command,
+    Envelope,
+    FollowUp,
+    Resume,
+    RunMany,
+    Spawn,
+    SpawnMany,
+    SupervisorCommand,
+)
 from retinue.actors.reply import Reply
 from retinue.errors import RuntimeClosed
 
@@ -40,8 +49,17 @@ class RuntimeState(enum.Enum):
     CLOSED = "closed"
 
 
-def actor_target(actor: pykka.ActorRef[Any]) -> Target:
+# The commands that start turns: the sender's current span goes with them (tracing).
+_TRACED = frozenset({Spawn, SpawnMany, RunMany, FollowUp, Resume})
+
+
+def actor_target(
+    actor: pykka.ActorRef[Any], capture: Callable[[], str | None] | None = None
+) -> Target:
     """Return the target that puts a command in the supervisor actor's inbox.
+
+    ``capture()`` (when the runtime traces) is the sender's current span, taken
+    on the sender's thread for each command that starts turns.
 
     Raises (from the target):
         RuntimeClosed: the supervisor has stopped.
@@ -51,10 +69,11 @@ def actor_target(actor: pykka.ActorRef[Any]) -> Target:
         command: Command[Any], reply: concurrent.futures.Future[Any] | None
     ) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = reply if reply is not None else Reply()
+        trace = capture() if capture is not None and type(command) in _TRACED else None
         try:
             # Every command class is a member of the closed union; the
             # supervisor's exhaustive match answers anything else with an error.
-            actor.tell(Envelope(cast(SupervisorCommand, command), future))
+            actor.tell(Envelope(cast(SupervisorCommand, command), future, trace))
         except pykka.ActorDeadError:
             raise RuntimeClosed("the runtime's supervisor has stopped") from None
         return future

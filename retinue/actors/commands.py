@@ -408,6 +408,7 @@ class Settle(Command[None]):
     sender: TurnRef
     output: str | None
     error: str | None
+    trace: str | None = None  # the turn's span (W3C traceparent), when the runtime traces
 
 
 @dataclass(frozen=True, slots=True)
@@ -609,3 +610,5 @@ class Envelope:
 
     command: SupervisorCommand
     reply: concurrent.futures.Future[Any]
+    trace: str | None = None
+    """The sender's current span (W3C ``traceparent``) for a command that starts turns."""

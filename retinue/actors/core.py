@@ -23,6 +23,7 @@ from retinue.actors.commands import Host, Sender
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Observer, Spans
 from retinue.actors.profile import Profile
 from retinue.actors.transition import Transition, resolve_future
 from retinue.actors.tree import HOST_KEY, Tree
@@ -184,6 +185,7 @@ class World:
 
     Attributes:
         engine: the runtime's call engine (turns send their commands through it).
+        observer: gives each turn its watch (live tool and model call events).
         executor: the pool and event loop agent actors run on.
         runner_is_async: per profile, whether its runner is ``async def``.
         runner_holds_input: per profile, whether its runner keeps a turn's
@@ -203,14 +205,17 @@ class World:
         bus: EventBus,
         engine: Engine,
         executor: Executor | None = None,
+        spans: Spans | None = None,
     ) -> None:
-        """Gather the store, tree, profiles, limits, bus, engine and the runners' executors."""
+        """Gather the store, tree, profiles, limits, bus, engine and the runners' executors
+        (``spans``: where turns' spans go, when the runtime traces)."""
         self.store = store
         self.tree = tree
         self.profiles = profiles
         self.runners = runners
         self.limits = limits
         self.bus = bus
+        self.observer = Observer(bus, spans)
         self.engine = engine
         self.executor = executor if executor is not None else Executor()
         self.runner_is_async = {name: is_async_runner(r) for name, r in runners.items()}

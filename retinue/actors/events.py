@@ -7,6 +7,10 @@ subscriber's queue holds ``capacity`` events, each new event pushes out its
 oldest one; the subscriber is then told how many it lost with one
 :class:`~retinue.protocol.messages.EventsDropped` event, delivered where the
 gap is. Memory per subscriber is therefore bounded whatever the subscriber does.
+
+A pull listener (a stream, :mod:`retinue.actors.streams`) is an
+:class:`EventQueue` attached with :meth:`EventBus.attach`: the same bound and
+drop notice, with no thread; its consumer takes the events.
 """
 
 from __future__ import annotations
@@ -21,34 +25,47 @@ from retinue.protocol import paths
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import Event, EventsDropped
 
-__all__ = ["EventBus", "Subscriber"]
+__all__ = ["EventBus", "EventQueue", "Subscriber"]
 
 Subscriber = Callable[[Event], None]
 log = logging.getLogger("retinue.events")
 _BATCH = 256  # events taken off a queue at once (bounds what is in flight too)
 
 
-class _Subscription:
-    """One subscriber's bounded queue and the thread that feeds it."""
+class EventQueue:
+    """One listener's bounded queue of events, with its drop count and its end.
 
-    def __init__(self, callback: Subscriber, capacity: int) -> None:
-        self.callback = callback
+    ``accept(event)`` (None: every event) picks what the listener wants, before
+    it takes a place. Beyond ``capacity`` each new event pushes out the oldest;
+    the next batch taken then starts with one ``EventsDropped`` saying how many
+    went. ``on_ready()`` (optional, set by a consumer) is called, outside the
+    lock, when the queue goes from empty to not empty and when it ends.
+    """
+
+    def __init__(self, capacity: int, accept: Callable[[Event], bool] | None = None) -> None:
+        """An empty queue of at most ``capacity`` events, keeping those ``accept`` accepts."""
         self.capacity = capacity
+        self.accept = accept
         self.pending: deque[Event] = deque()
         self.dropped = 0  # dropped since the last notice
         self.total_dropped = 0
         self.cond = threading.Condition(threading.Lock())
-        self.busy = False  # a batch is being delivered
         self.stopped = False  # unsubscribed: deliver nothing more
         self.draining = False  # closing: deliver what is queued, then stop
-        self.thread = threading.Thread(target=self._run, name="retinue-events", daemon=True)
+        self.on_ready: Callable[[], None] | None = None
 
     def offer(self, events: Sequence[Event]) -> None:
         """Queue events, pushing out the oldest beyond capacity (never blocks for long)."""
+        accept = self.accept
+        if accept is not None:
+            events = [e for e in events if accept(e)]
+            if not events:
+                return
         with self.cond:
             if self.stopped or self.draining:
                 return
             pending = self.pending
+            was_empty = not pending and not self.dropped
             pending.extend(events)
             excess = len(pending) - self.capacity
             if excess > 0:
@@ -57,6 +74,48 @@ class _Subscription:
                 self.dropped += excess
                 self.total_dropped += excess
             self.cond.notify()
+            ready = self.on_ready if was_empty else None
+        if ready is not None:
+            ready()
+
+    def take_locked(self, limit: int) -> list[Event]:
+        """Return the next batch (a drop notice first, if any) of at most ``limit`` events.
+
+        The caller holds :attr:`cond`.
+        """
+        batch: list[Event] = []
+        if self.dropped:
+            batch.append(
+                EventsDropped(agent_id="", path=paths.ROOT, at=time.time(), dropped=self.dropped)
+            )
+            self.dropped = 0
+        pending = self.pending
+        for _ in range(min(limit, len(pending))):
+            batch.append(pending.popleft())
+        return batch
+
+    def stop(self, *, drain: bool) -> None:
+        """End the queue: at once, or (``drain``) once what is queued is taken."""
+        with self.cond:
+            if drain:
+                self.draining = True
+            else:
+                self.stopped = True
+                self.pending.clear()
+            self.cond.notify_all()
+            ready = self.on_ready
+        if ready is not None:
+            ready()
+
+
+class _Subscription(EventQueue):
+    """One subscriber's bounded queue and the thread that feeds it."""
+
+    def __init__(self, callback: Subscriber, capacity: int) -> None:
+        super().__init__(capacity)
+        self.callback = callback
+        self.busy = False  # a batch is being delivered
+        self.thread = threading.Thread(target=self._run, name="retinue-events", daemon=True)
 
     def _take(self) -> list[Event] | None:
         """Wait for the next batch (a drop notice first, if any); None means stop."""
@@ -65,17 +124,7 @@ class _Subscription:
                 self.cond.wait()
             if self.stopped:
                 return None
-            batch: list[Event] = []
-            if self.dropped:
-                batch.append(
-                    EventsDropped(
-                        agent_id="", path=paths.ROOT, at=time.time(), dropped=self.dropped
-                    )
-                )
-                self.dropped = 0
-            pending = self.pending
-            for _ in range(min(_BATCH, len(pending))):
-                batch.append(pending.popleft())
+            batch = self.take_locked(_BATCH)
             self.busy = bool(batch)
             return batch or None  # empty here means draining with nothing left
 
@@ -103,16 +152,6 @@ class _Subscription:
                 lambda: self.stopped or not (self.pending or self.dropped or self.busy), timeout
             )
 
-    def stop(self, *, drain: bool) -> None:
-        """Stop the thread: at once, or (``drain``) once what is queued is delivered."""
-        with self.cond:
-            if drain:
-                self.draining = True
-            else:
-                self.stopped = True
-                self.pending.clear()
-            self.cond.notify()
-
 
 class EventBus:
     """Delivers events to each subscriber on its own thread, in publish order, bounded."""
@@ -130,7 +169,7 @@ class EventBus:
         if capacity <= 0:
             raise ValueError("an event queue capacity must be positive")
         self.capacity = capacity
-        self._subscriptions: list[_Subscription] = []
+        self._subscriptions: list[EventQueue] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -152,6 +191,28 @@ class EventBus:
             subscription.stop(drain=False)
 
         return unsubscribe
+
+    def attach(self, queue: EventQueue) -> Callable[[], None]:
+        """Queue every later event in ``queue`` (a pull listener, such as a stream).
+
+        Returns the function that detaches it (and ends it). After :meth:`close`
+        the queue is ended at once.
+        """
+        with self._lock:
+            if not self._closed:
+                self._subscriptions = [*self._subscriptions, queue]
+                closed = False
+            else:
+                closed = True
+        if closed:
+            queue.stop(drain=True)
+
+        def detach() -> None:
+            with self._lock:
+                self._subscriptions = [s for s in self._subscriptions if s is not queue]
+            queue.stop(drain=False)
+
+        return detach
 
     @property
     def active(self) -> bool:
@@ -177,6 +238,8 @@ class EventBus:
         """
         deadline = time.monotonic() + timeout
         for subscription in self._subscriptions:
+            if not isinstance(subscription, _Subscription):  # a pull listener takes its own
+                continue
             if subscription.thread is threading.current_thread():
                 continue
             if not subscription.flush(max(0.0, deadline - time.monotonic())):
@@ -192,5 +255,7 @@ class EventBus:
             subscription.stop(drain=True)
         deadline = time.monotonic() + timeout
         for subscription in subscriptions:
+            if not isinstance(subscription, _Subscription):
+                continue
             if subscription.thread is not threading.current_thread():
                 subscription.thread.join(timeout=max(0.0, deadline - time.monotonic()))

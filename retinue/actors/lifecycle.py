@@ -93,6 +93,10 @@ class Lifecycle:
             or record.state not in _LIVE
         ):
             return  # a late result of an interrupted turn: discarded
+        if command.trace is not None:
+            tx.trace = command.trace  # a wake it causes links to this turn's span
+            if record.trace is None:  # an agent spawned outside any span: its trace is this
+                record = self.world.update(record, trace=command.trace)
         self.finish_turn(tx, record, command.output, command.error)
 
     def finish_turn(

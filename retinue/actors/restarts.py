@@ -71,20 +71,32 @@ class Restarts:
     def lost(self, tx: Transition, record: AgentRecord) -> bool:
         """A turn was lost in a crash: restart it, or give up; False if no policy answers it.
 
-        Called by the recovery, before the supervisor serves (nothing is woken).
+        It waits attempt 1's backoff, whatever attempt was lost (the crash says
+        nothing about the task), and counts as the task's next attempt. Called
+        by the recovery, before the supervisor serves (nothing is woken).
         """
         policy = self.policy(record, "lost")
         if policy is None:
             return False
-        error = self._restart(tx, record, LOST_ERROR, policy)
+        error = self._restart(tx, record, LOST_ERROR, policy, backoff_of=1)
         if error is not None:
             self._settle_failed(tx, record, error)
         return True
 
     def _restart(
-        self, tx: Transition, record: AgentRecord, error: str, policy: Restart
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        error: str,
+        policy: Restart,
+        *,
+        backoff_of: int | None = None,
     ) -> str | None:
-        """Schedule the task's next attempt, or return the give-up error (intensity)."""
+        """Schedule the task's next attempt, or return the give-up error (intensity).
+
+        It waits the backoff of restart ``backoff_of`` (default: the restart
+        this one is, ``record.attempt``).
+        """
         now = time.time()
         recent = tuple(t for t in record.restarts if t > now - policy.within_s)
         if len(recent) + 1 > policy.max_restarts:
@@ -93,7 +105,7 @@ class Restarts:
                 f"within {policy.within_s:g} s; "
                 f"last error: {error}"
             )
-        delay = policy.delay(record.attempt, self.rng)
+        delay = policy.delay(record.attempt if backoff_of is None else backoff_of, self.rng)
         due = now + delay
         record = self.world.update(
             record,

@@ -86,6 +86,8 @@ class Scheduler:
         self.queues: dict[bool, deque[tuple[int, str]]] = {False: deque(), True: deque()}
         self._order = itertools.count()
         self.pending_turn: dict[str, tuple[str, str, int]] = {}  # id -> (task, reason, order)
+        # The span that caused a queued turn (a follow-up's, a waking child's), for its link.
+        self.causes: dict[str, str] = {}
         self.turns: dict[str, TurnHandle] = {}
         self.reacquire: deque[SlotRequest] = deque()
         self._settle = self._settle_teller()  # how every runner reports back
@@ -146,6 +148,8 @@ class Scheduler:
                 generation=record.generation,
             )
         )
+        if tx.trace is not None and tx.trace != record.trace:
+            self.causes[record.id] = tx.trace
         if start:
             self._run(tx, record, task, reason)
         else:
@@ -227,6 +231,7 @@ class Scheduler:
                 world.limits.output_max_bytes,
                 world.executor,
                 self._is_async(record.profile),
+                world.observer,
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
             error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
@@ -244,6 +249,9 @@ class Scheduler:
             profile=profile,
             keeps_receipts=world.runner_holds_input.get(record.profile, False),
         )
+        if world.observer.spans is not None:
+            turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
+            turn.root_id = world.tree.top_of.get(agent_id, agent_id)
         self.turns[agent_id] = TurnHandle(
             generation=record.generation,
             turn=turn,
@@ -277,12 +285,14 @@ class Scheduler:
 
         tx.after(arm)
 
-    def _settle_teller(self) -> Callable[[str, int, str | None, str | None], None]:
+    def _settle_teller(self) -> Callable[[str, int, str | None, str | None, str | None], None]:
         engine = self.world.engine
 
-        def settle(agent_id: str, generation: int, output: str | None, error: str | None) -> None:
+        def settle(
+            agent_id: str, generation: int, output: str | None, error: str | None, trace: str | None
+        ) -> None:
             # Refused only once the runtime closed, which interrupted the turn already.
-            engine.tell(Settle(TurnRef(agent_id, generation), output, error))
+            engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace))
 
         return settle
 
@@ -334,6 +344,7 @@ class Scheduler:
     def unqueue(self, agent_id: str) -> None:
         """Forget a queued turn that has not started (its queue entry is dropped when reached)."""
         self.pending_turn.pop(agent_id, None)
+        self.causes.pop(agent_id, None)
 
     def cancel(self, tx: Transition, record: AgentRecord) -> Turn | None:
         """Cancel a running turn: set ``turn.cancelled`` and cancel an async turn's task.

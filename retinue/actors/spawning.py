@@ -264,6 +264,7 @@ class Spawner:
             updated_at=now,
             idempotency_key=idempotency_key,
             started_at=now if starts else None,
+            trace=tx.trace,
         )
         self.world.tree.put_agent(record)
         tx.emit(

@@ -85,6 +85,7 @@ from retinue.actors.executor import Executor
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
 from retinue.actors.mailboxes import Mailboxes
+from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.reply import Reply
 from retinue.actors.routing import Router
@@ -120,8 +121,9 @@ class Supervisor:
         bus: EventBus,
         engine: Engine,
         executor: Executor | None = None,
+        spans: Spans | None = None,
     ) -> None:
-        """Compose the parts over one world."""
+        """Compose the parts over one world (``spans``: where its spans go, if it traces)."""
         self.world = World(
             store=store,
             tree=tree,
@@ -131,6 +133,7 @@ class Supervisor:
             bus=bus,
             engine=engine,
             executor=executor,
+            spans=spans,
         )
         self.scheduler = Scheduler(self.world, inbox=self._inbox, start_failed=self._start_failed)
         self.waiters = Waiters(self.world, self.scheduler)
@@ -163,6 +166,7 @@ class Supervisor:
         command = envelope.command
         world = self.world
         tx = Transition(envelope.reply, record_events=world.bus.active)
+        tx.trace = envelope.trace
         try:
             if world.closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")

@@ -1,11 +1,12 @@
-"""A runtime's running parts, started and stopped together: the writer's and the reader's.
+"""A writable runtime's running parts, started and stopped together.
 
 :class:`System` is a writable runtime below its facade: the store, the
 executors agent actors run on, the supervisor actor, the compactor thread,
 the event bus, and the channel and engine every call goes through. It opens
 them in order and closes them in the reverse order, once, whoever asks and
-however often. :class:`ReadOnlySystem` is the same for a store opened
-read-only beside its writer.
+however often; a failed start closes what it opened.
+:class:`~retinue.actors.readonly.ReadOnlySystem` is the same for a store
+opened read-only beside its writer.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from typing import Any
 import pykka
 
 from retinue.actors.agent import running_agent
-from retinue.actors.boot import boot, read_diagnostics
+from retinue.actors.boot import Booted, boot
 from retinue.actors.channel import Channel, RuntimeState, actor_target
 from retinue.actors.commands import Compact, Rearm, Shutdown
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
-from retinue.actors.reader import StoreReader
 from retinue.actors.supervisor import Supervisor
 from retinue.actors.turn import Runner
 from retinue.errors import RetinueError, StoreError
@@ -39,7 +40,7 @@ from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Store
 from retinue.protocol.limits import Limits
 
-__all__ = ["CLOSE_GRACE_S", "ReadOnlySystem", "System"]
+__all__ = ["CLOSE_GRACE_S", "System"]
 
 CLOSE_GRACE_S = 5.0
 """How long a close waits, in all, for the runners of the turns it interrupts."""
@@ -54,6 +55,7 @@ class System:
         self,
         *,
         path: Path,
+        created: Path | None,
         temporary: bool,
         store: Store,
         executor: Executor,
@@ -63,6 +65,7 @@ class System:
     ) -> None:
         """Gather the parts (see :meth:`start`); the supervisor is attached by :meth:`start`."""
         self.path = path
+        self.created = created  # the folder the start made (None: it was there)
         self.temporary = temporary
         self.store = store
         self.executor = executor
@@ -91,6 +94,7 @@ class System:
         limits: Limits,
         bus: EventBus | None = None,
         before_stop: Sequence[Callable[[], None]] = (),
+        spans: Spans | None = None,
     ) -> System:
         """Open (or create) the writable store ``options`` names and start everything on it.
 
@@ -99,12 +103,49 @@ class System:
         functions of what the host's layers started on the runtime's executors
         (MCP sessions): the shutdown calls them once the turns are interrupted,
         before the event loop stops. A failed start leaves nothing behind: the
-        executor is stopped, the store closed and a folder this call created
-        removed again.
+        executor is stopped, the store closed, a folder this call created
+        removed again and the ``before_stop`` functions called. ``spans`` is where
+        the turns' spans go (:mod:`retinue.tracing`; None: no spans).
 
         Raises:
             StoreError: the folder cannot be created, or the recovery not written.
             StoreLocked, StoreVersionError, StoreCorrupted: as :class:`Store` raises.
+        """
+        try:
+            system = cls._open(options, create=create, limits=limits, bus=bus)
+        except BaseException:
+            _call_each(before_stop)
+            raise
+        system.before_stop = list(before_stop)
+        try:
+            booted = boot(
+                system.store,
+                profiles=profiles,
+                runners=runners,
+                limits=limits,
+                bus=system.bus,
+                engine=system.engine,
+                executor=system.executor,
+                spans=spans,
+            )
+        except BaseException:
+            system._discard()
+            raise
+        try:
+            system._serve(booted)
+        except BaseException:
+            system.shutdown()
+            raise
+        return system
+
+    @classmethod
+    def _open(
+        cls, options: StoreOptions, *, create: bool, limits: Limits, bus: EventBus | None
+    ) -> System:
+        """Make the folder, open the store and start the executors; a failure undoes them.
+
+        Raises:
+            StoreError, StoreLocked, StoreVersionError, StoreCorrupted: as :meth:`start`.
         """
         created = _make_folder(options.path)
         path = options.path if options.path is not None else created
@@ -124,46 +165,53 @@ class System:
         try:
             executor = Executor()
             executor.start()  # threads start here, never on the supervisor's or writer's
-            bus = bus if bus is not None else EventBus(limits.event_queue_capacity)
-            engine = Engine(Channel(after_close=True))
-            system = cls(
-                path=path,
-                temporary=options.path is None,
-                store=store,
-                executor=executor,
-                bus=bus,
-                engine=engine,
-                limits=limits,
-            )
-            booted = boot(
-                store,
-                profiles=profiles,
-                runners=runners,
-                limits=limits,
-                bus=bus,
-                engine=engine,
-                executor=executor,
-            )
         except BaseException:
             if executor is not None:
                 executor.shutdown(0.0)
             store.close()
             remove_created(created)
             raise
-        system.core, system.actor = booted.core, booted.actor
-        system.diagnostics = booted.diagnostics
-        engine.channel.connect(actor_target(booted.actor))
-        engine.tell(Rearm())  # pending restarts and approval timeouts get their timers
-        system._compactor = threading.Thread(
-            target=system._compact_loop, name="retinue-compactor", daemon=True
+        return cls(
+            path=path,
+            created=created,
+            temporary=options.path is None,
+            store=store,
+            executor=executor,
+            bus=bus if bus is not None else EventBus(limits.event_queue_capacity),
+            engine=Engine(Channel(after_close=True)),
+            limits=limits,
         )
-        system._compactor.start()
-        return system
+
+    def _discard(self) -> None:
+        """Undo a start whose supervisor never ran: stop the executors, close the store."""
+        self.executor.shutdown(0.0)
+        self.store.close()
+        remove_created(self.created)
+        _call_each(self.before_stop)
+
+    def _serve(self, booted: Booted) -> None:
+        """Connect the running supervisor, re-arm its timers and start the compactor."""
+        self.core, self.actor = booted.core, booted.actor
+        self.diagnostics = booted.diagnostics
+        observer = booted.core.world.observer
+        capture = observer.capture if observer.spans is not None else None
+        self.engine.channel.connect(actor_target(booted.actor, capture))
+        self.engine.tell(Rearm())  # pending restarts and approval timeouts get their timers
+        self._compactor = threading.Thread(
+            target=self._compact_loop, name="retinue-compactor", daemon=True
+        )
+        self._compactor.start()
 
     @property
     def state(self) -> RuntimeState:
         """Open, closing or closed."""
         return self.engine.channel.state
+
+    @property
+    def abandoned_runners(self) -> int:
+        """Sync runners that ignored an interrupt (or close) and still hold their thread."""
+        core = self.core
+        return 0 if core is None else len(core.scheduler.abandoned)
 
     def _compact_loop(self) -> None:
         while not self._stopping.wait(self.limits.compact_interval_s):
@@ -213,11 +261,7 @@ class System:
         channel.close(RuntimeState.CLOSED)
         self.engine.give_back_host_waits()
         self._stop_runners(actors)
-        for close in self.before_stop:  # on the loop, before it stops (MCP process groups)
-            try:
-                close()
-            except Exception:
-                log.exception("closing %r failed", close)
+        _call_each(self.before_stop)  # on the loop, before it stops (MCP process groups)
         # Before the supervisor stops: cancelled async turns finish here and
         # give back the completions their waits had taken (GiveBack is served
         # while closing), so none is lost to a stopped supervisor.
@@ -250,6 +294,15 @@ class System:
                     stopped.get(timeout=STOP_POLL_S)
 
 
+def _call_each(closes: Sequence[Callable[[], None]]) -> None:
+    """Call each close function in order; one that fails is logged and the next called."""
+    for close in closes:
+        try:
+            close()
+        except Exception:
+            log.exception("closing %r failed", close)
+
+
 def _make_folder(path: Path | None) -> Path | None:
     """Create the store's folder (a temporary one for None); return it if this call made it.
 
@@ -262,53 +315,3 @@ def _make_folder(path: Path | None) -> Path | None:
         return Path(tempfile.mkdtemp(prefix="retinue-"))
     except OSError as exc:
         raise StoreError(f"cannot create a temporary store folder: {exc}") from None
-
-
-class ReadOnlySystem:
-    """A store opened read-only beside its writer, and the reader that serves it."""
-
-    def __init__(self, path: Path, limits: Limits) -> None:
-        """Open the store at ``path`` read-only.
-
-        Raises:
-            StoreVersionError: the store was written by a newer schema.
-            StoreError, StoreCorrupted: no readable store there.
-        """
-        self.path = path
-        self.limits = limits
-        self.bus = EventBus(limits.event_queue_capacity)
-        store = Store(path, readonly=True)
-        try:
-            store.refuse_newer()
-            self.diagnostics = read_diagnostics(store)
-        except BaseException:
-            store.close()
-            raise
-        self.store = store
-        self.reader = StoreReader(store, limits)
-        self.engine = Engine(Channel(after_close=False))
-        self.engine.channel.connect(self.reader.submit)
-        self._lock = threading.Lock()
-        self._shutting_down = False
-        self._released = threading.Event()
-
-    @property
-    def state(self) -> RuntimeState:
-        """Open or closed."""
-        return self.engine.channel.state
-
-    def shutdown(self) -> None:
-        """Release the store (waiting for reads in progress); idempotent, from any thread."""
-        with self._lock:
-            first = not self._shutting_down
-            self._shutting_down = True
-        if not first:
-            self._released.wait()
-            return
-        try:
-            self.engine.channel.close(RuntimeState.CLOSED)
-            self.reader.close()
-            self.store.close()
-            self.bus.close()
-        finally:
-            self._released.set()

@@ -6,7 +6,8 @@ tree gathers the store writes) instead of resetting shared fields on every
 call. Once the handler returns, the writes go to the store as one
 transition; when the store says they are committed, the effects run (start
 a runner, answer a waiter), the events are published and the caller is
-answered, unless the answer was deferred to a waiter.
+answered, unless the answer was deferred to a waiter. The events are published
+before the effects run, so whatever a started runner publishes comes after them.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class Transition:
         closing_subtree: agents a close_tree is closing (none of them is woken).
         idle_hosts: agents with host waits left unanswered; once the command is
             done, those waits end with ``NothingToWaitFor`` if the agent is idle.
+        trace: the span that caused this command (W3C ``traceparent``; None when
+            the runtime traces nothing): stored with the agents it spawns, a
+            link of the turns it starts.
     """
 
     __slots__ = (
@@ -71,6 +75,7 @@ class Transition:
         "reply",
         "result",
         "started",
+        "trace",
         "writes",
     )
 
@@ -87,6 +92,7 @@ class Transition:
         self.drained: set[str] = set()
         self.closing_subtree: set[str] = set()
         self.idle_hosts: set[str] = set()
+        self.trace: str | None = None
         self._record_events = record_events
 
     def after(self, effect: Callable[[], None]) -> None:
@@ -126,12 +132,14 @@ class Transition:
             for future in self.answers:
                 resolve_future(future, failed)
             return
+        # Events first: a turn's runner starts in an effect, and what it publishes
+        # live (tool and model calls) must follow its turn_started.
+        if self.events:
+            bus.publish(self.events)
         for effect in self.effects:
             try:
                 effect()
             except Exception:  # one broken effect must not starve the others
                 log.exception("an after-commit effect of %r failed", what)
-        if self.events:
-            bus.publish(self.events)
         if not self.deferred:
             resolve_future(self.reply, self.result)

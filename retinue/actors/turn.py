@@ -34,6 +34,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.engine import Engine, WaitCommand, handed_events
 from retinue.actors.handover import Handover
+from retinue.actors.observer import QUIET, TurnWatch
 from retinue.actors.waiting import resolve_timeout
 from retinue.errors import (
     BlockingCallInAsyncRunner,
@@ -130,6 +131,12 @@ class Turn:
         engine: the runtime's call engine (what :meth:`request` and every operation use).
         handover: events the supervisor took for this turn's waits that its
             runner has not received yet (an interrupt takes them back).
+        watch: where the turn reports its model and tool calls as they happen
+            (:mod:`retinue.actors.observer`); set as its runner starts.
+        trace: the agent's stored trace context (W3C ``traceparent``), the
+            parent of this turn's span; ``cause``: the span that caused this
+            turn (a link); ``root_id``: its top-level agent's id (the trace's
+            conversation). Set when the runtime traces.
     """
 
     def __init__(
@@ -164,6 +171,10 @@ class Turn:
         self.runner_returned = False  # set by the executor once the runner is done
         self.runner_started = False  # set by the executor as the runner starts
         self.loop_thread: int | None = None  # an async turn's event-loop thread
+        self.watch: TurnWatch = QUIET
+        self.trace: str | None = None
+        self.cause: str | None = None
+        self.root_id = agent.id
         self._cancel_lock = threading.Lock()
         self._on_cancel: list[Callable[[], None]] = []
 
@@ -199,6 +210,18 @@ class Turn:
             if self.cancelled.is_set():
                 return False
             self.runner_started = True
+            return True
+
+    def while_running(self, action: Callable[[], None]) -> bool:
+        """Run ``action()`` unless the turn is cancelled; return whether it ran.
+
+        Atomic with :meth:`cancel`: what runs here (a live event published)
+        happens before an interrupt's transition, or not at all.
+        """
+        with self._cancel_lock:
+            if self.cancelled.is_set():
+                return False
+            action()
             return True
 
     def on_cancel(self, hook: Callable[[], None]) -> None:

@@ -27,6 +27,7 @@ from retinue.errors import ApprovalAlreadyAnswered, UnknownApproval
 from retinue.protocol.messages import ApprovalRequested, Event
 from retinue.protocol.supervision import ApprovalRequest
 from retinue.protocol.text import safe_terminal_text
+from retinue.protocol.tools import covers
 
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
@@ -99,7 +100,7 @@ class Approver:
 
     def _answer(self, request: ApprovalRequest, view: View, stop: threading.Event) -> bool:
         """Answer one request; return False if it stays unanswered (waits)."""
-        if request.tool in self.approve:
+        if covers(request.tool, self.approve):  # an MCP tool by name or <server>.*
             return self._send(request, True, "approved by --approve")
         if self.deny_unlisted:
             return self._send(request, False, UNLISTED)

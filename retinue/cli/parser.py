@@ -126,7 +126,7 @@ def _approval_options(p: argparse.ArgumentParser) -> None:
         "--approve",
         action="append",
         metavar="TOOL",
-        help="approve every call of TOOL (repeat for more tools)",
+        help="approve every call of TOOL (an MCP tool: server.tool or server.*; repeatable)",
     )
     p.add_argument(
         "--deny-unlisted",

@@ -12,10 +12,12 @@ __all__ = ["cmd_validate"]
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """``retinue validate TEAM``."""
+    from retinue.actors.boot import profile_table
     from retinue.protocol.graph import validate_graph
 
     team = load_team_file(args.team, None)
-    team.profiles(runner=lambda turn: "")
+    placeholder = lambda turn: ""  # noqa: E731  (nothing runs: a runner for the checks)
+    profile_table(team.profiles(runner=placeholder), placeholder, team.limits)
     depths = validate_graph({n: s.subagents for n, s in team.agents.items()}, team.limits.depth_cap)
     print(
         f"{args.team}: ok — {len(team.agents)} agents, lead {team.lead!r} at /root/{team.name}, "

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from retinue.actors.profile import Profile
 from retinue.cluster import startup
 from retinue.cluster import wire as w
+from retinue.cluster.approvals import ApprovalFace
 from retinue.cluster.local import LocalRay
 from retinue.cluster.router import Router
 from retinue.cluster.specs import shard_config
@@ -37,8 +38,12 @@ T = TypeVar("T")
 _NO_REF: Any = object()
 
 
-class Cluster:
-    """Top-level trees sharded over Ray actors, each shard a ``Runtime`` over its own store."""
+class Cluster(ApprovalFace):
+    """Top-level trees sharded over Ray actors, each shard a ``Runtime`` over its own store.
+
+    The approval calls (``approvals``, ``approve``, ``deny`` and their twins)
+    come from :class:`~retinue.cluster.approvals.ApprovalFace`.
+    """
 
     def __init__(self) -> None:
         """Use :meth:`Cluster.open`."""

@@ -2,7 +2,8 @@
 
 A shard's runtime makes its own ids (32 hex digits); the shard prefixes every
 id it sends out (agents, completions ``s<k>-<agent>:<generation>``, messages
-``s<k>-<recipient>:<seq>``, the host inbox's ``s<k>-/root:<seq>`` among them)
+``s<k>-<recipient>:<seq>``, the host inbox's ``s<k>-/root:<seq>`` among them,
+approval requests)
 and the face strips the prefix on the way in, so a call by id goes straight
 to its shard. ``-`` never occurs in an agent name, so an id is never mistaken
 for a (relative) path.
@@ -16,6 +17,7 @@ import msgspec
 
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = [
     "global_id",
@@ -23,6 +25,7 @@ __all__ = [
     "map_detail",
     "map_info",
     "map_message",
+    "map_request",
     "split_id",
 ]
 
@@ -67,6 +70,13 @@ def map_message(shard: int, message: Message) -> Message:
         completion=None
         if message.completion is None
         else map_completion(shard, message.completion),
+    )
+
+
+def map_request(shard: int, request: ApprovalRequest) -> ApprovalRequest:
+    """Return an approval ``request`` with its id and agent id as cluster ids."""
+    return _replace(
+        request, id=global_id(shard, request.id), agent_id=global_id(shard, request.agent_id)
     )
 
 

@@ -126,6 +126,21 @@ def remove_stale_state(temp_root: Path | None = None) -> list[Path]:
     return removed
 
 
+def make_address_folder() -> Path:
+    """Create (if missing) the folder Ray's ``cluster_utils`` writes ``ray_current_cluster`` to.
+
+    That is Ray's default temporary folder (``/tmp/ray``, or under
+    ``RAY_TMPDIR``), whatever ``temp_dir`` the nodes get; on a machine where
+    it does not exist yet (no Ray ever ran) the start fails with
+    ``FileNotFoundError``. Returns the folder.
+    """
+    from ray._common.utils import get_default_ray_temp_dir
+
+    folder = Path(get_default_ray_temp_dir())
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _serves(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
@@ -233,6 +248,7 @@ def _start(
 
     root = Path(tempfile.gettempdir() if temp_root is None else temp_root)
     remove_stale_state(root)
+    make_address_folder()
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=root))
     (temp_dir / OWNER_FILE).write_text(str(os.getpid()))
     local = LocalRay(address="", nodes=nodes, temp_dir=temp_dir)
@@ -247,12 +263,10 @@ def _start(
     def own() -> None:
         # Ray's node processes die with the thread that started them: this one
         # lives until shutdown.
+        cluster: Any = None
         try:
-            cluster = RayCluster(
-                initialize_head=True,
-                shutdown_at_exit=False,
-                head_node_args={**args, "include_dashboard": False},
-            )
+            cluster = RayCluster(initialize_head=False, shutdown_at_exit=False)
+            cluster.add_node(**args, include_dashboard=False)  # the head
             for _ in range(nodes - 1):
                 cluster.add_node(**args)
             local._cluster = cluster
@@ -260,6 +274,9 @@ def _start(
             local._start_reaper()
         except BaseException as exc:
             failure.append(exc)
+            if cluster is not None:  # what started before the failure must not outlive it
+                with contextlib.suppress(Exception):
+                    cluster.shutdown()
             return
         finally:
             started.set()

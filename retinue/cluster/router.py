@@ -17,6 +17,9 @@ or an event loop.
   returned message again), so the runtime's own commit deduplicates a retry.
 - A wait is leased and acknowledged before it returns; the face never
   returns one completion twice.
+- An approval request's id carries its shard too: approve and deny go
+  straight there (recorded under their request ids, so a retry answers
+  once); ``approvals()`` merges every shard's pending requests.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from retinue.errors import (
     RetinueError,
     ShardUnavailable,
     UnknownAgent,
+    UnknownApproval,
 )
 from retinue.protocol import paths
 from retinue.protocol.checks import check_key, preview
@@ -45,6 +49,7 @@ from retinue.protocol.details import AgentDetail
 from retinue.protocol.ids import new_id
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = ["Router"]
 
@@ -307,6 +312,37 @@ class Router:
         replies = yield Many(tuple(One(k, call, "agents") for k in range(self.shards)))
         merged = [a for raw in replies for a in w.decode_reply(raw, list[AgentInfo])]
         return sorted(merged, key=lambda a: (a.created_at, a.id))
+
+    # -- approvals -----------------------------------------------------------------------
+
+    def approvals(self, ref: Any) -> Op[list[ApprovalRequest]]:
+        """The pending approval requests of ``ref``'s subtree, or of every shard, oldest first."""
+        if ref is None:
+            call = _enc(w.Approvals(None))
+            replies = yield Many(tuple(One(k, call, "approvals") for k in range(self.shards)))
+        else:
+            shard, local = yield from self.route(ref)
+            replies = [(yield One(shard, _enc(w.Approvals(local)), "approvals"))]
+        merged = [r for raw in replies for r in w.decode_reply(raw, list[ApprovalRequest])]
+        return sorted(merged, key=lambda r: (r.requested_at, r.id))
+
+    def answer(self, kind: type[w.Approve | w.Deny], request_id: Any, text: Any) -> Op[None]:
+        """Approve or deny a request on the shard its id names (a retry answers once).
+
+        Raises:
+            ArgumentTypeError: a non-str id.
+            UnknownApproval: an id no shard of this cluster made.
+            ApprovalAlreadyAnswered, InvalidArgument: as ``Runtime.approve``.
+        """
+        if not isinstance(request_id, str):
+            raise ArgumentTypeError(f"request_id must be a str, not {type(request_id).__name__}")
+        split = split_id(request_id)
+        if split is None or split[0] >= self.shards:
+            raise UnknownApproval(
+                f"no approval request {preview(request_id)}; list them with approvals()"
+            )
+        call: Any = kind(new_id(), split[1], text)
+        w.decode_reply((yield One(split[0], _enc(call), call.__struct_config__.tag)), type(None))
 
 
 def _has_messages(raw: bytes) -> bool:

@@ -212,6 +212,12 @@ class ShardCore:
             case w.Agents():
                 agents = await rt.agents_async(include_closed=call.include_closed)
                 return [ids.map_info(k, a) for a in agents]
+            case w.Approvals():
+                return [ids.map_request(k, r) for r in await rt.approvals_async(call.ref)]
+            case w.Approve():
+                return await rt.approve_async(call.request_id, note=call.note)
+            case w.Deny():
+                return await rt.deny_async(call.request_id, reason=call.reason)
             case _:
                 return await self._serve_other(call)
 

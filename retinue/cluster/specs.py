@@ -24,6 +24,7 @@ from retinue.actors.profile import Profile
 from retinue.actors.turn import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
 from retinue.protocol.limits import Limits
+from retinue.protocol.supervision import Restart
 from retinue.team import Team, load_team
 
 __all__ = [
@@ -53,6 +54,8 @@ class ProfileSpec(msgspec.Struct, frozen=True, kw_only=True):
     result_format: str | None = None
     model_settings: dict[str, Any] = {}
     turn_timeout_s: float | None = None
+    restart: Restart | None = None
+    approve: tuple[str, ...] = ()
 
 
 class TeamSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,6 +157,8 @@ def spec_of(profile: Profile) -> ProfileSpec:
         result_format=profile.result_format,
         model_settings=settings,
         turn_timeout_s=profile.turn_timeout_s,
+        restart=profile.restart,
+        approve=tuple(profile.approve),
     )
 
 
@@ -175,6 +180,8 @@ def profile_of(spec: ProfileSpec) -> Profile:
         result_format=spec.result_format,
         model_settings=spec.model_settings,
         turn_timeout_s=spec.turn_timeout_s,
+        restart=spec.restart,
+        approve=spec.approve,
     )
 
 

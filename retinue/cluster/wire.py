@@ -23,9 +23,12 @@ from retinue.errors import ClusterError, RetinueError, RuntimeClosed, StoreError
 __all__ = [
     "Ack",
     "Agents",
+    "Approvals",
+    "Approve",
     "Call",
     "Close",
     "CloseTree",
+    "Deny",
     "FollowUp",
     "Get",
     "Inspect",
@@ -177,6 +180,28 @@ class Agents(_Call, frozen=True, tag="agents"):
     include_closed: bool
 
 
+class Approvals(_Call, frozen=True, tag="approvals"):
+    """``approvals``: the pending requests of ``ref``'s subtree, or all (a read)."""
+
+    ref: str | None
+
+
+class Approve(_Call, frozen=True, tag="approve"):
+    """``approve`` of the shard-local ``request_id``."""
+
+    rid: str
+    request_id: str
+    note: str | None
+
+
+class Deny(_Call, frozen=True, tag="deny"):
+    """``deny`` of the shard-local ``request_id``."""
+
+    rid: str
+    request_id: str
+    reason: str
+
+
 class Ping(_Call, frozen=True, tag="ping"):
     """Is the shard up? Answered with a :class:`Pong`."""
 
@@ -216,12 +241,27 @@ Call = (
     | Get
     | Inspect
     | Agents
+    | Approvals
+    | Approve
+    | Deny
     | Ping
     | Shutdown
     | SetFault
 )
 
-RECORDED = (Spawn, Send, FollowUp, Resume, Interrupt, InterruptTree, Close, CloseTree, Messages)
+RECORDED = (
+    Spawn,
+    Send,
+    FollowUp,
+    Resume,
+    Interrupt,
+    InterruptTree,
+    Close,
+    CloseTree,
+    Messages,
+    Approve,
+    Deny,
+)
 """Mutating calls: each carries a request id the shard records with its answer."""
 
 

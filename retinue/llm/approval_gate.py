@@ -1,7 +1,9 @@
 """The approval gate of a model turn: calls of tools a person must approve wait for a yes.
 
 Before a step's tool calls run, the calls of tools the profile names in
-``approve`` (``"*"``: every tool but the coordinator tools) are asked for
+``approve`` (``"*"``: every tool but the coordinator tools; an MCP tool by
+its granted name, ``time.get_current_time``, or its server's pattern,
+``time.*``, never by the name the model is offered) are asked for
 through the supervisor (:class:`~retinue.actors.commands.AwaitApproval`); the
 turn parks until each is answered. A denied call is not run: the model gets
 ``{"error": "denied: <reason>"}``. An approved call runs at most once: before
@@ -13,7 +15,7 @@ it again without a new approval; the real result replaces it once it returns.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from retinue.actors.commands import AwaitApproval
@@ -21,7 +23,7 @@ from retinue.llm.context import TurnContext
 from retinue.protocol.supervision import ApprovalRecord, needs_approval
 from retinue.protocol.tools import COORDINATOR_TOOLS
 
-__all__ = ["CUT_SHORT_RESULT", "ask_approvals", "denied_result", "gated"]
+__all__ = ["CUT_SHORT_RESULT", "ask_approvals", "denied_result", "gated", "granted_names"]
 
 CUT_SHORT_RESULT = json.dumps(
     {
@@ -34,35 +36,63 @@ CUT_SHORT_RESULT = json.dumps(
 """The result stored for an approved call while it runs (what a crash leaves the model)."""
 
 
-def gated(approve: Iterable[str], calls: Sequence[Any], offered: Iterable[str]) -> list[Any]:
-    """Return the calls (OpenAI-shaped) that need approval: of tools offered and named."""
+def granted_names(toolbox: Any) -> dict[str, str]:
+    """Return each name ``toolbox`` offers -> the tool's granted name.
+
+    A toolbox of the runner's own making may lack :attr:`ToolBox.granted
+    <retinue.llm.toolbox.ToolBox.granted>`: its offered names stand for themselves.
+    """
+    granted = getattr(toolbox, "granted", None)
+    if isinstance(granted, dict):
+        return granted
+    return {name: name for name in toolbox.names}
+
+
+def gated(approve: Iterable[str], calls: Sequence[Any], offered: Mapping[str, str]) -> list[Any]:
+    """Return the calls (OpenAI-shaped) that need approval: of tools offered and named.
+
+    ``offered`` maps each function name the model is offered to the tool's
+    granted name (:attr:`~retinue.llm.toolbox.ToolBox.granted`); ``approve``
+    is matched against the granted names.
+    """
     names = tuple(approve)
     if not names:
         return []
-    tools = set(offered)
     return [
         call
         for call in calls
-        if call["function"]["name"] in tools
-        and needs_approval(names, call["function"]["name"], COORDINATOR_TOOLS)
+        if (granted := offered.get(call["function"]["name"])) is not None
+        and needs_approval(names, granted, COORDINATOR_TOOLS)
     ]
 
 
 async def ask_approvals(
-    turn: TurnContext, calls: Sequence[Any], *, resume: bool = False
+    turn: TurnContext,
+    calls: Sequence[Any],
+    *,
+    names: Mapping[str, str] | None = None,
+    resume: bool = False,
 ) -> dict[str, ApprovalRecord]:
     """Ask approval of ``calls``; return each call's answered record, by call id.
 
-    ``resume``: the turn asked for these calls before (it carries on after a
-    reopen), so their requests are reused.
+    Each request names the tool by its granted name (``names``: offered name
+    -> granted name, as :func:`gated` takes). ``resume``: the turn asked for
+    these calls before (it carries on after a reopen), so their requests are
+    reused.
 
     Raises:
         TurnInterrupted: the turn was interrupted while it waited.
     """
     if not calls:
         return {}
+    granted = names or {}
     asked = tuple(
-        (str(c["id"]), str(c["function"]["name"]), str(c["function"]["arguments"])) for c in calls
+        (
+            str(c["id"]),
+            str(granted.get(c["function"]["name"], c["function"]["name"])),
+            str(c["function"]["arguments"]),
+        )
+        for c in calls
     )
     answers: list[ApprovalRecord] = await turn.request_async(
         AwaitApproval(turn.ref, asked, resume=resume)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -140,10 +140,17 @@ class ToolDef:
     hint: str = ""
     decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
     timeout_s: float | None = None
+    kind: ClassVar[str] = "function"
+    """The tool's ``gen_ai.tool.type`` on its spans (an MCP server's tool: ``extension``)."""
 
     def __post_init__(self) -> None:
         """Build the argument decoder once."""
         object.__setattr__(self, "decoder", msgspec.json.Decoder(self.args))
+
+    @property
+    def granted_name(self) -> str:
+        """The name profiles grant this tool by (an MCP tool's differs from :attr:`name`)."""
+        return self.name
 
     def schema(self) -> dict[str, Any]:
         """Return this tool's OpenAI ``tools`` entry."""

@@ -8,6 +8,15 @@ jittered exponential backoff (``Retry-After`` honoured), and keeps at most
 ``Limits.max_concurrent_calls`` calls of one model in flight on the loop.
 :func:`usage_of` reads the tokens and the cost (litellm's local cost map; a
 model it does not price costs 0.0).
+
+A streamed call (``CallSettings.stream``) goes through litellm's streaming
+path: each piece of text is reported as it arrives (``ModelCallWatch.delta``),
+and the chunks are assembled by litellm's ``stream_chunk_builder`` into the
+response a plain call gives (text, tool calls in pieces, parallel ones, and the
+usage the provider reports: ``stream_options.include_usage`` is asked for where
+the provider takes it). Deadline, retries and the per-model bound hold for the
+whole stream as for one plain answer; a retried call streams again. A provider
+that cannot stream fails at once with a line saying so.
 """
 
 from __future__ import annotations
@@ -19,9 +28,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from retinue.actors.observer import ModelCallWatch
 from retinue.errors import ModelCallFailed
 from retinue.llm.provider import SCRIPTED_PROVIDER
 from retinue.llm.retry import backoff_delay, classify
+from retinue.llm.streaming import stream_kwargs, streamed
 from retinue.protocol.messages import Usage
 
 __all__ = ["CallSettings", "complete", "usage_of"]
@@ -50,6 +61,7 @@ class CallSettings:
     retry_base_s: float
     retry_max_s: float
     rng: random.Random = field(default_factory=random.Random)
+    stream: bool = False
 
     @property
     def priced(self) -> bool:
@@ -63,16 +75,23 @@ async def complete(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
     max_in_flight: int,
+    watch: ModelCallWatch | None = None,
 ) -> Any:
     """Call the model with ``messages`` (and ``tools``); return litellm's response.
 
+    ``watch`` is told of each retry and, for a streamed call, of each piece of
+    text as it arrives.
+
     Raises:
         ModelCallFailed: a call failed for good (one line: provider, status,
-            message, attempts); an interrupt cancels the call instead.
+            message, attempts), or the provider cannot stream; an interrupt
+            cancels the call instead.
     """
     kwargs = dict(settings.kwargs, messages=messages)
     if tools:
         kwargs["tools"] = tools
+    if settings.stream:
+        kwargs.update(stream_kwargs(litellm, settings.model, kwargs))
     semaphore = _semaphore(settings.model, max_in_flight)
     attempt = 0
     while True:
@@ -80,7 +99,7 @@ async def complete(
         try:
             async with semaphore:
                 return await asyncio.wait_for(
-                    litellm.acompletion(**kwargs), settings.request_timeout_s
+                    _attempt(litellm, kwargs, settings.stream, watch), settings.request_timeout_s
                 )
         except Exception as exc:  # CancelledError (an interrupt) is not an Exception
             failure = classify(exc, settings.model, settings.request_timeout_s)
@@ -88,15 +107,21 @@ async def complete(
             raise ModelCallFailed(
                 failure.line(attempt), provider=failure.provider, status=failure.status
             )
-        await asyncio.sleep(
-            backoff_delay(
-                attempt,
-                settings.retry_base_s,
-                settings.retry_max_s,
-                failure.retry_after,
-                settings.rng,
-            )
+        delay = backoff_delay(
+            attempt, settings.retry_base_s, settings.retry_max_s, failure.retry_after, settings.rng
         )
+        if watch is not None:
+            watch.retry(attempt, failure.line(attempt), delay)
+        await asyncio.sleep(delay)
+
+
+async def _attempt(
+    litellm: ModuleType, kwargs: dict[str, Any], stream: bool, watch: ModelCallWatch | None
+) -> Any:
+    """One attempt: a plain call, or a streamed one assembled into the same response."""
+    if not stream:
+        return await litellm.acompletion(**kwargs)
+    return await streamed(litellm, kwargs, None if watch is None else watch.delta)
 
 
 def usage_of(litellm: ModuleType, settings: CallSettings, response: Any) -> Usage:

@@ -3,7 +3,8 @@
 :class:`retinue.Turn` satisfies it; the runner, the toolbox and the
 coordinator tools are typed against it, so they read (and a test can supply)
 exactly what they use: the agent and its task, the turn's input, its limits
-and profile, and the awaitable coordinator operations.
+and profile, the watch its model and tool calls are reported on, and the
+awaitable coordinator operations.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from retinue.actors.commands import Command, TurnRef
+from retinue.actors.observer import TurnWatch
 from retinue.actors.profile import Profile
 from retinue.actors.turn import BatchRequest
 from retinue.errors import RetinueError
@@ -34,6 +36,7 @@ class TurnContext(Protocol):
     profile: Profile
     instructions: str
     ref: TurnRef
+    watch: TurnWatch
 
     async def request_async(self, command: Command[R]) -> R:
         """Send one command of this turn to the supervisor; return its answer."""

@@ -27,13 +27,9 @@ from retinue.llm.calls import CallSettings
 from retinue.llm.context import TurnContext
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.session import REPAIR_PROMPT, TurnSession
-from retinue.llm.toolbox import ToolBox
+from retinue.llm.toolbox import ToolBoxBuilder
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "ToolBoxBuilder", "model_runner_factory"]
-
-ToolBoxBuilder = Callable[..., ToolBox]
-"""``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
-(:func:`~retinue.llm.toolbox.build_toolbox` by default)."""
 
 
 def _positive(name: str, value: Any, *, integer: bool, zero: bool = False) -> None:
@@ -51,15 +47,20 @@ def _positive(name: str, value: Any, *, integer: bool, zero: bool = False) -> No
 class LiteLLMRunner:
     """An async runner that answers a turn with a model called through ``litellm.acompletion``.
 
+    Its settings are what each turn's :class:`~retinue.llm.session.TurnSession`
+    reads (the :class:`~retinue.llm.settings.RunnerSettings` protocol).
+
     ``tools`` and ``result_format`` default to the agent's profile fields;
     ``workspace`` is the folder built-in tools are confined to (set by
     ``Runtime.open(workspace=...)`` for runners it creates); ``host_tools``
     maps names to host functions offered as tools. ``retry_base_s`` and
     ``retry_max_s`` shape the backoff; ``tool_timeout_s`` bounds each file or
     host tool call; ``toolbox`` builds each turn's toolbox (default
-    :func:`~retinue.llm.toolbox.build_toolbox`). Every other keyword goes to
-    ``litellm.acompletion`` as it is (litellm's own client retries are off
-    unless ``max_retries`` is given).
+    :func:`~retinue.llm.toolbox.build_toolbox`). ``stream=True`` streams each
+    answer (its text is published as ``ModelDelta`` events as it arrives; the
+    assembled answer is what is stored: see :mod:`retinue.llm.streaming`).
+    Every other keyword goes to ``litellm.acompletion`` as it is (litellm's own
+    client retries are off unless ``max_retries`` is given).
 
     Raises:
         ConfigurationError: an empty model, a negative count, a non-positive
@@ -88,6 +89,7 @@ class LiteLLMRunner:
         tool_timeout_s: float = toolbox_module.DEFAULT_TOOL_TIMEOUT_S,
         mcp: Any = None,
         toolbox: ToolBoxBuilder | None = None,
+        stream: bool = False,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -99,6 +101,8 @@ class LiteLLMRunner:
         _positive("retry_base_s", retry_base_s, integer=False)
         _positive("retry_max_s", retry_max_s, integer=False)
         toolbox_module.check_timeout("LiteLLMRunner tool_timeout_s", tool_timeout_s)
+        if not isinstance(stream, bool):
+            raise ConfigurationError(f"LiteLLMRunner stream must be True or False, not {stream!r}")
         if result_format not in (None, "structured"):
             raise ConfigurationError(
                 f"LiteLLMRunner result_format must be 'structured' or None, not {result_format!r}"
@@ -120,6 +124,7 @@ class LiteLLMRunner:
         self.litellm_kwargs = dict(litellm_kwargs)
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
         self.toolbox_builder: ToolBoxBuilder = toolbox or toolbox_module.build_toolbox
+        self.stream = stream
         self.calls = CallSettings(
             model=model,
             kwargs=self._call_kwargs(),
@@ -127,6 +132,7 @@ class LiteLLMRunner:
             retries=retries,
             retry_base_s=self.retry_base_s,
             retry_max_s=self.retry_max_s,
+            stream=stream,
         )
 
     def __repr__(self) -> str:

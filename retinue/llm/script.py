@@ -33,6 +33,7 @@ __all__ = [
     "SCRIPTED_PROVIDER",
     "count_tokens",
     "minimal_result",
+    "reply_deltas",
     "script_reply",
 ]
 
@@ -255,3 +256,28 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
             )
         return _final(f"Done: {_one_line(task)} (the workspace has no files to read)", structured)
     return _final(f"Done: {_one_line(task)}", structured)
+
+
+def reply_deltas(reply: Msg, piece: int = 8) -> list[dict[str, Any]]:
+    """Return an assistant message as the deltas of an OpenAI stream.
+
+    The role first, then the text in pieces of ``piece`` characters, then each
+    tool call: its index, id and name, then its arguments in pieces (what the
+    offline model and :class:`~retinue.testing.OpenAIStub` stream, and what a
+    streamed answer is assembled from).
+    """
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    content = reply.get("content")
+    if isinstance(content, str):
+        deltas += [{"content": content[i : i + piece]} for i in range(0, len(content), piece)]
+    for index, call in enumerate(reply.get("tool_calls") or []):
+        function = call.get("function") or {}
+        head = {"index": index, "id": call.get("id"), "type": "function"}
+        head["function"] = {"name": function.get("name"), "arguments": ""}
+        deltas.append({"tool_calls": [head]})
+        arguments = str(function.get("arguments") or "")
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": arguments[i : i + piece]}}]}
+            for i in range(0, len(arguments), piece)
+        ]
+    return deltas

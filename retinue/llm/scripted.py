@@ -15,32 +15,55 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
 import litellm
 from litellm import CustomLLM, ModelResponse
 
 from retinue.llm.offline import offline_responder
-from retinue.llm.script import SCRIPTED_MODEL, SCRIPTED_PROVIDER, count_tokens, script_reply
+from retinue.llm.script import (
+    SCRIPTED_MODEL,
+    SCRIPTED_PROVIDER,
+    count_tokens,
+    reply_deltas,
+    script_reply,
+)
 
 __all__ = ["ScriptedLLM"]
 
 
-def _respond(messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]) -> Any:
+def _reply(
+    messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]
+) -> tuple[dict[str, Any], str, dict[str, int]]:
+    """The scripted answer to ``messages``: the message, its finish reason and its usage."""
     tools = optional_params.get("tools") or []
     reply = script_reply(messages, tools)
     prompt = count_tokens(json.dumps(list(messages), default=str))
     completion = count_tokens(json.dumps(reply))
     finish = "tool_calls" if reply.get("tool_calls") else "stop"
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    return reply, finish, usage
+
+
+def _respond(messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any]) -> Any:
+    reply, finish, usage = _reply(messages, optional_params)
     return ModelResponse(
         model=SCRIPTED_MODEL,
         choices=[{"index": 0, "finish_reason": finish, "message": reply}],
-        usage={
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        usage=usage,
     )
 
 
@@ -108,6 +131,77 @@ class _Deferred(Coroutine[Any, Any, Any]):
         return self._started().__await__()
 
 
+def _chunks(
+    reply: Mapping[str, Any], finish: str, usage: Mapping[str, int] | None
+) -> Iterator[dict[str, Any]]:
+    """An answer as litellm's generic streaming chunks: text and tool calls in pieces
+    (see :func:`~retinue.llm.script.reply_deltas`), the usage with the last one."""
+    deltas = reply_deltas(reply)
+    for delta in deltas:
+        call = (delta.get("tool_calls") or [None])[0]
+        yield {
+            "text": delta.get("content") or "",
+            "tool_use": call,
+            "is_finished": False,
+            "finish_reason": "",
+            "usage": None,
+            "index": 0,
+        }
+    yield {
+        "text": "",
+        "tool_use": None,
+        "is_finished": True,
+        "finish_reason": finish,
+        "usage": usage,
+        "index": 0,
+    }
+
+
+def _message_of(response: Any) -> tuple[dict[str, Any], str, dict[str, int] | None]:
+    """A registered model's response as the message, finish reason and usage to stream."""
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        return {"role": "assistant", "content": ""}, "stop", None
+    message = choices[0].message
+    reply: dict[str, Any] = {"role": "assistant", "content": message.content}
+    calls = getattr(message, "tool_calls", None) or []
+    if calls:
+        reply["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments},
+            }
+            for c in calls
+        ]
+    usage = getattr(response, "usage", None)
+    counts = None
+    if usage is not None:
+        counts = {
+            "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+            "total_tokens": int(getattr(usage, "total_tokens", 0) or 0),
+        }
+    return reply, choices[0].finish_reason or "stop", counts
+
+
+async def _stream(
+    model: str, messages: list[Any], optional_params: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """Stream the scripted answer, or a registered model's (its answer, then its pieces).
+
+    Raises:
+        litellm exceptions: as :func:`_answer` (before the first chunk).
+    """
+    if model.rsplit("/", 1)[-1] == SCRIPTED_MODEL.rsplit("/", 1)[-1]:
+        reply, finish, usage = _reply(messages, optional_params)
+        counts: Mapping[str, int] | None = usage
+    else:
+        reply, finish, counts = _message_of(await _answer(model, messages, optional_params))
+    for chunk in _chunks(reply, finish, counts):
+        yield chunk
+
+
 class ScriptedLLM(CustomLLM):  # type: ignore[misc]
     """litellm handler of the ``retinue`` provider: the offline models."""
 
@@ -121,6 +215,13 @@ class ScriptedLLM(CustomLLM):  # type: ignore[misc]
         """Answer asynchronously (litellm's ``acompletion``): a coroutine made when awaited."""
         optional = _optional(args, kwargs)
         return _Deferred(lambda: _answer(model, messages, optional))
+
+    async def astreaming(
+        self, model: str, messages: list[Any], *args: Any, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream the answer (litellm's ``acompletion(stream=True)``)."""
+        async for chunk in _stream(model, messages, _optional(args, kwargs)):
+            yield chunk
 
 
 def _optional(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -23,10 +23,16 @@ import asyncio
 import json
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from retinue.errors import ModelCallFailed, ResultContractError, ToolCallLimitExceeded
-from retinue.llm.approval_gate import CUT_SHORT_RESULT, ask_approvals, denied_result, gated
+from retinue.llm.approval_gate import (
+    CUT_SHORT_RESULT,
+    ask_approvals,
+    denied_result,
+    gated,
+    granted_names,
+)
 from retinue.llm.bridge import llm_load, llm_step
 from retinue.llm.budgets import admit_call, check_budgets
 from retinue.llm.calls import complete, usage_of
@@ -42,13 +48,11 @@ from retinue.llm.conversation import (
     unanswered_calls,
 )
 from retinue.llm.mcp.grants import mcp_tool_defs
+from retinue.llm.settings import RunnerSettings
 from retinue.llm.toolbox import ToolBox
 from retinue.protocol.messages import Usage
 from retinue.protocol.results import encode_result, parse_result, result_instruction
 from retinue.protocol.supervision import APPROVAL_REASON
-
-if TYPE_CHECKING:
-    from retinue.llm.runner import LiteLLMRunner
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
@@ -60,9 +64,12 @@ REPAIR_PROMPT = (
 
 
 class TurnSession:
-    """One turn of a :class:`~retinue.llm.runner.LiteLLMRunner`: its chat and its usage."""
+    """One turn of a :class:`~retinue.llm.runner.LiteLLMRunner`: its chat and its usage.
 
-    def __init__(self, runner: LiteLLMRunner, turn: TurnContext, litellm: ModuleType) -> None:
+    ``runner`` is read for its settings only (:class:`RunnerSettings`).
+    """
+
+    def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
         self.runner = runner
         self.turn = turn
@@ -101,27 +108,47 @@ class TurnSession:
             await self._carry_on(toolbox)
         while True:
             admitted = await admit_call(self.turn, self.agent_usage, self.tree_usage)
-            response = await complete(
-                self.litellm,
-                self.runner.calls,
-                self._system() + self.history,
-                schemas,
-                self.limits.max_concurrent_calls,
-            )
-            message = _first_message(response, self.runner.model)
+            message, usage = await self._call_model(schemas)
             assistant = _assistant(message)
             self.history.append(assistant)
             calls = assistant.get("tool_calls") or []
             if calls:
-                await self._run_tools(toolbox, response, assistant, admitted)
+                await self._run_tools(toolbox, usage, assistant, admitted)
                 continue
-            await self._save(
-                usage_of(self.litellm, self.runner.calls, response), ends_call=admitted
-            )
+            await self._save(usage, ends_call=admitted)
             self._check_spent()
             answer = await self._answer(message.content or "")
             if answer is not None:
                 return answer
+
+    async def _call_model(self, schemas: list[dict[str, Any]]) -> tuple[Any, Usage]:
+        """Make one model call (reported on the turn's watch); return its message and usage.
+
+        Raises:
+            ModelCallFailed: the call failed for good, or the answer has no choices.
+        """
+        calls = self.runner.calls
+        messages = self._system() + self.history
+        traced = self.turn.watch.span is not None  # the chat span reads the request
+        request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
+        watch = self.turn.watch.model_call(calls.model, request)
+        try:
+            with watch.current():  # litellm's own OTel callback sees it as its parent
+                response = await complete(
+                    self.litellm,
+                    calls,
+                    messages,
+                    schemas,
+                    self.limits.max_concurrent_calls,
+                    watch,
+                )
+            message = _first_message(response, self.runner.model)
+        except BaseException as exc:
+            watch.failed(exc)
+            raise
+        usage = usage_of(self.litellm, calls, response)
+        watch.finished(usage, response)
+        return message, usage
 
     async def _load(self) -> None:
         """Read the stored conversation and usage; open the chat with this turn's input.
@@ -168,7 +195,7 @@ class TurnSession:
         )
 
     async def _run_tools(
-        self, toolbox: ToolBox, response: Any, assistant: ChatMessage, admitted: bool
+        self, toolbox: ToolBox, usage: Usage, assistant: ChatMessage, admitted: bool
     ) -> None:
         """Run the model's tool calls (at once) and record their results.
 
@@ -180,7 +207,7 @@ class TurnSession:
         over = self.calls_made + len(calls) > limit
         if over:
             self._answer_calls(calls, [_not_run(limit)] * len(calls))
-        await self._save(usage_of(self.litellm, self.runner.calls, response), ends_call=admitted)
+        await self._save(usage, ends_call=admitted)
         self._check_spent()
         if over:
             raise ToolCallLimitExceeded(
@@ -204,8 +231,9 @@ class TurnSession:
         before it runs, so a crash meanwhile never runs it twice.
         """
         approve = self.turn.profile.approve
-        asked = gated(approve, calls, toolbox.names) if approve else []
-        answers = await ask_approvals(self.turn, asked, resume=resume)
+        names = granted_names(toolbox) if approve else {}
+        asked = gated(approve, calls, names) if approve else []
+        answers = await ask_approvals(self.turn, asked, names=names, resume=resume)
         approved = [c["id"] for c in asked if answers[c["id"]].status == "approved"]
         if approved:
             held = [
@@ -216,12 +244,21 @@ class TurnSession:
             self.history = [m for m in self.history if not _holds_place(m, approved)]
 
         async def one(call: Any) -> str:
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            kind = toolbox.kind(name) if isinstance(toolbox, ToolBox) else "function"
+            watch = self.turn.watch.tool_call(call["id"], name, arguments, kind)
             answer = answers.get(call["id"])
             if answer is not None and answer.status != "approved":
-                return denied_result(answer)
-            result: str = await toolbox.call(
-                call["function"]["name"], call["function"]["arguments"]
-            )
+                result = denied_result(answer)
+                watch.finished(f"denied: {answer.reason or answer.status}")
+                return result
+            try:
+                with watch.current():  # what the tool spawns nests under its span
+                    result, error = await _run_tool(toolbox, name, arguments)
+            except BaseException:
+                watch.cancelled()
+                raise
+            watch.finished(error, result)
             return result
 
         return list(await asyncio.gather(*(one(c) for c in calls)))
@@ -320,6 +357,23 @@ def _assistant(message: Any) -> ChatMessage:
             )
         assistant["tool_calls"] = shaped
     return assistant
+
+
+async def _run_tool(toolbox: ToolBox, name: str, arguments: str) -> tuple[str, str | None]:
+    """Run one tool call; return its result and its error (None: it succeeded).
+
+    A toolbox of the host's own (a ``toolbox=`` builder's) only has ``call``:
+    its error is read from the result (``{"error": ...}``).
+    """
+    if isinstance(toolbox, ToolBox):
+        return await toolbox.run(name, arguments)
+    result: str = await toolbox.call(name, arguments)
+    try:
+        data = json.loads(result) if result.startswith("{") else None
+    except ValueError:
+        data = None
+    error = data.get("error") if isinstance(data, dict) else None
+    return result, None if error is None else str(error)
 
 
 def _holds_place(message: ChatMessage, call_ids: Sequence[str]) -> bool:

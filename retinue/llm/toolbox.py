@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "DEFAULT_TOOL_TIMEOUT_S",
     "ToolBox",
+    "ToolBoxBuilder",
     "build_toolbox",
     "check_timeout",
     "error_result",
@@ -64,6 +66,7 @@ DEFAULT_MAX_RESULT_BYTES = 65_536
 """Largest tool result handed back to the model, in bytes of UTF-8 JSON."""
 
 _ENCODER = msgspec.json.Encoder()
+_log = logging.getLogger("retinue.mcp")
 _CANCEL_GRACE_S = 1.0
 """Seconds a timed-out tool call is given to end once cancelled, before it is left behind."""
 
@@ -89,6 +92,17 @@ class ToolBox:
         """The tool names offered, in schema order."""
         return list(self._tools)
 
+    @property
+    def granted(self) -> dict[str, str]:
+        """Each offered name -> the name profiles grant the tool by (``time__x`` ->
+        ``time.x`` for an MCP tool; a built-in, host or coordinator tool's own name)."""
+        return {name: tool.granted_name for name, tool in self._tools.items()}
+
+    def kind(self, name: str) -> str:
+        """Return a tool's ``gen_ai.tool.type``: ``extension`` (an MCP server's), ``function``."""
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        return "function" if tool is None else tool.kind
+
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
         copy: list[dict[str, Any]] = json.loads(json.dumps(self._schemas))
@@ -102,35 +116,41 @@ class ToolBox:
         ``BaseException`` a tool raises included (``SystemExit``,
         ``KeyboardInterrupt``), is returned as ``{"error": "..."}``.
         """
+        text, _ = await self.run(name, arguments)
+        return text
+
+    async def run(self, name: str, arguments: str) -> tuple[str, str | None]:
+        """Like :meth:`call`; return ``(result, error)``: ``error`` is None if the call
+        succeeded, else the message of the ``{"error": ...}`` result."""
         try:
             tool = self._tools.get(name) if isinstance(name, str) else None
             if tool is None:
                 offered = ", ".join(self._tools) or "none"
-                return error_result(f"unknown tool {name!r}; the tools you have: {offered}")
+                return _failed(f"unknown tool {name!r}; the tools you have: {offered}")
             raw: object = arguments
             if isinstance(raw, Mapping):  # a provider that decoded the JSON already
                 raw = _ENCODER.encode(dict(raw))
             if not isinstance(raw, str | bytes):
-                return error_result(f"invalid arguments for {name}: send a JSON object")
+                return _failed(f"invalid arguments for {name}: send a JSON object")
             text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
             try:
                 args = decode_arguments(tool.decoder, name, text)
             except ToolError as exc:
                 hint = f"; {tool.hint}" if tool.hint else ""
-                return error_result(f"{exc}{hint}")
+                return _failed(f"{exc}{hint}")
             value = await _run(tool, args)
             return self._encode(name, value)
         except (asyncio.CancelledError, GeneratorExit, TurnInterrupted):
             raise  # the turn is cancelled or interrupted: not the tool's failure
         except (ToolError, RetinueError) as exc:
-            return error_result(str(exc) or type(exc).__name__)
+            return _failed(str(exc) or type(exc).__name__)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never escapes
             detail = str(exc)
-            return error_result(
+            return _failed(
                 f"{name} failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
             )
 
-    def _encode(self, name: str, value: Any) -> str:
+    def _encode(self, name: str, value: Any) -> tuple[str, str | None]:
         if not isinstance(value, dict | msgspec.Struct):
             value = {"result": value}
         try:
@@ -139,16 +159,33 @@ class ToolBox:
             try:
                 text = json.dumps(msgspec.to_builtins(value), ensure_ascii=True)
             except (TypeError, ValueError) as exc:
-                return error_result(f"{name} returned a value that is not JSON: {exc}")
+                return _failed(f"{name} returned a value that is not JSON: {exc}")
         except (TypeError, ValueError, UnicodeDecodeError) as exc:
-            return error_result(f"{name} returned a value that is not JSON: {exc}")
+            return _failed(f"{name} returned a value that is not JSON: {exc}")
         if len(text.encode("utf-8")) <= self._max:
-            return text
+            return text, _error_of(value)
         cut, _ = truncate_utf8(text, self._max - 200)
+        note = f"the result was over {self._max} bytes"
         return json.dumps(
-            {"result": cut, "truncated": True, "note": f"the result was over {self._max} bytes"},
-            ensure_ascii=False,
-        )
+            {"result": cut, "truncated": True, "note": note}, ensure_ascii=False
+        ), _error_of(value)
+
+
+def _failed(message: str) -> tuple[str, str]:
+    """The ``(result, error)`` of a failed call."""
+    return error_result(message), message
+
+
+def _error_of(value: Any) -> str | None:
+    """The error a tool reported in its own result (``{"error": "..."}``), if it did."""
+    if isinstance(value, dict) and "error" in value and value["error"] is not None:
+        return str(value["error"])
+    return None
+
+
+ToolBoxBuilder = Callable[..., ToolBox]
+"""``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
+(:func:`build_toolbox` by default)."""
 
 
 class _TimedOut(ToolError):
@@ -295,13 +332,19 @@ def build_toolbox(
 
 
 def _unclashed(offered: Sequence[ToolDef], mcp_tools: Sequence[ToolDef]) -> Sequence[ToolDef]:
-    """Return ``mcp_tools`` if none takes the name of a tool ``offered`` already has.
+    """Return the ``mcp_tools`` whose offered names no tool in ``offered`` has already.
 
-    Raises:
-        ConfigurationError: an MCP tool would be offered under a taken name.
+    An MCP tool granted by its server's pattern may be listed under a name a
+    host tool has (``a.b`` and the host tool ``a__b``): it is left out, with
+    a warning, and the turn goes on with the other tools. (Exact grants that
+    clash are refused at open.)
     """
     taken = {tool.name for tool in offered}
-    clash = [tool.name for tool in mcp_tools if tool.name in taken]
-    if clash:
-        raise ConfigurationError(f"MCP tools {clash} are offered under names other tools have")
-    return mcp_tools
+    clash = [tool for tool in mcp_tools if tool.name in taken]
+    for tool in clash:
+        _log.warning(
+            "MCP tool %r is not offered: a model would see it as %r, a name another tool has",
+            tool.granted_name,
+            tool.name,
+        )
+    return [tool for tool in mcp_tools if tool.name not in taken]

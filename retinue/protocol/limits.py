@@ -134,6 +134,12 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     approval_timeout_s: float | None = None
     """Seconds an approval request waits for an answer before it is denied (``timed out``);
     None: it waits until answered."""
+    event_preview_bytes: int = 1024
+    """Largest text a live tool-call event carries (the arguments' preview, the error), in
+    bytes of UTF-8; longer text is cut with ``…[truncated]``."""
+    trace_content_max_bytes: int = 16_384
+    """Largest content value a span records when content capture is on (a chat, an answer,
+    tool arguments or a result), in bytes of UTF-8; longer is cut with ``…[truncated]``."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {

@@ -27,7 +27,11 @@ __all__ = [
     "McpServerEvent",
     "Message",
     "MessageQueued",
+    "ModelCallFinished",
+    "ModelDelta",
     "RunnerAbandoned",
+    "ToolCallFinished",
+    "ToolCallStarted",
     "TurnQueued",
     "TurnRestarting",
     "TurnSettled",
@@ -308,7 +312,8 @@ class ApprovalAnswered(_EventBase, frozen=True, tag="approval_answered"):
 class McpServerEvent(_EventBase, frozen=True, tag="mcp_server"):
     """An MCP server of the runtime changed: it ``started``, ``died``, failed to start
     (``start_failed``), changed its tools (``tools_changed``), had a tool refused
-    (``tool_refused``, e.g. a schema over the bound) or was ``closed``.
+    (``tool_refused``: a schema over the bound, or two granted tools a model would
+    see under one name) or was ``closed``.
 
     It is about no agent: ``agent_id`` is ``""`` and ``path`` is ``/root``.
     ``failures`` counts the failures in a row (starts and deaths) so far;
@@ -319,6 +324,50 @@ class McpServerEvent(_EventBase, frozen=True, tag="mcp_server"):
     status: str
     detail: str = ""
     failures: int = 0
+
+
+class ToolCallStarted(_EventBase, frozen=True, tag="tool_call_started"):
+    """A model agent's turn started a tool call (published as it happens, not stored).
+
+    ``arguments_preview`` is the start of the arguments' JSON text, cut at
+    ``Limits.event_preview_bytes`` with ``…[truncated]``.
+    """
+
+    call_id: str
+    tool: str
+    arguments_preview: str
+
+
+class ToolCallFinished(_EventBase, frozen=True, tag="tool_call_finished"):
+    """A tool call of a model agent's turn ended: ``ok``, or not with ``error`` (the error
+    result the model was given, cut at ``Limits.event_preview_bytes``)."""
+
+    call_id: str
+    tool: str
+    ok: bool
+    duration_s: float
+    error: str | None = None
+
+
+class ModelCallFinished(_EventBase, frozen=True, tag="model_call_finished"):
+    """A model call of a turn was answered; ``duration_s`` runs from its first attempt to the
+    answer (retries included), ``cost_usd`` is litellm's price (0.0 if it has none)."""
+
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    duration_s: float
+
+
+class ModelDelta(_EventBase, frozen=True, tag="model_delta"):
+    """A piece of a streamed answer's text, as it arrives (``LiteLLMRunner(stream=True)``).
+
+    Deltas are live only, never stored: the assembled answer is. A call that is
+    retried streams its answer again from the start.
+    """
+
+    text: str
 
 
 Event = (
@@ -335,4 +384,8 @@ Event = (
     | TurnRestarting
     | ApprovalRequested
     | ApprovalAnswered
+    | ToolCallStarted
+    | ToolCallFinished
+    | ModelCallFinished
+    | ModelDelta
 )

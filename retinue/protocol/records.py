@@ -46,6 +46,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``attempt``, ``last_error`` and ``restart_due_at`` are the restart policy's
     (see :class:`~retinue.protocol.messages.AgentInfo`); ``restarts`` are the
     times of the current task's restarts, for the policy's intensity.
+    ``trace`` is the W3C ``traceparent`` of the span that spawned it (or, with
+    none, of its first turn's span), which every turn's span continues, in
+    this process or the next (None: the runtime traced nothing).
     """
 
     id: str
@@ -73,6 +76,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     last_error: str | None = None
     restart_due_at: float | None = None
     restarts: tuple[float, ...] = ()
+    trace: str | None = None
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -18,6 +18,7 @@ from typing import Literal
 import msgspec
 
 from retinue.errors import ConfigurationError
+from retinue.protocol.tools import covers, split_mcp_name
 
 __all__ = [
     "APPROVAL_REASON",
@@ -30,6 +31,7 @@ __all__ = [
     "ApprovalStatus",
     "Restart",
     "check_approve",
+    "check_approve_names",
     "needs_approval",
     "never_restarts",
 ]
@@ -197,9 +199,39 @@ def check_approve(owner: str, approve: object) -> tuple[str, ...]:
 
 
 def needs_approval(approve: Iterable[str], tool: str, coordinator: Iterable[str]) -> bool:
-    """Whether a call of ``tool`` must be approved: it is named, or ``"*"`` names every tool
-    but the ``coordinator`` tools."""
+    """Whether a call of ``tool`` (its granted name) must be approved.
+
+    It must when ``approve`` names it, or names its MCP server's pattern
+    (``time.*`` covers ``time.get_current_time``), or holds ``"*"`` (every
+    tool but the ``coordinator`` tools).
+    """
     names = tuple(approve)
-    if tool in names:
+    if covers(tool, names):
         return True
     return "*" in names and tool not in tuple(coordinator)
+
+
+def check_approve_names(owner: str, approve: Iterable[str], tools: Iterable[str]) -> None:
+    """Check that each ``approve`` entry names a tool the profile has (its effective ``tools``).
+
+    An entry is ``"*"``, a tool the profile has (built in, host, or an MCP
+    tool it is granted exactly or by its server's pattern), or
+    ``<server>.*`` for a server it has tools of: a misspelt name would
+    otherwise let the calls it meant run unapproved.
+
+    Raises:
+        ConfigurationError: an entry names no tool of the profile (named, with its tools).
+    """
+    has = tuple(tools)
+    servers = {split[0] for name in has if (split := split_mcp_name(name)) is not None}
+    for name in approve:
+        if name == "*" or covers(name, has):
+            continue
+        split = split_mcp_name(name)
+        if split is not None and split[1] == "*" and split[0] in servers:
+            continue
+        offered = ", ".join(has) or "none"
+        raise ConfigurationError(
+            f"profile {owner!r}: approve names {name!r}, which is not one of its tools "
+            f"({offered}); name a tool it has, '<server>.*' for an MCP server it uses, or '*'"
+        )

@@ -38,12 +38,14 @@ __all__ = [
     "TOOL_NAME_PATTERN",
     "ToolSpec",
     "ceiling_message",
+    "check_offered_names",
     "covers",
     "exceeds_ceiling",
     "extra_tools",
     "is_mcp_name",
     "mcp_grant_servers",
     "mcp_granted",
+    "offered_as",
     "offered_name",
     "resolve_profile_tools",
     "resolve_tools",
@@ -193,6 +195,44 @@ def offered_name(server: str, tool: str) -> str:
         return name
     digest = hashlib.sha256(f"{server}.{tool}".encode()).hexdigest()[:8]
     return f"{name[: _OFFERED_MAX - 9]}_{digest}"
+
+
+def offered_as(name: str) -> str | None:
+    """Return the function name a model is offered for granted tool ``name``.
+
+    An MCP tool is offered as :func:`offered_name`; a built-in or host tool
+    under its own name; a pattern (``<server>.*``) stands for no one name: None.
+    """
+    split = split_mcp_name(name)
+    if split is None:
+        return name
+    return None if split[1] == "*" else offered_name(*split)
+
+
+def check_offered_names(owner: str, names: Iterable[str]) -> None:
+    """Check that no two of a profile's exact tool ``names`` would be offered under one name.
+
+    The toolbox maps an offered name back to one tool, so two granted tools
+    that a model would see as one function (``a.b_c`` and ``a.b.c``, or the
+    host tool ``a__b`` and the MCP tool ``a.b``) cannot both be offered.
+    Tools a server lists only at run time (granted by ``<server>.*``) are
+    checked when they are listed (see :mod:`retinue.llm.mcp.manager`).
+
+    Raises:
+        ConfigurationError: two names map to one offered name (both named).
+    """
+    seen: dict[str, str] = {}
+    for name in names:
+        offered = offered_as(name)
+        if offered is None:
+            continue
+        other = seen.setdefault(offered, name)
+        if other != name:
+            raise ConfigurationError(
+                f"profile {owner!r}: tools {other!r} and {name!r} would both be offered to a "
+                f"model as {offered!r} (function names allow no dot); grant only one of them, "
+                "or rename one (on its MCP server, or the host tool)"
+            )
 
 
 def extra_tools(child: Iterable[str], parent: Iterable[str]) -> tuple[str, ...]:

@@ -8,6 +8,10 @@ leads delegate in one ``spawn_subagents`` call, leaves answer), with tool calls
 and usage. A test changes behaviour per request with :attr:`OpenAIStub.handler`:
 return a :class:`StubReply` (an error status, a ``Retry-After``, a delay, a
 custom message) or None for the default answer. Every request is recorded.
+A request with ``"stream": true`` is answered as OpenAI streams: server-sent
+``chat.completion.chunk`` events (the text and each tool call's arguments in
+pieces, see :func:`~retinue.llm.script.reply_deltas`), the usage in a last
+chunk when ``stream_options.include_usage`` asks for it, then ``[DONE]``.
 
 Example::
 
@@ -26,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from retinue.llm.script import count_tokens, script_reply
+from retinue.llm.script import count_tokens, reply_deltas, script_reply
 
 __all__ = ["OpenAIStub", "StubReply", "StubRequest"]
 
@@ -64,6 +68,12 @@ class StubReply:
     headers: Mapping[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     usage: tuple[int, int] | None = None
+    piece: int = 8
+    """Characters per streamed piece of text or arguments (a streamed answer)."""
+    chunks: list[dict[str, Any]] | None = None
+    """The deltas a streamed answer sends as they are (None: ``message`` in pieces)."""
+    chunk_delay_s: float = 0.0
+    """Seconds between two streamed chunks."""
 
 
 Handler = Callable[[StubRequest], StubReply | None]
@@ -169,6 +179,14 @@ class OpenAIStub:
                 count_tokens(json.dumps(request.messages)),
                 count_tokens(json.dumps(message)),
             )
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+            if body.get("stream"):
+                self._stream(http, request, reply, message, usage)
+                return
             payload = {
                 "id": f"chatcmpl-stub-{request.number}",
                 "object": "chat.completion",
@@ -181,11 +199,7 @@ class OpenAIStub:
                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": completion,
-                    "total_tokens": prompt + completion,
-                },
+                "usage": usage,
             }
         data = json.dumps(payload).encode()
         try:
@@ -196,5 +210,49 @@ class OpenAIStub:
                 http.send_header(name, value)
             http.end_headers()
             http.wfile.write(data)
+        except OSError:  # the client gave up (an abandoned call)
+            pass
+
+    def _stream(
+        self,
+        http: _RequestHandler,
+        request: StubRequest,
+        reply: StubReply,
+        message: dict[str, Any],
+        usage: dict[str, int],
+    ) -> None:
+        """Answer a streamed request: SSE chunks, sent as they are made (chunked encoding)."""
+        body = request.body
+        base = {
+            "id": f"chatcmpl-stub-{request.number}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "stub"),
+        }
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        deltas = reply.chunks if reply.chunks is not None else reply_deltas(message, reply.piece)
+        events = [
+            {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            for delta in deltas
+        ]
+        events.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**base, "choices": [], "usage": usage})
+        try:
+            http.send_response(200)
+            http.send_header("Content-Type", "text/event-stream")
+            http.send_header("Transfer-Encoding", "chunked")
+            for name, value in reply.headers.items():
+                http.send_header(name, value)
+            http.end_headers()
+            lines = [f"data: {json.dumps(event)}\n\n" for event in events] + ["data: [DONE]\n\n"]
+            for number, line in enumerate(lines):
+                if number and reply.chunk_delay_s:
+                    time.sleep(reply.chunk_delay_s)
+                data = line.encode()
+                http.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                http.wfile.flush()
+            http.wfile.write(b"0\r\n\r\n")
+            http.wfile.flush()
         except OSError:  # the client gave up (an abandoned call)
             pass

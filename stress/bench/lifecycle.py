@@ -7,14 +7,24 @@ concurrent host threads; and AutoGen core 0.7.5's in-memory
 ``pip install -e '.[bench]'``). retinue does more per lifecycle (an
 LMDB-durable spawn, a turn start, a settle and a completion, each committed)
 and the ratios say what that costs.
+
+Tracing (issue 19): the buffered runtime also runs with tracing off
+(``OTEL_SDK_DISABLED=true``), with the OpenTelemetry API only (no SDK
+configured: what a host that installed the extra but set up nothing pays)
+and with the SDK recording every span to an in-memory exporter, in the same
+rounds; the row gives their ratios and the cost per lifecycle in µs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import os
 import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +67,51 @@ def _answer(turn: Turn) -> str:
     return "done"
 
 
-def retinue_lifecycles(folder: Path, callers: int, per_caller: int, durability: str) -> float:
+@contextlib.contextmanager
+def _tracing(mode: str) -> Iterator[Any]:
+    """The tracer provider of a tracing ``mode`` (``off``, ``api``, ``sdk``), for one open.
+
+    ``off`` sets ``OTEL_SDK_DISABLED`` while the runtime opens; ``api`` gives
+    none (the global provider: no SDK configured); ``sdk`` records every span
+    to an in-memory exporter.
+    """
+    if mode == "sdk":
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        yield provider
+        provider.shutdown()
+        return
+    before = os.environ.get("OTEL_SDK_DISABLED")
+    if mode == "off":
+        os.environ["OTEL_SDK_DISABLED"] = "true"
+    try:
+        yield None
+    finally:
+        if before is None:
+            os.environ.pop("OTEL_SDK_DISABLED", None)
+        else:
+            os.environ["OTEL_SDK_DISABLED"] = before
+
+
+def retinue_lifecycles(
+    folder: Path, callers: int, per_caller: int, durability: str, tracing: str = "api"
+) -> float:
     """Lifecycles per second of spawn + wait + close on retinue agents."""
     limits = Limits(max_agents=callers * 4, max_active_turns=callers)
-    with Runtime.open(
-        folder, profiles=[Profile("w", runner=_answer)], limits=limits, durability=durability
-    ) as rt:
+    with (
+        _tracing(tracing) as provider,
+        Runtime.open(
+            folder,
+            profiles=[Profile("w", runner=_answer)],
+            limits=limits,
+            durability=durability,
+            tracer_provider=provider,
+        ) as rt,
+    ):
 
         def body() -> None:
             info = rt.spawn("w", "go")
@@ -84,6 +133,7 @@ def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, A
     peers: list[float] = []
     fulls: list[float] = []
     buffereds: list[float] = []
+    traced: dict[str, list[float]] = {"off": [], "sdk": []} if _has_sdk() else {}
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(rounds):
             raws.append(raw_pykka(callers, per_caller))
@@ -95,6 +145,12 @@ def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, A
             buffereds.append(
                 retinue_lifecycles(folder / "b", callers, per_caller, Durability.BUFFERED)
             )
+            for mode, rates in traced.items():
+                rates.append(
+                    retinue_lifecycles(
+                        folder / mode, callers, per_caller, Durability.BUFFERED, mode
+                    )
+                )
     row: dict[str, Any] = {
         "callers": callers,
         "lifecycles": callers * per_caller,
@@ -111,6 +167,26 @@ def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, A
     if peers:
         row |= ratios("full_vs_autogen", fulls, peers)
         row |= ratios("buffered_vs_autogen", buffereds, peers)
+    if traced:
+        row |= _tracing_row(traced["off"], buffereds, traced["sdk"])
+    return row
+
+
+def _has_sdk() -> bool:
+    return importlib.util.find_spec("opentelemetry.sdk") is not None
+
+
+def _tracing_row(off: list[float], api: list[float], sdk: list[float]) -> dict[str, Any]:
+    """Tracing's cost: buffered lifecycles with no spans, the API only, the SDK recording."""
+    row: dict[str, Any] = {
+        "buffered_tracing_off_per_s": round(statistics.median(off)),
+        "buffered_tracing_sdk_per_s": round(statistics.median(sdk)),
+    }
+    row |= ratios("tracing_api_vs_off", api, off)
+    row |= ratios("tracing_sdk_vs_off", sdk, off)
+    for name, rates in (("api", api), ("sdk", sdk)):
+        extra = [1e6 / a - 1e6 / b for a, b in zip(rates, off, strict=True)]
+        row[f"tracing_{name}_us_per_lifecycle"] = round(statistics.median(extra), 1)
     return row
 
 

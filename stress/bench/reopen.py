@@ -37,7 +37,7 @@ def build_store(folder: Path, agents: int) -> None:
     while made < agents:
         top_id = uuid.uuid4().hex
         top_path = paths.join(paths.ROOT, paths.derive_name(top_id))
-        family = [(top_id, None, top_path)]
+        family: list[tuple[str, str | None, str]] = [(top_id, None, top_path)]
         for _ in range(min(7, agents - made - 1)):
             child_id = uuid.uuid4().hex
             family.append((child_id, top_id, paths.join(top_path, paths.derive_name(child_id))))

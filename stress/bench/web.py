@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from retinue import Runtime
-from retinue.web import WebOptions, serve
+from retinue.web import WebOptions, WebServer, serve
 from stress.bench.reopen import build_store
 
 WRITER = """
@@ -111,86 +111,99 @@ def run(agents: int = 100_000, updates: int = 5, browser: bool = False) -> dict[
         web.live.snapshot(300)
         out["first_snapshot_s"] = round(time.perf_counter() - t0, 2)
         out["snapshot_vs_baseline"] = round(web.live.read_s / baseline, 2)
-        with httpx.Client(base_url=web.url, timeout=300) as client:
-            load = 0.0
-            size = 0
-            for path in (
-                "/",
-                "/static/app.js",
-                "/static/style.css",
-                "/api/summary",
-                "/api/children?parent=&limit=200",
-            ):
-                took, nbytes, response = _timed(client, path)
-                load += took
-                size += nbytes
-            top = response.json()
-            out["first_load_http_s"] = round(load, 3)
-            out["first_load_bytes"] = size
-            out["top_level_agents"] = top["total"]
-            took, _, _ = _timed(client, f"/api/children?parent={top['rows'][0]['id']}")
-            out["expand_ms"] = round(took * 1000, 1)
-            took, _, _ = _timed(client, "/api/children?parent=&offset=12000&limit=200")
-            out["page_at_12000_ms"] = round(took * 1000, 1)
-            took, _, _ = _timed(client, "/api/search?q=agent_00")
-            out["search_ms"] = round(took * 1000, 1)
-            took, _, _ = _timed(client, f"/api/agent?id={top['rows'][0]['id']}")
-            out["agent_detail_s"] = round(took, 2)
-            took, _, _ = _timed(client, f"/api/timeline?id={top['rows'][0]['id']}")
-            out["timeline_ms"] = round(took * 1000, 1)
+        _first_load(web.url, out)
         if browser:
             first = _browser_first_load(web.url)
             out["browser_first_200_rows_s"] = None if first is None else round(first, 2)
-        # Idle: no commit, so no read.
-        usage0 = resource.getrusage(resource.RUSAGE_SELF)
-        polls0, skips0 = web.live.polls, web.live.skips
-        time.sleep(5)
-        usage1 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
-        out["idle_5s_reads"] = web.live.polls - polls0
-        out["idle_5s_skipped_polls"] = web.live.skips - skips0
-        out["idle_cpu_share"] = round(cpu / 5, 3)
-        # Updates from a writer in another process.
-        seen: dict[str, float] = {}
-        stop = threading.Event()
-        listener = threading.Thread(target=_listen, args=(web.url, seen, stop), daemon=True)
-        listener.start()
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(store), str(updates)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        opened_at = float(proc.stdout.readline().split()[1])
-        latencies = []
-        for _ in range(updates):
-            time.sleep(max(2.0, web.live.read_s * 4))
-            proc.stdin.write("\n")
-            proc.stdin.flush()
-            _, agent_id, at = proc.stdout.readline().split()
-            deadline = time.monotonic() + 60
-            while agent_id not in seen and time.monotonic() < deadline:
-                time.sleep(0.01)
-            latencies.append(seen.get(agent_id, float("nan")) - float(at))
-        proc.stdin.close()
-        proc.wait(60)
-        stop.set()
-        first_update = min(
-            (v for k, v in seen.items() if k.startswith(("update:", "reset:"))),
-            default=float("nan"),
-        )
-        out["writer_restore_to_view_s"] = round(first_update - opened_at, 2)
-        out["update_latency_s"] = [round(x, 2) for x in latencies]
-        out["poll_read_s"] = round(web.live.read_s, 2)
-        sizes = [v for k, v in seen.items() if k.startswith("bytes:")]
-        out["update_bytes_max"] = int(max(sizes)) if sizes else 0
+        _idle(web, out)
+        _updates(web, store, updates, out)
         out["rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         web.stop()
         rt.shutdown()
     return out
+
+
+def _first_load(url: str, out: dict[str, Any]) -> None:
+    """The page's first load over HTTP, then an expand, a far page, a search, a detail."""
+    with httpx.Client(base_url=url, timeout=300) as client:
+        load = 0.0
+        size = 0
+        for path in (
+            "/",
+            "/static/app.js",
+            "/static/style.css",
+            "/api/summary",
+            "/api/children?parent=&limit=200",
+        ):
+            took, nbytes, response = _timed(client, path)
+            load += took
+            size += nbytes
+        top = response.json()
+        out["first_load_http_s"] = round(load, 3)
+        out["first_load_bytes"] = size
+        out["top_level_agents"] = top["total"]
+        took, _, _ = _timed(client, f"/api/children?parent={top['rows'][0]['id']}")
+        out["expand_ms"] = round(took * 1000, 1)
+        took, _, _ = _timed(client, "/api/children?parent=&offset=12000&limit=200")
+        out["page_at_12000_ms"] = round(took * 1000, 1)
+        took, _, _ = _timed(client, "/api/search?q=agent_00")
+        out["search_ms"] = round(took * 1000, 1)
+        took, _, _ = _timed(client, f"/api/agent?id={top['rows'][0]['id']}")
+        out["agent_detail_s"] = round(took, 2)
+        took, _, _ = _timed(client, f"/api/timeline?id={top['rows'][0]['id']}")
+        out["timeline_ms"] = round(took * 1000, 1)
+
+
+def _idle(web: WebServer, out: dict[str, Any]) -> None:
+    """Five idle seconds: no commit, so no read."""
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    polls0, skips0 = web.live.polls, web.live.skips
+    time.sleep(5)
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (usage1.ru_utime + usage1.ru_stime) - (usage0.ru_utime + usage0.ru_stime)
+    out["idle_5s_reads"] = web.live.polls - polls0
+    out["idle_5s_skipped_polls"] = web.live.skips - skips0
+    out["idle_cpu_share"] = round(cpu / 5, 3)
+
+
+def _updates(web: WebServer, store: Path, updates: int, out: dict[str, Any]) -> None:
+    """Updates from a writer in another process: how soon each new agent reaches the stream."""
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+    listener = threading.Thread(target=_listen, args=(web.url, seen, stop), daemon=True)
+    listener.start()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(store), str(updates)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    opened_at = float(proc.stdout.readline().split()[1])
+    latencies = []
+    for _ in range(updates):
+        time.sleep(max(2.0, web.live.read_s * 4))
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        _, agent_id, at = proc.stdout.readline().split()
+        deadline = time.monotonic() + 60
+        while agent_id not in seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        latencies.append(seen.get(agent_id, float("nan")) - float(at))
+    proc.stdin.close()
+    proc.wait(60)
+    stop.set()
+    first_update = min(
+        (v for k, v in seen.items() if k.startswith(("update:", "reset:"))),
+        default=float("nan"),
+    )
+    out["writer_restore_to_view_s"] = round(first_update - opened_at, 2)
+    out["update_latency_s"] = [round(x, 2) for x in latencies]
+    out["poll_read_s"] = round(web.live.read_s, 2)
+    sizes = [v for k, v in seen.items() if k.startswith("bytes:")]
+    out["update_bytes_max"] = int(max(sizes)) if sizes else 0
 
 
 def main() -> None:

@@ -34,10 +34,15 @@ agent's message answers, a flood past its capacity), and a drain that checks
 the ledgers: every completion id and every host-inbox message is received
 exactly once, before and after reopens.
 
-Modules: ``harness`` (limits, team, logging runners, the gate), ``model``
-(what the machine knows, judging calls), ``rules`` (the host's calls),
-``races`` (the race rules), ``storecheck`` (the closed store against the
-model), ``machine`` (the machine, reopen, quiescence and invariants).
+Modules: ``data`` (limits, team, the inputs rules draw), ``trace`` (the
+example's trace, violations, counters), ``harness`` (what the runners saw,
+the gate), ``latches`` (the race rules' events, host calls on threads),
+``runners`` and ``coordinators`` (the team's runners), ``model`` (what the
+machine knows, judging calls), ``rules`` (the host's calls, by theme),
+``races`` (the race rules, by theme), ``invariants`` (quiescence and the
+checks after every step), ``storecheck`` (the closed store against the
+model), ``machine`` (the machine, sync and reopen); ``restarts`` is the
+restart machine.
 
 Each call is checked against the model: it succeeds exactly when no rule
 forbids it, and otherwise raises one of the typed errors the model allows
@@ -63,14 +68,63 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import get_state_machine_test
 
-from stress.statemachine.harness import LIMITS, STATS, VIOLATIONS, Harness
-from stress.statemachine.machine import RetinueMachine
-
-__all__ = ["LIMITS", "Harness", "RetinueMachine", "ci_settings", "run", "search"]
-
-
-# -- entry points -------------------------------------------------------------------------------
 from stress.parts import Options, Part, Result
+from stress.statemachine.data import LIMITS
+from stress.statemachine.harness import Harness
+from stress.statemachine.machine import RetinueMachine
+from stress.statemachine.trace import STATS, VIOLATIONS
+
+__all__ = ["COVERED", "LIMITS", "Harness", "RetinueMachine", "ci_settings", "run", "search"]
+
+
+COVERED = (
+    "reopens",
+    "spawned_by_runners",
+    "turns_wake",
+    "turns_resume",
+    "interrupted_running",
+    "interrupted_starting",
+    "closed_busy",
+    "dedup_hits",
+    "agent_messages",
+    "race:concurrent_waits",
+    "race:cancelled_wait_async",
+    "race:cancelled",
+    "race:close_racing_waits",
+    "race:runner_closes_runtime",
+    "race:drain",
+    "turns_async",
+    "async_cancelled",
+    "async_wait_completions",
+    "async_wait_messages",
+    "blocking_refused",
+    "idempotent_turn_spawns",
+    "host_inbox_sent",
+    "host_inbox_read",
+    "host_send_refused:MailboxFull",
+    "host_send_refused:NotPermitted",
+    "race:host_messages",
+    "race:cancelled_messages_async",
+    "race:messages_cancelled",
+    "race:host_inbox_wait",
+    "interrupt_tree",
+    "turn_interrupt_tree",
+    "interrupt_tree_busy",
+    "idempotent_first",
+    "idempotent_retry",
+    "race:async_runner_closes_runtime",
+    "race:host_loop_busy_at_close",
+    "handover_given_back",
+    "handover_received",
+    "race:interrupt_racing_async_wait",
+    "race:flood_host_inbox",
+    "race:close_racing_async_waits",
+    "race:async_waits_cancelled",
+    "interrupt_race_received",
+    "interrupt_race_given_back",
+    "async_batches",
+)
+"""What a run reports it reached (``coverage``): rules, race outcomes and runner paths."""
 
 
 def ci_settings(max_examples: int = 25, steps: int = 30) -> settings:
@@ -121,7 +175,7 @@ def run(
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     )
-    machine_test = get_state_machine_test(RetinueMachine, settings=config)  # type: ignore[no-untyped-call]
+    machine_test = get_state_machine_test(RetinueMachine, settings=config)
     test = hypothesis.seed(seed)(machine_test)
     t0 = time.perf_counter()
     problems: list[str] = []
@@ -140,57 +194,10 @@ def run(
     finally:
         RetinueMachine.durability = "full"
     raised = {k.removeprefix("raised:"): v for k, v in sorted(STATS.items()) if k[:7] == "raised:"}
-    covered = (
-        "reopens",
-        "spawned_by_runners",
-        "turns_wake",
-        "turns_resume",
-        "interrupted_running",
-        "interrupted_starting",
-        "closed_busy",
-        "dedup_hits",
-        "agent_messages",
-        "race:concurrent_waits",
-        "race:cancelled_wait_async",
-        "race:cancelled",
-        "race:close_racing_waits",
-        "race:runner_closes_runtime",
-        "race:drain",
-        "turns_async",
-        "async_cancelled",
-        "async_wait_completions",
-        "async_wait_messages",
-        "blocking_refused",
-        "idempotent_turn_spawns",
-        "host_inbox_sent",
-        "host_inbox_read",
-        "host_send_refused:MailboxFull",
-        "host_send_refused:NotPermitted",
-        "race:host_messages",
-        "race:cancelled_messages_async",
-        "race:messages_cancelled",
-        "race:host_inbox_wait",
-        "interrupt_tree",
-        "turn_interrupt_tree",
-        "interrupt_tree_busy",
-        "idempotent_first",
-        "idempotent_retry",
-        "race:async_runner_closes_runtime",
-        "race:host_loop_busy_at_close",
-        "handover_given_back",
-        "handover_received",
-        "race:interrupt_racing_async_wait",
-        "race:flood_host_inbox",
-        "race:close_racing_async_waits",
-        "race:async_waits_cancelled",
-        "interrupt_race_received",
-        "interrupt_race_given_back",
-        "async_batches",
-    )
     return {
         "examples": STATS["examples"],
         "steps": STATS["steps"],
-        "coverage": {key: STATS[key] for key in covered},
+        "coverage": {key: STATS[key] for key in COVERED},
         "errors_raised": raised,
         "problems": problems,
         # Hypothesis stopped the seed because one program prefix drew differently twice

@@ -1,4 +1,11 @@
-"""The model: what the machine knows of every agent, and how a call is judged against it."""
+"""The model: what the machine knows of every agent, and how a call is judged against it.
+
+:class:`Model` is mixed into the machine with the rules (``rules``, ``races``)
+and the checks (``invariants``, ``storecheck``): lookups, expectations and
+judging calls, and the machine's own steps every rule may take (``sync``,
+``reopen``), which :class:`~stress.statemachine.machine.RetinueMachine`
+provides.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +16,11 @@ from typing import Any
 
 from retinue import AgentInfo, Runtime
 from retinue.errors import (
+    AgentClosed,
     InvalidAgentPath,
     RetinueError,
     UnknownAgent,
+    WaitTimeout,
 )
 from retinue.protocol.messages import (
     AgentState,
@@ -19,18 +28,16 @@ from retinue.protocol.messages import (
     CompletionStatus,
     Message,
 )
-from stress.statemachine.harness import (
-    BUSY,
-    HOST,
-    INTERRUPT_ERRORS,
-    INVALID_REF,
-    STATS,
-    TRACE,
-    UNKNOWN_REF,
-    Harness,
-    _seq,
-    fail,
-)
+from stress.statemachine.data import BUSY, HOST, INTERRUPT_ERRORS, INVALID_REF, UNKNOWN_REF, seq
+from stress.statemachine.harness import Harness
+from stress.statemachine.trace import STATS, TRACE, fail
+
+NOTHING = (WaitTimeout, AgentClosed)
+
+
+def nothing_left(outcome: object) -> bool:
+    """True for the errors a host wait with nothing to receive may end with."""
+    return isinstance(outcome, NOTHING) or type(outcome).__name__ == "NothingToWaitFor"
 
 
 @dataclass
@@ -71,12 +78,34 @@ class Model:
 
     agents: dict[str, Agent]
     harness: Harness
+    dedup: dict[str, Message]  # host dedup key -> the original message
     host_delivered: set[str]
     host_ledger: Counter[str]
     host_inbox_ledger: Counter[str]  # every host-inbox message id the host's reads returned
     spawn_keys: dict[tuple[str | None, str], str]  # (parent id, idempotency key) -> agent id
     quiet: set[str]  # completions interrupt_tree made for a member: they wake nobody
+    dormant: dict[str, str | None]  # completions pending at the last reopen -> recipient
     rt: Runtime
+
+    # -- what the machine provides --
+
+    def sync(self) -> None:
+        """Wait for quiescence and update the model (the machine provides it)."""
+        raise NotImplementedError
+
+    def reopen(self) -> None:
+        """Close the runtime, check the store and open it again (the machine provides it)."""
+        raise NotImplementedError
+
+    def reopen_closed(self, before: dict[str, AgentInfo]) -> None:
+        """Check the closed store and open it again (the machine provides it)."""
+        raise NotImplementedError
+
+    def _parent_of(self, info: AgentInfo) -> str | None:
+        """Return the id of the agent ``info`` was spawned under (the machine provides it)."""
+        raise NotImplementedError
+
+    # -- lookups --
 
     def live(self) -> list[Agent]:
         """Return the live agents, oldest first."""
@@ -165,15 +194,15 @@ class Model:
 
     def inbox(self, agent: Agent) -> list[Message]:
         """Return every message sent to the agent (by the host or agents), in arrival order."""
-        with self.harness._cond:
+        with self.harness.cond:
             told = [m for m in self.harness.agent_sent.values() if m.recipient_id == agent.id]
-        return sorted([*agent.sent, *told], key=_seq)
+        return sorted([*agent.sent, *told], key=seq)
 
     def host_inbox(self) -> list[Message]:
         """Return every message top-level agents sent to the host, in arrival order."""
-        with self.harness._cond:
+        with self.harness.cond:
             told = [m for m in self.harness.agent_sent.values() if m.recipient == HOST]
-        return sorted(told, key=_seq)
+        return sorted(told, key=seq)
 
     def host_unread(self) -> list[Message]:
         """Return the host-inbox messages no host read has returned, in arrival order."""
@@ -189,7 +218,7 @@ class Model:
             )
         for message in got:
             self.host_inbox_ledger[message.id] += 1
-        with self.harness._cond:
+        with self.harness.cond:
             self.harness.host_full = 0  # the inbox has room again
         STATS["host_inbox_read"] += len(got)
 

@@ -44,7 +44,8 @@ from retinue.errors import (
 )
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from stress.parts import Options, Part, Result
-from stress.statemachine.harness import INTERRUPT_ERRORS, STATS, TRACE, fail
+from stress.statemachine.data import INTERRUPT_ERRORS
+from stress.statemachine.trace import STATS, TRACE, fail
 
 __all__ = ["MAX_RESTARTS", "RestartMachine"]
 

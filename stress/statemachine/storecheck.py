@@ -9,11 +9,9 @@ import msgspec
 from retinue import AgentInfo
 from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
-from stress.statemachine.harness import (
-    SETTLED,
-    fail,
-)
+from stress.statemachine.data import SETTLED
 from stress.statemachine.model import Model
+from stress.statemachine.trace import fail
 
 
 class StoreCheck(Model):
@@ -78,13 +76,15 @@ class StoreCheck(Model):
                 fail(f"message {message_id} read={stored_message.read}; turns say otherwise")
 
 
-def _identity(info: AgentInfo) -> tuple[object, ...]:
+def identity(info: AgentInfo) -> tuple[object, ...]:
+    """What never changes of an agent: id, name, path, profile, parent and depth."""
     return (info.id, info.name, info.path, info.profile, info.parent_path, info.depth)
 
 
-def _fixed(info: AgentInfo) -> tuple[object, ...]:
+def fixed(info: AgentInfo) -> tuple[object, ...]:
+    """What a reopen keeps of a settled agent: its identity, state, turn and result."""
     return (
-        *_identity(info),
+        *identity(info),
         info.state,
         info.generation,
         info.task,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -24,7 +25,7 @@ def _count(path: Path, database: str) -> int:
         store.close()
 
 
-def _open(path: Path, **limits: int | float) -> Runtime:
+def _open(path: Path, **limits: Any) -> Runtime:
     profiles = [Profile("lead", subagents=["w"], runner=_echo), Profile("w", runner=_echo)]
     return Runtime.open(path, profiles=profiles, limits=Limits(**limits))
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, wait_settled, wait_until
+from conftest import OpenRuntime, lead_and_worker, wait_settled, wait_until
 
 from retinue import (
     AgentBusy,
@@ -16,11 +16,11 @@ from retinue import (
     Completion,
     CompletionBacklogFull,
     CompletionStatus,
-    Limits,
     Message,
     NothingToWaitFor,
     Profile,
     RetinueError,
+    Runner,
     Runtime,
     Turn,
     TurnInterrupted,
@@ -233,7 +233,7 @@ def test_without_wake_on_completion_the_parent_stays_idle(open_runtime: OpenRunt
 # -- routing ---------------------------------------------------------------------------
 
 
-def fallback_profiles(top: object, leaf: object, *, top_wakes: bool = True) -> list[Profile]:
+def fallback_profiles(top: Runner, leaf: Runner, *, top_wakes: bool = True) -> list[Profile]:
     """top -> mid -> leaf, where mid never wakes and spawns one leaf ``c``."""
 
     def mid(turn: Turn) -> str:
@@ -242,9 +242,9 @@ def fallback_profiles(top: object, leaf: object, *, top_wakes: bool = True) -> l
         return "mid"
 
     return [
-        Profile("top", subagents=["mid"], runner=top, wake_on_completion=top_wakes),  # type: ignore[arg-type]
+        Profile("top", subagents=["mid"], runner=top, wake_on_completion=top_wakes),
         Profile("mid", subagents=["leaf"], runner=mid, wake_on_completion=False),
-        Profile("leaf", runner=leaf),  # type: ignore[arg-type]
+        Profile("leaf", runner=leaf),
     ]
 
 
@@ -567,16 +567,6 @@ def test_an_event_taken_by_an_interrupted_wait_stays_for_the_next_turn(
 # -- turn waits found by the review ------------------------------------------------------
 
 
-def lead_and_worker(lead: object, worker: object, **limits: int | float) -> dict[str, object]:
-    return {
-        "profiles": [
-            Profile("lead", subagents=["worker"], runner=lead),  # type: ignore[arg-type]
-            Profile("worker", runner=worker),  # type: ignore[arg-type]
-        ],
-        "limits": Limits(**limits),
-    }
-
-
 def test_a_turn_waits_on_one_child_at_a_time(tmp_path: Path) -> None:
     """A second wait of one turn, while its first wait is registered, is refused with AgentBusy.
 
@@ -613,7 +603,7 @@ def test_a_turn_waits_on_one_child_at_a_time(tmp_path: Path) -> None:
         release.wait(10)
         return turn.task
 
-    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:  # type: ignore[arg-type]
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:
         info = rt.spawn("lead", "t", name="lead")
         assert rt.wait(info.id, timeout=20).output == "done"
     assert isinstance(outcome["b"], AgentBusy)
@@ -641,7 +631,7 @@ def test_a_parent_waiting_on_a_closed_child_hears_agent_closed(tmp_path: Path) -
     def worker(turn: Turn) -> str:
         return "quick"
 
-    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:  # type: ignore[arg-type]
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:
         info = rt.spawn("lead", "t", name="lead")
         assert waiting.wait(10)
         wait_settled(rt, "/root/lead/c")

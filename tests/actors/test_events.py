@@ -11,7 +11,9 @@ from conftest import EventLog, OpenRuntime, tag, wait_settled
 
 from retinue import (
     AgentClosedEvent,
+    AgentInfo,
     AgentSpawned,
+    AgentState,
     CompletionRouted,
     Event,
     EventsDropped,
@@ -256,3 +258,60 @@ def test_the_event_queue_capacity_comes_from_the_environment() -> None:
     assert Limits().event_queue_capacity == 10_000
     limits = Limits.from_env({"RETINUE_EVENT_QUEUE_CAPACITY": "123"})
     assert limits.event_queue_capacity == 123
+
+
+def test_a_transitions_events_come_before_what_its_effects_publish() -> None:
+    # A turn's runner starts in an after-commit effect; what it publishes live must
+    # follow the turn_started of the transition that started it.
+    from concurrent.futures import Future
+
+    from retinue import ToolCallStarted
+    from retinue.actors.events import EventBus, EventQueue
+    from retinue.actors.transition import Transition
+
+    bus = EventBus(16)
+    queue = EventQueue(16)
+    bus.attach(queue)
+    tx = Transition(Future(), record_events=True)
+    tx.emit(TurnStarted(agent_id="a", path="/root/a", at=1.0, generation=1))
+    live = ToolCallStarted(
+        agent_id="a", path="/root/a", at=1.0, call_id="c", tool="t", arguments_preview="{}"
+    )
+    tx.after(lambda: bus.publish([live]))
+    tx.on_commit(None, bus, "start")
+    with queue.cond:
+        taken = queue.take_locked(16)
+    assert [tag(e) for e in taken] == ["turn_started", "tool_call_started"]
+
+
+def test_a_cancelled_turn_publishes_nothing_more() -> None:
+    # Its interrupt's settle is published after the cancel: nothing the runner
+    # reports after the cancel may come after that settle.
+    from retinue.actors.events import EventBus, EventQueue
+    from retinue.actors.observer import Observer
+    from retinue.actors.turn import Turn
+
+    bus = EventBus(16)
+    queue = EventQueue(16)
+    bus.attach(queue)
+    info = AgentInfo(
+        id="a", name="a", path="/root/a", profile="p", parent_path="/root", depth=1,
+        state=AgentState.RUNNING, generation=1, task="t",
+    )  # fmt: skip
+    turn = Turn(
+        engine=None,  # type: ignore[arg-type]
+        agent=info,
+        task="t",
+        messages=[],
+        reason="spawn",
+        limits=Limits(),
+        profile=Profile("p", runner=echo),
+    )
+    watch = Observer(bus).watch(turn)
+    call = watch.tool_call("c1", "grep", '{"pattern": "x"}')
+    turn.cancel()
+    call.finished(None)
+    watch.tool_call("c2", "grep", "{}")
+    with queue.cond:
+        taken = queue.take_locked(16)
+    assert [(tag(e), getattr(e, "call_id", "")) for e in taken] == [("tool_call_started", "c1")]

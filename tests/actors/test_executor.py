@@ -106,8 +106,12 @@ def test_a_job_never_waits_behind_a_blocked_worker() -> None:
     pool = WorkerPool()
     release = threading.Event()
     second = threading.Event()
+
+    def blocked() -> None:
+        release.wait(PROMPT_S)
+
     try:
-        pool.submit(lambda: release.wait(PROMPT_S) and None)
+        pool.submit(blocked)
         pool.submit(second.set)
         assert second.wait(PROMPT_S)  # a new worker took it while the first one blocks
     finally:

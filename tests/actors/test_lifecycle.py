@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
+from conftest import PROMPT_S, OpenRuntime, lead_and_worker, wait_settled, wait_until
 
 from retinue import (
     ActiveDescendants,
@@ -17,7 +17,6 @@ from retinue import (
     ArgumentTypeError,
     Completion,
     CompletionStatus,
-    Limits,
     NothingToWaitFor,
     Profile,
     RetinueError,
@@ -149,10 +148,11 @@ def test_turn_interrupt_and_close_act_on_the_own_subtree_only(
         gate.wait_started(1)
         report["interrupt"] = turn.interrupt(child.id).state
         report["close"] = turn.close("w").state
-        for label, call in (
-            ("close_stranger", lambda: turn.close("/root/stranger")),
-            ("interrupt_stranger", lambda: turn.interrupt("/root/stranger")),
-        ):
+        strangers: dict[str, Callable[[], object]] = {
+            "close_stranger": lambda: turn.close("/root/stranger"),
+            "interrupt_stranger": lambda: turn.interrupt("/root/stranger"),
+        }
+        for label, call in strangers.items():
             try:
                 call()
                 report[label] = "allowed"
@@ -372,7 +372,8 @@ def test_close_without_an_agent_is_refused_and_shutdown_closes_the_runtime(
 ) -> None:
     rt = open_runtime([Profile("worker", runner=echo)])
     a = rt.spawn("worker", "x", name="a")
-    for call in (lambda: rt.close(None), rt.close):  # type: ignore[arg-type]
+    refusals: list[Callable[[], object]] = [lambda: rt.close(None), rt.close]  # type: ignore[arg-type]
+    for call in refusals:
         with pytest.raises(ArgumentTypeError, match="shutdown"):
             call()
     assert not rt.closed
@@ -395,16 +396,6 @@ def test_close_async_without_an_agent_is_refused(open_runtime: OpenRuntime) -> N
 # -- found by the review and the state machine -------------------------------------------
 
 
-def lead_and_worker(lead: object, worker: object, **limits: int | float) -> dict[str, object]:
-    return {
-        "profiles": [
-            Profile("lead", subagents=["worker"], runner=lead),  # type: ignore[arg-type]
-            Profile("worker", runner=worker),  # type: ignore[arg-type]
-        ],
-        "limits": Limits(**limits),
-    }
-
-
 def test_closing_the_runtime_wakes_nobody(tmp_path: Path) -> None:
     """Shutdown's interrupts must not wake an idle parent with a new turn.
 
@@ -424,13 +415,13 @@ def test_closing_the_runtime_wakes_nobody(tmp_path: Path) -> None:
         turn.cancelled.wait(10)
         return "w"
 
-    rt = Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker))  # type: ignore[arg-type]
+    rt = Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker))
     info = rt.spawn("lead", "t", name="lead")
     rt.wait(info.id, timeout=10)
     assert child_started.wait(10)
     rt.shutdown()
     assert reasons == ["spawn"]
-    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as again:  # type: ignore[arg-type]
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as again:
         states = {a.name: (a.state, a.generation) for a in again.agents()}
     assert states["lead"] == (AgentState.COMPLETED, 1)
 
@@ -451,7 +442,7 @@ def test_close_tree_does_not_wake_a_parent_it_is_about_to_close(tmp_path: Path) 
         turn.cancelled.wait(10)
         return "w"
 
-    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:  # type: ignore[arg-type]
+    with Runtime.open(tmp_path / "s", **lead_and_worker(lead, worker)) as rt:
         info = rt.spawn("lead", "t", name="lead")
         rt.wait(info.id, timeout=10)
         closed = rt.close_tree(info.id)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, act, wait_until
+from conftest import OpenRuntime, act, wait_settled, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -250,7 +251,7 @@ def test_fanout_cap_counts_live_children(open_runtime: OpenRuntime) -> None:
     a = rt.spawn("lead", "go", name="a")
     assert rt.wait(a.id, timeout=5).output == "refused after 3"
     for i in range(3):
-        wait_until(lambda i=i: rt.get(f"/root/a/w{i}").state is AgentState.COMPLETED)
+        assert wait_settled(rt, f"/root/a/w{i}").state is AgentState.COMPLETED
     # Settled children are still live: the parent stays full until one is closed.
     with pytest.raises(FanoutLimitExceeded):
         rt.spawn("worker", "x", name="x", parent="/root/a")
@@ -436,7 +437,7 @@ def test_unknown_agent(open_runtime: OpenRuntime, ref: str) -> None:
     rt = open_runtime([Profile("worker", runner=echo)])
     a = rt.spawn("worker", "t", name="a")
     rt.wait(a.id, timeout=5)
-    calls = {
+    calls: dict[str, Callable[[], object]] = {
         "get": lambda: rt.get(ref),
         "wait": lambda: rt.wait(ref, timeout=1),
         "send": lambda: rt.send(ref, "hi"),

@@ -18,28 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from cliutil import command, env, retinue_cli, tree_json
+from conftest import reader_team
 
 from retinue.cli.approve import UNLISTED
-
-TEAM = """
-name = "reader"
-
-[defaults]
-model = "retinue/scripted"
-tools = "read"
-workspace = "ws"
-
-[agents.reader]
-approve = ["read_file"]
-"""
-
-
-def team(tmp_path: Path) -> Path:
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "notes.txt").write_text("ship on Tuesday\n")
-    file = tmp_path / "team.toml"
-    file.write_text(TEAM)
-    return file
 
 
 def events(stdout: str) -> list[dict[str, Any]]:
@@ -48,7 +29,7 @@ def events(stdout: str) -> list[dict[str, Any]]:
 
 def test_approve_a_tool_from_the_command_line(tmp_path: Path) -> None:
     done = retinue_cli(
-        "run", team(tmp_path), "read the notes", "--store", tmp_path / "s", "--json",
+        "run", reader_team(tmp_path), "read the notes", "--store", tmp_path / "s", "--json",
         "--approve", "read_file",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -65,7 +46,7 @@ def test_approve_a_tool_from_the_command_line(tmp_path: Path) -> None:
 
 def test_deny_unlisted_denies_the_other_tools(tmp_path: Path) -> None:
     done = retinue_cli(
-        "run", team(tmp_path), "read the notes", "--store", tmp_path / "s", "--json",
+        "run", reader_team(tmp_path), "read the notes", "--store", tmp_path / "s", "--json",
         "--deny-unlisted",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -78,7 +59,7 @@ def test_deny_unlisted_denies_the_other_tools(tmp_path: Path) -> None:
 def test_off_a_terminal_a_request_waits_is_listed_and_survives_ctrl_c(tmp_path: Path) -> None:
     store = tmp_path / "s"
     run = subprocess.Popen(
-        command("run", team(tmp_path), "read the notes", "--store", store, "--json"),
+        command("run", reader_team(tmp_path), "read the notes", "--store", store, "--json"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
@@ -126,7 +107,7 @@ def _wait_for_request(store: Path, run: subprocess.Popen[str]) -> dict[str, Any]
 def test_on_a_terminal_the_run_asks(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     run = subprocess.Popen(
-        command("run", team(tmp_path), "read the notes", "--store", tmp_path / "s"),
+        command("run", reader_team(tmp_path), "read the notes", "--store", tmp_path / "s"),
         stdin=slave,
         stdout=slave,
         stderr=slave,

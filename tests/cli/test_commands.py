@@ -116,7 +116,11 @@ def test_a_bad_team_file_is_named_by_table_and_key(
 ) -> None:
     team = tmp_path / "team.toml"
     team.write_text(toml)
-    for argv in (["validate", team], ["run", team, "go", "--store", tmp_path / "store"]):
+    argvs: list[list[str | Path]] = [
+        ["validate", team],
+        ["run", team, "go", "--store", tmp_path / "store"],
+    ]
+    for argv in argvs:
         code, _, err = _main(argv, capsys)
         assert code == 2, err
         line = err.strip()
@@ -156,6 +160,27 @@ def test_run_json_is_one_event_per_line_then_a_summary(tmp_path: Path) -> None:
     again = retinue_cli("run", TEAM, "review again", "--store", store, "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.splitlines()[-1])["roots"][0]["path"] == "/root/review_2"
+
+
+def test_run_json_prints_the_live_tool_and_model_call_events(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "code_review" / "team.toml"
+    done = retinue_cli(
+        "run", example, "review the change", "--store", tmp_path / "store", "--json", timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()][:-1]
+    kinds = [e["event"] for e in events]
+    assert {"tool_call_started", "tool_call_finished", "model_call_finished"} <= set(kinds)
+    calls = [e for e in events if e["event"] == "model_call_finished"]
+    assert all(c["model"] == "retinue/scripted" and c["prompt_tokens"] > 0 for c in calls)
+    started = [e for e in events if e["event"] == "tool_call_started"]
+    assert any(e["tool"] == "spawn_subagents" and e["path"] == "/root/review" for e in started)
+    # In each agent's lines, its turn_started comes before its calls.
+    first: dict[tuple[str, str], int] = {}
+    for index, event in enumerate(events):
+        first.setdefault((event["path"], event["event"]), index)
+    for event in started:
+        assert first[(event["path"], "turn_started")] < first[(event["path"], "tool_call_started")]
 
 
 def test_plain_run_shows_paths_and_a_failed_child_fails_the_run(tmp_path: Path) -> None:

@@ -4,32 +4,34 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
+import msgspec
 from cliutil import retinue_cli
+from conftest import EventFields
 
 from retinue import AgentInfo, AgentState, ApprovalAnswered, ApprovalRequested, TurnRestarting
 from retinue.cli.render import PlainView, plain_row, state_text
 
 
-def info(**changes: object) -> AgentInfo:
-    fields: dict[str, object] = {
-        "id": "a",
-        "name": "w",
-        "path": "/root/w",
-        "profile": "worker",
-        "parent_path": "/root",
-        "depth": 1,
-        "state": AgentState.RESTARTING,
-        "generation": 2,
-        "task": "t",
-        "created_at": 100.0,
-        "updated_at": 100.0,
-        "attempt": 2,
-        "last_error": "RuntimeError: boom",
-        "restart_due_at": 104.0,
-    }
-    fields.update(changes)
-    return AgentInfo(**fields)  # type: ignore[arg-type]
+def info(**changes: Any) -> AgentInfo:
+    restarting = AgentInfo(
+        id="a",
+        name="w",
+        path="/root/w",
+        profile="worker",
+        parent_path="/root",
+        depth=1,
+        state=AgentState.RESTARTING,
+        generation=2,
+        task="t",
+        created_at=100.0,
+        updated_at=100.0,
+        attempt=2,
+        last_error="RuntimeError: boom",
+        restart_due_at=104.0,
+    )
+    return msgspec.structs.replace(restarting, **changes)
 
 
 def test_a_restarting_agent_shows_its_attempt_due_time_and_last_error() -> None:
@@ -47,7 +49,7 @@ def test_plain_lines_name_restarts_and_approvals() -> None:
     out = io.StringIO()
     view = PlainView(out)
     view.started = 100.0
-    common = {"agent_id": "a", "path": "/root/w", "at": 101.0}
+    common: EventFields = {"agent_id": "a", "path": "/root/w", "at": 101.0}
     view.event(
         TurnRestarting(**common, generation=2, attempt=2, delay_s=1.5, error="RuntimeError: boom"),
         {},
@@ -74,3 +76,28 @@ def test_validate_warns_about_a_model_nobody_prices_under_a_cost_budget(tmp_path
     assert "gpt-4o-mini" not in done.stderr  # litellm's map prices it
     team.write_text('[agents.a]\nmodel = "retinue/scripted"\n')
     assert "price" not in retinue_cli("validate", team).stderr  # no cost budget, no warning
+
+
+def test_run_warns_about_a_model_nobody_prices_under_a_cost_budget(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text('[limits]\nusd_per_tree = 2\n[agents.a]\nmodel = "retinue/scripted"\n')
+    done = retinue_cli("run", team, "say hi", "--store", tmp_path / "s", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "litellm's cost map does not price retinue/scripted" in done.stderr
+    assert "usd_per_agent / usd_per_tree" in done.stderr
+    team.write_text('[agents.a]\nmodel = "retinue/scripted"\n')
+    done = retinue_cli("run", team, "say hi", "--store", tmp_path / "t", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "price" not in done.stderr  # no cost budget, no warning
+
+
+def test_validate_refuses_an_approve_entry_naming_no_tool_of_the_agent(tmp_path: Path) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text('[agents.a]\nmodel = "retinue/scripted"\ntools = "read"\napprove = ["bsh"]\n')
+    done = retinue_cli("validate", team)
+    assert done.returncode == 2, done.stdout
+    assert "approve names 'bsh', which is not one of its tools (read_file" in done.stderr
+    team.write_text(
+        '[agents.a]\nmodel = "retinue/scripted"\ntools = "modify"\napprove = ["bash"]\n'
+    )
+    assert retinue_cli("validate", team).returncode == 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from retinue.actors.turn import Turn
+from retinue import Completion, CompletionStatus, Turn
 from retinue.errors import DuplicateAgentPath, RetinueError
 
 PLAN = {"lead": ["security", "style"], "security": ["secrets", "injection"], "style": ["naming"]}
@@ -23,13 +23,11 @@ def _delegate(turn: Turn, profile: str) -> str:
             turn.spawn(kid, f"{turn.task} / {kid}", name=kid)
     outputs = []
     for kid in kids:
-        while True:
+        while True:  # past its messages and interrupted turns, to the kid's settled result
             event = turn.wait(kid, timeout=60)
-            completion = getattr(event, "completion", None) or event
-            status = getattr(completion, "status", None)
-            if status is not None and str(status) != "interrupted":
+            if isinstance(event, Completion) and event.status is not CompletionStatus.INTERRUPTED:
                 break
-        outputs.append(f"{kid}: {completion.output or completion.error}")
+        outputs.append(f"{kid}: {event.output or event.error}")
     return f"{profile} done; " + "; ".join(outputs)
 
 

@@ -8,29 +8,24 @@ other tests here (wire, directory, request log, shard core, specs) need
 neither and run everywhere.
 
 Runners reach the workers as Ray's runtime environment: the ``clusterlib``
-package beside this file, imported by the tests under that same top-level
-name, is uploaded with ``py_modules``.
+package (``tests/clusterlib``, a top-level module of the test suite as
+``cliutil`` is, so pytest, mypy and the workers all import it under that one
+name) is uploaded with ``py_modules``.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import clusterlib
 import pytest
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import clusterlib  # noqa: E402
-
-from retinue import Limits, Profile  # noqa: E402
-from retinue.cluster.loopback import interfaces, only_loopback_interfaces  # noqa: E402
+from retinue import Limits, Profile
+from retinue.cluster.loopback import interfaces, only_loopback_interfaces
 
 WATCHDOG_S = 170.0  # a cluster test that hangs dumps every stack and stops
 
@@ -86,7 +81,7 @@ def local_ray(gates: Path) -> Iterator[Any]:
         address=local.address,
         log_to_driver=False,
         runtime_env={
-            "py_modules": [str(HERE / "clusterlib")],
+            "py_modules": [str(Path(clusterlib.__file__).parent)],
             "env_vars": {"RETINUE_CLUSTER_GATES": str(gates)},
         },
     )

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import reader_team
 
 from cluster.conftest import OpenCluster
 from retinue import (
     AgentState,
+    ApprovalAlreadyAnswered,
     ArgumentTypeError,
     CompletionStatus,
     DuplicateAgentPath,
@@ -18,6 +21,7 @@ from retinue import (
     NothingToWaitFor,
     RuntimeClosed,
     UnknownAgent,
+    UnknownApproval,
     UnknownProfile,
     WaitTimeout,
 )
@@ -226,3 +230,43 @@ def test_host_threads_waiting_on_one_agent_each_get_a_different_completion(
     assert sorted(got) == [1, 2, 3, 4, 5, 6]
     with pytest.raises(NothingToWaitFor):
         cluster.wait(a.id, timeout=5)
+
+
+def test_parked_approvals_are_listed_and_answered_through_the_face(
+    open_cluster: OpenCluster, tmp_path: Path
+) -> None:
+    cluster = open_cluster(shards=2, team=reader_team(tmp_path), profiles=None)
+    a = cluster.spawn("reader", "read the notes", name="first")
+    b = cluster.spawn("reader", "read the notes", name="second")
+    assert shard_of(a.id) != shard_of(b.id)
+    deadline = time.monotonic() + 60
+    while len(pending := cluster.approvals()) < 2:
+        assert time.monotonic() < deadline, pending
+        time.sleep(0.05)
+    # approvals() merges both shards; each request's id carries its shard.
+    by_agent = {r.agent_id: r for r in pending}
+    assert set(by_agent) == {a.id, b.id}
+    assert all(shard_of(r.id) == shard_of(r.agent_id) for r in pending)
+    assert {(r.tool, r.path) for r in pending} == {
+        ("read_file", "/root/first"),
+        ("read_file", "/root/second"),
+    }
+    assert cluster.approvals("/root/second") == [by_agent[b.id]]
+    assert cluster.get(a.id).state is AgentState.AWAITING_APPROVAL
+    cluster.faults.drop["approve"] = 1  # the reply is lost: the retry answers once, no error
+    cluster.approve(by_agent[a.id].id, note="read-only, fine")
+    assert cluster.faults.dropped == 1
+    asyncio.run(cluster.deny_async(by_agent[b.id].id, reason="not today"))
+    with pytest.raises(ApprovalAlreadyAnswered):
+        cluster.approve(by_agent[a.id].id)
+    with pytest.raises(UnknownApproval):
+        cluster.deny("s1-" + "0" * 32, reason="no")
+    with pytest.raises(UnknownApproval, match="list them with approvals"):
+        cluster.deny("s9-" + "0" * 32, reason="no")  # a shard the cluster does not have
+    with pytest.raises(ArgumentTypeError):
+        cluster.approve(7)
+    approved, denied = cluster.wait(a.id, timeout=60), cluster.wait(b.id, timeout=60)
+    assert approved.status is CompletionStatus.COMPLETED, approved.error
+    assert "ship on Tuesday" in (approved.output or "")
+    assert "ship on Tuesday" not in (denied.output or "")
+    assert cluster.approvals() == [] and asyncio.run(cluster.approvals_async()) == []

@@ -27,8 +27,11 @@ def shape(signature: inspect.Signature, skip: str = "") -> list[tuple[object, ..
 
 HOST_CALLS = [
     "agents",
+    "approvals",
+    "approve",
     "close",
     "close_tree",
+    "deny",
     "follow_up",
     "get",
     "inspect",

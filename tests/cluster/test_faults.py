@@ -18,12 +18,13 @@ from typing import Any
 import clusterlib
 import pytest
 
-from cluster.conftest import HERE, OpenCluster
+from cluster.conftest import OpenCluster
 from retinue import AgentState, CompletionStatus, NothingToWaitFor, Profile
 from retinue.cluster.ids import split_id
 
 pytestmark = pytest.mark.ray
 SETTLE_S = 60.0
+HERE = Path(clusterlib.__file__).parent.parent  # the folder that holds clusterlib
 
 
 def shard_of(agent_id: str) -> int:
@@ -220,6 +221,9 @@ def test_a_new_driver_finds_every_tree_of_a_killed_one(
     finally:
         child.kill()
         child.wait(30)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()  # a pipe left open is a ResourceWarning (an error here)
     cluster = open_cluster(shards=2, root=root, profiles=DRIVER_PROFILES, limits=None)
     found = {a.name: a for a in cluster.agents()}
     assert set(found) == {"done_tree", "open_a", "open_b", "open_c"}

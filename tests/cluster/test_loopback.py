@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
 from cluster.conftest import OpenCluster
 from retinue.cluster.local import (
@@ -17,6 +20,7 @@ from retinue.cluster.local import (
     OWNER_FILE,
     TEMP_PREFIX,
     loopback_environment,
+    make_address_folder,
     remove_stale_state,
 )
 from retinue.cluster.loopback import descendants, is_loopback, listening_sockets
@@ -69,6 +73,18 @@ def test_stale_state_of_killed_runs_is_removed(tmp_path: Path) -> None:
     assert mine.exists() and not gone.exists() and not current.exists()
 
 
+def test_the_folder_ray_writes_its_address_to_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's test cluster writes ``<temp>/ray/ray_current_cluster`` and fails on a machine
+    where that folder does not exist yet: the start makes it."""
+    pytest.importorskip("ray", reason="needs the ray extra")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    assert make_address_folder() == tmp_path / "ray"
+    assert (tmp_path / "ray").is_dir()
+    assert make_address_folder() == tmp_path / "ray"  # there already: fine
+
+
 def test_addresses_are_classified() -> None:
     for address in ("127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"):
         assert is_loopback(address), address
@@ -103,3 +119,37 @@ def test_the_dead_proxy_goes_to_rays_processes_not_to_the_host(
     assert f"http_proxy={LOOPBACK_PROXY}".encode() in environ  # the shard's model calls too
     assert b"RAY_USAGE_STATS_ENABLED=0" in environ
     assert os.environ.get("http_proxy") != LOOPBACK_PROXY  # this process keeps its own
+
+
+def _processes_naming(folder: Path) -> list[int]:
+    """The live processes whose command line names ``folder`` (a local Ray's temp folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(folder).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.ray
+def test_a_start_that_fails_leaves_no_ray_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head node is up when writing its address fails: the failed start stops it."""
+    import ray._private.utils
+
+    from retinue.cluster import start_local_ray
+    from retinue.errors import ClusterError
+
+    def refuse(address: str, temp_dir: str | None = None) -> None:
+        raise OSError("injected: the address file cannot be written")
+
+    monkeypatch.setattr(ray._private.utils, "write_ray_address", refuse)
+    root = Path(tempfile.mkdtemp(prefix="rt-"))  # short: Ray's socket paths are bounded
+    try:
+        with pytest.raises(ClusterError, match="injected"):
+            start_local_ray(temp_root=root)
+        wait_until(lambda: not _processes_naming(root), timeout=60, what="its processes gone")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

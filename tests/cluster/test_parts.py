@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import clusterlib
+import msgspec
 import pytest
 
-from retinue import ConfigurationError, Limits, Profile, TeamFileError
+from retinue import ConfigurationError, Limits, Profile, Restart, TeamFileError
 from retinue.cluster.directory import Directory
 from retinue.cluster.requests import RequestLog
 from retinue.cluster.specs import (
@@ -108,7 +109,7 @@ def test_a_runner_goes_by_its_import_path() -> None:
 
     for bad in (lambda turn: "x", inner, NotARunner()):
         with pytest.raises(ConfigurationError, match="cannot reach the cluster's workers"):
-            runner_path(bad, "p")  # type: ignore[arg-type]
+            runner_path(bad, "p")
 
 
 def test_a_profile_crosses_as_data_and_comes_back_the_same() -> None:
@@ -120,10 +121,15 @@ def test_a_profile_crosses_as_data_and_comes_back_the_same() -> None:
         wake_on_completion=False,
         tools=["read_file"],
         turn_timeout_s=30.0,
+        restart=Restart(max_restarts=2, backoff_s=0.5, on=("failed", "lost")),
+        approve=["read_file"],
     )
     spec = spec_of(profile)
     assert spec.runner == "clusterlib:lead"
     assert profile_of(spec) == profile
+    crossed = msgspec.msgpack.decode(msgspec.msgpack.encode(spec), type=ProfileSpec)
+    assert profile_of(crossed) == profile  # the bytes a shard gets: the policy and approvals too
+    assert (crossed.restart, crossed.approve) == (profile.restart, ("read_file",))
     with pytest.raises(ConfigurationError, match="does not import on this worker"):
         profile_of(ProfileSpec(name="x", runner="no_such_module:f"))
     odd = Profile("m", model="openai/x", model_settings={"client": object()})

@@ -237,8 +237,8 @@ def test_star_asks_for_every_tool_but_the_coordinator_tools(
         assert request.tool == "deploy"
         rt.approve(request.id)
         rt.wait(a.id, timeout=SETTLE_S)
-    # list_subagents is a coordinator tool: never gated, even under "*".
-    stub.handler = scripted([tool_call("list_subagents", {}), DONE])
+    # list_agents is a coordinator tool: never gated, even under "*".
+    stub.handler = scripted([tool_call("list_agents", {}), DONE])
     with open_rt(tmp_path / "t", [profile(stub, deploy, approve=["*"])]) as rt:
         a = rt.spawn("ops", "look around")
         assert rt.wait(a.id, timeout=SETTLE_S).status == "completed"
@@ -270,7 +270,12 @@ def test_requests_go_with_their_agent_when_it_is_compacted(
         rt.close(a.id)  # cancels the request; the closed agent is older than retain_age_s soon
         assert rt.wait(a.id, timeout=0).status == "interrupted"  # nothing left undelivered
         removed: list[int] = []
-        wait_until(lambda: removed.append(rt.compact().agents) or sum(removed), timeout=SETTLE_S)
+
+        def compacted() -> int:  # compact until the closed agent is old enough to go
+            removed.append(rt.compact().agents)
+            return sum(removed)
+
+        wait_until(compacted, timeout=SETTLE_S)
         assert sum(removed) == 1
         with pytest.raises(UnknownApproval):
             rt.approve(request.id)

@@ -148,7 +148,7 @@ def test_completions_and_messages_render_as_the_model_sees_them() -> None:
 
 
 def test_bound_cuts_oldest_tool_results_first_and_keeps_the_last_message() -> None:
-    chat = [{"role": "user", "content": "u" * 50}]
+    chat: list[dict[str, Any]] = [{"role": "user", "content": "u" * 50}]
     for i in range(5):
         chat.append(
             {
@@ -177,7 +177,7 @@ def test_bound_cuts_oldest_tool_results_first_and_keeps_the_last_message() -> No
 
 
 def test_a_tool_call_left_without_a_result_gets_an_interrupted_one() -> None:
-    chat = [
+    chat: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},
         {
             "role": "assistant",

@@ -501,12 +501,13 @@ def test_build_refuses_unknown_tools_and_builtins_without_workspace(
     outcomes: Results = {}
 
     async def probe(turn: Turn) -> str:
-        for label, kwargs in {
+        cases: dict[str, dict[str, Any]] = {
             "unknown": {"tools": ["read_file", "lookup"]},
             "no_workspace": {"tools": ["read_file"]},
             "beyond_profile": {"tools": "modify", "workspace": tmp_path},
             "fine": {"tools": ["grep"], "workspace": tmp_path},
-        }.items():
+        }
+        for label, kwargs in cases.items():
             try:
                 outcomes[label] = build_toolbox(turn, **kwargs).names
             except ConfigurationError as exc:

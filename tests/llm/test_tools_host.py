@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -211,7 +212,8 @@ def test_a_mapping_renames_tools() -> None:
     def echo(x: str) -> str:
         return x
 
-    tools = host_tool_defs({"find_customer": lookup_user, "plain": echo})
+    named: dict[str, Callable[..., Any]] = {"find_customer": lookup_user, "plain": echo}
+    tools = host_tool_defs(named)
     assert sorted(tools) == ["find_customer", "plain"]
     assert tools["find_customer"].description == "Find a customer by e-mail."
 

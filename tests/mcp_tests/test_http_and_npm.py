@@ -36,13 +36,17 @@ def test_http_tools_listed_called_and_a_kill_mid_call_then_a_restart(
 ) -> None:
     killed = threading.Event()
 
+    def kill() -> None:  # the server dies while its slow call runs
+        http_toolkit.kill()
+        killed.set()
+
     def steps(r: Any) -> dict[str, Any]:
         task = [m for m in r.messages if m.get("role") == "user"][-1]["content"]
         done = [m for m in r.messages if m.get("role") == "tool"]
         if task.endswith("echo") and not done:
             return tool_call("web__echo", {"text": "over http"})
         if task.endswith("slow") and not done:
-            threading.Timer(1.0, lambda: (http_toolkit.kill(), killed.set())).start()
+            threading.Timer(1.0, kill).start()
             return tool_call("web__slow", {"seconds": 30})
         if (
             task.endswith("again") and len(done) < 2

@@ -255,6 +255,43 @@ def test_a_tool_added_later_is_offered_only_where_a_pattern_grants_it(
     assert "kit__extra" not in offered["third"] and "kit__echo" in offered["third"]
 
 
+def test_tools_listed_later_under_one_offered_name_are_left_out_and_the_rest_work(
+    tmp_path: Path, stub: OpenAIStub
+) -> None:
+    """A server adds ``spawn.child`` beside ``spawn_child``: a model would see both as
+    ``kit__spawn_child``. Neither is offered, the clash is reported once, and the
+    server's other tools go on working (the turn does not fail)."""
+
+    def steps(r: Any) -> dict[str, Any]:
+        tools = [m for m in r.messages if m.get("role") == "tool"]
+        if tools:
+            return answer(json.dumps(last_tool_result(r)))
+        if "first" in r.messages[0]["content"]:
+            return tool_call("kit__grow", {"name": "spawn.child"})
+        return tool_call("kit__echo", {"text": "still here"})
+
+    script(stub, steps)
+    events: list[McpServerEvent] = []
+    with open_kit(tmp_path, stub) as rt:
+        rt.subscribe(lambda e: events.append(e) if isinstance(e, McpServerEvent) else None)
+        rt.wait(rt.spawn("agent", "first").id, timeout=60)
+        wait_until(lambda: any(e.status == "tools_changed" for e in events), what="tools_changed")
+        second = rt.wait(rt.spawn("agent", "second").id, timeout=60)
+        third = rt.wait(rt.spawn("agent", "third").id, timeout=60)
+        assert rt.mcp is not None
+        refused = rt.mcp.status()["kit"].refused
+    assert second.status is CompletionStatus.COMPLETED, second.error
+    assert json.loads(second.output or "") == {"result": "still here"}
+    assert third.status is CompletionStatus.COMPLETED, third.error
+    offered = {r.messages[0]["content"]: r.tool_names for r in stub.requests}
+    assert "kit__spawn_child" in offered["first"]
+    assert "kit__spawn_child" not in offered["second"] and "kit__echo" in offered["second"]
+    clash = "MCP tools 'kit.spawn_child' and 'kit.spawn.child' would all be offered"
+    assert [r for r in refused if clash in r] == [refused[-1]]
+    reported = [e for e in events if e.status == "tool_refused"]
+    assert len(reported) == 1 and clash in reported[0].detail  # once, not once per turn
+
+
 def test_stderr_is_kept_bounded_and_big_schemas_are_refused(
     tmp_path: Path, stub: OpenAIStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,3 +331,21 @@ def test_shutdown_kills_the_servers_process_group(tmp_path: Path, stub: OpenAISt
         rt.shutdown()
     wait_until(lambda: not pid_alive(child_pid) and not pid_alive(server_pid), what="group gone")
     assert os.getpgid(0) != server_pid
+
+
+def test_shutdown_closes_each_running_server_and_says_so(tmp_path: Path, stub: OpenAIStub) -> None:
+    """The runtime's close stops its servers itself, before its event loop ends: a subscriber
+    sees each running server ``closed``, and the status no longer names a process."""
+    script(stub, calls(("kit__environment", {})))
+    events: list[McpServerEvent] = []
+    rt = open_kit(tmp_path, stub)
+    try:
+        rt.subscribe(lambda e: events.append(e) if isinstance(e, McpServerEvent) else None)
+        done = rt.wait(rt.spawn("agent", "env").id, timeout=60)
+        assert done.status is CompletionStatus.COMPLETED, done.error
+        assert rt.mcp is not None and rt.mcp.status()["kit"].running
+    finally:
+        rt.shutdown()
+    assert [e.status for e in events if e.server == "kit"][-1] == "closed"
+    status = rt.mcp.status()["kit"]
+    assert not status.running and status.pid is None

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from conftest import wait_until
+from conftest import reader_team, wait_until
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import TextContent, TextResourceContents
 
 from retinue import AgentState, Runtime
 from retinue.mcp.options import listen_address
@@ -46,69 +48,96 @@ def stdio(store: Path, team: Path, **env: str) -> StdioServerParameters:
 
 async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, Any]:
     result = await client.call_tool(tool, arguments)
-    text = result.content[0].text
+    text = text_of(result.content)
     return result.is_error, (text if result.is_error else json.loads(text))
 
 
-def test_stdio_run_team_tree_inspect_wait_and_errors(tmp_path: Path) -> None:
+def text_of(contents: Sequence[object]) -> str:
+    """The text of a tool result's or a resource's first content, which must be text."""
+    first = contents[0]
+    assert isinstance(first, TextContent | TextResourceContents), first
+    return first.text
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, headers: dict[str, str]) -> AsyncIterator[Client]:
+    """A client of the streamable-HTTP server at ``url``."""
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_run_team_tree_inspect_wait_and_errors(tmp_path: Path, transport: str) -> None:
+    """The same calls and answers over both transports, on the example team."""
     progress: list[tuple[float, float | None, str | None]] = []
-
-    async def go() -> None:
-        async with Client(stdio(tmp_path / "s", EXAMPLE), mode="legacy") as client:
-            names = {t.name for t in (await client.list_tools()).tools}
-            assert names == {
-                "run_team",
-                "spawn",
-                "wait",
-                "send",
-                "tree",
-                "inspect",
-                "interrupt",
-                "close",
-                "resume",
-                "approvals",
-                "approve",
-                "deny",
-            }
-            error, started = await call(client, "run_team", task="review it", wait_s=0)
-            assert not error and started["path"] == "/root/review"
-            error, waited = await call(client, "wait", ref="/root/review", timeout_s=0)
-            assert not error and waited["event"] == "timed_out"  # still running (it keeps going)
-
-            async def on_progress(value: float, total: float | None, message: str | None) -> None:
-                progress.append((value, total, message))
-
-            result = await client.call_tool(
-                "wait", {"ref": "/root/review", "timeout_s": 120}, progress_callback=on_progress
-            )
-            done = json.loads(result.content[0].text)
-            assert (
-                done["status"] == "completed" and "Summary of 3 subagent results" in done["output"]
-            )
-            error, tree = await call(client, "tree")
-            paths = [row["path"] for row in tree["agents"]]
-            assert paths[0] == "/root/review" and "/root/review/security" in paths
-            assert tree["count"] == len(paths) and all(
-                r["state"] == "completed" for r in tree["agents"]
-            )
-            error, detail = await call(client, "inspect", ref="/root/review/security")
-            assert not error and detail["info"]["profile"] == "security" and detail["transcript"]
-            error, text = await call(client, "inspect", ref="/root/nope")
-            assert error and "UnknownAgent: no live agent at /root/nope" in text
-            error, text = await call(client, "wait", ref="/root/review", timeout_s=5)
-            assert error and "NothingToWaitFor" in text
-            error, text = await call(client, "wait", ref=5)
-            assert error and "ref" in text
-            error, text = await call(client, "spawn", profile="nobody", task="x")
-            assert error and "UnknownProfile" in text
-            resource = await client.read_resource("retinue://agent/root/review")
-            assert json.loads(resource.contents[0].text)["info"]["path"] == "/root/review"
-            tree_resource = await client.read_resource("retinue://tree")
-            assert [a["path"] for a in json.loads(tree_resource.contents[0].text)] == sorted(paths)
-
-    anyio.run(go)
+    store = tmp_path / "s"
+    if transport == "http":
+        with http_serving(store, EXAMPLE) as (url, token):
+            auth = {"Authorization": f"Bearer {token}"}
+            anyio.run(_run_team_checks, lambda: http_client(url, auth), progress)
+    else:
+        stdio_client = lambda: Client(stdio(store, EXAMPLE), mode="legacy")  # noqa: E731
+        anyio.run(_run_team_checks, stdio_client, progress)
     assert progress and all(total and total >= 1 for _, total, _ in progress)
     assert any(message and message.startswith("/root/review:") for _, _, message in progress)
+
+
+async def _run_team_checks(
+    connect: Callable[[], contextlib.AbstractAsyncContextManager[Client]],
+    reports: list[tuple[float, float | None, str | None]],
+) -> None:
+    async with connect() as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {
+            "run_team",
+            "spawn",
+            "wait",
+            "send",
+            "tree",
+            "inspect",
+            "interrupt",
+            "close",
+            "resume",
+            "approvals",
+            "approve",
+            "deny",
+        }
+        error, started = await call(client, "run_team", task="review it", wait_s=0)
+        assert not error and started["path"] == "/root/review"
+        error, waited = await call(client, "wait", ref="/root/review", timeout_s=0)
+        assert not error and waited["event"] == "timed_out"  # still running (it keeps going)
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            reports.append((progress, total, message))
+
+        result = await client.call_tool(
+            "wait", {"ref": "/root/review", "timeout_s": 120}, progress_callback=on_progress
+        )
+        done = json.loads(text_of(result.content))
+        assert done["status"] == "completed" and "Summary of 3 subagent results" in done["output"]
+        error, tree = await call(client, "tree")
+        paths = [row["path"] for row in tree["agents"]]
+        assert paths[0] == "/root/review" and "/root/review/security" in paths
+        assert tree["count"] == len(paths) and all(
+            r["state"] == "completed" for r in tree["agents"]
+        )
+        error, detail = await call(client, "inspect", ref="/root/review/security")
+        assert not error and detail["info"]["profile"] == "security" and detail["transcript"]
+        error, text = await call(client, "inspect", ref="/root/nope")
+        assert error and "UnknownAgent: no live agent at /root/nope" in text
+        error, text = await call(client, "wait", ref="/root/review", timeout_s=5)
+        assert error and "NothingToWaitFor" in text
+        error, text = await call(client, "wait", ref=5)
+        assert error and "ref" in text
+        error, text = await call(client, "spawn", profile="nobody", task="x")
+        assert error and "UnknownProfile" in text
+        resource = await client.read_resource("retinue://agent/root/review")
+        assert json.loads(text_of(resource.contents))["info"]["path"] == "/root/review"
+        tree_resource = await client.read_resource("retinue://tree")
+        assert [a["path"] for a in json.loads(text_of(tree_resource.contents))] == sorted(paths)
 
 
 def test_a_client_killed_mid_run_leaves_the_tree_for_the_next(tmp_path: Path) -> None:
@@ -174,10 +203,10 @@ def _state(store: Path, path: str) -> AgentState | None:
         return None
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+@contextlib.contextmanager
+def http_serving(store: Path, team: Path, **env: str) -> Iterator[tuple[str, str]]:
+    """``retinue mcp --http 127.0.0.1:0`` over ``store``; yield its URL and bearer token."""
     token = "test-token-123"
-    store = tmp_path / "s"
     process = subprocess.Popen(
         [
             sys.executable,
@@ -187,21 +216,21 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
             "--store",
             str(store),
             "--team",
-            str(patient_team(tmp_path)),
+            str(team),
             "--http",
             "127.0.0.1:0",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=ROOT,
-        env={**os.environ, **ENV, "PATIENT_S": "4", "RETINUE_MCP_TOKEN": token},
+        env={**os.environ, **ENV, **env, "RETINUE_MCP_TOKEN": token},
     )
     try:
         assert process.stderr is not None
         line = process.stderr.readline().decode()
         match = re.search(r"serving (http://127\.0\.0\.1:\d+/mcp)", line)
         assert match, line
-        yield match[1], token, store
+        yield match[1], token
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -211,6 +240,13 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
             process.wait(10)
         if process.stderr is not None:
             process.stderr.close()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    store = tmp_path / "s"
+    with http_serving(store, patient_team(tmp_path), PATIENT_S="4") as (url, token):
+        yield url, token, store
 
 
 def test_http_a_killed_client_leaves_the_run_and_its_answer(
@@ -231,10 +267,7 @@ def test_http_a_killed_client_leaves_the_run_and_its_answer(
     client.stdout.close()  # checked above: a pipe left open is a ResourceWarning
 
     async def next_client(headers: dict[str, str]) -> Any:
-        async with (
-            create_mcp_http_client(headers=headers) as http,
-            Client(streamable_http_client(url, http_client=http), mode="legacy") as new,
-        ):
+        async with http_client(url, headers) as new:
             for _ in range(600):  # the run goes on without its client
                 _error, tree = await call(new, "tree")
                 if tree["agents"][0]["state"] == "completed":
@@ -267,22 +300,8 @@ def test_non_loopback_needs_host_and_a_token(
     assert listen_address("8765", "10.0.0.5", "t") == ("10.0.0.5", 8765)
 
 
-READER = """
-name = "reader"
-[defaults]
-model = "retinue/scripted"
-tools = "read"
-workspace = "ws"
-[agents.reader]
-approve = ["read_file"]
-"""
-
-
 def test_approvals_are_listed_and_answered_over_mcp(tmp_path: Path) -> None:
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "ws" / "notes.txt").write_text("ship on Tuesday\n")
-    team = tmp_path / "team.toml"
-    team.write_text(READER)
+    team = reader_team(tmp_path)
 
     async def go() -> None:
         async with Client(stdio(tmp_path / "s", team), mode="legacy") as client:

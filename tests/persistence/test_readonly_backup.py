@@ -203,7 +203,7 @@ def test_a_reader_opened_as_the_writer_grows_the_map_opens_again(
     def open_once_resized(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 1:
-            raise lmdb.MapResizedError("mdb_txn_begin", "the map grew meanwhile")
+            raise lmdb.MapResizedError("mdb_txn_begin", -30785)  # MDB_MAP_RESIZED: grew meanwhile
         return real_open(*args, **kwargs)
 
     monkeypatch.setattr(lmdb, "open", open_once_resized)

@@ -189,9 +189,9 @@ def test_bad_graph_shapes() -> None:
     with pytest.raises(ArgumentTypeError):
         validate_graph({"a": "bc"}, cap=5)
     with pytest.raises(ArgumentTypeError):
-        validate_graph({"a": [1]}, cap=5)  # type: ignore[list-item]
+        validate_graph({"a": [1]}, cap=5)
     with pytest.raises(ArgumentTypeError):
-        validate_graph({1: []}, cap=5)  # type: ignore[dict-item]
+        validate_graph({1: []}, cap=5)
     with pytest.raises(ArgumentTypeError):
         validate_graph([object()], cap=5)
     with pytest.raises(ArgumentTypeError):

@@ -43,6 +43,9 @@ DEFAULTS: dict[str, int | float | None] = {
     "usd_per_tree": None,
     "call_reserve_tokens": None,
     "approval_timeout_s": None,
+    # Observability: the text a live tool-call event carries.
+    "event_preview_bytes": 1024,
+    "trace_content_max_bytes": 16_384,
 }
 FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
 OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]
@@ -69,7 +72,7 @@ def test_limits_is_immutable() -> None:
 
 def test_limits_is_keyword_only() -> None:
     with pytest.raises(TypeError):
-        Limits(3)  # type: ignore[misc]
+        Limits(3)  # type: ignore[call-arg]
 
 
 def test_valid_values_are_kept() -> None:

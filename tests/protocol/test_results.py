@@ -107,7 +107,7 @@ def test_version_constant() -> None:
 def test_minimal_result() -> None:
     result = parse(minimal())
     assert result == StructuredResult(
-        version=RESULT_VERSION,
+        version="retinue.result.v2",  # RESULT_VERSION (test_version_constant), as its Literal
         status="completed",
         summary="done",
         claims=(),

@@ -13,6 +13,7 @@ from retinue.protocol.tools import (
     MODIFY_TOOLS,
     PRESETS,
     READ_TOOLS,
+    ToolSpec,
     exceeds_ceiling,
     extra_tools,
     resolve_profile_tools,
@@ -152,10 +153,12 @@ def test_inheritance_through_a_cycle_is_refused() -> None:
 
 
 def test_long_inheriting_chain_resolves_without_recursion() -> None:
-    chain = {f"p{i}": (None, [f"p{i + 1}"]) for i in range(5000)}
+    chain: dict[str, tuple[ToolSpec, list[str]]] = {
+        f"p{i}": (None, [f"p{i + 1}"]) for i in range(5000)
+    }
     chain["p0"] = ("read", ["p1"])
     chain["p5000"] = (None, [])
-    tools = resolve_profile_tools(chain)  # type: ignore[arg-type]
+    tools = resolve_profile_tools(chain)
     assert tools["p5000"] == READ_TOOLS
 
 

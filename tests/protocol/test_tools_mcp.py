@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from retinue.errors import ConfigurationError
+from retinue.protocol.supervision import check_approve_names, needs_approval
 from retinue.protocol.tools import (
+    COORDINATOR_TOOLS,
+    check_offered_names,
     covers,
     exceeds_ceiling,
     extra_tools,
@@ -83,3 +86,47 @@ def test_offered_names_follow_the_function_name_rule() -> None:
     long = offered_name("server", "t" * 200)
     assert len(long) == 64
     assert long != offered_name("server", "t" * 199)
+
+
+def test_approve_matches_mcp_tools_by_their_granted_names_and_patterns() -> None:
+    def needs(approve: list[str], tool: str) -> bool:
+        return needs_approval(approve, tool, COORDINATOR_TOOLS)
+
+    assert needs(["time.get_current_time"], "time.get_current_time")
+    assert needs(["time.*"], "time.get_current_time") and needs(["time.*"], "time.convert_time")
+    assert not needs(["time.*"], "fs.read_text_file")
+    assert not needs(["time.get_current_time"], "time.convert_time")
+    assert not needs(["time.get_current_time"], "time__get_current_time")  # the offered name
+    assert needs(["*"], "time.get_current_time") and not needs(["*"], "spawn_subagent")
+
+
+def test_an_approve_entry_must_name_a_tool_the_profile_has() -> None:
+    has = ("read_file", "deploy", "time.get_current_time", "fs.*")
+    check_approve_names("p", ["*", "read_file", "deploy", "time.get_current_time"], has)
+    check_approve_names("p", ["time.*", "fs.*", "fs.read_text_file"], has)
+    for wrong in ["bash", "time.convert_time", "gh.*", "time__get_current_time", "fs"]:
+        with pytest.raises(ConfigurationError, match=f"approve names '{wrong}', which is not"):
+            check_approve_names("p", ["read_file", wrong], has)
+    with pytest.raises(ConfigurationError, match=r"not one of its tools \(none\)"):
+        check_approve_names("p", ["bash"], ())
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "offered"),
+    [
+        ("kit.get.x", "kit.get_x", "kit__get_x"),  # one server
+        ("kit.x__echo", "kit__x.echo", "kit__x__echo"),  # two servers
+        ("a__b", "a.b", "a__b"),  # a host tool and an MCP tool
+    ],
+)
+def test_two_exact_tools_offered_under_one_name_are_refused(
+    first: str, second: str, offered: str
+) -> None:
+    with pytest.raises(
+        ConfigurationError, match=f"would both be offered to a model as '{offered}'"
+    ):
+        check_offered_names("p", [first, "read_file", second])
+
+
+def test_distinct_offered_names_and_patterns_pass() -> None:
+    check_offered_names("p", ["kit.get_x", "kit.get_y", "kit.*", "kit2.*", "read_file"])

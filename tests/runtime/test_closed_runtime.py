@@ -43,6 +43,7 @@ CALLS: dict[str, Call] = {
     "resume": lambda rt, ref, dest: rt.resume(ref),
     "send": lambda rt, ref, dest: rt.send(ref, "hi"),
     "spawn": lambda rt, ref, dest: rt.spawn("worker", "t"),
+    "stream": lambda rt, ref, dest: rt.stream(ref),
     "subscribe": lambda rt, ref, dest: rt.subscribe(lambda event: None),
     "wait": lambda rt, ref, dest: rt.wait(ref, timeout=1),
     "wait_idle": lambda rt, ref, dest: rt.wait_idle(timeout=1),
@@ -68,6 +69,7 @@ ASYNC_CALLS: dict[str, Call] = {
     "resume_async": lambda rt, ref, dest: rt.resume_async(ref),
     "send_async": lambda rt, ref, dest: rt.send_async(ref, "hi"),
     "spawn_async": lambda rt, ref, dest: rt.spawn_async("worker", "t"),
+    "stream_async": lambda rt, ref, dest: rt.stream_async(ref),  # raises as it is called
     "wait_async": lambda rt, ref, dest: rt.wait_async(ref, timeout=1),
     "settled": lambda rt, ref, dest: rt.settled(timeout=1),
 }

@@ -18,8 +18,8 @@ if str(ROOT) not in sys.path:  # ``pytest`` (not ``python -m pytest``) leaves th
     sys.path.insert(0, str(ROOT))
 
 from stress.statemachine import ci_settings  # noqa: E402
-from stress.statemachine.harness import STATS  # noqa: E402
 from stress.statemachine.restarts import RestartMachine  # noqa: E402
+from stress.statemachine.trace import STATS  # noqa: E402
 
 # What the CI run must reach, or the run proves less than it claims.
 MUST_RUN = (
@@ -36,8 +36,6 @@ MUST_RUN = (
 
 def test_restart_state_machine() -> None:
     STATS.clear()
-    run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        RestartMachine, settings=ci_settings(max_examples=40, steps=25)
-    )
+    run_state_machine_as_test(RestartMachine, settings=ci_settings(max_examples=40, steps=25))
     missed = [key for key in MUST_RUN if STATS[key] == 0]
     assert not missed, f"the CI run never reached {missed}; it reached {sorted(STATS)}"

@@ -7,7 +7,7 @@ Backoffs are tiny so nothing waits long; no assertion is about time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -83,7 +83,7 @@ def test_a_task_that_fails_twice_completes_on_attempt_3_with_one_completion(
     assert only.completion.status is CompletionStatus.COMPLETED
 
 
-def _restarts(events: list[object]) -> list[TurnRestarting]:
+def _restarts(events: Iterable[object]) -> list[TurnRestarting]:
     return [e for e in events if isinstance(e, TurnRestarting)]
 
 
@@ -240,6 +240,25 @@ def test_a_lost_turn_restarts_on_open_parents_first(tmp_path: Path) -> None:
         assert (got.status, got.generation) == ("completed", 2)
         rt.wait_idle(PROMPT_S)
     assert order[:2] == ["boss:restart:2", "kid:restart:2"]
+
+
+def test_a_lost_turn_waits_attempt_1s_backoff_and_keeps_its_attempt_count(
+    tmp_path: Path,
+) -> None:
+    """A turn lost on its second attempt restarts after ``backoff_s`` (attempt 1's backoff),
+    not the doubled backoff of a second restart; it is counted as attempt 3."""
+    store = tmp_path / "store"
+    lost_at_2 = agent(
+        "w", "/root/w", state="running", generation=2, attempt=2, last_error="RuntimeError: boom"
+    )
+    write_store(store, [agent_write(lost_at_2)])
+    slow = Restart(on=("failed", "lost"), backoff_s=30.0, backoff_max_s=300.0, jitter=0.0)
+    with Runtime.open(store, profiles=[Profile("worker", runner=Flaky(0), restart=slow)]) as rt:
+        info = rt.get("w")
+        assert (info.state, info.generation, info.attempt) == ("restarting", 3, 3)
+        assert info.last_error == LOST_ERROR
+        assert info.restart_due_at is not None
+        assert info.restart_due_at - info.updated_at == pytest.approx(30.0)
 
 
 def test_without_a_lost_policy_a_lost_turn_is_interrupted(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # ``pytest`` (not ``python -m pytest``) leaves th
     sys.path.insert(0, str(ROOT))
 
 from stress.statemachine import RetinueMachine, ci_settings  # noqa: E402
-from stress.statemachine.harness import STATS  # noqa: E402
+from stress.statemachine.trace import STATS  # noqa: E402
 
 # Rules and runner paths the CI run must reach: a precondition that never holds,
 # or a runner that never gets there, would pass silently without this.
@@ -42,8 +42,6 @@ MUST_RUN = (
 
 def test_runtime_state_machine() -> None:
     STATS.clear()
-    run_state_machine_as_test(  # type: ignore[no-untyped-call]
-        RetinueMachine, settings=ci_settings(max_examples=50, steps=35)
-    )
+    run_state_machine_as_test(RetinueMachine, settings=ci_settings(max_examples=50, steps=35))
     missed = [key for key in MUST_RUN if STATS[key] == 0]
     assert not missed, f"the CI run never reached {missed}"

@@ -13,11 +13,12 @@ from conftest import PROMPT_S, OpenRuntime
 
 from retinue import Profile, Runtime
 from retinue.actors import reader as reader_module
+from retinue.actors.tree import load_tree
 from retinue.testing import echo
 
 TWINS = sorted(
     name.removesuffix("_async")
-    for name, member in vars(Runtime).items()
+    for name, member in inspect.getmembers(Runtime)
     if name.endswith("_async") and not name.startswith("_") and inspect.iscoroutinefunction(member)
 )
 
@@ -71,7 +72,7 @@ def test_a_read_only_runtime_reads_off_the_event_loop(
     with Runtime.open(store, profiles=[Profile("worker", runner=echo)]) as rt:
         rt.wait(rt.spawn("worker", "x", name="a").id, timeout=PROMPT_S)
     released = threading.Event()
-    real_load = reader_module.load_tree
+    real_load = load_tree  # what the reader calls; gated below
 
     def gated_load(*args: Any, **kwargs: Any) -> Any:
         # Only the loop can release the read: a read run on the loop deadlocks here.

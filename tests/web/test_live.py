@@ -9,51 +9,21 @@ import pytest
 from conftest import wait_until
 from starlette.testclient import TestClient
 
-from retinue import AgentInfo, AgentState, InvalidArgument, Profile, Runtime
+from retinue import (
+    AgentInfo,
+    AgentState,
+    InvalidArgument,
+    ModelCallFinished,
+    Profile,
+    Runtime,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from retinue.errors import ArgumentTypeError
 from retinue.testing import Gate
 from retinue.web import LiveTree, WebOptions, create_app
 from retinue.web.live import next_pause
 from retinue.web.snapshot import ROOT, build
-
-# -- event shapes the lead adds to retinue.protocol.messages (defined here until they land) --
-
-
-class ToolCallStarted(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call_started"):
-    """Stand-in for the lead's ToolCallStarted event (same fields and tag)."""
-
-    agent_id: str
-    path: str
-    at: float
-    call_id: str
-    tool: str
-    arguments_preview: str = ""
-
-
-class ToolCallFinished(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call_finished"):
-    """Stand-in for the lead's ToolCallFinished event (same fields and tag)."""
-
-    agent_id: str
-    path: str
-    at: float
-    call_id: str
-    tool: str
-    ok: bool
-    duration_s: float
-    error: str | None = None
-
-
-class ModelCallFinished(msgspec.Struct, frozen=True, kw_only=True, tag="model_call_finished"):
-    """Stand-in for the lead's ModelCallFinished event (same fields and tag)."""
-
-    agent_id: str
-    path: str
-    at: float
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    duration_s: float
 
 
 class SomethingNew(msgspec.Struct, frozen=True, kw_only=True, tag="something_new"):
@@ -127,7 +97,7 @@ def test_options_are_checked() -> None:
         {"transcript_tail": 600},
     ):
         with pytest.raises(InvalidArgument):
-            WebOptions(**bad)  # type: ignore[arg-type]
+            WebOptions(**bad)
     with pytest.raises(ArgumentTypeError):
         WebOptions(page_size="10")  # type: ignore[arg-type]
     with pytest.raises(ArgumentTypeError):
@@ -189,7 +159,9 @@ def test_events_show_the_tool_in_progress_and_feed_the_timeline(
     wait_until(
         lambda: (s := live.snapshot(0)) and s.rows.get(lead.id, {}).get("state") == "running"
     )
-    start = ToolCallStarted(agent_id=lead.id, path=lead.path, at=100.0, call_id="c1", tool="grep")
+    start = ToolCallStarted(
+        agent_id=lead.id, path=lead.path, at=100.0, call_id="c1", tool="grep", arguments_preview=""
+    )
     live.observe(start)
     live.observe(SomethingNew(agent_id=lead.id, path=lead.path, at=100.5))  # ignored
     assert live.activity.tools() == {lead.id: "grep"}

@@ -37,7 +37,7 @@ class Writer:
             text=True,
             env=env,
         )
-        assert self.proc.stdout is not None
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             self.proc.kill()

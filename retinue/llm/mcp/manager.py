@@ -114,7 +114,7 @@ class McpManager:
         return "" if state.log is None else state.log.text()
 
     def _event(self, state: _State, status: str, detail: str = "") -> None:
-        if status in ("died", "start_failed"):
+        if status in ("died", "start_failed", "tool_refused"):
             log.warning("MCP server %r %s: %s", state.name, status, detail)
         if self._publish is None:
             return
@@ -261,13 +261,15 @@ class McpManager:
         Each granted server is started if needed (concurrently). A server
         that cannot start now but listed its tools before still offers them
         (a call then tries it again); one that never listed any fails the turn.
+        Granted tools that would be offered under one name (of one server or
+        of two) are left out, the others offered; the clash is reported once
+        per listing (a ``tool_refused`` event, ``status().refused``, a warning).
 
         Raises:
-            McpServerError: a granted server never started; two tools of
-                different servers would be offered under one name.
+            McpServerError: a granted server never started.
             ConfigurationError: a grant names a server this runtime does not declare.
         """
-        from retinue.llm.mcp.tools import tool_def
+        from retinue.llm.mcp.tools import tool_def, unclashed
 
         servers = mcp_grant_servers(grants)
         unknown = [s for s in servers if s not in self._states]
@@ -279,24 +281,20 @@ class McpManager:
         outcomes = await asyncio.gather(
             *(self._session(state) for state in states), return_exceptions=True
         )
-        defs: list[ToolDef] = []
-        seen: dict[str, str] = {}
+        granted: list[McpTool] = []
         for state, outcome in zip(states, outcomes, strict=True):
             if isinstance(outcome, asyncio.CancelledError):
                 raise outcome
             if isinstance(outcome, BaseException) and not state.listed:
                 raise outcome
-            for tool in state.tools:
-                if not mcp_granted(state.name, tool.tool, grants):
-                    continue
-                if tool.offered in seen:
-                    raise McpServerError(
-                        f"MCP tools {seen[tool.offered]!r} and {tool.granted_name!r} would both "
-                        f"be offered to a model as {tool.offered!r}; grant only one of them"
-                    )
-                seen[tool.offered] = tool.granted_name
-                defs.append(tool_def(tool, self._call))
-        return defs
+            granted += [t for t in state.tools if mcp_granted(state.name, t.tool, grants)]
+        kept, clashes = unclashed(granted)
+        for reason, tool in clashes:  # reported once per listing, not per turn
+            state = self._states[tool.server]
+            if reason not in state.refused:
+                state.refused.append(reason)
+                self._event(state, "tool_refused", reason)
+        return [tool_def(tool, self._call) for tool in kept]
 
     async def _call(self, tool: McpTool, arguments: dict[str, Any]) -> Any:
         """Run one checked call; return its value for the model.

@@ -12,6 +12,7 @@ import msgspec
 from retinue.errors import ConfigurationError, TeamFileError
 from retinue.llm.mcp.config import McpServer
 from retinue.protocol.tools import mcp_grant_servers, resolve_profile_tools, resolve_tools
+from retinue.protocol.validation import decode_table
 
 __all__ = ["McpSpec", "check_tools", "mcp_servers"]
 
@@ -37,24 +38,6 @@ class McpSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     tool_timeout_s: Positive = 60.0
 
 
-def _convert(label: str, where: str, raw: object) -> McpSpec:
-    if not isinstance(raw, dict):
-        raise TeamFileError(label, where, "", f"must be a table, not {type(raw).__name__}")
-    try:
-        return msgspec.convert(raw, McpSpec)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        unknown = re.match(r"Object contains unknown field `(.+?)`", text)
-        if unknown:
-            known = ", ".join(McpSpec.__struct_fields__)
-            raise TeamFileError(
-                label, where, unknown[1], f"unknown key; known keys: {known}"
-            ) from None
-        at = re.search(r" - at `\$\.?(.*)`$", text)
-        message = (text[: at.start()] if at else text).replace("`", "").replace(" | null", "")
-        raise TeamFileError(label, where, at[1] if at else "", message) from None
-
-
 def mcp_servers(label: str, raw: dict[str, Any], source: Path | None) -> dict[str, McpServer]:
     """Decode the ``[mcp.<server>]`` tables of team file ``label`` into servers.
 
@@ -72,8 +55,7 @@ def mcp_servers(label: str, raw: dict[str, Any], source: Path | None) -> dict[st
                 "",
                 "an MCP server name is an agent name: 1-40 characters of a-z, 0-9, _",
             )
-        spec = _convert(label, where, table)
-        assert isinstance(spec, McpSpec)
+        spec = decode_table(label, where, table, McpSpec)
         if (spec.command is None) == (spec.url is None):
             raise TeamFileError(
                 label, where, "", "give either command (a stdio server) or url (streamable HTTP)"

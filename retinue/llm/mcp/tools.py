@@ -4,8 +4,9 @@
 once per listing: the offered name (``server__tool``), a bounded
 description, the server's ``inputSchema`` (a JSON object schema, checked
 with ``jsonschema`` and bounded by ``max_schema_bytes``) and its validator.
-A tool whose schema is unusable is refused (reported, never offered); two
-tools that would be offered under one name refuse the listing.
+A tool whose schema is unusable is refused (reported, never offered).
+:func:`unclashed` leaves out the granted tools that would be offered under
+one name (neither is: the model could not tell them apart).
 :func:`tool_def` makes the :class:`~retinue.llm.arguments.ToolDef` a turn
 offers; its handler checks the arguments against the schema before the call.
 :func:`result_value` turns a ``CallToolResult`` into JSON for the model.
@@ -16,11 +17,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
-from retinue.errors import McpServerError
 from retinue.llm.arguments import ToolArgumentError, ToolDef, ToolError
 from retinue.protocol.text import truncate_utf8
 from retinue.protocol.tools import offered_name
@@ -33,6 +33,7 @@ __all__ = [
     "prepare",
     "result_value",
     "tool_def",
+    "unclashed",
 ]
 
 MAX_DESCRIPTION_BYTES = 2048
@@ -50,10 +51,18 @@ class McpToolDef(ToolDef):
     """A toolbox tool whose schema is an MCP server's ``inputSchema`` (arguments: a dict)."""
 
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    granted: str = ""
+    """``<server>.<tool>``: the name profiles grant it by (:attr:`granted_name`)."""
+    kind: ClassVar[str] = "extension"
 
     def __post_init__(self) -> None:
         """Decode arguments into a dict; the handler checks them against the schema."""
         object.__setattr__(self, "decoder", msgspec.json.Decoder(dict[str, Any]))
+
+    @property
+    def granted_name(self) -> str:
+        """``<server>.<tool>`` (the offered name when none was given)."""
+        return self.granted or self.name
 
     def schema(self) -> dict[str, Any]:
         """Return the OpenAI ``tools`` entry with the server's schema as its parameters."""
@@ -118,14 +127,9 @@ def _check_schema(raw: Any, limit: int) -> tuple[dict[str, Any], Any]:
 def prepare(
     server: str, tools: Sequence[Any], *, max_schema_bytes: int
 ) -> tuple[list[McpTool], list[str]]:
-    """Return the usable tools of one listing and, for each refused one, why.
-
-    Raises:
-        McpServerError: two tools would be offered under one name.
-    """
+    """Return the usable tools of one listing and, for each refused one, why."""
     usable: list[McpTool] = []
     refused: list[str] = []
-    by_offered: dict[str, str] = {}
     for entry in tools:
         name = str(getattr(entry, "name", ""))
         if not name:
@@ -138,22 +142,39 @@ def prepare(
         except ValueError as exc:
             refused.append(f"{server}.{name}: {exc}")
             continue
-        offered = offered_name(server, name)
-        if offered in by_offered:
-            raise McpServerError(
-                f"MCP server {server!r} has tools {by_offered[offered]!r} and {name!r}, which "
-                f"would both be offered to a model as {offered!r}; rename one on the server",
-                server=server,
-            )
-        by_offered[offered] = name
         description = str(
             getattr(entry, "description", None) or getattr(entry, "title", None) or ""
         )
         description = truncate_utf8(
             description or f"{name} (MCP server {server})", MAX_DESCRIPTION_BYTES
         )[0]
+        offered = offered_name(server, name)
         usable.append(McpTool(server, name, offered, description, schema, validator))
     return usable, refused
+
+
+def unclashed(tools: Sequence[McpTool]) -> tuple[list[McpTool], list[tuple[str, McpTool]]]:
+    """Split a turn's granted ``tools`` into those alone under their offered name and, for
+    each name that several would take, why none is offered (with the first of them).
+
+    Tools that would be offered under one name (``c.get.x`` and ``c.get_x``)
+    are all left out: a model's call of that name could mean either.
+    """
+    by_offered: dict[str, list[McpTool]] = {}
+    for tool in tools:
+        by_offered.setdefault(tool.offered, []).append(tool)
+    kept = [tool for tool in tools if len(by_offered[tool.offered]) == 1]
+    clashes = [
+        (
+            f"MCP tools {' and '.join(repr(t.granted_name) for t in same)} would all be "
+            f"offered to a model as {offered!r} (function names allow no dot), so none of "
+            "them is offered; rename one on its server, or grant only one by its exact name",
+            same[0],
+        )
+        for offered, same in by_offered.items()
+        if len(same) > 1
+    ]
+    return kept, clashes
 
 
 def _argument_error(offered: str, validator: Any, arguments: dict[str, Any]) -> str | None:
@@ -187,6 +208,7 @@ def tool_def(
         args=_Raw,
         handler=handler,
         parameters=tool.parameters,
+        granted=tool.granted_name,
     )
 
 

@@ -133,45 +133,10 @@ async def stdio_transport(
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
-    async def stdout_reader() -> None:
-        assert process.stdout is not None
-        buffered = BufferedByteReceiveStream(process.stdout)
-        reason = "its stdout closed"
-        try:
-            async with read_writer:
-                while True:
-                    line = await buffered.receive_until(b"\n", MAX_LINE_BYTES)
-                    if line.strip():
-                        await read_writer.send(_parse(line))
-        except anyio.DelimiterNotFound:
-            reason = f"it sent a message line over {MAX_LINE_BYTES} bytes"
-            kill_group(process.pid)
-        except (anyio.EndOfStream, anyio.IncompleteRead):
-            pass
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            return  # our own close
-        if await _exited(process, 0.5):
-            reason = f"it exited with code {process.returncode}"
-        on_exit(reason)
-
-    async def stderr_reader() -> None:
-        assert process.stderr is not None
-        with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, OSError):
-            while True:
-                log.write(await process.stderr.receive())
-
-    async def stdin_writer() -> None:
-        assert process.stdin is not None
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            async with write_reader:
-                async for message in write_reader:
-                    text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((text + "\n").encode())
-
     async with anyio.create_task_group() as group:
-        group.start_soon(stdout_reader)
-        group.start_soon(stderr_reader)
-        group.start_soon(stdin_writer)
+        group.start_soon(_read_stdout, process, read_writer, on_exit)
+        group.start_soon(_read_stderr, process, log)
+        group.start_soon(_write_stdin, process, write_reader)
         try:
             yield read_stream, write_stream
         finally:
@@ -180,6 +145,53 @@ async def stdio_transport(
                 for stream in (read_stream, write_stream, read_writer, write_reader):
                     await stream.aclose()
             group.cancel_scope.cancel()
+
+
+async def _read_stdout(
+    process: anyio.abc.Process, sink: Any, on_exit: Callable[[str], None]
+) -> None:
+    """Send each message line of the server's stdout to ``sink``; at its end, ``on_exit(why)``.
+
+    A line over :data:`MAX_LINE_BYTES` kills the process group (the protocol is
+    broken). Our own close of the streams ends it without ``on_exit``.
+    """
+    assert process.stdout is not None
+    buffered = BufferedByteReceiveStream(process.stdout)
+    reason = "its stdout closed"
+    try:
+        async with sink:
+            while True:
+                line = await buffered.receive_until(b"\n", MAX_LINE_BYTES)
+                if line.strip():
+                    await sink.send(_parse(line))
+    except anyio.DelimiterNotFound:
+        reason = f"it sent a message line over {MAX_LINE_BYTES} bytes"
+        kill_group(process.pid)
+    except (anyio.EndOfStream, anyio.IncompleteRead):
+        pass
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        return  # our own close
+    if await _exited(process, 0.5):
+        reason = f"it exited with code {process.returncode}"
+    on_exit(reason)
+
+
+async def _read_stderr(process: anyio.abc.Process, log: BoundedLog) -> None:
+    """Keep what the server writes to stderr in ``log`` until the pipe ends."""
+    assert process.stderr is not None
+    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+        while True:
+            log.write(await process.stderr.receive())
+
+
+async def _write_stdin(process: anyio.abc.Process, source: Any) -> None:
+    """Write each message from ``source`` to the server's stdin, one JSON line each."""
+    assert process.stdin is not None
+    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        async with source:
+            async for message in source:
+                text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send((text + "\n").encode())
 
 
 async def _stop(process: anyio.abc.Process) -> None:

@@ -111,8 +111,10 @@ if os.environ.get("TOOLKIT_BIG_SCHEMA"):
     async def _huge(**kwargs: Any) -> str:
         return "huge"
 
-    server._tool_manager.add_tool(_huge, name="huge", description="A tool with a big schema.")
-    server._tool_manager.get_tool("huge").parameters = {"type": "object", "properties": properties}
+    huge = server._tool_manager.add_tool(
+        _huge, name="huge", description="A tool with a big schema."
+    )
+    huge.parameters = {"type": "object", "properties": properties}
 
 
 if __name__ == "__main__":

@@ -1,30 +1,20 @@
 """The host's approval calls: list pending requests, approve or deny one, sync and async.
 
-:class:`ApprovalCalls` is mixed into :class:`~retinue.runtime.Runtime` (and
-any face with the same ``_ask`` / ``_ask_async``): each call and its
-``*_async`` twin are one line over the same command.
+:class:`ApprovalCalls` holds ``approvals``, ``approve`` and ``deny``, each
+with its ``*_async`` twin; each is one line over the same command.
 """
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from retinue.actors.commands import HOST, Approvals, Approve, Command, Deny
+from retinue.actors.commands import HOST, Approvals, Approve, Deny
 from retinue.protocol.supervision import ApprovalRequest
+from retinue.runtime.calls import Calls
 
 __all__ = ["ApprovalCalls"]
 
-R = TypeVar("R")
 
-
-class ApprovalCalls:
+class ApprovalCalls(Calls):
     """``approvals``, ``approve`` and ``deny``, with their async twins."""
-
-    def _ask(self, command: Command[R]) -> R:  # pragma: no cover - the face defines it
-        raise NotImplementedError
-
-    async def _ask_async(self, command: Command[R]) -> R:  # pragma: no cover
-        raise NotImplementedError
 
     def approvals(self, ref: str | None = None) -> list[ApprovalRequest]:
         """Return the pending approval requests, oldest first: of ``ref``'s subtree, or all.
@@ -35,6 +25,10 @@ class ApprovalCalls:
             UnknownAgent, InvalidAgentPath: a bad ``ref``.
         """
         return self._ask(Approvals(HOST, ref))
+
+    async def approvals_async(self, ref: str | None = None) -> list[ApprovalRequest]:
+        """Like :meth:`approvals`, without blocking the event loop."""
+        return await self._ask_async(Approvals(HOST, ref))
 
     def approve(self, request_id: str, *, note: str | None = None) -> None:
         """Approve a pending request: the call runs and the model gets its result.
@@ -50,6 +44,10 @@ class ApprovalCalls:
         """
         self._ask(Approve(request_id, note))
 
+    async def approve_async(self, request_id: str, *, note: str | None = None) -> None:
+        """Like :meth:`approve`, without blocking the event loop."""
+        await self._ask_async(Approve(request_id, note))
+
     def deny(self, request_id: str, *, reason: str) -> None:
         """Deny a pending request: the model gets ``{"error": "denied: <reason>"}``.
 
@@ -58,14 +56,6 @@ class ApprovalCalls:
             ArgumentTypeError, InvalidArgument: a bad id, or a blank reason.
         """
         self._ask(Deny(request_id, reason))
-
-    async def approvals_async(self, ref: str | None = None) -> list[ApprovalRequest]:
-        """Like :meth:`approvals`, without blocking the event loop."""
-        return await self._ask_async(Approvals(HOST, ref))
-
-    async def approve_async(self, request_id: str, *, note: str | None = None) -> None:
-        """Like :meth:`approve`, without blocking the event loop."""
-        await self._ask_async(Approve(request_id, note))
 
     async def deny_async(self, request_id: str, *, reason: str) -> None:
         """Like :meth:`deny`, without blocking the event loop."""

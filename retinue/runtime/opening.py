@@ -1,0 +1,181 @@
+"""The steps of :meth:`Runtime.open <retinue.runtime.Runtime.open>`, in the order it takes them.
+
+Apply the team (:func:`apply_team`), check the limits (:func:`checked_limits`),
+then either attach a reader to an existing store (:func:`attach_reader`) or
+start a writer (:func:`start_writer`): the event bus, the MCP servers, the
+profile table with its runners, the grants check, the spans
+(:func:`open_tracing`: :mod:`retinue.tracing` when OpenTelemetry is
+installed; it is imported only then, never by ``import retinue``), and the
+:class:`~retinue.actors.system.System` that starts (and, on failure or at
+shutdown, stops) everything below the facade.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from retinue.actors.boot import profile_table
+from retinue.actors.events import EventBus
+from retinue.actors.observer import Spans
+from retinue.actors.profile import Profile
+from retinue.actors.readonly import ReadOnlySystem
+from retinue.actors.system import System
+from retinue.actors.turn import Runner
+from retinue.errors import ArgumentTypeError, ConfigurationError
+from retinue.llm import model_runner_factory
+from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
+from retinue.persistence.options import StoreOptions
+from retinue.protocol.limits import Limits
+from retinue.team import Team, load_team, open_arguments
+
+__all__ = [
+    "OpenArguments",
+    "Writer",
+    "apply_team",
+    "attach_reader",
+    "checked_limits",
+    "open_tracing",
+    "start_writer",
+]
+
+
+class OpenArguments(NamedTuple):
+    """What ``Runtime.open`` runs with once a team is applied."""
+
+    profiles: Iterable[Profile]
+    limits: Limits | None
+    workspace: str | os.PathLike[str] | None
+    team_servers: Mapping[str, McpServer]
+
+
+class Writer(NamedTuple):
+    """A started writable runtime: its system, its MCP servers and its profile table."""
+
+    system: System
+    mcp: McpManager | None
+    profiles: dict[str, Profile]
+
+
+def apply_team(
+    team: Team | str | os.PathLike[str] | None,
+    readonly: bool,
+    profiles: Iterable[Profile],
+    runner: Runner | None,
+    limits: Limits | None,
+    workspace: str | os.PathLike[str] | None,
+) -> OpenArguments:
+    """Return the open's arguments with the team's applied (a read-only open ignores it).
+
+    Raises:
+        TeamFileError: the team file is unusable (named by table and key).
+    """
+    if team is None or readonly:
+        return OpenArguments(profiles, limits, workspace, {})
+    team = team if isinstance(team, Team) else load_team(team)
+    profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
+    return OpenArguments(profiles, limits, workspace, dict(team.mcp))
+
+
+def checked_limits(limits: Limits | None) -> Limits:
+    """Return the limits to run with: ``limits``, or the environment's.
+
+    Raises:
+        ArgumentTypeError: ``limits`` is not a Limits.
+        InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad.
+    """
+    if limits is not None and not isinstance(limits, Limits):
+        raise ArgumentTypeError(
+            f"limits must be a Limits, not {type(limits).__name__}; "
+            "build one with Limits(**fields) or Limits.from_env(**fields)"
+        )
+    return limits if limits is not None else Limits.from_env()
+
+
+def attach_reader(options: StoreOptions, limits: Limits) -> ReadOnlySystem:
+    """Open the existing store ``options`` names read-only, beside its writer.
+
+    Raises:
+        ConfigurationError: no path was given (a reader needs a store).
+        StoreVersionError, StoreError, StoreCorrupted: as
+            :class:`~retinue.actors.readonly.ReadOnlySystem` raises.
+    """
+    if options.path is None:
+        raise ConfigurationError("a read-only runtime needs the path of a store")
+    return ReadOnlySystem(options.path, limits)
+
+
+def start_writer(
+    options: StoreOptions,
+    limits: Limits,
+    given: OpenArguments,
+    runner: Runner | None,
+    create: bool,
+    mcp_servers: dict[str, McpServer] | None,
+    spans: Spans | None = None,
+) -> Writer:
+    """Check the profiles and MCP grants, then start the writable runtime on ``options``.
+
+    ``given`` are the open's arguments with the team's applied (its
+    ``limits`` already checked into ``limits``); ``spans`` where the turns'
+    spans go (see :func:`open_tracing`).
+
+    The MCP servers start on first use; the system closes them at shutdown,
+    or at once if its start fails.
+
+    Raises:
+        ArgumentTypeError, ConfigurationError: bad ``mcp_servers`` or
+            profiles (see :func:`~retinue.actors.boot.profile_table`).
+        DelegationCycleError, DelegationDepthError: a bad profile graph.
+        StoreError, StoreLocked, StoreVersionError, StoreCorrupted: as
+            :meth:`System.start <retinue.actors.system.System.start>` raises.
+    """
+    folder = None if given.workspace is None else Path(given.workspace)
+    bus = EventBus(limits.event_queue_capacity)
+    mcp = open_mcp(given.team_servers, mcp_servers, folder, bus.publish)
+    table, runners = profile_table(
+        given.profiles, runner, limits, model_runner=model_runner_factory(folder, mcp)
+    )
+    check_mcp_grants(table, runners, mcp)
+    system = System.start(
+        options,
+        create=create,
+        profiles=table,
+        runners=runners,
+        limits=limits,
+        bus=bus,
+        before_stop=[] if mcp is None else [mcp.close],
+        spans=spans,
+    )
+    return Writer(system, mcp, table)
+
+
+def open_tracing(provider: Any, capture_content: bool | None, limits: Limits) -> Spans | None:
+    """Return the spans of a writer: :class:`retinue.tracing.Tracing` over ``provider``.
+
+    ``provider`` None is OpenTelemetry's global tracer provider (spans cost a
+    few microseconds while no SDK is configured). No spans at all when
+    OpenTelemetry is not installed (and no provider was given) or when
+    ``OTEL_SDK_DISABLED`` is ``true``. ``capture_content`` None reads the
+    conventions' environment variable.
+
+    Raises:
+        ArgumentTypeError: ``capture_content`` is not a bool or None.
+        ExtraNotInstalled: a ``provider`` was given without the ``otel`` extra.
+    """
+    if capture_content is not None and not isinstance(capture_content, bool):
+        raise ArgumentTypeError(
+            f"capture_content must be True, False or None, not {type(capture_content).__name__}"
+        )
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if provider is None and importlib.util.find_spec("opentelemetry") is None:
+        return None
+    from retinue.tracing import Tracing  # the extra, imported only now
+
+    return Tracing(
+        provider, capture_content=capture_content, max_content=limits.trace_content_max_bytes
+    )
