@@ -4,7 +4,7 @@
 else for ``--soak-seconds``, 600 by default) and ``python -m stress.fuzz_llm
 --minutes N --seed S`` for long searches. Each case draws a team
 (:func:`random_team`: 2-5 model profiles in a delegation graph, workspace and
-host tools within each parent's ceiling, structured results, turn timeouts,
+host tools within each parent's ceiling, streamed or plain calls, structured results, turn timeouts,
 restart policies, approvals, small caps, mailboxes and transcripts, a Python
 runner among them), every model agent on the chaos model
 (:class:`retinue.testing.ChaosModel`), and a random sequence of host
@@ -135,6 +135,7 @@ def _settings(rng: random.Random, tools: list[str]) -> dict[str, Any]:
         "retry_max_s": 0.3,
         "tool_timeout_s": rng.choice((0.5, 2.0)),
         "max_tool_calls": rng.randint(3, 24),
+        "stream": rng.random() < 0.3,  # the answer assembled from its pieces
         "host_tools": {n: HOST_TOOLS[n] for n in tools if n in HOST_TOOLS},
     }
 

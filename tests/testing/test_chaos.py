@@ -121,6 +121,23 @@ def test_each_kind_of_failure_comes_through_litellm(litellm: ModuleType) -> None
         asyncio.run(hang())
 
 
+def test_a_streamed_answer_is_the_answer_in_pieces(litellm: ModuleType, tmp_path: Path) -> None:
+    tools = [d.schema() for d in tool_defs(tmp_path)]
+
+    async def streamed() -> Any:
+        with only("parallel_calls"):
+            stream = await litellm.acompletion(
+                model=CHAOS_MODEL, messages=MESSAGES, tools=tools, stream=True
+            )
+            return litellm.stream_chunk_builder([chunk async for chunk in stream])
+
+    plain = call(litellm, only("parallel_calls"), tools).choices[0].message.tool_calls
+    pieces = asyncio.run(streamed()).choices[0].message.tool_calls
+    assert [(c.id, c.function.name, c.function.arguments) for c in pieces] == [
+        (c.id, c.function.name, c.function.arguments) for c in plain
+    ]
+
+
 def test_a_rate_limit_carries_its_retry_after(litellm: ModuleType) -> None:
     afters = set()
     for seed in range(40):
@@ -209,6 +226,7 @@ def test_teams_on_drawn_chaos_models_settle_with_every_invariant_held(
     (folder / "ws").mkdir()
     (folder / "ws" / "notes.md").write_text("TODO: check\n")
     fast = {"request_timeout_s": 1.0, "retry_base_s": 0.01, "retry_max_s": 0.1}
+    fast["stream"] = data.draw(st.booleans())  # the streamed answers are assembled alike
     profiles = [
         Profile("lead", subagents=["leaf"], model=CHAOS_MODEL, tools="read", model_settings=fast),
         Profile("leaf", tools="read", result_format="structured"),
