@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from retinue.actors.boot import profile_table
 from retinue.actors.events import EventBus
 from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
@@ -26,8 +25,8 @@ from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
 from retinue.actors.turn import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
-from retinue.llm import model_runner_factory
-from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
+from retinue.llm.mcp import McpManager, McpServer
+from retinue.llm.profile_checks import check_profiles
 from retinue.persistence.options import StoreOptions
 from retinue.protocol.limits import Limits
 from retinue.team import Team, load_team, open_arguments
@@ -119,27 +118,32 @@ def start_writer(
 ) -> Writer:
     """Check the profiles and MCP grants, then start the writable runtime on ``options``.
 
-    ``given`` are the open's arguments with the team's applied (its
-    ``limits`` already checked into ``limits``); ``spans`` where the turns'
-    spans go (see :func:`open_tracing`).
+    The checks are :func:`~retinue.llm.profile_checks.check_profiles`, the
+    ones ``Team.check`` (``retinue validate``) runs. ``given`` are the open's
+    arguments with the team's applied (its ``limits`` already checked into
+    ``limits``); ``spans`` where the turns' spans go (see :func:`open_tracing`).
 
     The MCP servers start on first use; the system closes them at shutdown,
     or at once if its start fails.
 
     Raises:
         ArgumentTypeError, ConfigurationError: bad ``mcp_servers`` or
-            profiles (see :func:`~retinue.actors.boot.profile_table`).
+            profiles (see :func:`~retinue.llm.profile_checks.check_profiles`).
         DelegationCycleError, DelegationDepthError: a bad profile graph.
         StoreError, StoreLocked, StoreVersionError, StoreCorrupted: as
             :meth:`System.start <retinue.actors.system.System.start>` raises.
     """
     folder = None if given.workspace is None else Path(given.workspace)
     bus = EventBus(limits.event_queue_capacity)
-    mcp = open_mcp(given.team_servers, mcp_servers, folder, bus.publish)
-    table, runners = profile_table(
-        given.profiles, runner, limits, model_runner=model_runner_factory(folder, mcp)
+    table, runners, mcp = check_profiles(
+        given.profiles,
+        runner,
+        limits,
+        folder,
+        team_servers=given.team_servers,
+        mcp_servers=mcp_servers,
+        publish=bus.publish,
     )
-    check_mcp_grants(table, runners, mcp)
     system = System.start(
         options,
         create=create,
