@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from retinue.actors.loop_close import run_closers, runs_closers
+
 __all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "poster", "runner_finished"]
 
 log = logging.getLogger("retinue.executor")
@@ -238,6 +240,7 @@ class LoopThread:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 _POSTERS[loop] = self.call_soon
+                runs_closers(loop)
                 thread = threading.Thread(
                     target=self._run, args=(loop,), name=self._name, daemon=True
                 )
@@ -258,6 +261,7 @@ class LoopThread:
                     # one task must not stop every async turn of the runtime.
                     log.exception("a task on the runtime's event loop raised; the loop goes on")
         finally:
+            run_closers(loop)  # what must not be cut off mid-way (retinue.actors.loop_close)
             with contextlib.suppress(Exception):
                 tasks = asyncio.all_tasks(loop)
                 for task in tasks:
@@ -312,7 +316,10 @@ class LoopThread:
             loop.call_later(delay, callback)
 
     def shutdown(self, timeout: float) -> None:
-        """Cancel every task, stop the loop and wait up to ``timeout`` for its thread."""
+        """Stop the loop, then (on its thread) await its closers and cancel every task left.
+
+        Waits up to ``timeout`` for the loop's thread.
+        """
         with self._lock:
             self._closed = True
             loop, thread = self._loop, self._thread

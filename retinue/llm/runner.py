@@ -25,6 +25,7 @@ from retinue.errors import ConfigurationError
 from retinue.llm import toolbox as toolbox_module
 from retinue.llm.calls import CallSettings
 from retinue.llm.context import TurnContext
+from retinue.llm.litellm_logging import finish_logging_at_close
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
 from retinue.llm.session import REPAIR_PROMPT, TurnSession
 from retinue.llm.toolbox import ToolBoxBuilder
@@ -164,7 +165,9 @@ class LiteLLMRunner:
                 one repair request.
             TurnInterrupted: the turn was interrupted.
         """
-        return await TurnSession(self, turn, load_litellm()).run()
+        litellm = load_litellm()
+        finish_logging_at_close()  # the runtime's loop lets litellm's callbacks finish
+        return await TurnSession(self, turn, litellm).run()
 
 
 def model_runner_factory(workspace: Path | None, mcp: Any = None) -> Callable[[Any, Any], Any]:
