@@ -13,11 +13,9 @@ streamed and not.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from cliutil import env
+from cliutil import python_script
 
 SCRIPT = """
 import asyncio, json, sys, tempfile
@@ -67,15 +65,7 @@ print(json.dumps({"turns": turns, "logged": len(logged)}))
 def test_shutdown_after_model_turns_leaves_no_logging_task_behind(tmp_path: Path) -> None:
     script = tmp_path / "turns.py"
     script.write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    done = python_script(script, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts == {"turns": 24, "logged": 24}, done.stderr[-3000:]  # every callback ran
