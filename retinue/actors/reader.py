@@ -5,15 +5,16 @@ A :class:`StoreReader` answers :class:`~retinue.actors.commands.Get`,
 :class:`~retinue.actors.commands.Inspect` from a fresh consistent snapshot of
 the store, on a worker thread, through the same future a supervisor would
 answer, so the runtime's sync call and its ``*_async`` twin stay one line over
-the same command and an event loop never runs an LMDB scan. Every other
-command is refused with ``StoreReadOnly``.
+the same command and an event loop never runs an LMDB scan. It serves
+exactly :data:`~retinue.actors.commands.ReadCommand` (its ``match`` is
+exhaustive); every other command is refused with ``StoreReadOnly``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any
+from typing import Any, assert_never
 
 from retinue.actors.approvals import pending_requests
 from retinue.actors.commands import (
@@ -25,6 +26,7 @@ from retinue.actors.commands import (
     Get,
     Idle,
     Inspect,
+    ReadCommand,
 )
 from retinue.actors.core import (
     agent_list,
@@ -68,6 +70,9 @@ class StoreReader:
             StoreReadOnly: the command would change the store.
             RuntimeClosed: the reader is closed.
         """
+        if not isinstance(command, ReadCommand):
+            name = type(command).__name__
+            raise StoreReadOnly(f"runtime on {self.store.folder} is read-only; {name} is refused")
         future: concurrent.futures.Future[Any] = reply if reply is not None else Reply()
         match command:
             case Get():
@@ -85,10 +90,7 @@ class StoreReader:
                 resolve_future(future, None)
                 return future
             case _:
-                name = type(command).__name__
-                raise StoreReadOnly(
-                    f"runtime on {self.store.folder} is read-only; {name} is refused"
-                )
+                assert_never(command)
 
     def _run(
         self, future: concurrent.futures.Future[Any], fn: Any, *args: Any
