@@ -22,7 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from stress import cluster_parts, crash, damage, soak, soak_races, statemachine
-from stress.bench import budgets, commit, lifecycle, llm, reopen, scale, tools, trees
+from stress.bench import (
+    budgets,
+    commit,
+    lifecycle,
+    llm,
+    loop_lag,
+    many_turns,
+    reopen,
+    scale,
+    schemas,
+    startup,
+    tools,
+    trees,
+)
 from stress.parts import Options, Part, Result, table
 from stress.statemachine import restarts
 
@@ -41,6 +54,10 @@ PARTS: list[Part] = [
     scale.IDLE,
     reopen.PART,
     llm.PART,
+    startup.PART,
+    loop_lag.PART,
+    many_turns.PART,
+    schemas.PART,
     tools.PART,
     budgets.PART,
     cluster_parts.CLUSTER,

@@ -41,12 +41,7 @@ TABLES: dict[str, str] = {
 # "<path>" (module size), "<path>:<qualified name>" (function size), or
 # "cycle: <module> -> ... -> <module>" (an import cycle, as the test reports it).
 SPLIT = "the lead's split of issue 17, section 3"
-PENDING: dict[str, str] = {
-    "retinue/actors/tree.py": SPLIT,
-    "retinue/actors/turn.py": f"{SPLIT}: waiting, the step engine, the turn's operations",
-    "retinue/actors/commands.py": f"{SPLIT}: the command structs, or named a table here",
-    "retinue/actors/supervisor.py": SPLIT,
-}
+PENDING: dict[str, str] = {}
 
 
 # Known breaks in stress/, keyed as PENDING is; the stress suite's rooms are split.

@@ -21,7 +21,8 @@ from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
-from retinue.actors.supervisor import Supervisor, SupervisorActor
+from retinue.actors.supervisor import Supervisor
+from retinue.actors.supervisor_actor import SupervisorActor
 from retinue.actors.tree import load_tree
 from retinue.actors.turn import Runner
 from retinue.errors import ConfigurationError

@@ -26,7 +26,8 @@ from retinue.actors.executor import Executor
 from retinue.actors.observer import Observer, Spans
 from retinue.actors.profile import Profile
 from retinue.actors.transition import Transition, resolve_future
-from retinue.actors.tree import HOST_KEY, Tree
+from retinue.actors.tree import Tree
+from retinue.actors.tree_keys import HOST_KEY
 from retinue.actors.turn import Runner
 from retinue.errors import (
     ArgumentTypeError,
@@ -60,6 +61,7 @@ __all__ = [
     "info_of",
     "require_str",
     "resolve_future",
+    "sending_turn",
 ]
 
 
@@ -144,6 +146,19 @@ def backlog_of(tree: Tree) -> Backlog:
         host_unread_messages=len(host),
         host_pending_completions=len(tree.pending.get(HOST_KEY, {})),
     )
+
+
+def sending_turn(me: AgentRecord | None) -> AgentRecord:
+    """Return the sending turn's agent of a command only a running turn sends.
+
+    ``me`` is the sender :meth:`World.sender` resolved (None: the host).
+
+    Raises:
+        ArgumentTypeError: the host sent it.
+    """
+    if me is None:
+        raise ArgumentTypeError("only a running turn sends this command")
+    return me
 
 
 def require_str(value: Any, what: str) -> str:

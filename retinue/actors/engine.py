@@ -13,7 +13,7 @@ answer, blocking or from asyncio, without ever losing what a wait was handed.
   (:class:`~retinue.actors.commands.GiveBack`), so the next wait or turn
   receives it. Who may still claim an answer is decided by a
   :class:`Receipt`: the host's (:class:`HostReceipt`, whose ledger the
-  runtime's close empties) or a turn's (in :mod:`retinue.actors.turn`).
+  runtime's close empties) or a turn's (:mod:`retinue.actors.turn_receipt`).
 """
 
 from __future__ import annotations

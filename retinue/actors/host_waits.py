@@ -23,7 +23,7 @@ from typing import Any
 from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
 from retinue.actors.transition import Transition
-from retinue.actors.tree import HOST_KEY
+from retinue.actors.tree_keys import HOST_KEY
 from retinue.actors.waiting import timed_out
 from retinue.errors import (
     AgentClosed,

@@ -15,7 +15,7 @@ from retinue.actors.commands import Send
 from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
 from retinue.actors.transition import Transition
-from retinue.actors.tree import HOST_KEY
+from retinue.actors.tree_keys import HOST_KEY
 from retinue.actors.waiters import ChildWait, Waiters
 from retinue.errors import AgentClosed, DedupKeyTooLong, MailboxFull, NotPermitted
 from retinue.protocol import paths

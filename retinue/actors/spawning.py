@@ -16,7 +16,7 @@ from retinue.actors.commands import Spawn, SpawnRequest
 from retinue.actors.core import World, info_of, require_str
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
-from retinue.actors.tree import spawn_key
+from retinue.actors.tree_keys import spawn_key
 from retinue.errors import (
     AgentClosed,
     AgentLimitExceeded,

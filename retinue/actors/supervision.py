@@ -25,12 +25,12 @@ from retinue.actors.commands import (
     SupervisionCommand,
 )
 from retinue.actors.commands import Approvals as ListApprovals
-from retinue.actors.core import World
+from retinue.actors.core import World, sending_turn
 from retinue.actors.restarts import Restarts
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
-from retinue.errors import ArgumentTypeError, TurnInterrupted
+from retinue.errors import TurnInterrupted
 from retinue.protocol.messages import AgentState, CompletionStatus
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.text import bounded_text
@@ -65,7 +65,7 @@ class Supervision:
                 self.approvals.rearm(tx)
                 return None
             case AwaitApproval():
-                return self.approvals.park(tx, _turn(me), command)
+                return self.approvals.park(tx, sending_turn(me), command)
             case ListApprovals():
                 below = None
                 if command.ref is not None:
@@ -83,7 +83,7 @@ class Supervision:
                 self.approvals.expire(tx)
                 return None
             case AdmitCall():
-                self.admission.admit(tx, _turn(me))
+                self.admission.admit(tx, sending_turn(me))
                 return None
             case _:
                 assert_never(command)
@@ -119,14 +119,3 @@ class Supervision:
         return all(a in parked for a in scheduler.turns) and all(
             a in parked for a, _ in scheduler.unreported
         )
-
-
-def _turn(me: AgentRecord | None) -> AgentRecord:
-    """The sending turn's agent of a command only a turn sends.
-
-    Raises:
-        ArgumentTypeError: the host sent it.
-    """
-    if me is None:
-        raise ArgumentTypeError("only a running turn sends this command")
-    return me

@@ -12,22 +12,25 @@
 - :class:`~retinue.actors.lifecycle.Lifecycle`: settles, follow-ups,
   interrupts and closes (the rules that span the parts);
 - :class:`~retinue.actors.supervision.Supervision`: restart policies,
-  approvals of tool calls and the admission of model calls under a budget.
+  approvals of tool calls and the admission of model calls under a budget;
+- :class:`~retinue.actors.model_state.ModelState`: model turns' transcripts and usage;
+- :class:`~retinue.actors.upkeep.Upkeep`: retention and compaction.
 
 It serves each typed command (:mod:`retinue.actors.commands`) in one
 ``match``; every command writes into its own
 :class:`~retinue.actors.transition.Transition` (store writes, events, effects
 after the commit). The transitions it served while its inbox had more go to
-the store's writer as one group (group commit) and are answered once committed.
-:class:`SupervisorActor` is its pykka shell, handling one command at a time
-in arrival order.
+the store's writer as one group (group commit,
+:func:`~retinue.actors.transition.hand_over`) and are answered once committed.
+What a crash left is recovered before it serves
+(:func:`~retinue.actors.recovery.recover`);
+:class:`~retinue.actors.supervisor_actor.SupervisorActor` is its pykka shell,
+handling one command at a time in arrival order.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import time
 from collections.abc import Mapping
 from typing import Any, assert_never
 
@@ -77,32 +80,41 @@ from retinue.actors.commands import (
     TurnRef,
     Wait,
 )
-from retinue.actors.compaction import CompactionReport, Retention, compact
-from retinue.actors.core import World, agent_list, backlog_of, check_tail, detail_of, info_of
+from retinue.actors.core import (
+    World,
+    agent_list,
+    backlog_of,
+    check_tail,
+    detail_of,
+    info_of,
+    sending_turn,
+)
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
 from retinue.actors.host_waits import HostWaits
-from retinue.actors.lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING, Lifecycle
+from retinue.actors.lifecycle import Lifecycle
 from retinue.actors.mailboxes import Mailboxes
+from retinue.actors.model_state import ModelState
 from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
-from retinue.actors.reply import Reply
+from retinue.actors.recovery import recover
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.spawning import Spawner
 from retinue.actors.supervision import Supervision
-from retinue.actors.transition import Transition
+from retinue.actors.transition import Transition, hand_over
 from retinue.actors.tree import Tree
 from retinue.actors.turn import Runner
+from retinue.actors.upkeep import Upkeep
 from retinue.actors.waiters import Waiters
-from retinue.errors import ArgumentTypeError, RetinueError, RuntimeClosed, TurnInterrupted
+from retinue.errors import RetinueError, RuntimeClosed, TurnInterrupted
 from retinue.persistence.store import Store
 from retinue.protocol.limits import Limits
-from retinue.protocol.messages import AgentInfo, AgentState, CompletionStatus, Message, Usage
+from retinue.protocol.messages import AgentInfo, AgentState, Message
 from retinue.protocol.records import AgentRecord
 
-__all__ = ["Supervisor", "SupervisorActor", "info_of"]
+__all__ = ["Supervisor"]
 
 log = logging.getLogger("retinue.supervisor")
 
@@ -145,7 +157,8 @@ class Supervisor:
         self.lifecycle = Lifecycle(
             self.world, self.scheduler, self.waiters, self.hosts, self.router, self.supervision
         )
-        self.retention = Retention(limits)  # enforces retain_* counts as they are crossed
+        self.models = ModelState(self.world, self.scheduler, self.supervision.admission)
+        self.upkeep = Upkeep(self.world, self.supervision.approvals)
         self._group: list[tuple[Transition, SupervisorCommand]] = []  # served, not yet handed over
 
     @property
@@ -191,17 +204,8 @@ class Supervisor:
         their callers are answered.
         """
         group, self._group = self._group, []
-        if not group:
-            return
-        bus = self.world.bus
-        items = [
-            (tx.writes, lambda error, tx=tx, c=c: tx.on_commit(error, bus, c)) for tx, c in group
-        ]
-        try:
-            self.world.store.submit_group(items)
-        except RetinueError as exc:  # the store failed for good: say so, never hang
-            for tx, command in group:
-                tx.on_commit(exc, bus, command)
+        if group:
+            hand_over(self.world.store, self.world.bus, group)
 
     def dispatch(self, tx: Transition, command: SupervisorCommand) -> Any:
         """Serve one command in ``tx``; return its answer (unused once deferred).
@@ -225,9 +229,9 @@ class Supervisor:
             case Wait(sender=Host()):
                 return self.hosts.host_wait(tx, command)
             case Wait():
-                return self.waiters.child_wait(tx, _turn(me), command)
+                return self.waiters.child_wait(tx, sending_turn(me), command)
             case RunMany():
-                return self._run_many(tx, _turn(me), command)
+                return self._run_many(tx, sending_turn(me), command)
             case GiveUpWait(sender=Host()):
                 return self.hosts.give_up_host(command)
             case GiveUpWait(sender=TurnRef(agent_id=agent_id)):
@@ -263,11 +267,11 @@ class Supervisor:
                 return self.hosts.host_messages(tx)
             case Close():
                 info = self.lifecycle.close(tx, me, command)
-                self._retain()
+                self.upkeep.after_close()
                 return info
             case CloseTree():
                 infos = self.lifecycle.close_tree(tx, me, command)
-                self._retain()
+                self.upkeep.after_close()
                 return infos
             case Get():
                 return info_of(world.find(me, command.ref, command.field))
@@ -281,13 +285,13 @@ class Supervisor:
             case CountBacklog():
                 return backlog_of(world.tree)
             case Children():
-                return self.children(_turn(me))
+                return self.children(sending_turn(me))
             case LlmLoad():
-                return self.llm_load(_turn(me))
+                return self.models.load(sending_turn(me))
             case LlmStep():
-                return self.llm_step(tx, _turn(me), command)
+                return self.models.step(tx, sending_turn(me), command)
             case Compact():
-                return self.compact()
+                return self.upkeep.compact()
             case Barrier():
                 return None
             case Idle():
@@ -323,7 +327,7 @@ class Supervisor:
     def _start_failed(self, tx: Transition, record: AgentRecord, error: str) -> None:
         self.lifecycle.finish_turn(tx, record, None, error, pump=False)
 
-    # -- reads and upkeep -------------------------------------------------------------------
+    # -- reads -------------------------------------------------------------------
 
     def children(self, me: AgentRecord) -> list[AgentInfo]:
         """Return the sending turn's live children, oldest first."""
@@ -331,85 +335,11 @@ class Supervisor:
         kids = [tree.agents[i] for i in tree.live_children(me.id)]
         return [info_of(r) for r in sorted(kids, key=lambda r: r.created_at)]
 
-    def _retain(self) -> None:
-        """Enforce the retention counts after a close (approvals of removed agents go too)."""
-        now = time.time()
-        if self.retention.enforce(self.world.tree, now) is not None:
-            self.supervision.approvals.prune(now - self.world.limits.retain_age_s)
-
-    def compact(self) -> CompactionReport:
-        """Remove what retention no longer keeps, as one transition."""
-        now = time.time()
-        report = compact(self.world.tree, self.world.limits, now)
-        self.supervision.approvals.prune(now - self.world.limits.retain_age_s)
-        return report
-
-    # -- LLM state: transcripts and usage ---------------------------------------------------
-
-    def llm_load(self, me: AgentRecord) -> tuple[bytes | None, Usage, Usage]:
-        """Return the sender's stored transcript, its usage and its tree's usage."""
-        world = self.world
-        raw = world.store.get("transcripts", me.id.encode())
-        top = world.tree.agents[world.tree.top_of[me.id]]
-        return raw, me.usage, top.tree_usage
-
-    def llm_step(self, tx: Transition, me: AgentRecord, command: LlmStep) -> tuple[Usage, Usage]:
-        """Add one model step's usage to the sender and its tree; store its transcript."""
-        world = self.world
-        tree = world.tree
-        usage, transcript = command.usage, command.transcript
-        if transcript is not None:
-            tree.put_transcript(me.id, transcript)
-        handle = self.scheduler.turns.get(me.id)
-        if command.takes_input and handle is not None and handle.holds_input:
-            handle.holds_input = False  # the turn's input is the transcript's now
-            tree.consume_inputs(me.id, me.generation, handle.turn.messages)
-        if usage != Usage():
-            me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
-            top = tree.agents[tree.top_of[me.id]]
-            world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
-            me = tree.agents[me.id]
-        if command.ends_call:  # after the usage: what waits is admitted against the new totals
-            self.supervision.admission.call_done(tx, me, usage)
-        return me.usage, tree.agents[tree.top_of[me.id]].tree_usage
-
     # -- start and stop ------------------------------------------------------------------
 
     def recover(self) -> list[AgentRecord]:
-        """Turn agents that were queued or running at the crash into ``interrupted``.
-
-        Each gets its ``interrupted`` completion (unless the store already had
-        it), and pending completions whose recipient is gone are rerouted.
-        A turn whose restart policy answers ``lost`` is restarted instead (or
-        given up on); a pending restart or approval stays as it was stored.
-        Nothing is woken and no event is published. Returns the agents it
-        interrupted; the writes stay in the tree for the caller to commit.
-        """
-        world = self.world
-        tree = world.tree
-        tx = Transition(Reply(), record_events=False)
-        interrupted: list[AgentRecord] = []
-        world.restoring = True
-        for record in sorted(tree.agents.values(), key=lambda r: (r.depth, r.created_at)):
-            if record.state.has_turn and not self.supervision.restarts.lost(tx, record):
-                error = (
-                    INTERRUPTED_QUEUED
-                    if record.state is AgentState.STARTING
-                    else INTERRUPTED_RUNNING
-                )
-                record = world.update(
-                    record, state=AgentState.INTERRUPTED, output=None, error=error
-                )
-                self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
-                interrupted.append(record)
-        for key in list(tree.pending):
-            if key and not tree.is_live(key):
-                for pending in tree.pending_for(key):
-                    # The recipient is closed or was not restored: its heir takes it.
-                    origin = tree.agents.get(key) or tree.agents[pending.completion.agent_id]
-                    self.router.reroute(tx, pending, tree.nearest_live_ancestor(origin))
-        world.restoring = False
-        return interrupted
+        """Recover what a crash left, before serving (:func:`~retinue.actors.recovery.recover`)."""
+        return recover(self.world, self.supervision.restarts, self.router)
 
     def shutdown(self, tx: Transition) -> list[tuple[str, pykka.ActorRef[Any]]]:
         """Interrupt every queued and running turn; return the actors still running, by agent.
@@ -427,42 +357,3 @@ class Supervisor:
                 self.lifecycle.interrupt_turn(tx, record)
         self.hosts.fail_hosts(tx, RuntimeClosed("the runtime closed during the wait"))
         return actors
-
-
-def _turn(me: AgentRecord | None) -> AgentRecord:
-    """Return the sending turn's agent of a command only a running turn sends.
-
-    Raises:
-        ArgumentTypeError: the host sent it.
-    """
-    if me is None:
-        raise ArgumentTypeError("only a running turn sends this command")
-    return me
-
-
-class SupervisorActor(pykka.ThreadingActor):
-    """The pykka shell around :class:`Supervisor`: one command at a time, in arrival order."""
-
-    use_daemon_thread = True
-
-    def __init__(self, core: Supervisor) -> None:
-        """Create the shell around ``core`` (recovered and committed already)."""
-        super().__init__()
-        self.core = core
-
-    def on_receive(self, message: Any) -> Any:
-        """Serve an :class:`Envelope`; anything else is a bug, logged and dropped."""
-        if isinstance(message, Envelope):
-            self.core.handle(message, last=self.actor_inbox.empty())
-        else:
-            log.error("the supervisor got a message that is not an Envelope: %r", message)
-        return None
-
-    def on_stop(self) -> None:
-        """Commit what was served but not committed yet (nothing is left unanswered)."""
-        self.core.commit()
-
-    @staticmethod
-    def _create_actor_inbox() -> Any:
-        """A C-implemented queue: the supervisor's inbox is the runtime's busiest."""
-        return queue.SimpleQueue()

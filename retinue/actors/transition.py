@@ -8,23 +8,25 @@ transition; when the store says they are committed, the effects run (start
 a runner, answer a waiter), the events are published and the caller is
 answered, unless the answer was deferred to a waiter. The events are published
 before the effects run, so whatever a started runner publishes comes after them.
+:func:`hand_over` gives the store's writer the transitions the supervisor
+served since its last hand-off, as one group (group commit).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pykka
 
 from retinue.actors.events import EventBus
-from retinue.errors import StoreCorrupted, StoreError
-from retinue.persistence.store import Write
+from retinue.errors import RetinueError, StoreCorrupted, StoreError
+from retinue.persistence.store import Store, Write
 from retinue.protocol.messages import Event
 
-__all__ = ["Transition", "resolve_future"]
+__all__ = ["Transition", "hand_over", "resolve_future"]
 
 log = logging.getLogger("retinue.supervisor")
 
@@ -143,3 +145,18 @@ class Transition:
                 log.exception("an after-commit effect of %r failed", what)
         if not self.deferred:
             resolve_future(self.reply, self.result)
+
+
+def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, object]]) -> None:
+    """Hand ``group``'s transitions (each with its command) to the store's writer as one group.
+
+    Once it is committed, on the writer thread, their effects run and their
+    callers are answered, in order. If the store has failed for good, each
+    caller is answered with the failure now: nobody hangs.
+    """
+    items = [(tx.writes, lambda error, tx=tx, c=c: tx.on_commit(error, bus, c)) for tx, c in group]
+    try:
+        store.submit_group(items)
+    except RetinueError as exc:  # the store failed for good: say so, never hang
+        for tx, command in group:
+            tx.on_commit(exc, bus, command)

@@ -4,6 +4,14 @@ Only the supervisor thread touches a :class:`Tree`. Every mutation updates the
 indexes and records the matching LMDB write; :meth:`Tree.take_writes` hands
 them to the supervisor as one transition. An agent changed several times in
 one transition is encoded and written once, as it ends.
+
+The tree's indexes come in three families: its agents (here), its mailboxes
+(:class:`~retinue.actors.tree_mailbox.MailboxIndex`) and its completions
+(:class:`~retinue.actors.tree_completions.CompletionIndex`); the tree is made
+of all three, and only its methods edit them. Here too: what removal takes
+away with an agent, and :func:`load_tree`, which fills a tree from a store
+snapshot, giving the inputs a crash took from a running turn back to its
+next one.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple
 
 import msgspec
 
+from retinue.actors.tree_completions import CompletionIndex
+from retinue.actors.tree_keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
+from retinue.actors.tree_mailbox import MailboxIndex
 from retinue.persistence.restore import Restored, restore
 from retinue.persistence.store import Snapshot, Write
 from retinue.protocol.messages import AgentState, Completion, Message
@@ -26,36 +36,14 @@ from retinue.protocol.records import (
     message_key,
 )
 
-__all__ = ["HOST_KEY", "ReadEntry", "Tree", "load_tree", "spawn_key"]
+__all__ = ["Tree", "load_tree"]
 
-HOST_KEY = ""
-"""The host's key in the tree's indexes (its mailbox, pending completions, top-level children)."""
 _NO_CHILDREN: frozenset[str] = frozenset()
 
 _encode = msgspec.msgpack.Encoder().encode
 
 
-class ReadEntry(NamedTuple):
-    """A read message still stored, in the order messages were read."""
-
-    read_at: float
-    recipient_id: str
-    seq: int
-    dedup: tuple[str, str] | None  # (sender id, dedup key)
-    generation: int  # of the turn that read it
-
-
-def recipient_key(recipient_id: str | None) -> str:
-    """Map a stored recipient (None for the host) to its index key."""
-    return HOST_KEY if recipient_id is None else recipient_id
-
-
-def spawn_key(parent_id: str | None, key: str) -> tuple[str, str]:
-    """Return the index key of a spawn idempotency ``key`` under a parent (None: the host)."""
-    return (recipient_key(parent_id), key)
-
-
-class Tree:
+class Tree(MailboxIndex, CompletionIndex):
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
     The host's own mailbox (messages top-level agents send to ``/root``) is
@@ -64,24 +52,16 @@ class Tree:
 
     def __init__(self) -> None:
         """Create an empty tree."""
+        MailboxIndex.__init__(self)
+        CompletionIndex.__init__(self)
         self.agents: dict[str, AgentRecord] = {}
         self.live_paths: dict[str, str] = {}
         self.children: dict[str, set[str]] = {HOST_KEY: set()}
         self.top_of: dict[str, str] = {}
         self.tree_count: dict[str, int] = {}
         self.live_count = 0
-        # Unread messages per recipient, in arrival (seq) order.
-        self.mailbox: dict[str, dict[int, MessageRecord]] = {}
-        self.dedup: dict[tuple[str, str], Message] = {}
         # Spawn idempotency keys: (parent id, or HOST_KEY for top level; key) -> agent id.
         self.spawn_keys: dict[tuple[str, str], str] = {}
-        # Read messages still stored, oldest read first.
-        self.read_log: deque[ReadEntry] = deque()
-        # Undelivered completions per recipient key, in routing order.
-        self.pending: dict[str, dict[str, CompletionRecord]] = {HOST_KEY: {}}
-        # Every known completion per agent and generation.
-        self.completions: dict[str, dict[int, CompletionRecord]] = {}
-        self.undelivered: dict[str, int] = {}
         # Host waits' leases not yet acknowledged: lease id -> the completion it took.
         self.leases: dict[str, Completion] = {}
         self.seq = 0
@@ -190,79 +170,7 @@ class Tree:
                 stack.append((child, False))
         return order
 
-    # -- mailboxes -------------------------------------------------------------
-
-    def add_message(self, record: MessageRecord, *, persist: bool = True) -> None:
-        """Store a message; unread ones join the recipient's mailbox."""
-        if record.message.seq != record.seq:  # stored before messages carried their seq
-            message = msgspec.structs.replace(record.message, seq=record.seq)
-            record = msgspec.structs.replace(record, message=message)
-        message = record.message
-        if not record.read:
-            self.mailbox.setdefault(message.recipient_id, {})[record.seq] = record
-        else:
-            self._log_read(record, record.read_at or message.created_at)
-        if message.dedup_key is not None:
-            self.dedup[(message.sender_id, message.dedup_key)] = message
-        if persist:
-            self.writes.append(
-                ("messages", message_key(message.recipient_id, record.seq), _encode(record))
-            )
-
-    def mark_read(self, record: MessageRecord, at: float) -> None:
-        """Mark one unread message read and drop it from the mailbox (the host's too)."""
-        recipient = record.message.recipient_id
-        self.mailbox.get(recipient, {}).pop(record.seq, None)
-        agent = self.agents.get(recipient)
-        generation = 0 if agent is None else agent.generation
-        done = msgspec.structs.replace(record, read=True, read_at=at, read_generation=generation)
-        self._log_read(done, at)
-        self.writes.append(("messages", message_key(recipient, record.seq), _encode(done)))
-
-    def _log_read(self, record: MessageRecord, at: float) -> None:
-        message = record.message
-        dedup = None if message.dedup_key is None else (message.sender_id, message.dedup_key)
-        self.read_log.append(
-            ReadEntry(at, message.recipient_id, record.seq, dedup, record.read_generation)
-        )
-
-    def unread_again(self, message: Message) -> bool:
-        """Make a read message unread again (its reader lost it); return False if it is gone.
-
-        A message compaction removed meanwhile stays removed.
-        """
-        recipient, seq = message.recipient_id, message.seq
-        kept = [e for e in self.read_log if (e.recipient_id, e.seq) == (recipient, seq)]
-        if not kept:
-            return False
-        self.read_log.remove(kept[0])
-        record = MessageRecord(message=message, seq=seq)
-        self.mailbox.setdefault(recipient, {})[seq] = record
-        box = self.mailbox[recipient]
-        self.mailbox[recipient] = dict(sorted(box.items()))  # arrival order
-        self.writes.append(("messages", message_key(recipient, seq), _encode(record)))
-        return True
-
-    def unread(self, agent_id: str) -> list[MessageRecord]:
-        """Return the agent's unread messages in arrival order."""
-        return list(self.mailbox.get(agent_id, {}).values())
-
-    def oldest_read(self) -> ReadEntry | None:
-        """Return the read message read longest ago that is still stored, if any."""
-        return self.read_log[0] if self.read_log else None
-
-    def remove_oldest_read(self) -> None:
-        """Delete the oldest read message; its dedup key goes with it."""
-        entry = self.read_log.popleft()
-        self.writes.append(("messages", message_key(entry.recipient_id, entry.seq), None))
-        self._forget_dedup(entry.dedup, entry.recipient_id)
-
-    def _forget_dedup(self, dedup: tuple[str, str] | None, recipient_id: str) -> None:
-        """Free a dedup key once the message it names is removed."""
-        if dedup is not None:
-            held = self.dedup.get(dedup)
-            if held is not None and held.recipient_id == recipient_id:
-                del self.dedup[dedup]
+    # -- transcripts -----------------------------------------------------------
 
     def put_transcript(self, agent_id: str, transcript: bytes) -> None:
         """Store an agent's encoded LLM transcript (it goes with the agent on removal)."""
@@ -316,79 +224,6 @@ class Tree:
             self.read_log = kept
         return completions
 
-    def remove_completion(self, agent_id: str, generation: int) -> None:
-        """Delete one stored completion of an agent."""
-        del self.completions[agent_id][generation]
-        self.writes.append(("completions", completion_key(agent_id, generation), None))
-
-    # -- completions -----------------------------------------------------------
-
-    def add_completion(self, record: CompletionRecord, *, persist: bool = True) -> None:
-        """Store a completion and, while undelivered, queue it for its recipient."""
-        completion = record.completion
-        self.completions.setdefault(completion.agent_id, {})[completion.generation] = record
-        if not record.delivered:
-            key = recipient_key(record.recipient_id)
-            self.pending.setdefault(key, {})[completion.id] = record
-            self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
-        if persist:
-            self._write_completion(record)
-
-    def _write_completion(self, record: CompletionRecord) -> None:
-        completion = record.completion
-        self.writes.append(
-            (
-                "completions",
-                completion_key(completion.agent_id, completion.generation),
-                _encode(record),
-            )
-        )
-
-    def _unqueue(self, record: CompletionRecord) -> None:
-        """Take a completion off its recipient's queue; an emptied queue goes too."""
-        key = recipient_key(record.recipient_id)
-        queued = self.pending.get(key)
-        if queued is not None:
-            queued.pop(record.completion.id, None)
-            if not queued and key != HOST_KEY:
-                del self.pending[key]
-
-    def mark_delivered(self, record: CompletionRecord) -> CompletionRecord:
-        """Mark a pending completion received by its recipient."""
-        completion = record.completion
-        self._unqueue(record)
-        self.undelivered[completion.agent_id] -= 1
-        recipient = None if record.recipient_id is None else self.agents.get(record.recipient_id)
-        generation = 0 if recipient is None else recipient.generation
-        done = msgspec.structs.replace(record, delivered=True, delivered_generation=generation)
-        self.completions[completion.agent_id][completion.generation] = done
-        self._write_completion(done)
-        return done
-
-    def undeliver(self, record: CompletionRecord) -> CompletionRecord:
-        """Put a delivered completion back in its recipient's pending queue."""
-        completion = record.completion
-        back = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
-        self.pending.setdefault(recipient_key(record.recipient_id), {})[completion.id] = back
-        self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
-        self.completions[completion.agent_id][completion.generation] = back
-        self._write_completion(back)
-        return back
-
-    def reroute(self, record: CompletionRecord, recipient_id: str | None) -> CompletionRecord:
-        """Move a pending completion to another recipient."""
-        completion = record.completion
-        self._unqueue(record)
-        moved = msgspec.structs.replace(record, recipient_id=recipient_id)
-        self.pending.setdefault(recipient_key(recipient_id), {})[completion.id] = moved
-        self.completions[completion.agent_id][completion.generation] = moved
-        self._write_completion(moved)
-        return moved
-
-    def pending_for(self, recipient_id: str | None) -> list[CompletionRecord]:
-        """Return the completions waiting for a recipient, in routing order."""
-        return list(self.pending.get(recipient_key(recipient_id), {}).values())
-
     # -- leases ------------------------------------------------------------------
 
     def put_lease(self, lease: str, completion: Completion) -> None:
@@ -402,6 +237,8 @@ class Tree:
         if completion is not None:
             self.writes.append(("leases", lease.encode(), None))
         return completion
+
+    # -- loading: what a crash leaves ---------------------------------------------------
 
     def load(
         self,
@@ -439,29 +276,9 @@ class Tree:
         for message in inputs:
             done = message.completion
             if done is not None:
-                record = self.completions.get(done.agent_id, {}).get(done.generation)
-                if record is not None and record.delivered_generation == generation:
-                    record = msgspec.structs.replace(record, delivered_generation=0)
-                    self.completions[done.agent_id][done.generation] = record
-                    self._write_completion(record)
-                continue
-            self._untag_read(recipient_id, message, generation)
-
-    def _untag_read(self, recipient_id: str, message: Message, generation: int) -> None:
-        """Drop the reading turn's tag from a read message (searched from the newest read)."""
-        for index in range(len(self.read_log) - 1, -1, -1):
-            entry = self.read_log[index]
-            if (entry.recipient_id, entry.seq) != (recipient_id, message.seq):
-                continue
-            if entry.generation == generation:
-                self.read_log[index] = entry._replace(generation=0)
-                record = MessageRecord(
-                    message=message, seq=message.seq, read=True, read_at=entry.read_at
-                )
-                self.writes.append(
-                    ("messages", message_key(recipient_id, message.seq), _encode(record))
-                )
-            return
+                self._untag_delivered(done, generation)
+            else:
+                self._untag_read(recipient_id, message, generation)
 
     def held_by_running_turn(self, recipient_id: str | None, generation: int) -> bool:
         """True if the running turn ``generation`` of ``recipient_id`` received the input.

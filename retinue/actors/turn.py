@@ -7,51 +7,35 @@ replies travel as futures, never as asks up the tree. Each operation has a
 blocking face for sync runners and an ``*_async`` twin for async runners; both
 are one line over the same command, and the engine owns the rules of waits
 (giving up in time, giving back what a cancelled await was handed).
+
+:class:`Turn` holds the operations; what they stand on (the turn's state, its
+cancellation and its two faces) is :class:`~retinue.actors.turn_control.TurnControl`,
+and the turn's side of a wait is :class:`~retinue.actors.turn_receipt.TurnReceipt`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from retinue.actors.commands import (
     Children,
     Close,
     CloseTree,
-    Command,
-    GiveBack,
     Interrupt,
     InterruptTree,
     RunMany,
     Send,
     Spawn,
     SpawnRequest,
-    TurnRef,
     Wait,
 )
-from retinue.actors.engine import Engine, WaitCommand, handed_events
-from retinue.actors.handover import Handover
-from retinue.actors.observer import QUIET, TurnWatch
+from retinue.actors.turn_control import TurnControl
 from retinue.actors.waiting import resolve_timeout
-from retinue.errors import (
-    BlockingCallInAsyncRunner,
-    InvalidArgument,
-    RetinueError,
-    TurnInterrupted,
-)
-from retinue.protocol.limits import Limits
+from retinue.errors import InvalidArgument, RetinueError
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
-if TYPE_CHECKING:
-    from retinue.actors.profile import Profile
-
-__all__ = ["BatchRequest", "Runner", "Turn", "TurnReceipt"]
-
-R = TypeVar("R")
-Event = Message | Completion
+__all__ = ["BatchRequest", "Runner", "Turn"]
 
 BatchRequest = tuple[str, str] | tuple[str, str, str | None]
 """One child of ``run_many``: ``(profile, task)``, or ``(profile, task, name)``."""
@@ -65,45 +49,7 @@ event loop and should use the turn's ``*_async`` operations.
 """
 
 
-class TurnReceipt:
-    """A turn's receipt: the supervisor hands a wait's events to the turn's ledger, and an
-    interrupt takes back what the runner has not received (see :class:`Turn.handover`)."""
-
-    __slots__ = ("turn", "went_back")
-
-    def __init__(self, turn: Turn, went_back: str) -> None:
-        """Receive for ``turn``; ``went_back`` ends the error of a wait an interrupt emptied."""
-        self.turn = turn
-        self.went_back = went_back
-
-    def expect(self, future: concurrent.futures.Future[Any]) -> None:
-        """Nothing to do: the supervisor records what it hands, as it hands it."""
-
-    def abandon(self, future: concurrent.futures.Future[Any]) -> bool:
-        """Always: the ledger decides at give-back time what is still unseen."""
-        return True
-
-    def give_back(self, future: concurrent.futures.Future[Any]) -> None:
-        """The task never saw what this wait took: the events go back to the agent."""
-        events = [e for held in self.turn.handover.take_back(future) for e in held]
-        if events:
-            self.turn.engine.tell(GiveBack(self.turn.agent.id, tuple(events)))
-
-    def accept(self, future: concurrent.futures.Future[Any], value: Any, in_task: bool) -> Any:
-        """Return the wait's ``value`` unless the turn's interrupt took its events back.
-
-        Raises:
-            asyncio.CancelledError: (an async turn) they went back: the task is cancelled.
-            TurnInterrupted: (a sync turn) they went back.
-        """
-        if not handed_events(value) or self.turn.handover.receive(future):
-            return value
-        if in_task:
-            raise asyncio.CancelledError
-        raise TurnInterrupted(f"{self.turn.agent.path} was interrupted; {self.went_back}")
-
-
-class Turn:
+class Turn(TurnControl):
     """One turn of one agent, as its runner sees it.
 
     Every coordinator operation has a blocking form for sync runners
@@ -137,128 +83,6 @@ class Turn:
             turn (a link); ``root_id``: its top-level agent's id (the trace's
             conversation). Set when the runtime traces.
     """
-
-    def __init__(
-        self,
-        *,
-        engine: Engine,
-        agent: AgentInfo,
-        task: str,
-        messages: Sequence[Message],
-        reason: str,
-        limits: Limits,
-        profile: Profile,
-    ) -> None:
-        """Create the context (the supervisor does this)."""
-        self.agent = agent
-        self.task = task
-        self.messages = list(messages)
-        self.reason = reason
-        self.profile = profile
-        self.instructions = profile.instructions
-        self.cancelled = threading.Event()
-        self.limits = limits
-        self.engine = engine
-        self.ref = TurnRef(agent.id, agent.generation)
-        self.handover: Handover[list[Event]] = Handover()
-        self.runner_returned = False  # set by the executor once the runner is done
-        self.runner_started = False  # set by the executor as the runner starts
-        self.loop_thread: int | None = None  # an async turn's event-loop thread
-        self.watch: TurnWatch = QUIET
-        self.trace: str | None = None
-        self.cause: str | None = None
-        self.root_id = agent.id
-        self._cancel_lock = threading.Lock()
-        self._on_cancel: list[Callable[[], None]] = []
-
-    @property
-    def attempt(self) -> int:
-        """The run of this turn's task: 1 for a first run, n for its (n-1)th restart."""
-        return self.agent.attempt
-
-    # -- cancellation (the supervisor's side) ---------------------------------------
-
-    def cancel(self) -> bool:
-        """Mark the turn cancelled and run its cancel hooks (an async turn's task is cancelled).
-
-        Returns whether its runner had started: one that had not never will
-        (:meth:`claim_start` refuses it), so the supervisor gives the turn's
-        inputs back in the same transition and nothing it was handed is lost.
-        """
-        with self._cancel_lock:
-            self.cancelled.set()
-            started = self.runner_started
-            hooks, self._on_cancel = self._on_cancel, []
-        for hook in hooks:
-            hook()
-        return started
-
-    def claim_start(self) -> bool:
-        """Claim the turn for its runner (the executor calls this just before running it).
-
-        Returns False if the turn was cancelled first: the runner must not
-        run, its inputs already went back. Atomic with :meth:`cancel`.
-        """
-        with self._cancel_lock:
-            if self.cancelled.is_set():
-                return False
-            self.runner_started = True
-            return True
-
-    def while_running(self, action: Callable[[], None]) -> bool:
-        """Run ``action()`` unless the turn is cancelled; return whether it ran.
-
-        Atomic with :meth:`cancel`: what runs here (a live event published)
-        happens before an interrupt's transition, or not at all.
-        """
-        with self._cancel_lock:
-            if self.cancelled.is_set():
-                return False
-            action()
-            return True
-
-    def on_cancel(self, hook: Callable[[], None]) -> None:
-        """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
-        with self._cancel_lock:
-            if not self.cancelled.is_set():
-                self._on_cancel.append(hook)
-                return
-        hook()
-
-    # -- the two faces ------------------------------------------------------------------
-
-    def _blocking(self) -> None:
-        """Refuse a blocking operation on the runtime's event loop.
-
-        Raises:
-            BlockingCallInAsyncRunner: an async runner called a blocking form.
-        """
-        if self.loop_thread is not None and threading.get_ident() == self.loop_thread:
-            raise BlockingCallInAsyncRunner(
-                "a blocking turn operation was called from an async runner; "
-                "await its *_async twin (for example `await turn.wait_async(...)`)"
-            )
-
-    def request(self, command: Command[R]) -> R:
-        """Send one command of this turn to the supervisor and block for its answer.
-
-        Raises:
-            BlockingCallInAsyncRunner: called from an async runner.
-            TurnInterrupted: the turn is no longer running; and whatever the command raises.
-        """
-        self._blocking()
-        return self.engine.ask(command)
-
-    async def request_async(self, command: Command[R]) -> R:
-        """Like :meth:`request`, without blocking the event loop."""
-        return await self.engine.ask_async(command)
-
-    def _wait(self, command: WaitCommand, seconds: float, went_back: str) -> Any:
-        self._blocking()
-        return self.engine.wait(command, seconds, TurnReceipt(self, went_back))
-
-    async def _wait_async(self, command: WaitCommand, seconds: float, went_back: str) -> Any:
-        return await self.engine.wait_async(command, seconds, TurnReceipt(self, went_back))
 
     # -- operations ---------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import msgspec
 
 from retinue.llm.arguments import ToolError
-from retinue.llm.child_process import kill_group, spawn
+from retinue.llm.child_process import kill_group, reap, spawn
 from retinue.llm.workspace import Workspace
 
 __all__ = ["DEFAULT_BASH_TIMEOUT_S", "MAX_BASH_TIMEOUT_S", "BashArgs", "run_bash"]
@@ -152,6 +152,7 @@ async def run_bash(
     except asyncio.CancelledError:
         kill_group(process)  # the turn was interrupted: leave nothing running
         pumps.cancel()
+        await reap(child, _DRAIN_S)
         raise
     stdout, cut_out = out.text()
     stderr, cut_err = err.text()

@@ -17,7 +17,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Child", "kill_group", "spawn"]
+__all__ = ["Child", "kill_group", "reap", "spawn"]
 
 _STREAM_LIMIT = 1 << 16
 
@@ -74,3 +74,15 @@ def kill_group(process: asyncio.subprocess.Process) -> None:
     """SIGKILL the child's whole process group (nothing happens if it is gone)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+
+
+async def reap(child: Child, within_s: float) -> None:
+    """Wait up to ``within_s`` for a killed child's exit, even in a cancelled task.
+
+    A child reaped before its call returns leaves no process behind and no
+    transport for the garbage collector to warn about; a cancelled call (an
+    interrupted turn) still waits this long, once, before it ends.
+    """
+    if child.process.returncode is None:
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(child.exited), within_s)

@@ -17,7 +17,6 @@ The price is one child process per call: about 15-25 ms here, against about
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import json
 import re
@@ -32,7 +31,7 @@ import msgspec
 
 from retinue.llm import grep_child
 from retinue.llm.arguments import ToolError
-from retinue.llm.child_process import kill_group, spawn
+from retinue.llm.child_process import kill_group, reap, spawn
 from retinue.llm.workspace import Workspace
 
 __all__ = [
@@ -164,9 +163,7 @@ async def _search(plan: _Plan, args: GrepArgs, timeout_s: float) -> dict[str, An
         ) from None
     finally:
         kill_group(process)  # a no-op once it ended; at a deadline or a cancel, it ends
-        if process.returncode is None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(child.exited), _KILL_WAIT_S)
+        await reap(child, _KILL_WAIT_S)
     if process.returncode != 0:
         last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
         raise ToolError(f"grep's search process failed: {last[0][:300]}")

@@ -89,8 +89,11 @@ def test_a_read_only_view_follows_its_writer_in_another_process(
 ) -> None:
     client, live = served
     # _tree reads two pages, maybe from two reads of the store: wait for both to agree.
+    # The writer process imports litellm before its first model call (seconds, more
+    # on a loaded machine), so the first wait allows for that.
     tree = wait_until(
         lambda: len(t := _tree(client)) == 3 and t["/root/review"]["kids"] == 2 and t,
+        timeout=60,
         what="the three agents",
     )
     assert tree["/root/review"]["profile"] == "lead" and tree["/root/review"]["kids"] == 2

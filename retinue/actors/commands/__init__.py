@@ -1,0 +1,166 @@
+"""The supervisor's protocol: every request it serves, as a frozen, typed command.
+
+A command names its sender (:data:`HOST` or the :class:`TurnRef` of a running
+turn), carries its arguments as typed fields and says, through
+``after_close``, whether the supervisor still serves it while the runtime
+closes. ``Command[R]`` is answered with an ``R``, so the runtime's and the
+turn's one-line faces are checked by ``mypy --strict`` end to end. The
+supervisor dispatches them in one ``match``.
+
+Argument fields are typed as the public API declares them; the supervisor
+still checks them at run time (a host may pass anything), raising
+``ArgumentTypeError`` for a wrong type. A command that takes an agent
+reference also carries ``field``: the name of the caller's argument that held
+it (``ref`` from the host and a turn, ``to`` or ``agent`` from a coordinator
+tool), which the errors about a bad reference name.
+
+The commands live by theme, one module each: :mod:`~.base` (senders and
+``Command``), :mod:`~.spawning`, :mod:`~.lifecycle`, :mod:`~.mailboxes`,
+:mod:`~.waits`, :mod:`~.leases`, :mod:`~.reads`, :mod:`~.models` (a model
+turn's transcript and usage), :mod:`~.upkeep` and :mod:`~.supervision`. This
+module closes the protocol: :data:`SupervisorCommand` is the union of them
+all, :data:`ReadCommand` the part a read-only runtime serves; import the
+commands from here.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass
+from typing import Any
+
+from retinue.actors.commands.base import HOST, Command, Host, Sender, TurnRef
+from retinue.actors.commands.leases import AckLease, Leases, ReleaseLease
+from retinue.actors.commands.lifecycle import (
+    Close,
+    CloseTree,
+    ExpireTurn,
+    FollowUp,
+    Interrupt,
+    InterruptTree,
+    Resume,
+    Settle,
+)
+from retinue.actors.commands.mailboxes import HostMessages, Send
+from retinue.actors.commands.models import LlmLoad, LlmStep
+from retinue.actors.commands.reads import Agents, Children, CountBacklog, Get, Inspect
+from retinue.actors.commands.spawning import Spawn, SpawnMany, SpawnRequest
+from retinue.actors.commands.supervision import (
+    AdmitCall,
+    Approvals,
+    Approve,
+    AwaitApproval,
+    Deny,
+    ExpireApprovals,
+    FireRestarts,
+    Rearm,
+    SupervisionCommand,
+)
+from retinue.actors.commands.upkeep import Barrier, Compact, Shutdown
+from retinue.actors.commands.waits import GiveBack, GiveUpWait, Idle, RunMany, Wait, WaitKind
+
+__all__ = [
+    "HOST",
+    "AckLease",
+    "AdmitCall",
+    "Agents",
+    "Approvals",
+    "Approve",
+    "AwaitApproval",
+    "Barrier",
+    "Children",
+    "Close",
+    "CloseTree",
+    "Command",
+    "Compact",
+    "CountBacklog",
+    "Deny",
+    "Envelope",
+    "ExpireApprovals",
+    "ExpireTurn",
+    "FireRestarts",
+    "FollowUp",
+    "Get",
+    "GiveBack",
+    "GiveUpWait",
+    "Host",
+    "HostMessages",
+    "Idle",
+    "Inspect",
+    "Interrupt",
+    "InterruptTree",
+    "Leases",
+    "LlmLoad",
+    "LlmStep",
+    "ReadCommand",
+    "Rearm",
+    "ReleaseLease",
+    "Resume",
+    "RunMany",
+    "Send",
+    "Sender",
+    "Settle",
+    "Shutdown",
+    "Spawn",
+    "SpawnMany",
+    "SpawnRequest",
+    "SupervisionCommand",
+    "SupervisorCommand",
+    "TurnRef",
+    "Wait",
+    "WaitKind",
+]
+
+SupervisorCommand = (
+    Spawn
+    | SpawnMany
+    | Send
+    | FollowUp
+    | Resume
+    | Interrupt
+    | InterruptTree
+    | HostMessages
+    | Close
+    | CloseTree
+    | Get
+    | Agents
+    | Inspect
+    | Children
+    | Wait
+    | RunMany
+    | GiveUpWait
+    | GiveBack
+    | AckLease
+    | ReleaseLease
+    | Leases
+    | Settle
+    | ExpireTurn
+    | LlmLoad
+    | LlmStep
+    | Compact
+    | Barrier
+    | Idle
+    | Shutdown
+    | FireRestarts
+    | Rearm
+    | AwaitApproval
+    | Approvals
+    | Approve
+    | Deny
+    | ExpireApprovals
+    | AdmitCall
+)
+"""The closed protocol: every command the supervisor serves (its ``match`` is exhaustive)."""
+
+ReadCommand = Get | Agents | Inspect | Barrier | Idle | Approvals
+"""The commands a read-only runtime serves from a store snapshot (the others are refused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A command in the supervisor's inbox with the future its answer goes to."""
+
+    command: SupervisorCommand
+    reply: concurrent.futures.Future[Any]
+    trace: str | None = None
+    """The sender's current span (W3C ``traceparent``) for a command that starts turns."""

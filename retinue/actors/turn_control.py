@@ -1,0 +1,161 @@
+"""A turn as the supervisor, the executor and every operation hold it.
+
+:class:`TurnControl` is what :class:`~retinue.actors.turn.Turn`'s
+operations stand on: who the turn is (its agent, task, inputs and sender
+ref), its cancellation (the supervisor's and the executor's side: cancel,
+claim the start, cancel hooks), and its two faces onto the runtime's
+:class:`~retinue.actors.engine.Engine`: a blocking one for sync runners,
+refused on the runtime's event loop, and an awaitable one for async runners.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from retinue.actors.commands import Command, TurnRef
+from retinue.actors.engine import Engine, WaitCommand
+from retinue.actors.handover import Handover
+from retinue.actors.observer import QUIET, TurnWatch
+from retinue.actors.turn_receipt import TurnReceipt
+from retinue.errors import BlockingCallInAsyncRunner
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentInfo, Completion, Message
+
+if TYPE_CHECKING:
+    from retinue.actors.profile import Profile
+
+__all__ = ["TurnControl"]
+
+R = TypeVar("R")
+Event = Message | Completion
+
+
+class TurnControl:
+    """One turn's state, its cancellation and its two faces (see :class:`Turn`, which is one)."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        agent: AgentInfo,
+        task: str,
+        messages: Sequence[Message],
+        reason: str,
+        limits: Limits,
+        profile: Profile,
+    ) -> None:
+        """Create the context (the supervisor does this)."""
+        self.agent = agent
+        self.task = task
+        self.messages = list(messages)
+        self.reason = reason
+        self.profile = profile
+        self.instructions = profile.instructions
+        self.cancelled = threading.Event()
+        self.limits = limits
+        self.engine = engine
+        self.ref = TurnRef(agent.id, agent.generation)
+        self.handover: Handover[list[Event]] = Handover()
+        self.runner_returned = False  # set by the executor once the runner is done
+        self.runner_started = False  # set by the executor as the runner starts
+        self.loop_thread: int | None = None  # an async turn's event-loop thread
+        self.watch: TurnWatch = QUIET
+        self.trace: str | None = None
+        self.cause: str | None = None
+        self.root_id = agent.id
+        self._cancel_lock = threading.Lock()
+        self._on_cancel: list[Callable[[], None]] = []
+
+    @property
+    def attempt(self) -> int:
+        """The run of this turn's task: 1 for a first run, n for its (n-1)th restart."""
+        return self.agent.attempt
+
+    # -- cancellation (the supervisor's side) ---------------------------------------
+
+    def cancel(self) -> bool:
+        """Mark the turn cancelled and run its cancel hooks (an async turn's task is cancelled).
+
+        Returns whether its runner had started: one that had not never will
+        (:meth:`claim_start` refuses it), so the supervisor gives the turn's
+        inputs back in the same transition and nothing it was handed is lost.
+        """
+        with self._cancel_lock:
+            self.cancelled.set()
+            started = self.runner_started
+            hooks, self._on_cancel = self._on_cancel, []
+        for hook in hooks:
+            hook()
+        return started
+
+    def claim_start(self) -> bool:
+        """Claim the turn for its runner (the executor calls this just before running it).
+
+        Returns False if the turn was cancelled first: the runner must not
+        run, its inputs already went back. Atomic with :meth:`cancel`.
+        """
+        with self._cancel_lock:
+            if self.cancelled.is_set():
+                return False
+            self.runner_started = True
+            return True
+
+    def while_running(self, action: Callable[[], None]) -> bool:
+        """Run ``action()`` unless the turn is cancelled; return whether it ran.
+
+        Atomic with :meth:`cancel`: what runs here (a live event published)
+        happens before an interrupt's transition, or not at all.
+        """
+        with self._cancel_lock:
+            if self.cancelled.is_set():
+                return False
+            action()
+            return True
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
+        with self._cancel_lock:
+            if not self.cancelled.is_set():
+                self._on_cancel.append(hook)
+                return
+        hook()
+
+    # -- the two faces ------------------------------------------------------------------
+
+    def _blocking(self) -> None:
+        """Refuse a blocking operation on the runtime's event loop.
+
+        Raises:
+            BlockingCallInAsyncRunner: an async runner called a blocking form.
+        """
+        if self.loop_thread is not None and threading.get_ident() == self.loop_thread:
+            raise BlockingCallInAsyncRunner(
+                "a blocking turn operation was called from an async runner; "
+                "await its *_async twin (for example `await turn.wait_async(...)`)"
+            )
+
+    def request(self, command: Command[R]) -> R:
+        """Send one command of this turn to the supervisor and block for its answer.
+
+        Raises:
+            BlockingCallInAsyncRunner: called from an async runner.
+            TurnInterrupted: the turn is no longer running; and whatever the command raises.
+        """
+        self._blocking()
+        return self.engine.ask(command)
+
+    async def request_async(self, command: Command[R]) -> R:
+        """Like :meth:`request`, without blocking the event loop."""
+        return await self.engine.ask_async(command)
+
+    def _wait(self, command: WaitCommand, seconds: float, went_back: str) -> Any:
+        self._blocking()
+        return self.engine.wait(command, seconds, self._receipt(went_back))
+
+    async def _wait_async(self, command: WaitCommand, seconds: float, went_back: str) -> Any:
+        return await self.engine.wait_async(command, seconds, self._receipt(went_back))
+
+    def _receipt(self, went_back: str) -> TurnReceipt:
+        return TurnReceipt(self.handover, self.engine, self.agent, went_back)

@@ -1,0 +1,40 @@
+"""Retention upkeep in the supervisor: counts enforced as closes cross them, compaction on demand.
+
+:class:`~retinue.actors.compaction.Retention` tells when a close crossed a
+retention count; :func:`~retinue.actors.compaction.compact` chooses what goes
+and the tree removes it, in the current transition. The approval requests of
+the agents removed go with them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from retinue.actors.approvals import Approvals
+from retinue.actors.compaction import CompactionReport, Retention, compact
+from retinue.actors.core import World
+
+__all__ = ["Upkeep"]
+
+
+class Upkeep:
+    """Retention over one world, with its approvals. Supervisor thread only."""
+
+    def __init__(self, world: World, approvals: Approvals) -> None:
+        """Keep ``world``'s tree within its limits; prune ``approvals`` with it."""
+        self.world = world
+        self.approvals = approvals
+        self.retention = Retention(world.limits)  # enforces retain_* counts as they are crossed
+
+    def after_close(self) -> None:
+        """Enforce the retention counts after a close (approvals of removed agents go too)."""
+        now = time.time()
+        if self.retention.enforce(self.world.tree, now) is not None:
+            self.approvals.prune(now - self.world.limits.retain_age_s)
+
+    def compact(self) -> CompactionReport:
+        """Remove what retention no longer keeps, as one transition."""
+        now = time.time()
+        report = compact(self.world.tree, self.world.limits, now)
+        self.approvals.prune(now - self.world.limits.retain_age_s)
+        return report
