@@ -33,6 +33,7 @@ __all__ = [
     "note",
     "quantiles_ms",
     "raw_latencies",
+    "raw_openai",
     "raw_steps",
     "retinue_latencies",
     "retinue_steps",
@@ -83,6 +84,37 @@ def raw_latencies(model: str, calls: int, **kwargs: Any) -> list[float]:
             )
             samples.append(time.perf_counter() - start)
         return samples[5:]
+
+    return asyncio.run(main())
+
+
+def raw_openai(url: str, turns: int, bound: int) -> float | None:
+    """Wall seconds of ``turns`` calls of the openai client itself (the stretch's fastest peer).
+
+    ``bound`` in flight, one ``AsyncOpenAI`` client, ten untimed calls first.
+    None when the openai package is not installed.
+    """
+    try:
+        from openai import AsyncOpenAI
+    except ImportError:
+        return None
+
+    async def main() -> float:
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0)
+        semaphore = asyncio.Semaphore(bound)
+
+        async def one(i: int) -> None:
+            async with semaphore:
+                await client.chat.completions.create(
+                    model="stub-model", messages=[{"role": "user", "content": f"task {i}"}]
+                )
+
+        await asyncio.gather(*(one(i) for i in range(10)))
+        start = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(turns)))
+        seconds = time.perf_counter() - start
+        await client.close()
+        return seconds
 
     return asyncio.run(main())
 
