@@ -4,7 +4,9 @@ litellm costs seconds and ~190 MiB to import, and without
 ``LITELLM_LOCAL_MODEL_COST_MAP=True`` it fetches its cost map from the network
 at import. :func:`load_litellm` sets that variable (unless the host set it),
 imports litellm once per process, silences its feedback banners and registers
-the offline ``retinue/scripted`` model as a litellm custom provider.
+the ``retinue/`` custom provider: the offline ``retinue/scripted`` model, and
+every model registered by name with :func:`~retinue.llm.offline.register_offline_model`
+(``retinue/chaos`` while a ``retinue.testing.ChaosModel`` is installed).
 
 :func:`preload_litellm` starts that import on a thread of its own (``Runtime.open``
 does, as soon as a profile has a model, and ``retinue run``/``demo``/``resume``
@@ -54,7 +56,8 @@ def load_litellm() -> ModuleType:
 
     Sets ``LITELLM_LOCAL_MODEL_COST_MAP=True`` before the import if it is not
     set, turns off litellm's debug banners and registers the ``retinue``
-    custom provider (the scripted model) next to any the host registered.
+    custom provider (the offline models: the scripted one and those registered
+    in :mod:`retinue.llm.offline`) next to any the host registered.
     The import runs with the cyclic collector paused, then freezes what is
     alive (see the module's docstring). A call while another thread imports
     waits for that import.
