@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
@@ -102,16 +103,28 @@ class Spans(Protocol):
 
 
 class TurnWatch:
-    """What one turn reports as it runs; the LLM layer's one handle (``turn.watch``)."""
+    """What one turn reports as it runs; the LLM layer's one handle (``turn.watch``).
 
-    __slots__ = ("bus", "span", "turn")
+    The watch holds its turn weakly: the turn holds its watch, and a cycle
+    between them would leave every finished turn to the cyclic collector (whose
+    passes, with a thousand turns in flight, cost more than the turns' own
+    work). Once the turn is gone its watch reports nothing.
+    """
+
+    __slots__ = ("_turn", "bus", "span")
 
     def __init__(self, bus: EventBus | None, turn: Watched | None, span: Any = None) -> None:
         """Report ``turn``'s calls on ``bus`` (None for either: report nothing), and its
         spans under ``span`` (its turn's span; None: no spans)."""
         self.bus = bus
-        self.turn = turn
+        self._turn = None if turn is None else weakref.ref(turn)
         self.span = span
+
+    @property
+    def turn(self) -> Watched | None:
+        """The watched turn (None: none, or it is gone)."""
+        ref = self._turn
+        return None if ref is None else ref()
 
     @property
     def listening(self) -> bool:
@@ -129,7 +142,8 @@ class TurnWatch:
 
     def preview(self, text: str) -> str:
         """``text`` cut at ``Limits.event_preview_bytes`` (a marker says so)."""
-        limit = self.turn.limits.event_preview_bytes if self.turn is not None else 1024
+        turn = self.turn
+        limit = turn.limits.event_preview_bytes if turn is not None else 1024
         return bounded_text(text, limit)
 
     def model_call(self, model: str, request: Mapping[str, Any] | None = None) -> ModelCallWatch:

@@ -12,6 +12,7 @@ message names the offending field (``tasks[2].agent``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -75,17 +76,31 @@ def _optional(prop: Any) -> Any:
 def function_schema(name: str, description: str, struct: type[msgspec.Struct]) -> dict[str, Any]:
     """Return the OpenAI tool entry for ``struct``: ``{"type": "function", "function": ...}``.
 
-    The struct's own docstring is not used; ``description`` is the tool's.
+    The struct's own docstring is not used; ``description`` is the tool's. The
+    entry is built once per ``(name, description, struct)`` (a turn's toolbox
+    asks for the same few on every turn); each call returns a fresh copy the
+    caller may edit.
+
+    Raises:
+        TypeError, ValueError: a field's type has no JSON schema.
     """
+    entry: dict[str, Any] = msgspec.json.decode(_schema_json(name, description, struct))
+    return entry
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema_json(name: str, description: str, struct: type[msgspec.Struct]) -> bytes:
+    """The JSON of :func:`function_schema`'s entry (built from the struct's schema once)."""
     schema, defs = msgspec.json.schema_components([struct])
     parameters = _inline(schema[0], defs)
     parameters.pop("description", None)
     parameters.setdefault("properties", {})
     parameters.setdefault("required", [])
-    return {
+    entry = {
         "type": "function",
         "function": {"name": name, "description": description, "parameters": parameters},
     }
+    return msgspec.json.encode(entry)
 
 
 def _explain(error: msgspec.ValidationError) -> str:

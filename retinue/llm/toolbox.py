@@ -106,7 +106,7 @@ class ToolBox:
 
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
-        copy: list[dict[str, Any]] = json.loads(json.dumps(self._schemas))
+        copy: list[dict[str, Any]] = msgspec.json.decode(_ENCODER.encode(self._schemas))
         return copy  # the caller may edit it
 
     async def call(self, name: str, arguments: str) -> str:

@@ -1,14 +1,20 @@
 """LLM benchmark: many concurrent model turns against a local OpenAI server, threads bounded.
 
 ``turns`` top-level agents (a ``LiteLLMRunner`` each, on litellm's OpenAI
-provider path against :class:`~retinue.testing.OpenAIStub` on 127.0.0.1) are
-spawned at once and awaited. Baseline, measured in the same run against the
-same server: raw ``litellm.acompletion`` calls on one event loop, with the same
-bound on calls in flight. A retinue turn does one model call plus its durable
-bookkeeping (spawn, turn start, the LLM state read, the usage and transcript
-step, the settle with its completion); the per-call overhead is the difference
-of the wall times divided by the turns. The same pair is measured on the
-scripted model (no HTTP) to show retinue's overhead against litellm alone.
+provider path against the OpenAI server of :mod:`stress.bench.stub_server`,
+which runs in a child process so that neither side shares its GIL with the
+server, on 127.0.0.1) are spawned at once and awaited. Baseline, measured in
+the same run against the same server: raw ``litellm.acompletion`` calls on one
+event loop, with the same bound on calls in flight. A retinue turn does one
+model call plus its durable bookkeeping (spawn, turn start, the LLM state read,
+the usage and transcript step, the settle with its completion); the per-call
+overhead is the difference of the wall times divided by the turns. The same
+pair is measured on the scripted model (no HTTP) to show retinue's overhead
+against litellm alone. The pairs alternate ``reps`` times; each rate is the
+median round's, each ratio the median of the rounds' own (with their range),
+and the process's CPU per call or turn is printed beside it (a shared machine
+disturbs it less than wall time). :mod:`stress.bench.llm_calls` adds the latency of one call at
+a time (p50, p99, raw beside retinue's) and a multi-step turn's time per step.
 
 Threads are sampled every 10 ms during the retinue run; the stub server's
 per-connection threads are not counted.
@@ -17,6 +23,7 @@ per-connection threads are not counted.
 from __future__ import annotations
 
 import asyncio
+import statistics
 import tempfile
 import threading
 import time
@@ -26,7 +33,17 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.provider import load_litellm
-from retinue.testing import OpenAIStub
+from stress.bench.llm_calls import (
+    STEPS,
+    note,
+    quantiles_ms,
+    raw_latencies,
+    raw_openai,
+    raw_steps,
+    retinue_latencies,
+    retinue_steps,
+)
+from stress.bench.stub_server import ChildStub
 from stress.parts import Options, Part, Result
 
 STUB_THREAD_MARKS = ("process_request_thread", "openai-stub")
@@ -59,14 +76,14 @@ class _ThreadSampler:
         self._thread.join()
 
 
-def raw_calls(model: str, turns: int, bound: int, **kwargs: Any) -> float:
-    """Wall seconds of ``turns`` raw ``litellm.acompletion`` calls, ``bound`` in flight.
+def raw_calls(model: str, turns: int, bound: int, **kwargs: Any) -> tuple[float, float]:
+    """Wall and process CPU seconds of ``turns`` raw ``litellm.acompletion`` calls.
 
-    Ten untimed calls on the same loop warm the client up first.
+    ``bound`` in flight; ten untimed calls on the same loop warm the client up first.
     """
     litellm = load_litellm()
 
-    async def main() -> float:
+    async def main() -> tuple[float, float]:
         semaphore = asyncio.Semaphore(bound)
 
         async def one(i: int) -> None:
@@ -76,17 +93,17 @@ def raw_calls(model: str, turns: int, bound: int, **kwargs: Any) -> float:
                 )
 
         await asyncio.gather(*(one(i) for i in range(WARM_UP)))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one(i) for i in range(turns)))
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
     return asyncio.run(main())
 
 
 def retinue_turns(
     folder: Path, runner: LiteLLMRunner, turns: int, bound: int
-) -> tuple[float, int, int]:
-    """Wall seconds of ``turns`` concurrent model turns; peak threads; completed turns.
+) -> tuple[float, float, int, int]:
+    """Wall and process CPU seconds of ``turns`` concurrent model turns; peak threads; completed.
 
     Ten untimed turns warm the runtime's loop and client up first.
     """
@@ -99,61 +116,128 @@ def retinue_turns(
     profiles = [Profile("agent", runner=runner)]
     with Runtime.open(folder, profiles=profiles, limits=limits, durability=Durability.FULL) as rt:
 
-        async def main() -> tuple[float, int]:
+        async def main() -> tuple[float, float, int]:
             warm = await asyncio.gather(*(rt.spawn_async("agent", "warm") for _ in range(WARM_UP)))
             await asyncio.gather(*(rt.wait_async(i.id, timeout=600) for i in warm))
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             infos = await asyncio.gather(
                 *(rt.spawn_async("agent", f"task {i}") for i in range(turns))
             )
             done = await asyncio.gather(*(rt.wait_async(i.id, timeout=600) for i in infos))
-            return time.perf_counter() - start, sum(c.status == "completed" for c in done)
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            return seconds, cpu, sum(c.status == "completed" for c in done)
 
         with _ThreadSampler() as sampler:
-            seconds, completed = asyncio.run(main())
-    return seconds, sampler.peak, completed
+            seconds, cpu, completed = asyncio.run(main())
+    return seconds, cpu, sampler.peak, completed
 
 
-def run(turns: int, bound: int = 64, reps: int = 1) -> dict[str, Any]:
-    """Measure both pairs, alternating ``reps`` times (best wall time of each); return the row."""
-    load_litellm()
-    row: dict[str, Any] = {"turns": turns, "calls_in_flight_bound": bound, "reps": reps}
-    walls: dict[str, list[float]] = {"raw_http": [], "http": [], "raw_local": [], "local": []}
+def _throughput(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[str, Any]:
+    """Turns/s of both pairs (HTTP, offline), alternated ``reps`` times.
+
+    Rates are the median round's; a ratio is the median of the ratios taken
+    within each round (raw and retinue run back to back), with their range;
+    CPU is the whole process's (every thread; the server is in its child).
+    """
+    runs: dict[str, list[tuple[float, float]]] = {
+        "raw_http": [],
+        "http": [],
+        "raw_local": [],
+        "local": [],
+    }
+    openai_walls: list[float] = []
     threads = 0
     completed = {"http": 0, "local": 0}
-    with OpenAIStub() as stub, tempfile.TemporaryDirectory() as tmp:
-        http = {"api_base": stub.url, "api_key": "x", "max_retries": 0}
-        http_runner = LiteLLMRunner("openai/stub-model", api_base=stub.url, api_key="x")
-        local_runner = LiteLLMRunner(SCRIPTED_MODEL)
-        for rep in range(reps):
-            walls["raw_http"].append(raw_calls("openai/stub-model", turns, bound, **http))
-            seconds, peak, done = retinue_turns(Path(tmp) / f"http{rep}", http_runner, turns, bound)
-            walls["http"].append(seconds)
-            threads, completed["http"] = max(threads, peak), done
-            walls["raw_local"].append(raw_calls(SCRIPTED_MODEL, turns, bound))
-            seconds, peak, done = retinue_turns(
-                Path(tmp) / f"local{rep}", local_runner, turns, bound
-            )
-            walls["local"].append(seconds)
-            threads, completed["local"] = max(threads, peak), done
-    best = {k: min(v) for k, v in walls.items()}
-    row.update(
-        {
-            "http_raw_litellm_calls_per_s": round(turns / best["raw_http"]),
-            "http_retinue_turns_per_s": round(turns / best["http"]),
-            "http_overhead_ms_per_call": round((best["http"] - best["raw_http"]) / turns * 1000, 2),
-            "http_ratio_vs_raw": round(best["raw_http"] / best["http"], 2),
-            "http_completed": completed["http"],
-            "scripted_raw_litellm_calls_per_s": round(turns / best["raw_local"]),
-            "scripted_retinue_turns_per_s": round(turns / best["local"]),
-            "scripted_overhead_ms_per_call": round(
-                (best["local"] - best["raw_local"]) / turns * 1000, 2
-            ),
-            "scripted_ratio_vs_raw": round(best["raw_local"] / best["local"], 2),
-            "scripted_completed": completed["local"],
-            "peak_threads": threads,
-        }
+    http = {"api_base": url, "api_key": "x", "max_retries": 0}
+    runners = {
+        "http": LiteLLMRunner("openai/stub-model", api_base=url, api_key="x"),
+        "local": LiteLLMRunner(SCRIPTED_MODEL),
+    }
+    for rep in range(reps):
+        runs["raw_http"].append(raw_calls("openai/stub-model", turns, bound, **http))
+        client = raw_openai(url, turns, bound)
+        openai_walls += [] if client is None else [client]
+        for side in ("http", "local"):
+            if side == "local":
+                runs["raw_local"].append(raw_calls(SCRIPTED_MODEL, turns, bound))
+            wall, cpu, peak, done = retinue_turns(tmp / f"{side}{rep}", runners[side], turns, bound)
+            runs[side].append((wall, cpu))
+            threads, completed[side] = max(threads, peak), done
+    row: dict[str, Any] = {}
+    for side, raw, ours in (("http", "raw_http", "http"), ("scripted", "raw_local", "local")):
+        ratios = sorted(r[0] / o[0] for r, o in zip(runs[raw], runs[ours], strict=True))
+        raw_wall = statistics.median(w for w, _ in runs[raw])
+        our_wall = statistics.median(w for w, _ in runs[ours])
+        raw_cpu = statistics.median(c for _, c in runs[raw]) / turns * 1000
+        our_cpu = statistics.median(c for _, c in runs[ours]) / turns * 1000
+        row[f"{side}_raw_litellm_calls_per_s"] = round(turns / raw_wall)
+        row[f"{side}_retinue_turns_per_s"] = round(turns / our_wall)
+        row[f"{side}_ratio_vs_raw_median_range"] = (
+            round(statistics.median(ratios), 2),
+            f"{ratios[0]:.2f}-{ratios[-1]:.2f}",
+        )
+        row[f"{side}_cpu_ms_raw_call_retinue_turn"] = (round(raw_cpu, 2), round(our_cpu, 2))
+        row[f"{side}_cpu_ratio_raw_vs_retinue"] = round(raw_cpu / our_cpu, 2)
+        row[f"{side}_completed"] = completed[ours]
+    row["peak_threads"] = threads
+    row["http_raw_openai_client_calls_per_s"] = (
+        round(turns / statistics.median(openai_walls)) if openai_walls else "not installed"
     )
+    row["peers_agentchat_langgraph_agents_sdk_pydantic_ai"] = "not run (not installed here)"
+    return row
+
+
+def _latency(url: str, tmp: Path, calls: int) -> dict[str, Any]:
+    """p50/p99 of one call at a time: raw calls and one-call turns, HTTP and offline."""
+    http: dict[str, Any] = {"api_base": url, "api_key": "x", "max_retries": 0}
+    row: dict[str, Any] = {}
+    http_runner = LiteLLMRunner("openai/stub-model", api_base=url, api_key="x")
+    pairs: tuple[tuple[str, str, dict[str, Any], LiteLLMRunner], ...] = (
+        ("http", "openai/stub-model", http, http_runner),
+        ("scripted", SCRIPTED_MODEL, {}, LiteLLMRunner(SCRIPTED_MODEL)),
+    )
+    for side, model, kwargs, runner in pairs:
+        raw = quantiles_ms(raw_latencies(model, calls, **kwargs))
+        ours = quantiles_ms(retinue_latencies(tmp / f"lat-{side}", runner, calls))
+        row[f"{side}_raw_call_p50_p99_ms"] = raw
+        row[f"{side}_retinue_turn_p50_p99_ms"] = ours
+        row[f"{side}_added_p50_p99_ms"] = (
+            round(ours[0] - raw[0], 2),
+            round(ours[1] - raw[1], 2),
+        )
+    return row
+
+
+def _steps(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[str, Any]:
+    """Time per step of a 5-tool-call turn, raw loop against retinue's (median of ``reps``)."""
+    model = f"openai/steps-{STEPS}"
+    http = {"api_base": url, "api_key": "x", "max_retries": 0}
+    runner = LiteLLMRunner(model, api_base=url, api_key="x", host_tools={"note": note})
+    raw, ours = [], []
+    for rep in range(reps):
+        raw.append(raw_steps(model, turns, bound, **http))
+        ours.append(retinue_steps(tmp / f"steps{rep}", runner, turns, bound))
+    calls = turns * (STEPS + 1)
+    ratios = sorted(r / o for r, o in zip(raw, ours, strict=True))
+    return {
+        "steps_turns": turns,
+        "steps_raw_ms_per_step": round(statistics.median(raw) / calls * 1000, 3),
+        "steps_retinue_ms_per_step": round(statistics.median(ours) / calls * 1000, 3),
+        "steps_ratio_vs_raw_median_range": (
+            round(statistics.median(ratios), 2),
+            f"{ratios[0]:.2f}-{ratios[-1]:.2f}",
+        ),
+    }
+
+
+def run(turns: int, bound: int = 64, reps: int = 1, latency_calls: int = 200) -> dict[str, Any]:
+    """Measure every pair, alternating ``reps`` times; return the row."""
+    load_litellm()
+    row: dict[str, Any] = {"turns": turns, "calls_in_flight_bound": bound, "reps": reps}
+    with ChildStub() as stub, tempfile.TemporaryDirectory() as tmp:
+        row.update(_throughput(stub.url, Path(tmp), turns, bound, reps))
+        row.update(_latency(stub.url, Path(tmp), latency_calls))
+        row.update(_steps(stub.url, Path(tmp), max(turns // 5, 10), bound, reps))
     return row
 
 
@@ -162,8 +246,8 @@ if __name__ == "__main__":
 
 
 def _part(options: Options) -> Result:
-    row = run(50 if options.quick else 1000, reps=1 if options.quick else 3)
-    title = "llm: concurrent model turns vs raw litellm.acompletion, local OpenAI server"
+    row = run(50, reps=1, latency_calls=10) if options.quick else run(1000, reps=3)
+    title = "llm: model turns vs raw litellm.acompletion, OpenAI server in a child process"
     return Result.row(title, row)
 
 

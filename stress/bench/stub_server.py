@@ -7,8 +7,9 @@ wait ``delay_s`` before answering, and none of its work is counted against the
 client: ``with ChildStub(delay_s=5) as stub: ... stub.url``. It binds
 127.0.0.1, speaks HTTP/1.1 with keep-alive, and answers every
 ``POST .../chat/completions`` with one fixed assistant message ("done") and its
-usage. ``stub.stats()`` asks it how many requests it answered and the most it
-held at once (a ``GET /stats``).
+usage; for a model named ``steps-N`` it first calls the offered tool ``note``
+until the chat holds N tool results (a multi-step turn). ``stub.stats()``
+asks it how many requests it answered and the most it held at once (a ``GET /stats``).
 
 Run alone: ``python -m stress.bench.stub_server --delay 5`` prints the port.
 """
@@ -56,7 +57,14 @@ class _Server:
         self.in_flight = 0
         self.max_in_flight = 0
 
-    def _body(self, model: str, number: int) -> bytes:
+    def _body(self, model: str, number: int, messages: list[dict[str, Any]]) -> bytes:
+        message: dict[str, Any] = {"role": "assistant", "content": "done"}
+        if model.startswith("steps-"):
+            done = sum(m.get("role") == "tool" for m in messages)
+            if done < int(model.removeprefix("steps-")):
+                call = {"name": "note", "arguments": json.dumps({"text": f"step {done}"})}
+                tool_call = {"id": f"call_{number}", "type": "function", "function": call}
+                message = {"role": "assistant", "content": None, "tool_calls": [tool_call]}
         payload = {
             "id": f"chatcmpl-child-{number}",
             "object": "chat.completion",
@@ -65,8 +73,8 @@ class _Server:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "done"},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "tool_calls" if "tool_calls" in message else "stop",
                 }
             ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
@@ -120,11 +128,12 @@ class _Server:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            model = str(json.loads(body or b"{}").get("model", "stub"))
+            request = json.loads(body or b"{}")
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             self.answered += 1
-            return self._body(model, self.answered)
+            model = str(request.get("model", "stub"))
+            return self._body(model, self.answered, list(request.get("messages", [])))
         finally:
             self.in_flight -= 1
 

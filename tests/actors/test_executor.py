@@ -293,17 +293,18 @@ async def _asame(turn: Turn) -> str:
 def test_a_finished_turn_leaves_no_cyclic_garbage(
     open_runtime: OpenRuntime, use_async: bool
 ) -> None:
-    """A turn's actor is freed as its turn ends, not left for the cyclic GC.
+    """A turn's actor and its context are freed as the turn ends, not left for the cyclic GC.
 
-    Every turn makes an actor; were it kept in a reference cycle, a busy
-    runtime would make the collector run (and pause every thread) once per
-    few dozen turns. With the collector off, none may be left.
+    Every turn makes an actor and a turn context (with its watch); were either
+    kept in a reference cycle, a busy runtime would make the collector run (and
+    pause every thread) once per few dozen turns. With the collector off, none
+    may be left.
     """
     rt = open_runtime([Profile("w", runner=_asame if use_async else _same)])
 
     def actors() -> list[object]:
         # Below the API on purpose: the promise is about what the collector holds.
-        return [o for o in gc.get_objects() if isinstance(o, AgentActor)]
+        return [o for o in gc.get_objects() if isinstance(o, AgentActor | Turn)]
 
     gc.collect()
     gc.disable()
@@ -312,7 +313,7 @@ def test_a_finished_turn_leaves_no_cyclic_garbage(
             info = rt.spawn("w", f"t{n}")
             assert rt.wait(info.id, timeout=PROMPT_S).output == f"t{n}"
             rt.close(info.id)
-        wait_until(lambda: not actors(), what="every turn's actor to be freed")
+        wait_until(lambda: not actors(), what="every turn's actor and context to be freed")
     finally:
         gc.enable()
 

@@ -13,10 +13,14 @@ from conftest import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, run, stub_runner
 from retinue import AgentState, Profile, Runtime, Turn, Usage
+from retinue.actors.agent import AgentActor
+from retinue.actors.observer import QUIET, TurnWatch
 from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.runner import REPAIR_PROMPT
 from retinue.llm.script import script_reply
+from retinue.llm.session import TurnSession
+from retinue.llm.toolbox import ToolBox
 from retinue.protocol.results import parse_result, result_instruction
 from retinue.testing import OpenAIStub, StubReply
 
@@ -336,3 +340,33 @@ def test_the_runner_checks_its_settings() -> None:
     with pytest.raises(ConfigurationError, match="result_format"):
         LiteLLMRunner("m", result_format="xml")
     assert "x" not in repr(LiteLLMRunner("m", api_key="x"))
+
+
+def test_model_turns_leave_nothing_of_theirs_to_the_cyclic_collector(llm_runtime: Any) -> None:
+    """A model turn (its context, watch, session, toolbox and actor) is freed as it ends.
+
+    Kept in a reference cycle, each would wait for the cyclic collector, whose
+    passes with many turns in flight cost more than the turns' own work.
+    The lead's turns run the tool loop (a spawn_subagents call), the leaves' do not.
+    """
+    rt: Runtime = llm_runtime(
+        [
+            Profile("lead", subagents=["leaf"], model=SCRIPTED_MODEL),
+            Profile("leaf", model=SCRIPTED_MODEL),
+        ]
+    )
+    kinds = (AgentActor, Turn, TurnWatch, TurnSession, ToolBox)
+
+    def held() -> list[object]:
+        # Below the API on purpose: the promise is about what the collector holds.
+        return [o for o in gc.get_objects() if isinstance(o, kinds) and o is not QUIET]
+
+    assert run(rt, "lead", "warm up").state is AgentState.COMPLETED
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(5):
+            assert run(rt, "lead", f"task {n}").state is AgentState.COMPLETED
+        wait_until(lambda: not held(), what="every model turn's objects to be freed")
+    finally:
+        gc.enable()

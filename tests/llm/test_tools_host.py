@@ -94,6 +94,19 @@ def test_schema_from_a_struct_parameter() -> None:
     assert params(box, "refund")["required"] == ["order_id", "reason"]
 
 
+def test_a_schema_edited_by_its_caller_leaves_the_next_toolbox_unchanged() -> None:
+    # Schemas are built once per tool and shared by every turn's toolbox:
+    # what one caller does to its copy must not reach another's.
+    first = box_of(refund_order)
+    edited = first.schemas()
+    edited[0]["function"]["parameters"]["properties"].clear()
+    edited[0]["function"]["description"] = "changed"
+    assert params(first, "refund")["properties"]["reason"] == {"enum": ["damaged", "late", "other"]}
+    (entry,) = box_of(refund_order).schemas()
+    assert entry["function"]["description"] == "Refund an order."
+    assert entry["function"]["parameters"]["required"] == ["order_id", "reason"]
+
+
 def test_sync_tool_runs_off_the_event_loop_thread() -> None:
     seen: list[str] = []
 
