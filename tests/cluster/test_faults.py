@@ -99,8 +99,8 @@ def test_a_shard_killed_mid_tree_restarts_and_loses_nothing(
     assert cluster.get(lead.id).generation == len(received)
 
 
-def test_a_dropped_reply_is_retried_and_changes_nothing_twice(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=2)
+def test_a_dropped_reply_is_retried_and_changes_nothing_twice(shared_cluster: Any) -> None:
+    cluster = shared_cluster
     faults = cluster.faults
     faults.drop.update(spawn=1, send=1, follow_up=1, wait=1, close_tree=1, interrupt=1)
     a = cluster.spawn("worker", "x", name="dropped")
