@@ -53,7 +53,7 @@ def test_trees_spread_over_shards_on_both_nodes(open_cluster: OpenCluster) -> No
 
 
 def test_calls_by_id_and_by_path_reach_the_right_shard(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=3)
+    cluster = open_cluster(shards=2)  # fresh placements: alpha and beta on shards 0 and 1
     a = cluster.spawn("worker", "a", name="alpha")
     b = cluster.spawn("worker", "b", name="beta")
     assert shard_of(a.id) != shard_of(b.id)
