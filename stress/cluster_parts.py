@@ -39,7 +39,8 @@ def _run(only: str, options: Options) -> Result:
         if only == "cluster":
             bench: dict[str, Any] = bench_cluster.run(options.quick)
             result.data["benchmark"] = bench
-            for name in ("in_process", "shards_1", "shards_2", "shards_4"):
+            counts = bench_cluster.shard_counts(options.quick)
+            for name in ["in_process", *(f"shards_{k}" for k in counts)]:
                 result.tables.append((f"cluster benchmark: {name}", bench[name]))
         default = 3 if options.quick or only == "cluster" else 30
         rounds = options.kills if options.kills is not None else default

@@ -49,7 +49,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason=why)
     for item in items:
-        if "ray" in item.keywords:
+        # The marker, not item.keywords: keywords also hold the names of the folders above
+        # (a checkout in a folder named "ray" would skip every test here).
+        if item.get_closest_marker("ray") is not None:
             item.add_marker(skip)
 
 
@@ -101,21 +103,61 @@ TREE_PROFILES = [
 OpenCluster = Callable[..., Any]
 
 
-@pytest.fixture
-def open_cluster(local_ray: Any, tmp_path: Path) -> Iterator[OpenCluster]:
-    """Return ``open(shards=2, **kwargs) -> Cluster``; every cluster is shut at the end."""
+def _opened(root: Path, shards: int, **kwargs: Any) -> Any:
+    """Open a cluster over ``root`` with the tests' defaults (``TREE_PROFILES``, 30 s waits)."""
     from retinue.cluster import Cluster
 
+    kwargs.setdefault("profiles", TREE_PROFILES)
+    kwargs.setdefault("limits", Limits(wait_default_s=30.0))
+    kwargs.setdefault("retry_s", 60.0)
+    return Cluster.open(root, shards=shards, **kwargs)
+
+
+@pytest.fixture
+def open_cluster(local_ray: Any, tmp_path: Path) -> Iterator[OpenCluster]:
+    """Return ``open(shards=2, **kwargs) -> Cluster``; every cluster is shut at the end.
+
+    For a test that needs a cluster of its own: its placements from a fresh
+    directory, other profiles or settings, faults, killed shards, a shutdown.
+    """
     opened: list[Any] = []
 
     def _open(shards: int = 2, root: Path | None = None, **kwargs: Any) -> Any:
-        kwargs.setdefault("profiles", TREE_PROFILES)
-        kwargs.setdefault("limits", Limits(wait_default_s=30.0))
-        kwargs.setdefault("retry_s", 60.0)
-        cluster = Cluster.open(root or tmp_path / "cluster", shards=shards, **kwargs)
+        cluster = _opened(root or tmp_path / "cluster", shards, **kwargs)
         opened.append(cluster)
         return cluster
 
     yield _open
     for cluster in reversed(opened):
         cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def _session_cluster(local_ray: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    cluster = _opened(tmp_path_factory.mktemp("shared") / "cluster", 2)
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.fixture
+def shared_cluster(_session_cluster: Any) -> Iterator[Any]:
+    """The session's 2-shard cluster (``TREE_PROFILES``), for tests that need none of their own.
+
+    Each Cluster.open starts a Ray worker process per shard and one for the
+    directory (seconds each on a loaded 2-core machine), so the tests that
+    only need a cluster share this one. Each starts with no live agent, an
+    empty host inbox and no injected fault; after it, every tree it left open
+    is closed and the inbox drained. Its placements depend on the tests
+    before it: a test that asserts where new names go opens its own
+    (:func:`open_cluster`).
+    """
+    cluster = _session_cluster
+    assert cluster.agents() == [], "a test before this one left live agents"
+    assert cluster.messages(timeout=0) == []
+    yield cluster
+    cluster.faults.drop.clear()
+    for agent in cluster.agents():
+        if agent.path.count("/") == 2:  # top-level: /root/<name>
+            cluster.close_tree(agent.id)
+    while cluster.messages(timeout=0):
+        pass

@@ -53,7 +53,7 @@ def test_trees_spread_over_shards_on_both_nodes(open_cluster: OpenCluster) -> No
 
 
 def test_calls_by_id_and_by_path_reach_the_right_shard(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=3)
+    cluster = open_cluster(shards=2)  # fresh placements: alpha and beta on shards 0 and 1
     a = cluster.spawn("worker", "a", name="alpha")
     b = cluster.spawn("worker", "b", name="beta")
     assert shard_of(a.id) != shard_of(b.id)
@@ -75,8 +75,8 @@ def test_calls_by_id_and_by_path_reach_the_right_shard(open_cluster: OpenCluster
     assert shard_of(again.id) == shard_of(a.id) and again.id != a.id
 
 
-def test_a_three_level_run_many_tree_works_inside_one_shard(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=2)
+def test_a_three_level_run_many_tree_works_inside_one_shard(shared_cluster: Any) -> None:
+    cluster = shared_cluster
     lead = cluster.spawn("lead", "T", name="review")
     done = cluster.wait(lead.id, timeout=60)
     assert done.status is CompletionStatus.COMPLETED
@@ -91,8 +91,8 @@ def test_a_three_level_run_many_tree_works_inside_one_shard(open_cluster: OpenCl
     assert all(a.state is AgentState.CLOSED for a in closed)
 
 
-def test_refusals_cross_the_wire_as_their_own_errors(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=2)
+def test_refusals_cross_the_wire_as_their_own_errors(shared_cluster: Any) -> None:
+    cluster = shared_cluster
     a = cluster.spawn("worker", "x", name="dup")
     with pytest.raises(DuplicateAgentPath):
         cluster.spawn("gated", "y", name="dup")
@@ -134,8 +134,8 @@ def test_messages_merge_every_shards_host_inbox(open_cluster: OpenCluster) -> No
     assert cluster.messages(timeout=0) == []
 
 
-def test_the_async_twins_serve_the_same_calls(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=2)
+def test_the_async_twins_serve_the_same_calls(shared_cluster: Any) -> None:
+    cluster = shared_cluster
 
     async def scenario() -> None:
         a = await cluster.spawn_async("worker", "x", name="aa")
@@ -158,8 +158,8 @@ def test_the_async_twins_serve_the_same_calls(open_cluster: OpenCluster) -> None
     asyncio.run(scenario())
 
 
-def test_a_cancelled_wait_async_loses_nothing(open_cluster: OpenCluster, gates: Any) -> None:
-    cluster = open_cluster(shards=2)
+def test_a_cancelled_wait_async_loses_nothing(shared_cluster: Any, gates: Any) -> None:
+    cluster = shared_cluster
     a = cluster.spawn("gated", "cancel-me", name="cw")
 
     async def scenario() -> None:
@@ -202,11 +202,11 @@ def test_a_runner_the_workers_cannot_import_fails_the_open(open_cluster: OpenClu
 
 
 def test_host_threads_waiting_on_one_agent_each_get_a_different_completion(
-    open_cluster: OpenCluster,
+    shared_cluster: Any,
 ) -> None:
     import threading
 
-    cluster = open_cluster(shards=2)
+    cluster = shared_cluster
     a = cluster.spawn("worker", "t0", name="many")
     for generation in range(2, 7):
         deadline = time.monotonic() + 30

@@ -99,8 +99,8 @@ def test_a_shard_killed_mid_tree_restarts_and_loses_nothing(
     assert cluster.get(lead.id).generation == len(received)
 
 
-def test_a_dropped_reply_is_retried_and_changes_nothing_twice(open_cluster: OpenCluster) -> None:
-    cluster = open_cluster(shards=2)
+def test_a_dropped_reply_is_retried_and_changes_nothing_twice(shared_cluster: Any) -> None:
+    cluster = shared_cluster
     faults = cluster.faults
     faults.drop.update(spawn=1, send=1, follow_up=1, wait=1, close_tree=1, interrupt=1)
     a = cluster.spawn("worker", "x", name="dropped")
@@ -141,19 +141,20 @@ def test_a_dropped_reply_is_retried_and_changes_nothing_twice(open_cluster: Open
     assert faults.dropped == 11
 
 
-@pytest.mark.parametrize("point", ["after_runtime", "after_record"])
 def test_a_shard_killed_between_its_commits_spawns_and_sends_once(
-    open_cluster: OpenCluster, point: str
+    open_cluster: OpenCluster,
 ) -> None:
-    cluster = open_cluster(shards=1)
-    pid = cluster.ping()[0].pid
-    cluster.set_fault(0, point, ["spawn", "send"], times=2)
-    a = cluster.spawn("worker", "x", name="crashy")  # the shard dies once here
-    message = cluster.send(a.id, "exactly once")  # and once here
-    assert cluster.ping()[0].pid != pid
-    assert [i.id for i in cluster.agents()] == [a.id]
-    assert [m.id for m in cluster.inspect(a.id).unread] == [message.id]
-    assert cluster.wait(a.id, timeout=30).generation == 1
+    cluster = open_cluster(shards=1)  # one cluster for both windows: a start less
+    for point in ("after_runtime", "after_record"):
+        pid = cluster.ping()[0].pid
+        cluster.set_fault(0, point, ["spawn", "send"], times=2)
+        a = cluster.spawn("worker", "x", name=f"crashy_{point}")  # the shard dies once here
+        message = cluster.send(a.id, "exactly once")  # and once here
+        assert cluster.ping()[0].pid != pid, point
+        assert [i.id for i in cluster.agents()] == [a.id], point
+        assert [m.id for m in cluster.inspect(a.id).unread] == [message.id], point
+        assert cluster.wait(a.id, timeout=30).generation == 1, point
+        cluster.close(a.id)
 
 
 def test_an_unacknowledged_lease_is_handed_out_again_once(open_cluster: OpenCluster) -> None:

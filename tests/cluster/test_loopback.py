@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from conftest import wait_until
 
-from cluster.conftest import OpenCluster
 from retinue.cluster.local import (
     LOOPBACK_PROXY,
     OWNER_FILE,
@@ -94,9 +93,9 @@ def test_addresses_are_classified() -> None:
 
 @pytest.mark.ray
 def test_every_socket_the_clusters_processes_listen_on_is_loopback(
-    open_cluster: OpenCluster, local_ray: Any
+    shared_cluster: Any, local_ray: Any
 ) -> None:
-    cluster = open_cluster(shards=2)
+    cluster = shared_cluster
     cluster.spawn("worker", "x", name="listen")
     pids = descendants(os.getpid())
     assert set(local_ray.node_pids()) <= set(pids)
@@ -111,13 +110,12 @@ def test_every_socket_the_clusters_processes_listen_on_is_loopback(
 
 @pytest.mark.ray
 def test_the_dead_proxy_goes_to_rays_processes_not_to_the_host(
-    open_cluster: OpenCluster, local_ray: Any
+    shared_cluster: Any, local_ray: Any
 ) -> None:
-    cluster = open_cluster(shards=1)
-    (pong,) = cluster.ping()
-    environ = Path(f"/proc/{pong.pid}/environ").read_bytes().split(b"\0")
-    assert f"http_proxy={LOOPBACK_PROXY}".encode() in environ  # the shard's model calls too
-    assert b"RAY_USAGE_STATS_ENABLED=0" in environ
+    for pong in shared_cluster.ping():
+        environ = Path(f"/proc/{pong.pid}/environ").read_bytes().split(b"\0")
+        assert f"http_proxy={LOOPBACK_PROXY}".encode() in environ  # the shard's model calls too
+        assert b"RAY_USAGE_STATS_ENABLED=0" in environ
     assert os.environ.get("http_proxy") != LOOPBACK_PROXY  # this process keeps its own
 
 
