@@ -30,6 +30,7 @@ from retinue.persistence.writer import (
     FLUSH_INTERVAL_S,
     MAX_GROUP,
     Callback,
+    CommitTimer,
     Durability,
     StoreStats,
     Write,
@@ -305,6 +306,14 @@ class Store:
             StoreError: the commit failed.
         """
         self._writable().write_now(writes)
+
+    def time_commits(self, timer: CommitTimer | None) -> None:
+        """Tell ``timer`` how long each group commit takes from now on (None: stop timing).
+
+        A read-only store commits nothing: nothing is timed.
+        """
+        if self._writer is not None:
+            self._writer.on_commit = timer
 
     def flush(self) -> None:
         """Wait until everything submitted so far is committed and synced to disk."""
