@@ -256,15 +256,16 @@ class Writer:
         error: BaseException | None = self.failed
         timer = self.on_commit  # the one check when nobody times commits
         if writes and error is None:
-            began = time.perf_counter() if timer is not None else 0.0
             try:
-                answering = self._commit(writes, timed=timer is not None)
+                if timer is None:
+                    self._commit(writes)
+                else:
+                    began = time.perf_counter()
+                    answering = self._commit(writes, timed=True)
+                    _report(timer, time.perf_counter() - began - answering)
             except Exception as exc:
                 error = exc
                 self.failed = exc
-            else:
-                if timer is not None:
-                    _report(timer, time.perf_counter() - began - answering)
         self._answer()
         self.stats.transitions += len(group)
         self._unanswered.append((group, error))
