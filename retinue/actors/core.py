@@ -47,6 +47,7 @@ from retinue.protocol.records import (
     AgentRecord,
     CompletionRecord,
     MessageRecord,
+    ModelCallRecord,
     TranscriptMessage,
     TranscriptRecord,
 )
@@ -116,6 +117,7 @@ def detail_from(
     """Return ``record`` in full from its ``unread`` messages and ``pending`` completions
     (in order) and its stored ``transcript`` (see :func:`detail_of`)."""
     messages: tuple[TranscriptMessage, ...] = ()
+    calls: tuple[ModelCallRecord, ...] = ()
     cut = 0
     if transcript is not None:
         try:
@@ -123,7 +125,7 @@ def detail_from(
         except msgspec.DecodeError:
             stored = None
         if stored is not None and stored.version <= TRANSCRIPT_VERSION:
-            messages, cut = stored.messages, stored.cut
+            messages, cut, calls = stored.messages, stored.cut, stored.calls
     return AgentDetail(
         info=info_of(record),
         unread=tuple(m.message for m in unread),
@@ -131,6 +133,7 @@ def detail_from(
         transcript=messages[len(messages) - tail :] if tail > 0 else (),
         transcript_length=len(messages),
         transcript_cut=cut,
+        calls=calls,
     )
 
 

@@ -123,6 +123,12 @@ def test_a_read_only_view_follows_its_writer_in_another_process(
     assert timeline["agents"][0]["path"] == "/root/review"
     assert {a["path"] for a in timeline["agents"]} == set(tree)
     assert timeline["events"] is False  # a read-only view has the store's times only
+    # The lead's first model call (it answered spawn_subagents), from its stored transcript.
+    lead_id = tree["/root/review"]["id"]
+    models = [s for s in timeline["spans"] if s["kind"] == "model"]
+    assert [(s["agent"], s["label"]) for s in models] == [(lead_id, "retinue/scripted")]
+    started = next(a for a in timeline["agents"] if a["id"] == lead_id)["started_at"]
+    assert started <= models[0]["start"] <= models[0]["end"]
 
     found = _get(client, "/api/search?q=WORK")
     assert [r["path"] for r in found["rows"]] == ["/root/review/worker"] and found["total"] == 1
@@ -138,6 +144,10 @@ def test_a_read_only_view_follows_its_writer_in_another_process(
     after = _get(client, "/api/summary")
     assert after["version"] > before and after["states"] == {"completed": 3}
     assert after["tokens"] > 0  # the lead's model calls, summed over its tree
+    timeline = _get(client, f"/api/timeline?id={lead_id}")
+    models = [s for s in timeline["spans"] if s["kind"] == "model"]
+    assert [s["agent"] for s in models] == [lead_id, lead_id]  # its answer's call, too
+    assert models[0]["end"] <= models[1]["start"]
 
     # A stream started at an older version gets what changed since, or is told to reload.
     stream = client.get(f"/api/events?since={before}&max_messages=2")
