@@ -21,8 +21,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress import cluster_parts, crash, damage, soak, soak_races, statemachine
-from stress.bench import budgets, commit, lifecycle, llm, reopen, scale, tools, trees
+from stress import cluster_parts, crash, damage, fuzz_llm, soak, soak_races, statemachine
+from stress.bench import (
+    budgets,
+    commit,
+    lifecycle,
+    llm,
+    loop_lag,
+    many_turns,
+    reopen,
+    scale,
+    schemas,
+    startup,
+    tools,
+    trees,
+)
 from stress.parts import Options, Part, Result, table
 from stress.statemachine import restarts
 
@@ -31,6 +44,7 @@ PARTS: list[Part] = [
     statemachine.PART,
     restarts.PART,
     soak_races.PART,
+    fuzz_llm.PART,
     damage.PART,
     soak.PART,
     commit.PART,
@@ -41,6 +55,10 @@ PARTS: list[Part] = [
     scale.IDLE,
     reopen.PART,
     llm.PART,
+    startup.PART,
+    loop_lag.PART,
+    many_turns.PART,
+    schemas.PART,
     tools.PART,
     budgets.PART,
     cluster_parts.CLUSTER,
@@ -71,7 +89,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--soak-seconds",
         type=float,
         default=None,
-        help="length of each soak (races: 10 quick / 300 full; soak: 36 quick / 600 full)",
+        help=(
+            "length of each soak (races: 10 quick / 300 full; soak: 36 quick / 600 full; "
+            "fuzz_llm: 6 cases quick / 600 s full)"
+        ),
     )
     return parser.parse_args(argv)
 

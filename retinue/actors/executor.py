@@ -24,7 +24,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "poster", "runner_finished"]
+__all__ = [
+    "IDLE_S",
+    "Executor",
+    "LoopThread",
+    "WorkerPool",
+    "at_loop_close",
+    "poster",
+    "runner_finished",
+]
 
 log = logging.getLogger("retinue.executor")
 
@@ -208,6 +216,36 @@ def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
     return _POSTERS.get(loop) or loop.call_soon_threadsafe
 
 
+_CLOSERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Callable[[], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+_closers_lock = threading.Lock()
+
+
+def at_loop_close(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> bool:
+    """Call ``callback()`` when ``loop``, a runtime's event loop, closes; False for another loop.
+
+    It runs on the loop's thread once every task has ended, before the loop
+    closes (so what serves the loop's tasks, the tool pool's threads, ends
+    with the runtime); an exception it raises is logged.
+    """
+    with _closers_lock:
+        if loop not in _POSTERS or loop.is_closed():
+            return False
+        _CLOSERS.setdefault(loop, []).append(callback)
+    return True
+
+
+def _run_closers(loop: asyncio.AbstractEventLoop) -> None:
+    with _closers_lock:
+        callbacks = _CLOSERS.pop(loop, [])
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception:
+            log.exception("a callback at the close of the runtime's event loop failed")
+
+
 class LoopThread:
     """One asyncio event loop on its own thread, started on first use."""
 
@@ -264,6 +302,7 @@ class LoopThread:
                     task.cancel()
                 if tasks:
                     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            _run_closers(loop)
             loop.close()
 
     def start(self) -> None:

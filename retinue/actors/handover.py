@@ -11,6 +11,11 @@ back is exactly what no waiter saw. Its three verbs:
 - :meth:`Handover.receive`: the waiter claims it (False: it was taken back);
 - :meth:`Handover.take_back`: the other side takes back what nobody received.
 
+A model turn's waits keep what they receive (``receive(key, keep=True)``)
+until its transcript stores it (:meth:`Handover.consume`, at the step's
+commit): an interrupt meanwhile takes that back too, so a child's result a
+model never got to see goes back to the agent instead of being lost.
+
 A turn's ledger holds the events a wait took from its children (its cancel
 gives them back to the agent); the runtime's holds the give-back of each
 async host wait (its close gives back what the waiting tasks never received).
@@ -32,35 +37,53 @@ _MISSING: Any = object()
 class Handover(Generic[T]):
     """Values handed to waits (keyed by the wait's reply) and not received yet; thread-safe."""
 
-    __slots__ = ("_held", "_lock")
+    __slots__ = ("_held", "_kept", "_lock")
 
     def __init__(self) -> None:
         """Start with nothing handed."""
         self._lock = threading.Lock()
         self._held: dict[Key, T] = {}
+        self._kept: list[T] = []
 
     def hand(self, key: Key, value: T) -> None:
         """Record that ``value`` was handed to the wait answered on ``key``."""
         with self._lock:
             self._held[key] = value
 
-    def receive(self, key: Key) -> bool:
+    def receive(self, key: Key, *, keep: bool = False) -> bool:
         """Claim what was handed on ``key`` for its waiter; False if it was taken back.
 
-        Atomic with :meth:`take_back`: a value is received or taken back, never both.
+        Atomic with :meth:`take_back`: a value is received or taken back, never
+        both. ``keep``: the waiter has yet to store it (a model turn), so a
+        :meth:`take_back` of every wait still takes it until :meth:`consume`.
         """
         with self._lock:
-            return self._held.pop(key, _MISSING) is not _MISSING
+            value = self._held.pop(key, _MISSING)
+            if value is _MISSING:
+                return False
+            if keep:
+                self._kept.append(value)
+            return True
+
+    def consume(self) -> list[T]:
+        """Forget (and return) what was received and kept: its waiter stored it."""
+        with self._lock:
+            kept, self._kept = self._kept, []
+        return kept
 
     def take_back(self, key: Key | None = None) -> list[T]:
-        """Take back what no waiter received: the value of ``key``, or of every wait (None)."""
+        """Take back what no waiter received: the value of ``key``, or of every wait (None).
+
+        Every wait's also takes what was received and kept but not consumed.
+        """
         with self._lock:
             if key is None:
                 held, self._held = self._held, {}
-                return list(held.values())
+                kept, self._kept = self._kept, []
+                return [*kept, *held.values()]
             value = self._held.pop(key, _MISSING)
         return [] if value is _MISSING else [value]
 
     def __len__(self) -> int:
-        """How many handed values are not received yet."""
-        return len(self._held)
+        """How many handed values are not received (or not consumed) yet."""
+        return len(self._held) + len(self._kept)

@@ -110,9 +110,9 @@ class Lifecycle:
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
 
-        A model turn that never stored its input in its transcript gives the
-        input back (pending or unread again, for its next turn) and wakes
-        itself on none of it. A failed turn its restart policy restarts makes
+        A model turn that never stored its input in its transcript, or what its
+        waits received, gives it back (pending or unread again, for its next
+        turn) and wakes itself on none of it. A failed turn its restart policy restarts makes
         no completion (the agent is ``restarting``).
         """
         returned = self._give_back_held(tx, record.id)
@@ -176,12 +176,18 @@ class Lifecycle:
         return handle is not None and handle.holds_input
 
     def _give_back_held(self, tx: Transition, agent_id: str) -> bool:
-        """Give back the input of a turn ending before it stored it; return whether it did."""
+        """Give back what a turn ending received and never stored (its input, its waits'
+        receipts); return whether it gave anything back."""
         handle = self.scheduler.turns.get(agent_id)
-        if handle is None or not handle.holds_input:
+        if handle is None:
             return False
-        handle.holds_input = False
-        self.router.give_back(tx, agent_id, _inputs(handle.turn))
+        unstored = [event for held in handle.turn.handover.consume() for event in held]
+        if handle.holds_input:
+            handle.holds_input = False
+            unstored += _inputs(handle.turn)
+        if not unstored:
+            return False
+        self.router.give_back(tx, agent_id, unstored)
         return True
 
     def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:

@@ -48,6 +48,9 @@ class ModelState:
         if command.takes_input and handle is not None and handle.holds_input:
             handle.holds_input = False  # the turn's input is the transcript's now
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
+        if transcript is not None and handle is not None:  # so are its waits' receipts
+            stored = [event for held in handle.turn.handover.consume() for event in held]
+            tree.consume_inputs(me.id, me.generation, stored)
         if usage != Usage():
             me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
             top = tree.agents[tree.top_of[me.id]]

@@ -247,6 +247,7 @@ class Scheduler:
             reason=reason,
             limits=world.limits,
             profile=profile,
+            keeps_receipts=world.runner_holds_input.get(record.profile, False),
         )
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)

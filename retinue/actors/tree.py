@@ -267,18 +267,20 @@ class Tree(MailboxIndex, CompletionIndex):
             self.add_completion(self._replay_completion(completion), persist=False)
         self.leases.update(leases)
 
-    def consume_inputs(self, recipient_id: str, generation: int, inputs: Iterable[Message]) -> None:
+    def consume_inputs(
+        self, recipient_id: str, generation: int, inputs: Iterable[Message | Completion]
+    ) -> None:
         """The turn ``generation`` of ``recipient_id`` stored ``inputs`` in its transcript.
 
         Their records lose the turn's tag: a crash that kills the turn no
         longer hands them to the next one (the transcript has them).
         """
-        for message in inputs:
-            done = message.completion
+        for event in inputs:
+            done = event if isinstance(event, Completion) else event.completion
             if done is not None:
                 self._untag_delivered(done, generation)
-            else:
-                self._untag_read(recipient_id, message, generation)
+            elif isinstance(event, Message):
+                self._untag_read(recipient_id, event, generation)
 
     def held_by_running_turn(self, recipient_id: str | None, generation: int) -> bool:
         """True if the running turn ``generation`` of ``recipient_id`` received the input.

@@ -45,8 +45,13 @@ class TurnControl:
         reason: str,
         limits: Limits,
         profile: Profile,
+        keeps_receipts: bool = False,
     ) -> None:
-        """Create the context (the supervisor does this)."""
+        """Create the context (the supervisor does this).
+
+        ``keeps_receipts``: the runner stores what its waits receive (a model
+        runner's transcript); until it did, an interrupt gives it back.
+        """
         self.agent = agent
         self.task = task
         self.messages = list(messages)
@@ -58,6 +63,7 @@ class TurnControl:
         self.engine = engine
         self.ref = TurnRef(agent.id, agent.generation)
         self.handover: Handover[list[Event]] = Handover()
+        self.keeps_receipts = keeps_receipts
         self.runner_returned = False  # set by the executor once the runner is done
         self.runner_started = False  # set by the executor as the runner starts
         self.loop_thread: int | None = None  # an async turn's event-loop thread
@@ -158,4 +164,6 @@ class TurnControl:
         return await self.engine.wait_async(command, seconds, self._receipt(went_back))
 
     def _receipt(self, went_back: str) -> TurnReceipt:
-        return TurnReceipt(self.handover, self.engine, self.agent, went_back)
+        return TurnReceipt(
+            self.handover, self.engine, self.agent, went_back, keep=self.keeps_receipts
+        )

@@ -27,7 +27,7 @@ class TurnReceipt:
     """A turn's receipt: the supervisor hands a wait's events to the turn's ledger, and an
     interrupt takes back what the runner has not received (see :class:`Turn.handover`)."""
 
-    __slots__ = ("agent", "engine", "handover", "went_back")
+    __slots__ = ("agent", "engine", "handover", "keep", "went_back")
 
     def __init__(
         self,
@@ -35,13 +35,16 @@ class TurnReceipt:
         engine: Engine,
         agent: AgentInfo,
         went_back: str,
+        keep: bool = False,
     ) -> None:
         """Receive for the turn of ``agent`` whose ledger is ``handover``; ``went_back`` ends
-        the error of a wait an interrupt emptied."""
+        the error of a wait an interrupt emptied; ``keep``: the runner has yet to store what
+        it receives (a model turn), so the ledger keeps it until then."""
         self.handover = handover
         self.engine = engine
         self.agent = agent
         self.went_back = went_back
+        self.keep = keep
 
     def expect(self, future: concurrent.futures.Future[Any]) -> None:
         """Nothing to do: the supervisor records what it hands, as it hands it."""
@@ -63,7 +66,7 @@ class TurnReceipt:
             asyncio.CancelledError: (an async turn) they went back: the task is cancelled.
             TurnInterrupted: (a sync turn) they went back.
         """
-        if not handed_events(value) or self.handover.receive(future):
+        if not handed_events(value) or self.handover.receive(future, keep=self.keep):
             return value
         if in_task:
             raise asyncio.CancelledError

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from retinue.cli.approve import cmd_approvals
 from retinue.cli.common import store_help
 from retinue.cli.extras import cmd_mcp, cmd_web
+from retinue.cli.fuzz import add_fuzz
 from retinue.cli.reads import cmd_backup, cmd_compact, cmd_inspect, cmd_tree
 from retinue.cli.run import cmd_demo, cmd_resume, cmd_run
 from retinue.cli.validate import cmd_validate
@@ -25,6 +26,7 @@ EPILOG = """examples:
   retinue inspect /root/review/security --store review-store
   retinue approvals --store review-store
   retinue resume --store review-store --approve write_file
+  retinue fuzz examples/code_review/team.toml --examples 20 --crash
 
 exit codes: 0 completed, 1 an agent failed, 2 usage or input error, 130 interrupted.
 """
@@ -86,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_runs(add)
     _add_reads(add)
+    add_fuzz(add)
     _add_extras(add)
     return parser
 

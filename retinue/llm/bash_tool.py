@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import msgspec
 
 from retinue.llm.arguments import ToolError
-from retinue.llm.child_process import kill_group, reap, spawn
+from retinue.llm.child_process import end, kill_group, spawn
 from retinue.llm.workspace import Workspace
 
 __all__ = ["DEFAULT_BASH_TIMEOUT_S", "MAX_BASH_TIMEOUT_S", "BashArgs", "run_bash"]
@@ -150,9 +150,13 @@ async def run_bash(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), _DRAIN_S)
     except asyncio.CancelledError:
-        kill_group(process)  # the turn was interrupted: leave nothing running
+        # The turn was interrupted: leave nothing running, and see the exit through
+        # before the cancel goes on (a runtime shutting down closes its loop next).
         pumps.cancel()
-        await reap(child, _DRAIN_S)
+        with contextlib.suppress(asyncio.CancelledError):
+            await end(child, _DRAIN_S)
+        with contextlib.suppress(asyncio.CancelledError):  # its outcome taken, never logged
+            await pumps
         raise
     stdout, cut_out = out.text()
     stderr, cut_err = err.text()

@@ -3,9 +3,13 @@
 Each tool is a msgspec struct (its arguments and its schema) and a handler
 over the turn's async twins (``turn.spawn_async``, ``turn.run_async`` ...).
 The spawn tools' ``agent`` argument is an enum of the profiles this agent may
-spawn, listed in its description; an agent that may not spawn (no subagents,
-or already at the depth cap) is not offered them. The other tools take an
-agent reference: a child's name or path, or an agent id.
+spawn, listed in its description. An agent that may not spawn (no subagents,
+or already at the depth cap) is offered ``send_message`` alone: it has no
+subagents to wait for, list, interrupt or close, and every schema it is not
+offered is tokens not paid on each of its calls. The set depends only on the
+profile and the depth, so it is the same on every call of an agent (providers'
+prompt caches keep matching). The other tools take an agent reference: a
+child's name or path, or an agent id.
 
 Results are JSON objects: a synchronous spawn returns ``{"path", "status",
 "output"}`` (plus ``"error"`` when the child failed or was interrupted, or
@@ -326,46 +330,48 @@ def coordinator_tools(
     wait_default_s: float,
     descriptions: Mapping[str, str] | None = None,
 ) -> list[ToolDef]:
-    """Return the coordinator tools of one turn, spawn tools first when it may spawn.
+    """Return the coordinator tools of one turn: all seven when it may spawn, else send_message.
 
-    ``allowed`` is the profiles the agent may spawn (the ``agent`` enum) and
+    An agent that may not spawn has no subagents of its own to wait for,
+    list, interrupt or close: it is offered ``send_message`` alone (children
+    a host placed under it still report to it, as completions in its next
+    turn). ``allowed`` is the profiles the agent may spawn (the ``agent`` enum) and
     ``descriptions`` their one-line descriptions for the model. A synchronous
     spawn waits up to ``spawn_wait_s`` for its result (a batch shares it);
     ``wait_default_s`` is what ``wait_agent`` waits without ``timeout_ms``.
     """
     handlers = _Coordinator(turn, spawn_wait_s)
-    tools: list[ToolDef] = []
-    if can_spawn and allowed:
-        names = tuple(dict.fromkeys(allowed))
-        listing = _listing(names, descriptions or {})
-        single, many = _spawn_structs(names, listing, max(1, fanout_cap))
-        tools += [
-            ToolDef(
-                "spawn_subagent",
-                "Start one subagent on a task. With wait=true (the default) you get its "
-                f"result; with wait=false it runs while you continue. Agents you may spawn: "
-                f"{listing}",
-                single,
-                handlers.spawn_subagent,
-                hint=f"agents you may spawn: {', '.join(names)}",
-            ),
-            ToolDef(
-                "spawn_subagents",
-                f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
-                "the order given; a refused entry keeps its place as an error. "
-                f"Agents you may spawn: {listing}",
-                many,
-                handlers.spawn_subagents,
-                hint=f"agents you may spawn: {', '.join(names)}",
-            ),
-        ]
-    tools += [
+    send = ToolDef(
+        "send_message",
+        "Send a message to your parent, one of your subagents or a sibling.",
+        SendMessageArgs,
+        handlers.send_message,
+    )
+    if not (can_spawn and allowed):
+        return [send]
+    names = tuple(dict.fromkeys(allowed))
+    listing = _listing(names, descriptions or {})
+    single, many = _spawn_structs(names, listing, max(1, fanout_cap))
+    return [
         ToolDef(
-            "send_message",
-            "Send a message to your parent, one of your subagents or a sibling.",
-            SendMessageArgs,
-            handlers.send_message,
+            "spawn_subagent",
+            "Start one subagent on a task. With wait=true (the default) you get its "
+            f"result; with wait=false it runs while you continue. Agents you may spawn: "
+            f"{listing}",
+            single,
+            handlers.spawn_subagent,
+            hint=f"agents you may spawn: {', '.join(names)}",
         ),
+        ToolDef(
+            "spawn_subagents",
+            f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
+            "the order given; a refused entry keeps its place as an error. "
+            f"Agents you may spawn: {listing}",
+            many,
+            handlers.spawn_subagents,
+            hint=f"agents you may spawn: {', '.join(names)}",
+        ),
+        send,
         ToolDef(
             "wait_agent",
             "Wait for the next event from one of your subagents: a message it sent you or "
@@ -392,4 +398,3 @@ def coordinator_tools(
             handlers.close_agent,
         ),
     ]
-    return tools

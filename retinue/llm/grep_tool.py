@@ -31,7 +31,7 @@ import msgspec
 
 from retinue.llm import grep_child
 from retinue.llm.arguments import ToolError
-from retinue.llm.child_process import kill_group, reap, spawn
+from retinue.llm.child_process import end, spawn
 from retinue.llm.workspace import Workspace
 
 __all__ = [
@@ -162,8 +162,7 @@ async def _search(plan: _Plan, args: GrepArgs, timeout_s: float) -> dict[str, An
             "or narrow path or glob"
         ) from None
     finally:
-        kill_group(process)  # a no-op once it ended; at a deadline or a cancel, it ends
-        await reap(child, _KILL_WAIT_S)
+        await end(child, _KILL_WAIT_S)  # at once if it ended; at a deadline or a cancel, it ends
     if process.returncode != 0:
         last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
         raise ToolError(f"grep's search process failed: {last[0][:300]}")

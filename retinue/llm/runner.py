@@ -4,8 +4,10 @@ The runner holds one agent kind's model settings; each turn is a
 :class:`~retinue.llm.session.TurnSession` (the tool loop), each model call
 goes through :mod:`retinue.llm.calls` (deadline, retries, cost) and each
 tool call through the turn's toolbox (:func:`~retinue.llm.toolbox.build_toolbox`,
-or the ``toolbox`` builder given). litellm is imported the first time a
-model is called (see :mod:`retinue.llm.provider`).
+or the ``toolbox`` builder given). litellm is imported on a thread of its own
+when a runtime with a model runner opens, or else when a model is first
+called; a turn waits for it without blocking the event loop (see
+:mod:`retinue.llm.provider`).
 
 Bounds: ``max_tool_calls`` per turn, ``request_timeout_s`` per call,
 ``retries`` with jittered exponential backoff (``Retry-After`` honoured),
@@ -25,7 +27,7 @@ from retinue.errors import ConfigurationError
 from retinue.llm import toolbox as toolbox_module
 from retinue.llm.calls import CallSettings
 from retinue.llm.context import TurnContext
-from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm
+from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm_async
 from retinue.llm.session import REPAIR_PROMPT, TurnSession
 from retinue.llm.toolbox import ToolBoxBuilder
 
@@ -164,7 +166,8 @@ class LiteLLMRunner:
                 one repair request.
             TurnInterrupted: the turn was interrupted.
         """
-        return await TurnSession(self, turn, load_litellm()).run()
+        litellm = await load_litellm_async()  # imported off the loop, if not yet
+        return await TurnSession(self, turn, litellm).run()
 
 
 def model_runner_factory(workspace: Path | None, mcp: Any = None) -> Callable[[Any, Any], Any]:

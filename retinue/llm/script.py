@@ -32,6 +32,7 @@ __all__ = [
     "SCRIPTED_MODEL",
     "SCRIPTED_PROVIDER",
     "count_tokens",
+    "minimal_result",
     "reply_deltas",
     "script_reply",
 ]
@@ -176,20 +177,24 @@ def _entries(listing: Any) -> list[tuple[str, bool]]:
     return pairs
 
 
+def minimal_result(summary: str) -> dict[str, Any]:
+    """The smallest valid structured result (completed, every list empty) with ``summary``."""
+    return {
+        "version": RESULT_VERSION,
+        "status": "completed",
+        "summary": summary,
+        "claims": [],
+        "artifacts": [],
+        "changes": [],
+        "verification": [],
+        "limitations": [],
+        "unresolved_dependencies": [],
+    }
+
+
 def _final(text: str, structured: bool) -> dict[str, Any]:
     if structured:
-        body: dict[str, Any] = {
-            "version": RESULT_VERSION,
-            "status": "completed",
-            "summary": text[:4000],
-            "claims": [],
-            "artifacts": [],
-            "changes": [],
-            "verification": [],
-            "limitations": [],
-            "unresolved_dependencies": [],
-        }
-        text = json.dumps(body, ensure_ascii=False)
+        text = json.dumps(minimal_result(text[:4000]), ensure_ascii=False)
     return {"role": "assistant", "content": text}
 
 

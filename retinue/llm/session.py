@@ -337,21 +337,34 @@ def _first_message(response: Any, model: str) -> Any:
 
 
 def _assistant(message: Any) -> ChatMessage:
-    """The chat message of the model's answer, its tool calls in the OpenAI shape."""
+    """The chat message of the model's answer, its tool calls in the OpenAI shape.
+
+    Each call gets an id of its own: a provider that sends one id twice in a
+    step would otherwise leave two results answering one call, a chat the next
+    request is refused for. A repeated id becomes ``<id>_<place>`` (an empty one
+    ``call_<place>``), and the model sees that id from then on.
+    """
     assistant: ChatMessage = {"role": "assistant", "content": message.content}
     calls = list(getattr(message, "tool_calls", None) or [])
     if calls:
-        assistant["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.function.name,
-                    "arguments": call.function.arguments or "{}",
-                },
-            }
-            for call in calls
-        ]
+        taken: set[str] = set()
+        shaped = []
+        for place, call in enumerate(calls):
+            call_id = call.id if isinstance(call.id, str) and call.id else f"call_{place}"
+            while call_id in taken:
+                call_id = f"{call_id}_{place}"
+            taken.add(call_id)
+            shaped.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": call.function.arguments or "{}",
+                    },
+                }
+            )
+        assistant["tool_calls"] = shaped
     return assistant
 
 

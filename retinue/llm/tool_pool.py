@@ -6,14 +6,16 @@ there, seven calls stuck for good (a read of a FIFO) would take every thread
 the other agents' tools need, and the interpreter would wait for them at exit.
 
 A :class:`ToolPool` holds at most ``max_threads`` daemon threads (started on
-demand, reused, and ended after :data:`IDLE_S` idle), so a stuck call never
-keeps the process from exiting. A call that finds every thread busy waits in
-line without a thread; cancelling it there (its tool timeout, an interrupt)
-just takes it out of the line. A call cancelled while it runs is *abandoned*:
-Python cannot stop a thread, so it keeps its thread until the function returns
-and is counted in :attr:`ToolPool.abandoned` meanwhile; its ``stop`` event is
-set, so tools that look at it (the file tools' walks) end early. The thread
-count never passes ``max_threads``.
+demand, reused, and ended after :data:`IDLE_S` idle, or as soon as the
+runtime's loop closes: :meth:`ToolPool.close`), so a stuck call never keeps
+the process from exiting and a shut-down runtime leaves no idle thread behind.
+A call that finds every thread busy waits in line without a thread; cancelling
+it there (its tool timeout, an interrupt) just takes it out of the line. A call
+cancelled while it runs is *abandoned*: Python cannot stop a thread, so it
+keeps its thread until the function returns and is counted in
+:attr:`ToolPool.abandoned` meanwhile; its ``stop`` event is set, so tools that
+look at it (the file tools' walks) end early. The thread count never passes
+``max_threads``.
 
 :func:`tool_pool` returns the pool of the running event loop (the runtime's
 loop thread: one pool per runtime); :func:`abandoned_tool_calls` reads its
@@ -31,6 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from retinue.actors.executor import at_loop_close
 from retinue.errors import ConfigurationError
 
 __all__ = [
@@ -101,6 +104,7 @@ class ToolPool:
         self._threads = 0
         self._idle = 0
         self._abandoned = 0
+        self._closed = False
 
     def __repr__(self) -> str:
         """Show the bound and the counts."""
@@ -168,6 +172,16 @@ class ToolPool:
             self._give_up(job)
             raise
 
+    def close(self) -> None:
+        """End the idle threads now, and each busy one once its call returns.
+
+        Called when the pool's event loop (a runtime's) closes. A call made
+        afterwards still runs, on a thread that ends once it is idle.
+        """
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
     def _give_up(self, job: _Job) -> None:
         with self._cond:
             if job.state == _QUEUED:
@@ -192,7 +206,7 @@ class ToolPool:
     def _next(self) -> _Job | None:
         """Take the next job, or None when this thread should end (locked by the caller)."""
         while not self._queue or self._threads > self._max:
-            if self._threads > self._max:
+            if self._threads > self._max or (self._closed and not self._queue):
                 return None
             if not self._cond.wait(IDLE_S) and not self._queue:
                 return None
@@ -251,6 +265,7 @@ def tool_pool(loop: asyncio.AbstractEventLoop | None = None) -> ToolPool:
         pool = _pools.get(key)
         if pool is None:
             pool = _pools[key] = ToolPool(_default_size())
+            at_loop_close(key, pool.close)  # a runtime's loop: its threads end with it
         return pool
 
 

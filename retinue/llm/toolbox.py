@@ -11,7 +11,8 @@
   (a mapping name -> function, or a list of functions / :func:`~retinue.llm.tool`\\ s).
 - ``ToolBox.schemas()`` returns the OpenAI ``tools`` parameter (a list of
   ``{"type": "function", "function": {"name", "description", "parameters"}}``):
-  the coordinator tools (spawn tools only when the agent may spawn), then
+  the coordinator tools (all seven when the agent may spawn, else
+  ``send_message`` alone: the same set on every call of an agent), then
   the granted built-in tools, then the granted host tools.
 - ``await ToolBox.call(name, arguments)`` runs one tool call (``arguments``
   is the raw JSON text the model produced) and returns the JSON text the model
@@ -268,8 +269,9 @@ def build_toolbox(
 ) -> ToolBox:
     """Return the toolbox of one turn (see the module docstring for the contract).
 
-    The spawn tools' ``agent`` enum is ``turn.profile.subagents``; they are
-    left out when that is empty or the agent is at ``depth_cap``.
+    The spawn tools' ``agent`` enum is ``turn.profile.subagents``; when that
+    is empty or the agent is at ``depth_cap`` it may spawn nothing and is
+    offered ``send_message`` alone of the coordinator tools.
     ``descriptions`` gives each spawnable profile a one-line description for
     the model. A synchronous spawn waits up to ``spawn_wait_s`` (default:
     ``turn.limits.wait_max_s``). ``bash_timeout_s`` is bash's default timeout;

@@ -3,9 +3,11 @@
 Apply the team (:func:`apply_team`), check the limits (:func:`checked_limits`),
 then either attach a reader to an existing store (:func:`attach_reader`) or
 start a writer (:func:`start_writer`): the event bus, the MCP servers, the
-profile table with its runners, the grants check, the spans
-(:func:`open_tracing`: :mod:`retinue.tracing` when OpenTelemetry is
-installed; it is imported only then, never by ``import retinue``), and the
+profile table with its runners, the grants check, litellm's import on a
+thread of its own when a profile has a model (waited for before the open
+returns), the spans (:func:`open_tracing`: :mod:`retinue.tracing` when
+OpenTelemetry is installed; it is imported only then, never by ``import
+retinue``), and the
 :class:`~retinue.actors.system.System` that starts (and, on failure or at
 shutdown, stops) everything below the facade.
 """
@@ -15,7 +17,9 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, wait
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from retinue.actors.boot import profile_table
@@ -26,8 +30,9 @@ from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
 from retinue.actors.turn import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
-from retinue.llm import model_runner_factory
+from retinue.llm import LiteLLMRunner, model_runner_factory
 from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
+from retinue.llm.provider import preload_litellm
 from retinue.persistence.options import StoreOptions
 from retinue.protocol.limits import Limits
 from retinue.team import Team, load_team, open_arguments
@@ -140,6 +145,7 @@ def start_writer(
         given.profiles, runner, limits, model_runner=model_runner_factory(folder, mcp)
     )
     check_mcp_grants(table, runners, mcp)
+    litellm = _import_litellm(runners)
     system = System.start(
         options,
         create=create,
@@ -150,6 +156,8 @@ def start_writer(
         before_stop=[] if mcp is None else [mcp.close],
         spans=spans,
     )
+    if litellm is not None:
+        wait([litellm])  # an ImportError is the turn's to raise, not the open's
     return Writer(system, mcp, table)
 
 
@@ -179,3 +187,15 @@ def open_tracing(provider: Any, capture_content: bool | None, limits: Limits) ->
     return Tracing(
         provider, capture_content=capture_content, max_content=limits.trace_content_max_bytes
     )
+
+
+def _import_litellm(runners: Mapping[str, Runner]) -> Future[ModuleType] | None:
+    """Start importing litellm beside the store's opening when a profile has a model runner.
+
+    ``Runtime.open`` returns once the import is done, so the first model call
+    never waits seconds for it. Returns the import's future, or None when no
+    runner is a :class:`~retinue.llm.LiteLLMRunner`.
+    """
+    if not any(isinstance(r, LiteLLMRunner) for r in runners.values()):
+        return None
+    return preload_litellm()

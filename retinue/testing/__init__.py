@@ -1,4 +1,4 @@
-"""What tests of agent systems built on retinue need: runners, a local model server, probes.
+"""What tests of agent systems built on retinue need: runners, a local model server, chaos.
 
 - :func:`echo`: a runner that settles at once; :class:`Gate`: a runner whose
   turns block until the test lets them go (``gate.release(task)``), so a test
@@ -7,16 +7,47 @@
   127.0.0.1 (scripted answers, per-request errors, ``Retry-After``, delays),
   for ``LiteLLMRunner("openai/<name>", api_base=stub.url, api_key="x")``:
   litellm's real provider path, no network.
+- :class:`ChaosModel`: the model ``retinue/chaos`` (:data:`CHAOS_MODEL`), a
+  litellm custom provider whose answers are drawn, for a seed, from what real
+  providers send: tool calls valid and malformed, unknown tools, huge
+  arguments, lone surrogates, empty choices, 429s, 5xx, timeouts, hangs.
+  ``ChaosModel.strategy()`` draws them in hypothesis tests.
+- :func:`check_invariants`: what a store must show after any run (each
+  completion received once and in its recipient's transcript, transcripts a
+  provider accepts, no host path in a tool result), as :class:`Broken`
+  records; :class:`Leaks` and :func:`shutdown_within`: what a shutdown must
+  not leave behind, and its bound; :func:`chaos_workspace`: a workspace with a
+  FIFO, symlink loops and links pointing out. ``retinue fuzz`` is built on these.
 - Quiescence instead of polling: ``rt.wait_idle(timeout)`` / ``await
   rt.settled()`` return once no turn is queued or running and every event was
   delivered.
 
-Nothing here is imported by ``import retinue``.
+Nothing here is imported by ``import retinue``; litellm is imported only when
+a model is first called.
 """
 
 from __future__ import annotations
 
+from retinue.testing.chaos import CHAOS_MODEL, ChaosModel
+from retinue.testing.fuzz_workspace import ChaosWorkspace, chaos_workspace
 from retinue.testing.gate import Gate, echo
+from retinue.testing.invariants import INVARIANTS, Broken, check_invariants
+from retinue.testing.leaks import Leaks, shutdown_within
 from retinue.testing.stub import OpenAIStub, StubReply, StubRequest
 
-__all__ = ["Gate", "OpenAIStub", "StubReply", "StubRequest", "echo"]
+__all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
+    "Broken",
+    "CHAOS_MODEL",
+    "ChaosModel",
+    "ChaosWorkspace",
+    "Gate",
+    "INVARIANTS",
+    "Leaks",
+    "OpenAIStub",
+    "StubReply",
+    "StubRequest",
+    "chaos_workspace",
+    "check_invariants",
+    "echo",
+    "shutdown_within",
+]

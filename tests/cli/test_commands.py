@@ -19,7 +19,18 @@ from cliutil import TEAM, command, env, retinue_cli, tree_json
 
 from retinue.cli import main
 
-SUBCOMMANDS = ["demo", "run", "resume", "tree", "inspect", "validate", "backup", "compact", "web"]
+SUBCOMMANDS = [
+    "demo",
+    "run",
+    "resume",
+    "tree",
+    "inspect",
+    "validate",
+    "backup",
+    "compact",
+    "web",
+    "fuzz",
+]
 
 
 def _main(argv: list[str | Path], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

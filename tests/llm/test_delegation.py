@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from llm.conftest import run, stub_runner
-from retinue import AgentState, Profile
+from llm.conftest import SETTLE_S, run, stub_runner
+from retinue import AgentState, Profile, Runtime, Team
 from retinue.llm import SCRIPTED_MODEL
+from retinue.protocol.tools import COORDINATOR_TOOLS, READ_TOOLS
 from retinue.testing import OpenAIStub
 
 pytestmark = pytest.mark.usefixtures("litellm")
@@ -67,3 +68,32 @@ def test_the_scripted_team_reads_the_workspace(llm_runtime: Any, tmp_path: Path)
     (reader,) = [a for a in rt.agents() if a.profile == "reader"]
     assert reader.output == "Done: describe the repo (read 2 files: The service.; def login(): ...)"
     assert f"- {reader.path} (completed): {reader.output}" in (lead.output or "")
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "code_review" / "team.toml"
+
+
+def test_each_agent_of_the_example_team_is_offered_one_fixed_tool_set(
+    stub: OpenAIStub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leads get every coordinator tool, leaves send_message alone; the same on every call."""
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    text = EXAMPLE.read_text(encoding="utf-8").replace(
+        'model = "retinue/scripted"', f'model = "openai/stub-model"\napi_base = "{stub.url}"'
+    )
+    team = Team.from_toml(text, source=EXAMPLE)
+    with Runtime.open(tmp_path / "store", team=team) as rt:
+        lead = rt.spawn(team.lead, "review the change", name="review")
+        done = rt.wait(lead.id, timeout=SETTLE_S)
+    assert done.status == "completed", done
+    by_instructions = {spec.instructions.strip(): name for name, spec in team.agents.items()}
+    offered: dict[str, list[list[str]]] = {}
+    for request in stub.requests:
+        system = request.messages[0]["content"].strip()
+        offered.setdefault(by_instructions[system], []).append(request.tool_names)
+    assert set(offered) == set(team.agents)
+    for name, calls in offered.items():
+        coordinator = COORDINATOR_TOOLS if team.agents[name].subagents else ("send_message",)
+        assert calls == [[*coordinator, *READ_TOOLS]] * len(calls), name
+    # A leaf reads the workspace first: several calls, one tool set.
+    assert len(offered["secrets"]) > 1

@@ -7,7 +7,7 @@ from typing import Any
 
 from protocol.test_result_canonical import near_the_bound
 
-from llm.conftest import run, stub_runner
+from llm.conftest import run, stub_runner, tool_call, tool_messages
 from retinue import AgentState, Profile
 from retinue.protocol.results import MAX_INPUT_BYTES, parse_result
 from retinue.testing import OpenAIStub, StubReply
@@ -71,3 +71,29 @@ def test_an_answer_litellm_cannot_parse_fails_in_one_line_without_a_traceback(
     error = info.error or ""
     assert error.startswith("ModelCallFailed: openai status 500: Invalid response object")
     assert "Traceback" not in error and "File " not in error and "\n" not in error
+
+
+def test_tool_calls_sharing_an_id_each_get_an_id_and_a_result_of_their_own(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    """A provider that sends one id for two calls of a step must not leave two results
+    answering one call (the next request would be refused): each call gets its own id."""
+
+    def handler(request: Any) -> StubReply:
+        if not any(m.get("role") == "tool" for m in request.messages):
+            calls = [tool_call("list_agents", {}, "dup"), tool_call("list_agents", {}, "dup")]
+            step = {**calls[0], "tool_calls": [c["tool_calls"][0] for c in calls]}
+            return StubReply(message=step)
+        return StubReply(message={"role": "assistant", "content": "done"})
+
+    stub.handler = handler
+    rt = llm_runtime([Profile("leaf", runner=stub_runner(stub))])
+    info = run(rt, "leaf", "list twice")
+    assert info.state is AgentState.COMPLETED, info.error
+    sent = stub.requests[-1].messages
+    (step,) = [m for m in sent if m.get("tool_calls")]
+    ids = [c["id"] for c in step["tool_calls"]]
+    assert len(set(ids)) == 2 and ids[0] == "dup"
+    assert sorted(m["tool_call_id"] for m in tool_messages(sent)) == sorted(ids)
+    stored = [m for m in rt.inspect(info.id).transcript if m.role == "tool"]
+    assert sorted(m.tool_call_id or "" for m in stored) == sorted(ids)

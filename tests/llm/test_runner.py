@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import warnings
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -143,6 +147,30 @@ def test_a_call_past_request_timeout_is_abandoned_and_retried(
     assert info.state is AgentState.FAILED
     assert info.error == "ModelCallFailed: openai: no answer within 0.2 s (2 attempts)"
     assert len(stub.requests) == 2
+
+
+def test_an_offline_call_cancelled_while_litellm_prepares_it_leaves_no_coroutine_behind(
+    litellm: ModuleType,
+) -> None:
+    """litellm prepares a call on an executor thread and awaits the provider's coroutine
+    after; an interrupt (or a deadline) in between dropped that coroutine unrun, and Python
+    reported it on stderr ("coroutine 'ScriptedLLM.acompletion' was never awaited")."""
+
+    async def cancelled_at_once() -> None:
+        call = asyncio.ensure_future(
+            litellm.acompletion(model=SCRIPTED_MODEL, messages=[{"role": "user", "content": "x"}])
+        )
+        await asyncio.sleep(0)  # it is on the executor thread now
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            asyncio.run(cancelled_at_once())  # waits for the executor: the call was prepared
+        gc.collect()
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
 
 
 def test_interrupt_abandons_a_slow_call_and_discards_its_answer(

@@ -17,13 +17,15 @@ from typing import Any
 import pytest
 from conftest import wait_until
 
-from retinue import Limits, Profile
+from retinue import Limits, Profile, Runtime
 from retinue.errors import ConfigurationError, TurnInterrupted
 from retinue.llm import ToolBox, Workspace, build_toolbox, tool
+from retinue.llm import tool_pool as tool_pool_module
 from retinue.llm.builtin_tools import builtin_tools
 from retinue.llm.host_tools import host_tool_defs
 from retinue.llm.tool_pool import ToolPool, abandoned_tool_calls, tool_pool
 from retinue.protocol.tools import MODIFY_TOOLS
+from retinue.testing.leaks import Leaks
 
 
 def host_box(*fns: Any, **options: Any) -> ToolBox:
@@ -159,6 +161,44 @@ def test_bash_returns_when_the_command_ends_even_if_a_child_holds_the_pipes(
     assert result["stdout"] == "started\n"
     pid = int((tmp_path / "pid").read_text())
     wait_until(lambda: gone(pid), timeout=30, what="the background sleep")
+
+
+def child_processes() -> set[int]:
+    """This process's children (Linux)."""
+    found: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(pid) for pid in (task / "children").read_text().split())
+    return found
+
+
+@pytest.mark.parametrize("cancels", [1, 2])
+@pytest.mark.parametrize("tool_name", ["bash", "grep"])
+def test_a_cancelled_tool_process_is_seen_ending_before_the_cancel_goes_on(
+    tmp_path: Path, tool_name: str, cancels: int
+) -> None:
+    """An interrupt cancels a running bash or grep call; a runtime's shutdown cancels it
+    (again) and then closes the loop: the killed process's exit must be seen before that,
+    not reported on stderr afterwards ("Loop ... that handles pid ... is closed")."""
+    (tmp_path / "backtrack.txt").write_text("a" * 40 + "!\n")
+    box = ToolBox(builtin_tools(Workspace(tmp_path), frozenset({"bash", "grep"})))
+    arguments = {"bash": {"command": "sleep 600", "timeout_s": 300}, "grep": {"pattern": "(a+)+$"}}
+    before = child_processes()
+
+    async def scenario() -> None:
+        call = asyncio.ensure_future(box.call(tool_name, json.dumps(arguments[tool_name])))
+        await asyncio.to_thread(wait_until, lambda: child_processes() - before)
+        await asyncio.sleep(0.3)  # past the start (asyncio's own, cancelled, leaks its pipes)
+        for _ in range(cancels):
+            call.cancel()
+            await asyncio.sleep(0)
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    with Leaks() as leaks:
+        asyncio.run(scenario())  # closes the loop at once, as a runtime's shutdown does
+        # (the tool pool of a loop that is not a runtime's idles on: not this test's concern)
+        assert [b for b in leaks.check() if b.invariant != "thread_left_behind"] == []
 
 
 # -- non-regular files ----------------------------------------------------------------
@@ -548,6 +588,32 @@ def test_timeouts_must_be_positive_numbers(bad: Any) -> None:
     )
     with pytest.raises(ConfigurationError, match="tool_timeout_s must be a positive number"):
         build_toolbox(turn, tool_timeout_s=bad)
+
+
+def test_the_tool_pool_threads_end_with_their_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shut-down runtime leaves no idle tool thread behind (they used to idle on for
+    IDLE_S): the runtime's loop closes its pool."""
+    monkeypatch.setattr(tool_pool_module, "IDLE_S", 3600.0)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+
+    def tool_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "retinue-tool" and t.is_alive()}
+
+    before = tool_threads()
+    leaf = Profile("leaf", model="retinue/scripted", tools="read")
+    rt = Runtime.open(tmp_path / "store", profiles=[leaf], workspace=workspace)
+    try:
+        info = rt.spawn("leaf", "read the files")
+        assert rt.wait(info.id, timeout=60).output
+        mine = tool_threads() - before
+        assert mine  # list_dir and read_file ran on the pool
+    finally:
+        rt.shutdown()
+    wait_until(lambda: not any(t.is_alive() for t in mine), what="the tool threads to end")
 
 
 def test_the_pool_bound_must_be_a_positive_integer() -> None:

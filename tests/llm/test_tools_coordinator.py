@@ -140,7 +140,7 @@ def test_descriptions_of_spawnable_profiles_are_listed(open_runtime: OpenRuntime
     assert agent["description"].endswith("Agents you may spawn: worker (reads files).")
 
 
-def test_an_agent_that_may_not_spawn_gets_no_spawn_tools(open_runtime: OpenRuntime) -> None:
+def test_an_agent_that_may_not_spawn_gets_send_message_alone(open_runtime: OpenRuntime) -> None:
     seen: dict[str, list[str]] = {}
 
     def recorder(label: str) -> Callable[[Turn], Any]:
@@ -172,13 +172,8 @@ def test_an_agent_that_may_not_spawn_gets_no_spawn_tools(open_runtime: OpenRunti
     assert seen["mid"][:2] == ["spawn_subagent", "spawn_subagents"]
     assert "spawn_subagent" not in seen["mid_at_cap"]
     assert "spawn_subagents" not in seen["mid_at_cap"]
-    assert seen["leaf"] == [  # no subagents
-        "send_message",
-        "wait_agent",
-        "list_agents",
-        "interrupt_agent",
-        "close_agent",
-    ]
+    # No subagents to wait for, list, interrupt or close: send_message alone.
+    assert seen["leaf"] == ["send_message"]
     assert seen["mid_at_cap"] == seen["leaf"]
 
 
@@ -586,13 +581,13 @@ def test_call_never_raises_on_odd_inputs(open_runtime: OpenRuntime, bad: Any) ->
 
     async def script(turn: Turn, box: ToolBox) -> str:
         results["name"] = json.loads(await box.call(bad, "{}"))
-        results["args"] = json.loads(await box.call("list_agents", bad))
+        results["args"] = json.loads(await box.call("send_message", bad))
         return "ok"
 
     rt = open_runtime([Profile("lead", runner=lead_runner(script, results))])
     run_lead(rt)
     assert "unknown tool" in results["name"]["error"]
-    assert "invalid arguments for list_agents" in results["args"]["error"]
+    assert "invalid arguments for send_message" in results["args"]["error"]
 
 
 def test_call_accepts_arguments_already_decoded(open_runtime: OpenRuntime) -> None:

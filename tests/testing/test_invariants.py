@@ -1,0 +1,203 @@
+"""The invariant checker finds planted breaks and holds on a real run; leaks, shutdown bounds."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from retinue import Profile, Runtime
+from retinue.llm.conversation import decode_transcript, encode_transcript
+from retinue.llm.provider import load_litellm
+from retinue.persistence.store import Store
+from retinue.protocol.messages import Completion, CompletionStatus
+from retinue.protocol.records import AgentRecord
+from retinue.testing import Broken, Leaks, check_invariants, shutdown_within
+
+SPAWN_RESULT = "spawn_subagents"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A finished run on the scripted model: a lead delegating to two readers; the host waited."""
+    load_litellm()
+    folder = tmp_path_factory.mktemp("run")
+    ws = folder / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\n")
+    profiles = [
+        Profile("lead", subagents=["reader", "checker"], model="retinue/scripted", tools="read"),
+        Profile("reader", tools="read"),
+        Profile("checker", tools="read"),
+    ]
+    with Runtime.open(folder / "store", profiles=profiles, workspace=ws) as rt:
+        lead = rt.spawn("lead", "review the folder")
+        received = [rt.wait(lead.id, timeout=60)]
+        rt.wait_idle(60)
+    yield {"store": folder / "store", "ws": ws, "lead": lead.id, "received": received}
+
+
+def copy_of(run: dict[str, Any], tmp_path: Path) -> Path:
+    """A copy of the run's store, to plant a break in."""
+    store = Store(run["store"], readonly=True)
+    try:
+        return store.backup(tmp_path / "copy")
+    finally:
+        store.close()
+
+
+def edit_transcript(store_path: Path, agent_id: str, edit: Any) -> None:
+    """Rewrite an agent's stored transcript with ``edit(messages) -> messages``."""
+    store = Store(store_path)
+    try:
+        messages, cut = decode_transcript(store.get("transcripts", agent_id.encode()))
+        raw = encode_transcript(agent_id, edit(messages), cut)
+        store.write_now([("transcripts", agent_id.encode(), raw)])
+    finally:
+        store.close()
+
+
+def names(broken: list[Broken]) -> set[str]:
+    return {b.invariant for b in broken}
+
+
+def test_a_real_run_breaks_nothing(run: dict[str, Any]) -> None:
+    assert check_invariants(run["store"], host_received=run["received"], workspace=run["ws"]) == []
+
+
+def test_a_tool_result_without_its_call_is_found(run: dict[str, Any], tmp_path: Path) -> None:
+    store = copy_of(run, tmp_path)
+    edit_transcript(store, run["lead"], lambda ms: [m for m in ms if not m.get("tool_calls")])
+    broken = check_invariants(store)
+    assert "tool_result_without_call" in names(broken)
+    (first,) = [b for b in broken if b.invariant == "tool_result_without_call"]
+    assert first.path.startswith("/root/") and "not in the step before it" in str(first)
+
+
+def test_a_call_left_without_a_result_mid_chat_is_found(
+    run: dict[str, Any], tmp_path: Path
+) -> None:
+    store = copy_of(run, tmp_path)
+    edit_transcript(store, run["lead"], lambda ms: [m for m in ms if m["role"] != "tool"])
+    assert "tool_call_without_result" in names(check_invariants(store))
+
+
+def test_calls_sharing_an_id_are_found(run: dict[str, Any], tmp_path: Path) -> None:
+    def twin(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for m in messages:
+            if m.get("tool_calls"):
+                m = {**m, "tool_calls": m["tool_calls"] * 2}
+            out.append(m)
+        return out
+
+    store = copy_of(run, tmp_path)
+    edit_transcript(store, run["lead"], twin)
+    assert "duplicate_tool_call_id" in names(check_invariants(store))
+
+
+def test_a_completion_shown_twice_or_not_at_all_is_found(
+    run: dict[str, Any], tmp_path: Path
+) -> None:
+    def shown_twice(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        result = next(m for m in messages if m.get("name") == SPAWN_RESULT)
+        path = msgspec.json.decode(result["content"])["results"][0]["path"]
+        again = {"role": "user", "content": f"[subagent:{path}] delegated task completed. x"}
+        return [*messages, again]
+
+    twice = copy_of(run, tmp_path / "twice")
+    edit_transcript(twice, run["lead"], shown_twice)
+    assert "completion_received_twice" in names(check_invariants(twice))
+    lost = copy_of(run, tmp_path / "lost")
+    edit_transcript(
+        lost,
+        run["lead"],
+        lambda ms: [m for m in ms if not m.get("tool_calls") and m["role"] != "tool"],
+    )
+    assert "completion_not_in_transcript" in names(check_invariants(lost))
+
+
+def test_the_hosts_ledger_is_checked_both_ways(run: dict[str, Any]) -> None:
+    (completion,) = run["received"]
+    twice = check_invariants(run["store"], host_received=[completion, completion])
+    assert names(twice) == {"completion_received_twice"}
+    none = check_invariants(run["store"], host_received=[])
+    assert names(none) == {"completion_not_received"}
+    assert check_invariants(run["store"], host_received=[], ledger_complete=False) == []
+    pending = msgspec.structs.replace(completion, agent_id="nobody")
+    assert check_invariants(run["store"], host_received=[completion, pending]) == []
+
+
+def test_a_run_left_without_its_completion_is_found(run: dict[str, Any], tmp_path: Path) -> None:
+    store_path = copy_of(run, tmp_path)
+    store = Store(store_path)
+    try:
+        raw = store.get("agents", run["lead"].encode())
+        assert raw is not None
+        record = msgspec.msgpack.decode(raw, type=AgentRecord)
+        bumped = msgspec.structs.replace(record, generation=record.generation + 1)
+        store.write_now([("agents", record.id.encode(), msgspec.msgpack.encode(bumped))])
+    finally:
+        store.close()
+    assert "completion_missing" in names(check_invariants(store_path))
+
+
+def test_a_host_path_in_a_tool_result_is_found(run: dict[str, Any], tmp_path: Path) -> None:
+    def leak(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [
+            {**m, "content": f'{{"error": "cannot read {run["ws"]}/x"}}'}
+            if m["role"] == "tool"
+            else m
+            for m in messages
+        ]
+
+    store = copy_of(run, tmp_path)
+    edit_transcript(store, run["lead"], leak)
+    broken = check_invariants(store, workspace=run["ws"])
+    assert "path_outside_workspace" in names(broken)
+    assert "path_outside_workspace" not in names(check_invariants(store, forbidden=["CANARY"]))
+
+
+def test_check_invariants_reads_an_open_runtime_through_a_backup(tmp_path: Path) -> None:
+    with Runtime.open(tmp_path / "store", profiles=[Profile("p", runner=lambda t: "ok")]) as rt:
+        info = rt.spawn("p", "go")
+        got = rt.wait(info.id, timeout=10)
+        assert check_invariants(rt, host_received=[got]) == []
+    assert check_invariants(rt, host_received=[got]) == []  # closed: its folder
+
+
+def test_leaks_finds_a_thread_left_behind_and_shutdown_within_a_slow_one(tmp_path: Path) -> None:
+    release = threading.Event()
+    with Leaks() as leaks:
+        stray = threading.Thread(target=release.wait, name="stray", daemon=True)
+        stray.start()
+        (found,) = leaks.check(grace_s=0.1)
+        assert found.invariant == "thread_left_behind" and "'stray'" in found.detail
+        release.set()
+        stray.join()
+        assert leaks.check() == []
+
+    def stuck(turn: Any) -> str:
+        release.wait()
+        return "late"
+
+    release.clear()
+    rt = Runtime.open(tmp_path / "store", profiles=[Profile("p", runner=stuck)])
+    rt.spawn("p", "block")
+    try:
+        assert shutdown_within(rt, 60) == []  # the runner is abandoned within the bound
+    finally:
+        release.set()
+
+
+def test_a_completion_can_be_checked_from_its_fields() -> None:
+    one = Completion(
+        id="a:1", agent_id="a", path="/root/a", generation=1, status=CompletionStatus.COMPLETED
+    )
+    assert str(Broken("completion_received_twice", one.path, "twice")).startswith(
+        "completion_received_twice at /root/a"
+    )
