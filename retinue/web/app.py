@@ -207,8 +207,10 @@ class _Api:
             for i in ids
         ]
         activity = self.live.activity
+        read = len(ids)
         if self.rt.readonly:  # no events: the turns and model calls the store keeps
-            found = await read_spans(self.rt, ids, self.opts.timeline_spans)
+            opts = self.opts
+            found, read = await read_spans(self.rt, ids, opts.timeline_spans, opts.timeline_read_s)
         else:
             found = activity.spans_of(ids, self.opts.timeline_spans)
         spans = [s.payload() for s in found]
@@ -221,6 +223,7 @@ class _Api:
                 "spans": spans,
                 "open_turns": activity.open_turns(ids),
                 "spans_dropped": activity.dropped,
+                "calls_read": read,
                 "events": not self.rt.readonly,
             }
         )

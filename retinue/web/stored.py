@@ -8,11 +8,15 @@ start. From them come a ``model`` span per call and a ``turn`` span per
 earlier turn (from its start to its last call's answer); the agent's current
 or last turn is drawn from its row (its start and settle times), as before.
 A turn that made no model call (a plain runner's) shows only as that row.
+Each agent's read costs about a ``Runtime.inspect`` (on a large store the
+page check and the scan of the completions dominate), so the reads stop
+once ``WebOptions.timeline_read_s`` is spent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from retinue.errors import UnknownAgent
@@ -25,17 +29,25 @@ if TYPE_CHECKING:
 __all__ = ["read_spans", "stored_spans"]
 
 
-async def read_spans(rt: Runtime, ids: Iterable[str], limit: int) -> list[Span]:
-    """Return the spans the stored model calls of the agents ``ids`` give (one
-    ``Runtime.inspect`` each; an agent gone since the view's snapshot is skipped), the
-    newest ``limit``, oldest first."""
+async def read_spans(
+    rt: Runtime, ids: Sequence[str], limit: int, budget_s: float
+) -> tuple[list[Span], int]:
+    """Return the spans the stored model calls of the agents ``ids`` give, the newest
+    ``limit``, oldest first, and how many of ``ids`` were read: one ``Runtime.inspect``
+    each, in order, until ``budget_s`` is spent (an agent gone since the view's snapshot
+    is skipped)."""
     details: list[AgentDetail] = []
+    began = time.perf_counter()
+    read = 0
     for agent in ids:
+        if read and time.perf_counter() - began > budget_s:
+            break
+        read += 1
         try:
             details.append(await rt.inspect_async(agent, transcript_tail=0))
         except UnknownAgent:
             continue
-    return stored_spans(details, limit)
+    return stored_spans(details, limit), read
 
 
 def stored_spans(details: Iterable[AgentDetail], limit: int) -> list[Span]:

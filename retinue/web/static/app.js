@@ -388,7 +388,9 @@ function drawTimeline(t) {
   const width = (a, b) => Math.max(0, (100 * (Math.min(b, end) - Math.max(a, start)) / span)) + "%";
   $("timeline-title").textContent = t.agents.length ? t.agents[0].path + " · " + seconds(span)
     + (t.truncated ? " · first " + t.agents.length + " agents" : "")
-    + (t.events ? "" : " · from the store (turns and model calls)") : "";
+    + (t.events ? "" : " · from the store (turns and model calls"
+      + (t.calls_read < t.agents.length ? ", those of the first " + t.calls_read + " agents" : "") + ")")
+    : "";
   const axis = el("div", "tl-axis");
   axis.appendChild(el("span"));
   const ticks = el("div", "ticks");
