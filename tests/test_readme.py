@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from cliutil import env
+from cliutil import python_script
 
 import retinue
 from retinue.team import Team
@@ -46,15 +44,7 @@ def test_every_python_example_runs_twice_in_a_row(tmp_path: Path) -> None:
         script = tmp_path / f"example_{number}.py"
         script.write_text(code)
         for attempt in (1, 2):
-            done = subprocess.run(
-                [sys.executable, str(script)],
-                cwd=tmp_path,
-                env=env(),
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            done = python_script(script)
             assert done.returncode == 0, (number, attempt, done.stderr[-2000:])
 
 

@@ -35,7 +35,7 @@ from retinue.protocol.tools import (
     BUILTIN_TOOLS,
     check_offered_names,
     resolve_profile_tools,
-    resolve_tools,
+    runner_tools,
     unavailable_tools,
 )
 
@@ -98,11 +98,12 @@ def profile_table(
     Raises:
         ConfigurationError: not a Profile, defined twice, or no runner at all;
             a profile whose tools exceed those of a profile that spawns it
-            (the capability ceiling; the message names the extra tools); a
-            profile with a model runner naming tools that are neither built in
-            nor registered on that runner; two tools a model would be offered
-            under one function name; an ``approve`` entry that names no tool
-            of the profile.
+            (the capability ceiling; the message names the extra tools), or
+            whose model runner's own tools (``LiteLLMRunner(tools=...)``)
+            exceed the profile's; a profile with a model runner naming tools
+            that are neither built in nor registered on that runner; two tools
+            a model would be offered under one function name; an ``approve``
+            entry that names no tool of the profile.
         DelegationCycleError, DelegationDepthError: a bad profile graph.
     """
     table: dict[str, Profile] = {}
@@ -155,18 +156,20 @@ def profile_table(
 
 
 def _check_names(profile: Profile, tools: tuple[str, ...], model_runner: object) -> None:
-    """Check the names a profile's model is offered and the ``approve`` entries.
+    """Check a model runner's own tools, the names its model is offered, the ``approve`` entries.
 
-    ``tools`` are the profile's effective tools; a model runner built with
-    tools of its own (``LiteLLMRunner(tools=...)``) offers those instead.
+    ``tools`` are the profile's effective tools, its capability ceiling; a
+    model runner built with tools of its own (``LiteLLMRunner(tools=...)``)
+    offers those instead, and they must lie within the ceiling.
 
     Raises:
+        ToolsNotPermitted: the runner's own tools go beyond the profile's
+            (:func:`~retinue.protocol.tools.runner_tools`).
         ConfigurationError: see :func:`~retinue.protocol.tools.check_offered_names`
             and :func:`~retinue.protocol.supervision.check_approve_names`.
     """
     own = getattr(model_runner, "tools", None)
-    has = resolve_tools(own, owner=profile.name) if own is not None else None
-    names = tools if has is None else has
+    names = tools if own is None else runner_tools(profile.name, own, tools)
     check_offered_names(profile.name, names)
     check_approve_names(profile.name, profile.approve, names)
 

@@ -24,15 +24,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = [
-    "IDLE_S",
-    "Executor",
-    "LoopThread",
-    "WorkerPool",
-    "at_loop_close",
-    "poster",
-    "runner_finished",
-]
+from retinue.actors.loop_close import run_after_tasks, run_closers, runs_closers
+
+__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "poster", "runner_finished"]
 
 log = logging.getLogger("retinue.executor")
 
@@ -216,36 +210,6 @@ def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
     return _POSTERS.get(loop) or loop.call_soon_threadsafe
 
 
-_CLOSERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Callable[[], Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-_closers_lock = threading.Lock()
-
-
-def at_loop_close(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> bool:
-    """Call ``callback()`` when ``loop``, a runtime's event loop, closes; False for another loop.
-
-    It runs on the loop's thread once every task has ended, before the loop
-    closes (so what serves the loop's tasks, the tool pool's threads, ends
-    with the runtime); an exception it raises is logged.
-    """
-    with _closers_lock:
-        if loop not in _POSTERS or loop.is_closed():
-            return False
-        _CLOSERS.setdefault(loop, []).append(callback)
-    return True
-
-
-def _run_closers(loop: asyncio.AbstractEventLoop) -> None:
-    with _closers_lock:
-        callbacks = _CLOSERS.pop(loop, [])
-    for callback in callbacks:
-        try:
-            callback()
-        except Exception:
-            log.exception("a callback at the close of the runtime's event loop failed")
-
-
 class LoopThread:
     """One asyncio event loop on its own thread, started on first use."""
 
@@ -276,6 +240,7 @@ class LoopThread:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 _POSTERS[loop] = self.call_soon
+                runs_closers(loop)
                 thread = threading.Thread(
                     target=self._run, args=(loop,), name=self._name, daemon=True
                 )
@@ -296,13 +261,14 @@ class LoopThread:
                     # one task must not stop every async turn of the runtime.
                     log.exception("a task on the runtime's event loop raised; the loop goes on")
         finally:
+            run_closers(loop)  # what must not be cut off mid-way (retinue.actors.loop_close)
             with contextlib.suppress(Exception):
                 tasks = asyncio.all_tasks(loop)
                 for task in tasks:
                     task.cancel()
                 if tasks:
                     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-            _run_closers(loop)
+            run_after_tasks(loop)
             loop.close()
 
     def start(self) -> None:
@@ -351,7 +317,10 @@ class LoopThread:
             loop.call_later(delay, callback)
 
     def shutdown(self, timeout: float) -> None:
-        """Cancel every task, stop the loop and wait up to ``timeout`` for its thread."""
+        """Stop the loop, then (on its thread) await its closers and cancel every task left.
+
+        Waits up to ``timeout`` for the loop's thread.
+        """
         with self._lock:
             self._closed = True
             loop, thread = self._loop, self._thread

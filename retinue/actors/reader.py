@@ -5,8 +5,9 @@ A :class:`StoreReader` answers :class:`~retinue.actors.commands.Get`,
 :class:`~retinue.actors.commands.Inspect` from a fresh consistent snapshot of
 the store, on a worker thread, through the same future a supervisor would
 answer, so the runtime's sync call and its ``*_async`` twin stay one line over
-the same command and an event loop never runs an LMDB scan. Every other
-command is refused with ``StoreReadOnly``.
+the same command and an event loop never runs an LMDB scan. It serves
+exactly :data:`~retinue.actors.commands.ReadCommand` (its ``match`` is
+exhaustive); every other command is refused with ``StoreReadOnly``.
 
 ``get`` and ``inspect`` read the one agent's own records
 (:mod:`~retinue.actors.agent_read`), not the whole store, and give the answers
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any
+from typing import Any, assert_never
 
 from retinue.actors.agent_read import find_record, read_detail
 from retinue.actors.approvals import pending_requests
@@ -31,6 +32,7 @@ from retinue.actors.commands import (
     Get,
     Idle,
     Inspect,
+    ReadCommand,
 )
 from retinue.actors.core import (
     agent_records,
@@ -80,6 +82,9 @@ class StoreReader:
             StoreReadOnly: the command would change the store.
             RuntimeClosed: the reader is closed.
         """
+        if not isinstance(command, ReadCommand):
+            name = type(command).__name__
+            raise StoreReadOnly(f"runtime on {self.store.folder} is read-only; {name} is refused")
         future: concurrent.futures.Future[Any] = reply if reply is not None else Reply()
         match command:
             case Get():
@@ -97,10 +102,7 @@ class StoreReader:
                 resolve_future(future, None)
                 return future
             case _:
-                name = type(command).__name__
-                raise StoreReadOnly(
-                    f"runtime on {self.store.folder} is read-only; {name} is refused"
-                )
+                assert_never(command)
 
     def _run(
         self, future: concurrent.futures.Future[Any], fn: Any, *args: Any

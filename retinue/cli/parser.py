@@ -228,9 +228,17 @@ def _add_reads(add: Add) -> None:
         "validate",
         "check a team file without running it",
         "Decode a team file strictly (unknown keys and wrong types are errors that\n"
-        "name the table and key) and check its delegation graph against the depth cap.",
+        "name the table and key) and run every check 'retinue run' runs when it opens\n"
+        "the team (delegation graph, tool ceilings, tool names, MCP grants), without\n"
+        "starting anything. Runner files are checked (their form, that the module or\n"
+        "file exists), not imported, unless --import-runners.",
     )
     validate.add_argument("team", metavar="TEAM", help="team file (TOML)")
+    validate.add_argument(
+        "--import-runners",
+        action="store_true",
+        help="import the agents' Python runners too (runs their modules' code)",
+    )
     validate.set_defaults(handler=cmd_validate)
 
     backup = add(

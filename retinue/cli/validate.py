@@ -6,18 +6,15 @@ import argparse
 
 from retinue.cli.common import OK, load_team_file
 from retinue.cli.pricing import warn_unpriced
+from retinue.protocol.graph import validate_graph
 
 __all__ = ["cmd_validate"]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """``retinue validate TEAM``."""
-    from retinue.actors.boot import profile_table
-    from retinue.protocol.graph import validate_graph
-
+    """``retinue validate TEAM [--import-runners]`` (the checks are :meth:`Team.check`)."""
     team = load_team_file(args.team, None)
-    placeholder = lambda turn: ""  # noqa: E731  (nothing runs: a runner for the checks)
-    profile_table(team.profiles(runner=placeholder), placeholder, team.limits)
+    team.check(import_runners=args.import_runners)
     depths = validate_graph({n: s.subagents for n, s in team.agents.items()}, team.limits.depth_cap)
     print(
         f"{args.team}: ok — {len(team.agents)} agents, lead {team.lead!r} at /root/{team.name}, "

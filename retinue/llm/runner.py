@@ -27,6 +27,7 @@ from retinue.errors import ConfigurationError
 from retinue.llm import toolbox as toolbox_module
 from retinue.llm.calls import CallSettings
 from retinue.llm.context import TurnContext
+from retinue.llm.litellm_logging import finish_logging_at_close
 from retinue.llm.provider import SCRIPTED_PROVIDER, load_litellm_async
 from retinue.llm.session import REPAIR_PROMPT, TurnSession
 from retinue.llm.toolbox import ToolBoxBuilder
@@ -167,6 +168,7 @@ class LiteLLMRunner:
             TurnInterrupted: the turn was interrupted.
         """
         litellm = await load_litellm_async()  # imported off the loop, if not yet
+        finish_logging_at_close()  # the runtime's loop lets litellm's callbacks finish
         return await TurnSession(self, turn, litellm).run()
 
 

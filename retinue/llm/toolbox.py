@@ -51,7 +51,7 @@ from retinue.llm.coordinator import coordinator_tools
 from retinue.llm.host_tools import check_timeout, host_tool_defs
 from retinue.llm.workspace import Workspace
 from retinue.protocol.text import truncate_utf8
-from retinue.protocol.tools import BUILTIN_TOOLS, extra_tools, is_mcp_name, resolve_tools
+from retinue.protocol.tools import BUILTIN_TOOLS, is_mcp_name, resolve_tools, runner_tools
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
@@ -238,18 +238,16 @@ async def _run(tool: ToolDef, args: Any) -> Any:
 
 
 def _granted(profile: Profile, owner: str, tools: str | Sequence[str] | None) -> Sequence[str]:
-    """Return the tool names ``tools`` grants, checked against the profile's ceiling."""
-    names = resolve_tools(tools, owner=owner) or ()
+    """Return the tool names ``tools`` grants, within the profile's ceiling.
+
+    A runtime's model runner had its own tools checked at open; the check
+    here holds for whoever else calls :func:`build_toolbox` (the same rule,
+    :func:`~retinue.protocol.tools.runner_tools`).
+    """
     ceiling = resolve_tools(profile.tools, owner=owner)
-    if ceiling is not None and tools is not profile.tools:
-        beyond = extra_tools(names, ceiling)
-        if beyond:
-            raise ConfigurationError(
-                f"profile {owner!r}: the runner asks for tools its profile does not grant: "
-                f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
-                "(name them in Profile(tools=...))"
-            )
-    return names
+    if ceiling is None or tools is profile.tools:
+        return resolve_tools(tools, owner=owner) or ()
+    return runner_tools(owner, tools, ceiling)
 
 
 def build_toolbox(

@@ -49,6 +49,7 @@ __all__ = [
     "offered_name",
     "resolve_profile_tools",
     "resolve_tools",
+    "runner_tools",
     "split_mcp_name",
     "unavailable_tools",
 ]
@@ -251,6 +252,32 @@ def unavailable_tools(names: Iterable[str], registered: Iterable[str]) -> tuple[
     """
     known = set(BUILTIN_TOOLS).union(registered)
     return tuple(sorted({n for n in names if n not in known and not is_mcp_name(n)}))
+
+
+def runner_tools(owner: str, spec: ToolSpec, ceiling: Iterable[str]) -> tuple[str, ...]:
+    """Return the tool names a runner's own ``spec`` grants, within its profile's ``ceiling``.
+
+    The one rule for a model runner built with tools of its own
+    (``LiteLLMRunner(tools=...)``): it may narrow its profile's tools, never
+    widen them. Checked at open (:func:`~retinue.actors.boot.profile_table`,
+    so also by ``Team.check`` and ``retinue validate``) and by
+    :func:`~retinue.llm.toolbox.build_toolbox` for the ``tools`` it is given.
+
+    Raises:
+        ToolsNotPermitted: (a ConfigurationError) ``spec`` names tools the
+            ceiling lacks (``.extra`` names them).
+        ConfigurationError: ``spec`` is not a valid spec (see :func:`resolve_tools`).
+    """
+    names = resolve_tools(spec, owner=owner) or ()
+    beyond = extra_tools(names, ceiling)
+    if beyond:
+        raise ToolsNotPermitted(
+            f"profile {owner!r}: the runner asks for tools its profile does not grant: "
+            f"{', '.join(beyond)}; a profile's tools are its capability ceiling "
+            "(name them in Profile(tools=...))",
+            beyond,
+        )
+    return names
 
 
 def _common(lists: Sequence[tuple[str, ...]]) -> tuple[str, ...]:

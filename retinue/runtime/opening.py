@@ -22,7 +22,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from retinue.actors.boot import profile_table
 from retinue.actors.events import EventBus
 from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
@@ -30,8 +29,9 @@ from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
 from retinue.actors.turn import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
-from retinue.llm import LiteLLMRunner, model_runner_factory
-from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
+from retinue.llm import LiteLLMRunner
+from retinue.llm.mcp import McpManager, McpServer
+from retinue.llm.profile_checks import check_profiles
 from retinue.llm.provider import preload_litellm
 from retinue.persistence.options import StoreOptions
 from retinue.protocol.limits import Limits
@@ -124,27 +124,32 @@ def start_writer(
 ) -> Writer:
     """Check the profiles and MCP grants, then start the writable runtime on ``options``.
 
-    ``given`` are the open's arguments with the team's applied (its
-    ``limits`` already checked into ``limits``); ``spans`` where the turns'
-    spans go (see :func:`open_tracing`).
+    The checks are :func:`~retinue.llm.profile_checks.check_profiles`, the
+    ones ``Team.check`` (``retinue validate``) runs. ``given`` are the open's
+    arguments with the team's applied (its ``limits`` already checked into
+    ``limits``); ``spans`` where the turns' spans go (see :func:`open_tracing`).
 
     The MCP servers start on first use; the system closes them at shutdown,
     or at once if its start fails.
 
     Raises:
         ArgumentTypeError, ConfigurationError: bad ``mcp_servers`` or
-            profiles (see :func:`~retinue.actors.boot.profile_table`).
+            profiles (see :func:`~retinue.llm.profile_checks.check_profiles`).
         DelegationCycleError, DelegationDepthError: a bad profile graph.
         StoreError, StoreLocked, StoreVersionError, StoreCorrupted: as
             :meth:`System.start <retinue.actors.system.System.start>` raises.
     """
     folder = None if given.workspace is None else Path(given.workspace)
     bus = EventBus(limits.event_queue_capacity)
-    mcp = open_mcp(given.team_servers, mcp_servers, folder, bus.publish)
-    table, runners = profile_table(
-        given.profiles, runner, limits, model_runner=model_runner_factory(folder, mcp)
+    table, runners, mcp = check_profiles(
+        given.profiles,
+        runner,
+        limits,
+        folder,
+        team_servers=given.team_servers,
+        mcp_servers=mcp_servers,
+        publish=bus.publish,
     )
-    check_mcp_grants(table, runners, mcp)
     litellm = _import_litellm(runners)
     system = System.start(
         options,

@@ -55,6 +55,7 @@ from retinue.actors.turn import Runner
 from retinue.errors import TeamFileError
 from retinue.llm.mcp.config import McpServer
 from retinue.llm.mcp.teamfile import McpSpec, check_tools, mcp_servers
+from retinue.llm.profile_checks import check_profiles
 from retinue.protocol.limits import Limits
 from retinue.protocol.validation import decode_table
 from retinue.team.decoding import (
@@ -168,6 +169,41 @@ class Team:
                 Profile refuses (e.g. an unknown tool), named by table and key.
         """
         return team_profiles(self.agents, self.defaults, self.lead, self.source, runner)
+
+    def check(self, *, import_runners: bool = False) -> dict[str, Profile]:
+        """Run every check ``Runtime.open(path, team=self)`` runs, without starting anything.
+
+        The profiles are built and checked by the function the open uses
+        (:func:`~retinue.llm.profile_checks.check_profiles`): capability
+        ceilings, tools a model runner cannot provide, two tools offered
+        under one name, ``approve`` entries, MCP grants, an agent without a
+        runner. No store is opened, no MCP server started, no model called.
+        ``runner`` keys are checked, not imported (their form, and that the
+        module is found or the file exists; a stand-in runs the checks in
+        their place), unless ``import_runners``: then the checks that need
+        the imported object (a runner that is a ``LiteLLMRunner``) run too.
+        ``retinue validate`` is this call (``--import-runners``).
+
+        Returns:
+            The checked profiles by name, inherited tools resolved.
+
+        Raises:
+            TeamFileError: a ``runner`` key that is malformed, names no
+                module or file, or (``import_runners``) does not import.
+            ConfigurationError: a check the open runs fails (a
+                ``ToolsNotPermitted`` for a capability ceiling).
+            DelegationCycleError, DelegationDepthError: a bad profile graph.
+        """
+        profiles = team_profiles(
+            self.agents,
+            self.defaults,
+            self.lead,
+            self.source,
+            None,
+            import_runners=import_runners,
+        )
+        checked = check_profiles(profiles, None, self.limits, self.workspace, team_servers=self.mcp)
+        return checked.profiles
 
 
 def open_arguments(

@@ -47,6 +47,22 @@ def retinue_cli(
     )
 
 
+def python_script(script: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the Python file ``script`` in a fresh interpreter, in its folder, to its end.
+
+    Returns the finished process (never raises on status).
+    """
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=script.parent,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def tree_json(store: Path) -> list[dict[str, Any]]:
     """The agents of ``store`` as ``retinue tree --json`` prints them (read-only)."""
     done = retinue_cli("tree", "--store", store, "--json")

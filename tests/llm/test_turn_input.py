@@ -17,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from conftest import wait_settled, wait_until
 
-from llm.conftest import SETTLE_S, stub_runner
+from llm.conftest import SETTLE_S, stub_runner, tool_call
 from retinue import AgentState, CompletionStatus, Profile, Turn
 from retinue.llm import tool
 from retinue.testing import OpenAIStub, StubReply, check_invariants
@@ -49,38 +50,30 @@ def _parent_waiting_for_its_wake(stub: OpenAIStub, llm_runtime: Any, **runner: A
     return rt
 
 
-def test_a_wake_turn_that_fails_before_its_first_answer_keeps_its_input(
-    stub: OpenAIStub, llm_runtime: Any
-) -> None:
-    dispatched = threading.Event()
+def _dispatching(wake: Callable[[Any], StubReply | None]) -> Callable[[Any], StubReply | None]:
+    """A stub handler: turn 1 dispatches the child and answers; ``wake`` answers the rest."""
 
     def handler(request: Any) -> StubReply | None:
         if request.number == 1:  # the first turn: dispatch the child, without waiting
-            return StubReply(
-                message={
-                    "role": "assistant",
-                    "content": None,
-                    "tool_calls": [
-                        {
-                            "id": "c1",
-                            "type": "function",
-                            "function": {
-                                "name": "spawn_subagent",
-                                "arguments": '{"agent": "kid", "message": "go", "wait": false}',
-                            },
-                        }
-                    ],
-                }
-            )
+            spawn = {"agent": "kid", "message": "go", "wait": False}
+            return StubReply(message=tool_call("spawn_subagent", spawn, "c1"))
         if request.number == 2:
-            dispatched.set()
             return StubReply(message={"role": "assistant", "content": "dispatched"})
+        return wake(request)
+
+    return handler
+
+
+def test_a_wake_turn_that_fails_before_its_first_answer_keeps_its_input(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    def wake(request: Any) -> StubReply | None:
         if not _saw_child(request) or request.number == 3:
             return StubReply(status=503, error="overloaded")  # the wake turn fails
         return None
 
     rt = _parent_waiting_for_its_wake(stub, llm_runtime, retries=0)
-    stub.handler = handler
+    stub.handler = _dispatching(wake)
     boss = rt.spawn("boss", "delegate", name="boss")
     woken = wait_settled(rt, boss.id, generation=2, timeout=SETTLE_S)  # the wake turn
     assert woken.state is AgentState.FAILED
@@ -91,6 +84,32 @@ def test_a_wake_turn_that_fails_before_its_first_answer_keeps_its_input(
     assert wait_settled(rt, boss.id, generation=3, timeout=SETTLE_S).state is AgentState.COMPLETED
     assert _saw_child(stub.requests[-1])
     assert rt.get(boss.id).generation == 3  # the failed wake did not wake itself again
+
+
+def test_a_wake_turn_interrupted_before_its_first_answer_keeps_its_input(
+    stub: OpenAIStub, llm_runtime: Any
+) -> None:
+    asked = threading.Event()
+
+    def wake(request: Any) -> StubReply | None:
+        if request.number == 3:
+            asked.set()
+            return StubReply(delay_s=60.0)  # interrupted while the model thinks
+        return StubReply(message={"role": "assistant", "content": "noted"})  # spawns nothing
+
+    rt = _parent_waiting_for_its_wake(stub, llm_runtime)
+    stub.handler = _dispatching(wake)
+    boss = rt.spawn("boss", "delegate", name="boss")
+    assert asked.wait(SETTLE_S)
+    assert _saw_child(stub.requests[2])  # the wake turn was handed the completion
+    rt.interrupt(boss.id)
+    assert rt.get(boss.id).state is AgentState.INTERRUPTED
+    # Its input went back: the follow-up turn's model call shows the child's result, once.
+    rt.follow_up(boss.id, "what did the child say?")
+    assert wait_settled(rt, boss.id, generation=3, timeout=SETTLE_S).state is AgentState.COMPLETED
+    follow_up = stub.requests[3]  # its one model call (the kid was not spawned again)
+    assert len(stub.requests) == 4
+    assert sum(CHILD_SAID in (m.get("content") or "") for m in follow_up.messages) == 1
 
 
 def test_a_turn_interrupted_before_its_first_answer_keeps_its_input(

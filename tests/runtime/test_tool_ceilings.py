@@ -110,3 +110,22 @@ def test_open_refuses_tool_names_a_model_runner_cannot_provide(store_path: Path)
 def test_python_runners_may_name_any_tools(open_runtime: OpenRuntime) -> None:
     rt = open_runtime([Profile("lead", tools=["anything_goes"], runner=echo)])
     assert rt.wait(rt.spawn("lead", "x").id, timeout=10).output == "done:x"
+
+
+def test_open_refuses_a_model_runner_whose_own_tools_exceed_its_profile(
+    store_path: Path,
+) -> None:
+    from retinue.errors import ToolsNotPermitted
+    from retinue.llm import LiteLLMRunner
+
+    wide = LiteLLMRunner("retinue/scripted", tools="modify", workspace=store_path.parent)
+    with pytest.raises(ToolsNotPermitted) as info:
+        Runtime.open(store_path, profiles=[Profile("a", tools="read", runner=wide)])
+    assert info.value.extra == ("bash", "edit_file", "write_file")
+    assert "the runner asks for tools its profile does not grant" in str(info.value)
+    assert not (store_path / "data.mdb").exists()  # refused at open, not at every turn
+    narrow = LiteLLMRunner("retinue/scripted", tools=["grep"], workspace=store_path.parent)
+    with Runtime.open(store_path, profiles=[Profile("a", tools="read", runner=narrow)]) as rt:
+        # A bound, not a timing: the first model turn imports litellm (slow on a loaded box).
+        done = rt.wait(rt.spawn("a", "hi").id, timeout=60)
+        assert done.status is CompletionStatus.COMPLETED, done.error

@@ -125,6 +125,7 @@ SupervisorCommand = (
     | Get
     | Agents
     | Inspect
+    | CountBacklog
     | Children
     | Wait
     | RunMany
@@ -152,8 +153,12 @@ SupervisorCommand = (
 )
 """The closed protocol: every command the supervisor serves (its ``match`` is exhaustive)."""
 
-ReadCommand = Get | Agents | Inspect | Barrier | Idle | Approvals
-"""The commands a read-only runtime serves from a store snapshot (the others are refused)."""
+ReadCommand = Get | Agents | Inspect | CountBacklog | Barrier | Idle | Approvals
+"""The commands a read-only runtime serves from a store snapshot (the others are refused).
+
+``isinstance(command, ReadCommand)`` tells them apart; the reader's ``match``
+over them is exhaustive (``assert_never``), so mypy proves each is served.
+"""
 
 
 @dataclass(frozen=True, slots=True)
