@@ -7,10 +7,12 @@ one read of the store (``rt.agents``, ``rt.backlog`` and the data file's meta
 pages; a read-only runtime reads its snapshot, and no read happens when no
 commit did since the last one); from the runtime's events (a writer's) it
 counts settled turns, model calls, tokens, cost and tool calls, and times
-turns, model calls and tool calls. Commit and supervisor command latency come
-through :meth:`RetinueCollector.observe_commit` and
-:meth:`RetinueCollector.observe_command` (the narrow interface the store and
-the supervisor can call).
+turns, model calls and tool calls. On a writer it also attaches to the
+runtime's timers (:mod:`retinue.actors.timings`): the store's writer tells
+:meth:`RetinueCollector.observe_commit` how long each group commit took, and
+the supervisor tells :meth:`RetinueCollector.observe_command` how long each
+command took (a read-only runtime has neither: those histograms stay empty).
+While no collector is attached, the runtime reads no clock for them.
 
 Cardinality is bounded: no label carries an agent id, path or task. Labels are
 the state, profile, status, model, tool, outcome and command kind, and each
@@ -151,27 +153,32 @@ class RetinueCollector(Collector):
         self._state_key: tuple[int, int] | None = None
         self._state_at = 0.0
         self._unsubscribe = None if rt.readonly else rt.subscribe(self.observe)
+        self._untime = None if rt.readonly else rt._attach_timings(self)
         self._registry = registry
         if registry is not None:
             registry.register(self)
 
-    # -- the narrow interface for the store and the supervisor ------------------------------
+    # -- the timers of the store and the supervisor (retinue.actors.timings) ------------------
 
     def observe_commit(self, seconds: float) -> None:
-        """Record one store commit that took ``seconds``."""
+        """Record one store commit that took ``seconds`` (called on the store's writer thread)."""
         with self._lock:
             self._hist["commit"].observe((), seconds)
 
     def observe_command(self, kind: str, seconds: float) -> None:
-        """Record one supervisor command of ``kind`` (e.g. ``Spawn``) that took ``seconds``."""
+        """Record one supervisor command of ``kind`` (e.g. ``Spawn``) that took ``seconds``
+        (called on the supervisor's thread)."""
         with self._lock:
             self._hist["command"].observe((self._label("command", kind),), seconds)
 
     def close(self) -> None:
-        """Stop counting events and unregister from the registry given; idempotent."""
+        """Stop counting events and timings, and unregister from the registry given; idempotent."""
         unsubscribe, self._unsubscribe = self._unsubscribe, None
         if unsubscribe is not None:
             unsubscribe()
+        untime, self._untime = self._untime, None
+        if untime is not None:
+            untime()
         registry, self._registry = self._registry, None
         if registry is not None:
             registry.unregister(self)

@@ -170,8 +170,9 @@ def test_model_and_tool_call_labels_are_bounded(tmp_path: Path) -> None:
                     error=None if ok else "boom",
                 )
             )
+        before = scrape(registry)
         collector.observe_commit(0.002)
-        collector.observe_command("Spawn", 0.0001)
+        collector.observe_command("Manual", 0.0001)
         samples = scrape(registry)
     assert value(samples, "retinue_model_calls_total", model="gpt-x") == 2
     assert value(samples, "retinue_model_tokens_total", model="gpt-x", kind="prompt") == 110
@@ -190,8 +191,41 @@ def test_model_and_tool_call_labels_are_bounded(tmp_path: Path) -> None:
     # A third tool name is past max_label_values=2: counted, under "other".
     assert value(samples, "retinue_tool_calls_total", tool=OTHER, outcome="ok") == 1
     assert value(samples, "retinue_metrics_label_overflow_total") >= 1
-    assert value(samples, "retinue_store_commit_duration_seconds_count") == 1
-    assert value(samples, "retinue_supervisor_command_duration_seconds_count", command="Spawn") == 1
+    # The timers' interface, called by hand (the store and the supervisor call it too); the
+    # command kinds are bounded like every label: past two, "Manual" counts as "other".
+    assert value(samples, "retinue_store_commit_duration_seconds_count") >= 1 + value(
+        before, "retinue_store_commit_duration_seconds_count"
+    )
+    command = "retinue_supervisor_command_duration_seconds_count"
+    kinds = {dict(labels)["command"] for name, labels in samples if name == command}
+    assert len(kinds - {OTHER}) == 2 and "Manual" not in kinds
+    assert value(samples, command, command=OTHER) >= 1
+
+
+def test_commits_and_supervisor_commands_of_a_run_are_timed(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with Runtime.open(tmp_path / "store", profiles=[Profile("worker", runner=echo)]) as rt:
+        collector = RetinueCollector(rt, registry=registry)
+        for n in range(3):
+            rt.wait(rt.spawn("worker", f"task {n}", name=f"w{n}").id, timeout=30)
+        samples = scrape(registry)
+        collector.close()
+        # Detached: what the runtime does next is not timed any more.
+        rt.wait(rt.spawn("worker", "after", name="after").id, timeout=30)
+        alone = CollectorRegistry()
+        alone.register(collector)
+        after = scrape(alone)
+    commits = value(samples, "retinue_store_commit_duration_seconds_count")
+    assert commits > 0
+    assert value(samples, "retinue_store_commit_duration_seconds_bucket", le="+Inf") == commits
+    assert value(samples, "retinue_store_commit_duration_seconds_sum") > 0
+    command = "retinue_supervisor_command_duration_seconds_count"
+    assert value(samples, command, command="Spawn") == 3
+    assert value(samples, command, command="Wait") == 3
+    assert value(samples, command, command="Settle") == 3
+    assert value(samples, "retinue_supervisor_command_duration_seconds_sum", command="Spawn") > 0
+    assert value(after, command, command="Spawn") == 3
+    assert value(after, "retinue_store_commit_duration_seconds_count") == commits
 
 
 def test_a_read_only_runtime_serves_the_state_gauges(tmp_path: Path) -> None:

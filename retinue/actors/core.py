@@ -13,7 +13,7 @@ Only the supervisor thread touches a World.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -47,6 +47,7 @@ from retinue.protocol.records import (
     AgentRecord,
     CompletionRecord,
     MessageRecord,
+    ModelCallRecord,
     TranscriptMessage,
     TranscriptRecord,
 )
@@ -54,8 +55,10 @@ from retinue.protocol.records import (
 __all__ = [
     "World",
     "agent_list",
+    "agent_records",
     "backlog_of",
     "check_tail",
+    "detail_from",
     "detail_of",
     "find_agent",
     "info_of",
@@ -99,7 +102,22 @@ def detail_of(tree: Tree, record: AgentRecord, transcript: bytes | None, tail: i
     ``transcript`` is the agent's stored transcript record (None: none); one
     that does not decode, or was written by a newer retinue, shows as empty.
     """
+    return detail_from(
+        record, tree.unread(record.id), tree.pending_for(record.id), transcript, tail
+    )
+
+
+def detail_from(
+    record: AgentRecord,
+    unread: Sequence[MessageRecord],
+    pending: Sequence[CompletionRecord],
+    transcript: bytes | None,
+    tail: int,
+) -> AgentDetail:
+    """Return ``record`` in full from its ``unread`` messages and ``pending`` completions
+    (in order) and its stored ``transcript`` (see :func:`detail_of`)."""
     messages: tuple[TranscriptMessage, ...] = ()
+    calls: tuple[ModelCallRecord, ...] = ()
     cut = 0
     if transcript is not None:
         try:
@@ -107,14 +125,15 @@ def detail_of(tree: Tree, record: AgentRecord, transcript: bytes | None, tail: i
         except msgspec.DecodeError:
             stored = None
         if stored is not None and stored.version <= TRANSCRIPT_VERSION:
-            messages, cut = stored.messages, stored.cut
+            messages, cut, calls = stored.messages, stored.cut, stored.calls
     return AgentDetail(
         info=info_of(record),
-        unread=tuple(m.message for m in tree.unread(record.id)),
-        pending=tuple(p.completion for p in tree.pending_for(record.id)),
+        unread=tuple(m.message for m in unread),
+        pending=tuple(p.completion for p in pending),
         transcript=messages[len(messages) - tail :] if tail > 0 else (),
         transcript_length=len(messages),
         transcript_cut=cut,
+        calls=calls,
     )
 
 
@@ -133,8 +152,14 @@ def check_tail(value: Any) -> int:
 
 def agent_list(tree: Tree, *, include_closed: bool) -> list[AgentInfo]:
     """Return the tree's agents oldest first; closed ones only with ``include_closed``."""
-    records = sorted(tree.agents.values(), key=lambda r: r.created_at)
-    return [info_of(r) for r in records if include_closed or r.state is not AgentState.CLOSED]
+    return agent_records(tree.agents.values(), include_closed=include_closed)
+
+
+def agent_records(records: Iterable[AgentRecord], *, include_closed: bool) -> list[AgentInfo]:
+    """Return ``records`` oldest first (ties in the order given); closed ones only with
+    ``include_closed``."""
+    ordered = sorted(records, key=lambda r: r.created_at)
+    return [info_of(r) for r in ordered if include_closed or r.state is not AgentState.CLOSED]
 
 
 def backlog_of(tree: Tree) -> Backlog:

@@ -8,6 +8,11 @@ answer, so the runtime's sync call and its ``*_async`` twin stay one line over
 the same command and an event loop never runs an LMDB scan. It serves
 exactly :data:`~retinue.actors.commands.ReadCommand` (its ``match`` is
 exhaustive); every other command is refused with ``StoreReadOnly``.
+
+``get`` and ``inspect`` read the one agent's own records
+(:mod:`~retinue.actors.agent_read`), not the whole store, and give the answers
+restore's whole view gives (they fall back to it where a record on the way is
+one restore would change); ``agents`` restores the agents database alone.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import concurrent.futures
 import threading
 from typing import Any, assert_never
 
+from retinue.actors.agent_read import find_record, read_detail
 from retinue.actors.approvals import pending_requests
 from retinue.actors.commands import (
     Agents,
@@ -29,7 +35,7 @@ from retinue.actors.commands import (
     ReadCommand,
 )
 from retinue.actors.core import (
-    agent_list,
+    agent_records,
     backlog_of,
     check_tail,
     detail_of,
@@ -40,6 +46,7 @@ from retinue.actors.reply import Reply
 from retinue.actors.transition import resolve_future
 from retinue.actors.tree import Tree, load_tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
+from retinue.persistence.restore import restore
 from retinue.persistence.store import RESTORE_DATABASES, Store
 from retinue.protocol import paths
 from retinue.protocol.details import AgentDetail
@@ -53,10 +60,15 @@ __all__ = ["StoreReader"]
 class StoreReader:
     """Serves reads of a store opened read-only; thread-safe."""
 
-    def __init__(self, store: Store, limits: Limits) -> None:
-        """Read ``store`` (opened read-only) with ``limits`` for the restore checks."""
+    def __init__(self, store: Store, limits: Limits, *, direct: bool = True) -> None:
+        """Read ``store`` (opened read-only) with ``limits`` for the restore checks.
+
+        ``direct``: read one agent from its own records (False: through the whole
+        store, for a store whose paths restore renamed or rewrote as it opened).
+        """
         self.store = store
         self.limits = limits
+        self.direct = direct
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
@@ -129,6 +141,11 @@ class StoreReader:
             ArgumentTypeError, InvalidAgentPath, UnknownAgent: as
                 :func:`~retinue.actors.core.find_agent`.
         """
+        if self.direct:
+            with self.store.view() as view:
+                record = find_record(view, ref, field)
+            if record is not None:
+                return info_of(record)
         return info_of(find_agent(self._tree(), paths.ROOT, ref, field))
 
     def inspect(self, ref: str, tail: int, field: str = "ref") -> AgentDetail:
@@ -137,6 +154,12 @@ class StoreReader:
         Raises:
             ArgumentTypeError, InvalidAgentPath, UnknownAgent: as :meth:`get`.
         """
+        if self.direct:
+            with self.store.view() as view:
+                record = find_record(view, ref, field)
+                detail = None if record is None else read_detail(view, record, tail)
+            if detail is not None:
+                return detail
         tree = self._tree()
         record = find_agent(tree, paths.ROOT, ref, field)
         return detail_of(tree, record, self.store.get("transcripts", record.id.encode()), tail)
@@ -153,8 +176,12 @@ class StoreReader:
         return pending_requests(held, tree.agents, below)
 
     def agents(self, include_closed: bool) -> list[AgentInfo]:
-        """Return every agent oldest first; closed ones only with ``include_closed``."""
-        return agent_list(self._tree(), include_closed=include_closed)
+        """Return every agent oldest first; closed ones only with ``include_closed``.
+
+        Only the agents database is restored: messages and completions change no agent.
+        """
+        restored = restore(self.store.snapshot(("agents",)), None)
+        return agent_records(restored.agents, include_closed=include_closed)
 
     def close(self) -> None:
         """Stop the worker threads (waiting for reads in progress); idempotent."""

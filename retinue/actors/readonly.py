@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from retinue.actors.agent_read import PATHS_RENAMED
 from retinue.actors.boot import read_diagnostics
 from retinue.actors.channel import Channel, RuntimeState
 from retinue.actors.engine import Engine
@@ -45,7 +46,8 @@ class ReadOnlySystem:
             store.close()
             raise
         self.store = store
-        self.reader = StoreReader(store, limits)
+        renamed = any(d.code in PATHS_RENAMED for d in self.diagnostics)
+        self.reader = StoreReader(store, limits, direct=not renamed)
         self.engine = Engine(Channel(after_close=False))
         self.engine.channel.connect(self.reader.submit)
         self._lock = threading.Lock()

@@ -33,6 +33,7 @@ from retinue.actors.executor import Executor
 from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.supervisor import Supervisor
+from retinue.actors.timings import Timings
 from retinue.actors.turn import Runner
 from retinue.errors import RetinueError, StoreError
 from retinue.persistence.options import StoreOptions, make_folder, remove_created
@@ -74,6 +75,7 @@ class System:
         self.limits = limits
         self.core: Supervisor | None = None
         self.actor: pykka.ActorRef[Any] | None = None
+        self.timings: Timings | None = None  # the commits' and commands' timers, once serving
         self.diagnostics: list[Diagnostic] = []
         self._lock = threading.Lock()
         self._shutting_down = False
@@ -192,6 +194,7 @@ class System:
     def _serve(self, booted: Booted) -> None:
         """Connect the running supervisor, re-arm its timers and start the compactor."""
         self.core, self.actor = booted.core, booted.actor
+        self.timings = Timings(self.store, booted.core)
         self.diagnostics = booted.diagnostics
         observer = booted.core.world.observer
         capture = observer.capture if observer.spans is not None else None

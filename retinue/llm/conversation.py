@@ -18,15 +18,17 @@ first. Every text is made storable: a lone surrogate is escaped.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from retinue.llm.transcript_cut import CUT_ARGUMENTS, CUT_MARKER, cut_transcript
-from retinue.protocol.messages import CompletionStatus, Message
+from retinue.protocol.messages import AgentInfo, CompletionStatus, Message, Usage
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
+    ModelCallRecord,
     ToolCallRecord,
     TranscriptMessage,
     TranscriptRecord,
@@ -44,6 +46,8 @@ __all__ = [
     "render_message",
     "repair_dangling",
     "storable",
+    "stored_calls",
+    "timed_call",
     "turn_input",
     "unanswered_calls",
 ]
@@ -248,13 +252,20 @@ def unanswered_calls(messages: Sequence[ChatMessage]) -> list[Any]:
     return []
 
 
-def encode_transcript(agent_id: str, messages: Sequence[ChatMessage], cut: int = 0) -> bytes:
-    """Encode a chat (without its system prompt) as a stored transcript record."""
+def encode_transcript(
+    agent_id: str,
+    messages: Sequence[ChatMessage],
+    cut: int = 0,
+    calls: Sequence[ModelCallRecord] = (),
+) -> bytes:
+    """Encode a chat (without its system prompt) and the times of its model ``calls`` as a
+    stored transcript record."""
     record = TranscriptRecord(
         version=TRANSCRIPT_VERSION,
         agent_id=agent_id,
         messages=tuple(_to_record(m) for m in messages),
         cut=cut,
+        calls=tuple(calls),
     )
     return _ENCODER.encode(record)
 
@@ -274,3 +285,29 @@ def decode_transcript(raw: bytes | None) -> tuple[list[ChatMessage], int]:
     if record.version > TRANSCRIPT_VERSION:
         return [], 0
     return [_to_chat(m) for m in record.messages], record.cut
+
+
+def stored_calls(raw: bytes | None) -> list[ModelCallRecord]:
+    """Return the model calls a stored transcript keeps the times of, oldest first (none
+    when it is absent, undecodable or of a newer version, as :func:`decode_transcript`)."""
+    if raw is None:
+        return []
+    try:
+        record = _DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return []
+    return list(record.calls) if record.version <= TRANSCRIPT_VERSION else []
+
+
+def timed_call(agent: AgentInfo, model: str, started: float, usage: Usage) -> ModelCallRecord:
+    """Return the times of ``agent``'s call to ``model`` that started at ``started`` (epoch
+    seconds) and answered now with ``usage``, in the turn the agent's snapshot shows."""
+    return ModelCallRecord(
+        model=model,
+        generation=agent.generation,
+        turn_started_at=agent.started_at,
+        started_at=started,
+        ended_at=time.time(),
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -44,6 +45,8 @@ from retinue.llm.conversation import (
     encode_transcript,
     render_message,
     repair_dangling,
+    stored_calls,
+    timed_call,
     turn_input,
     unanswered_calls,
 )
@@ -51,6 +54,7 @@ from retinue.llm.mcp.grants import mcp_tool_defs
 from retinue.llm.settings import RunnerSettings
 from retinue.llm.toolbox import ToolBox
 from retinue.protocol.messages import Usage
+from retinue.protocol.records import ModelCallRecord
 from retinue.protocol.results import encode_result, parse_result, result_instruction
 from retinue.protocol.supervision import APPROVAL_REASON
 
@@ -87,6 +91,7 @@ class TurnSession:
         self.calls_made = 0
         self.repaired = False
         self.parked_calls: list[Any] = []  # the step a turn carrying on after a reopen parked on
+        self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
 
     def _system(self) -> list[ChatMessage]:
         text = self.turn.instructions or ""
@@ -132,6 +137,7 @@ class TurnSession:
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
         watch = self.turn.watch.model_call(calls.model, request)
+        started = time.time()
         try:
             with watch.current():  # litellm's own OTel callback sees it as its parent
                 response = await complete(
@@ -148,6 +154,8 @@ class TurnSession:
             raise
         usage = usage_of(self.litellm, calls, response)
         watch.finished(usage, response)
+        self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
+        del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
         return message, usage
 
     async def _load(self) -> None:
@@ -159,6 +167,7 @@ class TurnSession:
         turn = self.turn
         raw, self.agent_usage, self.tree_usage = await llm_load(turn)
         history, self.cut = decode_transcript(raw)
+        self.call_times = stored_calls(raw)
         if turn.reason == APPROVAL_REASON:
             self.parked_calls = unanswered_calls(history)
             self.history = history
@@ -308,7 +317,7 @@ class TurnSession:
             self.history, self.limits.transcript_max_bytes, self.task_at
         )
         self.cut += cut
-        raw = encode_transcript(self.turn.agent.id, self.history, self.cut)
+        raw = encode_transcript(self.turn.agent.id, self.history, self.cut, self.call_times)
         takes_input, self.input_stored = not self.input_stored, True
         self.agent_usage, self.tree_usage = await llm_step(
             self.turn, usage, raw, takes_input=takes_input, ends_call=ends_call

@@ -41,7 +41,7 @@ from retinue.protocol.messages import AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
 from retinue.protocol.supervision import ApprovalRecord
 
-__all__ = ["Diagnostic", "Restored", "restore"]
+__all__ = ["Diagnostic", "Restored", "decode_agent", "restore"]
 
 
 class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,25 +101,13 @@ class _Scan:
 
     def agents(self, snapshot: Snapshot) -> dict[str, AgentRecord]:
         """Decode the agent records each on its own: undecodable, mismatched, bad paths go."""
-        decoder = msgspec.msgpack.Decoder(AgentRecord)
         decoded: dict[str, AgentRecord] = {}
         for raw_key, raw in snapshot.records.get("agents", []):
-            key = _key_text(raw_key)
-            try:
-                record = decoder.decode(raw)
-            except msgspec.DecodeError as exc:
-                self.diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
-                continue
-            if record.id != key:
-                self.diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
-                continue
-            try:
-                paths.validate(record.path)
-                paths.validate_name(record.name)
-            except (InvalidAgentPath, TypeError) as exc:
-                self.diag("agents", key, "bad_path", f"{exc}")
-                continue
-            decoded[key] = record
+            record = decode_agent(raw_key, raw)
+            if isinstance(record, Diagnostic):
+                self.out.diagnostics.append(record)
+            else:
+                decoded[record.id] = record
         return decoded
 
     def chains(self, decoded: dict[str, AgentRecord]) -> dict[str | None, list[str]]:
@@ -194,7 +182,8 @@ class _Scan:
         """The record at its place below ``parent_path``: its path rewritten or its name
         derived where the store disagrees, or a live sibling already holds the path."""
         agent_id = record.id
-        path = paths.join(parent_path, record.name)
+        # The parent's path is placed (valid) and the name was checked as it decoded.
+        path = paths.child_path(parent_path, record.name)
         changed = False
         if path != record.path:
             self.diag("agents", agent_id, "path_rewritten", f"{record.path} is now {path}")
@@ -264,6 +253,35 @@ class _Scan:
                 self.diag("approvals", key, "dangling_approval", "its agent was not restored")
                 continue
             self.out.approvals.append(record)
+
+
+_AGENT = msgspec.msgpack.Decoder(AgentRecord)
+
+
+def decode_agent(raw_key: bytes, raw: bytes) -> AgentRecord | Diagnostic:
+    """Decode one stored agent record and check it on its own, as restore does.
+
+    Returns the record, or the diagnostic that drops it: ``undecodable``,
+    ``key_mismatch`` (its id is not its key) or ``bad_path`` (its path or name
+    breaks the path rules).
+    """
+    key = _key_text(raw_key)
+    try:
+        record = _AGENT.decode(raw)
+    except msgspec.DecodeError as exc:
+        return _diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
+    if record.id != key:
+        return _diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
+    try:
+        paths.validate(record.path)
+        paths.validate_name(record.name)
+    except (InvalidAgentPath, TypeError) as exc:
+        return _diag("agents", key, "bad_path", f"{exc}")
+    return record
+
+
+def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
+    return Diagnostic(database=database, key=key, code=code, message=message)
 
 
 def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:

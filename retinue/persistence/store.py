@@ -9,8 +9,9 @@ LMDB failure is a typed error, and damage is refused before LMDB meets it
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,10 +27,12 @@ from retinue.errors import (
 from retinue.persistence.integrity import has_marker, write_marker
 from retinue.persistence.migrations import migrate, stamped_version
 from retinue.persistence.opening import claim_folder, guard_file, open_env
+from retinue.persistence.view import StoreView
 from retinue.persistence.writer import (
     FLUSH_INTERVAL_S,
     MAX_GROUP,
     Callback,
+    CommitTimer,
     Durability,
     StoreStats,
     Write,
@@ -247,6 +250,18 @@ class Store:
                     snap.records[name] = list(cur.iternext(keys=True, values=True))
         return snap
 
+    @contextlib.contextmanager
+    def view(self) -> Iterator[StoreView]:
+        """Read a few records in one consistent read transaction (see :class:`StoreView`).
+
+        Raises:
+            StoreCorrupted: a page on the way is damaged.
+            StoreError: LMDB refused the read for another reason.
+        """
+        check = self._guard.verify if self.readonly else None
+        with self._guard.lmdb_errors("read"), self._guard.read_txn() as txn:
+            yield StoreView(txn, self._dbs, check)
+
     def get(self, database: str, key: bytes) -> bytes | None:
         """Return one committed value, or None (also for a database the store lacks).
 
@@ -305,6 +320,14 @@ class Store:
             StoreError: the commit failed.
         """
         self._writable().write_now(writes)
+
+    def time_commits(self, timer: CommitTimer | None) -> None:
+        """Tell ``timer`` how long each group commit takes from now on (None: stop timing).
+
+        A read-only store commits nothing: nothing is timed.
+        """
+        if self._writer is not None:
+            self._writer.on_commit = timer
 
     def flush(self) -> None:
         """Wait until everything submitted so far is committed and synced to disk."""

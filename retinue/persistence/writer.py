@@ -14,6 +14,11 @@ in). A callback therefore runs only once its transition is committed:
   close, so an OS crash or power loss may lose up to the last second.
 
 A full map is doubled and the transaction retried; the caller never sees it.
+
+Timing: :attr:`Writer.on_commit`, when set (:mod:`retinue.actors.timings`
+sets it for a metrics collector), is told how long each group commit took:
+from the transaction's start to its commit (fsynced in ``full``), less the
+answers of earlier groups that run inside it. Unset, a commit reads no clock.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "FLUSH_INTERVAL_S",
     "MAX_GROUP",
     "Callback",
+    "CommitTimer",
     "Durability",
     "StoreStats",
     "Write",
@@ -52,6 +58,8 @@ Write = tuple[str, bytes, bytes | None]
 """``(database name, key, value)``; a value of None deletes the key."""
 Callback = Callable[[BaseException | None], None]
 """Called once a transition is committed (None) or failed (the error)."""
+CommitTimer = Callable[[float], None]
+"""Told the seconds one group commit took (see :attr:`Writer.on_commit`)."""
 
 
 class Durability(enum.StrEnum):
@@ -105,6 +113,7 @@ class Writer:
         self.max_group = max_group
         self.stats = stats
         self.failed: BaseException | None = None
+        self.on_commit: CommitTimer | None = None  # told each group commit's seconds, if set
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         # Committed groups whose callbacks wait for the next commit's puts (writer only).
         self._unanswered: list[tuple[list[_Item], BaseException | None]] = []
@@ -245,9 +254,15 @@ class Writer:
             writes = [(name, key, value) for (name, key), value in last.items()]
         # Transitions queued behind a failed one were built on its state: refuse them too.
         error: BaseException | None = self.failed
+        timer = self.on_commit  # the one check when nobody times commits
         if writes and error is None:
             try:
-                self._commit(writes)
+                if timer is None:
+                    self._commit(writes)
+                else:
+                    began = time.perf_counter()
+                    answering = self._commit(writes, timed=True)
+                    _report(timer, time.perf_counter() - began - answering)
             except Exception as exc:
                 error = exc
                 self.failed = exc
@@ -255,11 +270,12 @@ class Writer:
         self.stats.transitions += len(group)
         self._unanswered.append((group, error))
 
-    def _commit(self, writes: list[Write]) -> None:
+    def _commit(self, writes: list[Write], *, timed: bool = False) -> float:
         """Commit ``writes`` in one write transaction, growing a full map.
 
         Once every write is in the transaction, before the commit, the
-        groups committed earlier are answered (see :meth:`_commit_group`).
+        groups committed earlier are answered (see :meth:`_commit_group`);
+        ``timed``: return the seconds those answers took (else 0.0).
 
         Raises:
             StoreCorrupted: the data file shrank, or LMDB met (or the page
@@ -268,6 +284,7 @@ class Writer:
         """
         dbs = self.dbs
         self.guard.check_size("commit")
+        answering = 0.0
         while True:
             try:
                 with self.env.begin(write=True) as txn:
@@ -276,7 +293,12 @@ class Writer:
                             txn.delete(key, db=dbs[name])
                         else:
                             txn.put(key, value, db=dbs[name])
-                    self._answer()
+                    if timed:
+                        began = time.perf_counter()
+                        self._answer()
+                        answering += time.perf_counter() - began
+                    else:
+                        self._answer()
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
                 self.stats.map_growths += 1
@@ -286,4 +308,12 @@ class Writer:
             self.stats.commits += 1
             self.stats.writes += len(writes)
             self.guard.check_size("commit")  # the size this commit grew the file to
-            return
+            return answering
+
+
+def _report(timer: CommitTimer, seconds: float) -> None:
+    """Tell ``timer`` a commit's ``seconds``; a failing timer is logged, never the writer's end."""
+    try:
+        timer(seconds)
+    except Exception:
+        log.exception("a commit timer failed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from retinue.protocol.messages import AgentInfo, Completion, Message
-from retinue.protocol.records import TranscriptMessage
+from retinue.protocol.records import ModelCallRecord, TranscriptMessage
 
 __all__ = ["AgentDetail", "Backlog"]
 
@@ -22,7 +22,8 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``pending`` the completions routed to it that it has not received yet;
     ``transcript`` the last messages of its stored LLM conversation (at most
     the tail asked for), of ``transcript_length`` in all, ``transcript_cut``
-    of them replaced by a cut marker over its life.
+    of them replaced by a cut marker over its life; ``calls`` its last model
+    calls as its transcript keeps them (when each started and ended).
     """
 
     info: AgentInfo
@@ -31,6 +32,7 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     transcript: tuple[TranscriptMessage, ...] = ()
     transcript_length: int = 0
     transcript_cut: int = 0
+    calls: tuple[ModelCallRecord, ...] = ()
 
 
 class Backlog(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -140,6 +140,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     trace_content_max_bytes: int = 16_384
     """Largest content value a span records when content capture is on (a chat, an answer,
     tool arguments or a result), in bytes of UTF-8; longer is cut with ``…[truncated]``."""
+    transcript_max_calls: int = 200
+    """Model calls an LLM agent's stored transcript keeps the times of (for the web view's
+    timeline), newest; an older call's times go, its messages stay."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {

@@ -44,6 +44,9 @@ MAX_PATH_LENGTH = 1024
 
 _ROOT_PREFIX = ROOT + "/"
 _NAME_RE = re.compile(r"[a-z0-9_]+")
+# A path whose every segment has a valid name's characters and length: valid unless a
+# segment is reserved or it is too long (one match instead of a check per segment).
+_PATH_RE = re.compile(rf"/root(?:/[a-z0-9_]{{1,{MAX_NAME_LENGTH}}})+")
 _RESERVED_NAMES = frozenset({"root"})
 
 _NAME_TOO_LONG = f"task_name must be at most {MAX_NAME_LENGTH} characters"
@@ -138,6 +141,13 @@ def _validate(path: str) -> str:
     """Check an agent path (already a str); see :func:`validate`."""
     if path == ROOT:
         return path
+    if (
+        len(path) <= MAX_PATH_LENGTH
+        and _PATH_RE.fullmatch(path) is not None
+        and path.find("/root/", 1) < 0
+        and not path.endswith("/root")
+    ):
+        return path  # the common case; otherwise the checks below say what is wrong
     if not path.startswith(_ROOT_PREFIX):
         raise InvalidAgentPath("agent path must start with /root")
     if path.endswith("/"):

@@ -18,6 +18,7 @@ __all__ = [
     "AgentRecord",
     "CompletionRecord",
     "MessageRecord",
+    "ModelCallRecord",
     "ToolCallRecord",
     "TranscriptMessage",
     "TranscriptRecord",
@@ -129,6 +130,23 @@ class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
+class ModelCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One model call of an LLM agent, kept with its transcript for the web view's timeline.
+
+    ``generation`` is the turn that made it, ``turn_started_at`` when that turn
+    started; ``started_at`` and ``ended_at`` (epoch seconds) bracket the call,
+    retries included; the tokens are its usage.
+    """
+
+    model: str
+    generation: int
+    turn_started_at: float | None = None
+    started_at: float
+    ended_at: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
     """One chat message of a transcript (the OpenAI chat shape, minus the system prompt).
 
@@ -149,10 +167,13 @@ class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     The system prompt is not stored (it is rebuilt from the profile at every
     turn). ``cut`` counts the message contents replaced by a marker to keep
-    the record within ``Limits.transcript_max_bytes``.
+    the record within ``Limits.transcript_max_bytes``. ``calls`` are the
+    agent's last model calls, oldest first (at most ``Limits.transcript_max_calls``),
+    each stored with the step it answered.
     """
 
     version: int = TRANSCRIPT_VERSION
     agent_id: str
     messages: tuple[TranscriptMessage, ...] = ()
     cut: int = 0
+    calls: tuple[ModelCallRecord, ...] = ()

@@ -12,6 +12,7 @@ from retinue.actors.channel import RuntimeState
 from retinue.actors.events import EventBus, Subscriber
 from retinue.actors.streams import AsyncEventStream, EventStream, stream_root
 from retinue.actors.system import System
+from retinue.actors.timings import TimingSink
 from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.runtime.calls import Calls
 
@@ -33,6 +34,22 @@ class EventCalls(Calls):
         if system is None or system.state is not RuntimeState.OPEN:
             raise RuntimeClosed("the runtime is closed; open it again to subscribe")
         return system.bus.subscribe(callback)
+
+    def _attach_timings(self, sink: TimingSink) -> Callable[[], None] | None:
+        """Tell ``sink`` how long each store commit and supervisor command takes; return
+        detach (None: a read-only runtime, which commits and serves no command).
+
+        Nothing is timed while no sink is attached (see :mod:`retinue.actors.timings`).
+
+        Raises:
+            RuntimeClosed: the runtime is closed (or closing).
+        """
+        system = self._system
+        if system is None or system.state is not RuntimeState.OPEN:
+            raise RuntimeClosed("the runtime is closed; open it again to time it")
+        if not isinstance(system, System) or system.timings is None:
+            return None
+        return system.timings.attach(sink)
 
     def stream(self, ref: str | None = None) -> EventStream:
         """Iterate over the events of ``ref``'s subtree as they happen (None: every agent).

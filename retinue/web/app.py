@@ -49,6 +49,7 @@ from retinue.errors import (
 from retinue.web.live import Delta, LiveTree
 from retinue.web.rows import detail_payload
 from retinue.web.snapshot import ROOT, Snapshot
+from retinue.web.stored import read_spans
 
 __all__ = ["LOOPBACK_HOSTS", "create_app"]
 
@@ -206,7 +207,13 @@ class _Api:
             for i in ids
         ]
         activity = self.live.activity
-        spans = [s.payload() for s in activity.spans_of(ids, self.opts.timeline_spans)]
+        read = len(ids)
+        if self.rt.readonly:  # no events: the turns and model calls the store keeps
+            opts = self.opts
+            found, read = await read_spans(self.rt, ids, opts.timeline_spans, opts.timeline_read_s)
+        else:
+            found = activity.spans_of(ids, self.opts.timeline_spans)
+        spans = [s.payload() for s in found]
         return _json(
             {
                 "top": top,
@@ -216,6 +223,7 @@ class _Api:
                 "spans": spans,
                 "open_turns": activity.open_turns(ids),
                 "spans_dropped": activity.dropped,
+                "calls_read": read,
                 "events": not self.rt.readonly,
             }
         )

@@ -24,8 +24,11 @@ class WebOptions:
     most; ``search_limit`` search hits. ``transcript_tail`` is the default (and
     ``max_transcript_tail`` the largest) number of transcript messages in an
     agent's detail; ``timeline_agents`` and ``timeline_spans`` bound a
-    timeline. ``history`` versions are kept for a page that reconnects;
-    a page further behind, or one that would get more than ``max_changes``
+    timeline; ``timeline_read_s`` is the time a read-only view's timeline may
+    spend reading its agents' stored model calls (each read costs about what
+    ``Runtime.inspect`` does; the agents past it are drawn without their calls,
+    and the answer says how many were read). ``history`` versions are kept for
+    a page that reconnects; a page further behind, or one that would get more than ``max_changes``
     rows, reloads instead. ``activity_capacity`` spans of events are kept
     (older ones are counted as dropped). Streams: at most ``max_streams`` open
     at once (more get HTTP 503), a comment every ``heartbeat_s``, and each ends
@@ -43,6 +46,7 @@ class WebOptions:
     max_transcript_tail: int = 500
     timeline_agents: int = 300
     timeline_spans: int = 2000
+    timeline_read_s: float = 1.0
     history: int = 64
     max_changes: int = 2000
     activity_capacity: int = 10_000

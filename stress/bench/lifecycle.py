@@ -13,6 +13,11 @@ Tracing (issue 19): the buffered runtime also runs with tracing off
 configured: what a host that installed the extra but set up nothing pays)
 and with the SDK recording every span to an in-memory exporter, in the same
 rounds; the row gives their ratios and the cost per lifecycle in µs.
+
+Metrics (issue 19): the buffered runtime also runs with a
+``retinue.metrics.RetinueCollector`` attached (when ``prometheus-client`` is
+installed), which times every store commit and supervisor command and counts
+every event, in the same rounds: ``metrics_vs_plain`` and its µs per lifecycle.
 """
 
 from __future__ import annotations
@@ -98,9 +103,15 @@ def _tracing(mode: str) -> Iterator[Any]:
 
 
 def retinue_lifecycles(
-    folder: Path, callers: int, per_caller: int, durability: str, tracing: str = "api"
+    folder: Path,
+    callers: int,
+    per_caller: int,
+    durability: str,
+    tracing: str = "api",
+    metrics: bool = False,
 ) -> float:
-    """Lifecycles per second of spawn + wait + close on retinue agents."""
+    """Lifecycles per second of spawn + wait + close on retinue agents (``metrics``: with a
+    Prometheus collector attached, timing every commit and command)."""
     limits = Limits(max_agents=callers * 4, max_active_turns=callers)
     with (
         _tracing(tracing) as provider,
@@ -118,7 +129,15 @@ def retinue_lifecycles(
             rt.wait(info.id, timeout=60)
             rt.close(info.id)
 
-        return _work(callers, per_caller, body)
+        if not metrics:
+            return _work(callers, per_caller, body)
+        from retinue.metrics import RetinueCollector
+
+        collector = RetinueCollector(rt)
+        try:
+            return _work(callers, per_caller, body)
+        finally:
+            collector.close()
 
 
 def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, Any]:
@@ -134,6 +153,8 @@ def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, A
     fulls: list[float] = []
     buffereds: list[float] = []
     traced: dict[str, list[float]] = {"off": [], "sdk": []} if _has_sdk() else {}
+    metered: list[float] = []
+    with_metrics = importlib.util.find_spec("prometheus_client") is not None
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(rounds):
             raws.append(raw_pykka(callers, per_caller))
@@ -145,6 +166,12 @@ def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, A
             buffereds.append(
                 retinue_lifecycles(folder / "b", callers, per_caller, Durability.BUFFERED)
             )
+            if with_metrics:
+                metered.append(
+                    retinue_lifecycles(
+                        folder / "m", callers, per_caller, Durability.BUFFERED, metrics=True
+                    )
+                )
             for mode, rates in traced.items():
                 rates.append(
                     retinue_lifecycles(
@@ -169,6 +196,11 @@ def run(callers: int = 32, per_caller: int = 20, rounds: int = 3) -> dict[str, A
         row |= ratios("buffered_vs_autogen", buffereds, peers)
     if traced:
         row |= _tracing_row(traced["off"], buffereds, traced["sdk"])
+    if metered:
+        row["buffered_metrics_per_s"] = round(statistics.median(metered))
+        row |= ratios("metrics_vs_plain", metered, buffereds)
+        extra = [1e6 / a - 1e6 / b for a, b in zip(metered, buffereds, strict=True)]
+        row["metrics_us_per_lifecycle"] = round(statistics.median(extra), 1)
     return row
 
 

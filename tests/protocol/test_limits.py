@@ -46,6 +46,8 @@ DEFAULTS: dict[str, int | float | None] = {
     # Observability: the text a live tool-call event carries.
     "event_preview_bytes": 1024,
     "trace_content_max_bytes": 16_384,
+    # The web view's timeline: the model calls a stored transcript keeps the times of.
+    "transcript_max_calls": 200,
 }
 FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
 OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]

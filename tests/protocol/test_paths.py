@@ -151,6 +151,52 @@ def test_invalid_paths(path: str, message: str) -> None:
         validate(path)
 
 
+def _rules(path: str) -> str | None:
+    """The path rules as documented, checked one by one: the first broken one's message."""
+    if path == ROOT:
+        return None
+    if not path.startswith(ROOT + "/"):
+        return START
+    if path.endswith("/"):
+        return TRAILING
+    if len(path) > MAX_PATH_LENGTH:
+        return TOO_LONG
+    segments = path[len(ROOT) + 1 :].split("/")
+    if "" in segments:
+        return EMPTY
+    for segment in segments:
+        if len(segment) > MAX_NAME_LENGTH:
+            return NAME_TOO_LONG
+        if (
+            segment == "root"
+            or not segment
+            or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789_" for c in segment)
+        ):
+            return NAME_BAD
+    return None
+
+
+_PIECES = st.sampled_from(["/", "root", "a", "b_9", "A", ".", " ", "\n", "a" * 40, "x" * 41])
+
+
+@SETTINGS
+@given(st.lists(_PIECES, max_size=12).map(lambda parts: "/root" + "".join(parts)))
+def test_every_path_gets_the_verdict_of_the_rules(path: str) -> None:
+    expected = _rules(path)
+    if expected is None:
+        assert validate(path) is path
+    else:
+        with _raises(expected):
+            validate(path)
+
+
+def test_long_paths_get_the_verdict_of_the_rules() -> None:
+    for path in ("/root/" + "/".join(["a" * 40] * 25), "/root/" + "/".join(["ab"] * 340)):
+        assert _rules(path) == TOO_LONG
+        with _raises(TOO_LONG):
+            validate(path)
+
+
 def test_check_order_start_before_trailing_slash() -> None:
     with _raises(START):
         validate("/other/")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ from starlette.testclient import TestClient
 
 from retinue import Runtime
 from retinue.web import LiveTree, WebOptions, create_app
+from retinue.web.stored import read_spans
 from web.conftest import Writer
 from web.writer import HOSTILE
 
@@ -123,6 +125,17 @@ def test_a_read_only_view_follows_its_writer_in_another_process(
     assert timeline["agents"][0]["path"] == "/root/review"
     assert {a["path"] for a in timeline["agents"]} == set(tree)
     assert timeline["events"] is False  # a read-only view has the store's times only
+    # The lead's first model call (it answered spawn_subagents), from its stored transcript.
+    lead_id = tree["/root/review"]["id"]
+    models = [s for s in timeline["spans"] if s["kind"] == "model"]
+    assert [(s["agent"], s["label"]) for s in models] == [(lead_id, "retinue/scripted")]
+    started = next(a for a in timeline["agents"] if a["id"] == lead_id)["started_at"]
+    assert started <= models[0]["start"] <= models[0]["end"]
+    assert timeline["calls_read"] == 3
+    # The reads stop once WebOptions.timeline_read_s is spent (the first is always made).
+    ids = [lead_id, worker["id"], hostile["id"]]
+    spans, read = asyncio.run(read_spans(live.rt, ids, 10, budget_s=1e-9))
+    assert read == 1 and {s.agent_id for s in spans} == {lead_id}
 
     found = _get(client, "/api/search?q=WORK")
     assert [r["path"] for r in found["rows"]] == ["/root/review/worker"] and found["total"] == 1
@@ -138,6 +151,10 @@ def test_a_read_only_view_follows_its_writer_in_another_process(
     after = _get(client, "/api/summary")
     assert after["version"] > before and after["states"] == {"completed": 3}
     assert after["tokens"] > 0  # the lead's model calls, summed over its tree
+    timeline = _get(client, f"/api/timeline?id={lead_id}")
+    models = [s for s in timeline["spans"] if s["kind"] == "model"]
+    assert [s["agent"] for s in models] == [lead_id, lead_id]  # its answer's call, too
+    assert models[0]["end"] <= models[1]["start"]
 
     # A stream started at an older version gets what changed since, or is told to reload.
     stream = client.get(f"/api/events?since={before}&max_messages=2")

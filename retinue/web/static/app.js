@@ -388,7 +388,9 @@ function drawTimeline(t) {
   const width = (a, b) => Math.max(0, (100 * (Math.min(b, end) - Math.max(a, start)) / span)) + "%";
   $("timeline-title").textContent = t.agents.length ? t.agents[0].path + " · " + seconds(span)
     + (t.truncated ? " · first " + t.agents.length + " agents" : "")
-    + (t.events ? "" : " · from the store (turn start and settle times)") : "";
+    + (t.events ? "" : " · from the store (turns and model calls"
+      + (t.calls_read < t.agents.length ? ", those of the first " + t.calls_read + " agents" : "") + ")")
+    : "";
   const axis = el("div", "tl-axis");
   axis.appendChild(el("span"));
   const ticks = el("div", "ticks");
@@ -416,7 +418,8 @@ function drawTimeline(t) {
     const spans = byAgent.get(a.id) || [];
     const turns = spans.filter((s) => s.kind === "turn");
     const openAt = t.open_turns[a.id];
-    if (!turns.length || openAt) {   // the store's last (or current) turn
+    const last = turns.some((s) => s.label === "g" + a.generation);
+    if (!last || openAt) {   // the store's last (or current) turn
       const begin = openAt || a.started_at;
       if (begin) {
         const bar = el("div", "tl-turn " + stateClass(a.state, "bg-"));
