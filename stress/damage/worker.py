@@ -66,7 +66,7 @@ class Worker:
 
     def __init__(self) -> None:
         """Start the worker."""
-        repo = Path(__file__).resolve().parents[1]
+        repo = Path(__file__).resolve().parents[2]
         env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo), env.get("PYTHONPATH")]))
         self.proc = subprocess.Popen(
