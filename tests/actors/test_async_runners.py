@@ -279,6 +279,7 @@ def test_an_interrupt_abandons_an_in_flight_wait_async(
 
     async def lead(turn: Turn) -> str:
         child = await turn.spawn_async("slow", "s", name="s")
+        reached.append("waiting")
         try:
             await turn.wait_async(child.id, timeout=PROMPT_S)
         except asyncio.CancelledError:
@@ -295,15 +296,17 @@ def test_an_interrupt_abandons_an_in_flight_wait_async(
     )
     a = rt.spawn("lead", "go", name="a")
     gate.wait_started(1)
-    wait_until(lambda: rt.get(a.id).state is AgentState.RUNNING)
+    # The child can start before the lead's spawn_async has returned to it (the
+    # spawn's answer and the child's start race): interrupt once the lead waits.
+    wait_until(lambda: reached == ["waiting"], what="the lead to wait for its child")
     rt.interrupt(a.id)
-    wait_until(lambda: reached == ["cancelled"], what="the lead's wait to be abandoned")
+    wait_until(lambda: reached == ["waiting", "cancelled"], what="the lead's wait to be abandoned")
     assert rt.wait(a.id, timeout=PROMPT_S).status is CompletionStatus.INTERRUPTED
     # The child was not interrupted with its parent; its completion goes to the lead.
     assert rt.get("/root/a/s").state is AgentState.RUNNING
     gate.release()
     wait_settled(rt, "/root/a/s")
-    assert reached == ["cancelled"]
+    assert reached == ["waiting", "cancelled"]
 
 
 def test_a_blocking_call_from_an_async_runner_is_refused(open_runtime: OpenRuntime) -> None:
