@@ -8,11 +8,8 @@ event loop (a shard actor has one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import clusterlib
 import pytest
 from conftest import wait_until
 
@@ -22,32 +19,13 @@ from retinue import (
     EventsDropped,
     LimitExceeded,
     Limits,
-    Profile,
     TurnSettled,
     TurnStarted,
 )
 from retinue.cluster import wire as w
 from retinue.cluster.eventwire import CloseStream, EventBatch, OpenStream, TakeEvents
 from retinue.cluster.shard import ShardCore
-from retinue.cluster.specs import ShardConfig, spec_of
 from retinue.protocol.messages import Event
-
-PROFILES = (spec_of(Profile("worker", runner=clusterlib.echo)),)
-
-
-@pytest.fixture
-def open_core(tmp_path: Path) -> Iterator[Any]:
-    opened: list[ShardCore] = []
-
-    def _open(**options: Any) -> ShardCore:
-        core = ShardCore.open(1, tmp_path / "shard-1", ShardConfig(profiles=PROFILES, **options))
-        opened.append(core)
-        return core
-
-    yield _open
-    for core in opened:
-        core.close()
-
 
 NONE: type[Any] = type(None)
 
