@@ -208,6 +208,35 @@ class AsyncEventStream(_Stream):
         self._ended = True
         raise StopAsyncIteration
 
+    async def take(self, limit: int, wait_s: float) -> list[Event] | None:
+        """Return up to ``limit`` events, waiting up to ``wait_s`` for the first.
+
+        An empty list: none came in time; None: the stream ended (closed, or
+        the runtime shut down). Events not returned stay queued for the next
+        take (a take cancelled while it waits loses nothing).
+        """
+        ready = self._ready if self._ready is not None else self._arm()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, wait_s)
+        batch = self._batch
+        while not self._ended:
+            if batch:
+                return [batch.popleft() for _ in range(min(max(1, limit), len(batch)))]
+            ready.clear()
+            with self._queue.cond:
+                got = self._next_batch()
+            if got is None:
+                break
+            if got:
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), remaining)
+        self._ended = True
+        return None
+
     async def aclose(self) -> None:
         """Stop listening; the iteration ends."""
         self.close()

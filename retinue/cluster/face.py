@@ -22,10 +22,12 @@ from retinue.cluster import startup
 from retinue.cluster import wire as w
 from retinue.cluster.approvals import ApprovalFace
 from retinue.cluster.local import LocalRay
+from retinue.cluster.plumbing import FaceBase
 from retinue.cluster.router import Router
-from retinue.cluster.specs import shard_config
-from retinue.cluster.transport import Faults, One, Op, Transport
-from retinue.errors import ArgumentTypeError, RuntimeClosed
+from retinue.cluster.specs import ShardConfig, shard_config
+from retinue.cluster.streamface import StreamFace, stream_bounds
+from retinue.cluster.transport import Transport
+from retinue.errors import ArgumentTypeError
 from retinue.persistence.store import Durability
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
@@ -38,11 +40,13 @@ T = TypeVar("T")
 _NO_REF: Any = object()
 
 
-class Cluster(ApprovalFace):
+class Cluster(FaceBase, ApprovalFace, StreamFace):
     """Top-level trees sharded over Ray actors, each shard a ``Runtime`` over its own store.
 
     The approval calls (``approvals``, ``approve``, ``deny`` and their twins)
-    come from :class:`~retinue.cluster.approvals.ApprovalFace`.
+    come from :class:`~retinue.cluster.approvals.ApprovalFace`, ``stream`` and
+    ``stream_async`` from :class:`~retinue.cluster.streamface.StreamFace`,
+    what they run on from :class:`~retinue.cluster.plumbing.FaceBase`.
     """
 
     def __init__(self) -> None:
@@ -77,6 +81,10 @@ class Cluster(ApprovalFace):
         request_ttl_s: float = 3600.0,
         max_requests: int = 1_000_000,
         remember: int = 100_000,
+        stream_poll_s: float = 5.0,
+        stream_batch: int = 1_000,
+        stream_idle_s: float = 60.0,
+        max_streams: int = 1_000,
     ) -> Cluster:
         """Open the cluster whose shards keep their stores under ``store_root``.
 
@@ -93,7 +101,10 @@ class Cluster(ApprovalFace):
         repeated (a restart takes seconds); ``call_timeout_s``: one attempt's
         bound beyond a wait's own; ``request_ttl_s`` and ``max_requests``
         bound each shard's request log; ``remember`` bounds the names and
-        returned completions a face keeps.
+        returned completions a face keeps. Event streams: a take waits up to
+        ``stream_poll_s`` and returns up to ``stream_batch`` events; a shard
+        closes a stream no take reached for ``stream_idle_s`` and keeps at
+        most ``max_streams`` open.
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
@@ -107,6 +118,9 @@ class Cluster(ApprovalFace):
         cluster.store_root = startup.store_folder(store_root, shards)
         cluster.shards = shards
         cluster.limits = startup.face_limits(team, limits)
+        cluster._stream_bounds = stream_bounds(
+            stream_poll_s, stream_batch, stream_idle_s, max_streams
+        )
         config = shard_config(
             profiles=profiles,
             team=team,
@@ -115,67 +129,42 @@ class Cluster(ApprovalFace):
             lease_timeout_s=float(lease_timeout_s),
             request_ttl_s=float(request_ttl_s),
             max_requests=int(max_requests),
+            stream_idle_s=float(stream_idle_s),
+            max_streams=max_streams,
         )
+        cluster._start(address, runtime_env, config, retry_s, call_timeout_s)
+        router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
+        router.remember = remember
+        cluster._router = router
+        return cluster
+
+    def _start(
+        self,
+        address: str | None,
+        runtime_env: dict[str, Any] | None,
+        config: ShardConfig,
+        retry_s: float,
+        call_timeout_s: float,
+    ) -> None:
+        """Connect to Ray and start (or find) the directory and the shards."""
         try:
             connection = startup.connect(address, runtime_env)
-            cluster._ray, cluster.local = connection.ray, connection.local
-            cluster._connected_here = connection.made_here
-            cluster.namespace = startup.namespace_of(cluster.store_root)
-            cluster._transport = startup.start(
+            self._ray, self.local = connection.ray, connection.local
+            self._connected_here = connection.made_here
+            self.namespace = startup.namespace_of(self.store_root)
+            self._transport = startup.start(
                 connection.ray,
-                cluster.namespace,
-                cluster.store_root,
-                shards,
+                self.namespace,
+                self.store_root,
+                self.shards,
                 config,
                 connection.actor_env,
                 retry_s=retry_s,
                 call_timeout_s=call_timeout_s,
             )
         except BaseException:
-            cluster._disconnect()
+            self._disconnect()
             raise
-        router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
-        router.remember = remember
-        cluster._router = router
-        return cluster
-
-    # -- plumbing ------------------------------------------------------------------------
-
-    def _ops(self) -> tuple[Transport, Router]:
-        with self._lock:
-            if self._closed or self._transport is None or self._router is None:
-                raise RuntimeClosed("the cluster is closed; open it again to continue")
-            return self._transport, self._router
-
-    def _run(self, operation: str, *args: Any) -> Any:
-        """Run the router's ``operation`` from this thread."""
-        transport, router = self._ops()
-        return transport.run(getattr(router, operation)(*args))
-
-    async def _run_async(self, operation: str, *args: Any) -> Any:
-        """Run the router's ``operation`` on the running event loop."""
-        transport, router = self._ops()
-        return await transport.run_async(getattr(router, operation)(*args))
-
-    @property
-    def faults(self) -> Faults:
-        """Lost replies to inject, by call tag (for tests and the crash loop)."""
-        transport, _ = self._ops()
-        return transport.faults
-
-    def set_fault(self, shard: int, point: str, calls: Iterable[str], times: int = 1) -> None:
-        """Make shard ``shard`` kill its own process at ``point`` (for tests; see the wire)."""
-        transport, _ = self._ops()
-        transport.run(_call(One(shard, w.encode_call(w.SetFault(point, tuple(calls), times)))))
-
-    def ping(self) -> list[w.Pong]:
-        """Return what every shard says about itself (pid, node, leases held)."""
-        transport, _ = self._ops()
-        ping = w.encode_call(w.Ping())
-        return [
-            w.decode_reply(transport.run(_call(One(k, ping, "ping"))), w.Pong)
-            for k in range(self.shards)
-        ]
 
     # -- host API ------------------------------------------------------------------------
 
@@ -347,6 +336,7 @@ class Cluster(ApprovalFace):
             if self._closed:
                 return
             self._closed = True
+        self._close_streams()
         if self._transport is not None:
             startup.stop(self._transport)
         self._disconnect()
@@ -359,6 +349,7 @@ class Cluster(ApprovalFace):
         """
         with self._lock:
             self._closed = True
+        self._close_streams()
         self._disconnect()
 
     def _disconnect(self) -> None:
@@ -380,12 +371,6 @@ class Cluster(ApprovalFace):
     ) -> None:
         """Shut the cluster down (see :meth:`shutdown`)."""
         self.shutdown()
-
-
-def _call(step: One) -> Op[bytes]:
-    """An operation of one step: the raw reply."""
-    raw: bytes = yield step
-    return raw
 
 
 def _agent_ref(ref: Any, method: str) -> Any:

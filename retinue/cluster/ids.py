@@ -16,13 +16,14 @@ import re
 import msgspec
 
 from retinue.protocol.details import AgentDetail
-from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.messages import AgentInfo, Completion, Event, Message
 from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = [
     "global_id",
     "map_completion",
     "map_detail",
+    "map_event",
     "map_info",
     "map_message",
     "map_request",
@@ -88,3 +89,17 @@ def map_detail(shard: int, detail: AgentDetail) -> AgentDetail:
         unread=tuple(map_message(shard, m) for m in detail.unread),
         pending=tuple(map_completion(shard, c) for c in detail.pending),
     )
+
+
+_EVENT_IDS = ("agent_id", "message_id", "completion_id", "request_id")
+
+
+def map_event(shard: int, event: Event) -> Event:
+    """Return ``event`` with its ids (agent, message, completion, approval request) as
+    cluster ids (an event about no agent keeps its empty ``agent_id``)."""
+    changes = {
+        name: global_id(shard, value)
+        for name in _EVENT_IDS
+        if isinstance(value := getattr(event, name, None), str)
+    }
+    return _replace(event, **changes)

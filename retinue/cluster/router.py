@@ -122,6 +122,32 @@ class Router:
             self._cache(top, cached)
         return cached, path
 
+    def stream_targets(self, ref: Any) -> Op[list[tuple[int, str | None]]]:
+        """Return the ``(shard, shard-local ref)`` a stream of ``ref`` listens on.
+
+        An id: its shard; a path: its top-level name's shard, or every shard
+        while the directory has not placed that name; None or ``/root``: every shard.
+
+        Raises:
+            ArgumentTypeError, InvalidAgentPath: a bad reference.
+            UnknownAgent: an id of a shard the cluster does not have.
+        """
+        if ref is not None and not isinstance(ref, str):
+            raise ArgumentTypeError(
+                f"ref must be an agent id, a path or None, not {type(ref).__name__}"
+            )
+        if ref is not None and split_id(ref) is not None:
+            return [(yield from self.route(ref))]
+        path = None if ref is None else paths.resolve(paths.ROOT, ref, field="ref")
+        if path is not None and path != paths.ROOT:
+            top = path.split("/")[2]
+            shard = self.names.get(top)
+            if shard is None:
+                shard = yield Dir("lookup", (top,))
+            if shard is not None:
+                return [(self._cache(top, shard), path)]
+        return [(k, path) for k in range(self.shards)]
+
     def _search(self, ref: str, top: str) -> Op[int]:
         """Ask every shard for ``ref``; record where its top-level name lives.
 

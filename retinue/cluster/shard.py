@@ -34,7 +34,9 @@ from typing import Any
 
 from retinue.cluster import ids
 from retinue.cluster import wire as w
+from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.cluster.requests import RequestLog
+from retinue.cluster.shardstreams import ShardStreams
 from retinue.cluster.specs import ShardConfig, config_digest, profile_of
 from retinue.errors import RetinueError, StoreLocked
 from retinue.runtime import Runtime
@@ -67,6 +69,9 @@ class ShardCore:
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._waiting: dict[str, asyncio.Task[Any]] = {}  # blocked ``messages`` by request id
         self._faults: dict[str, tuple[frozenset[str], int]] = {}
+        self.streams = ShardStreams(
+            rt, shard, idle_s=config.stream_idle_s, max_streams=config.max_streams
+        )
         self._grants_lock = threading.Lock()
         # Leases handed out and not acknowledged, with when; restored ones count from now.
         self._grants = {lease: time.monotonic() for lease in rt.leases()}
@@ -218,6 +223,12 @@ class ShardCore:
                 return await rt.approve_async(call.request_id, note=call.note)
             case w.Deny():
                 return await rt.deny_async(call.request_id, reason=call.reason)
+            case OpenStream():
+                return self.streams.open(call.stream_id, call.ref)
+            case TakeEvents():
+                return await self.streams.take(call.stream_id, call.max_events, call.wait_s)
+            case CloseStream():
+                return self.streams.close(call.stream_id)
             case _:
                 return await self._serve_other(call)
 
@@ -282,14 +293,18 @@ class ShardCore:
             config_digest=self.digest,
             leases=leases,
             restored_at=self.restored_at,
+            streams=len(self.streams),
         )
 
     # -- leases, faults, close -----------------------------------------------------------
 
     def _sweep_leases(self) -> None:
-        """Release leases not acknowledged within ``lease_timeout_s`` (their face is gone)."""
+        """Release leases not acknowledged within ``lease_timeout_s`` (their face is gone);
+        close event streams not polled within ``stream_idle_s`` (see ShardStreams)."""
         timeout = self.config.lease_timeout_s
-        while not self._stop.wait(min(max(timeout / 4, 0.05), 5.0)):
+        every = min(timeout, self.config.stream_idle_s) / 4
+        while not self._stop.wait(min(max(every, 0.05), 5.0)):
+            self.streams.sweep()
             now = time.monotonic()
             with self._grants_lock:
                 expired = [lease for lease, at in self._grants.items() if now - at > timeout]
@@ -310,5 +325,5 @@ class ShardCore:
     def close(self) -> None:
         """Close the runtime and the request log (idempotent)."""
         self._stop.set()
-        self.rt.shutdown()
+        self.rt.shutdown()  # its event streams end after the events queued before
         self.log.close()

@@ -76,6 +76,8 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     request_ttl_s: float = 3600.0
     max_requests: int = 1_000_000
     lock_wait_s: float = 30.0
+    stream_idle_s: float = 60.0
+    max_streams: int = 1_000
 
 
 def runner_path(runner: Runner, owner: str) -> str:

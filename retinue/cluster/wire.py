@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 
 import retinue.errors as errors
+from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.errors import ClusterError, RetinueError, RuntimeClosed, StoreError
 
 __all__ = [
@@ -247,6 +248,9 @@ Call = (
     | Ping
     | Shutdown
     | SetFault
+    | OpenStream
+    | TakeEvents
+    | CloseStream
 )
 
 RECORDED = (
@@ -279,6 +283,7 @@ class Pong(msgspec.Struct, frozen=True, kw_only=True):
     config_digest: str
     leases: int
     restored_at: float
+    streams: int = 0  # event streams open on it
 
 
 class WireError(msgspec.Struct, frozen=True, kw_only=True):

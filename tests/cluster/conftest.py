@@ -26,6 +26,7 @@ import pytest
 
 from retinue import Limits, Profile
 from retinue.cluster.loopback import interfaces, only_loopback_interfaces
+from retinue.cluster.specs import ShardConfig, spec_of
 
 WATCHDOG_S = 170.0  # a cluster test that hangs dumps every stack and stops
 
@@ -161,3 +162,28 @@ def shared_cluster(_session_cluster: Any) -> Iterator[Any]:
             cluster.close_tree(agent.id)
     while cluster.messages(timeout=0):
         pass
+
+
+SHARD_PROFILES = (
+    spec_of(Profile("worker", runner=clusterlib.echo)),
+    spec_of(Profile("talker", runner=clusterlib.talker)),
+)
+
+
+@pytest.fixture
+def open_core(tmp_path: Path) -> Iterator[Any]:
+    """Return ``open(**ShardConfig options) -> ShardCore``: shard 1's core without Ray over
+    ``tmp_path/shard-1`` (a worker and a talker profile); each is closed at the end."""
+    from retinue.cluster.shard import ShardCore
+
+    opened: list[ShardCore] = []
+
+    def _open(**options: Any) -> ShardCore:
+        config = ShardConfig(profiles=SHARD_PROFILES, **options)
+        core = ShardCore.open(1, tmp_path / "shard-1", config)
+        opened.append(core)
+        return core
+
+    yield _open
+    for core in opened:
+        core.close()

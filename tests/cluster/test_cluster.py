@@ -178,10 +178,14 @@ def test_a_cancelled_wait_async_loses_nothing(shared_cluster: Any, gates: Any) -
 def test_a_closed_cluster_refuses_every_call(open_cluster: OpenCluster) -> None:
     cluster = open_cluster(shards=1)
     a = cluster.spawn("worker", "x", name="c")
+    events = cluster.stream()
     cluster.shutdown()
     cluster.shutdown()  # idempotent
+    assert list(events) == []  # a stream open at shutdown ends
     with pytest.raises(RuntimeClosed):
         cluster.get(a.id)
+    with pytest.raises(RuntimeClosed):
+        cluster.stream(a.id)
     with pytest.raises(RuntimeClosed):
         asyncio.run(cluster.agents_async())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retinue import ArgumentTypeError, ConfigurationError, Profile, Runtime
+from retinue import ArgumentTypeError, ConfigurationError, InvalidArgument, Profile, Runtime
 from retinue.cluster import Cluster
 
 
@@ -67,3 +67,21 @@ def test_bad_arguments_are_refused_before_ray_is_touched(tmp_path: Path) -> None
         Cluster.open(7)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="cannot reach the cluster's workers"):
         Cluster.open(tmp_path, profiles=[Profile("p", runner=lambda turn: "x")])
+
+
+def test_stream_takes_the_runtimes_arguments() -> None:
+    for name in ("stream", "stream_async"):
+        face = inspect.signature(getattr(Cluster, name))
+        assert shape(face) == shape(inspect.signature(getattr(Runtime, name)))
+        assert not inspect.iscoroutinefunction(getattr(Cluster, name))
+
+
+def test_bad_stream_bounds_are_refused_before_ray_is_touched(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="stream_poll_s must be a positive"):
+        Cluster.open(tmp_path, stream_poll_s=0)
+    with pytest.raises(ArgumentTypeError, match="stream_batch must be an int"):
+        Cluster.open(tmp_path, stream_batch=1.5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="max_streams must be at least 1"):
+        Cluster.open(tmp_path, max_streams=0)
+    with pytest.raises(InvalidArgument, match="must be above stream_poll_s"):
+        Cluster.open(tmp_path, stream_poll_s=10, stream_idle_s=5)

@@ -19,7 +19,15 @@ import clusterlib
 import pytest
 
 from cluster.conftest import OpenCluster
-from retinue import AgentState, CompletionStatus, NothingToWaitFor, Profile
+from retinue import (
+    AgentState,
+    CompletionStatus,
+    EventsDropped,
+    NothingToWaitFor,
+    Profile,
+    TurnSettled,
+    TurnStarted,
+)
 from retinue.cluster.ids import split_id
 
 pytestmark = pytest.mark.ray
@@ -55,6 +63,7 @@ def test_a_shard_killed_mid_tree_restarts_and_loses_nothing(
         "the whole tree running",
     )
     note = cluster.send(lead.id, "a note for the next turn")
+    events = cluster.stream(lead.id)  # a stream open across the shard's restart
     other = cluster.spawn("worker", "elsewhere", name="bystander")
     # A host wait blocked in the shard when it dies.
     answers: list[Any] = []
@@ -80,6 +89,8 @@ def test_a_shard_killed_mid_tree_restarts_and_loses_nothing(
     assert all(a.state is AgentState.INTERRUPTED for a in tree)
     assert note.id in [m.id for m in cluster.inspect(lead.id).unread]
     assert cluster.wait(other.id, timeout=30).output == "done:elsewhere"
+    # The stream was reopened on the restarted shard (its take failed, or found it unknown).
+    until(lambda: cluster.ping()[k].streams == 1, "the stream reopened")
     # The lead resumes (closing what it left), the leaves pass their gates.
     for m in ("m0", "m1"):
         for leaf in ("l0", "l1"):
@@ -87,6 +98,20 @@ def test_a_shard_killed_mid_tree_restarts_and_loses_nothing(
     cluster.resume(lead.id)
     second = cluster.wait(lead.id, timeout=90)
     assert (second.generation, second.status) == (2, CompletionStatus.COMPLETED)
+    # The stream yielded one EventsDropped(dropped=0) for the gap, then the resumed turn.
+    seen: list[Any] = []
+    for event in events:
+        seen.append(event)
+        if isinstance(event, TurnSettled) and event.agent_id == lead.id:
+            break
+    gaps = [i for i, e in enumerate(seen) if isinstance(e, EventsDropped)]
+    assert len(gaps) == 1 and seen[gaps[0]].dropped == 0
+    assert [
+        (type(e), e.generation)
+        for e in seen[gaps[0] :]
+        if isinstance(e, TurnStarted | TurnSettled) and e.agent_id == lead.id
+    ] == [(TurnStarted, 2), (TurnSettled, 2)]
+    events.close()
     # The interrupted children's completions wake the lead again (as on one machine);
     # every turn's completion reaches the host once, in order, then nothing is left.
     received = [first.id, second.id]

@@ -8,11 +8,9 @@ face sends, on an event loop of the test's own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import clusterlib
 import pytest
 from conftest import wait_until
 
@@ -23,36 +21,15 @@ from retinue import (
     DuplicateAgentPath,
     Message,
     NothingToWaitFor,
-    Profile,
     RuntimeClosed,
 )
 from retinue.cluster import wire as w
 from retinue.cluster.shard import ShardCore
-from retinue.cluster.specs import ShardConfig, spec_of
 from retinue.protocol.details import AgentDetail
-
-PROFILES = (
-    spec_of(Profile("worker", runner=clusterlib.echo)),
-    spec_of(Profile("talker", runner=clusterlib.talker)),
-)
 
 
 def call(core: ShardCore, message: w.Call, kind: type[Any] = AgentInfo) -> Any:
     return w.decode_reply(asyncio.run(core.handle(w.encode_call(message))), kind)
-
-
-@pytest.fixture
-def open_core(tmp_path: Path) -> Iterator[Any]:
-    opened: list[ShardCore] = []
-
-    def _open(**options: Any) -> ShardCore:
-        core = ShardCore.open(1, tmp_path / "shard-1", ShardConfig(profiles=PROFILES, **options))
-        opened.append(core)
-        return core
-
-    yield _open
-    for core in opened:
-        core.close()
 
 
 def test_a_repeated_request_id_is_answered_from_the_log(open_core: Any) -> None:
