@@ -258,10 +258,15 @@ def _received(records: _Records) -> list[Broken]:
     return broken
 
 
+def _host_took(agent: AgentRecord, generation: int) -> bool:
+    """Whether the host's receipt mark on ``agent`` covers its run ``generation``."""
+    return generation <= agent.host_received and generation not in agent.host_returned
+
+
 def _host(
     records: _Records, host_received: Iterable[Completion], ledger_complete: bool
 ) -> list[Broken]:
-    """The host received each completion routed to it once, and the store knows it."""
+    """The host received each completion its waits returned once, and the store knows it."""
     broken: list[Broken] = []
     ledger = Counter((c.agent_id, c.generation) for c in host_received)
     by_id = {(r.completion.agent_id, r.completion.generation): r for r in records.completions}
@@ -271,12 +276,20 @@ def _host(
         path = agent.path if agent is not None else key[0]
         if times > 1:
             broken.append(Broken("completion_received_twice", path, f"run {key[1]}: {times} waits"))
-        if record is not None and not record.delivered:
+        # A host wait may take any agent's completion: its receipt is the mark on
+        # the agent's record. The completion's own delivered flag belongs to its
+        # recipient: the host only when it was routed to the host (else a parent,
+        # who receives it on its own, whatever the host took).
+        host_mark = agent is not None and _host_took(agent, key[1])
+        unmarked = record is not None and record.recipient_id is None and not record.delivered
+        if (agent is not None and not host_mark) or unmarked:
             detail = f"run {key[1]} was returned by a wait but is still pending"
             broken.append(Broken("completion_not_received", path, detail))
     if ledger_complete:
         for key, record in sorted(by_id.items()):
-            if record.recipient_id is None and record.delivered and key not in ledger:
+            agent = records.agents.get(key[0])
+            took = agent is not None and _host_took(agent, key[1])
+            if key not in ledger and (took or (record.recipient_id is None and record.delivered)):
                 detail = f"run {key[1]} marked received by the host; no wait returned it"
                 broken.append(Broken("completion_not_received", record.completion.path, detail))
     return broken

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from retinue import Profile, Runtime
+from retinue import Profile, Runtime, Turn
 from retinue.llm.conversation import decode_transcript, encode_transcript
 from retinue.llm.provider import load_litellm
 from retinue.persistence.store import Store
@@ -201,3 +201,30 @@ def test_a_completion_can_be_checked_from_its_fields() -> None:
     assert str(Broken("completion_received_twice", one.path, "twice")).startswith(
         "completion_received_twice at /root/a"
     )
+
+
+def test_a_host_wait_on_a_child_leaves_its_parents_receipt_alone(tmp_path: Path) -> None:
+    """The host may wait on any agent: it takes a child's completion without taking it
+    from the parent it was routed to, and the checker reads the host's receipt on the
+    agent's record, not as the parent's (found by the fuzzer: a host wait on a child
+    of an interrupted lead was reported as a completion "still pending")."""
+
+    def lead(turn: Turn) -> str:
+        turn.spawn("child", "c", name="c")
+        return "spawned"
+
+    profiles = [
+        Profile("lead", subagents=["child"], runner=lead, wake_on_completion=False),
+        Profile("child", runner=lambda turn: "done"),
+    ]
+    with Runtime.open(tmp_path / "store", profiles=profiles) as rt:
+        info = rt.spawn("lead", "go", name="a")
+        received = [rt.wait(info.id, timeout=60)]
+        received.append(rt.wait("/root/a/c", timeout=60))
+        rt.wait_idle(60)
+        # The lead did not run again, so the child's completion still waits for it.
+        assert rt.backlog().pending_completions == 1
+        assert check_invariants(rt, host_received=received) == []
+        assert names(check_invariants(rt, host_received=received[:1])) == {
+            "completion_not_received"
+        }
