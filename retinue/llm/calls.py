@@ -125,15 +125,23 @@ async def _attempt(
 
 
 def usage_of(litellm: ModuleType, settings: CallSettings, response: Any) -> Usage:
-    """Return the tokens and cost of one response (0.0 for a model litellm does not price)."""
+    """Return the tokens and cost of one response (0.0 for a model litellm does not price).
+
+    The cost is the one litellm computed as it answered (``response_cost`` in the
+    response's hidden parameters); only a response without that entry is priced
+    again through ``litellm.completion_cost``.
+    """
     usage = getattr(response, "usage", None)
     prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
     completion = int(getattr(usage, "completion_tokens", 0) or 0)
     cost = 0.0
     if settings.priced:
         hidden = getattr(response, "_hidden_params", None) or {}
-        value = hidden.get("response_cost")
-        if value is None:
+        if "response_cost" in hidden:
+            # litellm priced the call as it answered (None: it has no price for
+            # the model); asking again would repeat its failed map lookups
+            value = hidden["response_cost"]
+        else:
             try:
                 value = litellm.completion_cost(completion_response=response)
             except Exception:  # a model litellm does not price costs 0.0

@@ -63,6 +63,45 @@ def test_usage_and_cost_come_from_the_provider(llm_runtime: Any, stub: OpenAIStu
     assert info.usage.cost_usd > 0.0  # gpt-4o-mini is in litellm's local cost map
 
 
+def test_an_unpriced_model_costs_nothing_and_is_priced_once_per_call(
+    llm_runtime: Any, stub: OpenAIStub, litellm: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # litellm prices a call as it answers; for a model it has no price for that
+    # answer is None, and pricing the response again fails the same way
+    asked: list[object] = []
+    real = litellm.completion_cost
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("completion_response"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(litellm, "completion_cost", counted)
+    runner = LiteLLMRunner("openai/no-such-priced-model", api_base=stub.url, api_key="x")
+    rt = llm_runtime([Profile("leaf", runner=runner)])
+    info = run(rt, "leaf", "x")
+    assert info.state is AgentState.COMPLETED
+    assert info.usage.prompt_tokens > 0 and info.usage.cost_usd == 0.0
+    assert asked == []  # retinue took litellm's answer, it did not ask again
+
+
+def test_a_response_litellm_did_not_price_is_priced_through_its_cost_map(
+    litellm: ModuleType,
+) -> None:
+    from retinue.llm.calls import CallSettings, usage_of
+
+    response = litellm.ModelResponse(
+        model="gpt-4o-mini",
+        choices=[{"message": {"role": "assistant", "content": "ok"}}],
+        usage={"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500},
+    )
+    response._hidden_params = {}  # no response_cost: litellm did not price it
+    settings = CallSettings("openai/gpt-4o-mini", {}, 60.0, 0, 1.0, 1.0)
+    usage = usage_of(litellm, settings, response)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (1000, 500)
+    assert usage.cost_usd == pytest.approx(litellm.completion_cost(completion_response=response))
+    assert usage.cost_usd > 0.0
+
+
 def test_a_profile_with_a_model_gets_a_runner_and_its_subagents_inherit_it(
     llm_runtime: Any,
 ) -> None:
