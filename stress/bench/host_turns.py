@@ -47,7 +47,12 @@ def _warm() -> None:
     import litellm  # noqa: F401
 
 
-VARIANTS = {"no_freeze": _no_freeze, "warm": _warm}
+def _switch_1ms() -> None:
+    """Variant: the host asks the interpreter to switch threads every 1 ms (default 5 ms)."""
+    sys.setswitchinterval(0.001)
+
+
+VARIANTS = {"no_freeze": _no_freeze, "warm": _warm, "switch_1ms": _switch_1ms}
 """What a child may change before it starts (the A/B of what was tried)."""
 
 

@@ -9,10 +9,12 @@ late each 5 ms sleep wakes. The host never calls ``gc.freeze()``.
 
 Contenders, alternated round by round (medians): this checkout; this checkout
 with the freeze after litellm's import turned off (``no_freeze``: what the
-freeze buys); main before issue 21 (its litellm import runs inside the first
-turn, with the collector on). Beside the lag, the cyclic collector's CPU time
-and its longest full pass (thread CPU time, which a busy machine disturbs less
-than the wall-clock lag).
+freeze buys); this checkout in a host that sets ``sys.setswitchinterval(0.001)``
+(``switch_1ms``: how much of the lag is the interpreter's 5 ms thread switch
+interval while the runtime's loop thread runs litellm's CPU work); main before
+issue 21 (its litellm import runs inside the first turn, with the collector on).
+Beside the lag, the cyclic collector's CPU time and its longest full pass
+(thread CPU time, which a busy machine disturbs less than the wall-clock lag).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def run(turns: int, rounds: int, *, baseline: bool = True) -> dict[str, Any]:
         contenders: dict[str, dict[str, Any]] = {"this": {}}
         if baseline:
             contenders["no_freeze"] = {"variant": "no_freeze"}
+            contenders["switch_1ms"] = {"variant": "switch_1ms"}
             if base is not None:
                 contenders[f"main_{BASELINE_COMMIT}"] = {"retinue": base}
         for _ in range(rounds):
