@@ -63,7 +63,9 @@ class LiteLLMRunner:
     answer (its text is published as ``ModelDelta`` events as it arrives; the
     assembled answer is what is stored: see :mod:`retinue.llm.streaming`).
     Every other keyword goes to ``litellm.acompletion`` as it is (litellm's own
-    client retries are off unless ``max_retries`` is given).
+    client retries are off unless ``max_retries`` is given; retinue's own models,
+    ``retinue/...``, are free and say so with litellm's per-call prices,
+    ``input_cost_per_token`` and ``output_cost_per_token`` at 0, unless given).
 
     Raises:
         ConfigurationError: an empty model, a negative count, a non-positive
@@ -144,7 +146,11 @@ class LiteLLMRunner:
 
     def _call_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": self.model}
-        if not self.model.startswith(SCRIPTED_PROVIDER + "/"):
+        if self.model.startswith(SCRIPTED_PROVIDER + "/"):
+            # retinue's own models are free; saying so with each call (litellm's
+            # per-call custom pricing) spares litellm its failed cost-map lookups
+            kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
+        else:
             # retinue owns retries and the deadline (asyncio.wait_for): none in the client.
             kwargs["max_retries"] = 0
         if self.api_base is not None:

@@ -84,6 +84,19 @@ def test_an_unpriced_model_costs_nothing_and_is_priced_once_per_call(
     assert asked == []  # retinue took litellm's answer, it did not ask again
 
 
+def test_the_offline_model_tells_litellm_it_is_free(litellm: ModuleType) -> None:
+    # litellm prices the call at zero instead of failing its cost-map lookups
+    # (the work it spares), and a runner's own pricing keywords still win
+    runner = LiteLLMRunner(SCRIPTED_MODEL)
+    response = asyncio.run(
+        litellm.acompletion(messages=[{"role": "user", "content": "x"}], **runner.calls.kwargs)
+    )
+    assert response._hidden_params["response_cost"] == 0.0
+    priced = LiteLLMRunner(SCRIPTED_MODEL, input_cost_per_token=1e-6)
+    assert priced.calls.kwargs["input_cost_per_token"] == 1e-6
+    assert "input_cost_per_token" not in LiteLLMRunner("openai/gpt-4o-mini").calls.kwargs
+
+
 def test_a_response_litellm_did_not_price_is_priced_through_its_cost_map(
     litellm: ModuleType,
 ) -> None:
