@@ -17,6 +17,7 @@ from retinue.actors.agent import AgentActor
 from retinue.actors.observer import QUIET, TurnWatch
 from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
+from retinue.llm.calls import CallSettings, usage_of
 from retinue.llm.runner import REPAIR_PROMPT
 from retinue.llm.script import script_reply
 from retinue.llm.session import TurnSession
@@ -100,8 +101,6 @@ def test_the_offline_model_tells_litellm_it_is_free(litellm: ModuleType) -> None
 def test_a_response_litellm_did_not_price_is_priced_through_its_cost_map(
     litellm: ModuleType,
 ) -> None:
-    from retinue.llm.calls import CallSettings, usage_of
-
     response = litellm.ModelResponse(
         model="gpt-4o-mini",
         choices=[{"message": {"role": "assistant", "content": "ok"}}],
