@@ -2,7 +2,8 @@
 
 The same rules hold for ``retinue/`` and for the stress suite (``stress/``):
 
-- no module is over :data:`MAX_MODULE_LINES` lines;
+- concepts, not line counts, decide files: a module over :data:`ADVISED_STATEMENTS`
+  statements is reported (printed by the test, never failed) as a smell to discuss;
 - no function (or method) is over :data:`MAX_FUNCTION_LINES` lines, except the
   declarative tables in :data:`TABLES`, each with its reason;
 - no import cycle among a package's modules: every ``import`` counts, also one
@@ -26,7 +27,7 @@ import retinue
 PACKAGE = Path(retinue.__file__).resolve().parent
 ROOT = PACKAGE.parent
 STRESS = ROOT / "stress"
-MAX_MODULE_LINES = 400
+ADVISED_STATEMENTS = 250
 MAX_FUNCTION_LINES = 80
 
 # Functions over the limit that are declarative tables, not sequences of steps.
@@ -157,9 +158,6 @@ def breaks(package: Path = PACKAGE) -> dict[str, str]:
     found: dict[str, str] = {}
     files = dict(modules(package))
     for path in files.values():
-        size = len(path.read_text().splitlines())
-        if size > MAX_MODULE_LINES:
-            found[where(path)] = f"{size} lines (limit {MAX_MODULE_LINES})"
         for name, lines in long_functions(path):
             key = f"{where(path)}:{name}"
             if key not in TABLES:
@@ -168,6 +166,25 @@ def breaks(package: Path = PACKAGE) -> dict[str, str]:
     for cycle in cycles(graph):
         found["cycle: " + " -> ".join(cycle)] = "an import cycle"
     return found
+
+
+def statements(path: Path) -> int:
+    """Return how many statements a module holds (its docstrings and blank lines aside)."""
+    return sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(path.read_text())))
+
+
+def advisory(package: Path = PACKAGE) -> dict[str, int]:
+    """Return the modules of ``package`` over :data:`ADVISED_STATEMENTS` statements."""
+    counts = {where(path): statements(path) for _, path in modules(package)}
+    return {key: n for key, n in sorted(counts.items()) if n > ADVISED_STATEMENTS}
+
+
+def test_large_modules_are_reported_not_refused() -> None:
+    """A large module is a smell to discuss, not a rule: the report is printed (pytest -s)."""
+    for package in (PACKAGE, STRESS):
+        for key, count in advisory(package).items():
+            print(f"advisory: {key} holds {count} statements (advised {ADVISED_STATEMENTS})")
+    assert statements(Path(__file__)) > 0
 
 
 def check_layout(found: dict[str, str], pending: dict[str, str], name: str) -> None:
