@@ -230,14 +230,18 @@ def _watchdog_output(config: pytest.Config) -> Any:
 
 @pytest.fixture(autouse=True)
 def _watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
-    """In the runtime and actors tests, abort the run with every thread's stack if one hangs."""
+    """In the runtime and actors tests, abort the run with every thread's stack if one hangs.
+
+    A test that runs long by design (a state machine's search) names its own bound
+    with ``@pytest.mark.watchdog(seconds)``.
+    """
     # The folders below tests/ only: a checkout's own path may name "runtime" too.
     if not {"runtime", "actors"} & set(request.node.path.resolve().relative_to(TESTS).parts):
         yield
         return
-    faulthandler.dump_traceback_later(
-        TEST_WATCHDOG_S, exit=True, file=_watchdog_output(request.config)
-    )
+    marker = request.node.get_closest_marker("watchdog")
+    seconds = TEST_WATCHDOG_S if marker is None else float(marker.args[0])
+    faulthandler.dump_traceback_later(seconds, exit=True, file=_watchdog_output(request.config))
     yield
     faulthandler.cancel_dump_traceback_later()
 

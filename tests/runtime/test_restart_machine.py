@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,7 @@ MUST_RUN = (
 )
 
 
+@pytest.mark.watchdog(600)  # the search's own bound: it runs long under load
 def test_restart_state_machine() -> None:
     STATS.clear()
     run_state_machine_as_test(RestartMachine, settings=ci_settings(max_examples=40, steps=25))
