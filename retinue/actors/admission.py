@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retinue.actors.core import World
+from retinue.actors.journal import JDeque, JDict, Journaled, claim
 from retinue.actors.transition import Transition
 from retinue.errors import TurnInterrupted
 from retinue.protocol.budgets import budget_error
@@ -43,17 +44,18 @@ class Reservation:
     usd: float | None
 
 
-class Admission:
+class Admission(Journaled):
     """Calls in flight per tree, their estimates, and the calls waiting. Supervisor thread only."""
 
     def __init__(self, world: World) -> None:
         """Admit calls in ``world`` against its limits' budgets."""
+        j = self._journal = world.journal
         self.world = world
-        self.flying: dict[str, Reservation] = {}  # agent id -> its call in flight
-        self.waiting: dict[str, deque[tuple[str, concurrent.futures.Future[Any]]]] = {}
+        self.flying: dict[str, Reservation] = JDict(j)  # agent id -> its call in flight
+        self.waiting: dict[str, deque[tuple[str, concurrent.futures.Future[Any]]]] = JDict(j)
         # Agent or tree id -> its largest call so far, in tokens and in USD.
-        self.largest_tokens: dict[str, int] = {}
-        self.largest_usd: dict[str, float] = {}
+        self.largest_tokens: dict[str, int] = JDict(j)
+        self.largest_usd: dict[str, float] = JDict(j)
 
     def admit(self, tx: Transition, me: AgentRecord) -> None:
         """Admit one call of the sending turn now, or queue it (the answer is deferred).
@@ -69,7 +71,10 @@ class Admission:
         if not queue and self._fits(me, top):
             self._reserve(me, top)
             return
-        self.waiting.setdefault(top, deque()).append((me.id, tx.defer()))
+        queue = self.waiting.get(top)
+        if queue is None:
+            queue = self.waiting[top] = JDeque(self._journal)
+        queue.append((me.id, tx.defer()))
 
     def _spent(self, me: AgentRecord) -> BaseException | None:
         tree = self.world.tree
@@ -118,7 +123,10 @@ class Admission:
             self._admit_waiting(tx, top)
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
-        """The turn of ``agent_id`` ended: its call in flight, or waiting, is forgotten."""
+        """The turn of ``agent_id`` ended: its call in flight, or waiting, is forgotten, and
+        so is its own estimate (its next turn starts from its tree's)."""
+        self.largest_tokens.pop(agent_id, None)
+        self.largest_usd.pop(agent_id, None)
         flew = self.flying.pop(agent_id, None)
         top = flew.top if flew is not None else self.world.tree.top_of.get(agent_id)
         if top is None:
@@ -127,10 +135,15 @@ class Admission:
         if queue:
             for entry in [e for e in queue if e[0] == agent_id]:
                 queue.remove(entry)
-                if entry[1].set_running_or_notify_cancel():
+                if claim(self._journal, entry[1]):
                     tx.answer(entry[1], why)
         if flew is not None or queue:
             self._admit_waiting(tx, top)
+
+    def forget_tree(self, top: str) -> None:
+        """The top-level agent ``top`` closed (its tree with it): forget the tree's estimate."""
+        self.largest_tokens.pop(top, None)
+        self.largest_usd.pop(top, None)
 
     def _admit_waiting(self, tx: Transition, top: str) -> None:
         """Admit the tree's waiting calls, oldest first, while they fit (or refuse spent ones)."""
@@ -146,7 +159,7 @@ class Admission:
             if error is None and not self._fits(me, top):
                 break
             queue.popleft()
-            if not future.set_running_or_notify_cancel():
+            if not claim(self._journal, future):
                 continue
             if error is None:
                 self._reserve(me, top)

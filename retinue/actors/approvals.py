@@ -24,6 +24,7 @@ import msgspec
 
 from retinue.actors.commands import AwaitApproval, ExpireApprovals
 from retinue.actors.core import World, require_str
+from retinue.actors.journal import JDict, Journaled, claim
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
 from retinue.errors import (
@@ -49,7 +50,7 @@ __all__ = ["Approvals", "Parked", "pending_requests"]
 _encode = msgspec.msgpack.Encoder().encode
 
 
-@dataclass
+@dataclass(frozen=True)
 class Parked:
     """A live turn parked for approvals: its reply, generation and requests, in call order."""
 
@@ -82,16 +83,18 @@ def _in_subtree(agents: dict[str, AgentRecord], agent_id: str, root_id: str) -> 
     return False
 
 
-class Approvals:
+class Approvals(Journaled):
     """Every approval request and the turns parked on them. Supervisor thread only."""
 
     def __init__(self, world: World, scheduler: Scheduler) -> None:
         """Keep the requests of ``world``; parked turns get their slot from ``scheduler``."""
+        j = self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
-        self.records: dict[str, ApprovalRecord] = {}
-        self.by_agent: dict[str, list[str]] = {}  # agent id -> its request ids, oldest first
-        self.parked: dict[str, Parked] = {}  # agent id -> its parked live turn
+        self.records: dict[str, ApprovalRecord] = JDict(j)
+        # Agent id -> its request ids, oldest first.
+        self.by_agent: dict[str, tuple[str, ...]] = JDict(j)
+        self.parked: dict[str, Parked] = JDict(j)  # agent id -> its parked live turn
 
     def load(self, records: list[ApprovalRecord]) -> None:
         """Index the requests a restore found (before the supervisor serves)."""
@@ -101,7 +104,7 @@ class Approvals:
     def _index(self, record: ApprovalRecord) -> None:
         request = record.request
         if request.id not in self.records:
-            self.by_agent.setdefault(request.agent_id, []).append(request.id)
+            self.by_agent[request.agent_id] = (*self.by_agent.get(request.agent_id, ()), request.id)
         self.records[request.id] = record
 
     def _put(self, record: ApprovalRecord) -> None:
@@ -251,7 +254,7 @@ class Approvals:
         parked = self.parked.get(agent_id)
         if parked is not None and parked.generation == generation:
             del self.parked[agent_id]
-            if not parked.future.set_running_or_notify_cancel():
+            if not claim(self._journal, parked.future):
                 return
             answers = [self.records[i] for i in parked.ids]
             world = self.world
@@ -323,7 +326,7 @@ class Approvals:
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: fail its park and cancel its pending requests."""
         parked = self.parked.pop(agent_id, None)
-        if parked is not None and parked.future.set_running_or_notify_cancel():
+        if parked is not None and claim(self._journal, parked.future):
             tx.answer(parked.future, why)
         for request_id in self.by_agent.get(agent_id, ()):
             record = self.records[request_id]
@@ -347,7 +350,7 @@ class Approvals:
             if agent_id in agents and not old:
                 continue
             del self.records[request_id]
-            kept = [i for i in self.by_agent.get(agent_id, ()) if i != request_id]
+            kept = tuple(i for i in self.by_agent.get(agent_id, ()) if i != request_id)
             if kept:
                 self.by_agent[agent_id] = kept
             else:

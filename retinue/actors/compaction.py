@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import msgspec
 
+from retinue.actors.journal import Journal, Journaled
 from retinue.actors.tree import Tree
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentState
@@ -54,7 +55,7 @@ def retention_slack(keep: int) -> int:
     return max(MIN_SLACK, keep // 10)
 
 
-class Retention:
+class Retention(Journaled):
     """Enforces the retention counts when they are crossed, cheaply and amortised.
 
     The check is O(1); a compaction runs only once the closed agents (or read
@@ -62,8 +63,11 @@ class Retention:
     had to keep, by :func:`retention_slack`. Supervisor thread only.
     """
 
-    def __init__(self, limits: Limits) -> None:
-        """Track retention for ``limits``."""
+    _config = frozenset({"limits"})
+
+    def __init__(self, limits: Limits, journal: Journal | None = None) -> None:
+        """Track retention for ``limits`` (its counters journaled by ``journal``)."""
+        self._journal = journal if journal is not None else Journal()
         self.limits = limits
         self._kept_agents = 0  # closed agents the last compaction could not remove
         self._kept_messages = 0

@@ -23,6 +23,7 @@ from retinue.actors.commands import Host, Sender
 from retinue.actors.engine import Engine
 from retinue.actors.events import EventBus
 from retinue.actors.executor import Executor
+from retinue.actors.journal import Journal, Journaled
 from retinue.actors.observer import Observer, Spans
 from retinue.actors.profile import Profile
 from retinue.actors.transition import Transition, resolve_future
@@ -220,7 +221,7 @@ def find_agent(tree: Tree, base: str, ref: Any, field: str = "ref") -> AgentReco
     return tree.agents[agent_id]
 
 
-class World:
+class World(Journaled):
     """The supervisor's shared state and lookups. Supervisor thread only.
 
     Attributes:
@@ -232,7 +233,24 @@ class World:
             input in a transcript (a turn that ends before it did gives it back).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
+        journal: records every change a command makes to the supervisor's
+            memory, so a command that fails is undone (:mod:`retinue.actors.journal`).
     """
+
+    _config = frozenset(
+        {
+            "store",
+            "profiles",
+            "runners",
+            "limits",
+            "bus",
+            "observer",
+            "engine",
+            "executor",
+            "runner_is_async",
+            "runner_holds_input",
+        }
+    )
 
     def __init__(
         self,
@@ -249,6 +267,7 @@ class World:
     ) -> None:
         """Gather the store, tree, profiles, limits, bus, engine and the runners' executors
         (``spans``: where turns' spans go, when the runtime traces)."""
+        self._journal = tree.journal
         self.store = store
         self.tree = tree
         self.profiles = profiles
@@ -265,6 +284,11 @@ class World:
         }
         self.closing = False
         self.restoring = False
+
+    @property
+    def journal(self) -> Journal:
+        """The one journal of every change the supervisor's parts make (the tree's)."""
+        return self._journal
 
     # -- lookups --------------------------------------------------------------
 

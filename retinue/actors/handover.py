@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from retinue.actors.journal import Journal
 
 __all__ = ["Handover"]
 
@@ -35,19 +38,40 @@ _MISSING: Any = object()
 
 
 class Handover(Generic[T]):
-    """Values handed to waits (keyed by the wait's reply) and not received yet; thread-safe."""
+    """Values handed to waits (keyed by the wait's reply) and not received yet; thread-safe.
+
+    The supervisor's changes (:meth:`hand`, :meth:`consume`, :meth:`take_back`
+    with a ``journal``) are part of its command's transaction: the ledger's
+    lock is held until the command is kept or rolled back, so a waiter never
+    receives (or misses) something a failed command then undoes.
+    """
 
     __slots__ = ("_held", "_kept", "_lock")
 
     def __init__(self) -> None:
         """Start with nothing handed."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._held: dict[Key, T] = {}
         self._kept: list[T] = []
 
-    def hand(self, key: Key, value: T) -> None:
+    def _journal(self, journal: Journal | None) -> Journal | None:
+        """Hold the lock for ``journal``'s command, if a command is being served."""
+        if journal is None or not journal.active:
+            return None
+        journal.hold(self._lock)
+        return journal
+
+    def _restore(self, held: dict[Key, T], kept: list[T]) -> None:
+        """Undo a take: put ``held`` and ``kept`` back as they were."""
+        self._held = {**held, **self._held}
+        self._kept[:0] = kept
+
+    def hand(self, key: Key, value: T, journal: Journal | None = None) -> None:
         """Record that ``value`` was handed to the wait answered on ``key``."""
         with self._lock:
+            tx = self._journal(journal)
+            if tx is not None:
+                tx.note(self._held.pop, key, None)
             self._held[key] = value
 
     def receive(self, key: Key, *, keep: bool = False) -> bool:
@@ -65,24 +89,37 @@ class Handover(Generic[T]):
                 self._kept.append(value)
             return True
 
-    def consume(self) -> list[T]:
+    def consume(self, journal: Journal | None = None) -> list[T]:
         """Forget (and return) what was received and kept: its waiter stored it."""
         with self._lock:
+            tx = self._journal(journal)
+            if tx is not None and self._kept:
+                tx.note(self._restore, {}, list(self._kept))
             kept, self._kept = self._kept, []
         return kept
 
-    def take_back(self, key: Key | None = None) -> list[T]:
+    def take_back(self, key: Key | None = None, journal: Journal | None = None) -> list[T]:
         """Take back what no waiter received: the value of ``key``, or of every wait (None).
 
         Every wait's also takes what was received and kept but not consumed.
         """
         with self._lock:
+            tx = self._journal(journal)
             if key is None:
+                if tx is not None and (self._held or self._kept):
+                    tx.note(self._restore, dict(self._held), list(self._kept))
                 held, self._held = self._held, {}
                 kept, self._kept = self._kept, []
                 return [*kept, *held.values()]
+            if tx is not None and key in self._held:
+                tx.note(self._restore, {key: self._held[key]}, [])
             value = self._held.pop(key, _MISSING)
         return [] if value is _MISSING else [value]
+
+    def __journal_snapshot__(self) -> tuple[list[tuple[int, T]], list[T]]:
+        """What the ledger holds, for the journal's before-and-after pictures."""
+        with self._lock:
+            return [(id(k), v) for k, v in self._held.items()], list(self._kept)
 
     def __len__(self) -> int:
         """How many handed values are not received (or not consumed) yet."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
+from retinue.actors.journal import JDict, JList, Journaled, claim
 from retinue.actors.transition import Transition
 from retinue.actors.tree_keys import HOST_KEY
 from retinue.actors.waiting import timed_out
@@ -87,15 +88,16 @@ class HostWaiter:
     lease: str | None = None
 
 
-class HostWaits:
+class HostWaits(Journaled):
     """Every blocked host wait, and how each one is answered."""
 
     def __init__(self, world: World) -> None:
         """Keep the host's waits on ``world``."""
+        j = self._journal = world.journal
         self.world = world
-        self.host: dict[str, list[HostWaiter]] = {}
-        self.inbox: list[HostWaiter] = []  # host waits for messages to /root
-        self.idle: list[HostWaiter] = []  # host waits for the runtime to go quiescent
+        self.host: dict[str, list[HostWaiter]] = JDict(j)
+        self.inbox: list[HostWaiter] = JList(j)  # host waits for messages to /root
+        self.idle: list[HostWaiter] = JList(j)  # host waits for the runtime to go quiescent
 
     # -- waits on agents ----------------------------------------------------------------
 
@@ -121,7 +123,10 @@ class HostWaits:
         idle = self.nothing_to_wait_for(record)
         if idle is not None:
             raise idle
-        self.host.setdefault(record.id, []).append(HostWaiter(tx.defer(), lease))
+        waiters = self.host.get(record.id)
+        if waiters is None:
+            waiters = self.host[record.id] = JList(self._journal)
+        waiters.append(HostWaiter(tx.defer(), lease))
         self.serve_host(tx, record.id)
         return None
 
@@ -218,7 +223,7 @@ class HostWaits:
                 continue
             for waiter in self.host.pop(agent_id):
                 future = waiter.future
-                if future.set_running_or_notify_cancel():
+                if claim(self._journal, future):
                     tx.answer(future, error)
 
     def serve_host(self, tx: Transition, agent_id: str) -> None:
@@ -237,7 +242,7 @@ class HostWaits:
                 break
             waiter = waiters.pop(0)
             future = waiter.future
-            if not future.set_running_or_notify_cancel():
+            if not claim(self._journal, future):
                 continue
             pending = done[generation]
             if not pending.delivered and pending.recipient_id is None:
@@ -257,7 +262,7 @@ class HostWaits:
             )
             for waiter in self.host.pop(agent_id):
                 future = waiter.future
-                if future.set_running_or_notify_cancel():
+                if claim(self._journal, future):
                     tx.answer(future, closed)
 
     def give_back(self, tx: Transition, events: Iterable[Message | Completion]) -> None:
@@ -315,7 +320,7 @@ class HostWaits:
         self._unreceive(tx, completion.agent_id, completion.generation)
         return True
 
-    def give_up_host(self, command: GiveUpWait) -> None:
+    def give_up_host(self, tx: Transition, command: GiveUpWait) -> None:
         """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered.
 
         An inbox wait (``rt.messages``) ends with no messages instead.
@@ -324,16 +329,16 @@ class HostWaits:
         for waiter in self.idle:
             if waiter.future is future:
                 self.idle.remove(waiter)
-                if future.set_running_or_notify_cancel():
-                    future.set_exception(
-                        WaitTimeout(f"the runtime did not go idle within {seconds:g} s")
+                if claim(self._journal, future):
+                    tx.answer(
+                        future, WaitTimeout(f"the runtime did not go idle within {seconds:g} s")
                     )
                 return
         for waiter in self.inbox:
             if waiter.future is future:
                 self.inbox.remove(waiter)
-                if future.set_running_or_notify_cancel():
-                    future.set_result([])
+                if claim(self._journal, future):
+                    tx.answer(future, [])
                 return
         for agent_id, waiters in list(self.host.items()):
             mine = [w for w in waiters if w.future is future]
@@ -341,12 +346,25 @@ class HostWaits:
                 waiters.remove(mine[0])
                 if not waiters:
                     del self.host[agent_id]
-                if future.set_running_or_notify_cancel():
+                if claim(self._journal, future):
                     record = self.world.tree.agents[agent_id]
-                    future.set_exception(
-                        self.nothing_to_wait_for(record) or timed_out(record.path, seconds)
+                    tx.answer(
+                        future, self.nothing_to_wait_for(record) or timed_out(record.path, seconds)
                     )
                 return
+
+    def drop_wait(
+        self, tx: Transition, future: concurrent.futures.Future[Any], error: RetinueError
+    ) -> None:
+        """End the host wait answered on ``future`` (any kind) with ``error``, if it is blocked."""
+        for waiters in (self.idle, self.inbox, *self.host.values()):
+            for waiter in list(waiters):
+                if waiter.future is future:
+                    waiters.remove(waiter)
+                    if claim(self._journal, future):
+                        tx.answer(future, error)
+        for agent_id in [a for a, waiters in self.host.items() if not waiters]:
+            del self.host[agent_id]
 
     # -- quiescence -------------------------------------------------------------------
 
@@ -358,9 +376,9 @@ class HostWaits:
         """Answer every wait for quiescence once ``quiet`` says the runtime is."""
         if not quiet or not self.idle:
             return
-        waiters, self.idle = self.idle, []
+        waiters, self.idle = self.idle, JList(self._journal)
         for waiter in waiters:
-            if waiter.future.set_running_or_notify_cancel():
+            if claim(self._journal, waiter.future):
                 tx.answer(waiter.future, None)
 
     # -- the host's inbox ----------------------------------------------------------
@@ -376,7 +394,7 @@ class HostWaits:
         unread = world.tree.unread(HOST_KEY)
         while unread and self.inbox:
             future = self.inbox.pop(0).future
-            if not future.set_running_or_notify_cancel():
+            if not claim(self._journal, future):
                 continue
             taken = [world.take_message(record) for record in unread]
             tx.answer(future, taken)
@@ -387,13 +405,13 @@ class HostWaits:
     def fail_hosts(self, tx: Transition, why: RetinueError) -> None:
         """End every host wait with ``why`` (the runtime closes)."""
         for waiter in [*self.inbox, *self.idle]:
-            if waiter.future.set_running_or_notify_cancel():
+            if claim(self._journal, waiter.future):
                 tx.answer(waiter.future, why)
         self.inbox.clear()
         self.idle.clear()
         for waiters in self.host.values():
             for waiter in waiters:
                 future = waiter.future
-                if future.set_running_or_notify_cancel():
+                if claim(self._journal, future):
                     tx.answer(future, why)
         self.host.clear()

@@ -23,6 +23,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.core import World, info_of
 from retinue.actors.host_waits import HostWaits
+from retinue.actors.journal import Journaled
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.supervision import Supervision
@@ -60,7 +61,7 @@ _LIVE = frozenset({AgentState.RUNNING, AgentState.AWAITING_APPROVAL})
 """States of an agent whose turn has a runner (parked for approval, after a reopen, none)."""
 
 
-class Lifecycle:
+class Lifecycle(Journaled):
     """How turns end and agents close."""
 
     def __init__(
@@ -74,6 +75,7 @@ class Lifecycle:
     ) -> None:
         """Act on ``world`` through the scheduler, the turn and host waits, the router and
         supervision (restarts, approvals, call admission)."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
         self.waiters = waiters
@@ -165,7 +167,7 @@ class Lifecycle:
         self._release(tx, record.id, why)
         if turn is None:
             return
-        unseen = [event for held in turn.handover.take_back() for event in held]
+        unseen = [event for held in turn.handover.take_back(None, self._journal) for event in held]
         if not turn.runner_started or held:
             unseen += _inputs(turn)
         self.router.give_back(tx, record.id, unseen)
@@ -181,9 +183,9 @@ class Lifecycle:
         handle = self.scheduler.turns.get(agent_id)
         if handle is None:
             return False
-        unstored = [event for held in handle.turn.handover.consume() for event in held]
+        unstored = [event for held in handle.turn.handover.consume(self._journal) for event in held]
         if handle.holds_input:
-            handle.holds_input = False
+            self.scheduler.input_stored(agent_id)
             unstored += _inputs(handle.turn)
         if not unstored:
             return False
@@ -309,23 +311,54 @@ class Lifecycle:
         runner ran; a turn parked for approval too, whose requests are
         cancelled).
         """
-        error = INTERRUPTED_RUNNING
-        if record.state is AgentState.STARTING:
-            error = INTERRUPTED_QUEUED
-            self.scheduler.unqueue(record.id)
-        elif record.state in _LIVE:  # running, or parked for approval
-            self._cancel(tx, record, TurnInterrupted(f"{record.path} was interrupted"))
-        elif record.state is AgentState.RESTARTING:  # its next attempt never ran
-            error = INTERRUPTED_QUEUED
-            self.supervision.restarts.cancel(tx, record.id)
-        else:
+        ran = self._stop_turn(tx, record, TurnInterrupted(f"{record.path} was interrupted"))
+        if ran is None:
             return record
+        error = INTERRUPTED_RUNNING if ran else INTERRUPTED_QUEUED
         record = self.world.update(
             record, state=AgentState.INTERRUPTED, output=None, error=error, restart_due_at=None
         )
         self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
         self.scheduler.pump(tx)
         return record
+
+    def _stop_turn(self, tx: Transition, record: AgentRecord, why: TurnInterrupted) -> bool | None:
+        """Stop ``record``'s queued, running, parked or restarting turn; return whether a
+        runner ran it (None: the agent has no such turn)."""
+        if record.state is AgentState.STARTING:
+            self.scheduler.unqueue(record.id)
+            return False
+        if record.state in _LIVE:  # running, or parked for approval
+            self._cancel(tx, record, why)
+            return True
+        if record.state is AgentState.RESTARTING:  # its next attempt never ran
+            self.supervision.restarts.cancel(tx, record.id)
+            return False
+        return None
+
+    def fail_turn(self, tx: Transition, agent_id: str, error: str) -> None:
+        """End ``agent_id``'s turn ``failed`` with ``error``, whatever it was doing; no restart.
+
+        The repair of a command that failed (:mod:`retinue.actors.rescue`): the
+        turn is stopped as an interrupt would stop it, and its one completion
+        is routed as a failure's, waking its recipient as a failure would.
+        """
+        record = self.world.tree.agents.get(agent_id)
+        if record is None:
+            return
+        why = TurnInterrupted(f"{record.path}: {error}")
+        if self._stop_turn(tx, record, why) is None:
+            return
+        record = self.world.update(
+            record,
+            state=AgentState.FAILED,
+            output=None,
+            error=bounded_text(error, self.world.limits.output_max_bytes),
+            restart_due_at=None,
+        )
+        self.router.emit_completion(tx, record, CompletionStatus.FAILED)
+        self.scheduler.pump(tx)
+        self.router.maybe_wake(tx, record.id)
 
     # -- closing --------------------------------------------------------------------------
 
@@ -348,6 +381,8 @@ class Lifecycle:
                 path=record.path,
             )
         record = self.interrupt_turn(tx, record)
+        if record.parent_id is None:  # its tree closes with it: no call of it is estimated
+            self.supervision.admission.forget_tree(record.id)
         now = time.time()
         record = self.world.update(record, state=AgentState.CLOSED, closed_at=now, updated_at=now)
         tx.emit(AgentClosedEvent(agent_id=record.id, path=record.path, at=now))

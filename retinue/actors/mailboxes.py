@@ -14,6 +14,7 @@ import time
 from retinue.actors.commands import Send
 from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
+from retinue.actors.journal import Journaled
 from retinue.actors.transition import Transition
 from retinue.actors.tree_keys import HOST_KEY
 from retinue.actors.waiters import ChildWait, Waiters
@@ -26,11 +27,12 @@ from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecor
 __all__ = ["Mailboxes"]
 
 
-class Mailboxes:
+class Mailboxes(Journaled):
     """Sends, and the inbox of a starting turn."""
 
     def __init__(self, world: World, waiters: Waiters, hosts: HostWaits) -> None:
         """Deliver in ``world``; waiting turns are ``waiters``, the host's inbox is ``hosts``."""
+        self._journal = world.journal
         self.world = world
         self.waiters = waiters
         self.hosts = hosts

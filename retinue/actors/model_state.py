@@ -13,6 +13,7 @@ from __future__ import annotations
 from retinue.actors.admission import Admission
 from retinue.actors.commands import LlmStep
 from retinue.actors.core import World
+from retinue.actors.journal import Journaled
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.protocol.messages import Usage
@@ -21,11 +22,12 @@ from retinue.protocol.records import AgentRecord
 __all__ = ["ModelState"]
 
 
-class ModelState:
+class ModelState(Journaled):
     """Model turns' transcripts and usage, over one world. Supervisor thread only."""
 
     def __init__(self, world: World, scheduler: Scheduler, admission: Admission) -> None:
         """Serve over ``world``: turns run on ``scheduler``, model calls end in ``admission``."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
         self.admission = admission
@@ -46,10 +48,11 @@ class ModelState:
             tree.put_transcript(me.id, transcript)
         handle = self.scheduler.turns.get(me.id)
         if command.takes_input and handle is not None and handle.holds_input:
-            handle.holds_input = False  # the turn's input is the transcript's now
+            self.scheduler.input_stored(me.id)  # the turn's input is the transcript's now
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
         if transcript is not None and handle is not None:  # so are its waits' receipts
-            stored = [event for held in handle.turn.handover.consume() for event in held]
+            receipts = handle.turn.handover.consume(self._journal)
+            stored = [event for held in receipts for event in held]
             tree.consume_inputs(me.id, me.generation, stored)
         if usage != Usage():
             me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from retinue.actors.commands import FireRestarts
 from retinue.actors.core import World
+from retinue.actors.journal import JDict, Journaled
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.protocol.messages import AgentState, TurnRestarting
@@ -38,16 +39,19 @@ SettleFailed = Callable[[Transition, AgentRecord, str], None]
 """``settle_failed(tx, record, error)``: end ``record``'s task ``failed`` with its completion."""
 
 
-class Restarts:
+class Restarts(Journaled):
     """Pending restarts, their timers, and the policy's decisions. Supervisor thread only."""
+
+    _config = frozenset({"world", "rng"})
 
     def __init__(self, world: World, scheduler: Scheduler, settle_failed: SettleFailed) -> None:
         """Restart in ``world``; turns start on ``scheduler``; a task that cannot go on
         ends through ``settle_failed``."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
         self._settle_failed = settle_failed
-        self.due: dict[str, float] = {}  # agent id -> when its pending restart runs
+        self.due: dict[str, float] = JDict(world.journal)  # agent id -> when its restart runs
         self.rng = random.Random()
 
     def policy(self, record: AgentRecord, on: str) -> Restart | None:

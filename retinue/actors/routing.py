@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
+from retinue.actors.journal import Journaled, JSet
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.actors.waiters import Waiters
@@ -31,18 +32,19 @@ from retinue.protocol.records import AgentRecord, CompletionRecord
 __all__ = ["Router"]
 
 
-class Router:
+class Router(Journaled):
     """Completions and wakes."""
 
     def __init__(
         self, world: World, scheduler: Scheduler, waiters: Waiters, hosts: HostWaits
     ) -> None:
         """Route in ``world``; wakes queue turns on ``scheduler``; waits are in the two others."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
         self.waiters = waiters
         self.hosts = hosts
-        self.held_wakes: set[str] = set()
+        self.held_wakes: set[str] = JSet(world.journal)
 
     # -- wakes ------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ loop that sends :class:`~retinue.actors.commands.ExpireTurn`.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import itertools
 import time
 from collections import deque
@@ -31,6 +32,7 @@ from retinue.actors.agent import AgentActor
 from retinue.actors.commands import ExpireTurn, Settle, TurnRef
 from retinue.actors.core import World, info_of
 from retinue.actors.engine import handed_events
+from retinue.actors.journal import JDeque, JDict, Journaled, JSet
 from retinue.actors.transition import Transition
 from retinue.actors.turn import Turn
 from retinue.errors import TurnInterrupted
@@ -51,9 +53,12 @@ Inbox = Callable[[Transition, AgentRecord], list[Message]]
 StartFailed = Callable[[Transition, AgentRecord, str], None]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnHandle:
-    """The supervisor's grip on a running turn: its generation, context and actor."""
+    """The supervisor's grip on a running turn: its generation, context and actor.
+
+    Frozen: a change is a new handle in :attr:`Scheduler.turns` (journaled).
+    """
 
     generation: int
     turn: Turn
@@ -64,7 +69,7 @@ class TurnHandle:
     holds_input: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class SlotRequest:
     """A turn back from a wait, queued for a slot; ``take(tx)`` claims its event."""
 
@@ -73,28 +78,40 @@ class SlotRequest:
     take: Callable[[Transition], Any] | None
 
 
-class Scheduler:
+class Scheduler(Journaled):
     """Turn slots, the queue of starting turns, and the running turns' handles."""
+
+    _config = frozenset({"world", "_order"})
 
     def __init__(self, world: World, *, inbox: Inbox, start_failed: StartFailed) -> None:
         """Schedule turns in ``world``; ``inbox`` and ``start_failed`` as above."""
+        j = self._journal = world.journal
         self.world = world
         self._inbox = inbox
         self._start_failed = start_failed
-        self.active: set[str] = set()
+        self.active: set[str] = JSet(j)
         # Queued turns, sync (False) and async (True) apart: (arrival order, agent id).
-        self.queues: dict[bool, deque[tuple[int, str]]] = {False: deque(), True: deque()}
-        self._order = itertools.count()
-        self.pending_turn: dict[str, tuple[str, str, int]] = {}  # id -> (task, reason, order)
+        self.queues: dict[bool, deque[tuple[int, str]]] = JDict(
+            j, {False: JDeque(j), True: JDeque(j)}
+        )
+        self._order = itertools.count()  # numbers a rolled-back command took are skipped
+        self.pending_turn: dict[str, tuple[str, str, int]] = JDict(j)  # id -> (task, reason, order)
         # The span that caused a queued turn (a follow-up's, a waking child's), for its link.
-        self.causes: dict[str, str] = {}
-        self.turns: dict[str, TurnHandle] = {}
-        self.reacquire: deque[SlotRequest] = deque()
+        self.causes: dict[str, str] = JDict(j)
+        self.turns: dict[str, TurnHandle] = JDict(j)
+        self.reacquire: deque[SlotRequest] = JDeque(j)
         self._settle = self._settle_teller()  # how every runner reports back
         # Sync turns cancelled while their runner still runs: (agent id, generation).
-        self.abandoned: set[tuple[str, int]] = set()
+        self.abandoned: set[tuple[str, int]] = JSet(j)
         # Turns whose runner has not reported back yet (every runner reports, once).
-        self.unreported: set[tuple[str, int]] = set()
+        self.unreported: set[tuple[str, int]] = JSet(j)
+
+    def input_stored(self, agent_id: str) -> None:
+        """The running turn of ``agent_id`` stored its input (a model runner's transcript):
+        a turn that ends from now on has nothing to give back."""
+        handle = self.turns.get(agent_id)
+        if handle is not None and handle.holds_input:
+            self.turns[agent_id] = dataclasses.replace(handle, holds_input=False)
 
     def would_start(self, profile: str) -> bool:
         """Whether a turn of ``profile`` queued now would start at once (a slot and a thread)."""
@@ -324,7 +341,7 @@ class Scheduler:
         handle = self.turns.get(agent_id)
         events = handed_events(value)
         if handle is not None and events:
-            handle.turn.handover.hand(future, events)
+            handle.turn.handover.hand(future, events, self._journal)
 
     def yield_slot(self, tx: Transition, agent_id: str) -> None:
         """A turn starts waiting: its slot goes to others meanwhile."""
@@ -339,7 +356,9 @@ class Scheduler:
             for request in self.reacquire:
                 if request.agent_id == agent_id:  # its event stays pending
                     tx.answer(request.future, why)
-            self.reacquire = deque(r for r in self.reacquire if r.agent_id != agent_id)
+            self.reacquire = JDeque(
+                self._journal, (r for r in self.reacquire if r.agent_id != agent_id)
+            )
 
     def unqueue(self, agent_id: str) -> None:
         """Forget a queued turn that has not started (its queue entry is dropped when reached)."""
@@ -357,7 +376,7 @@ class Scheduler:
         handle = self.turns.get(record.id)
         if handle is None:
             return None
-        started = handle.turn.cancel()
+        started = handle.turn.cancel(self._journal)
         if started and handle.sync and not handle.turn.runner_returned:
             self.abandoned.add((record.id, handle.generation))
             tx.emit(

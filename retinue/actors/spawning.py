@@ -14,6 +14,7 @@ from typing import Any
 
 from retinue.actors.commands import Spawn, SpawnRequest
 from retinue.actors.core import World, info_of, require_str
+from retinue.actors.journal import Journaled
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.actors.tree_keys import spawn_key
@@ -38,11 +39,12 @@ from retinue.protocol.records import AgentRecord
 __all__ = ["Spawner"]
 
 
-class Spawner:
+class Spawner(Journaled):
     """Checks and records new agents; their first turns go to the scheduler."""
 
     def __init__(self, world: World, scheduler: Scheduler) -> None:
         """Spawn into ``world``, queueing first turns on ``scheduler``."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
 
@@ -120,7 +122,9 @@ class Spawner:
                 path=None if me is None else me.path,
             )
         results: list[AgentInfo | RetinueError] = []
+        journal = self.world.journal
         for request in requests:
+            mark = journal.savepoint()  # a refused child changes nothing; the others stand
             try:
                 results.append(
                     self._spawn(
@@ -133,6 +137,7 @@ class Spawner:
                     )
                 )
             except RetinueError as exc:
+                journal.roll_back_to(mark)
                 results.append(exc)
         return results
 

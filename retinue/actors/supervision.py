@@ -26,6 +26,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.commands import Approvals as ListApprovals
 from retinue.actors.core import World, sending_turn
+from retinue.actors.journal import Journaled
 from retinue.actors.restarts import Restarts
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
@@ -38,11 +39,12 @@ from retinue.protocol.text import bounded_text
 __all__ = ["Supervision"]
 
 
-class Supervision:
+class Supervision(Journaled):
     """Restarts, approvals and call admission, over one world. Supervisor thread only."""
 
     def __init__(self, world: World, scheduler: Scheduler, router: Router) -> None:
         """Compose the parts; turns start on ``scheduler``, completions go through ``router``."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
         self.router = router

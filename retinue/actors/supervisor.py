@@ -19,8 +19,12 @@
 It serves each typed command (:mod:`retinue.actors.commands`) in one
 ``match``; every command writes into its own
 :class:`~retinue.actors.transition.Transition` (store writes, events, effects
-after the commit). The transitions it served while its inbox had more go to
-the store's writer as one group (group commit,
+after the commit) and is one transaction: a handler that raises is rolled
+back, memory included (:mod:`retinue.actors.journal`), and a refused command
+changes nothing; an unexpected exception is answered with
+:class:`~retinue.errors.InternalError`, and a turn it would leave with nothing
+to carry it on ends ``failed`` (:mod:`retinue.actors.rescue`). The transitions
+it served while its inbox had more go to the store's writer as one group (group commit,
 :func:`~retinue.actors.transition.hand_over`) and are answered once committed.
 What a crash left is recovered before it serves
 (:func:`~retinue.actors.recovery.recover`);
@@ -105,6 +109,7 @@ from retinue.actors.model_state import ModelState
 from retinue.actors.observer import Spans
 from retinue.actors.profile import Profile
 from retinue.actors.recovery import recover
+from retinue.actors.rescue import Rescue, internal_error
 from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.spawning import Spawner
@@ -168,6 +173,26 @@ class Supervisor:
         )
         self.models = ModelState(self.world, self.scheduler, self.supervision.admission)
         self.upkeep = Upkeep(self.world, self.supervision.approvals)
+        self.rescue = Rescue(
+            self.world,
+            self.scheduler,
+            self.lifecycle,
+            self.supervision,
+            self.hosts,
+            parts=(
+                self.world,
+                self.scheduler,
+                self.waiters,
+                self.hosts,
+                self.mailboxes,
+                self.router,
+                self.spawner,
+                self.supervision,
+                self.lifecycle,
+                self.models,
+                self.upkeep,
+            ),
+        )
         self._group: list[tuple[Transition, SupervisorCommand]] = []  # served, not yet handed over
         self.on_command: CommandTimer | None = None  # told each command's seconds, if set
 
@@ -192,6 +217,9 @@ class Supervisor:
         world = self.world
         tx = Transition(envelope.reply, record_events=world.bus.active)
         tx.trace = envelope.trace
+        journal = world.journal
+        journal.begin(type(command).__name__)
+        before = self.rescue.picture() if journal.armed else None  # a test's injected fault
         try:
             if world.closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")
@@ -199,12 +227,25 @@ class Supervisor:
             self.router.wake_drained(tx)
             self.hosts.end_idle_host_waits(tx)
             self.hosts.serve_idle(tx, last and self.supervision.quiet())
-        except (RetinueError, TurnInterrupted) as exc:
+            tx.writes = world.tree.take_writes()
+            journal.keep()
+        except (RetinueError, TurnInterrupted) as exc:  # refused: nothing changed
+            self.rescue.roll_back(tx)
             tx.result = exc
-        except Exception as exc:  # a bug must answer the caller, not kill the supervisor
-            log.exception("supervisor command %r failed", command)
-            tx.result = exc
-        tx.writes = world.tree.take_writes()
+        except Exception as exc:  # a bug: undone, answered, and no agent left stranded
+            log.exception("supervisor command %r failed; it was rolled back", command)
+            self.rescue.roll_back(tx)
+            error = tx.result = internal_error(command, exc)
+            exact = before is not None and before == self.rescue.picture()
+            second = self.rescue.rescue(command, error)
+            if before is not None:  # a test's fault: how it went, for the test to check
+                self.rescue.faults.append((type(command).__name__, exact, self.rescue.rescued))
+            if second is not None:  # the turns it stranded, ended failed: committed after it
+                self._group.append((tx, command))
+                tx = second
+        except BaseException:
+            self.rescue.roll_back(tx)
+            raise
         self._group.append((tx, command))
         if last or len(self._group) >= world.store.max_group:
             self.commit()
@@ -250,7 +291,7 @@ class Supervisor:
             case RunMany():
                 return self._run_many(tx, sending_turn(me), command)
             case GiveUpWait(sender=Host()):
-                return self.hosts.give_up_host(command)
+                return self.hosts.give_up_host(tx, command)
             case GiveUpWait(sender=TurnRef(agent_id=agent_id)):
                 return self.waiters.give_up(tx, agent_id, command)
             case GiveUpWait():

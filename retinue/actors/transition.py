@@ -116,6 +116,20 @@ class Transition:
         if self._record_events:
             self.events.append(event)
 
+    def discard(self) -> None:
+        """Drop everything the command did (it failed and was rolled back): its writes,
+        events, effects and other callers' answers; stop the actors it started."""
+        for actor in self.started:  # their turns were never recorded
+            actor.stop()
+        self.started = []
+        self.writes = []
+        self.events = []
+        self.effects = []
+        self.answers = []
+        self.deferred = False
+        self.drained = set()
+        self.idle_hosts = set()
+
     def defer(self) -> concurrent.futures.Future[Any]:
         """Hand the reply to a waiter: the commit will not answer it; return it."""
         self.deferred = True

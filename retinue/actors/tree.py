@@ -22,6 +22,7 @@ from collections.abc import Set as AbstractSet
 
 import msgspec
 
+from retinue.actors.journal import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree_completions import CompletionIndex
 from retinue.actors.tree_keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
 from retinue.actors.tree_mailbox import MailboxIndex
@@ -43,30 +44,39 @@ _NO_CHILDREN: frozenset[str] = frozenset()
 _encode = msgspec.msgpack.Encoder().encode
 
 
-class Tree(MailboxIndex, CompletionIndex):
+class Tree(Journaled, MailboxIndex, CompletionIndex):
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
     The host's own mailbox (messages top-level agents send to ``/root``) is
-    ``mailbox[HOST_KEY]``.
+    ``mailbox[HOST_KEY]``. Every index is journaled (:mod:`retinue.actors.journal`),
+    and so are the writes a command gathers: a command that fails (or a
+    refusal caught inside one) leaves the tree and its writes as it found them.
     """
 
-    def __init__(self) -> None:
-        """Create an empty tree."""
+    def __init__(self, journal: Journal | None = None) -> None:
+        """Create an empty tree whose changes ``journal`` records (a new one if None)."""
+        self._journal = journal if journal is not None else Journal()
         MailboxIndex.__init__(self)
         CompletionIndex.__init__(self)
-        self.agents: dict[str, AgentRecord] = {}
-        self.live_paths: dict[str, str] = {}
-        self.children: dict[str, set[str]] = {HOST_KEY: set()}
-        self.top_of: dict[str, str] = {}
-        self.tree_count: dict[str, int] = {}
+        j = self._journal
+        self.agents: dict[str, AgentRecord] = JDict(j)
+        self.live_paths: dict[str, str] = JDict(j)
+        self.children: dict[str, set[str]] = JDict(j, {HOST_KEY: JSet(j)})
+        self.top_of: dict[str, str] = JDict(j)
+        self.tree_count: dict[str, int] = JDict(j)
         self.live_count = 0
         # Spawn idempotency keys: (parent id, or HOST_KEY for top level; key) -> agent id.
-        self.spawn_keys: dict[tuple[str, str], str] = {}
+        self.spawn_keys: dict[tuple[str, str], str] = JDict(j)
         # Host waits' leases not yet acknowledged: lease id -> the completion it took.
-        self.leases: dict[str, Completion] = {}
+        self.leases: dict[str, Completion] = JDict(j)
         self.seq = 0
-        self.writes: list[Write] = []
-        self._agents_written: dict[str, AgentRecord] = {}  # encoded by take_writes
+        self.writes: list[Write] = JList(j)
+        self._agents_written: dict[str, AgentRecord] = JDict(j)  # encoded by take_writes
+
+    @property
+    def journal(self) -> Journal:
+        """The journal that records this tree's changes (the supervisor's one journal)."""
+        return self._journal
 
     # -- sequencing and batching --------------------------------------------
 
@@ -75,15 +85,21 @@ class Tree(MailboxIndex, CompletionIndex):
         self.seq += 1
         return self.seq
 
+    def drop_writes(self) -> None:
+        """Forget the writes gathered since the last :meth:`take_writes` (a command failed)."""
+        self.writes = JList(self._journal)
+        self._agents_written = JDict(self._journal)
+
     def take_writes(self) -> list[Write]:
         """Return and clear the writes gathered since the last call (each agent's last state)."""
-        writes, self.writes = self.writes, []
+        writes: list[Write] = list(self.writes)
         if self._agents_written:
             writes += [
                 ("agents", agent_id.encode(), _encode(record))
                 for agent_id, record in self._agents_written.items()
             ]
-            self._agents_written = {}
+        self.writes = JList(self._journal)
+        self._agents_written = JDict(self._journal)
         return writes
 
     # -- agents --------------------------------------------------------------
@@ -117,7 +133,11 @@ class Tree(MailboxIndex, CompletionIndex):
 
     def _index_live(self, record: AgentRecord) -> None:
         self.live_paths[record.path] = record.id
-        self.children.setdefault(recipient_key(record.parent_id), set()).add(record.id)
+        key = recipient_key(record.parent_id)
+        kids = self.children.get(key)
+        if kids is None:
+            kids = self.children[key] = JSet(self._journal)
+        kids.add(record.id)
         top = self.top_of[record.id]
         self.tree_count[top] = self.tree_count.get(top, 0) + 1
         self.live_count += 1
@@ -212,7 +232,7 @@ class Tree(MailboxIndex, CompletionIndex):
                 if self.spawn_keys.get(key) == agent_id:
                     del self.spawn_keys[key]
         if removed:  # their read messages go with them
-            kept: deque[ReadEntry] = deque()
+            kept: deque[ReadEntry] = JDeque(self._journal)
             for entry in self.read_log:
                 if entry.recipient_id in removed:
                     self.writes.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from retinue.actors.journal import JDict, Journal
 from retinue.actors.tree_keys import HOST_KEY, recipient_key
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Completion
@@ -25,22 +26,40 @@ class CompletionIndex:
 
     agents: dict[str, AgentRecord]  # the tree's agents
     writes: list[Write]  # the tree's gathered writes
+    _journal: Journal
 
     def __init__(self) -> None:
         """Start with no completion."""
+        journal = self._journal
         # Undelivered completions per recipient key, in routing order.
-        self.pending: dict[str, dict[str, CompletionRecord]] = {HOST_KEY: {}}
+        self.pending: dict[str, dict[str, CompletionRecord]] = JDict(
+            journal, {HOST_KEY: JDict(journal, ordered=True)}
+        )
         # Every known completion per agent and generation.
-        self.completions: dict[str, dict[int, CompletionRecord]] = {}
-        self.undelivered: dict[str, int] = {}
+        self.completions: dict[str, dict[int, CompletionRecord]] = JDict(journal)
+        self.undelivered: dict[str, int] = JDict(journal)
+
+    def _queue(self, key: str) -> dict[str, CompletionRecord]:
+        """Return the pending queue of recipient ``key``, made if it has none."""
+        queue = self.pending.get(key)
+        if queue is None:
+            queue = self.pending[key] = JDict(self._journal, ordered=True)
+        return queue
+
+    def _known(self, agent_id: str) -> dict[int, CompletionRecord]:
+        """Return the known completions of ``agent_id``, made if it has none."""
+        known = self.completions.get(agent_id)
+        if known is None:
+            known = self.completions[agent_id] = JDict(self._journal, ordered=True)
+        return known
 
     def add_completion(self, record: CompletionRecord, *, persist: bool = True) -> None:
         """Store a completion and, while undelivered, queue it for its recipient."""
         completion = record.completion
-        self.completions.setdefault(completion.agent_id, {})[completion.generation] = record
+        self._known(completion.agent_id)[completion.generation] = record
         if not record.delivered:
             key = recipient_key(record.recipient_id)
-            self.pending.setdefault(key, {})[completion.id] = record
+            self._queue(key)[completion.id] = record
             self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
         if persist:
             self._write_completion(record)
@@ -80,7 +99,7 @@ class CompletionIndex:
         """Put a delivered completion back in its recipient's pending queue."""
         completion = record.completion
         back = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
-        self.pending.setdefault(recipient_key(record.recipient_id), {})[completion.id] = back
+        self._queue(recipient_key(record.recipient_id))[completion.id] = back
         self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
         self.completions[completion.agent_id][completion.generation] = back
         self._write_completion(back)
@@ -91,7 +110,7 @@ class CompletionIndex:
         completion = record.completion
         self._unqueue(record)
         moved = msgspec.structs.replace(record, recipient_id=recipient_id)
-        self.pending.setdefault(recipient_key(recipient_id), {})[completion.id] = moved
+        self._queue(recipient_key(recipient_id))[completion.id] = moved
         self.completions[completion.agent_id][completion.generation] = moved
         self._write_completion(moved)
         return moved

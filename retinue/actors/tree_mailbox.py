@@ -12,6 +12,7 @@ from collections import deque
 
 import msgspec
 
+from retinue.actors.journal import JDeque, JDict, Journal
 from retinue.actors.tree_keys import ReadEntry
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Message
@@ -31,14 +32,23 @@ class MailboxIndex:
 
     agents: dict[str, AgentRecord]  # the tree's agents
     writes: list[Write]  # the tree's gathered writes
+    _journal: Journal
 
     def __init__(self) -> None:
         """Start with no message."""
+        journal = self._journal
         # Unread messages per recipient, in arrival (seq) order.
-        self.mailbox: dict[str, dict[int, MessageRecord]] = {}
-        self.dedup: dict[tuple[str, str], Message] = {}
+        self.mailbox: dict[str, dict[int, MessageRecord]] = JDict(journal)
+        self.dedup: dict[tuple[str, str], Message] = JDict(journal)
         # Read messages still stored, oldest read first.
-        self.read_log: deque[ReadEntry] = deque()
+        self.read_log: deque[ReadEntry] = JDeque(journal)
+
+    def _box(self, recipient: str) -> dict[int, MessageRecord]:
+        """Return the unread mailbox of ``recipient``, made if it has none."""
+        box = self.mailbox.get(recipient)
+        if box is None:
+            box = self.mailbox[recipient] = JDict(self._journal, ordered=True)
+        return box
 
     def add_message(self, record: MessageRecord, *, persist: bool = True) -> None:
         """Store a message; unread ones join the recipient's mailbox."""
@@ -47,7 +57,7 @@ class MailboxIndex:
             record = msgspec.structs.replace(record, message=message)
         message = record.message
         if not record.read:
-            self.mailbox.setdefault(message.recipient_id, {})[record.seq] = record
+            self._box(message.recipient_id)[record.seq] = record
         else:
             self._log_read(record, record.read_at or message.created_at)
         if message.dedup_key is not None:
@@ -85,9 +95,10 @@ class MailboxIndex:
             return False
         self.read_log.remove(kept[0])
         record = MessageRecord(message=message, seq=seq)
-        self.mailbox.setdefault(recipient, {})[seq] = record
-        box = self.mailbox[recipient]
-        self.mailbox[recipient] = dict(sorted(box.items()))  # arrival order
+        box = self._box(recipient)
+        box[seq] = record
+        ordered: dict[int, MessageRecord] = JDict(self._journal, sorted(box.items()), ordered=True)
+        self.mailbox[recipient] = ordered  # arrival order
         self.writes.append(("messages", message_key(recipient, seq), _encode(record)))
         return True
 

@@ -24,6 +24,7 @@ from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
 if TYPE_CHECKING:
+    from retinue.actors.journal import Journal
     from retinue.actors.profile import Profile
 
 __all__ = ["TurnControl"]
@@ -71,8 +72,12 @@ class TurnControl:
         self.trace: str | None = None
         self.cause: str | None = None
         self.root_id = agent.id
-        self._cancel_lock = threading.Lock()
+        self._cancel_lock = threading.RLock()
         self._on_cancel: list[Callable[[], None]] = []
+
+    def __journal_snapshot__(self) -> tuple[bool, bool, object]:
+        """The turn as a supervisor command may change it: cancelled, started, its ledger."""
+        return self.cancelled.is_set(), self.runner_started, self.handover.__journal_snapshot__()
 
     @property
     def attempt(self) -> int:
@@ -81,13 +86,28 @@ class TurnControl:
 
     # -- cancellation (the supervisor's side) ---------------------------------------
 
-    def cancel(self) -> bool:
+    def cancel(self, journal: Journal | None = None) -> bool:
         """Mark the turn cancelled and run its cancel hooks (an async turn's task is cancelled).
 
         Returns whether its runner had started: one that had not never will
         (:meth:`claim_start` refuses it), so the supervisor gives the turn's
         inputs back in the same transition and nothing it was handed is lost.
+
+        In a supervisor command (``journal`` active) the decision is the
+        command's: the turn's cancel lock is held until the command is kept
+        (the turn is cancelled then) or rolled back (nothing happened), so
+        the runner cannot start, nor see a cancel that is then undone, meanwhile.
         """
+        if journal is not None and journal.active:
+            journal.hold(self._cancel_lock)
+            journal.on_keep(self._signal_cancel)
+            return self.runner_started
+        return self._cancel_now()
+
+    def _signal_cancel(self) -> None:
+        self._cancel_now()
+
+    def _cancel_now(self) -> bool:
         with self._cancel_lock:
             self.cancelled.set()
             started = self.runner_started

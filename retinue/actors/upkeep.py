@@ -13,18 +13,22 @@ import time
 from retinue.actors.approvals import Approvals
 from retinue.actors.compaction import CompactionReport, Retention, compact
 from retinue.actors.core import World
+from retinue.actors.journal import Journaled
 
 __all__ = ["Upkeep"]
 
 
-class Upkeep:
+class Upkeep(Journaled):
     """Retention over one world, with its approvals. Supervisor thread only."""
 
     def __init__(self, world: World, approvals: Approvals) -> None:
         """Keep ``world``'s tree within its limits; prune ``approvals`` with it."""
+        self._journal = world.journal
         self.world = world
         self.approvals = approvals
-        self.retention = Retention(world.limits)  # enforces retain_* counts as they are crossed
+        self.retention = Retention(
+            world.limits, world.journal
+        )  # enforces retain_* counts as they are crossed
 
     def after_close(self) -> None:
         """Enforce the retention counts after a close (approvals of removed agents go too)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from retinue.actors.commands import GiveUpWait, Wait
 from retinue.actors.core import World
+from retinue.actors.journal import JDict, Journaled, claim
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
 from retinue.actors.waiting import timed_out
@@ -79,14 +80,15 @@ def _closed(what: str) -> AgentClosed:
     return AgentClosed(f"{what} was closed while its parent waited on it", path=what)
 
 
-class Waiters:
+class Waiters(Journaled):
     """Every blocked turn wait, and how each one is answered."""
 
     def __init__(self, world: World, scheduler: Scheduler) -> None:
         """Keep the turns' waits on ``world``; a turn's slot comes from ``scheduler``."""
+        self._journal = world.journal
         self.world = world
         self.scheduler = scheduler
-        self.by_turn: dict[str, Waiter] = {}  # agent id -> the wait of its running turn
+        self.by_turn: dict[str, Waiter] = JDict(world.journal)  # agent id -> its turn's wait
 
     # -- turns ---------------------------------------------------------------------
 
@@ -248,7 +250,7 @@ class Waiters:
         future: concurrent.futures.Future[Any],
         take: Callable[[Transition], Any],
     ) -> None:
-        if not future.set_running_or_notify_cancel():
+        if not claim(self._journal, future):
             return
         value = take(tx)
         self.scheduler.hand(waiter_id, future, value)
@@ -261,7 +263,7 @@ class Waiters:
         granted, so an interrupt in between leaves it for the next turn.
         """
         future = self.by_turn.pop(waiter_id).future
-        if not future.set_running_or_notify_cancel():
+        if not claim(self._journal, future):
             return
         self.scheduler.request_slot(tx, SlotRequest(waiter_id, future, take))
 
@@ -276,7 +278,7 @@ class Waiters:
         if waiter is None or waiter.future is not future:
             return  # answered already (or failed by an interrupt)
         del self.by_turn[agent_id]
-        if not future.set_running_or_notify_cancel():
+        if not claim(self._journal, future):
             return
         if isinstance(waiter, BatchWait):  # what is there is taken, the rest times out
             take = self._take_batch(agent_id, waiter, seconds)
@@ -290,6 +292,6 @@ class Waiters:
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: fail its wait with ``why``."""
         waiter = self.by_turn.pop(agent_id, None)
-        if waiter is not None and waiter.future.set_running_or_notify_cancel():
+        if waiter is not None and claim(self._journal, waiter.future):
             future = waiter.future
             tx.answer(future, why)

@@ -44,6 +44,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── ExtraNotInstalled              (ImportError)  .extra: pip install 'retinue[extra]'
     ├── ModelCallFailed                               .provider, .status: retries spent
     ├── McpServerError                                .server: an MCP server failed to start or died
+    ├── InternalError                                 .command, .cause: retinue failed on a command
     ├── ClusterError                                  retinue.cluster: Ray or a shard failed
     │   └── ShardUnavailable                          .shard: no answer within the retry bound
     └── StoreError                                    the LMDB store refused
@@ -97,7 +98,7 @@ from retinue.errors._limits import (
     ToolCallLimitExceeded,
     _rebuild_limit_error,
 )
-from retinue.errors._root import RetinueError
+from retinue.errors._root import InternalError, RetinueError
 from retinue.errors._store import (
     StoreCorrupted,
     StoreError,
@@ -146,6 +147,7 @@ __all__ = [
     "DuplicateAgentPath",
     "ExtraNotInstalled",
     "FanoutLimitExceeded",
+    "InternalError",
     "InvalidAgentPath",
     "InvalidArgument",
     "InvalidLimits",

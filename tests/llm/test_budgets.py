@@ -187,3 +187,26 @@ def test_a_call_reserve_admits_first_calls_together(stub: OpenAIStub, tmp_path: 
         spent = rt.get(lead.id).tree_usage
     assert broken == [], "the first calls did not all fly at once"
     assert spent is not None and 3000 <= spent.total_tokens < 3000 + 350
+
+
+def test_a_settled_agent_leaves_no_estimate_behind(stub: OpenAIStub, tmp_path: Path) -> None:
+    """Before, every agent that ever called a model under a token budget kept its estimate
+    (~165 bytes each, for ever, closed and compacted or not)."""
+
+    def done_at_once(request: Any) -> StubReply:
+        return StubReply(message={"role": "assistant", "content": "done"}, usage=(20, 10))
+
+    stub.handler = done_at_once
+    profiles = [
+        Profile("lead", subagents=["worker"], tools=["note"], runner=eight_workers),
+        Profile("worker", tools=["note"], runner=runner(stub, "openai/stub-model")),
+    ]
+    limits = Limits(tokens_per_tree=100_000, max_active_turns=16, wait_default_s=30)
+    with Runtime.open(tmp_path / "s", profiles=profiles, limits=limits) as rt:
+        admission = rt._system.core.supervision.admission  # type: ignore[union-attr]
+        for _ in range(3):
+            lead = rt.spawn("lead", "fan out")
+            assert rt.wait(lead.id, timeout=SETTLE_S).output == ",".join(["completed"] * 8)
+            assert set(admission.largest_tokens) <= {lead.id}  # the tree's own, while it lives
+            rt.close_tree(lead.id)
+        assert admission.largest_tokens == {} and admission.largest_usd == {}
