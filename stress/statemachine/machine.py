@@ -62,6 +62,8 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         self.host_inbox_ledger: Counter[str] = Counter()  # host-inbox messages the host read
         self.spawn_keys: dict[tuple[str | None, str], str] = {}  # idempotency keys -> agent
         self.quiet: set[str] = set()  # interrupt_tree's completions for members: no wake
+        self.armed: str | None = None  # the command a fault is armed for (rules.faults)
+        self.rescued: set[tuple[str, int]] = set()  # turns a failed command's rescue failed
         try:
             self.rt = self._open()
         except BaseException as exc:  # recorded: a replay that differs would hide it

@@ -17,6 +17,7 @@ from typing import Any
 from retinue import AgentInfo, Runtime
 from retinue.errors import (
     AgentClosed,
+    InternalError,
     InvalidAgentPath,
     RetinueError,
     UnknownAgent,
@@ -86,6 +87,8 @@ class Model:
     quiet: set[str]  # completions interrupt_tree made for a member: they wake nobody
     dormant: dict[str, str | None]  # completions pending at the last reopen -> recipient
     rt: Runtime
+    armed: str | None  # the command a fault is armed for during one host call (faults rules)
+    rescued: set[tuple[str, int]]  # turns a failed command's rescue ended failed
 
     # -- what the machine provides --
 
@@ -276,6 +279,8 @@ class Model:
     def judge(self, op: str, error: RetinueError | None, expect: Expect) -> bool:
         """Check a call's outcome against what the model allows; return True on success."""
         TRACE.append(f"{op} -> {'ok' if error is None else type(error).__name__}")
+        if isinstance(error, InternalError) and error.command == self.armed:
+            return False  # the injected fault fired: the call changed nothing
         if error is None:
             if expect.errors:
                 fail(f"{op} succeeded, but the model expected one of {expect.errors}")
@@ -291,6 +296,12 @@ class Model:
     def check_completion(self, done: Completion, where: str) -> None:
         """A completion must match what its runner returned (or be an interrupt)."""
         log = self.harness.turns.get((done.agent_id, done.generation))
+        if (done.agent_id, done.generation) in self.rescued:  # a failed command's rescue
+            if done.status is not CompletionStatus.FAILED or not (done.error or "").startswith(
+                "InternalError: "
+            ):
+                fail(f"{where}: turn {done.id} was rescued but its completion is {done}")
+            return
         if done.status is CompletionStatus.INTERRUPTED:
             if done.output is not None or done.error not in INTERRUPT_ERRORS:
                 fail(f"{where}: interrupted completion {done.id} has the wrong result: {done}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,9 +38,12 @@ MUST_RUN = (
     "idempotent_retry",
     "race:drain",
     "reopens",
+    "fault:Settle",  # a settle that failed at a random change ended its turn failed
+    "rescued_turns",
 )
 
 
+@pytest.mark.watchdog(600)  # the search's own bound: it runs long under load
 def test_runtime_state_machine() -> None:
     STATS.clear()
     run_state_machine_as_test(RetinueMachine, settings=ci_settings(max_examples=50, steps=35))
