@@ -51,6 +51,7 @@ from retinue.protocol.records import (
     TranscriptMessage,
     TranscriptRecord,
 )
+from retinue.protocol.supervision import RestartRecord
 
 __all__ = [
     "World",
@@ -90,6 +91,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
         attempt=record.attempt,
         last_error=record.last_error,
         restart_due_at=record.restart_due_at,
+        error_type=record.error_type,
     )
 
 
@@ -230,6 +232,7 @@ class World:
         runner_is_async: per profile, whether its runner is ``async def``.
         runner_holds_input: per profile, whether its runner keeps a turn's
             input in a transcript (a turn that ends before it did gives it back).
+        policies: per profile, its restart policy as agents store it (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
     """
@@ -262,6 +265,10 @@ class World:
         # Runners that keep a turn's input in a transcript (see LlmStep.takes_input).
         self.runner_holds_input = {
             name: bool(getattr(r, "holds_input", False)) for name, r in runners.items()
+        }
+        self.policies = {
+            name: None if p.restart is None else RestartRecord.of(p.restart)
+            for name, p in profiles.items()
         }
         self.closing = False
         self.restoring = False

@@ -39,6 +39,7 @@ from retinue.errors import (
     UnknownProfile,
 )
 from retinue.protocol.checks import check_text
+from retinue.protocol.failures import TURN_TIMEOUT, TurnError
 from retinue.protocol.messages import (
     AgentClosedEvent,
     AgentInfo,
@@ -104,11 +105,13 @@ class Lifecycle:
         tx: Transition,
         record: AgentRecord,
         output: str | None,
-        error: str | None,
+        error: TurnError | None,
         *,
         pump: bool = True,
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
+
+        A failed turn's completion carries the error's text and class (``error_type``).
 
         A model turn that never stored its input in its transcript, or what its
         waits received, gives it back (pending or unread again, for its next
@@ -120,17 +123,23 @@ class Lifecycle:
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
-            error = self.supervision.restarts.after_failure(tx, record, bounded_text(error, cap))
+            error = TurnError(bounded_text(error.text, cap), error.type, error.permanent)
+            error = self.supervision.restarts.after_failure(tx, record, error)
             if error is None:  # restarting: the task's completion is still to come
                 if pump:
                     self.scheduler.pump(tx)
                 return
-            error = bounded_text(error, cap)
         elif output is not None:
             output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
         state = AgentState.COMPLETED if error is None else AgentState.FAILED
-        record = self.world.update(record, state=state, output=output, error=error)
+        record = self.world.update(
+            record,
+            state=state,
+            output=output,
+            error=None if error is None else bounded_text(error.text, cap),
+            error_type=None if error is None else error.type,
+        )
         self.router.emit_completion(tx, record, status)
         if pump:
             self.scheduler.pump(tx)
@@ -148,7 +157,8 @@ class Lifecycle:
         ):
             return  # it settled (or was interrupted) in time
         self._cancel(tx, record, TurnInterrupted(f"{record.path} ran past its turn_timeout_s"))
-        self.finish_turn(tx, record, None, f"TurnTimeout: turn exceeded {command.seconds:g} s")
+        text = f"{TURN_TIMEOUT}: turn exceeded {command.seconds:g} s"
+        self.finish_turn(tx, record, None, TurnError(text, TURN_TIMEOUT))
 
     def _cancel(self, tx: Transition, record: AgentRecord, why: TurnInterrupted) -> None:
         """Cancel a running turn, release it, and give back what its runner never saw.
@@ -321,7 +331,12 @@ class Lifecycle:
         else:
             return record
         record = self.world.update(
-            record, state=AgentState.INTERRUPTED, output=None, error=error, restart_due_at=None
+            record,
+            state=AgentState.INTERRUPTED,
+            output=None,
+            error=error,
+            error_type=None,
+            restart_due_at=None,
         )
         self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
         self.scheduler.pump(tx)

@@ -96,6 +96,7 @@ class Router:
             error=record.error,
             created_at=now,
             attempt=record.attempt,
+            error_type=record.error_type if status is CompletionStatus.FAILED else None,
         )
         recipient = tree.nearest_live_ancestor(record)
         pending = CompletionRecord(
@@ -110,6 +111,7 @@ class Router:
                 generation=record.generation,
                 status=status,
                 error=record.error if status is CompletionStatus.FAILED else None,
+                error_type=record.error_type if status is CompletionStatus.FAILED else None,
             )
         )
         self._emit_routed(tx, completion, recipient, now)

@@ -265,6 +265,7 @@ class Spawner:
             idempotency_key=idempotency_key,
             started_at=now if starts else None,
             trace=tx.trace,
+            restart=self.world.policies.get(profile),
         )
         self.world.tree.put_agent(record)
         tx.emit(
