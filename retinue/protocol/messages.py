@@ -137,10 +137,8 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     no turn has run yet). ``attempt`` counts the runs of its current (or
     last) task: 1 for a first run, n for the (n-1)th restart; ``last_error``
     is the error of the attempt a restart policy restarted (None: none was);
-    ``restart_due_at`` is when a pending restart runs (``restarting`` only).
-    ``error_type`` is the class of ``error`` when the last turn failed (the
-    exception's class name, or ``TurnTimeout``, ``RestartLimitExceeded``,
-    ``CrashLoop``...; see :mod:`retinue.protocol.failures`).
+    ``restart_due_at`` is when a pending restart runs (``restarting`` only);
+    ``error_type`` is ``error``'s class (as :attr:`Completion.error_type`).
     """
 
     id: str
@@ -170,11 +168,10 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     ``attempt`` is the run of the task that settled (1 unless a restart policy
     restarted it): the task's runs were generations ``generation - attempt + 1``
-    to ``generation``, and only the last has a completion. ``error_type`` is
-    set on a ``failed`` completion: the class name of the exception that
-    ended the turn (``"ModelCallFailed"``, a runner's own class) or the
-    supervisor's verdict (``"TurnTimeout"``, ``"RestartLimitExceeded"``,
-    ``"CrashLoop"``); see :mod:`retinue.protocol.failures`.
+    to ``generation``, and only the last has a completion. A ``failed`` one's
+    ``error_type`` is the class name of the exception that ended the turn, or
+    the supervisor's verdict (``"TurnTimeout"``, ``"RestartLimitExceeded"``,
+    ``"CrashLoop"``): see :mod:`retinue.protocol.failures`.
     """
 
     id: str
@@ -240,9 +237,8 @@ class TurnStarted(_EventBase, frozen=True, tag="turn_started"):
 class TurnSettled(_EventBase, frozen=True, tag="turn_settled"):
     """A turn settled; ``status`` is completed, failed or interrupted.
 
-    ``error`` is the failed turn's error (a later turn of the agent may have
-    replaced it on the agent's record by the time the event is read), and
-    ``error_type`` its class (as :attr:`Completion.error_type`).
+    ``error`` is the failed turn's error and ``error_type`` its class (a later
+    turn may have replaced them on the agent's record by the time it is read).
     """
 
     generation: int
