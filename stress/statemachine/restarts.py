@@ -358,6 +358,8 @@ def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
         "steps": steps,
         "crashes": STATS["restart:crash"],
         "restarting_after_crash": STATS["restart:crash_restarting"],
+        "opens_without_profiles": STATS["restart:reopen_bare"],
+        "restarts_kept_by_them": STATS["restart:bare:kept:restarting"],
         "outcomes": dict(sorted(outcomes.items())),
         "problems": problems,
     }
@@ -366,7 +368,10 @@ def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
 def _part(options: Options) -> Result:
     """The restart machine (CI runs it derandomized in tests/runtime/test_restart_machine.py)."""
     found = run(30 if options.quick else 200, 40)
-    title = "restarts machine: every task one completion across interrupts, reopens, crashes"
+    title = (
+        "restarts machine: every task one completion across interrupts, reopens, crashes, "
+        "opens without profiles"
+    )
     return Result.row(title, found, list(found.pop("problems")))
 
 
