@@ -29,6 +29,7 @@ import pykka
 from retinue.actors.executor import Executor
 from retinue.actors.observer import Observer
 from retinue.actors.turn import Runner, Turn
+from retinue.protocol.failures import TurnError, turn_error
 from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
 
@@ -37,6 +38,7 @@ __all__ = [
     "PooledActor",
     "Report",
     "error_text",
+    "failure_of",
     "is_async_runner",
     "run_runner",
     "run_runner_async",
@@ -47,7 +49,9 @@ log = logging.getLogger("retinue.agent")
 
 # report(agent_id, generation, output, error, trace): how a finished runner reports back
 # (``trace``: its turn's span as a W3C traceparent, None if the runtime traces nothing).
-Report = Callable[[str, int, str | None, str | None, str | None], None]
+Report = Callable[[str, int, str | None, TurnError | None, str | None], None]
+Outcome = tuple[str | None, TurnError | None]
+"""A runner's ``(output, error)``: exactly one of them is set."""
 Submit = Callable[[Callable[[], None]], Any]
 
 
@@ -59,16 +63,18 @@ def is_async_runner(runner: Runner) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-def _outcome(result: Any, output_max_bytes: int) -> tuple[str | None, str | None]:
+def _outcome(result: Any, output_max_bytes: int) -> Outcome:
     if not isinstance(result, str):
         if inspect.isawaitable(result):
             if inspect.iscoroutine(result):
                 result.close()
-            return None, (
+            text = (
                 f"TypeError: runner returned {type(result).__name__}; "
                 "declare it `async def runner(turn)` so the runtime awaits it"
             )
-        return None, f"TypeError: runner returned {type(result).__name__}, expected str"
+            return None, TurnError(text, "TypeError")
+        text = f"TypeError: runner returned {type(result).__name__}, expected str"
+        return None, TurnError(text, "TypeError")
     output, _ = truncate_utf8(result, output_max_bytes)
     return output, None
 
@@ -81,11 +87,12 @@ def running_agent() -> str | None:
     return _RUNNING.get(None)
 
 
-def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str | None, str | None]:
+def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> Outcome:
     """Run a sync ``runner(turn)`` and return ``(output, error)``; never raises.
 
     A raised exception becomes ``"<Type>: <message>"`` (no traceback), with
-    characters UTF-8 cannot encode escaped, so it can always be stored; a
+    characters UTF-8 cannot encode escaped, so it can always be stored, and
+    its class (:func:`failure_of`); a
     non-string result is an error; an output or error above
     ``output_max_bytes`` is cut with a visible marker. While it runs,
     :func:`running_agent` names the agent (so closing the runtime from a
@@ -96,7 +103,7 @@ def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> tuple[str |
         with turn.watch.current():  # its span is current: what it starts nests under it
             result: Any = runner(turn)
     except BaseException as exc:  # a runner must never take its actor down
-        return None, error_text(exc, output_max_bytes)
+        return None, failure_of(exc, output_max_bytes)
     finally:
         _RUNNING.reset(token)
     return _outcome(result, output_max_bytes)
@@ -118,9 +125,16 @@ def error_text(exc: BaseException, max_bytes: int) -> str:
     return bounded_text(text, max_bytes)
 
 
-async def run_runner_async(
-    runner: Runner, turn: Turn, output_max_bytes: int
-) -> tuple[str | None, str | None]:
+def failure_of(exc: BaseException, max_bytes: int) -> TurnError:
+    """Return how a runner's exception failed its turn: its text, class and failure class.
+
+    Never raises (see :func:`error_text` and
+    :func:`~retinue.protocol.failures.turn_error`).
+    """
+    return turn_error(exc, error_text(exc, max_bytes))
+
+
+async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) -> Outcome:
     """Await an async ``runner(turn)`` and return ``(output, error)`` as :func:`run_runner` does.
 
     Raises:
@@ -135,7 +149,7 @@ async def run_runner_async(
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # a runner must never take its loop down
-        return None, error_text(exc, output_max_bytes)
+        return None, failure_of(exc, output_max_bytes)
     return _outcome(result, output_max_bytes)
 
 
@@ -352,7 +366,7 @@ class AgentActor(PooledActor):
 
         turn.on_cancel(cancel)
 
-        def done(finished: asyncio.Task[tuple[str | None, str | None]]) -> None:
+        def done(finished: asyncio.Task[Outcome]) -> None:
             if finished.cancelled():
                 self._gone(turn)
                 return
@@ -366,7 +380,7 @@ class AgentActor(PooledActor):
 
         task.add_done_callback(done)
 
-    def _report(self, turn: Turn, output: str | None, error: str | None) -> None:
+    def _report(self, turn: Turn, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
         watch = turn.watch
         trace = watch.traceparent()
@@ -380,4 +394,4 @@ class AgentActor(PooledActor):
         try:
             self._settle(turn.agent.id, turn.agent.generation, output, error, trace)
         finally:
-            watch.end(status, error)
+            watch.end(status, None if error is None else error.text)

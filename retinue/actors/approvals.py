@@ -10,7 +10,9 @@ again as the same generation (``turn.reason == "approval"``), which carries
 on from its stored transcript. ``approve``, ``deny`` and
 ``Limits.approval_timeout_s`` (a timer on the executor's loop, re-armed on
 open) answer requests; an interrupt or close cancels the pending ones. Each
-request takes one answer.
+request takes one answer. A runtime that lacks the agent's profile (``retinue
+compact``) neither times its requests out nor carries its turn on: they stay
+pending (a person may still answer them) until a runtime with the profile opens.
 """
 
 from __future__ import annotations
@@ -301,12 +303,23 @@ class Approvals(Journaled):
 
         tx.after(arm)
 
+    def _runs_here(self, agent_id: str) -> bool:
+        """Whether this runtime defines the profile of ``agent_id`` (it can carry it on)."""
+        agent = self.world.tree.agents.get(agent_id)
+        return agent is not None and agent.profile in self.world.runners
+
     def expire(self, tx: Transition) -> None:
-        """Deny every pending request past its ``expires_at`` with reason ``timed out``."""
+        """Deny every pending request past its ``expires_at`` with reason ``timed out``
+        (but those of agents whose profile this runtime lacks)."""
         now = time.time()
         for record in list(self.records.values()):
             expires = record.request.expires_at
-            if record.pending and expires is not None and expires <= now:
+            if (
+                record.pending
+                and expires is not None
+                and expires <= now
+                and self._runs_here(record.request.agent_id)
+            ):
                 self._settle(tx, record, "denied", None, TIMED_OUT)
                 self._resume_if_answered(tx, record.request.agent_id, record.request.generation)
 
@@ -315,7 +328,7 @@ class Approvals(Journaled):
         now = time.time()
         for record in self.records.values():
             expires = record.request.expires_at
-            if record.pending and expires is not None:
+            if record.pending and expires is not None and self._runs_here(record.request.agent_id):
                 self._arm(tx, expires - now)
         for agent in list(self.world.tree.agents.values()):
             if agent.state is AgentState.AWAITING_APPROVAL:

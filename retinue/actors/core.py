@@ -52,6 +52,7 @@ from retinue.protocol.records import (
     TranscriptMessage,
     TranscriptRecord,
 )
+from retinue.protocol.supervision import RestartRecord
 
 __all__ = [
     "World",
@@ -91,6 +92,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
         attempt=record.attempt,
         last_error=record.last_error,
         restart_due_at=record.restart_due_at,
+        error_type=record.error_type,
     )
 
 
@@ -231,6 +233,7 @@ class World(Journaled):
         runner_is_async: per profile, whether its runner is ``async def``.
         runner_holds_input: per profile, whether its runner keeps a turn's
             input in a transcript (a turn that ends before it did gives it back).
+        policies: per profile, its restart policy as agents store it (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
         journal: records every change a command makes to the supervisor's
@@ -249,6 +252,7 @@ class World(Journaled):
             "executor",
             "runner_is_async",
             "runner_holds_input",
+            "policies",
         }
     )
 
@@ -281,6 +285,10 @@ class World(Journaled):
         # Runners that keep a turn's input in a transcript (see LlmStep.takes_input).
         self.runner_holds_input = {
             name: bool(getattr(r, "holds_input", False)) for name, r in runners.items()
+        }
+        self.policies = {
+            name: None if p.restart is None else RestartRecord.of(p.restart)
+            for name, p in profiles.items()
         }
         self.closing = False
         self.restoring = False

@@ -40,6 +40,7 @@ from retinue.errors import (
     UnknownProfile,
 )
 from retinue.protocol.checks import check_text
+from retinue.protocol.failures import TURN_TIMEOUT, TurnError
 from retinue.protocol.messages import (
     AgentClosedEvent,
     AgentInfo,
@@ -106,11 +107,13 @@ class Lifecycle(Journaled):
         tx: Transition,
         record: AgentRecord,
         output: str | None,
-        error: str | None,
+        error: TurnError | None,
         *,
         pump: bool = True,
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
+
+        A failed turn's completion carries the error's text and class (``error_type``).
 
         A model turn that never stored its input in its transcript, or what its
         waits received, gives it back (pending or unread again, for its next
@@ -122,17 +125,23 @@ class Lifecycle(Journaled):
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
-            error = self.supervision.restarts.after_failure(tx, record, bounded_text(error, cap))
+            error = TurnError(bounded_text(error.text, cap), error.type, error.permanent)
+            error = self.supervision.restarts.after_failure(tx, record, error)
             if error is None:  # restarting: the task's completion is still to come
                 if pump:
                     self.scheduler.pump(tx)
                 return
-            error = bounded_text(error, cap)
         elif output is not None:
             output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
         state = AgentState.COMPLETED if error is None else AgentState.FAILED
-        record = self.world.update(record, state=state, output=output, error=error)
+        record = self.world.update(
+            record,
+            state=state,
+            output=output,
+            error=None if error is None else bounded_text(error.text, cap),
+            error_type=None if error is None else error.type,
+        )
         self.router.emit_completion(tx, record, status)
         if pump:
             self.scheduler.pump(tx)
@@ -150,7 +159,8 @@ class Lifecycle(Journaled):
         ):
             return  # it settled (or was interrupted) in time
         self._cancel(tx, record, TurnInterrupted(f"{record.path} ran past its turn_timeout_s"))
-        self.finish_turn(tx, record, None, f"TurnTimeout: turn exceeded {command.seconds:g} s")
+        text = f"{TURN_TIMEOUT}: turn exceeded {command.seconds:g} s"
+        self.finish_turn(tx, record, None, TurnError(text, TURN_TIMEOUT))
 
     def _cancel(self, tx: Transition, record: AgentRecord, why: TurnInterrupted) -> None:
         """Cancel a running turn, release it, and give back what its runner never saw.
@@ -316,7 +326,12 @@ class Lifecycle(Journaled):
             return record
         error = INTERRUPTED_RUNNING if ran else INTERRUPTED_QUEUED
         record = self.world.update(
-            record, state=AgentState.INTERRUPTED, output=None, error=error, restart_due_at=None
+            record,
+            state=AgentState.INTERRUPTED,
+            output=None,
+            error=error,
+            error_type=None,
+            restart_due_at=None,
         )
         self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
         self.scheduler.pump(tx)
@@ -336,7 +351,9 @@ class Lifecycle(Journaled):
             return False
         return None
 
-    def fail_turn(self, tx: Transition, agent_id: str, error: str) -> None:
+    def fail_turn(
+        self, tx: Transition, agent_id: str, error: str, error_type: str = "InternalError"
+    ) -> None:
         """End ``agent_id``'s turn ``failed`` with ``error``, whatever it was doing; no restart.
 
         The repair of a command that failed (:mod:`retinue.actors.rescue`): the
@@ -354,6 +371,7 @@ class Lifecycle(Journaled):
             state=AgentState.FAILED,
             output=None,
             error=bounded_text(error, self.world.limits.output_max_bytes),
+            error_type=error_type,
             restart_due_at=None,
         )
         self.router.emit_completion(tx, record, CompletionStatus.FAILED)

@@ -49,7 +49,9 @@ def _interrupt_lost_turns(
             error = (
                 INTERRUPTED_QUEUED if record.state is AgentState.STARTING else INTERRUPTED_RUNNING
             )
-            record = world.update(record, state=AgentState.INTERRUPTED, output=None, error=error)
+            record = world.update(
+                record, state=AgentState.INTERRUPTED, output=None, error=error, error_type=None
+            )
             router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
             interrupted.append(record)
     return interrupted

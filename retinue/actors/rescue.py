@@ -197,6 +197,7 @@ class Rescue:
                     state=AgentState.FAILED,
                     output=None,
                     error=bounded_text(text, world.limits.output_max_bytes),
+                    error_type="InternalError",
                     restart_due_at=None,
                 )
                 self.lifecycle.router.emit_completion(tx, record, CompletionStatus.FAILED)

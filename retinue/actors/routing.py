@@ -98,6 +98,7 @@ class Router(Journaled):
             error=record.error,
             created_at=now,
             attempt=record.attempt,
+            error_type=record.error_type if status is CompletionStatus.FAILED else None,
         )
         recipient = tree.nearest_live_ancestor(record)
         pending = CompletionRecord(
@@ -112,6 +113,7 @@ class Router(Journaled):
                 generation=record.generation,
                 status=status,
                 error=record.error if status is CompletionStatus.FAILED else None,
+                error_type=record.error_type if status is CompletionStatus.FAILED else None,
             )
         )
         self._emit_routed(tx, completion, recipient, now)

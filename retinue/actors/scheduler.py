@@ -28,7 +28,7 @@ from typing import Any
 
 import pykka
 
-from retinue.actors.agent import AgentActor
+from retinue.actors.agent import AgentActor, Report
 from retinue.actors.commands import ExpireTurn, Settle, TurnRef
 from retinue.actors.core import World, info_of
 from retinue.actors.engine import handed_events
@@ -36,6 +36,7 @@ from retinue.actors.journal import JDeque, JDict, Journaled, JSet
 from retinue.actors.transition import Transition
 from retinue.actors.turn import Turn
 from retinue.errors import TurnInterrupted
+from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import (
     AgentState,
     Message,
@@ -50,7 +51,7 @@ __all__ = ["Inbox", "Scheduler", "SlotRequest", "StartFailed", "TurnHandle"]
 # inbox(tx, record) -> the inputs of the turn that starts now, taken from the store.
 Inbox = Callable[[Transition, AgentRecord], list[Message]]
 # start_failed(tx, record, error): the turn could not start; settle it failed.
-StartFailed = Callable[[Transition, AgentRecord, str], None]
+StartFailed = Callable[[Transition, AgentRecord, TurnError], None]
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,9 @@ class Scheduler(Journaled):
             last_error=None,
             restart_due_at=None,
             restarts=(),
+            error_type=None,
+            restart=self.world.policies.get(record.profile, record.restart),
+            lost=0,
         )
         return self.enqueue(tx, record, task, reason, start=starts)
 
@@ -251,8 +255,8 @@ class Scheduler(Journaled):
                 world.observer,
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
-            error = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
-            self._start_failed(tx, record, error)
+            text = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
+            self._start_failed(tx, record, TurnError(text, type(exc).__name__))
             return
         tx.started.append(actor)
         profile = world.profiles[record.profile]
@@ -302,11 +306,15 @@ class Scheduler(Journaled):
 
         tx.after(arm)
 
-    def _settle_teller(self) -> Callable[[str, int, str | None, str | None, str | None], None]:
+    def _settle_teller(self) -> Report:
         engine = self.world.engine
 
         def settle(
-            agent_id: str, generation: int, output: str | None, error: str | None, trace: str | None
+            agent_id: str,
+            generation: int,
+            output: str | None,
+            error: TurnError | None,
+            trace: str | None,
         ) -> None:
             # Refused only once the runtime closed, which interrupted the turn already.
             engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace))

@@ -270,6 +270,7 @@ class Spawner(Journaled):
             idempotency_key=idempotency_key,
             started_at=now if starts else None,
             trace=tx.trace,
+            restart=self.world.policies.get(profile),
         )
         self.world.tree.put_agent(record)
         tx.emit(

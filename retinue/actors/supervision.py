@@ -32,6 +32,7 @@ from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.transition import Transition
 from retinue.errors import TurnInterrupted
+from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import AgentState, CompletionStatus
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.text import bounded_text
@@ -90,13 +91,14 @@ class Supervision(Journaled):
             case _:
                 assert_never(command)
 
-    def settle_failed(self, tx: Transition, record: AgentRecord, error: str) -> None:
+    def settle_failed(self, tx: Transition, record: AgentRecord, error: TurnError) -> None:
         """End ``record``'s task ``failed`` with ``error``: its one completion is routed."""
         record = self.world.update(
             record,
             state=AgentState.FAILED,
             output=None,
-            error=bounded_text(error, self.world.limits.output_max_bytes),
+            error=bounded_text(error.text, self.world.limits.output_max_bytes),
+            error_type=error.type,
             restart_due_at=None,
         )
         self.router.emit_completion(tx, record, CompletionStatus.FAILED)

@@ -121,6 +121,7 @@ from retinue.actors.upkeep import Upkeep
 from retinue.actors.waiters import Waiters
 from retinue.errors import RetinueError, RuntimeClosed, TurnInterrupted
 from retinue.persistence.store import Store
+from retinue.protocol.failures import TurnError
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Message
 from retinue.protocol.records import AgentRecord
@@ -382,7 +383,7 @@ class Supervisor:
     def _inbox(self, tx: Transition, record: AgentRecord) -> list[Message]:
         return self.mailboxes.inbox(tx, record)
 
-    def _start_failed(self, tx: Transition, record: AgentRecord, error: str) -> None:
+    def _start_failed(self, tx: Transition, record: AgentRecord, error: TurnError) -> None:
         self.lifecycle.finish_turn(tx, record, None, error, pump=False)
 
     # -- reads -------------------------------------------------------------------

@@ -34,7 +34,11 @@ from retinue.protocol.text import safe_terminal_text
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
-__all__ = ["Outcome", "follow", "receive", "report", "stop_on_signals"]
+__all__ = ["Failure", "Outcome", "follow", "receive", "report", "stop_on_signals"]
+
+
+Failure = tuple[str, int, str, str | None]
+"""A failed turn of a run: its agent's path, generation, error and error type."""
 
 
 @dataclass
@@ -44,16 +48,18 @@ class Outcome:
     interrupted: bool
     agents: list[AgentInfo] = field(default_factory=list)
     seconds: float = 0.0
-    # Every failed turn seen while following: (path, generation, error), oldest first.
-    failures: list[tuple[str, int, str]] = field(default_factory=list)
+    # Every failed turn seen while following: (path, generation, error, error type), oldest
+    # first.
+    failures: list[Failure] = field(default_factory=list)
 
-    def failed(self) -> list[tuple[str, int, str]]:
+    def failed(self) -> list[Failure]:
         """Every failure of the run: the failed turns seen, and agents left failed."""
         found = list(self.failures)
-        seen = {(path, generation) for path, generation, _ in found}
+        seen = {(path, generation) for path, generation, _, _ in found}
         for agent in self.agents:
             if agent.state is AgentState.FAILED and (agent.path, agent.generation) not in seen:
-                found.append((agent.path, agent.generation, agent.error or "no error recorded"))
+                error = agent.error or "no error recorded"
+                found.append((agent.path, agent.generation, error, agent.error_type))
         return found
 
 
@@ -106,7 +112,7 @@ def follow(
 
     seen: set[tuple[str, int]] = set()
 
-    failures: list[tuple[str, int, str]] = []
+    failures: list[Failure] = []
 
     def show(batch: list[Event]) -> None:
         for event in batch:
@@ -115,7 +121,8 @@ def follow(
                     seen.add((event.agent_id, event.generation))
                     if event.status.value == "failed":
                         error = event.error or "no error recorded"
-                        failures.append((event.path, event.generation, error))
+                        failure = (event.path, event.generation, error, event.error_type)
+                        failures.append(failure)
                 view.event(event, known)
 
     try:
@@ -215,8 +222,8 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
             "cost_usd": cost,
             "roots": [msgspec.to_builtins(a) for a in top],
             "failed": [
-                {"path": path, "generation": generation, "error": error}
-                for path, generation, error in outcome.failed()
+                {"path": path, "generation": generation, "error": error, "error_type": kind}
+                for path, generation, error, kind in outcome.failed()
             ],
         }
         out.write(json.dumps(final) + "\n")
@@ -233,7 +240,7 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
     if tokens:
         line += f"; {tokens:,} tokens, ${cost:.4f}"
     print(line, file=out)
-    for path, generation, error in outcome.failed():
+    for path, generation, error, _ in outcome.failed():
         print(f"failed: {path} g{generation}: {clip(error, 300)}", file=out)
     if outcome.interrupted:
         print(f"interrupted; every step so far is saved in {store}", file=out)

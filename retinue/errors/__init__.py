@@ -32,6 +32,7 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── TokenBudgetExceeded                       .budget, .limit, .used: model tokens
     │   ├── CostBudgetExceeded                        .budget, .limit, .used: model cost in USD
     │   ├── RestartLimitExceeded                      a restart policy gave up (its intensity)
+    │   ├── CrashLoop                                 a task lost max_lost times in a row
     │   └── ToolCallLimitExceeded                     a turn made max_tool_calls calls
     ├── AgentStateError                               wrong state for the call
     │   ├── AgentClosed
@@ -43,6 +44,7 @@ and friends keep working for callers that do not know retinue's names::
     ├── RuntimeClosed                                 the runtime was closed
     ├── ExtraNotInstalled              (ImportError)  .extra: pip install 'retinue[extra]'
     ├── ModelCallFailed                               .provider, .status: retries spent
+    ├── PermanentError                                a runner's failure not worth a restart
     ├── McpServerError                                .server: an MCP server failed to start or died
     ├── InternalError                                 .command, .cause: retinue failed on a command
     ├── ClusterError                                  retinue.cluster: Ray or a shard failed
@@ -83,10 +85,12 @@ from retinue.errors._external import (
     ModelCallFailed,
     ShardUnavailable,
 )
+from retinue.errors._failures import PermanentError
 from retinue.errors._limits import (
     AgentLimitExceeded,
     CompletionBacklogFull,
     CostBudgetExceeded,
+    CrashLoop,
     DedupKeyTooLong,
     DepthLimitExceeded,
     FanoutLimitExceeded,
@@ -139,6 +143,7 @@ __all__ = [
     "CompletionBacklogFull",
     "ConfigurationError",
     "CostBudgetExceeded",
+    "CrashLoop",
     "DedupKeyTooLong",
     "DelegationCycleError",
     "DelegationDepthError",
@@ -158,6 +163,7 @@ __all__ = [
     "ModelCallFailed",
     "NotPermitted",
     "NothingToWaitFor",
+    "PermanentError",
     "RestartLimitExceeded",
     "ResultContractError",
     "RetinueError",

@@ -13,6 +13,7 @@ __all__ = [
     "AgentLimitExceeded",
     "CompletionBacklogFull",
     "CostBudgetExceeded",
+    "CrashLoop",
     "DedupKeyTooLong",
     "DepthLimitExceeded",
     "FanoutLimitExceeded",
@@ -129,6 +130,17 @@ class RestartLimitExceeded(LimitExceeded):
     It is the error of the ``failed`` completion that escalates to the parent
     (``RestartLimitExceeded: 3 restarts within 60 s; last error: ...``);
     ``.limit`` is ``max_restarts``, ``.value`` the restarts made, ``.path`` the agent.
+    """
+
+
+class CrashLoop(LimitExceeded):
+    """A task was lost in a crash ``max_lost`` times in a row while it ran: it is not restarted.
+
+    A turn its process keeps dying under (under a restart policy that answers
+    ``"lost"``) would otherwise be restarted by every open, however far apart
+    the crashes are. It is the error of the ``failed`` completion
+    (``error_type`` ``"CrashLoop"``); ``.limit`` is ``Restart.max_lost``,
+    ``.value`` the losses in a row, ``.path`` the agent.
     """
 
 

@@ -137,7 +137,8 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     no turn has run yet). ``attempt`` counts the runs of its current (or
     last) task: 1 for a first run, n for the (n-1)th restart; ``last_error``
     is the error of the attempt a restart policy restarted (None: none was);
-    ``restart_due_at`` is when a pending restart runs (``restarting`` only).
+    ``restart_due_at`` is when a pending restart runs (``restarting`` only);
+    ``error_type`` is ``error``'s class (as :attr:`Completion.error_type`).
     """
 
     id: str
@@ -159,6 +160,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     attempt: int = 1
     last_error: str | None = None
     restart_due_at: float | None = None
+    error_type: str | None = None
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -166,7 +168,10 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     ``attempt`` is the run of the task that settled (1 unless a restart policy
     restarted it): the task's runs were generations ``generation - attempt + 1``
-    to ``generation``, and only the last has a completion.
+    to ``generation``, and only the last has a completion. A ``failed`` one's
+    ``error_type`` is the class name of the exception that ended the turn, or
+    the supervisor's verdict (``"TurnTimeout"``, ``"RestartLimitExceeded"``,
+    ``"CrashLoop"``): see :mod:`retinue.protocol.failures`.
     """
 
     id: str
@@ -178,6 +183,7 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     error: str | None = None
     created_at: float = 0.0
     attempt: int = 1
+    error_type: str | None = None
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -231,13 +237,14 @@ class TurnStarted(_EventBase, frozen=True, tag="turn_started"):
 class TurnSettled(_EventBase, frozen=True, tag="turn_settled"):
     """A turn settled; ``status`` is completed, failed or interrupted.
 
-    ``error`` is the failed turn's error (a later turn of the agent may have
-    replaced it on the agent's record by the time the event is read).
+    ``error`` is the failed turn's error and ``error_type`` its class (a later
+    turn may have replaced them on the agent's record by the time it is read).
     """
 
     generation: int
     status: CompletionStatus
     error: str | None = None
+    error_type: str | None = None
 
 
 class MessageQueued(_EventBase, frozen=True, tag="message_queued"):
@@ -283,13 +290,15 @@ class RunnerAbandoned(_EventBase, frozen=True, tag="runner_abandoned"):
 class TurnRestarting(_EventBase, frozen=True, tag="turn_restarting"):
     """A failed (or lost) turn is restarted as ``generation``, its ``attempt``, in ``delay_s``.
 
-    The failed attempt makes no completion; ``error`` is why it failed.
+    The failed attempt makes no completion; ``error`` is why it failed, and
+    ``error_type`` its class (None for a turn lost in a crash).
     """
 
     generation: int
     attempt: int
     delay_s: float
     error: str
+    error_type: str | None = None
 
 
 class ApprovalRequested(_EventBase, frozen=True, tag="approval_requested"):

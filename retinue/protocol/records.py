@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from retinue.protocol.messages import AgentState, Completion, Message, Usage
+from retinue.protocol.supervision import RestartRecord
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -50,6 +51,12 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``trace`` is the W3C ``traceparent`` of the span that spawned it (or, with
     none, of its first turn's span), which every turn's span continues, in
     this process or the next (None: the runtime traced nothing).
+    ``error_type`` is the class of ``error`` when the last turn failed (see
+    :mod:`retinue.protocol.failures`). ``restart`` is the restart policy in
+    force for the agent (its profile's, recorded at each new task and each
+    decision; None: none), so an open that lacks the profile decides as it
+    says; ``lost`` counts the current task's attempts lost in a row while
+    running (``Restart.max_lost``).
     """
 
     id: str
@@ -78,6 +85,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     restart_due_at: float | None = None
     restarts: tuple[float, ...] = ()
     trace: str | None = None
+    error_type: str | None = None
+    restart: RestartRecord | None = None
+    lost: int = 0
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

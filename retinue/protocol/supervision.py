@@ -1,23 +1,28 @@
 """Supervision's values: restart policies and approval requests (pure data and rules).
 
 :class:`Restart` is a profile's restart policy, OTP's intensity and period
-with a backoff: which failures it answers (``on``), how long it waits before
-each restart, and when it gives up. :class:`ApprovalRequest` is a tool call a
-model asked for that a person must approve first; :class:`ApprovalRecord` is
-how the store keeps it, with its answer. Both are frozen msgspec structs
-(schema rule: new fields at the end, with defaults).
+with a backoff: which failures it answers (``on``, ``retry_on``), how long it
+waits before each restart, and when it gives up (``max_restarts`` within
+``within_s``, ``max_lost`` losses in a row). :class:`RestartRecord` is how the
+store keeps it with each agent, so an open without the agent's profile still
+decides as the policy says. :class:`ApprovalRequest` is a tool call a model
+asked for that a person must approve first; :class:`ApprovalRecord` is how the
+store keeps it, with its answer. All are frozen msgspec structs (schema rule:
+new fields at the end, with defaults).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import sys
 from collections.abc import Iterable
 from typing import Literal
 
 import msgspec
 
 from retinue.errors import ConfigurationError
+from retinue.protocol.failures import RETRY_ON, RetryOn
 from retinue.protocol.tools import covers, split_mcp_name
 
 __all__ = [
@@ -30,6 +35,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStatus",
     "Restart",
+    "RestartRecord",
     "check_approve",
     "check_approve_names",
     "needs_approval",
@@ -46,7 +52,7 @@ LOST_ERROR = "lost: the runtime stopped while this turn was queued or running"
 """The ``last_error`` of a turn restarted because it was lost in a crash."""
 TIMED_OUT = "timed out"
 """The reason of an approval request denied by ``Limits.approval_timeout_s``."""
-_FINAL = ("TokenBudgetExceeded", "CostBudgetExceeded", "RestartLimitExceeded")
+_FINAL = ("TokenBudgetExceeded", "CostBudgetExceeded", "RestartLimitExceeded", "CrashLoop")
 
 
 def _seconds(name: str, value: object, *, zero: bool) -> float:
@@ -70,16 +76,25 @@ class Restart(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     ``on`` names what it answers: ``"failed"`` (the runner raised, a model
     call failed after its retries, ``TurnTimeout``, a tool error that ended
     the turn) and ``"lost"`` (the turn was queued or running when the process
-    died). The n-th restart of a task waits ``min(backoff_s * 2**(n-1),
-    backoff_max_s)``, jittered by +-``jitter`` (a fraction). When a restart
-    would make more than ``max_restarts`` restarts within ``within_s``
-    seconds, the policy gives up: the turn settles ``failed`` with
-    ``RestartLimitExceeded``.
+    died). ``retry_on`` says which failures: ``"transient"`` (the default)
+    leaves a permanent one failed (a provider's 4xx other than 408, 409, 425
+    and 429, ``ResultContractError``, ``ConfigurationError``,
+    ``PermanentError``: see :mod:`retinue.protocol.failures`), ``"any"``
+    restarts it too; a lost turn is transient. The n-th restart of a task
+    waits ``min(backoff_s * 2**(n-1), backoff_max_s)``, jittered by
+    +-``jitter`` (a fraction). When a restart would make more than
+    ``max_restarts`` restarts within ``within_s`` seconds, the policy gives
+    up: the turn settles ``failed`` with ``RestartLimitExceeded``. A task
+    lost while running ``max_lost`` times in a row (counted across opens,
+    however far apart) settles ``failed`` with ``CrashLoop`` instead of
+    restarting again.
 
     Raises:
         ConfigurationError: a negative count, a bad number of seconds, a
-            jitter outside 0-1, ``backoff_max_s`` below ``backoff_s``, or an
-            ``on`` that is empty or names something else than failed and lost.
+            jitter outside 0-1, ``backoff_max_s`` below ``backoff_s``, an
+            ``on`` that is empty or names something else than failed and lost,
+            a ``retry_on`` other than transient and any, or a ``max_lost``
+            that is not a positive integer.
     """
 
     max_restarts: int = 3
@@ -88,6 +103,8 @@ class Restart(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     backoff_max_s: float = 60.0
     jitter: float = 0.2
     on: tuple[Literal["failed", "lost"], ...] = ("failed",)
+    retry_on: RetryOn = "transient"
+    max_lost: int = 3
 
     def __post_init__(self) -> None:
         """Check every field (see the class docstring)."""
@@ -111,24 +128,89 @@ class Restart(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
                 f"Restart.jitter must be a fraction from 0 to 1, not {jitter!r}"
             )
         set_(self, "jitter", float(jitter))
-        on = self.on
-        if isinstance(on, str) or not isinstance(on, Iterable):
+        set_(self, "on", _check_on(self.on))
+        if self.retry_on not in RETRY_ON:
             raise ConfigurationError(
-                f"Restart.on must be a list of {' and '.join(RESTART_ON)}, not {on!r}"
+                f"Restart.retry_on must be {' or '.join(map(repr, RETRY_ON))}, "
+                f"not {self.retry_on!r}"
             )
-        names = tuple(dict.fromkeys(on))
-        if not names or any(name not in RESTART_ON for name in names):
-            raise ConfigurationError(
-                f"Restart.on must name some of {', '.join(RESTART_ON)}, not {list(on)!r}"
-            )
-        set_(self, "on", names)
+        lost = self.max_lost
+        if isinstance(lost, bool) or not isinstance(lost, int) or lost < 1:
+            raise ConfigurationError(f"Restart.max_lost must be a positive integer, not {lost!r}")
 
     def delay(self, restart: int, rng: random.Random) -> float:
-        """Return the seconds before the ``restart``-th restart of a task (1 for the first)."""
-        base = min(self.backoff_s * 2.0 ** max(0, restart - 1), self.backoff_max_s)
+        """Return the seconds before the ``restart``-th restart of a task (1 for the first).
+
+        Finite for any ``restart``: the cap is applied before the power is
+        computed (``2.0 ** 1024`` would overflow), and the result lies within
+        ``[0, backoff_max_s * (1 + jitter)]``.
+        """
+        base = self._base_delay(max(0, restart - 1))
         if self.jitter:
             base *= 1.0 + rng.uniform(-self.jitter, self.jitter)
-        return max(0.0, base)
+        return min(max(0.0, base), sys.float_info.max)
+
+    def _base_delay(self, doublings: int) -> float:
+        """``min(backoff_s * 2**doublings, backoff_max_s)``, without computing a huge power."""
+        start, cap = self.backoff_s, self.backoff_max_s
+        if start <= 0.0:
+            return 0.0
+        # Both logs are finite (positive finite floats), so is their difference (< 2100).
+        if doublings >= math.log2(cap) - math.log2(start):
+            return cap
+        try:
+            return min(math.ldexp(start, doublings), cap)
+        except OverflowError:  # rounding at the very top of the float range
+            return cap
+
+
+def _check_on(on: object) -> tuple[Literal["failed", "lost"], ...]:
+    """Return ``Restart.on`` as a tuple without repeats.
+
+    Raises:
+        ConfigurationError: it is not a non-empty list of failed and lost.
+    """
+    if isinstance(on, str) or not isinstance(on, Iterable):
+        raise ConfigurationError(
+            f"Restart.on must be a list of {' and '.join(RESTART_ON)}, not {on!r}"
+        )
+    names = tuple(dict.fromkeys(on))
+    if not names or any(name not in RESTART_ON for name in names):
+        raise ConfigurationError(
+            f"Restart.on must name some of {', '.join(RESTART_ON)}, not {list(on)!r}"
+        )
+    return names
+
+
+class RestartRecord(msgspec.Struct, frozen=True, kw_only=True, array_like=True, gc=False):
+    """A :class:`Restart` policy as stored with its agent (``AgentRecord.restart``).
+
+    The same fields, in the same order, with the same defaults; stored as a
+    compact array whose unknown trailing fields (a newer retinue's) are
+    ignored, so a store stays readable. :meth:`policy` checks it again.
+    """
+
+    max_restarts: int = 3
+    within_s: float = 60.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    jitter: float = 0.2
+    on: tuple[str, ...] = ("failed",)
+    retry_on: str = "transient"
+    max_lost: int = 3
+
+    @classmethod
+    def of(cls, policy: Restart) -> RestartRecord:
+        """The stored form of ``policy``."""
+        return cls(**msgspec.structs.asdict(policy))
+
+    def policy(self) -> Restart:
+        """The policy this record holds.
+
+        Raises:
+            ConfigurationError: the stored fields are not a valid policy.
+        """
+        return Restart(**msgspec.structs.asdict(self))
 
 
 def never_restarts(error: str) -> bool:

@@ -1,24 +1,29 @@
 """Restarts under a state machine: every task ends in exactly one completion, whatever its attempts.
 
 Agents run ``flaky`` turns whose task carries a plan, one letter per attempt
-(``F`` fails, ``S`` succeeds: ``plan:FFS`` completes on attempt 3), under a
-restart policy of at most :data:`MAX_RESTARTS` restarts answering ``failed``
-and ``lost``: ``quick`` agents restart after a few milliseconds, ``held``
-ones after a quarter second, so rules land in backoffs. Rules spawn, give
-follow-ups, interrupt and close (racing due restarts), reopen the runtime
-cleanly, and crash it: a crash is a consistent copy of the store taken while
-the runtime runs (``rt.backup``, what a crash at that commit leaves), which
-the machine opens while the old runtime is thrown away. ``drain`` waits for
-quiescence and receives every completion as the host.
+(``F`` fails, ``P`` fails for good, ``S`` succeeds: ``plan:FFS`` completes on
+attempt 3), under the restart policies of :mod:`stress.statemachine.restart_plans`
+(``quick``, ``held`` in quarter-second backoffs, ``stubborn`` that restarts
+permanent failures too). Rules spawn, give follow-ups, interrupt and close
+(racing due restarts), reopen the runtime cleanly, and crash it: a crash is a
+consistent copy of the store taken while the runtime runs (``rt.backup``,
+what a crash at that commit leaves), which the machine opens while the old
+runtime is thrown away. ``reopen_bare`` opens the store (after a clean close
+or a crash) with no profiles, as ``retinue compact`` does: it must end no
+supervised work (a lost turn becomes a pending restart, a pending restart
+stays pending, nothing runs), and the runtime with the profiles opened after
+it carries everything on. ``drain`` waits for quiescence and receives every
+completion as the host.
 
 The model knows each agent's tasks and their plans, and predicts for each
-task: one completion, its status and attempt (the first ``S`` of the plan,
-or ``RestartLimitExceeded`` after :data:`MAX_RESTARTS` restarts); a task a
-crash hit may have lost attempts (it completes on an ``S`` attempt or fails
-at the limit), and one an interrupt, close or clean reopen hit may end
-``interrupted``. Across all tasks, the completions' generations
-(``generation - attempt + 1 .. generation``) cover the agent's generations
-exactly once, and no completion reaches the host twice.
+task: one completion, its status, attempt and ``error_type`` (the first
+``S`` of the plan, the first ``P`` unless the profile restarts permanent
+failures, or ``RestartLimitExceeded`` after :data:`MAX_RESTARTS` restarts); a
+task a crash hit may have lost attempts (it ends on an attempt its plan
+allows, at the limit, or as a ``CrashLoop``), and one an interrupt, close or
+clean reopen hit may end ``interrupted``. Across all tasks, the completions'
+generations (``generation - attempt + 1 .. generation``) cover the agent's
+generations exactly once, and no completion reaches the host twice.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from retinue import Limits, Profile, Restart, Runtime, Turn
+from retinue import Limits, Runtime
 from retinue.errors import (
     AgentBusy,
     AgentClosed,
@@ -43,51 +48,24 @@ from retinue.errors import (
     WaitTimeout,
 )
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
+from retinue.protocol.records import AgentRecord
 from stress.parts import Options, Part, Result
-from stress.statemachine.data import INTERRUPT_ERRORS
+from stress.statemachine.restart_plans import (
+    ATTEMPTS,
+    KINDS,
+    MAX_RESTARTS,
+    PLANS,
+    PROFILES,
+    Task,
+    judge,
+)
+from stress.statemachine.storecheck import read_store
 from stress.statemachine.trace import STATS, TRACE, fail
 
 __all__ = ["MAX_RESTARTS", "RestartMachine"]
 
-MAX_RESTARTS = 2
-ATTEMPTS = MAX_RESTARTS + 1
 SETTLE_S = 30.0
 LIMITS = Limits(max_active_turns=3, wait_default_s=5.0, compact_interval_s=3600.0)
-
-
-def _policy(backoff_s: float) -> Restart:
-    return Restart(
-        max_restarts=MAX_RESTARTS,
-        within_s=3600,
-        backoff_s=backoff_s,
-        backoff_max_s=backoff_s * 2,
-        jitter=0.5,
-        on=("failed", "lost"),
-    )
-
-
-def flaky(turn: Turn) -> str:
-    """Fail or succeed as the task's plan says for this attempt (``plan:FS`` ...)."""
-    plan = turn.task.split(":", 1)[1].split("#", 1)[0]
-    if plan[min(turn.attempt, len(plan)) - 1] == "F":
-        raise RuntimeError(f"attempt {turn.attempt} failed as planned")
-    return f"done on attempt {turn.attempt}"
-
-
-PROFILES = [
-    Profile("quick", runner=flaky, restart=_policy(0.005), wake_on_completion=False),
-    Profile("held", runner=flaky, restart=_policy(0.25), wake_on_completion=False),
-]
-PLANS = st.text(alphabet="FS", min_size=ATTEMPTS, max_size=ATTEMPTS)
-
-
-@dataclass
-class Task:
-    """One task of an agent and what may happen to it."""
-
-    plan: str
-    crashed: bool = False  # a crash may have lost attempts
-    may_interrupt: bool = False  # an interrupt, close or clean reopen may end it
 
 
 @dataclass
@@ -95,6 +73,7 @@ class Agent:
     """What the model knows of an agent."""
 
     id: str
+    kind: str
     tasks: list[Task] = field(default_factory=list)
     closed: bool = False
     got: list[Completion] = field(default_factory=list)  # what host waits received, in order
@@ -133,12 +112,12 @@ class RestartMachine(RuleBasedStateMachine):
 
     # -- rules -------------------------------------------------------------------------
 
-    @rule(plan=PLANS, held=st.booleans())
-    def spawn(self, plan: str, held: bool) -> None:
+    @rule(plan=PLANS, kind=st.sampled_from(KINDS))
+    def spawn(self, plan: str, kind: str) -> None:
         """Spawn a flaky agent on a planned task."""
-        info = self.rt.spawn("held" if held else "quick", f"plan:{plan}#{len(self.agents)}")
-        self.agents.append(Agent(info.id, [Task(plan)]))
-        TRACE.append(f"spawn {plan} held={held} -> {info.id[:6]}")
+        info = self.rt.spawn(kind, f"plan:{plan}#{len(self.agents)}")
+        self.agents.append(Agent(info.id, kind, [Task(plan, kind)]))
+        TRACE.append(f"spawn {plan} {kind} -> {info.id[:6]}")
         STATS["restart:spawn"] += 1
 
     @precondition(lambda self: self.agents)
@@ -153,7 +132,7 @@ class RestartMachine(RuleBasedStateMachine):
         except AgentBusy:
             TRACE.append(f"follow_up {agent.id[:6]} -> busy")
             return
-        agent.tasks.append(Task(plan))
+        agent.tasks.append(Task(plan, agent.kind))
         TRACE.append(f"follow_up {agent.id[:6]} {plan}")
         STATS["restart:follow_up"] += 1
 
@@ -177,14 +156,8 @@ class RestartMachine(RuleBasedStateMachine):
     )
     def stop_in_backoff(self, rest: str, shut: bool) -> None:
         """A held agent fails its first attempt; interrupt or close it during the backoff."""
-        info = self.rt.spawn("held", f"plan:F{rest}#{len(self.agents)}")
-        agent = Agent(info.id, [Task("F" + rest)])
-        self.agents.append(agent)
-        deadline = time.monotonic() + SETTLE_S
-        while self.rt.get(info.id).state is not AgentState.RESTARTING:
-            if time.monotonic() > deadline:
-                fail(f"{info.id} never entered its backoff")
-            time.sleep(0.002)
+        agent = self._in_backoff(rest)
+        info = self.rt.get(agent.id)
         agent.tasks[-1].may_interrupt = True
         if shut:
             self._collect(agent)
@@ -194,6 +167,18 @@ class RestartMachine(RuleBasedStateMachine):
             fail(f"interrupting {info.id} in its backoff left it running")
         TRACE.append(f"stop_in_backoff F{rest} close={shut}")
         STATS[f"restart:{'close' if shut else 'interrupt'}:restarting"] += 1
+
+    def _in_backoff(self, rest: str) -> Agent:
+        """Spawn a held agent whose first attempt fails; return it once it is restarting."""
+        info = self.rt.spawn("held", f"plan:F{rest}#{len(self.agents)}")
+        agent = Agent(info.id, "held", [Task("F" + rest, "held")])
+        self.agents.append(agent)
+        deadline = time.monotonic() + SETTLE_S
+        while self.rt.get(info.id).state is not AgentState.RESTARTING:
+            if time.monotonic() > deadline:
+                fail(f"{info.id} never entered its backoff")
+            time.sleep(0.002)
+        return agent
 
     @precondition(lambda self: self.agents)
     @rule(index=st.integers(0, 20))
@@ -241,6 +226,39 @@ class RestartMachine(RuleBasedStateMachine):
         STATS["restart:crash"] += 1
         STATS["restart:crash_restarting"] += restarting
 
+    @rule(crashed=st.booleans(), pending=st.booleans())
+    def reopen_bare(self, crashed: bool, pending: bool) -> None:
+        """Open the store with no profiles (as ``retinue compact`` does), then with them.
+
+        After a clean close or a crash (a copy of the running store), the bare
+        open ends no supervised work (see :func:`_check_bare`); then the
+        runtime with the profiles carries everything on. With ``pending``, a held
+        agent is in its backoff first (a restart pending, or due, at the open).
+        """
+        if pending:
+            self._in_backoff("S" * (ATTEMPTS - 1))
+        old = self.rt
+        for agent in self.agents:
+            if agent.tasks:
+                agent.tasks[-1].crashed |= crashed
+                agent.tasks[-1].may_interrupt |= not crashed
+        if crashed:
+            self.stores += 1
+            self.store = self.dir / f"store-{self.stores}"
+            old.backup(self.store)
+        old.shutdown()  # a crash: its later work is as lost as a killed process's
+        before, _, _ = read_store(self.store)
+        bare = Runtime.open(self.store, profiles=[], limits=LIMITS)
+        try:
+            bare.wait_idle(SETTLE_S)  # nothing can run here: it must be idle at once
+            after = {a.id: a for a in bare.agents()}
+        finally:
+            bare.shutdown()
+        _check_bare(before, after)
+        self.rt = Runtime.open(self.store, profiles=PROFILES, limits=LIMITS)
+        TRACE.append(f"reopen_bare crashed={crashed}")
+        STATS["restart:reopen_bare"] += 1
+
     @rule()
     def drain(self) -> None:
         """Wait for quiescence, receive every completion, check every task against the model."""
@@ -281,21 +299,38 @@ class RestartMachine(RuleBasedStateMachine):
             fail(f"{agent.id}: completions cover {covered} of {info.generation} generations")
 
     def _judge(self, agent: Agent, task: Task, done: Completion) -> None:
-        first = task.plan.find("S") + 1  # 0: the plan never succeeds
-        status = str(done.status)
-        STATS[f"restart:outcome:{status}:{done.attempt}"] += 1
-        if status == "interrupted":
-            if not task.may_interrupt or done.error not in INTERRUPT_ERRORS:
-                fail(f"{agent.id}: task {task} ended {done}")
-            return
-        if status == "completed":
-            ok = task.plan[done.attempt - 1] == "S" and (task.crashed or done.attempt == first)
+        STATS[f"restart:outcome:{done.status}:{done.attempt}"] += 1
+        STATS[f"restart:error_type:{done.error_type}"] += 1
+        if not judge(task, done):
+            fail(f"{agent.id}: task {task} (ends at attempt {task.end()}) ended {done}")
+
+
+def _check_bare(before: dict[str, AgentRecord], after: dict[str, AgentInfo]) -> None:
+    """A runtime without the profiles ended no supervised work.
+
+    A turn the store held queued or running (lost) is a pending restart now,
+    or failed as its stored policy says (``RestartLimitExceeded``,
+    ``CrashLoop``): never ``interrupted``, never failed for lack of its
+    profile. Every other agent is exactly as stored: a pending restart is
+    still pending, nothing ran.
+    """
+    for agent_id, stored in before.items():
+        if stored.state is AgentState.CLOSED:
+            continue  # not listed
+        now = after.get(agent_id)
+        if now is None:
+            fail(f"{agent_id} ({stored.state}) is gone after an open without profiles")
+        if stored.state.has_turn:
+            ok = now.state is AgentState.RESTARTING or (
+                now.state is AgentState.FAILED
+                and now.error_type in ("RestartLimitExceeded", "CrashLoop")
+            )
+            STATS[f"restart:bare:lost:{now.state}"] += 1
         else:
-            limit = f"RestartLimitExceeded: {MAX_RESTARTS} restarts within 3600 s"
-            ok = (done.error or "").startswith(limit) and (task.crashed or first == 0)
-            ok = ok and done.attempt == ATTEMPTS
+            ok = (now.state, now.generation) == (stored.state, stored.generation)
+            STATS[f"restart:bare:kept:{now.state}"] += 1
         if not ok:
-            fail(f"{agent.id}: task {task} (first success at attempt {first}) ended {done}")
+            fail(f"an open without profiles turned {agent_id} from {stored.state} into {now}")
 
 
 def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
@@ -323,6 +358,8 @@ def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
         "steps": steps,
         "crashes": STATS["restart:crash"],
         "restarting_after_crash": STATS["restart:crash_restarting"],
+        "opens_without_profiles": STATS["restart:reopen_bare"],
+        "restarts_kept_by_them": STATS["restart:bare:kept:restarting"],
         "outcomes": dict(sorted(outcomes.items())),
         "problems": problems,
     }
@@ -331,7 +368,10 @@ def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
 def _part(options: Options) -> Result:
     """The restart machine (CI runs it derandomized in tests/runtime/test_restart_machine.py)."""
     found = run(30 if options.quick else 200, 40)
-    title = "restarts machine: every task one completion across interrupts, reopens, crashes"
+    title = (
+        "restarts machine: every task one completion across interrupts, reopens, crashes, "
+        "opens without profiles"
+    )
     return Result.row(title, found, list(found.pop("problems")))
 
 

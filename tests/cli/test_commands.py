@@ -272,5 +272,6 @@ def test_a_failure_a_later_turn_replaced_is_still_shown_and_summed_up() -> None:
     out = io.StringIO()
     PlainView(out).event(failed, {"a1": now})
     assert "failed g1  ModelCallFailed: openai status 503" in out.getvalue()
-    outcome = Outcome(False, [now], 1.0, [("/root/lead", 1, "ModelCallFailed: openai status 503")])
-    assert outcome.failed() == [("/root/lead", 1, "ModelCallFailed: openai status 503")]
+    seen = ("/root/lead", 1, "ModelCallFailed: openai status 503", "ModelCallFailed")
+    outcome = Outcome(False, [now], 1.0, [seen])
+    assert outcome.failed() == [seen]

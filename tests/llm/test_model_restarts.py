@@ -76,3 +76,48 @@ def test_a_model_that_fails_past_its_retries_twice_completes_on_attempt_3(
     assert user[1].startswith("[retinue: the previous attempt at this task failed (ModelCallFailed")
     assert user[1].endswith("Carry on with the task: review the change")
     assert len(stub.requests) == 6
+
+
+@pytest.mark.parametrize(
+    ("status", "restarted"), [(400, False), (401, False), (404, False), (429, True), (503, True)]
+)
+def test_a_providers_4xx_is_permanent_and_its_5xx_or_429_transient(
+    stub: OpenAIStub, tmp_path: Path, status: int, restarted: bool
+) -> None:
+    """A model call the provider refuses (4xx but 408/409/425/429) is not restarted under
+    ``retry_on="transient"``; a rate limit or a server error is (retries=0: one request per
+    attempt). The failed completion says ``ModelCallFailed`` with the provider's status."""
+
+    def handler(request: Any) -> StubReply:
+        if request.number == 1:
+            return StubReply(status=status, error="refused" if status < 500 else "overloaded")
+        return StubReply(message={"role": "assistant", "content": "reviewed"})
+
+    stub.handler = handler
+    policy = Restart(max_restarts=3, backoff_s=0.01, jitter=0.0)
+    profiles = [Profile("reviewer", runner=stub_runner(stub, retries=0), restart=policy)]
+    with Runtime.open(tmp_path / "s", profiles=profiles) as rt:
+        done = rt.wait(rt.spawn("reviewer", "review").id, timeout=SETTLE_S)
+    if restarted:
+        assert (done.status, done.attempt, done.output) == ("completed", 2, "reviewed")
+        assert len(stub.requests) == 2
+    else:
+        assert (done.status, done.attempt, done.error_type) == ("failed", 1, "ModelCallFailed")
+        assert done.error is not None and f"status {status}" in done.error
+        assert len(stub.requests) == 1
+
+
+def test_retry_on_any_restarts_a_refused_model_call(stub: OpenAIStub, tmp_path: Path) -> None:
+    def handler(request: Any) -> StubReply:
+        if request.number == 1:
+            return StubReply(status=400, error="context too long")
+        return StubReply(message={"role": "assistant", "content": "reviewed"})
+
+    stub.handler = handler
+    policy = Restart(max_restarts=3, backoff_s=0.01, jitter=0.0, retry_on="any")
+    profiles = [Profile("reviewer", runner=stub_runner(stub, retries=0), restart=policy)]
+    with Runtime.open(tmp_path / "s", profiles=profiles) as rt:
+        done = rt.wait(rt.spawn("reviewer", "review").id, timeout=SETTLE_S)
+        info = rt.get(done.agent_id)
+    assert (done.status, done.attempt) == ("completed", 2)
+    assert info.last_error is not None and "status 400" in info.last_error

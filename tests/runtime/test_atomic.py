@@ -135,6 +135,7 @@ def test_a_settle_that_cannot_be_applied_fails_the_turn_with_one_completion(
     assert done.status is CompletionStatus.FAILED
     assert done.error is not None and done.error.startswith("InternalError: ")
     assert "Settle" in done.error
+    assert done.error_type == "InternalError"
     assert faults_seen(rt) == [("Settle", True, ((agent.id, 1),))]
     rt.wait_idle(PROMPT_S)  # its runner counts as reported: the runtime is quiet
     with pytest.raises(NothingToWaitFor):
@@ -144,24 +145,21 @@ def test_a_settle_that_cannot_be_applied_fails_the_turn_with_one_completion(
 
 
 def test_a_child_settle_that_fails_reaches_the_waiting_parent_as_one_failure(
-    open_runtime: OpenRuntime,
+    open_runtime: OpenRuntime, gate: Gate
 ) -> None:
     def lead(turn: Turn) -> str:
         done = turn.run("worker", "hi", timeout=PROMPT_S)
-        return f"{done.status}:{(done.error or '').split(':')[0]}"
+        return f"{done.status}:{done.error_type}"
 
     rt = open_runtime(
-        [Profile("lead", runner=lead, subagents=["worker"]), Profile("worker", runner=echo)]
+        [Profile("lead", runner=lead, subagents=["worker"]), Profile("worker", runner=gate)]
     )
     lead_info = rt.spawn("lead", "go")
-    wait_until(lambda: len(rt.agents()) == 2)
+    gate.wait_started(1)  # the lead waits on its worker, which holds in the gate
     inject_fault(rt, "Settle", at=1)
-    # the worker may settle before the fault is armed; then the lead's settle fails instead
+    gate.release()  # the worker's settle is the next one: it fails
     done = rt.wait(lead_info.id, timeout=PROMPT_S)
-    if done.status is CompletionStatus.COMPLETED:
-        assert done.output == "failed:InternalError"
-    else:
-        assert done.error is not None and done.error.startswith("InternalError")
+    assert (done.status, done.output) == (CompletionStatus.COMPLETED, "failed:InternalError")
     rt.wait_idle(PROMPT_S)
     assert not any(a.state.busy for a in rt.agents())
 

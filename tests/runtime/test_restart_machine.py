@@ -1,9 +1,10 @@
 """The restart state machine (``stress/statemachine/restarts.py``), short and derandomized.
 
 Every task ends in exactly one completion whatever its attempts, also across
-interrupts, closes, clean reopens and crashes (a consistent copy of the
-running store, opened while the old runtime is thrown away); the model
-predicts each task's status and attempt from its plan.
+interrupts, closes, clean reopens, crashes (a consistent copy of the running
+store, opened while the old runtime is thrown away) and opens without the
+profiles (which must end no supervised work); the model predicts each task's
+status, attempt and error type from its plan (permanent failures included).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ MUST_RUN = (
     "restart:outcome:completed:3",
     "restart:outcome:failed:3",
     "restart:outcome:interrupted:2",
+    "restart:reopen_bare",
+    "restart:bare:kept:restarting",
+    "restart:error_type:PermanentError",
+    "restart:error_type:RestartLimitExceeded",
 )
 
 

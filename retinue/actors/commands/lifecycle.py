@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retinue.actors.commands.base import Command, Sender, TurnRef
+from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import AgentInfo
 
 __all__ = [
@@ -79,13 +80,13 @@ class CloseTree(Command[list[AgentInfo]]):
 
 @dataclass(frozen=True, slots=True)
 class Settle(Command[None]):
-    """A runner finished its turn with ``output`` or ``error``."""
+    """A runner finished its turn with ``output`` or ``error`` (its text and class)."""
 
     after_close: ClassVar[bool] = True
     live_sender: ClassVar[bool] = False
     sender: TurnRef
     output: str | None
-    error: str | None
+    error: TurnError | None
     trace: str | None = None  # the turn's span (W3C traceparent), when the runtime traces
 
 
