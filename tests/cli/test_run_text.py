@@ -39,9 +39,9 @@ def test_run_json_survives_a_tool_name_and_call_id_with_a_lone_surrogate(
 ) -> None:
     """It died with an internal error (exit 1, no run_finished, every agent interrupted):
     the ToolCallStarted event carried the raw name."""
-    call = {"id": "call_" + HALF, "type": "function", "function": {"name": "look" + HALF}}
-    call["function"]["arguments"] = "{}"
-    replies = [
+    function = {"name": "look" + HALF, "arguments": "{}"}
+    call: dict[str, Any] = {"id": "call_" + HALF, "type": "function", "function": function}
+    replies: list[dict[str, Any]] = [
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "assistant", "content": "all done"},
     ]
