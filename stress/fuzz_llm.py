@@ -153,7 +153,8 @@ def random_team(workspace: Path, *, seed: int) -> dict[str, Any]:
         restart = (
             Restart(max_restarts=2, within_s=30, backoff_s=0.05) if rng.random() < 0.2 else None
         )
-        approve = [t for t in tools if t in ("bash", "write_file")] if rng.random() < 0.2 else []
+        gateable = ("bash", "write_file", "echo_tool")  # the chaos model sends half an emoji
+        approve = [t for t in tools if t in gateable] if rng.random() < 0.2 else []
         profiles.append(
             Profile(
                 name,

@@ -117,9 +117,22 @@ class Approver:
         approved, text = verdict
         return self._send(request, approved, text)
 
+    @property
+    def terminal(self) -> TextIO:
+        """Where the questions are written: ``out`` itself, never rich's proxy of it.
+
+        A live table redirects ``sys.stdout`` through rich, which reads a line
+        written without its newline (the prompt) as markup: ``[y]`` and
+        ``[n]`` were eaten (``approve? es / o:``). The questions are asked with
+        the live table stopped, so they go to the terminal as they are.
+        """
+        out = self.out
+        proxied = getattr(out, "rich_proxied_file", None)
+        return proxied if proxied is not None else out
+
     def _prompt(self, request: ApprovalRequest, stop: threading.Event) -> tuple[bool, str] | None:
         """Ask on the terminal: approve, or deny with a reason (None: Ctrl-C or no answer)."""
-        out = self.out
+        out = self.terminal
         print(file=out)
         print(f"approval needed: {request.tool} by {request.path}", file=out)
         try:
@@ -139,8 +152,9 @@ class Approver:
 
     def _read_line(self, prompt: str, stop: threading.Event) -> str | None:
         """Read one line from ``stdin``, giving up once ``stop`` is set (Ctrl-C) or at EOF."""
-        self.out.write(prompt)
-        self.out.flush()
+        out = self.terminal
+        out.write(prompt)
+        out.flush()
         while not stop.is_set():
             ready, _, _ = select.select([self.stdin], [], [], 0.1)
             if ready:

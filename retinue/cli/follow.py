@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TextIO
 import msgspec
 
 from retinue.cli.common import FAILED, INTERRUPTED, OK
-from retinue.cli.render import JsonView, View, clip, in_tree, usage_of
+from retinue.cli.render import JsonView, View, in_tree, usage_of
 from retinue.errors import NothingToWaitFor, RetinueError, UnknownAgent, WaitTimeout
 from retinue.protocol.messages import AgentInfo, AgentState, Event, TurnSettled
 from retinue.protocol.text import safe_terminal_text
@@ -240,8 +240,8 @@ def report(outcome: Outcome, roots: Sequence[str], store: Path, view: View, out:
     if tokens:
         line += f"; {tokens:,} tokens, ${cost:.4f}"
     print(line, file=out)
-    for path, generation, error, _ in outcome.failed():
-        print(f"failed: {path} g{generation}: {clip(error, 300)}", file=out)
+    for path, generation, error, _ in outcome.failed():  # whole: output_max_bytes bounds it
+        print(f"failed: {path} g{generation}: {safe_terminal_text(error, len(error))}", file=out)
     if outcome.interrupted:
         print(f"interrupted; every step so far is saved in {store}", file=out)
         print(f"resume with: retinue resume --store {store}", file=out)

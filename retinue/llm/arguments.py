@@ -13,6 +13,7 @@ message names the offending field (``tasks[2].agent``).
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -120,7 +121,9 @@ def decode_arguments(decoder: msgspec.json.Decoder[_S], tool: str, arguments: st
 
     Raises:
         ToolArgumentError: not a JSON object, or an argument missing, unknown
-            or of the wrong type; the message names the tool and the field.
+            or of the wrong type; the message names the tool and the field. A
+            string holding half a character (a lone surrogate's escape) is
+            refused too, saying so: no tool is handed text with no UTF-8 form.
     """
     text = arguments.strip() if isinstance(arguments, str) else arguments
     if text == "":
@@ -130,9 +133,34 @@ def decode_arguments(decoder: msgspec.json.Decoder[_S], tool: str, arguments: st
     except msgspec.ValidationError as exc:
         raise ToolArgumentError(f"invalid arguments for {tool}: {_explain(exc)}") from None
     except msgspec.DecodeError as exc:
+        if _half_character(text):
+            raise ToolArgumentError(
+                f"invalid arguments for {tool}: a string holds half a character (a lone "
+                "surrogate, shown as its escape \\udXXX); send whole characters"
+            ) from None
         raise ToolArgumentError(
             f"invalid arguments for {tool}: not valid JSON ({exc}); send one JSON object"
         ) from None
+
+
+def _half_character(text: str | bytes) -> bool:
+    """Whether JSON ``text`` holds a lone surrogate's escape (``"\\ud83d"``: half an emoji).
+
+    A model's raw lone surrogate is escaped where its answer arrives
+    (:mod:`retinue.llm.arrival`); msgspec refuses that escape as malformed
+    JSON, the standard library decodes it: the value then has no UTF-8 form.
+    """
+    if not isinstance(text, str) or "\\u" not in text:
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 @dataclass(frozen=True)

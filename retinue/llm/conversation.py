@@ -12,7 +12,10 @@ within ``Limits.transcript_max_bytes`` without breaking the chat's structure
 progress stay, the oldest tool results are replaced by :data:`CUT_MARKER`
 first, then oversized tool-call arguments, then the oldest other contents,
 then whole units (an assistant message with its tool results) go, oldest
-first. Every text is made storable: a lone surrogate is escaped.
+first. The chat's texts arrive storable (a model's answer and a tool's result
+are cleaned where they arrive, :mod:`retinue.llm.arrival`; the rest is the
+runtime's own or was checked when it was sent), so the history a turn sends
+is the one it stores, as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from retinue.protocol.records import (
     TranscriptMessage,
     TranscriptRecord,
 )
+from retinue.protocol.text import storable_text
 
 __all__ = [
     "CUT_ARGUMENTS",
@@ -102,36 +106,27 @@ def turn_input(
     return "\n\n".join(parts)
 
 
-def storable(text: str) -> str:
-    """Return ``text`` with lone surrogates (no UTF-8 form) escaped as ``\\udXXX``.
-
-    Providers do send half an emoji; the escape keeps the information, as
-    runner outputs do (:func:`retinue.protocol.text.bounded_text`).
-    """
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+storable = storable_text
+"""Return ``text`` with lone surrogates (no UTF-8 form) escaped as ``\\udXXX``
+(:func:`retinue.protocol.text.storable_text`, which the LLM layer applies where
+text arrives: :mod:`retinue.llm.arrival`)."""
 
 
 def _optional_text(value: object) -> str | None:
-    return storable(value) if isinstance(value, str) else None
+    return value if isinstance(value, str) else None
 
 
 def _to_record(message: ChatMessage) -> TranscriptMessage:
     calls = tuple(
         ToolCallRecord(
-            id=storable(str(call.get("id", ""))),
-            name=storable(str((call.get("function") or {}).get("name", ""))),
-            arguments=storable(str((call.get("function") or {}).get("arguments", ""))),
+            id=str(call.get("id", "")),
+            name=str((call.get("function") or {}).get("name", "")),
+            arguments=str((call.get("function") or {}).get("arguments", "")),
         )
         for call in message.get("tool_calls") or ()
     )
     return TranscriptMessage(
-        role=storable(str(message.get("role", "user"))),
+        role=str(message.get("role", "user")),
         content=_optional_text(message.get("content")),
         tool_calls=calls,
         tool_call_id=_optional_text(message.get("tool_call_id")),
@@ -157,43 +152,17 @@ def _to_chat(record: TranscriptMessage) -> ChatMessage:
     return message
 
 
-def _storable_message(message: ChatMessage) -> ChatMessage:
-    """Return ``message`` with every text storable (lone surrogates escaped); same if it was."""
-    out = message
-    for key in ("content", "tool_call_id", "name"):
-        value = message.get(key)
-        if isinstance(value, str) and storable(value) is not value:
-            out = out if out is not message else dict(message)
-            out[key] = storable(value)
-    calls = message.get("tool_calls")
-    if calls:
-        fixed = [
-            {**call, "function": {**function, "arguments": storable(arguments)}}
-            if isinstance(function := call.get("function"), dict)
-            and isinstance(arguments := function.get("arguments"), str)
-            and storable(arguments) is not arguments
-            else call
-            for call in calls
-        ]
-        if any(a is not b for a, b in zip(fixed, calls, strict=True)):
-            out = out if out is not message else dict(message)
-            out["tool_calls"] = fixed
-    return out
-
-
 def bound_at(
     messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None
 ) -> tuple[list[ChatMessage], int, int | None]:
-    """Return ``messages`` cut to fit ``max_bytes`` and made storable, the cut count, and
-    the new index of the current task (``task_at``: its index in ``messages``).
+    """Return ``messages`` cut to fit ``max_bytes``, the cut count, and the new index of
+    the current task (``task_at``: its index in ``messages``).
 
     See :mod:`retinue.llm.transcript_cut` for what the cut keeps: the current
     task, the step in progress, system messages and the chat's structure (no
-    tool result without its call). Lone surrogates are escaped, so the history
-    the runner sends next is the one it stores.
+    tool result without its call).
     """
-    out, cut, where = cut_transcript(messages, max_bytes, task_at)
-    return [_storable_message(m) for m in out], cut, where
+    return cut_transcript(messages, max_bytes, task_at)
 
 
 def bound(

@@ -34,6 +34,7 @@ from retinue.llm.approval_gate import (
     gated,
     granted_names,
 )
+from retinue.llm.arrival import assistant_message, tool_outcome
 from retinue.llm.bridge import llm_load, llm_step
 from retinue.llm.budgets import admit_call, check_budgets
 from retinue.llm.calls import complete, usage_of
@@ -113,8 +114,7 @@ class TurnSession:
             await self._carry_on(toolbox)
         while True:
             admitted = await admit_call(self.turn, self.agent_usage, self.tree_usage)
-            message, usage = await self._call_model(schemas)
-            assistant = _assistant(message)
+            assistant, usage = await self._call_model(schemas)
             self.history.append(assistant)
             calls = assistant.get("tool_calls") or []
             if calls:
@@ -122,12 +122,15 @@ class TurnSession:
                 continue
             await self._save(usage, ends_call=admitted)
             self._check_spent()
-            answer = await self._answer(message.content or "")
+            answer = await self._answer(assistant["content"] or "")
             if answer is not None:
                 return answer
 
-    async def _call_model(self, schemas: list[dict[str, Any]]) -> tuple[Any, Usage]:
-        """Make one model call (reported on the turn's watch); return its message and usage.
+    async def _call_model(self, schemas: list[dict[str, Any]]) -> tuple[ChatMessage, Usage]:
+        """Make one model call (reported on the turn's watch); return its answer and usage.
+
+        The answer is the chat message the turn keeps, every text of it made
+        storable here, where it arrives (:func:`~retinue.llm.arrival.assistant_message`).
 
         Raises:
             ModelCallFailed: the call failed for good, or the answer has no choices.
@@ -148,7 +151,7 @@ class TurnSession:
                     self.limits.max_concurrent_calls,
                     watch,
                 )
-            message = _first_message(response, self.runner.model)
+            message = assistant_message(_first_message(response, self.runner.model))
         except BaseException as exc:
             watch.failed(exc)
             raise
@@ -336,53 +339,22 @@ def _first_message(response: Any, model: str) -> Any:
     return choices[0].message
 
 
-def _assistant(message: Any) -> ChatMessage:
-    """The chat message of the model's answer, its tool calls in the OpenAI shape.
-
-    Each call gets an id of its own: a provider that sends one id twice in a
-    step would otherwise leave two results answering one call, a chat the next
-    request is refused for. A repeated id becomes ``<id>_<place>`` (an empty one
-    ``call_<place>``), and the model sees that id from then on.
-    """
-    assistant: ChatMessage = {"role": "assistant", "content": message.content}
-    calls = list(getattr(message, "tool_calls", None) or [])
-    if calls:
-        taken: set[str] = set()
-        shaped = []
-        for place, call in enumerate(calls):
-            call_id = call.id if isinstance(call.id, str) and call.id else f"call_{place}"
-            while call_id in taken:
-                call_id = f"{call_id}_{place}"
-            taken.add(call_id)
-            shaped.append(
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {
-                        "name": call.function.name,
-                        "arguments": call.function.arguments or "{}",
-                    },
-                }
-            )
-        assistant["tool_calls"] = shaped
-    return assistant
-
-
 async def _run_tool(toolbox: ToolBox, name: str, arguments: str) -> tuple[str, str | None]:
     """Run one tool call; return its result and its error (None: it succeeded).
 
     A toolbox of the host's own (a ``toolbox=`` builder's) only has ``call``:
-    its error is read from the result (``{"error": ...}``).
+    its error is read from the result (``{"error": ...}``), and both are made
+    storable here, where they arrive (a :class:`ToolBox` does it itself).
     """
     if isinstance(toolbox, ToolBox):
-        return await toolbox.run(name, arguments)
+        return await toolbox.run(name, arguments)  # made storable there
     result: str = await toolbox.call(name, arguments)
     try:
         data = json.loads(result) if result.startswith("{") else None
     except ValueError:
         data = None
     error = data.get("error") if isinstance(data, dict) else None
-    return result, None if error is None else str(error)
+    return tool_outcome(result, None if error is None else str(error))
 
 
 def _holds_place(message: ChatMessage, call_ids: Sequence[str]) -> bool:

@@ -4,7 +4,8 @@
 provider without ``astreaming`` cannot: it fails at once, in one line, instead
 of failing each retry with a misleading 503) and asks for the usage in the
 last chunk where the provider takes ``stream_options``. :func:`streamed` makes
-one streamed call, hands each piece of text to ``on_text`` as it arrives, and
+one streamed call, hands each piece of text to ``on_text`` as it arrives (made
+storable: :func:`~retinue.llm.arrival.piece`), and
 assembles the chunks with litellm's ``stream_chunk_builder``: the text, the
 tool calls (parallel ones, and arguments sent in pieces, by their index) and
 the usage, in the shape of a plain response. An answer with tool calls and no
@@ -19,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from retinue.errors import ModelCallFailed
+from retinue.llm.arrival import piece
 
 __all__ = ["stream_kwargs", "streamed"]
 
@@ -83,7 +85,8 @@ async def streamed(
 ) -> Any:
     """Make one streamed call; return the assembled response (None if nothing came).
 
-    ``on_text(piece)`` gets each piece of text as it arrives. A provider that
+    ``on_text(piece)`` gets each piece of text as it arrives, a lone surrogate
+    escaped (the assembled answer is cleaned by the caller). A provider that
     answers in one piece although asked to stream gives its answer as it is.
 
     Raises:
@@ -101,7 +104,7 @@ async def streamed(
             if text:
                 texted = True
                 if on_text is not None:
-                    on_text(text)
+                    on_text(piece(text))  # made storable as it arrives
     finally:
         with contextlib.suppress(Exception):
             await response.aclose()  # an interrupted stream releases its connection

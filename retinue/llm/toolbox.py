@@ -23,7 +23,8 @@
   ``{"error": "..."}`` with no traceback, and so does a call past its
   ``timeout_s`` (``tool_timeout_s`` for file and host tools: the call is
   cancelled, or abandoned on its pool thread). Results are bounded at
-  ``max_result_bytes``.
+  ``max_result_bytes`` and made storable as they arrive: a lone surrogate in
+  a result or an error becomes its escape (:mod:`retinue.llm.arrival`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import msgspec
 from retinue.actors.profile import Profile
 from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
 from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
+from retinue.llm.arrival import tool_outcome
 from retinue.llm.bash_tool import DEFAULT_BASH_TIMEOUT_S
 from retinue.llm.builtin_tools import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -50,7 +52,7 @@ from retinue.llm.context import TurnContext
 from retinue.llm.coordinator import coordinator_tools
 from retinue.llm.host_tools import check_timeout, host_tool_defs
 from retinue.llm.workspace import Workspace
-from retinue.protocol.text import truncate_utf8
+from retinue.protocol.text import storable_text, truncate_utf8
 from retinue.protocol.tools import BUILTIN_TOOLS, is_mcp_name, resolve_tools, runner_tools
 
 __all__ = [
@@ -122,7 +124,16 @@ class ToolBox:
 
     async def run(self, name: str, arguments: str) -> tuple[str, str | None]:
         """Like :meth:`call`; return ``(result, error)``: ``error`` is None if the call
-        succeeded, else the message of the ``{"error": ...}`` result."""
+        succeeded, else the message of the ``{"error": ...}`` result.
+
+        Both are made storable here, where a tool's answer arrives
+        (:func:`~retinue.llm.arrival.tool_outcome`: a lone surrogate is escaped).
+        """
+        result, error = await self._outcome(name, arguments)
+        return tool_outcome(result, error)
+
+    async def _outcome(self, name: str, arguments: str) -> tuple[str, str | None]:
+        """Run one call (see :meth:`run`); its texts as the tool gave them."""
         try:
             tool = self._tools.get(name) if isinstance(name, str) else None
             if tool is None:
@@ -156,9 +167,9 @@ class ToolBox:
             value = {"result": value}
         try:
             text = _ENCODER.encode(value).decode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate (half an emoji): keep it as an escape
+        except UnicodeEncodeError:  # a lone surrogate (half an emoji): escaped as it arrives
             try:
-                text = json.dumps(msgspec.to_builtins(value), ensure_ascii=True)
+                text = storable_text(json.dumps(msgspec.to_builtins(value), ensure_ascii=False))
             except (TypeError, ValueError) as exc:
                 return _failed(f"{name} returned a value that is not JSON: {exc}")
         except (TypeError, ValueError, UnicodeDecodeError) as exc:

@@ -59,6 +59,7 @@ from retinue.protocol.text import (
     TAIL_TRUNCATION_MARKER,
     bounded_text,
     safe_terminal_text,
+    storable_text,
     truncate_utf8,
     truncate_utf8_tail,
 )
@@ -103,6 +104,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), checked by a test)
     "resolve",
     "result_instruction",
     "safe_terminal_text",
+    "storable_text",
     "truncate_utf8",
     "truncate_utf8_tail",
     "validate",

@@ -8,6 +8,12 @@ is as much of the marker as fits, cut at a character boundary.
 
 Lone surrogates (which have no UTF-8 encoding) are replaced with U+FFFD before
 measuring, so the result always encodes and decodes.
+
+:func:`storable_text` is how text the runtime did not write itself (a model's
+answer, a tool's result, a runner's error) is made storable: a lone surrogate
+(half an emoji; a provider's JSON may hold ``"\\ud83d"``) becomes its escape,
+the six characters ``\\ud83d``, so the information is kept and every encoder
+takes the text. The LLM layer applies it once, where the text arrives.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ __all__ = [
     "TAIL_TRUNCATION_MARKER",
     "bounded_text",
     "safe_terminal_text",
+    "storable_text",
     "truncate_utf8",
     "truncate_utf8_tail",
 ]
@@ -34,6 +41,28 @@ _SURROGATES_RE = re.compile("[\ud800-\udfff]")
 # C0 controls except tab (\x09) and newline (\x0a), DEL, C1 controls, the
 # bidirectional embedding/override/isolate controls, and lone surrogates.
 _UNSAFE_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` with each lone surrogate escaped as ``\\udXXX`` (the same object when
+    it has none).
+
+    A lone surrogate has no UTF-8 form, so no store, JSON encoder or HTTP body
+    takes it; its escape keeps the information (a JSON string holding it
+    decodes to the same code point). Every other character is kept as it is.
+
+    Raises:
+        ArgumentTypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _check_args(text: object, limit: object, name: str) -> None:
@@ -127,17 +156,16 @@ def bounded_text(text: str, max_bytes: int) -> str:
 
     For text the runtime keeps but did not get from a caller it could refuse
     (a runner's error, a turn's output): lone surrogates are escaped as
-    ``\\udXXX`` (the information is kept, unlike U+FFFD), then the head is
-    kept with ``…[truncated]`` if it is too long (see :func:`truncate_utf8`).
+    ``\\udXXX`` (:func:`storable_text`: the information is kept, unlike
+    U+FFFD), then the head is kept with ``…[truncated]`` if it is too long
+    (see :func:`truncate_utf8`).
 
     Raises:
         ArgumentTypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
         InvalidArgument: ``max_bytes`` is negative.
     """
     _check_args(text, max_bytes, "max_bytes")
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return truncate_utf8(text, max_bytes)[0]
+    return truncate_utf8(storable_text(text), max_bytes)[0]
 
 
 def safe_terminal_text(text: str, max_chars: int) -> str:

@@ -8,10 +8,13 @@ Its answers are drawn from what providers really send (the kinds in
 :data:`~retinue.testing.chaos_answers.KINDS`): valid tool calls of the tools
 the request offers (most of the time, so turns get somewhere), parallel calls,
 malformed JSON arguments, unknown tools, huge arguments, calls without an id or
-sharing one, lone surrogates, content parts, empty or null choices, 429s with
-``Retry-After``, 5xx, 400, timeouts, hangs and slow answers. It always answers
-in the end: a turn's final-answer odds start low and grow with each step, and
-after ``max_steps`` steps it only answers with text (or fails).
+sharing one, lone surrogates (half an emoji: in the text, in a tool's name, in a
+call's id, in the arguments of a call of a tool approvals may gate;
+:data:`~retinue.testing.chaos_answers.SURROGATE_KINDS`), content parts, empty
+or null choices, 429s with ``Retry-After``, 5xx, 400, timeouts, hangs and slow
+answers. It always answers in the end: a turn's final-answer odds start low
+and grow with each step, and after ``max_steps`` steps it only answers with
+text (or fails).
 
 Deterministic for a seed, whatever the threads do: each call draws from a
 stream derived from the seed, the agent (its system prompt and first task) and
@@ -38,6 +41,7 @@ from retinue.testing.chaos_answers import (
     FAULT_KINDS,
     FINAL_KINDS,
     KINDS,
+    SURROGATE_KINDS,
     TOOL_KINDS,
     Answer,
     build,
@@ -224,13 +228,17 @@ class ChaosModel:
     ) -> SearchStrategy[ChaosModel]:
         """A hypothesis strategy of chaos models: seeds drawn, and some kinds switched off.
 
+        The kinds a model drawn may lack are the faults and the half-emoji
+        answers (:data:`~retinue.testing.chaos_answers.SURROGATE_KINDS`); a
+        failing example shrinks toward a model with all of them.
         ``weights`` and ``settings`` (``max_steps``, ``hang_s``, ``slow_s``) are
         applied to every model drawn. Needs hypothesis (``pip install hypothesis``).
         """
         from hypothesis import strategies as st
 
         base = dict(weights or {})
-        faults = st.lists(st.sampled_from(FAULT_KINDS), unique=True, max_size=len(FAULT_KINDS))
+        switchable = (*FAULT_KINDS, *SURROGATE_KINDS)
+        faults = st.lists(st.sampled_from(switchable), unique=True, max_size=len(switchable))
 
         def make(seed: int, off: list[str]) -> ChaosModel:
             return cls(seed, weights={**base, **dict.fromkeys(off, 0.0)}, **settings)

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from retinue.llm.script import minimal_result
+from retinue.protocol.tools import COORDINATOR_TOOLS
 from retinue.testing.chaos_args import Seen, arguments_for
 
 __all__ = [
@@ -25,6 +26,8 @@ __all__ = [
     "FAULT_KINDS",
     "FINAL_KINDS",
     "KINDS",
+    "SURROGATE",
+    "SURROGATE_KINDS",
     "TOOL_KINDS",
     "Answer",
     "build",
@@ -40,8 +43,14 @@ TOOL_KINDS = (
     "huge_arguments",
     "missing_id",
     "duplicate_ids",
+    "surrogate_name",
+    "surrogate_id",
+    "surrogate_arguments",
 )
 """Answers with tool calls (need tools offered)."""
+SURROGATE_KINDS = ("lone_surrogate", "surrogate_name", "surrogate_id", "surrogate_arguments")
+"""Answers with half an emoji (a lone surrogate) in their text, a tool's name, a call's id,
+or the arguments of a call of a tool approvals may gate (any tool but the coordinator's)."""
 FAULT_KINDS = (
     "content_parts",
     "empty_choices",
@@ -67,6 +76,9 @@ DEFAULT_WEIGHTS: Mapping[str, float] = MappingProxyType(
         "huge_arguments": 2.0,
         "missing_id": 3.0,
         "duplicate_ids": 2.0,
+        "surrogate_name": 1.5,
+        "surrogate_id": 1.5,
+        "surrogate_arguments": 2.0,
         "content_parts": 1.0,
         "empty_choices": 0.5,
         "null_choices": 1.0,
@@ -86,6 +98,7 @@ SERVER_STATUSES = (500, 502, 503, 504, 529)
 RETRY_AFTER = ("0", "0.05", "0.3", "1", "-1", "soon", "Wed, 21 Oct 2015 07:28:00 GMT", None)
 HUGE_BYTES = (70_000, 140_000, 300_000)
 SURROGATE = "\ud83d"
+"""Half of 😀 (U+1F600): a lone surrogate, which has no UTF-8 form."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +195,50 @@ def _tool_answer(
         twin = _call(rng, _pick(rng, tools), seen, f"{tag}d")
         twin["id"] = one["id"]
         return Answer(kind, _calls([one, twin]))
+    elif kind in SURROGATE_KINDS:
+        return Answer(kind, _calls(_half_emoji(kind, rng, tools, seen, tag)))
     return Answer(kind, _calls([one]))
+
+
+def _half_emoji(
+    kind: str, rng: random.Random, tools: Sequence[Mapping[str, Any]], seen: Seen, tag: str
+) -> list[dict[str, Any]]:
+    """Tool calls with half an emoji in a tool's name, a call's id, or a call's arguments.
+
+    ``surrogate_name``: an offered tool's name with it inside. ``surrogate_id``:
+    a call's id ending in it, and sometimes a second call whose id is that
+    one with the surrogate's escape written out (``\\ud83d``: the same text
+    once escaped). ``surrogate_arguments``: a valid call of an offered tool that
+    approvals may gate (not a coordinator tool, when one is offered), a string
+    argument (or a new ``note``) ending in it, the JSON text holding it raw as a
+    provider's decoded JSON does.
+    """
+    if kind == "surrogate_name":
+        one = _call(rng, _pick(rng, tools), seen, tag)
+        name = one["function"]["name"]
+        cut = rng.randint(0, len(name))
+        one["function"]["name"] = name[:cut] + SURROGATE + name[cut:]
+        return [one]
+    if kind == "surrogate_id":
+        one = _call(rng, _pick(rng, tools), seen, tag)
+        one["id"] += SURROGATE
+        if rng.random() >= 0.3:
+            return [one]
+        twin = _call(rng, _pick(rng, tools), seen, f"{tag}e")
+        twin["id"] = one["id"].replace(SURROGATE, "\\ud83d")
+        return [one, twin]
+    gateable = [t for t in tools if _name(t) not in COORDINATOR_TOOLS] or list(tools)
+    one = _call(rng, rng.choice(gateable), seen, tag)
+    args = json.loads(one["function"]["arguments"]) or {}
+    keys = [k for k, v in args.items() if isinstance(v, str)] or ["note"]
+    key = rng.choice(keys)
+    args[key] = f"{args.get(key, '')} half an emoji {SURROGATE}"
+    one["function"]["arguments"] = json.dumps(args, ensure_ascii=False)
+    return [one]
+
+
+def _name(tool: Mapping[str, Any]) -> str:
+    return str((tool.get("function") or {}).get("name", ""))
 
 
 def _fault(kind: str, rng: random.Random, tag: str) -> Answer:

@@ -5,8 +5,9 @@
 operations, the store, the workspace, the acknowledgement log), installs the
 chaos model, opens the runtime and runs the operations, appending one JSON
 line per step to the log *after* it returned: ``{"outcome": ...}`` with what
-the host's waits received, ``{"broken": ...}`` for an untyped error or a hung
-call, ``{"crash_point": n}`` when it reaches the crash. Then it waits to be
+the host's waits received, ``{"broken": ...}`` for an untyped error, a hung
+call or an event that does not encode (:class:`~retinue.testing.fuzz_checks.EventCheck`),
+``{"crash_point": n}`` when it reaches the crash. Then it waits to be
 killed. The parent reads the log, so a completion logged was received; one
 received but not yet logged when the kill came is the crash's to lose.
 """
@@ -23,6 +24,7 @@ import msgspec
 
 from retinue.llm.provider import load_litellm
 from retinue.protocol.messages import Completion
+from retinue.testing.fuzz_checks import EventCheck
 from retinue.testing.fuzz_ops import Op
 from retinue.testing.fuzz_run import Setup, host_op, open_runtime, reopened
 
@@ -42,6 +44,8 @@ def main(spec_path: str) -> None:
     load_litellm()  # before the runtime opens: the kill should not land in litellm's import
     setup.chaos().install()
     rt = open_runtime(setup, Path(spec["store"]), Path(spec["workspace"]))
+    events = EventCheck()
+    events.watch(rt)
     ack(opened=True)
     for number, op in enumerate(ops, spec["first"]):
         if op.kind == "crash":
@@ -52,10 +56,12 @@ def main(spec_path: str) -> None:
         if op.kind == "reopen":
             again, broken = reopened(rt, setup, Path(spec["store"]), Path(spec["workspace"]))
             outcome = "shutdown hung" if again is None else "reopened"
+            if again is not None:
+                events.watch(again)
             rt = again or rt
         else:
             outcome, broken = host_op(rt, op, number, ledger, setup.label)
-        for found in broken:
+        for found in broken + events.take():
             ack(broken={"invariant": found.invariant, "path": found.path, "detail": found.detail})
         ack(outcome=outcome, received=[msgspec.to_builtins(c) for c in ledger])
         if outcome in ("hung", "shutdown hung"):

@@ -9,8 +9,10 @@ down within a bound, and everything is checked: the store's invariants
 (:func:`~retinue.testing.invariants.check_invariants`, the host's waits as the
 ledger), what the shutdowns left (:class:`~retinue.testing.leaks.Leaks`), a
 store that reopened with diagnostics after a crash (``restore_diagnostic``),
-and a host call that raised an untyped error (``untyped_error``) or hung
-(``host_call_hung``).
+a host call that raised an untyped error (``untyped_error``) or hung
+(``host_call_hung``), and on the live runtime (:mod:`~retinue.testing.fuzz_checks`)
+an event that does not encode as JSON (``event_not_encodable``) and an agent
+whose turn outlives the runtime's quiescence (``agent_wedged``).
 
 :class:`Setup` says how to open the runtime: a factory ``"module:function"``
 called as ``factory(workspace, **args)`` that returns ``Runtime.open``'s
@@ -34,10 +36,10 @@ from typing import Any
 
 import msgspec
 
-from retinue.errors import WaitTimeout
 from retinue.protocol.messages import Completion
 from retinue.runtime import Runtime
 from retinue.testing.chaos import ChaosModel
+from retinue.testing.fuzz_checks import EventCheck, settled, wedged
 from retinue.testing.fuzz_ops import Op, apply
 from retinue.testing.fuzz_workspace import chaos_workspace
 from retinue.testing.invariants import Broken, check_invariants
@@ -234,19 +236,6 @@ def _from_acks(
     return outcomes, ledger, broken
 
 
-def _settled(rt: Runtime, seconds: float) -> bool:
-    """Wait up to ``seconds`` for quiescence (in waits ``wait_max_s`` allows); whether it came."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            rt.wait_idle(max(0.0, min(left, rt.limits.wait_max_s)))
-            return True
-        except WaitTimeout:
-            if left <= rt.limits.wait_max_s:
-                return False
-
-
 def opened(setup: Setup, store: Path, workspace: Path) -> tuple[Runtime, list[Broken]]:
     """Open the run's runtime; what its restore reported (``restore_diagnostic``)."""
     rt = open_runtime(setup, store, workspace)
@@ -287,15 +276,18 @@ def _in_process(
     """
     outcomes: list[str] = []
     leaks = Leaks()
+    events = EventCheck()
     try:
         rt, broken = opened(setup, paths["store"], paths["workspace"])
+        events.watch(rt)
         for number, op in enumerate(segment, first):
             if op.kind == "reopen":
                 again, more = reopened(rt, setup, paths["store"], paths["workspace"], leaks.check)
                 broken += more
                 if again is None:
-                    return [*outcomes, "shutdown hung"], broken, False
+                    return [*outcomes, "shutdown hung"], broken + events.take(), False
                 rt = again
+                events.watch(rt)
                 outcomes.append("reopened")
                 continue
             outcome, more = host_op(rt, op, number, ledger, setup.label)
@@ -303,12 +295,14 @@ def _in_process(
             broken += more
             if outcome == "hung":
                 break
-        if not _settled(rt, setup.settle_s):
+        if settled(rt, setup.settle_s):
+            broken += wedged(rt, setup.settle_s)
+        else:
             outcomes.append(f"(not idle after {setup.settle_s:g} s: shut down while busy)")
         agents[0] = len(rt.agents(include_closed=True))
         broken += shutdown_within(rt, setup.shutdown_s)
         free = rt.closed
-        broken += leaks.check()
+        broken += leaks.check() + events.take()
         return outcomes, broken, free
     finally:
         leaks.close()

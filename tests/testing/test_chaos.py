@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from retinue import AgentState, Limits, Profile, Runtime
@@ -21,7 +21,13 @@ from retinue.llm.provider import load_litellm
 from retinue.llm.retry import classify
 from retinue.protocol.tools import BUILTIN_TOOLS
 from retinue.testing import CHAOS_MODEL, ChaosModel, check_invariants
-from retinue.testing.chaos_answers import FAULT_KINDS, KINDS, TOOL_KINDS
+from retinue.testing.chaos_answers import (
+    FAULT_KINDS,
+    KINDS,
+    SURROGATE,
+    SURROGATE_KINDS,
+    TOOL_KINDS,
+)
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "task 1"}]
 
@@ -52,12 +58,12 @@ def tool_defs(tmp_path: Path) -> list[ToolDef]:
     return [*builtin_tools(Workspace(tmp_path), frozenset(BUILTIN_TOOLS)), batch]
 
 
-def only(kind: str, **settings: Any) -> ChaosModel:
+def only(kind: str, seed: int = 7, **settings: Any) -> ChaosModel:
     """A chaos model that answers with ``kind`` alone (text where a kind needs no tools)."""
     weights = dict.fromkeys(KINDS, 0.0)
     weights[kind] = 1.0
     weights["text"] = 1e-9  # never drawn in practice; a model needs a non-fault kind
-    return ChaosModel(7, weights=weights, **settings)
+    return ChaosModel(seed, weights=weights, **settings)
 
 
 def call(litellm: ModuleType, chaos: ChaosModel, tools: list[dict[str, Any]]) -> Any:
@@ -96,6 +102,12 @@ def test_each_kind_of_answer_comes_through_litellm(litellm: ModuleType, tmp_path
     assert seen["missing_id"].tool_calls[0].id  # litellm gives it one, as for a real provider
     twins = seen["duplicate_ids"].tool_calls
     assert len(twins) == 2 and twins[0].id == twins[1].id
+    (named,) = seen["surrogate_name"].tool_calls
+    assert SURROGATE in named.function.name
+    assert named.function.name.replace(SURROGATE, "") in offered
+    assert SURROGATE in seen["surrogate_id"].tool_calls[0].id
+    (gateable,) = seen["surrogate_arguments"].tool_calls
+    assert gateable.function.name in offered and SURROGATE in gateable.function.arguments
     assert seen["slow"].content or seen["slow"].tool_calls
 
 
@@ -136,6 +148,44 @@ def test_a_streamed_answer_is_the_answer_in_pieces(litellm: ModuleType, tmp_path
     assert [(c.id, c.function.name, c.function.arguments) for c in pieces] == [
         (c.id, c.function.name, c.function.arguments) for c in plain
     ]
+
+
+def test_half_an_emoji_goes_where_the_runtime_must_clean_it(tmp_path: Path) -> None:
+    """Names, ids (and a twin id that is the escape written out), and the arguments of a tool
+    approvals may gate: never a coordinator tool's when another is offered."""
+    tools = [d.schema() for d in tool_defs(tmp_path)]
+    coordinator = {
+        "type": "function",
+        "function": {"name": "send_message", "parameters": {"type": "object"}},
+    }
+    escaped_twin = gated = 0
+    for seed in range(60):
+        ids = only("surrogate_id", seed=seed).answer(MESSAGES, tools).message or {}
+        calls = ids["tool_calls"]
+        assert calls[0]["id"].endswith(SURROGATE)
+        if len(calls) == 2:
+            assert calls[1]["id"] == calls[0]["id"].replace(SURROGATE, "\\ud83d")
+            escaped_twin += 1
+        args = only("surrogate_arguments", seed=seed).answer(MESSAGES, [coordinator, *tools])
+        (call,) = (args.message or {})["tool_calls"]
+        assert call["function"]["name"] != "send_message"
+        assert json.loads(call["function"]["arguments"])  # still a JSON object
+        assert SURROGATE in call["function"]["arguments"]  # raw, as a decoded response holds it
+        gated += 1
+    assert escaped_twin and gated == 60
+
+
+def test_the_strategy_reaches_every_half_emoji_kind(tmp_path: Path) -> None:
+    """Hypothesis finds models of :meth:`ChaosModel.strategy` that answer with each kind."""
+    tools = [d.schema() for d in tool_defs(tmp_path)]
+    fast = settings(max_examples=2_000, derandomize=True, database=None, deadline=None)
+    for kind in SURROGATE_KINDS:
+
+        def answers(chaos: ChaosModel, kind: str = kind) -> bool:
+            return chaos.answer(MESSAGES, tools).kind == kind
+
+        found = find(ChaosModel.strategy(), answers, settings=fast)
+        assert found.weights[kind] > 0
 
 
 def test_a_rate_limit_carries_its_retry_after(litellm: ModuleType) -> None:
