@@ -281,7 +281,9 @@ def _add_extras(add: Add) -> None:
         "serve a live view of a store in the browser (read-only)",
         "Serve a page that shows a store's tree live (states, tokens, cost, the tool\n"
         "in progress), an agent's detail and transcript, and a timeline. Read-only:\n"
-        "safe while another process runs the store. Needs: pip install 'retinue[web]'.",
+        "safe while another process runs the store. Loopback by default; another\n"
+        "address needs a bearer token ($RETINUE_WEB_TOKEN or --token), every interface\n"
+        "(0.0.0.0) also --allowed-host. Needs: pip install 'retinue[web]'.",
     )
     web.add_argument("--store", help=store_help())
     web.add_argument(
