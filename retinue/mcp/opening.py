@@ -16,6 +16,7 @@ died between taking one and answering.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -81,6 +82,11 @@ class Opening:
         try:
             rt = self._opener()
         except BaseException as exc:  # handed to every tool call instead of lost on a thread
+            print(
+                f"retinue mcp: the store could not be opened: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+                flush=True,
+            )
             self._future.set_exception(exc)
         else:
             self._future.set_result(rt)

@@ -5,15 +5,19 @@ before the app sees it, with JSON ``{"error": "..."}`` saying what to do:
 ``421`` for a ``Host`` the server does not answer to, ``403`` for an
 ``Origin`` of another site, ``401`` (with ``WWW-Authenticate: Bearer``) for a
 missing or wrong token. With ``cookie`` set (the web view, whose page and
-event stream a browser opens without headers of ours), the token is also
-taken from that cookie, and a ``GET`` whose query carries ``token=<token>``
-sets the cookie (``HttpOnly``, ``SameSite=Strict``) and redirects to the same
-address without it. Pure ASGI: no framework is imported.
+event stream a browser opens without headers of ours), a ``GET`` whose query
+carries ``token=<token>`` sets that cookie (``HttpOnly``, ``SameSite=Strict``)
+and redirects to the same address without it; the cookie then stands for the
+token. It holds a random session value made when the guard starts, never the
+token itself: a browser sends a host's cookies to every port of that host.
+Pure ASGI: no framework is imported.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
@@ -54,10 +58,11 @@ class Guard:
     """ASGI middleware answering only the requests ``policy`` allows."""
 
     def __init__(self, app: App, policy: ServerPolicy, *, cookie: str | None = None) -> None:
-        """Guard ``app``; ``cookie`` names the cookie that may carry the token (a browser's)."""
+        """Guard ``app``; ``cookie`` names the cookie that may stand for the token (a browser's)."""
         self.app = app
         self.policy = policy
         self.cookie = cookie
+        self._session = secrets.token_urlsafe(32)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve the request through the app, or refuse it."""
@@ -117,9 +122,11 @@ class Guard:
             except Exception:  # a malformed cookie header carries no token
                 continue
         morsel = jar.get(self.cookie)
-        return morsel is not None and self.policy.token_matches(morsel.value)
+        given = morsel.value.encode("utf-8", "replace") if morsel is not None else b""
+        return morsel is not None and hmac.compare_digest(given, self._session.encode())
 
     def _token_in_query(self, scope: Scope) -> bool:
+        """Whether a browser's ``GET`` carries the token in its query (once, to get the cookie)."""
         if self.cookie is None or scope["type"] != "http" or scope.get("method") != "GET":
             return False
         query = parse_qsl((scope.get("query_string") or b"").decode("latin-1"))
@@ -131,8 +138,10 @@ class Guard:
         query = parse_qsl((scope.get("query_string") or b"").decode("latin-1"))
         rest = urlencode([(name, value) for name, value in query if name != TOKEN_QUERY])
         raw_path = scope.get("raw_path") or (scope.get("path") or "/").encode("utf-8")
-        location = raw_path.decode("latin-1") + (f"?{rest}" if rest else "")
-        cookie = f"{self.cookie}={self.policy.token}; Path=/; HttpOnly; SameSite=Strict"
+        # One leading slash: "//host" would send the browser to another site.
+        path = "/" + raw_path.decode("latin-1").lstrip("/\\")
+        location = path + (f"?{rest}" if rest else "")
+        cookie = f"{self.cookie}={self._session}; Path=/; HttpOnly; SameSite=Strict"
         headers = [
             (b"location", location.encode("latin-1", "replace")),
             (b"set-cookie", cookie.encode()),

@@ -261,3 +261,19 @@ def test_a_lease_a_dead_server_left_is_given_back_at_the_next_open(tmp_path: Pat
     anyio.run(go)
     with Runtime.open(store, profiles=[Profile("lead", runner=lambda turn: "")]) as rt:
         assert list(rt.leases()) == ["someone-else"]
+
+
+def test_a_store_another_writer_holds_is_refused_before_the_handshake(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    with Runtime.open(store, profiles=[Profile("lead", runner=lambda turn: "")]):
+        refused = subprocess.run(
+            [sys.executable, "-m", "retinue.cli", "mcp", "--store", str(store)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **ENV},
+            timeout=60,
+        )
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert f"StoreLocked: store {store} is open for writing by pid {os.getpid()}" in refused.stderr

@@ -77,11 +77,16 @@ def test_a_browser_gets_its_token_once_as_a_cookie(rt: Runtime) -> None:
         with httpx.Client(base_url=web.url, timeout=10) as browser:
             opened = browser.get("/?token=s3cret-token&x=1", follow_redirects=False)
             assert opened.status_code == 303 and opened.headers["location"] == "/?x=1"
-            assert "HttpOnly" in opened.headers["set-cookie"]
-            assert "SameSite=Strict" in opened.headers["set-cookie"]
+            cookie = opened.headers["set-cookie"]
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            assert "s3cret-token" not in cookie  # a session value, not the token itself
             assert browser.get("/").status_code == 200  # the cookie carries the token
             assert browser.get("/api/summary").status_code == 200
         assert httpx.get(web.url + "?token=wrong", timeout=10).status_code == 401
+        forged = {f"retinue_token_{web.port}": "s3cret-token"}
+        assert httpx.get(web.url, cookies=forged, timeout=10).status_code == 401
+        away = httpx.get(f"{web.url}/evil.example?token=s3cret-token", timeout=10)
+        assert away.headers["location"] == "/evil.example"  # never //evil.example
 
 
 def _env(**extra: str) -> dict[str, str]:
