@@ -121,6 +121,7 @@ LAYERS = [
     "team",
     "runtime",
     "testing",
+    "serving",
     "metrics",
     "web",
     "mcp",

@@ -3,33 +3,71 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retinue.cli.common import OK, store_path
+from retinue.cli.common import OK, UsageError, store_path
 
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
-__all__ = ["cmd_mcp", "cmd_web", "run_web", "start_web"]
+__all__ = ["WEB_TOKEN_ENV", "cmd_mcp", "cmd_web", "run_web", "start_web"]
+
+WEB_TOKEN_ENV = "RETINUE_WEB_TOKEN"
+"""The bearer token of ``retinue web`` and ``run --web`` (also ``retinue web --token``)."""
 
 
 def start_web(rt: Runtime, address: str | None) -> Any:
-    """Serve the run's live web view on ``address`` when ``--web`` was given."""
+    """Serve the run's live web view on ``address`` when ``--web`` was given.
+
+    The token is ``$RETINUE_WEB_TOKEN`` (needed off loopback). Every interface
+    needs the names clients use, which ``retinue web --allowed-host`` takes:
+    ``--web`` refuses a wildcard address and says so.
+
+    Raises:
+        UsageError: a wildcard address.
+        InvalidArgument: a bad or unsafe address, or one that cannot be listened on.
+    """
     if not address:
         return None
-    from retinue.web import start_web as serve_run
+    from retinue.serving import is_wildcard
+    from retinue.web.server import parse_address
+    from retinue.web.server import serve as serve_view
 
-    web = serve_run(rt, address)
+    host, port = parse_address(address)
+    if is_wildcard(host):
+        raise UsageError(
+            f"--web {address}: to serve every interface, run 'retinue web --store STORE "
+            "--host 0.0.0.0 --allowed-host NAME' beside the run (it needs the names clients use)"
+        )
+    token = os.environ.get(WEB_TOKEN_ENV) or None
+    _check_policy(host, port, token, ())
+    web = serve_view(rt, host, port, token=token)
     print(f"retinue: live view at {web.url}", file=sys.stderr, flush=True)
     return web
 
 
+def _check_policy(host: str, port: int, token: str | None, allowed: Sequence[str]) -> None:
+    """Refuse an unsafe bind with the command line's words.
+
+    Raises:
+        InvalidArgument: see :meth:`retinue.serving.ServerPolicy.for_bind`.
+    """
+    from retinue.serving import ServerPolicy
+
+    source = f"${WEB_TOKEN_ENV} or --token"
+    ServerPolicy.for_bind(host, port, token=token, allowed_hosts=allowed, token_source=source)
+
+
 def cmd_web(args: argparse.Namespace) -> int:
     """``retinue web``: serve a store's live view in the browser, read-only."""
-    return run_web(store_path(args.store, must_exist=True), args.host, args.port)
+    token = args.token or os.environ.get(WEB_TOKEN_ENV) or None
+    store = store_path(args.store, must_exist=True)
+    return run_web(store, args.host, args.port, token=token, allowed_hosts=args.allowed_host or ())
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -39,25 +77,39 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return serve(args, store_path(args.store, must_exist=False))
 
 
-def run_web(store: Path, host: str, port: int) -> int:
+def run_web(
+    store: Path,
+    host: str,
+    port: int,
+    *,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] = (),
+) -> int:
     """Open ``store`` read-only, serve its view on ``host:port`` until SIGINT/SIGTERM; return 0.
 
-    Works beside the store's writer in another process.
+    Works beside the store's writer in another process. Off loopback it needs
+    ``token``; on every interface also ``allowed_hosts``.
 
     Raises:
-        InvalidArgument: the address cannot be listened on.
+        InvalidArgument: an unsafe bind, or the address cannot be listened on.
         StoreError: the store cannot be read.
     """
     from retinue.cli.follow import stop_on_signals
     from retinue.runtime import Runtime
     from retinue.web.server import serve
 
+    host = host.strip().strip("[]")
+    _check_policy(host, port, token, allowed_hosts)  # before the store is opened
     stop = threading.Event()
     rt = Runtime.open(store, readonly=True)
     try:
-        with stop_on_signals(stop), serve(rt, host, port) as web:
+        view = serve(rt, host, port, token=token, allowed_hosts=allowed_hosts)
+        with stop_on_signals(stop), view as web:
+            where = web.policy.describe()
+            locked = "; bearer token required" if token else ""
             print(
-                f"retinue: live view of {store} at {web.url} (read-only; Ctrl-C stops)",
+                f"retinue: live view of {store} at {web.url} (listening on {where}{locked}; "
+                "read-only; Ctrl-C stops)",
                 file=sys.stderr,
                 flush=True,
             )

@@ -281,9 +281,28 @@ def _add_extras(add: Add) -> None:
         "serve a live view of a store in the browser (read-only)",
         "Serve a page that shows a store's tree live (states, tokens, cost, the tool\n"
         "in progress), an agent's detail and transcript, and a timeline. Read-only:\n"
-        "safe while another process runs the store. Needs: pip install 'retinue[web]'.",
+        "safe while another process runs the store. Loopback by default; another\n"
+        "address needs a bearer token ($RETINUE_WEB_TOKEN or --token), every interface\n"
+        "(0.0.0.0) also --allowed-host. Needs: pip install 'retinue[web]'.",
     )
     web.add_argument("--store", help=store_help())
-    web.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    web.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; any other needs a token, and 0.0.0.0 "
+        "or :: also --allowed-host)",
+    )
     web.add_argument("--port", type=int, default=8321, help="port to listen on (0: any free one)")
+    web.add_argument(
+        "--token",
+        help="bearer token every request must carry (default: $RETINUE_WEB_TOKEN, which keeps "
+        "it out of the process list; a browser opens the view once with ?token=TOKEN)",
+    )
+    web.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a name or address clients reach this machine by, answered besides the loopback "
+        "names and the address bound (repeatable)",
+    )
     web.set_defaults(handler=cmd_web)

@@ -1,9 +1,16 @@
-"""The ``retinue mcp`` command line: its options and the listening address rules (no SDK import)."""
+"""The ``retinue mcp`` command line: its options and the listening address rules (no SDK import).
+
+The rules of :mod:`retinue.serving` apply; on top, a non-loopback address
+must be named with ``--host`` explicitly (``--http 0.0.0.0:8765`` alone is
+refused).
+"""
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
+
+from retinue.errors import InvalidArgument
+from retinue.serving import is_loopback, split_address
 
 __all__ = ["TOKEN_ENV", "add_arguments", "listen_address"]
 
@@ -27,18 +34,21 @@ def add_arguments(parser: argparse.ArgumentParser, store_help: str) -> None:
     )
     parser.add_argument(
         "--host",
-        help="listen on this non-loopback address "
-        f"(needs --http and a bearer token in ${TOKEN_ENV})",
+        help="listen on this non-loopback address (needs --http and a bearer token; 0.0.0.0 "
+        "or :: also --allowed-host)",
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    parser.add_argument(
+        "--token",
+        help=f"bearer token every HTTP request must carry (default: ${TOKEN_ENV}, which keeps "
+        "it out of the process list)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a name or address clients reach this machine by, answered besides the loopback "
+        "names and the address bound (repeatable; with --http)",
+    )
 
 
 def listen_address(http: str, host: str | None, token: str | None) -> tuple[str, int]:
@@ -48,26 +58,28 @@ def listen_address(http: str, host: str | None, token: str | None) -> tuple[str,
         ValueError: a bad port or address, or a non-loopback host without
             ``--host`` given explicitly and a bearer token set.
     """
-    bind, _, port_text = http.rpartition(":")
-    bind = bind or "127.0.0.1"
+    text = http.strip()
+    port_text = text.rpartition(":")[2]
+    if not port_text.isdigit():
+        raise ValueError(f"--http {http!r}: give [HOST:]PORT, e.g. 127.0.0.1:8765")
     try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"--http {http!r}: give [HOST:]PORT, e.g. 127.0.0.1:8765") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"--http {http!r}: port {port} is not 0-65535")
+        bind, port = split_address(text, "127.0.0.1", 0)
+    except InvalidArgument:
+        raise ValueError(f"--http {http!r}: port {port_text} is not 0-65535") from None
     if host is not None:
+        host = host.strip().strip("[]")
         if bind != "127.0.0.1" and bind != host:
             raise ValueError(f"--http names host {bind!r} and --host {host!r}; give one")
         bind = host
-    if not _is_loopback(bind):
+    if not is_loopback(bind):
         if host is None:
             raise ValueError(
                 f"refusing to listen on {bind!r}, which is not a loopback address: pass "
-                f"--host {bind} explicitly and set a bearer token in ${TOKEN_ENV}"
+                f"--host {bind} explicitly and set a bearer token (${TOKEN_ENV} or --token)"
             )
         if not token:
             raise ValueError(
-                f"refusing to listen on {bind!r} without a bearer token: set ${TOKEN_ENV}"
+                f"refusing to listen on {bind!r} without a bearer token: set ${TOKEN_ENV} "
+                "or --token"
             )
     return bind, port

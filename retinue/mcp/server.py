@@ -1,25 +1,29 @@
 """The MCP server of ``retinue mcp``: tools and resources over :class:`~retinue.mcp.tools.Tools`.
 
-Each tool has a schema (from its typed parameters) and a one-line
-description. A :class:`~retinue.errors.RetinueError` becomes an ``isError``
-result reading ``<ErrorType>: <message>``, never a protocol failure; bad
-arguments are ``isError`` results too (the SDK checks them). Results are JSON
-text. Needs the ``mcp`` extra.
+Each tool has a schema (from its typed parameters, with every bound the
+server checks: ``maximum`` for waits, ``maxLength`` for names and messages)
+and a one-line description. A :class:`~retinue.errors.RetinueError` becomes
+an ``isError`` result reading ``<ErrorType>: <message>``, never a protocol
+failure; bad arguments are ``isError`` results too (the SDK checks them
+against the schema, the tools again before they act). Results are JSON text.
+Needs the ``mcp`` extra.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from pydantic import Field
 
-from retinue.errors import RetinueError
-from retinue.mcp.tools import MAX_TREE_AGENTS, Progress, Tools
+from retinue.errors import InvalidAgentPath, RetinueError, UnknownAgent
+from retinue.mcp.tools import MAX_TRANSCRIPT_TAIL, MAX_TREE_AGENTS, TREE_PAGE, Progress, Tools
+from retinue.mcp.waits import ClientGone, Gone
+from retinue.protocol.paths import MAX_NAME_LENGTH, MAX_PATH_LENGTH
+from retinue.serving import ServerPolicy
 
 __all__ = ["INSTRUCTIONS", "build_server", "with_bearer_token"]
 
@@ -29,7 +33,13 @@ INSTRUCTIONS = (
     "an agent's next completion; tree and inspect show the agents. Trees survive this "
     "client's crash: interrupted agents are resumed with resume."
 )
-Ref = Annotated[str, Field(description="An agent path (/root/review) or id.")]
+Ref = Annotated[
+    str, Field(max_length=MAX_PATH_LENGTH, description="An agent path (/root/review) or id.")
+]
+Name = Annotated[
+    str | None,
+    Field(max_length=MAX_NAME_LENGTH, pattern=r"^[a-z0-9_]+$", description="Its name."),
+]
 RequestId = Annotated[str, Field(description="The approval request's id (from approvals).")]
 
 
@@ -44,21 +54,36 @@ def _reporter(ctx: Context) -> Progress:
     return report
 
 
+def _gone(ctx: Context) -> Gone | None:
+    """Whether the request's client went away: its HTTP connection closed (None over stdio,
+    where the server ends with its client)."""
+    request = getattr(ctx.request_context, "request", None)
+    disconnected = getattr(request, "is_disconnected", None)
+    return disconnected if callable(disconnected) else None
+
+
 async def _guard(call: Any) -> str:
     """Await a tool's work; a retinue error becomes the tool's error result."""
     try:
         return _text(await call)
     except RetinueError as exc:
         raise ToolError(f"{type(exc).__name__}: {exc}") from None
+    except ClientGone as exc:  # no one reads this answer; said for the server's log
+        raise ToolError(str(exc)) from None
 
 
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 
 
-def _tool(server: Any, description: str) -> Callable[[_Fn], _Fn]:
-    """Register an async function as a tool with a JSON text result."""
+def _tool(server: Any, description: str, **bounded: Any) -> Callable[[_Fn], _Fn]:
+    """Register an async function as a tool with a JSON text result.
+
+    ``bounded`` gives parameters types known only now (a ``Field`` with this
+    server's limits): the schema is built from the function's annotations.
+    """
 
     def register(fn: _Fn) -> _Fn:
+        fn.__annotations__.update(bounded)
         server.add_tool(fn, description=description, structured_output=False)
         return fn
 
@@ -69,7 +94,7 @@ def _resource(server: Any, uri: str, **options: Any) -> Callable[[_Fn], _Fn]:
     """Register an async function as a read-only JSON resource (or template)."""
 
     def register(fn: _Fn) -> _Fn:
-        server.resource(uri, **options)(fn)
+        server.resource(uri, mime_type="application/json", **options)(fn)
         return fn
 
     return register
@@ -78,11 +103,25 @@ def _resource(server: Any, uri: str, **options: Any) -> Callable[[_Fn], _Fn]:
 def build_server(tools: Tools) -> MCPServer:
     """Return the MCP server with every tool and resource of ``tools``."""
     server = MCPServer("retinue", instructions=INSTRUCTIONS, log_level="WARNING")
+    bounds = tools.bounds
+    wait_s = Annotated[
+        float,
+        Field(ge=0, le=bounds.wait_max_s, description="Seconds to wait for the answer."),
+    ]
+    timeout_s = Annotated[
+        float | None,
+        Field(
+            ge=0,
+            le=bounds.wait_max_s,
+            description=f"Seconds (default {bounds.wait_default_s:g}).",
+        ),
+    ]
 
     @_tool(
         server,
         "Start the team's lead on a task; return its path at once, "
         "or its answer if it finishes within wait_s.",
+        wait_s=wait_s,
     )
     async def run_team(
         task: Annotated[str, Field(description="What the team should do.")],
@@ -90,53 +129,62 @@ def build_server(tools: Tools) -> MCPServer:
         agent: Annotated[
             str | None, Field(description="Agent of the team (default: lead).")
         ] = None,
-        name: Annotated[
-            str | None, Field(description="Name under /root (default: the team's).")
-        ] = None,
-        wait_s: Annotated[float, Field(ge=0, description="Seconds to wait for the answer.")] = 0,
+        name: Name = None,
+        wait_s: float = 0,
     ) -> str:
-        return await _guard(tools.run_team(task, agent, name, wait_s, _reporter(ctx)))
+        report, gone = _reporter(ctx), _gone(ctx)
+        return await _guard(tools.run_team(task, agent, name, wait_s, report, gone))
 
     @_tool(server, "Start an agent of a profile on a task under a parent; return it at once.")
     async def spawn(
         profile: Annotated[str, Field(description="The profile (team agent) to run.")],
         task: Annotated[str, Field(description="Its task.")],
-        parent: Annotated[str, Field(description="Parent path or id.")] = "/root",
-        name: Annotated[str | None, Field(description="Its name under the parent.")] = None,
+        parent: Annotated[
+            str, Field(max_length=MAX_PATH_LENGTH, description="Parent path or id.")
+        ] = "/root",
+        name: Name = None,
     ) -> str:
         return await _guard(tools.spawn(profile, task, parent, name))
 
-    @_tool(server, "Wait for an agent's next completion (bounded); on time-out it keeps running.")
-    async def wait(
-        ref: Ref,
-        ctx: Context,
-        timeout_s: Annotated[float | None, Field(ge=0, description="Seconds (default 30).")] = None,
-    ) -> str:
-        return await _guard(tools.wait(ref, timeout_s, _reporter(ctx)))
+    @_tool(
+        server,
+        "Wait for an agent's next completion (bounded); on time-out it keeps running.",
+        timeout_s=timeout_s,
+    )
+    async def wait(ref: Ref, ctx: Context, timeout_s: float | None = None) -> str:
+        return await _guard(tools.wait(ref, timeout_s, _reporter(ctx), _gone(ctx)))
 
     _agent_tools(server, tools)
+    _approval_tools(server, tools)
     _resources(server, tools)
     return server
 
 
 def _agent_tools(server: Any, tools: Tools) -> None:
-    """The tools on agents that exist: send, tree, inspect, interrupt, close, resume; and
-    the approval tools."""
+    """The tools on agents that exist: send, tree, inspect, interrupt, close, resume."""
+    message = Annotated[
+        str, Field(max_length=tools.bounds.message_max_bytes, description="The text.")
+    ]
 
-    @_tool(server, "Send a message to an agent's mailbox.")
-    async def send(ref: Ref, message: Annotated[str, Field(description="The text.")]) -> str:
+    @_tool(server, "Send a message to an agent's mailbox.", message=message)
+    async def send(ref: Ref, message: str) -> str:
         return await _guard(tools.send(ref, message))
 
-    @_tool(server, "List agents by path with state and result.")
+    @_tool(server, "List agents by path with state and result, a page at a time.")
     async def tree(
         ref: Annotated[str | None, Field(description="Only this agent's subtree.")] = None,
         include_closed: bool = False,
-        limit: Annotated[int, Field(ge=1, le=MAX_TREE_AGENTS)] = 200,
+        limit: Annotated[int, Field(ge=1, le=MAX_TREE_AGENTS)] = TREE_PAGE,
+        offset: Annotated[
+            int, Field(ge=0, description="Skip this many (next_offset of the last page).")
+        ] = 0,
     ) -> str:
-        return await _guard(tools.tree(ref, include_closed, limit))
+        return await _guard(tools.tree(ref, include_closed, limit, offset))
 
     @_tool(server, "Show one agent: state, task, output, mailbox, transcript tail.")
-    async def inspect(ref: Ref, transcript_tail: Annotated[int, Field(ge=0, le=200)] = 10) -> str:
+    async def inspect(
+        ref: Ref, transcript_tail: Annotated[int, Field(ge=0, le=MAX_TRANSCRIPT_TAIL)] = 10
+    ) -> str:
         return await _guard(tools.inspect(ref, transcript_tail))
 
     @_tool(server, "Interrupt an agent's running turn (tree: its whole subtree).")
@@ -150,8 +198,6 @@ def _agent_tools(server: Any, tools: Tools) -> None:
     @_tool(server, "Re-run an interrupted agent's task.")
     async def resume(ref: Ref) -> str:
         return await _guard(tools.resume(ref))
-
-    _approval_tools(server, tools)
 
 
 def _approval_tools(server: Any, tools: Tools) -> None:
@@ -177,44 +223,79 @@ def _approval_tools(server: Any, tools: Tools) -> None:
         return await _guard(tools.deny(request_id, reason))
 
 
+async def _read(call: Any) -> str:
+    """Await a resource's read; a retinue error becomes the read's error, with its reason and
+    no traceback (an unknown agent is a not-found error)."""
+    try:
+        return _text(await call)
+    except (UnknownAgent, InvalidAgentPath) as exc:
+        raise ResourceNotFoundError(f"{type(exc).__name__}: {exc}") from None
+    except RetinueError as exc:
+        raise ResourceError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _page_number(value: str, name: str, default: int, low: int, high: int) -> int:
+    if value == "":
+        return default
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise ResourceError(
+            f"InvalidArgument: {name} must be a whole number from {low} to {high}, "
+            f"not {value[:40]!r}"
+        )
+    return int(value)
+
+
 def _resources(server: Any, tools: Tools) -> None:
-    """``retinue://tree`` and ``retinue://agent/{path}``: read-only JSON."""
+    """``retinue://tree`` (paged) and ``retinue://agent/{path}``: read-only JSON."""
 
     @_resource(
         server,
         "retinue://tree",
         name="tree",
-        mime_type="application/json",
-        description="Every live agent by path (read-only).",
+        description=f"The first {TREE_PAGE} live agents by path, the count of all, and the "
+        "URI of the next page (read-only).",
     )
     async def tree_resource() -> str:
-        try:
-            return _text(await tools.tree_resource())
-        except RetinueError as exc:
-            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return await _read(tools.tree_resource())
+
+    @_resource(
+        server,
+        "retinue://tree{?offset,limit}",
+        name="tree_page",
+        description=f"A page of the live agents by path: retinue://tree?offset=200&limit=200 "
+        f"(limit at most {MAX_TREE_AGENTS}; read-only).",
+    )
+    async def tree_page(offset: str = "", limit: str = "") -> str:
+        start = _page_number(offset, "offset", 0, 0, 10**9)
+        size = _page_number(limit, "limit", TREE_PAGE, 1, MAX_TREE_AGENTS)
+        return await _read(tools.tree_resource(start, size))
 
     @_resource(
         server,
         "retinue://agent/{+path}",
         name="agent",
-        mime_type="application/json",
         description="One agent in full: retinue://agent/root/review (read-only).",
     )
     async def agent_resource(path: str) -> str:
-        try:
-            return _text(await tools.agent_resource(path))
-        except RetinueError as exc:
-            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return await _read(tools.agent_resource(path))
 
 
 def with_bearer_token(app: Any, token: str) -> Any:
-    """Wrap an ASGI app so every HTTP request must carry ``Authorization: Bearer <token>``."""
-    expected = f"Bearer {token}".encode()
+    """Wrap an ASGI app so every HTTP request must carry ``Authorization: Bearer <token>``.
+
+    The scheme in any case (RFC 9110), the token compared in constant time.
+    ``retinue mcp`` itself applies the whole server policy
+    (:class:`retinue.serving.Guard`: ``Host`` and ``Origin`` too).
+
+    Raises:
+        InvalidArgument: a token that cannot travel in a header.
+    """
+    policy = ServerPolicy.for_bind("127.0.0.1", 0, token=token)
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not secrets.compare_digest(given, expected):
+            if not policy.authorized(given.decode("latin-1")):
                 await send(
                     {
                         "type": "http.response.start",

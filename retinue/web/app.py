@@ -16,9 +16,11 @@ Routes (all ``GET``; anything else is 405):
 
 Bad query arguments get HTTP 400 with ``{"error": "..."}``; an unknown agent 404;
 a closed runtime 503. Every response carries a strict Content-Security-Policy
-(no inline script, nothing from another origin), and only requests whose
-``Host`` is a loopback name or the address served are answered (against DNS
-rebinding).
+(no inline script, nothing from another origin). Every request first passes
+the server policy's guard (:class:`retinue.serving.Guard`): its ``Host`` and
+``Origin`` must name a loopback alias, the address served or an allowed host
+(against DNS rebinding), and with a token set it must carry the token (a
+bearer header, or the cookie a browser gets by opening ``/?token=<token>``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from typing import Any
 import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -46,6 +47,7 @@ from retinue.errors import (
     RuntimeClosed,
     UnknownAgent,
 )
+from retinue.serving import Guard, ServerPolicy, cookie_name, is_loopback
 from retinue.web.live import Delta, LiveTree
 from retinue.web.rows import detail_payload
 from retinue.web.snapshot import ROOT, Snapshot
@@ -337,10 +339,21 @@ def _guard(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
     return guarded
 
 
-def create_app(live: LiveTree, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS) -> Starlette:
+def create_app(
+    live: LiveTree,
+    *,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    policy: ServerPolicy | None = None,
+) -> Starlette:
     """Return the ASGI app of the web view over ``live`` (which the caller starts and stops).
 
-    ``allowed_hosts`` are the ``Host`` names answered (``"*"``: any).
+    ``policy`` is what the server answers (:func:`~retinue.web.serve` passes
+    the one of its bind). Without it, the app answers loopback names and the
+    names in ``allowed_hosts`` (``"*"``: any ``Host`` and ``Origin``, for a
+    host that checks them in front of the app itself), without a token.
+
+    Raises:
+        InvalidArgument: an allowed host that is not a host name or address.
     """
     api = _Api(live)
     routes = [
@@ -354,8 +367,10 @@ def create_app(live: LiveTree, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS)
         Route("/api/search", _guard(api.search)),
         Route("/api/events", _guard(api.events)),
     ]
-    middleware = [
-        Middleware(_Headers),
-        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
-    ]
+    middleware = [Middleware(_Headers)]
+    if policy is None and "*" not in allowed_hosts:
+        extra = [name for name in allowed_hosts if not is_loopback(name)]
+        policy = ServerPolicy.for_bind("127.0.0.1", 0, allowed_hosts=extra)
+    if policy is not None:
+        middleware.append(Middleware(Guard, policy=policy, cookie=cookie_name(policy.port)))
     return Starlette(routes=routes, middleware=middleware)

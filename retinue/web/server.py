@@ -1,35 +1,57 @@
 """Serving the web view: uvicorn on a background thread, bound before it starts.
 
-:func:`serve` binds the socket in the caller's thread (so a port in use is an
-error there, and ``port=0`` picks a free one whose number is known at once),
-starts the live tree's poller and uvicorn on a thread of their own, and
-returns a :class:`WebServer` whose :meth:`~WebServer.stop` ends both.
-:func:`start_web` is the same from a ``HOST:PORT`` text (``retinue run --web``).
+:func:`serve` checks the server policy (:mod:`retinue.serving`: loopback by
+default; a wildcard or non-loopback address needs a bearer token, a wildcard
+also the names clients use), binds the socket in the caller's thread (so a
+port in use is an error there, and ``port=0`` picks a free one whose number
+is known at once), starts the live tree's poller and uvicorn on a thread of
+their own, and returns a :class:`WebServer` whose :meth:`~WebServer.stop`
+ends both. :func:`start_web` is the same from a ``HOST:PORT`` text
+(``retinue run --web``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
-import socket
 import threading
 import time
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import uvicorn
 
 from retinue.errors import ArgumentTypeError, InvalidArgument
-from retinue.web.app import LOOPBACK_HOSTS, create_app
+from retinue.serving import (
+    ServerPolicy,
+    bound_address,
+    is_loopback,
+    is_wildcard,
+    listen,
+    split_address,
+)
+from retinue.web.app import create_app
 from retinue.web.live import LiveTree
 from retinue.web.options import WebOptions
 
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "WebServer", "parse_address", "serve", "start_web"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "TOKEN_ENV",
+    "WebServer",
+    "parse_address",
+    "serve",
+    "start_web",
+]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8321
+TOKEN_ENV = "RETINUE_WEB_TOKEN"
+"""The environment variable holding the bearer token of ``retinue web`` and ``run --web``."""
 START_TIMEOUT_S = 10.0
 STOP_GRACE_S = 2  # open streams get this long to end before their connections are cut
 
@@ -38,23 +60,31 @@ class WebServer:
     """A running web view: its address, its live tree, and :meth:`stop`."""
 
     def __init__(
-        self, live: LiveTree, server: uvicorn.Server, thread: threading.Thread, host: str, port: int
+        self,
+        live: LiveTree,
+        server: uvicorn.Server,
+        thread: threading.Thread,
+        policy: ServerPolicy,
     ) -> None:
         """Use :func:`serve`."""
         self.live = live
-        self.host = host
-        self.port = port
+        self.policy = policy
+        self.host = policy.host
+        """The address really bound (``127.0.0.1`` for ``localhost``; ``0.0.0.0`` for every
+        interface)."""
+        self.port = policy.port
+        """The port really bound (the free one ``port=0`` picked)."""
         self._server = server
         self._thread = thread
         self._stopped = False
 
     @property
     def url(self) -> str:
-        """The page's address, e.g. ``http://127.0.0.1:8321/``."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        if self.host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return f"http://{host}:{self.port}/"
+        """The page's address as served, e.g. ``http://127.0.0.1:8321/``.
+
+        On a wildcard bind, the first allowed host's (the name clients use).
+        """
+        return self.policy.url("/")
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop serving (open streams end) and the poller; idempotent."""
@@ -91,52 +121,44 @@ def _check(host: object, port: object) -> tuple[str, int]:
     return host.strip().strip("[]"), port
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
-        family = socket.AF_INET  # a name such as localhost
-    # IPPROTO_TCP (not 0): asyncio then sets TCP_NODELAY on each connection; without it a
-    # response's headers and body, written apart, wait ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise InvalidArgument(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-            "choose another --port (0 picks a free one) or --host"
-        ) from None
-    sock.set_inheritable(False)
-    return sock
-
-
 def serve(
     rt: Runtime,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
     *,
     options: WebOptions | None = None,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> WebServer:
     """Serve the live web view of ``rt`` (a writer or a read-only runtime) on ``host:port``.
 
     Binds ``127.0.0.1`` unless ``host`` says otherwise; ``port=0`` picks a free
-    port (see :attr:`WebServer.url`). Returns once the server accepts requests;
-    it runs on a background thread until :meth:`WebServer.stop`, which the
-    caller must call before closing ``rt``.
+    port (see :attr:`WebServer.url`). Answers only requests whose ``Host`` and
+    ``Origin`` name a loopback alias, the address bound or one of
+    ``allowed_hosts``. A wildcard (``0.0.0.0``, ``::``) or non-loopback
+    ``host`` needs a bearer ``token``, and a wildcard also ``allowed_hosts``;
+    with a token every request must carry it (see :mod:`retinue.serving`).
+    Returns once the server accepts requests; it runs on a background thread
+    until :meth:`WebServer.stop`, which the caller must call before closing
+    ``rt``.
 
     Raises:
-        ArgumentTypeError: ``host`` or ``port`` of the wrong type.
-        InvalidArgument: a bad port, or the address cannot be listened on (in use).
+        ArgumentTypeError: ``host``, ``port``, ``token`` or an allowed host of
+            the wrong type.
+        InvalidArgument: a bad port, token or allowed host, an unsafe bind
+            (see above), or an address that cannot be listened on (in use).
     """
     host, port = _check(host, port)
-    sock = _bind(host, port)
-    bound = sock.getsockname()[1]
-    allowed = ["*"] if host in ("0.0.0.0", "::") else [*LOOPBACK_HOSTS, host]
+    if isinstance(allowed_hosts, str):
+        raise ArgumentTypeError("allowed_hosts must be a list of names, not one str")
+    # A name is bound as it resolves; clients use the name.
+    names = [*allowed_hosts, *([host] if _is_name(host) else [])]
+    policy = ServerPolicy.for_bind(host, port, token=token, allowed_hosts=names)
+    sock = listen(host, port, hint="choose another --port (0 picks a free one) or --host")
+    bound, port = bound_address(sock)
+    policy = dataclasses.replace(policy, host=bound, port=port)
     live = LiveTree(rt, options)
-    app = create_app(live, allowed_hosts=allowed)
+    app = create_app(live, policy=policy)
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -154,12 +176,21 @@ def serve(
     deadline = time.monotonic() + START_TIMEOUT_S
     while not server.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
-    web = WebServer(live, server, thread, host, bound)
+    web = WebServer(live, server, thread, policy)
     if not server.started:
         web.stop()
         sock.close()
-        raise InvalidArgument(f"the web view did not start on {host}:{bound}")
+        raise InvalidArgument(f"the web view did not start on {policy.describe()}")
     return web
+
+
+def _is_name(host: str) -> bool:
+    """Whether ``host`` is a DNS name other than a loopback or wildcard one."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return not is_loopback(host) and not is_wildcard(host)
+    return False
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -168,31 +199,26 @@ def parse_address(address: str) -> tuple[str, int]:
     Raises:
         InvalidArgument: the text is not such an address.
     """
-    text = address.strip()
-    host, port = DEFAULT_HOST, DEFAULT_PORT
-    if text.startswith("["):
-        inside, _, rest = text[1:].partition("]")
-        host, text = inside, rest.removeprefix(":")
-        port_text = text
-    elif text.isdigit():
-        port_text = text
-    elif ":" in text:
-        host_part, _, port_text = text.rpartition(":")
-        host = host_part or DEFAULT_HOST
-    else:
-        host, port_text = text or DEFAULT_HOST, ""
-    if port_text:
-        if not port_text.isdigit():
-            raise InvalidArgument(f"--web {address[:60]!r}: the port must be a number (HOST:PORT)")
-        port = int(port_text)
-    return host, port
+    try:
+        return split_address(address, DEFAULT_HOST, DEFAULT_PORT)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"--web {exc} (HOST:PORT)") from None
 
 
-def start_web(rt: Runtime, address: str, *, options: WebOptions | None = None) -> WebServer:
+def start_web(
+    rt: Runtime,
+    address: str,
+    *,
+    options: WebOptions | None = None,
+    token: str | None = None,
+    allowed_hosts: Iterable[str] = (),
+) -> WebServer:
     """Serve ``rt``'s live view on ``address`` (``HOST:PORT``) in the background; return it.
 
+    ``token`` and ``allowed_hosts`` as :func:`serve` takes them.
+
     Raises:
-        InvalidArgument: a bad address, or one that cannot be listened on.
+        InvalidArgument: a bad address, an unsafe bind, or one that cannot be listened on.
     """
     host, port = parse_address(address)
-    return serve(rt, host, port, options=options)
+    return serve(rt, host, port, options=options, token=token, allowed_hosts=allowed_hosts)

@@ -137,7 +137,9 @@ async def _run_team_checks(
         resource = await client.read_resource("retinue://agent/root/review")
         assert json.loads(text_of(resource.contents))["info"]["path"] == "/root/review"
         tree_resource = await client.read_resource("retinue://tree")
-        assert [a["path"] for a in json.loads(text_of(tree_resource.contents))] == sorted(paths)
+        page = json.loads(text_of(tree_resource.contents))
+        assert [a["path"] for a in page["agents"]] == sorted(paths)
+        assert page["count"] == len(paths) and "next" not in page
 
 
 def test_a_client_killed_mid_run_leaves_the_tree_for_the_next(tmp_path: Path) -> None:

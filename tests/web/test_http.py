@@ -195,4 +195,4 @@ def test_bad_queries_get_a_reason_and_the_right_status(
     assert client.post("/api/summary").status_code == 405
     assert client.delete("/api/agent?id=/root/review").status_code == 405
     # DNS rebinding: a page from another site resolving to 127.0.0.1 is refused.
-    assert client.get("/api/summary", headers={"host": "evil.example"}).status_code == 400
+    assert client.get("/api/summary", headers={"host": "evil.example"}).status_code == 421

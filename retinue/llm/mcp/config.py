@@ -93,7 +93,9 @@ class McpServer:
     call past it comes back to the model as an error; the server keeps
     running). ``max_tools`` bounds its tool list, ``max_schema_bytes`` one
     tool's ``inputSchema`` (a tool over it is refused and reported),
-    ``stderr_max_bytes`` the log of its stderr kept in memory. A server that
+    ``stderr_max_bytes`` the log of its stderr kept in memory,
+    ``max_line_bytes`` one message line of a stdio server (one longer kills
+    it, and the error says so). A server that
     dies is restarted on next use; after the second failure in a row each try
     waits ``restart_backoff_s``, doubling up to ``restart_backoff_max_s``.
     """
@@ -111,6 +113,7 @@ class McpServer:
     max_tools: int = 256
     max_schema_bytes: int = 32_768
     stderr_max_bytes: int = 65_536
+    max_line_bytes: int = 16 * 1024 * 1024
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 30.0
 
@@ -148,7 +151,7 @@ class McpServer:
         for name in ("startup_timeout_s", "tool_timeout_s", "restart_backoff_s"):
             _positive(name, getattr(self, name))
         _positive("restart_backoff_max_s", self.restart_backoff_max_s)
-        for name in ("max_tools", "max_schema_bytes", "stderr_max_bytes"):
+        for name in ("max_tools", "max_schema_bytes", "stderr_max_bytes", "max_line_bytes"):
             _positive(name, getattr(self, name), integer=True)
 
     @classmethod
@@ -168,7 +171,8 @@ class McpServer:
 
         ``cwd`` defaults to the runtime's workspace (else this process's
         folder). ``bounds`` sets ``max_tools``, ``max_schema_bytes``,
-        ``stderr_max_bytes``, ``restart_backoff_s`` or ``restart_backoff_max_s``.
+        ``stderr_max_bytes``, ``max_line_bytes``, ``restart_backoff_s`` or
+        ``restart_backoff_max_s``.
 
         Raises:
             ConfigurationError: a bad field (see the class), or an unknown bound.
@@ -215,6 +219,7 @@ class McpServer:
             "max_tools",
             "max_schema_bytes",
             "stderr_max_bytes",
+            "max_line_bytes",
             "restart_backoff_s",
             "restart_backoff_max_s",
         )

@@ -162,6 +162,7 @@ class McpManager:
         tools, refused = prepare(
             state.name, session.tools, max_schema_bytes=state.config.max_schema_bytes
         )
+        refused = [*session.refused, *refused]  # left out of the listing itself first
         for reason in refused:
             if reason not in state.refused:
                 self._event(state, "tool_refused", reason)

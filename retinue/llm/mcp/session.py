@@ -5,7 +5,10 @@ entered and left by one task: :class:`McpSession` runs it in an owner task
 that starts the transport, initialises, lists the tools and then waits until
 it is closed or the server goes away. Tool calls come from any task on the
 same loop and may run concurrently. A ``notifications/tools/list_changed``
-makes the owner list the tools again. Needs the ``mcp`` extra.
+makes the owner list the tools again. Each listing passes a
+:class:`~retinue.llm.mcp.screen.ListingScreen` first: a tool the SDK would
+refuse is left out (and reported) instead of failing the whole listing.
+Needs the ``mcp`` extra.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from mcp.types import Implementation
 
 from retinue.errors import ConfigurationError, McpServerError
 from retinue.llm.mcp.config import McpServer
+from retinue.llm.mcp.screen import ListingScreen
 from retinue.llm.mcp.transport import BoundedLog, kill_group, stdio_transport
 
 __all__ = ["MAX_LIST_PAGES", "McpSession"]
@@ -60,6 +64,8 @@ class McpSession:
         self.cwd = cwd
         self.log = log
         self.tools: Sequence[Any] = ()
+        self.refused: list[str] = []
+        """Why each tool the last listing left out was refused (``server.tool: why``)."""
         self.pid: int | None = None
         self.alive = False
         self._on_death = on_death
@@ -71,6 +77,7 @@ class McpSession:
         self._owner: asyncio.Task[None] | None = None
         self._refresh: asyncio.Task[None] | None = None
         self._again = False
+        self._screen = ListingScreen(name)
 
     async def start(self) -> None:
         """Start the server and list its tools, within ``startup_timeout_s``.
@@ -112,6 +119,7 @@ class McpSession:
                 env=config.environment(),
                 cwd=config.cwd or self.cwd,
                 log=self.log,
+                max_line_bytes=config.max_line_bytes,
                 on_exit=self._exited,
                 on_start=self._started,
             )
@@ -130,7 +138,7 @@ class McpSession:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = Client(
-                    await self._transport(stack),
+                    self._screen.wrap(await self._transport(stack)),
                     mode="legacy",
                     cache=None,
                     message_handler=self._on_message,
@@ -164,6 +172,7 @@ class McpSession:
     async def _list(self, client: Any) -> list[Any]:
         tools: list[Any] = []
         cursor: str | None = None
+        self._screen.take_refused()  # what an earlier, failed listing left
         for _ in range(MAX_LIST_PAGES):
             page = await client.list_tools(cursor=cursor)
             tools.extend(page.tools)
@@ -174,6 +183,7 @@ class McpSession:
                 )
             cursor = page.next_cursor
             if cursor is None:
+                self.refused = self._screen.take_refused()
                 return tools
         raise ConfigurationError(f"its tool list has more than {MAX_LIST_PAGES} pages")
 

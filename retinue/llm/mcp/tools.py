@@ -4,7 +4,9 @@
 once per listing: the offered name (``server__tool``), a bounded
 description, the server's ``inputSchema`` (a JSON object schema, checked
 with ``jsonschema`` and bounded by ``max_schema_bytes``) and its validator.
-A tool whose schema is unusable is refused (reported, never offered).
+A tool whose schema is unusable is refused (reported, never offered), and
+so is one that may only be called as a task (``execution.taskSupport``
+``"required"``): retinue's calls are plain ``tools/call`` requests.
 :func:`unclashed` leaves out the granted tools that would be offered under
 one name (neither is: the model could not tell them apart).
 :func:`tool_def` makes the :class:`~retinue.llm.arguments.ToolDef` a turn
@@ -134,6 +136,13 @@ def prepare(
         name = str(getattr(entry, "name", ""))
         if not name:
             refused.append("a tool without a name")
+            continue
+        execution = getattr(entry, "execution", None)
+        if getattr(execution, "task_support", None) == "required":
+            refused.append(
+                f'{server}.{name}: its execution.taskSupport is "required" (it can only run as '
+                "a task), and retinue calls tools with plain tools/call requests"
+            )
             continue
         try:
             schema, validator = _check_schema(

@@ -2,7 +2,8 @@
 
 Unlike the SDK's ``stdio_client`` it passes exactly the environment it is
 given, keeps the server's stderr in a bounded in-memory log, bounds one
-message line, reports the process's exit as it happens, and at close kills
+message line (a server that sends a longer one is killed, and that is the
+reason it is reported with), reports the process's exit as it happens, and at close kills
 the whole process group (the server and whatever it started) after a short
 grace period. Needs the ``mcp`` extra (imported by the session module only).
 """
@@ -30,7 +31,8 @@ from retinue.protocol.text import truncate_utf8
 __all__ = ["MAX_LINE_BYTES", "BoundedLog", "kill_group", "stdio_transport"]
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
-"""Longest message line a stdio server may send; a longer one ends the session."""
+"""Longest message line a stdio server may send by default (``McpServer.max_line_bytes``);
+a longer one ends the session."""
 CLOSE_GRACE_S = 1.0
 """How long a closing server may take to exit after its stdin closes, before SIGKILL."""
 _REAP_S = 2.0
@@ -109,13 +111,15 @@ async def stdio_transport(
     log: BoundedLog,
     on_exit: Callable[[str], None],
     on_start: Callable[[int], None] = lambda pid: None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Run ``command`` in a new process group; yield the SDK's (read, write) message streams.
 
     ``on_start(pid)`` is called once it runs; ``on_exit(reason)`` once its
     stdout ends (the process exited, or broke the protocol with a line over
-    :data:`MAX_LINE_BYTES`). Leaving the context closes its stdin, waits up
-    to :data:`CLOSE_GRACE_S` and kills the process group.
+    ``max_line_bytes``: then it is killed, and that is the reason). Leaving
+    the context closes its stdin, waits up to :data:`CLOSE_GRACE_S` and kills
+    the process group.
 
     Raises:
         OSError: the command cannot be started (not found, not executable).
@@ -134,7 +138,7 @@ async def stdio_transport(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
     async with anyio.create_task_group() as group:
-        group.start_soon(_read_stdout, process, read_writer, on_exit)
+        group.start_soon(_read_stdout, process, read_writer, on_exit, max_line_bytes)
         group.start_soon(_read_stderr, process, log)
         group.start_soon(_write_stdin, process, write_reader)
         try:
@@ -148,29 +152,37 @@ async def stdio_transport(
 
 
 async def _read_stdout(
-    process: anyio.abc.Process, sink: Any, on_exit: Callable[[str], None]
+    process: anyio.abc.Process,
+    sink: Any,
+    on_exit: Callable[[str], None],
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> None:
     """Send each message line of the server's stdout to ``sink``; at its end, ``on_exit(why)``.
 
-    A line over :data:`MAX_LINE_BYTES` kills the process group (the protocol is
-    broken). Our own close of the streams ends it without ``on_exit``.
+    A line over ``max_line_bytes`` kills the process group (the protocol is
+    broken) and is the reason given, not the kill's exit code. Our own close
+    of the streams ends it without ``on_exit``.
     """
     assert process.stdout is not None
     buffered = BufferedByteReceiveStream(process.stdout)
-    reason = "its stdout closed"
     try:
         async with sink:
             while True:
-                line = await buffered.receive_until(b"\n", MAX_LINE_BYTES)
+                line = await buffered.receive_until(b"\n", max_line_bytes)
                 if line.strip():
                     await sink.send(_parse(line))
     except anyio.DelimiterNotFound:
-        reason = f"it sent a message line over {MAX_LINE_BYTES} bytes"
         kill_group(process.pid)
+        on_exit(
+            f"it sent a message line over {max_line_bytes} bytes, so it was killed "
+            "(raise McpServer(max_line_bytes=...) if its answers are that big)"
+        )
+        return
     except (anyio.EndOfStream, anyio.IncompleteRead):
         pass
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
         return  # our own close
+    reason = "its stdout closed"
     if await _exited(process, 0.5):
         reason = f"it exited with code {process.returncode}"
     on_exit(reason)

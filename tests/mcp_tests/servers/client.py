@@ -1,4 +1,5 @@
-"""An MCP client the tests kill mid-run: client.py stdio STORE TEAM, or client.py http URL."""
+"""An MCP client the tests kill mid-run: client.py stdio STORE TEAM, client.py http URL, or
+client.py wait URL REF (a ``wait`` that prints PROGRESS at each progress notification)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ async def main() -> None:
         async with Client(server, mode="legacy") as client:
             print("CALLING", flush=True)
             print(await client.call_tool("run_team", {"task": "wait", "wait_s": 120}), flush=True)
+    elif mode == "wait":
+        headers = {"Authorization": f"Bearer {os.environ['TOKEN']}"}
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            print("PROGRESS", flush=True)
+
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            Client(streamable_http_client(target, http_client=http), mode="legacy") as client,
+        ):
+            arguments = {"ref": sys.argv[3], "timeout_s": 120}
+            print(
+                await client.call_tool("wait", arguments, progress_callback=on_progress), flush=True
+            )
     else:
         headers = {"Authorization": f"Bearer {os.environ['TOKEN']}"}
         async with (
