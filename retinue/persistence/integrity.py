@@ -56,6 +56,7 @@ _FLAGS_AT = _S + 2
 _MAGIC_AT = _PAGE_HEADER
 _MAPSIZE_AT = _PAGE_HEADER + 8 + _S  # mm_mapsize follows mm_address
 _PSIZE_AT = _PAGE_HEADER + 8 + 2 * _S  # mm_dbs[FREE_DBI].md_pad holds the page size
+_FREE_PAGES_AT = _PSIZE_AT + 8  # its md_branch_pages, md_leaf_pages, md_overflow_pages
 _LAST_PG_AT = _PAGE_HEADER + 8 + 2 * _S + 2 * _DB_SIZE
 _TXNID_AT = _LAST_PG_AT + _S
 _META_BYTES = _TXNID_AT + _S
@@ -66,7 +67,9 @@ _MIN_PAGE, _MAX_PAGE = 512, 65536
 class MetaPage:
     """The fields of one LMDB meta page that tell how large the file must be.
 
-    ``map_size`` is the map size the last writer recorded (0 if unknown).
+    ``map_size`` is the map size the last writer recorded (0 if unknown);
+    ``free_tree_pages`` the pages of LMDB's own tree of free pages (its
+    branch, leaf and overflow pages: in use, though they hold no data).
     """
 
     index: int
@@ -74,6 +77,7 @@ class MetaPage:
     last_page: int
     txnid: int
     map_size: int = 0
+    free_tree_pages: int = 0
 
     @property
     def required_bytes(self) -> int:
@@ -102,12 +106,18 @@ def _parse_meta(raw: bytes, index: int) -> MetaPage | None:
     (last_page,) = struct.unpack_from("=" + _SIZE_T, raw, _LAST_PG_AT)
     (txnid,) = struct.unpack_from("=" + _SIZE_T, raw, _TXNID_AT)
     (map_size,) = struct.unpack_from("=" + _SIZE_T, raw, _MAPSIZE_AT)
+    tree_pages = struct.unpack_from("=" + _SIZE_T * 3, raw, _FREE_PAGES_AT)
     if not _MIN_PAGE <= page_size <= _MAX_PAGE or page_size & (page_size - 1):
         return None
     if last_page < 1:  # pages 0 and 1 are the meta pages themselves
         return None
     return MetaPage(
-        index=index, page_size=page_size, last_page=last_page, txnid=txnid, map_size=map_size
+        index=index,
+        page_size=page_size,
+        last_page=last_page,
+        txnid=txnid,
+        map_size=map_size,
+        free_tree_pages=sum(tree_pages),
     )
 
 

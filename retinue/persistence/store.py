@@ -27,6 +27,7 @@ from retinue.errors import (
 from retinue.persistence.integrity import has_marker, write_marker
 from retinue.persistence.migrations import migrate, stamped_version
 from retinue.persistence.opening import claim_folder, guard_file, open_env
+from retinue.persistence.space import StoreSpace, measure
 from retinue.persistence.view import StoreView
 from retinue.persistence.writer import (
     FLUSH_INTERVAL_S,
@@ -274,6 +275,22 @@ class Store:
         with self._guard.lmdb_errors(f"read {database}"), self._guard.read_txn() as txn:
             value: bytes | None = txn.get(key, db=self._dbs[database])
         return value
+
+    def space(self) -> StoreSpace:
+        """Return how the data file is used now: size, pages in use and free, map headroom.
+
+        Raises:
+            StoreCorrupted: the data file shrank while the store was open.
+            StoreError: LMDB or the file system refused the read.
+        """
+        with self._guard.lmdb_errors("measure the data file"), self._guard.read_txn() as txn:
+            try:
+                return measure(self.env, txn, self._dbs, self.folder)
+            except OSError as exc:
+                raise StoreError(
+                    f"store {self.folder}: cannot measure the data file: {exc}",
+                    path=str(self.folder),
+                ) from None
 
     # -- writing ---------------------------------------------------------
 
