@@ -205,6 +205,7 @@ class Supervisor:
             log.exception("supervisor command %r failed", command)
             tx.result = exc
         tx.writes = world.tree.take_writes()
+        tx.spread = world.tree.take_spread()
         self._group.append((tx, command))
         if last or len(self._group) >= world.store.max_group:
             self.commit()

@@ -66,6 +66,7 @@ class Tree(MailboxIndex, CompletionIndex):
         self.leases: dict[str, Completion] = {}
         self.seq = 0
         self.writes: list[Write] = []
+        self.spread: list[Write] = []  # a compaction's deletes (see spread_since)
         self._agents_written: dict[str, AgentRecord] = {}  # encoded by take_writes
 
     # -- sequencing and batching --------------------------------------------
@@ -85,6 +86,25 @@ class Tree(MailboxIndex, CompletionIndex):
             ]
             self._agents_written = {}
         return writes
+
+    def spread_since(self, mark: int) -> None:
+        """Move the writes gathered since ``len(writes)`` was ``mark`` (deletes) to ``spread``.
+
+        The store commits spread writes in small transactions (a crash may cut
+        them anywhere), so they are ordered for every prefix to be consistent:
+        what names an agent (messages, completions, transcript, approvals) goes
+        before agent records, and agents in the order they were removed
+        (leaves before parents).
+        """
+        moved = self.writes[mark:]
+        del self.writes[mark:]
+        self.spread += [w for w in moved if w[0] != "agents"]
+        self.spread += [w for w in moved if w[0] == "agents"]
+
+    def take_spread(self) -> list[Write]:
+        """Return and clear the spread writes gathered since the last call."""
+        spread, self.spread = self.spread, []
+        return spread
 
     # -- agents --------------------------------------------------------------
 
@@ -187,9 +207,10 @@ class Tree(MailboxIndex, CompletionIndex):
         key deduplicates for as long as its message is retained). The caller
         removes leaves before parents and only agents nobody waits on.
         """
-        removed = set(agent_ids)
+        ordered = list(dict.fromkeys(agent_ids))  # their writes in the order given
+        removed = set(ordered)
         completions = 0
-        for agent_id in removed:
+        for agent_id in ordered:
             self._agents_written.pop(agent_id, None)
             self.writes.append(("agents", agent_id.encode(), None))
             self.writes.append(("transcripts", agent_id.encode(), None))

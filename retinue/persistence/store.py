@@ -36,6 +36,7 @@ from retinue.persistence.writer import (
     CommitTimer,
     Durability,
     StoreStats,
+    Submission,
     Write,
     Writer,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoreStats",
+    "Submission",
     "Write",
 ]
 
@@ -310,18 +312,22 @@ class Store:
             raise refusal
         return self._writer
 
-    def submit(self, writes: Sequence[Write], callback: Callback) -> None:
+    def submit(
+        self, writes: Sequence[Write], callback: Callback, spread: Sequence[Write] = ()
+    ) -> None:
         """Queue ``writes`` for the next group commit; ``callback(error or None)`` once done.
 
         Transitions are committed in submission order (see
         :mod:`retinue.persistence.writer`), so an answered one implies all earlier ones.
+        ``spread`` writes (deletes a crash may cut after any of them) follow in
+        small transactions of their own, so that they do not grow the file.
 
         Raises:
             StoreReadOnly, StoreError: as :meth:`_writable`.
         """
-        self._writable().submit(writes, callback)
+        self._writable().submit(writes, callback, spread)
 
-    def submit_group(self, group: Sequence[tuple[Sequence[Write], Callback]]) -> None:
+    def submit_group(self, group: Sequence[Submission]) -> None:
         """Queue the transitions of ``group``, in one hand-off, as :meth:`submit` each.
 
         Raises:
