@@ -36,6 +36,7 @@ __all__ = [
     "check_data_file",
     "has_marker",
     "read_meta_pages",
+    "rebase_meta_pages",
     "restore_advice",
     "store_usage",
     "write_marker",
@@ -143,6 +144,40 @@ def read_meta_pages(path: Path) -> list[MetaPage]:
                 metas.append(second)
                 break
     return metas
+
+
+def rebase_meta_pages(path: Path, txnid: int) -> None:
+    """Make a fresh compacting copy continue the transaction ids of its source.
+
+    LMDB's compacting copy restarts at transaction 1, but the lock file
+    (``lock.mdb``) that processes still holding the store share records the
+    source's last transaction, and picks the meta page by its parity. So both
+    meta pages of the copy (at ``path``, not open in LMDB) are rewritten with
+    its newest one's trees: transaction ``txnid`` in the slot of its parity,
+    ``txnid - 1`` in the other. Then a reader that pairs the old lock file
+    with the new data file reads the copy's newest meta page, and the writer's
+    next transaction is ``txnid + 1`` whichever lock file it meets.
+
+    Raises:
+        OSError: the file cannot be read or written.
+        ValueError: it has no valid meta page.
+    """
+    metas = read_meta_pages(path)
+    if not metas:
+        raise ValueError(f"{path} has no valid LMDB meta page")
+    newest = max(metas, key=lambda m: m.txnid)
+    page = newest.page_size
+    with path.open("r+b") as handle:
+        handle.seek(newest.index * page)
+        body = handle.read(_META_BYTES)
+        for tid in (max(0, txnid - 1), txnid):
+            raw = bytearray(body)
+            struct.pack_into("=" + _SIZE_T, raw, 0, tid & 1)  # the page's own number
+            struct.pack_into("=" + _SIZE_T, raw, _TXNID_AT, tid)
+            handle.seek((tid & 1) * page)
+            handle.write(raw)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ import msgspec
 
 from retinue.persistence.integrity import DATA_FILE, read_meta_pages
 
-__all__ = ["Diagnostics", "StoreSpace", "measure"]
+__all__ = ["Diagnostics", "StoreSpace", "map_watch", "measure"]
 
 _META_PAGES = 2
 _D = TypeVar("_D")
@@ -121,6 +121,33 @@ def measure(env: Any, txn: Any, databases: Mapping[str, Any], folder: Path) -> S
         txnid=txnid,
         databases=named,
     )
+
+
+def map_watch(
+    env: Callable[[], Any],
+    space: Callable[[], StoreSpace],
+    share: float,
+    warn: Callable[[StoreSpace], None],
+) -> Callable[[], None]:
+    """Return what the writer calls after a commit grew the file: ``warn`` past ``share``.
+
+    ``warn(space())`` is called once the high-water mark of ``env()`` (the
+    store's environment, which a reclaim replaces) reaches ``share`` of its
+    map; once per map size (the writer doubles a full map, and the share can
+    be passed again).
+    """
+    warned = [0]  # the map size warned about
+
+    def grew() -> None:
+        now = env()
+        info = now.info()
+        used = (int(info["last_pgno"]) + 1) * int(now.stat()["psize"])
+        map_bytes = int(info["map_size"])
+        if map_bytes != warned[0] and used >= share * map_bytes:
+            warned[0] = map_bytes
+            warn(space())
+
+    return grew
 
 
 class Diagnostics(list[_D]):

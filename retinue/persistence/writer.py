@@ -14,18 +14,11 @@ in). A callback therefore runs only once its transition is committed:
   close, so an OS crash or power loss may lose up to the last second.
 
 A full map is doubled and the transaction retried; the caller never sees it.
-
-Spread writes: a transition may carry, besides its writes, ``spread`` writes
-(a compaction's deletes) that the writer commits after them in transactions
-of at most ``spread_writes`` writes each, in order, before anything queued
-behind; the callback runs once the last is committed. Each LMDB write
-transaction copies every page it changes to a page that is free (copy-on-write),
-and the pages it frees become reusable only after it commits, so one
-transaction that deletes thousands of records spread over the key space needs
-as many free pages at once: the file's high-water mark grows by what it
-touches. Spread over small transactions, the pages freed by one are reused by
-the next but one. Whoever gives spread writes orders them so that a crash
-after any prefix of them leaves a consistent store.
+Spread writes (a compaction's deletes: :mod:`retinue.persistence.commits`)
+follow their transition's writes in small transactions of their own, before
+anything queued behind. A reclaim runs at a quiet point
+(:meth:`Writer.at_quiet_point`): once everything queued before it is
+committed and answered; what is queued meanwhile waits, committed after.
 
 Timing: :attr:`Writer.on_commit`, when set (:mod:`retinue.actors.timings`
 sets it for a metrics collector), is told how long each group commit took:
@@ -37,70 +30,31 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import enum
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 
 from retinue.errors import StoreCorrupted, StoreError
+from retinue.persistence.commits import (
+    FLUSH_INTERVAL_S,
+    SPREAD_SHARE,
+    SPREAD_WRITES,
+    Callback,
+    CommitTimer,
+    Durability,
+    StoreStats,
+    Submission,
+    Write,
+)
 from retinue.persistence.damage import Guard
+from retinue.persistence.gate import Gate
 
-__all__ = [
-    "FLUSH_INTERVAL_S",
-    "MAX_GROUP",
-    "SPREAD_SHARE",
-    "SPREAD_WRITES",
-    "Callback",
-    "CommitTimer",
-    "Durability",
-    "StoreStats",
-    "Submission",
-    "Write",
-    "Writer",
-]
-
-FLUSH_INTERVAL_S = 1.0
-"""How often a ``buffered`` store is fsynced while it has unsynced commits."""
-MAX_GROUP = 4096
-"""The most transitions committed together."""
-SPREAD_WRITES = 16
-"""The fewest spread writes (a compaction's deletes) one LMDB transaction takes."""
-SPREAD_SHARE = 32
-"""A spread transaction takes up to the file's pages over this many writes (at least
-:data:`SPREAD_WRITES`)."""
-
-Write = tuple[str, bytes, bytes | None]
-"""``(database name, key, value)``; a value of None deletes the key."""
-Callback = Callable[[BaseException | None], None]
-"""Called once a transition is committed (None) or failed (the error)."""
-CommitTimer = Callable[[float], None]
-"""Told the seconds one group commit took (see :attr:`Writer.on_commit`)."""
-Submission = tuple[Sequence[Write], Callback] | tuple[Sequence[Write], Callback, Sequence[Write]]
-"""One transition handed over: its writes, its callback and (optional) its spread writes."""
-
-
-class Durability(enum.StrEnum):
-    """How far a commit has gone before the caller is answered."""
-
-    FULL = "full"
-    BUFFERED = "buffered"
-
-
-@dataclass
-class StoreStats:
-    """Counters of the writer thread, for benchmarks and diagnostics."""
-
-    commits: int = 0
-    transitions: int = 0
-    writes: int = 0
-    map_growths: int = 0
-    syncs: int = 0
+__all__ = ["Writer"]
 
 
 class _Item:
@@ -116,6 +70,8 @@ class _Item:
 
 _STOP = object()
 _FLUSH = object()
+_QUIET = object()
+_T = TypeVar("_T")
 log = logging.getLogger("retinue.store")
 
 
@@ -130,13 +86,16 @@ class Writer:
         durability: Durability,
         max_group: int,
         stats: StoreStats,
+        gate: Gate | None = None,
         spread_writes: int = SPREAD_WRITES,
     ) -> None:
         """Write ``databases`` of ``guard``'s environment; start the writer thread.
 
-        ``spread_writes``: the most spread writes committed in one transaction.
+        ``gate``: held exclusive to grow the map (the store's reads hold it
+        shared). ``spread_writes``: the fewest spread writes in one transaction.
         """
         self.guard = guard
+        self.gate = gate if gate is not None else Gate()
         self.env = guard.env
         self.dbs = databases
         self.durability = durability
@@ -145,6 +104,7 @@ class Writer:
         self.stats = stats
         self.failed: BaseException | None = None
         self.on_commit: CommitTimer | None = None  # told each group commit's seconds, if set
+        self.on_grow: Callable[[], None] | None = None  # called once a commit grew the file
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._held: collections.deque[object] = collections.deque()  # taken, not yet served
         # Committed groups whose callbacks wait for the next commit's puts (writer only).
@@ -196,6 +156,31 @@ class Writer:
         self._queue.put((_FLUSH, done))
         done.wait()
 
+    def at_quiet_point(self, work: Callable[[], _T]) -> _T:
+        """Run ``work`` on the writer thread once all submitted before is committed and answered.
+
+        Nothing is in flight while it runs; what is submitted meanwhile waits
+        and is committed after it. Returns what ``work`` returns.
+
+        Raises:
+            StoreError: called on the writer thread itself (it would wait for itself).
+            Exception: what ``work`` raised.
+        """
+        if threading.current_thread() is self._thread:
+            raise StoreError("a commit callback cannot wait for the store's writer")
+        done = threading.Event()
+        outcome: list[Any] = []
+        self._queue.put((_QUIET, work, outcome, done))
+        done.wait()
+        result, error = outcome[0]
+        if error is not None:
+            raise error
+        return result  # type: ignore[no-any-return]
+
+    def rebind(self, guard: Guard) -> None:
+        """Commit to ``guard``'s environment from now on (a reclaim reopened it; writer thread)."""
+        self.guard, self.env = guard, guard.env
+
     def stop(self) -> None:
         """Commit what is queued, sync, and end the thread."""
         self._queue.put(_STOP)
@@ -238,6 +223,10 @@ class Writer:
                     self._sync()
                     dirty, last_sync = False, time.monotonic()
                     control[1].set()
+                elif isinstance(control, tuple) and control[0] is _QUIET:
+                    self._sync()
+                    dirty, last_sync = False, time.monotonic()
+                    _run_quiet(*control[1:])
 
     def _next(self, timeout: float | None, *, block: bool = True) -> object:
         """Return the next item or control: the held ones first, then the queue's.
@@ -333,9 +322,8 @@ class Writer:
     def _spread_step(self) -> int:
         """How many spread writes go in one transaction: a share of the pages up to the mark.
 
-        A delete changes (copies) about one page, and the free pages must hold
-        about two such transactions at once, so the file's free pages stay
-        within a few times ``1 / SPREAD_SHARE`` of it, whatever its size.
+        A delete changes (copies) about one page, and the free pages hold about
+        two such transactions at once: a few times ``1 / SPREAD_SHARE`` of the file.
         """
         try:
             pages = int(self.env.info()["last_pgno"]) + 1
@@ -356,7 +344,7 @@ class Writer:
             StoreError: LMDB refused the commit for another reason.
         """
         dbs = self.dbs
-        self.guard.check_size("commit")
+        size = self.guard.check_size("commit")
         answering = 0.0
         while True:
             try:
@@ -373,15 +361,35 @@ class Writer:
                     else:
                         self._answer()
             except lmdb.MapFullError:
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                with self.gate.exclusive():  # LMDB resizes only with no transaction open
+                    self.env.set_mapsize(self.env.info()["map_size"] * 2)
                 self.stats.map_growths += 1
                 continue
             except lmdb.Error as exc:
                 self.guard.raise_for("commit", exc)
             self.stats.commits += 1
             self.stats.writes += len(writes)
-            self.guard.check_size("commit")  # the size this commit grew the file to
+            if self.guard.check_size("commit") > size:  # the size this commit grew the file to
+                self._grew()
             return answering
+
+    def _grew(self) -> None:
+        """Tell :attr:`on_grow` the file grew; a failing one is logged, never the writer's end."""
+        try:
+            if self.on_grow is not None:
+                self.on_grow()
+        except Exception:
+            log.exception("a store growth watcher failed")
+
+
+def _run_quiet(work: Callable[[], Any], outcome: list[Any], done: threading.Event) -> None:
+    """Run a quiet point's ``work``; hand its result (or error) to the waiting caller."""
+    try:
+        outcome.append((work(), None))
+    except BaseException as exc:  # the caller gets it; the writer goes on
+        outcome.append((None, exc))
+    finally:
+        done.set()
 
 
 def _report(timer: CommitTimer, seconds: float) -> None:
