@@ -8,7 +8,10 @@ filled up (the warm-up: 1.5 times ``retain_closed_agents`` agents), the data
 stays flat: compaction removes as many agents as the churn closes. Reported,
 after the warm-up: the high-water mark's growth in pages per 1,000 agents
 churned, and the file against a compacting copy of itself (``rt.backup``) at
-the end. A ratio past :data:`MAX_RATIO` is a problem (the check fails).
+the end. A ratio past :data:`MAX_RATIO` is a problem (the check fails). Then a burst:
+``live`` agents spawned and left open, closed, and churned past the
+retention: what the file keeps, and what ``compact(reclaim=True)`` gives back
+(and how long the writer paused for it).
 
 The figures come from ``rt.diagnostics.store`` (pages in use and free, the
 high-water mark; see :mod:`retinue.persistence.space`).
@@ -31,7 +34,7 @@ from retinue import Limits, Profile, Runtime, Turn
 from retinue.persistence.space import StoreSpace
 from stress.parts import Options, Part, Result, table
 
-__all__ = ["MAX_RATIO", "Scenario", "churn", "run"]
+__all__ = ["MAX_RATIO", "Scenario", "burst", "churn", "run"]
 
 MAX_RATIO = 1.3
 """The most a churned store's file may be against a compacting copy of itself."""
@@ -89,6 +92,13 @@ def churn(rt: Runtime, tops: int) -> None:
         rt.close_tree(lead.id)
 
 
+def _late_growth(marks: list[int], tops_at: list[int], per_top: int) -> float:
+    """Pages per 1,000 agents over the last quarter of the samples (at least the last one)."""
+    back = max(1, (len(marks) - 1) // 4)
+    agents = (tops_at[-1] - tops_at[-1 - back]) * per_top
+    return round((marks[-1] - marks[-1 - back]) * 1000 / max(1, agents), 2)
+
+
 def run(scenario: Scenario, *, samples: int = 4) -> dict[str, Any]:
     """Churn ``scenario``; return its figures (pages per 1,000 agents, ratio to a copy)."""
     limits = Limits(
@@ -103,12 +113,11 @@ def run(scenario: Scenario, *, samples: int = 4) -> dict[str, Any]:
         ) as rt:
             churn(rt, scenario.warm_tops)
             warm = _space(rt)
-            marks = [warm.pages]
+            marks, tops_at = [warm.pages], [0]
             step = max(1, scenario.tops // samples)
-            done = 0
-            while done < scenario.tops:
-                churn(rt, min(step, scenario.tops - done))
-                done += min(step, scenario.tops - done)
+            while tops_at[-1] < scenario.tops:
+                churn(rt, min(step, scenario.tops - tops_at[-1]))
+                tops_at.append(min(tops_at[-1] + step, scenario.tops))
                 marks.append(_space(rt).pages)
             end = _space(rt)
             copy = rt.backup(Path(tmp) / "copy")
@@ -124,11 +133,45 @@ def run(scenario: Scenario, *, samples: int = 4) -> dict[str, Any]:
         "pages_in_use_at_end": end.pages_in_use,
         "pages_free_at_end": end.pages_free,
         "pages_per_1000_agents": round((end.pages - warm.pages) * 1000 / agents, 2),
+        "pages_per_1000_last_quarter": _late_growth(marks, tops_at, scenario.per_top),
         "marks": marks,
         "file_mib": round(end.file_bytes / 2**20, 2),
         "copy_mib": round(copy_bytes / 2**20, 2),
         "ratio_to_copy": round(end.file_bytes / copy_bytes, 3),
         "seconds": round(seconds, 1),
+    }
+
+
+def burst(live: int, retain: int = 10_000) -> dict[str, Any]:
+    """Leave ``live`` agents open, close them, churn past retention; then reclaim the file."""
+    scenario = Scenario("burst", tops=0, leaves=0, retain=retain)
+    limits = Limits(retain_closed_agents=retain, max_agents=max(live, Limits().max_agents))
+    with (
+        tempfile.TemporaryDirectory(prefix="retinue-burst-") as tmp,
+        Runtime.open(
+            Path(tmp) / "store", profiles=_profiles(scenario), limits=limits, durability="buffered"
+        ) as rt,
+    ):
+        tops = [rt.spawn("lead", "burst").id for _ in range(live)]
+        for top in tops:
+            rt.wait(top, timeout=120)
+        peak = _space(rt)
+        for top in tops:
+            rt.close(top)
+        churn(rt, retain * 3 // 2)
+        before = _space(rt)
+        began = time.perf_counter()
+        report = rt.compact(reclaim=True)
+        paused = time.perf_counter() - began
+        after = _space(rt)
+    return {
+        "live_agents": live,
+        "peak_mib": round(peak.file_bytes / 2**20, 2),
+        "file_mib_after_churn": round(before.file_bytes / 2**20, 2),
+        "in_use_mib_after_churn": round(before.in_use_bytes / 2**20, 2),
+        "ratio_before_reclaim": round(before.file_bytes / max(1, after.file_bytes), 3),
+        "file_mib_after_reclaim": round(report.file_bytes_after / 2**20, 2),
+        "reclaim_s": round(paused, 3),
     }
 
 
@@ -164,7 +207,11 @@ def _part(options: Options) -> Result:
                 f"{scenario.name}: the file is {row['ratio_to_copy']}x its compacting copy "
                 f"(at most {MAX_RATIO}x)"
             )
-    return Result(tables, {"scenarios": rows}, problems)
+    burst_row = burst(2_000, retain=1_000) if options.quick else burst(20_000)
+    tables.append(("store growth: a burst of live agents, then reclaim", burst_row))
+    if burst_row["file_mib_after_reclaim"] > burst_row["in_use_mib_after_churn"] * MAX_RATIO:
+        problems.append(f"the reclaim left {burst_row['file_mib_after_reclaim']} MiB")
+    return Result(tables, {"scenarios": rows, "burst": burst_row}, problems)
 
 
 PART = Part("store_growth", _part, check=True)

@@ -34,9 +34,9 @@ class UpkeepCalls(Calls):
         the ``retain_*`` limits; never anything unread, undelivered or live.
         ``reclaim=True`` then gives the store file's free pages back to the
         file system: a compacting copy of the file is swapped in at a quiet
-        point of the store's writer (what is committed meanwhile waits, for
-        about a second per 300 MiB here; nothing acknowledged is lost, and a
-        crash at any step leaves a store that opens whole). The report's
+        point of the store's writer (what is committed meanwhile waits while
+        the file is copied: 0.25 s for 33 MiB here; nothing acknowledged is
+        lost, and a crash at any step leaves a store that opens whole). The report's
         ``file_bytes_before`` and ``file_bytes_after`` say what it gave back.
 
         Raises:
