@@ -21,6 +21,7 @@ from retinue.actors.profile import Profile
 from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
 from retinue.actors.turn import Runner
+from retinue.errors import StoreError
 from retinue.llm.mcp import McpManager, McpServer
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
@@ -181,9 +182,13 @@ class Runtime(
         system = self._system
         if system is None:
             return Diagnostics()
-        if system.state is RuntimeState.CLOSED:
-            return Diagnostics(system.diagnostics)
-        return Diagnostics(system.diagnostics, system.store.space())
+        try:
+            space = None if system.state is RuntimeState.CLOSED else system.store.space()
+        except StoreError:
+            if system.state is not RuntimeState.CLOSED:
+                raise
+            space = None  # it closed meanwhile
+        return Diagnostics(system.diagnostics, space)
 
     @property
     def state(self) -> RuntimeState:

@@ -10,6 +10,7 @@ another process follows the new file, and that a SIGKILL at each of its steps
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import subprocess
 import sys
@@ -20,7 +21,8 @@ import pytest
 
 from retinue import AgentState, Limits, Profile, Runtime
 from retinue.actors.compaction import CompactionReport
-from retinue.errors import StoreReadOnly
+from retinue.errors import StoreError, StoreReadOnly
+from retinue.persistence import copies
 from retinue.persistence.copies import RECLAIM_FILE
 
 from . import CHILD_ENV, PROMPT_S, REPO, Child
@@ -125,6 +127,29 @@ def test_the_async_twin_reclaims_while_the_loop_runs(tmp_path: Path) -> None:
         report, ticks = asyncio.run(scenario(rt))
     assert 0 < report.file_bytes_after < report.file_bytes_before
     assert ticks > 1  # the loop ran while the store was copied
+
+
+def test_a_copy_that_fails_leaves_the_store_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while the copy is written: a typed error, the live file untouched."""
+    folder = tmp_path / "store"
+
+    def full(path: Path, txnid: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with Runtime.open(folder, profiles=PROFILES, limits=Limits(retain_closed_agents=50)) as rt:
+        kept = _churn(rt, 200, keep_every=2)
+        size = (folder / "data.mdb").stat().st_size
+        monkeypatch.setattr(copies, "rebase_meta_pages", full)
+        with pytest.raises(StoreError, match=r"No space left on device.*unchanged"):
+            rt.compact(reclaim=True)
+        assert not (folder / RECLAIM_FILE).exists()
+        assert (folder / "data.mdb").stat().st_size == size
+        kept += _churn(rt, 5, keep_every=1)  # the writer goes on, on the same file
+    with Runtime.open(folder, readonly=True) as reader:
+        assert reader.diagnostics == []
+        assert {a.id for a in reader.agents()} >= set(kept)
 
 
 def test_a_reader_refuses_to_reclaim(tmp_path: Path) -> None:
