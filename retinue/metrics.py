@@ -3,9 +3,10 @@
 ``RetinueCollector(rt)`` is a custom collector: register it with the host's
 registry (``registry.register(collector)``, or pass ``registry=``), for a
 writer or a read-only runtime. At each scrape it serves the state gauges from
-one read of the store (``rt.agents``, ``rt.backlog`` and the data file's meta
-pages; a read-only runtime reads its snapshot, and no read happens when no
-commit did since the last one); from the runtime's events (a writer's) it
+one read of the store (``rt.agents``, ``rt.backlog``, the data file's meta
+pages and ``rt.diagnostics.store``, its pages in use and free; a read-only
+runtime reads its snapshot, and no read happens when no commit did since the
+last one); from the runtime's events (a writer's) it
 counts settled turns, model calls, tokens, cost and tool calls, and times
 turns, model calls and tool calls. On a writer it also attaches to the
 runtime's timers (:mod:`retinue.actors.timings`): the store's writer tells
@@ -42,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ExtraNotInstalled("metrics", "retinue.metrics", exc.name or "prometheus-client") from None
 
 from retinue.persistence.integrity import StoreUsage, store_usage
+from retinue.persistence.space import StoreSpace
 from retinue.protocol.messages import AgentState
 
 if TYPE_CHECKING:
@@ -55,6 +57,17 @@ COMMIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
 """Seconds; store commits and supervisor commands."""
 OTHER = "other"
 """The label value of everything past ``max_label_values`` distinct values."""
+_USAGE_GAUGES = (  # (metric, StoreUsage field, help): from the data file's meta pages
+    ("store_file_bytes", "file_bytes", "Size of the store's data.mdb"),
+    ("store_used_bytes", "used_bytes", "Bytes of the LMDB map in use"),
+    ("store_map_bytes", "map_bytes", "Size of the LMDB map"),
+)
+_SPACE_GAUGES = (  # (metric, StoreSpace field, help): how the store file is used
+    ("store_pages_in_use", "pages_in_use", "LMDB pages the databases hold (about a copy's)"),
+    ("store_pages_free", "pages_free", "Free LMDB pages below the file's high-water mark"),
+    ("store_page_bytes", "page_size", "Bytes of one LMDB page"),
+    ("store_map_headroom_bytes", "map_headroom_bytes", "Bytes the file may grow in its map"),
+)
 
 
 class _Histogram:
@@ -94,6 +107,7 @@ class _State:
         self.unread = 0
         self.pending = 0
         self.usage: StoreUsage | None = None
+        self.space: StoreSpace | None = None
 
 
 class RetinueCollector(Collector):
@@ -266,15 +280,13 @@ class RetinueCollector(Collector):
                 if info.state != AgentState.CLOSED:
                     state.profiles[info.profile] = state.profiles.get(info.profile, 0) + 1
             backlog = self.rt.backlog()
+            state.space = self.rt.diagnostics.store
         except RetinueError:
             with self._lock:
                 self._errors += 1
             return self._state
-        state.unread, state.pending, state.usage = (
-            backlog.unread_messages,
-            backlog.pending_completions,
-            usage,
-        )
+        state.unread, state.pending = backlog.unread_messages, backlog.pending_completions
+        state.usage = usage
         self._state, self._state_key, self._state_at = state, key, time.monotonic()
         return state
 
@@ -310,41 +322,26 @@ class RetinueCollector(Collector):
         yield profiles
         states = state.states if state is not None else {}
         usage = state.usage if state is not None else None
+        space = state.space if state is not None else None
+        unread, pending = (state.unread, state.pending) if state is not None else (None, None)
         plain = [
             ("turns_running", "Turns running now", states.get("running")),
             ("turns_queued", "Turns queued for a slot (agents starting)", states.get("starting")),
-            (
-                "unread_messages",
-                "Unread messages in every mailbox (the host's included)",
-                state.unread if state is not None else None,
-            ),
-            (
-                "pending_completions",
-                "Completions routed and not received yet",
-                state.pending if state is not None else None,
-            ),
+            ("unread_messages", "Unread messages in every mailbox (the host's included)", unread),
+            ("pending_completions", "Completions routed and not received yet", pending),
             (
                 "abandoned_runners",
                 "Sync runners that ignored an interrupt and keep a thread",
                 self.rt.abandoned_runners if sample else None,
             ),
-            (
-                "store_file_bytes",
-                "Size of the store's data.mdb",
-                usage.file_bytes if usage else None,
-            ),
-            (
-                "store_used_bytes",
-                "Bytes of the LMDB map in use",
-                usage.used_bytes if usage else None,
-            ),
-            ("store_map_bytes", "Size of the LMDB map", usage.map_bytes if usage else None),
+            *[(n, doc, getattr(usage, f) if usage else None) for n, f, doc in _USAGE_GAUGES],
             (
                 "store_map_used_ratio",
                 "Share of the LMDB map in use (it grows by itself when full)",
                 usage.used_bytes / usage.map_bytes if usage and usage.map_bytes else None,
             ),
         ]
+        plain += [(n, doc, getattr(space, f) if space else None) for n, f, doc in _SPACE_GAUGES]
         for name, doc, value in plain:
             family = GaugeMetricFamily(f"{ns}_{name}", doc)
             if sample and (value is not None or name.startswith("turns_")):

@@ -21,7 +21,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stress import cluster_parts, crash, damage, fuzz_llm, soak, soak_races, statemachine
+from stress import (
+    cluster_parts,
+    crash,
+    damage,
+    fuzz_llm,
+    soak,
+    soak_races,
+    statemachine,
+    store_growth,
+)
 from stress.bench import (
     budgets,
     commit,
@@ -47,6 +56,7 @@ PARTS: list[Part] = [
     fuzz_llm.PART,
     damage.PART,
     soak.PART,
+    store_growth.PART,
     commit.PART,
     lifecycle.PART,
     trees.PART,

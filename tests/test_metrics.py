@@ -96,6 +96,12 @@ def test_counts_during_and_after_a_run_match_the_run(tmp_path: Path, gate: Gate)
         assert size == (rt.path / "data.mdb").stat().st_size
         assert 0 < value(after, "retinue_store_map_used_ratio") <= 1
         assert value(after, "retinue_store_used_bytes") <= value(after, "retinue_store_map_bytes")
+        page = value(after, "retinue_store_page_bytes")
+        in_use, free = (value(after, f"retinue_store_pages_{k}") for k in ("in_use", "free"))
+        assert in_use > 0 and free >= 0
+        assert (in_use + free) * page == value(after, "retinue_store_used_bytes")
+        headroom = value(after, "retinue_store_map_headroom_bytes")
+        assert headroom == value(after, "retinue_store_map_bytes") - (in_use + free) * page
         # No label carries an agent id, a path or a task.
         for _, labels in after:
             for _, label in labels:

@@ -43,11 +43,22 @@ MIN_SLACK = 32
 
 
 class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):
-    """How many records one compaction removed."""
+    """How many records one compaction removed; with a reclaim, the file before and after.
+
+    ``file_bytes_before`` and ``file_bytes_after`` are the data file's sizes
+    around ``compact(reclaim=True)``'s swap (0 when no reclaim was asked).
+    """
 
     messages: int = 0
     agents: int = 0
     completions: int = 0
+    file_bytes_before: int = 0
+    file_bytes_after: int = 0
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        """Bytes a reclaim gave back to the file system (0 without one)."""
+        return max(0, self.file_bytes_before - self.file_bytes_after)
 
 
 def retention_slack(keep: int) -> int:

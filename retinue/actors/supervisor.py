@@ -229,6 +229,7 @@ class Supervisor:
             self.hosts.end_idle_host_waits(tx)
             self.hosts.serve_idle(tx, last and self.supervision.quiet())
             tx.writes = world.tree.take_writes()
+            tx.spread = world.tree.take_spread()
             journal.keep()
         except (RetinueError, TurnInterrupted) as exc:  # refused: nothing changed
             self.rescue.roll_back(tx)

@@ -38,8 +38,11 @@ from retinue.actors.turn import Runner
 from retinue.errors import RetinueError, StoreError
 from retinue.persistence.options import StoreOptions, make_folder, remove_created
 from retinue.persistence.restore import Diagnostic
+from retinue.persistence.space import StoreSpace
 from retinue.persistence.store import Store
 from retinue.protocol.limits import Limits
+from retinue.protocol.messages import StoreMapFilling
+from retinue.protocol.paths import ROOT
 
 __all__ = ["CLOSE_GRACE_S", "System"]
 
@@ -200,10 +203,40 @@ class System:
         capture = observer.capture if observer.spans is not None else None
         self.engine.channel.connect(actor_target(booted.actor, capture))
         self.engine.tell(Rearm())  # pending restarts and approval timeouts get their timers
+        self.store.watch_map(self.limits.store_map_warn_ratio, self._map_filling)
         self._compactor = threading.Thread(
             target=self._compact_loop, name="retinue-compactor", daemon=True
         )
         self._compactor.start()
+
+    def _map_filling(self, space: StoreSpace) -> None:
+        """Warn that the file's high-water mark passed its share of the map (writer thread)."""
+        log.info(
+            "store %s: the file reaches %.0f%% of its LMDB map (%d of %d bytes; %d bytes free "
+            "inside it, %d on the disk); the map doubles when full",
+            self.path,
+            100 * space.map_used_ratio,
+            space.used_bytes,
+            space.map_bytes,
+            space.free_bytes,
+            space.disk_free_bytes,
+        )
+        self.bus.publish(
+            [
+                StoreMapFilling(
+                    agent_id="",
+                    path=ROOT,
+                    at=time.time(),
+                    file_bytes=space.file_bytes,
+                    used_bytes=space.used_bytes,
+                    in_use_bytes=space.in_use_bytes,
+                    free_bytes=space.free_bytes,
+                    map_bytes=space.map_bytes,
+                    map_headroom_bytes=space.map_headroom_bytes,
+                    disk_free_bytes=space.disk_free_bytes,
+                )
+            ]
+        )
 
     @property
     def state(self) -> RuntimeState:

@@ -23,7 +23,7 @@ import pykka
 
 from retinue.actors.events import EventBus
 from retinue.errors import RetinueError, StoreCorrupted, StoreError
-from retinue.persistence.store import Store, Write
+from retinue.persistence.store import Store, Submission, Write
 from retinue.protocol.messages import Event
 
 __all__ = ["Transition", "hand_over", "resolve_future"]
@@ -52,6 +52,8 @@ class Transition:
         result: the answer (an exception is raised to the caller).
         deferred: True once a waiter holds ``reply``; ``result`` is then not sent.
         writes: the store writes, set when the command is submitted.
+        spread: a compaction's deletes, committed after ``writes`` in small
+            transactions of their own (see :mod:`retinue.persistence.writer`).
         events: events published after the commit.
         effects: callables run after the commit, in order.
         answers: other callers' futures an effect answers (failed if the commit fails).
@@ -76,6 +78,7 @@ class Transition:
         "idle_hosts",
         "reply",
         "result",
+        "spread",
         "started",
         "trace",
         "writes",
@@ -87,6 +90,7 @@ class Transition:
         self.result: Any = None
         self.deferred = False
         self.writes: list[Write] = []
+        self.spread: list[Write] = []
         self.events: list[Event] = []
         self.effects: list[Callable[[], None]] = []
         self.answers: list[concurrent.futures.Future[Any]] = []
@@ -123,6 +127,7 @@ class Transition:
             actor.stop()
         self.started = []
         self.writes = []
+        self.spread = []
         self.events = []
         self.effects = []
         self.answers = []
@@ -168,9 +173,16 @@ def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, obj
     callers are answered, in order. If the store has failed for good, each
     caller is answered with the failure now: nobody hangs.
     """
-    items = [(tx.writes, lambda error, tx=tx, c=c: tx.on_commit(error, bus, c)) for tx, c in group]
+    items: list[Submission] = [(tx.writes, _callback(tx, bus, c), tx.spread) for tx, c in group]
     try:
         store.submit_group(items)
     except RetinueError as exc:  # the store failed for good: say so, never hang
         for tx, command in group:
             tx.on_commit(exc, bus, command)
+
+
+def _callback(
+    tx: Transition, bus: EventBus, command: object
+) -> Callable[[BaseException | None], None]:
+    """The store's callback of ``tx``: finish it once committed (or failed)."""
+    return lambda error: tx.on_commit(error, bus, command)

@@ -71,6 +71,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         self.leases: dict[str, Completion] = JDict(j)
         self.seq = 0
         self.writes: list[Write] = JList(j)
+        self.spread: list[Write] = JList(j)  # a compaction's deletes (see spread_since)
         self._agents_written: dict[str, AgentRecord] = JDict(j)  # encoded by take_writes
 
     @property
@@ -88,6 +89,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
     def drop_writes(self) -> None:
         """Forget the writes gathered since the last :meth:`take_writes` (a command failed)."""
         self.writes = JList(self._journal)
+        self.spread = JList(self._journal)
         self._agents_written = JDict(self._journal)
 
     def take_writes(self) -> list[Write]:
@@ -101,6 +103,26 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         self.writes = JList(self._journal)
         self._agents_written = JDict(self._journal)
         return writes
+
+    def spread_since(self, mark: int) -> None:
+        """Move the writes gathered since ``len(writes)`` was ``mark`` (deletes) to ``spread``.
+
+        The store commits spread writes in small transactions (a crash may cut
+        them anywhere), so they are ordered for every prefix to be consistent:
+        what names an agent (messages, completions, transcript, approvals) goes
+        before agent records, and agents in the order they were removed
+        (leaves before parents).
+        """
+        moved = self.writes[mark:]
+        del self.writes[mark:]
+        self.spread += [w for w in moved if w[0] != "agents"]
+        self.spread += [w for w in moved if w[0] == "agents"]
+
+    def take_spread(self) -> list[Write]:
+        """Return and clear the spread writes gathered since the last call."""
+        spread: list[Write] = list(self.spread)
+        self.spread = JList(self._journal)
+        return spread
 
     # -- agents --------------------------------------------------------------
 
@@ -207,9 +229,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         key deduplicates for as long as its message is retained). The caller
         removes leaves before parents and only agents nobody waits on.
         """
-        removed = set(agent_ids)
+        ordered = list(dict.fromkeys(agent_ids))  # their writes in the order given
+        removed = set(ordered)
         completions = 0
-        for agent_id in removed:
+        for agent_id in ordered:
             self._agents_written.pop(agent_id, None)
             self.writes.append(("agents", agent_id.encode(), None))
             self.writes.append(("transcripts", agent_id.encode(), None))

@@ -3,7 +3,11 @@
 :class:`~retinue.actors.compaction.Retention` tells when a close crossed a
 retention count; :func:`~retinue.actors.compaction.compact` chooses what goes
 and the tree removes it, in the current transition. The approval requests of
-the agents removed go with them.
+the agents removed go with them. A compaction's deletes are the transition's
+spread writes (:meth:`~retinue.actors.tree.Tree.spread_since`): the store
+commits them in small transactions after the transition's own writes, so that
+removing thousands of records at once does not grow the store file (see
+:mod:`retinue.persistence.writer`).
 """
 
 from __future__ import annotations
@@ -33,12 +37,18 @@ class Upkeep(Journaled):
     def after_close(self) -> None:
         """Enforce the retention counts after a close (approvals of removed agents go too)."""
         now = time.time()
-        if self.retention.enforce(self.world.tree, now) is not None:
+        tree = self.world.tree
+        mark = len(tree.writes)
+        if self.retention.enforce(tree, now) is not None:
             self.approvals.prune(now - self.world.limits.retain_age_s)
+        tree.spread_since(mark)
 
     def compact(self) -> CompactionReport:
         """Remove what retention no longer keeps, as one transition."""
         now = time.time()
-        report = compact(self.world.tree, self.world.limits, now)
+        tree = self.world.tree
+        mark = len(tree.writes)
+        report = compact(tree, self.world.limits, now)
         self.approvals.prune(now - self.world.limits.retain_age_s)
+        tree.spread_since(mark)
         return report

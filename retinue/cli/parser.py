@@ -255,10 +255,13 @@ def _add_reads(add: Add) -> None:
         "compact",
         "remove old closed agents and read messages from a store",
         "Remove what the retention limits no longer keep (closed agents, read\n"
-        "messages, delivered completions). Needs the store to be free of writers.",
+        "messages, delivered completions). Needs the store to be free of writers.\n"
+        "--reclaim then swaps in a compacted copy of the file: the free pages go\n"
+        "back to the file system (readers beside it follow the new file).",
     )
     compact.add_argument("store_pos", nargs="?", metavar="STORE", help=argparse.SUPPRESS)
     compact.add_argument("--store", help=store_help())
+    compact.add_argument("--reclaim", action="store_true", help="give the free pages back")
     compact.set_defaults(handler=cmd_compact)
 
 

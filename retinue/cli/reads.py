@@ -134,15 +134,20 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    """``retinue compact``: remove what retention no longer keeps."""
+    """``retinue compact [--reclaim]``: remove what retention no longer keeps; free the file."""
     store = store_path(args.store or args.store_pos, must_exist=True)
     rt = open_store(store, profiles=[], runner=lambda turn: "")
     try:
-        result = rt.compact()
+        result = rt.compact(reclaim=args.reclaim)
     finally:
         rt.shutdown()
     print(
         f"compacted {store}: removed {result.agents} closed agents, {result.messages} read "
         f"messages and {result.completions} delivered completions"
     )
+    if args.reclaim:
+        print(
+            f"reclaimed {result.reclaimed_bytes} bytes: the file went from "
+            f"{result.file_bytes_before} to {result.file_bytes_after} bytes"
+        )
     return OK

@@ -122,8 +122,8 @@ class Guard:
         except (StoreError, lmdb.Error):
             return None
 
-    def check_size(self, action: str) -> None:
-        """Refuse a data file that shrank since this store last looked at it.
+    def check_size(self, action: str) -> int:
+        """Refuse a data file that shrank since this store last looked at it; return its size.
 
         LMDB never shrinks ``data.mdb`` (it only grows it), so a smaller file
         means another process truncated it under this one; LMDB would read
@@ -150,6 +150,16 @@ class Guard:
                 path=str(self.folder),
             )
         self._seen_size = size
+        return size
+
+    def replaced(self) -> bool:
+        """True if another file now stands at the data file's path (a reclaim swapped it in)."""
+        try:
+            there = os.stat(self.folder / DATA_FILE)
+            mine = os.fstat(self.data_fd)
+        except OSError:
+            return False
+        return (there.st_ino, there.st_dev) != (mine.st_ino, mine.st_dev)
 
     def read_txn(self) -> Any:
         """Begin a read transaction, adopting a map another process has grown.

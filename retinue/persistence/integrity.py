@@ -36,6 +36,7 @@ __all__ = [
     "check_data_file",
     "has_marker",
     "read_meta_pages",
+    "rebase_meta_pages",
     "restore_advice",
     "store_usage",
     "write_marker",
@@ -56,6 +57,7 @@ _FLAGS_AT = _S + 2
 _MAGIC_AT = _PAGE_HEADER
 _MAPSIZE_AT = _PAGE_HEADER + 8 + _S  # mm_mapsize follows mm_address
 _PSIZE_AT = _PAGE_HEADER + 8 + 2 * _S  # mm_dbs[FREE_DBI].md_pad holds the page size
+_FREE_PAGES_AT = _PSIZE_AT + 8  # its md_branch_pages, md_leaf_pages, md_overflow_pages
 _LAST_PG_AT = _PAGE_HEADER + 8 + 2 * _S + 2 * _DB_SIZE
 _TXNID_AT = _LAST_PG_AT + _S
 _META_BYTES = _TXNID_AT + _S
@@ -66,7 +68,9 @@ _MIN_PAGE, _MAX_PAGE = 512, 65536
 class MetaPage:
     """The fields of one LMDB meta page that tell how large the file must be.
 
-    ``map_size`` is the map size the last writer recorded (0 if unknown).
+    ``map_size`` is the map size the last writer recorded (0 if unknown);
+    ``free_tree_pages`` the pages of LMDB's own tree of free pages (its
+    branch, leaf and overflow pages: in use, though they hold no data).
     """
 
     index: int
@@ -74,6 +78,7 @@ class MetaPage:
     last_page: int
     txnid: int
     map_size: int = 0
+    free_tree_pages: int = 0
 
     @property
     def required_bytes(self) -> int:
@@ -102,12 +107,18 @@ def _parse_meta(raw: bytes, index: int) -> MetaPage | None:
     (last_page,) = struct.unpack_from("=" + _SIZE_T, raw, _LAST_PG_AT)
     (txnid,) = struct.unpack_from("=" + _SIZE_T, raw, _TXNID_AT)
     (map_size,) = struct.unpack_from("=" + _SIZE_T, raw, _MAPSIZE_AT)
+    tree_pages = struct.unpack_from("=" + _SIZE_T * 3, raw, _FREE_PAGES_AT)
     if not _MIN_PAGE <= page_size <= _MAX_PAGE or page_size & (page_size - 1):
         return None
     if last_page < 1:  # pages 0 and 1 are the meta pages themselves
         return None
     return MetaPage(
-        index=index, page_size=page_size, last_page=last_page, txnid=txnid, map_size=map_size
+        index=index,
+        page_size=page_size,
+        last_page=last_page,
+        txnid=txnid,
+        map_size=map_size,
+        free_tree_pages=sum(tree_pages),
     )
 
 
@@ -133,6 +144,40 @@ def read_meta_pages(path: Path) -> list[MetaPage]:
                 metas.append(second)
                 break
     return metas
+
+
+def rebase_meta_pages(path: Path, txnid: int) -> None:
+    """Make a fresh compacting copy continue the transaction ids of its source.
+
+    LMDB's compacting copy restarts at transaction 1, but the lock file
+    (``lock.mdb``) that processes still holding the store share records the
+    source's last transaction, and picks the meta page by its parity. So both
+    meta pages of the copy (at ``path``, not open in LMDB) are rewritten with
+    its newest one's trees: transaction ``txnid`` in the slot of its parity,
+    ``txnid - 1`` in the other. Then a reader that pairs the old lock file
+    with the new data file reads the copy's newest meta page, and the writer's
+    next transaction is ``txnid + 1`` whichever lock file it meets.
+
+    Raises:
+        OSError: the file cannot be read or written.
+        ValueError: it has no valid meta page.
+    """
+    metas = read_meta_pages(path)
+    if not metas:
+        raise ValueError(f"{path} has no valid LMDB meta page")
+    newest = max(metas, key=lambda m: m.txnid)
+    page = newest.page_size
+    with path.open("r+b") as handle:
+        handle.seek(newest.index * page)
+        body = handle.read(_META_BYTES)
+        for tid in (max(0, txnid - 1), txnid):
+            raw = bytearray(body)
+            struct.pack_into("=" + _SIZE_T, raw, 0, tid & 1)  # the page's own number
+            struct.pack_into("=" + _SIZE_T, raw, _TXNID_AT, tid)
+            handle.seek((tid & 1) * page)
+            handle.write(raw)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 @dataclass(frozen=True)

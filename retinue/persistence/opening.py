@@ -7,8 +7,9 @@ releases what the earlier steps took when a later one fails.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -17,7 +18,9 @@ from retinue.persistence.damage import Guard, store_error
 from retinue.persistence.integrity import DATA_FILE, check_data_file, has_marker
 from retinue.persistence.lock import WriterLock
 
-__all__ = ["claim_folder", "guard_file", "open_env"]
+__all__ = ["claim_folder", "grow_on_full", "guard_file", "open_databases", "open_env"]
+
+_T = TypeVar("_T")
 
 
 def claim_folder(folder: Path, *, readonly: bool, create: bool) -> WriterLock | None:
@@ -85,3 +88,43 @@ def guard_file(folder: Path, env: Any) -> Guard:
         env.close()
         raise StoreError(f"cannot read {folder / DATA_FILE}: {exc}", path=str(folder)) from None
     return Guard(folder, env, data_fd)
+
+
+def open_databases(
+    env: Any, folder: Path, names: Iterable[str], optional: Iterable[str], *, create: bool
+) -> dict[str, Any]:
+    """Open the named databases of ``env`` (``create``: a writer makes missing ones).
+
+    A missing ``optional`` database (added after schema 1) is left out.
+
+    Raises:
+        StoreError: a required database is missing: not a retinue store.
+        lmdb.Error: LMDB refused (a full map: see :func:`grow_on_full`).
+    """
+    dbs: dict[str, Any] = {}
+    extra = set(optional)
+    for name in names:
+        try:
+            dbs[name] = env.open_db(name.encode(), create=create)
+        except lmdb.NotFoundError:
+            if name in extra:
+                continue
+            raise StoreError(
+                f"store {folder} has no {name!r} database; is it a retinue store?"
+            ) from None
+    return dbs
+
+
+def grow_on_full(env: Any, step: Callable[[], _T], grown: Callable[[], None]) -> _T:
+    """Run an opening step, doubling a map too small to hold even that (``grown`` is told).
+
+    A reader adopts a map another process has grown meanwhile.
+    """
+    while True:
+        try:
+            return step()
+        except lmdb.MapFullError:
+            env.set_mapsize(env.info()["map_size"] * 2)
+            grown()
+        except lmdb.MapResizedError:  # a writer elsewhere grew it: adopt its size
+            env.set_mapsize(0)

@@ -5,39 +5,47 @@ group commit, the durability modes); reads take consistent snapshots; every
 LMDB failure is a typed error, and damage is refused before LMDB meets it
 (:mod:`retinue.persistence.damage`). A second writer of the same store gets
 ``StoreLocked`` (:mod:`retinue.persistence.lock`).
+
+A writer can reclaim the file's free pages in place (:meth:`Store.reclaim`,
+:mod:`retinue.persistence.copies`): its environment is closed and opened again
+on a compacted file, under the gate every read holds
+(:mod:`retinue.persistence.gate`). A reader notices before its next read that
+another file stands at the path and opens it in turn.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import lmdb
-
-from retinue.errors import (
-    InvalidArgument,
-    StoreError,
-    StoreReadOnly,
-    StoreVersionError,
-)
-from retinue.persistence.integrity import has_marker, write_marker
-from retinue.persistence.migrations import migrate, stamped_version
-from retinue.persistence.opening import claim_folder, guard_file, open_env
-from retinue.persistence.view import StoreView
-from retinue.persistence.writer import (
+from retinue.errors import InvalidArgument, StoreError, StoreReadOnly, StoreVersionError
+from retinue.persistence.commits import (
     FLUSH_INTERVAL_S,
     MAX_GROUP,
     Callback,
     CommitTimer,
     Durability,
     StoreStats,
+    Submission,
     Write,
-    Writer,
 )
+from retinue.persistence.copies import backup_to, compacting_copy, discard_half_done, swap_in
+from retinue.persistence.gate import Gate
+from retinue.persistence.integrity import has_marker, write_marker
+from retinue.persistence.migrations import migrate
+from retinue.persistence.opening import (
+    claim_folder,
+    grow_on_full,
+    guard_file,
+    open_databases,
+    open_env,
+)
+from retinue.persistence.reads import RESTORE_DATABASES, Snapshot, StoreReads
+from retinue.persistence.space import StoreSpace, map_watch
+from retinue.persistence.writer import Writer
 from retinue.protocol.records import SCHEMA_VERSION
 
 __all__ = [
@@ -50,27 +58,17 @@ __all__ = [
     "Snapshot",
     "Store",
     "StoreStats",
+    "Submission",
     "Write",
 ]
 
 DATABASES = ("agents", "messages", "completions", "meta", "transcripts", "leases", "approvals")
 OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals"})
 """Databases added after schema 1: a reader of an older store does without them."""
-RESTORE_DATABASES = ("agents", "messages", "completions", "meta")
-"""What :meth:`Store.snapshot` reads by default (transcripts are read one by one)."""
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
-_T = TypeVar("_T")
 
 
-@dataclass
-class Snapshot:
-    """Every record of every database, read in one read transaction."""
-
-    records: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
-    migrated_from: list[int] = field(default_factory=list)
-
-
-class Store:
+class Store(StoreReads):
     """One LMDB environment under a folder, opened for writing or read-only."""
 
     def __init__(
@@ -113,27 +111,22 @@ class Store:
         self.max_group = MAX_GROUP if group_commit else 1
         self.stats = StoreStats()
         self.migrated_from: list[int] = []
-        self._closed = False
+        self._closed = False  # no more commits
         self._writer: Writer | None = None
+        self._gate = Gate()
+        self._max_readers = max_readers
         self._lock = claim_folder(self.folder, readonly=readonly, create=create)
         try:
-            self.env = open_env(
-                self.folder,
-                map_size=map_size,
-                max_dbs=len(DATABASES) + 2,
-                max_readers=max_readers,
-                readonly=readonly,
-                sync=self.durability is Durability.FULL,
-            )
-            self._guard = guard_file(self.folder, self.env)
+            if not readonly:
+                discard_half_done(self.folder)  # a reclaim cut before its swap
+            self._attach(map_size)
         except BaseException:
             self._release_lock()
             raise
         try:
             self._check_contents()
         except BaseException:
-            self.env.close()
-            os.close(self._guard.data_fd)
+            self._detach()
             self._release_lock()
             raise
         if not readonly:
@@ -143,9 +136,47 @@ class Store:
                 durability=self.durability,
                 max_group=self.max_group,
                 stats=self.stats,
+                gate=self._gate,
             )
 
     # -- opening, step by step -----------------------------------------------------
+
+    def _attach(self, map_size: int) -> None:
+        """Open the environment and guard its data file (the databases: :meth:`_check_contents`).
+
+        Raises:
+            StoreCorrupted, StoreError: LMDB refused it, or the file cannot be read.
+        """
+        self.env = open_env(
+            self.folder,
+            map_size=map_size,
+            max_dbs=len(DATABASES) + 2,
+            max_readers=self._max_readers,
+            readonly=self.readonly,
+            sync=self.durability is Durability.FULL,
+        )
+        self._guard = guard_file(self.folder, self.env)
+        self._detached = False
+
+    def _detach(self) -> None:
+        """Close the environment and the guard's data file (the gate is held exclusive)."""
+        self._detached = True
+        self.env.close()
+        os.close(self._guard.data_fd)
+
+    def _open_databases(self) -> dict[str, Any]:
+        """Open the named databases, growing a map too small for a writer to create them."""
+        create = not self.readonly
+        return grow_on_full(
+            self.env,
+            lambda: open_databases(
+                self.env, self.folder, DATABASES, OPTIONAL_DATABASES, create=create
+            ),
+            self._grown,
+        )
+
+    def _grown(self) -> None:
+        self.stats.map_growths += 1
 
     def _check_contents(self) -> None:
         """Check the pages, open the databases and (a writer) migrate and mark the store.
@@ -157,9 +188,9 @@ class Store:
         with self._guard.lmdb_errors("open"):
             self.env.reader_check()
             self._guard.verify()
-            self._dbs = self._grow_on_full(self._open_databases)
+            self._dbs = self._open_databases()
             if not self.readonly:
-                self.migrated_from = self._grow_on_full(self._check_schema)
+                self.migrated_from = grow_on_full(self.env, self._check_schema, self._grown)
         if not self.readonly and not has_marker(self.folder):
             try:
                 write_marker(self.folder, SCHEMA_VERSION)
@@ -169,19 +200,38 @@ class Store:
                     path=str(self.folder),
                 ) from None
 
-    def _grow_on_full(self, step: Callable[[], _T]) -> _T:
-        """Run an opening step, doubling a map too small to hold even that.
+    def _reattach(self, swap: Callable[[], None] | None = None) -> None:
+        """Open the file at the path again, after ``swap`` (the gate held exclusive).
 
-        A reader adopts a map another process has grown meanwhile.
+        A reader calls it once a reclaim swapped another file in; the reclaim
+        itself swaps between the close and the open (if its swap fails, the
+        old file is opened again).
+
+        Raises:
+            StoreCorrupted, StoreError: the swap failed, or the file cannot be opened.
         """
-        while True:
-            try:
-                return step()
-            except lmdb.MapFullError:
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
-                self.stats.map_growths += 1
-            except lmdb.MapResizedError:  # a writer elsewhere grew it: adopt its size
-                self.env.set_mapsize(0)
+        map_size = int(self.env.info()["map_size"])
+        self._detach()
+        try:
+            if swap is not None:
+                swap()
+        finally:
+            self._attach(map_size)
+            with self._guard.lmdb_errors("open the reclaimed file"):
+                self._dbs.clear()  # in place: the writer holds the same dict
+                self._dbs.update(self._open_databases())
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Hold the gate shared for a read; a reader first follows a file swapped in."""
+        if self.readonly and not self._gate.held() and self._guard.replaced():
+            with self._gate.exclusive():
+                if self._guard.replaced() and not self._detached:
+                    self._reattach()
+        with self._gate.shared():
+            if self._detached:
+                raise StoreError(f"store {self.folder} is closed", path=str(self.folder))
+            yield
 
     def refuse_newer(self) -> None:
         """Raise if the store was written by a newer schema (readers check this).
@@ -196,84 +246,9 @@ class Store:
                 f"{SCHEMA_VERSION}; upgrade retinue to open it"
             )
 
-    def _open_databases(self) -> dict[str, Any]:
-        dbs: dict[str, Any] = {}
-        for name in DATABASES:
-            try:
-                dbs[name] = self.env.open_db(name.encode(), create=not self.readonly)
-            except lmdb.NotFoundError:
-                if name in OPTIONAL_DATABASES:
-                    continue
-                raise StoreError(
-                    f"store {self.folder} has no {name!r} database; is it a retinue store?"
-                ) from None
-        return dbs
-
     def _check_schema(self) -> list[int]:
         with self.env.begin(write=True) as txn:
             return migrate(txn, self._dbs)
-
-    def schema_version(self) -> int:
-        """Return the schema version stamped in the store (0 if none).
-
-        Raises:
-            StoreCorrupted, StoreError: LMDB could not read it.
-        """
-        with self._guard.lmdb_errors("read the schema version"), self._guard.read_txn() as txn:
-            return stamped_version(txn, self._dbs)
-
-    # -- reading ---------------------------------------------------------
-
-    def snapshot(self, databases: Iterable[str] = RESTORE_DATABASES) -> Snapshot:
-        """Read every record of ``databases`` in one consistent read transaction.
-
-        A read-only store checks its pages first (see :meth:`_verify`): damage
-        made in place since it opened is a :class:`StoreCorrupted`, not an abort.
-
-        Raises:
-            StoreCorrupted: a page on the way is damaged.
-            StoreError: LMDB refused the read for another reason.
-        """
-        snap = Snapshot(migrated_from=list(getattr(self, "migrated_from", [])))
-        if self.readonly:
-            # A reader's store may be damaged in place since it opened (no writer
-            # here notices), and LMDB aborts on a damaged page: check the pages
-            # first, as on open. The snapshot reads every record anyway.
-            with self._guard.lmdb_errors("check before a snapshot"):
-                self._guard.verify()
-        with self._guard.lmdb_errors("read a snapshot"), self._guard.read_txn() as txn:
-            for name in databases:
-                if name not in self._dbs:  # an optional database an older store lacks
-                    snap.records[name] = []
-                    continue
-                with txn.cursor(db=self._dbs[name]) as cur:
-                    snap.records[name] = list(cur.iternext(keys=True, values=True))
-        return snap
-
-    @contextlib.contextmanager
-    def view(self) -> Iterator[StoreView]:
-        """Read a few records in one consistent read transaction (see :class:`StoreView`).
-
-        Raises:
-            StoreCorrupted: a page on the way is damaged.
-            StoreError: LMDB refused the read for another reason.
-        """
-        check = self._guard.verify if self.readonly else None
-        with self._guard.lmdb_errors("read"), self._guard.read_txn() as txn:
-            yield StoreView(txn, self._dbs, check)
-
-    def get(self, database: str, key: bytes) -> bytes | None:
-        """Return one committed value, or None (also for a database the store lacks).
-
-        Raises:
-            StoreCorrupted: a page on the way is damaged.
-            StoreError: LMDB refused the read for another reason.
-        """
-        if database not in self._dbs:
-            return None
-        with self._guard.lmdb_errors(f"read {database}"), self._guard.read_txn() as txn:
-            value: bytes | None = txn.get(key, db=self._dbs[database])
-        return value
 
     # -- writing ---------------------------------------------------------
 
@@ -293,18 +268,22 @@ class Store:
             raise refusal
         return self._writer
 
-    def submit(self, writes: Sequence[Write], callback: Callback) -> None:
+    def submit(
+        self, writes: Sequence[Write], callback: Callback, spread: Sequence[Write] = ()
+    ) -> None:
         """Queue ``writes`` for the next group commit; ``callback(error or None)`` once done.
 
         Transitions are committed in submission order (see
         :mod:`retinue.persistence.writer`), so an answered one implies all earlier ones.
+        ``spread`` writes (deletes a crash may cut after any of them) follow in
+        small transactions of their own, so that they do not grow the file.
 
         Raises:
             StoreReadOnly, StoreError: as :meth:`_writable`.
         """
-        self._writable().submit(writes, callback)
+        self._writable().submit(writes, callback, spread)
 
-    def submit_group(self, group: Sequence[tuple[Sequence[Write], Callback]]) -> None:
+    def submit_group(self, group: Sequence[Submission]) -> None:
         """Queue the transitions of ``group``, in one hand-off, as :meth:`submit` each.
 
         Raises:
@@ -329,17 +308,24 @@ class Store:
         if self._writer is not None:
             self._writer.on_commit = timer
 
+    def watch_map(self, share: float, warn: Callable[[StoreSpace], None]) -> None:
+        """Call ``warn`` once the file's high-water mark passes ``share`` of the map.
+
+        On the writer thread, once per map size (see :func:`map_watch`). A
+        read-only store commits nothing: nothing is watched.
+        """
+        if self._writer is not None:
+            self._writer.on_grow = map_watch(lambda: self.env, self.space, share, warn)
+
     def flush(self) -> None:
         """Wait until everything submitted so far is committed and synced to disk."""
         if self._writer is not None and not self._closed:
             self._writer.flush()
 
-    # -- backup and close -------------------------------------------------
+    # -- copies, reclaim and close ------------------------------------------------
 
     def backup(self, dest: str | os.PathLike[str]) -> Path:
-        """Write a compacted, consistent copy of the store into ``dest``.
-
-        ``dest`` is created; it must not hold a store already.
+        """Write a compacted, consistent copy of the store into ``dest`` (created; not a store).
 
         The live store's pages are checked first (as on open), so damage that
         happened since it was opened is reported rather than copied.
@@ -349,22 +335,43 @@ class Store:
             StoreCorrupted: the live store is damaged.
             StoreError: LMDB could not write the copy.
         """
-        target = Path(dest)
-        if (target / "data.mdb").exists():
-            raise InvalidArgument(f"backup destination {target} already holds a store")
-        target.mkdir(parents=True, exist_ok=True)
         self.flush()
-        with self._guard.lmdb_errors("check before a backup"):
-            self._guard.verify()  # LMDB's copy walks every page: never let it walk a damaged one
-        try:
-            self.env.copy(str(target), compact=True)
-        except lmdb.Error as exc:
-            self._guard.raise_for(f"backup to {target}", exc)
-        try:
-            write_marker(target, self.schema_version())
-        except OSError as exc:
-            raise StoreError(f"cannot write the marker of backup {target}: {exc}") from None
-        return target
+        version = self.schema_version()
+        with self._reading():
+            return backup_to(self.env, self._guard, Path(dest), version)
+
+    def reclaim(self) -> tuple[int, int]:
+        """Swap a compacting copy in place of the data file; return its bytes before and after.
+
+        Runs on the writer thread at a quiet point (see
+        :mod:`retinue.persistence.copies`): what is submitted meanwhile waits,
+        and is committed to the compacted file. Crash-safe at every step.
+
+        Raises:
+            StoreReadOnly: the store is read-only.
+            StoreCorrupted: the live store is damaged (nothing was changed).
+            StoreError: the copy failed (nothing was changed), or the store is closed.
+        """
+        return self._writable().at_quiet_point(self._reclaim_now)
+
+    def _reclaim_now(self) -> tuple[int, int]:
+        """The reclaim itself, on the writer thread with nothing in flight."""
+        before = self._guard.check_size("reclaim")
+        with self._reading(), self._guard.lmdb_errors("reclaim"):
+            self._guard.verify()  # never copy a damaged page
+            copy = compacting_copy(self.env, self.folder, int(self.env.info()["last_txnid"]))
+        writer = self._writable()
+        with self._gate.exclusive():
+            try:
+                self._reattach(lambda: swap_in(self.folder, copy))
+            except BaseException as exc:
+                if self._detached:  # no environment to commit to: refuse what follows
+                    writer.failed = exc
+                    raise
+                writer.rebind(self._guard)  # the old file, open again
+                raise
+            writer.rebind(self._guard)
+        return before, self._guard.check_size("reclaim")
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -378,6 +385,6 @@ class Store:
         self._closed = True
         if self._writer is not None:
             self._writer.stop()
-        self.env.close()
-        os.close(self._guard.data_fd)
+        with self._gate.exclusive():  # once the reads in progress are done
+            self._detach()
         self._release_lock()

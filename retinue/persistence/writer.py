@@ -14,6 +14,11 @@ in). A callback therefore runs only once its transition is committed:
   close, so an OS crash or power loss may lose up to the last second.
 
 A full map is doubled and the transaction retried; the caller never sees it.
+Spread writes (a compaction's deletes: :mod:`retinue.persistence.commits`)
+follow their transition's writes in small transactions of their own, before
+anything queued behind. A reclaim runs at a quiet point
+(:meth:`Writer.at_quiet_point`): once everything queued before it is
+committed and answered; what is queued meanwhile waits, committed after.
 
 Timing: :attr:`Writer.on_commit`, when set (:mod:`retinue.actors.timings`
 sets it for a metrics collector), is told how long each group commit took:
@@ -23,73 +28,50 @@ answers of earlier groups that run inside it. Unset, a commit reads no clock.
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import enum
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 
 from retinue.errors import StoreCorrupted, StoreError
+from retinue.persistence.commits import (
+    FLUSH_INTERVAL_S,
+    SPREAD_SHARE,
+    SPREAD_WRITES,
+    Callback,
+    CommitTimer,
+    Durability,
+    StoreStats,
+    Submission,
+    Write,
+)
 from retinue.persistence.damage import Guard
+from retinue.persistence.gate import Gate
 
-__all__ = [
-    "FLUSH_INTERVAL_S",
-    "MAX_GROUP",
-    "Callback",
-    "CommitTimer",
-    "Durability",
-    "StoreStats",
-    "Write",
-    "Writer",
-]
-
-FLUSH_INTERVAL_S = 1.0
-"""How often a ``buffered`` store is fsynced while it has unsynced commits."""
-MAX_GROUP = 4096
-"""The most transitions committed together."""
-
-Write = tuple[str, bytes, bytes | None]
-"""``(database name, key, value)``; a value of None deletes the key."""
-Callback = Callable[[BaseException | None], None]
-"""Called once a transition is committed (None) or failed (the error)."""
-CommitTimer = Callable[[float], None]
-"""Told the seconds one group commit took (see :attr:`Writer.on_commit`)."""
-
-
-class Durability(enum.StrEnum):
-    """How far a commit has gone before the caller is answered."""
-
-    FULL = "full"
-    BUFFERED = "buffered"
-
-
-@dataclass
-class StoreStats:
-    """Counters of the writer thread, for benchmarks and diagnostics."""
-
-    commits: int = 0
-    transitions: int = 0
-    writes: int = 0
-    map_growths: int = 0
-    syncs: int = 0
+__all__ = ["Writer"]
 
 
 class _Item:
-    __slots__ = ("callback", "writes")
+    __slots__ = ("callback", "spread", "writes")
 
-    def __init__(self, writes: Sequence[Write], callback: Callback) -> None:
+    def __init__(
+        self, writes: Sequence[Write], callback: Callback, spread: Sequence[Write] = ()
+    ) -> None:
         self.writes = writes
         self.callback = callback
+        self.spread = spread
 
 
 _STOP = object()
 _FLUSH = object()
+_QUIET = object()
+_T = TypeVar("_T")
 log = logging.getLogger("retinue.store")
 
 
@@ -104,17 +86,27 @@ class Writer:
         durability: Durability,
         max_group: int,
         stats: StoreStats,
+        gate: Gate | None = None,
+        spread_writes: int = SPREAD_WRITES,
     ) -> None:
-        """Write ``databases`` of ``guard``'s environment; start the writer thread."""
+        """Write ``databases`` of ``guard``'s environment; start the writer thread.
+
+        ``gate``: held exclusive to grow the map (the store's reads hold it
+        shared). ``spread_writes``: the fewest spread writes in one transaction.
+        """
         self.guard = guard
+        self.gate = gate if gate is not None else Gate()
         self.env = guard.env
         self.dbs = databases
         self.durability = durability
         self.max_group = max_group
+        self.spread_writes = max(1, spread_writes)
         self.stats = stats
         self.failed: BaseException | None = None
         self.on_commit: CommitTimer | None = None  # told each group commit's seconds, if set
+        self.on_grow: Callable[[], None] | None = None  # called once a commit grew the file
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._held: collections.deque[object] = collections.deque()  # taken, not yet served
         # Committed groups whose callbacks wait for the next commit's puts (writer only).
         self._unanswered: list[tuple[list[_Item], BaseException | None]] = []
         self._thread = threading.Thread(
@@ -124,13 +116,18 @@ class Writer:
 
     # -- submitting ------------------------------------------------------------
 
-    def submit(self, writes: Sequence[Write], callback: Callback) -> None:
-        """Queue ``writes`` for the next group commit; call ``callback`` once committed."""
-        self._queue.put(_Item(writes, callback))
+    def submit(
+        self, writes: Sequence[Write], callback: Callback, spread: Sequence[Write] = ()
+    ) -> None:
+        """Queue ``writes`` for the next group commit; call ``callback`` once committed.
 
-    def submit_group(self, group: Sequence[tuple[Sequence[Write], Callback]]) -> None:
+        ``spread`` writes follow them in transactions of their own (see the module).
+        """
+        self._queue.put(_Item(writes, callback, spread))
+
+    def submit_group(self, group: Sequence[Submission]) -> None:
         """Queue the transitions of ``group``, in one hand-off, as :meth:`submit` each."""
-        self._queue.put([_Item(writes, callback) for writes, callback in group])
+        self._queue.put([_Item(*entry) for entry in group])
 
     def write_now(self, writes: Sequence[Write]) -> None:
         """Commit ``writes`` and wait for it.
@@ -159,6 +156,31 @@ class Writer:
         self._queue.put((_FLUSH, done))
         done.wait()
 
+    def at_quiet_point(self, work: Callable[[], _T]) -> _T:
+        """Run ``work`` on the writer thread once all submitted before is committed and answered.
+
+        Nothing is in flight while it runs; what is submitted meanwhile waits
+        and is committed after it. Returns what ``work`` returns.
+
+        Raises:
+            StoreError: called on the writer thread itself (it would wait for itself).
+            Exception: what ``work`` raised.
+        """
+        if threading.current_thread() is self._thread:
+            raise StoreError("a commit callback cannot wait for the store's writer")
+        done = threading.Event()
+        outcome: list[Any] = []
+        self._queue.put((_QUIET, work, outcome, done))
+        done.wait()
+        result, error = outcome[0]
+        if error is not None:
+            raise error
+        return result  # type: ignore[no-any-return]
+
+    def rebind(self, guard: Guard) -> None:
+        """Commit to ``guard``'s environment from now on (a reclaim reopened it; writer thread)."""
+        self.guard, self.env = guard, guard.env
+
     def stop(self) -> None:
         """Commit what is queued, sync, and end the thread."""
         self._queue.put(_STOP)
@@ -182,7 +204,7 @@ class Writer:
             if dirty:
                 timeout = max(0.0, FLUSH_INTERVAL_S - (time.monotonic() - last_sync))
             try:
-                first = self._queue.get(timeout=timeout)
+                first = self._next(timeout)
             except queue.Empty:
                 self._sync()
                 dirty, last_sync = False, time.monotonic()
@@ -191,7 +213,7 @@ class Writer:
             if group:
                 self._commit_group(group)
                 dirty = dirty or self.durability is Durability.BUFFERED
-            if controls or self._queue.empty():
+            if controls or (not self._held and self._queue.empty()):
                 self._answer()
             for control in controls:
                 if control is _STOP:
@@ -201,24 +223,42 @@ class Writer:
                     self._sync()
                     dirty, last_sync = False, time.monotonic()
                     control[1].set()
+                elif isinstance(control, tuple) and control[0] is _QUIET:
+                    self._sync()
+                    dirty, last_sync = False, time.monotonic()
+                    _run_quiet(*control[1:])
+
+    def _next(self, timeout: float | None, *, block: bool = True) -> object:
+        """Return the next item or control: the held ones first, then the queue's.
+
+        Raises:
+            queue.Empty: nothing came (in ``timeout``, or at once if not ``block``).
+        """
+        while not self._held:
+            item = self._queue.get(timeout=timeout) if block else self._queue.get_nowait()
+            if not isinstance(item, list):
+                return item
+            self._held.extend(item)  # submit_group: its transitions, in order
+        return self._held.popleft()
 
     def _take(self, first: object) -> tuple[list[_Item], list[object]]:
-        """Take what is queued behind ``first``, up to a group: the items, then a control."""
+        """Take what is queued behind ``first``, up to a group: the items, then a control.
+
+        A transition with spread writes ends its group: what is queued behind it
+        waits until they are committed.
+        """
         group: list[_Item] = []
         controls: list[object] = []
         item: object = first
         while True:
-            if isinstance(item, _Item):
-                group.append(item)
-            elif isinstance(item, list):  # submit_group
-                group.extend(item)
-            else:
+            if not isinstance(item, _Item):
                 controls.append(item)
                 break
-            if len(group) >= self.max_group:
+            group.append(item)
+            if item.spread or len(group) >= self.max_group:
                 break
             try:
-                item = self._queue.get_nowait()
+                item = self._next(None, block=False)
             except queue.Empty:
                 break
         return group, controls
@@ -241,27 +281,36 @@ class Writer:
     def _commit_group(self, group: list[_Item]) -> None:
         """Commit ``group``; leave its callbacks to the next :meth:`_answer`.
 
-        The groups committed before and not answered yet (more was queued
-        behind them) are answered once this group's writes are in its
-        transaction, just before it commits: the threads their answers wake
-        then run while this commit syncs, instead of taking the GIL from the
-        writer at each of its puts (a put releases the GIL).
+        Its writes go in one transaction; the spread writes of its last
+        transition (only the last may have any: see :meth:`_take`) follow, a
+        few per transaction (:meth:`_spread_step`). The groups committed
+        before and not answered yet (more was queued behind them) are answered
+        once this group's writes are in its transaction, just before it
+        commits: the threads their answers wake then run while this commit
+        syncs, instead of taking the GIL from the writer at each of its puts
+        (a put releases the GIL).
         """
         if len(group) == 1:
             writes = list(group[0].writes)
         else:  # a key written by several transitions of the group is written once, as it ends
             last = {(name, key): value for item in group for name, key, value in item.writes}
             writes = [(name, key, value) for (name, key), value in last.items()]
+        batches = [writes] if writes else []
+        spread = group[-1].spread  # only the last has any
+        step = self._spread_step() if spread else 1
+        batches += [list(spread[at : at + step]) for at in range(0, len(spread), step)]
         # Transitions queued behind a failed one were built on its state: refuse them too.
         error: BaseException | None = self.failed
         timer = self.on_commit  # the one check when nobody times commits
-        if writes and error is None:
+        for batch in batches:
+            if error is not None:
+                break
             try:
                 if timer is None:
-                    self._commit(writes)
+                    self._commit(batch)
                 else:
                     began = time.perf_counter()
-                    answering = self._commit(writes, timed=True)
+                    answering = self._commit(batch, timed=True)
                     _report(timer, time.perf_counter() - began - answering)
             except Exception as exc:
                 error = exc
@@ -269,6 +318,18 @@ class Writer:
         self._answer()
         self.stats.transitions += len(group)
         self._unanswered.append((group, error))
+
+    def _spread_step(self) -> int:
+        """How many spread writes go in one transaction: a share of the pages up to the mark.
+
+        A delete changes (copies) about one page, and the free pages hold about
+        two such transactions at once: a few times ``1 / SPREAD_SHARE`` of the file.
+        """
+        try:
+            pages = int(self.env.info()["last_pgno"]) + 1
+        except lmdb.Error:
+            pages = 0
+        return max(self.spread_writes, pages // SPREAD_SHARE)
 
     def _commit(self, writes: list[Write], *, timed: bool = False) -> float:
         """Commit ``writes`` in one write transaction, growing a full map.
@@ -283,7 +344,7 @@ class Writer:
             StoreError: LMDB refused the commit for another reason.
         """
         dbs = self.dbs
-        self.guard.check_size("commit")
+        size = self.guard.check_size("commit")
         answering = 0.0
         while True:
             try:
@@ -300,15 +361,35 @@ class Writer:
                     else:
                         self._answer()
             except lmdb.MapFullError:
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                with self.gate.exclusive():  # LMDB resizes only with no transaction open
+                    self.env.set_mapsize(self.env.info()["map_size"] * 2)
                 self.stats.map_growths += 1
                 continue
             except lmdb.Error as exc:
                 self.guard.raise_for("commit", exc)
             self.stats.commits += 1
             self.stats.writes += len(writes)
-            self.guard.check_size("commit")  # the size this commit grew the file to
+            if self.guard.check_size("commit") > size:  # the size this commit grew the file to
+                self._grew()
             return answering
+
+    def _grew(self) -> None:
+        """Tell :attr:`on_grow` the file grew; a failing one is logged, never the writer's end."""
+        try:
+            if self.on_grow is not None:
+                self.on_grow()
+        except Exception:
+            log.exception("a store growth watcher failed")
+
+
+def _run_quiet(work: Callable[[], Any], outcome: list[Any], done: threading.Event) -> None:
+    """Run a quiet point's ``work``; hand its result (or error) to the waiting caller."""
+    try:
+        outcome.append((work(), None))
+    except BaseException as exc:  # the caller gets it; the writer goes on
+        outcome.append((None, exc))
+    finally:
+        done.set()
 
 
 def _report(timer: CommitTimer, seconds: float) -> None:

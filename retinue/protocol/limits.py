@@ -143,6 +143,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     transcript_max_calls: int = 200
     """Model calls an LLM agent's stored transcript keeps the times of (for the web view's
     timeline), newest; an older call's times go, its messages stay."""
+    store_map_warn_ratio: float = 0.9
+    """Share of the LMDB map the store file's high-water mark may reach before a
+    ``StoreMapFilling`` event warns (once per map size; the writer doubles a full map)."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -153,8 +156,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             "approval_timeout_s",
             "usd_per_agent",
             "usd_per_tree",
+            "store_map_warn_ratio",
         }
     )
+    _RATIO_FIELDS: ClassVar[frozenset[str]] = frozenset({"store_map_warn_ratio"})
     _USD_FIELDS: ClassVar[frozenset[str]] = frozenset({"usd_per_agent", "usd_per_tree"})
     _OPTIONAL_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -174,12 +179,22 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             if value is None and field in self._OPTIONAL_FIELDS:
                 continue
             if field in self._FLOAT_FIELDS:
-                unit = "USD" if field in self._USD_FIELDS else "seconds"
-                number = _check_float(field, value, unit)
+                number = _check_float(field, value, self._unit(field))
+                if field in self._RATIO_FIELDS and number > 1.0:
+                    raise InvalidLimits(
+                        f"Limits.{field} is a share of the map: at most 1.0, got {value!r}"
+                    )
                 if type(value) is not float:
                     msgspec.structs.force_setattr(self, field, number)
             else:
                 _check_int(field, value)
+
+    @classmethod
+    def _unit(cls, field: str) -> str:
+        """The unit a float field's errors name."""
+        if field in cls._USD_FIELDS:
+            return "USD"
+        return "map share (at most 1.0)" if field in cls._RATIO_FIELDS else "seconds"
 
     def depth_allowed(self, depth: int) -> bool:
         """Whether an agent at ``depth`` (segments below ``/root``) is within ``depth_cap``.
@@ -242,7 +257,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
                 values[field] = None
                 continue
             if field in cls._FLOAT_FIELDS:
-                unit = "USD" if field in cls._USD_FIELDS else "seconds"
+                unit = cls._unit(field)
                 try:
                     number: int | float = float(text)
                 except ValueError:

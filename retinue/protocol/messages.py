@@ -12,6 +12,8 @@ from typing import Literal
 
 import msgspec
 
+from retinue.protocol.usage import Usage
+
 __all__ = [
     "AgentClosedEvent",
     "AgentInfo",
@@ -30,6 +32,7 @@ __all__ = [
     "ModelCallFinished",
     "ModelDelta",
     "RunnerAbandoned",
+    "StoreMapFilling",
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnQueued",
@@ -100,31 +103,6 @@ class CompletionStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
-
-
-class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Model tokens and cost spent, summed over calls.
-
-    ``cost_usd`` comes from litellm's local cost map; a model it does not
-    price counts 0.0.
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-    def add(self, other: Usage) -> Usage:
-        """Return the sum of this usage and ``other``."""
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            cost_usd=self.cost_usd + other.cost_usd,
-        )
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -335,6 +313,28 @@ class McpServerEvent(_EventBase, frozen=True, tag="mcp_server"):
     failures: int = 0
 
 
+class StoreMapFilling(_EventBase, frozen=True, tag="store_map_filling"):
+    """The store file's high-water mark passed ``Limits.store_map_warn_ratio`` of its LMDB map.
+
+    Published once per map size, after the commit that crossed the share. The
+    writer doubles a full map by itself, so nothing fails yet: the warning is
+    there to act before the disk runs out. ``used_bytes`` is the file up to its
+    high-water mark; ``in_use_bytes`` about the size of a compacting copy
+    (``compact(reclaim=True)`` gives back the ``free_bytes`` between them);
+    ``map_headroom_bytes`` how far the file can grow before the map doubles;
+    ``disk_free_bytes`` what the file system has left. It is about no agent:
+    ``agent_id`` is ``""`` and ``path`` is ``/root``.
+    """
+
+    file_bytes: int
+    used_bytes: int
+    in_use_bytes: int
+    free_bytes: int
+    map_bytes: int
+    map_headroom_bytes: int
+    disk_free_bytes: int
+
+
 class ToolCallStarted(_EventBase, frozen=True, tag="tool_call_started"):
     """A model agent's turn started a tool call (published as it happens, not stored).
 
@@ -389,6 +389,7 @@ Event = (
     | AgentClosedEvent
     | EventsDropped
     | RunnerAbandoned
+    | StoreMapFilling
     | McpServerEvent
     | TurnRestarting
     | ApprovalRequested

@@ -21,9 +21,11 @@ from retinue.actors.profile import Profile
 from retinue.actors.readonly import ReadOnlySystem
 from retinue.actors.system import System
 from retinue.actors.turn import Runner
+from retinue.errors import StoreError
 from retinue.llm.mcp import McpManager, McpServer
 from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
+from retinue.persistence.space import Diagnostics
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability
 from retinue.protocol.limits import Limits
 from retinue.runtime.approvals import ApprovalCalls
@@ -166,9 +168,27 @@ class Runtime(
     # -- state -------------------------------------------------------------------------
 
     @property
-    def diagnostics(self) -> list[Diagnostic]:
-        """What the restore of the store skipped or repaired (see the README's table)."""
-        return [] if self._system is None else self._system.diagnostics
+    def diagnostics(self) -> Diagnostics[Diagnostic]:
+        """What the restore of the store skipped or repaired (see the README's table).
+
+        A list of :class:`~retinue.persistence.restore.Diagnostic`; its
+        ``store`` attribute is how the data file is used now
+        (:class:`~retinue.persistence.space.StoreSpace`: file size, pages in
+        use and free, the map's headroom), None once the runtime is closed.
+
+        Raises:
+            StoreCorrupted, StoreError: the store could not be measured.
+        """
+        system = self._system
+        if system is None:
+            return Diagnostics()
+        try:
+            space = None if system.state is RuntimeState.CLOSED else system.store.space()
+        except StoreError:
+            if system.state is not RuntimeState.CLOSED:
+                raise
+            space = None  # it closed meanwhile
+        return Diagnostics(system.diagnostics, space)
 
     @property
     def state(self) -> RuntimeState:

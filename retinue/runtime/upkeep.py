@@ -1,4 +1,4 @@
-"""The store's upkeep from the host: a hot backup, and compaction on demand.
+"""The store's upkeep from the host: a hot backup, and compaction (and reclaim) on demand.
 
 :class:`UpkeepCalls` holds ``backup`` and ``compact`` (with its
 ``*_async`` twin).
@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
+
+import msgspec
 
 from retinue.actors.commands import Barrier, Compact
 from retinue.actors.compaction import CompactionReport
@@ -24,14 +27,33 @@ class UpkeepCalls(Calls):
         self._ask(Barrier())
         return self._store.backup(dest)
 
-    def compact(self) -> CompactionReport:
+    def compact(self, *, reclaim: bool = False) -> CompactionReport:
         """Compact now (it also runs every ``compact_interval_s``); return what went.
 
         Removes closed agents, read messages and delivered completions beyond
         the ``retain_*`` limits; never anything unread, undelivered or live.
-        """
-        return self._ask(Compact())
+        ``reclaim=True`` then gives the store file's free pages back to the
+        file system: a compacting copy of the file is swapped in at a quiet
+        point of the store's writer (what is committed meanwhile waits while
+        the file is copied: 0.25 s for 33 MiB here; nothing acknowledged is
+        lost, and a crash at any step leaves a store that opens whole). The report's
+        ``file_bytes_before`` and ``file_bytes_after`` say what it gave back.
 
-    async def compact_async(self) -> CompactionReport:
+        Raises:
+            StoreReadOnly: the runtime is read-only.
+            StoreCorrupted: the store is damaged (nothing was changed).
+            StoreError: the copy failed, e.g. for lack of disk (nothing was changed).
+        """
+        report = self._ask(Compact())
+        if not reclaim:
+            return report
+        before, after = self._store.reclaim()
+        return msgspec.structs.replace(report, file_bytes_before=before, file_bytes_after=after)
+
+    async def compact_async(self, *, reclaim: bool = False) -> CompactionReport:
         """Like :meth:`compact`, without blocking the event loop."""
-        return await self._ask_async(Compact())
+        report = await self._ask_async(Compact())
+        if not reclaim:
+            return report
+        before, after = await asyncio.to_thread(self._store.reclaim)
+        return msgspec.structs.replace(report, file_bytes_before=before, file_bytes_after=after)

@@ -222,6 +222,16 @@ def test_inspect_backup_and_compact_report_in_words(tmp_path: Path) -> None:
         r"and \d+ delivered completions\n",
         compact.stdout,
     )
+    paths = [a["path"] for a in tree_json(store)]
+    reclaim = retinue_cli("compact", "--reclaim", "--store", store)
+    assert reclaim.returncode == 0, reclaim.stderr
+    sizes = re.search(
+        r"^reclaimed (\d+) bytes: the file went from (\d+) to (\d+) bytes$", reclaim.stdout, re.M
+    )
+    assert sizes is not None, reclaim.stdout
+    freed, before, after = map(int, sizes.groups())
+    assert freed == before - after and after == (store / "data.mdb").stat().st_size
+    assert [a["path"] for a in tree_json(store)] == paths
 
 
 def test_a_closed_standard_output_is_a_usage_error_not_an_internal_one(tmp_path: Path) -> None:

@@ -48,8 +48,16 @@ DEFAULTS: dict[str, int | float | None] = {
     "trace_content_max_bytes": 16_384,
     # The web view's timeline: the model calls a stored transcript keeps the times of.
     "transcript_max_calls": 200,
+    # The store file: the share of the map its high-water mark reaches before a warning.
+    "store_map_warn_ratio": 0.9,
 }
-FLOAT_FIELDS = ["wait_default_s", "wait_max_s", "retain_age_s", "compact_interval_s"]
+FLOAT_FIELDS = [
+    "wait_default_s",
+    "wait_max_s",
+    "retain_age_s",
+    "compact_interval_s",
+    "store_map_warn_ratio",
+]
 OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]
 OPTIONAL_FLOAT_FIELDS = ["usd_per_agent", "usd_per_tree", "approval_timeout_s"]
 OPTIONAL_FIELDS = OPTIONAL_INT_FIELDS + OPTIONAL_FLOAT_FIELDS
@@ -143,8 +151,9 @@ def test_from_env_with_empty_environment_gives_defaults() -> None:
 
 @pytest.mark.parametrize("field", list(DEFAULTS))
 def test_every_field_can_be_set_from_the_environment(field: str) -> None:
-    limits = Limits.from_env({"RETINUE_" + field.upper(): "7"})
-    assert getattr(limits, field) == 7
+    value = 0.7 if field == "store_map_warn_ratio" else 7  # a share is at most 1
+    limits = Limits.from_env({"RETINUE_" + field.upper(): str(value)})
+    assert getattr(limits, field) == value
     others = {k: v for k, v in msgspec.structs.asdict(limits).items() if k != field}
     assert others == {k: v for k, v in DEFAULTS.items() if k != field}
 
@@ -277,3 +286,11 @@ def test_a_huge_depth_cap_in_a_team_file_is_a_team_file_error(tmp_path: Path) ->
     team.write_text('[limits]\ndepth_cap = 99999999999999999999\n[agents.lead]\nrunner = "x:y"\n')
     with pytest.raises(TeamFileError, match="depth_cap"):
         load_team(team)
+
+
+@pytest.mark.parametrize("value", [1.01, 2, 100.0])
+def test_a_map_share_past_one_is_refused(value: object) -> None:
+    with pytest.raises(InvalidLimits, match=r"store_map_warn_ratio.*at most 1\.0"):
+        Limits(store_map_warn_ratio=value)  # type: ignore[arg-type]
+    assert Limits(store_map_warn_ratio=1).store_map_warn_ratio == 1.0
+    assert Limits.from_env({"RETINUE_STORE_MAP_WARN_RATIO": "0.5"}).store_map_warn_ratio == 0.5
