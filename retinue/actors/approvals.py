@@ -10,7 +10,9 @@ again as the same generation (``turn.reason == "approval"``), which carries
 on from its stored transcript. ``approve``, ``deny`` and
 ``Limits.approval_timeout_s`` (a timer on the executor's loop, re-armed on
 open) answer requests; an interrupt or close cancels the pending ones. Each
-request takes one answer.
+request takes one answer. A park is still its turn: the profile's
+``turn_timeout_s`` ends it, counted from when the turn started, after a
+reopen too (:mod:`~retinue.actors.deadlines`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import msgspec
 
 from retinue.actors.commands import AwaitApproval, ExpireApprovals
 from retinue.actors.core import World, require_str
+from retinue.actors.deadlines import arm_deadline
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
 from retinue.errors import (
@@ -272,16 +275,15 @@ class Approvals:
             self._carry_on(tx, record)
 
     def _carry_on(self, tx: Transition, record: AgentRecord) -> None:
-        """Start the turn of a parked agent again, as the same generation (it lost its runner)."""
+        """Start the turn of a parked agent again, as the same generation (it lost its runner).
+
+        It keeps the time it first started: its ``turn_timeout_s`` counts from then.
+        """
         if record.profile not in self.world.runners:
             return  # stays parked: a runtime with its profile carries it on
-        now = time.time()
         starts = self.scheduler.would_start(record.profile)
         record = self.world.update(
-            record,
-            state=AgentState.RUNNING if starts else AgentState.STARTING,
-            started_at=now if starts else record.started_at,
-            updated_at=now,
+            record, state=AgentState.RUNNING if starts else AgentState.STARTING
         )
         self.scheduler.enqueue(tx, record, record.task, APPROVAL_REASON, start=starts)
 
@@ -308,7 +310,8 @@ class Approvals:
                 self._resume_if_answered(tx, record.request.agent_id, record.request.generation)
 
     def rearm(self, tx: Transition) -> None:
-        """At start-up: arm the timeouts of pending requests; carry on answered parks."""
+        """At start-up: arm the timeouts of pending requests and of the parked turns (what
+        is left of their ``turn_timeout_s``); carry on answered parks."""
         now = time.time()
         for record in self.records.values():
             expires = record.request.expires_at
@@ -316,6 +319,7 @@ class Approvals:
                 self._arm(tx, expires - now)
         for agent in list(self.world.tree.agents.values()):
             if agent.state is AgentState.AWAITING_APPROVAL:
+                arm_deadline(self.world, tx, agent, from_start=True)
                 self._resume_if_answered(tx, agent.id, agent.generation)
 
     # -- turns that end ------------------------------------------------------------------

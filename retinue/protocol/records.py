@@ -50,6 +50,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``trace`` is the W3C ``traceparent`` of the span that spawned it (or, with
     none, of its first turn's span), which every turn's span continues, in
     this process or the next (None: the runtime traced nothing).
+    ``origin`` is what the current task's first attempt was for (``spawn``,
+    ``follow_up``, ``wake``, ``resume``): a restarted attempt's ``turn.origin``
+    (an agent stored before the field existed reads ``spawn``).
     """
 
     id: str
@@ -78,6 +81,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     restart_due_at: float | None = None
     restarts: tuple[float, ...] = ()
     trace: str | None = None
+    origin: str = "spawn"
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
