@@ -129,6 +129,15 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         self.harness.open_gate()
 
     @rule()
+    def toggle_failing_wakes(self) -> None:
+        """From now on coordinators' wake turns fail after receiving their children's
+        completions (or, again, they report them): the input rule gives them back."""
+        with self.harness.cond:
+            self.harness.fail_wakes = not self.harness.fail_wakes
+            TRACE.append(f"fail wakes: {self.harness.fail_wakes}")
+            self.harness.bump()
+
+    @rule()
     def reopen(self) -> None:
         """Close the runtime, check the store, open it again: everything must be there.
 

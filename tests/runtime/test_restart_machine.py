@@ -3,7 +3,9 @@
 Every task ends in exactly one completion whatever its attempts, also across
 interrupts, closes, clean reopens and crashes (a consistent copy of the
 running store, opened while the old runtime is thrown away); the model
-predicts each task's status and attempt from its plan.
+predicts each task's status and attempt from its plan. Every host message is
+consumed by exactly one attempt that completed (or is still unread), and an
+attempt that failed hands its messages to the next.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ MUST_RUN = (
     "restart:outcome:completed:3",
     "restart:outcome:failed:3",
     "restart:outcome:interrupted:2",
+    "restart:send",
+    "restart:inputs_handed_on",  # an attempt that failed handed its messages to the next
 )
 
 

@@ -37,6 +37,9 @@ MUST_RUN = (
     "idempotent_retry",
     "race:drain",
     "reopens",
+    "wakes_failed_with_inputs",  # a woken coordinator failed after receiving completions
+    "runners_cancelled_themselves",  # a CancelledError nobody asked for: a failure
+    "inputs_handed_on",  # the next turn of a turn that did not complete got its inputs
 )
 
 
