@@ -140,8 +140,8 @@ class Lifecycle:
         self.router.emit_completion(tx, record, status)
         if pump:
             self.scheduler.pump(tx)
-        fresh = frozenset() if error is None else given_back_ids(back)
-        self.router.maybe_wake(tx, record.id, besides=fresh)
+        gave_back = frozenset() if error is None else given_back_ids(back)
+        self.router.maybe_wake(tx, record.id, besides=gave_back)
 
     def expire(self, tx: Transition, command: ExpireTurn) -> None:
         """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed.
