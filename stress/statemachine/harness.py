@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retinue import Runtime, Turn
-from retinue.errors import RetinueError
+from retinue.errors import RetinueError, TurnInterrupted
 from retinue.protocol.messages import CompletionStatus, Event, Message, TurnSettled
 from stress.statemachine.data import ASYNC_PROFILES, ON_PURPOSE, error_text
 from stress.statemachine.latches import Latches
@@ -161,9 +161,16 @@ class Harness:
                 log.outcome = ("output", result) if isinstance(result, str) else ("nonstr", None)
             else:
                 log.outcome = ("error", error_text(exc))
-                cancelled = isinstance(exc, asyncio.CancelledError) and turn.cancelled.is_set()
+                # The turn's own interrupt reaches its runner as CancelledError (async) or,
+                # in a wait it blocked in, as TurnInterrupted (a BaseException by design).
+                stopped = isinstance(exc, asyncio.CancelledError | TurnInterrupted)
+                cancelled = stopped and turn.cancelled.is_set()
                 if cancelled:
-                    STATS["async_cancelled"] += 1
+                    STATS[
+                        "async_cancelled"
+                        if isinstance(exc, asyncio.CancelledError)
+                        else "wait_interrupted"
+                    ] += 1
                 elif not isinstance(exc, RetinueError) and str(exc) != ON_PURPOSE:
                     self.problems.append(
                         f"turn {key} of {turn.agent.path} raised {error_text(exc)}"
