@@ -119,6 +119,7 @@ async def acoordinate(h: Harness, turn: Turn, log: TurnLog) -> str:
     if turn.reason == "wake":
         if h.fail_wakes:
             STATS[f"wakes_failed{'_with_inputs' if turn.messages else ''}"] += 1
+            STATS["runners_cancelled_themselves"] += 1
             raise asyncio.CancelledError(ON_PURPOSE)
         return f"woke:{len(turn.messages)}"
     verb, _, rest = turn.task.partition(":")

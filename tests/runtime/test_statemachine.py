@@ -40,6 +40,7 @@ MUST_RUN = (
     "wakes_failed_with_inputs",  # a woken coordinator failed after receiving completions
     "runners_cancelled_themselves",  # a CancelledError nobody asked for: a failure
     "inputs_handed_on",  # the next turn of a turn that did not complete got its inputs
+    "failing_wake",
 )
 
 
