@@ -153,7 +153,7 @@ def test_attributes_follow_the_genai_conventions(
     assert attrs(tool) == {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "spawn_subagents",
-        "gen_ai.tool.call.id": "call_0_spawn_subagents",
+        "gen_ai.tool.call.id": "call_0_0_spawn_subagents",
         "gen_ai.tool.type": "function",
     }
     assert tool.status.status_code is StatusCode.UNSET

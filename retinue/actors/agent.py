@@ -137,6 +137,10 @@ def failure_of(exc: BaseException, max_bytes: int) -> TurnError:
 async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) -> Outcome:
     """Await an async ``runner(turn)`` and return ``(output, error)`` as :func:`run_runner` does.
 
+    Cancellation is not interruption: only the turn's own interrupt, close or
+    timeout (``turn.cancelled`` set) ends it as cancelled; a ``CancelledError``
+    the runner raises otherwise is its failure, like any exception.
+
     Raises:
         asyncio.CancelledError: the turn was interrupted (its task cancelled).
     """
@@ -146,11 +150,19 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
     try:
         with turn.watch.current():  # its span is current in this task
             result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
-    except asyncio.CancelledError:
-        raise
+    except asyncio.CancelledError as exc:
+        if turn.cancelled.is_set():
+            raise
+        return None, failure_of(exc, output_max_bytes)
     except BaseException as exc:  # a runner must never take its loop down
         return None, failure_of(exc, output_max_bytes)
     return _outcome(result, output_max_bytes)
+
+
+_NOT_BY_INTERRUPT = TurnError(
+    "CancelledError: the turn's task was cancelled, and not by its interrupt", "CancelledError"
+)
+"""The error of an async turn whose task something else cancelled (the turn failed)."""
 
 
 class _Inbox:
@@ -367,12 +379,14 @@ class AgentActor(PooledActor):
         turn.on_cancel(cancel)
 
         def done(finished: asyncio.Task[Outcome]) -> None:
-            if finished.cancelled():
+            if finished.cancelled() and turn.cancelled.is_set():
                 self._gone(turn)
                 return
             turn.runner_returned = True
             try:
-                output, error = finished.result()
+                output, error = (
+                    (None, _NOT_BY_INTERRUPT) if finished.cancelled() else finished.result()
+                )
                 self._report(turn, output, error)
             finally:
                 with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first

@@ -10,9 +10,12 @@ again as the same generation (``turn.reason == "approval"``), which carries
 on from its stored transcript. ``approve``, ``deny`` and
 ``Limits.approval_timeout_s`` (a timer on the executor's loop, re-armed on
 open) answer requests; an interrupt or close cancels the pending ones. Each
-request takes one answer. A runtime that lacks the agent's profile (``retinue
-compact``) neither times its requests out nor carries its turn on: they stay
-pending (a person may still answer them) until a runtime with the profile opens.
+request takes one answer. A park is still its turn: the profile's
+``turn_timeout_s`` ends it, counted from when the turn started, after a
+reopen too (:mod:`~retinue.actors.deadlines`). A runtime that lacks the
+agent's profile (``retinue compact``) neither times its requests out nor
+carries its turn on: they stay pending (a person may still answer them) until
+a runtime with the profile opens.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import msgspec
 
 from retinue.actors.commands import AwaitApproval, ExpireApprovals
 from retinue.actors.core import World, require_str
+from retinue.actors.deadlines import arm_deadline
 from retinue.actors.journal import JDict, Journaled, claim
 from retinue.actors.scheduler import Scheduler, SlotRequest
 from retinue.actors.transition import Transition
@@ -277,16 +281,15 @@ class Approvals(Journaled):
             self._carry_on(tx, record)
 
     def _carry_on(self, tx: Transition, record: AgentRecord) -> None:
-        """Start the turn of a parked agent again, as the same generation (it lost its runner)."""
+        """Start the turn of a parked agent again, as the same generation (it lost its runner).
+
+        It keeps the time it first started: its ``turn_timeout_s`` counts from then.
+        """
         if record.profile not in self.world.runners:
             return  # stays parked: a runtime with its profile carries it on
-        now = time.time()
         starts = self.scheduler.would_start(record.profile)
         record = self.world.update(
-            record,
-            state=AgentState.RUNNING if starts else AgentState.STARTING,
-            started_at=now if starts else record.started_at,
-            updated_at=now,
+            record, state=AgentState.RUNNING if starts else AgentState.STARTING
         )
         self.scheduler.enqueue(tx, record, record.task, APPROVAL_REASON, start=starts)
 
@@ -324,7 +327,8 @@ class Approvals(Journaled):
                 self._resume_if_answered(tx, record.request.agent_id, record.request.generation)
 
     def rearm(self, tx: Transition) -> None:
-        """At start-up: arm the timeouts of pending requests; carry on answered parks."""
+        """At start-up: arm the timeouts of pending requests and of the parked turns (what
+        is left of their ``turn_timeout_s``); carry on answered parks."""
         now = time.time()
         for record in self.records.values():
             expires = record.request.expires_at
@@ -332,6 +336,7 @@ class Approvals(Journaled):
                 self._arm(tx, expires - now)
         for agent in list(self.world.tree.agents.values()):
             if agent.state is AgentState.AWAITING_APPROVAL:
+                arm_deadline(self.world, tx, agent, from_start=True)
                 self._resume_if_answered(tx, agent.id, agent.generation)
 
     # -- turns that end ------------------------------------------------------------------

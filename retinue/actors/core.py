@@ -231,8 +231,6 @@ class World(Journaled):
         observer: gives each turn its watch (live tool and model call events).
         executor: the pool and event loop agent actors run on.
         runner_is_async: per profile, whether its runner is ``async def``.
-        runner_holds_input: per profile, whether its runner keeps a turn's
-            input in a transcript (a turn that ends before it did gives it back).
         policies: per profile, its restart policy as agents store it (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
@@ -251,7 +249,6 @@ class World(Journaled):
             "engine",
             "executor",
             "runner_is_async",
-            "runner_holds_input",
             "policies",
         }
     )
@@ -282,10 +279,6 @@ class World(Journaled):
         self.engine = engine
         self.executor = executor if executor is not None else Executor()
         self.runner_is_async = {name: is_async_runner(r) for name, r in runners.items()}
-        # Runners that keep a turn's input in a transcript (see LlmStep.takes_input).
-        self.runner_holds_input = {
-            name: bool(getattr(r, "holds_input", False)) for name, r in runners.items()
-        }
         self.policies = {
             name: None if p.restart is None else RestartRecord.of(p.restart)
             for name, p in profiles.items()

@@ -4,7 +4,8 @@ A settled, interrupted or closed turn releases its slot (scheduler) and its
 wait (waiters), and produces its one completion (router). Closing an agent
 interrupts it first, hands its pending completions to its heir and ends the
 waits on it. A failed turn may be restarted by its profile's policy instead
-(supervision), which makes no completion yet.
+(supervision), which makes no completion yet. A turn's inputs are consumed
+only if it completes; otherwise they go back (:mod:`~retinue.actors.turn_inputs`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from retinue.actors.routing import Router
 from retinue.actors.scheduler import Scheduler
 from retinue.actors.supervision import Supervision
 from retinue.actors.transition import Transition
-from retinue.actors.turn import Turn
+from retinue.actors.turn_inputs import Event, consume, given_back_ids, take_held
 from retinue.actors.waiters import Waiters
 from retinue.errors import (
     ActiveDescendants,
@@ -45,9 +46,7 @@ from retinue.protocol.messages import (
     AgentClosedEvent,
     AgentInfo,
     AgentState,
-    Completion,
     CompletionStatus,
-    Message,
 )
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.text import bounded_text
@@ -110,18 +109,26 @@ class Lifecycle(Journaled):
         error: TurnError | None,
         *,
         pump: bool = True,
+        returned: tuple[Event, ...] = (),
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
 
         A failed turn's completion carries the error's text and class (``error_type``).
 
-        A model turn that never stored its input in its transcript, or what its
-        waits received, gives it back (pending or unread again, for its next
-        turn) and wakes itself on none of it. A failed turn its restart policy restarts makes
-        no completion (the agent is ``restarting``).
+        A turn that completes consumes its inputs; one that fails gives back
+        what it holds (its inputs, what its waits received, unless a model
+        turn's transcript stored them) for its next attempt or turn, and is
+        woken only by completions besides those (``returned``: what its cancel
+        gave back already). A failed turn its restart policy restarts makes no
+        completion (the agent is ``restarting``).
         """
-        returned = self._give_back_held(tx, record.id)
+        handle = self.scheduler.turns.get(record.id)
         self._release(tx, record.id, TurnInterrupted("the turn ended"))
+        back = list(returned)
+        if handle is not None:
+            journal = self._journal
+            back += take_held(handle, journal) if error is not None else consume(handle, journal)
+        self.router.give_back(tx, record.id, back)
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
@@ -145,62 +152,46 @@ class Lifecycle(Journaled):
         self.router.emit_completion(tx, record, status)
         if pump:
             self.scheduler.pump(tx)
-        if not returned:
-            self.router.maybe_wake(tx, record.id)
+        gave_back = frozenset() if error is None else given_back_ids(back)
+        self.router.maybe_wake(tx, record.id, besides=gave_back)
 
     def expire(self, tx: Transition, command: ExpireTurn) -> None:
-        """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed."""
+        """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed.
+
+        A turn parked for approval that a reopen restored (no runner holds it)
+        expires too: its pending requests are cancelled.
+        """
         turn = command.sender
         record = self.world.tree.agents.get(turn.agent_id)
-        if (
-            not self.scheduler.is_current(turn.agent_id, turn.generation)
-            or record is None
-            or record.state not in _LIVE
-        ):
+        if record is None or record.generation != turn.generation or record.state not in _LIVE:
             return  # it settled (or was interrupted) in time
-        self._cancel(tx, record, TurnInterrupted(f"{record.path} ran past its turn_timeout_s"))
-        text = f"{TURN_TIMEOUT}: turn exceeded {command.seconds:g} s"
-        self.finish_turn(tx, record, None, TurnError(text, TURN_TIMEOUT))
-
-    def _cancel(self, tx: Transition, record: AgentRecord, why: TurnInterrupted) -> None:
-        """Cancel a running turn, release it, and give back what its runner never saw.
-
-        That is every input of a turn whose runner had not started, and the
-        events its waits took that the runner has not received (an async
-        task that has not resumed, whether or not its loop is busy). They are
-        pending or unread again in this same transition, so a turn cancelled
-        by an interrupt, a close, a timeout or the runtime closing loses
-        nothing it was handed.
-        """
-        held = self._holds_input(record.id)
-        turn = self.scheduler.cancel(tx, record)
-        self._release(tx, record.id, why)
-        if turn is None:
+        error = TurnError(f"{TURN_TIMEOUT}: turn exceeded {command.seconds:g} s", TURN_TIMEOUT)
+        if not self.scheduler.is_current(turn.agent_id, turn.generation):
+            if record.state is AgentState.AWAITING_APPROVAL:  # restored by a reopen: no runner
+                self.finish_turn(tx, record, None, error)
             return
-        unseen = [event for held in turn.handover.take_back(None, self._journal) for event in held]
-        if not turn.runner_started or held:
-            unseen += _inputs(turn)
-        self.router.give_back(tx, record.id, unseen)
+        why = TurnInterrupted(f"{record.path} ran past its turn_timeout_s")
+        returned = self._cancel(tx, record, why, give_back=False)
+        self.finish_turn(tx, record, None, error, returned=tuple(returned))
 
-    def _holds_input(self, agent_id: str) -> bool:
-        """Whether the running turn of ``agent_id`` has not stored its input yet."""
-        handle = self.scheduler.turns.get(agent_id)
-        return handle is not None and handle.holds_input
+    def _cancel(
+        self, tx: Transition, record: AgentRecord, why: TurnInterrupted, *, give_back: bool = True
+    ) -> list[Event]:
+        """Cancel a running turn, release it, and take back what it holds; return that.
 
-    def _give_back_held(self, tx: Transition, agent_id: str) -> bool:
-        """Give back what a turn ending received and never stored (its input, its waits'
-        receipts); return whether it gave anything back."""
-        handle = self.scheduler.turns.get(agent_id)
-        if handle is None:
-            return False
-        unstored = [event for held in handle.turn.handover.consume(self._journal) for event in held]
-        if handle.holds_input:
-            self.scheduler.input_stored(agent_id)
-            unstored += _inputs(handle.turn)
-        if not unstored:
-            return False
-        self.router.give_back(tx, agent_id, unstored)
-        return True
+        That is every input it was handed (unless a model turn's transcript
+        stored them) and what its waits took: they are pending or unread
+        again in this same transition (``give_back``; else the caller gives
+        them back), so a turn cancelled by an interrupt, a close, a timeout
+        or the runtime closing loses nothing it was handed.
+        """
+        handle = self.scheduler.turns.get(record.id)
+        self.scheduler.cancel(tx, record)
+        self._release(tx, record.id, why)
+        back = [] if handle is None else take_held(handle, self._journal)
+        if give_back:
+            self.router.give_back(tx, record.id, back)
+        return back
 
     def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle, waiter, queued slot request, park and reservation."""
@@ -429,8 +420,3 @@ class Lifecycle(Journaled):
             return [info_of(self._close(tx, self.world.tree.agents[i])) for i in order]
         finally:
             tx.closing_subtree = set()
-
-
-def _inputs(turn: Turn) -> list[Message | Completion]:
-    """The events a turn was handed as it started: its messages and children's completions."""
-    return [m.completion if m.completion is not None else m for m in turn.messages]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 
 from retinue.actors.core import World
 from retinue.actors.host_waits import HostWaits
@@ -48,17 +49,21 @@ class Router(Journaled):
 
     # -- wakes ------------------------------------------------------------------------
 
-    def maybe_wake(self, tx: Transition, agent_id: str) -> None:
+    def maybe_wake(
+        self, tx: Transition, agent_id: str, *, besides: AbstractSet[str] = frozenset()
+    ) -> None:
         """Give an idle agent with pending completions its wake turn.
 
-        A wake refused only because the agent's own completions fill its
-        backlog is remembered and retried once the backlog drains.
+        Completions named in ``besides`` (what its failed turn gave back) wake
+        nothing on their own; the wake turn gets them with the others. A wake
+        refused only because the agent's own completions fill its backlog is
+        remembered and retried once the backlog drains.
         """
         world = self.world
         record = world.tree.agents[agent_id]
         if (
             not record.state.idle_after_work
-            or not world.tree.pending_for(agent_id)
+            or not self._wakes(agent_id, besides)
             or not getattr(world.profiles.get(record.profile), "wake_on_completion", False)
             or world.closing
             or world.restoring
@@ -70,6 +75,11 @@ class Router(Journaled):
             return
         self.held_wakes.discard(agent_id)
         self.scheduler.queue_turn(tx, record, record.task, "wake")
+
+    def _wakes(self, agent_id: str, besides: AbstractSet[str]) -> bool:
+        """Whether a completion pending for ``agent_id`` is not in ``besides``."""
+        pending = self.world.tree.pending_for(agent_id)
+        return any(p.completion.id not in besides for p in pending) if besides else bool(pending)
 
     def wake_drained(self, tx: Transition) -> None:
         """Wake agents held back by a full backlog once their completions are received."""

@@ -12,7 +12,11 @@ thread. A sync runner that ignores its cancellation keeps its thread,
 *abandoned*, until it returns; threads running sync runners never exceed
 ``max_active_turns + max_abandoned_runners``, so past it a sync turn waits as
 ``starting``. A profile's ``turn_timeout_s`` arms a timer on the executor's
-loop that sends :class:`~retinue.actors.commands.ExpireTurn`.
+loop that sends :class:`~retinue.actors.commands.ExpireTurn`
+(:mod:`~retinue.actors.deadlines`).
+
+A starting turn takes its inputs (:mod:`~retinue.actors.turn_inputs`): they
+stay the turn's, tagged with its generation, until it completes.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from typing import Any
 import pykka
 
 from retinue.actors.agent import AgentActor, Report
-from retinue.actors.commands import ExpireTurn, Settle, TurnRef
+from retinue.actors.commands import Settle, TurnRef
 from retinue.actors.core import World, info_of
+from retinue.actors.deadlines import arm_deadline
 from retinue.actors.engine import handed_events
 from retinue.actors.journal import JDeque, JDict, Journaled, JSet
 from retinue.actors.transition import Transition
@@ -45,6 +50,7 @@ from retinue.protocol.messages import (
     TurnStarted,
 )
 from retinue.protocol.records import AgentRecord
+from retinue.protocol.supervision import APPROVAL_REASON
 
 __all__ = ["Inbox", "Scheduler", "SlotRequest", "StartFailed", "TurnHandle"]
 
@@ -65,8 +71,8 @@ class TurnHandle:
     turn: Turn
     actor: pykka.ActorRef[Any] | None = None
     sync: bool = True  # a sync runner holds a pool thread until it returns
-    # The runner keeps its input in a transcript (a model runner): until it says
-    # it did (LlmStep.takes_input), a turn that ends gives its input back.
+    # The turn still holds the inputs it started with: it gives them back unless it
+    # completes, or its transcript stores them first (a model turn's LlmStep.takes_input).
     holds_input: bool = False
 
 
@@ -130,7 +136,8 @@ class Scheduler(Journaled):
         """Start a new generation of an existing agent's ``record``; return it as stored.
 
         It runs at once if a slot is free, else it waits as ``starting``; the
-        record is written once either way. It is a new task: its first attempt.
+        record is written once either way. It is a new task: its first attempt,
+        whose ``reason`` is the task's ``origin``.
         """
         now = time.time()
         starts = self.would_start(record.profile)
@@ -150,6 +157,7 @@ class Scheduler(Journaled):
             error_type=None,
             restart=self.world.policies.get(record.profile, record.restart),
             lost=0,
+            origin=reason,
         )
         return self.enqueue(tx, record, task, reason, start=starts)
 
@@ -232,13 +240,14 @@ class Scheduler(Journaled):
         return len(self.active) + len(self.abandoned) < ceiling
 
     def _start_turn(self, tx: Transition, agent_id: str) -> None:
-        """Start a queued turn: its agent becomes ``running``."""
+        """Start a queued turn: its agent becomes ``running`` (a turn carried on after a
+        park keeps the time it first started: its deadline counts from then)."""
         task, reason, _ = self.pending_turn.pop(agent_id)
         now = time.time()
         world = self.world
-        record = world.update(
-            world.tree.agents[agent_id], state=AgentState.RUNNING, started_at=now, updated_at=now
-        )
+        record = world.tree.agents[agent_id]
+        started = record.started_at if reason == APPROVAL_REASON else now
+        record = world.update(record, state=AgentState.RUNNING, started_at=started, updated_at=now)
         self._run(tx, record, task, reason)
 
     def _run(self, tx: Transition, record: AgentRecord, task: str, reason: str) -> None:
@@ -268,7 +277,8 @@ class Scheduler(Journaled):
             reason=reason,
             limits=world.limits,
             profile=profile,
-            keeps_receipts=world.runner_holds_input.get(record.profile, False),
+            keeps_receipts=True,
+            origin=record.origin,
         )
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
@@ -278,7 +288,7 @@ class Scheduler(Journaled):
             turn=turn,
             actor=actor,
             sync=not self._is_async(record.profile),
-            holds_input=world.runner_holds_input.get(record.profile, False) and bool(turn.messages),
+            holds_input=bool(turn.messages),
         )
         self.active.add(agent_id)
         self.unreported.add((agent_id, record.generation))
@@ -291,20 +301,7 @@ class Scheduler(Journaled):
             )
         )
         tx.after(lambda: actor.tell(turn))
-        if profile.turn_timeout_s is not None:
-            self._arm_timeout(tx, TurnRef(agent_id, record.generation), profile.turn_timeout_s)
-
-    def _arm_timeout(self, tx: Transition, turn: TurnRef, seconds: float) -> None:
-        """After the commit, arm a timer on the executor's loop that expires the turn."""
-        engine, loop = self.world.engine, self.world.executor.loop
-
-        def expire() -> None:  # closed meanwhile: nothing to expire
-            engine.tell(ExpireTurn(turn, seconds))
-
-        def arm() -> None:
-            loop.call_later(seconds, expire)
-
-        tx.after(arm)
+        arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
 
     def _settle_teller(self) -> Report:
         engine = self.world.engine

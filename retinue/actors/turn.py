@@ -63,11 +63,17 @@ class Turn(TurnControl):
         task: the task of this turn.
         messages: unread messages in arrival order, children's completions
             among them as ``Message(kind="completion", completion=...)``.
+            They, and what the turn's waits receive, stay the turn's until it
+            completes: a turn that fails, is interrupted, restarted or lost
+            in a crash hands them to the next attempt or the next turn.
         cancelled: set when the turn is interrupted; a runner should stop.
         reason: why the turn runs: ``spawn``, ``follow_up``, ``wake``, ``resume``,
             ``restart`` (a restart policy runs a failed or lost turn again) or
             ``approval`` (a model turn carries on after its approvals were
             answered in a new process).
+        origin: what the task's first attempt was for: ``spawn``,
+            ``follow_up``, ``wake`` or ``resume`` (for a first attempt, its
+            ``reason``; for a restarted or carried-on one, the first's).
         attempt: the run of this task: 1, or n for the (n-1)th restart.
         instructions: the profile's instructions.
         profile: the agent's :class:`~retinue.actors.profile.Profile`.

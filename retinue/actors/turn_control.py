@@ -47,16 +47,20 @@ class TurnControl:
         limits: Limits,
         profile: Profile,
         keeps_receipts: bool = False,
+        origin: str | None = None,
     ) -> None:
         """Create the context (the supervisor does this).
 
-        ``keeps_receipts``: the runner stores what its waits receive (a model
-        runner's transcript); until it did, an interrupt gives it back.
+        ``keeps_receipts``: what the turn's waits receive stays the turn's
+        until it completes (or, for a model runner, its transcript stores it):
+        a turn that ends otherwise gives it back. ``origin``: what the task's
+        first attempt was for (None: ``reason``).
         """
         self.agent = agent
         self.task = task
         self.messages = list(messages)
         self.reason = reason
+        self.origin = reason if origin is None else origin
         self.profile = profile
         self.instructions = profile.instructions
         self.cancelled = threading.Event()

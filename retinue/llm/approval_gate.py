@@ -9,7 +9,9 @@ turn parks until each is answered. A denied call is not run: the model gets
 ``{"error": "denied: <reason>"}``. An approved call runs at most once: before
 it runs, the turn stores :data:`CUT_SHORT_RESULT` as its result, so if the
 process dies while it runs, the next turn reads that error instead of running
-it again without a new approval; the real result replaces it once it returns.
+it again without a new approval; the real result replaces it once it returns
+(:func:`without_held`: that record is keyed by step and call id, so a later
+step's call that reuses an id never takes an earlier step's record with it).
 """
 
 from __future__ import annotations
@@ -20,10 +22,18 @@ from typing import Any
 
 from retinue.actors.commands import AwaitApproval
 from retinue.llm.context import TurnContext
+from retinue.llm.conversation import ChatMessage
 from retinue.protocol.supervision import ApprovalRecord, needs_approval
 from retinue.protocol.tools import COORDINATOR_TOOLS
 
-__all__ = ["CUT_SHORT_RESULT", "ask_approvals", "denied_result", "gated", "granted_names"]
+__all__ = [
+    "CUT_SHORT_RESULT",
+    "ask_approvals",
+    "denied_result",
+    "gated",
+    "granted_names",
+    "without_held",
+]
 
 CUT_SHORT_RESULT = json.dumps(
     {
@@ -104,3 +114,23 @@ def denied_result(record: ApprovalRecord) -> str:
     """The result a model gets for a call that was not approved."""
     reason = record.reason or record.status
     return json.dumps({"error": f"denied: {reason}"}, ensure_ascii=False)
+
+
+def without_held(history: list[ChatMessage], call_ids: Sequence[str]) -> list[ChatMessage]:
+    """``history`` without the cut-short results stored while this step's approved calls run.
+
+    They are keyed by step and call id: only results after the step's (the
+    last) assistant message go; an earlier step's call with the same id keeps
+    the cut-short result a restart left it.
+    """
+    step = max((i for i, m in enumerate(history) if m.get("role") == "assistant"), default=-1)
+    kept = [
+        m
+        for m in history[step + 1 :]
+        if not (
+            m.get("role") == "tool"
+            and m.get("tool_call_id") in call_ids
+            and m.get("content") == CUT_SHORT_RESULT
+        )
+    ]
+    return history[: step + 1] + kept

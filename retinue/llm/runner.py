@@ -73,7 +73,8 @@ class LiteLLMRunner:
     """
 
     holds_input = True
-    """A turn's input is stored with its first model step; one that ends before gives it back."""
+    """A turn's input is stored with its first model step (its transcript holds it from then
+    on); a turn that ends before, and does not complete, gives it back, as any turn does."""
 
     def __init__(
         self,

@@ -16,6 +16,10 @@ model answers with. The rules:
 - when the system prompt asks for the structured result contract, every final
   answer is a minimal valid structured result carrying that text as its summary.
 
+Every tool call's id is unique in the chat: ``call_<step>_<index>_<tool>``, the
+step counting the assistant messages before it (a real provider's ids are
+unique too; a chat with two calls of one id loses one's result).
+
 "This exchange" is everything after the last ``user`` message.
 """
 
@@ -99,9 +103,9 @@ def _spawnable(tools: Sequence[Msg]) -> list[str]:
     return []
 
 
-def _call(index: int, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _call(step: int, index: int, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "id": f"call_{index}_{name}",
+        "id": f"call_{step}_{index}_{name}",
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
     }
@@ -207,6 +211,7 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     task = _text(messages[last_user]) if last_user >= 0 else ""
     exchange = list(messages[last_user + 1 :])
+    step = sum(1 for m in messages if m.get("role") == "assistant")
     results = list(_tool_results(exchange))
     names = _tool_names(tools)
     spawned = [text for name, text in results if name == "spawn_subagents"]
@@ -222,7 +227,7 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
         return {
             "role": "assistant",
             "content": None,
-            "tool_calls": [_call(0, "spawn_subagents", {"tasks": batch})],
+            "tool_calls": [_call(step, 0, "spawn_subagents", {"tasks": batch})],
         }
     if "list_dir" in names:
         listed = [text for name, text in results if name == "list_dir"]
@@ -231,7 +236,7 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
             return {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [_call(0, "list_dir", {"path": "."})],
+                "tool_calls": [_call(step, 0, "list_dir", {"path": "."})],
             }
         if not reads and "read_file" in names:
             files = sorted(
@@ -242,7 +247,9 @@ def script_reply(messages: Sequence[Msg], tools: Sequence[Msg] = ()) -> dict[str
                 return {
                     "role": "assistant",
                     "content": None,
-                    "tool_calls": [_call(i, "read_file", {"path": f}) for i, f in enumerate(files)],
+                    "tool_calls": [
+                        _call(step, i, "read_file", {"path": f}) for i, f in enumerate(files)
+                    ],
                 }
         if reads:
             firsts = []

@@ -33,6 +33,7 @@ from retinue.llm.approval_gate import (
     denied_result,
     gated,
     granted_names,
+    without_held,
 )
 from retinue.llm.arrival import assistant_message, tool_outcome
 from retinue.llm.bridge import llm_load, llm_step
@@ -240,7 +241,8 @@ class TurnSession:
 
         The calls that need approval wait for it first (the turn parks); a
         denied one is not run. An approved one is recorded as cut short
-        before it runs, so a crash meanwhile never runs it twice.
+        before it runs, so a crash meanwhile never runs it twice (that record
+        is this step's: an earlier step's call of the same id keeps its own).
         """
         approve = self.turn.profile.approve
         names = granted_names(toolbox) if approve else {}
@@ -253,7 +255,7 @@ class TurnSession:
             ]
             self.history.extend(held)
             await self._save(Usage())
-            self.history = [m for m in self.history if not _holds_place(m, approved)]
+            self.history = without_held(self.history, approved)
 
         async def one(call: Any) -> str:
             name, arguments = call["function"]["name"], call["function"]["arguments"]
@@ -355,15 +357,6 @@ async def _run_tool(toolbox: ToolBox, name: str, arguments: str) -> tuple[str, s
         data = None
     error = data.get("error") if isinstance(data, dict) else None
     return tool_outcome(result, None if error is None else str(error))
-
-
-def _holds_place(message: ChatMessage, call_ids: Sequence[str]) -> bool:
-    """Whether ``message`` is the cut-short result stored while an approved call runs."""
-    return (
-        message.get("role") == "tool"
-        and message.get("tool_call_id") in call_ids
-        and message.get("content") == CUT_SHORT_RESULT
-    )
 
 
 def _not_run(limit: int) -> str:

@@ -20,7 +20,9 @@
   cancelled): invalid JSON, a missing, unknown or mistyped argument (named by
   field), an unknown tool, a refused operation (caps, permissions, unknown
   agents, paths out of the workspace) and any tool exception come back as
-  ``{"error": "..."}`` with no traceback, and so does a call past its
+  ``{"error": "..."}`` with no traceback (a ``CancelledError`` the tool raises
+  while nobody cancelled the call too: cancellation is not interruption),
+  and so does a call past its
   ``timeout_s`` (``tool_timeout_s`` for file and host tools: the call is
   cancelled, or abandoned on its pool thread). Results are bounded at
   ``max_result_bytes`` and made storable as they arrive: a lone surrogate in
@@ -117,7 +119,8 @@ class ToolBox:
         Never raises, except ``asyncio.CancelledError`` and ``TurnInterrupted``
         (the turn is cancelled or interrupted): every failure, any other
         ``BaseException`` a tool raises included (``SystemExit``,
-        ``KeyboardInterrupt``), is returned as ``{"error": "..."}``.
+        ``KeyboardInterrupt``, a ``CancelledError`` while the call's task was
+        not cancelled), is returned as ``{"error": "..."}``.
         """
         text, _ = await self.run(name, arguments)
         return text
@@ -152,15 +155,16 @@ class ToolBox:
                 return _failed(f"{exc}{hint}")
             value = await _run(tool, args)
             return self._encode(name, value)
-        except (asyncio.CancelledError, GeneratorExit, TurnInterrupted):
-            raise  # the turn is cancelled or interrupted: not the tool's failure
+        except asyncio.CancelledError as exc:
+            if _cancelled():
+                raise  # the turn is cancelled: not the tool's failure
+            return _raised(name, exc)  # the tool's own: cancellation is not interruption
+        except (GeneratorExit, TurnInterrupted):
+            raise  # the turn is interrupted: not the tool's failure
         except (ToolError, RetinueError) as exc:
             return _failed(str(exc) or type(exc).__name__)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never escapes
-            detail = str(exc)
-            return _failed(
-                f"{name} failed: {type(exc).__name__}" + (f": {detail}" if detail else "")
-            )
+            return _raised(name, exc)
 
     def _encode(self, name: str, value: Any) -> tuple[str, str | None]:
         if not isinstance(value, dict | msgspec.Struct):
@@ -181,6 +185,19 @@ class ToolBox:
         return json.dumps(
             {"result": cut, "truncated": True, "note": note}, ensure_ascii=False
         ), _error_of(value)
+
+
+def _cancelled() -> bool:
+    """Whether the running task was asked to cancel (the turn's interrupt, a deadline): a
+    ``CancelledError`` it raises is then the cancellation's, not its tool's failure."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _raised(name: str, exc: BaseException) -> tuple[str, str]:
+    """The ``(result, error)`` of a call whose tool raised ``exc``."""
+    detail = str(exc)
+    return _failed(f"{name} failed: {type(exc).__name__}" + (f": {detail}" if detail else ""))
 
 
 def _failed(message: str) -> tuple[str, str]:

@@ -57,6 +57,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     decision; None: none), so an open that lacks the profile decides as it
     says; ``lost`` counts the current task's attempts lost in a row while
     running (``Restart.max_lost``).
+    ``origin`` is what the current task's first attempt was for (``spawn``,
+    ``follow_up``, ``wake``, ``resume``): a restarted attempt's ``turn.origin``
+    (an agent stored before the field existed reads ``spawn``).
     """
 
     id: str
@@ -88,6 +91,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     error_type: str | None = None
     restart: RestartRecord | None = None
     lost: int = 0
+    origin: str = "spawn"
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

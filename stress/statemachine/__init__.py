@@ -12,14 +12,18 @@ on a child's messages and completion, ``run_many_async``,
 must be refused) and ``aecho`` (echo, send_async, an awaited gate). Every
 runner logs the turn it saw (its messages) and what it received from waits
 and returned, so the model knows which messages and completions each turn
-received: the exactly-once ledger counts turns' receipts as well as the
-host's.
+received: the exactly-once ledger counts the receipts of turns that completed
+(a turn that failed or was interrupted gave its inputs back: the input rule,
+checked by handing them to the agent's next turn) as well as the host's.
 
 Rules: spawn at the top or under any agent (valid and invalid names, permitted,
 not permitted and unknown profiles, oversized tasks), send (duplicate and
 over-long dedup keys, oversized content, full mailboxes), follow-up, resume,
 interrupt, close, close-tree, host waits with tiny timeouts, opening and
-closing the gate, and reopen (close the runtime, read the store, open it again).
+closing the gate, making coordinators' wake turns fail (after receiving their
+children's completions; the async one with a ``CancelledError`` of its own,
+which is a failure, not an interrupt, as is the ``cancel`` task), and reopen
+(close the runtime, read the store, open it again).
 Also: ``interrupt_tree`` (leaves first, one completion per busy member, no
 member woken), and spawns with an ``idempotency_key`` retried (across a
 reopen too, under closed parents too): the same agent, never a second.
@@ -123,6 +127,9 @@ COVERED = (
     "interrupt_race_received",
     "interrupt_race_given_back",
     "async_batches",
+    "wakes_failed_with_inputs",
+    "runners_cancelled_themselves",
+    "inputs_handed_on",
 )
 """What a run reports it reached (``coverage``): rules, race outcomes and runner paths."""
 

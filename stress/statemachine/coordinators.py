@@ -12,6 +12,7 @@ turn fails with it, which the model checks); anything else is a problem.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -61,8 +62,12 @@ def _took(h: Harness, log: TurnLog, results: list[Completion | RetinueError]) ->
 
 
 def coordinate(h: Harness, turn: Turn, log: TurnLog) -> str:
-    """Run a sync coordinator's turn: a woken turn reports, a task's verb acts on children."""
+    """Run a sync coordinator's turn: a woken turn reports (or fails, while the machine makes
+    wakes fail: it gives its children's completions back), a task's verb acts on children."""
     if turn.reason == "wake":
+        if h.fail_wakes:
+            STATS[f"wakes_failed{'_with_inputs' if turn.messages else ''}"] += 1
+            raise ValueError(ON_PURPOSE)
         return f"woke:{len(turn.messages)}"
     verb, _, rest = turn.task.partition(":")
     profile, _, name = rest.partition(":")
@@ -72,6 +77,9 @@ def coordinate(h: Harness, turn: Turn, log: TurnLog) -> str:
         return done
     if verb == "fail":
         raise ValueError(ON_PURPOSE)
+    if verb == "cancel":  # a CancelledError nobody asked for: a failure, not an interrupt
+        STATS["runners_cancelled_themselves"] += 1
+        raise asyncio.CancelledError(ON_PURPOSE)
     return f"did:{turn.task}:{len(turn.messages)}"
 
 
@@ -106,8 +114,13 @@ def _verb(h: Harness, turn: Turn, log: TurnLog, verb: str, profile: str, name: s
 
 
 async def acoordinate(h: Harness, turn: Turn, log: TurnLog) -> str:
-    """Run the async coordinator's turn: every verb awaits the turn's ``*_async`` twins."""
+    """Run the async coordinator's turn: every verb awaits the turn's ``*_async`` twins (a
+    failing wake raises a ``CancelledError`` of its own: a failure, not an interrupt)."""
     if turn.reason == "wake":
+        if h.fail_wakes:
+            STATS[f"wakes_failed{'_with_inputs' if turn.messages else ''}"] += 1
+            STATS["runners_cancelled_themselves"] += 1
+            raise asyncio.CancelledError(ON_PURPOSE)
         return f"woke:{len(turn.messages)}"
     verb, _, rest = turn.task.partition(":")
     profile, _, arg = rest.partition(":")
@@ -118,6 +131,9 @@ async def acoordinate(h: Harness, turn: Turn, log: TurnLog) -> str:
         return done
     if verb == "fail":
         raise ValueError(ON_PURPOSE)
+    if verb == "cancel":
+        STATS["runners_cancelled_themselves"] += 1
+        raise asyncio.CancelledError(ON_PURPOSE)
     return f"adid:{turn.task}:{len(turn.messages)}"
 
 

@@ -83,6 +83,7 @@ TASKS = [
     "tell",
     "tell2",
     "fail",
+    "cancel",  # raises a CancelledError nobody asked for: the turn fails, not interrupted
     "bad",
     "spawn:echo",
     "spawn:echo:a",

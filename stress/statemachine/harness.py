@@ -2,7 +2,9 @@
 
 Every runner logs the turn it saw (its messages), what it received from waits
 and what it returned (a :class:`TurnLog`), so the model knows which messages
-and completions each turn received. Every change (a runner entering or
+and completions each turn received; the ``TurnSettled`` events say how each
+turn ended (:attr:`Harness.outcomes`), so the model knows which turns kept
+their inputs (the input rule: only a turn that completes). Every change (a runner entering or
 leaving, the gate, a published event) bumps :attr:`Harness.activity` and
 notifies :attr:`Harness.cond`, so the machine waits for quiescence on a
 condition rather than sleeping. The runners themselves are in
@@ -15,17 +17,18 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from retinue import Runtime, Turn
-from retinue.errors import RetinueError
-from retinue.protocol.messages import Event, Message, TurnSettled
+from retinue.errors import RetinueError, TurnInterrupted
+from retinue.protocol.messages import CompletionStatus, Event, Message, TurnSettled
 from stress.statemachine.data import ASYNC_PROFILES, ON_PURPOSE, error_text
 from stress.statemachine.latches import Latches
 from stress.statemachine.trace import STATS, TRACE, fail
 
-__all__ = ["Harness", "TurnLog"]
+__all__ = ["Harness", "Keeps", "TurnLog"]
 
 
 @dataclass
@@ -43,6 +46,10 @@ class TurnLog:
     outcome: tuple[str, str | None] | None = None  # ("output"|"error"|"nonstr", text)
 
 
+Keeps = Callable[[TurnLog], bool]
+"""Whether a logged turn kept its inputs: it completed, or it still runs (it holds them)."""
+
+
 class Harness:
     """The runners' log, their gate and latches; shared by every runtime one example opens."""
 
@@ -58,6 +65,8 @@ class Harness:
         self.agent_sent: dict[str, Message] = {}  # messages runners sent, by id
         self.agent_dedup: dict[tuple[str, str], Message] = {}  # (sender id, key) -> original
         self.settled_events: Counter[tuple[str, int]] = Counter()
+        self.outcomes: dict[tuple[str, int], CompletionStatus] = {}  # how each turn settled
+        self.fail_wakes = False  # coordinators' wake turns fail (the input rule's rule)
         self.runtime: Runtime | None = None  # the open runtime (a runner may close it)
         # Sends to the host's inbox refused with MailboxFull since the host last read it.
         self.host_full = 0
@@ -91,6 +100,7 @@ class Harness:
             if isinstance(event, TurnSettled):
                 key = (event.agent_id, event.generation)
                 self.settled_events[key] += 1
+                self.outcomes[key] = event.status
                 if self.settled_events[key] > 1:
                     self.problems.append(f"turn {key} settled twice (events)")
             self.bump()
@@ -151,9 +161,16 @@ class Harness:
                 log.outcome = ("output", result) if isinstance(result, str) else ("nonstr", None)
             else:
                 log.outcome = ("error", error_text(exc))
-                cancelled = isinstance(exc, asyncio.CancelledError) and turn.cancelled.is_set()
+                # The turn's own interrupt reaches its runner as CancelledError (async) or,
+                # in a wait it blocked in, as TurnInterrupted (a BaseException by design).
+                stopped = isinstance(exc, asyncio.CancelledError | TurnInterrupted)
+                cancelled = stopped and turn.cancelled.is_set()
                 if cancelled:
-                    STATS["async_cancelled"] += 1
+                    STATS[
+                        "async_cancelled"
+                        if isinstance(exc, asyncio.CancelledError)
+                        else "wait_interrupted"
+                    ] += 1
                 elif not isinstance(exc, RetinueError) and str(exc) != ON_PURPOSE:
                     self.problems.append(
                         f"turn {key} of {turn.agent.path} raised {error_text(exc)}"
@@ -163,12 +180,15 @@ class Harness:
 
     # -- reads for the machine --
 
-    def delivered_messages(self) -> dict[str, list[str]]:
-        """Return the mailbox messages each agent's turns received, in generation order."""
+    def delivered_messages(self, keeps: Keeps) -> dict[str, list[str]]:
+        """Return the mailbox messages each agent's turns that ``keeps`` them received, in
+        generation order (a turn that gave its inputs back received nothing for good)."""
         with self.cond:
             logs = sorted(self.turns.values(), key=lambda t: (t.agent_id, t.generation))
         out: dict[str, list[str]] = {}
         for log in logs:
+            if not keeps(log):
+                continue
             got = out.setdefault(log.agent_id, [])
             got.extend(i for k, i in log.messages if k == "message")
             got.extend(log.waited)
@@ -179,10 +199,10 @@ class Harness:
         with self.cond:
             return any(t.waited for t in self.turns.values() if t.agent_id == agent_id)
 
-    def delivered_completions(self) -> Counter[str]:
-        """Return how often each completion id reached an agent's turn."""
+    def delivered_completions(self, keeps: Keeps) -> Counter[str]:
+        """Return how often each completion id reached an agent's turn that ``keeps`` it."""
         with self.cond:
-            logs = list(self.turns.values())
+            logs = [log for log in self.turns.values() if keeps(log)]
         seen: Counter[str] = Counter()
         for log in logs:
             seen.update(i for k, i in log.messages if k == "completion")

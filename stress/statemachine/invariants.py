@@ -9,6 +9,7 @@ backlogs against the model (the list is on the method).
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 
 from hypothesis.stateful import invariant
@@ -22,7 +23,8 @@ from stress.statemachine.data import (
     SETTLE_S,
     WAKES,
 )
-from stress.statemachine.model import Model
+from stress.statemachine.harness import TurnLog
+from stress.statemachine.model import Agent, Model
 from stress.statemachine.trace import STATS, fail
 
 __all__ = ["Invariants"]
@@ -39,6 +41,8 @@ class Invariants(Model):
         running (inside the gate), and anything else is queued or waiting
         only because gated turns hold every slot. Every running turn has
         entered its runner, and no runner is still inside a settled turn.
+        Every event published so far was handed to the harness (how each
+        settled turn ended is known).
         """
         deadline = time.monotonic() + SETTLE_S
         while True:
@@ -46,6 +50,7 @@ class Invariants(Model):
             infos = self.rt.agents(include_closed=True)
             reasons = self._restless(infos)
             if not reasons:
+                self.rt._flush_events(deadline)  # the settles before that answer were published
                 return infos
             if time.monotonic() > deadline:
                 fail(f"no quiescence after {SETTLE_S}s: {reasons}")
@@ -88,11 +93,16 @@ class Invariants(Model):
           interrupted one shows nothing;
         - each agent's turns received the host's messages in send order, each
           once; unread messages <= mailbox_capacity;
-        - every completion reached at most one turn, and only a turn of an
-          ancestor; unreceived completions per agent <= the backlog cap;
+        - the input rule: every completion is received exactly once, by a
+          turn that completed (or still runs, holding it) or by the host, and
+          only by a turn of an ancestor; a turn that failed or was
+          interrupted gave its inputs (messages and completions, at its start
+          and from its waits) back, and the agent's next turn received them;
+          unreceived completions per agent <= the backlog cap;
         - an idle (completed/failed) agent that wakes on completions has no
-          completion waiting for it, unless its own backlog holds its wake
-          or the completion was already waiting when the store was reopened.
+          completion waiting for it, unless its own backlog holds its wake,
+          the completion was already waiting when the store was reopened, or
+          its failed turn gave it back (that wakes nothing on its own).
         """
         STATS["steps"] += 1
         self.sync()
@@ -102,6 +112,7 @@ class Invariants(Model):
         self._check_tree()
         self._check_logs()
         self._check_completions()
+        self._check_inputs_handed_on()
 
     def _check_tree(self) -> None:
         live = self.live()
@@ -129,7 +140,7 @@ class Invariants(Model):
 
     def _check_logs(self) -> None:
         h = self.harness
-        delivered = h.delivered_messages()
+        delivered = self.received_messages()
         for agent in self.agents.values():
             info = agent.info
             log = h.turns.get((info.id, info.generation))
@@ -186,10 +197,10 @@ class Invariants(Model):
 
     def _check_completions(self) -> None:
         h = self.harness
-        counts = h.delivered_completions()
+        counts = self.received_completions()
         twice = [cid for cid, n in counts.items() if n > 1]
         if twice:
-            fail(f"completions received by turns more than once: {twice}")
+            fail(f"completions received by more than one turn that completed (or runs): {twice}")
         with h.cond:
             logs = list(h.turns.values())
         for log in logs:
@@ -213,7 +224,7 @@ class Invariants(Model):
                 if self.dormant.get(cid, "absent") != heir:  # arrived since the last reopen
                     pending_for.setdefault(heir, []).append(cid)
         for agent in self.live():
-            fresh = pending_for.get(agent.id)
+            fresh = [c for c in pending_for.get(agent.id, []) if c not in self._gave_back(agent)]
             if (
                 fresh
                 and WAKES[agent.info.profile]
@@ -224,3 +235,34 @@ class Invariants(Model):
                     f"{agent.info.path} is {agent.info.state} and wakes on completions, "
                     f"but {fresh} wait for it and it was not woken"
                 )
+
+    def _gave_back(self, agent: Agent) -> set[str]:
+        """The completions a failed agent's last turn gave back (they wake nothing alone)."""
+        log = self.harness.turns.get((agent.id, agent.info.generation))
+        if agent.info.state is not AgentState.FAILED or log is None:
+            return set()
+        return set(_inputs(log))
+
+    def _check_inputs_handed_on(self) -> None:
+        """A turn that did not keep its inputs gave them back: the agent's next turn got them."""
+        with self.harness.cond:
+            logs = sorted(self.harness.turns.values(), key=lambda t: (t.agent_id, t.generation))
+        for before, after in itertools.pairwise(logs):
+            if before.agent_id != after.agent_id or self.keeps_inputs(before):
+                continue
+            inputs = _inputs(before) + before.waited
+            if not inputs:
+                continue
+            handed = {i for _, i in after.messages}
+            missing = [i for i in inputs if i not in handed]
+            if missing:
+                fail(
+                    f"turn {before.generation} of {before.agent_id} ended without completing, "
+                    f"but its next turn ({after.generation}) was not handed {missing} back"
+                )
+            STATS["inputs_handed_on"] += 1
+
+
+def _inputs(log: TurnLog) -> list[str]:
+    """What a turn received: its starting messages and completions, and what its waits took."""
+    return [i for _, i in log.messages] + log.taken

@@ -131,6 +131,39 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         self.harness.open_gate()
 
     @rule()
+    def toggle_failing_wakes(self) -> None:
+        """From now on coordinators' wake turns fail after receiving their children's
+        completions (or, again, they report them): the input rule gives them back."""
+        with self.harness.cond:
+            self.harness.fail_wakes = not self.harness.fail_wakes
+            TRACE.append(f"fail wakes: {self.harness.fail_wakes}")
+            self.harness.bump()
+
+    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 2)
+    @rule(profile=st.sampled_from(["lead", "alead"]), follow=st.booleans())
+    def failing_wake(self, profile: str, follow: bool) -> None:
+        """A coordinator woken with its child's completion fails (``alead``: with a
+        ``CancelledError`` of its own); the invariants check the completion went back and
+        woke nothing. With ``follow`` the host gives it a follow-up, whose turn gets it."""
+        task = "spawn:echo" if profile == "lead" else "aspawn:aecho"
+        TRACE.append(f"failing_wake({profile}, follow={follow})")
+        h, was = self.harness, self.harness.fail_wakes
+        h.open_gate()
+        self.sync()
+        with h.cond:
+            h.fail_wakes = True
+        try:
+            self._spawn_top(profile, task, None, False)
+            self.sync()  # spawned its child, which settled; its wake failed
+        finally:
+            with h.cond:
+                h.fail_wakes = was
+        STATS["failing_wake"] += 1
+        top = [a for a in self.live() if a.parent_id is None and a.info.task == task]
+        if follow and top and top[-1].info.state is AgentState.FAILED:
+            self._follow_up(-1 - self.live().index(top[-1]), "live", "echo")
+
+    @rule()
     def reopen(self) -> None:
         """Close the runtime, check the store, open it again: everything must be there.
 

@@ -30,7 +30,7 @@ from retinue.protocol.messages import (
     Message,
 )
 from stress.statemachine.data import BUSY, HOST, INTERRUPT_ERRORS, INVALID_REF, UNKNOWN_REF, seq
-from stress.statemachine.harness import Harness
+from stress.statemachine.harness import Harness, TurnLog
 from stress.statemachine.trace import STATS, TRACE, fail
 
 NOTHING = (WaitTimeout, AgentClosed)
@@ -182,9 +182,34 @@ class Model:
         if routed:
             self.host_delivered.add(done.id)
 
+    def keeps_inputs(self, log: TurnLog) -> bool:
+        """Whether the turn of ``log`` kept its inputs: it completed, or it still runs.
+
+        The input rule: any other turn (failed, interrupted, closed under)
+        gave them back, so they count as received only once a turn that
+        completes receives them (or the host does).
+        """
+        key = (log.agent_id, log.generation)
+        if self.harness.outcomes.get(key) is CompletionStatus.COMPLETED:
+            return True
+        agent = self.agents.get(log.agent_id)
+        return (
+            agent is not None
+            and agent.info.state is AgentState.RUNNING
+            and agent.info.generation == log.generation
+        )
+
+    def received_completions(self) -> Counter[str]:
+        """Return how often each completion id reached a turn that kept it."""
+        return self.harness.delivered_completions(self.keeps_inputs)
+
+    def received_messages(self) -> dict[str, list[str]]:
+        """Return the messages each agent's turns that kept them received, in order."""
+        return self.harness.delivered_messages(self.keeps_inputs)
+
     def delivered(self) -> set[str]:
-        """Return every completion id its recipient has received."""
-        return set(self.harness.delivered_completions()) | self.host_delivered
+        """Return every completion id its recipient has received (for good)."""
+        return set(self.received_completions()) | self.host_delivered
 
     def undelivered(self, agent: Agent, delivered: set[str] | None = None) -> list[str]:
         """Return the agent's completion ids its recipient has not received."""
@@ -227,7 +252,7 @@ class Model:
 
     def unread(self, agent: Agent) -> list[Message]:
         """Return the messages the agent's turns have not received."""
-        got = set(self.harness.delivered_messages().get(agent.id, []))
+        got = set(self.received_messages().get(agent.id, []))
         return [m for m in self.inbox(agent) if m.id not in got]
 
     def pick(self, index: int, *, live_only: bool = False, busy: bool = False) -> Agent | None:

@@ -2,7 +2,8 @@
 
 A task carries a plan, one letter per attempt: ``F`` fails transiently (a
 ``RuntimeError``), ``P`` fails permanently (a ``PermanentError``), ``S``
-succeeds (``plan:FPS`` fails, then fails for good). Three profiles run them
+succeeds (``plan:FPS`` fails, then fails for good). Three profiles
+(:func:`~stress.statemachine.restart_inputs.profiles`) run them
 under a restart policy of at most :data:`MAX_RESTARTS` restarts answering
 ``failed`` and ``lost``: ``quick`` restarts after a few milliseconds,
 ``held`` after a quarter second (so rules land in backoffs), and ``stubborn``
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from retinue import PermanentError, Profile, Restart, Turn
+from retinue import PermanentError, Restart, Turn
 from retinue.protocol.messages import Completion
 from stress.statemachine.data import INTERRUPT_ERRORS
 
@@ -27,17 +28,20 @@ __all__ = [
     "KINDS",
     "MAX_RESTARTS",
     "PLANS",
-    "PROFILES",
     "Task",
-    "flaky",
     "judge",
+    "policy",
+    "run_plan",
 ]
 
 MAX_RESTARTS = 2
 ATTEMPTS = MAX_RESTARTS + 1
 KINDS = ("quick", "held", "stubborn")
 RETRIES_PERMANENT = frozenset({"stubborn"})
-PLANS = st.text(alphabet="FPS", min_size=ATTEMPTS, max_size=ATTEMPTS)
+PLANS = st.one_of(
+    st.text(alphabet="FPS", min_size=ATTEMPTS, max_size=ATTEMPTS),
+    st.just("F" * ATTEMPTS),  # every attempt fails: the policy gives up (drawn often on purpose)
+)
 
 
 def _policy(backoff_s: float, *, retry_on: str = "transient") -> Restart:
@@ -52,7 +56,13 @@ def _policy(backoff_s: float, *, retry_on: str = "transient") -> Restart:
     )
 
 
-def flaky(turn: Turn) -> str:
+def policy(kind: str) -> Restart:
+    """The restart policy of the profile ``kind``."""
+    backoff_s = 0.25 if kind == "held" else 0.005
+    return _policy(backoff_s, retry_on="any" if kind in RETRIES_PERMANENT else "transient")
+
+
+def run_plan(turn: Turn) -> str:
     """Fail or succeed as the task's plan says for this attempt (``plan:FPS`` ...)."""
     plan = turn.task.split(":", 1)[1].split("#", 1)[0]
     letter = plan[min(turn.attempt, len(plan)) - 1]
@@ -61,18 +71,6 @@ def flaky(turn: Turn) -> str:
     if letter == "P":
         raise PermanentError(f"attempt {turn.attempt} failed for good as planned")
     return f"done on attempt {turn.attempt}"
-
-
-PROFILES = [
-    Profile("quick", runner=flaky, restart=_policy(0.005), wake_on_completion=False),
-    Profile("held", runner=flaky, restart=_policy(0.25), wake_on_completion=False),
-    Profile(
-        "stubborn",
-        runner=flaky,
-        restart=_policy(0.005, retry_on="any"),
-        wake_on_completion=False,
-    ),
-]
 
 
 @dataclass

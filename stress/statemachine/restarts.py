@@ -24,6 +24,10 @@ allows, at the limit, or as a ``CrashLoop``), and one an interrupt, close or
 clean reopen hit may end ``interrupted``. Across all tasks, the completions'
 generations (``generation - attempt + 1 .. generation``) cover the agent's
 generations exactly once, and no completion reaches the host twice.
+
+The host also messages agents (``send``): each message is consumed by
+exactly one attempt that completed, or is still unread, and an attempt that
+failed hands its messages to the next (:mod:`~stress.statemachine.restart_inputs`).
 """
 
 from __future__ import annotations
@@ -50,12 +54,12 @@ from retinue.errors import (
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
 from retinue.protocol.records import AgentRecord
 from stress.parts import Options, Part, Result
+from stress.statemachine.restart_inputs import RUNS, check_inputs, profiles
 from stress.statemachine.restart_plans import (
     ATTEMPTS,
     KINDS,
     MAX_RESTARTS,
     PLANS,
-    PROFILES,
     Task,
     judge,
 )
@@ -77,6 +81,7 @@ class Agent:
     tasks: list[Task] = field(default_factory=list)
     closed: bool = False
     got: list[Completion] = field(default_factory=list)  # what host waits received, in order
+    sent: list[str] = field(default_factory=list)  # the ids of the host's messages to it
 
 
 class RestartMachine(RuleBasedStateMachine):
@@ -90,8 +95,13 @@ class RestartMachine(RuleBasedStateMachine):
         self.stores = 0
         self.agents: list[Agent] = []
         self.ledger: Counter[str] = Counter()
-        self.rt = Runtime.open(self.store, profiles=PROFILES, limits=LIMITS)
+        self.world = 0  # a crash starts a new one: the old runtime's later runs are not ours
+        RUNS.clear()
+        self.rt = self._open(self.store)
         TRACE.clear()
+
+    def _open(self, store: Path) -> Runtime:
+        return Runtime.open(store, profiles=profiles(self.world), limits=LIMITS)
 
     def teardown(self) -> None:
         """Drain (every task of the example is checked), close the runtime, remove the stores."""
@@ -121,12 +131,15 @@ class RestartMachine(RuleBasedStateMachine):
         STATS["restart:spawn"] += 1
 
     @precondition(lambda self: self.agents)
-    @rule(index=st.integers(0, 20), plan=PLANS)
-    def follow_up(self, index: int, plan: str) -> None:
-        """Give an agent a new planned task (refused while its task is still going)."""
+    @rule(index=st.integers(0, 20), plan=PLANS, notes=st.integers(0, 2))
+    def follow_up(self, index: int, plan: str, notes: int) -> None:
+        """Give an agent a new planned task (refused while its task is still going), after
+        ``notes`` messages: its attempts are handed them until one completes."""
         agent = self._pick(index)
         if agent is None:
             return
+        for _ in range(notes):
+            self.send(index)
         try:
             self.rt.follow_up(agent.id, f"plan:{plan}#f")
         except AgentBusy:
@@ -135,6 +148,22 @@ class RestartMachine(RuleBasedStateMachine):
         agent.tasks.append(Task(plan, agent.kind))
         TRACE.append(f"follow_up {agent.id[:6]} {plan}")
         STATS["restart:follow_up"] += 1
+
+    @precondition(lambda self: self.agents)
+    @rule(index=st.integers(0, 20))
+    def send(self, index: int) -> None:
+        """The host messages an agent: its next attempt that completes consumes it."""
+        agent = self._pick(index)
+        if agent is None:
+            return
+        try:
+            message = self.rt.send(agent.id, f"note {len(agent.sent)}")
+        except RetinueError as exc:  # a full mailbox: the model knows no more of it
+            TRACE.append(f"send {agent.id[:6]} -> {type(exc).__name__}")
+            return
+        agent.sent.append(message.id)
+        TRACE.append(f"send {agent.id[:6]} -> {message.id}")
+        STATS["restart:send"] += 1
 
     @precondition(lambda self: self.agents)
     @rule(index=st.integers(0, 20))
@@ -203,7 +232,7 @@ class RestartMachine(RuleBasedStateMachine):
             if agent.tasks:
                 agent.tasks[-1].may_interrupt = True
         self.rt.shutdown()
-        self.rt = Runtime.open(self.store, profiles=PROFILES, limits=LIMITS)
+        self.rt = self._open(self.store)
         TRACE.append("reopen")
         STATS["restart:reopen"] += 1
         STATS["restart:reopen_restarting"] += states.count(AgentState.RESTARTING)
@@ -219,7 +248,8 @@ class RestartMachine(RuleBasedStateMachine):
             if agent.tasks:
                 agent.tasks[-1].crashed = True
         self.store = copy
-        self.rt = Runtime.open(copy, profiles=PROFILES, limits=LIMITS)
+        self.world += 1
+        self.rt = self._open(copy)
         old.shutdown()  # its later work is as lost as a killed process's
         restarting = sum(1 for a in self.rt.agents() if a.state is AgentState.RESTARTING)
         TRACE.append(f"crash ({restarting} restarting after it)")
@@ -255,7 +285,7 @@ class RestartMachine(RuleBasedStateMachine):
         finally:
             bare.shutdown()
         _check_bare(before, after)
-        self.rt = Runtime.open(self.store, profiles=PROFILES, limits=LIMITS)
+        self.rt = self._open(self.store)
         TRACE.append(f"reopen_bare crashed={crashed}")
         STATS["restart:reopen_bare"] += 1
 
@@ -266,6 +296,8 @@ class RestartMachine(RuleBasedStateMachine):
         for agent in self.agents:
             self._collect(agent)
             self._check(agent, self.rt.get(agent.id))
+            unread = None if agent.closed else {m.id for m in self.rt.inspect(agent.id).unread}
+            check_inputs(agent.id, agent.sent, agent.got, unread)
         STATS["restart:drain"] += 1
 
     # -- the model ----------------------------------------------------------------------

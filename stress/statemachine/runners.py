@@ -110,6 +110,9 @@ class Runners:
         h, latches = self.harness, self.harness.latches
         if turn.task == "fail":
             raise ValueError(ON_PURPOSE)
+        if turn.task == "cancel":  # not an interrupt: the turn fails (its inputs go back)
+            STATS["runners_cancelled_themselves"] += 1
+            raise asyncio.CancelledError(ON_PURPOSE)
         if turn.task == "bad":
             return 42  # not a string: the turn must fail
         if turn.task == SHUTDOWN and h.runtime is not None and latches.shutdown_armed.is_set():
@@ -135,6 +138,9 @@ class Runners:
         h, latches = self.harness, self.harness.latches
         if turn.task == "fail":
             raise ValueError(ON_PURPOSE)
+        if turn.task == "cancel":
+            STATS["runners_cancelled_themselves"] += 1
+            raise asyncio.CancelledError(ON_PURPOSE)
         if turn.task == "bad":
             return 42
         if turn.task == "hold":  # the gate, awaited: the loop stays free

@@ -28,7 +28,7 @@ class StoreCheck(Model):
         if set(records) != set(expected):
             fail(f"store agents differ from the runtime's: {set(records) ^ set(expected)}")
         delivered = self.delivered()
-        read = {i for ids in self.harness.delivered_messages().values() for i in ids}
+        read = {i for ids in self.received_messages().values() for i in ids}
         for agent_id, record in records.items():
             agent, info = self.agents[agent_id], expected[agent_id]
             got = (record.path, record.parent_id, record.state, record.generation, record.output)

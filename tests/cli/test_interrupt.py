@@ -117,3 +117,39 @@ def test_model_agents_resume_from_their_transcripts_after_ctrl_c(tmp_path: Path)
     shown = retinue_cli("inspect", "/root/review/security", "--store", store, "--json")
     transcript = json.loads(shown.stdout)["transcript_tail"]
     assert any("[subagent:/root/review/security/" in (m.get("content") or "") for m in transcript)
+
+
+def test_ctrl_c_during_a_python_leads_wake_turn_then_resume_keeps_its_input(
+    tmp_path: Path,
+) -> None:
+    """The lead's wake turn was handed its worker's result when Ctrl-C interrupted it: the
+    result goes back to the lead, and the resumed turn summarises it."""
+    store = tmp_path / "store"
+    run = subprocess.Popen(
+        command("run", HERE / "wake.toml", "review the change", "--store", store),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(CLI_TEST_DELAY="120"),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until the lead's wake turn (its second) runs
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "the lead was never woken"
+            if (store / "data.mdb").exists():
+                lead = {a["path"]: a for a in tree_json(store)}.get("/root/wake")
+                if lead is not None and (lead["state"], lead["generation"]) == ("running", 2):
+                    break
+            time.sleep(0.2)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 130, err
+    resumed = retinue_cli("resume", "--store", store, "--json", CLI_TEST_DELAY="0")
+    assert resumed.returncode == 0, resumed.stderr
+    after = {a["path"]: a for a in tree_json(store)}
+    assert after["/root/wake"]["output"] == "summary of ['checked /root/wake/worker']"

@@ -1,8 +1,8 @@
 """Python runners for the CLI tests' team file (``runner = "runners.py:<name>"``).
 
 ``CLI_TEST_DELAY`` (seconds, default 0) makes every leaf sleep, interruptibly,
-so a test can act while a run is in progress. ``CLI_TEST_FAIL`` names a task
-fragment whose leaves fail.
+so a test can act while a run is in progress (so does a woken ``waking_lead``).
+``CLI_TEST_FAIL`` names a task fragment whose leaves fail.
 """
 
 from __future__ import annotations
@@ -50,4 +50,21 @@ def leaf(turn: Turn) -> str:
     fail = os.environ.get("CLI_TEST_FAIL")
     if fail and fail in turn.agent.path:
         raise ValueError(f"fanout_cap is 8 but {turn.agent.path} wanted 12")
+    return f"checked {turn.agent.path}"
+
+
+def waking_lead(turn: Turn) -> str:
+    """Delegate to a worker and return; woken with its result, sleep ``CLI_TEST_DELAY``
+    seconds (waking on interrupt), then summarise what the turn was handed."""
+    if turn.reason == "spawn":
+        turn.spawn("worker", f"{turn.task} / worker", name="worker")
+        return "delegated"
+    delay = float(os.environ.get("CLI_TEST_DELAY", "0"))
+    if turn.cancelled.wait(delay):
+        raise RetinueError("cancelled")
+    return f"summary of {[m.content for m in turn.messages]}"
+
+
+def quick(turn: Turn) -> str:
+    """Answer at once."""
     return f"checked {turn.agent.path}"

@@ -72,9 +72,14 @@ def test_a_scripted_lead_delegates_to_every_spawnable_profile_in_one_call() -> N
         {"path": "/root/a/x", "status": "completed", "output": "looks fine"},
         {"error": "fan-out cap reached"},
     ]
+    assert reply["tool_calls"][0]["id"] == "call_0_0_spawn_subagents"  # step 0, call 0
     chat += [
         reply,
-        {"role": "tool", "tool_call_id": "call_0_spawn_subagents", "content": json.dumps(results)},
+        {
+            "role": "tool",
+            "tool_call_id": "call_0_0_spawn_subagents",
+            "content": json.dumps(results),
+        },
     ]
     final = script_reply(chat, [SPAWN_TOOL])
     assert final["content"] == (
@@ -106,6 +111,17 @@ def test_a_scripted_leaf_with_read_tools_lists_then_reads_then_answers() -> None
     chat.insert(len(chat) - 2, reads)
     final = script_reply(chat, READ_TOOLS)
     assert final["content"] == "Done: summarise (read 2 files: alpha; beta)"
+
+
+def test_the_scripted_models_call_ids_are_unique_per_step() -> None:
+    """A later step (or turn) never reuses an earlier call's id: ``call_<step>_<i>_<tool>``."""
+    chat: list[dict[str, Any]] = [{"role": "user", "content": "summarise"}]
+    listing = script_reply(chat, READ_TOOLS)
+    chat += [listing, {"role": "tool", "tool_call_id": "call_0_0_list_dir", "content": "[]"}]
+    chat += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "again"}]
+    again = script_reply(chat, READ_TOOLS)
+    assert [c["id"] for c in listing["tool_calls"]] == ["call_0_0_list_dir"]
+    assert [c["id"] for c in again["tool_calls"]] == ["call_2_0_list_dir"]
 
 
 def test_scripted_answers_follow_the_structured_contract_when_asked() -> None:

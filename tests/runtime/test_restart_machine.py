@@ -5,6 +5,8 @@ interrupts, closes, clean reopens, crashes (a consistent copy of the running
 store, opened while the old runtime is thrown away) and opens without the
 profiles (which must end no supervised work); the model predicts each task's
 status, attempt and error type from its plan (permanent failures included).
+Every host message is consumed by exactly one attempt that completed (or is
+still unread), and an attempt that failed hands its messages to the next.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ MUST_RUN = (
     "restart:bare:kept:restarting",
     "restart:error_type:PermanentError",
     "restart:error_type:RestartLimitExceeded",
+    "restart:send",
+    "restart:inputs_handed_on",  # an attempt that failed handed its messages to the next
 )
 
 

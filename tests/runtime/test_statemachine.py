@@ -40,6 +40,10 @@ MUST_RUN = (
     "reopens",
     "fault:Settle",  # a settle that failed at a random change ended its turn failed
     "rescued_turns",
+    "wakes_failed_with_inputs",  # a woken coordinator failed after receiving completions
+    "runners_cancelled_themselves",  # a CancelledError nobody asked for: a failure
+    "inputs_handed_on",  # the next turn of a turn that did not complete got its inputs
+    "failing_wake",
 )
 
 

@@ -89,10 +89,11 @@ class CloseRaces(Model):
         on the latch); an ``aecho`` turn blocks the event loop; the child
         settles, so its completion is handed to the parent's wait, whose task
         cannot resume; then the blocker calls ``rt.shutdown()`` from the loop.
-        After the reopen the child's completion is either received by exactly
-        one turn or pending for the parent, never both, never neither (the
-        store check); with ``follow`` the parent's next turn receives a pending
-        one, once.
+        The close interrupts the parent's turn, so whether or not its task
+        received the completion, the completion goes back (the input rule):
+        after the reopen it is pending for the parent, undelivered in the
+        store (the store check); with ``follow`` the parent's next turn
+        receives it, once.
         """
         TRACE.append("async_runner_closes_runtime")
         STATS["race:async_runner_closes_runtime"] += 1
@@ -133,18 +134,21 @@ class CloseRaces(Model):
                 self.agents[info.id] = Agent(id=info.id, parent_id=self._parent_of(info), info=info)
         self.reopen_closed(before)  # checks the store: delivered exactly when a turn received it
         cid = f"{child.id}:1"
-        received = self.harness.delivered_completions()[cid]
-        STATS["handover_received" if received else "handover_given_back"] += 1
+        if self.received_completions()[cid]:
+            fail(f"{cid} counts as received by {parent.path}, whose turn the close interrupted")
+        with h.cond:
+            taken = any(cid in t.taken for t in h.turns.values() if t.agent_id == parent.id)
+        STATS["handover_received" if taken else "handover_given_back"] += 1
         if not follow:
             return
         self.sync()
-        if self.agents[parent.id].info.state not in SETTLED or received:
+        if self.agents[parent.id].info.state not in SETTLED:
             return
         info, error = self.call("follow_up", lambda: self.rt.follow_up(parent.id, "echo"))
         if error is not None:
             fail(f"follow_up of {parent.path} after the hand-over raised {error!r}")
         self.sync()
-        if self.harness.delivered_completions()[cid] != 1:
+        if self.received_completions()[cid] != 1:
             fail(f"{parent.path}'s next turn did not receive {cid} (given back at the close)")
 
     @precondition(lambda self: len(self.live()) < LIMITS.max_agents)
@@ -271,7 +275,7 @@ class CloseRaces(Model):
         self.sync()
         children = [a for a in self.agents.values() if a.parent_id == parent.id]
         cids = [f"{child.id}:1" for child in children]
-        counts = self.harness.delivered_completions()
+        counts = self.received_completions()
         if len(children) != (2 if batch else 1) or any(counts[c] > 1 for c in cids):
             fail(f"{parent.path}'s children {cids} reached {[counts[c] for c in cids]} turns")
         if batch and counts[cids[0]] != counts[cids[1]]:
@@ -286,7 +290,7 @@ class CloseRaces(Model):
         if error is not None:
             fail(f"follow_up of {parent.path} after the race raised {error!r}")
         self.sync()
-        counts = self.harness.delivered_completions()
+        counts = self.received_completions()
         if any(counts[c] != 1 for c in cids):
             fail(f"{cids} went back at the interrupt but {parent.path}'s next turn got {counts}")
 
