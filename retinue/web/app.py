@@ -3,8 +3,8 @@
 Routes (``GET`` unless said; anything else is 405):
 
 - ``/`` the page (with a fresh action token when actions are on);
-  ``/static/app.js``, ``/static/timeline.js``, ``/static/actions.js`` and
-  ``/static/style.css`` its scripts and style.
+  ``/static/<name>`` its scripts (``app.js``, which starts it, ``listing.js``,
+  ``detail.js``, ``actions.js``, ``timeline.js``) and ``style.css``.
 - ``/api/summary`` counts by state, tokens and cost, how the poller is doing,
   and whether a writer holds the store (``writer``: ``in-process``, ``live``
   or ``stopped``).
@@ -75,8 +75,10 @@ FIRST_SNAPSHOT_S = 60.0  # how long a request waits for the store's first read
 _STATIC = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
-    "timeline.js": "text/javascript; charset=utf-8",
+    "listing.js": "text/javascript; charset=utf-8",
+    "detail.js": "text/javascript; charset=utf-8",
     "actions.js": "text/javascript; charset=utf-8",
+    "timeline.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
 TOKEN_SLOT = b"__ACTION_TOKEN__"

@@ -74,7 +74,7 @@ def test_the_page_is_static_and_its_script_never_writes_html(
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
     assert page.headers["x-content-type-options"] == "nosniff"
-    for name in ("app.js", "timeline.js", "actions.js"):
+    for name in ("listing.js", "detail.js", "actions.js", "timeline.js", "app.js"):
         assert f'<script src="/static/{name}"></script>' in page.text
         script = client.get(f"/static/{name}")
         assert script.status_code == 200 and "javascript" in script.headers["content-type"]

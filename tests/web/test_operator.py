@@ -196,11 +196,21 @@ def test_a_dead_writer_shows_and_its_running_agents_stay_as_they_were(writer: Wr
                 answer: dict[str, Any] = client.get("/api/summary").json()
                 return answer
 
-            wait_until(lambda: summary()["states"].get("running") == 2, timeout=60)
+            # The writer imports litellm before its lead's first model call: seconds, more
+            # on a loaded machine.
+            wait_until(
+                lambda: summary()["states"].get("running") == 2,
+                timeout=120,
+                what="the lead and its worker running",
+            )
             alive = summary()
             assert (alive["writer"], alive["writer_pid"]) == ("live", writer.proc.pid)
             writer.kill()
-            dead = wait_until(lambda: (s := summary())["writer"] == "stopped" and s, timeout=30)
+            dead = wait_until(
+                lambda: (s := summary())["writer"] == "stopped" and s,
+                timeout=30,
+                what="the view to see the writer gone",
+            )
             assert dead["writer_pid"] == writer.proc.pid
             assert "exited without closing it" in dead["writer_text"]
             assert dead["stopped_at"] is not None and dead["stopped_at"] <= time.time()
