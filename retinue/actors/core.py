@@ -137,6 +137,7 @@ def detail_from(
         transcript_length=len(messages),
         transcript_cut=cut,
         calls=calls,
+        trace=record.trace,
     )
 
 

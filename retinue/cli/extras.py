@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,29 +16,79 @@ from retinue.cli.common import OK, UsageError, store_path
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
 
-__all__ = ["WEB_TOKEN_ENV", "cmd_mcp", "cmd_web", "run_web", "start_web"]
+__all__ = [
+    "WEB_TOKEN_ENV",
+    "WebRequest",
+    "cmd_mcp",
+    "cmd_web",
+    "run_web",
+    "start_web",
+    "web_request",
+]
 
 WEB_TOKEN_ENV = "RETINUE_WEB_TOKEN"
 """The bearer token of ``retinue web`` and ``run --web`` (also ``retinue web --token``)."""
 
 
-def start_web(rt: Runtime, address: str | None) -> Any:
-    """Serve the run's live web view on ``address`` when ``--web`` was given.
+@dataclass(frozen=True)
+class WebRequest:
+    """What ``--web``, ``--actions`` and ``--trace-url`` asked of a run's web view."""
+
+    address: str
+    actions: bool = False
+    trace_url: str | None = None
+
+
+def web_request(args: argparse.Namespace) -> WebRequest | None:
+    """Return the web view a run's arguments ask for (None: no ``--web``), checked.
+
+    Raises:
+        UsageError: ``--actions`` or ``--trace-url`` without ``--web``, or a bad trace URL.
+    """
+    address = getattr(args, "web", None)
+    actions = bool(getattr(args, "actions", False))
+    trace_url = getattr(args, "trace_url", None)
+    if not address:
+        if actions or trace_url:
+            raise UsageError("--actions and --trace-url are options of the web view: add --web")
+        return None
+    return WebRequest(address, actions, _trace_url(trace_url))
+
+
+def _trace_url(template: str | None) -> str | None:
+    """``--trace-url`` checked before anything starts.
+
+    Raises:
+        UsageError: it is not an http(s) address with ``{trace_id}`` in it.
+    """
+    from retinue.errors import InvalidArgument
+    from retinue.web.traces import check_trace_url
+
+    try:
+        return check_trace_url(template)
+    except InvalidArgument as exc:
+        raise UsageError(f"--trace-url: {exc}") from None
+
+
+def start_web(rt: Runtime, request: WebRequest | None) -> Any:
+    """Serve the run's live web view as ``--web`` (and ``--actions``, ``--trace-url``) asked.
 
     The token is ``$RETINUE_WEB_TOKEN`` (needed off loopback). Every interface
     needs the names clients use, which ``retinue web --allowed-host`` takes:
-    ``--web`` refuses a wildcard address and says so.
+    ``--web`` refuses a wildcard address and says so. With ``--actions`` the
+    page acts on the run in this process.
 
     Raises:
         UsageError: a wildcard address.
         InvalidArgument: a bad or unsafe address, or one that cannot be listened on.
     """
-    if not address:
+    if request is None:
         return None
     from retinue.serving import is_wildcard
     from retinue.web.server import parse_address
     from retinue.web.server import serve as serve_view
 
+    address = request.address
     host, port = parse_address(address)
     if is_wildcard(host):
         raise UsageError(
@@ -46,8 +97,11 @@ def start_web(rt: Runtime, address: str | None) -> Any:
         )
     token = os.environ.get(WEB_TOKEN_ENV) or None
     _check_policy(host, port, token, ())
-    web = serve_view(rt, host, port, token=token)
-    print(f"retinue: live view at {web.url}", file=sys.stderr, flush=True)
+    web = serve_view(
+        rt, host, port, token=token, actions=request.actions, trace_url=request.trace_url
+    )
+    acting = "; actions on" if request.actions else ""
+    print(f"retinue: live view at {web.url}{acting}", file=sys.stderr, flush=True)
     return web
 
 
@@ -66,8 +120,17 @@ def _check_policy(host: str, port: int, token: str | None, allowed: Sequence[str
 def cmd_web(args: argparse.Namespace) -> int:
     """``retinue web``: serve a store's live view in the browser, read-only."""
     token = args.token or os.environ.get(WEB_TOKEN_ENV) or None
+    trace_url = _trace_url(args.trace_url)
     store = store_path(args.store, must_exist=True)
-    return run_web(store, args.host, args.port, token=token, allowed_hosts=args.allowed_host or ())
+    return run_web(
+        store,
+        args.host,
+        args.port,
+        token=token,
+        allowed_hosts=args.allowed_host or (),
+        actions=args.actions,
+        trace_url=trace_url,
+    )
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -84,11 +147,15 @@ def run_web(
     *,
     token: str | None = None,
     allowed_hosts: Sequence[str] = (),
+    actions: bool = False,
+    trace_url: str | None = None,
 ) -> int:
     """Open ``store`` read-only, serve its view on ``host:port`` until SIGINT/SIGTERM; return 0.
 
     Works beside the store's writer in another process. Off loopback it needs
-    ``token``; on every interface also ``allowed_hosts``.
+    ``token``; on every interface also ``allowed_hosts``. With ``actions`` the
+    page's buttons answer that actions need the writer (a read-only view
+    cannot act); ``trace_url`` links trace ids.
 
     Raises:
         InvalidArgument: an unsafe bind, or the address cannot be listened on.
@@ -103,13 +170,22 @@ def run_web(
     stop = threading.Event()
     rt = Runtime.open(store, readonly=True)
     try:
-        view = serve(rt, host, port, token=token, allowed_hosts=allowed_hosts)
+        view = serve(
+            rt,
+            host,
+            port,
+            token=token,
+            allowed_hosts=allowed_hosts,
+            actions=actions,
+            trace_url=trace_url,
+        )
         with stop_on_signals(stop), view as web:
             where = web.policy.describe()
             locked = "; bearer token required" if token else ""
+            mode = "read-only: actions need the writer" if actions else "read-only"
             print(
                 f"retinue: live view of {store} at {web.url} (listening on {where}{locked}; "
-                "read-only; Ctrl-C stops)",
+                f"{mode}; Ctrl-C stops)",
                 file=sys.stderr,
                 flush=True,
             )

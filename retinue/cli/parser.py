@@ -118,6 +118,23 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="also serve the live web view of the run (default: 127.0.0.1:8321; extra: web)",
     )
+    _view_options(p, "with --web, ")
+
+
+def _view_options(p: argparse.ArgumentParser, prefix: str) -> None:
+    """--actions and --trace-url: what the web view lets an operator do and follow."""
+    p.add_argument(
+        "--actions",
+        action="store_true",
+        help=f"{prefix}let the page approve, deny, interrupt, resume and close agents "
+        "(each action a POST with the page's token; off by default)",
+    )
+    p.add_argument(
+        "--trace-url",
+        metavar="URL",
+        help=f"{prefix}link each agent's trace id to a tracing UI, e.g. "
+        "'http://127.0.0.1:16686/trace/{trace_id}'",
+    )
 
 
 def _approval_options(p: argparse.ArgumentParser) -> None:
@@ -283,10 +300,11 @@ def _add_extras(add: Add) -> None:
         "web",
         "serve a live view of a store in the browser (read-only)",
         "Serve a page that shows a store's tree live (states, tokens, cost, the tool\n"
-        "in progress), an agent's detail and transcript, and a timeline. Read-only:\n"
-        "safe while another process runs the store. Loopback by default; another\n"
-        "address needs a bearer token ($RETINUE_WEB_TOKEN or --token), every interface\n"
-        "(0.0.0.0) also --allowed-host. Needs: pip install 'retinue[web]'.",
+        "in progress), an agent's detail and transcript, and a timeline. Read-only\n"
+        "beside the process that runs the store: with --actions its buttons answer\n"
+        "that they need the writer (retinue run --web --actions acts). Loopback by\n"
+        "default; another address needs a bearer token ($RETINUE_WEB_TOKEN or --token),\n"
+        "every interface (0.0.0.0) also --allowed-host. Needs: pip install 'retinue[web]'.",
     )
     web.add_argument("--store", help=store_help())
     web.add_argument(
@@ -308,4 +326,5 @@ def _add_extras(add: Add) -> None:
         help="a name or address clients reach this machine by, answered besides the loopback "
         "names and the address bound (repeatable)",
     )
+    _view_options(web, "")
     web.set_defaults(handler=cmd_web)

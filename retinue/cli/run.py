@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from retinue.cli.approve import approver_for
 from retinue.cli.common import UsageError, load_team_file, store_path
+from retinue.cli.extras import web_request
 from retinue.cli.pricing import warn_unpriced
 from retinue.cli.session import Plan, free_name, run_session, save_run, saved_run, team_kwargs
 from retinue.protocol.messages import AgentState
@@ -56,13 +57,14 @@ def _execute(
         return Plan(f"retinue  {agent} -> {root}  store={store}", [root], start)
 
     open_kwargs = {"durability": durability, **team_kwargs(team, workspace)}
+    web = web_request(args)
     warn_unpriced(team)
     return run_session(
         store,
         open_kwargs,
         plan,
         json_mode=args.json,
-        web=getattr(args, "web", None),
+        web=web,
         approver=lambda rt, roots: approver_for(rt, roots, args),
     )
 
@@ -128,7 +130,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         count = len(waiting) + len(pending)
         return Plan(f"retinue resume  {count} agents  store={store}", roots, start)
 
-    web = getattr(args, "web", None)
+    web = web_request(args)
     return run_session(
         store,
         team_kwargs(team, workspace),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from retinue.cli.approve import Approver
 from retinue.cli.common import OK, RUN_FILE, UsageError, load_team_file, open_store
-from retinue.cli.extras import start_web
+from retinue.cli.extras import WebRequest, start_web
 from retinue.cli.follow import Outcome, follow, receive, report, stop_on_signals
 from retinue.cli.render import make_view
 from retinue.errors import UnknownAgent
@@ -46,7 +46,7 @@ def run_session(
     plan: Callable[[Runtime], Plan | None],
     *,
     json_mode: bool,
-    web: str | None = None,
+    web: WebRequest | None = None,
     approver: Callable[[Runtime, Sequence[str]], Approver] | None = None,
 ) -> int:
     """Open ``store``, start what ``plan`` says and follow it to the end; return the exit code.

@@ -23,7 +23,9 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``transcript`` the last messages of its stored LLM conversation (at most
     the tail asked for), of ``transcript_length`` in all, ``transcript_cut``
     of them replaced by a cut marker over its life; ``calls`` its last model
-    calls as its transcript keeps them (when each started and ended).
+    calls as its transcript keeps them (when each started and ended);
+    ``trace`` the W3C ``traceparent`` its turns' spans continue (None: the
+    runtime traced nothing for it).
     """
 
     info: AgentInfo
@@ -33,6 +35,7 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     transcript_length: int = 0
     transcript_cut: int = 0
     calls: tuple[ModelCallRecord, ...] = ()
+    trace: str | None = None
 
 
 class Backlog(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -5,9 +5,13 @@ runtime beside a writer in another process) on a background thread and
 returns a :class:`WebServer` to stop; :func:`start_web` does the same from a
 ``HOST:PORT`` text (``retinue run --web``); :func:`create_app` is the ASGI app
 itself, over a :class:`LiveTree`, for a host that runs its own ASGI server.
-Every bound is a :class:`WebOptions` field. The page is static HTML, script
-and style shipped in the package (no build step); it builds its DOM with
-``textContent`` only, so agent output is shown as text.
+Every bound is a :class:`WebOptions` field. With ``actions=True`` the page
+can approve, deny, interrupt, resume and close (:class:`Actions`: through
+the writer in process, :class:`RuntimeActions`; a read-only view refuses
+each, :class:`WriterNeeded`), every action a ``POST`` with its page's token.
+The page is static HTML, scripts and style shipped in the package (no build
+step); it builds its DOM with ``textContent`` only, so agent output is shown
+as text.
 """
 
 from __future__ import annotations
@@ -20,15 +24,20 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ExtraNotInstalled("web", "retinue web", exc.name or "starlette") from None
 
+from retinue.web.actions import ActionResult, Actions, RuntimeActions, WriterNeeded
 from retinue.web.app import create_app
 from retinue.web.live import LiveTree
 from retinue.web.options import WebOptions
 from retinue.web.server import WebServer, parse_address, serve, start_web
 
 __all__ = [
+    "ActionResult",
+    "Actions",
     "LiveTree",
+    "RuntimeActions",
     "WebOptions",
     "WebServer",
+    "WriterNeeded",
     "create_app",
     "parse_address",
     "serve",

@@ -1,18 +1,27 @@
-"""The web view's HTTP face: a static page and a read-only JSON API over a :class:`LiveTree`.
+"""The web view's HTTP face: a static page, a JSON API over a :class:`LiveTree`, and actions.
 
-Routes (all ``GET``; anything else is 405):
+Routes (``GET`` unless said; anything else is 405):
 
-- ``/`` the page; ``/static/app.js`` and ``/static/style.css`` its script and style.
-- ``/api/summary`` counts by state, tokens and cost, and how the poller is doing.
+- ``/`` the page (with a fresh action token when actions are on);
+  ``/static/<name>`` its scripts (``app.js``, which starts it, ``listing.js``,
+  ``detail.js``, ``actions.js``, ``timeline.js``) and ``style.css``.
+- ``/api/summary`` counts by state, tokens and cost, how the poller is doing,
+  and whether a writer holds the store (``writer``: ``in-process``, ``live``
+  or ``stopped``).
 - ``/api/children?parent=ID&offset=0&limit=200&closed=0`` one page of an agent's
   children (``parent`` empty or absent: the top-level agents), with their count.
-- ``/api/agent?id=ID&tail=50`` one agent in full (``Runtime.inspect``).
+- ``/api/tree?closed=0`` every row the tree shows, in tree order, when they
+  are at most ``WebOptions.expand_rows`` (else ``rows`` is null): the page
+  opens a small tree expanded.
+- ``/api/agent?id=ID&tail=50`` one agent in full (``Runtime.inspect``), with
+  its pending approval requests and its trace id (and link, with ``trace_url``).
 - ``/api/timeline?id=ID`` the turns and calls of the tree ``ID`` belongs to.
-- ``/api/search?q=TEXT&limit=100`` agents whose path contains TEXT.
-- ``/api/events?since=VERSION`` server-sent events: ``hello``, then ``update``
-  (the rows that changed, with the version as the event id), ``reset`` (reload),
-  ``activity`` (spans and tool calls from events) and a comment every
-  ``heartbeat_s``; ``max_messages=N`` ends the stream after N messages.
+- ``/api/search?q=TEXT&state=STATE&limit=100`` agents whose path or profile
+  contains TEXT and, with ``state``, in that state (one of the two at least).
+- ``/api/events?since=VERSION`` server-sent events (:mod:`retinue.web.stream`).
+- ``POST /api/actions/<action>`` approve, deny, interrupt, interrupt_tree,
+  resume, close (:mod:`retinue.web.acting`: off unless the app was given
+  :class:`~retinue.web.actions.Actions`; each needs its page's token and Origin).
 
 Bad query arguments get HTTP 400 with ``{"error": "..."}``; an unknown agent 404;
 a closed runtime 503. Every response carries a strict Content-Security-Policy
@@ -47,11 +56,17 @@ from retinue.errors import (
     RuntimeClosed,
     UnknownAgent,
 )
+from retinue.protocol.messages import AgentState
 from retinue.serving import Guard, ServerPolicy, cookie_name, is_loopback
-from retinue.web.live import Delta, LiveTree
-from retinue.web.rows import detail_payload
+from retinue.web.acting import ActionRoute
+from retinue.web.actions import Actions
+from retinue.web.live import LiveTree
+from retinue.web.rows import approval_payload, detail_payload
 from retinue.web.snapshot import ROOT, Snapshot
 from retinue.web.stored import read_spans
+from retinue.web.stream import event_stream
+from retinue.web.tokens import PageTokens
+from retinue.web.traces import check_trace_url, trace_id_of, trace_link
 
 __all__ = ["LOOPBACK_HOSTS", "create_app"]
 
@@ -60,8 +75,15 @@ FIRST_SNAPSHOT_S = 60.0  # how long a request waits for the store's first read
 _STATIC = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "listing.js": "text/javascript; charset=utf-8",
+    "detail.js": "text/javascript; charset=utf-8",
+    "actions.js": "text/javascript; charset=utf-8",
+    "timeline.js": "text/javascript; charset=utf-8",
     "style.css": "text/css; charset=utf-8",
 }
+TOKEN_SLOT = b"__ACTION_TOKEN__"
+"""Where the page's action token goes in ``index.html`` (empty when actions are off)."""
+STATES = frozenset(str(state) for state in AgentState)
 _HEADERS = [
     (
         b"content-security-policy",
@@ -127,10 +149,13 @@ def _flag(request: Request, name: str) -> bool:
 class _Api:
     """The route handlers, over one live tree."""
 
-    def __init__(self, live: LiveTree) -> None:
+    def __init__(self, live: LiveTree, actions: bool, trace_url: str | None) -> None:
         self.live = live
         self.rt = live.rt
         self.opts = live.options
+        self.actions = actions
+        self.trace_url = trace_url
+        self.tokens = PageTokens()
         self.streams = 0
         folder = resources.files("retinue.web") / "static"
         self.files = {name: (folder / name).read_bytes() for name in _STATIC}
@@ -145,7 +170,11 @@ class _Api:
         name = request.path_params.get("name", "index.html")
         if name not in _STATIC:
             return _json({"error": f"no file {name[:60]!r}"}, 404)
-        return Response(self.files[name], media_type=_STATIC[name])
+        body = self.files[name]
+        if name == "index.html":  # a fresh token for each page load
+            token = self.tokens.issue().encode("ascii") if self.actions else b""
+            body = body.replace(TOKEN_SLOT, token)
+        return Response(body, media_type=_STATIC[name])
 
     async def summary(self, request: Request) -> Response:
         await self.snap()
@@ -154,6 +183,10 @@ class _Api:
     def _summary(self) -> dict[str, Any]:
         snap = self.live.snapshot(0)
         live = self.live
+        writer = live.writer_payload()
+        if writer.get("writer") == "stopped" and writer.get("stopped_at") is None and snap:
+            # Not seen alive since the view started: the store's last change.
+            writer["stopped_at"] = max((r["updated_at"] for r in snap.rows.values()), default=None)
         return {
             **(snap.summary() if snap is not None else {"version": 0, "agents": 0, "states": {}}),
             "store": str(self.rt.path),
@@ -167,6 +200,9 @@ class _Api:
             "spans_dropped": live.activity.dropped,
             "events": not self.rt.readonly,
             "page_size": self.opts.page_size,
+            "expand_rows": self.opts.expand_rows,
+            "actions": self.actions,
+            **writer,
         }
 
     async def children(self, request: Request) -> Response:
@@ -182,6 +218,14 @@ class _Api:
         payload = {"version": snap.version, "parent": parent, "offset": offset}
         return _json({**payload, "total": total, "rows": rows})
 
+    async def tree(self, request: Request) -> Response:
+        snap = await self.snap()
+        closed = _flag(request, "closed")
+        limit = self.opts.expand_rows
+        rows = snap.tree(closed=closed, limit=limit)
+        shown = snap.shown(closed=closed)
+        return _json({"version": snap.version, "shown": shown, "limit": limit, "rows": rows})
+
     async def agent(self, request: Request) -> Response:
         ref = request.query_params.get("id", "")
         if not ref:
@@ -194,6 +238,14 @@ class _Api:
         payload = detail_payload(detail, row, tool)
         chain = snap.ancestors(detail.info.id) if snap is not None and row is not None else []
         payload["ancestors"] = [{"id": i, "path": snap.rows[i]["path"]} for i in chain if snap]
+        requests = []
+        if detail.info.state == "awaiting_approval":
+            found = await self.rt.approvals_async(detail.info.id)
+            requests = [approval_payload(r) for r in found if r.agent_id == detail.info.id]
+        payload["approvals"] = requests
+        trace_id = trace_id_of(detail.trace)
+        payload["trace_id"] = trace_id
+        payload["trace_url"] = trace_link(self.trace_url, trace_id)
         return _json(payload)
 
     async def timeline(self, request: Request) -> Response:
@@ -233,10 +285,15 @@ class _Api:
     async def search(self, request: Request) -> Response:
         snap = await self.snap()
         text = request.query_params.get("q", "").strip()
-        if not text:
-            raise BadRequest("q is required: part of an agent path")
+        state = request.query_params.get("state", "").strip() or None
+        if state is not None and state not in STATES:
+            raise BadRequest(
+                f"state must be one of {', '.join(sorted(STATES))}, not {state[:40]!r}"
+            )
+        if not text and state is None:
+            raise BadRequest("q or state is required: part of an agent path or profile, a state")
         limit = _int(request, "limit", self.opts.search_limit, 1, self.opts.search_limit)
-        rows, total = snap.search(text[:1024], limit)
+        rows, total = snap.search(text[:1024], limit, state)
         return _json({"version": snap.version, "total": total, "rows": rows})
 
     async def events(self, request: Request) -> Response:
@@ -260,64 +317,12 @@ class _Api:
         )
 
     async def _stream(self, since: int | None, most: int) -> AsyncIterator[str]:
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-
-        def wake_up() -> None:
-            loop.call_soon_threadsafe(wake.set)
-
-        remove = self.live.add_listener(wake_up)
-        sent = 0
         self.streams += 1
         try:
-            snap = self.live.snapshot(0)
-            version = snap.version if snap is not None else 0
-            hello = {"version": version, "now": time.time(), "readonly": self.rt.readonly}
-            yield _sse("hello", hello, version)
-            sent += 1
-            if since is not None:
-                version = since
-                wake.set()
-            seq = self.live.activity.seq
-            tools: dict[str, str] = {}
-            deadline = time.monotonic() + self.opts.stream_max_s
-            while not self.live.stopping and time.monotonic() < deadline:
-                if most and sent >= most:
-                    return
-                try:
-                    await asyncio.wait_for(wake.wait(), self.opts.heartbeat_s)
-                except TimeoutError:
-                    yield ": ping\n\n"
-                    continue
-                wake.clear()
-                delta = self.live.delta(version)
-                if delta is not None:
-                    version = delta.version
-                    yield _delta_message(delta, self._summary())
-                    sent += 1
-                spans, seq = self.live.activity.since(seq, 200)
-                now_tools = self.live.activity.tools()
-                if spans or now_tools != tools:
-                    tools = now_tools
-                    payload = {"spans": [s.payload() for s in spans], "tools": tools}
-                    yield _sse("activity", payload, None)
-                    sent += 1
+            async for message in event_stream(self.live, since, most, self._summary):
+                yield message
         finally:
-            remove()
             self.streams -= 1
-
-
-def _sse(kind: str, payload: Any, version: int | None) -> str:
-    head = f"id: {version}\n" if version is not None else ""
-    return f"{head}event: {kind}\ndata: {_encode(payload).decode()}\n\n"
-
-
-def _delta_message(delta: Delta, summary: dict[str, Any]) -> str:
-    if delta.reset:
-        return _sse("reset", {"version": delta.version, "summary": summary}, delta.version)
-    payload = {"version": delta.version, "rows": delta.rows, "removed": delta.removed}
-    payload["summary"] = summary
-    return _sse("update", payload, delta.version)
 
 
 def _guard(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
@@ -344,6 +349,8 @@ def create_app(
     *,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     policy: ServerPolicy | None = None,
+    actions: Actions | None = None,
+    trace_url: str | None = None,
 ) -> Starlette:
     """Return the ASGI app of the web view over ``live`` (which the caller starts and stops).
 
@@ -351,26 +358,35 @@ def create_app(
     the one of its bind). Without it, the app answers loopback names and the
     names in ``allowed_hosts`` (``"*"``: any ``Host`` and ``Origin``, for a
     host that checks them in front of the app itself), without a token.
+    ``actions`` turns the page's action buttons on (see
+    :mod:`retinue.web.actions`; None: the view only watches). ``trace_url``
+    is a template such as ``http://127.0.0.1:16686/trace/{trace_id}`` that
+    links an agent's trace id (:mod:`retinue.web.traces`).
 
     Raises:
-        InvalidArgument: an allowed host that is not a host name or address.
+        InvalidArgument: an allowed host that is not a host name or address, or a
+            bad ``trace_url``.
+        ArgumentTypeError: a ``trace_url`` that is not a str.
     """
-    api = _Api(live)
+    api = _Api(live, actions is not None, check_trace_url(trace_url))
+    if policy is None and "*" not in allowed_hosts:
+        extra = [name for name in allowed_hosts if not is_loopback(name)]
+        policy = ServerPolicy.for_bind("127.0.0.1", 0, allowed_hosts=extra)
+    act = ActionRoute(actions, api.tokens, policy, live.options.max_action_bytes)
     routes = [
         Route("/", _guard(api.page)),
         Route("/static/{name}", _guard(api.page)),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/summary", _guard(api.summary)),
         Route("/api/children", _guard(api.children)),
+        Route("/api/tree", _guard(api.tree)),
         Route("/api/agent", _guard(api.agent)),
         Route("/api/timeline", _guard(api.timeline)),
         Route("/api/search", _guard(api.search)),
         Route("/api/events", _guard(api.events)),
+        Route("/api/actions/{action}", act.handle, methods=["POST"]),
     ]
     middleware = [Middleware(_Headers)]
-    if policy is None and "*" not in allowed_hosts:
-        extra = [name for name in allowed_hosts if not is_loopback(name)]
-        policy = ServerPolicy.for_bind("127.0.0.1", 0, allowed_hosts=extra)
     if policy is not None:
         middleware.append(Middleware(Guard, policy=policy, cookie=cookie_name(policy.port)))
     return Starlette(routes=routes, middleware=middleware)

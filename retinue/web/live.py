@@ -11,6 +11,11 @@ happened since the last read, it does not read at all. Served in-process
 committed change wakes it at once, and tool and model calls feed
 :class:`~retinue.web.activity.Activity`.
 
+A read-only view also watches whether a process still holds the store's
+writer lock (:func:`~retinue.web.liveness.writer_status`, looked at with the
+meta pages): when none does, the page says the writer stopped, and that its
+running agents were running when it stopped.
+
 Each read that changed something gets the next version; the ids that changed
 in each of the last ``history`` versions are kept, so a page that reconnects
 with the version it has gets only the rows that changed since (or is told to
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from retinue.errors import RetinueError, RuntimeClosed
 from retinue.persistence.integrity import store_usage
 from retinue.web.activity import Activity
+from retinue.web.liveness import WriterStatus, writer_status
 from retinue.web.options import WebOptions
 from retinue.web.rows import Row, tool_in_progress
 from retinue.web.snapshot import Snapshot, build, changes
@@ -85,6 +91,10 @@ class LiveTree:
         self._probed: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[], None] | None = None
+        self.writer: WriterStatus | None = None  # None: this runtime is the writer
+        self.writer_seen_at: float | None = None  # when a live writer was last seen
+        if rt.readonly:
+            self.check_writer()
 
     # -- life ---------------------------------------------------------------------------
 
@@ -137,6 +147,38 @@ class LiveTree:
             self._wake.set()
         else:
             self._notify()  # tool calls show in the tree before the next read
+
+    # -- the writer -----------------------------------------------------------------------
+
+    def check_writer(self) -> bool:
+        """Look again whether a process holds a read-only view's store; return True if that
+        changed (an in-process writer is always there: False)."""
+        if not self.rt.readonly:
+            return False
+        status = writer_status(self.rt.path)
+        if status.alive:
+            self.writer_seen_at = time.time()
+        changed = status != self.writer
+        self.writer = status
+        return changed
+
+    def writer_payload(self) -> dict[str, Any]:
+        """Return what the page's badge shows of the writer.
+
+        ``writer`` is ``"in-process"`` (the view runs in the writer),
+        ``"live"`` or ``"stopped"``; ``stopped_at`` is when a live writer was
+        last seen (None: not since the view started; the page then takes the
+        store's last change).
+        """
+        status = self.writer
+        if status is None:
+            return {"writer": "in-process", "writer_pid": None, "writer_text": None}
+        return {
+            "writer": "live" if status.alive else "stopped",
+            "writer_pid": status.pid,
+            "writer_text": status.describe(),
+            "stopped_at": None if status.alive else self.writer_seen_at,
+        }
 
     # -- reading --------------------------------------------------------------------------
 
@@ -261,6 +303,8 @@ class LiveTree:
                     break
                 woken = self._wake.wait(min(left, opts.min_interval_s))
                 self._wake.clear()
+                if self.check_writer():
+                    self._notify()  # the badge changes with no commit in the store
                 if woken or self._marker != self._store_marker():
                     floor = last + next_pause(self.read_s, opts)
                     self._stop.wait(max(0.0, floor - time.monotonic()))

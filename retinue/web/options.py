@@ -33,6 +33,9 @@ class WebOptions:
     (older ones are counted as dropped). Streams: at most ``max_streams`` open
     at once (more get HTTP 503), a comment every ``heartbeat_s``, and each ends
     after ``stream_max_s`` (the browser reconnects with its version).
+    The page opens the whole tree expanded when it shows at most
+    ``expand_rows`` agents (more: the top level only, each agent opened by a
+    click). An action's request body is at most ``max_action_bytes``.
     """
 
     min_interval_s: float = 0.25
@@ -53,6 +56,8 @@ class WebOptions:
     max_streams: int = 32
     heartbeat_s: float = 15.0
     stream_max_s: float = 600.0
+    expand_rows: int = 300
+    max_action_bytes: int = 16_384
 
     def __post_init__(self) -> None:
         """Check every field.

@@ -19,12 +19,14 @@ import msgspec
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.records import TranscriptMessage
+from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = [
     "DUE_FIELDS",
     "PREVIEW_CHARS",
     "TEXT_CHARS",
     "Row",
+    "approval_payload",
     "clip_text",
     "detail_payload",
     "row_of",
@@ -66,12 +68,20 @@ def _attempt(info: AgentInfo) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def row_of(info: AgentInfo, parent: str, kids: int, kids_all: int, tool: str | None) -> Row:
+def row_of(
+    info: AgentInfo,
+    parent: str,
+    kids: int,
+    kids_all: int,
+    tool: str | None,
+    below: tuple[int, int] = (0, 0),
+) -> Row:
     """Return the tree row of one agent.
 
     ``parent`` is the parent's id (``""`` for a top-level agent), ``kids`` its
     live children, ``kids_all`` its children closed ones included, ``tool`` the
-    tool call in progress when known.
+    tool call in progress when known, ``below`` how many agents under it (not
+    itself) are ``failed`` and ``awaiting_approval``.
     """
     state = str(info.state)
     usage = info.usage
@@ -99,6 +109,8 @@ def row_of(info: AgentInfo, parent: str, kids: int, kids_all: int, tool: str | N
         "due_at": _due(info),
         "tool": tool,
         "result": clip_text(text, PREVIEW_CHARS),
+        "failed_below": below[0],
+        "waiting_below": below[1],
     }
 
 
@@ -186,4 +198,16 @@ def detail_payload(detail: AgentDetail, row: Row | None, tool: str | None) -> di
         "transcript": [_entry(m) for m in detail.transcript],
         "transcript_length": detail.transcript_length,
         "transcript_cut": detail.transcript_cut,
+    }
+
+
+def approval_payload(request: ApprovalRequest) -> dict[str, Any]:
+    """Return a pending approval request for the agent's detail (its arguments clipped)."""
+    return {
+        "id": request.id,
+        "tool": request.tool,
+        "arguments": clip_text(request.arguments, 2000),
+        "requested_at": request.requested_at,
+        "expires_at": request.expires_at,
+        "generation": request.generation,
     }

@@ -31,9 +31,11 @@ from retinue.serving import (
     listen,
     split_address,
 )
+from retinue.web.actions import Actions, RuntimeActions, WriterNeeded
 from retinue.web.app import create_app
 from retinue.web.live import LiveTree
 from retinue.web.options import WebOptions
+from retinue.web.traces import check_trace_url
 
 if TYPE_CHECKING:
     from retinue.runtime import Runtime
@@ -129,6 +131,8 @@ def serve(
     options: WebOptions | None = None,
     token: str | None = None,
     allowed_hosts: Iterable[str] = (),
+    actions: bool | Actions = False,
+    trace_url: str | None = None,
 ) -> WebServer:
     """Serve the live web view of ``rt`` (a writer or a read-only runtime) on ``host:port``.
 
@@ -142,13 +146,23 @@ def serve(
     until :meth:`WebServer.stop`, which the caller must call before closing
     ``rt``.
 
+    ``actions=True`` adds approve, deny, interrupt, interrupt tree, resume
+    and close to an agent's detail: through ``rt`` when it is the writer;
+    a read-only ``rt`` answers each with ``StoreReadOnly`` (the actions need
+    the writer). An :class:`~retinue.web.actions.Actions` acts through it
+    instead. ``trace_url`` (e.g. ``http://127.0.0.1:16686/trace/{trace_id}``)
+    links an agent's trace id.
+
     Raises:
-        ArgumentTypeError: ``host``, ``port``, ``token`` or an allowed host of
-            the wrong type.
-        InvalidArgument: a bad port, token or allowed host, an unsafe bind
-            (see above), or an address that cannot be listened on (in use).
+        ArgumentTypeError: ``host``, ``port``, ``token``, an allowed host,
+            ``actions`` or ``trace_url`` of the wrong type.
+        InvalidArgument: a bad port, token, allowed host or trace URL, an
+            unsafe bind (see above), or an address that cannot be listened on
+            (in use).
     """
     host, port = _check(host, port)
+    acting = _actions(rt, actions)
+    trace_url = check_trace_url(trace_url)
     if isinstance(allowed_hosts, str):
         raise ArgumentTypeError("allowed_hosts must be a list of names, not one str")
     # A name is bound as it resolves; clients use the name.
@@ -158,7 +172,7 @@ def serve(
     bound, port = bound_address(sock)
     policy = dataclasses.replace(policy, host=bound, port=port)
     live = LiveTree(rt, options)
-    app = create_app(live, policy=policy)
+    app = create_app(live, policy=policy, actions=acting, trace_url=trace_url)
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -182,6 +196,25 @@ def serve(
         sock.close()
         raise InvalidArgument(f"the web view did not start on {policy.describe()}")
     return web
+
+
+def _actions(rt: Runtime, actions: object) -> Actions | None:
+    """The actions a view of ``rt`` offers for ``serve``'s ``actions`` argument.
+
+    Raises:
+        ArgumentTypeError: neither a bool nor an object with the actions' methods.
+    """
+    if actions is False:
+        return None
+    if actions is True:
+        return WriterNeeded() if rt.readonly else RuntimeActions(rt)
+    needed = ("approve", "deny", "interrupt", "interrupt_tree", "resume", "close")
+    if isinstance(actions, bool | int) or not all(hasattr(actions, m) for m in needed):
+        raise ArgumentTypeError(
+            f"actions must be True, False or an Actions object, not {type(actions).__name__}"
+        )
+    found: Actions = actions  # type: ignore[assignment]  # checked just above
+    return found
 
 
 def _is_name(host: str) -> bool:
@@ -212,13 +245,26 @@ def start_web(
     options: WebOptions | None = None,
     token: str | None = None,
     allowed_hosts: Iterable[str] = (),
+    actions: bool | Actions = False,
+    trace_url: str | None = None,
 ) -> WebServer:
     """Serve ``rt``'s live view on ``address`` (``HOST:PORT``) in the background; return it.
 
-    ``token`` and ``allowed_hosts`` as :func:`serve` takes them.
+    ``token``, ``allowed_hosts``, ``actions`` and ``trace_url`` as :func:`serve`
+    takes them.
 
     Raises:
-        InvalidArgument: a bad address, an unsafe bind, or one that cannot be listened on.
+        InvalidArgument: a bad address or trace URL, an unsafe bind, or one that
+            cannot be listened on.
     """
     host, port = parse_address(address)
-    return serve(rt, host, port, options=options, token=token, allowed_hosts=allowed_hosts)
+    return serve(
+        rt,
+        host,
+        port,
+        options=options,
+        token=token,
+        allowed_hosts=allowed_hosts,
+        actions=actions,
+        trace_url=trace_url,
+    )

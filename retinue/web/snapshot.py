@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from retinue.protocol.messages import AgentInfo
 from retinue.web.rows import Row, row_of
 
-__all__ = ["ROOT", "Changes", "Snapshot", "build", "changes"]
+__all__ = ["ATTENTION", "ROOT", "Changes", "Snapshot", "build", "changes"]
 
 ROOT = ""
 """The parent id of top-level agents (the host, ``/root``)."""
@@ -75,12 +75,38 @@ class Snapshot:
             agent = up
         return chain[::-1]
 
-    def search(self, text: str, limit: int) -> tuple[list[Row], int]:
-        """Return up to ``limit`` rows whose path contains ``text`` (live first), and the count."""
+    def search(self, text: str, limit: int, state: str | None = None) -> tuple[list[Row], int]:
+        """Return up to ``limit`` rows whose path or profile contains ``text`` (any case; blank:
+        every agent) and, with ``state``, whose state it is; live first, then by path; and
+        their count."""
         needle = text.lower()
-        hits = [i for i, info in self.infos.items() if needle in info.path.lower()]
+        hits = [
+            i
+            for i, info in self.infos.items()
+            if (state is None or info.state == state)
+            and (needle in info.path.lower() or needle in info.profile.lower())
+        ]
         hits.sort(key=lambda i: (self.infos[i].state == "closed", self.infos[i].path))
         return [self.rows[i] for i in hits[:limit]], len(hits)
+
+    def shown(self, *, closed: bool) -> int:
+        """Return how many agents the tree shows (closed ones only with ``closed``)."""
+        return len(self.infos) - (0 if closed else self.states.get("closed", 0))
+
+    def tree(self, *, closed: bool, limit: int) -> list[Row] | None:
+        """Return every row the tree shows in tree order (each parent before its children,
+        oldest first), or None when there are more than ``limit``."""
+        if self.shown(closed=closed) > limit:
+            return None
+        out: list[Row] = []
+        stack = list(reversed(self.kids.get(ROOT, [])))
+        while stack:
+            agent = stack.pop()
+            if not closed and self.infos[agent].state == "closed":
+                continue
+            out.append(self.rows[agent])
+            stack.extend(reversed(self.kids.get(agent, [])))
+        return out
 
     def summary(self) -> dict[str, object]:
         """Return the counts the page's header shows."""
@@ -113,6 +139,28 @@ def _parents(agents: Sequence[AgentInfo]) -> dict[str, str]:
     return parent
 
 
+ATTENTION = ("failed", "awaiting_approval")
+"""States a parent is marked for when an agent under it is in one (``failed_below``,
+``waiting_below``)."""
+
+
+def _below(agents: Sequence[AgentInfo], parent: Mapping[str, str]) -> dict[str, tuple[int, int]]:
+    """Map each agent with a failed or waiting agent under it to how many of each."""
+    counts: dict[str, tuple[int, int]] = {}
+    for info in agents:
+        if info.state not in ATTENTION:
+            continue
+        failed = info.state == "failed"
+        up = parent.get(info.id, ROOT)
+        seen: set[str] = set()
+        while up != ROOT and up not in seen:
+            seen.add(up)
+            was = counts.get(up, (0, 0))
+            counts[up] = (was[0] + 1, was[1]) if failed else (was[0], was[1] + 1)
+            up = parent.get(up, ROOT)
+    return counts
+
+
 def build(
     agents: Sequence[AgentInfo],
     version: int,
@@ -140,9 +188,11 @@ def build(
             snap.cost_usd += info.tree_usage.cost_usd
     old_rows = previous.rows if previous is not None else {}
     old_infos = previous.infos if previous is not None else {}
+    marks = _below(agents, snap.parent)
     for info in order:
         kid_ids = snap.kids.get(info.id, ())
         up, kids, tool = snap.parent[info.id], live[info.id], tools.get(info.id)
+        below = marks.get(info.id, (0, 0))
         old = old_rows.get(info.id)
         if (
             old is not None
@@ -151,10 +201,11 @@ def build(
             and old["kids"] == kids
             and old["kids_all"] == len(kid_ids)
             and old["tool"] == tool
+            and (old["failed_below"], old["waiting_below"]) == below
         ):
             snap.rows[info.id] = old
         else:
-            snap.rows[info.id] = row_of(info, up, kids, len(kid_ids), tool)
+            snap.rows[info.id] = row_of(info, up, kids, len(kid_ids), tool, below)
     return snap
 
 

@@ -14,12 +14,20 @@ pytest.importorskip("uvicorn", reason="the web view needs the 'web' extra: pip i
 
 from web.writer import ROOT, Writer
 
-__all__ = ["ROOT", "Writer", "writer"]
+__all__ = ["ROOT", "Writer", "wide_writer", "writer"]
 
 
 @pytest.fixture
 def writer(tmp_path: Path) -> Iterator[Writer]:
     """A writer process running the test tree in ``tmp_path/store``, stopped at teardown."""
     w = Writer(tmp_path / "store", tmp_path / "release")
+    yield w
+    w.stop()
+
+
+@pytest.fixture
+def wide_writer(tmp_path: Path) -> Iterator[Writer]:
+    """A writer process running the six-agent tree (a failing leaf among them)."""
+    w = Writer(tmp_path / "store", tmp_path / "release", wide=True)
     yield w
     w.stop()

@@ -74,12 +74,14 @@ def test_the_page_is_static_and_its_script_never_writes_html(
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
     assert page.headers["x-content-type-options"] == "nosniff"
-    script = client.get("/static/app.js")
-    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
-    # Agent output is untrusted: the page only ever sets text, never markup.
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
-        assert sink not in script.text, sink
-    assert "textContent" in script.text
+    for name in ("listing.js", "detail.js", "actions.js", "timeline.js", "app.js"):
+        assert f'<script src="/static/{name}"></script>' in page.text
+        script = client.get(f"/static/{name}")
+        assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+        # Agent output is untrusted: the page only ever sets text, never markup.
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert sink not in script.text, (name, sink)
+    assert "node.textContent = String(text)" in client.get("/static/app.js").text  # el()
     assert client.get("/static/style.css").status_code == 200
     assert client.get("/static/secret.py").status_code == 404
     assert client.get("/static/..%2Fapp.py").status_code == 404
@@ -185,7 +187,8 @@ def test_bad_queries_get_a_reason_and_the_right_status(
         "/api/agent?id=/root/a/../b": (400, ""),
         "/api/agent?id=/root/review&tail=-1": (400, "tail must be between"),
         "/api/timeline?id=nobody": (404, "no agent"),
-        "/api/search": (400, "q is required"),
+        "/api/search": (400, "q or state is required"),
+        "/api/search?state=asleep": (400, "state must be one of"),
         "/api/events?since=abc": (400, "since must be a version number"),
     }
     for url, (status, text) in cases.items():

@@ -1,22 +1,43 @@
 // retinue's live view. No build step, no dependency. Every piece of data is put in the page
 // with textContent, never parsed as markup: agent output is untrusted text.
+// listing.js (filter and search), detail.js (an agent's detail), actions.js (its buttons) and
+// timeline.js (the timeline) load before this file; this one starts the page.
 "use strict";
 
 const KNOWN_STATES = [
   "starting", "running", "completed", "failed", "interrupted", "closed", "restarting", "awaiting_approval",
 ];
 const BUSY = new Set(["starting", "running", "restarting", "awaiting_approval"]);
+const FILTERS = ["failed", "running", "awaiting_approval", "restarting", "interrupted"];
+const STOPPED_WITH_WRITER = new Set(["starting", "running"]);
 const $ = (id) => document.getElementById(id);
 
 const view = {
   nodes: new Map(),             // id -> node {row, tr, cells, kids, total, loaded, expanded, depth}
   root: { id: "", kids: [], total: 0, loaded: false, expanded: true, depth: 0 },
   closed: false,
+  expandAll: false,             // the tree was small enough to open expanded (summary.expand_rows)
+  filter: null,                 // a state: only its agents are listed (flat, full paths)
+  query: "",                    // a search by path or profile: only the matches are listed
+  flat: new Map(),              // id -> node of the filtered list
+  flatTimer: null,
   selected: null,
   version: 0,
   skew: 0,                      // server clock minus ours, seconds
   pageSize: 200,
   tools: {},                    // agent id -> tool in progress (from events)
+  summary: null,
+  connected: false,
+  writer: "in-process",         // or "live", "stopped" (no process holds the store)
+  writerText: "",
+  stoppedAt: null,              // when the stopped writer was last seen (epoch seconds)
+  actions: false,
+  lastAction: null,             // {agent, ok, text, action}: shown in that agent's detail
+  drafts: {},                   // approval request id -> the reason or note being typed
+  loading: 0,                   // reloads in progress
+  held: [],                     // updates that came during one
+  heldOver: false,              // more came than are held: reload again
+  loadedVersion: 0,             // the version the last reload read
   renderPending: false,
   detailTimer: null,
   detailBusy: false,
@@ -37,6 +58,11 @@ function stateClass(state, prefix) {
   return prefix + (KNOWN_STATES.includes(safe) ? safe : "other");
 }
 
+function stateText(state) {
+  const words = String(state).replace(/_/g, " ");
+  return view.writer === "stopped" && STOPPED_WITH_WRITER.has(state) ? words + " when the writer stopped" : words;
+}
+
 function now() { return Date.now() / 1000 + view.skew; }
 
 function seconds(value) {
@@ -47,7 +73,10 @@ function seconds(value) {
 
 function elapsed(row) {
   const begin = row.started_at || row.created_at;
-  const end = BUSY.has(row.state) ? now() : row.updated_at;
+  let end = row.updated_at;
+  if (BUSY.has(row.state)) {
+    end = view.writer === "stopped" && view.stoppedAt ? Math.max(row.updated_at, view.stoppedAt) : now();
+  }
   return Math.max(0, end - begin);
 }
 
@@ -64,39 +93,51 @@ async function getJSON(url) {
 
 function nodeOf(id) { return id === "" ? view.root : view.nodes.get(id); }
 
-function makeNode(row, depth) {
+function makeNode(row, depth, flat) {
   const tr = el("tr");
-  tr.dataset.id = row.id;
   const cells = {};
   for (const name of ["path", "profile", "state", "time", "attempt", "tokens", "cost", "result"]) {
     cells[name] = el("td", name === "path" || name === "result" ? name
       : (["time", "attempt", "tokens", "cost"].includes(name) ? "num" : ""));
     tr.appendChild(cells[name]);
   }
-  const node = { id: row.id, row, tr, cells, kids: [], total: 0, loaded: false, expanded: false, depth };
+  const open = view.expandAll && !flat;
+  const node = { id: row.id, row, tr, cells, kids: [], total: 0, loaded: open, expanded: open, depth, flat: !!flat };
   tr.addEventListener("click", (event) => {
     if (event.target.classList.contains("toggle")) return;
     select(row.id);
   });
-  view.nodes.set(row.id, node);
+  (flat ? view.flat : view.nodes).set(row.id, node);
   paint(node);
   return node;
 }
 
+function kidCount(row) { return view.closed ? row.kids_all : row.kids; }
+
 function paint(node) {
   const row = node.row;
   const c = node.cells;
+  node.tr.dataset.id = row.id;
+  node.tr.dataset.path = row.path;
+  node.tr.dataset.state = row.state;
+  node.tr.title = row.path;
   c.path.replaceChildren();
-  c.path.style.paddingLeft = (8 + 16 * (node.depth - 1)) + "px";
-  const count = view.closed ? row.kids_all : row.kids;
-  const toggle = el("button", "toggle", count ? (node.expanded ? "▾" : "▸") : "");
-  toggle.title = count ? count + " children" : "";
-  toggle.addEventListener("click", () => toggleNode(node));
-  c.path.appendChild(toggle);
-  c.path.appendChild(el("span", "", node.depth === 1 ? row.path : row.name));
+  c.path.title = row.path;
+  const count = kidCount(row);
+  if (node.flat) {
+    c.path.appendChild(el("span", "", row.path));
+  } else {
+    c.path.style.paddingLeft = (8 + 16 * (node.depth - 1)) + "px";
+    const toggle = el("button", "toggle", count ? (node.expanded ? "▾" : "▸") : "");
+    toggle.title = count ? count + " children" : "";
+    toggle.addEventListener("click", () => toggleNode(node));
+    c.path.appendChild(toggle);
+    c.path.appendChild(el("span", "", node.depth === 1 ? row.path : row.name));
+  }
   if (count) c.path.appendChild(el("span", "sub", " (" + count + ")"));
+  marks(c.path, row, node.tr);
   c.profile.textContent = row.profile;
-  c.state.replaceChildren(el("span", "state " + stateClass(row.state, "st-"), row.state));
+  c.state.replaceChildren(el("span", "state " + stateClass(row.state, "st-"), stateText(row.state)));
   c.time.textContent = seconds(elapsed(row));
   c.attempt.textContent = row.attempt ? String(row.attempt) : "";
   if (row.due_at) c.attempt.textContent += " (next " + seconds(Math.max(0, row.due_at - now())) + ")";
@@ -107,6 +148,23 @@ function paint(node) {
   if (tool) c.result.appendChild(el("span", "tool", "⚙ " + tool));
   else c.result.textContent = row.last_error && BUSY.has(row.state) ? row.last_error : (row.result || "");
   node.tr.classList.toggle("selected", view.selected === row.id);
+}
+
+// A parent whose subtree holds a failed or waiting agent says so on its row.
+function marks(cell, row, tr) {
+  const failed = row.failed_below || 0, waiting = row.waiting_below || 0;
+  tr.classList.toggle("has-failed", failed > 0);
+  tr.classList.toggle("has-waiting", waiting > 0);
+  if (failed) {
+    const mark = el("span", "mark mark-failed", "⚠ " + failed);
+    mark.title = failed + " failed below";
+    cell.appendChild(mark);
+  }
+  if (waiting) {
+    const mark = el("span", "mark mark-waiting", "⏸ " + waiting);
+    mark.title = waiting + " awaiting approval below";
+    cell.appendChild(mark);
+  }
 }
 
 async function loadKids(node, offset) {
@@ -139,9 +197,16 @@ function scheduleRender() {
   requestAnimationFrame(() => { view.renderPending = false; render(); });
 }
 
+function listing() { return view.filter !== null || view.query !== ""; }
+
 function render() {
   const body = $("rows");
   const fragment = document.createDocumentFragment();
+  if (listing()) {
+    for (const node of view.flat.values()) fragment.appendChild(node.tr);
+    body.replaceChildren(fragment);
+    return;
+  }
   const walk = (parent) => {
     for (const id of parent.kids) {
       const node = view.nodes.get(id);
@@ -173,6 +238,7 @@ function applyRow(row) {
   const parent = nodeOf(row.parent);
   if (known) {
     const was = known.row;
+    if (row.updated_at < was.updated_at) return false;   // older than what is shown
     known.row = row;
     if (!visible(row) && visible(was)) {
       dropChild(parent, row.id);
@@ -185,9 +251,10 @@ function applyRow(row) {
     if (parent && parent !== view.root) paint(parent);
     return false;
   }
-  if (parent.kids.length >= parent.total) {
-    makeNode(row, parent.depth + 1);
+  if (parent.kids.length >= parent.total && parent.kids.length < view.pageSize) {
+    const node = makeNode(row, parent.depth + 1);
     parent.kids.push(row.id);
+    if (node.loaded && kidCount(row)) loadKids(node, 0);   // its children came before it
   }
   parent.total += 1;
   return true;
@@ -201,40 +268,86 @@ function dropChild(parent, id) {
   view.nodes.delete(id);
 }
 
+function depthOf(row) { return row.path.split("/").length; }
+
 function applyUpdate(update) {
   let structural = false;
-  for (const row of update.rows) structural = applyRow(row) || structural;
+  // Parents first, then as they were made (the order a fresh load gives).
+  const rows = [...update.rows].sort((a, b) => depthOf(a) - depthOf(b) || a.created_at - b.created_at);
+  for (const row of rows) structural = applyRow(row) || structural;
   for (const id of update.removed) {
     const node = view.nodes.get(id);
     if (node) { dropChild(nodeOf(node.row.parent), id); structural = true; }
   }
-  for (const row of update.rows) {  // children counts shown on parents
+  for (const row of rows) {  // children counts shown on parents
     const parent = view.nodes.get(row.parent);
     if (parent) paint(parent);
+    const listed = view.flat.get(row.id);
+    if (listed) { listed.row = row; paint(listed); }
   }
   if (structural) scheduleRender();
+  if (listing() && (rows.length || update.removed.length)) refreshListing();
   if (update.summary) showSummary(update.summary);
-  const touched = update.rows.some((r) => r.id === view.selected) || update.removed.includes(view.selected);
+  const touched = rows.some((r) => r.id === view.selected) || update.removed.includes(view.selected);
   if (view.selected && touched) refreshDetail();
   if (view.selected) refreshTimeline();
 }
 
 async function reload() {
-  const expanded = [...view.nodes.values()].filter((n) => n.expanded).map((n) => n.id);
+  // What was opened by hand is opened again (an expanded tree that grew past the bound is not).
+  const expanded = view.expandAll ? [] : [...view.nodes.values()].filter((n) => n.expanded).map((n) => n.id);
   view.nodes.clear();
   view.root.kids = [];
   view.root.loaded = false;
-  await loadKids(view.root, 0);
-  for (const id of expanded) {
-    const node = view.nodes.get(id);
-    if (node) { node.expanded = true; paint(node); await loadKids(node, 0); }
+  const tree = await getJSON("/api/tree?" + new URLSearchParams({ closed: view.closed ? "1" : "0" }));
+  view.loadedVersion = tree.version;
+  view.expandAll = tree.rows !== null;
+  if (view.expandAll) {
+    for (const row of tree.rows) {   // parents come before their children
+      const parent = nodeOf(row.parent);
+      if (!parent) continue;
+      makeNode(row, parent.depth + 1);
+      parent.kids.push(row.id);
+    }
+    view.root.loaded = true;
+    for (const node of [view.root, ...view.nodes.values()]) node.total = node.kids.length;
+    for (const node of view.nodes.values()) paint(node);
+  } else {
+    await loadKids(view.root, 0);
+    for (const id of expanded) {
+      const node = view.nodes.get(id);
+      if (node) { node.expanded = true; paint(node); await loadKids(node, 0); }
+    }
   }
   render();
+  if (listing()) await refreshListing(true);
+}
+
+// A full reload (the first, after a reset, from a new server). Updates that arrive meanwhile
+// are held, then those newer than what was loaded are applied; a summary never goes back.
+async function refresh() {
+  view.loading += 1;
+  view.summary = null;
+  try {
+    await loadSummary();
+    await reload();
+  } finally {
+    view.loading -= 1;
+  }
+  if (view.loading) return;
+  const held = view.held;
+  const over = view.heldOver;
+  view.held = [];
+  view.heldOver = false;
+  if (over) { await refresh(); return; }   // too many came meanwhile: load again instead
+  for (const update of held) if (update.version > view.loadedVersion) applyUpdate(update);
 }
 
 // -- header ------------------------------------------------------------------------------
 
 function showSummary(summary) {
+  if (view.summary && summary.version < view.summary.version) return;  // an older answer
+  view.summary = summary;
   const counts = $("counts");
   counts.replaceChildren();
   const states = Object.keys(summary.states || {}).sort();
@@ -246,225 +359,51 @@ function showSummary(summary) {
   if (summary.read_s !== undefined) {
     $("poll").textContent = "read " + (summary.read_s * 1000).toFixed(0) + " ms";
   }
+  paintFilters();
+  if (summary.writer !== undefined) {
+    const was = view.writer;
+    view.writer = summary.writer;
+    view.writerText = summary.writer_text || "";
+    view.stoppedAt = summary.stopped_at || null;
+    paintBadge();
+    if (was !== view.writer) {
+      for (const node of [...view.nodes.values(), ...view.flat.values()]) paint(node);
+      if (view.selected) refreshDetail(true);
+    }
+  }
 }
 
 async function loadSummary() {
   const summary = await getJSON("/api/summary");
   view.skew = summary.now - Date.now() / 1000;
   view.pageSize = summary.page_size || view.pageSize;
+  view.actions = !!summary.actions;
   $("store").textContent = summary.store;
-  $("mode").textContent = summary.readonly ? "read-only view" : "in-process view";
+  $("mode").textContent = (summary.readonly ? "read-only view" : "in-process view")
+    + (summary.actions ? " · actions" : "");
   showSummary(summary);
   if (summary.error) setConn(false, summary.error);
 }
 
 function setConn(on, text) {
+  view.connected = on;
+  view.connText = text;
+  paintBadge();
+}
+
+// The badge: the stream's connection, and whether a process still writes the store.
+function paintBadge() {
   const conn = $("conn");
-  conn.className = "conn " + (on ? "conn-on" : "conn-off");
-  conn.textContent = text;
-}
-
-// -- an agent's detail -------------------------------------------------------------------
-
-function select(id) {
-  view.selected = id;
-  for (const node of view.nodes.values()) node.tr.classList.toggle("selected", node.id === id);
-  refreshDetail(true);
-  refreshTimeline(true);
-}
-
-function refreshDetail(now) {
-  clearTimeout(view.detailTimer);
-  view.detailTimer = setTimeout(loadDetail, now ? 0 : 500);
-}
-
-async function loadDetail() {
-  if (!view.selected) return;
-  if (view.detailBusy) { view.detailAgain = true; return; }  // read again once this one is done
-  view.detailBusy = true;
-  view.detailAgain = false;
-  const id = view.selected;
-  try {
-    const detail = await getJSON("/api/agent?" + new URLSearchParams({ id }));
-    if (view.selected === id) showDetail(detail);
-  } catch (error) {
-    const pane = $("detail");
-    pane.replaceChildren(el("p", "hint", "Could not read " + id + ": " + error.message));
-  } finally {
-    view.detailBusy = false;
-    if (view.detailAgain) refreshDetail();
+  conn.title = view.writerText || "";
+  if (view.connected && view.writer === "stopped") {
+    conn.className = "conn conn-dead";
+    conn.textContent = "writer stopped";
+    conn.dataset.writer = "stopped";
+    return;
   }
-}
-
-function section(parent, title, text) {
-  parent.appendChild(el("h2", "", title));
-  parent.appendChild(el("pre", "", text));
-}
-
-function showDetail(d) {
-  const pane = $("detail");
-  pane.replaceChildren();
-  const crumbs = el("div", "crumbs");
-  for (const up of d.ancestors || []) {
-    const link = el("button", "link", up.path.split("/").pop());
-    link.addEventListener("click", () => select(up.id));
-    crumbs.appendChild(link);
-    crumbs.appendChild(document.createTextNode("/"));
-  }
-  pane.appendChild(crumbs);
-  pane.appendChild(el("h3", "", d.path));
-  const facts = el("dl");
-  const fact = (name, value) => {
-    if (value === null || value === undefined || value === "") return;
-    facts.appendChild(el("dt", "", name));
-    const dd = el("dd");
-    if (value instanceof Node) dd.appendChild(value); else dd.textContent = String(value);
-    facts.appendChild(dd);
-  };
-  fact("state", el("span", "state " + stateClass(d.state, "st-"), d.state));
-  fact("profile", d.profile);
-  fact("id", d.id);
-  fact("generation", d.generation);
-  fact("attempt", d.attempt);
-  fact("time", seconds(elapsed(d)));
-  if (d.due_at) fact("next attempt", "in " + seconds(Math.max(0, d.due_at - now())));
-  fact("tool in progress", d.tool);
-  fact("tokens", (d.usage.prompt_tokens + d.usage.completion_tokens).toLocaleString()
-    + " (" + d.usage.prompt_tokens + " prompt, " + d.usage.completion_tokens + " completion)");
-  fact("cost", money(d.usage.cost_usd) || "$0");
-  if (d.tree_usage) {
-    fact("tree tokens", (d.tree_usage.prompt_tokens + d.tree_usage.completion_tokens).toLocaleString());
-    fact("tree cost", money(d.tree_usage.cost_usd) || "$0");
-  }
-  fact("children", d.kids_all ? d.kids + " live, " + d.kids_all + " in all" : null);
-  pane.appendChild(facts);
-  section(pane, "task", d.task);
-  if (d.output !== null) section(pane, "output", d.output);
-  if (d.error !== null) section(pane, "error", d.error);
-  if (d.last_error && d.last_error !== d.error) section(pane, "last error", d.last_error);
-  pane.appendChild(el("h2", "", "pending completions (" + d.pending.length + ")"));
-  for (const c of d.pending) {
-    pane.appendChild(el("pre", "", c.path + " g" + c.generation + " " + c.status + ": "
-      + (c.output || c.error || "")));
-  }
-  pane.appendChild(el("h2", "", "unread messages (" + d.unread.length + ")"));
-  for (const m of d.unread) pane.appendChild(el("pre", "", "from " + m.sender + " (" + m.kind + "): " + m.content));
-  const shown = d.transcript.length;
-  pane.appendChild(el("h2", "", "transcript (last " + shown + " of " + d.transcript_length + ")"));
-  const transcript = el("div", "transcript");
-  transcript.id = "transcript";
-  for (const entry of d.transcript) {
-    const box = el("div", "entry role-" + String(entry.role).replace(/[^a-z]/g, ""));
-    box.appendChild(el("div", "role", entry.role + (entry.name ? " · " + entry.name : "")));
-    if (entry.content) box.appendChild(el("pre", "", entry.content));
-    for (const call of entry.tool_calls) box.appendChild(el("div", "call", "→ " + call.name + "(" + call.arguments + ")"));
-    transcript.appendChild(box);
-  }
-  if (!shown) transcript.appendChild(el("p", "hint", "no transcript (not a model agent, or no turn yet)"));
-  pane.appendChild(transcript);
-}
-
-// -- the timeline ------------------------------------------------------------------------
-
-function refreshTimeline(now) {
-  if (view.timelineTimer && !now) return;
-  clearTimeout(view.timelineTimer);
-  view.timelineTimer = setTimeout(async () => {
-    view.timelineTimer = null;
-    if (!view.selected) return;
-    try { drawTimeline(await getJSON("/api/timeline?" + new URLSearchParams({ id: view.selected }))); }
-    catch (error) { $("timeline").replaceChildren(el("p", "hint", error.message)); }
-  }, now ? 0 : 1000);
-}
-
-function drawTimeline(t) {
-  const box = $("timeline");
-  box.replaceChildren();
-  const ends = t.agents.map((a) => (BUSY.has(a.state) ? t.now : a.updated_at));
-  const start = Math.min(...t.agents.map((a) => a.created_at));
-  const end = Math.max(start + 0.001, ...ends, ...t.spans.map((s) => s.end));
-  const span = end - start;
-  const pct = (v) => (100 * (Math.min(Math.max(v, start), end) - start) / span) + "%";
-  const width = (a, b) => Math.max(0, (100 * (Math.min(b, end) - Math.max(a, start)) / span)) + "%";
-  $("timeline-title").textContent = t.agents.length ? t.agents[0].path + " · " + seconds(span)
-    + (t.truncated ? " · first " + t.agents.length + " agents" : "")
-    + (t.events ? "" : " · from the store (turns and model calls"
-      + (t.calls_read < t.agents.length ? ", those of the first " + t.calls_read + " agents" : "") + ")")
-    : "";
-  const axis = el("div", "tl-axis");
-  axis.appendChild(el("span"));
-  const ticks = el("div", "ticks");
-  for (let i = 0; i <= 4; i++) ticks.appendChild(el("span", "", "+" + seconds(span * i / 4)));
-  axis.appendChild(ticks);
-  box.appendChild(axis);
-  const byAgent = new Map();
-  for (const s of t.spans) {
-    if (!byAgent.has(s.agent)) byAgent.set(s.agent, []);
-    byAgent.get(s.agent).push(s);
-  }
-  const topDepth = t.agents.length ? t.agents[0].path.split("/").length : 0;
-  t.agents.forEach((a, i) => {
-    const line = el("div", "tl-row");
-    const label = el("div", "tl-label", a.path.split("/").pop());
-    label.style.paddingLeft = (6 * (a.path.split("/").length - topDepth)) + "px";
-    label.title = a.path;
-    label.addEventListener("click", () => select(a.id));
-    line.appendChild(label);
-    const track = el("div", "tl-track");
-    const life = el("div", "tl-life");
-    life.style.left = pct(a.created_at);
-    life.style.width = width(a.created_at, ends[i]);
-    track.appendChild(life);
-    const spans = byAgent.get(a.id) || [];
-    const turns = spans.filter((s) => s.kind === "turn");
-    const openAt = t.open_turns[a.id];
-    const last = turns.some((s) => s.label === "g" + a.generation);
-    if (!last || openAt) {   // the store's last (or current) turn
-      const begin = openAt || a.started_at;
-      if (begin) {
-        const bar = el("div", "tl-turn " + stateClass(a.state, "bg-"));
-        bar.style.left = pct(begin);
-        bar.style.width = width(begin, ends[i]);
-        bar.title = a.state + " g" + a.generation;
-        track.appendChild(bar);
-      }
-    }
-    for (const s of spans) {
-      const bar = el("div", s.kind === "turn" ? "tl-turn " + stateClass(s.detail, "bg-")
-        : s.kind === "model" ? "tl-model" : "tl-tool" + (s.ok ? "" : " bad"));
-      bar.style.left = pct(s.start);
-      bar.style.width = width(s.start, s.end);
-      bar.title = s.kind + " " + s.label + " " + seconds(s.end - s.start) + (s.detail ? " · " + s.detail : "");
-      track.appendChild(bar);
-    }
-    line.appendChild(track);
-    box.appendChild(line);
-  });
-}
-
-// -- search ------------------------------------------------------------------------------
-
-let searchTimer = null;
-function onSearch() {
-  clearTimeout(searchTimer);
-  searchTimer = setTimeout(async () => {
-    const text = $("search").value.trim();
-    const results = $("results");
-    if (!text) { results.hidden = true; results.replaceChildren(); return; }
-    try {
-      const found = await getJSON("/api/search?" + new URLSearchParams({ q: text }));
-      results.replaceChildren(el("div", "hint", found.total + " found" + (found.total > found.rows.length ? ", first " + found.rows.length : "")));
-      for (const row of found.rows) {
-        const line = el("div");
-        const link = el("button", "", row.path);
-        link.addEventListener("click", () => select(row.id));
-        line.appendChild(link);
-        line.appendChild(el("span", "state " + stateClass(row.state, "st-"), row.state));
-        results.appendChild(line);
-      }
-      results.hidden = false;
-    } catch (error) { results.replaceChildren(el("div", "hint", error.message)); results.hidden = false; }
-  }, 250);
+  conn.className = "conn " + (view.connected ? "conn-on" : "conn-off");
+  conn.textContent = view.connText || (view.connected ? "live" : "connecting…");
+  conn.dataset.writer = view.writer;
 }
 
 // -- the live stream ---------------------------------------------------------------------
@@ -478,20 +417,23 @@ function connect() {
     if (!view.started || hello.version !== view.version) {
       view.started = true;
       view.version = hello.version;
-      await loadSummary();
-      await reload();
+      await refresh();
     }
   });
   source.addEventListener("update", (event) => {
     const update = JSON.parse(event.data);
     view.version = update.version;
+    if (view.loading) {   // applied once the reload is in, if newer than what it loaded
+      if (view.held.length < view.pageSize) view.held.push(update); else view.heldOver = true;
+      return;
+    }
     applyUpdate(update);
   });
   source.addEventListener("reset", async (event) => {
     view.version = JSON.parse(event.data).version;
-    await loadSummary();
-    await reload();
+    await refresh();
   });
+  source.addEventListener("summary", (event) => showSummary(JSON.parse(event.data)));
   source.addEventListener("activity", (event) => {
     const activity = JSON.parse(event.data);
     view.tools = activity.tools || {};
@@ -503,15 +445,25 @@ function connect() {
 }
 
 function tick() {
-  for (const node of view.nodes.values()) {
+  for (const node of [...view.nodes.values(), ...view.flat.values()]) {
     if (BUSY.has(node.row.state)) node.cells.time.textContent = seconds(elapsed(node.row));
   }
 }
 
+// The table's header sticks just below the toolbar, whose height its wrapping decides.
+function fitHeader() {
+  const toolbar = document.querySelector(".toolbar");
+  $("tree-pane").style.setProperty("--toolbar-h", toolbar.offsetHeight + "px");
+}
+
 function start() {
-  $("closed").addEventListener("change", () => { view.closed = $("closed").checked; reload(); });
+  window.addEventListener("resize", fitHeader);
+  $("closed").addEventListener("change", () => { view.closed = $("closed").checked; refresh(); });
   $("search").addEventListener("input", onSearch);
   $("search").addEventListener("keydown", (e) => { if (e.key === "Escape") { $("search").value = ""; onSearch(); } });
+  paintFilters();
+  fitHeader();
+  startTimeline();
   connect();
   setInterval(tick, 1000);
 }
