@@ -25,6 +25,7 @@ from stress import cluster_parts, crash, damage, fuzz_llm, soak, soak_races, sta
 from stress.bench import (
     budgets,
     commit,
+    durable_steps,
     lifecycle,
     llm,
     loop_lag,
@@ -61,6 +62,7 @@ PARTS: list[Part] = [
     schemas.PART,
     tools.PART,
     budgets.PART,
+    durable_steps.PART,
     cluster_parts.CLUSTER,
     cluster_parts.CLUSTER_CRASH,
 ]

@@ -1,0 +1,207 @@
+"""Durable-steps benchmark: what a durable tool step costs, retinue against DBOS and LangGraph.
+
+``python -m stress --only durable_steps``. Every contender runs agents at
+once (1, 100 and 1,000 in the full run; 1 and 10 with ``--quick``), each
+doing a fixed number of sequential tool steps, every step durably recorded
+before the agent goes on:
+
+- ``retinue``: model turns (durability ``full``) on an offline model through
+  litellm's real call path, a host ``@tool`` per step
+  (:mod:`stress.bench.durable_retinue`);
+- ``dbos``: DBOS Transact ``@DBOS.step()`` in a workflow per agent, SQLite;
+- ``langgraph``: LangGraph ``SqliteSaver``, a tool node looping per thread
+  (:mod:`stress.bench.durable_peers`);
+- ``fsync``: the floor, a raw 4 KiB write + fsync per step
+  (:mod:`stress.bench.durable_common`);
+- the breakdown of retinue's step: ``retinue_commits_only`` (the same two
+  commits per step, no model call) and ``raw_litellm_loop`` (the same model
+  and tool in a bare litellm loop, nothing stored).
+
+Figures per level: steps/s over the whole run (wall), p50/p99 of one step's
+latency (between two steps of one agent), the process's CPU per step; the
+ratios of retinue's steps/s against each; peers that are not installed are
+skipped with the reason. Each group of contenders runs in a fresh
+interpreter (``python -m stress.bench.durable_steps``): no state, thread or
+import of one is left to disturb another. One run, one machine: the figures
+are comparable within it only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from stress.bench.durable_common import Contender, FsyncFloor, StepClock, StepRun
+from stress.bench.durable_peers import missing
+from stress.bench.durable_table import level_tables
+from stress.parts import Options, Part, Result
+
+__all__ = ["FULL", "GROUPS", "MARK", "QUICK", "Level", "measure", "run", "run_group"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+Level = tuple[int, int, int]
+"""``(agents at once, steps per agent, rounds)``: rounds run one after another."""
+
+FULL: list[Level] = [(1, 20, 10), (100, 10, 1), (1000, 10, 1)]
+QUICK: list[Level] = [(1, 3, 3), (10, 3, 1)]
+
+GROUPS: list[list[str]] = [
+    ["fsync"],
+    ["dbos"],
+    ["langgraph"],
+    ["retinue", "retinue_commits_only", "raw_litellm_loop"],
+]
+"""The contenders, by the interpreter each group runs in (retinue's share litellm's import)."""
+
+MARK = "durable-steps-rows: "
+"""The child's line of rows on stdout (a peer may print lines of its own)."""
+
+WARM_UP_ID = 10**7
+"""The id of each level's untimed warm-up agent (two steps)."""
+
+
+def _contender(name: str) -> Contender:
+    """A new contender by name (peers and litellm are imported only here, in the child)."""
+    if name == "fsync":
+        return FsyncFloor()
+    if name in ("dbos", "langgraph"):
+        from stress.bench.durable_peers import DbosSteps, LangGraphSteps
+
+        return DbosSteps() if name == "dbos" else LangGraphSteps()
+    from stress.bench.durable_retinue import RawLoop, RetinueCommits, RetinueSteps
+
+    kinds: dict[str, Callable[[], Contender]] = {
+        "retinue": RetinueSteps,
+        "retinue_commits_only": RetinueCommits,
+        "raw_litellm_loop": RawLoop,
+    }
+    return kinds[name]()
+
+
+def measure(name: str, level: Level, folder: Path) -> dict[str, Any]:
+    """Run one contender at one level in ``folder``; return its row.
+
+    The level's store is opened once; one untimed agent of two steps warms it
+    up; then ``rounds`` rounds of ``agents`` agents at once are timed (wall and
+    the process's CPU, every thread).
+    """
+    agents, steps, rounds = level
+    contender = _contender(name)
+    contender.open(folder, agents, steps)
+    clock = StepClock()
+    try:
+        contender.run_agents(WARM_UP_ID, 1, 2, StepClock())
+        load = os.getloadavg()[0]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for round_ in range(rounds):
+            contender.run_agents(round_ * agents, agents, steps, clock)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    finally:
+        extra = contender.close()
+    run = StepRun(agents, steps, rounds, wall, clock.steps(), clock.intervals(), extra)
+    row = run.row()
+    row["cpu_ms_per_step"] = round(cpu / max(run.done_steps, 1) * 1000, 3)
+    row["load_avg_1m_before"] = round(load, 2)
+    return row
+
+
+def run_group(names: list[str], levels: list[Level], timeout_s: float) -> dict[str, Any]:
+    """Run ``names`` in a fresh interpreter, level by level; return ``{name: [rows]}``.
+
+    A group whose child fails returns ``{name: {"failed": <its stderr's end>}}``.
+    """
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LANGSMITH_TRACING": "false",  # LangGraph's tracer stays off (it is off unless set)
+        "LANGCHAIN_TRACING_V2": "false",
+    }
+    spec = ",".join(f"{a}x{s}x{r}" for a, s, r in levels)
+    command = [sys.executable, "-m", "stress.bench.durable_steps", ",".join(names), spec]
+    try:
+        out = subprocess.run(
+            command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return {name: {"failed": f"timed out after {timeout_s:.0f} s"} for name in names}
+    if out.returncode != 0:
+        return {name: {"failed": out.stderr[-2000:]} for name in names}
+    lines = [line for line in out.stdout.splitlines() if line.startswith(MARK)]
+    if not lines:
+        return {name: {"failed": f"no rows printed: {out.stderr[-2000:]}"} for name in names}
+    rows: dict[str, Any] = json.loads(lines[-1][len(MARK) :])
+    return rows
+
+
+def run(levels: list[Level], timeout_s: float = 1800.0) -> dict[str, Any]:
+    """Run every installed contender at ``levels``; return the data (rows, skipped, failed)."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    skipped: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    for group in GROUPS:
+        reasons = {name: missing(name) for name in group if name in ("dbos", "langgraph")}
+        skipped.update({name: reason for name, reason in reasons.items() if reason})
+        runnable = [name for name in group if not reasons.get(name)]
+        if not runnable:
+            continue
+        for name, got in run_group(runnable, levels, timeout_s).items():
+            if isinstance(got, dict):
+                failed[name] = got["failed"]
+            else:
+                rows[name] = got
+    return {
+        "levels": [{"agents": a, "steps_per_agent": s, "rounds": r} for a, s, r in levels],
+        "rows": rows,
+        "skipped": skipped,
+        "failed": failed,
+    }
+
+
+def _part(options: Options) -> Result:
+    data = run(QUICK if options.quick else FULL)
+    tables, ratios = level_tables(data)
+    data["ratios"] = ratios
+    notes = [f"{name} skipped: {reason}" for name, reason in data["skipped"].items()]
+    problems = [f"{name} failed: {error}" for name, error in data["failed"].items()]
+    return Result(tables, data, problems, notes)
+
+
+PART = Part("durable_steps", _part)
+
+
+def main() -> None:
+    """``python -m stress.bench.durable_steps NAMES LEVELS``: print ``{name: [rows]}`` as JSON.
+
+    ``NAMES``: contenders, comma-separated; ``LEVELS``: ``AxSxR`` (agents,
+    steps, rounds), comma-separated. Each level of each contender runs in a
+    temporary folder of its own.
+    """
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("names")
+    parser.add_argument("levels")
+    args = parser.parse_args()
+    from stress.bench.stub_server import raise_fd_limit
+
+    raise_fd_limit(16_384)
+    levels = [tuple(int(n) for n in spec.split("x")) for spec in args.levels.split(",")]
+    names = args.names.split(",")
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for agents, steps, rounds in levels:
+        for name in names:  # the group's contenders alternate, level by level
+            with tempfile.TemporaryDirectory(prefix=f"durable-{name}-") as tmp:
+                rows[name].append(measure(name, (agents, steps, rounds), Path(tmp)))
+    print(MARK + json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
