@@ -96,3 +96,35 @@ def test_a_peer_not_installed_is_skipped_with_what_to_install(
     assert ".[bench]" in reason
     tables, _ = level_tables(got)
     assert "retinue_vs_dbos" not in tables[0][1]
+
+
+def _row(rate: float, load: float) -> dict[str, Any]:
+    return {
+        "steps_per_s": rate,
+        "p50_ms": 1.0,
+        "p99_ms": 2.0,
+        "cpu_ms_per_step": 0.5,
+        "load_avg_1m_before": load,
+    }
+
+
+def test_repetitions_give_the_median_row_and_the_median_of_their_own_ratios() -> None:
+    commits = {"commits": 5, "llm_step_commands": 50, "llm_steps_per_commit": 10.0}
+    reps = {
+        "retinue": [[_row(300, 1.0) | commits, _row(200, 2.0) | commits]],
+        "langgraph": [[_row(100, 1.5), _row(100, 3.0)]],
+    }
+    rows = {name: [durable_steps._median(by_level[0])] for name, by_level in reps.items()}
+    assert rows["retinue"][0]["steps_per_s"] == 200  # the lower middle of two
+    assert rows["retinue"][0]["steps_per_s_reps"] == [300, 200]
+    data: dict[str, Any] = {
+        "levels": [{"agents": 100, "steps_per_agent": 10, "rounds": 1}],
+        "repetitions": 2,
+        "reps": reps,
+        "rows": rows,
+    }
+    tables, ratios = level_tables(data)
+    assert ratios["100_agents"]["retinue_vs_langgraph"] == (2.5, "2.0-3.0")
+    assert ratios["100_agents"]["best_peer"] == "langgraph"
+    assert tables[0][1]["aim"].endswith("NOT met")
+    assert tables[0][1]["load_avg_1m"] == "1.0-3.0"

@@ -32,7 +32,10 @@ from typing import Any, TypedDict
 
 from stress.bench.durable_common import StepClock
 
-__all__ = ["DbosSteps", "LangGraphSteps", "missing"]
+__all__ = ["PEERS", "DbosSteps", "LangGraphSteps", "missing"]
+
+PEERS = ("dbos", "langgraph")
+"""The peers, by the contender names of the benchmark."""
 
 PACKAGES = {"dbos": ("dbos",), "langgraph": ("langgraph", "langgraph.checkpoint.sqlite")}
 """The modules each peer needs."""

@@ -40,18 +40,21 @@ from pathlib import Path
 from typing import Any
 
 from stress.bench.durable_common import Contender, FsyncFloor, StepClock, StepRun
-from stress.bench.durable_peers import missing
+from stress.bench.durable_peers import PEERS, missing
 from stress.bench.durable_table import level_tables
 from stress.parts import Options, Part, Result
 
-__all__ = ["FULL", "GROUPS", "MARK", "QUICK", "Level", "measure", "run", "run_group"]
+__all__ = ["FULL", "FULL_REPS", "GROUPS", "MARK", "QUICK", "Level", "measure", "run", "run_group"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
 Level = tuple[int, int, int]
 """``(agents at once, steps per agent, rounds)``: rounds run one after another."""
 
-FULL: list[Level] = [(1, 20, 10), (100, 10, 1), (1000, 10, 1)]
+FULL: list[Level] = [(1, 20, 10), (100, 10, 1), (1000, 5, 1)]
+FULL_REPS = 3
+"""Repetitions of the full run: each figure is the median repetition's, each ratio the
+median of the repetitions' own (measured minutes apart on a shared machine)."""
 QUICK: list[Level] = [(1, 3, 3), (10, 3, 1)]
 
 GROUPS: list[list[str]] = [
@@ -143,32 +146,55 @@ def run_group(names: list[str], levels: list[Level], timeout_s: float) -> dict[s
     return rows
 
 
-def run(levels: list[Level], timeout_s: float = 1800.0) -> dict[str, Any]:
-    """Run every installed contender at ``levels``; return the data (rows, skipped, failed)."""
-    rows: dict[str, list[dict[str, Any]]] = {}
-    skipped: dict[str, str] = {}
+def _groups() -> tuple[list[list[str]], dict[str, str]]:
+    """The groups to run (peers not installed left out) and why each one left out is."""
+    skipped = {name: reason for name in PEERS if (reason := missing(name)) is not None}
+    groups = [[name for name in group if name not in skipped] for group in GROUPS]
+    return [group for group in groups if group], skipped
+
+
+def _median(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of the median repetition by steps/s, with every repetition's steps/s."""
+    ordered = sorted(rows, key=lambda row: float(row["steps_per_s"]))
+    return {
+        **ordered[(len(ordered) - 1) // 2],
+        "steps_per_s_reps": [row["steps_per_s"] for row in rows],
+    }
+
+
+def run(levels: list[Level], reps: int = 1, timeout_s: float = 1800.0) -> dict[str, Any]:
+    """Run every installed contender at ``levels``, ``reps`` times; return the data.
+
+    Each repetition runs the levels in order and, at each level, every group
+    in a child of its own, one after another: what is compared was measured
+    close in time. ``rows`` holds each contender's median repetition per
+    level, ``reps`` every repetition's rows (``[level][rep]``), ``skipped``
+    the peers not installed and why, ``failed`` the groups whose child failed.
+    """
+    groups, skipped = _groups()
+    every: dict[str, list[list[dict[str, Any]]]] = {}
     failed: dict[str, str] = {}
-    for group in GROUPS:
-        reasons = {name: missing(name) for name in group if name in ("dbos", "langgraph")}
-        skipped.update({name: reason for name, reason in reasons.items() if reason})
-        runnable = [name for name in group if not reasons.get(name)]
-        if not runnable:
-            continue
-        for name, got in run_group(runnable, levels, timeout_s).items():
-            if isinstance(got, dict):
-                failed[name] = got["failed"]
-            else:
-                rows[name] = got
+    for _ in range(reps):
+        for index, level in enumerate(levels):
+            for group in groups:
+                for name, got in run_group(group, [level], timeout_s).items():
+                    if isinstance(got, dict):
+                        failed.setdefault(name, got["failed"])
+                        continue
+                    every.setdefault(name, [[] for _ in levels])[index] += got
+    every = {name: by_level for name, by_level in every.items() if name not in failed}
     return {
         "levels": [{"agents": a, "steps_per_agent": s, "rounds": r} for a, s, r in levels],
-        "rows": rows,
+        "repetitions": reps,
+        "rows": {name: [_median(rows) for rows in by_level] for name, by_level in every.items()},
+        "reps": every,
         "skipped": skipped,
         "failed": failed,
     }
 
 
 def _part(options: Options) -> Result:
-    data = run(QUICK if options.quick else FULL)
+    data = run(QUICK, reps=1) if options.quick else run(FULL, reps=FULL_REPS)
     tables, ratios = level_tables(data)
     data["ratios"] = ratios
     notes = [f"{name} skipped: {reason}" for name, reason in data["skipped"].items()]
