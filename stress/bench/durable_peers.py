@@ -2,7 +2,8 @@
 
 Both are in the ``bench`` extra; a peer that is not installed is skipped
 with the reason (:func:`missing`). Everything stays on this machine: temp
-folders, SQLite files, no server.
+folders, SQLite files, no server (a quick run under ``strace -f -e
+trace=connect`` made no ``connect`` call at all).
 
 - :class:`DbosSteps`: DBOS Transact 3.4 with its system database on a SQLite
   file (``system_database_url="sqlite:///..."``; no Postgres), no Conductor
@@ -16,8 +17,9 @@ folders, SQLite files, no server.
   checkpoint written before the next step starts); one thread per agent
   (``SqliteSaver`` is synchronous and serialises its connection with a lock).
 
-Each peer's SQLite runs with its own settings (journal mode and synchronous
-level are printed in the row); both answer a step only after their commit.
+Each peer's SQLite runs with the settings it chooses (DBOS: the rollback
+journal; LangGraph: WAL; both ``synchronous=FULL``, kept in the JSON row as
+``sqlite``); both go on from a step only after its commit.
 """
 
 from __future__ import annotations

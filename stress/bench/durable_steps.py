@@ -20,10 +20,16 @@ before the agent goes on:
 Figures per level: steps/s over the whole run (wall), p50/p99 of one step's
 latency (between two steps of one agent), the process's CPU per step; the
 ratios of retinue's steps/s against each; peers that are not installed are
-skipped with the reason. Each group of contenders runs in a fresh
-interpreter (``python -m stress.bench.durable_steps``): no state, thread or
-import of one is left to disturb another. One run, one machine: the figures
-are comparable within it only.
+skipped with the reason. At each level every group of contenders runs in a
+fresh interpreter of its own (``python -m stress.bench.durable_steps``), one
+group after another: no state, thread or import of one disturbs another, and
+what is compared was measured close in time. The full run repeats it all
+:data:`FULL_REPS` times. One run, one machine: the figures are comparable
+within it only.
+
+The child's environment keeps DBOS and LangGraph local: no ``DBOS*``
+variable passes (a Conductor key or DBOS Cloud's would make DBOS dial out),
+LangSmith tracing is off, litellm reads its bundled cost map.
 """
 
 from __future__ import annotations
@@ -63,7 +69,8 @@ GROUPS: list[list[str]] = [
     ["langgraph"],
     ["retinue", "retinue_commits_only", "raw_litellm_loop"],
 ]
-"""The contenders, by the interpreter each group runs in (retinue's share litellm's import)."""
+"""The contenders, by the interpreter each group runs in (retinue's three share one import
+of litellm, and alternate at each level)."""
 
 MARK = "durable-steps-rows: "
 """The child's line of rows on stdout (a peer may print lines of its own)."""
@@ -123,7 +130,7 @@ def run_group(names: list[str], levels: list[Level], timeout_s: float) -> dict[s
     A group whose child fails returns ``{name: {"failed": <its stderr's end>}}``.
     """
     env = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if not key.startswith("DBOS")},
         "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LANGSMITH_TRACING": "false",  # LangGraph's tracer stays off (it is off unless set)
