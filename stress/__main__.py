@@ -34,6 +34,7 @@ from stress import (
 from stress.bench import (
     budgets,
     commit,
+    durable_steps,
     lifecycle,
     llm,
     loop_lag,
@@ -71,6 +72,7 @@ PARTS: list[Part] = [
     schemas.PART,
     tools.PART,
     budgets.PART,
+    durable_steps.PART,
     cluster_parts.CLUSTER,
     cluster_parts.CLUSTER_CRASH,
 ]
