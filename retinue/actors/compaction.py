@@ -29,10 +29,9 @@ that many closes, and what is held never exceeds the count plus the slack
 
 from __future__ import annotations
 
-import msgspec
-
 from retinue.actors.journal import Journal, Journaled
 from retinue.actors.tree import Tree
+from retinue.protocol.details import CompactionReport
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentState
 
@@ -40,25 +39,6 @@ __all__ = ["MIN_SLACK", "CompactionReport", "Retention", "compact", "retention_s
 
 MIN_SLACK = 32
 """Fewest records past a retention count before a compaction is triggered."""
-
-
-class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):
-    """How many records one compaction removed; with a reclaim, the file before and after.
-
-    ``file_bytes_before`` and ``file_bytes_after`` are the data file's sizes
-    around ``compact(reclaim=True)``'s swap (0 when no reclaim was asked).
-    """
-
-    messages: int = 0
-    agents: int = 0
-    completions: int = 0
-    file_bytes_before: int = 0
-    file_bytes_after: int = 0
-
-    @property
-    def reclaimed_bytes(self) -> int:
-        """Bytes a reclaim gave back to the file system (0 without one)."""
-        return max(0, self.file_bytes_before - self.file_bytes_after)
 
 
 def retention_slack(keep: int) -> int:

@@ -19,14 +19,14 @@ import itertools
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from retinue.actors.loop_close import run_after_tasks, run_closers, runs_closers
+from retinue.actors.waiting import register_poster
 
-__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "poster", "runner_finished"]
+__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "runner_finished"]
 
 log = logging.getLogger("retinue.executor")
 
@@ -195,21 +195,6 @@ class WorkerPool:
                 worker.join(max(0.0, deadline - time.monotonic()))
 
 
-# The batched cross-thread call of each runtime loop (see LoopThread.call_soon).
-_POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
-    """Return how to run a callback on ``loop`` from another thread.
-
-    A runtime's own loop gets its batched :meth:`LoopThread.call_soon`; any
-    other loop (a host's) ``call_soon_threadsafe``.
-    """
-    return _POSTERS.get(loop) or loop.call_soon_threadsafe
-
-
 class LoopThread:
     """One asyncio event loop on its own thread, started on first use."""
 
@@ -239,7 +224,7 @@ class LoopThread:
                 return None
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                _POSTERS[loop] = self.call_soon
+                register_poster(loop, self.call_soon)
                 runs_closers(loop)
                 thread = threading.Thread(
                     target=self._run, args=(loop,), name=self._name, daemon=True

@@ -15,9 +15,10 @@ from __future__ import annotations
 import time
 
 from retinue.actors.approvals import Approvals
-from retinue.actors.compaction import CompactionReport, Retention, compact
+from retinue.actors.compaction import Retention, compact
 from retinue.actors.core import World
 from retinue.actors.journal import Journaled
+from retinue.protocol.details import CompactionReport
 
 __all__ = ["Upkeep"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from retinue.actors.executor import poster
 from retinue.errors import InvalidArgument, WaitTimeout
 from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
@@ -24,11 +24,33 @@ from retinue.protocol.limits import Limits
 __all__ = [
     "await_answer",
     "fail_pending",
+    "poster",
+    "register_poster",
     "resolve_timeout",
     "timed_out",
     "wait_answer",
     "when_done",
 ]
+
+
+# The batched cross-thread call of each runtime loop (see LoopThread.call_soon).
+_POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) -> None:
+    """Make ``post`` the way :func:`poster` reaches ``loop`` (a runtime's batched call_soon)."""
+    _POSTERS[loop] = post
+
+
+def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
+    """Return how to run a callback on ``loop`` from another thread.
+
+    A runtime's own loop gets its batched :meth:`LoopThread.call_soon`; any
+    other loop (a host's) ``call_soon_threadsafe``.
+    """
+    return _POSTERS.get(loop) or loop.call_soon_threadsafe
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:

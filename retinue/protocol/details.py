@@ -12,7 +12,11 @@ import msgspec
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.records import ModelCallRecord, TranscriptMessage
 
-__all__ = ["AgentDetail", "Backlog"]
+__all__ = [
+    "AgentDetail",
+    "Backlog",
+    "CompactionReport",
+]
 
 
 class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -51,3 +55,22 @@ class Backlog(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     pending_completions: int = 0
     host_unread_messages: int = 0
     host_pending_completions: int = 0
+
+
+class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """How many records one compaction removed; with a reclaim, the file before and after.
+
+    ``file_bytes_before`` and ``file_bytes_after`` are the data file's sizes
+    around ``compact(reclaim=True)``'s swap (0 when no reclaim was asked).
+    """
+
+    messages: int = 0
+    agents: int = 0
+    completions: int = 0
+    file_bytes_before: int = 0
+    file_bytes_after: int = 0
+
+    @property
+    def reclaimed_bytes(self) -> int:
+        """Bytes a reclaim gave back to the file system (0 without one)."""
+        return max(0, self.file_bytes_before - self.file_bytes_after)

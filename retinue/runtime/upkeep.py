@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from retinue.actors.commands import Barrier, Compact
-from retinue.actors.compaction import CompactionReport
+from retinue.protocol.details import CompactionReport
 from retinue.runtime.calls import Calls
 
 __all__ = ["UpkeepCalls"]

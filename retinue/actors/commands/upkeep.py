@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import pykka
 
 from retinue.actors.commands.base import HOST, Command, Host
-from retinue.actors.compaction import CompactionReport
+from retinue.protocol.details import CompactionReport
 
 __all__ = ["Barrier", "Compact", "Shutdown"]
 
