@@ -9,9 +9,9 @@ The names below are the public API; everything else is internal.
 
 from __future__ import annotations
 
-from retinue.actors.channel import RuntimeState
-from retinue.actors.profile import Profile
-from retinue.actors.turn import Runner, Turn
+from retinue.actors import Profile
+from retinue.actors.calls import RuntimeState
+from retinue.actors.turns import Runner, Turn
 from retinue.errors import (
     ActiveDescendants,
     AgentBusy,

@@ -9,7 +9,7 @@ runtime reads its snapshot, and no read happens when no commit did since the
 last one); from the runtime's events (a writer's) it
 counts settled turns, model calls, tokens, cost and tool calls, and times
 turns, model calls and tool calls. On a writer it also attaches to the
-runtime's timers (:mod:`retinue.actors.timings`): the store's writer tells
+runtime's timers (:mod:`retinue.actors.supervisor._timings`): the store's writer tells
 :meth:`RetinueCollector.observe_commit` how long each group commit took, and
 the supervisor tells :meth:`RetinueCollector.observe_command` how long each
 command took (a read-only runtime has neither: those histograms stay empty).
@@ -172,7 +172,7 @@ class RetinueCollector(Collector):
         if registry is not None:
             registry.register(self)
 
-    # -- the timers of the store and the supervisor (retinue.actors.timings) ------------------
+    # -- the timers of the store and the supervisor (retinue.actors.supervisor._timings) --
 
     def observe_commit(self, seconds: float) -> None:
         """Record one store commit that took ``seconds`` (called on the store's writer thread)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from retinue.actors.profile import Profile
+from retinue.actors import Profile
 from retinue.cluster import startup
 from retinue.cluster import wire as w
 from retinue.cluster.approvals import ApprovalFace

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from retinue.actors.waiting import resolve_timeout
+from retinue.actors.calls import resolve_timeout
 from retinue.cluster import wire as w
 from retinue.cluster.ids import split_id
 from retinue.cluster.transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from retinue.actors.streams import AsyncEventStream
+from retinue.actors.events import AsyncEventStream
 from retinue.cluster.eventwire import EventBatch
 from retinue.cluster.ids import map_event
 from retinue.errors import LimitExceeded

@@ -20,8 +20,8 @@ from typing import Any
 
 import msgspec
 
-from retinue.actors.profile import Profile
-from retinue.actors.turn import Runner
+from retinue.actors import Profile
+from retinue.actors.turns import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
 from retinue.protocol.limits import Limits
 from retinue.protocol.supervision import Restart
@@ -41,7 +41,7 @@ __all__ = [
 
 
 class ProfileSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A :class:`~retinue.actors.profile.Profile` as data; ``runner`` is ``module:name``."""
+    """A :class:`~retinue.actors._profile.Profile` as data; ``runner`` is ``module:name``."""
 
     name: str
     subagents: tuple[str, ...] = ()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from retinue.actors.observer import ModelCallWatch
+from retinue.actors.events import ModelCallWatch
 from retinue.errors import ModelCallFailed
 from retinue.llm.provider import SCRIPTED_PROVIDER
 from retinue.llm.retry import backoff_delay, classify

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
+from retinue.actors import Profile
 from retinue.actors.commands import Command, TurnRef
-from retinue.actors.observer import TurnWatch
-from retinue.actors.profile import Profile
-from retinue.actors.turn import BatchRequest
+from retinue.actors.events import TurnWatch
+from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message

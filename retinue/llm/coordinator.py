@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from retinue.actors.turn import BatchRequest
+from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError, WaitTimeout
 from retinue.llm.arguments import ToolDef
 from retinue.llm.context import TurnContext

@@ -8,7 +8,7 @@ with the loop's other tasks, so the host's callbacks were lost (and older
 litellm versions printed ``Task was destroyed but it is pending!``).
 
 A model turn registers :func:`finish_logging` with its loop
-(:func:`~retinue.actors.loop_close.at_close`): as the runtime's loop closes,
+(:func:`~retinue.actors.turns._loop_close.at_close`): as the runtime's loop closes,
 it waits up to :data:`FLUSH_S` for the callbacks queued on it, then stops
 litellm's worker cleanly. Callbacks still running then are cancelled (with a
 warning); callbacks not yet started stay queued, and litellm runs them on the
@@ -22,7 +22,7 @@ import logging
 import sys
 from typing import Any
 
-from retinue.actors.loop_close import at_close
+from retinue.actors.turns import at_close
 
 __all__ = ["FLUSH_S", "finish_logging", "finish_logging_at_close"]
 
@@ -32,7 +32,7 @@ FLUSH_S = 2.0
 """The most seconds a closing runtime waits for litellm's logging callbacks.
 
 Set ``retinue.llm.litellm_logging.FLUSH_S`` to wait longer (up to
-:data:`~retinue.actors.loop_close.CLOSER_S` in all).
+:data:`~retinue.actors.turns._loop_close.CLOSER_S` in all).
 """
 
 _WORKER_MODULE = "litellm.litellm_core_utils.logging_worker"

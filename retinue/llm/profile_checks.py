@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from retinue.actors.boot import profile_table
-from retinue.actors.profile import Profile
-from retinue.actors.turn import Runner
+from retinue.actors import Profile
+from retinue.actors.system import profile_table
+from retinue.actors.turns import Runner
 from retinue.llm.mcp.config import McpServer
 from retinue.llm.mcp.grants import check_mcp_grants, open_mcp
 from retinue.llm.mcp.manager import McpManager
@@ -56,7 +56,7 @@ def check_profiles(
 
     Raises:
         ArgumentTypeError, ConfigurationError: bad ``mcp_servers``; bad
-            profiles (see :func:`~retinue.actors.boot.profile_table`: a
+            profiles (see :func:`~retinue.actors.system._boot.profile_table`: a
             capability ceiling, a tool a model runner cannot provide, two
             tools offered under one name, an ``approve`` entry naming no tool,
             a profile without a runner); a grant of an undeclared MCP server's

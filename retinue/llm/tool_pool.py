@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from retinue.actors.loop_close import at_loop_close
+from retinue.actors.turns import at_loop_close
 from retinue.errors import ConfigurationError
 
 __all__ = [

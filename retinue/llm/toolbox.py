@@ -2,7 +2,7 @@
 
 - ``build_toolbox(turn, *, tools, workspace, host_tools) -> ToolBox`` is
   called once per turn, on the runtime's event loop, before the first model
-  call. ``turn`` is the :class:`~retinue.actors.turn.Turn` (its async twins
+  call. ``turn`` is the :class:`~retinue.actors.turns._turn.Turn` (its async twins
   and ``turn.profile``); ``tools`` is the agent's tools setting: a preset
   ``"read"`` / ``"modify"`` / ``"none"``, exact tool names, or None (no
   ordinary tools; ``Runtime.open`` has already resolved an inheriting
@@ -40,7 +40,7 @@ from typing import Any
 
 import msgspec
 
-from retinue.actors.profile import Profile
+from retinue.actors import Profile
 from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
 from retinue.llm.arguments import ToolDef, ToolError, decode_arguments
 from retinue.llm.arrival import tool_outcome

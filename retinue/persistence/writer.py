@@ -20,7 +20,7 @@ anything queued behind. A reclaim runs at a quiet point
 (:meth:`Writer.at_quiet_point`): once everything queued before it is
 committed and answered; what is queued meanwhile waits, committed after.
 
-Timing: :attr:`Writer.on_commit`, when set (:mod:`retinue.actors.timings`
+Timing: :attr:`Writer.on_commit`, when set (:mod:`retinue.actors.supervisor._timings`
 sets it for a metrics collector), is told how long each group commit took:
 from the transaction's start to its commit (fsynced in ``full``), less the
 answers of earlier groups that run inside it. Unset, a commit reads no clock.

@@ -259,7 +259,7 @@ def runner_tools(owner: str, spec: ToolSpec, ceiling: Iterable[str]) -> tuple[st
 
     The one rule for a model runner built with tools of its own
     (``LiteLLMRunner(tools=...)``): it may narrow its profile's tools, never
-    widen them. Checked at open (:func:`~retinue.actors.boot.profile_table`,
+    widen them. Checked at open (:func:`~retinue.actors.system._boot.profile_table`,
     so also by ``Team.check`` and ``retinue validate``) and by
     :func:`~retinue.llm.toolbox.build_toolbox` for the ``tools`` it is given.
 
@@ -295,7 +295,7 @@ def exceeds_ceiling(child: ToolSpec, parent: ToolSpec) -> tuple[str, ...]:
     """Return, sorted, the tools a child profile's spec has beyond its parent's; () if it fits.
 
     A ``None`` child inherits, so it always fits; a ``None`` parent has no tools.
-    Both specs must be valid (a :class:`~retinue.actors.profile.Profile` checks them).
+    Both specs must be valid (a :class:`~retinue.actors._profile.Profile` checks them).
     """
     if child is None or child == parent:
         return ()

@@ -2,11 +2,11 @@
 
 ``Runtime`` is thread-safe and thin: every call builds one typed command
 (:mod:`retinue.actors.commands`) and hands it to the supervisor actor, or, on
-a read-only runtime, to a :class:`~retinue.actors.reader.StoreReader`; either
+a read-only runtime, to a :class:`~retinue.actors.system._reader.StoreReader`; either
 answers through a future. Each sync method and its ``*_async`` twin are one
 line over the same command: the sync one waits on the future, the async one
 awaits it without blocking an event loop. Start-up and tear-down live below,
-in :mod:`retinue.actors.system` (and :mod:`retinue.actors.boot`).
+in :mod:`retinue.actors.system` (and :mod:`retinue.actors.system._boot`).
 
 The rooms:
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
+from retinue.actors.calls import Engine
 from retinue.actors.commands import Command
-from retinue.actors.engine import Engine
-from retinue.actors.readonly import ReadOnlySystem
-from retinue.actors.system import System
+from retinue.actors.system import ReadOnlySystem, System
 from retinue.errors import RuntimeClosed
 from retinue.persistence.store import Store
 from retinue.protocol.limits import Limits

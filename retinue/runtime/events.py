@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from retinue.actors.channel import RuntimeState
-from retinue.actors.events import EventBus, Subscriber
-from retinue.actors.streams import AsyncEventStream, EventStream, stream_root
+from retinue.actors.calls import RuntimeState
+from retinue.actors.events import AsyncEventStream, EventBus, EventStream, Subscriber, stream_root
+from retinue.actors.supervisor import TimingSink
 from retinue.actors.system import System
-from retinue.actors.timings import TimingSink
 from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.runtime.calls import Calls
 
@@ -39,7 +38,7 @@ class EventCalls(Calls):
         """Tell ``sink`` how long each store commit and supervisor command takes; return
         detach (None: a read-only runtime, which commits and serves no command).
 
-        Nothing is timed while no sink is attached (see :mod:`retinue.actors.timings`).
+        Nothing is timed while no sink is attached (see :mod:`retinue.actors.supervisor._timings`).
 
         Raises:
             RuntimeClosed: the runtime is closed (or closing).

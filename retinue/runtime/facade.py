@@ -2,7 +2,7 @@
 
 ``Runtime`` is thread-safe and thin. It holds one thing, the running parts
 below it (:class:`~retinue.actors.system.System` for a writer,
-:class:`~retinue.actors.readonly.ReadOnlySystem` for a reader), which start
+:class:`~retinue.actors.system._readonly.ReadOnlySystem` for a reader), which start
 together at :meth:`Runtime.open` and stop together at :meth:`Runtime.shutdown`;
 its state is theirs. Its calls come from the call groups it mixes in (see
 :mod:`retinue.runtime`), each one line over a typed command.
@@ -16,11 +16,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from retinue.actors.channel import RuntimeState
-from retinue.actors.profile import Profile
-from retinue.actors.readonly import ReadOnlySystem
-from retinue.actors.system import System
-from retinue.actors.turn import Runner
+from retinue.actors import Profile
+from retinue.actors.calls import RuntimeState
+from retinue.actors.system import ReadOnlySystem, System
+from retinue.actors.turns import Runner
 from retinue.errors import StoreError
 from retinue.llm.mcp import McpManager, McpServer
 from retinue.persistence.options import check_store_options

@@ -7,9 +7,8 @@ its task is cancelled.
 
 from __future__ import annotations
 
+from retinue.actors.calls import HostReceipt, resolve_timeout
 from retinue.actors.commands import HOST, HostMessages, Send
-from retinue.actors.engine import HostReceipt
-from retinue.actors.waiting import resolve_timeout
 from retinue.protocol.messages import Message
 from retinue.runtime.calls import Calls
 

@@ -22,12 +22,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from retinue.actors.events import EventBus
-from retinue.actors.observer import Spans
-from retinue.actors.profile import Profile
-from retinue.actors.readonly import ReadOnlySystem
-from retinue.actors.system import System
-from retinue.actors.turn import Runner
+from retinue.actors import Profile
+from retinue.actors.events import EventBus, Spans
+from retinue.actors.system import ReadOnlySystem, System
+from retinue.actors.turns import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
 from retinue.llm import LiteLLMRunner
 from retinue.llm.mcp import McpManager, McpServer
@@ -106,7 +104,7 @@ def attach_reader(options: StoreOptions, limits: Limits) -> ReadOnlySystem:
     Raises:
         ConfigurationError: no path was given (a reader needs a store).
         StoreVersionError, StoreError, StoreCorrupted: as
-            :class:`~retinue.actors.readonly.ReadOnlySystem` raises.
+            :class:`~retinue.actors.system._readonly.ReadOnlySystem` raises.
     """
     if options.path is None:
         raise ConfigurationError("a read-only runtime needs the path of a store")

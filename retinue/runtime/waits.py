@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from retinue.actors.calls import HostReceipt, resolve_timeout
 from retinue.actors.commands import HOST, AckLease, Idle, Leases, ReleaseLease, Wait
-from retinue.actors.engine import HostReceipt
-from retinue.actors.waiting import resolve_timeout
 from retinue.errors import WaitTimeout
 from retinue.protocol.messages import Completion
 from retinue.runtime.calls import Calls

@@ -50,8 +50,8 @@ from typing import Any
 
 import msgspec
 
-from retinue.actors.profile import Profile
-from retinue.actors.turn import Runner
+from retinue.actors import Profile
+from retinue.actors.turns import Runner
 from retinue.errors import TeamFileError
 from retinue.llm.mcp.config import McpServer
 from retinue.llm.mcp.teamfile import McpSpec, check_tools, mcp_servers

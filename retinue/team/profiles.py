@@ -1,4 +1,4 @@
-"""From a checked team to :class:`~retinue.actors.profile.Profile` objects.
+"""From a checked team to :class:`~retinue.actors._profile.Profile` objects.
 
 Each agent's effective settings (its own table's, else ``[defaults]``'s) go to
 its Profile: the LLM knobs as ``model_settings``, the rest as Profile fields;
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from retinue.actors.profile import Profile
-from retinue.actors.turn import Runner
+from retinue.actors import Profile
+from retinue.actors.turns import Runner
 from retinue.errors import ConfigurationError, TeamFileError
 from retinue.team.runners import import_runner, locate_runner, stand_in
 from retinue.team.schema import LLM_KNOBS, PROFILE_KEYS, AgentSpec, Defaults, effective_setting

@@ -19,7 +19,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from retinue.actors.turn import Runner
+from retinue.actors.turns import Runner
 from retinue.errors import ConfigurationError, TeamFileError
 
 __all__ = ["RunnerTarget", "import_runner", "locate_runner", "stand_in"]

@@ -1,6 +1,6 @@
 """Fault injection into a live runtime's supervisor, for tests that prove commands are atomic.
 
-A supervisor command is one transaction (:mod:`retinue.actors.journal`):
+A supervisor command is one transaction (:mod:`retinue.actors._journal`):
 :func:`inject_fault` makes the next command of the kinds named raise at its
 ``at``-th change to the supervisor's memory, which must leave the store and
 the memory exactly as they were (the caller gets
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from retinue.actors.journal import FaultPlan
+from retinue.actors import FaultPlan
 
 if TYPE_CHECKING:
     from retinue.runtime import Runtime

@@ -12,8 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from retinue.actors.executor import runner_finished
-from retinue.actors.turn import Turn
+from retinue.actors.turns import Turn, runner_finished
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Gate", "echo"]
 

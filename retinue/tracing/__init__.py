@@ -47,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ExtraNotInstalled("otel", "retinue.tracing", exc.name or "opentelemetry-api") from None
 
-from retinue.actors.observer import Watched
+from retinue.actors.events import Watched
 from retinue.tracing.names import (
     CONTENT_ENV,
     SCHEMA_URL,

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from retinue import Limits, Profile, Runtime, Turn
-from retinue.actors.compaction import retention_slack
+from retinue.actors.tree._compaction import retention_slack
 from retinue.persistence.store import Store
 from retinue.protocol.records import CompletionRecord, MessageRecord
 

@@ -266,8 +266,9 @@ def test_a_transitions_events_come_before_what_its_effects_publish() -> None:
     from concurrent.futures import Future
 
     from retinue import ToolCallStarted
-    from retinue.actors.events import EventBus, EventQueue
-    from retinue.actors.transition import Transition
+    from retinue.actors.events import EventBus
+    from retinue.actors.events._bus import EventQueue
+    from retinue.actors.supervisor._transition import Transition
 
     bus = EventBus(16)
     queue = EventQueue(16)
@@ -287,9 +288,9 @@ def test_a_transitions_events_come_before_what_its_effects_publish() -> None:
 def test_a_cancelled_turn_publishes_nothing_more() -> None:
     # Its interrupt's settle is published after the cancel: nothing the runner
     # reports after the cancel may come after that settle.
-    from retinue.actors.events import EventBus, EventQueue
-    from retinue.actors.observer import Observer
-    from retinue.actors.turn import Turn
+    from retinue.actors.events import EventBus, Observer
+    from retinue.actors.events._bus import EventQueue
+    from retinue.actors.turns import Turn
 
     bus = EventBus(16)
     queue = EventQueue(16)

@@ -22,8 +22,8 @@ from retinue import (
     Runtime,
     Turn,
 )
-from retinue.actors.agent import AgentActor
-from retinue.actors.executor import WorkerPool
+from retinue.actors.turns import AgentActor
+from retinue.actors.turns._executor import WorkerPool
 from retinue.testing import Gate, echo
 
 

@@ -20,9 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retinue import Profile, Restart, Runtime, Turn
-from retinue.actors.journal import (
+from retinue.actors import (
     FaultPlan,
-    InjectedFault,
     JDeque,
     JDict,
     JList,
@@ -32,7 +31,8 @@ from retinue.actors.journal import (
     claim,
     snapshot,
 )
-from retinue.actors.reply import Reply
+from retinue.actors._journal import InjectedFault
+from retinue.actors.calls import Reply
 from retinue.testing import Gate
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None)

@@ -26,7 +26,7 @@ from retinue import (
     TurnInterrupted,
     WaitTimeout,
 )
-from retinue.actors.executor import runner_finished
+from retinue.actors.turns import runner_finished
 from retinue.testing import Gate, echo
 
 

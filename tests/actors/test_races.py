@@ -40,7 +40,7 @@ from retinue import (
     TurnSettled,
     WaitTimeout,
 )
-from retinue.actors.system import CLOSE_GRACE_S
+from retinue.actors.system._system import CLOSE_GRACE_S
 from retinue.persistence.lock import WriterLock
 from retinue.testing import Gate, echo
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from retinue.actors.reply import Reply
+from retinue.actors.calls import Reply
 
 KINDS = [concurrent.futures.Future, Reply]
 

@@ -1,4 +1,4 @@
-"""The runtime's timers (retinue.actors.timings): each commit and command told to every sink.
+"""The runtime's timers (actors/supervisor/_timings.py): each commit and command told to every sink.
 
 Sinks here are plain recorders attached through the runtime (as
 ``retinue.metrics`` attaches its collector); a sink that raises is logged and

@@ -97,7 +97,7 @@ def test_nothing_is_built_while_nobody_listens(tmp_path: Path, monkeypatch: Any)
         built.append(fields["tool"])
         return ToolCallStarted(**fields)
 
-    monkeypatch.setattr("retinue.actors.observer.ToolCallStarted", counting)
+    monkeypatch.setattr("retinue.actors.events._observer.ToolCallStarted", counting)
     with Runtime.open(tmp_path / "store", team=EXAMPLE) as rt:
         lead = rt.spawn("lead", "review", name="review")
         rt.wait(lead.id, timeout=SETTLE_S)

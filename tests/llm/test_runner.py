@@ -13,8 +13,8 @@ from conftest import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, run, stub_runner
 from retinue import AgentState, Profile, Runtime, Turn, Usage
-from retinue.actors.agent import AgentActor
-from retinue.actors.observer import QUIET, TurnWatch
+from retinue.actors.events import QUIET, TurnWatch
+from retinue.actors.turns import AgentActor
 from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.calls import CallSettings, usage_of

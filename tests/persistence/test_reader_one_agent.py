@@ -18,8 +18,8 @@ import msgspec
 import pytest
 
 from retinue import Limits, Runtime, UnknownAgent
-from retinue.actors.agent_read import find_record, read_detail
-from retinue.actors.reader import StoreReader
+from retinue.actors.system._agent_read import find_record, read_detail
+from retinue.actors.system._reader import StoreReader
 from retinue.persistence.store import Store, Write
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import (

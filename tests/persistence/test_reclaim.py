@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from retinue import AgentState, Limits, Profile, Runtime
-from retinue.actors.compaction import CompactionReport
+from retinue.actors.tree._compaction import CompactionReport
 from retinue.errors import StoreError, StoreReadOnly
 from retinue.persistence import copies
 from retinue.persistence.copies import RECLAIM_FILE

@@ -7,8 +7,7 @@ queue behind, one per agent that ever received a completion, for ever.
 
 from __future__ import annotations
 
-from retinue.actors.tree import Tree
-from retinue.actors.tree_keys import HOST_KEY
+from retinue.actors.tree import HOST_KEY, Tree
 from retinue.protocol.messages import AgentState
 
 from . import agent, completion

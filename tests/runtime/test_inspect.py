@@ -23,7 +23,7 @@ from retinue import (
     Turn,
     UnknownAgent,
 )
-from retinue.actors.boot import stored_depth_cap
+from retinue.actors.system._boot import stored_depth_cap
 from retinue.persistence.store import Store
 from retinue.testing import Gate
 

@@ -460,7 +460,7 @@ def test_the_readme_and_restore_list_the_same_diagnostic_codes() -> None:
     # writer's open (boot), which adds `migrated`.
     source = Path(restore.__file__).read_text()
     emitted = set(re.findall(r'diag\(\s*"\w+",\s*\w+,\s*"(\w+)"', source))
-    boot = Path(restore.__file__).parents[1] / "actors" / "boot.py"
+    boot = Path(restore.__file__).parents[1] / "actors" / "system" / "_boot.py"
     emitted |= set(re.findall(r'code="(\w+)"', boot.read_text()))
     assert len(documented) >= 12
     assert in_readme == documented

@@ -12,7 +12,7 @@ import pytest
 from conftest import PROMPT_S, OpenRuntime
 
 from retinue import Profile, Runtime
-from retinue.actors import reader as reader_module
+from retinue.actors.system import _reader as reader_module
 from retinue.actors.tree import load_tree
 from retinue.testing import echo
 

@@ -29,9 +29,9 @@ import concurrent.futures
 from dataclasses import dataclass
 from typing import Any
 
-from retinue.actors.commands.base import HOST, Command, Host, Sender, TurnRef
-from retinue.actors.commands.leases import AckLease, Leases, ReleaseLease
-from retinue.actors.commands.lifecycle import (
+from retinue.actors.commands._base import HOST, Command, Host, Sender, TurnRef
+from retinue.actors.commands._leases import AckLease, Leases, ReleaseLease
+from retinue.actors.commands._lifecycle import (
     Close,
     CloseTree,
     ExpireTurn,
@@ -41,11 +41,11 @@ from retinue.actors.commands.lifecycle import (
     Resume,
     Settle,
 )
-from retinue.actors.commands.mailboxes import HostMessages, Send
-from retinue.actors.commands.models import LlmLoad, LlmStep
-from retinue.actors.commands.reads import Agents, Children, CountBacklog, Get, Inspect
-from retinue.actors.commands.spawning import Spawn, SpawnMany, SpawnRequest
-from retinue.actors.commands.supervision import (
+from retinue.actors.commands._mailboxes import HostMessages, Send
+from retinue.actors.commands._models import LlmLoad, LlmStep
+from retinue.actors.commands._reads import Agents, Children, CountBacklog, Get, Inspect
+from retinue.actors.commands._spawning import Spawn, SpawnMany, SpawnRequest
+from retinue.actors.commands._supervision import (
     AdmitCall,
     Approvals,
     Approve,
@@ -56,8 +56,8 @@ from retinue.actors.commands.supervision import (
     Rearm,
     SupervisionCommand,
 )
-from retinue.actors.commands.upkeep import Barrier, Compact, Shutdown
-from retinue.actors.commands.waits import GiveBack, GiveUpWait, Idle, RunMany, Wait, WaitKind
+from retinue.actors.commands._upkeep import Barrier, Compact, Shutdown
+from retinue.actors.commands._waits import GiveBack, GiveUpWait, Idle, RunMany, Wait, WaitKind
 
 __all__ = [
     "HOST",

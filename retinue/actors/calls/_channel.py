@@ -1,0 +1,133 @@
+"""The one way into a runtime: submit a command, get the future it is answered on.
+
+A :class:`Channel` owns the runtime's lifecycle state (:class:`RuntimeState`)
+and its closing rules, for the host's calls and every turn's alike: while the
+runtime is open every command is served; once it closes, a writer's
+supervisor still serves the commands marked ``after_close`` (settles, give-ups,
+give-backs, the shutdown itself) until it stops, and a read-only runtime
+serves nothing more.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import threading
+from collections.abc import Callable
+from typing import Any, cast
+
+import pykka
+
+from retinue.actors.calls._reply import Reply
+from retinue.actors.commands import (
+    Command,
+    Envelope,
+    FollowUp,
+    Resume,
+    RunMany,
+    Spawn,
+    SpawnMany,
+    SupervisorCommand,
+)
+from retinue.errors import RuntimeClosed
+
+__all__ = ["Channel", "RuntimeState", "Target", "actor_target"]
+
+Target = Callable[[Command[Any], "concurrent.futures.Future[Any] | None"], Any]
+"""``target(command, reply)``: start serving ``command``; return the future it answers."""
+
+
+class RuntimeState(enum.Enum):
+    """Where a runtime is in its life.
+
+    ``OPEN``: serving; ``CLOSING``: ``shutdown()`` began, only the commands
+    that finish the work in flight are served; ``CLOSED``: shut down.
+    """
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+# The commands that start turns: the sender's current span goes with them (tracing).
+_TRACED = frozenset({Spawn, SpawnMany, RunMany, FollowUp, Resume})
+
+
+def actor_target(
+    actor: pykka.ActorRef[Any], capture: Callable[[], str | None] | None = None
+) -> Target:
+    """Return the target that puts a command in the supervisor actor's inbox.
+
+    ``capture()`` (when the runtime traces) is the sender's current span, taken
+    on the sender's thread for each command that starts turns.
+
+    Raises (from the target):
+        RuntimeClosed: the supervisor has stopped.
+    """
+
+    def deliver(
+        command: Command[Any], reply: concurrent.futures.Future[Any] | None
+    ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = reply if reply is not None else Reply()
+        trace = capture() if capture is not None and type(command) in _TRACED else None
+        try:
+            # Every command class is a member of the closed union; the
+            # supervisor's exhaustive match answers anything else with an error.
+            actor.tell(Envelope(cast(SupervisorCommand, command), future, trace))
+        except pykka.ActorDeadError:
+            raise RuntimeClosed("the runtime's supervisor has stopped") from None
+        return future
+
+    return deliver
+
+
+class Channel:
+    """Submits commands to a supervisor (or a read-only reader) under the closing rules.
+
+    Thread-safe. ``after_close`` says whether commands marked so are still
+    served once the runtime closes (a writer: yes, until its supervisor
+    stops; a reader: no). The target is connected once the supervisor runs.
+    """
+
+    def __init__(self, *, after_close: bool) -> None:
+        """Create an open channel with no target yet (see :meth:`connect`)."""
+        self._lock = threading.Lock()
+        self._state = RuntimeState.OPEN
+        self._after_close = after_close
+        self._target: Target | None = None
+
+    @property
+    def state(self) -> RuntimeState:
+        """The runtime's state now."""
+        return self._state
+
+    def connect(self, target: Target) -> None:
+        """Serve commands through ``target`` from now on."""
+        with self._lock:
+            self._target = target
+
+    def submit(
+        self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
+    ) -> concurrent.futures.Future[Any]:
+        """Hand ``command`` to the supervisor; return the future it answers (``reply`` if given).
+
+        Raises:
+            RuntimeClosed: the runtime is closed, or closing and the command is
+                not served while it closes.
+            StoreReadOnly: (a reader's target) the command would change the store.
+        """
+        with self._lock:
+            state = self._state
+            if state is not RuntimeState.OPEN and not (self._after_close and command.after_close):
+                closing = state is RuntimeState.CLOSING and self._after_close
+                raise RuntimeClosed(f"the runtime is {'closing' if closing else 'closed'}")
+            if self._target is None:
+                raise RuntimeClosed("the runtime is closed")
+            future: concurrent.futures.Future[Any] = self._target(command, reply)
+            return future
+
+    def close(self, state: RuntimeState) -> None:
+        """Move to ``CLOSING`` or ``CLOSED`` (never back to ``OPEN``)."""
+        with self._lock:
+            if state is RuntimeState.CLOSED or self._state is RuntimeState.OPEN:
+                self._state = state

@@ -1,0 +1,231 @@
+"""The one engine of every call, the host's and the turns': submit a command, drive its answer.
+
+A host call and a turn's call are the same problem: submit one typed command
+through the runtime's :class:`~retinue.actors.calls._channel.Channel` and take its
+answer, blocking or from asyncio, without ever losing what a wait was handed.
+:class:`Engine` writes those rules once:
+
+- :meth:`Engine.ask` / :meth:`Engine.ask_async`: a request and its answer;
+- :meth:`Engine.wait` / :meth:`Engine.wait_async`: a wait that is given up in
+  time (the supervisor settles the race: see :mod:`retinue.actors.calls._waiting`);
+- the cancellation rule of an async wait: a wait not answered yet is given up
+  (the supervisor forgets it); one answered already gives back what it took
+  (:class:`~retinue.actors.commands.GiveBack`), so the next wait or turn
+  receives it. Who may still claim an answer is decided by a
+  :class:`Receipt`: the host's (:class:`HostReceipt`, whose ledger the
+  runtime's close empties) or a turn's (:mod:`retinue.actors.turns._receipt`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from typing import Any, Protocol, TypeVar
+
+from retinue.actors.calls._channel import Channel
+from retinue.actors.calls._handover import Handover
+from retinue.actors.calls._reply import Reply
+from retinue.actors.calls._waiting import await_answer, fail_pending, wait_answer, when_done
+from retinue.actors.commands import (
+    Command,
+    GiveBack,
+    GiveUpWait,
+    HostMessages,
+    Idle,
+    ReleaseLease,
+    RunMany,
+    Sender,
+    Wait,
+)
+from retinue.errors import RetinueError, RuntimeClosed
+from retinue.protocol.messages import Completion, Message
+
+__all__ = ["Engine", "HostReceipt", "Receipt", "WaitCommand", "handed_events"]
+
+R = TypeVar("R")
+WaitCommand = Wait | RunMany | HostMessages | Idle
+"""The commands whose answer may take long: a wait, given up in time."""
+
+
+def handed_events(value: object) -> list[Message | Completion]:
+    """Return the events a wait's answer hands its waiter (what a give-back returns).
+
+    An event itself, a batch's completions (its errors hold nothing), or the
+    host's messages; none otherwise.
+    """
+    if isinstance(value, Message | Completion):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, Message | Completion)]
+    return []
+
+
+class Receipt(Protocol):
+    """How one kind of waiter claims an async wait's answer, or gives it back."""
+
+    def expect(self, future: concurrent.futures.Future[Any]) -> None:
+        """Before the wait is submitted."""
+
+    def abandon(self, future: concurrent.futures.Future[Any]) -> bool:
+        """The awaiting task ends without the answer: True if the wait's answer is still its own."""
+
+    def give_back(self, future: concurrent.futures.Future[Any]) -> None:
+        """Once answered: give back what the wait took (its task will never see it)."""
+
+    def accept(self, future: concurrent.futures.Future[Any], value: Any, in_task: bool) -> Any:
+        """The waiter has ``value``: return it, or raise if it was taken back meanwhile."""
+
+
+class Engine:
+    """Submits commands through one channel and drives their answers; thread-safe."""
+
+    def __init__(self, channel: Channel) -> None:
+        """Serve calls through ``channel``; the host's async waits are kept in :attr:`host`."""
+        self.channel = channel
+        # The host's async waits whose task has not received the answer, with their receipt.
+        self.host: Handover[tuple[concurrent.futures.Future[Any], HostReceipt]] = Handover()
+
+    def submit(
+        self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
+    ) -> concurrent.futures.Future[Any]:
+        """Hand ``command`` over; return the future it is answered on.
+
+        Raises:
+            RuntimeClosed, StoreReadOnly: as :meth:`Channel.submit` raises.
+        """
+        return self.channel.submit(command, reply)
+
+    def tell(self, command: Command[Any]) -> None:
+        """Hand ``command`` over without waiting; nothing happens if the runtime is closed."""
+        with contextlib.suppress(RetinueError):
+            self.channel.submit(command)
+
+    def ask(self, command: Command[R]) -> R:
+        """Submit ``command`` and block until it is answered (committed).
+
+        Raises:
+            RuntimeClosed: the runtime is closed; and whatever the command raises.
+        """
+        result: R = self.submit(command).result()
+        return result
+
+    async def ask_async(self, command: Command[R]) -> R:
+        """Submit ``command`` and await its answer without blocking the event loop."""
+        future = self.submit(command)
+        await when_done(asyncio.get_running_loop(), future, None)
+        result: R = future.result()
+        return result
+
+    def give_up(
+        self, sender: Sender, future: concurrent.futures.Future[Any], seconds: float
+    ) -> None:
+        """Ask the supervisor to end the wait answered on ``future`` (its time ran out).
+
+        If the runtime no longer serves even that, nobody will answer the wait:
+        it ends with the refusal.
+        """
+        try:
+            self.submit(GiveUpWait(sender, future, seconds))
+        except RetinueError as exc:
+            fail_pending(future, exc)
+
+    def wait(self, command: WaitCommand, seconds: float, receipt: Receipt | None = None) -> Any:
+        """Submit a wait and block for its answer, giving it up after ``seconds``.
+
+        Raises:
+            WaitTimeout: nothing arrived in time; and whatever the wait ended
+                with, or ``receipt`` raises.
+        """
+        future: concurrent.futures.Future[Any] = Reply()
+        self.submit(command, future)
+        value = wait_answer(future, seconds, lambda: self.give_up(command.sender, future, seconds))
+        return value if receipt is None else receipt.accept(future, value, False)
+
+    async def wait_async(self, command: WaitCommand, seconds: float, receipt: Receipt) -> Any:
+        """Submit a wait and await its answer; a cancelled await loses nothing.
+
+        If the awaiting task is cancelled before the wait was answered, the
+        wait is given up; after, what it took is given back (``receipt``).
+
+        Raises:
+            WaitTimeout: nothing arrived in time; and whatever the wait ended
+                with, or ``receipt`` raises.
+        """
+        future: concurrent.futures.Future[Any] = Reply()
+        receipt.expect(future)
+        sender = command.sender
+        try:
+            self.submit(command, future)
+            value = await await_answer(
+                future, seconds, lambda: self.give_up(sender, future, seconds)
+            )
+        except asyncio.CancelledError:
+            if receipt.abandon(future):
+                if future.cancel():  # not answered: the supervisor skips it; forget it
+                    self.give_up(sender, future, seconds)
+                else:  # answered (or being answered): give what it took back
+                    future.add_done_callback(receipt.give_back)
+            raise
+        except BaseException:
+            receipt.abandon(future)
+            raise
+        return receipt.accept(future, value, True)
+
+    def give_back_host_waits(self) -> None:
+        """At close: give back what async host waits were handed but their tasks never received.
+
+        A task whose loop is busy (or blocked in this very close) cannot resume
+        before the supervisor stops, so its give-back could not be served
+        later; the close serves it now, and the task's wait ends with
+        ``RuntimeClosed``.
+        """
+        for future, receipt in self.host.take_back():
+            future.add_done_callback(receipt.give_back)  # at once if answered already
+
+
+class HostReceipt:
+    """The host's receipt: an async host wait owns its answer until the runtime's close.
+
+    A leased wait (``lease``) gives back by releasing its lease, which gives
+    the completion back and forgets the lease in one transition.
+    """
+
+    __slots__ = ("engine", "lease")
+
+    def __init__(self, engine: Engine, lease: str | None = None) -> None:
+        """Keep the host's waits in ``engine.host``."""
+        self.engine = engine
+        self.lease = lease
+
+    def expect(self, future: concurrent.futures.Future[Any]) -> None:
+        """Register the wait: until its task receives the answer, a close may take it back."""
+        self.engine.host.hand(future, (future, self))
+
+    def abandon(self, future: concurrent.futures.Future[Any]) -> bool:
+        """True unless the close already took the wait's answer back (and gave it back)."""
+        return self.engine.host.receive(future)
+
+    def give_back(self, future: concurrent.futures.Future[Any]) -> None:
+        """Give what an answered host wait took back to the store (completion or messages)."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        if self.lease is not None:
+            self.engine.tell(ReleaseLease(self.lease))
+            return
+        events = handed_events(future.result())
+        if events:
+            self.engine.tell(GiveBack(None, tuple(events)))
+
+    def accept(self, future: concurrent.futures.Future[Any], value: Any, in_task: bool) -> Any:
+        """Return ``value``, unless the runtime's close took it back first.
+
+        Raises:
+            RuntimeClosed: the close gave the answer back to the store.
+        """
+        if not self.engine.host.receive(future):
+            raise RuntimeClosed(
+                "the runtime closed before this wait's task resumed; what it was handed "
+                "was given back and waits in the store"
+            )
+        return value

@@ -1,0 +1,126 @@
+"""The handover ledger: what was handed to a waiter that has not received it yet.
+
+An answer handed to a wait crosses threads: the supervisor (or a closing
+runtime) hands it, and the waiter receives it when it runs again. Until then
+the other side may take it back (an interrupt cancels the turn, the runtime
+closes before the awaiting task resumed), and whoever comes first owns it:
+the waiter sees an answer only if it was not taken back, and what is taken
+back is exactly what no waiter saw. Its three verbs:
+
+- :meth:`Handover.hand`: record what was handed for the wait keyed by its reply;
+- :meth:`Handover.receive`: the waiter claims it (False: it was taken back);
+- :meth:`Handover.take_back`: the other side takes back what nobody received.
+
+A model turn's waits keep what they receive (``receive(key, keep=True)``)
+until its transcript stores it (:meth:`Handover.consume`, at the step's
+commit): an interrupt meanwhile takes that back too, so a child's result a
+model never got to see goes back to the agent instead of being lost.
+
+A turn's ledger holds the events a wait took from its children (its cancel
+gives them back to the agent); the runtime's holds the give-back of each
+async host wait (its close gives back what the waiting tasks never received).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from retinue.actors import Journal
+
+__all__ = ["Handover"]
+
+T = TypeVar("T")
+Key = concurrent.futures.Future[Any]
+_MISSING: Any = object()
+
+
+class Handover(Generic[T]):
+    """Values handed to waits (keyed by the wait's reply) and not received yet; thread-safe.
+
+    The supervisor's changes (:meth:`hand`, :meth:`consume`, :meth:`take_back`
+    with a ``journal``) are part of its command's transaction: the ledger's
+    lock is held until the command is kept or rolled back, so a waiter never
+    receives (or misses) something a failed command then undoes.
+    """
+
+    __slots__ = ("_held", "_kept", "_lock")
+
+    def __init__(self) -> None:
+        """Start with nothing handed."""
+        self._lock = threading.RLock()
+        self._held: dict[Key, T] = {}
+        self._kept: list[T] = []
+
+    def _journal(self, journal: Journal | None) -> Journal | None:
+        """Hold the lock for ``journal``'s command, if a command is being served."""
+        if journal is None or not journal.active:
+            return None
+        journal.hold(self._lock)
+        return journal
+
+    def _restore(self, held: dict[Key, T], kept: list[T]) -> None:
+        """Undo a take: put ``held`` and ``kept`` back as they were."""
+        self._held = {**held, **self._held}
+        self._kept[:0] = kept
+
+    def hand(self, key: Key, value: T, journal: Journal | None = None) -> None:
+        """Record that ``value`` was handed to the wait answered on ``key``."""
+        with self._lock:
+            tx = self._journal(journal)
+            if tx is not None:
+                tx.note(self._held.pop, key, None)
+            self._held[key] = value
+
+    def receive(self, key: Key, *, keep: bool = False) -> bool:
+        """Claim what was handed on ``key`` for its waiter; False if it was taken back.
+
+        Atomic with :meth:`take_back`: a value is received or taken back, never
+        both. ``keep``: the waiter has yet to store it (a model turn), so a
+        :meth:`take_back` of every wait still takes it until :meth:`consume`.
+        """
+        with self._lock:
+            value = self._held.pop(key, _MISSING)
+            if value is _MISSING:
+                return False
+            if keep:
+                self._kept.append(value)
+            return True
+
+    def consume(self, journal: Journal | None = None) -> list[T]:
+        """Forget (and return) what was received and kept: its waiter stored it."""
+        with self._lock:
+            tx = self._journal(journal)
+            if tx is not None and self._kept:
+                tx.note(self._restore, {}, list(self._kept))
+            kept, self._kept = self._kept, []
+        return kept
+
+    def take_back(self, key: Key | None = None, journal: Journal | None = None) -> list[T]:
+        """Take back what no waiter received: the value of ``key``, or of every wait (None).
+
+        Every wait's also takes what was received and kept but not consumed.
+        """
+        with self._lock:
+            tx = self._journal(journal)
+            if key is None:
+                if tx is not None and (self._held or self._kept):
+                    tx.note(self._restore, dict(self._held), list(self._kept))
+                held, self._held = self._held, {}
+                kept, self._kept = self._kept, []
+                return [*kept, *held.values()]
+            if tx is not None and key in self._held:
+                tx.note(self._restore, {key: self._held[key]}, [])
+            value = self._held.pop(key, _MISSING)
+        return [] if value is _MISSING else [value]
+
+    def __journal_snapshot__(self) -> tuple[list[tuple[int, T]], list[T]]:
+        """What the ledger holds, for the journal's before-and-after pictures."""
+        with self._lock:
+            return [(id(k), v) for k, v in self._held.items()], list(self._kept)
+
+    def __len__(self) -> int:
+        """How many handed values are not received (or not consumed) yet."""
+        return len(self._held) + len(self._kept)

@@ -1,0 +1,38 @@
+"""The commands of a model turn's stored state: its transcript and its usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retinue.actors.commands._base import Command, TurnRef
+from retinue.protocol.messages import Usage
+
+__all__ = ["LlmLoad", "LlmStep"]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmLoad(Command[tuple[bytes | None, Usage, Usage]]):
+    """An LLM turn starts: answer its stored transcript, its usage and its tree's usage."""
+
+    sender: TurnRef
+
+
+@dataclass(frozen=True, slots=True)
+class LlmStep(Command[tuple[Usage, Usage]]):
+    """An LLM turn made a step: add ``usage`` to the agent and its tree, store ``transcript``.
+
+    ``transcript`` is an encoded :class:`~retinue.protocol.records.TranscriptRecord`
+    (None keeps the stored one); the answer is the agent's and the tree's new usage.
+    ``takes_input`` says the transcript now holds the turn's input (its task,
+    messages and children's completions): from this commit on they are the
+    transcript's, neither given back if the turn fails or is interrupted nor
+    handed again after a crash (see ``Scheduler`` and ``Tree.consume_inputs``).
+    ``ends_call`` says ``usage`` is a model call :class:`AdmitCall` admitted:
+    its reservation ends in this commit.
+    """
+
+    sender: TurnRef
+    usage: Usage
+    transcript: bytes | None = None
+    takes_input: bool = False
+    ends_call: bool = False

@@ -1,0 +1,54 @@
+"""The commands that read the tree and change nothing: an agent, every agent, one in full,
+a turn's children, the store's backlog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retinue.actors.commands._base import Command, Sender, TurnRef
+from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.messages import AgentInfo
+
+__all__ = ["Agents", "Children", "CountBacklog", "Get", "Inspect"]
+
+
+@dataclass(frozen=True, slots=True)
+class Get(Command[AgentInfo]):
+    """Return one agent by id or live path."""
+
+    sender: Sender
+    ref: str
+    field: str = "ref"
+
+
+@dataclass(frozen=True, slots=True)
+class CountBacklog(Command[Backlog]):
+    """Count the unread messages and pending completions of the whole store."""
+
+    sender: Sender
+
+
+@dataclass(frozen=True, slots=True)
+class Agents(Command[list[AgentInfo]]):
+    """Return every agent, oldest first (closed ones only if asked)."""
+
+    sender: Sender
+    include_closed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Inspect(Command[AgentDetail]):
+    """Return one agent in full: its mailbox, pending completions and transcript tail."""
+
+    sender: Sender
+    ref: str
+    transcript_tail: int = 20
+    field: str = "ref"
+
+
+@dataclass(frozen=True, slots=True)
+class Children(Command[list[AgentInfo]]):
+    """Return the sending turn's live children."""
+
+    sender: TurnRef

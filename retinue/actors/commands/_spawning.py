@@ -1,0 +1,49 @@
+"""The commands that spawn agents: one child, or a batch in one transition."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from retinue.actors.commands._base import Command, Sender
+from retinue.errors import RetinueError
+from retinue.protocol.messages import AgentInfo
+
+__all__ = ["Spawn", "SpawnMany", "SpawnRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnRequest:
+    """One child of a :class:`SpawnMany` or :class:`RunMany` batch (``name_field``: see
+    :class:`Spawn`)."""
+
+    profile: str
+    task: str
+    name: str | None = None
+    name_field: str = "name"
+
+
+@dataclass(frozen=True, slots=True)
+class Spawn(Command[AgentInfo]):
+    """Record a new agent and queue its first turn.
+
+    A turn spawns below itself; the host below ``parent`` (a live path or id).
+    ``name_field`` is the caller's argument that held ``name`` (``task_name``
+    from a coordinator tool), which an error about a bad name names.
+    """
+
+    sender: Sender
+    profile: str
+    task: str
+    name: str | None = None
+    parent: str | None = None
+    idempotency_key: str | None = None
+    name_field: str = "name"
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnMany(Command[list[AgentInfo | RetinueError]]):
+    """Spawn a batch of children of the sender in one transition."""
+
+    sender: Sender
+    requests: Sequence[SpawnRequest]

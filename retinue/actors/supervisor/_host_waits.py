@@ -1,0 +1,417 @@
+"""Host waits: the host blocked in ``wait`` on an agent, or in ``messages`` on its inbox.
+
+A host wait receives the agent's oldest completion the host has not
+received; the receipt is a mark on the agent's record (plus the generations
+given back), so a reopened runtime hands out exactly what the host has not
+received. A wait nothing can answer ends at once with ``NothingToWaitFor``.
+
+A host wait may carry a *lease*: the transition that marks the completion
+received also stores ``lease -> completion``, so a host that lost the answer
+(a dropped reply, a crash) can wait again with the same lease and get the same
+completion. The host acknowledges the lease once it has the completion
+(:meth:`HostWaits.ack_lease`), or releases it (:meth:`HostWaits.release_lease`),
+which gives the completion back like a cancelled ``wait_async``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from retinue.actors import JDict, JList, Journaled, claim
+from retinue.actors.calls import timed_out
+from retinue.actors.commands import GiveUpWait, Wait
+from retinue.actors.supervisor._transition import Transition
+from retinue.actors.supervisor._world import World
+from retinue.actors.tree import HOST_KEY
+from retinue.errors import (
+    AgentClosed,
+    DedupKeyTooLong,
+    InvalidArgument,
+    NothingToWaitFor,
+    RetinueError,
+    UnknownAgent,
+    WaitTimeout,
+)
+from retinue.protocol.checks import check_key
+from retinue.protocol.messages import AgentState, Completion, Message
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["HostWaiter", "HostWaits", "host_give_back", "host_next", "host_take"]
+
+
+def host_next(record: AgentRecord, generations: Iterable[int]) -> int | None:
+    """Return the generation a host wait on ``record`` receives next (None: nothing new).
+
+    That is the oldest of the generations the host gave back and those above
+    its receipt mark; ``generations`` are the agent's known completions.
+    """
+    returned = record.host_returned
+    fresh = [g for g in generations if g > record.host_received or g in returned]
+    return min(fresh) if fresh else None
+
+
+def host_take(record: AgentRecord, generation: int) -> dict[str, Any]:
+    """Return the record changes that mark ``generation`` received by the host."""
+    if generation in record.host_returned:
+        return {"host_returned": tuple(g for g in record.host_returned if g != generation)}
+    return {"host_received": max(record.host_received, generation)}
+
+
+def host_give_back(record: AgentRecord, generation: int) -> dict[str, Any] | None:
+    """Return the record changes that give a received ``generation`` back (None: not received).
+
+    The receipt mark drops while its top generation is given back, so the
+    returned list only holds generations below the mark.
+    """
+    if generation > record.host_received or generation in record.host_returned:
+        return None
+    returned = set(record.host_returned) | {generation}
+    mark = record.host_received
+    while mark in returned:
+        returned.discard(mark)
+        mark -= 1
+    return {"host_received": mark, "host_returned": tuple(sorted(returned))}
+
+
+@dataclass(frozen=True, slots=True)
+class HostWaiter:
+    """A host blocked in ``wait`` on one agent; answered with a completion.
+
+    ``lease``: the completion it takes is stored under this lease in the same
+    transition.
+    """
+
+    future: concurrent.futures.Future[Any]
+    lease: str | None = None
+
+
+class HostWaits(Journaled):
+    """Every blocked host wait, and how each one is answered."""
+
+    def __init__(self, world: World) -> None:
+        """Keep the host's waits on ``world``."""
+        j = self._journal = world.journal
+        self.world = world
+        self.host: dict[str, list[HostWaiter]] = JDict(j)
+        self.inbox: list[HostWaiter] = JList(j)  # host waits for messages to /root
+        self.idle: list[HostWaiter] = JList(j)  # host waits for the runtime to go quiescent
+
+    # -- waits on agents ----------------------------------------------------------------
+
+    def host_wait(self, tx: Transition, command: Wait) -> Completion | None:
+        """Register a host wait for the agent's oldest completion the host has not received.
+
+        A wait whose ``lease`` is stored is answered at once with the
+        completion stored under it (returned); otherwise the answer is deferred.
+
+        Raises:
+            InvalidArgument, DedupKeyTooLong: a bad lease (see :meth:`_leased`).
+            UnknownAgent: no such agent.
+            NothingToWaitFor: the agent is idle, the host received every
+                completion it keeps and nothing may wake it: the wait could
+                only run out its time.
+        """
+        lease = command.lease
+        if lease is not None:
+            held = self._leased(lease, command)
+            if held is not None:
+                return held
+        record = self.world.find(None, command.ref, command.field)
+        idle = self.nothing_to_wait_for(record)
+        if idle is not None:
+            raise idle
+        waiters = self.host.get(record.id)
+        if waiters is None:
+            waiters = self.host[record.id] = JList(self._journal)
+        waiters.append(HostWaiter(tx.defer(), lease))
+        self.serve_host(tx, record.id)
+        return None
+
+    def _leased(self, lease: str, command: Wait) -> Completion | None:
+        """Return the completion stored under ``lease`` (a retried wait), or None.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id, one held
+                by a wait still blocked, or one stored for another agent.
+            DedupKeyTooLong: the lease id is longer than ``dedup_key_max_length``.
+        """
+        check_key(lease, "lease")
+        cap = self.world.limits.dedup_key_max_length
+        if len(lease) > cap:
+            raise DedupKeyTooLong(
+                f"lease is {len(lease)} characters; dedup_key_max_length is {cap}",
+                limit=cap,
+                value=len(lease),
+            )
+        held = self.world.tree.leases.get(lease)
+        if held is None:
+            if any(w.lease == lease for ws in self.host.values() for w in ws):
+                raise InvalidArgument(
+                    f"lease {lease[:60]!r} is held by a host wait still blocked; "
+                    "give every wait its own lease"
+                )
+            return None
+        if command.ref not in (held.agent_id, held.path):
+            try:
+                record = self.world.find(None, command.ref, command.field)
+            except UnknownAgent:
+                record = None
+            if record is not None and record.id != held.agent_id:
+                raise InvalidArgument(
+                    f"lease {lease[:60]!r} holds a completion of {held.path}, "
+                    f"not of {record.path}; give every wait its own lease"
+                )
+        return held
+
+    def nothing_to_wait_for(self, record: AgentRecord) -> NothingToWaitFor | None:
+        """Return the error for a host wait on ``record`` that nothing can answer, or None.
+
+        Nothing can when the agent is neither queued nor running (nor closed,
+        which ends waits with ``AgentClosed``), the host received every
+        completion it keeps, and nothing may wake it (:meth:`_may_be_woken`).
+        """
+        if record.state.busy or record.state is AgentState.CLOSED:
+            return None
+        if host_next(record, self.world.tree.completions.get(record.id, {})) is not None:
+            return None
+        if self._may_be_woken(record):
+            return None
+        return NothingToWaitFor(
+            f"{record.path} is {record.state}: no turn is queued or running and the host "
+            f"has received every completion it keeps (its last turn is {record.generation}), "
+            "so nothing will come; give it a new turn (follow_up, resume) before waiting",
+            path=record.path,
+        )
+
+    def _may_be_woken(self, record: AgentRecord) -> bool:
+        """Return whether an idle agent may still get a turn nobody asked for.
+
+        It may if it wakes on completions and a completion is pending for it
+        (held back by a full backlog) or a live descendant has a turn queued
+        or running, whose completion may reach it.
+        """
+        world = self.world
+        if not getattr(world.profiles.get(record.profile), "wake_on_completion", False):
+            return False
+        tree = world.tree
+        if tree.pending_for(record.id):
+            return True
+        stack = list(tree.live_children(record.id))
+        while stack:
+            child = tree.agents[stack.pop()]
+            if child.state.busy:
+                return True
+            stack.extend(tree.live_children(child.id))
+        return False
+
+    def end_idle_host_waits(self, tx: Transition) -> None:
+        """End host waits left on agents that went idle with nothing left for the host.
+
+        Run once a command is done (a wake it queued counts as work to come).
+        """
+        tree = self.world.tree
+        while tx.idle_hosts:
+            agent_id = tx.idle_hosts.pop()
+            record = tree.agents.get(agent_id)
+            if record is None or not self.host.get(agent_id):
+                continue
+            error = self.nothing_to_wait_for(record)
+            if error is None:
+                continue
+            for waiter in self.host.pop(agent_id):
+                future = waiter.future
+                if claim(self._journal, future):
+                    tx.answer(future, error)
+
+    def serve_host(self, tx: Transition, agent_id: str) -> None:
+        """Answer host waits on ``agent_id`` with completions they have not received.
+
+        Waits left on a closed agent end with ``AgentClosed``.
+        """
+        waiters = self.host.get(agent_id)
+        world = self.world
+        tree = world.tree
+        while waiters:
+            record = tree.agents[agent_id]
+            done = tree.completions.get(agent_id, {})
+            generation = host_next(record, done)
+            if generation is None:
+                break
+            waiter = waiters.pop(0)
+            future = waiter.future
+            if not claim(self._journal, future):
+                continue
+            pending = done[generation]
+            if not pending.delivered and pending.recipient_id is None:
+                pending = world.deliver(tx, pending)
+            world.update(record, updated_at=record.updated_at, **host_take(record, generation))
+            completion = pending.completion
+            if waiter.lease is not None:
+                tree.put_lease(waiter.lease, completion)
+            tx.answer(future, completion)
+        if not waiters:
+            self.host.pop(agent_id, None)
+            return
+        tx.idle_hosts.add(agent_id)  # checked once the command is done (a wake may follow)
+        if tree.agents[agent_id].state is AgentState.CLOSED:
+            closed = AgentClosed(
+                f"{tree.agents[agent_id].path} is closed", path=tree.agents[agent_id].path
+            )
+            for waiter in self.host.pop(agent_id):
+                future = waiter.future
+                if claim(self._journal, future):
+                    tx.answer(future, closed)
+
+    def give_back(self, tx: Transition, events: Iterable[Message | Completion]) -> None:
+        """The host lost what it was handed (its wait was cancelled): take ``events`` back.
+
+        A completion becomes the next one a host wait on its agent receives;
+        messages are unread again in the host's inbox, in order.
+        """
+        messages = False
+        for event in events:
+            if isinstance(event, Completion):
+                self._unreceive(tx, event.agent_id, event.generation)
+            else:
+                self.world.tree.unread_again(event)
+                messages = True
+        if messages:
+            self.serve_inbox(tx)
+
+    def _unreceive(self, tx: Transition, agent_id: str, generation: int) -> None:
+        """Undo the host's receipt of one completion; serve a host wait on it."""
+        tree = self.world.tree
+        record = tree.agents.get(agent_id)
+        done = tree.completions.get(agent_id, {}).get(generation)
+        back = None if record is None else host_give_back(record, generation)
+        if record is None or done is None or back is None:
+            return  # compacted, or not received: nothing to undo
+        if done.delivered and done.recipient_id is None:
+            tree.undeliver(done)
+        self.world.update(record, updated_at=record.updated_at, **back)
+        self.serve_host(tx, agent_id)
+
+    # -- leases ------------------------------------------------------------------------
+
+    def ack_lease(self, lease: Any) -> bool:
+        """The host has the completion handed out under ``lease``: forget the lease.
+
+        Returns whether the lease was stored.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        return self.world.tree.drop_lease(check_key(lease, "lease")) is not None
+
+    def release_lease(self, tx: Transition, lease: Any) -> bool:
+        """The host never got what ``lease`` took: give the completion back, forget the lease.
+
+        Returns whether the lease was stored.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument: not a usable lease id.
+        """
+        completion = self.world.tree.drop_lease(check_key(lease, "lease"))
+        if completion is None:
+            return False
+        self._unreceive(tx, completion.agent_id, completion.generation)
+        return True
+
+    def give_up_host(self, tx: Transition, command: GiveUpWait) -> None:
+        """A host wait ran out of time: end it with ``WaitTimeout`` unless it was answered.
+
+        An inbox wait (``rt.messages``) ends with no messages instead.
+        """
+        future, seconds = command.future, command.seconds
+        for waiter in self.idle:
+            if waiter.future is future:
+                self.idle.remove(waiter)
+                if claim(self._journal, future):
+                    tx.answer(
+                        future, WaitTimeout(f"the runtime did not go idle within {seconds:g} s")
+                    )
+                return
+        for waiter in self.inbox:
+            if waiter.future is future:
+                self.inbox.remove(waiter)
+                if claim(self._journal, future):
+                    tx.answer(future, [])
+                return
+        for agent_id, waiters in list(self.host.items()):
+            mine = [w for w in waiters if w.future is future]
+            if mine:
+                waiters.remove(mine[0])
+                if not waiters:
+                    del self.host[agent_id]
+                if claim(self._journal, future):
+                    record = self.world.tree.agents[agent_id]
+                    tx.answer(
+                        future, self.nothing_to_wait_for(record) or timed_out(record.path, seconds)
+                    )
+                return
+
+    def drop_wait(
+        self, tx: Transition, future: concurrent.futures.Future[Any], error: RetinueError
+    ) -> None:
+        """End the host wait answered on ``future`` (any kind) with ``error``, if it is blocked."""
+        for waiters in (self.idle, self.inbox, *self.host.values()):
+            for waiter in list(waiters):
+                if waiter.future is future:
+                    waiters.remove(waiter)
+                    if claim(self._journal, future):
+                        tx.answer(future, error)
+        for agent_id in [a for a, waiters in self.host.items() if not waiters]:
+            del self.host[agent_id]
+
+    # -- quiescence -------------------------------------------------------------------
+
+    def wait_idle(self, tx: Transition) -> None:
+        """Register a host wait for quiescence (answered by :meth:`serve_idle`)."""
+        self.idle.append(HostWaiter(tx.defer()))
+
+    def serve_idle(self, tx: Transition, quiet: bool) -> None:
+        """Answer every wait for quiescence once ``quiet`` says the runtime is."""
+        if not quiet or not self.idle:
+            return
+        waiters, self.idle = self.idle, JList(self._journal)
+        for waiter in waiters:
+            if claim(self._journal, waiter.future):
+                tx.answer(waiter.future, None)
+
+    # -- the host's inbox ----------------------------------------------------------
+
+    def host_messages(self, tx: Transition) -> None:
+        """Answer with the host's unread messages, or wait for the first to arrive."""
+        self.inbox.append(HostWaiter(tx.defer()))
+        self.serve_inbox(tx)
+
+    def serve_inbox(self, tx: Transition) -> None:
+        """Hand every unread message of the host's inbox to the oldest inbox wait."""
+        world = self.world
+        unread = world.tree.unread(HOST_KEY)
+        while unread and self.inbox:
+            future = self.inbox.pop(0).future
+            if not claim(self._journal, future):
+                continue
+            taken = [world.take_message(record) for record in unread]
+            tx.answer(future, taken)
+            return
+
+    # -- every host wait ---------------------------------------------------------------
+
+    def fail_hosts(self, tx: Transition, why: RetinueError) -> None:
+        """End every host wait with ``why`` (the runtime closes)."""
+        for waiter in [*self.inbox, *self.idle]:
+            if claim(self._journal, waiter.future):
+                tx.answer(waiter.future, why)
+        self.inbox.clear()
+        self.idle.clear()
+        for waiters in self.host.values():
+            for waiter in waiters:
+                future = waiter.future
+                if claim(self._journal, future):
+                    tx.answer(future, why)
+        self.host.clear()

@@ -1,0 +1,422 @@
+"""Turn ends, follow-ups, interrupts and closes: the rules that span the supervisor's parts.
+
+A settled, interrupted or closed turn releases its slot (scheduler) and its
+wait (waiters), and produces its one completion (router). Closing an agent
+interrupts it first, hands its pending completions to its heir and ends the
+waits on it. A failed turn may be restarted by its profile's policy instead
+(supervision), which makes no completion yet. A turn's inputs are consumed
+only if it completes; otherwise they go back (:mod:`~retinue.actors.supervisor._turn_inputs`).
+"""
+
+from __future__ import annotations
+
+import time
+
+from retinue.actors import Journaled
+from retinue.actors.commands import (
+    Close,
+    CloseTree,
+    ExpireTurn,
+    FollowUp,
+    Interrupt,
+    InterruptTree,
+    Resume,
+    Settle,
+)
+from retinue.actors.supervisor._host_waits import HostWaits
+from retinue.actors.supervisor._routing import Router
+from retinue.actors.supervisor._scheduler import Scheduler
+from retinue.actors.supervisor._supervision import Supervision
+from retinue.actors.supervisor._transition import Transition
+from retinue.actors.supervisor._turn_inputs import Event, consume, given_back_ids, take_held
+from retinue.actors.supervisor._waiters import Waiters
+from retinue.actors.supervisor._world import World, info_of
+from retinue.errors import (
+    ActiveDescendants,
+    AgentBusy,
+    AgentClosed,
+    AgentStateError,
+    CompletionBacklogFull,
+    TurnInterrupted,
+    UnknownProfile,
+)
+from retinue.protocol.checks import check_text
+from retinue.protocol.failures import TURN_TIMEOUT, TurnError
+from retinue.protocol.messages import (
+    AgentClosedEvent,
+    AgentInfo,
+    AgentState,
+    CompletionStatus,
+)
+from retinue.protocol.records import AgentRecord
+from retinue.protocol.text import bounded_text
+
+__all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
+
+INTERRUPTED_QUEUED = "interrupted before execution"
+"""The error of a turn interrupted while it waited for a slot (it never ran)."""
+INTERRUPTED_RUNNING = "interrupted"
+"""The error of a turn interrupted while its runner ran."""
+_LIVE = frozenset({AgentState.RUNNING, AgentState.AWAITING_APPROVAL})
+"""States of an agent whose turn has a runner (parked for approval, after a reopen, none)."""
+
+
+class Lifecycle(Journaled):
+    """How turns end and agents close."""
+
+    def __init__(
+        self,
+        world: World,
+        scheduler: Scheduler,
+        waiters: Waiters,
+        hosts: HostWaits,
+        router: Router,
+        supervision: Supervision,
+    ) -> None:
+        """Act on ``world`` through the scheduler, the turn and host waits, the router and
+        supervision (restarts, approvals, call admission)."""
+        self._journal = world.journal
+        self.world = world
+        self.scheduler = scheduler
+        self.waiters = waiters
+        self.hosts = hosts
+        self.router = router
+        self.supervision = supervision
+
+    # -- turn ends ----------------------------------------------------------------------
+
+    def settle(self, tx: Transition, command: Settle) -> None:
+        """A runner finished; settle its turn unless it was interrupted meanwhile."""
+        turn = command.sender
+        record = self.world.tree.agents.get(turn.agent_id)
+        if (
+            not self.scheduler.is_current(turn.agent_id, turn.generation)
+            or record is None
+            or record.state not in _LIVE
+        ):
+            return  # a late result of an interrupted turn: discarded
+        if command.trace is not None:
+            tx.trace = command.trace  # a wake it causes links to this turn's span
+            if record.trace is None:  # an agent spawned outside any span: its trace is this
+                record = self.world.update(record, trace=command.trace)
+        self.finish_turn(tx, record, command.output, command.error)
+
+    def finish_turn(
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        output: str | None,
+        error: TurnError | None,
+        *,
+        pump: bool = True,
+        returned: tuple[Event, ...] = (),
+    ) -> None:
+        """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
+
+        A failed turn's completion carries the error's text and class (``error_type``).
+
+        A turn that completes consumes its inputs; one that fails gives back
+        what it holds (its inputs, what its waits received, unless a model
+        turn's transcript stored them) for its next attempt or turn, and is
+        woken only by completions besides those (``returned``: what its cancel
+        gave back already). A failed turn its restart policy restarts makes no
+        completion (the agent is ``restarting``).
+        """
+        handle = self.scheduler.turns.get(record.id)
+        self._release(tx, record.id, TurnInterrupted("the turn ended"))
+        back = list(returned)
+        if handle is not None:
+            journal = self._journal
+            back += take_held(handle, journal) if error is not None else consume(handle, journal)
+        self.router.give_back(tx, record.id, back)
+        # Whatever ran the turn, what is stored is storable and bounded.
+        cap = self.world.limits.output_max_bytes
+        if error is not None:
+            error = TurnError(bounded_text(error.text, cap), error.type, error.permanent)
+            error = self.supervision.restarts.after_failure(tx, record, error)
+            if error is None:  # restarting: the task's completion is still to come
+                if pump:
+                    self.scheduler.pump(tx)
+                return
+        elif output is not None:
+            output = bounded_text(output, cap)
+        status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
+        state = AgentState.COMPLETED if error is None else AgentState.FAILED
+        record = self.world.update(
+            record,
+            state=state,
+            output=output,
+            error=None if error is None else bounded_text(error.text, cap),
+            error_type=None if error is None else error.type,
+        )
+        self.router.emit_completion(tx, record, status)
+        if pump:
+            self.scheduler.pump(tx)
+        gave_back = frozenset() if error is None else given_back_ids(back)
+        self.router.maybe_wake(tx, record.id, besides=gave_back)
+
+    def expire(self, tx: Transition, command: ExpireTurn) -> None:
+        """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed.
+
+        A turn parked for approval that a reopen restored (no runner holds it)
+        expires too: its pending requests are cancelled.
+        """
+        turn = command.sender
+        record = self.world.tree.agents.get(turn.agent_id)
+        if record is None or record.generation != turn.generation or record.state not in _LIVE:
+            return  # it settled (or was interrupted) in time
+        error = TurnError(f"{TURN_TIMEOUT}: turn exceeded {command.seconds:g} s", TURN_TIMEOUT)
+        if not self.scheduler.is_current(turn.agent_id, turn.generation):
+            if record.state is AgentState.AWAITING_APPROVAL:  # restored by a reopen: no runner
+                self.finish_turn(tx, record, None, error)
+            return
+        why = TurnInterrupted(f"{record.path} ran past its turn_timeout_s")
+        returned = self._cancel(tx, record, why, give_back=False)
+        self.finish_turn(tx, record, None, error, returned=tuple(returned))
+
+    def _cancel(
+        self, tx: Transition, record: AgentRecord, why: TurnInterrupted, *, give_back: bool = True
+    ) -> list[Event]:
+        """Cancel a running turn, release it, and take back what it holds; return that.
+
+        That is every input it was handed (unless a model turn's transcript
+        stored them) and what its waits took: they are pending or unread
+        again in this same transition (``give_back``; else the caller gives
+        them back), so a turn cancelled by an interrupt, a close, a timeout
+        or the runtime closing loses nothing it was handed.
+        """
+        handle = self.scheduler.turns.get(record.id)
+        self.scheduler.cancel(tx, record)
+        self._release(tx, record.id, why)
+        back = [] if handle is None else take_held(handle, self._journal)
+        if give_back:
+            self.router.give_back(tx, record.id, back)
+        return back
+
+    def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
+        """Drop a turn's slot, handle, waiter, queued slot request, park and reservation."""
+        self.scheduler.release(tx, agent_id, why)
+        self.waiters.release(tx, agent_id, why)
+        self.supervision.turn_ended(tx, agent_id, why)
+
+    def detach(self, tx: Transition, record: AgentRecord) -> None:
+        """The runtime closes under a turn parked for approval: stop it, keep the park.
+
+        The agent stays ``awaiting_approval`` in the store with its requests
+        pending; the next open carries the turn on once they are answered.
+        """
+        why = TurnInterrupted(f"{record.path}: the runtime closed while it awaited approval")
+        self.scheduler.cancel(tx, record)
+        self.scheduler.release(tx, record.id, why)
+        self.waiters.release(tx, record.id, why)
+        self.supervision.approvals.detach(record.id)
+
+    # -- follow-ups and interrupts -----------------------------------------------------------
+
+    def follow_up(self, tx: Transition, me: AgentRecord | None, command: FollowUp) -> AgentInfo:
+        """Queue a follow-up turn for an idle agent.
+
+        Raises:
+            AgentBusy, AgentClosed, UnknownProfile, CompletionBacklogFull,
+            MessageTooLarge, NotPermitted, UnknownAgent.
+        """
+        world = self.world
+        record = world.target(me, command.ref, "follow up", command.field)
+        task = check_text(command.task, "task")
+        world.check_size(task, "task")
+        return info_of(self._follow_up(tx, record, task, "follow_up"))
+
+    def _follow_up(
+        self, tx: Transition, record: AgentRecord, task: str, reason: str
+    ) -> AgentRecord:
+        world = self.world
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
+        if record.state.busy:
+            raise AgentBusy(
+                f"{record.path} is {record.state}; wait for it or interrupt it", path=record.path
+            )
+        if record.profile not in world.profiles:
+            raise UnknownProfile(
+                f"{record.path} has profile {record.profile!r}, which this runtime does not define"
+            )
+        backlog = world.tree.undelivered.get(record.id, 0)
+        cap = world.limits.pending_completions_per_agent
+        if backlog >= cap:
+            raise CompletionBacklogFull(
+                f"{record.path} has {backlog} completions nobody received yet "
+                f"(pending_completions_per_agent is {cap}); wait for them first",
+                limit=cap,
+                value=backlog,
+                path=record.path,
+            )
+        return self.scheduler.queue_turn(tx, record, task, reason)
+
+    def resume(self, tx: Transition, me: AgentRecord | None, command: Resume) -> AgentInfo:
+        """Re-run an interrupted agent's task.
+
+        Raises:
+            AgentStateError: it is not interrupted. AgentClosed: it is closed.
+        """
+        record = self.world.target(me, command.ref, "resume", command.field)
+        if record.state is not AgentState.INTERRUPTED:
+            if record.state is AgentState.CLOSED:
+                raise AgentClosed(f"{record.path} is closed", path=record.path)
+            raise AgentStateError(
+                f"{record.path} is {record.state}; only an interrupted agent can be resumed",
+                path=record.path,
+            )
+        return info_of(self._follow_up(tx, record, record.task, "resume"))
+
+    def interrupt(self, tx: Transition, me: AgentRecord | None, command: Interrupt) -> AgentInfo:
+        """Cancel an agent's queued or running turn (an idle agent is left as it is).
+
+        Raises:
+            AgentClosed: it is closed.
+        """
+        record = self.world.target(me, command.ref, "interrupt", command.field)
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
+        return info_of(self.interrupt_turn(tx, record))
+
+    def interrupt_tree(
+        self, tx: Transition, me: AgentRecord | None, command: InterruptTree
+    ) -> list[AgentInfo]:
+        """Interrupt the queued and running turns of an agent's live subtree, leaves first.
+
+        Returns every live agent of the subtree in that order (idle ones as
+        they are). None of them is woken by the others' interrupted
+        completions; the subtree root's completion goes to its parent as
+        for any interrupt.
+
+        Raises:
+            AgentClosed: the agent is closed. NotPermitted: a turn may only
+            interrupt its own subtree.
+        """
+        record = self.world.target(me, command.ref, "interrupt", command.field)
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
+        tree = self.world.tree
+        order = tree.descendants_postorder(record.id)
+        tx.closing_subtree = set(order)  # interrupted leaves wake none of their ancestors
+        try:
+            return [info_of(self.interrupt_turn(tx, tree.agents[i])) for i in order]
+        finally:
+            tx.closing_subtree = set()
+
+    def interrupt_turn(self, tx: Transition, record: AgentRecord) -> AgentRecord:
+        """Cancel ``record``'s queued or running turn: it settles ``interrupted``; return it.
+
+        The completion's error says which: ``interrupted before execution``
+        (it was queued, or a restart was pending) or ``interrupted`` (its
+        runner ran; a turn parked for approval too, whose requests are
+        cancelled).
+        """
+        ran = self._stop_turn(tx, record, TurnInterrupted(f"{record.path} was interrupted"))
+        if ran is None:
+            return record
+        error = INTERRUPTED_RUNNING if ran else INTERRUPTED_QUEUED
+        record = self.world.update(
+            record,
+            state=AgentState.INTERRUPTED,
+            output=None,
+            error=error,
+            error_type=None,
+            restart_due_at=None,
+        )
+        self.router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
+        self.scheduler.pump(tx)
+        return record
+
+    def _stop_turn(self, tx: Transition, record: AgentRecord, why: TurnInterrupted) -> bool | None:
+        """Stop ``record``'s queued, running, parked or restarting turn; return whether a
+        runner ran it (None: the agent has no such turn)."""
+        if record.state is AgentState.STARTING:
+            self.scheduler.unqueue(record.id)
+            return False
+        if record.state in _LIVE:  # running, or parked for approval
+            self._cancel(tx, record, why)
+            return True
+        if record.state is AgentState.RESTARTING:  # its next attempt never ran
+            self.supervision.restarts.cancel(tx, record.id)
+            return False
+        return None
+
+    def fail_turn(
+        self, tx: Transition, agent_id: str, error: str, error_type: str = "InternalError"
+    ) -> None:
+        """End ``agent_id``'s turn ``failed`` with ``error``, whatever it was doing; no restart.
+
+        The repair of a command that failed (:mod:`retinue.actors.supervisor._rescue`): the
+        turn is stopped as an interrupt would stop it, and its one completion
+        is routed as a failure's, waking its recipient as a failure would.
+        """
+        record = self.world.tree.agents.get(agent_id)
+        if record is None:
+            return
+        why = TurnInterrupted(f"{record.path}: {error}")
+        if self._stop_turn(tx, record, why) is None:
+            return
+        record = self.world.update(
+            record,
+            state=AgentState.FAILED,
+            output=None,
+            error=bounded_text(error, self.world.limits.output_max_bytes),
+            error_type=error_type,
+            restart_due_at=None,
+        )
+        self.router.emit_completion(tx, record, CompletionStatus.FAILED)
+        self.scheduler.pump(tx)
+        self.router.maybe_wake(tx, record.id)
+
+    # -- closing --------------------------------------------------------------------------
+
+    def close(self, tx: Transition, me: AgentRecord | None, command: Close) -> AgentInfo:
+        """Close an agent without live children (interrupting its turn first).
+
+        Raises:
+            ActiveDescendants: it has live children. AgentClosed: already closed.
+        """
+        return info_of(self._close(tx, self.world.target(me, command.ref, "close", command.field)))
+
+    def _close(self, tx: Transition, record: AgentRecord) -> AgentRecord:
+        tree = self.world.tree
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
+        live = tree.live_children(record.id)
+        if live:
+            raise ActiveDescendants(
+                f"{record.path} has {len(live)} live children; close them first or use close_tree",
+                path=record.path,
+            )
+        record = self.interrupt_turn(tx, record)
+        if record.parent_id is None:  # its tree closes with it: no call of it is estimated
+            self.supervision.admission.forget_tree(record.id)
+        now = time.time()
+        record = self.world.update(record, state=AgentState.CLOSED, closed_at=now, updated_at=now)
+        tx.emit(AgentClosedEvent(agent_id=record.id, path=record.path, at=now))
+        heir = tree.nearest_live_ancestor(record)
+        for pending in tree.pending_for(record.id):
+            self.router.reroute(tx, pending, heir)
+        self.hosts.serve_host(tx, record.id)
+        if record.parent_id is not None:
+            self.waiters.child_closed(tx, record.parent_id, record)
+        return record
+
+    def close_tree(
+        self, tx: Transition, me: AgentRecord | None, command: CloseTree
+    ) -> list[AgentInfo]:
+        """Close an agent's whole live subtree, children before parents.
+
+        Raises:
+            AgentClosed: it is already closed.
+        """
+        record = self.world.target(me, command.ref, "close", command.field)
+        if record.state is AgentState.CLOSED:
+            raise AgentClosed(f"{record.path} is closed", path=record.path)
+        order = self.world.tree.descendants_postorder(record.id)
+        tx.closing_subtree = set(order)  # a parent about to close is not woken
+        try:
+            return [info_of(self._close(tx, self.world.tree.agents[i])) for i in order]
+        finally:
+            tx.closing_subtree = set()

@@ -1,0 +1,64 @@
+"""A model turn's stored state, as the supervisor keeps it: its transcript and its usage.
+
+A model turn loads its stored transcript with its agent's and its tree's
+usage as it starts (:class:`~retinue.actors.commands.LlmLoad`), and reports
+each model step (:class:`~retinue.actors.commands.LlmStep`): the step's
+usage is added to the agent and to its top-level agent's tree total, the
+transcript is stored, and once the transcript holds the turn's input, that
+input is the transcript's (a crash no longer hands it to the next turn).
+"""
+
+from __future__ import annotations
+
+from retinue.actors import Journaled
+from retinue.actors.commands import LlmStep
+from retinue.actors.supervisor._admission import Admission
+from retinue.actors.supervisor._scheduler import Scheduler
+from retinue.actors.supervisor._transition import Transition
+from retinue.actors.supervisor._world import World
+from retinue.protocol.messages import Usage
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["ModelState"]
+
+
+class ModelState(Journaled):
+    """Model turns' transcripts and usage, over one world. Supervisor thread only."""
+
+    def __init__(self, world: World, scheduler: Scheduler, admission: Admission) -> None:
+        """Serve over ``world``: turns run on ``scheduler``, model calls end in ``admission``."""
+        self._journal = world.journal
+        self.world = world
+        self.scheduler = scheduler
+        self.admission = admission
+
+    def load(self, me: AgentRecord) -> tuple[bytes | None, Usage, Usage]:
+        """Return the sender's stored transcript, its usage and its tree's usage."""
+        world = self.world
+        raw = world.store.get("transcripts", me.id.encode())
+        top = world.tree.agents[world.tree.top_of[me.id]]
+        return raw, me.usage, top.tree_usage
+
+    def step(self, tx: Transition, me: AgentRecord, command: LlmStep) -> tuple[Usage, Usage]:
+        """Add one model step's usage to the sender and its tree; store its transcript."""
+        world = self.world
+        tree = world.tree
+        usage, transcript = command.usage, command.transcript
+        if transcript is not None:
+            tree.put_transcript(me.id, transcript)
+        handle = self.scheduler.turns.get(me.id)
+        if command.takes_input and handle is not None and handle.holds_input:
+            self.scheduler.input_stored(me.id)  # the turn's input is the transcript's now
+            tree.consume_inputs(me.id, me.generation, handle.turn.messages)
+        if transcript is not None and handle is not None:  # so are its waits' receipts
+            receipts = handle.turn.handover.consume(self._journal)
+            stored = [event for held in receipts for event in held]
+            tree.consume_inputs(me.id, me.generation, stored)
+        if usage != Usage():
+            me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
+            top = tree.agents[tree.top_of[me.id]]
+            world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
+            me = tree.agents[me.id]
+        if command.ends_call:  # after the usage: what waits is admitted against the new totals
+            self.admission.call_done(tx, me, usage)
+        return me.usage, tree.agents[tree.top_of[me.id]].tree_usage

@@ -1,0 +1,68 @@
+"""Recovery on open: what a crash left of the turns that were queued or running.
+
+:func:`recover` runs once, as the runtime opens (:func:`~retinue.actors.system._boot.boot`),
+over the tree just loaded from the store and before the supervisor serves
+anything: every turn a crash lost ends as ``interrupted`` (or its restart
+policy runs it again), and completions whose recipient is gone go to its
+heir. Its writes stay in the tree for boot to commit.
+"""
+
+from __future__ import annotations
+
+from retinue.actors.calls import Reply
+from retinue.actors.supervisor._lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING
+from retinue.actors.supervisor._restarts import Restarts
+from retinue.actors.supervisor._routing import Router
+from retinue.actors.supervisor._transition import Transition
+from retinue.actors.supervisor._world import World
+from retinue.protocol.messages import AgentState, CompletionStatus
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["recover"]
+
+
+def recover(world: World, restarts: Restarts, router: Router) -> list[AgentRecord]:
+    """Turn agents that were queued or running at the crash into ``interrupted``.
+
+    Each gets its ``interrupted`` completion (unless the store already had
+    it), and pending completions whose recipient is gone are rerouted.
+    A turn whose restart policy answers ``lost`` is restarted instead (or
+    given up on); a pending restart or approval stays as it was stored.
+    Nothing is woken and no event is published. Returns the agents it
+    interrupted; the writes stay in the tree for the caller to commit.
+    """
+    tx = Transition(Reply(), record_events=False)
+    world.restoring = True
+    interrupted = _interrupt_lost_turns(world, restarts, router, tx)
+    _reroute_orphaned(world, router, tx)
+    world.restoring = False
+    return interrupted
+
+
+def _interrupt_lost_turns(
+    world: World, restarts: Restarts, router: Router, tx: Transition
+) -> list[AgentRecord]:
+    """End every turn the crash lost (parents first), unless its restart policy runs it again."""
+    interrupted: list[AgentRecord] = []
+    for record in sorted(world.tree.agents.values(), key=lambda r: (r.depth, r.created_at)):
+        if record.state.has_turn and not restarts.lost(tx, record):
+            error = (
+                INTERRUPTED_QUEUED if record.state is AgentState.STARTING else INTERRUPTED_RUNNING
+            )
+            record = world.update(
+                record, state=AgentState.INTERRUPTED, output=None, error=error, error_type=None
+            )
+            router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
+            interrupted.append(record)
+    return interrupted
+
+
+def _reroute_orphaned(world: World, router: Router, tx: Transition) -> None:
+    """Give the pending completions of a closed or unrestored recipient to its heir."""
+    tree = world.tree
+    for key in list(tree.pending):
+        if key and not tree.is_live(key):
+            for pending in tree.pending_for(key):
+                # The recipient is closed or was not restored: its heir takes it.
+                origin = tree.agents.get(key) or tree.agents[pending.completion.agent_id]
+                router.reroute(tx, pending, tree.nearest_live_ancestor(origin))

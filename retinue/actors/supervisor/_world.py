@@ -1,0 +1,388 @@
+"""What every part of the supervisor shares: the world it acts on and its lookups.
+
+The supervisor is composed of small parts with one job each (see
+:mod:`retinue.actors.supervisor`). They share one :class:`World`: the store,
+the in-memory :class:`~retinue.actors.tree.Tree`, the profiles, the limits and
+the event bus, plus the lookups and record updates every rule needs. A
+handler checks the rules first (a refused command changes nothing), then
+mutates the tree, which gathers the matching writes; everything else a
+command does goes into its :class:`~retinue.actors.supervisor._transition.Transition`.
+Only the supervisor thread touches a World.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from retinue.actors import Journal, Journaled, Profile
+from retinue.actors.calls import Engine
+from retinue.actors.commands import Host, Sender
+from retinue.actors.events import EventBus, Observer, Spans
+from retinue.actors.supervisor._transition import Transition, resolve_future
+from retinue.actors.tree import HOST_KEY, Tree
+from retinue.actors.turns import Executor, Runner, is_async_runner
+from retinue.errors import (
+    ArgumentTypeError,
+    InvalidArgument,
+    MessageTooLarge,
+    NotPermitted,
+    TurnInterrupted,
+    UnknownAgent,
+)
+from retinue.persistence.store import Store
+from retinue.protocol import paths
+from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
+from retinue.protocol.records import (
+    TRANSCRIPT_VERSION,
+    AgentRecord,
+    CompletionRecord,
+    MessageRecord,
+    ModelCallRecord,
+    TranscriptMessage,
+    TranscriptRecord,
+)
+from retinue.protocol.supervision import RestartRecord
+
+__all__ = [
+    "World",
+    "agent_list",
+    "agent_records",
+    "backlog_of",
+    "check_tail",
+    "detail_from",
+    "detail_of",
+    "find_agent",
+    "info_of",
+    "require_str",
+    "resolve_future",
+    "sending_turn",
+]
+
+
+def info_of(record: AgentRecord) -> AgentInfo:
+    """Return the public snapshot of a stored agent."""
+    return AgentInfo(
+        id=record.id,
+        name=record.name,
+        path=record.path,
+        profile=record.profile,
+        parent_path=record.parent_path,
+        depth=record.depth,
+        state=record.state,
+        generation=record.generation,
+        task=record.task,
+        output=record.output,
+        error=record.error,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        usage=record.usage,
+        tree_usage=record.tree_usage if record.parent_id is None else None,
+        started_at=record.started_at,
+        attempt=record.attempt,
+        last_error=record.last_error,
+        restart_due_at=record.restart_due_at,
+        error_type=record.error_type,
+    )
+
+
+_TRANSCRIPT = msgspec.msgpack.Decoder(TranscriptRecord)
+
+
+def detail_of(tree: Tree, record: AgentRecord, transcript: bytes | None, tail: int) -> AgentDetail:
+    """Return ``record`` in full: its unread messages, pending completions, transcript tail.
+
+    ``transcript`` is the agent's stored transcript record (None: none); one
+    that does not decode, or was written by a newer retinue, shows as empty.
+    """
+    return detail_from(
+        record, tree.unread(record.id), tree.pending_for(record.id), transcript, tail
+    )
+
+
+def detail_from(
+    record: AgentRecord,
+    unread: Sequence[MessageRecord],
+    pending: Sequence[CompletionRecord],
+    transcript: bytes | None,
+    tail: int,
+) -> AgentDetail:
+    """Return ``record`` in full from its ``unread`` messages and ``pending`` completions
+    (in order) and its stored ``transcript`` (see :func:`detail_of`)."""
+    messages: tuple[TranscriptMessage, ...] = ()
+    calls: tuple[ModelCallRecord, ...] = ()
+    cut = 0
+    if transcript is not None:
+        try:
+            stored = _TRANSCRIPT.decode(transcript)
+        except msgspec.DecodeError:
+            stored = None
+        if stored is not None and stored.version <= TRANSCRIPT_VERSION:
+            messages, cut, calls = stored.messages, stored.cut, stored.calls
+    return AgentDetail(
+        info=info_of(record),
+        unread=tuple(m.message for m in unread),
+        pending=tuple(p.completion for p in pending),
+        transcript=messages[len(messages) - tail :] if tail > 0 else (),
+        transcript_length=len(messages),
+        transcript_cut=cut,
+        calls=calls,
+        trace=record.trace,
+    )
+
+
+def check_tail(value: Any) -> int:
+    """Return ``value`` as a transcript tail length.
+
+    Raises:
+        ArgumentTypeError: it is not an int. InvalidArgument: it is negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"transcript_tail must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgument(f"transcript_tail must be 0 or more, not {value}")
+    return value
+
+
+def agent_list(tree: Tree, *, include_closed: bool) -> list[AgentInfo]:
+    """Return the tree's agents oldest first; closed ones only with ``include_closed``."""
+    return agent_records(tree.agents.values(), include_closed=include_closed)
+
+
+def agent_records(records: Iterable[AgentRecord], *, include_closed: bool) -> list[AgentInfo]:
+    """Return ``records`` oldest first (ties in the order given); closed ones only with
+    ``include_closed``."""
+    ordered = sorted(records, key=lambda r: r.created_at)
+    return [info_of(r) for r in ordered if include_closed or r.state is not AgentState.CLOSED]
+
+
+def backlog_of(tree: Tree) -> Backlog:
+    """Count the unread messages and undelivered completions of every recipient."""
+    host = tree.mailbox.get(HOST_KEY, {})
+    return Backlog(
+        unread_messages=sum(len(box) for box in tree.mailbox.values()),
+        pending_completions=sum(len(queue) for queue in tree.pending.values()),
+        host_unread_messages=len(host),
+        host_pending_completions=len(tree.pending.get(HOST_KEY, {})),
+    )
+
+
+def sending_turn(me: AgentRecord | None) -> AgentRecord:
+    """Return the sending turn's agent of a command only a running turn sends.
+
+    ``me`` is the sender :meth:`World.sender` resolved (None: the host).
+
+    Raises:
+        ArgumentTypeError: the host sent it.
+    """
+    if me is None:
+        raise ArgumentTypeError("only a running turn sends this command")
+    return me
+
+
+def require_str(value: Any, what: str) -> str:
+    """Return ``value`` if it is a str.
+
+    Raises:
+        ArgumentTypeError: it is not.
+    """
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def find_agent(tree: Tree, base: str, ref: Any, field: str = "ref") -> AgentRecord:
+    """Return the agent of ``tree`` that ``ref`` names: an id, or a path relative to ``base``.
+
+    ``field`` is the name of the caller's argument (``ref``, ``parent``,
+    ``to``, ``agent``: a command's ``field``), which the errors name, quoting
+    at most a short prefix of the value.
+
+    Raises:
+        ArgumentTypeError: ``ref`` is not a str.
+        InvalidAgentPath: a malformed path.
+        UnknownAgent: no such agent (a path names live agents only).
+    """
+    ref = require_str(ref, field)
+    record = tree.agents.get(ref)
+    if record is not None:
+        return record
+    path = paths.resolve(base, ref, field=field)
+    agent_id = tree.live_paths.get(path)
+    if agent_id is None:
+        raise UnknownAgent(f"no live agent at {path}")
+    return tree.agents[agent_id]
+
+
+class World(Journaled):
+    """The supervisor's shared state and lookups. Supervisor thread only.
+
+    Attributes:
+        engine: the runtime's call engine (turns send their commands through it).
+        observer: gives each turn its watch (live tool and model call events).
+        executor: the pool and event loop agent actors run on.
+        runner_is_async: per profile, whether its runner is ``async def``.
+        policies: per profile, its restart policy as agents store it (None: none).
+        closing: the runtime is closing: no turn starts, nothing is woken.
+        restoring: recovery after a restore is running: nothing is woken.
+        journal: records every change a command makes to the supervisor's
+            memory, so a command that fails is undone (:mod:`retinue.actors._journal`).
+    """
+
+    _config = frozenset(
+        {
+            "store",
+            "profiles",
+            "runners",
+            "limits",
+            "bus",
+            "observer",
+            "engine",
+            "executor",
+            "runner_is_async",
+            "policies",
+        }
+    )
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        tree: Tree,
+        profiles: Mapping[str, Profile],
+        runners: Mapping[str, Runner],
+        limits: Limits,
+        bus: EventBus,
+        engine: Engine,
+        executor: Executor | None = None,
+        spans: Spans | None = None,
+    ) -> None:
+        """Gather the store, tree, profiles, limits, bus, engine and the runners' executors
+        (``spans``: where turns' spans go, when the runtime traces)."""
+        self._journal = tree.journal
+        self.store = store
+        self.tree = tree
+        self.profiles = profiles
+        self.runners = runners
+        self.limits = limits
+        self.bus = bus
+        self.observer = Observer(bus, spans)
+        self.engine = engine
+        self.executor = executor if executor is not None else Executor()
+        self.runner_is_async = {name: is_async_runner(r) for name, r in runners.items()}
+        self.policies = {
+            name: None if p.restart is None else RestartRecord.of(p.restart)
+            for name, p in profiles.items()
+        }
+        self.closing = False
+        self.restoring = False
+
+    @property
+    def journal(self) -> Journal:
+        """The one journal of every change the supervisor's parts make (the tree's)."""
+        return self._journal
+
+    # -- lookups --------------------------------------------------------------
+
+    def sender(self, sender: Sender) -> AgentRecord | None:
+        """Return the sending turn's agent, or None for the host.
+
+        Raises:
+            TurnInterrupted: the turn is no longer its agent's running turn.
+        """
+        if isinstance(sender, Host):
+            return None
+        record = self.tree.agents.get(sender.agent_id)
+        if (
+            record is None
+            or record.generation != sender.generation
+            or record.state is not AgentState.RUNNING
+        ):
+            raise TurnInterrupted("this turn was interrupted; its calls are refused")
+        return record
+
+    def find(self, sender: AgentRecord | None, ref: Any, field: str = "ref") -> AgentRecord:
+        """Return the agent ``ref`` (an id, or a path relative to the sender) names.
+
+        ``field`` is the name of the caller's argument, as for :func:`find_agent`.
+
+        Raises:
+            ArgumentTypeError, InvalidAgentPath, UnknownAgent: as :func:`find_agent`.
+        """
+        return find_agent(self.tree, paths.ROOT if sender is None else sender.path, ref, field)
+
+    def is_descendant(self, record: AgentRecord, ancestor_id: str) -> bool:
+        """Return True if ``record`` lies below ``ancestor_id``."""
+        parent_id = record.parent_id
+        while parent_id is not None:
+            if parent_id == ancestor_id:
+                return True
+            parent_id = self.tree.agents[parent_id].parent_id
+        return False
+
+    def target(
+        self, sender: AgentRecord | None, ref: Any, action: str, field: str = "ref"
+    ) -> AgentRecord:
+        """Return the agent ``ref`` names, which a turn may only act on in its own subtree.
+
+        ``field`` is the caller's argument name, as for :meth:`find`.
+
+        Raises:
+            NotPermitted: it lies outside the sending turn's subtree.
+            and everything :meth:`find` raises.
+        """
+        record = self.find(sender, ref, field)
+        if sender is not None and not self.is_descendant(record, sender.id):
+            raise NotPermitted(f"{sender.path} may only {action} agents in its own subtree")
+        return record
+
+    def update(self, record: AgentRecord, **changes: Any) -> AgentRecord:
+        """Apply ``changes`` to the agent's current record and store it; return it.
+
+        ``updated_at`` is now unless given. The changes land on the record the
+        tree holds now, never on the copy the caller read earlier: a handler
+        that read ``record``, then routed a completion (which moved the host's
+        receipt mark) must not write the old mark back, or a received
+        completion would be handed out again.
+        """
+        current = self.tree.agents.get(record.id, record)
+        changes.setdefault("updated_at", time.time())
+        return self.tree.put_agent(msgspec.structs.replace(current, **changes))
+
+    def check_size(self, content: str, what: str) -> None:
+        """Refuse a text above ``message_max_bytes``.
+
+        Raises:
+            MessageTooLarge: it is.
+        """
+        size = len(content.encode("utf-8", "surrogatepass"))
+        cap = self.limits.message_max_bytes
+        if size > cap:
+            raise MessageTooLarge(
+                f"{what} is {size} bytes; message_max_bytes is {cap}", limit=cap, value=size
+            )
+
+    # -- taking inputs ----------------------------------------------------------
+
+    def deliver(self, tx: Transition, pending: CompletionRecord) -> CompletionRecord:
+        """Mark a completion received; its agent's backlog shrank, so it may wake."""
+        tx.drained.add(pending.completion.agent_id)
+        return self.tree.mark_delivered(pending)
+
+    def take_completion(self, tx: Transition, pending: CompletionRecord) -> Completion:
+        """Mark a completion received by its waiting recipient (as it stands now)."""
+        done = pending.completion
+        current = self.tree.completions.get(done.agent_id, {}).get(done.generation, pending)
+        if not current.delivered:
+            self.deliver(tx, current)
+        return done
+
+    def take_message(self, record: MessageRecord) -> Message:
+        """Mark a message read by its recipient's running turn; return it."""
+        self.tree.mark_read(record, time.time())
+        return record.message

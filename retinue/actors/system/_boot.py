@@ -1,0 +1,253 @@
+"""Start-up wiring below the runtime: profiles, restore, load, recover, the supervisor actor.
+
+:func:`boot` turns an open writable store into a running supervisor: it
+restores the store in one read, loads the tree, turns crashed turns into
+``interrupted`` ones, writes that recovery before anything else, and starts
+the supervisor actor. :func:`read_diagnostics` does the read-only half.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import pykka
+
+from retinue.actors import Profile
+from retinue.actors.calls import Engine
+from retinue.actors.events import EventBus, Spans
+from retinue.actors.supervisor import Supervisor, SupervisorActor
+from retinue.actors.tree import load_tree
+from retinue.actors.turns import Executor, Runner
+from retinue.errors import ConfigurationError
+from retinue.persistence.restore import Diagnostic, restore
+from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
+from retinue.protocol.graph import validate_graph
+from retinue.protocol.limits import Limits
+from retinue.protocol.supervision import check_approve_names
+from retinue.protocol.tools import (
+    BUILTIN_TOOLS,
+    check_offered_names,
+    resolve_profile_tools,
+    runner_tools,
+    unavailable_tools,
+)
+
+__all__ = [
+    "DEPTH_CAP_KEY",
+    "Booted",
+    "ModelRunnerFactory",
+    "boot",
+    "inherited_model",
+    "profile_table",
+    "read_diagnostics",
+    "stored_depth_cap",
+]
+
+
+ModelRunnerFactory = Callable[[Profile, Profile], Runner]
+"""``factory(profile, model_profile)``: the runner a profile gets from a model profile."""
+
+
+def inherited_model(name: str, table: dict[str, Profile]) -> Profile | None:
+    """Return the nearest profile up the delegation graph that names a model.
+
+    Parents (profiles listing ``name`` in ``subagents``) are searched breadth
+    first, in definition order; a parent with a runner of its own ends the
+    search along its branch.
+    """
+    seen = {name}
+    frontier = [name]
+    while frontier:
+        parents = [
+            p
+            for child in frontier
+            for p in table.values()
+            if child in p.subagents and p.name not in seen
+        ]
+        for parent in parents:
+            if parent.model is not None and parent.runner is None:
+                return parent
+        seen.update(p.name for p in parents)
+        frontier = [p.name for p in parents if p.runner is None]
+    return None
+
+
+def profile_table(
+    profiles: Iterable[Profile],
+    runner: Runner | None,
+    limits: Limits,
+    *,
+    model_runner: ModelRunnerFactory | None = None,
+) -> tuple[dict[str, Profile], dict[str, Runner]]:
+    """Index profiles by name with the runner each one uses.
+
+    A profile's runner is, in order: its own ``runner``; ``model_runner(p, p)``
+    when it names a ``model``; ``model_runner(p, parent)`` for the model of the
+    nearest profile that may spawn it (inherited); the runtime's ``runner``.
+
+    A profile whose ``tools`` is None is replaced by a copy holding the tools
+    it inherits (see :func:`~retinue.protocol.tools.resolve_profile_tools`).
+
+    Raises:
+        ConfigurationError: not a Profile, defined twice, or no runner at all;
+            a profile whose tools exceed those of a profile that spawns it
+            (the capability ceiling; the message names the extra tools), or
+            whose model runner's own tools (``LiteLLMRunner(tools=...)``)
+            exceed the profile's; a profile with a model runner naming tools
+            that are neither built in nor registered on that runner; two tools
+            a model would be offered under one function name; an ``approve``
+            entry that names no tool of the profile.
+        DelegationCycleError, DelegationDepthError: a bad profile graph.
+    """
+    table: dict[str, Profile] = {}
+    runners: dict[str, Runner] = {}
+    if isinstance(profiles, str | bytes | Profile) or not isinstance(profiles, Iterable):
+        raise ConfigurationError(
+            f"profiles must be a list of Profile objects, not {type(profiles).__name__}"
+        )
+    if runner is not None and not callable(runner):
+        raise ConfigurationError(f"runner must be callable, not {type(runner).__name__}")
+    for profile in profiles:
+        if not isinstance(profile, Profile):
+            raise ConfigurationError(
+                f"profiles must be Profile objects, not {type(profile).__name__}"
+            )
+        if profile.name in table:
+            raise ConfigurationError(f"profile {profile.name!r} is defined twice")
+        table[profile.name] = profile
+    validate_graph({p.name: list(p.subagents) for p in table.values()}, cap=limits.depth_cap)
+    tools = resolve_profile_tools({p.name: (p.tools, p.subagents) for p in table.values()})
+    explicit = {name for name, profile in table.items() if profile.tools is not None}
+    for name, profile in table.items():
+        if profile.tools is None:  # inheriting: record what it inherits
+            table[name] = dataclasses.replace(profile, tools=tools[name])
+    for profile in table.values():
+        chosen = profile.runner
+        if chosen is None and model_runner is not None:
+            source = profile if profile.model is not None else inherited_model(profile.name, table)
+            if source is not None:
+                chosen = model_runner(profile, source)
+        chosen = chosen or runner
+        if chosen is None:
+            raise ConfigurationError(
+                f"profile {profile.name!r} has no runner and no model (nor a parent with one), "
+                "and the runtime has no default runner"
+            )
+        runners[profile.name] = chosen
+        hosts = getattr(chosen, "host_tools", None)  # a model runner's registered tools
+        _check_names(profile, tools[profile.name], chosen if isinstance(hosts, Mapping) else None)
+        if profile.name in explicit and isinstance(hosts, Mapping):
+            missing = unavailable_tools(tools[profile.name], hosts)
+            if missing:
+                raise ConfigurationError(
+                    f"profile {profile.name!r} names tools that are neither built in nor "
+                    f"registered on its runner: {', '.join(missing)}; built-in tools are "
+                    f"{', '.join(BUILTIN_TOOLS)}; register host tools with "
+                    "LiteLLMRunner(host_tools={...})"
+                )
+    return table, runners
+
+
+def _check_names(profile: Profile, tools: tuple[str, ...], model_runner: object) -> None:
+    """Check a model runner's own tools, the names its model is offered, the ``approve`` entries.
+
+    ``tools`` are the profile's effective tools, its capability ceiling; a
+    model runner built with tools of its own (``LiteLLMRunner(tools=...)``)
+    offers those instead, and they must lie within the ceiling.
+
+    Raises:
+        ToolsNotPermitted: the runner's own tools go beyond the profile's
+            (:func:`~retinue.protocol.tools.runner_tools`).
+        ConfigurationError: see :func:`~retinue.protocol.tools.check_offered_names`
+            and :func:`~retinue.protocol.supervision.check_approve_names`.
+    """
+    own = getattr(model_runner, "tools", None)
+    names = tools if own is None else runner_tools(profile.name, own, tools)
+    check_offered_names(profile.name, names)
+    check_approve_names(profile.name, profile.approve, names)
+
+
+def read_diagnostics(store: Store) -> list[Diagnostic]:
+    """Return what a read-only restore of ``store`` skips or repairs (no cap applies)."""
+    return list(restore(store.snapshot(), None).diagnostics)
+
+
+DEPTH_CAP_KEY = b"depth_cap"
+"""The meta key holding the ``depth_cap`` the store's last writer ran with."""
+
+
+def stored_depth_cap(snapshot: Snapshot) -> int | None:
+    """Return the ``depth_cap`` the store's last writer recorded (None: never recorded)."""
+    for key, raw in snapshot.records.get("meta", []):
+        if key == DEPTH_CAP_KEY:
+            try:
+                value = msgspec.msgpack.decode(raw, type=int)
+            except msgspec.DecodeError:
+                return None
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class Booted:
+    """A running supervisor and what its restore found."""
+
+    actor: pykka.ActorRef[Any]
+    diagnostics: list[Diagnostic]
+    core: Supervisor
+
+
+def boot(
+    store: Store,
+    *,
+    profiles: dict[str, Profile],
+    runners: dict[str, Runner],
+    limits: Limits,
+    bus: EventBus,
+    engine: Engine,
+    executor: Executor | None = None,
+    spans: Spans | None = None,
+) -> Booted:
+    """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
+
+    Agents that were queued or running become ``interrupted`` (with their
+    completions); that recovery is committed before the supervisor serves
+    anything. On failure nothing is left running (the store stays open).
+
+    Raises:
+        StoreError: the recovery could not be written.
+    """
+    snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"))
+    tree, restored = load_tree(snapshot, limits.depth_cap)
+    diagnostics = list(restored.diagnostics) + [
+        Diagnostic(
+            database="meta",
+            key="schema_version",
+            code="migrated",
+            message=f"store migrated from schema version {v}",
+        )
+        for v in store.migrated_from
+    ]
+    for record in restored.rewritten:
+        tree.put_agent(record)
+    core = Supervisor(
+        store=store,
+        tree=tree,
+        profiles=profiles,
+        runners=runners,
+        limits=limits,
+        bus=bus,
+        engine=engine,
+        executor=executor,
+        spans=spans,
+    )
+    core.supervision.approvals.load(restored.approvals)
+    core.recover()
+    cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
+    store.write_now([*tree.take_writes(), cap])
+    actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
+    return Booted(actor=actor, diagnostics=diagnostics, core=core)

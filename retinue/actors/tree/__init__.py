@@ -1,0 +1,18 @@
+"""The tree: the supervisor's in-memory picture of agents, mailboxes and completions.
+
+``Tree`` owns every index (agents, paths, children, mailboxes, completions,
+leases, spawn keys) and gathers the store writes of each change; it is
+journaled, so a failed command leaves it as it found it. ``load_tree`` fills
+one from a store snapshot; ``compact`` and ``Retention`` choose what retention
+removes.
+
+The rest of the package may use the names in ``__all__``; the modules are private.
+"""
+
+from __future__ import annotations
+
+from retinue.actors.tree._compaction import Retention, compact
+from retinue.actors.tree._keys import HOST_KEY, spawn_key
+from retinue.actors.tree._tree import Tree, load_tree
+
+__all__ = ["HOST_KEY", "Retention", "Tree", "compact", "load_tree", "spawn_key"]

@@ -1,0 +1,163 @@
+"""Compaction: closed agents, read messages and old completions do not grow the store forever.
+
+Retention is set by three limits: ``retain_closed_agents`` and
+``retain_read_messages`` (how many to keep) and ``retain_age_s`` (anything
+older goes, whatever the count). What is removed:
+
+- read messages beyond the count or older than the age (their dedup keys go
+  with them: a key deduplicates for as long as its message is retained);
+- closed agents beyond the count or older than the age, leaves first: a closed
+  agent is removed only once no retained record names it as parent and none of
+  its completions is still waiting for a recipient; its messages (and their
+  dedup keys) and completions go with it;
+- delivered completions older than the age, except each agent's latest.
+
+Nothing unread, undelivered or live is ever removed, nor anything a running
+turn received (it is replayed to the next turn if a crash kills this one). The
+supervisor runs this on its own thread, as one transition, every
+``compact_interval_s``. This module only chooses what goes: the
+:class:`~retinue.actors.tree.Tree` removes it, keeping its indexes in step.
+
+The counts are also enforced as they are crossed, not only on the timer:
+:class:`Retention` is consulted after every close, and once the closed agents
+(or read messages) exceed their count by a slack of a tenth of it (at least
+:data:`MIN_SLACK`), it compacts in the same transition. Each compaction thus
+removes at least a slack's worth of records, so its cost is amortised over
+that many closes, and what is held never exceeds the count plus the slack
+(plus whatever cannot be removed yet).
+"""
+
+from __future__ import annotations
+
+from retinue.actors import Journal, Journaled
+from retinue.actors.tree._tree import Tree
+from retinue.protocol.details import CompactionReport
+from retinue.protocol.limits import Limits
+from retinue.protocol.messages import AgentState
+
+__all__ = ["MIN_SLACK", "CompactionReport", "Retention", "compact", "retention_slack"]
+
+MIN_SLACK = 32
+"""Fewest records past a retention count before a compaction is triggered."""
+
+
+def retention_slack(keep: int) -> int:
+    """Return how far past the retention count ``keep`` a compaction is triggered."""
+    return max(MIN_SLACK, keep // 10)
+
+
+class Retention(Journaled):
+    """Enforces the retention counts when they are crossed, cheaply and amortised.
+
+    The check is O(1); a compaction runs only once the closed agents (or read
+    messages) exceed the larger of their count and what the last compaction
+    had to keep, by :func:`retention_slack`. Supervisor thread only.
+    """
+
+    _config = frozenset({"limits"})
+
+    def __init__(self, limits: Limits, journal: Journal | None = None) -> None:
+        """Track retention for ``limits`` (its counters journaled by ``journal``)."""
+        self._journal = journal if journal is not None else Journal()
+        self.limits = limits
+        self._kept_agents = 0  # closed agents the last compaction could not remove
+        self._kept_messages = 0
+        self.compactions = 0
+
+    def enforce(self, tree: Tree, now: float) -> CompactionReport | None:
+        """Compact ``tree`` if a count is exceeded by its slack; return the report or None.
+
+        The deletes land in ``tree.writes`` (the current transition).
+        """
+        limits = self.limits
+        closed = len(tree.agents) - tree.live_count
+        keep_agents = limits.retain_closed_agents
+        keep_messages = limits.retain_read_messages
+        agents_due = closed > max(keep_agents, self._kept_agents) + retention_slack(keep_agents)
+        messages_due = len(tree.read_log) > max(
+            keep_messages, self._kept_messages
+        ) + retention_slack(keep_messages)
+        if not (agents_due or messages_due):
+            return None
+        report = compact(tree, limits, now)
+        self._kept_agents = len(tree.agents) - tree.live_count
+        self._kept_messages = len(tree.read_log)
+        self.compactions += 1
+        return report
+
+
+def compact(tree: Tree, limits: Limits, now: float) -> CompactionReport:
+    """Remove what retention no longer keeps; the deletes land in ``tree.writes``."""
+    horizon = now - limits.retain_age_s
+    messages = _compact_read_messages(tree, limits.retain_read_messages, horizon)
+    agents, completions = _compact_closed_agents(tree, limits.retain_closed_agents, horizon)
+    completions += _compact_completions(tree, horizon)
+    return CompactionReport(messages=messages, agents=agents, completions=completions)
+
+
+def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
+    """Remove read messages oldest first, stopping at one a running turn still holds.
+
+    A running turn's inputs are replayed to the next turn if a crash kills it,
+    so they stay until that turn settles (later compactions take them).
+    """
+    removed = 0
+    while (entry := tree.oldest_read()) is not None and (
+        len(tree.read_log) > keep or entry.read_at < horizon
+    ):
+        if tree.held_by_running_turn(entry.recipient_id, entry.generation):
+            break
+        tree.remove_oldest_read()
+        removed += 1
+    return removed
+
+
+def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, int]:
+    closed = sorted(
+        (r.closed_at or r.updated_at, r.id)
+        for r in tree.agents.values()
+        if r.state is AgentState.CLOSED
+    )
+    budget = len(closed) - keep
+    if budget <= 0 and (not closed or closed[0][0] >= horizon):
+        return 0, 0
+    child_count: dict[str, int] = {}
+    for record in tree.agents.values():
+        if record.parent_id is not None:
+            child_count[record.parent_id] = child_count.get(record.parent_id, 0) + 1
+    chosen: list[str] = []
+    remaining = closed
+    progress = True
+    while progress:  # leaves first: a parent becomes removable once its children went
+        progress = False
+        later: list[tuple[float, str]] = []
+        for closed_at, agent_id in remaining:
+            wanted = len(chosen) < budget or closed_at < horizon
+            if not wanted or child_count.get(agent_id, 0) or tree.undelivered.get(agent_id, 0):
+                later.append((closed_at, agent_id))
+                continue
+            chosen.append(agent_id)
+            parent_id = tree.agents[agent_id].parent_id
+            if parent_id is not None:
+                child_count[parent_id] -= 1
+            progress = True
+        remaining = later
+    return len(chosen), tree.remove_agents(chosen)
+
+
+def _compact_completions(tree: Tree, horizon: float) -> int:
+    removed = 0
+    for agent_id, done in tree.completions.items():
+        if len(done) < 2:
+            continue
+        latest = max(done)
+        for generation in [g for g, c in done.items() if g != latest]:
+            record = done[generation]
+            if (
+                record.delivered
+                and record.completion.created_at < horizon
+                and not tree.held_by_running_turn(record.recipient_id, record.delivered_generation)
+            ):
+                tree.remove_completion(agent_id, generation)
+                removed += 1
+    return removed

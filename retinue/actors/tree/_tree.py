@@ -1,0 +1,375 @@
+"""The supervisor's in-memory picture of the tree, and the writes that keep the store in step.
+
+Only the supervisor thread touches a :class:`Tree`. Every mutation updates the
+indexes and records the matching LMDB write; :meth:`Tree.take_writes` hands
+them to the supervisor as one transition. An agent changed several times in
+one transition is encoded and written once, as it ends.
+
+The tree's indexes come in three families: its agents (here), its mailboxes
+(:class:`~retinue.actors.tree._mailbox.MailboxIndex`) and its completions
+(:class:`~retinue.actors.tree._completions.CompletionIndex`); the tree is made
+of all three, and only its methods edit them. Here too: what removal takes
+away with an agent, and :func:`load_tree`, which fills a tree from a store
+snapshot, giving the inputs a crash took from a running turn back to its
+next one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
+
+import msgspec
+
+from retinue.actors import JDeque, JDict, JList, Journal, Journaled, JSet
+from retinue.actors.tree._completions import CompletionIndex
+from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
+from retinue.actors.tree._mailbox import MailboxIndex
+from retinue.persistence.restore import Restored, restore
+from retinue.persistence.store import Snapshot, Write
+from retinue.protocol.messages import AgentState, Completion, Message
+from retinue.protocol.records import (
+    AgentRecord,
+    CompletionRecord,
+    MessageRecord,
+    completion_key,
+    message_key,
+)
+
+__all__ = ["Tree", "load_tree"]
+
+_NO_CHILDREN: frozenset[str] = frozenset()
+
+_encode = msgspec.msgpack.Encoder().encode
+
+
+class Tree(Journaled, MailboxIndex, CompletionIndex):
+    """Agents, mailboxes and completions, indexed for the supervisor's rules.
+
+    The host's own mailbox (messages top-level agents send to ``/root``) is
+    ``mailbox[HOST_KEY]``. Every index is journaled (:mod:`retinue.actors._journal`),
+    and so are the writes a command gathers: a command that fails (or a
+    refusal caught inside one) leaves the tree and its writes as it found them.
+    """
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        """Create an empty tree whose changes ``journal`` records (a new one if None)."""
+        self._journal = journal if journal is not None else Journal()
+        MailboxIndex.__init__(self)
+        CompletionIndex.__init__(self)
+        j = self._journal
+        self.agents: dict[str, AgentRecord] = JDict(j)
+        self.live_paths: dict[str, str] = JDict(j)
+        self.children: dict[str, set[str]] = JDict(j, {HOST_KEY: JSet(j)})
+        self.top_of: dict[str, str] = JDict(j)
+        self.tree_count: dict[str, int] = JDict(j)
+        self.live_count = 0
+        # Spawn idempotency keys: (parent id, or HOST_KEY for top level; key) -> agent id.
+        self.spawn_keys: dict[tuple[str, str], str] = JDict(j)
+        # Host waits' leases not yet acknowledged: lease id -> the completion it took.
+        self.leases: dict[str, Completion] = JDict(j)
+        self.seq = 0
+        self.writes: list[Write] = JList(j)
+        self.spread: list[Write] = JList(j)  # a compaction's deletes (see spread_since)
+        self._agents_written: dict[str, AgentRecord] = JDict(j)  # encoded by take_writes
+
+    @property
+    def journal(self) -> Journal:
+        """The journal that records this tree's changes (the supervisor's one journal)."""
+        return self._journal
+
+    # -- sequencing and batching --------------------------------------------
+
+    def next_seq(self) -> int:
+        """Return the next arrival sequence number."""
+        self.seq += 1
+        return self.seq
+
+    def drop_writes(self) -> None:
+        """Forget the writes gathered since the last :meth:`take_writes` (a command failed)."""
+        self.writes = JList(self._journal)
+        self.spread = JList(self._journal)
+        self._agents_written = JDict(self._journal)
+
+    def take_writes(self) -> list[Write]:
+        """Return and clear the writes gathered since the last call (each agent's last state)."""
+        writes: list[Write] = list(self.writes)
+        if self._agents_written:
+            writes += [
+                ("agents", agent_id.encode(), _encode(record))
+                for agent_id, record in self._agents_written.items()
+            ]
+        self.writes = JList(self._journal)
+        self._agents_written = JDict(self._journal)
+        return writes
+
+    def spread_since(self, mark: int) -> None:
+        """Move the writes gathered since ``len(writes)`` was ``mark`` (deletes) to ``spread``.
+
+        The store commits spread writes in small transactions (a crash may cut
+        them anywhere), so they are ordered for every prefix to be consistent:
+        what names an agent (messages, completions, transcript, approvals) goes
+        before agent records, and agents in the order they were removed
+        (leaves before parents).
+        """
+        moved = self.writes[mark:]
+        del self.writes[mark:]
+        self.spread += [w for w in moved if w[0] != "agents"]
+        self.spread += [w for w in moved if w[0] == "agents"]
+
+    def take_spread(self) -> list[Write]:
+        """Return and clear the spread writes gathered since the last call."""
+        spread: list[Write] = list(self.spread)
+        self.spread = JList(self._journal)
+        return spread
+
+    # -- agents --------------------------------------------------------------
+
+    def live_children(self, agent_id: str | None) -> AbstractSet[str]:
+        """Return the ids of the live children of an agent (None: top-level agents)."""
+        return self.children.get(recipient_key(agent_id), _NO_CHILDREN)
+
+    def put_agent(self, record: AgentRecord, *, persist: bool = True) -> AgentRecord:
+        """Insert or update an agent, keeping every index in step."""
+        old = self.agents.get(record.id)
+        self.agents[record.id] = record
+        if old is None:
+            parent_id = record.parent_id
+            self.top_of[record.id] = (
+                record.id if parent_id is None else self.top_of.get(parent_id, parent_id)
+            )
+            if record.idempotency_key is not None:
+                self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = record.id
+        if old is None and record.state is not AgentState.CLOSED:
+            self._index_live(record)
+        elif (
+            old is not None
+            and old.state is not AgentState.CLOSED
+            and record.state is AgentState.CLOSED
+        ):
+            self._unindex_live(record)
+        if persist:
+            self._agents_written[record.id] = record
+        return record
+
+    def _index_live(self, record: AgentRecord) -> None:
+        self.live_paths[record.path] = record.id
+        key = recipient_key(record.parent_id)
+        kids = self.children.get(key)
+        if kids is None:
+            kids = self.children[key] = JSet(self._journal)
+        kids.add(record.id)
+        top = self.top_of[record.id]
+        self.tree_count[top] = self.tree_count.get(top, 0) + 1
+        self.live_count += 1
+
+    def _unindex_live(self, record: AgentRecord) -> None:
+        if self.live_paths.get(record.path) == record.id:
+            del self.live_paths[record.path]
+        key = recipient_key(record.parent_id)
+        kids = self.children.get(key)
+        if kids is not None:
+            kids.discard(record.id)
+            if not kids and key != HOST_KEY:  # a leaf holds no set: 10,000 closed agents, no sets
+                del self.children[key]
+        top = self.top_of[record.id]
+        self.tree_count[top] -= 1
+        if self.tree_count[top] == 0:
+            del self.tree_count[top]
+        self.live_count -= 1
+
+    def is_live(self, agent_id: str) -> bool:
+        """Return True if the agent exists and is not closed."""
+        record = self.agents.get(agent_id)
+        return record is not None and record.state is not AgentState.CLOSED
+
+    def nearest_live_ancestor(self, record: AgentRecord) -> str | None:
+        """Return the id of the closest non-closed ancestor, or None for the host."""
+        parent_id = record.parent_id
+        while parent_id is not None:
+            parent = self.agents[parent_id]
+            if parent.state is not AgentState.CLOSED:
+                return parent_id
+            parent_id = parent.parent_id
+        return None
+
+    def descendants_postorder(self, agent_id: str) -> list[str]:
+        """Return the live subtree below and including ``agent_id``, children first.
+
+        Siblings come in creation order.
+        """
+        order: list[str] = []
+        stack: list[tuple[str, bool]] = [(agent_id, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            stack.append((node, True))
+            kids = self.live_children(node)
+            for child in sorted(kids, key=lambda c: self.agents[c].created_at, reverse=True):
+                stack.append((child, False))
+        return order
+
+    # -- transcripts -----------------------------------------------------------
+
+    def put_transcript(self, agent_id: str, transcript: bytes) -> None:
+        """Store an agent's encoded LLM transcript (it goes with the agent on removal)."""
+        self.writes.append(("transcripts", agent_id.encode(), transcript))
+
+    # -- removal (compaction) -------------------------------------------------------
+
+    def remove_agents(self, agent_ids: Iterable[str]) -> int:
+        """Delete closed agents with their messages, completions and transcripts.
+
+        Returns how many completions went.
+
+        Every index forgets them, dedup keys of their messages included (a
+        key deduplicates for as long as its message is retained). The caller
+        removes leaves before parents and only agents nobody waits on.
+        """
+        ordered = list(dict.fromkeys(agent_ids))  # their writes in the order given
+        removed = set(ordered)
+        completions = 0
+        for agent_id in ordered:
+            self._agents_written.pop(agent_id, None)
+            self.writes.append(("agents", agent_id.encode(), None))
+            self.writes.append(("transcripts", agent_id.encode(), None))
+            for seq, record in self.mailbox.pop(agent_id, {}).items():
+                self.writes.append(("messages", message_key(agent_id, seq), None))
+                message = record.message
+                if message.dedup_key is not None:
+                    self._forget_dedup((message.sender_id, message.dedup_key), agent_id)
+            done = self.completions.pop(agent_id, {})
+            for generation in done:
+                self.writes.append(("completions", completion_key(agent_id, generation), None))
+            completions += len(done)
+            self.undelivered.pop(agent_id, None)
+            self.pending.pop(agent_id, None)  # as a recipient: rerouted when it closed
+            self.top_of.pop(agent_id, None)
+            self.children.pop(agent_id, None)
+            gone = self.agents.pop(agent_id, None)
+            if gone is not None and gone.idempotency_key is not None:
+                key = spawn_key(gone.parent_id, gone.idempotency_key)
+                if self.spawn_keys.get(key) == agent_id:
+                    del self.spawn_keys[key]
+        if removed:  # their read messages go with them
+            kept: deque[ReadEntry] = JDeque(self._journal)
+            for entry in self.read_log:
+                if entry.recipient_id in removed:
+                    self.writes.append(
+                        ("messages", message_key(entry.recipient_id, entry.seq), None)
+                    )
+                    self._forget_dedup(entry.dedup, entry.recipient_id)
+                else:
+                    kept.append(entry)
+            self.read_log = kept
+        return completions
+
+    # -- leases ------------------------------------------------------------------
+
+    def put_lease(self, lease: str, completion: Completion) -> None:
+        """Store that a host wait under ``lease`` took ``completion``."""
+        self.leases[lease] = completion
+        self.writes.append(("leases", lease.encode(), _encode(completion)))
+
+    def drop_lease(self, lease: str) -> Completion | None:
+        """Forget a lease; return the completion it held (None: no such lease)."""
+        completion = self.leases.pop(lease, None)
+        if completion is not None:
+            self.writes.append(("leases", lease.encode(), None))
+        return completion
+
+    # -- loading: what a crash leaves ---------------------------------------------------
+
+    def load(
+        self,
+        agents: Iterable[AgentRecord],
+        messages: Iterable[MessageRecord],
+        completions: Iterable[CompletionRecord],
+        leases: Iterable[tuple[str, Completion]] = (),
+    ) -> None:
+        """Fill an empty tree from restored records (parents before children).
+
+        Inputs that a turn still ``running`` in the store had received (it was
+        killed by a crash before it settled) become unread and undelivered
+        again, so the next turn gets them; those rewrites land in ``writes``.
+        """
+        for agent in agents:
+            self.put_agent(agent, persist=False)
+        ordered = sorted(
+            (self._replay_message(m) for m in messages),
+            key=lambda m: (m.read, m.read_at or 0.0, m.seq),
+        )
+        for message in ordered:
+            self.seq = max(self.seq, message.seq)
+            self.add_message(message, persist=False)
+        for completion in sorted(completions, key=lambda c: c.seq):
+            self.seq = max(self.seq, completion.seq)
+            self.add_completion(self._replay_completion(completion), persist=False)
+        self.leases.update(leases)
+
+    def consume_inputs(
+        self, recipient_id: str, generation: int, inputs: Iterable[Message | Completion]
+    ) -> None:
+        """The turn ``generation`` of ``recipient_id`` stored ``inputs`` in its transcript.
+
+        Their records lose the turn's tag: a crash that kills the turn no
+        longer hands them to the next one (the transcript has them).
+        """
+        for event in inputs:
+            done = event if isinstance(event, Completion) else event.completion
+            if done is not None:
+                self._untag_delivered(done, generation)
+            elif isinstance(event, Message):
+                self._untag_read(recipient_id, event, generation)
+
+    def held_by_running_turn(self, recipient_id: str | None, generation: int) -> bool:
+        """True if the running turn ``generation`` of ``recipient_id`` received the input.
+
+        Such inputs are replayed to the next turn if a crash kills this one.
+        """
+        agent = None if recipient_id is None else self.agents.get(recipient_id)
+        return (
+            agent is not None
+            and generation > 0
+            and agent.state is AgentState.RUNNING
+            and agent.generation == generation
+        )
+
+    def _replay_message(self, record: MessageRecord) -> MessageRecord:
+        message = record.message
+        if not (
+            record.read and self.held_by_running_turn(message.recipient_id, record.read_generation)
+        ):
+            return record
+        record = msgspec.structs.replace(record, read=False, read_at=None, read_generation=0)
+        self.writes.append(
+            ("messages", message_key(message.recipient_id, record.seq), _encode(record))
+        )
+        return record
+
+    def _replay_completion(self, record: CompletionRecord) -> CompletionRecord:
+        if not (
+            record.delivered
+            and self.held_by_running_turn(record.recipient_id, record.delivered_generation)
+        ):
+            return record
+        record = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
+        self._write_completion(record)
+        return record
+
+
+def load_tree(snapshot: Snapshot, depth_cap: int | None) -> tuple[Tree, Restored]:
+    """Restore ``snapshot`` (see :func:`~retinue.persistence.restore.restore`) into a tree.
+
+    The one loader from a store snapshot to the supervisor's picture of it,
+    for the writer's boot and a reader's every read. Rewritten records are in
+    the returned ``Restored`` (a writer stores them; a reader has them as they
+    were restored).
+    """
+    restored = restore(snapshot, depth_cap)
+    tree = Tree()
+    tree.load(restored.agents, restored.messages, restored.completions, restored.leases)
+    return tree, restored

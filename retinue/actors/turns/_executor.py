@@ -1,0 +1,342 @@
+"""Shared executors for agent actors: a bounded pool of worker threads and one event loop.
+
+An agent costs a queue, not a thread. Sync runners run on :class:`WorkerPool`
+threads, created lazily by the pool's own spawner thread (so whoever submits a
+job, the supervisor above all, never creates a thread or waits for one) and
+retired after ``idle_s`` without work. Async runners run as tasks on the one
+event loop of :class:`LoopThread`, started on first use. :class:`Executor`
+owns both for one runtime and stops both when the runtime closes.
+
+How many sync runners run at once is the supervisor's decision (turn slots
+plus the allowance for abandoned runners); the pool only reuses threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from retinue.actors.calls import register_poster
+from retinue.actors.turns._loop_close import run_after_tasks, run_closers, runs_closers
+
+__all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "runner_finished"]
+
+log = logging.getLogger("retinue.executor")
+
+IDLE_S = 10.0
+"""Seconds a pool worker waits for a job before it retires."""
+
+Job = Callable[[], None]
+_counter = itertools.count(1)
+
+
+class _Worker(threading.Thread):
+    """A pool thread; ``busy`` is true while it runs a job."""
+
+    busy = False
+
+
+def runner_finished(thread: threading.Thread) -> bool:
+    """Return True once ``thread`` has ended or is a pool worker between jobs.
+
+    Tests use it to know that a runner returned and its settle was sent: a
+    pooled thread does not end when its runner does.
+    """
+    return not thread.is_alive() or (isinstance(thread, _Worker) and not thread.busy)
+
+
+class WorkerPool:
+    """Reused worker threads for sync runners; each job runs on one of them.
+
+    A job submitted when no worker is idle gets a new one, started by the
+    pool's spawner thread, so ``submit`` never blocks and never starts a
+    thread itself (except the spawner, once). Thread-safe.
+    """
+
+    def __init__(self, *, name: str = "retinue-runner", idle_s: float = IDLE_S) -> None:
+        """Create an empty pool; threads start only when jobs arrive."""
+        self._name = name
+        self._idle_s = idle_s
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # idle workers wait on it for a job
+        self._spawn_cond = threading.Condition(lock)  # the spawner waits on it for work
+        self._jobs: deque[Job] = deque()
+        self._idle = 0  # workers blocked waiting for a job
+        self._starting = 0  # workers asked of the spawner, not yet running
+        self._workers: set[_Worker] = set()
+        self._spawner: threading.Thread | None = None
+        self._spawn_wanted = 0
+        self._closed = False
+        self.peak_threads = 0
+
+    @property
+    def threads(self) -> int:
+        """Worker threads alive now."""
+        with self._cond:
+            return len(self._workers)
+
+    @property
+    def busy(self) -> int:
+        """Worker threads running a job now."""
+        with self._cond:
+            return sum(1 for w in self._workers if w.busy)
+
+    def start(self) -> None:
+        """Start the spawner thread now (otherwise the first job that needs a worker does)."""
+        with self._cond:
+            if self._spawner is None and not self._closed:
+                self._start_spawner()
+
+    def _start_spawner(self) -> None:
+        """Start the spawner thread (the pool's lock is held)."""
+        self._spawner = threading.Thread(
+            target=self._spawn_loop, name=f"{self._name}-spawner", daemon=True
+        )
+        self._spawner.start()
+
+    def submit(self, job: Job) -> None:
+        """Run ``job()`` on a pool thread as soon as one is free (a new one if none is).
+
+        A job submitted after :meth:`shutdown` is dropped.
+        """
+        with self._cond:
+            if self._closed:
+                return
+            self._jobs.append(job)
+            if len(self._jobs) > self._idle + self._starting:
+                self._starting += 1
+                self._spawn_wanted += 1
+                if self._spawner is None:
+                    self._start_spawner()
+                else:
+                    self._spawn_cond.notify()
+            self._cond.notify()  # one idle worker per job: no thundering herd
+
+    def _spawn_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._spawn_wanted and not self._closed:
+                    self._spawn_cond.wait()
+                if self._closed:
+                    return
+                self._spawn_wanted -= 1
+                if len(self._jobs) <= self._idle + self._starting - 1:
+                    self._starting -= 1  # a worker freed meanwhile takes the job
+                    continue
+                worker = _Worker(
+                    target=self._work, name=f"{self._name}-{next(_counter)}", daemon=True
+                )
+                self._workers.add(worker)
+                self.peak_threads = max(self.peak_threads, len(self._workers))
+            try:
+                worker.start()
+            except Exception:  # the process is out of threads: a later job retries
+                log.exception("cannot start a runner thread")
+                with self._cond:
+                    self._workers.discard(worker)
+                    self._starting -= 1
+                time.sleep(0.05)
+
+    def _work(self) -> None:
+        me = threading.current_thread()
+        assert isinstance(me, _Worker)
+        cond = self._cond
+        with cond:
+            self._starting -= 1
+        while True:
+            with cond:
+                while not self._jobs:
+                    if self._closed:
+                        self._workers.discard(me)
+                        return
+                    self._idle += 1
+                    woken = cond.wait(self._idle_s)
+                    self._idle -= 1
+                    if not woken and not self._jobs:
+                        self._workers.discard(me)  # idle too long: retire
+                        return
+                job = self._jobs.popleft()
+                me.busy = True
+            try:
+                job()
+            except BaseException:  # a job must never take its worker down
+                log.exception("a pooled job failed")
+            finally:
+                me.busy = False
+                del job  # an idle worker keeps nothing of its last job (its turn) alive
+
+    def shutdown(self, timeout: float) -> None:
+        """Drop queued jobs and let idle workers go, waiting up to ``timeout`` for them.
+
+        A worker still running a job (a runner ignoring cancellation, which
+        the runtime already gave its grace period) is not waited for: it ends
+        as soon as its job returns.
+        """
+        with self._cond:
+            self._closed = True
+            self._jobs.clear()
+            self._cond.notify_all()
+            self._spawn_cond.notify_all()
+            workers = list(self._workers)
+            spawner = self._spawner
+        deadline = time.monotonic() + timeout
+        me = threading.current_thread()
+        if spawner is not None:
+            spawner.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker is not me and not worker.busy:  # busy: ends when its runner returns
+                worker.join(max(0.0, deadline - time.monotonic()))
+
+
+class LoopThread:
+    """One asyncio event loop on its own thread, started on first use."""
+
+    def __init__(self, *, name: str = "retinue-loop") -> None:
+        """Create the holder; no loop or thread exists until :meth:`call_soon`."""
+        self._name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._calls_lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._drain_scheduled = False
+
+    @property
+    def thread_id(self) -> int | None:
+        """The loop thread's ident, or None before it started."""
+        thread = self._thread
+        return None if thread is None else thread.ident
+
+    def _ensure(self) -> asyncio.AbstractEventLoop | None:
+        loop = self._loop
+        if loop is not None:
+            return loop
+        with self._lock:
+            if self._closed:
+                return None
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                register_poster(loop, self.call_soon)
+                runs_closers(loop)
+                thread = threading.Thread(
+                    target=self._run, args=(loop,), name=self._name, daemon=True
+                )
+                self._loop, self._thread = loop, thread
+                thread.start()
+            return self._loop
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            while True:
+                try:
+                    loop.run_forever()
+                    break  # stopped by shutdown
+                except BaseException:  # the loop outlives any task
+                    # asyncio re-raises a task's SystemExit or KeyboardInterrupt out of
+                    # run_forever (after storing it in the task, whose awaiters see it):
+                    # one task must not stop every async turn of the runtime.
+                    log.exception("a task on the runtime's event loop raised; the loop goes on")
+        finally:
+            run_closers(loop)  # what must not be cut off mid-way (retinue.actors.turns._loop_close)
+            with contextlib.suppress(Exception):
+                tasks = asyncio.all_tasks(loop)
+                for task in tasks:
+                    task.cancel()
+                if tasks:
+                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            run_after_tasks(loop)
+            loop.close()
+
+    def start(self) -> None:
+        """Start the loop's thread now (otherwise the first callback does)."""
+        self._ensure()
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> bool:
+        """Run ``callback(*args)`` on the loop thread soon; False once the loop is stopped.
+
+        Calls from any thread run in the order they were made. They are
+        batched: one wake-up of the loop (a write to its self-pipe) runs every
+        call queued until the loop gets to them, so a commit that starts or
+        answers many async turns wakes the loop once.
+        """
+        loop = self._ensure()
+        if loop is None:
+            return False
+        with self._calls_lock:
+            self._calls.append((callback, args))
+            if self._drain_scheduled:
+                return True
+            self._drain_scheduled = True
+        try:
+            loop.call_soon_threadsafe(self._drain_calls)
+        except RuntimeError:  # closed meanwhile
+            return False
+        return True
+
+    def _drain_calls(self) -> None:
+        with self._calls_lock:
+            calls, self._calls = self._calls, []
+            self._drain_scheduled = False
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception:  # one broken callback must not starve the others
+                log.exception("a callback on the runtime's event loop failed")
+
+    def call_later(self, delay: float, callback: Callable[[], Any]) -> bool:
+        """Run ``callback()`` on the loop thread after ``delay`` seconds; False once stopped."""
+        return self.call_soon(self._schedule_later, delay, callback)
+
+    def _schedule_later(self, delay: float, callback: Callable[[], Any]) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.call_later(delay, callback)
+
+    def shutdown(self, timeout: float) -> None:
+        """Stop the loop, then (on its thread) await its closers and cancel every task left.
+
+        Waits up to ``timeout`` for the loop's thread.
+        """
+        with self._lock:
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+
+
+class Executor:
+    """The executors of one runtime: sync runners' pool and async runners' loop."""
+
+    def __init__(self, *, idle_s: float = IDLE_S) -> None:
+        """Create both; neither starts a thread before its first job (or :meth:`start`)."""
+        self.pool = WorkerPool(idle_s=idle_s)
+        self.loop = LoopThread()
+
+    def start(self) -> None:
+        """Start the event loop's thread and the pool's spawner now, on the caller's thread.
+
+        The runtime calls this as it opens, so neither the supervisor nor the
+        store's writer (which runs the commit effects that start turns) ever
+        starts a thread.
+        """
+        self.loop.start()
+        self.pool.start()
+
+    def shutdown(self, timeout: float) -> None:
+        """Stop the loop (cancelling its tasks) and the pool, waiting up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        self.loop.shutdown(timeout)
+        self.pool.shutdown(max(0.0, deadline - time.monotonic()))
