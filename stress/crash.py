@@ -98,7 +98,7 @@ def child_main(
     store: str, ack_log: str, seed: int, durability: str, stub_url: str, runs_log: str
 ) -> None:
     """Run the random workload until killed, logging every acknowledgement."""
-    from retinue.llm.provider import load_litellm
+    from retinue.llm.model import load_litellm
 
     load_litellm()  # before "opened": the kill timer should not run out in litellm's import
     rng = random.Random(seed)

@@ -33,8 +33,8 @@ import msgspec
 from retinue import Profile, Restart, Runtime, Turn
 from retinue.errors import RetinueError
 from retinue.llm import LiteLLMRunner
-from retinue.llm.approval_gate import CUT_SHORT_RESULT
-from retinue.llm.conversation import decode_transcript
+from retinue.llm.chat import decode_transcript
+from retinue.llm.turn._approval_gate import CUT_SHORT_RESULT
 from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord, CompletionRecord
 from retinue.protocol.supervision import ApprovalRecord

@@ -33,7 +33,7 @@ from typing import Any
 
 from retinue import Limits, Profile, Restart, Turn
 from retinue.llm import tool
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 from retinue.testing.fuzz_ops import OPS, Op, lines
 from retinue.testing.fuzz_run import Setup, run_case
 from stress.parts import Options, Part, Result

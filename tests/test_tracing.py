@@ -312,7 +312,7 @@ def test_no_duplicate_chat_spans_with_litellms_own_otel_callback(
 ) -> None:
     from litellm.integrations.opentelemetry import OpenTelemetry, OpenTelemetryConfig
 
-    from retinue.llm.provider import load_litellm
+    from retinue.llm.model import load_litellm
 
     litellm = load_litellm()
     callback = OpenTelemetry(

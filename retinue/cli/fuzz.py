@@ -204,7 +204,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
             ) from None
     team = load_team_file(args.team, None)
     team.profiles(runner=lambda turn: "")  # every check of the file before the first example
-    from retinue.llm.provider import load_litellm
+    from retinue.llm.model import load_litellm
 
     load_litellm()
     started = time.monotonic()

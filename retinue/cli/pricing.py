@@ -21,7 +21,7 @@ def warn_unpriced(team: Team, out: TextIO | None = None) -> list[str]:
     """
     if not has_cost_budget(team.limits):
         return []
-    from retinue.llm.pricing import unpriced
+    from retinue.llm.model import unpriced
 
     models = [m for name in team.agents if (m := team.setting(name, "model")) is not None]
     found = unpriced(models)

@@ -8,18 +8,15 @@ declared with ``Runtime.open(..., mcp_servers=...)``; the ``mcp`` SDK is
 imported only when a server starts).
 
 Importing this package does not import litellm; the runner imports it the
-first time a model is called (see :mod:`retinue.llm.provider`).
+first time a model is called (see :mod:`retinue.llm.model._provider`).
 """
 
 from __future__ import annotations
 
-from retinue.llm.arguments import ToolError
-from retinue.llm.host_tools import HostTool, tool
+from retinue.llm._runner import LiteLLMRunner, model_runner_factory
 from retinue.llm.mcp import McpServer
-from retinue.llm.provider import SCRIPTED_MODEL
-from retinue.llm.runner import LiteLLMRunner, model_runner_factory
-from retinue.llm.toolbox import ToolBox, build_toolbox
-from retinue.llm.workspace import Workspace
+from retinue.llm.model import SCRIPTED_MODEL
+from retinue.llm.tools import HostTool, ToolBox, ToolError, Workspace, build_toolbox, tool
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "HostTool",

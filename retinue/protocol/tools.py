@@ -217,7 +217,7 @@ def check_offered_names(owner: str, names: Iterable[str]) -> None:
     that a model would see as one function (``a.b_c`` and ``a.b.c``, or the
     host tool ``a__b`` and the MCP tool ``a.b``) cannot both be offered.
     Tools a server lists only at run time (granted by ``<server>.*``) are
-    checked when they are listed (see :mod:`retinue.llm.mcp.manager`).
+    checked when they are listed (see :mod:`retinue.llm.mcp._manager`).
 
     Raises:
         ConfigurationError: two names map to one offered name (both named).
@@ -261,7 +261,7 @@ def runner_tools(owner: str, spec: ToolSpec, ceiling: Iterable[str]) -> tuple[st
     (``LiteLLMRunner(tools=...)``): it may narrow its profile's tools, never
     widen them. Checked at open (:func:`~retinue.actors.system._boot.profile_table`,
     so also by ``Team.check`` and ``retinue validate``) and by
-    :func:`~retinue.llm.toolbox.build_toolbox` for the ``tools`` it is given.
+    :func:`~retinue.llm.tools._toolbox.build_toolbox` for the ``tools`` it is given.
 
     Raises:
         ToolsNotPermitted: (a ConfigurationError) ``spec`` names tools the

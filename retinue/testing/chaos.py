@@ -3,7 +3,7 @@
 ``ChaosModel(seed=...)`` installed (``with ChaosModel(seed=7): ...``, or
 :meth:`ChaosModel.install`) serves the model name ``retinue/chaos`` in this
 process, through the same offline litellm provider as ``retinue/scripted``
-(:mod:`retinue.llm.offline`): litellm's real call path, no key, no network.
+(:mod:`retinue.llm.model._offline`): litellm's real call path, no key, no network.
 Its answers are drawn from what providers really send (the kinds in
 :data:`~retinue.testing.chaos_answers.KINDS`): valid tool calls of the tools
 the request offers (most of the time, so turns get somewhere), parallel calls,
@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from retinue.llm.offline import register_offline_model
+from retinue.llm.model import register_offline_model
 from retinue.protocol.results import RESULT_VERSION
 from retinue.testing.chaos_answers import (
     DEFAULT_WEIGHTS,

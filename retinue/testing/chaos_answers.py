@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from retinue.llm.script import minimal_result
+from retinue.llm.model import minimal_result
 from retinue.protocol.tools import COORDINATOR_TOOLS
 from retinue.testing.chaos_args import Seen, arguments_for
 

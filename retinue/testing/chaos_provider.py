@@ -25,7 +25,7 @@ from litellm.litellm_core_utils.llm_response_utils.convert_dict_to_response impo
     convert_to_model_response_object,
 )
 
-from retinue.llm.script import SCRIPTED_PROVIDER, count_tokens
+from retinue.llm.model import SCRIPTED_PROVIDER, count_tokens
 from retinue.testing.chaos_answers import Answer
 
 __all__ = ["deliver"]

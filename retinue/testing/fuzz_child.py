@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 from retinue.protocol.messages import Completion
 from retinue.testing.fuzz_checks import EventCheck
 from retinue.testing.fuzz_ops import Op

@@ -3,14 +3,14 @@
 :class:`OpenAIStub` serves ``POST /v1/chat/completions`` on 127.0.0.1 from a
 thread, so ``LiteLLMRunner(model="openai/<name>", api_base=stub.url,
 api_key="x")`` goes through litellm's real OpenAI provider path. By default it
-answers like the scripted model (:func:`retinue.llm.script.script_reply`:
+answers like the scripted model (:func:`retinue.llm.model._script.script_reply`:
 leads delegate in one ``spawn_subagents`` call, leaves answer), with tool calls
 and usage. A test changes behaviour per request with :attr:`OpenAIStub.handler`:
 return a :class:`StubReply` (an error status, a ``Retry-After``, a delay, a
 custom message) or None for the default answer. Every request is recorded.
 A request with ``"stream": true`` is answered as OpenAI streams: server-sent
 ``chat.completion.chunk`` events (the text and each tool call's arguments in
-pieces, see :func:`~retinue.llm.script.reply_deltas`), the usage in a last
+pieces, see :func:`~retinue.llm.model._script.reply_deltas`), the usage in a last
 chunk when ``stream_options.include_usage`` asks for it, then ``[DONE]``.
 
 Example::
@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from retinue.llm.script import count_tokens, reply_deltas, script_reply
+from retinue.llm.model import count_tokens, reply_deltas, script_reply
 
 __all__ = ["OpenAIStub", "StubReply", "StubRequest"]
 

@@ -46,8 +46,8 @@ def _lead(turn: Turn) -> str:
 
 
 def _spent(admission: bool) -> int:
-    import retinue.llm.session as session
-    from retinue.llm.budgets import admit_call
+    import retinue.llm.turn._session as session
+    from retinue.llm.model import admit_call
 
     async def unchecked(turn: Any, agent: Any, tree: Any) -> bool:
         return False

@@ -2,14 +2,14 @@
 
 :class:`RetinueSteps` opens a runtime (durability ``full``) with one model
 profile on ``retinue/durable-steps``: an offline model served through the
-``retinue/`` litellm provider (:mod:`retinue.llm.offline`), so every call goes
+``retinue/`` litellm provider (:mod:`retinue.llm.model._offline`), so every call goes
 through litellm's own call path as ``retinue/scripted``'s do, with no network.
 It calls the host ``@tool`` ``note`` once per answer until the chat holds the
 task's number of results, then answers. The built-in ``retinue/scripted``
 model never calls a host tool, hence this one (same provider, same path).
 
 Each agent is one turn of ``steps`` tool steps; each step is what
-:class:`~retinue.llm.session.TurnSession` does today: the model's answer
+:class:`~retinue.llm.turn._session.TurnSession` does today: the model's answer
 (its tool call) committed with its usage (``LlmStep``), the tool run, its
 result committed (``LlmStep``), the next model call. The clock ticks as the
 tool starts, so the interval between two ticks is one durable step. Once the
@@ -35,10 +35,9 @@ from typing import Any
 
 from retinue import Durability, Limits, Profile, Runtime, Turn
 from retinue.llm import LiteLLMRunner, tool
-from retinue.llm.bridge import llm_load, llm_step
-from retinue.llm.conversation import encode_transcript
-from retinue.llm.offline import register_offline_model
-from retinue.llm.provider import load_litellm
+from retinue.llm.chat import encode_transcript
+from retinue.llm.model import load_litellm, register_offline_model
+from retinue.llm.turn._bridge import llm_load, llm_step
 from retinue.protocol.messages import Usage
 from stress.bench.durable_common import StepClock, quantile
 
@@ -232,7 +231,7 @@ async def durable_step(
 
     The assistant's call is committed with its usage, the tool runs (``clock``
     ticks), its result is committed: what a model turn's step stores today
-    (:meth:`~retinue.llm.session.TurnSession._run_tools`). A journaled step
+    (:meth:`~retinue.llm.turn._session.TurnSession._run_tools`). A journaled step
     adds its intent to the first commit.
     """
     call_id = f"call_{step}"

@@ -32,7 +32,7 @@ from typing import Any
 
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 from stress.bench.llm_calls import (
     STEPS,
     note,

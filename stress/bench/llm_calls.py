@@ -26,7 +26,7 @@ from typing import Any
 
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import LiteLLMRunner
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 
 __all__ = [
     "STEPS",

@@ -3,7 +3,7 @@
 ``grep`` matches in a child process (so a catastrophic pattern can be killed
 without freezing the runtime). Baseline, measured in the same run on the same
 files: the same search run in-process on a thread (the walk and
-:func:`retinue.llm.grep_child.search`, which is what the tool did before). The
+:func:`retinue.llm.tools._grep_child.search`, which is what the tool did before). The
 figure that matters is the added milliseconds per call, against a model call
 that takes seconds. ``read_file`` through the tool pool is compared with
 ``asyncio.to_thread`` running the same read.
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from retinue.llm import ToolBox, Workspace
-from retinue.llm.builtin_tools import builtin_tools
-from retinue.llm.grep_child import search
-from retinue.llm.grep_tool import GrepArgs, _plan
+from retinue.llm.tools._builtins import builtin_tools
+from retinue.llm.tools._grep import GrepArgs, _plan
+from retinue.llm.tools._grep_child import search
 from stress.parts import Options, Part, Result
 
 

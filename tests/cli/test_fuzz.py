@@ -14,7 +14,7 @@ import pytest
 from cliutil import SOURCE, retinue_cli
 
 from retinue.cli import main
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 
 CODE_REVIEW = SOURCE / "examples" / "code_review" / "team.toml"
 

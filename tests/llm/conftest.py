@@ -20,7 +20,7 @@ from conftest import wait_settled
 
 from retinue import AgentInfo, Limits, Profile, Runtime
 from retinue.llm import LiteLLMRunner
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 from retinue.testing import OpenAIStub
 
 WATCHDOG_S = 240.0

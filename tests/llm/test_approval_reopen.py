@@ -18,7 +18,7 @@ from conftest import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import AgentState, CompletionStatus, Limits, Profile, Runtime
-from retinue.llm.approval_gate import CUT_SHORT_RESULT
+from retinue.llm.turn._approval_gate import CUT_SHORT_RESULT
 from retinue.testing import OpenAIStub, StubReply, StubRequest
 
 pytestmark = pytest.mark.usefixtures("litellm")

@@ -27,7 +27,7 @@ from retinue import (
     Runtime,
     UnknownApproval,
 )
-from retinue.llm.approval_gate import CUT_SHORT_RESULT
+from retinue.llm.turn._approval_gate import CUT_SHORT_RESULT
 from retinue.testing import OpenAIStub, StubReply
 
 pytestmark = pytest.mark.usefixtures("litellm")

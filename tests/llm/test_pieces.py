@@ -6,18 +6,16 @@ import json
 import random
 from typing import Any
 
-from retinue.llm.conversation import (
-    CUT_MARKER,
-    INTERRUPTED_TOOL_RESULT,
-    bound,
+from retinue.llm.chat import (
     decode_transcript,
     encode_transcript,
     render_message,
     repair_dangling,
     turn_input,
 )
-from retinue.llm.retry import backoff_delay, classify
-from retinue.llm.script import script_reply
+from retinue.llm.chat._conversation import CUT_MARKER, INTERRUPTED_TOOL_RESULT, bound
+from retinue.llm.model import script_reply
+from retinue.llm.model._retry import backoff_delay, classify
 from retinue.protocol.messages import Completion, CompletionStatus, Message
 from retinue.protocol.results import parse_result, result_instruction
 

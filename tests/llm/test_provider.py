@@ -37,7 +37,7 @@ def test_open_of_a_model_team_returns_with_litellm_imported(tmp_path: Path) -> N
         import json, sys, threading
         from retinue import Profile, Runtime
         from retinue.llm import SCRIPTED_MODEL
-        from retinue.llm import provider
+        from retinue.llm.model import _provider as provider
         before = "litellm" in sys.modules
         with Runtime.open(sys.argv[1], profiles=[Profile("a", model=SCRIPTED_MODEL)]) as rt:
             imported = provider._module is not None
@@ -71,7 +71,7 @@ def test_a_turn_waiting_for_the_import_leaves_the_event_loop_free(tmp_path: Path
         import json, sys, threading
         from retinue import Profile, Runtime
         from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
-        from retinue.llm import provider
+        from retinue.llm.model import _provider as provider
 
         model = LiteLLMRunner(SCRIPTED_MODEL)
         started = threading.Event()

@@ -25,7 +25,7 @@ from litellm.integrations.custom_logger import CustomLogger
 
 from retinue import Profile, Runtime
 from retinue.llm import LiteLLMRunner
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 from retinue.testing import OpenAIStub
 
 logged = []

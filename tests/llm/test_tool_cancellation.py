@@ -14,7 +14,7 @@ import pytest
 from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import CompletionStatus, Limits, Profile, Runtime
 from retinue.llm import ToolBox, tool
-from retinue.llm.host_tools import host_tool_defs
+from retinue.llm.tools._host import host_tool_defs
 from retinue.testing import OpenAIStub, StubReply
 
 

@@ -20,10 +20,10 @@ from conftest import wait_until
 from retinue import Limits, Profile, Runtime
 from retinue.errors import ConfigurationError, TurnInterrupted
 from retinue.llm import ToolBox, Workspace, build_toolbox, tool
-from retinue.llm import tool_pool as tool_pool_module
-from retinue.llm.builtin_tools import builtin_tools
-from retinue.llm.host_tools import host_tool_defs
-from retinue.llm.tool_pool import ToolPool, abandoned_tool_calls, tool_pool
+from retinue.llm.tools import _pool as tool_pool_module
+from retinue.llm.tools._builtins import builtin_tools
+from retinue.llm.tools._host import host_tool_defs
+from retinue.llm.tools._pool import ToolPool, abandoned_tool_calls, tool_pool
 from retinue.protocol.tools import MODIFY_TOOLS
 from retinue.testing.leaks import Leaks
 
@@ -235,7 +235,7 @@ def test_grep_and_find_pass_over_a_fifo(tmp_path: Path) -> None:
 SEVEN_FIFOS = """
 import asyncio, json, os, sys
 from retinue.llm import ToolBox, Workspace
-from retinue.llm.builtin_tools import builtin_tools
+from retinue.llm.tools._builtins import builtin_tools
 
 ws = sys.argv[1]
 os.mkfifo(os.path.join(ws, "pipe"))
@@ -380,7 +380,7 @@ FROZEN_GREP = """
 import asyncio, json, sys
 from pathlib import Path
 from retinue.llm import ToolBox, Workspace
-from retinue.llm.builtin_tools import builtin_tools
+from retinue.llm.tools._builtins import builtin_tools
 
 ws = Path(sys.argv[1])
 (ws / "evil.txt").write_text("a" * 40 + "!\\n")
@@ -626,7 +626,7 @@ def test_the_pool_bound_must_be_a_positive_integer() -> None:
 STUCK_FOREVER = """
 import asyncio, json, threading
 from retinue.llm import ToolBox, tool
-from retinue.llm.tool_pool import tool_pool
+from retinue.llm.tools._pool import tool_pool
 
 @tool(timeout_s=0.5)
 def wedged() -> str:

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from retinue.errors import ConfigurationError
 from retinue.llm import ToolBox, Workspace
-from retinue.llm.builtin_tools import builtin_tools
-from retinue.llm.workspace import WorkspaceEscape
+from retinue.llm.tools._builtins import builtin_tools
+from retinue.llm.tools._workspace import WorkspaceEscape
 from retinue.protocol.tools import MODIFY_TOOLS, READ_TOOLS
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from retinue.errors import ConfigurationError
 from retinue.llm import HostTool, ToolBox, ToolError, tool
-from retinue.llm.host_tools import host_tool_defs
+from retinue.llm.tools._host import host_tool_defs
 
 
 def box_of(*fns: Any, **options: Any) -> ToolBox:

@@ -14,7 +14,7 @@ import pytest
 from mcp_tests.conftest import answer, last_tool_result, model_settings, script, tool_call
 from retinue import CompletionStatus, ConfigurationError, McpServerEvent, Profile, Runtime
 from retinue.llm import McpServer
-from retinue.llm.mcp.transport import MAX_LINE_BYTES
+from retinue.llm.mcp._transport import MAX_LINE_BYTES
 from retinue.testing import OpenAIStub
 
 ODD = Path(__file__).parent / "servers" / "odd.py"

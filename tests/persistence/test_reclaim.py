@@ -223,8 +223,14 @@ import retinue.persistence.store as store
 
 folder, step = sys.argv[1], sys.argv[2]
 
+out = threading.Lock()  # one whole line at a time: two threads print
+
+def say(*words):
+    with out:
+        print(*words, flush=True)
+
 def stall(name):
-    print("AT", name, flush=True)
+    say("AT", name)
     time.sleep(3600)
 
 def wrap(module, attr, name, before):
@@ -254,14 +260,14 @@ for i in range(600):
 def spawner():
     while True:
         info = rt.spawn("worker", "acked")
-        print("ACK", info.id, flush=True)
+        say("ACK", info.id)
 
-print("WARM", flush=True)
+say("WARM")
 threading.Thread(target=spawner, daemon=True).start()
 time.sleep(0.05)
 while True:
     report = rt.compact(reclaim=True)
-    print("RECLAIMED", report.file_bytes_before, report.file_bytes_after, flush=True)
+    say("RECLAIMED", report.file_bytes_before, report.file_bytes_after)
 """
 
 

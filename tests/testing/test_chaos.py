@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from retinue import AgentState, Limits, Profile, Runtime
 from retinue.llm import Workspace
-from retinue.llm.arguments import ToolDef, decode_arguments
-from retinue.llm.builtin_tools import builtin_tools
-from retinue.llm.provider import load_litellm
-from retinue.llm.retry import classify
+from retinue.llm.model import load_litellm
+from retinue.llm.model._retry import classify
+from retinue.llm.tools import ToolDef
+from retinue.llm.tools._arguments import decode_arguments
+from retinue.llm.tools._builtins import builtin_tools
 from retinue.protocol.tools import BUILTIN_TOOLS
 from retinue.testing import CHAOS_MODEL, ChaosModel, check_invariants
 from retinue.testing.chaos_answers import (

@@ -12,7 +12,7 @@ import pytest
 
 from retinue import Limits, Profile
 from retinue.llm import tool
-from retinue.llm.provider import load_litellm
+from retinue.llm.model import load_litellm
 from retinue.testing.chaos_answers import KINDS, SURROGATE_KINDS
 from retinue.testing.fuzz_ops import Op, lines
 from retinue.testing.fuzz_run import Setup, run_case

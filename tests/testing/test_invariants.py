@@ -11,8 +11,8 @@ import msgspec
 import pytest
 
 from retinue import Profile, Runtime, Turn
-from retinue.llm.conversation import decode_transcript, encode_transcript
-from retinue.llm.provider import load_litellm
+from retinue.llm.chat import decode_transcript, encode_transcript
+from retinue.llm.model import load_litellm
 from retinue.persistence.store import Store
 from retinue.protocol.messages import Completion, CompletionStatus
 from retinue.protocol.records import AgentRecord

@@ -1,0 +1,282 @@
+"""What a model sees: the turn's input rendered as chat messages, and the stored transcript.
+
+A turn's input is one ``user`` message: its task (unless it is a wake-up turn),
+then its unread messages in arrival order, a child's completion rendered as
+``[subagent:<path>] delegated task completed. Result: <output>``,
+``... delegated task FAILED: <error>`` or ``... delegated task was interrupted``.
+
+The transcript is the chat without its system prompt, stored as a
+:class:`~retinue.protocol.records.TranscriptRecord`. :func:`bound` keeps it
+within ``Limits.transcript_max_bytes`` without breaking the chat's structure
+(:mod:`retinue.llm.chat._transcript_cut`): the current task and the step in
+progress stay, the oldest tool results are replaced by :data:`CUT_MARKER`
+first, then oversized tool-call arguments, then the oldest other contents,
+then whole units (an assistant message with its tool results) go, oldest
+first. The chat's texts arrive storable (a model's answer and a tool's result
+are cleaned where they arrive, :mod:`retinue.llm.chat._arrival`; the rest is the
+runtime's own or was checked when it was sent), so the history a turn sends
+is the one it stores, as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from retinue.llm.chat._transcript_cut import CUT_ARGUMENTS, CUT_MARKER, cut_transcript
+from retinue.protocol.messages import AgentInfo, CompletionStatus, Message, Usage
+from retinue.protocol.records import (
+    TRANSCRIPT_VERSION,
+    ModelCallRecord,
+    ToolCallRecord,
+    TranscriptMessage,
+    TranscriptRecord,
+)
+from retinue.protocol.text import storable_text
+
+__all__ = [
+    "CUT_ARGUMENTS",
+    "CUT_MARKER",
+    "INTERRUPTED_TOOL_RESULT",
+    "ChatMessage",
+    "bound",
+    "bound_at",
+    "decode_transcript",
+    "encode_transcript",
+    "render_message",
+    "repair_dangling",
+    "storable",
+    "stored_calls",
+    "timed_call",
+    "turn_input",
+    "unanswered_calls",
+]
+
+ChatMessage = dict[str, Any]
+"""One OpenAI-shaped chat message."""
+
+INTERRUPTED_TOOL_RESULT = json.dumps(
+    {"error": "this tool call did not finish: the turn was interrupted before it returned"}
+)
+"""The result given to a tool call whose turn died before it answered."""
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(TranscriptRecord)
+
+
+def render_message(message: Message) -> str:
+    """Render one mailbox entry for the model (a message or a child's completion)."""
+    completion = message.completion
+    if message.kind == "completion" and completion is not None:
+        head = f"[subagent:{completion.path}] delegated task"
+        if completion.status is CompletionStatus.COMPLETED:
+            return f"{head} completed. Result: {completion.output or ''}"
+        if completion.status is CompletionStatus.FAILED:
+            return f"{head} FAILED: {completion.error or 'unknown error'}"
+        return f"{head} was interrupted"
+    return f"[message from {message.sender}] {message.content}"
+
+
+def turn_input(
+    task: str, reason: str, messages: Sequence[Message], error: str | None = None
+) -> str:
+    """Return the text of the ``user`` message that opens a turn.
+
+    ``reason`` is the turn's reason: a ``wake`` turn shows only its messages
+    (the task was shown before); a ``resume`` turn says the last one was
+    interrupted; a ``restart`` turn says the previous attempt failed and why
+    (``error``).
+    """
+    parts: list[str] = []
+    if reason == "resume":
+        parts.append(f"The previous turn was interrupted; carry on with the task: {task}")
+    elif reason == "restart":
+        why = f" ({error})" if error else ""
+        parts.append(
+            f"[retinue: the previous attempt at this task failed{why}; it was restarted] "
+            f"Carry on with the task: {task}"
+        )
+    elif reason != "wake" or not messages:
+        parts.append(task)
+    parts.extend(render_message(m) for m in messages)
+    return "\n\n".join(parts)
+
+
+storable = storable_text
+"""Return ``text`` with lone surrogates (no UTF-8 form) escaped as ``\\udXXX``
+(:func:`retinue.protocol.text.storable_text`, which the LLM layer applies where
+text arrives: :mod:`retinue.llm.chat._arrival`)."""
+
+
+def _optional_text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _to_record(message: ChatMessage) -> TranscriptMessage:
+    calls = tuple(
+        ToolCallRecord(
+            id=str(call.get("id", "")),
+            name=str((call.get("function") or {}).get("name", "")),
+            arguments=str((call.get("function") or {}).get("arguments", "")),
+        )
+        for call in message.get("tool_calls") or ()
+    )
+    return TranscriptMessage(
+        role=str(message.get("role", "user")),
+        content=_optional_text(message.get("content")),
+        tool_calls=calls,
+        tool_call_id=_optional_text(message.get("tool_call_id")),
+        name=_optional_text(message.get("name")),
+    )
+
+
+def _to_chat(record: TranscriptMessage) -> ChatMessage:
+    message: ChatMessage = {"role": record.role, "content": record.content}
+    if record.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in record.tool_calls
+        ]
+    if record.tool_call_id is not None:
+        message["tool_call_id"] = record.tool_call_id
+    if record.name is not None:
+        message["name"] = record.name
+    return message
+
+
+def bound_at(
+    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None
+) -> tuple[list[ChatMessage], int, int | None]:
+    """Return ``messages`` cut to fit ``max_bytes``, the cut count, and the new index of
+    the current task (``task_at``: its index in ``messages``).
+
+    See :mod:`retinue.llm.chat._transcript_cut` for what the cut keeps: the current
+    task, the step in progress, system messages and the chat's structure (no
+    tool result without its call).
+    """
+    return cut_transcript(messages, max_bytes, task_at)
+
+
+def bound(
+    messages: list[ChatMessage], max_bytes: int, task_at: int | None = None
+) -> tuple[list[ChatMessage], int]:
+    """Return ``messages`` cut to fit ``max_bytes`` (approximately, as encoded) and the cut count.
+
+    Like :func:`bound_at` without the task's new index; with ``task_at`` None
+    the current task is the last ``user`` message.
+    """
+    out, cut, _ = bound_at(messages, max_bytes, task_at)
+    return out, cut
+
+
+def repair_dangling(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Give every tool call without a result an 'interrupted' result (a crash mid-turn).
+
+    A provider refuses a chat where an assistant's tool call has no result, so
+    a transcript saved between a tool call and its answer is completed here.
+    """
+    out: list[ChatMessage] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        out.append(message)
+        index += 1
+        wanted = [c.get("id") for c in message.get("tool_calls") or ()]
+        if message.get("role") != "assistant" or not wanted:
+            continue
+        seen: set[Any] = set()
+        while index < len(messages) and messages[index].get("role") == "tool":
+            seen.add(messages[index].get("tool_call_id"))
+            out.append(messages[index])
+            index += 1
+        for call_id in wanted:
+            if call_id not in seen:
+                out.append(
+                    {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_TOOL_RESULT}
+                )
+    return out
+
+
+def unanswered_calls(messages: Sequence[ChatMessage]) -> list[Any]:
+    """Return the tool calls of the last assistant message that have no result yet.
+
+    That is the step a turn parked on (for approval) when its process stopped.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "tool":
+            continue
+        if message.get("role") != "assistant":
+            return []
+        answered = {m.get("tool_call_id") for m in messages[index + 1 :]}
+        return [c for c in message.get("tool_calls") or () if c.get("id") not in answered]
+    return []
+
+
+def encode_transcript(
+    agent_id: str,
+    messages: Sequence[ChatMessage],
+    cut: int = 0,
+    calls: Sequence[ModelCallRecord] = (),
+) -> bytes:
+    """Encode a chat (without its system prompt) and the times of its model ``calls`` as a
+    stored transcript record."""
+    record = TranscriptRecord(
+        version=TRANSCRIPT_VERSION,
+        agent_id=agent_id,
+        messages=tuple(_to_record(m) for m in messages),
+        cut=cut,
+        calls=tuple(calls),
+    )
+    return _ENCODER.encode(record)
+
+
+def decode_transcript(raw: bytes | None) -> tuple[list[ChatMessage], int]:
+    """Decode a stored transcript into chat messages and its cut count.
+
+    An absent, undecodable or newer-version record gives an empty history
+    (the agent starts over rather than fail on a record it cannot read).
+    """
+    if raw is None:
+        return [], 0
+    try:
+        record = _DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return [], 0
+    if record.version > TRANSCRIPT_VERSION:
+        return [], 0
+    return [_to_chat(m) for m in record.messages], record.cut
+
+
+def stored_calls(raw: bytes | None) -> list[ModelCallRecord]:
+    """Return the model calls a stored transcript keeps the times of, oldest first (none
+    when it is absent, undecodable or of a newer version, as :func:`decode_transcript`)."""
+    if raw is None:
+        return []
+    try:
+        record = _DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return []
+    return list(record.calls) if record.version <= TRANSCRIPT_VERSION else []
+
+
+def timed_call(agent: AgentInfo, model: str, started: float, usage: Usage) -> ModelCallRecord:
+    """Return the times of ``agent``'s call to ``model`` that started at ``started`` (epoch
+    seconds) and answered now with ``usage``, in the turn the agent's snapshot shows."""
+    return ModelCallRecord(
+        model=model,
+        generation=agent.generation,
+        turn_started_at=agent.started_at,
+        started_at=started,
+        ended_at=time.time(),
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+    )

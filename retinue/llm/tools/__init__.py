@@ -1,0 +1,28 @@
+"""Tools: what a model may call, and how a call never raises.
+
+``ToolBox`` (one turn's tools: the coordinator tools, the workspace's
+built-ins on their bounded thread pool, the host's ``@tool`` functions) with
+their schemas from msgspec structs and their argument checks, and the
+``Workspace`` the built-ins stay inside.
+
+The rest of the package may use the names in ``__all__``; the modules are private.
+"""
+
+from __future__ import annotations
+
+from retinue.llm.tools._arguments import ToolArgumentError, ToolDef, ToolError
+from retinue.llm.tools._host import HostTool, tool
+from retinue.llm.tools._toolbox import ToolBox, ToolBoxBuilder, build_toolbox
+from retinue.llm.tools._workspace import Workspace
+
+__all__ = [
+    "HostTool",
+    "ToolArgumentError",
+    "ToolBox",
+    "ToolBoxBuilder",
+    "ToolDef",
+    "ToolError",
+    "Workspace",
+    "build_toolbox",
+    "tool",
+]

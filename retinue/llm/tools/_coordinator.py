@@ -1,0 +1,400 @@
+"""The coordinator tools a model sees: spawn, spawn many, send, wait, list, interrupt, close.
+
+Each tool is a msgspec struct (its arguments and its schema) and a handler
+over the turn's async twins (``turn.spawn_async``, ``turn.run_async`` ...).
+The spawn tools' ``agent`` argument is an enum of the profiles this agent may
+spawn, listed in its description. An agent that may not spawn (no subagents,
+or already at the depth cap) is offered ``send_message`` alone: it has no
+subagents to wait for, list, interrupt or close, and every schema it is not
+offered is tokens not paid on each of its calls. The set depends only on the
+profile and the depth, so it is the same on every call of an agent (providers'
+prompt caches keep matching). The other tools take an agent reference: a
+child's name or path, or an agent id.
+
+Results are JSON objects: a synchronous spawn returns ``{"path", "status",
+"output"}`` (plus ``"error"`` when the child failed or was interrupted, or
+still runs when the wait ran out: ``"status": "running"``; plus ``"messages"``
+the child sent meanwhile); an asynchronous one ``{"dispatched": true,
+"path"}``, its completion arriving as a message of a later turn.
+``spawn_subagents`` returns ``{"results": [...]}`` in the order given, a
+refused entry keeping its place as ``{"agent", "error"}``. A refused operation
+raises, and the toolbox turns it into ``{"error": ...}``; an error about a
+malformed reference names the tool's own argument (``to``, ``agent``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from retinue.actors.turns import BatchRequest
+from retinue.errors import RetinueError, WaitTimeout
+from retinue.llm._context import TurnContext
+from retinue.llm.tools._arguments import ToolDef
+from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.paths import MAX_NAME_LENGTH
+
+__all__ = ["coordinator_tools"]
+
+_Message = Annotated[str, msgspec.Meta(description="The task or message, in full.")]
+_TaskName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern="^[a-z0-9_]+$",
+        max_length=MAX_NAME_LENGTH,
+        description=(
+            "Optional short name for the new agent (lowercase letters, digits, _); "
+            "it becomes the last part of its path. Unique among your live subagents."
+        ),
+    ),
+]
+_Ref = Annotated[
+    str,
+    msgspec.Meta(description="The agent: a subagent's name or path (as list_agents shows it)."),
+]
+
+
+class SendMessageArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of send_message."""
+
+    to: Annotated[
+        str,
+        msgspec.Meta(
+            description="Recipient: your parent, a subagent or a sibling, by name or path."
+        ),
+    ]
+    message: _Message
+
+
+class WaitAgentArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of wait_agent."""
+
+    agent: _Ref
+    timeout_ms: (
+        Annotated[int, msgspec.Meta(ge=0, description="How long to wait, in milliseconds.")] | None
+    ) = None
+
+
+class ListAgentsArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """list_agents takes no arguments."""
+
+
+class InterruptAgentArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of interrupt_agent."""
+
+    agent: _Ref
+
+
+class CloseAgentArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of close_agent."""
+
+    agent: _Ref
+    recursive: Annotated[
+        bool, msgspec.Meta(description="Also close its subagents, children first.")
+    ] = False
+
+
+@functools.lru_cache(maxsize=256)
+def _spawn_structs(
+    allowed: tuple[str, ...], listing: str, fanout: int
+) -> tuple[type[msgspec.Struct], type[msgspec.Struct]]:
+    """Return the spawn_subagent and spawn_subagents argument structs for ``allowed``."""
+    agent = Annotated[
+        Literal[allowed],  # type: ignore[valid-type]
+        msgspec.Meta(description=f"Which kind of agent to spawn. Agents you may spawn: {listing}"),
+    ]
+    single = msgspec.defstruct(
+        "spawn_subagent_arguments",
+        [
+            ("agent", agent),
+            ("message", _Message),
+            ("task_name", _TaskName | None, None),
+            (
+                "wait",
+                Annotated[
+                    bool,
+                    msgspec.Meta(
+                        description=(
+                            "true: wait for the subagent's result; false: return at once, "
+                            "its result arrives as a message in a later turn."
+                        )
+                    ),
+                ],
+                True,
+            ),
+        ],
+        frozen=True,
+        forbid_unknown_fields=True,
+    )
+    task = msgspec.defstruct(
+        "spawn_task",
+        [("agent", agent), ("message", _Message), ("task_name", _TaskName | None, None)],
+        frozen=True,
+        forbid_unknown_fields=True,
+    )
+    many = msgspec.defstruct(
+        "spawn_subagents_arguments",
+        [
+            (
+                "tasks",
+                Annotated[
+                    list[task],  # type: ignore[valid-type]
+                    msgspec.Meta(
+                        min_length=1,
+                        max_length=fanout,
+                        description=f"1 to {fanout} subagents to run at once.",
+                    ),
+                ],
+            )
+        ],
+        frozen=True,
+        forbid_unknown_fields=True,
+    )
+    return single, many
+
+
+def _completion(result: Completion) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "path": result.path,
+        "status": str(result.status),
+        "output": result.output,
+    }
+    if result.error is not None:
+        out["error"] = result.error
+    return out
+
+
+def _event(event: Message | Completion) -> dict[str, Any]:
+    if isinstance(event, Completion):
+        return {"event": "completion", **_completion(event)}
+    if event.kind == "completion" and event.completion is not None:
+        return {"event": "completion", **_completion(event.completion)}
+    return {"event": "message", "from": event.sender, "content": event.content}
+
+
+def _agent(info: AgentInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "path": info.path,
+        "agent": info.profile,
+        "state": str(info.state),
+        "turns": info.generation,
+    }
+
+
+class _Coordinator:
+    """The coordinator tool handlers of one turn.
+
+    The supervisor lets a turn wait on one child at a time, and a model may
+    issue several tool calls at once, so every wait here holds ``_waiting``:
+    children still run side by side, only the waits queue.
+    """
+
+    def __init__(self, turn: TurnContext, spawn_wait_s: float) -> None:
+        self.turn = turn
+        self.spawn_wait_s = spawn_wait_s
+        self._waiting = asyncio.Lock()
+
+    async def _result(self, info: AgentInfo, deadline: float) -> dict[str, Any]:
+        """Wait (until ``deadline`` on the loop clock) for the completion of child ``info``.
+
+        Messages the child sends meanwhile are returned with the result.
+        """
+        loop = asyncio.get_running_loop()
+        messages: list[str] = []
+        while True:
+            remaining = max(0.0, deadline - loop.time())
+            try:
+                event = await self.turn.wait_async(info.id, remaining)
+            except WaitTimeout:
+                out: dict[str, Any] = {
+                    "path": info.path,
+                    "status": "running",
+                    "error": f"no result within {self.spawn_wait_s:g}s; {info.path} keeps "
+                    "running: wait_agent for it later, or interrupt_agent",
+                }
+                break
+            if isinstance(event, Completion):
+                out = _completion(event)
+                break
+            if event.kind == "completion" and event.completion is not None:
+                out = _completion(event.completion)
+                break
+            messages.append(event.content)
+        if messages:
+            out["messages"] = messages
+        return out
+
+    async def _spawn(self, agent: str, message: str, task_name: str | None) -> AgentInfo:
+        """Spawn one child of this turn.
+
+        A bad ``task_name`` (``root``, which the schema's pattern lets by) is
+        refused under the tool's own argument name.
+
+        Raises:
+            everything ``turn.spawn_async`` raises.
+        """
+        info: AgentInfo = await self.turn.spawn_async(
+            agent, message, name=task_name, name_field="task_name"
+        )
+        return info
+
+    async def spawn_subagent(self, args: Any) -> dict[str, Any]:
+        info = await self._spawn(args.agent, args.message, args.task_name)
+        if not args.wait:
+            return {"dispatched": True, "path": info.path}
+        async with self._waiting:
+            deadline = asyncio.get_running_loop().time() + self.spawn_wait_s
+            return await self._result(info, deadline)
+
+    async def spawn_subagents(self, args: Any) -> dict[str, Any]:
+        """Run the batch as one ``run_many``: one command spawns it and waits for it all.
+
+        A refused entry keeps its place as ``{"agent", "error"}``; a child still
+        running when the shared wait runs out as ``{"path", "status": "running",
+        "error"}``; messages the children send meanwhile reach the next turn.
+        """
+        tasks = list(args.tasks)
+        requests: list[BatchRequest] = [(t.agent, t.message, t.task_name) for t in tasks]
+        async with self._waiting:
+            done = await self.turn.run_many_async(
+                requests, timeout=self.spawn_wait_s, name_field="task_name"
+            )
+        results = [self._batch_entry(t.agent, a) for t, a in zip(tasks, done, strict=True)]
+        return {"results": results}
+
+    def _batch_entry(self, agent: str, answer: Completion | RetinueError) -> dict[str, Any]:
+        """One place of a batch's results: a completion, a refusal, a child still running."""
+        if isinstance(answer, Completion):
+            return _completion(answer)
+        if isinstance(answer, WaitTimeout) and answer.path is not None:
+            return {
+                "path": answer.path,
+                "status": "running",
+                "error": f"no result within {self.spawn_wait_s:g}s; {answer.path} keeps "
+                "running: wait_agent for it later, or interrupt_agent",
+            }
+        path = getattr(answer, "path", None)
+        return (
+            {"path": path, "error": str(answer)} if path else {"agent": agent, "error": str(answer)}
+        )
+
+    async def send_message(self, args: SendMessageArgs) -> dict[str, Any]:
+        sent: Message = await self.turn.send_async(args.to, args.message, field="to")
+        return {"sent": True, "to": sent.recipient}
+
+    async def wait_agent(self, args: WaitAgentArgs) -> dict[str, Any]:
+        timeout = None if args.timeout_ms is None else args.timeout_ms / 1000
+        async with self._waiting:
+            try:
+                event = await self.turn.wait_async(args.agent, timeout, field="agent")
+            except WaitTimeout:
+                return {"event": "timed_out", "agent": args.agent, "note": "it keeps running"}
+        return _event(event)
+
+    async def list_agents(self, args: ListAgentsArgs) -> dict[str, Any]:
+        children: list[AgentInfo] = await self.turn.children_async()
+        return {"agents": [_agent(info) for info in children]}
+
+    async def interrupt_agent(self, args: InterruptAgentArgs) -> dict[str, Any]:
+        info: AgentInfo = await self.turn.interrupt_async(args.agent, field="agent")
+        return {"path": info.path, "state": str(info.state)}
+
+    async def close_agent(self, args: CloseAgentArgs) -> dict[str, Any]:
+        if args.recursive:
+            infos: list[AgentInfo] = await self.turn.close_tree_async(args.agent, field="agent")
+            return {"closed": [info.path for info in infos]}
+        info: AgentInfo = await self.turn.close_async(args.agent, field="agent")
+        return {"closed": [info.path]}
+
+
+def _listing(allowed: Sequence[str], descriptions: Mapping[str, str]) -> str:
+    parts = []
+    for name in allowed:
+        about = descriptions.get(name, "").strip()
+        parts.append(f"{name} ({about})" if about else name)
+    return ", ".join(parts) + "."
+
+
+def coordinator_tools(
+    turn: TurnContext,
+    *,
+    allowed: Sequence[str],
+    can_spawn: bool,
+    fanout_cap: int,
+    spawn_wait_s: float,
+    wait_default_s: float,
+    descriptions: Mapping[str, str] | None = None,
+) -> list[ToolDef]:
+    """Return the coordinator tools of one turn: all seven when it may spawn, else send_message.
+
+    An agent that may not spawn has no subagents of its own to wait for,
+    list, interrupt or close: it is offered ``send_message`` alone (children
+    a host placed under it still report to it, as completions in its next
+    turn). ``allowed`` is the profiles the agent may spawn (the ``agent`` enum) and
+    ``descriptions`` their one-line descriptions for the model. A synchronous
+    spawn waits up to ``spawn_wait_s`` for its result (a batch shares it);
+    ``wait_default_s`` is what ``wait_agent`` waits without ``timeout_ms``.
+    """
+    handlers = _Coordinator(turn, spawn_wait_s)
+    send = ToolDef(
+        "send_message",
+        "Send a message to your parent, one of your subagents or a sibling.",
+        SendMessageArgs,
+        handlers.send_message,
+    )
+    if not (can_spawn and allowed):
+        return [send]
+    names = tuple(dict.fromkeys(allowed))
+    listing = _listing(names, descriptions or {})
+    single, many = _spawn_structs(names, listing, max(1, fanout_cap))
+    return [
+        ToolDef(
+            "spawn_subagent",
+            "Start one subagent on a task. With wait=true (the default) you get its "
+            f"result; with wait=false it runs while you continue. Agents you may spawn: "
+            f"{listing}",
+            single,
+            handlers.spawn_subagent,
+            hint=f"agents you may spawn: {', '.join(names)}",
+        ),
+        ToolDef(
+            "spawn_subagents",
+            f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
+            "the order given; a refused entry keeps its place as an error. "
+            f"Agents you may spawn: {listing}",
+            many,
+            handlers.spawn_subagents,
+            hint=f"agents you may spawn: {', '.join(names)}",
+        ),
+        send,
+        ToolDef(
+            "wait_agent",
+            "Wait for the next event from one of your subagents: a message it sent you or "
+            f"its result (default timeout {wait_default_s:g} s). On timeout it keeps running.",
+            WaitAgentArgs,
+            handlers.wait_agent,
+        ),
+        ToolDef(
+            "list_agents",
+            "List your live subagents with their state.",
+            ListAgentsArgs,
+            handlers.list_agents,
+        ),
+        ToolDef(
+            "interrupt_agent",
+            "Interrupt a subagent's running turn (it ends as interrupted).",
+            InterruptAgentArgs,
+            handlers.interrupt_agent,
+        ),
+        ToolDef(
+            "close_agent",
+            "Close a finished subagent (recursive=true closes its own subagents first).",
+            CloseAgentArgs,
+            handlers.close_agent,
+        ),
+    ]

@@ -1,0 +1,54 @@
+"""The LLM runner's two supervisor requests: load an agent's LLM state, record one model step.
+
+Both go through the turn's own request channel (so they are refused once the
+turn is interrupted) and are answered once committed:
+
+- ``llm_load``: the stored transcript (raw bytes or None), this agent's usage
+  and its top-level tree's usage;
+- ``llm_step``: add one call's usage to the agent and its tree and (when given)
+  replace the stored transcript, in one transition; answers the new totals.
+"""
+
+from __future__ import annotations
+
+from retinue.actors.commands import LlmLoad, LlmStep
+from retinue.llm._context import TurnContext
+from retinue.protocol.messages import Usage
+
+__all__ = ["LlmState", "llm_load", "llm_step"]
+
+LlmState = tuple[bytes | None, Usage, Usage]
+"""``(transcript, agent usage, tree usage)``."""
+
+
+async def llm_load(turn: TurnContext) -> LlmState:
+    """Return the agent's stored transcript and its usage totals.
+
+    Raises:
+        TurnInterrupted: the turn was interrupted.
+    """
+    state: LlmState = await turn.request_async(LlmLoad(turn.ref))
+    return state
+
+
+async def llm_step(
+    turn: TurnContext,
+    usage: Usage,
+    transcript: bytes | None,
+    *,
+    takes_input: bool = False,
+    ends_call: bool = False,
+) -> tuple[Usage, Usage]:
+    """Record one model step; return ``(agent usage, tree usage)`` after it.
+
+    ``takes_input`` says ``transcript`` is the first to hold the turn's input:
+    from this commit on the input is the transcript's (see ``LlmStep``);
+    ``ends_call`` that ``usage`` is a call a budget admitted (see ``AdmitCall``).
+
+    Raises:
+        TurnInterrupted: the turn was interrupted.
+    """
+    totals: tuple[Usage, Usage] = await turn.request_async(
+        LlmStep(turn.ref, usage, transcript, takes_input, ends_call)
+    )
+    return totals
