@@ -1,7 +1,7 @@
 """Every check ``Runtime.open`` runs on its profiles, in one function: :func:`check_profiles`.
 
 A writable open runs it before it starts anything
-(:func:`retinue.runtime.opening.start_writer`), and :meth:`Team.check
+(:func:`retinue.runtime._opening.start_writer`), and :meth:`Team.check
 <retinue.team.Team.check>` (``retinue validate``) runs it without starting
 anything at all: the MCP servers are declared, never started; the model
 runners are built, never called. So a team the check passes is a team the

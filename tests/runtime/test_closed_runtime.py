@@ -50,6 +50,8 @@ CALLS: dict[str, Call] = {
 }
 ASYNC_CALLS: dict[str, Call] = {
     "ack_lease_async": lambda rt, ref, dest: rt.ack_lease_async("L"),
+    "backup_async": lambda rt, ref, dest: rt.backup_async(dest),
+    "wait_idle_async": lambda rt, ref, dest: rt.wait_idle_async(timeout=1),
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
     "approvals_async": lambda rt, ref, dest: rt.approvals_async(),
     "approve_async": lambda rt, ref, dest: rt.approve_async("request"),

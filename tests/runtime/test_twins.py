@@ -26,6 +26,8 @@ TWINS = sorted(
 def test_every_documented_call_has_an_async_twin() -> None:
     documented = {
         "agents",
+        "backup",
+        "wait_idle",
         "close",
         "close_tree",
         "compact",
@@ -95,3 +97,19 @@ def test_a_read_only_runtime_reads_off_the_event_loop(
         assert asyncio.run(scenario()) == ["/root/a", "/root/a"]
     finally:
         reader.shutdown()
+
+
+def test_wait_idle_async_and_backup_async_do_what_their_sync_calls_do(
+    open_runtime: OpenRuntime, tmp_path: Path
+) -> None:
+    rt = open_runtime([Profile("worker", runner=echo)])
+
+    async def drive() -> Path:
+        a = await rt.spawn_async("worker", "x", name="a")
+        await rt.wait_idle_async(timeout=PROMPT_S)  # the turn settled: nothing runs
+        assert (await rt.get_async(a.id)).state.settled
+        return await rt.backup_async(tmp_path / "copy")
+
+    copy = asyncio.run(drive())
+    with Runtime.open(copy, readonly=True) as reader:
+        assert [i.path for i in reader.agents()] == ["/root/a"]
