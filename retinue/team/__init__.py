@@ -109,7 +109,7 @@ class Team:
     """The ``[mcp.<server>]`` servers, by name."""
     provider_limits: tuple[ProviderLimit, ...] = ()
     """The ``[providers."<match>"]`` limits (over ``RETINUE_PROVIDER_LIMITS`` when read with
-    ``environ``), for ``Runtime.open``'s ``provider_limits``."""
+    ``environ``), for ``Runtime.open``'s ``provider_limits`` (not applied to model calls yet)."""
 
     @classmethod
     def from_toml(

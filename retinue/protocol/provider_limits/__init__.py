@@ -20,7 +20,8 @@ only (an endpoint's, the longest first, else the model's, else the
 provider's): the narrowest quota known to have run out, so one model's 429s
 do not stall a provider's other models. The same ``match`` given by several
 sources is one limit: the most authoritative source's definition replaces
-the others whole (environment < team file < ``Runtime.open``).
+the others whole (environment < team file < ``Runtime.open``'s
+``provider_limits``, once model calls are admitted through the controller).
 """
 
 from __future__ import annotations

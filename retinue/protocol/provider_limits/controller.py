@@ -15,6 +15,10 @@ tree (:class:`~retinue.protocol.provider_limits.fairness.FairQueue`); a
 call that does not fit a limit holds that limit for the rest of a pass, so
 a later call never overtakes it there (but may go ahead on other limits).
 A call that no limit covers is admitted at once.
+
+Bounds: each agent has at most one call asking at a time, so the calls
+waiting are at most the runtime's agents (``Limits.max_agents``); the cache
+of which limits cover a model holds at most 4096 entries.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ Unset, empty, blank or ``none`` means no limits from the environment.
 Sources are merged by :func:`merge_provider_limits`: a later source's limit
 replaces an earlier one's with the same ``match`` (normalised) whole; the
 order is the environment, then the team file, then ``Runtime.open``'s
-``provider_limits``. Within one source two limits with the same ``match``
+``provider_limits`` (which will take them when model calls are admitted
+through the controller). Within one source two limits with the same ``match``
 are an error.
 """
 
