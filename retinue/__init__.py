@@ -46,6 +46,7 @@ from retinue.errors import (
     NothingToWaitFor,
     NotPermitted,
     PermanentError,
+    ProviderLimitExceeded,
     RestartLimitExceeded,
     ResultContractError,
     RetinueError,
@@ -98,6 +99,7 @@ from retinue.protocol.messages import (
     TurnStarted,
     Usage,
 )
+from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.results import StructuredResult, parse_result, result_instruction
 from retinue.protocol.supervision import ApprovalRequest, Restart
 from retinue.runtime import Runtime
@@ -160,6 +162,8 @@ __all__ = [
     "NothingToWaitFor",
     "PermanentError",
     "Profile",
+    "ProviderLimit",
+    "ProviderLimitExceeded",
     "Restart",
     "RestartLimitExceeded",
     "ResultContractError",

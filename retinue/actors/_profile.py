@@ -59,6 +59,12 @@ class Profile:
     turn after a backoff; ``approve`` names the tools whose calls a person
     must approve before they run (``["*"]``: every tool but the coordinator
     tools).
+
+    ``priority`` weighs the profile's model calls in the fair admission
+    between top-level trees under provider limits
+    (:class:`~retinue.protocol.provider_limits.ProviderLimit`): a call of a
+    profile with priority 2 costs its tree half a turn, so that tree gets
+    twice the share of one whose calls have priority 1 (the default).
     """
 
     name: str
@@ -75,6 +81,7 @@ class Profile:
     turn_timeout_s: float | None = None
     restart: Restart | None = None
     approve: Sequence[str] = field(default=())
+    priority: float = 1.0
 
     def __post_init__(self) -> None:
         """Check the fields.
@@ -86,7 +93,8 @@ class Profile:
                 result format, or bad ``tools`` (not a preset, a coordinator
                 tool name, a malformed name), or a turn_timeout_s that is not a
                 positive number; a restart that is not a Restart, an approve
-                that is not a list of tool names.
+                that is not a list of tool names; a priority that is not a
+                positive number.
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
@@ -112,6 +120,21 @@ class Profile:
                 f"not {type(self.restart).__name__}"
             )
         object.__setattr__(self, "approve", check_approve(self.name, self.approve))
+        self._check_priority()
+
+    def _check_priority(self) -> None:
+        priority = self.priority
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int | float)
+            or not math.isfinite(priority)
+            or not 0 < priority <= 1e6
+        ):
+            raise ConfigurationError(
+                f"profile {self.name!r}: priority must be a positive number (1 by default, "
+                f"at most 1e6), not {priority!r}"
+            )
+        object.__setattr__(self, "priority", float(priority))
 
     def _check_turn_timeout(self) -> None:
         timeout = self.turn_timeout_s

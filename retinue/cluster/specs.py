@@ -56,6 +56,7 @@ class ProfileSpec(msgspec.Struct, frozen=True, kw_only=True):
     turn_timeout_s: float | None = None
     restart: Restart | None = None
     approve: tuple[str, ...] = ()
+    priority: float = 1.0
 
 
 class TeamSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,6 +162,7 @@ def spec_of(profile: Profile) -> ProfileSpec:
         turn_timeout_s=profile.turn_timeout_s,
         restart=profile.restart,
         approve=tuple(profile.approve),
+        priority=profile.priority,
     )
 
 
@@ -184,6 +186,7 @@ def profile_of(spec: ProfileSpec) -> Profile:
         turn_timeout_s=spec.turn_timeout_s,
         restart=spec.restart,
         approve=spec.approve,
+        priority=spec.priority,
     )
 
 

@@ -33,6 +33,7 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── CostBudgetExceeded                        .budget, .limit, .used: model cost in USD
     │   ├── RestartLimitExceeded                      a restart policy gave up (its intensity)
     │   ├── CrashLoop                                 a task lost max_lost times in a row
+    │   ├── ProviderLimitExceeded                     .match: a call larger than a provider limit
     │   └── ToolCallLimitExceeded                     a turn made max_tool_calls calls
     ├── AgentStateError                               wrong state for the call
     │   ├── AgentClosed
@@ -97,6 +98,7 @@ from retinue.errors._limits import (
     LimitExceeded,
     MailboxFull,
     MessageTooLarge,
+    ProviderLimitExceeded,
     RestartLimitExceeded,
     TokenBudgetExceeded,
     ToolCallLimitExceeded,
@@ -164,6 +166,7 @@ __all__ = [
     "NotPermitted",
     "NothingToWaitFor",
     "PermanentError",
+    "ProviderLimitExceeded",
     "RestartLimitExceeded",
     "ResultContractError",
     "RetinueError",

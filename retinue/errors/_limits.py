@@ -20,6 +20,7 @@ __all__ = [
     "LimitExceeded",
     "MailboxFull",
     "MessageTooLarge",
+    "ProviderLimitExceeded",
     "RestartLimitExceeded",
     "TokenBudgetExceeded",
     "ToolCallLimitExceeded",
@@ -150,6 +151,29 @@ class ToolCallLimitExceeded(LimitExceeded):
     ``.limit`` is ``max_tool_calls``, ``.value`` the calls the turn asked for
     in all, ``.path`` the agent's path.
     """
+
+
+class ProviderLimitExceeded(LimitExceeded):
+    """A model call can never fit a provider limit (a :class:`retinue.ProviderLimit`).
+
+    Its token estimate (prompt tokens plus ``max_tokens`` or the agent's
+    largest completion) is larger than the limit's ``tokens_per_minute``, so
+    waiting would never admit it: shorten the prompt, lower ``max_tokens`` or
+    raise the limit. ``.limit`` is ``tokens_per_minute``, ``.value`` the
+    estimate, ``.match`` the limit's ``match``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        match: str = "",
+        limit: int | float | None = None,
+        value: int | float | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.match = match
+        super().__init__(message, limit=limit, value=value, path=path)
 
 
 def _rebuild_limit_error(

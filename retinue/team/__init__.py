@@ -17,6 +17,10 @@ A team file has four parts, every one optional but ``[agents.*]``::
     [mcp.time]               # an MCP server whose tools agents grant as time.<tool>
     command = "mcp-server-time"
 
+    [providers."openai/gpt-4.1-mini"]   # a provider limit (retinue.ProviderLimit)
+    requests_per_minute = 500
+    tokens_per_minute = 200000
+
 Decoding is strict: an unknown key, a wrong type or a bad value raises
 :class:`~retinue.errors.TeamFileError` naming the file, the table and the key
 (``team.toml: [agents.lead] key 'modle': unknown key; ...``). The delegation
@@ -31,7 +35,12 @@ An ``[mcp.<server>]`` table declares an MCP server (``command``, ``args``,
 ``env``, ``env_from_host``, ``cwd`` for stdio; ``url``, ``headers`` for
 streamable HTTP; ``startup_timeout_s``, ``tool_timeout_s``); a grant of an
 undeclared server's tools, and a child granted tools its parent lacks, are
-errors of the file.
+errors of the file. A ``[providers."<match>"]`` table is a
+:class:`~retinue.protocol.provider_limits.ProviderLimit` for a provider
+(``[providers.openai]``), a model or an ``api_base`` URL: its keys are the
+limit's keyword arguments; with ``environ`` the file's tables replace the
+same matches of ``RETINUE_PROVIDER_LIMITS``. An agent's ``priority`` weighs
+its model calls in the fair admission between trees.
 
 The package: :mod:`~retinue.team.schema` (the tables as strict structs),
 :mod:`~retinue.team.decoding` (the decoding steps and checks) and
@@ -57,12 +66,14 @@ from retinue.llm._profile_checks import check_profiles
 from retinue.llm.mcp import McpServer
 from retinue.llm.mcp._teamfile import McpSpec, check_tools, mcp_servers
 from retinue.protocol.limits import Limits
+from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.validation import decode_table
 from retinue.team.decoding import (
     check_delegation,
     choose_lead,
     decode_agents,
     decode_limits,
+    decode_providers,
     decode_top,
     team_name,
 )
@@ -96,6 +107,9 @@ class Team:
     source: Path | None = None
     mcp: Mapping[str, McpServer] = dataclasses.field(default_factory=dict)
     """The ``[mcp.<server>]`` servers, by name."""
+    provider_limits: tuple[ProviderLimit, ...] = ()
+    """The ``[providers."<match>"]`` limits (over ``RETINUE_PROVIDER_LIMITS`` when read with
+    ``environ``), for ``Runtime.open``'s ``provider_limits`` (not applied to model calls yet)."""
 
     @classmethod
     def from_toml(
@@ -106,17 +120,20 @@ class Team:
         ``source`` names the file in errors and anchors a relative
         ``workspace``. ``[limits]`` start from ``Limits.from_env()`` when
         ``environ`` is true (so ``RETINUE_DEPTH_CAP`` still applies), else from
-        the defaults; the file's values win.
+        the defaults; the file's values win. ``[providers."<match>"]`` tables
+        likewise replace the same matches of ``RETINUE_PROVIDER_LIMITS``.
 
         Raises:
             TeamFileError: bad TOML, an unknown key, a wrong type or value, an
-                unknown subagent or lead, or a bad delegation graph; the message
-                names the file, the table and the key.
+                unknown subagent or lead, or a bad delegation graph, or a bad
+                provider limit; the message names the file, the table and the key.
+            InvalidLimits: ``RETINUE_PROVIDER_LIMITS`` is unusable (``environ``).
         """
         label = str(source) if source is not None else "<team>"
         top = decode_top(label, text)
         defaults = decode_table(label, "defaults", top.defaults, Defaults)
         limits = decode_limits(label, top.limits, environ)
+        providers = decode_providers(label, top.providers, environ)
         agents = decode_agents(label, top.agents)
         check_delegation(label, agents, limits.depth_cap)
         lead = choose_lead(label, top.lead, agents)
@@ -135,6 +152,7 @@ class Team:
             description=top.description,
             source=file,
             mcp=servers,
+            provider_limits=providers,
         )
 
     @property

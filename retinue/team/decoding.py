@@ -7,6 +7,8 @@ unknown key; ...``); :meth:`~retinue.team.Team.from_toml` runs them in order.
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +24,11 @@ from retinue.errors import (
 )
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
+from retinue.protocol.provider_limits import (
+    ProviderLimit,
+    merge_provider_limits,
+    provider_limits_from_env,
+)
 from retinue.protocol.validation import decode_table
 from retinue.team.schema import NAME, AgentSpec, TopTable
 
@@ -30,6 +37,7 @@ __all__ = [
     "choose_lead",
     "decode_agents",
     "decode_limits",
+    "decode_providers",
     "decode_top",
     "team_name",
 ]
@@ -67,6 +75,67 @@ def decode_limits(label: str, raw: dict[str, Any], environ: bool) -> Limits:
     except (InvalidLimits, RetinueError) as exc:
         key = next((k for k in raw if f"Limits.{k} " in str(exc)), "")
         raise TeamFileError(label, "limits", key, str(exc)) from None
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_FIELD_IN = re.compile(r"\bProviderLimit\.(\w+)")
+
+
+def decode_providers(
+    label: str, raw: Mapping[str, Any], environ: bool
+) -> tuple[ProviderLimit, ...]:
+    """Return the ``[providers."<match>"]`` limits, over ``RETINUE_PROVIDER_LIMITS`` (``environ``).
+
+    A table replaces the environment's limit of the same match whole.
+
+    Raises:
+        TeamFileError: a table with an unknown key (``match`` too: the table's
+            name is its match), a bad value or a bad match, or two tables
+            naming the same match (differing only in case or a trailing ``/``);
+            the message names the table and the key.
+        InvalidLimits: the environment variable is unusable.
+    """
+    base = provider_limits_from_env() if environ else ()
+    limits: dict[str, ProviderLimit] = {}
+    for match, table in raw.items():
+        where = "providers." + (match if _BARE_KEY.fullmatch(match) else json.dumps(match))
+        if isinstance(table, dict):
+            _check_provider_keys(label, where, table)
+            table = {"match": match, **table}
+        try:
+            limit = decode_table(label, where, table, ProviderLimit)
+        except TeamFileError as exc:
+            named = _FIELD_IN.search(exc.problem)
+            if exc.key or named is None or named[1] == "match":
+                raise
+            raise TeamFileError(label, where, named[1], exc.problem) from None
+        if limit.match in limits:
+            raise TeamFileError(
+                label,
+                where,
+                "",
+                f"names {limit.match!r} as another [providers] table does "
+                f"(they differ only in case or a trailing /); keep one",
+            )
+        limits[limit.match] = limit
+    return merge_provider_limits(base, limits.values())
+
+
+def _check_provider_keys(label: str, where: str, table: Mapping[str, Any]) -> None:
+    """Refuse a key that is not a provider limit's setting (``match`` too: the table names it).
+
+    Raises:
+        TeamFileError: the unknown key, with the known ones.
+    """
+    for key in table:
+        if key == "match":
+            raise TeamFileError(
+                label, where, key, "unknown key; the table's name is what it matches"
+            )
+        if key not in ProviderLimit.FIELDS:
+            raise TeamFileError(
+                label, where, key, f"unknown key; known keys: {', '.join(ProviderLimit.FIELDS)}"
+            )
 
 
 def decode_agents(label: str, raw: Mapping[str, Any]) -> dict[str, AgentSpec]:

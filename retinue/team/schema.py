@@ -91,6 +91,8 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     tool_timeout_s: FiniteSeconds | None = None
     restart: Restart | None = None
     approve: list[str] | None = None
+    priority: Annotated[float, msgspec.Meta(gt=0, le=1e6)] | None = None
+    """The weight of its model calls in the fair admission between trees (1 when unset)."""
 
 
 class TopTable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -103,6 +105,7 @@ class TopTable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     defaults: dict[str, Any] = msgspec.field(default_factory=dict)
     agents: dict[str, Any] = msgspec.field(default_factory=dict)
     mcp: dict[str, Any] = msgspec.field(default_factory=dict)
+    providers: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 INHERITED = (
@@ -135,6 +138,7 @@ PROFILE_KEYS = (
     "turn_timeout_s",
     "restart",
     "approve",
+    "priority",
     *LLM_KNOBS,
 )
 """The settings an agent's Profile is built with (the LLM knobs through ``model_settings``)."""

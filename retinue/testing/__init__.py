@@ -6,7 +6,10 @@
 - :class:`OpenAIStub`: a local HTTP server speaking the OpenAI chat API on
   127.0.0.1 (scripted answers, per-request errors, ``Retry-After``, delays),
   for ``LiteLLMRunner("openai/<name>", api_base=stub.url, api_key="x")``:
-  litellm's real provider path, no network.
+  litellm's real provider path, no network. :class:`RateLimitedStub` is
+  one that rate-limits like a provider (requests and tokens per minute,
+  concurrent requests: 429 with ``Retry-After`` and OpenAI's error body) and
+  reports what it admitted per window (:class:`ProviderQuota`, :class:`QuotaReport`).
 - :class:`ChaosModel`: the model ``retinue/chaos`` (:data:`CHAOS_MODEL`), a
   litellm custom provider whose answers are drawn, for a seed, from what real
   providers send: tool calls valid and malformed, unknown tools, huge
@@ -33,6 +36,8 @@ from retinue.testing.fuzz_workspace import ChaosWorkspace, chaos_workspace
 from retinue.testing.gate import Gate, echo
 from retinue.testing.invariants import INVARIANTS, Broken, check_invariants
 from retinue.testing.leaks import Leaks, shutdown_within
+from retinue.testing.quota import ProviderQuota, QuotaReport
+from retinue.testing.rate_stub import RateLimitedStub
 from retinue.testing.stub import OpenAIStub, StubReply, StubRequest
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
@@ -44,6 +49,9 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "INVARIANTS",
     "Leaks",
     "OpenAIStub",
+    "ProviderQuota",
+    "QuotaReport",
+    "RateLimitedStub",
     "StubReply",
     "StubRequest",
     "chaos_workspace",

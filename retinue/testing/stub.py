@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from retinue.llm.model import count_tokens, reply_deltas, script_reply
 
@@ -75,6 +75,10 @@ class StubReply:
     """The deltas a streamed answer sends as they are (None: ``message`` in pieces)."""
     chunk_delay_s: float = 0.0
     """Seconds between two streamed chunks."""
+    error_type: str = "stub_error"
+    """The error body's ``type`` (OpenAI's: ``requests``, ``tokens``, ``invalid_request_error``)."""
+    error_code: str | int | None = None
+    """The error body's ``code`` (None: the status; OpenAI's 429: ``rate_limit_exceeded``)."""
 
 
 Handler = Callable[[StubRequest], StubReply | None]
@@ -133,7 +137,7 @@ class OpenAIStub:
         assert self._server is not None, "start the stub first"
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
-    def start(self) -> OpenAIStub:
+    def start(self) -> Self:
         """Start serving from a daemon thread; return the stub."""
         server = _Server(("127.0.0.1", 0), _RequestHandler)
         server.stub = self
@@ -151,7 +155,7 @@ class OpenAIStub:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> OpenAIStub:
+    def __enter__(self) -> Self:
         """Start the stub."""
         return self.start()
 
@@ -178,19 +182,36 @@ class OpenAIStub:
                 self.answered += 1
 
     def _answer(self, http: _RequestHandler, request: StubRequest, body: dict[str, Any]) -> None:
-        reply = (self.handler(request) if self.handler is not None else None) or StubReply()
+        self._send(http, request, body, self._reply(request))
+
+    def _reply(self, request: StubRequest) -> StubReply:
+        """What the handler answers ``request`` with (the scripted answer when it says None)."""
+        return (self.handler(request) if self.handler is not None else None) or StubReply()
+
+    def _resolved(
+        self, request: StubRequest, body: dict[str, Any], reply: StubReply
+    ) -> tuple[dict[str, Any], tuple[int, int]]:
+        """The message a 200 ``reply`` sends, and its usage (prompt, completion tokens)."""
+        message = reply.message or script_reply(request.messages, body.get("tools") or [])
+        usage = reply.usage or (
+            count_tokens(json.dumps(request.messages)),
+            count_tokens(json.dumps(message)),
+        )
+        return message, usage
+
+    def _send(
+        self, http: _RequestHandler, request: StubRequest, body: dict[str, Any], reply: StubReply
+    ) -> None:
+        """Send ``reply`` (after its delay): an error, a plain answer or a streamed one."""
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.status != 200:
+            code = reply.status if reply.error_code is None else reply.error_code
             payload: dict[str, Any] = {
-                "error": {"message": reply.error, "type": "stub_error", "code": reply.status}
+                "error": {"message": reply.error, "type": reply.error_type, "code": code}
             }
         else:
-            message = reply.message or script_reply(request.messages, body.get("tools") or [])
-            prompt, completion = reply.usage or (
-                count_tokens(json.dumps(request.messages)),
-                count_tokens(json.dumps(message)),
-            )
+            message, (prompt, completion) = self._resolved(request, body, reply)
             usage = {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,

@@ -123,6 +123,7 @@ def test_a_profile_crosses_as_data_and_comes_back_the_same() -> None:
         turn_timeout_s=30.0,
         restart=Restart(max_restarts=2, backoff_s=0.5, on=("failed", "lost")),
         approve=["read_file"],
+        priority=2.5,
     )
     spec = spec_of(profile)
     assert spec.runner == "clusterlib:lead"
@@ -130,6 +131,7 @@ def test_a_profile_crosses_as_data_and_comes_back_the_same() -> None:
     crossed = msgspec.msgpack.decode(msgspec.msgpack.encode(spec), type=ProfileSpec)
     assert profile_of(crossed) == profile  # the bytes a shard gets: the policy and approvals too
     assert (crossed.restart, crossed.approve) == (profile.restart, ("read_file",))
+    assert crossed.priority == 2.5  # the fair share of its calls under provider limits
     with pytest.raises(ConfigurationError, match="does not import on this worker"):
         profile_of(ProfileSpec(name="x", runner="no_such_module:f"))
     odd = Profile("m", model="openai/x", model_settings={"client": object()})

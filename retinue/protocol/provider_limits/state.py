@@ -1,0 +1,208 @@
+"""One limit's live state: its windows, its adaptive level, its Retry-After, its counters.
+
+:class:`LimitState` answers whether one more call fits (and from when it
+will), holds and gives back what an admitted call takes, and backs off on a
+429. :class:`LimitSnapshot` and :class:`BackOff` are what it reports, as
+frozen msgspec structs (diagnostics, events, the wire).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import msgspec
+
+from retinue.protocol.provider_limits.level import AdaptiveLevel
+from retinue.protocol.provider_limits.limit import LimitKind, ProviderLimit
+from retinue.protocol.provider_limits.window import RateWindow
+
+__all__ = ["WINDOW_S", "BackOff", "LimitSnapshot", "LimitState"]
+
+WINDOW_S = 60.0
+"""The span of ``requests_per_minute`` and ``tokens_per_minute``, in seconds."""
+
+
+class LimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """One limit as diagnostics show it, at one moment.
+
+    ``level`` is the adaptive in-flight level (None: unbounded); ``admitted``
+    and ``rate_limited`` count calls since the start; ``requests`` and
+    ``tokens`` are what its windows hold now (in flight and ended in the last
+    60 s); ``closed_until`` is the end of a Retry-After (None: open).
+    """
+
+    match: str
+    kind: LimitKind
+    in_flight: int
+    waiting: int
+    admitted: int
+    rate_limited: int
+    level: float | None
+    max_in_flight: int | None
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    requests: int
+    tokens: int
+    closed_until: float | None
+
+
+class BackOff(msgspec.Struct, frozen=True, kw_only=True):
+    """What a 429 did to a limit: its level before and after, and how long it is closed.
+
+    ``lowered`` is False when the level did not move (not adaptive, or the
+    429 was of a call admitted before the last decrease); ``until`` is when
+    its Retry-After ends (None: it sent none).
+    """
+
+    match: str
+    lowered: bool
+    level_before: float | None
+    level: float | None
+    until: float | None
+
+
+class LimitState:
+    """The live state of one :class:`ProviderLimit`."""
+
+    __slots__ = (
+        "admitted",
+        "closed_until",
+        "in_flight",
+        "level",
+        "limit",
+        "next_slot",
+        "pace_gap",
+        "pace_until",
+        "rate_limited",
+        "requests",
+        "tokens",
+        "waiting",
+    )
+
+    def __init__(self, limit: ProviderLimit) -> None:
+        """The state of ``limit`` before any call: open, empty, at its ceiling."""
+        self.limit = limit
+        self.level = AdaptiveLevel(
+            floor=limit.min_in_flight,
+            ceiling=limit.max_in_flight,
+            decrease=limit.decrease,
+            increase=limit.increase,
+            adaptive=limit.adaptive,
+        )
+        rpm, tpm = limit.requests_per_minute, limit.tokens_per_minute
+        self.requests = None if rpm is None else RateWindow(rpm, WINDOW_S)
+        self.tokens = None if tpm is None else RateWindow(tpm, WINDOW_S)
+        self.in_flight = 0
+        self.waiting = 0
+        self.admitted = 0
+        self.rate_limited = 0
+        self.closed_until = -math.inf
+        self.pace_until = -math.inf  # after a Retry-After: calls let go one by one until then
+        self.pace_gap = 0.0
+        self.next_slot = -math.inf
+
+    def fits(self, tokens: int, now: float) -> bool:
+        """Whether one more call estimated at ``tokens`` may start at ``now``."""
+        if now < self.closed_until or (now < self.pace_until and now < self.next_slot):
+            return False
+        if self.in_flight >= self.level.cap():
+            return False
+        if self.requests is not None and not self.requests.fits(1, now):
+            return False
+        return self.tokens is None or self.tokens.fits(tokens, now)
+
+    def ready_at(self, tokens: int, now: float) -> float | None:
+        """Return the earliest time such a call could start (None: not before a call ends)."""
+        if self.in_flight >= self.level.cap():
+            return None
+        at = max(now, self.closed_until)
+        if at < self.pace_until:
+            at = max(at, self.next_slot)
+        for window, units in ((self.requests, 1), (self.tokens, tokens)):
+            if window is not None:
+                free = window.free_at(units, now)
+                if free is None:
+                    return None
+                at = max(at, free)
+        return at
+
+    def take(self, tokens: int, now: float, rng: random.Random) -> None:
+        """Hold one call estimated at ``tokens``, admitted at ``now`` (the caller checked fits)."""
+        self.in_flight += 1
+        self.admitted += 1
+        if self.requests is not None:
+            self.requests.take(1)
+        if self.tokens is not None:
+            self.tokens.take(tokens)
+        if now < self.pace_until:
+            self.next_slot = now + self.pace_gap * rng.uniform(0.5, 1.5)
+
+    def give_back(self, held: int, spent: int, now: float) -> None:
+        """A call ends at ``now``: it held ``held`` tokens and spent ``spent``."""
+        self.in_flight = max(0, self.in_flight - 1)
+        if self.requests is not None:
+            self.requests.give_back(1, 1, now)
+        if self.tokens is not None:
+            self.tokens.give_back(held, spent, now)
+
+    def busy(self) -> bool:
+        """Whether the level is in use: the limit is full, or calls wait on it."""
+        return self.waiting > 0 or self.in_flight >= self.level.cap()
+
+    def back_off(
+        self,
+        retry_after: float | None,
+        now: float,
+        in_flight: int,
+        epoch: int | None,
+        rng: random.Random,
+    ) -> BackOff:
+        """Answer a 429: lower the level, close the limit for ``retry_after`` (capped) seconds.
+
+        ``in_flight`` is the calls in flight when the 429 came (its call
+        included), ``epoch`` the level's epoch when that call was admitted
+        (None: lower regardless). After the Retry-After the calls are let
+        go over ``jitter`` x its seconds, about one level's worth, at
+        jittered intervals (``rng``).
+        """
+        self.rate_limited += 1
+        before = self.level.shown()
+        lowered = self.level.rate_limited(in_flight, epoch)
+        until: float | None = None
+        if retry_after is not None and retry_after >= 0 and math.isfinite(retry_after):
+            pause = min(retry_after, self.limit.max_retry_after_s)
+            until = max(self.closed_until, now + pause)
+            self.closed_until = until
+            spread = self.limit.jitter * pause
+            cap = self.level.cap()
+            count = max(1.0, cap if math.isfinite(cap) else float(in_flight))
+            self.pace_gap = spread / count
+            self.pace_until = until + spread
+            self.next_slot = until + self.pace_gap * rng.uniform(0.0, 1.0)
+        return BackOff(
+            match=self.limit.match,
+            lowered=lowered,
+            level_before=before,
+            level=self.level.shown(),
+            until=until,
+        )
+
+    def snapshot(self, now: float) -> LimitSnapshot:
+        """This limit's figures at ``now``."""
+        limit = self.limit
+        return LimitSnapshot(
+            match=limit.match,
+            kind=limit.kind,
+            in_flight=self.in_flight,
+            waiting=self.waiting,
+            admitted=self.admitted,
+            rate_limited=self.rate_limited,
+            level=self.level.shown(),
+            max_in_flight=limit.max_in_flight,
+            requests_per_minute=limit.requests_per_minute,
+            tokens_per_minute=limit.tokens_per_minute,
+            requests=0 if self.requests is None else self.requests.used(now),
+            tokens=0 if self.tokens is None else self.tokens.used(now),
+            closed_until=self.closed_until if now < self.closed_until else None,
+        )
