@@ -164,8 +164,8 @@ class Engine:
             if receipt.abandon(future):
                 if future.cancel():  # not answered: the supervisor skips it; forget it
                     self.give_up(sender, future, seconds)
-                else:  # answered (or being answered): give what it took back
-                    future.add_done_callback(receipt.give_back)
+                else:  # answered (or being answered): give what it took back, in order
+                    await _give_back_in_order(future, receipt)
             raise
         except BaseException:
             receipt.abandon(future)
@@ -182,6 +182,32 @@ class Engine:
         """
         for future, receipt in self.host.take_back():
             future.add_done_callback(receipt.give_back)  # at once if answered already
+
+
+_GIVE_BACK_WAIT_S = 30.0
+"""How long a cancelled wait waits for its answer's commit before giving back later."""
+
+
+async def _give_back_in_order(future: concurrent.futures.Future[Any], receipt: Receipt) -> None:
+    """Give back what a cancelled wait's answer took, before the awaiting task ends.
+
+    The answer is committed already or about to be: wait for it, then submit
+    the give-back from this task, so any call the caller makes once the
+    cancelled await returned comes after it (a later wait sees the completion
+    again instead of "nothing to wait for"). Cancelled again meanwhile, the
+    give-back still happens, when the answer lands.
+    """
+    try:
+        answered = await asyncio.shield(
+            when_done(asyncio.get_running_loop(), future, _GIVE_BACK_WAIT_S)
+        )
+    except asyncio.CancelledError:
+        future.add_done_callback(receipt.give_back)
+        raise
+    if answered:
+        receipt.give_back(future)
+    else:  # the answer is late (a closing runtime): give it back when it lands
+        future.add_done_callback(receipt.give_back)
 
 
 class HostReceipt:
