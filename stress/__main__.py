@@ -142,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     name = time.strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "") + ".json"
     (out / name).write_text(json.dumps(report, indent=2))
     print(f"\nwrote stress/results/{name}")
+    for name in failed:
+        # Repeated last, so a log cut to its tail still says what failed and why.
+        for problem in report[name]["problems"][:5]:
+            print(f"stress: FAILED {name}: {problem}")
     print(f"stress: {len(chosen) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 

@@ -19,7 +19,6 @@ import pytest
 
 from retinue import (
     AgentInfo,
-    AgentState,
     Event,
     Limits,
     Profile,
@@ -81,9 +80,6 @@ def reader_team(folder: Path) -> Path:
     return team
 
 
-SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
-
-
 def wait_settled(
     rt: Runtime, ref: str, generation: int = 1, timeout: float = PROMPT_S
 ) -> AgentInfo:
@@ -108,7 +104,7 @@ def wait_settled(
     unsubscribe = rt.subscribe(on_event)
     try:
         info = rt.get(agent_id)  # it may have settled before the subscription
-        if info.generation == generation and info.state in SETTLED:
+        if info.generation == generation and info.state.settled:
             return info
         if not settled.wait(timeout):
             raise AssertionError(f"timed out after {timeout:g}s: {ref} generation {generation}")

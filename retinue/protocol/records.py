@@ -38,7 +38,6 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``host_returned`` lists the generations below it the host gave back (a
     wait cancelled after it was answered): the host receives them again,
     oldest first, so each completion reaches the host exactly once.
-    ``pending_task`` is the task of the queued turn while ``starting``.
     ``usage`` is what this agent's model calls spent; ``tree_usage``, kept on
     a top-level agent only, is what its whole tree spent (it survives the
     compaction of closed descendants). ``idempotency_key`` is the key the

@@ -22,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from retinue.errors import ConfigurationError
+from retinue.protocol.backoff import capped_exponential
 from retinue.protocol.failures import RETRY_ON, RetryOn
 from retinue.protocol.tools import covers, split_mcp_name
 
@@ -152,16 +153,7 @@ class Restart(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
     def _base_delay(self, doublings: int) -> float:
         """``min(backoff_s * 2**doublings, backoff_max_s)``, without computing a huge power."""
-        start, cap = self.backoff_s, self.backoff_max_s
-        if start <= 0.0:
-            return 0.0
-        # Both logs are finite (positive finite floats), so is their difference (< 2100).
-        if doublings >= math.log2(cap) - math.log2(start):
-            return cap
-        try:
-            return min(math.ldexp(start, doublings), cap)
-        except OverflowError:  # rounding at the very top of the float range
-            return cap
+        return capped_exponential(self.backoff_s, self.backoff_max_s, doublings)
 
 
 def _check_on(on: object) -> tuple[Literal["failed", "lost"], ...]:

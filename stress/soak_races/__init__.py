@@ -47,7 +47,6 @@ LIMITS = Limits(
     # Nothing is compacted away, so the store can answer for every id the ledger counted.
     retain_closed_agents=10_000_000,
 )
-BUSY = (AgentState.STARTING, AgentState.RUNNING)
 
 
 def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def run(seconds: float, seed: int = 1, *, threads: int = 50, tasks: int = 500) -
 def _final_drain(rt: Runtime, ledger: Ledger) -> None:
     """Interrupt every busy top-level agent, then receive every completion the host has not."""
     for info in rt.agents():
-        if info.id in ledger.top and info.state in BUSY:
+        if info.id in ledger.top and info.state.has_turn:
             with contextlib.suppress(RetinueError):
                 rt.interrupt(info.id)
     with ledger.lock:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from retinue import Limits
-from retinue.protocol.messages import AgentState, Message
+from retinue.protocol.messages import Message
 
 LIMITS = Limits(
     depth_cap=4,
@@ -36,8 +36,6 @@ SETTLE_S = 10.0  # quiescence must come within this; longer is a stuck agent
 GATE_POLL_S = 0.005  # how often a gated runner looks at turn.cancelled
 RUNNER_EXIT_S = 10.0  # runner threads must all end this soon after the runtime closes
 
-BUSY = (AgentState.STARTING, AgentState.RUNNING)
-SETTLED = (AgentState.COMPLETED, AgentState.FAILED, AgentState.INTERRUPTED)
 # The error of an interrupted turn: queued (never ran) or running when interrupted.
 INTERRUPT_ERRORS = ("interrupted before execution", "interrupted")
 HOST = "/root"

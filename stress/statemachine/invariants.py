@@ -17,7 +17,6 @@ from hypothesis.stateful import invariant
 from retinue import AgentInfo
 from retinue.protocol.messages import AgentState, Completion, CompletionStatus
 from stress.statemachine.data import (
-    BUSY,
     INTERRUPT_ERRORS,
     LIMITS,
     SETTLE_S,
@@ -70,7 +69,7 @@ class Invariants(Model):
             key = (info.id, info.generation)
             if info.state is AgentState.RUNNING and key not in logged:
                 reasons.append(f"{info.path} running but its runner has not started")
-            if info.state in BUSY and not (not gate_open and (key in holding or slots_full)):
+            if info.state.has_turn and not (not gate_open and (key in holding or slots_full)):
                 reasons.append(f"{info.path} is {info.state} (gen {info.generation})")
         for key in in_flight - running:
             reasons.append(f"runner {key} still inside a turn that is over")

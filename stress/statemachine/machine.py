@@ -23,7 +23,6 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from retinue import AgentInfo, Runtime
 from retinue.protocol.messages import AgentState, Message
 from stress.statemachine.data import (
-    BUSY,
     HOST,
     INTERRUPT_ERRORS,
     LIMITS,
@@ -191,7 +190,7 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         self.harness.wait_runners_exit(RUNNER_EXIT_S)
         expected: dict[str, AgentInfo] = {}
         for agent_id, info in before.items():
-            if info.state in BUSY:
+            if info.state.has_turn:
                 info = msgspec.structs.replace(
                     info, state=AgentState.INTERRUPTED, output=None, error=None
                 )
@@ -199,7 +198,7 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
             self.agents[agent_id].info = info
         records, completions, messages = read_store(self.store_path)
         for agent_id, info in before.items():
-            if info.state in BUSY:  # queued or running when the runtime closed: which one?
+            if info.state.has_turn:  # queued or running when the runtime closed: which one?
                 error = records[agent_id].error if agent_id in records else None
                 if error not in INTERRUPT_ERRORS:
                     fail(f"{info.path} was interrupted by close but its error is {error!r}")

@@ -29,7 +29,7 @@ from retinue.protocol.messages import (
     CompletionStatus,
     Message,
 )
-from stress.statemachine.data import BUSY, HOST, INTERRUPT_ERRORS, INVALID_REF, UNKNOWN_REF, seq
+from stress.statemachine.data import HOST, INTERRUPT_ERRORS, INVALID_REF, UNKNOWN_REF, seq
 from stress.statemachine.harness import Harness, TurnLog
 from stress.statemachine.trace import STATS, TRACE, fail
 
@@ -60,7 +60,7 @@ class Agent:
     @property
     def busy(self) -> bool:
         """True while a turn is queued or running."""
-        return self.info.state in BUSY
+        return self.info.state.has_turn
 
 
 @dataclass

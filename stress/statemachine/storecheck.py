@@ -9,7 +9,6 @@ import msgspec
 from retinue import AgentInfo
 from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
-from stress.statemachine.data import SETTLED
 from stress.statemachine.model import Model
 from stress.statemachine.trace import fail
 
@@ -60,7 +59,7 @@ class StoreCheck(Model):
                         f"not the nearest live ancestor {self.heir(agent)}"
                     )
                 self.check_completion(done, "store")
-            if gens and record.state in SETTLED:
+            if gens and record.state.settled:
                 last = completions[(agent_id, gens[-1])].completion
                 if str(last.status) != str(record.state):
                     fail(f"{record.path} is {record.state} but its last completion is {last}")

@@ -4,7 +4,8 @@ A turn waits for the next event from one child (a message it sent, or its
 completion), or for the completions of a batch of children at once; one
 wait at a time. Meanwhile it gives its turn slot to others, and takes the
 events only once it has a slot again, so an interrupt in between loses
-nothing. Every event taken for a turn is handed to it (``Turn.hand``) until
+nothing. Every event taken for a turn is handed to it (``Scheduler.hand``, into the
+turn's handover ledger) until
 its runner receives it, so a cancel can take back what no runner saw.
 """
 

@@ -34,6 +34,7 @@ from retinue.llm.mcp._config import McpServer
 from retinue.llm.mcp._state import ServerStatus, _retrieved, _State, missing_sdk
 from retinue.llm.tools import ToolError
 from retinue.protocol import paths
+from retinue.protocol.backoff import capped_exponential
 from retinue.protocol.messages import Event, McpServerEvent
 from retinue.protocol.tools import mcp_grant_servers, mcp_granted
 
@@ -139,7 +140,9 @@ class McpManager:
         delay = (
             0.0
             if state.failures <= 1
-            else min(cfg.restart_backoff_max_s, cfg.restart_backoff_s * 2 ** (state.failures - 2))
+            else capped_exponential(
+                cfg.restart_backoff_s, cfg.restart_backoff_max_s, state.failures - 2
+            )
         )
         state.retry_at = time.monotonic() + delay
         self._event(state, status, reason)

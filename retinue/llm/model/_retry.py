@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from retinue.protocol.backoff import capped_exponential
+
 __all__ = ["RETRYABLE_STATUSES", "Failure", "backoff_delay", "classify"]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -127,7 +129,7 @@ def backoff_delay(
     times a random factor in [0.5, 1]); a ``retry_after`` from the provider is
     a lower bound, itself capped at ``max_s``.
     """
-    delay: float = min(max_s, base_s * 2.0 ** (attempt - 1)) * rng.uniform(0.5, 1.0)
+    delay: float = capped_exponential(base_s, max_s, attempt - 1) * rng.uniform(0.5, 1.0)
     if retry_after is not None:
         delay = max(delay, min(max_s, retry_after))
     return delay

@@ -28,7 +28,6 @@ from stress.statemachine.data import (
     LIMITS,
     LOOP_SHUTDOWN,
     PARK_S,
-    SETTLED,
     SHUTDOWN,
 )
 from stress.statemachine.model import Agent, Model, nothing_left
@@ -74,7 +73,7 @@ class CloseRaces(Model):
         h, lt = self.harness, self.harness.latches
         lt.latch.set()
         deadline = time.monotonic() + PARK_S
-        while self.rt.get(agent.id).state not in SETTLED:
+        while not self.rt.get(agent.id).state.settled:
             if time.monotonic() > deadline:
                 fail(f"{agent.path} did not settle while {held} was held")
             h.wait_activity(h.mark(), 0.05)
@@ -142,7 +141,7 @@ class CloseRaces(Model):
         if not follow:
             return
         self.sync()
-        if self.agents[parent.id].info.state not in SETTLED:
+        if not self.agents[parent.id].info.state.settled:
             return
         info, error = self.call("follow_up", lambda: self.rt.follow_up(parent.id, "echo"))
         if error is not None:
@@ -284,7 +283,7 @@ class CloseRaces(Model):
         STATS["interrupt_race_received" if received else "interrupt_race_given_back"] += 1
         if received:
             return
-        if self.agents[parent.id].info.state not in SETTLED:
+        if not self.agents[parent.id].info.state.settled:
             fail(f"{parent.path} is {self.agents[parent.id].info.state} after the race")
         _, error = self.call("follow_up", lambda: self.rt.follow_up(parent.id, "echo"))
         if error is not None:
@@ -299,7 +298,7 @@ class CloseRaces(Model):
         deadline = time.monotonic() + PARK_S
         while True:
             kids = [i for i in self.rt.agents() if i.parent_path == parent.path]
-            first = [k for k in kids if k.task != LATCH and k.state in SETTLED]
+            first = [k for k in kids if k.task != LATCH and k.state.settled]
             held = [k for k in kids if k.task == LATCH and k.state is AgentState.RUNNING]
             if first and held:
                 return

@@ -21,7 +21,6 @@ from retinue.errors import (
 )
 from retinue.protocol.messages import AgentState
 from stress.statemachine.data import (
-    BUSY,
     HOSTILE_TASKS,
     INTERRUPT_ERRORS,
     LIMITS,
@@ -55,7 +54,7 @@ class TurnRules(Model):
             before.id,
             before.generation + 1,
             task,
-        ) or info.state not in BUSY:
+        ) or not info.state.has_turn:
             fail(f"{op} returned {info}; expected generation {before.generation + 1} queued")
 
     @precondition(lambda self: self.live())

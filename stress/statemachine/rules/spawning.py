@@ -27,7 +27,6 @@ from retinue.errors import (
     UnknownProfile,
 )
 from stress.statemachine.data import (
-    BUSY,
     COORDINATORS,
     HOST,
     HOSTILE_TASKS,
@@ -89,7 +88,7 @@ class SpawnRules(Model):
         parent_path = HOST if parent is None else parent.info.path
         depth = 1 if parent is None else parent.info.depth + 1
         got = (info.parent_path, info.depth, info.profile, info.generation, info.task)
-        if got != (parent_path, depth, profile, 1, task) or info.state not in BUSY:
+        if got != (parent_path, depth, profile, 1, task) or not info.state.has_turn:
             fail(f"spawn returned {info}; expected a starting agent under {parent_path}")
         if info.path != f"{parent_path}/{info.name}" or info.id in self.agents:
             fail(f"spawn returned a bad path or a reused id: {info}")
