@@ -3,7 +3,10 @@
 Checked against the closed store after every round and at the end: no id
 counted twice (``duplicates``), every generation of every top-level agent
 received by the host (``lost``), a completion routed to an agent marked
-delivered exactly when a turn received it.
+delivered exactly when a turn received it. A turn's receipts count only if
+the turn completed (its own stored completion says so): a turn that failed or
+was interrupted, or that a close cut short, hands what it received to the
+agent's next turn (the input rule), which receives it again.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,7 +36,7 @@ class Ledger:
         """Start empty."""
         self.lock = threading.Lock()
         self.host: Counter[str] = Counter()
-        self.turns: Counter[str] = Counter()
+        self.taken: list[tuple[str, str]] = []  # (receiving turn's completion id, received id)
         self.ops: Counter[str] = Counter()
         self.problems: list[str] = []
         self.top: set[str] = set()
@@ -42,6 +45,17 @@ class Ledger:
         """Count one host receipt."""
         with self.lock:
             self.host[done.id] += 1
+
+    def took(self, agent_id: str, generation: int, ids: Iterable[str]) -> None:
+        """Note completions a turn (generation ``generation`` of ``agent_id``) received."""
+        with self.lock:
+            self.taken.extend((f"{agent_id}:{generation}", i) for i in ids)
+
+    def turns(self, completions: dict[tuple[str, int], CompletionRecord]) -> Counter[str]:
+        """Count, per completion id, its receipts by turns that completed (per the store)."""
+        done = {r.completion.id for r in completions.values() if r.completion.status == "completed"}
+        with self.lock:
+            return Counter(i for turn, i in self.taken if turn in done)
 
     def op(self, name: str) -> None:
         """Count one call."""
@@ -83,8 +97,9 @@ def undrained(ledger: Ledger, path: Path | None) -> list[str]:
 def check_store(path: Path, ledger: Ledger, final: bool) -> dict[str, int]:
     """Compare the closed store with the ledger; return counts."""
     agents, completions, _ = when_free(lambda: read_store(path), ledger, "store check")
+    turns = ledger.turns(completions)
     with ledger.lock:
-        host, turns = Counter(ledger.host), Counter(ledger.turns)
+        host = Counter(ledger.host)
     twice = [c for c, n in host.items() if n > 1] + [c for c, n in turns.items() if n > 1]
     for cid in twice[:10]:
         ledger.problem(f"{cid} was received {max(host[cid], turns[cid])} times")
@@ -94,7 +109,12 @@ def check_store(path: Path, ledger: Ledger, final: bool) -> dict[str, int]:
             ledger.problem(f"the host received {cid}, which the store does not have")
     lost, parked = _check_receipts(completions, host, turns, ledger, final)
     _check_generations(agents, completions, ledger)
-    return {"lost": lost, "duplicates": len(twice), "pending_for_host": parked}
+    return {
+        "lost": lost,
+        "duplicates": len(twice),
+        "pending_for_host": parked,
+        "turn_receipts": sum(turns.values()),
+    }
 
 
 def _check_receipts(

@@ -29,8 +29,11 @@ TASKS = ["quick", "quick", "quick", "fail", "hold", "child", "child"]
 
 def profiles(ledger: Ledger, holder: list[Runtime]) -> list[Profile]:
     def worker(turn: Turn) -> str:
-        with ledger.lock:
-            ledger.turns.update(m.id for m in turn.messages if m.kind == "completion")
+        ledger.took(
+            turn.ref.agent_id,
+            turn.ref.generation,
+            (m.id for m in turn.messages if m.kind == "completion"),
+        )
         if turn.task == "fail":
             raise ValueError("on purpose")
         if turn.task == "hold":
@@ -41,14 +44,16 @@ def profiles(ledger: Ledger, holder: list[Runtime]) -> list[Profile]:
             child = turn.spawn("leaf", "leaf")
             done = _wait(turn, child.id)
             if done is not None:
-                with ledger.lock:
-                    ledger.turns[done.id] += 1
+                ledger.took(turn.ref.agent_id, turn.ref.generation, [done.id])
             turn.close(child.id)
         return f"out:{turn.task}"
 
     async def async_worker(turn: Turn) -> str:
-        with ledger.lock:
-            ledger.turns.update(m.id for m in turn.messages if m.kind == "completion")
+        ledger.took(
+            turn.ref.agent_id,
+            turn.ref.generation,
+            (m.id for m in turn.messages if m.kind == "completion"),
+        )
         if turn.task == "fail":
             raise ValueError("on purpose")
         if turn.task == "hold":
@@ -62,8 +67,7 @@ def profiles(ledger: Ledger, holder: list[Runtime]) -> list[Profile]:
             except WaitTimeout:
                 event = None
             if isinstance(event, Completion):
-                with ledger.lock:
-                    ledger.turns[event.id] += 1
+                ledger.took(turn.ref.agent_id, turn.ref.generation, [event.id])
             await turn.close_async(child.id)
         return f"out:{turn.task}"
 
