@@ -6,7 +6,8 @@ flight on one store, half model trees (a lead and three leaves on a model
 0.1-0.6 s per call), half async Python trees, each closed when done; the
 default limits and retention, durability ``full``, ``rt.compact()`` every
 two minutes. The host runs in a child process that the parent SIGKILLs
-``--soak-kills`` times (one per 10 minutes by default) and restarts; after each
+``--soak-kills`` times (one per 10 minutes by default, all in the first half of
+the run, so that the second half is one long life) and restarts; after each
 kill and at the end the parent checks the store against what the host
 acknowledged (:mod:`stress.service_soak.check`). Every ``--sample-seconds``
 (30) the host samples RSS, the store's file and pages, descriptors, threads,
