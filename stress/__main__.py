@@ -6,7 +6,10 @@ prints its tables, and the whole run is written as JSON to
 ``stress/results/<timestamp>.json`` with the machine it ran on. A check's
 problems fail the run (exit 1). The quick run uses fixed seeds and small
 sizes; it leaves the state machine out (CI runs it once, seeded, in
-``tests/runtime/test_statemachine.py``) and runs the races soak for 10 s.
+``tests/runtime/test_statemachine.py``), runs the races soak for 10 s and the
+service soak (``--minutes``, ``--trees``, ``--soak-kills``,
+``--sample-seconds``) for one minute with one kill; ``idle_scale`` measures a
+store of 10,000 idle agents (``--idle-sizes`` for more).
 The cluster parts run only when asked (CI runs them in a network namespace).
 """
 
@@ -26,6 +29,7 @@ from stress import (
     crash,
     damage,
     fuzz_llm,
+    service_soak,
     soak,
     soak_races,
     statemachine,
@@ -35,6 +39,7 @@ from stress.bench import (
     budgets,
     commit,
     durable_steps,
+    idle_scale,
     lifecycle,
     llm,
     loop_lag,
@@ -57,6 +62,7 @@ PARTS: list[Part] = [
     fuzz_llm.PART,
     damage.PART,
     soak.PART,
+    service_soak.PART,
     store_growth.PART,
     commit.PART,
     lifecycle.PART,
@@ -64,6 +70,7 @@ PARTS: list[Part] = [
     trees.ROUTING,
     scale.ASYNC_TURNS,
     scale.IDLE,
+    idle_scale.PART,
     reopen.PART,
     llm.PART,
     startup.PART,
@@ -106,6 +113,18 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
             "fuzz_llm: 6 cases quick / 600 s full)"
         ),
     )
+    soak = parser.add_argument_group("service_soak and idle_scale")
+    soak.add_argument("--minutes", type=float, default=None, help="service soak: 1 quick / 15")
+    soak.add_argument("--soak-kills", type=int, default=None, help="service soak: SIGKILLs")
+    soak.add_argument("--trees", type=int, default=None, help="service soak: trees in flight")
+    soak.add_argument("--sample-seconds", type=float, default=None, help="service soak: 5 / 30")
+    soak.add_argument(
+        "--idle-sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="idle_scale: idle agents per store (10000 quick / 10000 100000; add 1000000)",
+    )
     return parser.parse_args(argv)
 
 
@@ -121,7 +140,17 @@ def _show(result: Result) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the suite; return the process exit code (1 if a check found a problem)."""
     args = _arguments(argv)
-    options = Options(args.quick, args.seed, args.kills, args.soak_seconds)
+    options = Options(
+        args.quick,
+        args.seed,
+        args.kills,
+        args.soak_seconds,
+        minutes=args.minutes,
+        soak_kills=args.soak_kills,
+        trees=args.trees,
+        sample_seconds=args.sample_seconds,
+        idle_sizes=tuple(args.idle_sizes) if args.idle_sizes else None,
+    )
     report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "seed": args.seed}
     table("machine", report["machine"])
     chosen = [

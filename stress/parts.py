@@ -18,12 +18,21 @@ __all__ = ["Options", "Part", "Result", "table"]
 
 @dataclass(frozen=True)
 class Options:
-    """What the command line asked for: the short run, the seed, the sizes given."""
+    """What the command line asked for: the short run, the seed, the sizes given.
+
+    ``minutes``, ``soak_kills``, ``trees`` and ``sample_seconds`` shape the service soak;
+    ``idle_sizes`` the idle-scale part's store sizes.
+    """
 
     quick: bool = False
     seed: int = 1
     kills: int | None = None
     soak_seconds: float | None = None
+    minutes: float | None = None
+    soak_kills: int | None = None
+    trees: int | None = None
+    sample_seconds: float | None = None
+    idle_sizes: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -189,15 +189,20 @@ class HostWaits(Journaled):
     def _may_be_woken(self, record: AgentRecord) -> bool:
         """Return whether an idle agent may still get a turn nobody asked for.
 
-        It may if it wakes on completions and a completion is pending for it
-        (held back by a full backlog) or a live descendant has a turn queued
-        or running, whose completion may reach it.
+        It may if it wakes on completions, its last turn ended on its own (an
+        interrupted agent is never woken), and a wake is held back by its full
+        backlog (it comes once the backlog drains) or a live descendant has a
+        turn queued or running, whose completion may reach it. A completion
+        merely pending does not wake it: a crash's recovery wakes nobody.
         """
         world = self.world
-        if not getattr(world.profiles.get(record.profile), "wake_on_completion", False):
+        if not record.state.idle_after_work or not getattr(
+            world.profiles.get(record.profile), "wake_on_completion", False
+        ):
             return False
         tree = world.tree
-        if tree.pending_for(record.id):
+        held = tree.undelivered.get(record.id, 0) >= world.limits.pending_completions_per_agent
+        if held and tree.pending_for(record.id):
             return True
         stack = list(tree.live_children(record.id))
         while stack:
