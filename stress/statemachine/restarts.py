@@ -221,12 +221,13 @@ class RestartMachine(RestartFaults, RuleBasedStateMachine):
 
     def _running(self, plan: str) -> Agent:
         """Spawn a timed agent whose first attempt runs until its deadline; return it while
-        that attempt (or a later one) runs."""
+        that attempt (or a later one) runs, or once its task ended (a loaded machine's
+        poll may miss every running attempt: then nothing is lost at the crash)."""
         info = self.rt.spawn(TIMED, f"plan:{plan}#{len(self.agents)}")
         agent = Agent(info.id, TIMED, [Task(plan, TIMED)])
         self.agents.append(agent)
         deadline = time.monotonic() + SETTLE_S
-        while self.rt.get(info.id).state is not AgentState.RUNNING:
+        while (state := self.rt.get(info.id).state) is not AgentState.RUNNING and state.busy:
             if time.monotonic() > deadline:
                 fail(f"{info.id} never ran")
             time.sleep(0.002)
