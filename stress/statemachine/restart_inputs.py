@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from retinue import Profile, Turn
 from retinue.protocol.messages import Completion
-from stress.statemachine.restart_plans import KINDS, policy, run_plan
+from stress.statemachine.restart_plans import KINDS, TIMED, TIMED_S, policy, run_plan
 from stress.statemachine.trace import STATS, fail
 
 __all__ = ["RUNS", "Run", "check_inputs", "profiles"]
@@ -82,14 +82,19 @@ class Runs:
         with self.lock:
             return [r for r in self.runs if r.agent_id == agent_id]
 
+    def of_world(self, world: int) -> list[Run]:
+        """The runs of one world, in start order."""
+        with self.lock:
+            return [r for r in self.runs if r.world == world]
+
 
 RUNS = Runs()
 _RUN = re.compile(r"\(run (\d+)\)$")
 
 
 def profiles(world: int) -> list[Profile]:
-    """The machine's profiles (:data:`~stress.statemachine.restart_plans.KINDS`), their runs
-    logged as ``world``'s."""
+    """The machine's profiles (:data:`~stress.statemachine.restart_plans.KINDS` and ``timed``),
+    their runs logged as ``world``'s."""
 
     def flaky(turn: Turn) -> str:
         """Fail or succeed as the task's plan says for this attempt (``plan:FPS`` ...)."""
@@ -102,8 +107,17 @@ def profiles(world: int) -> list[Profile]:
         return f"{ran} (run {run.number})"
 
     return [
-        Profile(kind, runner=flaky, restart=policy(kind), wake_on_completion=False)
-        for kind in KINDS
+        *(
+            Profile(kind, runner=flaky, restart=policy(kind), wake_on_completion=False)
+            for kind in KINDS
+        ),
+        Profile(
+            TIMED,
+            runner=flaky,
+            restart=policy(TIMED),
+            wake_on_completion=False,
+            turn_timeout_s=TIMED_S,
+        ),
     ]
 
 

@@ -10,9 +10,14 @@ consistent copy of the store taken while the runtime runs (``rt.backup``,
 what a crash at that commit leaves), which the machine opens while the old
 runtime is thrown away. ``reopen_bare`` opens the store (after a clean close
 or a crash) with no profiles, as ``retinue compact`` does: it must end no
-supervised work (a lost turn becomes a pending restart, a pending restart
-stays pending, nothing runs), and the runtime with the profiles opened after
-it carries everything on. ``drain`` waits for quiescence and receives every
+supervised work and decide nothing (a lost turn becomes a pending restart,
+its loss counted, a pending restart stays pending, nothing runs), and the
+runtime with the profiles opened after it decides as if it had been there
+(``max_lost`` and the intensity, :mod:`~stress.statemachine.restart_bare`)
+and carries everything else on. ``faulty_turn_end`` makes the next settle,
+turn timeout or due restart fail at a random change point
+(:mod:`~stress.statemachine.restart_faults`): its turn ends ``failed`` with
+the InternalError, once. ``drain`` waits for quiescence and receives every
 completion as the host.
 
 The model knows each agent's tasks and their plans, and predicts for each
@@ -21,7 +26,8 @@ task: one completion, its status, attempt and ``error_type`` (the first
 failures, or ``RestartLimitExceeded`` after :data:`MAX_RESTARTS` restarts); a
 task a crash hit may have lost attempts (it ends on an attempt its plan
 allows, at the limit, or as a ``CrashLoop``), and one an interrupt, close or
-clean reopen hit may end ``interrupted``. Across all tasks, the completions'
+clean reopen hit may end ``interrupted``; a turn a failed command's rescue
+ended is ``failed`` with ``InternalError``, and only such a turn. Across all tasks, the completions'
 generations (``generation - attempt + 1 .. generation``) cover the agent's
 generations exactly once, and no completion reaches the host twice.
 
@@ -52,14 +58,16 @@ from retinue.errors import (
     WaitTimeout,
 )
 from retinue.protocol.messages import AgentInfo, AgentState, Completion
-from retinue.protocol.records import AgentRecord
 from stress.parts import Options, Part, Result
+from stress.statemachine.restart_bare import check_bare, check_decided
+from stress.statemachine.restart_faults import RestartFaults, judge_rescued
 from stress.statemachine.restart_inputs import RUNS, check_inputs, profiles
 from stress.statemachine.restart_plans import (
     ATTEMPTS,
     KINDS,
     MAX_RESTARTS,
     PLANS,
+    TIMED,
     Task,
     judge,
 )
@@ -84,8 +92,9 @@ class Agent:
     sent: list[str] = field(default_factory=list)  # the ids of the host's messages to it
 
 
-class RestartMachine(RuleBasedStateMachine):
-    """One runtime per example; restarts raced by interrupts, closes, reopens and crashes."""
+class RestartMachine(RestartFaults, RuleBasedStateMachine):
+    """One runtime per example; restarts raced by interrupts, closes, reopens, crashes and
+    faults."""
 
     def __init__(self) -> None:
         """Open a fresh runtime on a fresh store."""
@@ -96,6 +105,7 @@ class RestartMachine(RuleBasedStateMachine):
         self.agents: list[Agent] = []
         self.ledger: Counter[str] = Counter()
         self.world = 0  # a crash starts a new one: the old runtime's later runs are not ours
+        self.rescued: set[tuple[str, int]] = set()  # turns a failed command's rescue failed
         RUNS.clear()
         self.rt = self._open(self.store)
         TRACE.clear()
@@ -209,6 +219,20 @@ class RestartMachine(RuleBasedStateMachine):
             time.sleep(0.002)
         return agent
 
+    def _running(self, plan: str) -> Agent:
+        """Spawn a timed agent whose first attempt runs until its deadline; return it while
+        that attempt (or a later one) runs, or once its task ended (a loaded machine's
+        poll may miss every running attempt: then nothing is lost at the crash)."""
+        info = self.rt.spawn(TIMED, f"plan:{plan}#{len(self.agents)}")
+        agent = Agent(info.id, TIMED, [Task(plan, TIMED)])
+        self.agents.append(agent)
+        deadline = time.monotonic() + SETTLE_S
+        while (state := self.rt.get(info.id).state) is not AgentState.RUNNING and state.busy:
+            if time.monotonic() > deadline:
+                fail(f"{info.id} never ran")
+            time.sleep(0.002)
+        return agent
+
     @precondition(lambda self: self.agents)
     @rule(index=st.integers(0, 20))
     def close(self, index: int) -> None:
@@ -256,17 +280,27 @@ class RestartMachine(RuleBasedStateMachine):
         STATS["restart:crash"] += 1
         STATS["restart:crash_restarting"] += restarting
 
-    @rule(crashed=st.booleans(), pending=st.booleans())
-    def reopen_bare(self, crashed: bool, pending: bool) -> None:
+    @rule(
+        crashed=st.booleans(),
+        pending=st.booleans(),
+        running=st.booleans(),
+        rest=st.text(alphabet="FPST", min_size=ATTEMPTS - 1, max_size=ATTEMPTS - 1),
+    )
+    def reopen_bare(self, crashed: bool, pending: bool, running: bool, rest: str) -> None:
         """Open the store with no profiles (as ``retinue compact`` does), then with them.
 
         After a clean close or a crash (a copy of the running store), the bare
-        open ends no supervised work (see :func:`_check_bare`); then the
-        runtime with the profiles carries everything on. With ``pending``, a held
-        agent is in its backoff first (a restart pending, or due, at the open).
+        open ends no supervised work and decides nothing (:func:`check_bare`);
+        then the runtime with the profiles gives up what its policy would not
+        have restarted (:func:`check_decided`) and carries everything else on.
+        With ``pending``, a held agent is in its backoff first (a restart
+        pending, or due, at the open); with ``running`` (and ``crashed``), a
+        timed agent's ``T`` attempt runs at the crash, so the bare open finds it lost.
         """
         if pending:
             self._in_backoff("S" * (ATTEMPTS - 1))
+        if running and crashed:
+            self._running("T" + rest)
         old = self.rt
         for agent in self.agents:
             if agent.tasks:
@@ -276,16 +310,24 @@ class RestartMachine(RuleBasedStateMachine):
             self.stores += 1
             self.store = self.dir / f"store-{self.stores}"
             old.backup(self.store)
+            self.world += 1  # the old runtime's later runs are another world's
         old.shutdown()  # a crash: its later work is as lost as a killed process's
-        before, _, _ = read_store(self.store)
+        before, done_before, _ = read_store(self.store)
         bare = Runtime.open(self.store, profiles=[], limits=LIMITS)
         try:
             bare.wait_idle(SETTLE_S)  # nothing can run here: it must be idle at once
             after = {a.id: a for a in bare.agents()}
         finally:
             bare.shutdown()
-        _check_bare(before, after)
+        left, done_after, _ = read_store(self.store)
+        check_bare(before, after, left, done_before, done_after)
+        for agent in self.agents:
+            if agent.tasks and agent.id in before and before[agent.id].state.has_turn:
+                agent.tasks[-1].deferred = True  # a loss recorded: the next open decides
         self.rt = self._open(self.store)
+        now = {a.id: a for a in self.rt.agents()}
+        ran = {(r.agent_id, r.generation) for r in RUNS.of_world(self.world)}
+        check_decided(left, now, ran)
         TRACE.append(f"reopen_bare crashed={crashed}")
         STATS["restart:reopen_bare"] += 1
 
@@ -333,36 +375,12 @@ class RestartMachine(RuleBasedStateMachine):
     def _judge(self, agent: Agent, task: Task, done: Completion) -> None:
         STATS[f"restart:outcome:{done.status}:{done.attempt}"] += 1
         STATS[f"restart:error_type:{done.error_type}"] += 1
-        if not judge(task, done):
+        rescued = judge_rescued(self.rescued, done)
+        if rescued is not None:
+            if not rescued:
+                fail(f"{agent.id}: task {task} ended {done}; rescued turns: {self.rescued}")
+        elif not judge(task, done):
             fail(f"{agent.id}: task {task} (ends at attempt {task.end()}) ended {done}")
-
-
-def _check_bare(before: dict[str, AgentRecord], after: dict[str, AgentInfo]) -> None:
-    """A runtime without the profiles ended no supervised work.
-
-    A turn the store held queued or running (lost) is a pending restart now,
-    or failed as its stored policy says (``RestartLimitExceeded``,
-    ``CrashLoop``): never ``interrupted``, never failed for lack of its
-    profile. Every other agent is exactly as stored: a pending restart is
-    still pending, nothing ran.
-    """
-    for agent_id, stored in before.items():
-        if stored.state is AgentState.CLOSED:
-            continue  # not listed
-        now = after.get(agent_id)
-        if now is None:
-            fail(f"{agent_id} ({stored.state}) is gone after an open without profiles")
-        if stored.state.has_turn:
-            ok = now.state is AgentState.RESTARTING or (
-                now.state is AgentState.FAILED
-                and now.error_type in ("RestartLimitExceeded", "CrashLoop")
-            )
-            STATS[f"restart:bare:lost:{now.state}"] += 1
-        else:
-            ok = (now.state, now.generation) == (stored.state, stored.generation)
-            STATS[f"restart:bare:kept:{now.state}"] += 1
-        if not ok:
-            fail(f"an open without profiles turned {agent_id} from {stored.state} into {now}")
 
 
 def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
@@ -392,6 +410,11 @@ def run(max_examples: int = 200, steps: int = 40) -> dict[str, Any]:
         "restarting_after_crash": STATS["restart:crash_restarting"],
         "opens_without_profiles": STATS["restart:reopen_bare"],
         "restarts_kept_by_them": STATS["restart:bare:kept:restarting"],
+        "losses_recorded_by_them": STATS["restart:bare:lost:restarting"],
+        "decided_after_them": STATS["restart:decided:CrashLoop"]
+        + STATS["restart:decided:RestartLimitExceeded"],
+        "faults": sum(v for k, v in STATS.items() if k.startswith("restart:fault:")),
+        "rescued_turns": STATS["restart:rescued_turns"],
         "outcomes": dict(sorted(outcomes.items())),
         "problems": problems,
     }

@@ -134,10 +134,18 @@ def test_a_new_task_starts_a_new_row(store_path: Path) -> None:
     assert _record(store_path, "n").lost == 0
 
 
-def test_without_its_profile_the_stored_max_lost_decides(tmp_path: Path) -> None:
+def test_without_its_profile_the_loss_is_counted_and_the_profiles_open_decides(
+    tmp_path: Path,
+) -> None:
+    """An open without the profile counts the third loss but gives nothing up; the first
+    open with the profile settles the task ``CrashLoop`` (see test_bare_open_decides_nothing.py)."""
     stored = RestartRecord.of(LOOP)
     record = agent("x", "/root/x", state="running", lost=2, restart=stored)
     write_store(tmp_path / "s", [agent_write(record)])
     with Runtime.open(tmp_path / "s", profiles=[]) as rt:
+        info = rt.get("x")
+    assert (info.state, info.error_type) == ("restarting", None)
+    assert _record(tmp_path / "s", "x").lost == 3
+    with Runtime.open(tmp_path / "s", profiles=[Profile("worker", runner=_ok, restart=LOOP)]) as rt:
         info = rt.get("x")
     assert (info.state, info.error_type) == ("failed", "CrashLoop")

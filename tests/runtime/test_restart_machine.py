@@ -3,8 +3,11 @@
 Every task ends in exactly one completion whatever its attempts, also across
 interrupts, closes, clean reopens, crashes (a consistent copy of the running
 store, opened while the old runtime is thrown away) and opens without the
-profiles (which must end no supervised work); the model predicts each task's
-status, attempt and error type from its plan (permanent failures included).
+profiles (which must end no supervised work and decide nothing: the next open
+with them decides), and faults injected into settles, turn timeouts and due
+restarts (the turn ends ``failed`` with InternalError, once; nothing strands);
+the model predicts each task's status, attempt and error type from its plan
+(permanent failures and timeouts included).
 Every host message is consumed by exactly one attempt that completed (or is
 still unread), and an attempt that failed hands its messages to the next.
 """
@@ -41,6 +44,11 @@ MUST_RUN = (
     "restart:error_type:RestartLimitExceeded",
     "restart:send",
     "restart:inputs_handed_on",  # an attempt that failed handed its messages to the next
+    "restart:bare:lost:restarting",  # an open without the profiles recorded a loss
+    "restart:fault:Settle",  # the fault rule: a settle, a turn timeout, a due restart failed
+    "restart:fault:ExpireTurn",
+    "restart:fault:FireRestarts",
+    "restart:rescued_completions",  # ... and their turns ended failed with InternalError, once
 )
 
 

@@ -3,8 +3,10 @@
 :func:`recover` runs once, as the runtime opens (:func:`~retinue.actors.system._boot.boot`),
 over the tree just loaded from the store and before the supervisor serves
 anything: every turn a crash lost ends as ``interrupted`` (or its restart
-policy runs it again), and completions whose recipient is gone go to its
-heir. Its writes stay in the tree for boot to commit.
+policy runs it again), a pending restart an open without the agent's
+profile made is decided (``max_lost``, intensity), and completions whose
+recipient is gone go to its heir. Its writes stay in the tree for boot to
+commit.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ def recover(world: World, restarts: Restarts, router: Router) -> list[AgentRecor
     Each gets its ``interrupted`` completion (unless the store already had
     it), and pending completions whose recipient is gone are rerouted.
     A turn whose restart policy answers ``lost`` is restarted instead (or
-    given up on); a pending restart or approval stays as it was stored.
+    given up on); a pending restart is given up on if this runtime's policy
+    would not have made it (:meth:`Restarts.decide_pending`), else it stays
+    as stored, as does a pending approval.
     Nothing is woken and no event is published. Returns the agents it
     interrupted; the writes stay in the tree for the caller to commit.
     """
@@ -42,10 +46,13 @@ def recover(world: World, restarts: Restarts, router: Router) -> list[AgentRecor
 def _interrupt_lost_turns(
     world: World, restarts: Restarts, router: Router, tx: Transition
 ) -> list[AgentRecord]:
-    """End every turn the crash lost (parents first), unless its restart policy runs it again."""
+    """End every turn the crash lost (parents first), unless its restart policy runs it again;
+    decide the pending restarts an open without their profile left."""
     interrupted: list[AgentRecord] = []
     for record in sorted(world.tree.agents.values(), key=lambda r: (r.depth, r.created_at)):
-        if record.state.has_turn and not restarts.lost(tx, record):
+        if record.state is AgentState.RESTARTING:
+            restarts.decide_pending(tx, record)
+        elif record.state.has_turn and not restarts.lost(tx, record):
             error = (
                 INTERRUPTED_QUEUED if record.state is AgentState.STARTING else INTERRUPTED_RUNNING
             )

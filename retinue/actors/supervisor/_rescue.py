@@ -13,8 +13,12 @@ would leave the agent busy with no runner, no due restart and no pending
 answer to carry it on. For those, :meth:`Rescue.rescue` applies a second,
 minimal transition: each such turn ends ``failed`` with the InternalError as
 its error (its one completion goes to its recipient as any failure's would).
-If even that raises, the bare minimum is written (the agent ``failed``, its
-completion routed) without the parts that failed.
+A failed settle's runner counts as returned in that transition, also when
+the settle was stale (the last word on no turn), and the transition ends as
+every command does (held wakes, idle host waits, waits for quiescence), so
+nothing waits for a command that will not come. If even that raises, the
+bare minimum is written (the agent ``failed``, its completion routed)
+without the parts that failed.
 """
 
 from __future__ import annotations
@@ -141,9 +145,12 @@ class Rescue:
         del world
         return []
 
-    def rescue(self, command: SupervisorCommand, error: InternalError) -> Transition | None:
+    def rescue(
+        self, command: SupervisorCommand, error: InternalError, *, last: bool = True
+    ) -> Transition | None:
         """End the turns a failed ``command`` strands, ``failed`` with ``error``, in a second
-        transition (None: it strands nothing)."""
+        transition that also counts a failed settle's runner as returned (None: nothing to
+        repair); ``last``: no command waits behind it (waits for quiescence may be answered)."""
         agents = [a for a in self.stranded_by(command) if self._busy(a)]
         tree = self.world.tree
         self.rescued = tuple((a, tree.agents[a].generation) for a in agents)
@@ -152,7 +159,9 @@ class Rescue:
             if isinstance(command, GiveUpWait) and isinstance(command.sender, Host)
             else None
         )
-        if not agents and host_wait is None:
+        # A settle's runner has returned, stale or not: count it so, or the runtime
+        # never becomes quiet (it would wait for a runner that is gone).
+        if not agents and host_wait is None and not isinstance(command, Settle):
             return None
         world = self.world
         tx = Transition(Reply(), record_events=world.bus.active)
@@ -165,6 +174,9 @@ class Rescue:
                 self.lifecycle.fail_turn(tx, agent_id, text)
             if host_wait is not None:
                 self.hosts.drop_wait(tx, host_wait, error)
+            self.lifecycle.router.wake_drained(tx)  # the end of every command's transition
+            self.hosts.end_idle_host_waits(tx)
+            self.hosts.serve_idle(tx, last and self.supervision.quiet())
             tx.writes = world.tree.take_writes()
             world.journal.keep()
         except Exception:

@@ -13,10 +13,14 @@ that one completion goes to the parent. A deliberate interrupt or close
 cancels a pending restart; an exhausted budget never restarts.
 
 The policy in force is the agent's profile's when this runtime defines it,
-else the one stored with the agent (``AgentRecord.restart``), so an open
-without the profile (``retinue compact``) decides as the policy says. Only
-running a turn needs the profile: without it, a pending restart stays
-pending, to run when a runtime that defines the profile opens.
+else the one stored with the agent (``AgentRecord.restart``). An open
+without the profile (``retinue compact``) decides nothing: a turn it finds
+lost under a stored ``"lost"`` policy only becomes a pending restart (its
+loss counted, its due time stored), and a pending restart stays pending.
+The first open that defines the profile decides, as it recovers
+(:meth:`Restarts.decide_pending`): ``max_lost`` and the intensity apply to
+the pending restart as if that runtime had made it, so a give-up settles
+the task there (its completion is the pending attempt's, which never ran).
 
 Timers are armed on the executor's loop (as the turn timeout's) and send
 :class:`~retinue.actors.commands.FireRestarts`; every due restart runs then,
@@ -47,6 +51,23 @@ EARLY_S = 0.002
 
 SettleFailed = Callable[[Transition, AgentRecord, TurnError], None]
 """``settle_failed(tx, record, error)``: end ``record``'s task ``failed`` with its completion."""
+
+
+def _crash_loop(lost: int, policy: Restart) -> TurnError:
+    """The give-up error of a task lost ``lost`` times in a row (``max_lost``)."""
+    text = (
+        f"{CRASH_LOOP}: lost in a crash {lost} times in a row while running "
+        f"(Restart.max_lost is {policy.max_lost}); it is not restarted again"
+    )
+    return TurnError(text, CRASH_LOOP)
+
+
+def _limit_text(restarts: int, policy: Restart, error: str) -> str:
+    """The give-up error's text when ``restarts`` within the window leave no room for one more."""
+    return (
+        f"RestartLimitExceeded: {restarts} restart{'' if restarts == 1 else 's'} "
+        f"within {policy.within_s:g} s; last error: {error}"
+    )
 
 
 class Restarts(Journaled):
@@ -117,18 +138,44 @@ class Restarts(Journaled):
         if policy is None:
             return False
         lost = record.lost + (1 if record.state is AgentState.RUNNING else 0)
+        if not self._runs_here(record):  # record the loss; the profile's open decides
+            self._schedule(tx, record, policy, LOST_ERROR, None, backoff_of=1, lost=lost)
+            return True
         if lost >= policy.max_lost:
-            record = self.world.update(record, lost=lost)
-            text = (
-                f"{CRASH_LOOP}: lost in a crash {lost} times in a row while running "
-                f"(Restart.max_lost is {policy.max_lost}); it is not restarted again"
-            )
-            self._settle_failed(tx, record, TurnError(text, CRASH_LOOP))
+            self._settle_failed(tx, self.world.update(record, lost=lost), _crash_loop(lost, policy))
             return True
         error = self._restart(tx, record, policy, LOST_ERROR, None, backoff_of=1, lost=lost)
         if error is not None:
             self._settle_failed(tx, record, error)
         return True
+
+    def decide_pending(self, tx: Transition, record: AgentRecord) -> bool:
+        """Apply ``max_lost`` and the intensity to ``record``'s pending restart (at recovery).
+
+        An open without the agent's profile records a loss as a pending
+        restart and decides nothing; this runtime, which defines the profile,
+        decides as if it had made that restart: a task lost ``max_lost``
+        times in a row settles ``failed`` with ``CrashLoop``, one whose
+        restart made more than ``max_restarts`` within ``within_s`` with
+        ``RestartLimitExceeded``. A restart this runtime's policy allowed
+        when it made it passes again. Returns whether the task was settled.
+        """
+        if record.state is not AgentState.RESTARTING or not self._runs_here(record):
+            return False
+        policy = self.in_force(record)
+        if policy is None:
+            return False
+        if record.lost >= policy.max_lost:
+            self._settle_failed(tx, record, _crash_loop(record.lost, policy))
+            return True
+        if record.restarts:
+            made = record.restarts[-1]
+            before = [t for t in record.restarts[:-1] if t > made - policy.within_s]
+            if len(before) + 1 > policy.max_restarts:
+                text = _limit_text(len(before), policy, record.last_error or LOST_ERROR)
+                self._settle_failed(tx, record, TurnError(text, "RestartLimitExceeded"))
+                return True
+        return False
 
     def _restart(
         self,
@@ -149,14 +196,30 @@ class Restarts(Journaled):
         stays pending in the store, with no timer.
         """
         now = time.time()
-        recent = tuple(t for t in record.restarts if t > now - policy.within_s)
+        recent = [t for t in record.restarts if t > now - policy.within_s]
         if len(recent) + 1 > policy.max_restarts:
-            text = (
-                f"RestartLimitExceeded: {len(recent)} restart{'' if len(recent) == 1 else 's'} "
-                f"within {policy.within_s:g} s; "
-                f"last error: {error}"
-            )
-            return TurnError(text, "RestartLimitExceeded")
+            return TurnError(_limit_text(len(recent), policy, error), "RestartLimitExceeded")
+        self._schedule(tx, record, policy, error, error_type, backoff_of=backoff_of, lost=lost)
+        return None
+
+    def _schedule(
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        policy: Restart,
+        error: str,
+        error_type: str | None,
+        *,
+        backoff_of: int | None,
+        lost: int,
+    ) -> None:
+        """Make ``record``'s task's next attempt a pending restart (no give-up checked here).
+
+        A restart this runtime cannot run (it lacks the profile) stays pending
+        in the store, with no timer.
+        """
+        now = time.time()
+        recent = tuple(t for t in record.restarts if t > now - policy.within_s)
         delay = policy.delay(record.attempt if backoff_of is None else backoff_of, self.rng)
         due = now + delay
         record = self.world.update(
@@ -189,7 +252,6 @@ class Restarts(Journaled):
         if self._runs_here(record):
             self.due[record.id] = due
             self.arm(tx, delay)
-        return None
 
     # -- timers and firing -------------------------------------------------------------
 

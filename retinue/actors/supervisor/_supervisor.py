@@ -238,7 +238,7 @@ class Supervisor:
             self.rescue.roll_back(tx)
             error = tx.result = internal_error(command, exc)
             exact = before is not None and before == self.rescue.picture()
-            second = self.rescue.rescue(command, error)
+            second = self.rescue.rescue(command, error, last=last)
             if before is not None:  # a test's fault: how it went, for the test to check
                 self.rescue.faults.append((type(command).__name__, exact, self.rescue.rescued))
             if second is not None:  # the turns it stranded, ended failed: committed after it

@@ -77,9 +77,11 @@ class TurnControl:
         self._cancel_lock = threading.RLock()
         self._on_cancel: list[Callable[[], None]] = []
 
-    def __journal_snapshot__(self) -> tuple[bool, bool, object]:
-        """The turn as a supervisor command may change it: cancelled, started, its ledger."""
-        return self.cancelled.is_set(), self.runner_started, self.handover.__journal_snapshot__()
+    def __journal_snapshot__(self) -> tuple[bool, object]:
+        """The turn as a supervisor command may change it: cancelled, its ledger (not
+        ``runner_started``: the runner's thread sets it whenever it starts, a command only
+        reads it)."""
+        return self.cancelled.is_set(), self.handover.__journal_snapshot__()
 
     @property
     def attempt(self) -> int:
