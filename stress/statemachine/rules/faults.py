@@ -100,15 +100,23 @@ class FaultRules(SpawnRules, TurnRules, DeliveryRules):
                 fail(f"a fault in {command} left memory changed, or fired elsewhere: {new}")
             STATS[f"fault:{command}"] += 1
 
-    @rule(command=st.just("Settle"), at=st.integers(1, 20))
+    @rule(command=st.just("Settle"), at=st.integers(1, 12))
     def faulty_turn_end(self, command: str, at: int) -> None:
         """The next settle (or timeout, or due restart) fails at a random change: its turn
-        ends ``failed`` with the InternalError, once; nothing is left stranded."""
+        ends ``failed`` with the InternalError, once; nothing is left stranded.
+
+        The gate opens first (as ``release_gate`` does): gated turns holding every
+        turn slot would keep the new turn from running, and no settle would come.
+        ``at`` stays within the changes of the shortest settle (an echo's makes 14).
+        """
+        if not self.harness.gate_open:
+            self.harness.open_gate()
         TRACE.append(f"fault armed for the next {command} at change {at}")
         inject_fault(self.rt, command, at=at)
         self.spawn_top("echo", "faulted", None, False, 1)  # a turn that will end
         self.sync()  # quiet: every turn that could end has ended (a fault may have fired)
         if disarm(self.rt):
+            STATS["fault_turn_end_not_fired"] += 1
             return  # no such command came: nothing was injected
         STATS[f"fault:{command}"] += 1
         for name, exact, rescued in faults_seen(self.rt)[-1:]:
