@@ -18,7 +18,7 @@ from typing import Any
 
 from retinue.actors import JDict, Journaled, claim
 from retinue.actors.calls import timed_out
-from retinue.actors.commands import GiveUpWait, Wait
+from retinue.actors.commands import GiveUpWait, Wait, WaitKind
 from retinue.actors.supervisor._scheduler import Scheduler, SlotRequest
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World
@@ -44,7 +44,7 @@ class ChildWait:
     """
 
     child_id: str
-    kind: str
+    kind: WaitKind
     future: concurrent.futures.Future[Any]
 
     def wants(self, child_id: str) -> bool:
@@ -223,7 +223,7 @@ class Waiters(Journaled):
             self.answer(tx, waiter_id, self._take_batch(waiter_id, waiter))
 
     def _next_event(
-        self, tx: Transition, me: AgentRecord, child: AgentRecord, kind: str
+        self, tx: Transition, me: AgentRecord, child: AgentRecord, kind: WaitKind
     ) -> Callable[[Transition], Any] | None:
         """Return how to take the child's oldest event for ``me``, or None if none is there."""
         world = self.world
