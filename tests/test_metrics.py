@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EventFields, wait_until
+from support import EventFields, wait_until
 from web.writer import Writer
 
 from retinue import (

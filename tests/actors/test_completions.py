@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, lead_and_worker, wait_settled, wait_until
+from support import OpenRuntime, lead_and_worker, wait_settled, wait_until
 
 from retinue import (
     AgentBusy,

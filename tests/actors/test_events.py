@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
-from conftest import EventLog, OpenRuntime, tag, wait_settled
+from support import EventLog, OpenRuntime, tag, wait_settled
 
 from retinue import (
     AgentClosedEvent,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, EventLog, OpenRuntime, tag, wait_until
+from support import PROMPT_S, EventLog, OpenRuntime, tag, wait_until
 
 from retinue import (
     AgentState,

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OpenRuntime
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import OpenRuntime
 
 from retinue import Profile, Restart, Runtime, Turn
 from retinue.actors import (

@@ -11,7 +11,7 @@ restart machine's fault rule met it). The supervisor only reads the flag.
 
 from __future__ import annotations
 
-from conftest import OpenRuntime
+from support import OpenRuntime
 
 from retinue import Profile
 from retinue.actors._journal import snapshot

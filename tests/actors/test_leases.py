@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
+from support import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import (
     ArgumentTypeError,

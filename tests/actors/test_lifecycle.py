@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, lead_and_worker, wait_settled, wait_until
+from support import PROMPT_S, OpenRuntime, lead_and_worker, wait_settled, wait_until
 
 from retinue import (
     ActiveDescendants,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, Script, act, wait_settled
+from support import OpenRuntime, Script, act, wait_settled
 
 from retinue import (
     AgentClosed,

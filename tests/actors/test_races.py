@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
+from support import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import (
     AgentClosed,

@@ -7,7 +7,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import OpenRuntime, Script, act, wait_settled, wait_until
+from support import OpenRuntime, Script, act, wait_settled, wait_until
 
 from retinue import (
     AgentInfo,

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, act, wait_settled, wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import OpenRuntime, act, wait_settled, wait_until
 
 from retinue import (
     AgentBusy,

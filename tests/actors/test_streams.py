@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, tag, wait_until
+from support import PROMPT_S, OpenRuntime, tag, wait_until
 
 from retinue import (
     AgentSpawned,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cliutil import command, env, retinue_cli, tree_json
-from conftest import reader_team
+from support import reader_team
 
 from retinue.cli.approve import UNLISTED
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from cliutil import command, env, retinue_cli
-from conftest import reader_team
+from support import reader_team
 
 from cli.test_approvals import _read_until
 from retinue.testing import OpenAIStub, StubReply

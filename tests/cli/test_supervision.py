@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 from cliutil import retinue_cli
-from conftest import EventFields
+from support import EventFields
 
 from retinue import AgentInfo, AgentState, ApprovalAnswered, ApprovalRequested, TurnRestarting
 from retinue.cli.render import PlainView, plain_row, state_text

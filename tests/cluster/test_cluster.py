@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import reader_team
+from support import reader_team
 
 from cluster.conftest import OpenCluster
 from retinue import (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from retinue.cluster.local import (
     LOOPBACK_PROXY,

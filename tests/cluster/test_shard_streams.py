@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from retinue import (
     AgentInfo,

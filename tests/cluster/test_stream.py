@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from retinue import AgentInfo, AgentSpawned, Event, TurnSettled, TurnStarted
 from retinue.cluster.ids import split_id

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import wait_settled
+from support import wait_settled
 
 from retinue import AgentInfo, Limits, Profile, Runtime
 from retinue.llm import LiteLLMRunner

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_settled, wait_until
+from support import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import AgentState, CompletionStatus, Limits, Profile, Runtime

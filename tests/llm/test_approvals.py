@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import EventLog, wait_until
+from support import EventLog, wait_until
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import wait_settled
+from support import wait_settled
 
 from llm.conftest import SETTLE_S, run
 from retinue import Profile

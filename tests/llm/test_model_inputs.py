@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import wait_settled
+from support import wait_settled
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call
 from retinue import AgentState, Profile, Restart

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import EventLog, wait_until
+from support import EventLog, wait_until
 
 from llm.conftest import SETTLE_S, stub_runner, tool_messages
 from retinue import (

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import wait_settled, wait_until
+from support import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, run, stub_runner
 from retinue import AgentState, Profile, Runtime, Turn, Usage

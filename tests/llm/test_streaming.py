@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from llm.conftest import SETTLE_S, run, stub_runner
 from retinue import (

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from retinue import Limits, Profile, Runtime
 from retinue.errors import ConfigurationError, TurnInterrupted

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import wait_until
 
 from retinue.errors import ConfigurationError
 from retinue.llm import ToolBox, Workspace

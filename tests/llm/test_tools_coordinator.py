@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import OpenRuntime
+from support import OpenRuntime
 
 from retinue import CompletionStatus, ConfigurationError, Profile, Runtime, Turn
 from retinue.llm import ToolBox, build_toolbox, tool

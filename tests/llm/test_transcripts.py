@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from llm.conftest import SETTLE_S, run, stub_runner, tool_call
 from retinue import AgentState, Profile, Runtime, UnknownAgent

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conftest import wait_settled, wait_until
+from support import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call
 from retinue import AgentState, CompletionStatus, Profile, Turn

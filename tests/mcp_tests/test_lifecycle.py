@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from mcp_tests.conftest import (
     TOOLKIT,

@@ -16,11 +16,11 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import reader_team, wait_until
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import TextContent, TextResourceContents
+from support import reader_team, wait_until
 
 from retinue import AgentState, Runtime
 from retinue.mcp.options import listen_address

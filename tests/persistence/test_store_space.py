@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import EventLog
+from support import EventLog
 
 from retinue import Limits, Profile, Runtime, StoreMapFilling, Turn
 

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 import pytest
-from conftest import OpenRuntime, Script
+from support import OpenRuntime, Script
 
 from retinue import (
     AgentClosed,

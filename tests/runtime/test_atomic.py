@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime
+from support import PROMPT_S, OpenRuntime
 
 from retinue import (
     AgentState,

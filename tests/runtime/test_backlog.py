@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from conftest import wait_settled
+from support import wait_settled
 
 from retinue import Backlog, Profile, Runtime, Turn
 from retinue.persistence.integrity import store_usage

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
+from support import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import AgentState, CompletionStatus, Profile, Restart, Turn
 

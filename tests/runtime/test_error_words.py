@@ -6,7 +6,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S
+from support import PROMPT_S
 
 from retinue import (
     ActiveDescendants,

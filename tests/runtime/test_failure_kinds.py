@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import msgspec
 import pytest
-from conftest import PROMPT_S, EventLog, OpenRuntime
+from support import PROMPT_S, EventLog, OpenRuntime
 
 from retinue import (
     ConfigurationError,

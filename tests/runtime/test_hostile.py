@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OpenRuntime, Script, act, wait_settled
+from support import OpenRuntime, Script, act, wait_settled
 
 from retinue import (
     AgentLimitExceeded,

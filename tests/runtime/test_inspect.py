@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import wait_settled
+from support import wait_settled
 
 from retinue import (
     AgentDetail,

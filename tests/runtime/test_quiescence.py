@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S
+from support import PROMPT_S
 
 from retinue import Event, Profile, Runtime, Turn, TurnSettled, WaitTimeout
 from retinue.testing import Gate, echo

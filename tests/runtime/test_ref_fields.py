@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import OpenRuntime
+from support import OpenRuntime
 
 from retinue import CompletionStatus, InvalidAgentPath, Profile, Runtime, Turn
 from retinue.llm import build_toolbox

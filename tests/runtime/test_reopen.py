@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, EventLog, OpenRuntime, Script, act, wait_settled
+from support import PROMPT_S, EventLog, OpenRuntime, Script, act, wait_settled
 
 from retinue import (
     AgentInfo,

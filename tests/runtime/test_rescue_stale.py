@@ -13,7 +13,7 @@ whose stale settles of timed-out turns reach this case.
 
 from __future__ import annotations
 
-from conftest import PROMPT_S, OpenRuntime, wait_until
+from support import PROMPT_S, OpenRuntime, wait_until
 
 from retinue import AgentState, Profile, Runtime
 from retinue.actors.commands import HOST, Idle

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, EventLog, OpenRuntime, wait_until
 from persistence import agent, agent_write, completions_of, write_store
+from support import PROMPT_S, EventLog, OpenRuntime, wait_until
 
 from retinue import (
     AgentState,

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime, Script, act, wait_settled, wait_until
+from support import PROMPT_S, OpenRuntime, Script, act, wait_settled, wait_until
 
 from retinue import (
     AgentState,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime
+from support import PROMPT_S, OpenRuntime
 
 from retinue import (
     CompletionStatus,

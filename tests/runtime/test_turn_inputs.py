@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 
 import msgspec
-from conftest import PROMPT_S, OpenRuntime, wait_settled, wait_until
 from persistence import agent, agent_write, completion, completion_write, write_store
+from support import PROMPT_S, OpenRuntime, wait_settled, wait_until
 
 from retinue import AgentState, Profile, Restart, Runtime, Turn
 

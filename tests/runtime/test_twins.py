@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PROMPT_S, OpenRuntime
+from support import PROMPT_S, OpenRuntime
 
 from retinue import Profile, Runtime
 from retinue.actors.system import _reader as reader_module

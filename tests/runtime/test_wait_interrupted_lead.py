@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import OpenRuntime, wait_settled, wait_until
+from support import OpenRuntime, wait_settled, wait_until
 
 from retinue import AgentState, NothingToWaitFor, Profile, Runtime, Turn
 from retinue.testing import Gate

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import wait_until
 from starlette.testclient import TestClient
+from support import wait_until
 
 from retinue import AgentState, Profile, Runtime, Turn
 from retinue.testing import Gate

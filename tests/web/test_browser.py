@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from retinue import AgentState, Runtime
 from retinue.testing import Gate

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import wait_until
 from starlette.testclient import TestClient
+from support import wait_until
 
 from retinue import Runtime
 from retinue.web import LiveTree, WebOptions, create_app

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
-from conftest import wait_until
 from starlette.testclient import TestClient
+from support import wait_until
 
 from retinue import (
     AgentInfo,

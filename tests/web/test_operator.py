@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import wait_until
 from starlette.testclient import TestClient
+from support import wait_until
 
 from retinue import AgentState, ArgumentTypeError, InvalidArgument, Profile, Runtime
 from retinue.persistence.lock import LOCK_FILE

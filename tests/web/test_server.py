@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import wait_until
+from support import wait_until
 
 from retinue import ArgumentTypeError, InvalidArgument, Profile, Runtime
 from retinue.testing import Gate

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import wait_settled, wait_until
 from starlette.testclient import TestClient
+from support import wait_settled, wait_until
 
 from retinue import Profile, Runtime
 from retinue.web import LiveTree, create_app
