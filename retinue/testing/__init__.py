@@ -23,7 +23,8 @@
   FIFO, symlink loops and links pointing out. ``retinue fuzz`` is built on these.
 - Quiescence instead of polling: ``rt.wait_idle(timeout)`` / ``await
   rt.settled()`` return once no turn is queued or running and every event was
-  delivered.
+  delivered; :func:`wait_settled` waits for one turn to settle without
+  receiving its completion.
 
 Nothing here is imported by ``import retinue``; litellm is imported only when
 a model is first called.
@@ -38,6 +39,7 @@ from retinue.testing.invariants import INVARIANTS, Broken, check_invariants
 from retinue.testing.leaks import Leaks, shutdown_within
 from retinue.testing.quota import ProviderQuota, QuotaReport
 from retinue.testing.rate_stub import RateLimitedStub
+from retinue.testing.settling import wait_settled
 from retinue.testing.stub import OpenAIStub, StubReply, StubRequest
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
@@ -58,4 +60,5 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "check_invariants",
     "echo",
     "shutdown_within",
+    "wait_settled",
 ]

@@ -21,8 +21,8 @@ from retinue import (
     Runner,
     Runtime,
     Turn,
-    TurnSettled,
 )
+from retinue.testing import wait_settled
 
 __all__ = [
     "PROMPT_S",
@@ -82,39 +82,6 @@ def reader_team(folder: Path) -> Path:
     team = folder / "team.toml"
     team.write_text(READER_TEAM)
     return team
-
-
-def wait_settled(
-    rt: Runtime, ref: str, generation: int = 1, timeout: float = PROMPT_S
-) -> AgentInfo:
-    """Block until the agent's turn ``generation`` has settled, without receiving it.
-
-    Woken by the runtime's ``TurnSettled`` event for that turn (no polling).
-
-    Raises:
-        AssertionError: it had not settled within ``timeout`` seconds.
-    """
-    agent_id = rt.get(ref).id
-    settled = threading.Event()
-
-    def on_event(event: Event) -> None:
-        if (
-            isinstance(event, TurnSettled)
-            and event.agent_id == agent_id
-            and event.generation == generation
-        ):
-            settled.set()
-
-    unsubscribe = rt.subscribe(on_event)
-    try:
-        info = rt.get(agent_id)  # it may have settled before the subscription
-        if info.generation == generation and info.state.settled:
-            return info
-        if not settled.wait(timeout):
-            raise AssertionError(f"timed out after {timeout:g}s: {ref} generation {generation}")
-        return rt.get(agent_id)
-    finally:
-        unsubscribe()
 
 
 def act(rt: Runtime, ref: str, task: str) -> AgentInfo:
