@@ -2,13 +2,16 @@
 
 - the home page from README.md and the contributing page from CONTRIBUTING.md,
   their links rewritten for the site (``site_pages.site_text``);
-- the drafts' place in the navigation (``site_pages.expand_nav``);
+- the drafts' place in the navigation (``site_pages.expand_nav``) and their links
+  (``site_pages.draft_text``: one with no page on the site is unlinked, logged at
+  INFO, so a draft never fails the strict build);
 - the benchmark tables, rendered from docs/benchmarks/*.json (``gen_benchmarks``)
   where docs/benchmarks.md holds the marker.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import site_pages
 from mkdocs.structure.files import File, Files
 
 ROOT = Path(__file__).resolve().parent.parent
+LOG = logging.getLogger("mkdocs.hooks.drafts")
 
 
 def on_config(config: Any) -> Any:
@@ -34,7 +38,15 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    """Put the benchmark tables where the benchmarks page asks for them."""
+    """Fit a draft's links to the site; put the benchmark tables where asked for."""
+    source = page.file.src_uri
+    if source.startswith(site_pages.DRAFTS):
+        pages = {file.src_uri for file in files}
+        markdown, unlinked = site_pages.draft_text(markdown, source, pages)
+        for target in unlinked:
+            LOG.info(
+                "%s: the draft's link %r has no page on the site; shown as text", source, target
+            )
     if gen_benchmarks.MARKER in markdown:
         tables = gen_benchmarks.render(Path(config["docs_dir"]) / "benchmarks")
         markdown = markdown.replace(gen_benchmarks.MARKER, tables)

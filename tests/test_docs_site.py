@@ -89,3 +89,24 @@ def test_every_draft_has_a_place_in_the_navigation(tmp_path: Path) -> None:
         {"Home": "index.md"},
         {"Drafts": ["drafts/a.md", "drafts/b.md"]},
     ]
+
+
+def test_a_drafts_links_fit_the_site_and_one_without_a_page_is_unlinked() -> None:
+    pages = {"index.md", "guides/operating.md", "drafts/a.md", "web-view.png"}
+    text = (
+        "[ops](../guides/operating.md#limits) [home](../../README.md) [gone](../guides/x.md) "
+        "![shot](../web-view.png) ![old](../../shot.png) [w](https://example.org) [a](#b)\n"
+        "```python\nfns[0](x)\n```\n`calls[0](y)` [src](../../retinue/__init__.py)\n"
+    )
+    fitted, unlinked = site_pages.draft_text(text, "drafts/a.md", pages)
+    assert fitted == (
+        "[ops](../guides/operating.md#limits) [home](../index.md) gone "
+        "![shot](../web-view.png) old [w](https://example.org) [a](#b)\n"
+        "```python\nfns[0](x)\n```\n`calls[0](y)` src\n"
+    )
+    assert unlinked == ["../guides/x.md", "../../shot.png", "../../retinue/__init__.py"]
+
+
+def test_a_root_pages_code_is_not_read_as_links() -> None:
+    text = "```python\nfns[0](pyproject.toml)\n```\n`a[1](setup.py)` [b](docs/design.md)"
+    assert site_pages.site_text(text, "README.md").endswith("[b](design.md)")
