@@ -32,6 +32,7 @@ PARTS: dict[str, str] = {
     "fuzz_llm": "Chaos-model fuzzer: random teams, random host operations, SIGKILLs",
     "damage": "Damage suite: damaged stores opened in a child",
     "soak": "Soak: spawn and close churn",
+    "service_soak": "Service soak: an asyncio host with trees in flight, SIGKILLs and drift",
     "store_growth": "The store file under churn",
     "commit": "Group commit: durable transitions per second",
     "lifecycle": "Agent lifecycles (spawn, wait, close)",
@@ -39,6 +40,7 @@ PARTS: dict[str, str] = {
     "routing": "Routing latency by trees in flight",
     "async_turns": "Async turns",
     "idle": "Idle agents",
+    "idle_scale": "Idle agents at scale: open, memory, listing and spawns over large stores",
     "reopen": "Reopening a large store",
     "llm": "Model turns against raw litellm",
     "startup": "Startup: the demo, the first model call, import retinue",
@@ -54,8 +56,9 @@ PARTS: dict[str, str] = {
 }
 """Every part the page knows, in the order it shows them, with its heading.
 
-The names are those of ``stress.__main__.PARTS`` (a test keeps them in step), plus
-``web``, the web view's benchmark, which runs on its own."""
+The names are those of ``stress.__main__.PARTS`` (a test keeps them in step; a name
+the suite does not have yet is harmless), plus ``web``, the web view's benchmark,
+which runs on its own."""
 
 _RUN_FIELDS = {"machine", "date", "quick", "seed", "source", "notes"}
 
