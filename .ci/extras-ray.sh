@@ -6,7 +6,7 @@
 # installed before entering the namespace: nothing in it can reach the network.
 # The tests and the stress check run at once (each with a Ray of its own): the step
 # waits on process starts more than it computes, so together they take ~190 s where
-# one after the other took ~260 s on the shared 2-core VM (README, Scale-out on Ray).
+# one after the other took ~260 s on a shared 2-core machine (CONTRIBUTING.md, Ray).
 # The stress check's output is printed after the tests'.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,7 @@
 
 Every part that starts Ray refuses to unless Ray is installed and this
 process runs in a loopback-only network namespace (``.ci/extras-ray.sh`` and
-the README show the ``unshare -n`` line). The runners are the cluster tests'
+CONTRIBUTING.md show the ``unshare -n`` line). The runners are the cluster tests'
 ``clusterlib`` package (``tests/clusterlib``), shipped to Ray's workers with
 ``runtime_env={"py_modules": [...]}``.
 """

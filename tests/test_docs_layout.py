@@ -1,4 +1,8 @@
-"""The README's Layout block and docs/design.md name paths that exist, and every layer.
+"""The docs name paths that exist: the Layout block, the design note, every page.
+
+The Layout block (CONTRIBUTING.md) names every package and its layers in order;
+docs/design.md, the README, CONTRIBUTING.md and the pages under docs/ name only
+paths of the checkout that exist.
 
 Found: the Layout block lacked ``retinue/tracing/`` and its layer line left
 tracing out, while ``tests/test_api.py::LAYERS`` has llm <- tracing <- team.
@@ -12,15 +16,15 @@ from pathlib import Path
 from test_api import LAYERS
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 PACKAGE = ROOT / "retinue"
 ENTRY = re.compile(r"^( {0,2})([\w.]+(?:/|\.py))\s")
 SUBFOLDER = re.compile(r"(?<![\w/.])((?:\w+/)+)(?=[\s:,;)]|$)")
 
 
 def _layout() -> list[str]:
-    """Return the lines of the README's Layout code block."""
-    section = README.split("\n## Layout\n", 1)[1]
+    """Return the lines of CONTRIBUTING.md's Layout code block."""
+    section = CONTRIBUTING.split("\n## Layout\n", 1)[1]
     return section.split("```\n", 2)[1].splitlines()
 
 
@@ -64,7 +68,8 @@ def test_the_folders_and_files_a_layout_entry_names_exist() -> None:
 
 
 def test_the_layer_line_lists_the_layers_in_order() -> None:
-    text = " ".join(README.split("Layers import downwards only: ", 1)[1].split(";")[0].split())
+    line = CONTRIBUTING.split("Layers import downwards only: ", 1)[1].split(";")[0]
+    text = " ".join(line.split())
     named = [name.strip() for part in text.split("<-") for name in part.split(",")]
     assert named == LAYERS
 
@@ -79,4 +84,22 @@ def test_every_path_docs_design_names_exists() -> None:
         for name in sorted(set(re.findall(r"`([\w./-]+(?:\.py|/))`", text)))
         if not any(path == name or path.endswith("/" + name) for path in known)
     ]
+    assert missing == []
+
+
+TOP = ("retinue/", "tests/", "stress/", "docs/", "examples/", ".ci/")
+# Backquoted names that look like paths and are not: the offline models' names, the folder
+# stress writes its runs to (git-ignored), a placeholder, and a folder of the OpenTelemetry
+# semantic conventions' repository.
+NOT_PATHS = {"retinue/scripted", "retinue/chaos", "stress/results/", "docs/...", "docs/gen-ai"}
+
+
+def test_every_path_the_pages_name_exists() -> None:
+    """A backquoted path of the checkout in a page (``retinue/llm/``, ``docs/design.md``)."""
+    pages = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")]
+    missing = []
+    for page in pages:
+        for name in re.findall(r"`(\.?[\w][\w./-]*)`", page.read_text()):
+            if name.startswith(TOP) and name not in NOT_PATHS and not (ROOT / name).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {name}")
     assert missing == []

@@ -24,8 +24,9 @@ Diagnostic codes (stable, for tooling):
 - ``migrated``: the store was migrated from an older schema version (added
   by the writer's open, not by the scan).
 
-The README lists the same codes; ``tests/runtime/test_semantics.py`` keeps
-the two lists, and the codes the code emits, in step.
+The operating guide (docs/guides/operating.md) lists the same codes;
+``tests/runtime/test_semantics.py`` keeps the two lists, and the codes the
+code emits, in step.
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ class Runtime:
 
     @property
     def diagnostics(self) -> Diagnostics[Diagnostic]:
-        """What the restore of the store skipped or repaired (see the README's table).
+        """What the restore of the store skipped or repaired (codes: docs/guides/operating.md).
 
         A list of :class:`~retinue.persistence.restore.Diagnostic`; its
         ``store`` attribute is how the data file is used now
@@ -343,10 +343,10 @@ class Runtime:
         as long as that agent is stored. Keys are bounded like dedup keys.
 
         Raises:
-            UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
-            FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath, UnknownAgent,
-            DedupKeyTooLong; InvalidArgument: a blank task, or the key was used
-            for another profile.
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as the supervisor's
+                rules say, and so do DepthLimitExceeded, FanoutLimitExceeded,
+                AgentLimitExceeded, InvalidAgentPath, UnknownAgent and DedupKeyTooLong.
+            InvalidArgument: a blank task, or the key was used for another profile.
         """
         return self._ask(Spawn(HOST, profile, task, name, parent, idempotency_key))
 
@@ -563,7 +563,8 @@ class Runtime:
         The same ``dedup_key`` returns the original message instead of a second one.
 
         Raises:
-            MessageTooLarge, DedupKeyTooLong, MailboxFull, AgentClosed, UnknownAgent.
+            MessageTooLarge, DedupKeyTooLong, MailboxFull, AgentClosed, UnknownAgent: as
+                the mailbox rules say.
         """
         return self._ask(Send(HOST, ref, content, dedup_key))
 

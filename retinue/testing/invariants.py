@@ -308,7 +308,7 @@ def _paths(records: _Records, forbidden: Sequence[str]) -> list[Broken]:
                 continue
             tool = message.name or names.get(message.tool_call_id or "", "")
             if tool == "bash" and not message.content.startswith('{"error"'):
-                continue  # bash is not confined to the workspace (see the README)
+                continue  # bash is not confined to the workspace (see docs/guides/tools.md)
             for text in forbidden:
                 if text in message.content:
                     where = agent.path if agent is not None else agent_id

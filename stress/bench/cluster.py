@@ -18,7 +18,7 @@ run:
 Every shard of a cluster is warmed up (its worker started, litellm
 imported) before it is timed. ``--quick`` (CI) measures the baseline and one
 shard on a small workload: it checks that the benchmark runs, while the
-cluster tests prove what more shards do; its figures are not the README's.
+cluster tests prove what more shards do; its figures are not the docs' benchmarks page's.
 """
 
 from __future__ import annotations

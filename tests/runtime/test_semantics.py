@@ -448,14 +448,14 @@ def test_a_turns_idempotency_keys_are_its_own(open_runtime: OpenRuntime, script:
 # -- one list of diagnostic codes ------------------------------------------------------------
 
 
-def test_the_readme_and_restore_list_the_same_diagnostic_codes() -> None:
+def test_the_docs_and_restore_list_the_same_diagnostic_codes() -> None:
     doc = restore.__doc__ or ""
     documented = set(re.findall(r"^- ``(\w+)``", doc, re.M))
     documented |= set(re.findall(r"^- ``\w+`` / ``(\w+)``", doc, re.M))
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("<!-- diagnostic codes -->") :]
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "operating.md").read_text()
+    section = guide[guide.index("<!-- diagnostic codes -->") :]
     section = section[: section.index("<!-- /diagnostic codes -->")]
-    in_readme = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
+    in_docs = set(re.findall(r"^\| `(\w+)` \|", section, re.M))
     # The codes the code emits: restore's diag(database, key, code, ...) calls and the
     # writer's open (boot), which adds `migrated`.
     source = Path(restore.__file__).read_text()
@@ -463,7 +463,7 @@ def test_the_readme_and_restore_list_the_same_diagnostic_codes() -> None:
     boot = Path(restore.__file__).parents[1] / "actors" / "system" / "_boot.py"
     emitted |= set(re.findall(r'code="(\w+)"', boot.read_text()))
     assert len(documented) >= 12
-    assert in_readme == documented
+    assert in_docs == documented
     assert emitted == documented
 
 

@@ -109,10 +109,10 @@ class Turn(TurnControl):
         is the name errors give ``name`` (a tool layer passes its own argument's).
 
         Raises:
-            UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
-            FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath,
-            DedupKeyTooLong, InvalidArgument, TurnInterrupted: as the
-            supervisor's rules say.
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as the supervisor's
+                rules say, and so do DepthLimitExceeded, FanoutLimitExceeded,
+                AgentLimitExceeded, InvalidAgentPath, DedupKeyTooLong,
+                InvalidArgument and TurnInterrupted.
         """
         return self.request(
             Spawn(
@@ -153,7 +153,7 @@ class Turn(TurnControl):
 
         Raises:
             WaitTimeout: the child did not settle in time (it keeps running);
-            and everything ``spawn`` raises.
+                and everything ``spawn`` raises.
         """
         seconds = resolve_timeout(timeout, self.limits)
         child = self.spawn(profile, task, name=name)
@@ -241,8 +241,8 @@ class Turn(TurnControl):
         argument's name, as every call here that takes a reference does).
 
         Raises:
-            NotPermitted, UnknownAgent, AgentClosed, MessageTooLarge,
-            DedupKeyTooLong, MailboxFull: as the mailbox rules say.
+            NotPermitted, UnknownAgent, AgentClosed: as the mailbox rules say,
+                and so do MessageTooLarge, DedupKeyTooLong and MailboxFull.
         """
         return self.request(Send(self.ref, ref, content, dedup_key, field))
 
