@@ -201,6 +201,10 @@ class Supervisor:
         """The tree this supervisor owns."""
         return self.world.tree
 
+    def release(self) -> None:
+        """Forget the tree once the actor has stopped (see :meth:`World.release`)."""
+        self.world.release()
+
     # -- one command, one transition --------------------------------------------------
 
     def handle(self, envelope: Envelope, *, last: bool = True) -> None:

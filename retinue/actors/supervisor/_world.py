@@ -287,6 +287,11 @@ class World(Journaled):
         """The one journal of every change the supervisor's parts make (the tree's)."""
         return self._journal
 
+    def release(self) -> None:
+        """Forget the tree (for a stopped supervisor): a runtime that was shut down but
+        is still referenced keeps none of its agents, mailboxes or completions."""
+        self.tree = Tree(self._journal)
+
     # -- lookups --------------------------------------------------------------
 
     def sender(self, sender: Sender) -> AgentRecord | None:

@@ -299,6 +299,8 @@ class System:
         self.executor.shutdown(CLOSE_GRACE_S)
         if self.actor is not None:
             self.actor.stop(block=True)
+        if self.core is not None:  # the actor has stopped: nothing reads the tree now
+            self.core.release()
         self.store.close()
         self.bus.close()
         if self.temporary:
