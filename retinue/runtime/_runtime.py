@@ -63,12 +63,14 @@ from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.details import AgentDetail, Backlog, CompactionReport
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.supervision import ApprovalRequest
 from retinue.runtime._opening import (
     apply_team,
     attach_reader,
     checked_limits,
     open_tracing,
+    provider_limits_of,
     start_writer,
 )
 from retinue.team import Team
@@ -135,6 +137,7 @@ class Runtime:
         mcp_servers: dict[str, McpServer] | None = None,
         tracer_provider: Any = None,
         capture_content: bool | None = None,
+        provider_limits: Iterable[ProviderLimit] | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -161,6 +164,13 @@ class Runtime:
         team's ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`).
         ``tracer_provider`` (None: the global one) and ``capture_content`` (None:
         as the environment says) are the spans' (:mod:`retinue.tracing`, extra ``otel``).
+        ``provider_limits`` (:class:`~retinue.ProviderLimit` values) bound the
+        model calls per provider, model or endpoint: every model call waits,
+        fairly between top-level trees, until it fits every limit that covers
+        it. They merge by match over the team file's ``[providers."<match>"]``
+        tables, which merge over ``RETINUE_PROVIDER_LIMITS`` (a later source's
+        limit replaces an earlier one of the same match whole); see
+        :mod:`retinue.protocol.provider_limits`.
 
         Every argument is checked before anything touches the disk, and a
         failed open leaves nothing behind: a temporary folder, or a store
@@ -176,7 +186,9 @@ class Runtime:
                 (the capability ceiling; the message names the extra tools).
             TeamFileError: the team file is unusable (named by table and key).
             DelegationCycleError, DelegationDepthError: a bad profile graph.
-            InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad.
+            InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad;
+                a bad ``provider_limits`` item or ``RETINUE_PROVIDER_LIMITS``, or
+                a match named twice in one source.
             StoreLocked: another writer holds the store.
             StoreVersionError: the store was written by a newer schema.
             StoreCorrupted: the store's data file is truncated, damaged or lost.
@@ -192,10 +204,13 @@ class Runtime:
             group_commit=group_commit,
         )
         checked = checked_limits(given.limits)
+        providers = provider_limits_of(given, provider_limits)
         if options.readonly:
             return cls._over(attach_reader(options, checked))
         spans = open_tracing(tracer_provider, capture_content, checked)
-        writer = start_writer(options, checked, given, runner, create, mcp_servers, spans)
+        writer = start_writer(
+            options, checked, given, runner, create, mcp_servers, spans, providers
+        )
         return cls._over(*writer)
 
     @classmethod
@@ -222,6 +237,12 @@ class Runtime:
         ``store`` attribute is how the data file is used now
         (:class:`~retinue.persistence.space.StoreSpace`: file size, pages in
         use and free, the map's headroom), None once the runtime is closed.
+        ``provider_limits`` holds each provider limit's figures now
+        (:class:`~retinue.protocol.provider_limits.LimitSnapshot`: calls in
+        flight, waiting, admitted, 429s, the adaptive level, the windows'
+        use, the end of a Retry-After as wall-clock time), and
+        ``admission_waiting`` the paths of the agents whose model call waits
+        for admission (both empty without provider limits).
 
         Raises:
             StoreCorrupted, StoreError: the store could not be measured.
@@ -235,7 +256,10 @@ class Runtime:
             if system.state is not RuntimeState.CLOSED:
                 raise
             space = None  # it closed meanwhile
-        return Diagnostics(system.diagnostics, space)
+        gate = getattr(system, "admission", None)
+        if gate is None:
+            return Diagnostics(system.diagnostics, space)
+        return Diagnostics(system.diagnostics, space, gate.snapshot(), gate.waiting())
 
     @property
     def state(self) -> RuntimeState:
