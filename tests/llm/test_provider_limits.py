@@ -11,6 +11,8 @@ for states (a handler blocked until the test lets it go), never for time.
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -347,3 +349,61 @@ def test_a_call_its_budget_refuses_never_waits_for_admission(open_rt: OpenRuntim
         assert limit_of(rt, stub.url).waiting == 0
         blocker_holder.free()
         wait_settled(rt, blocker.id, timeout=SETTLE_S)  # its own call crosses the budget too
+
+
+# -- what retinue run shows -----------------------------------------------------------------
+
+
+def test_retinue_run_shows_the_calls_waiting_for_admission(open_rt: OpenRuntime) -> None:
+    from retinue.cli.follow import _Admission
+    from retinue.cli.render import JsonView, PlainView
+
+    holder = Holder()
+    with RateLimitedStub(holder) as stub:
+        rt = open_rt(
+            [Profile("leaf", runner=stub_runner(stub))],
+            [ProviderLimit(stub.url, max_in_flight=1)],
+        )
+        first = rt.spawn("leaf", "first", name="first")
+        holder.held.wait(SETTLE_S)
+        second = rt.spawn("leaf", "second", name="second")
+        until(lambda: rt.diagnostics.admission_waiting == ("/root/second",), "the call to wait")
+        plain, json_out = io.StringIO(), io.StringIO()
+        for view in (PlainView(plain), JsonView(json_out)):
+            _Admission(rt, ["/root/second"], view).check()
+            _Admission(rt, ["/root/first"], view).check()  # not its tree: nothing waits there
+        holder.free()
+        for agent in (first.id, second.id):
+            assert wait_settled(rt, agent, timeout=SETTLE_S).state is AgentState.COMPLETED
+        url = stub.url
+    (line,) = plain.getvalue().splitlines()
+    assert line.endswith(
+        f"1 model call waiting for admission; {url}: 1 in flight, 1 waiting, level 1"
+    ), line
+    (shown,) = [json.loads(text) for text in json_out.getvalue().splitlines()]
+    assert shown["event"] == "admission_waiting" and shown["waiting"] == ["/root/second"]
+    assert shown["limits"][0]["match"] == url and shown["limits"][0]["waiting"] == 1
+
+
+def test_a_back_off_is_one_line_of_retinue_runs_plain_view() -> None:
+    from retinue.cli.render import PlainView
+
+    out = io.StringIO()
+    view = PlainView(out)
+    event = ProviderBackoff(
+        agent_id="a1",
+        path="/root/review",
+        at=view.started + 1.5,
+        model="openai/gpt-4.1-mini",
+        match="openai",
+        lowered=True,
+        level_before=8.0,
+        level=4.0,
+        retry_after_s=2.0,
+        rate_limited=3,
+    )
+    view.event(event, {})
+    assert out.getvalue() == (
+        "[   1.5s] /root/review  429 from openai/gpt-4.1-mini: provider limit openai backs off, "
+        "level 8 -> 4, closed for 2s (Retry-After)\n"
+    )
