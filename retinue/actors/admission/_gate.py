@@ -40,7 +40,15 @@ from retinue.protocol.provider_limits import (
     TokenEstimator,
 )
 
-__all__ = ["Admission", "CallOwner", "ProviderGate", "backoff_event", "resolve", "wall_clock"]
+__all__ = [
+    "Admission",
+    "CallOwner",
+    "ProviderGate",
+    "SharedCapacity",
+    "backoff_event",
+    "resolve",
+    "wall_clock",
+]
 
 
 class CallOwner(msgspec.Struct, frozen=True):
@@ -84,6 +92,20 @@ class Admission(Protocol):
 
     def waiting(self) -> tuple[str, ...]:
         """The paths of the agents whose model call waits for admission, sorted."""
+        ...
+
+
+class SharedCapacity(Protocol):
+    """Capacity a gate shares with other processes (a cluster's lease,
+    :class:`retinue.cluster.limits.LeasedCapacity`): asked once the gate admitted a call."""
+
+    async def acquire(self, call_id: str, matches: tuple[str, ...], tokens: int) -> None:
+        """Return once call ``call_id`` (covered by the limits ``matches``, estimated at
+        ``tokens``) has its share; cancelled, it takes nothing."""
+        ...
+
+    def end(self, call_id: str, tokens: int | None) -> None:
+        """Call ``call_id`` ended, using ``tokens`` (None: no answer)."""
         ...
 
 
@@ -165,6 +187,11 @@ class ProviderGate:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
+        self._shared: SharedCapacity | None = None
+
+    def share(self, capacity: SharedCapacity | None) -> None:
+        """Ask ``capacity`` too for every call admitted from now on (None: no longer)."""
+        self._shared = capacity
 
     @property
     def limits(self) -> tuple[ProviderLimit, ...]:
@@ -181,7 +208,8 @@ class ProviderGate:
         """Return once ``call`` is admitted; wait (fairly, on this loop) until it fits.
 
         Cancelled while it waits (an interrupt), the call leaves the queue; if
-        it was admitted just then, it is released unused.
+        it was admitted just then, it is released unused. Under a shared
+        capacity (:meth:`share`) an admitted call then waits for its share too.
 
         Raises:
             ProviderLimitExceeded: its estimate can never fit a covering limit.
@@ -197,11 +225,14 @@ class ProviderGate:
             if not isinstance(answer, Admitted):
                 future = self._futures[call.id] = loop.create_future()
             self._let_go(now)
-        if future is None:
-            return
+            shared = self._shared
+            matches = () if shared is None else self._controller.matching(call)
         try:
-            await future
-        except asyncio.CancelledError:
+            if future is not None:
+                await future
+            if shared is not None:
+                await shared.acquire(call.id, tuple(m.match for m in matches), call.tokens)
+        except BaseException:
             self._give_up(call.id)
             raise
 
@@ -237,6 +268,10 @@ class ProviderGate:
             backoff = self._controller.release(call_id, usage, now, status, retry_after)
             self._let_go(now)
             rate_limited = self._rate_limited(backoff)
+        shared = self._shared
+        if shared is not None:
+            spent = None if usage is None else usage.prompt_tokens + usage.completion_tokens
+            shared.end(call_id, spent)
         if usage is not None and owner is not None:
             self.estimator.observe(owner.agent_id, usage)
         shown = backoff is not None and (backoff.lowered or backoff.until is not None)
