@@ -77,6 +77,7 @@ PARTS: list[Part] = [
     durable_steps.PART,
     cluster_parts.CLUSTER,
     cluster_parts.CLUSTER_CRASH,
+    cluster_parts.CLUSTER_RATE_LIMITS,
 ]
 """Every part of the suite, in the order a full run runs them."""
 
