@@ -75,10 +75,10 @@ def test_two_shards_hold_one_accounts_limit_and_a_dead_shards_lease_expires(
         shards = {_shard(a.id) for a in agents}
         assert shards == {0, 1}, "the directory placed every agent on one shard"
         # Both shards have calls to make; the account lets two at a time in flight.
-        until(lambda: len(stub.requests) == 2, "two calls at the stub")
+        until(lambda: len(stub.requests) >= 2, "two calls at the stub")
         (lease,) = cluster.provider_leases()
-        assert sum(lease.held.values()) == 2
         assert len(stub.requests) == 2  # the other six wait for the account's capacity
+        assert sum(lease.held.values()) == 2
         # Kill a shard's process that holds capacity: its lease expires, the other
         # shard's calls get the slots (its own calls, cut, stay held at the stub).
         holder = next(h for h, n in lease.held.items() if n)
