@@ -14,6 +14,9 @@ runtime's timers (:mod:`retinue.actors.supervisor._timings`): the store's writer
 the supervisor tells :meth:`RetinueCollector.observe_command` how long each
 command took (a read-only runtime has neither: those histograms stay empty).
 While no collector is attached, the runtime reads no clock for them.
+Under provider limits, each limit's calls in flight and waiting, its adaptive
+level, and its calls admitted and answered 429 are read from
+``rt.diagnostics.provider_limits`` at each scrape (label ``limit``: its match).
 
 Cardinality is bounded: no label carries an agent id, path or task. Labels are
 the state, profile, status, model, tool, outcome and command kind, and each
@@ -300,8 +303,41 @@ class RetinueCollector(Collector):
 
     def _families(self, state: _State | None, *, sample: bool) -> Iterator[Metric]:
         yield from self._gauges(state, sample)
+        yield from self._provider_families(sample)
         with self._lock:
             yield from self._event_families()
+
+    def _provider_families(self, sample: bool) -> Iterator[Metric]:
+        """Each provider limit's figures (``rt.diagnostics.provider_limits``), by its match."""
+        limits: tuple[Any, ...] = ()
+        if sample and not self.rt.readonly:
+            try:
+                limits = tuple(self.rt.diagnostics.provider_limits)
+            except RetinueError:
+                with self._lock:
+                    self._errors += 1
+        ns, labels = self.ns, ["limit"]
+        families = [
+            (GaugeMetricFamily, "provider_calls_in_flight", "Model calls in flight", "in_flight"),
+            (GaugeMetricFamily, "provider_calls_waiting", "Model calls waiting", "waiting"),
+            (GaugeMetricFamily, "provider_level", "Adaptive in-flight level (AIMD)", "level"),
+            (CounterMetricFamily, "provider_calls_admitted", "Model calls admitted", "admitted"),
+            (
+                CounterMetricFamily,
+                "provider_rate_limited",
+                "Model calls answered 429",
+                "rate_limited",
+            ),
+        ]
+        with self._lock:
+            named = [(self._label("limit", s.match), s) for s in limits]
+        for kind, name, doc, field in families:
+            family = kind(f"{ns}_{name}", f"{doc}, by provider limit", labels=labels)
+            for label, snap in named:
+                value = getattr(snap, field)
+                if value is not None:  # an unbounded level has no sample
+                    family.add_metric([label], float(value))
+            yield family
 
     def _gauges(self, state: _State | None, sample: bool) -> Iterator[Metric]:
         ns = self.ns

@@ -45,6 +45,7 @@ from stress.bench import (
     llm,
     loop_lag,
     many_turns,
+    rate_limits,
     reopen,
     scale,
     schemas,
@@ -80,9 +81,11 @@ PARTS: list[Part] = [
     schemas.PART,
     tools.PART,
     budgets.PART,
+    rate_limits.PART,
     durable_steps.PART,
     cluster_parts.CLUSTER,
     cluster_parts.CLUSTER_CRASH,
+    cluster_parts.CLUSTER_RATE_LIMITS,
 ]
 """Every part of the suite, in the order a full run runs them."""
 

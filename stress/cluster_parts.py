@@ -1,8 +1,11 @@
-"""The cluster parts of ``python -m stress``: ``--only cluster`` and ``--only cluster_crash``.
+"""The cluster parts of ``python -m stress``: cluster, cluster_crash and cluster_rate_limits.
 
 ``cluster``: the strace network check (:mod:`stress.cluster_net`), the
 benchmark (:mod:`stress.bench.cluster`) and a few crash rounds;
-``cluster_crash``: the crash loop alone (``--kills N`` rounds). Both refuse to
+``cluster_crash``: the crash loop alone (``--kills N`` rounds);
+``cluster_rate_limits``: provider limits held across two shards, on and off
+(:mod:`stress.bench.cluster_rate_limits`; 429s under the limits are its
+problems). All refuse to
 start Ray outside a loopback-only network namespace, and fail the run then.
 Neither runs unless asked (``--only``): CI runs them in their own step.
 """
@@ -15,7 +18,7 @@ from typing import Any
 from stress import cluster_common
 from stress.parts import Options, Part, Result
 
-__all__ = ["CLUSTER", "CLUSTER_CRASH"]
+__all__ = ["CLUSTER", "CLUSTER_CRASH", "CLUSTER_RATE_LIMITS"]
 
 
 def _run(only: str, options: Options) -> Result:
@@ -56,3 +59,34 @@ CLUSTER = Part("cluster", lambda options: _run("cluster", options), True, False,
 CLUSTER_CRASH = Part(
     "cluster_crash", lambda options: _run("cluster_crash", options), True, False, False
 )
+
+
+def _rate_limits(options: Options) -> Result:
+    """Provider limits on a two-shard cluster; a 429 with the limits leased is a problem."""
+    why = cluster_common.why_not()
+    if why is not None:
+        return Result([("cluster_rate_limits: refused to start Ray", {"why": why})], {}, [why])
+    from stress.bench import cluster_rate_limits as bench
+
+    rows = bench.run()
+    shape = bench.SHAPE
+    title = (
+        f"cluster_rate_limits: {bench.SHARDS} shards, {shape.trees} trees x {shape.fanout} "
+        f"agents x 1 call, stub at {shape.requests} requests per {shape.window_s:g} s, "
+        f"{shape.max_in_flight} at once"
+    )
+    problems = [
+        f"{row['way']}: {row['429s']} 429s with the account's limits leased"
+        for row in rows
+        if row["way"] == "static" and row["429s"]
+    ]
+    problems += [
+        f"{row['way']}: {row['agents_completed']} agents completed"
+        for row in rows
+        if row["agents_completed"] != shape.trees * (shape.fanout + 1)
+    ]
+    tables = [(f"{title} [{row['way']}]", row) for row in rows]
+    return Result(tables, {"shape": shape.__dict__, "rows": rows}, problems)
+
+
+CLUSTER_RATE_LIMITS = Part("cluster_rate_limits", _rate_limits, True, False, False)

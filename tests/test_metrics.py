@@ -15,6 +15,7 @@ from retinue import (
     InvalidArgument,
     ModelCallFinished,
     Profile,
+    ProviderLimit,
     Runtime,
     ToolCallFinished,
     Turn,
@@ -145,6 +146,28 @@ def test_model_and_tool_calls_of_a_run_match_its_events(tmp_path: Path) -> None:
     assert spawns == len(leads) > 1
     settled = sum(v for (name, _), v in samples.items() if name == "retinue_turns_settled_total")
     assert settled == 10
+
+
+def test_provider_limits_are_served_by_limit(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    seen: list[Event] = []
+    limits = [ProviderLimit("retinue", max_in_flight=2), ProviderLimit("openai", max_in_flight=9)]
+    with Runtime.open(tmp_path / "store", team=EXAMPLE, provider_limits=limits) as rt:
+        collector = RetinueCollector(rt, registry=registry)
+        rt.subscribe(seen.append)
+        lead = rt.spawn("lead", "review", name="review")
+        rt.wait(lead.id, timeout=120)
+        rt.wait_idle(timeout=30)
+        samples = scrape(registry)
+        collector.close()
+    calls = sum(1 for e in seen if isinstance(e, ModelCallFinished))
+    assert calls > 2
+    assert value(samples, "retinue_provider_calls_admitted_total", limit="retinue") == calls
+    assert value(samples, "retinue_provider_calls_admitted_total", limit="openai") == 0
+    assert value(samples, "retinue_provider_rate_limited_total", limit="retinue") == 0
+    assert value(samples, "retinue_provider_calls_in_flight", limit="retinue") == 0
+    assert value(samples, "retinue_provider_calls_waiting", limit="retinue") == 0
+    assert value(samples, "retinue_provider_level", limit="retinue") == 2.0
 
 
 def test_model_and_tool_call_labels_are_bounded(tmp_path: Path) -> None:

@@ -113,6 +113,7 @@ def follow(
     seen: set[tuple[str, int]] = set()
 
     failures: list[Failure] = []
+    admission = _Admission(rt, roots, view)
 
     def show(batch: list[Event]) -> None:
         for event in batch:
@@ -147,6 +148,7 @@ def follow(
             agents = snapshot()
             show(batch)
             view.update(agents)
+            admission.check()
             if tick is not None:
                 tick(batch)
             if not any(a.state.busy for a in agents):
@@ -162,6 +164,36 @@ def follow(
         return outcome
     finally:
         unsubscribe()
+
+
+class _Admission:
+    """The calls of the followed trees that wait for admission under provider limits, shown
+    when they change (read at most every :data:`ADMISSION_EVERY_S`)."""
+
+    def __init__(self, rt: Runtime, roots: Sequence[str], view: View) -> None:
+        self.rt, self.roots, self.view = rt, roots, view
+        self.shown: tuple[str, ...] = ()
+        self.read_at = 0.0
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now - self.read_at < ADMISSION_EVERY_S:
+            return
+        self.read_at = now
+        try:
+            diagnostics = self.rt.diagnostics
+        except RetinueError:
+            return
+        if not diagnostics.provider_limits:
+            return
+        waiting = tuple(p for p in diagnostics.admission_waiting if in_tree(p, self.roots))
+        if waiting != self.shown:
+            self.shown = waiting
+            self.view.admission(waiting, diagnostics.provider_limits)
+
+
+ADMISSION_EVERY_S = 0.5
+"""How often ``retinue run`` reads which model calls wait for admission."""
 
 
 def _drain(events: queue.SimpleQueue[Event], timeout: float) -> list[Event]:

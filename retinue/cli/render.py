@@ -1,7 +1,9 @@
 """What a run looks like on a terminal: a live rich table, plain lines, or JSON events.
 
 Text helpers (:func:`clip`, :func:`plain_row`, :func:`ordered`, :func:`table`)
-and the three views a run is drawn with (:func:`make_view`).
+and the three views a run is drawn with (:func:`make_view`). Under provider
+limits a view also shows the model calls waiting for admission
+(:meth:`View.admission`) and each back-off (``ProviderBackoff``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from retinue.protocol.messages import (
     ApprovalAnswered,
     ApprovalRequested,
     Event,
+    ProviderBackoff,
     TurnRestarting,
     TurnSettled,
     TurnStarted,
 )
+from retinue.protocol.provider_limits import LimitSnapshot
 from retinue.protocol.text import safe_terminal_text
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "LiveView",
     "PlainView",
     "View",
+    "admission_line",
     "clip",
     "in_tree",
     "make_view",
@@ -115,8 +120,36 @@ def plain_row(info: AgentInfo, now: float, width: int = 70) -> str:
     return line
 
 
-def table(agents: Sequence[AgentInfo], title: str) -> Any:
-    """A rich table of ``agents`` in tree order (imported only on a terminal)."""
+def admission_line(waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> str:
+    """What a run shows of its provider limits: the calls waiting, each busy limit's figures.
+
+    ``3 model calls waiting for admission; openai: 4 in flight, 3 waiting, level 4, 2 x 429``.
+    """
+    count = len(waiting)
+    text = f"{count} model call{'' if count == 1 else 's'} waiting for admission"
+    parts = []
+    for limit in limits:
+        if not (limit.in_flight or limit.waiting or limit.rate_limited):
+            continue
+        part = f"{limit.match}: {limit.in_flight} in flight, {limit.waiting} waiting"
+        if limit.level is not None:
+            part += f", level {limit.level:g}"
+        if limit.rate_limited:
+            part += f", {limit.rate_limited} x 429"
+        if limit.closed_until is not None:
+            part += f", closed for {max(0.0, limit.closed_until - time.time()):.1f}s"
+        parts.append(part)
+    return "; ".join([text, *parts])
+
+
+def table(
+    agents: Sequence[AgentInfo],
+    title: str,
+    waiting: frozenset[str] = frozenset(),
+    caption: str = "",
+) -> Any:
+    """A rich table of ``agents`` in tree order (imported only on a terminal); an agent whose
+    model call waits for admission (a path in ``waiting``) says so; ``caption`` goes below."""
     from rich.table import Table
     from rich.text import Text
 
@@ -131,7 +164,14 @@ def table(agents: Sequence[AgentInfo], title: str) -> Any:
         AgentState.AWAITING_APPROVAL: "bold magenta",
     }
     now = time.time()
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        caption=caption or None,
+        caption_justify="left",
+    )
     for column in ("path", "profile", "state", "time", "tokens", "result"):
         table.add_column(column, no_wrap=True, overflow="ellipsis")
     for info in ordered(agents):
@@ -143,7 +183,10 @@ def table(agents: Sequence[AgentInfo], title: str) -> Any:
         table.add_row(
             Text(info.path),
             Text(info.profile, style="dim"),
-            Text(state_text(info, now), style=style),
+            Text(
+                state_text(info, now) + (" · admission" if info.path in waiting else ""),
+                style=style,
+            ),
             f"{_elapsed(info, now):.1f}s",
             f"{tokens:,}" if tokens else "",
             Text(clip(text or "", 60), style="red" if info.state is AgentState.FAILED else ""),
@@ -169,6 +212,10 @@ class View:
     def update(self, agents: Sequence[AgentInfo]) -> None:
         """Show the tree as it is now."""
 
+    def admission(self, waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> None:
+        """Show the model calls waiting for admission (``waiting``: their agents' paths) and
+        the provider limits' figures; called when they change."""
+
     def stop(self) -> None:
         """End the live part; later output goes below it."""
 
@@ -183,8 +230,15 @@ class PlainView(View):
     def start(self, title: str) -> None:
         print(title, file=self.out, flush=True)
 
+    def admission(self, waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> None:
+        at = time.time() - self.started
+        print(f"[{at:6.1f}s] {admission_line(waiting, limits)}", file=self.out, flush=True)
+
     def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
         at = event.at - self.started
+        if isinstance(event, ProviderBackoff):
+            print(f"[{at:6.1f}s] {event.path}  {_backoff_line(event)}", file=self.out, flush=True)
+            return
         if isinstance(event, TurnRestarting | ApprovalRequested | ApprovalAnswered):
             print(f"[{at:6.1f}s] {event.path}  {_supervision_line(event)}", file=self.out)
             self.out.flush()
@@ -205,6 +259,17 @@ class PlainView(View):
         print(line, file=self.out, flush=True)
 
 
+def _backoff_line(event: ProviderBackoff) -> str:
+    """What a plain line says of a provider limit's back-off."""
+    text = f"429 from {event.model}: provider limit {event.match} backs off"
+    if event.lowered:
+        before = "unbounded" if event.level_before is None else f"{event.level_before:g}"
+        text += f", level {before} -> {event.level:g}"
+    if event.retry_after_s is not None:
+        text += f", closed for {event.retry_after_s:g}s (Retry-After)"
+    return text
+
+
 def _supervision_line(event: TurnRestarting | ApprovalRequested | ApprovalAnswered) -> str:
     """What a plain line says of a restart or an approval."""
     if isinstance(event, TurnRestarting):
@@ -222,10 +287,17 @@ def _supervision_line(event: TurnRestarting | ApprovalRequested | ApprovalAnswer
 
 
 class JsonView(View):
-    """One JSON object per line: the runtime's event structs, then a final ``run_finished``."""
+    """One JSON object per line: the runtime's event structs, ``admission_waiting`` when the
+    calls waiting for admission change, then a final ``run_finished``."""
 
     def event(self, event: Event, agents: dict[str, AgentInfo]) -> None:
         self.out.write(msgspec.json.encode(event).decode() + "\n")
+        self.out.flush()
+
+    def admission(self, waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> None:
+        line = {"event": "admission_waiting", "at": time.time(), "waiting": list(waiting)}
+        line["limits"] = msgspec.to_builtins(list(limits))
+        self.out.write(msgspec.json.encode(line).decode() + "\n")
         self.out.flush()
 
 
@@ -239,6 +311,9 @@ class LiveView(View):
         self.console = Console(file=out)
         self.live: Any = None
         self.title = ""
+        self.waiting: frozenset[str] = frozenset()
+        self.caption = ""
+        self.agents: Sequence[AgentInfo] = ()
 
     def start(self, title: str) -> None:
         from rich.live import Live
@@ -250,8 +325,14 @@ class LiveView(View):
         self.live.start()
 
     def update(self, agents: Sequence[AgentInfo]) -> None:
+        self.agents = agents
         if self.live is not None:
-            self.live.update(table(agents, self.title))
+            self.live.update(table(agents, self.title, self.waiting, self.caption))
+
+    def admission(self, waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> None:
+        self.waiting = frozenset(waiting)
+        self.caption = admission_line(waiting, limits) if waiting else ""
+        self.update(self.agents)
 
     def stop(self) -> None:
         if self.live is not None:

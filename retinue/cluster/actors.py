@@ -1,4 +1,4 @@
-"""The Ray actors of a cluster: one async actor per shard, and the directory.
+"""The Ray actors of a cluster: one async actor per shard, the directory, the provider limits.
 
 Imported only once Ray is (``retinue.cluster.Cluster.open``). Both are named,
 detached actors in a namespace derived from the store root, so a new driver
@@ -8,11 +8,20 @@ and its constructor reopens its store (restore as any reopen). A shard is
 pinned to the node its store lives on (hard node affinity; the directory
 records each shard's node address), the directory to the head node.
 Neither asks for a CPU: a shard's turns run on its runtime's own threads.
+Under provider limits, one more named actor on the head node,
+:class:`ProviderLimitsActor`, keeps the account's
+:class:`~retinue.cluster.leasebook.LeaseBook` and leases its capacity to the
+shards (each reaches it as a :class:`RayBroker`; a restart starts an empty
+book).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +30,42 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from retinue.cluster.directory import Directory
+from retinue.cluster.leasebook import LeaseBook
 from retinue.cluster.shard import ShardCore
 from retinue.cluster.specs import ShardConfig
 from retinue.errors import ClusterError
+from retinue.protocol.provider_limits import ProviderLimit
 
 __all__ = [
+    "LIMITS_ACTOR",
     "DirectoryActor",
+    "ProviderLimitsActor",
+    "RayBroker",
     "ShardActor",
     "alive_nodes",
     "namespace_of",
     "start_directory",
+    "start_provider_limits",
     "start_shards",
 ]
 
 HEAD_RESOURCE = "node:__internal_head__"
+LIMITS_ACTOR = "provider-limits"
+"""The name of the cluster's provider-limits actor (in the cluster's namespace)."""
 
 
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class ShardActor:
     """One shard: a :class:`~retinue.cluster.shard.ShardCore` on the actor's event loop."""
 
-    def __init__(self, shard: int, folder: str, config: bytes) -> None:
-        """Open shard ``shard``'s runtime over ``folder`` (a restart reopens it)."""
+    def __init__(self, shard: int, folder: str, config: bytes, limits: Any = None) -> None:
+        """Open shard ``shard``'s runtime over ``folder`` (a restart reopens it); lease the
+        provider limits from ``limits`` (the provider-limits actor, None: none)."""
         core = ShardCore.open(shard, Path(folder), msgspec.msgpack.decode(config, type=ShardConfig))
         core.node_id = ray.get_runtime_context().get_node_id()
         self.core = core
+        if limits is not None:
+            core.share_limits(RayBroker(limits), f"shard-{shard}:{os.getpid()}")
 
     async def handle(self, payload: bytes) -> bytes:
         """Serve one encoded call (see :mod:`retinue.cluster.wire`)."""
@@ -97,6 +117,73 @@ class DirectoryActor:
         self.directory.close()
 
 
+@ray.remote(max_restarts=-1, max_task_retries=0)
+class ProviderLimitsActor:
+    """The cluster's :class:`~retinue.cluster.leasebook.LeaseBook`, one call at a time."""
+
+    def __init__(self, limits: bytes, window_s: float, lease_s: float) -> None:
+        """Keep the book of ``limits`` (msgpack-encoded ProviderLimits)."""
+        decoded = msgspec.msgpack.decode(limits, type=tuple[ProviderLimit, ...])
+        self.book = LeaseBook(decoded, window_s=window_s, lease_s=lease_s)
+
+    def take(self, holder: str, match: str, calls: int, tokens_each: int) -> int:
+        """See :meth:`LeaseBook.take`."""
+        return self.book.take(holder, match, calls, tokens_each, time.monotonic())
+
+    def end(self, holder: str, match: str, calls: int, tokens: int) -> None:
+        """See :meth:`LeaseBook.end`."""
+        self.book.end(holder, match, calls, tokens, time.monotonic())
+
+    def give_back(self, holder: str, match: str, calls: int) -> None:
+        """See :meth:`LeaseBook.give_back`."""
+        self.book.give_back(holder, match, calls, time.monotonic())
+
+    def renew(self, holder: str) -> None:
+        """See :meth:`LeaseBook.renew`."""
+        self.book.renew(holder, time.monotonic())
+
+    def snapshot(self) -> bytes:
+        """Every leased limit now (msgpack-encoded ``LeaseSnapshot`` values)."""
+        return msgspec.msgpack.encode(self.book.snapshot(time.monotonic()))
+
+
+class RayBroker:
+    """A shard's :class:`~retinue.cluster.limits.Broker`: the provider-limits actor.
+
+    A take the actor cannot answer (it is restarting) grants nothing (the call
+    asks again); an end, a give-back or a renewal it cannot take is dropped
+    (a restarted actor's book starts empty).
+    """
+
+    def __init__(self, handle: Any, timeout_s: float = 10.0) -> None:
+        """Reach the actor ``handle``; a renewal waits at most ``timeout_s``."""
+        self.handle = handle
+        self.timeout_s = timeout_s
+
+    async def take(self, holder: str, match: str, calls: int, tokens_each: int) -> int:
+        """See :meth:`LeaseBook.take` (0 when the actor does not answer)."""
+        ref = self.handle.take.remote(holder, match, calls, tokens_each)
+        try:
+            granted: int = await asyncio.wrap_future(ref.future())
+        except Exception:
+            return 0
+        return granted
+
+    def end(self, holder: str, match: str, calls: int, tokens: int) -> None:
+        """See :meth:`LeaseBook.end` (not awaited)."""
+        with contextlib.suppress(Exception):
+            self.handle.end.remote(holder, match, calls, tokens)
+
+    def give_back(self, holder: str, match: str, calls: int) -> None:
+        """See :meth:`LeaseBook.give_back` (not awaited)."""
+        with contextlib.suppress(Exception):
+            self.handle.give_back.remote(holder, match, calls)
+
+    def renew(self, holder: str) -> None:
+        """See :meth:`LeaseBook.renew` (waits for the actor, at most ``timeout_s``)."""
+        ray.get(self.handle.renew.remote(holder), timeout=self.timeout_s)
+
+
 def namespace_of(store_root: Path) -> str:
     """Return the Ray namespace of the cluster whose stores are under ``store_root``."""
     digest = hashlib.sha256(str(store_root.resolve()).encode()).hexdigest()[:16]
@@ -143,6 +230,30 @@ def start_directory(
     return _remote(DirectoryActor).options(**options).remote(str(store_root / "directory"), shards)
 
 
+def start_provider_limits(
+    namespace: str,
+    limits: tuple[ProviderLimit, ...],
+    window_s: float,
+    lease_s: float,
+    runtime_env: dict[str, Any] | None,
+) -> Any:
+    """Return the cluster's provider-limits actor (created on the head node if not running)."""
+    nodes = alive_nodes()
+    head = next((n for n in nodes if HEAD_RESOURCE in n.get("Resources", {})), nodes[0])
+    options: dict[str, Any] = {
+        "name": LIMITS_ACTOR,
+        "namespace": namespace,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        "num_cpus": 0,
+        "scheduling_strategy": _affinity(head["NodeID"]),
+    }
+    if runtime_env is not None:
+        options["runtime_env"] = runtime_env
+    payload = msgspec.msgpack.encode(limits)
+    return _remote(ProviderLimitsActor).options(**options).remote(payload, window_s, lease_s)
+
+
 def start_shards(
     namespace: str,
     store_root: Path,
@@ -150,12 +261,14 @@ def start_shards(
     config: ShardConfig,
     recorded: dict[int, str],
     runtime_env: dict[str, Any] | None,
+    limits: Any = None,
 ) -> tuple[list[Any], dict[int, str]]:
     """Return the shard actors (created where their stores live if they are not running).
 
     A shard whose node address is ``recorded`` goes to a live node with that
     address; a new one goes to the next live node in turn. Returns the
-    handles and the node address of every shard (to record).
+    handles and the node address of every shard (to record). ``limits`` is the
+    provider-limits actor the shards lease from (None: none).
 
     Raises:
         ClusterError: a shard's store lives on a node the cluster does not have.
@@ -187,5 +300,5 @@ def start_shards(
         if runtime_env is not None:
             options["runtime_env"] = runtime_env
         folder = str(store_root / f"shard-{k}")
-        handles.append(_remote(ShardActor).options(**options).remote(k, folder, payload))
+        handles.append(_remote(ShardActor).options(**options).remote(k, folder, payload, limits))
     return handles, where

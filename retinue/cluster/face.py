@@ -21,6 +21,7 @@ from retinue.actors import Profile
 from retinue.cluster import startup
 from retinue.cluster import wire as w
 from retinue.cluster.approvals import ApprovalFace
+from retinue.cluster.leasebook import LeaseSnapshot, decode_leases
 from retinue.cluster.local import LocalRay
 from retinue.cluster.plumbing import FaceBase
 from retinue.cluster.router import Router
@@ -32,6 +33,7 @@ from retinue.persistence.store import Durability
 from retinue.protocol.details import AgentDetail
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.provider_limits import ProviderLimit
 from retinue.team import Team
 
 __all__ = ["Cluster"]
@@ -85,6 +87,8 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         stream_batch: int = 1_000,
         stream_idle_s: float = 60.0,
         max_streams: int = 1_000,
+        provider_limits: Iterable[ProviderLimit] | None = None,
+        provider_lease_s: float = 10.0,
     ) -> Cluster:
         """Open the cluster whose shards keep their stores under ``store_root``.
 
@@ -104,7 +108,9 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         returned completions a face keeps. Event streams: a take waits up to
         ``stream_poll_s`` and returns up to ``stream_batch`` events; a shard
         closes a stream no take reached for ``stream_idle_s`` and keeps at
-        most ``max_streams`` open.
+        most ``max_streams`` open. ``provider_limits`` hold across the shards: one
+        actor leases their capacity to the shards in small batches; a shard silent
+        for ``provider_lease_s`` loses its lease (see :mod:`retinue.cluster.limits`).
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
@@ -131,6 +137,8 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
             max_requests=int(max_requests),
             stream_idle_s=float(stream_idle_s),
             max_streams=max_streams,
+            provider_limits=startup.cluster_provider_limits(provider_limits),
+            provider_lease_s=startup.positive_seconds("provider_lease_s", provider_lease_s),
         )
         cluster._start(address, runtime_env, config, retry_s, call_timeout_s)
         router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
@@ -340,6 +348,16 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         if self._transport is not None:
             startup.stop(self._transport)
         self._disconnect()
+
+    def provider_leases(self) -> tuple[LeaseSnapshot, ...]:
+        """What the provider-limits actor leased: per leased limit, the calls each shard's
+        process holds, what its windows hold, grants made, leases expired (empty without
+        provider limits)."""
+        transport = self._transport
+        if transport is None or transport.provider_limits is None:
+            return ()
+        raw = transport.ray.get(transport.provider_limits.snapshot.remote(), timeout=30)
+        return decode_leases(raw)
 
     def detach(self) -> None:
         """Leave the cluster running for other drivers; only this face is closed.

@@ -32,9 +32,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from retinue.actors.admission import ProviderGate
 from retinue.cluster import ids
 from retinue.cluster import wire as w
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
+from retinue.cluster.leasebook import leased
+from retinue.cluster.limits import Broker, LeasedCapacity
 from retinue.cluster.requests import RequestLog
 from retinue.cluster.shardstreams import ShardStreams
 from retinue.cluster.specs import ShardConfig, config_digest, profile_of
@@ -80,6 +83,21 @@ class ShardCore:
             target=self._sweep_leases, name="retinue-lease-sweeper", daemon=True
         )
         self._sweeper.start()
+        self.capacity: LeasedCapacity | None = None
+
+    def share_limits(self, broker: Broker, holder: str) -> None:
+        """Lease the cluster's provider limits from ``broker`` as ``holder`` (this process):
+        every model call the runtime admits then also takes its share of the account's
+        capacity (:mod:`retinue.cluster.limits`)."""
+        matches = [limit.match for limit in self.config.provider_limits if leased(limit)]
+        system = self.rt._system
+        gate = getattr(system, "admission", None)  # a writer's gate (None: no limit)
+        if not matches or not isinstance(gate, ProviderGate):
+            return
+        self.capacity = LeasedCapacity(
+            broker, holder, matches, lease_s=self.config.provider_lease_s
+        ).start()
+        gate.share(self.capacity)
 
     @classmethod
     def open(cls, shard: int, folder: Path, config: ShardConfig) -> ShardCore:
@@ -107,6 +125,7 @@ class ShardCore:
                     team=team,
                     limits=config.limits,
                     durability=config.durability,
+                    provider_limits=config.provider_limits or None,
                 )
                 break
             except StoreLocked:
@@ -326,4 +345,6 @@ class ShardCore:
         """Close the runtime and the request log (idempotent)."""
         self._stop.set()
         self.rt.shutdown()  # its event streams end after the events queued before
+        if self.capacity is not None:
+            self.capacity.close()
         self.log.close()

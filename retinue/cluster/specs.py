@@ -24,6 +24,7 @@ from retinue.actors import Profile
 from retinue.actors.turns import Runner
 from retinue.errors import ArgumentTypeError, ConfigurationError
 from retinue.protocol.limits import Limits
+from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.supervision import Restart
 from retinue.team import Team, load_team
 
@@ -79,6 +80,8 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     lock_wait_s: float = 30.0
     stream_idle_s: float = 60.0
     max_streams: int = 1_000
+    provider_limits: tuple[ProviderLimit, ...] = ()
+    provider_lease_s: float = 10.0
 
 
 def runner_path(runner: Runner, owner: str) -> str:

@@ -11,7 +11,9 @@ leaves no other shard holding a store.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,9 @@ from retinue.cluster import wire as w
 from retinue.cluster.local import LocalRay, load_ray, start_local_ray
 from retinue.cluster.specs import ShardConfig, config_digest
 from retinue.cluster.transport import One, Op, Transport, failure_text
-from retinue.errors import ArgumentTypeError, ClusterError, ConfigurationError
+from retinue.errors import ArgumentTypeError, ClusterError, ConfigurationError, InvalidArgument
 from retinue.protocol.limits import Limits
+from retinue.protocol.provider_limits import ProviderLimit, merge_provider_limits
 from retinue.team import Team, load_team
 
 __all__ = [
@@ -78,6 +81,34 @@ class Connection:
     actor_env: dict[str, Any] | None  # the runtime environment each actor gets
 
 
+def cluster_provider_limits(given: Any) -> tuple[ProviderLimit, ...]:
+    """Check ``Cluster.open``'s ``provider_limits`` (None: none).
+
+    Raises:
+        ArgumentTypeError: one ProviderLimit, or not an iterable.
+        InvalidLimits: an item is not a ProviderLimit, or a match is named twice.
+    """
+    if given is None:
+        return ()
+    if isinstance(given, ProviderLimit | str) or not isinstance(given, Iterable):
+        raise ArgumentTypeError(
+            "provider_limits must be a list of retinue.ProviderLimit, not "
+            f"{type(given).__name__}; write provider_limits=[ProviderLimit(...)]"
+        )
+    return merge_provider_limits(list(given))
+
+
+def positive_seconds(name: str, value: Any) -> float:
+    """Check a number of seconds.
+
+    Raises:
+        InvalidArgument: ``value`` is not a positive finite number.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise InvalidArgument(f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
 def connect(address: str | None, runtime_env: dict[str, Any] | None) -> Connection:
     """Connect to Ray: the connection this process has, else ``address``, else a local Ray.
 
@@ -124,7 +155,8 @@ def start(
     retry_s: float,
     call_timeout_s: float,
 ) -> Transport:
-    """Start or find the directory and the shards; return the transport to them.
+    """Start or find the directory, the provider-limits actor (under provider limits) and the
+    shards; return the transport to them.
 
     Raises:
         ConfigurationError: Ray refused ``runtime_env``, or the shards run with
@@ -139,17 +171,28 @@ def start(
     except ValueError as exc:  # Ray refused the runtime environment
         raise ConfigurationError(f"runtime_env: {exc}") from None
     recorded = started(ray, directory.nodes.remote(), "the directory")
-    handles, where = actors.start_shards(namespace, store_root, shards, config, recorded, env)
+    limits_actor = None
+    if config.provider_limits:  # before the shards: each leases from it as it opens
+        window_s = 60.0 if config.limits is None else config.limits.provider_window_s
+        limits_actor = actors.start_provider_limits(
+            namespace, config.provider_limits, window_s, config.provider_lease_s, env
+        )
+        started(ray, limits_actor.snapshot.remote(), "the provider-limits actor")
+    handles, where = actors.start_shards(
+        namespace, store_root, shards, config, recorded, env, limits_actor
+    )
     for k, node in where.items():
         if recorded.get(k) != node:
             ray.get(directory.set_node.remote(k, node))
     try:
         check_shards(ray, store_root, config, handles)
     except ClusterError:  # a shard that cannot start leaves no other shard holding a store
-        for handle in [*handles, directory]:
+        for handle in [*handles, directory, *([limits_actor] if limits_actor else [])]:
             kill(ray, handle)
         raise
-    return Transport(ray, handles, directory, retry_s=retry_s, call_timeout_s=call_timeout_s)
+    transport = Transport(ray, handles, directory, retry_s=retry_s, call_timeout_s=call_timeout_s)
+    transport.provider_limits = limits_actor
+    return transport
 
 
 def check_shards(ray: Any, store_root: Path, config: ShardConfig, handles: list[Any]) -> None:
@@ -195,7 +238,8 @@ def kill(ray: Any, handle: Any, *, closing: bool = False) -> None:
 
 
 def stop(transport: Transport) -> None:
-    """Close every shard's runtime, then kill the shards and the directory without a restart.
+    """Close every shard's runtime, then kill the shards, the directory and the provider-limits
+    actor without a restart.
 
     A shard that cannot answer is killed all the same.
     """
@@ -205,6 +249,8 @@ def stop(transport: Transport) -> None:
             transport.run(_one(One(k, stop_call, "shutdown", retry=False)))
         kill(transport.ray, handle)
     kill(transport.ray, transport.directory, closing=True)
+    if transport.provider_limits is not None:
+        kill(transport.ray, transport.provider_limits)
 
 
 def _one(step: One) -> Op[bytes]:

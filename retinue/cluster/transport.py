@@ -144,6 +144,7 @@ class Transport:
         self.ray = ray
         self.shards = shards
         self.directory = directory
+        self.provider_limits: Any = None  # the provider-limits actor, if the cluster has one
         self.retry_s = retry_s
         self.call_timeout_s = call_timeout_s
         self.faults = Faults()

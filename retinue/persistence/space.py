@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from retinue.persistence.integrity import DATA_FILE, read_meta_pages
+from retinue.protocol.provider_limits import LimitSnapshot
 
 __all__ = ["Diagnostics", "StoreSpace", "map_watch", "measure"]
 
@@ -156,10 +157,21 @@ class Diagnostics(list[_D]):
     It is the list of :class:`~retinue.persistence.restore.Diagnostic` that
     restore found (what it skipped or repaired), as before; ``store`` is how
     the data file was used when it was read (:class:`StoreSpace`; None once
-    the runtime is closed).
+    the runtime is closed); ``provider_limits`` each provider limit's figures
+    (:class:`~retinue.protocol.provider_limits.LimitSnapshot`) and
+    ``admission_waiting`` the paths of the agents whose model call waits for
+    admission (both empty without provider limits).
     """
 
-    def __init__(self, found: Iterable[_D] = (), store: StoreSpace | None = None) -> None:
-        """Hold ``found`` (restore's diagnostics) and ``store``."""
+    def __init__(
+        self,
+        found: Iterable[_D] = (),
+        store: StoreSpace | None = None,
+        provider_limits: tuple[LimitSnapshot, ...] = (),
+        admission_waiting: tuple[str, ...] = (),
+    ) -> None:
+        """Hold ``found`` (restore's diagnostics), ``store`` and the provider limits' figures."""
         super().__init__(found)
         self.store = store
+        self.provider_limits = provider_limits
+        self.admission_waiting = admission_waiting

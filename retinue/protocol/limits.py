@@ -146,6 +146,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     store_map_warn_ratio: float = 0.9
     """Share of the LMDB map the store file's high-water mark may reach before a
     ``StoreMapFilling`` event warns (once per map size; the writer doubles a full map)."""
+    provider_window_s: float = 60.0
+    """The span, in seconds, of a provider limit's ``requests_per_minute`` and
+    ``tokens_per_minute`` (a minute; shorter only against a test provider whose
+    "minute" is, such as ``RateLimitedStub(window_s=...)``)."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -157,6 +161,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             "usd_per_agent",
             "usd_per_tree",
             "store_map_warn_ratio",
+            "provider_window_s",
         }
     )
     _RATIO_FIELDS: ClassVar[frozenset[str]] = frozenset({"store_map_warn_ratio"})

@@ -31,6 +31,7 @@ __all__ = [
     "MessageQueued",
     "ModelCallFinished",
     "ModelDelta",
+    "ProviderBackoff",
     "RunnerAbandoned",
     "StoreMapFilling",
     "ToolCallFinished",
@@ -379,6 +380,27 @@ class ModelDelta(_EventBase, frozen=True, tag="model_delta"):
     text: str
 
 
+class ProviderBackoff(_EventBase, frozen=True, tag="provider_backoff"):
+    """A provider limit backed off after a 429 of a model call of ``path`` (see
+    :class:`retinue.ProviderLimit`).
+
+    ``match`` is the limit charged (the call's most specific); ``lowered`` says
+    whether its adaptive in-flight level went from ``level_before`` to
+    ``level`` (None: unbounded); ``retry_after_s`` is how long a
+    ``Retry-After`` closes the limit for every call it covers (None: the
+    provider sent none); ``rate_limited`` counts the limit's 429s so far.
+    Published when the level is lowered or the limit closed, not for every 429.
+    """
+
+    model: str
+    match: str
+    lowered: bool
+    level_before: float | None
+    level: float | None
+    retry_after_s: float | None
+    rate_limited: int
+
+
 Event = (
     AgentSpawned
     | TurnQueued
@@ -398,4 +420,5 @@ Event = (
     | ToolCallFinished
     | ModelCallFinished
     | ModelDelta
+    | ProviderBackoff
 )

@@ -1,6 +1,8 @@
 """The steps of :meth:`Runtime.open <retinue.runtime.Runtime.open>`, in the order it takes them.
 
-Apply the team (:func:`apply_team`), check the limits (:func:`checked_limits`),
+Apply the team (:func:`apply_team`), check the limits (:func:`checked_limits`)
+and the provider limits (:func:`provider_limits_of`: the environment's, the
+team file's, then ``provider_limits``, merged by match),
 then either attach a reader to an existing store (:func:`attach_reader`) or
 start a writer (:func:`start_writer`): the event bus, the MCP servers, the
 profile table with its runners, the grants check, litellm's import on a
@@ -23,16 +25,22 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from retinue.actors import Profile
+from retinue.actors.admission import ProviderGate
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.system import ReadOnlySystem, System
 from retinue.actors.turns import Runner
-from retinue.errors import ArgumentTypeError, ConfigurationError
+from retinue.errors import ArgumentTypeError, ConfigurationError, InvalidLimits
 from retinue.llm import LiteLLMRunner
 from retinue.llm._profile_checks import check_profiles
 from retinue.llm.mcp import McpManager, McpServer
 from retinue.llm.model import preload_litellm
 from retinue.persistence.options import StoreOptions
 from retinue.protocol.limits import Limits
+from retinue.protocol.provider_limits import (
+    ProviderLimit,
+    merge_provider_limits,
+    provider_limits_from_env,
+)
 from retinue.team import Team, load_team, open_arguments
 
 __all__ = [
@@ -42,6 +50,7 @@ __all__ = [
     "attach_reader",
     "checked_limits",
     "open_tracing",
+    "provider_limits_of",
     "start_writer",
 ]
 
@@ -53,6 +62,8 @@ class OpenArguments(NamedTuple):
     limits: Limits | None
     workspace: str | os.PathLike[str] | None
     team_servers: Mapping[str, McpServer]
+    provider_limits: tuple[ProviderLimit, ...] = ()
+    """The team's provider limits (over the environment's), or the environment's."""
 
 
 class Writer(NamedTuple):
@@ -73,14 +84,49 @@ def apply_team(
 ) -> OpenArguments:
     """Return the open's arguments with the team's applied (a read-only open ignores it).
 
+    Its provider limits are the team's (``RETINUE_PROVIDER_LIMITS`` under the
+    file's ``[providers]``, as the team was read), else the environment's.
+
     Raises:
         TeamFileError: the team file is unusable (named by table and key).
+        InvalidLimits: ``RETINUE_PROVIDER_LIMITS`` is unusable.
     """
-    if team is None or readonly:
+    if readonly:
         return OpenArguments(profiles, limits, workspace, {})
+    if team is None:
+        return OpenArguments(profiles, limits, workspace, {}, provider_limits_from_env())
     team = team if isinstance(team, Team) else load_team(team)
     profiles, limits, workspace = open_arguments(team, profiles, runner, limits, workspace)
-    return OpenArguments(profiles, limits, workspace, dict(team.mcp))
+    return OpenArguments(profiles, limits, workspace, dict(team.mcp), team.provider_limits)
+
+
+def provider_limits_of(
+    given: OpenArguments, provider_limits: Iterable[ProviderLimit] | None
+) -> tuple[ProviderLimit, ...]:
+    """Return the limits model calls are admitted under: ``given``'s, then ``provider_limits``.
+
+    A limit of ``provider_limits`` replaces the team's or the environment's
+    limit of the same match whole.
+
+    Raises:
+        ArgumentTypeError: ``provider_limits`` is one ProviderLimit, or not iterable.
+        InvalidLimits: an item is not a ProviderLimit, or one match is named twice.
+    """
+    if provider_limits is None:
+        return merge_provider_limits(given.provider_limits)
+    if isinstance(provider_limits, ProviderLimit | str) or not isinstance(
+        provider_limits, Iterable
+    ):
+        raise ArgumentTypeError(
+            "provider_limits must be a list of retinue.ProviderLimit, not "
+            f"{type(provider_limits).__name__}; write provider_limits=[ProviderLimit(...)]"
+        )
+    try:
+        return merge_provider_limits(given.provider_limits, list(provider_limits))
+    except InvalidLimits as exc:
+        raise InvalidLimits(
+            str(exc).replace("provider limits source 2", "provider_limits")
+        ) from None
 
 
 def checked_limits(limits: Limits | None) -> Limits:
@@ -119,13 +165,16 @@ def start_writer(
     create: bool,
     mcp_servers: dict[str, McpServer] | None,
     spans: Spans | None = None,
+    provider_limits: tuple[ProviderLimit, ...] = (),
 ) -> Writer:
     """Check the profiles and MCP grants, then start the writable runtime on ``options``.
 
     The checks are :func:`~retinue.llm._profile_checks.check_profiles`, the
     ones ``Team.check`` (``retinue validate``) runs. ``given`` are the open's
     arguments with the team's applied (its ``limits`` already checked into
-    ``limits``); ``spans`` where the turns' spans go (see :func:`open_tracing`).
+    ``limits``); ``spans`` where the turns' spans go (see :func:`open_tracing`);
+    with ``provider_limits``, every model call passes a
+    :class:`~retinue.actors.admission.ProviderGate` over them.
 
     The MCP servers start on first use; the system closes them at shutdown,
     or at once if its start fails.
@@ -149,6 +198,15 @@ def start_writer(
         publish=bus.publish,
     )
     litellm = _import_litellm(runners)
+    gate = None
+    if provider_limits:
+        gate = ProviderGate(
+            provider_limits,
+            window_s=limits.provider_window_s,
+            bus=bus,
+            max_agents=limits.max_agents,
+        )
+    stops = [] if mcp is None else [mcp.close]
     system = System.start(
         options,
         create=create,
@@ -156,8 +214,9 @@ def start_writer(
         runners=runners,
         limits=limits,
         bus=bus,
-        before_stop=[] if mcp is None else [mcp.close],
+        before_stop=stops if gate is None else [*stops, gate.close],
         spans=spans,
+        admission=gate,
     )
     if litellm is not None:
         wait([litellm])  # an ImportError is the turn's to raise, not the open's

@@ -63,12 +63,14 @@ from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
 from retinue.protocol.details import AgentDetail, Backlog, CompactionReport
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.supervision import ApprovalRequest
 from retinue.runtime._opening import (
     apply_team,
     attach_reader,
     checked_limits,
     open_tracing,
+    provider_limits_of,
     start_writer,
 )
 from retinue.team import Team
@@ -135,51 +137,49 @@ class Runtime:
         mcp_servers: dict[str, McpServer] | None = None,
         tracer_provider: Any = None,
         capture_content: bool | None = None,
+        provider_limits: Iterable[ProviderLimit] | None = None,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
-        ``path=None`` makes a temporary store removed on close. ``durability``
-        is ``"full"`` (fsync before answering) or ``"buffered"`` (survives a
-        killed process; synced every second). ``map_size`` is the initial
-        LMDB map, grown as needed; ``group_commit=False`` commits every
-        transition alone (for benchmarks). ``workspace`` is the folder the
-        built-in tools of the model runners this runtime creates (for profiles
-        with a ``model``) are confined to. ``team`` is a
-        :class:`~retinue.team.Team` or a team file's path: its profiles come
-        first, and its ``[limits]`` and ``[defaults] workspace`` apply unless
-        ``limits`` or ``workspace`` is given (its ``[defaults] durability`` is
-        for ``retinue run``). A new folder becomes a new store; ``create=True``
-        is needed only to start a new, empty store in a folder whose store lost
-        its data file (that is refused by default). Agents that
-        were queued or running when the store was last used come back
-        ``interrupted``; restore problems are listed in :attr:`diagnostics`.
-        ``readonly=True`` opens an existing store beside its writer: reads
-        (``get``, ``agents``, ``backup``) work, every change raises
-        ``StoreReadOnly``. ``mcp_servers`` names MCP servers
-        (:class:`~retinue.llm.McpServer`) whose tools profiles grant as
-        ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the
-        team's ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`).
-        ``tracer_provider`` (None: the global one) and ``capture_content`` (None:
-        as the environment says) are the spans' (:mod:`retinue.tracing`, extra ``otel``).
+        ``path=None`` makes a temporary store removed on close. ``durability`` is ``"full"`` (fsync
+        before answering) or ``"buffered"`` (survives a killed process; synced every second).
+        ``map_size`` is the initial LMDB map, grown as needed; ``group_commit=False`` commits every
+        transition alone (for benchmarks). ``workspace`` is the folder the built-in tools of the
+        model runners this runtime creates (for profiles with a ``model``) are confined to.
+        ``team`` is a :class:`~retinue.team.Team` or a team file's path: its profiles come first,
+        and its ``[limits]`` and ``[defaults] workspace`` apply unless ``limits`` or ``workspace``
+        is given (its ``[defaults] durability`` is for ``retinue run``). A new folder becomes a new
+        store; ``create=True`` is needed only to start a new, empty store in a folder whose store
+        lost its data file (that is refused by default). Agents that were queued or running when
+        the store was last used come back ``interrupted``; restore problems are listed in
+        :attr:`diagnostics`. ``readonly=True`` opens an existing store beside its writer: reads
+        (``get``, ``agents``, ``backup``) work, every change raises ``StoreReadOnly``.
+        ``mcp_servers`` names MCP servers (:class:`~retinue.llm.McpServer`) whose tools profiles
+        grant as ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the team's
+        ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`). ``tracer_provider`` (None: the global one)
+        and ``capture_content`` (None: as the environment says) are the spans'
+        (:mod:`retinue.tracing`, extra ``otel``). ``provider_limits``
+        (:class:`~retinue.ProviderLimit` values, merged by match over the team's ``[providers]``
+        and ``RETINUE_PROVIDER_LIMITS``) admit each model call, fairly between trees, once it fits
+        every limit covering it.
 
-        Every argument is checked before anything touches the disk, and a
-        failed open leaves nothing behind: a temporary folder, or a store
-        folder this call created, is removed again.
+        Every argument is checked before anything touches the disk, and a failed open leaves
+        nothing behind: a temporary folder, or a store folder this call created, is removed again.
 
         Raises:
-            ArgumentTypeError: an argument of the wrong type (``path`` an
-                int, ``limits`` a dict, ``map_size`` a str, ...).
-            InvalidArgument: ``path`` is blank, contains NUL or names a file;
-                a bad ``map_size`` or ``durability``.
-            ConfigurationError: a profile without a runner, or defined twice; a
-                profile whose tools exceed those of a profile that spawns it
-                (the capability ceiling; the message names the extra tools).
-            TeamFileError: the team file is unusable (named by table and key).
-            DelegationCycleError, DelegationDepthError: a bad profile graph.
-            InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad.
+            ArgumentTypeError: an argument of the wrong type (``path`` an int, ``limits`` a
+                dict, ``map_size`` a str, ...).
+            InvalidArgument: ``path`` is blank, contains NUL or names a file; a bad
+                ``map_size`` or ``durability``.
+            ConfigurationError: a profile without a runner, or defined twice; a profile whose
+                tools exceed those of a profile that spawns it (the capability ceiling).
+            TeamFileError, DelegationCycleError, DelegationDepthError: an unusable team file
+                (named by table and key); a bad profile graph.
+            InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad; a bad
+                ``provider_limits`` item, or a match named twice in one source.
             StoreLocked: another writer holds the store.
-            StoreVersionError: the store was written by a newer schema.
-            StoreCorrupted: the store's data file is truncated, damaged or lost.
+            StoreVersionError, StoreCorrupted: a newer schema's store; a data file truncated,
+                damaged or lost.
             StoreError: the folder cannot be created or LMDB refuses it.
             ExtraNotInstalled: a ``tracer_provider`` without the ``otel`` extra.
         """
@@ -192,11 +192,12 @@ class Runtime:
             group_commit=group_commit,
         )
         checked = checked_limits(given.limits)
+        providers = provider_limits_of(given, provider_limits)
         if options.readonly:
             return cls._over(attach_reader(options, checked))
         spans = open_tracing(tracer_provider, capture_content, checked)
-        writer = start_writer(options, checked, given, runner, create, mcp_servers, spans)
-        return cls._over(*writer)
+        parts = start_writer(options, checked, given, runner, create, mcp_servers, spans, providers)
+        return cls._over(*parts)
 
     @classmethod
     def _over(
@@ -222,6 +223,12 @@ class Runtime:
         ``store`` attribute is how the data file is used now
         (:class:`~retinue.persistence.space.StoreSpace`: file size, pages in
         use and free, the map's headroom), None once the runtime is closed.
+        ``provider_limits`` holds each provider limit's figures now
+        (:class:`~retinue.protocol.provider_limits.LimitSnapshot`: calls in
+        flight, waiting, admitted, 429s, the adaptive level, the windows'
+        use, the end of a Retry-After as wall-clock time), and
+        ``admission_waiting`` the paths of the agents whose model call waits
+        for admission (both empty without provider limits).
 
         Raises:
             StoreCorrupted, StoreError: the store could not be measured.
@@ -235,7 +242,10 @@ class Runtime:
             if system.state is not RuntimeState.CLOSED:
                 raise
             space = None  # it closed meanwhile
-        return Diagnostics(system.diagnostics, space)
+        gate = getattr(system, "admission", None)
+        if gate is None:
+            return Diagnostics(system.diagnostics, space)
+        return Diagnostics(system.diagnostics, space, gate.snapshot(), gate.waiting())
 
     @property
     def state(self) -> RuntimeState:

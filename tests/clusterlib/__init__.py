@@ -69,3 +69,11 @@ def talker(turn: Turn) -> str:
 def reader(turn: Turn) -> str:
     """Return the ids of the messages this turn read, comma-separated (for the crash loop)."""
     return ",".join(m.id for m in turn.messages if m.kind == "message")
+
+
+def fan_out(turn: Turn) -> str:
+    """Task ``"<label> <count>"``: run ``count`` workers at once, tasks ``"<label> job <n>"``."""
+    label, count = turn.task.split()
+    jobs = [("worker", f"{label} job {n}") for n in range(int(count))]
+    done = turn.run_many(jobs, timeout=600)
+    return f"{len(done)} workers"

@@ -50,6 +50,8 @@ DEFAULTS: dict[str, int | float | None] = {
     "transcript_max_calls": 200,
     # The store file: the share of the map its high-water mark reaches before a warning.
     "store_map_warn_ratio": 0.9,
+    # Provider limits: the span of their per-minute windows.
+    "provider_window_s": 60.0,
 }
 FLOAT_FIELDS = [
     "wait_default_s",
@@ -57,6 +59,7 @@ FLOAT_FIELDS = [
     "retain_age_s",
     "compact_interval_s",
     "store_map_warn_ratio",
+    "provider_window_s",
 ]
 OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]
 OPTIONAL_FLOAT_FIELDS = ["usd_per_agent", "usd_per_tree", "approval_timeout_s"]

@@ -279,9 +279,10 @@ class Scheduler(Journaled):
             keeps_receipts=True,
             origin=record.origin,
         )
+        turn.root_id = world.tree.top_of.get(agent_id, agent_id)
+        turn.admission = world.admission
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
-            turn.root_id = world.tree.top_of.get(agent_id, agent_id)
         self.turns[agent_id] = TurnHandle(
             generation=record.generation,
             turn=turn,

@@ -48,6 +48,7 @@ from typing import Any, assert_never
 import pykka
 
 from retinue.actors import Profile
+from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.commands import (
     AckLease,
@@ -148,8 +149,10 @@ class Supervisor:
         engine: Engine,
         executor: Executor | None = None,
         spans: Spans | None = None,
+        admission: Admission | None = None,
     ) -> None:
-        """Compose the parts over one world (``spans``: where its spans go, if it traces)."""
+        """Compose the parts over one world (``spans``: where its spans go, if it traces;
+        ``admission``: the gate of model calls under provider limits)."""
         self.world = World(
             store=store,
             tree=tree,
@@ -160,6 +163,7 @@ class Supervisor:
             engine=engine,
             executor=executor,
             spans=spans,
+            admission=admission,
         )
         self.scheduler = Scheduler(self.world, inbox=self._inbox, start_failed=self._start_failed)
         self.waiters = Waiters(self.world, self.scheduler)

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from retinue.actors import Journal, Journaled, Profile
+from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.commands import Host, Sender
 from retinue.actors.events import EventBus, Observer, Spans
@@ -228,6 +229,7 @@ class World(Journaled):
         executor: the pool and event loop agent actors run on.
         runner_is_async: per profile, whether its runner is ``async def``.
         policies: per profile, its restart policy as agents store it (None: none).
+        admission: the gate of model calls under provider limits (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
         journal: records every change a command makes to the supervisor's
@@ -246,6 +248,7 @@ class World(Journaled):
             "executor",
             "runner_is_async",
             "policies",
+            "admission",
         }
     )
 
@@ -261,9 +264,11 @@ class World(Journaled):
         engine: Engine,
         executor: Executor | None = None,
         spans: Spans | None = None,
+        admission: Admission | None = None,
     ) -> None:
         """Gather the store, tree, profiles, limits, bus, engine and the runners' executors
-        (``spans``: where turns' spans go, when the runtime traces)."""
+        (``spans``: where turns' spans go, when the runtime traces; ``admission``: the
+        provider limits' gate model calls pass, None: no provider limit)."""
         self._journal = tree.journal
         self.store = store
         self.tree = tree
@@ -279,6 +284,7 @@ class World(Journaled):
             name: None if p.restart is None else RestartRecord.of(p.restart)
             for name, p in profiles.items()
         }
+        self.admission = admission
         self.closing = False
         self.restoring = False
 

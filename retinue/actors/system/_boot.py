@@ -17,6 +17,7 @@ import msgspec
 import pykka
 
 from retinue.actors import Profile
+from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor import Supervisor, SupervisorActor
@@ -211,6 +212,7 @@ def boot(
     engine: Engine,
     executor: Executor | None = None,
     spans: Spans | None = None,
+    admission: Admission | None = None,
 ) -> Booted:
     """Restore ``store`` into a tree, recover crashed turns and start the supervisor.
 
@@ -244,6 +246,7 @@ def boot(
         engine=engine,
         executor=executor,
         spans=spans,
+        admission=admission,
     )
     core.supervision.approvals.load(restored.approvals)
     core.recover()

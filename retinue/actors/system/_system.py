@@ -24,6 +24,7 @@ from typing import Any
 import pykka
 
 from retinue.actors import Profile
+from retinue.actors.admission import Admission
 from retinue.actors.calls import Channel, Engine, RuntimeState, actor_target
 from retinue.actors.commands import Compact, Rearm, Shutdown
 from retinue.actors.events import EventBus, Spans
@@ -82,6 +83,7 @@ class System:
         self._stopping = threading.Event()
         self._compactor: threading.Thread | None = None
         self.before_stop: list[Callable[[], None]] = []
+        self.admission: Admission | None = None  # the provider limits' gate, if any
 
     @classmethod
     def start(
@@ -95,6 +97,7 @@ class System:
         bus: EventBus | None = None,
         before_stop: Sequence[Callable[[], None]] = (),
         spans: Spans | None = None,
+        admission: Admission | None = None,
     ) -> System:
         """Open (or create) the writable store ``options`` names and start everything on it.
 
@@ -105,7 +108,8 @@ class System:
         before the event loop stops. A failed start leaves nothing behind: the
         executor is stopped, the store closed, a folder this call created
         removed again and the ``before_stop`` functions called. ``spans`` is where
-        the turns' spans go (:mod:`retinue.tracing`; None: no spans).
+        the turns' spans go (:mod:`retinue.tracing`; None: no spans); ``admission`` the
+        gate model calls pass under provider limits (None: none; stopped at shutdown).
 
         Raises:
             StoreError: the folder cannot be created, or the recovery not written.
@@ -117,6 +121,7 @@ class System:
             _call_each(before_stop)
             raise
         system.before_stop = list(before_stop)
+        system.admission = admission
         try:
             booted = boot(
                 system.store,
@@ -127,6 +132,7 @@ class System:
                 engine=system.engine,
                 executor=system.executor,
                 spans=spans,
+                admission=admission,
             )
         except BaseException:
             system._discard()

@@ -24,6 +24,7 @@ from retinue.protocol.messages import AgentInfo, Completion, Message
 
 if TYPE_CHECKING:
     from retinue.actors import Journal, Profile
+    from retinue.actors.admission import Admission
 
 __all__ = ["TurnControl"]
 
@@ -74,6 +75,7 @@ class TurnControl:
         self.trace: str | None = None
         self.cause: str | None = None
         self.root_id = agent.id
+        self.admission: Admission | None = None  # the provider limits' gate (None: none)
         self._cancel_lock = threading.RLock()
         self._on_cancel: list[Callable[[], None]] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from retinue.llm.model._budgets import admit_call, check_budgets
 from retinue.llm.model._calls import CallSettings, complete, usage_of
+from retinue.llm.model._limits import LimitedCalls
 from retinue.llm.model._litellm_logging import finish_logging_at_close
 from retinue.llm.model._offline import register_offline_model
 from retinue.llm.model._pricing import unpriced
@@ -33,6 +34,7 @@ __all__ = [
     "SCRIPTED_MODEL",
     "SCRIPTED_PROVIDER",
     "CallSettings",
+    "LimitedCalls",
     "admit_call",
     "check_budgets",
     "complete",

@@ -6,6 +6,8 @@ providers): :func:`complete` bounds each attempt with ``asyncio.wait_for``,
 retries what :func:`~retinue.llm.model._retry.classify` calls transient with
 jittered exponential backoff (``Retry-After`` honoured), and keeps at most
 ``Limits.max_concurrent_calls`` calls of one model in flight on the loop.
+Under provider limits each attempt is first admitted by the runtime's gate
+(:mod:`~retinue.llm.model._limits`), and its end reported back to it.
 :func:`usage_of` reads the tokens and the cost (litellm's local cost map; a
 model it does not price costs 0.0).
 
@@ -30,6 +32,7 @@ from typing import Any
 
 from retinue.actors.events import ModelCallWatch
 from retinue.errors import ModelCallFailed
+from retinue.llm.model._limits import LimitedCalls
 from retinue.llm.model._provider import SCRIPTED_PROVIDER
 from retinue.llm.model._retry import backoff_delay, classify
 from retinue.llm.model._streaming import stream_kwargs, streamed
@@ -76,16 +79,19 @@ async def complete(
     tools: list[dict[str, Any]],
     max_in_flight: int,
     watch: ModelCallWatch | None = None,
+    limited: LimitedCalls | None = None,
 ) -> Any:
     """Call the model with ``messages`` (and ``tools``); return litellm's response.
 
     ``watch`` is told of each retry and, for a streamed call, of each piece of
-    text as it arrives.
+    text as it arrives; ``limited`` admits each attempt under the provider
+    limits (None: none covers the model).
 
     Raises:
         ModelCallFailed: a call failed for good (one line: provider, status,
             message, attempts), or the provider cannot stream; an interrupt
-            cancels the call instead.
+            cancels the call instead (also while it waits for admission).
+        ProviderLimitExceeded: its token estimate can never fit a provider limit.
     """
     kwargs = dict(settings.kwargs, messages=messages)
     if tools:
@@ -96,13 +102,24 @@ async def complete(
     attempt = 0
     while True:
         attempt += 1
+        call_id = None if limited is None else await limited.admit(messages, tools)
         try:
             async with semaphore:
-                return await asyncio.wait_for(
+                response = await asyncio.wait_for(
                     _attempt(litellm, kwargs, settings.stream, watch), settings.request_timeout_s
                 )
         except Exception as exc:  # CancelledError (an interrupt) is not an Exception
             failure = classify(exc, settings.model, settings.request_timeout_s)
+            if call_id is not None and limited is not None:
+                limited.failed(call_id, failure)
+        except BaseException:
+            if call_id is not None and limited is not None:
+                limited.abandoned(call_id)
+            raise
+        else:
+            if call_id is not None and limited is not None:
+                limited.answered(call_id, response)
+            return response
         if not failure.retryable or attempt > settings.retries:
             raise ModelCallFailed(
                 failure.line(attempt), provider=failure.provider, status=failure.status

@@ -111,6 +111,8 @@ def classify(exc: BaseException, model: str, timeout_s: float) -> Failure:
     status = getattr(exc, "status_code", None)
     if not isinstance(status, int) or isinstance(status, bool):
         status = None
+    if status is None and "RateLimit" in type(exc).__name__:
+        status = 429  # a provider's rate-limit error, as litellm raises it
     message = _clean(getattr(exc, "message", None) or str(exc) or type(exc).__name__)
     name = type(exc).__name__
     if status is None or name in ("Timeout", "APITimeoutError", "APIConnectionError"):

@@ -14,7 +14,9 @@ saying the previous attempt failed and why; calls of tools the profile names
 in ``approve`` pass the approval gate (:mod:`retinue.llm.turn._approval_gate`); a
 turn that carries on after its approvals were answered in a new process
 (``reason == "approval"``) first runs the step it parked on; with a budget
-set, every model call is admitted first (:func:`~retinue.llm.model._budgets.admit_call`).
+set, every model call is admitted first (:func:`~retinue.llm.model._budgets.admit_call`);
+under provider limits each attempt is then admitted by the runtime's gate
+(:class:`~retinue.llm.model.LimitedCalls`): a call a budget refuses never waits.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from retinue.llm.chat import (
     unanswered_calls,
 )
 from retinue.llm.mcp import mcp_tool_defs
-from retinue.llm.model import admit_call, check_budgets, complete, usage_of
+from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete, usage_of
 from retinue.llm.tools import ToolBox
 from retinue.llm.turn._approval_gate import (
     CUT_SHORT_RESULT,
@@ -94,6 +96,8 @@ class TurnSession:
         self.repaired = False
         self.parked_calls: list[Any] = []  # the step a turn carrying on after a reopen parked on
         self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
+        calls = runner.calls
+        self.limited = LimitedCalls.of(turn, litellm, calls.model, calls.kwargs)
 
     def _system(self) -> list[ChatMessage]:
         text = self.turn.instructions or ""
@@ -151,6 +155,7 @@ class TurnSession:
                     schemas,
                     self.limits.max_concurrent_calls,
                     watch,
+                    self.limited,
                 )
             message = assistant_message(_first_message(response, self.runner.model))
         except BaseException as exc:

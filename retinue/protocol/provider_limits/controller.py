@@ -34,7 +34,7 @@ from retinue.protocol.messages import Usage
 from retinue.protocol.provider_limits.fairness import FairQueue
 from retinue.protocol.provider_limits.limit import ProviderLimit, normalise_match, specificity
 from retinue.protocol.provider_limits.sources import check_unique
-from retinue.protocol.provider_limits.state import BackOff, LimitSnapshot, LimitState
+from retinue.protocol.provider_limits.state import WINDOW_S, BackOff, LimitSnapshot, LimitState
 
 __all__ = ["AdmissionController", "Admitted", "ModelCall", "Waiting"]
 
@@ -110,14 +110,27 @@ class _Entry:
 class AdmissionController:
     """Admission of model calls under provider limits; one thread at a time."""
 
-    def __init__(self, limits: Iterable[ProviderLimit], rng: random.Random) -> None:
+    def __init__(
+        self, limits: Iterable[ProviderLimit], rng: random.Random, window_s: float = WINDOW_S
+    ) -> None:
         """Control admission under ``limits``; ``rng`` jitters the release after a Retry-After.
 
+        ``window_s`` is the span of the per-minute windows (60 s; shorter only
+        against a test provider whose "minute" is shorter).
+
         Raises:
-            InvalidLimits: an item is not a ProviderLimit, or a match is named twice.
+            InvalidLimits: an item is not a ProviderLimit, or a match is named
+                twice, or ``window_s`` is not a positive finite number.
         """
         checked = check_unique(limits, "AdmissionController limits")
-        self._states = {limit.match: LimitState(limit) for limit in checked}
+        if isinstance(window_s, bool) or not (
+            isinstance(window_s, int | float) and 0 < window_s < math.inf
+        ):
+            raise InvalidLimits(
+                f"the provider limits' window must be > 0 seconds, not {window_s!r}"
+            )
+        self.window_s = float(window_s)
+        self._states = {limit.match: LimitState(limit, self.window_s) for limit in checked}
         self._rng = rng
         self._queue: FairQueue[_Entry] = FairQueue()
         self._waiting: dict[str, _Entry] = {}
@@ -343,3 +356,7 @@ class AdmissionController:
     def in_flight(self) -> int:
         """The admitted calls not yet released."""
         return len(self._flying)
+
+    def flying(self, call_id: str) -> bool:
+        """Whether the call ``call_id`` is admitted and not yet released."""
+        return call_id in self._flying

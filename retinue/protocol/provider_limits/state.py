@@ -80,8 +80,12 @@ class LimitState:
         "waiting",
     )
 
-    def __init__(self, limit: ProviderLimit) -> None:
-        """The state of ``limit`` before any call: open, empty, at its ceiling."""
+    def __init__(self, limit: ProviderLimit, window_s: float = WINDOW_S) -> None:
+        """The state of ``limit`` before any call: open, empty, at its ceiling.
+
+        ``window_s`` is the span of its per-minute windows (60 s; shorter only
+        against a test provider whose "minute" is shorter).
+        """
         self.limit = limit
         self.level = AdaptiveLevel(
             floor=limit.min_in_flight,
@@ -91,8 +95,8 @@ class LimitState:
             adaptive=limit.adaptive,
         )
         rpm, tpm = limit.requests_per_minute, limit.tokens_per_minute
-        self.requests = None if rpm is None else RateWindow(rpm, WINDOW_S)
-        self.tokens = None if tpm is None else RateWindow(tpm, WINDOW_S)
+        self.requests = None if rpm is None else RateWindow(rpm, window_s)
+        self.tokens = None if tpm is None else RateWindow(tpm, window_s)
         self.in_flight = 0
         self.waiting = 0
         self.admitted = 0
