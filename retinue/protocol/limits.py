@@ -146,6 +146,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     store_map_warn_ratio: float = 0.9
     """Share of the LMDB map the store file's high-water mark may reach before a
     ``StoreMapFilling`` event warns (once per map size; the writer doubles a full map)."""
+    fork_generations: int = 16
+    """Settled generations of each agent the store keeps for ``Runtime.fork(at=...)``, newest
+    (each the agent's record as that generation ended); an older one cannot be forked."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {

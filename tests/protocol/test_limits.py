@@ -50,6 +50,8 @@ DEFAULTS: dict[str, int | float | None] = {
     "transcript_max_calls": 200,
     # The store file: the share of the map its high-water mark reaches before a warning.
     "store_map_warn_ratio": 0.9,
+    # Fork: the settled generations of each agent kept to fork as of.
+    "fork_generations": 16,
 }
 FLOAT_FIELDS = [
     "wait_default_s",

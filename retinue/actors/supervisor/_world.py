@@ -22,6 +22,7 @@ from retinue.actors import Journal, Journaled, Profile
 from retinue.actors.calls import Engine
 from retinue.actors.commands import Host, Sender
 from retinue.actors.events import EventBus, Observer, Spans
+from retinue.actors.supervisor._history import History
 from retinue.actors.supervisor._transition import Transition, resolve_future
 from retinue.actors.tree import HOST_KEY, Tree
 from retinue.actors.turns import Executor, Runner, is_async_runner
@@ -88,6 +89,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
         last_error=record.last_error,
         restart_due_at=record.restart_due_at,
         error_type=record.error_type,
+        forked_from=record.forked_from,
     )
 
 
@@ -230,6 +232,7 @@ class World(Journaled):
         policies: per profile, its restart policy as agents store it (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
+        history: each agent's newest settled generations, kept to fork as of.
         journal: records every change a command makes to the supervisor's
             memory, so a command that fails is undone (:mod:`retinue.actors._journal`).
     """
@@ -281,6 +284,7 @@ class World(Journaled):
         }
         self.closing = False
         self.restoring = False
+        self.history = History(tree, store, limits)
 
     @property
     def journal(self) -> Journal:

@@ -34,6 +34,7 @@ from retinue.llm.chat import (
     bound_at,
     decode_transcript,
     encode_transcript,
+    for_model,
     render_message,
     repair_dangling,
     stored_calls,
@@ -137,7 +138,7 @@ class TurnSession:
             ModelCallFailed: the call failed for good, or the answer has no choices.
         """
         calls = self.runner.calls
-        messages = self._system() + self.history
+        messages = self._system() + for_model(self.history)
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
         watch = self.turn.watch.model_call(calls.model, request)
@@ -322,7 +323,8 @@ class TurnSession:
             self.history, self.limits.transcript_max_bytes, self.task_at
         )
         self.cut += cut
-        raw = encode_transcript(self.turn.agent.id, self.history, self.cut, self.call_times)
+        agent = self.turn.agent
+        raw = encode_transcript(agent.id, self.history, self.cut, self.call_times, agent.generation)
         takes_input, self.input_stored = not self.input_stored, True
         self.agent_usage, self.tree_usage = await llm_step(
             self.turn, usage, raw, takes_input=takes_input, ends_call=ends_call
