@@ -8,6 +8,7 @@ from collections.abc import Callable
 from retinue.cli.approve import cmd_approvals
 from retinue.cli.common import store_help
 from retinue.cli.extras import cmd_mcp, cmd_web
+from retinue.cli.fork import cmd_fork
 from retinue.cli.fuzz import add_fuzz
 from retinue.cli.reads import cmd_backup, cmd_compact, cmd_inspect, cmd_tree
 from retinue.cli.run import cmd_demo, cmd_resume, cmd_run
@@ -153,7 +154,7 @@ def _approval_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_runs(add: Add) -> None:
-    """demo, run and resume: trees run live on a store."""
+    """demo, run, resume and fork: trees run live on a store."""
     demo = add(
         "demo",
         "run the bundled code-review team on the offline model",
@@ -199,6 +200,24 @@ def _add_runs(add: Add) -> None:
     resume.add_argument("--json", action="store_true", help="print one JSON event per line")
     _approval_options(resume)
     resume.set_defaults(handler=cmd_resume)
+
+    fork = add(
+        "fork",
+        "copy an agent and its subtree as of a past generation",
+        "Record a settled copy of REF (default: beside it, as <name>_fork<n>) as of\n"
+        "its generation --at (default: its last settled one), with its subtree as of\n"
+        "then: tasks, outputs, transcripts; usage from nothing. Nothing runs: give the\n"
+        "copy a turn (Runtime.follow_up) to carry on differently. Needs the store free\n"
+        "of writers; uses the team the store was run with (or --team).",
+    )
+    fork.add_argument("ref", metavar="REF", help="agent path (/root/review/security) or id")
+    fork.add_argument("--at", type=int, metavar="N", help="the generation to fork as of")
+    fork.add_argument("--name", help="name of the copy (default: <name>_fork<n>)")
+    fork.add_argument("--parent", help="path of the copy's parent (/root: top level)")
+    fork.add_argument("--no-tree", action="store_true", help="copy REF alone, not its subtree")
+    fork.add_argument("--store", help=store_help())
+    fork.add_argument("--team", help="team file to use (default: the one the store was run with)")
+    fork.set_defaults(handler=cmd_fork)
 
 
 def _add_reads(add: Add) -> None:

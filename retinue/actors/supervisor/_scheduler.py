@@ -281,6 +281,13 @@ class Scheduler(Journaled):
         )
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
+            forked = record.forked_from  # a fork's first turn links to its origin's span
+            if (
+                turn.cause is None
+                and forked is not None
+                and (record.generation, record.attempt) == (forked.generation + 1, 1)
+            ):
+                turn.cause = forked.trace
             turn.root_id = world.tree.top_of.get(agent_id, agent_id)
         self.turns[agent_id] = TurnHandle(
             generation=record.generation,
