@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     _add_runs(add)
+    _add_fork(add)
     _add_reads(add)
     add_fuzz(add)
     _add_extras(add)
@@ -154,7 +155,7 @@ def _approval_options(p: argparse.ArgumentParser) -> None:
 
 
 def _add_runs(add: Add) -> None:
-    """demo, run, resume and fork: trees run live on a store."""
+    """demo, run and resume: trees run live on a store."""
     demo = add(
         "demo",
         "run the bundled code-review team on the offline model",
@@ -185,6 +186,7 @@ def _add_runs(add: Add) -> None:
         "--name", help="name of the top-level agent (default: the team's name, made unique)"
     )
     run.add_argument("--store", help=store_help())
+    _tape_options(run)
     _run_options(run)
     run.set_defaults(handler=cmd_run)
 
@@ -201,6 +203,32 @@ def _add_runs(add: Add) -> None:
     _approval_options(resume)
     resume.set_defaults(handler=cmd_resume)
 
+
+def _tape_options(run: argparse.ArgumentParser) -> None:
+    """--record / --replay CASSETTE and --redact: a run recorded, or replayed offline."""
+    tape = run.add_mutually_exclusive_group()
+    tape.add_argument(
+        "--record",
+        metavar="CASSETTE",
+        help="append every model call and host tool result of the run to CASSETTE",
+    )
+    tape.add_argument(
+        "--replay",
+        metavar="CASSETTE",
+        help="answer every model call from CASSETTE, offline (a call not recorded fails "
+        "its agent with CassetteMiss)",
+    )
+    run.add_argument(
+        "--redact",
+        action="append",
+        metavar="REGEX",
+        help="with --record, replace what REGEX matches by [REDACTED] in the cassette "
+        "(repeatable; API keys never reach it)",
+    )
+
+
+def _add_fork(add: Add) -> None:
+    """fork: a settled copy of an agent and its subtree as of a past generation."""
     fork = add(
         "fork",
         "copy an agent and its subtree as of a past generation",

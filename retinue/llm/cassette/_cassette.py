@@ -1,0 +1,476 @@
+"""A cassette: a versioned, append-only file of a run's model calls and host tool results.
+
+The file is JSON lines encoded by msgspec: a header (``{"format":
+"retinue-cassette", "version": 1, "redact": [...]}``), then one entry per answered call,
+appended as it is answered:
+
+- a model call (``kind: "model"``): the agent's path, its call index (0 for
+  the agent's first answered model call through this runner), the request's
+  key (:func:`~retinue.llm.cassette._requests.request_key`), the canonical
+  request, the assistant message the turn kept, and its usage;
+- a host tool call (``kind: "tool"``): the agent's path, its host-tool call
+  index, the key of the tool's name and arguments, the result and the error.
+
+Modes: ``record`` appends every answered call (creating the file; an existing
+cassette of this version is added to); ``replay`` answers every call from the
+file by its key and never calls the model: a request that matches no entry
+raises :class:`~retinue.errors.CassetteMiss` naming the agent, the index and
+the first differing field; ``auto`` replays what matches and records the
+rest. Host tools are answered from the cassette in ``replay`` (and, for what
+it holds, ``auto``) unless ``replay_tools=False``: then they run.
+
+An index counts the calls an agent had answered, so concurrent calls of
+sibling agents match whatever order they arrive in. A last line cut short
+by a crash while recording is ignored; any other damage is a
+:class:`~retinue.errors.CassetteError`. Thread-safe: appends to one file are
+serialised across every cassette of the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from retinue.errors import CassetteError, CassetteMiss, ConfigurationError
+from retinue.llm.cassette._requests import (
+    Redactor,
+    canonical_request,
+    first_difference,
+    request_key,
+)
+from retinue.protocol.checks import preview
+from retinue.protocol.messages import Usage
+
+__all__ = ["CASSETTE_VERSION", "MODES", "Cassette", "Header", "ModelEntry", "ToolEntry"]
+
+CASSETTE_VERSION = 1
+"""The cassette format this retinue writes (and the newest it reads)."""
+MODES = ("record", "replay", "auto")
+Mode = Literal["record", "replay", "auto"]
+
+
+class Header(msgspec.Struct, kw_only=True):
+    """The first line of a cassette: its format, version and the ``redact`` patterns it was
+    recorded with (a replay scrubs its requests with them too, so their keys match)."""
+
+    format: str = "retinue-cassette"
+    version: int = CASSETTE_VERSION
+    redact: list[str] = msgspec.field(default_factory=list)
+
+
+class ModelEntry(msgspec.Struct, kw_only=True, tag="model", tag_field="kind"):
+    """One answered model call."""
+
+    agent: str
+    index: int
+    key: str
+    request: dict[str, Any]
+    answer: dict[str, Any]
+    usage: Usage = msgspec.field(default_factory=Usage)
+
+
+class ToolEntry(msgspec.Struct, kw_only=True, tag="tool", tag_field="kind"):
+    """One answered host tool call."""
+
+    agent: str
+    index: int
+    key: str
+    tool: str
+    arguments: str
+    result: str
+    error: str | None = None
+
+
+Entry = ModelEntry | ToolEntry
+_decode_entry = msgspec.json.Decoder(Entry).decode
+_decode_header = msgspec.json.Decoder(Header).decode
+_encode = msgspec.json.Encoder().encode
+
+_FILE_LOCKS: dict[str, threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    """The process-wide lock of appends to ``path``."""
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(str(path), threading.Lock())
+
+
+class Cassette:
+    """The cassette at ``path`` in ``mode``, as one runner uses it (see the module docstring).
+
+    Raises:
+        ConfigurationError: an unknown mode, or a bad ``redact`` pattern.
+        CassetteError: ``replay`` of a file that does not exist.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        mode: str = "replay",
+        *,
+        redact: Sequence[str] = (),
+        secrets: Sequence[str | None] = (),
+        replay_tools: bool = True,
+    ) -> None:
+        """Check the settings; the file is read (or created) at the first call."""
+        if mode not in MODES:
+            raise ConfigurationError(
+                f"cassette mode must be one of {', '.join(MODES)}, not {mode!r}"
+            )
+        if isinstance(redact, str):
+            redact = [redact]
+        self.path = Path(path).expanduser().resolve()
+        self.mode: Mode = mode  # type: ignore[assignment]
+        self.redact = list(redact)
+        self.redactor = Redactor(redact, secrets)
+        self.secrets = list(secrets)
+        self.replay_tools = bool(replay_tools)
+        if mode == "replay" and not self.path.is_file():
+            raise CassetteError(
+                f"no cassette at {self.path} to replay; record one first (mode='record', "
+                "retinue run --record)",
+                path=str(self.path),
+            )
+        self._lock = threading.Lock()
+        self._loaded = False
+        self._models: dict[tuple[str, int], list[ModelEntry]] = {}
+        self._tools: dict[tuple[str, int], list[ToolEntry]] = {}
+        self._answered: dict[str, int] = {}  # agent path -> its model calls answered
+        self._tool_calls: dict[str, int] = {}  # agent path -> its host tool calls started
+
+    def __repr__(self) -> str:
+        """The file and the mode."""
+        return f"Cassette({str(self.path)!r}, mode={self.mode!r})"
+
+    # -- model calls -------------------------------------------------------------------
+
+    def request(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        kwargs: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The canonical, scrubbed request of one model call (scrubbed with the cassette's
+        own ``redact`` patterns too, when replaying).
+
+        Raises:
+            CassetteError: the file is damaged or of a newer version.
+        """
+        if self.mode != "record":
+            self._load()
+        return canonical_request(model, messages, tools, kwargs, self.redactor)
+
+    def next_model_index(self, agent: str) -> int:
+        """The index of ``agent``'s next model call (its calls answered so far)."""
+        with self._lock:
+            return self._answered.get(agent, 0)
+
+    def model_answer(
+        self, agent: str, index: int, request: dict[str, Any]
+    ) -> tuple[dict[str, Any], Usage] | None:
+        """The recorded answer and usage of ``request`` (None: record it, live).
+
+        Raises:
+            CassetteMiss: replaying, and no entry of ``agent``'s call ``index`` has this key.
+            CassetteError: the file is damaged or of a newer version.
+        """
+        if self.mode == "record":
+            return None
+        self._load()
+        key = request_key(request)
+        with self._lock:
+            entries = self._models.get((agent, index), [])
+        for entry in reversed(entries):
+            if entry.key == key:
+                self._count(agent, index)
+                return _copy(entry.answer), entry.usage
+        if self.mode == "auto":
+            return None
+        raise self._miss(agent, index, request, entries)
+
+    def record_model(
+        self,
+        agent: str,
+        index: int,
+        request: dict[str, Any],
+        answer: Mapping[str, Any],
+        usage: Usage,
+    ) -> None:
+        """Append a live call's answer (scrubbed) as ``agent``'s call ``index``.
+
+        Raises:
+            CassetteError: the file cannot be written.
+        """
+        self._count(agent, index)
+        entry = ModelEntry(
+            agent=agent,
+            index=index,
+            key=request_key(request),
+            request=request,
+            answer=self.redactor.value(dict(answer)),
+            usage=usage,
+        )
+        self._append(entry)
+        with self._lock:
+            self._models.setdefault((agent, index), []).append(entry)
+
+    def _count(self, agent: str, index: int) -> None:
+        with self._lock:
+            self._answered[agent] = max(self._answered.get(agent, 0), index + 1)
+
+    def _miss(
+        self, agent: str, index: int, request: dict[str, Any], entries: list[ModelEntry]
+    ) -> CassetteMiss:
+        where = f"{agent}'s model call {index}"
+        if not entries:
+            return CassetteMiss(
+                f"{self.path} holds no {where} (it recorded {self._recorded(agent)} calls of "
+                f"{agent}); the run went further than the recording: record it again",
+                agent=agent,
+                index=index,
+                field=None,
+                path=str(self.path),
+            )
+        recorded = entries[-1].request
+        field = first_difference(recorded, request) or "request"
+        was, now = _around(_at(recorded, field), _at(request, field))
+        return CassetteMiss(
+            f"{where} differs from the one recorded in {self.path} at {field}: recorded "
+            f"{preview(was, 120)}, now {preview(now, 120)}; record it again "
+            "(mode='record') or undo the change",
+            agent=agent,
+            index=index,
+            field=field,
+            path=str(self.path),
+        )
+
+    def _recorded(self, agent: str) -> int:
+        with self._lock:
+            return len({i for a, i in self._models if a == agent})
+
+    # -- host tools --------------------------------------------------------------------
+
+    def next_tool_index(self, agent: str) -> int:
+        """Take the index of ``agent``'s next host tool call (called in call order)."""
+        with self._lock:
+            index = self._tool_calls.get(agent, 0)
+            self._tool_calls[agent] = index + 1
+            return index
+
+    def tool_answer(
+        self, agent: str, index: int, tool: str, arguments: str
+    ) -> tuple[str, str | None] | None:
+        """The recorded result and error of a host tool call (None: run it).
+
+        Raises:
+            CassetteMiss: replaying tools, and the call was not recorded with these arguments.
+        """
+        if self.mode == "record" or not self.replay_tools:
+            return None
+        self._load()
+        key = _tool_key(tool, self.redactor.text(arguments))
+        with self._lock:
+            entries = self._tools.get((agent, index), [])
+        for entry in reversed(entries):
+            if entry.key == key:
+                return entry.result, entry.error
+        if self.mode == "auto":
+            return None
+        field = None if not entries else ("tool" if entries[-1].tool != tool else "arguments")
+        raise CassetteMiss(
+            f"{self.path} holds no host tool call {index} of {agent} as "
+            f"{tool}({preview(arguments, 80)})"
+            + ("" if field is None else f": the recorded one differs in its {field}")
+            + "; record the run again, or replay with replay_tools=False to run the tools",
+            agent=agent,
+            index=index,
+            field=field,
+            path=str(self.path),
+        )
+
+    def record_tool(
+        self, agent: str, index: int, tool: str, arguments: str, result: str, error: str | None
+    ) -> None:
+        """Append a host tool call's result (scrubbed)."""
+        if self.mode == "replay":
+            return
+        scrubbed = self.redactor.text(arguments)
+        entry = ToolEntry(
+            agent=agent,
+            index=index,
+            key=_tool_key(tool, scrubbed),
+            tool=tool,
+            arguments=scrubbed,
+            result=self.redactor.text(result),
+            error=None if error is None else self.redactor.text(error),
+        )
+        self._append(entry)
+        with self._lock:
+            self._tools.setdefault((agent, index), []).append(entry)
+
+    # -- the file ------------------------------------------------------------------------
+
+    def entries(self) -> list[Entry]:
+        """Every entry of the file, in order.
+
+        Raises:
+            CassetteError: the file is missing, damaged or of a newer version.
+        """
+        return _read(self.path)[1]
+
+    def _load(self) -> None:
+        """Read the file's entries once (a missing file in ``auto``: none yet); scrub with
+        the patterns it was recorded with from then on.
+
+        Raises:
+            CassetteError: the file is damaged or of a newer version.
+        """
+        with self._lock:
+            if self._loaded:
+                return
+            if self.mode == "auto" and not self.path.exists():
+                self._loaded = True
+                return
+            header, entries = _read(self.path)
+            self._loaded = True
+            extra = [p for p in header.redact if p not in self.redact]
+            if extra:
+                self.redact += extra
+                self.redactor = Redactor(self.redact, self.secrets)
+            for entry in entries:
+                if isinstance(entry, ModelEntry):
+                    self._models.setdefault((entry.agent, entry.index), []).append(entry)
+                else:
+                    self._tools.setdefault((entry.agent, entry.index), []).append(entry)
+
+    def _check_header(self) -> None:
+        """The file starts with a header of a version this retinue reads, recorded with the
+        same ``redact`` patterns.
+
+        Raises:
+            CassetteError: it does not.
+        """
+        with self.path.open("rb") as source:
+            header = _header(self.path, source.readline())
+        if sorted(header.redact) != sorted(self.redact):
+            raise CassetteError(
+                f"{self.path} was recorded with redact {header.redact}, not {self.redact}: "
+                "record to a new file (its keys are computed after redaction)",
+                path=str(self.path),
+            )
+
+    def _append(self, entry: Entry) -> None:
+        """Append one entry (the header first, to a new or empty file).
+
+        Raises:
+            CassetteError: the file cannot be written, or is not a cassette of this version.
+        """
+        try:
+            with _file_lock(self.path):
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("ab") as out:
+                    if out.tell() == 0:
+                        out.write(_encode(Header(redact=self.redact)) + b"\n")
+                    else:
+                        self._check_header()
+                    out.write(_encode(entry) + b"\n")
+        except OSError as exc:
+            raise CassetteError(
+                f"cannot write the cassette {self.path}: {exc.strerror or exc}",
+                path=str(self.path),
+            ) from None
+
+
+def _copy(answer: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a recorded answer (the turn may change the one it keeps)."""
+    copied: dict[str, Any] = msgspec.json.decode(_encode(answer))
+    return copied
+
+
+def _tool_key(tool: str, arguments: str) -> str:
+    return request_key({"tool": tool, "arguments": arguments})
+
+
+def _around(was: Any, now: Any) -> tuple[Any, Any]:
+    """Two differing texts cut to where they start to differ (other values as they are)."""
+    if not (isinstance(was, str) and isinstance(now, str)):
+        return was, now
+    start = next(
+        (i for i, (a, b) in enumerate(zip(was, now, strict=False)) if a != b),
+        min(len(was), len(now)),
+    )
+    if start <= 40:
+        return was, now
+    cut = start - 40
+    return "…" + was[cut:], "…" + now[cut:]
+
+
+def _at(request: Any, field: str) -> Any:
+    """The value of ``field`` (``messages[3].content``) in ``request`` (None: absent)."""
+    value = request
+    for part in field.replace("[", ".[").split("."):
+        if not part:
+            continue
+        try:
+            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+    return value
+
+
+def _header(path: Path, line: bytes) -> Header:
+    try:
+        header = _decode_header(line)
+    except msgspec.DecodeError:
+        header = Header(format="")
+    if header.format != "retinue-cassette":
+        raise CassetteError(
+            f"{path} is not a retinue cassette (its first line is not the header); "
+            "give a cassette recorded with --record, or a new file to record",
+            path=str(path),
+        )
+    if header.version > CASSETTE_VERSION:
+        raise CassetteError(
+            f"{path} is a version {header.version} cassette; this retinue reads version "
+            f"{CASSETTE_VERSION} and older: upgrade retinue, or record it again",
+            path=str(path),
+        )
+    return header
+
+
+def _read(path: Path) -> tuple[Header, list[Entry]]:
+    """The header and every entry of the cassette at ``path`` (a last line cut short is
+    left out).
+
+    Raises:
+        CassetteError: the file is missing, damaged or of a newer version.
+    """
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:
+        raise CassetteError(
+            f"cannot read the cassette {path}: {exc.strerror or exc}", path=str(path)
+        ) from None
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        return Header(), []
+    header = _header(path, lines[0])
+    entries: list[Entry] = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            entries.append(_decode_entry(line))
+        except msgspec.DecodeError as exc:
+            if number == len(lines):
+                break  # cut short by a crash while it was appended
+            raise CassetteError(
+                f"{path} line {number} is damaged ({exc}); record the cassette again",
+                path=str(path),
+            ) from None
+    return header, entries
