@@ -72,7 +72,8 @@ class LiteLLMRunner:
     ``CassetteMiss``) or ``"auto"``); ``redact`` is a list of regular
     expressions whose matches never reach the file (API keys never do);
     ``replay_tools=False`` runs host tools even when replaying
-    (:mod:`retinue.llm.cassette`).
+    (:mod:`retinue.llm.cassette`; a :class:`~retinue.llm.cassette.Cassette` given
+    as ``cassette`` is used as it is, shared by every runner it is given to).
     Every other keyword goes to ``litellm.acompletion`` as it is (litellm's own
     client retries are off unless ``max_retries`` is given; retinue's own models,
     ``retinue/...``, are free and say so with litellm's per-call prices,
@@ -107,7 +108,7 @@ class LiteLLMRunner:
         mcp: Any = None,
         toolbox: ToolBoxBuilder | None = None,
         stream: bool = False,
-        cassette: str | Path | None = None,
+        cassette: str | Path | Cassette | None = None,
         mode: str = "replay",
         redact: Sequence[str] = (),
         replay_tools: bool = True,
@@ -147,8 +148,8 @@ class LiteLLMRunner:
         self.toolbox_builder: ToolBoxBuilder = toolbox or toolbox_module.build_toolbox
         self.stream = stream
         self.cassette = (
-            None
-            if cassette is None
+            cassette
+            if cassette is None or isinstance(cassette, Cassette)
             else Cassette(
                 cassette, mode, redact=redact, secrets=[api_key], replay_tools=replay_tools
             )

@@ -42,3 +42,19 @@ def test_cassette_options_are_checked(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no such cassette" in missing.stderr
     both = retinue_cli("run", EXAMPLE, "x", "--record", "a", "--replay", "b")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_fuzz_seeded_by_a_cassette(tmp_path: Path) -> None:
+    cassette = tmp_path / "review.cassette"
+    recorded = retinue_cli(
+        "run", EXAMPLE, "review it", "--store", tmp_path / "a", "--record", cassette, timeout=180
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    fuzzed = retinue_cli("fuzz", EXAMPLE, "--cassette", cassette, "--examples", "2", timeout=300)
+    assert fuzzed.returncode == 0, fuzzed.stdout + fuzzed.stderr
+    assert "no invariant broken in 2 perturbed replays" in fuzzed.stdout
+    one = '{"perturb": {"/root/review#0": "chaos"}, "seed": 3}'
+    rerun = retinue_cli("fuzz", EXAMPLE, "--cassette", cassette, "--perturb", one, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    bad = retinue_cli("fuzz", EXAMPLE, "--cassette", cassette, "--perturb", "{}")
+    assert bad.returncode == 2 and "--perturb takes the example" in bad.stderr

@@ -116,8 +116,17 @@ class Cassette:
         redact: Sequence[str] = (),
         secrets: Sequence[str | None] = (),
         replay_tools: bool = True,
+        off_script: str | None = None,
+        perturb: Mapping[str, str] | None = None,
     ) -> None:
-        """Check the settings; the file is read (or created) at the first call."""
+        """Check the settings; the file is read (or created) at the first call.
+
+        ``off_script`` (replay only; a fuzzer's) is a model that answers, live and
+        unrecorded, what the cassette does not hold, instead of a ``CassetteMiss``;
+        ``perturb`` maps ``"<agent path>#<call index>"`` to ``"chaos"`` (answered
+        off script) or ``"repeat"`` (answered with that agent's last recorded
+        tool calls again, as a model that repeats itself).
+        """
         if mode not in MODES:
             raise ConfigurationError(
                 f"cassette mode must be one of {', '.join(MODES)}, not {mode!r}"
@@ -130,6 +139,13 @@ class Cassette:
         self.redactor = Redactor(redact, secrets)
         self.secrets = list(secrets)
         self.replay_tools = bool(replay_tools)
+        if off_script is not None and mode != "replay":
+            raise ConfigurationError("a cassette's off_script model is for mode='replay' only")
+        self.off_script = off_script
+        self.perturb = dict(perturb or {})
+        bad = sorted(set(self.perturb.values()) - {"chaos", "repeat"})
+        if bad:
+            raise ConfigurationError(f"a perturbation is 'chaos' or 'repeat', not {bad[0]!r}")
         if mode == "replay" and not self.path.is_file():
             raise CassetteError(
                 f"no cassette at {self.path} to replay; record one first (mode='record', "
@@ -186,13 +202,35 @@ class Cassette:
         key = request_key(request)
         with self._lock:
             entries = self._models.get((agent, index), [])
-        for entry in reversed(entries):
+        how = self.perturb.get(f"{agent}#{index}")
+        if how == "repeat":
+            repeated = self._repeat(agent, index)
+            if repeated is not None:
+                self._count(agent, index)
+                return repeated
+        for entry in reversed(entries if how is None else []):
             if entry.key == key:
                 self._count(agent, index)
                 return _copy(entry.answer), entry.usage
         if self.mode == "auto":
             return None
+        if self.off_script is not None:
+            self._count(agent, index)
+            return None
         raise self._miss(agent, index, request, entries)
+
+    def _repeat(self, agent: str, index: int) -> tuple[dict[str, Any], Usage] | None:
+        """``agent``'s last recorded answer before call ``index`` that called tools, its
+        calls renamed (None: it had none)."""
+        with self._lock:
+            for earlier in range(index - 1, -1, -1):
+                for entry in reversed(self._models.get((agent, earlier), [])):
+                    if entry.answer.get("tool_calls"):
+                        answer = _copy(entry.answer)
+                        for call in answer["tool_calls"]:
+                            call["id"] = f"{call.get('id', 'call')}_again{index}"
+                        return answer, entry.usage
+        return None
 
     def record_model(
         self,
@@ -202,12 +240,15 @@ class Cassette:
         answer: Mapping[str, Any],
         usage: Usage,
     ) -> None:
-        """Append a live call's answer (scrubbed) as ``agent``'s call ``index``.
+        """Append a live call's answer (scrubbed) as ``agent``'s call ``index`` (an off-script
+        answer is not recorded).
 
         Raises:
             CassetteError: the file cannot be written.
         """
         self._count(agent, index)
+        if self.mode == "replay":
+            return
         entry = ModelEntry(
             agent=agent,
             index=index,

@@ -152,6 +152,7 @@ class TurnSession:
             self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
             del self.call_times[: -self.limits.transcript_max_calls]
             return message, usage
+        calls = tape.live(calls)
         try:
             with watch.current():  # litellm's own OTel callback sees it as its parent
                 response = await complete(

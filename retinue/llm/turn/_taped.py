@@ -8,6 +8,7 @@ cassette both answer nothing and record nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +18,10 @@ from retinue.llm.model import CallSettings
 from retinue.llm.turn._settings import RunnerSettings
 from retinue.protocol.messages import Usage
 
-__all__ = ["Taped", "TapedTool"]
+__all__ = ["OFF_SCRIPT_TIMEOUT_S", "Taped", "TapedTool"]
+
+OFF_SCRIPT_TIMEOUT_S = 2.0
+"""The most an off-script call (a fuzzer's chaos answer) may take: its hangs end there."""
 
 
 class Taped:
@@ -50,6 +54,18 @@ class Taped:
         if self.cassette is None:
             return None
         return self.cassette.model_answer(self.agent, self.index, self.request)
+
+    def live(self, calls: CallSettings) -> CallSettings:
+        """How a call the cassette does not answer is made: as the runner makes it, or on
+        the cassette's off-script model (a fuzzer's: free, never recorded)."""
+        model = None if self.cassette is None else self.cassette.off_script
+        if model is None:
+            return calls
+        kwargs = {"model": model, "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
+        timeout = min(calls.request_timeout_s, OFF_SCRIPT_TIMEOUT_S)
+        return dataclasses.replace(
+            calls, model=model, kwargs=kwargs, request_timeout_s=timeout, retries=1
+        )
 
     def record(self, message: ChatMessage, usage: Usage) -> None:
         """Record the live call's answer (when recording).
