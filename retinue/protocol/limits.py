@@ -148,7 +148,8 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     ``StoreMapFilling`` event warns (once per map size; the writer doubles a full map)."""
     fork_generations: int = 16
     """Settled generations of each agent the store keeps for ``Runtime.fork(at=...)``, newest
-    (each the agent's record as that generation ended); an older one cannot be forked."""
+    (each the agent's record as that generation ended); an older one cannot be forked
+    (``GenerationNotKept``). At least 1."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
