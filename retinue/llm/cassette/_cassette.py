@@ -36,6 +36,7 @@ from typing import Any, Literal
 import msgspec
 
 from retinue.errors import CassetteError, CassetteMiss, ConfigurationError
+from retinue.llm.cassette._file import Entry, ModelEntry, ToolEntry, append, read_cassette
 from retinue.llm.cassette._requests import (
     Redactor,
     canonical_request,
@@ -45,59 +46,10 @@ from retinue.llm.cassette._requests import (
 from retinue.protocol.checks import preview
 from retinue.protocol.messages import Usage
 
-__all__ = ["CASSETTE_VERSION", "MODES", "Cassette", "Header", "ModelEntry", "ToolEntry"]
+__all__ = ["MODES", "Cassette"]
 
-CASSETTE_VERSION = 1
-"""The cassette format this retinue writes (and the newest it reads)."""
 MODES = ("record", "replay", "auto")
 Mode = Literal["record", "replay", "auto"]
-
-
-class Header(msgspec.Struct, kw_only=True):
-    """The first line of a cassette: its format, version and the ``redact`` patterns it was
-    recorded with (a replay scrubs its requests with them too, so their keys match)."""
-
-    format: str = "retinue-cassette"
-    version: int = CASSETTE_VERSION
-    redact: list[str] = msgspec.field(default_factory=list)
-
-
-class ModelEntry(msgspec.Struct, kw_only=True, tag="model", tag_field="kind"):
-    """One answered model call."""
-
-    agent: str
-    index: int
-    key: str
-    request: dict[str, Any]
-    answer: dict[str, Any]
-    usage: Usage = msgspec.field(default_factory=Usage)
-
-
-class ToolEntry(msgspec.Struct, kw_only=True, tag="tool", tag_field="kind"):
-    """One answered host tool call."""
-
-    agent: str
-    index: int
-    key: str
-    tool: str
-    arguments: str
-    result: str
-    error: str | None = None
-
-
-Entry = ModelEntry | ToolEntry
-_decode_entry = msgspec.json.Decoder(Entry).decode
-_decode_header = msgspec.json.Decoder(Header).decode
-_encode = msgspec.json.Encoder().encode
-
-_FILE_LOCKS: dict[str, threading.Lock] = {}
-_FILE_LOCKS_GUARD = threading.Lock()
-
-
-def _file_lock(path: Path) -> threading.Lock:
-    """The process-wide lock of appends to ``path``."""
-    with _FILE_LOCKS_GUARD:
-        return _FILE_LOCKS.setdefault(str(path), threading.Lock())
 
 
 class Cassette:
@@ -363,7 +315,7 @@ class Cassette:
         Raises:
             CassetteError: the file is missing, damaged or of a newer version.
         """
-        return _read(self.path)[1]
+        return read_cassette(self.path)[1]
 
     def _load(self) -> None:
         """Read the file's entries once (a missing file in ``auto``: none yet); scrub with
@@ -378,7 +330,7 @@ class Cassette:
             if self.mode == "auto" and not self.path.exists():
                 self._loaded = True
                 return
-            header, entries = _read(self.path)
+            header, entries = read_cassette(self.path)
             self._loaded = True
             extra = [p for p in header.redact if p not in self.redact]
             if extra:
@@ -390,47 +342,19 @@ class Cassette:
                 else:
                     self._tools.setdefault((entry.agent, entry.index), []).append(entry)
 
-    def _check_header(self) -> None:
-        """The file starts with a header of a version this retinue reads, recorded with the
-        same ``redact`` patterns.
-
-        Raises:
-            CassetteError: it does not.
-        """
-        with self.path.open("rb") as source:
-            header = _header(self.path, source.readline())
-        if sorted(header.redact) != sorted(self.redact):
-            raise CassetteError(
-                f"{self.path} was recorded with redact {header.redact}, not {self.redact}: "
-                "record to a new file (its keys are computed after redaction)",
-                path=str(self.path),
-            )
-
     def _append(self, entry: Entry) -> None:
         """Append one entry (the header first, to a new or empty file).
 
         Raises:
-            CassetteError: the file cannot be written, or is not a cassette of this version.
+            CassetteError: the file cannot be written, is not a cassette of this
+                version, or was recorded with other ``redact`` patterns.
         """
-        try:
-            with _file_lock(self.path):
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("ab") as out:
-                    if out.tell() == 0:
-                        out.write(_encode(Header(redact=self.redact)) + b"\n")
-                    else:
-                        self._check_header()
-                    out.write(_encode(entry) + b"\n")
-        except OSError as exc:
-            raise CassetteError(
-                f"cannot write the cassette {self.path}: {exc.strerror or exc}",
-                path=str(self.path),
-            ) from None
+        append(self.path, entry, self.redact)
 
 
 def _copy(answer: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of a recorded answer (the turn may change the one it keeps)."""
-    copied: dict[str, Any] = msgspec.json.decode(_encode(answer))
+    copied: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(answer))
     return copied
 
 
@@ -463,55 +387,3 @@ def _at(request: Any, field: str) -> Any:
         except (KeyError, IndexError, TypeError, ValueError):
             return None
     return value
-
-
-def _header(path: Path, line: bytes) -> Header:
-    try:
-        header = _decode_header(line)
-    except msgspec.DecodeError:
-        header = Header(format="")
-    if header.format != "retinue-cassette":
-        raise CassetteError(
-            f"{path} is not a retinue cassette (its first line is not the header); "
-            "give a cassette recorded with --record, or a new file to record",
-            path=str(path),
-        )
-    if header.version > CASSETTE_VERSION:
-        raise CassetteError(
-            f"{path} is a version {header.version} cassette; this retinue reads version "
-            f"{CASSETTE_VERSION} and older: upgrade retinue, or record it again",
-            path=str(path),
-        )
-    return header
-
-
-def _read(path: Path) -> tuple[Header, list[Entry]]:
-    """The header and every entry of the cassette at ``path`` (a last line cut short is
-    left out).
-
-    Raises:
-        CassetteError: the file is missing, damaged or of a newer version.
-    """
-    try:
-        lines = path.read_bytes().split(b"\n")
-    except OSError as exc:
-        raise CassetteError(
-            f"cannot read the cassette {path}: {exc.strerror or exc}", path=str(path)
-        ) from None
-    if lines and lines[-1] == b"":
-        lines.pop()
-    if not lines:
-        return Header(), []
-    header = _header(path, lines[0])
-    entries: list[Entry] = []
-    for number, line in enumerate(lines[1:], start=2):
-        try:
-            entries.append(_decode_entry(line))
-        except msgspec.DecodeError as exc:
-            if number == len(lines):
-                break  # cut short by a crash while it was appended
-            raise CassetteError(
-                f"{path} line {number} is damaged ({exc}); record the cassette again",
-                path=str(path),
-            ) from None
-    return header, entries
