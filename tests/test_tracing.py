@@ -253,6 +253,28 @@ def test_a_wake_links_to_the_childs_turn_that_woke_it(
     assert [link.context.span_id for link in wake.links] == [child.context.span_id]
 
 
+def test_a_forks_first_turn_links_to_its_origins_span(
+    tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    with Runtime.open(
+        tmp_path / "s", profiles=[Profile("worker", runner=echo)], tracer_provider=provider
+    ) as rt:
+        info = rt.spawn("worker", "t", name="w")
+        rt.wait(info.id, timeout=WAIT_S)
+        fork = rt.fork(info.id)
+        rt.follow_up(fork.id, "differently")
+        rt.wait(fork.id, timeout=WAIT_S)
+        rt.follow_up(fork.id, "once more")
+        rt.wait(fork.id, timeout=WAIT_S)
+        rt.wait_idle(timeout=WAIT_S)
+    turns = named(exporter.get_finished_spans(), "invoke_agent ")
+    (origin,) = [s for s in turns if attrs(s)["retinue.agent.path"] == "/root/w"]
+    first, second = [s for s in turns if attrs(s)["retinue.agent.path"] == "/root/w_fork1"]
+    assert [attrs(s)["retinue.turn.generation"] for s in (first, second)] == [2, 3]
+    assert [link.context.span_id for link in first.links] == [origin.context.span_id]
+    assert list(second.links) == []
+
+
 def test_a_failed_turn_is_an_error_span(
     tmp_path: Path, provider: TracerProvider, exporter: InMemorySpanExporter
 ) -> None:

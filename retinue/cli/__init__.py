@@ -4,6 +4,7 @@ Commands:
   demo      run the bundled code-review team on the offline model, in a fresh store
   run       run a team file's lead on a task and draw the tree live
   resume    resume every interrupted agent of a store and wait for the tree to settle
+  fork      copy an agent and its subtree as of a past generation (settled)
   tree      print a store's agents by path (read-only; works beside a running writer)
   inspect   show one agent: state, task, output, error, mailbox, usage, transcript
   approvals list the tool calls waiting for approval (read-only)

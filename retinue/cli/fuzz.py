@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from retinue.cli.common import FAILED, OK, UsageError, load_team_file
 
 if TYPE_CHECKING:
+    from retinue.actors import Profile
     from retinue.team import Team
     from retinue.testing.fuzz_ops import Op
     from retinue.testing.fuzz_run import CaseResult
@@ -208,6 +209,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
     load_litellm()
     started = time.monotonic()
+    if args.cassette is not None:
+        return _seeded(args, team)
     if replay is not None:
         result = _example(args, team, *replay)
         if not result.broken:
@@ -216,6 +219,70 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         _show(args, *replay, result)
         return FAILED
     return _report(args, _search(args, team), time.monotonic() - started)
+
+
+def _seeded(args: argparse.Namespace, team: Team) -> int:
+    """``--cassette C``: search perturbations of the recorded run (or run ``--perturb``'s)."""
+    from retinue.llm.cassette import Cassette
+    from retinue.testing.fuzz_cassette import (
+        Finding,
+        load_example,
+        perturbed_run,
+        seeded_search,
+    )
+
+    if not Path(args.cassette).is_file():
+        raise UsageError(f"--cassette {args.cassette}: no such cassette; record one with --record")
+
+    def profiles(tape: Cassette) -> list[Profile]:
+        return team.with_runner_settings(cassette=tape).profiles(runner=lambda turn: "")
+
+    kwargs = {"workspace": team.workspace, "limits": team.limits}
+    lead = args.agent or team.lead
+    if args.perturb is not None:
+        try:
+            perturb, seed = load_example(args.perturb)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"--perturb takes the example retinue fuzz printed: {exc}") from None
+        with tempfile.TemporaryDirectory(prefix="retinue-fuzz-") as tmp:
+            finding = perturbed_run(
+                args.cassette,
+                profiles,
+                lead,
+                perturb=perturb,
+                seed=seed,
+                store=Path(tmp) / "store",
+                open_kwargs=kwargs,
+            )
+        ran = 1
+    else:
+
+        def progress(number: int, found: Finding) -> None:
+            mark = f"BROKEN: {found.broken[0]}" if found.broken else "ok"
+            print(f"retinue fuzz: example {number}: {mark}", file=sys.stderr, flush=True)
+
+        ran, maybe = seeded_search(
+            args.cassette,
+            profiles,
+            lead,
+            examples=args.examples,
+            seed=args.seed,
+            progress=progress,
+            open_kwargs=kwargs,
+        )
+        finding = maybe if maybe is not None else Finding({}, 0)
+    if not finding.broken:
+        print(f"{args.team}: no invariant broken in {ran} perturbed replays of {args.cassette}")
+        return OK
+    print(f"{args.team}: broken in a perturbed replay of {args.cassette}")
+    print(f"perturbed calls (agent#call: how): {dict(finding.perturb)}, chaos seed {finding.seed}")
+    for broken in finding.broken[:20]:
+        print(f"  {broken}")
+    print(
+        f"replay: retinue fuzz {args.team} --cassette {args.cassette} "
+        f"--perturb '{finding.example()}'"
+    )
+    return FAILED
 
 
 def add_fuzz(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
@@ -253,4 +320,16 @@ def add_fuzz(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
         metavar="EXAMPLE",
         help="run one example again: the JSON a failure printed (or a file holding it)",
     )
+    fuzz.add_argument(
+        "--cassette",
+        metavar="C",
+        help="seed the search with a recorded run (retinue run --record C): replay it with "
+        "calls perturbed (chaos answers, repeated tool calls), host tools run for real",
+    )
+    fuzz.add_argument(
+        "--perturb",
+        metavar="EXAMPLE",
+        help="with --cassette, run one perturbed replay again (the JSON a failure printed)",
+    )
+    fuzz.add_argument("--agent", help="with --cassette, the recorded top agent's profile")
     fuzz.set_defaults(handler=cmd_fuzz)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from retinue.cli.approve import cmd_approvals
 from retinue.cli.common import store_help
 from retinue.cli.extras import cmd_mcp, cmd_web
+from retinue.cli.fork import cmd_fork
 from retinue.cli.fuzz import add_fuzz
 from retinue.cli.reads import cmd_backup, cmd_compact, cmd_inspect, cmd_tree
 from retinue.cli.run import cmd_demo, cmd_resume, cmd_run
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     _add_runs(add)
+    _add_fork(add)
     _add_reads(add)
     add_fuzz(add)
     _add_extras(add)
@@ -184,6 +186,7 @@ def _add_runs(add: Add) -> None:
         "--name", help="name of the top-level agent (default: the team's name, made unique)"
     )
     run.add_argument("--store", help=store_help())
+    _tape_options(run)
     _run_options(run)
     run.set_defaults(handler=cmd_run)
 
@@ -199,6 +202,50 @@ def _add_runs(add: Add) -> None:
     resume.add_argument("--json", action="store_true", help="print one JSON event per line")
     _approval_options(resume)
     resume.set_defaults(handler=cmd_resume)
+
+
+def _tape_options(run: argparse.ArgumentParser) -> None:
+    """--record / --replay CASSETTE and --redact: a run recorded, or replayed offline."""
+    tape = run.add_mutually_exclusive_group()
+    tape.add_argument(
+        "--record",
+        metavar="CASSETTE",
+        help="append every model call and host tool result of the run to CASSETTE",
+    )
+    tape.add_argument(
+        "--replay",
+        metavar="CASSETTE",
+        help="answer every model call from CASSETTE, offline (a call not recorded fails "
+        "its agent with CassetteMiss)",
+    )
+    run.add_argument(
+        "--redact",
+        action="append",
+        metavar="REGEX",
+        help="with --record, replace what REGEX matches by [REDACTED] in the cassette "
+        "(repeatable; API keys never reach it)",
+    )
+
+
+def _add_fork(add: Add) -> None:
+    """fork: a settled copy of an agent and its subtree as of a past generation."""
+    fork = add(
+        "fork",
+        "copy an agent and its subtree as of a past generation",
+        "Record a settled copy of REF (default: beside it, as <name>_fork<n>) as of\n"
+        "its generation --at (default: its last settled one), with its subtree as of\n"
+        "then: tasks, outputs, transcripts; usage from nothing. Nothing runs: give the\n"
+        "copy a turn (Runtime.follow_up) to carry on differently. Needs the store free\n"
+        "of writers; uses the team the store was run with (or --team).",
+    )
+    fork.add_argument("ref", metavar="REF", help="agent path (/root/review/security) or id")
+    fork.add_argument("--at", type=int, metavar="N", help="the generation to fork as of")
+    fork.add_argument("--name", help="name of the copy (default: <name>_fork<n>)")
+    fork.add_argument("--parent", help="path of the copy's parent (/root: top level)")
+    fork.add_argument("--no-tree", action="store_true", help="copy REF alone, not its subtree")
+    fork.add_argument("--store", help=store_help())
+    fork.add_argument("--team", help="team file to use (default: the one the store was run with)")
+    fork.set_defaults(handler=cmd_fork)
 
 
 def _add_reads(add: Add) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "View",
     "admission_line",
     "clip",
+    "fork_text",
     "in_tree",
     "make_view",
     "ordered",
@@ -106,13 +107,20 @@ def state_text(info: AgentInfo, now: float) -> str:
     return text
 
 
+def fork_text(info: AgentInfo) -> str:
+    """`` (fork of /root/lead@2)`` for a fork (its origin and generation), else ``""``."""
+    origin = info.forked_from
+    return "" if origin is None else f" (fork of {origin.path}@{origin.generation})"
+
+
 def plain_row(info: AgentInfo, now: float, width: int = 70) -> str:
     """One line for an agent: path, profile, state, generation, elapsed, tokens, result."""
     tokens, _ = usage_of(info)
     text = info.error if info.state is AgentState.FAILED else info.output
     if info.state is AgentState.RESTARTING:
         text = info.last_error
-    line = f"{info.path}  {info.profile}  {state_text(info, now)}  {_elapsed(info, now):.1f}s"
+    line = f"{info.path}{fork_text(info)}  {info.profile}  {state_text(info, now)}"
+    line += f"  {_elapsed(info, now):.1f}s"
     if tokens:
         line += f"  {tokens} tok"
     if text:
@@ -181,7 +189,7 @@ def table(
             text = info.last_error
         style = styles.get(info.state, "")
         table.add_row(
-            Text(info.path),
+            Text(info.path + fork_text(info)),
             Text(info.profile, style="dim"),
             Text(
                 state_text(info, now) + (" · admission" if info.path in waiting else ""),

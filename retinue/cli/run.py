@@ -102,7 +102,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     workspace = Path(args.workspace) if args.workspace else team.workspace
     if not args.task.strip():
         raise UsageError("TASK is empty; say what the team should do")
+    team = _taped(args, team)
     return _execute(args, team, store, args.task, workspace)
+
+
+def _taped(args: argparse.Namespace, team: Team) -> Team:
+    """``team`` recording to (``--record``) or replaying (``--replay``) a cassette.
+
+    Raises:
+        UsageError: ``--redact`` without ``--record``, or a replay of no file.
+    """
+    redact = list(args.redact or [])
+    if redact and args.record is None:
+        raise UsageError("--redact applies to what --record writes; add --record CASSETTE")
+    if args.record is not None:
+        return team.with_runner_settings(cassette=args.record, mode="record", redact=redact)
+    if args.replay is not None:
+        if not Path(args.replay).is_file():
+            raise UsageError(f"--replay {args.replay}: no such cassette; record one with --record")
+        return team.with_runner_settings(cassette=args.replay, mode="replay")
+    return team
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

@@ -39,12 +39,15 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── AgentClosed
     │   ├── AgentBusy
     │   ├── ActiveDescendants
-    │   └── NothingToWaitFor                          an idle agent, all received
+    │   ├── NothingToWaitFor                          an idle agent, all received
+    │   └── GenerationNotKept          (LookupError)  a fork's generation is not kept
     ├── WaitTimeout                    (TimeoutError) the agent keeps running
     ├── BlockingCallInAsyncRunner      (RuntimeError) use the turn's *_async twin
     ├── RuntimeClosed                                 the runtime was closed
     ├── ExtraNotInstalled              (ImportError)  .extra: pip install 'retinue[extra]'
     ├── ModelCallFailed                               .provider, .status: retries spent
+    ├── CassetteError                                 .path: a cassette unusable as it is
+    │   └── CassetteMiss                              .agent, .index, .field: not recorded
     ├── PermanentError                                a runner's failure not worth a restart
     ├── McpServerError                                .server: an MCP server failed to start or died
     ├── InternalError                                 .command, .cause: retinue failed on a command
@@ -73,11 +76,18 @@ from retinue.errors._agents import (
     AgentClosed,
     AgentStateError,
     BlockingCallInAsyncRunner,
+    GenerationNotKept,
     NothingToWaitFor,
     RuntimeClosed,
     TurnInterrupted,
     WaitTimeout,
     _rebuild_with_path,
+)
+from retinue.errors._cassettes import (
+    CassetteError,
+    CassetteMiss,
+    _rebuild_cassette_error,
+    _rebuild_miss,
 )
 from retinue.errors._external import (
     ClusterError,
@@ -141,6 +151,8 @@ __all__ = [
     "ApprovalAlreadyAnswered",
     "ArgumentTypeError",
     "BlockingCallInAsyncRunner",
+    "CassetteError",
+    "CassetteMiss",
     "ClusterError",
     "CompletionBacklogFull",
     "ConfigurationError",
@@ -154,6 +166,7 @@ __all__ = [
     "DuplicateAgentPath",
     "ExtraNotInstalled",
     "FanoutLimitExceeded",
+    "GenerationNotKept",
     "InternalError",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -197,7 +210,7 @@ def _publish() -> None:
     move between the private modules changes nothing a user or a pickle sees.
     """
     namespace = globals()
-    helpers = (_rebuild_limit_error, _rebuild_with_path)
+    helpers = (_rebuild_limit_error, _rebuild_with_path, _rebuild_cassette_error, _rebuild_miss)
     for published in (*(namespace[name] for name in __all__), *helpers):
         published.__module__ = __name__
 

@@ -1,6 +1,7 @@
 """Calls that an agent's state, a wait or the runtime refuses.
 
-:class:`AgentStateError` (``.path``) and its kinds, :class:`WaitTimeout`,
+:class:`AgentStateError` (``.path``) and its kinds (:class:`GenerationNotKept`: a
+fork's past the store keeps), :class:`WaitTimeout`,
 :class:`TurnInterrupted` (a ``BaseException``, outside the tree),
 :class:`BlockingCallInAsyncRunner` and :class:`RuntimeClosed`.
 
@@ -19,6 +20,7 @@ __all__ = [
     "AgentClosed",
     "AgentStateError",
     "BlockingCallInAsyncRunner",
+    "GenerationNotKept",
     "NothingToWaitFor",
     "RuntimeClosed",
     "TurnInterrupted",
@@ -56,6 +58,16 @@ class NothingToWaitFor(AgentStateError):
     The agent is neither running nor queued, so no completion will come
     unless something gives it a new turn (``follow_up``, ``resume``, a
     message that wakes it); waiting would only run out the timeout.
+    """
+
+
+class GenerationNotKept(AgentStateError, LookupError):
+    """A fork asked for an agent as of a generation the store does not keep.
+
+    The store keeps each agent's newest ``Limits.fork_generations`` settled
+    generations; a generation older than those, one that never settled (a
+    turn still running), or one from before a fork was made (fork its origin
+    instead) cannot be forked. ``.path`` names the agent.
     """
 
 

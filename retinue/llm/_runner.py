@@ -25,6 +25,7 @@ from typing import Any
 
 from retinue.errors import ConfigurationError
 from retinue.llm._context import TurnContext
+from retinue.llm.cassette import Cassette
 from retinue.llm.model import (
     SCRIPTED_PROVIDER,
     CallSettings,
@@ -65,6 +66,14 @@ class LiteLLMRunner:
     :func:`~retinue.llm.tools._toolbox.build_toolbox`). ``stream=True`` streams each
     answer (its text is published as ``ModelDelta`` events as it arrives; the
     assembled answer is what is stored: see :mod:`retinue.llm.model._streaming`).
+    ``cassette`` records every model call and host tool result of the run to a
+    file, or answers them from it (``mode``: ``"record"``, ``"replay"`` (the
+    default: never a live call; a request not recorded fails the turn with
+    ``CassetteMiss``) or ``"auto"``); ``redact`` is a list of regular
+    expressions whose matches never reach the file (API keys never do);
+    ``replay_tools=False`` runs host tools even when replaying
+    (:mod:`retinue.llm.cassette`; a :class:`~retinue.llm.cassette.Cassette` given
+    as ``cassette`` is used as it is, shared by every runner it is given to).
     Every other keyword goes to ``litellm.acompletion`` as it is (litellm's own
     client retries are off unless ``max_retries`` is given; retinue's own models,
     ``retinue/...``, are free and say so with litellm's per-call prices,
@@ -99,6 +108,10 @@ class LiteLLMRunner:
         mcp: Any = None,
         toolbox: ToolBoxBuilder | None = None,
         stream: bool = False,
+        cassette: str | Path | Cassette | None = None,
+        mode: str = "replay",
+        redact: Sequence[str] = (),
+        replay_tools: bool = True,
         **litellm_kwargs: Any,
     ) -> None:
         """Check and keep the settings; nothing is imported or called yet."""
@@ -134,6 +147,13 @@ class LiteLLMRunner:
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
         self.toolbox_builder: ToolBoxBuilder = toolbox or toolbox_module.build_toolbox
         self.stream = stream
+        self.cassette = (
+            cassette
+            if cassette is None or isinstance(cassette, Cassette)
+            else Cassette(
+                cassette, mode, redact=redact, secrets=[api_key], replay_tools=replay_tools
+            )
+        )
         self.calls = CallSettings(
             model=model,
             kwargs=self._call_kwargs(),

@@ -62,8 +62,17 @@ __all__ = [
     "Write",
 ]
 
-DATABASES = ("agents", "messages", "completions", "meta", "transcripts", "leases", "approvals")
-OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals"})
+DATABASES = (
+    "agents",
+    "messages",
+    "completions",
+    "meta",
+    "transcripts",
+    "leases",
+    "approvals",
+    "generations",
+)
+OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals", "generations"})
 """Databases added after schema 1: a reader of an older store does without them."""
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 

@@ -24,7 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from retinue.errors import ConfigurationError, PermanentError, ResultContractError
+from retinue.errors import (
+    CassetteError,
+    ConfigurationError,
+    PermanentError,
+    ResultContractError,
+)
 from retinue.protocol.text import bounded_text
 
 __all__ = [
@@ -46,6 +51,7 @@ RETRY_ON: tuple[RetryOn, ...] = ("transient", "any")
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
 """The 4xx statuses worth another attempt (timeout, conflict, too early, rate limited)."""
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    CassetteError,
     ConfigurationError,
     PermanentError,
     ResultContractError,

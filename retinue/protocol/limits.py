@@ -150,6 +150,10 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """The span, in seconds, of a provider limit's ``requests_per_minute`` and
     ``tokens_per_minute`` (a minute; shorter only against a test provider whose
     "minute" is, such as ``RateLimitedStub(window_s=...)``)."""
+    fork_generations: int = 16
+    """Settled generations of each agent the store keeps for ``Runtime.fork(at=...)``, newest
+    (each the agent's record as that generation ended); an older one cannot be forked
+    (``GenerationNotKept``). At least 1."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {

@@ -26,6 +26,7 @@ __all__ = [
     "CompletionStatus",
     "Event",
     "EventsDropped",
+    "ForkedFrom",
     "McpServerEvent",
     "Message",
     "MessageQueued",
@@ -106,6 +107,21 @@ class CompletionStatus(enum.StrEnum):
     INTERRUPTED = "interrupted"
 
 
+class ForkedFrom(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Where a fork came from: its origin's ``agent_id`` and ``path`` and the ``generation``
+    it was forked as of (the fork's own numbering carries on from there).
+
+    ``trace`` is the W3C ``traceparent`` of the origin's span (the turn that
+    ended that generation, else the span its turns continue): the fork's first
+    turn links to it (None: the origin traced nothing).
+    """
+
+    agent_id: str
+    path: str
+    generation: int
+    trace: str | None = None
+
+
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A snapshot of one agent, as the supervisor last committed it.
 
@@ -118,6 +134,8 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     is the error of the attempt a restart policy restarted (None: none was);
     ``restart_due_at`` is when a pending restart runs (``restarting`` only);
     ``error_type`` is ``error``'s class (as :attr:`Completion.error_type`).
+    ``forked_from`` says which agent and generation a fork was made from
+    (``Runtime.fork``; None: not a fork).
     """
 
     id: str
@@ -140,6 +158,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     last_error: str | None = None
     restart_due_at: float | None = None
     error_type: str | None = None
+    forked_from: ForkedFrom | None = None
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):

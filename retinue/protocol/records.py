@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from retinue.protocol.messages import AgentState, Completion, Message, Usage
+from retinue.protocol.messages import AgentState, Completion, ForkedFrom, Message, Usage
 from retinue.protocol.supervision import RestartRecord
 
 __all__ = [
@@ -18,12 +18,14 @@ __all__ = [
     "TRANSCRIPT_VERSION",
     "AgentRecord",
     "CompletionRecord",
+    "GenerationRecord",
     "MessageRecord",
     "ModelCallRecord",
     "ToolCallRecord",
     "TranscriptMessage",
     "TranscriptRecord",
     "completion_key",
+    "generation_key",
     "message_key",
 ]
 
@@ -56,6 +58,8 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     decision; None: none), so an open that lacks the profile decides as it
     says; ``lost`` counts the current task's attempts lost in a row while
     running (``Restart.max_lost``).
+    ``forked_from`` names the agent and generation a fork was made from
+    (:meth:`Runtime.fork <retinue.Runtime.fork>`; None: not a fork).
     ``origin`` is what the current task's first attempt was for (``spawn``,
     ``follow_up``, ``wake``, ``resume``): a restarted attempt's ``turn.origin``
     (an agent stored before the field existed reads ``spawn``).
@@ -91,6 +95,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     restart: RestartRecord | None = None
     lost: int = 0
     origin: str = "spawn"
+    forked_from: ForkedFrom | None = None
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -131,6 +136,26 @@ def completion_key(agent_id: str, generation: int) -> bytes:
     return f"{agent_id}:{generation:010d}".encode()
 
 
+class GenerationRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One settled generation of an agent, kept to fork it as of then (keyed by
+    :func:`generation_key`; the newest ``Limits.fork_generations`` per agent).
+
+    ``agent`` is the agent's record as the generation ended (its task, state,
+    output, error); ``settled_at`` when it ended (epoch seconds, the
+    supervisor's clock); ``span`` the W3C ``traceparent`` of the turn that
+    ended it, when its runner reported one.
+    """
+
+    agent: AgentRecord
+    settled_at: float
+    span: str | None = None
+
+
+def generation_key(agent_id: str, generation: int) -> bytes:
+    """Return the store key of ``agent_id``'s :class:`GenerationRecord` of ``generation``."""
+    return f"{agent_id}:{generation:010d}".encode()
+
+
 TRANSCRIPT_VERSION = 1
 """The ``version`` of :class:`TranscriptRecord` this retinue writes."""
 
@@ -165,7 +190,9 @@ class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
 
     ``role`` is ``user``, ``assistant`` or ``tool``; ``tool_calls`` is set on
     assistant messages that called tools; ``tool_call_id`` and ``name`` on
-    tool results.
+    tool results. ``generation`` is the agent's turn that added it (0: stored
+    before retinue kept it, counted as older than every generation): a fork as
+    of generation N keeps the messages of generations up to N.
     """
 
     role: str
@@ -173,6 +200,7 @@ class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
     tool_calls: tuple[ToolCallRecord, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    generation: int = 0
 
 
 class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):

@@ -37,6 +37,7 @@ from retinue.actors.commands import (
     CountBacklog,
     Deny,
     FollowUp,
+    Fork,
     Get,
     HostMessages,
     Idle,
@@ -371,6 +372,50 @@ class Runtime:
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
         return await self._ask_async(Spawn(HOST, profile, task, name, parent, idempotency_key))
+
+    def fork(
+        self,
+        ref: str,
+        *,
+        at: int | None = None,
+        name: str | None = None,
+        parent: str | None = None,
+        tree: bool = True,
+    ) -> AgentInfo:
+        """Copy agent ``ref`` as of its generation ``at`` (None: now); return the copy.
+
+        The copy is settled (give it a turn with :meth:`follow_up` to carry on
+        differently), goes beside ``ref`` (or below ``parent``; ``"/root"``: top
+        level) as ``name`` (default ``<name>_fork<n>``), with ``ref``'s profile,
+        task, state, output and transcript up to the end of that generation,
+        usage from nothing, and ``forked_from`` naming ``ref``. With ``tree``
+        its subtree is copied too, each agent as of the last generation it had
+        settled when that generation ended (one still in its first turn then
+        is copied ``interrupted``). A busy ``ref`` is copied as of its last
+        settled generation. The origin is untouched and shares nothing with
+        the copies. A fork counts as spawns do against every cap.
+
+        Raises:
+            UnknownAgent, InvalidAgentPath, ArgumentTypeError: a bad ``ref``, ``parent``
+                or ``name``. InvalidArgument: ``at`` is not one of its generations.
+            GenerationNotKept: that generation is not kept (``Limits.fork_generations``),
+                never settled, or is from before ``ref`` was itself forked.
+            UnknownProfile, NotPermitted, AgentClosed, DuplicateAgentPath,
+            DepthLimitExceeded, FanoutLimitExceeded, AgentLimitExceeded: as :meth:`spawn`.
+        """
+        return self._ask(Fork(HOST, ref, at, name, parent, tree))
+
+    async def fork_async(
+        self,
+        ref: str,
+        *,
+        at: int | None = None,
+        name: str | None = None,
+        parent: str | None = None,
+        tree: bool = True,
+    ) -> AgentInfo:
+        """Like :meth:`fork`, without blocking the event loop."""
+        return await self._ask_async(Fork(HOST, ref, at, name, parent, tree))
 
     def follow_up(self, ref: str, task: str) -> AgentInfo:
         """Queue a new turn for an idle agent.

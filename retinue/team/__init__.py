@@ -110,6 +110,9 @@ class Team:
     provider_limits: tuple[ProviderLimit, ...] = ()
     """The ``[providers."<match>"]`` limits (over ``RETINUE_PROVIDER_LIMITS`` when read with
     ``environ``), for ``Runtime.open``'s ``provider_limits`` (not applied to model calls yet)."""
+    runner_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments added to every model agent's ``LiteLLMRunner`` (over its own
+    settings): :meth:`with_runner_settings`, e.g. a cassette for ``retinue run --record``."""
 
     @classmethod
     def from_toml(
@@ -171,6 +174,12 @@ class Team:
         defaults = msgspec.structs.replace(self.defaults, model=model)
         return dataclasses.replace(self, agents=agents, defaults=defaults)
 
+    def with_runner_settings(self, **settings: Any) -> Team:
+        """Return a copy whose model agents' runners also get ``settings`` (e.g.
+        ``cassette=path, mode="replay"``: ``retinue run --replay``)."""
+        merged = {**self.runner_settings, **settings}
+        return dataclasses.replace(self, runner_settings=merged)
+
     def setting(self, agent: str, key: str) -> Any:
         """Return an agent's effective setting: its own table's, else ``[defaults]``'s."""
         return effective_setting(self.agents[agent], self.defaults, key)
@@ -186,7 +195,15 @@ class Team:
             TeamFileError: a runner that does not import, or a setting the
                 Profile refuses (e.g. an unknown tool), named by table and key.
         """
-        return team_profiles(self.agents, self.defaults, self.lead, self.source, runner)
+        built = team_profiles(self.agents, self.defaults, self.lead, self.source, runner)
+        if not self.runner_settings:
+            return built
+        return [
+            p
+            if p.model is None
+            else dataclasses.replace(p, model_settings={**p.model_settings, **self.runner_settings})
+            for p in built
+        ]
 
     def check(self, *, import_runners: bool = False) -> dict[str, Profile]:
         """Run every check ``Runtime.open(path, team=self)`` runs, without starting anything.

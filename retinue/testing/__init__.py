@@ -21,6 +21,9 @@
   records; :class:`Leaks` and :func:`shutdown_within`: what a shutdown must
   not leave behind, and its bound; :func:`chaos_workspace`: a workspace with a
   FIFO, symlink loops and links pointing out. ``retinue fuzz`` is built on these.
+- :func:`replay`: run a team again with every model call answered from a
+  cassette a live run recorded (offline, byte-identical: :func:`outcome_of`),
+  for a user's own regression tests.
 - Quiescence instead of polling: ``rt.wait_idle(timeout)`` / ``await
   rt.settled()`` return once no turn is queued or running and every event was
   delivered; :func:`wait_settled` waits for one turn to settle without
@@ -40,6 +43,7 @@ from retinue.testing.leaks import Leaks, shutdown_within
 from retinue.testing.quota import ProviderQuota, QuotaReport
 from retinue.testing.rate_stub import RateLimitedStub
 from retinue.testing.settling import wait_settled
+from retinue.testing.replay import Replayed, outcome_of, replay
 from retinue.testing.stub import OpenAIStub, StubReply, StubRequest
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
@@ -54,11 +58,14 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "ProviderQuota",
     "QuotaReport",
     "RateLimitedStub",
+    "Replayed",
     "StubReply",
     "StubRequest",
     "chaos_workspace",
     "check_invariants",
     "echo",
+    "outcome_of",
+    "replay",
     "shutdown_within",
     "wait_settled",
 ]

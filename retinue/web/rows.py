@@ -111,7 +111,16 @@ def row_of(
         "result": clip_text(text, PREVIEW_CHARS),
         "failed_below": below[0],
         "waiting_below": below[1],
+        "forked_from": _forked_from(info),
     }
+
+
+def _forked_from(info: AgentInfo) -> dict[str, Any] | None:
+    """A fork's origin for the page: its path and the generation it was forked as of."""
+    origin = getattr(info, "forked_from", None)
+    if origin is None:
+        return None
+    return {"path": origin.path, "generation": origin.generation}
 
 
 def tool_in_progress(transcript: Sequence[TranscriptMessage]) -> str | None:

@@ -23,6 +23,7 @@ SUBCOMMANDS = [
     "demo",
     "run",
     "resume",
+    "fork",
     "tree",
     "inspect",
     "validate",

@@ -113,16 +113,16 @@ print("REPORT", rt.compact(), flush=True)
 """
 
 
-@pytest.mark.parametrize(("cut_at", "agents_left"), [(1, 450), (40, 450), (70, None)])
+@pytest.mark.parametrize(("cut_at", "agents_left"), [(1, 450), (40, 450), (100, None)])
 def test_a_crash_inside_a_spread_compaction_leaves_a_consistent_store(
     tmp_path: Path, cut_at: int, agents_left: int | None
 ) -> None:
     """Killed between two of a compaction's delete transactions, the store opens clean.
 
     The deletes are ordered so that any prefix is consistent: an agent's
-    messages, completions and transcript before its record, leaves before
-    parents (450 agents: about 56 transactions of 16 other deletes, then 28 of
-    agents). Reopened, restore has nothing to skip or repair.
+    messages, completions, transcript and kept generations before its record,
+    leaves before parents (450 agents: about 84 transactions of 16 other
+    deletes, then 28 of agents). Reopened, restore has nothing to skip or repair.
     """
     folder = tmp_path / "store"
     with Child(CUT_CHILD, folder, str(cut_at)) as child:

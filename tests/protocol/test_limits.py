@@ -52,6 +52,8 @@ DEFAULTS: dict[str, int | float | None] = {
     "store_map_warn_ratio": 0.9,
     # Provider limits: the span of their per-minute windows.
     "provider_window_s": 60.0,
+    # Fork: the settled generations of each agent kept to fork as of.
+    "fork_generations": 16,
 }
 FLOAT_FIELDS = [
     "wait_default_s",

@@ -357,3 +357,22 @@ def test_retinue_run_web_actions_act_on_the_run_in_process(tmp_path: Path) -> No
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_a_fork_shows_its_origin_in_the_tree_and_the_detail(tmp_path: Path) -> None:
+    with Runtime.open(tmp_path / "store", profiles=[Profile("p", runner=echo)]) as rt:
+        rt.wait(rt.spawn("p", "t", name="a").id)
+        fork = rt.fork("/root/a")
+        live = LiveTree(rt, WebOptions(min_interval_s=0.02))
+        live.start()
+        try:
+            with TestClient(create_app(live), base_url="http://127.0.0.1") as client:
+                wait_until(lambda: client.get("/api/summary").json()["agents"] == 2)
+                rows = {r["path"]: r for r in client.get("/api/tree").json()["rows"]}
+                assert rows["/root/a"]["forked_from"] is None
+                origin = {"path": "/root/a", "generation": 1}
+                assert rows["/root/a_fork1"]["forked_from"] == origin
+                detail = client.get(f"/api/agent?id={fork.path}").json()
+                assert detail["forked_from"] == origin
+        finally:
+            live.stop()

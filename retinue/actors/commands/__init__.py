@@ -44,7 +44,7 @@ from retinue.actors.commands._lifecycle import (
 from retinue.actors.commands._mailboxes import HostMessages, Send
 from retinue.actors.commands._models import LlmLoad, LlmStep
 from retinue.actors.commands._reads import Agents, Children, CountBacklog, Get, Inspect
-from retinue.actors.commands._spawning import Spawn, SpawnMany, SpawnRequest
+from retinue.actors.commands._spawning import Fork, Spawn, SpawnMany, SpawnRequest
 from retinue.actors.commands._supervision import (
     AdmitCall,
     Approvals,
@@ -80,6 +80,7 @@ __all__ = [
     "ExpireTurn",
     "FireRestarts",
     "FollowUp",
+    "Fork",
     "Get",
     "GiveBack",
     "GiveUpWait",
@@ -114,6 +115,7 @@ __all__ = [
 SupervisorCommand = (
     Spawn
     | SpawnMany
+    | Fork
     | Send
     | FollowUp
     | Resume

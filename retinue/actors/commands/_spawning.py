@@ -9,7 +9,7 @@ from retinue.actors.commands._base import Command, Sender
 from retinue.errors import RetinueError
 from retinue.protocol.messages import AgentInfo
 
-__all__ = ["Spawn", "SpawnMany", "SpawnRequest"]
+__all__ = ["Fork", "Spawn", "SpawnMany", "SpawnRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +47,20 @@ class SpawnMany(Command[list[AgentInfo | RetinueError]]):
 
     sender: Sender
     requests: Sequence[SpawnRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class Fork(Command[AgentInfo]):
+    """Record a settled copy of agent ``ref`` as of its generation ``at`` (None: now).
+
+    The copy goes below ``parent`` (None: beside ``ref``, under its parent),
+    named ``name`` (None: ``<name>_fork<n>``); with ``tree`` its subtree is
+    copied too, each agent as it was when that generation ended. The host sends it.
+    """
+
+    sender: Sender
+    ref: str
+    at: int | None = None
+    name: str | None = None
+    parent: str | None = None
+    tree: bool = True

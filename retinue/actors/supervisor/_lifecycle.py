@@ -99,7 +99,7 @@ class Lifecycle(Journaled):
             tx.trace = command.trace  # a wake it causes links to this turn's span
             if record.trace is None:  # an agent spawned outside any span: its trace is this
                 record = self.world.update(record, trace=command.trace)
-        self.finish_turn(tx, record, command.output, command.error)
+        self.finish_turn(tx, record, command.output, command.error, span=command.trace)
 
     def finish_turn(
         self,
@@ -110,8 +110,12 @@ class Lifecycle(Journaled):
         *,
         pump: bool = True,
         returned: tuple[Event, ...] = (),
+        span: str | None = None,
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
+
+        ``span`` is the W3C ``traceparent`` of the turn's span (its runner's
+        report), kept with the generation (see :mod:`~retinue.actors.supervisor._history`).
 
         A failed turn's completion carries the error's text and class (``error_type``).
 
@@ -133,7 +137,7 @@ class Lifecycle(Journaled):
         cap = self.world.limits.output_max_bytes
         if error is not None:
             error = TurnError(bounded_text(error.text, cap), error.type, error.permanent)
-            error = self.supervision.restarts.after_failure(tx, record, error)
+            error = self.supervision.restarts.after_failure(tx, record, error, span=span)
             if error is None:  # restarting: the task's completion is still to come
                 if pump:
                     self.scheduler.pump(tx)
@@ -149,7 +153,7 @@ class Lifecycle(Journaled):
             error=None if error is None else bounded_text(error.text, cap),
             error_type=None if error is None else error.type,
         )
-        self.router.emit_completion(tx, record, status)
+        self.router.emit_completion(tx, record, status, span=span)
         if pump:
             self.scheduler.pump(tx)
         gave_back = frozenset() if error is None else given_back_ids(back)

@@ -33,6 +33,8 @@ import random
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from retinue.actors import JDict, Journaled
 from retinue.actors.commands import FireRestarts
 from retinue.actors.supervisor._scheduler import Scheduler
@@ -111,19 +113,20 @@ class Restarts(Journaled):
     # -- decisions ---------------------------------------------------------------------
 
     def after_failure(
-        self, tx: Transition, record: AgentRecord, error: TurnError
+        self, tx: Transition, record: AgentRecord, error: TurnError, *, span: str | None = None
     ) -> TurnError | None:
         """A turn failed with ``error``: restart it (return None) or return the error to settle.
 
         A permanent failure stays failed unless the policy's ``retry_on`` is
         ``"any"``. The error is ``RestartLimitExceeded: ...`` when the policy gives up.
+        ``span``: the failed turn's (kept with its generation, as it restarts).
         """
         policy = self.policy(record, "failed")
         if policy is None or never_restarts(error.text):
             return error
         if error.permanent and policy.retry_on != "any":
             return error
-        return self._restart(tx, record, policy, error.text, error.type)
+        return self._restart(tx, record, policy, error.text, error.type, span=span)
 
     def lost(self, tx: Transition, record: AgentRecord) -> bool:
         """A turn was lost in a crash: restart it, or give up; False if no policy answers it.
@@ -187,19 +190,24 @@ class Restarts(Journaled):
         *,
         backoff_of: int | None = None,
         lost: int = 0,
+        span: str | None = None,
     ) -> TurnError | None:
         """Schedule the task's next attempt, or return the give-up error (intensity).
 
         It waits the backoff of restart ``backoff_of`` (default: the restart
         this one is, ``record.attempt``); ``lost`` is the task's losses in a
         row so far. A restart this runtime cannot run (it lacks the profile)
-        stays pending in the store, with no timer.
+        stays pending in the store, with no timer. The attempt that ends is
+        kept as a settled generation (failed; interrupted for one lost in a
+        crash), with its turn's ``span``.
         """
         now = time.time()
         recent = [t for t in record.restarts if t > now - policy.within_s]
         if len(recent) + 1 > policy.max_restarts:
             return TurnError(_limit_text(len(recent), policy, error), "RestartLimitExceeded")
-        self._schedule(tx, record, policy, error, error_type, backoff_of=backoff_of, lost=lost)
+        self._schedule(
+            tx, record, policy, error, error_type, backoff_of=backoff_of, lost=lost, span=span
+        )
         return None
 
     def _schedule(
@@ -212,14 +220,27 @@ class Restarts(Journaled):
         *,
         backoff_of: int | None,
         lost: int,
+        span: str | None = None,
     ) -> None:
         """Make ``record``'s task's next attempt a pending restart (no give-up checked here).
 
         A restart this runtime cannot run (it lacks the profile) stays pending
-        in the store, with no timer.
+        in the store, with no timer. The attempt that ends is kept as a
+        settled generation (failed; interrupted for one lost in a crash), with
+        its turn's ``span``.
         """
         now = time.time()
         recent = tuple(t for t in record.restarts if t > now - policy.within_s)
+        ended = msgspec.structs.replace(
+            record,
+            state=AgentState.INTERRUPTED if error == LOST_ERROR else AgentState.FAILED,
+            output=None,
+            error=error,
+            error_type=error_type,
+            updated_at=now,
+        )
+        world = self.world
+        world.history.settled(tx, ended, span=span, at=now, committed=world.restoring)
         delay = policy.delay(record.attempt if backoff_of is None else backoff_of, self.rng)
         due = now + delay
         record = self.world.update(

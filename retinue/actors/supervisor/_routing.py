@@ -91,13 +91,24 @@ class Router(Journaled):
     # -- completions ----------------------------------------------------------------
 
     def emit_completion(
-        self, tx: Transition, record: AgentRecord, status: CompletionStatus
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        status: CompletionStatus,
+        *,
+        span: str | None = None,
     ) -> None:
-        """Make the one completion of ``record``'s current turn and route it."""
-        tree = self.world.tree
+        """Make the one completion of ``record``'s current turn and route it.
+
+        The generation is kept to fork as of (``span``: the W3C ``traceparent``
+        of the turn that ended it, when its runner reported one).
+        """
+        world = self.world
+        tree = world.tree
         if record.generation in tree.completions.get(record.id, {}):
             return  # exactly one completion per turn
         now = time.time()
+        world.history.settled(tx, record, span=span, at=now, committed=world.restoring)
         completion = Completion(
             id=f"{record.id}:{record.generation}",
             agent_id=record.id,

@@ -283,6 +283,13 @@ class Scheduler(Journaled):
         turn.admission = world.admission
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
+            forked = record.forked_from  # a fork's first turn links to its origin's span
+            if (
+                turn.cause is None
+                and forked is not None
+                and (record.generation, record.attempt) == (forked.generation + 1, 1)
+            ):
+                turn.cause = forked.trace
         self.turns[agent_id] = TurnHandle(
             generation=record.generation,
             turn=turn,

@@ -4,6 +4,7 @@
 :class:`~retinue.actors.supervisor._world.World` (store, tree, profiles, limits, bus):
 
 - :class:`~retinue.actors.supervisor._spawning.Spawner`: every cap checked at spawn time;
+- :class:`~retinue.actors.supervisor._forking.Forker`: forks, counted as spawns are;
 - :class:`~retinue.actors.supervisor._scheduler.Scheduler`: turn slots and turn starts;
 - :class:`~retinue.actors.supervisor._waiters.Waiters`: blocked turn waits;
 - :class:`~retinue.actors.supervisor._host_waits.HostWaits`: blocked host waits (agents,
@@ -69,6 +70,7 @@ from retinue.actors.commands import (
     ExpireTurn,
     FireRestarts,
     FollowUp,
+    Fork,
     Get,
     GiveBack,
     GiveUpWait,
@@ -95,6 +97,7 @@ from retinue.actors.commands import (
     Wait,
 )
 from retinue.actors.events import EventBus, Spans
+from retinue.actors.supervisor._forking import Forker
 from retinue.actors.supervisor._host_waits import HostWaits
 from retinue.actors.supervisor._lifecycle import Lifecycle
 from retinue.actors.supervisor._mailboxes import Mailboxes
@@ -171,6 +174,7 @@ class Supervisor:
         self.mailboxes = Mailboxes(self.world, self.waiters, self.hosts)
         self.router = Router(self.world, self.scheduler, self.waiters, self.hosts)
         self.spawner = Spawner(self.world, self.scheduler)
+        self.forker = Forker(self.world, self.spawner)
         self.supervision = Supervision(self.world, self.scheduler, self.router)
         self.lifecycle = Lifecycle(
             self.world, self.scheduler, self.waiters, self.hosts, self.router, self.supervision
@@ -191,6 +195,7 @@ class Supervisor:
                 self.mailboxes,
                 self.router,
                 self.spawner,
+                self.forker,
                 self.supervision,
                 self.lifecycle,
                 self.models,
@@ -291,6 +296,8 @@ class Supervisor:
                 return self.spawner.spawn(tx, me, command)
             case SpawnMany():
                 return self.spawner.spawn_many(tx, me, command.requests)
+            case Fork():
+                return self.forker.fork(tx, command)
             case Send():
                 return self.mailboxes.send(tx, me, command)
             case Wait(sender=Host()):

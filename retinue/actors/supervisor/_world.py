@@ -23,6 +23,7 @@ from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.commands import Host, Sender
 from retinue.actors.events import EventBus, Observer, Spans
+from retinue.actors.supervisor._history import History
 from retinue.actors.supervisor._transition import Transition, resolve_future
 from retinue.actors.tree import HOST_KEY, Tree
 from retinue.actors.turns import Executor, Runner, is_async_runner
@@ -89,6 +90,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
         last_error=record.last_error,
         restart_due_at=record.restart_due_at,
         error_type=record.error_type,
+        forked_from=record.forked_from,
     )
 
 
@@ -232,6 +234,7 @@ class World(Journaled):
         admission: the gate of model calls under provider limits (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
         restoring: recovery after a restore is running: nothing is woken.
+        history: each agent's newest settled generations, kept to fork as of.
         journal: records every change a command makes to the supervisor's
             memory, so a command that fails is undone (:mod:`retinue.actors._journal`).
     """
@@ -287,6 +290,7 @@ class World(Journaled):
         self.admission = admission
         self.closing = False
         self.restoring = False
+        self.history = History(tree, store, limits)
 
     @property
     def journal(self) -> Journal:

@@ -90,7 +90,9 @@ def compact(tree: Tree, limits: Limits, now: float) -> CompactionReport:
     """Remove what retention no longer keeps; the deletes land in ``tree.writes``."""
     horizon = now - limits.retain_age_s
     messages = _compact_read_messages(tree, limits.retain_read_messages, horizon)
-    agents, completions = _compact_closed_agents(tree, limits.retain_closed_agents, horizon)
+    agents, completions = _compact_closed_agents(
+        tree, limits.retain_closed_agents, horizon, limits.fork_generations
+    )
     completions += _compact_completions(tree, horizon)
     return CompactionReport(messages=messages, agents=agents, completions=completions)
 
@@ -112,7 +114,9 @@ def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
     return removed
 
 
-def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, int]:
+def _compact_closed_agents(
+    tree: Tree, keep: int, horizon: float, generations: int
+) -> tuple[int, int]:
     closed = sorted(
         (r.closed_at or r.updated_at, r.id)
         for r in tree.agents.values()
@@ -142,7 +146,7 @@ def _compact_closed_agents(tree: Tree, keep: int, horizon: float) -> tuple[int, 
                 child_count[parent_id] -= 1
             progress = True
         remaining = later
-    return len(chosen), tree.remove_agents(chosen)
+    return len(chosen), tree.remove_agents(chosen, generations=generations)
 
 
 def _compact_completions(tree: Tree, horizon: float) -> int:

@@ -34,6 +34,7 @@ from retinue.protocol.records import (
     CompletionRecord,
     MessageRecord,
     completion_key,
+    generation_key,
     message_key,
 )
 
@@ -220,8 +221,9 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
 
     # -- removal (compaction) -------------------------------------------------------
 
-    def remove_agents(self, agent_ids: Iterable[str]) -> int:
-        """Delete closed agents with their messages, completions and transcripts.
+    def remove_agents(self, agent_ids: Iterable[str], *, generations: int = 0) -> int:
+        """Delete closed agents with their messages, completions, transcripts and their
+        newest ``generations`` kept generations (``Limits.fork_generations``).
 
         Returns how many completions went.
 
@@ -236,6 +238,9 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
             self._agents_written.pop(agent_id, None)
             self.writes.append(("agents", agent_id.encode(), None))
             self.writes.append(("transcripts", agent_id.encode(), None))
+            newest = self.agents[agent_id].generation if agent_id in self.agents else 0
+            for generation in range(max(1, newest - generations), newest + 1):
+                self.writes.append(("generations", generation_key(agent_id, generation), None))
             for seq, record in self.mailbox.pop(agent_id, {}).items():
                 self.writes.append(("messages", message_key(agent_id, seq), None))
                 message = record.message

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from retinue.llm.chat._arrival import assistant_message, piece, tool_outcome
 from retinue.llm.chat._conversation import (
+    GENERATION_TAG,
     ChatMessage,
     bound_at,
     decode_transcript,
     encode_transcript,
+    for_model,
     render_message,
     repair_dangling,
     stored_calls,
@@ -26,11 +28,13 @@ from retinue.llm.chat._conversation import (
 )
 
 __all__ = [
+    "GENERATION_TAG",
     "ChatMessage",
     "assistant_message",
     "bound_at",
     "decode_transcript",
     "encode_transcript",
+    "for_model",
     "piece",
     "render_message",
     "repair_dangling",

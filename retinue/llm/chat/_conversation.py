@@ -27,7 +27,12 @@ from typing import Any
 
 import msgspec
 
-from retinue.llm.chat._transcript_cut import CUT_ARGUMENTS, CUT_MARKER, cut_transcript
+from retinue.llm.chat._transcript_cut import (
+    CUT_ARGUMENTS,
+    CUT_MARKER,
+    GENERATION_TAG,
+    cut_transcript,
+)
 from retinue.protocol.messages import AgentInfo, CompletionStatus, Message, Usage
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
@@ -41,12 +46,14 @@ from retinue.protocol.text import storable_text
 __all__ = [
     "CUT_ARGUMENTS",
     "CUT_MARKER",
+    "GENERATION_TAG",
     "INTERRUPTED_TOOL_RESULT",
     "ChatMessage",
     "bound",
     "bound_at",
     "decode_transcript",
     "encode_transcript",
+    "for_model",
     "render_message",
     "repair_dangling",
     "storable",
@@ -116,7 +123,7 @@ def _optional_text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _to_record(message: ChatMessage) -> TranscriptMessage:
+def _to_record(message: ChatMessage, generation: int) -> TranscriptMessage:
     calls = tuple(
         ToolCallRecord(
             id=str(call.get("id", "")),
@@ -131,7 +138,22 @@ def _to_record(message: ChatMessage) -> TranscriptMessage:
         tool_calls=calls,
         tool_call_id=_optional_text(message.get("tool_call_id")),
         name=_optional_text(message.get("name")),
+        generation=_generation_of(message, generation),
     )
+
+
+def _generation_of(message: ChatMessage, default: int) -> int:
+    """The generation a chat message was stored with (its tag), else ``default``."""
+    tag = message.get(GENERATION_TAG)
+    return tag if isinstance(tag, int) and not isinstance(tag, bool) else default
+
+
+def for_model(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """Return ``messages`` as a model is sent them: without their generation tags."""
+    return [
+        {k: v for k, v in m.items() if k != GENERATION_TAG} if GENERATION_TAG in m else m
+        for m in messages
+    ]
 
 
 def _to_chat(record: TranscriptMessage) -> ChatMessage:
@@ -149,6 +171,8 @@ def _to_chat(record: TranscriptMessage) -> ChatMessage:
         message["tool_call_id"] = record.tool_call_id
     if record.name is not None:
         message["name"] = record.name
+    if record.generation:
+        message[GENERATION_TAG] = record.generation
     return message
 
 
@@ -199,9 +223,14 @@ def repair_dangling(messages: list[ChatMessage]) -> list[ChatMessage]:
             index += 1
         for call_id in wanted:
             if call_id not in seen:
-                out.append(
-                    {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_TOOL_RESULT}
-                )
+                result = {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": INTERRUPTED_TOOL_RESULT,
+                }
+                if GENERATION_TAG in message:  # the result of that step's generation
+                    result[GENERATION_TAG] = message[GENERATION_TAG]
+                out.append(result)
     return out
 
 
@@ -226,13 +255,18 @@ def encode_transcript(
     messages: Sequence[ChatMessage],
     cut: int = 0,
     calls: Sequence[ModelCallRecord] = (),
+    generation: int = 0,
 ) -> bytes:
     """Encode a chat (without its system prompt) and the times of its model ``calls`` as a
-    stored transcript record."""
+    stored transcript record.
+
+    A message keeps the generation it was loaded with (:func:`decode_transcript`
+    tags it); the others were added by the turn ``generation``.
+    """
     record = TranscriptRecord(
         version=TRANSCRIPT_VERSION,
         agent_id=agent_id,
-        messages=tuple(_to_record(m) for m in messages),
+        messages=tuple(_to_record(m, generation) for m in messages),
         cut=cut,
         calls=tuple(calls),
     )
@@ -241,6 +275,10 @@ def encode_transcript(
 
 def decode_transcript(raw: bytes | None) -> tuple[list[ChatMessage], int]:
     """Decode a stored transcript into chat messages and its cut count.
+
+    Each message is tagged with the generation that added it
+    (:data:`GENERATION_TAG`; none for one stored before retinue kept it):
+    :func:`encode_transcript` keeps it, :func:`for_model` leaves it out.
 
     An absent, undecodable or newer-version record gives an empty history
     (the agent starts over rather than fail on a record it cannot read).

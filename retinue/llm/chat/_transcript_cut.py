@@ -31,7 +31,14 @@ from typing import Any
 
 from retinue.protocol.text import truncate_utf8
 
-__all__ = ["CUT_ARGUMENTS", "CUT_MARKER", "TASK_FLOOR_BYTES", "cut_transcript", "message_size"]
+__all__ = [
+    "CUT_ARGUMENTS",
+    "CUT_MARKER",
+    "GENERATION_TAG",
+    "TASK_FLOOR_BYTES",
+    "cut_transcript",
+    "message_size",
+]
 
 ChatMessage = dict[str, Any]
 
@@ -41,10 +48,15 @@ CUT_ARGUMENTS = json.dumps({"retinue_cut": CUT_MARKER})
 """What replaces the arguments of an old tool call cut from a stored transcript (valid JSON)."""
 TASK_FLOOR_BYTES = 1024
 """The current task keeps at least this much of its content, whatever the bound."""
+GENERATION_TAG = "retinue_generation"
+"""The key a loaded chat message keeps its stored generation under (never sent to a model:
+see :func:`~retinue.llm.chat._conversation.for_model`; not counted in its size)."""
 
 
 def message_size(message: ChatMessage) -> int:
-    """Return the approximate stored size of one message, in bytes."""
+    """Return the approximate stored size of one message, in bytes (its generation tag aside)."""
+    if GENERATION_TAG in message:
+        message = {k: v for k, v in message.items() if k != GENERATION_TAG}
     return len(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 8
 
 

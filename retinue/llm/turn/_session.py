@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from retinue.errors import ModelCallFailed, ResultContractError, ToolCallLimitExceeded
+from retinue.errors import CassetteMiss, ModelCallFailed, ResultContractError, ToolCallLimitExceeded
 from retinue.llm._context import TurnContext
 from retinue.llm.chat import (
     ChatMessage,
@@ -36,6 +36,7 @@ from retinue.llm.chat import (
     bound_at,
     decode_transcript,
     encode_transcript,
+    for_model,
     render_message,
     repair_dangling,
     stored_calls,
@@ -57,6 +58,7 @@ from retinue.llm.turn._approval_gate import (
 )
 from retinue.llm.turn._bridge import llm_load, llm_step
 from retinue.llm.turn._settings import RunnerSettings
+from retinue.llm.turn._taped import Taped, TapedTool
 from retinue.protocol.messages import Usage
 from retinue.protocol.records import ModelCallRecord
 from retinue.protocol.results import encode_result, parse_result, result_instruction
@@ -141,11 +143,20 @@ class TurnSession:
             ModelCallFailed: the call failed for good, or the answer has no choices.
         """
         calls = self.runner.calls
-        messages = self._system() + self.history
+        messages = self._system() + for_model(self.history)
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
+        tape = Taped(self.runner.cassette, self.turn.agent.path, calls, messages, schemas)
+        recorded = tape.answer()  # CassetteMiss: replaying, and this call was not recorded
         watch = self.turn.watch.model_call(calls.model, request)
         started = time.time()
+        if recorded is not None:
+            message, usage = recorded
+            watch.finished(usage)
+            self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
+            del self.call_times[: -self.limits.transcript_max_calls]
+            return message, usage
+        calls = tape.live(calls)
         try:
             with watch.current():  # litellm's own OTel callback sees it as its parent
                 response = await complete(
@@ -162,6 +173,7 @@ class TurnSession:
             watch.failed(exc)
             raise
         usage = usage_of(self.litellm, calls, response)
+        tape.record(message, usage)
         watch.finished(usage, response)
         self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
         del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
@@ -271,9 +283,17 @@ class TurnSession:
                 result = denied_result(answer)
                 watch.finished(f"denied: {answer.reason or answer.status}")
                 return result
+            tool = TapedTool(self.runner, self.turn.agent.path, name, arguments)
+            try:
+                recorded = tool.answer()  # replaying host tools: the recorded result
+            except CassetteMiss as exc:  # not recorded: the turn fails, loudly
+                watch.finished(str(exc))
+                raise
             try:
                 with watch.current():  # what the tool spawns nests under its span
-                    result, error = await _run_tool(toolbox, name, arguments)
+                    result, error = recorded or await _run_tool(toolbox, name, arguments)
+                if recorded is None:
+                    tool.record(result, error)
             except BaseException:
                 watch.cancelled()
                 raise
@@ -327,7 +347,8 @@ class TurnSession:
             self.history, self.limits.transcript_max_bytes, self.task_at
         )
         self.cut += cut
-        raw = encode_transcript(self.turn.agent.id, self.history, self.cut, self.call_times)
+        agent = self.turn.agent
+        raw = encode_transcript(agent.id, self.history, self.cut, self.call_times, agent.generation)
         takes_input, self.input_stored = not self.input_stored, True
         self.agent_usage, self.tree_usage = await llm_step(
             self.turn, usage, raw, takes_input=takes_input, ends_call=ends_call

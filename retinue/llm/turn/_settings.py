@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from retinue.llm.cassette import Cassette
 from retinue.llm.mcp import McpManager
 from retinue.llm.model import CallSettings
 from retinue.llm.tools import ToolBoxBuilder
@@ -61,3 +62,7 @@ class RunnerSettings(Protocol):
     @property
     def mcp(self) -> McpManager | None:
         """The runtime's MCP servers, or None."""
+
+    @property
+    def cassette(self) -> Cassette | None:
+        """The cassette calls are recorded to or answered from, or None."""

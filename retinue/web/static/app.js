@@ -135,6 +135,11 @@ function paint(node) {
     c.path.appendChild(el("span", "", node.depth === 1 ? row.path : row.name));
   }
   if (count) c.path.appendChild(el("span", "sub", " (" + count + ")"));
+  if (row.forked_from) {
+    const fork = el("span", "sub", " ⑂ " + row.forked_from.path + "@" + row.forked_from.generation);
+    fork.title = "fork of " + row.forked_from.path + " as of generation " + row.forked_from.generation;
+    c.path.appendChild(fork);
+  }
   marks(c.path, row, node.tr);
   c.profile.textContent = row.profile;
   c.state.replaceChildren(el("span", "state " + stateClass(row.state, "st-"), stateText(row.state)));

@@ -87,6 +87,7 @@ function showDetail(d) {
     fact("tree tokens", (d.tree_usage.prompt_tokens + d.tree_usage.completion_tokens).toLocaleString());
     fact("tree cost", money(d.tree_usage.cost_usd) || "$0");
   }
+  if (d.forked_from) fact("forked from", d.forked_from.path + " as of generation " + d.forked_from.generation);
   fact("children", d.kids_all ? d.kids + " live, " + d.kids_all + " in all" : null);
   if (d.failed_below) fact("failed below", d.failed_below);
   if (d.waiting_below) fact("awaiting approval below", d.waiting_below);
