@@ -50,8 +50,10 @@ PARTS: dict[str, str] = {
     "tools": "grep in a child process",
     "budgets": "Budgets: overshoot with calls in flight",
     "durable_steps": "What a durable tool step costs",
+    "rate_limits": "Provider limits: a tree-heavy burst against a rate-limited provider",
     "cluster": "Scale-out on Ray: the cluster against one process",
     "cluster_crash": "Scale-out on Ray: the crash loop",
+    "cluster_rate_limits": "Scale-out on Ray: one provider account's limits across shards",
     "web": "The web view on a large store (python -m stress.bench.web)",
 }
 """Every part the page knows, in the order it shows them, with its heading.

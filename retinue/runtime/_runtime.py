@@ -396,12 +396,15 @@ class Runtime:
         the copies. A fork counts as spawns do against every cap.
 
         Raises:
-            UnknownAgent, InvalidAgentPath, ArgumentTypeError: a bad ``ref``, ``parent``
-                or ``name``. InvalidArgument: ``at`` is not one of its generations.
+            UnknownAgent: no agent ``ref`` (or ``parent``).
+            InvalidAgentPath: a bad ``ref``, ``parent`` or ``name``.
+            ArgumentTypeError: an argument of the wrong type.
+            InvalidArgument: ``at`` is not one of its generations.
             GenerationNotKept: that generation is not kept (``Limits.fork_generations``),
                 never settled, or is from before ``ref`` was itself forked.
-            UnknownProfile, NotPermitted, AgentClosed, DuplicateAgentPath,
-            DepthLimitExceeded, FanoutLimitExceeded, AgentLimitExceeded: as :meth:`spawn`.
+            AgentLimitExceeded: the copies do not fit (so do ``UnknownProfile``,
+                ``NotPermitted``, ``AgentClosed``, ``DuplicateAgentPath``,
+                ``DepthLimitExceeded`` and ``FanoutLimitExceeded``, as for :meth:`spawn`).
         """
         return self._ask(Fork(HOST, ref, at, name, parent, tree))
 

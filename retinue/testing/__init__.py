@@ -42,8 +42,8 @@ from retinue.testing.invariants import INVARIANTS, Broken, check_invariants
 from retinue.testing.leaks import Leaks, shutdown_within
 from retinue.testing.quota import ProviderQuota, QuotaReport
 from retinue.testing.rate_stub import RateLimitedStub
-from retinue.testing.settling import wait_settled
 from retinue.testing.replay import Replayed, outcome_of, replay
+from retinue.testing.settling import wait_settled
 from retinue.testing.stub import OpenAIStub, StubReply, StubRequest
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)

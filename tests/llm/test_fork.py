@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import wait_settled
 from persistence import Child
+from support import wait_settled
 
 from llm.conftest import SETTLE_S
 from retinue import (
