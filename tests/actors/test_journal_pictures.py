@@ -33,3 +33,25 @@ def test_a_turns_picture_does_not_change_when_its_runner_claims_it(
     assert snapshot(turn) == before
     gate.release()
     rt.wait(agent.id, timeout=30)
+
+
+def test_the_kept_generations_picture_does_not_change_when_a_commit_completes(
+    open_runtime: OpenRuntime,
+) -> None:
+    """The writes of settled generations are held until their commit is done; the commit's
+    future resolves on the writer's thread, concurrently with any command (the restart
+    machine's fault rule met it: a rolled-back settle reported as not exact)."""
+    import concurrent.futures
+
+    from retinue.testing import echo
+
+    rt = open_runtime([Profile("echo", runner=echo)])
+    rt.wait(rt.spawn("echo", "once").id, timeout=30)
+    core = rt._system.core  # type: ignore[union-attr]
+    assert core is not None
+    history = core.world.history
+    pending: concurrent.futures.Future[None] = concurrent.futures.Future()
+    history.unconfirmed[b"k"] = (None, pending)  # a write whose commit is still running
+    before = snapshot(history)
+    pending.set_result(None)  # the writer's thread, whatever command runs
+    assert snapshot(history) == before

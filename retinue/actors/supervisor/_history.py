@@ -85,6 +85,15 @@ class History(Journaled):
             self._hold(tx, writes)
         return kept
 
+    def __journal_snapshot__(self) -> object:
+        """The picture of the held writes: keys, records and which commit each awaits.
+
+        A commit's future resolves on the writer's thread whenever the commit is
+        done, concurrently with any command, so its state is no part of the
+        supervisor's memory (a rolled-back command's picture would differ by it).
+        """
+        return [(key, value, id(done)) for key, (value, done) in dict.items(self.unconfirmed)]
+
     def _hold(self, tx: Transition, writes: list[tuple[bytes, GenerationRecord | None]]) -> None:
         """Hold ``writes`` until ``tx`` is committed (its commit resolves their future)."""
         self._prune()

@@ -301,6 +301,7 @@ class World(Journaled):
         """Forget the tree (for a stopped supervisor): a runtime that was shut down but
         is still referenced keeps none of its agents, mailboxes or completions."""
         self.tree = Tree(self._journal)
+        self.history = History(self.tree, self.store, self.limits)  # it held the old tree
 
     # -- lookups --------------------------------------------------------------
 
