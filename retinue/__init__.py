@@ -12,6 +12,7 @@ from __future__ import annotations
 from retinue.actors import Profile
 from retinue.actors.calls import RuntimeState
 from retinue.actors.turns import Runner, Turn
+from retinue.control import Host, RemoteRuntime, connect
 from retinue.errors import (
     ActiveDescendants,
     AgentBusy,
@@ -24,6 +25,7 @@ from retinue.errors import (
     ClusterError,
     CompletionBacklogFull,
     ConfigurationError,
+    ControlError,
     CostBudgetExceeded,
     CrashLoop,
     DedupKeyTooLong,
@@ -45,6 +47,7 @@ from retinue.errors import (
     ModelCallFailed,
     NothingToWaitFor,
     NotPermitted,
+    NoWriter,
     PermanentError,
     ProviderLimitExceeded,
     RestartLimitExceeded,
@@ -129,6 +132,7 @@ __all__ = [
     "CompletionRouted",
     "CompletionStatus",
     "ConfigurationError",
+    "ControlError",
     "CostBudgetExceeded",
     "CrashLoop",
     "DedupKeyTooLong",
@@ -143,6 +147,7 @@ __all__ = [
     "EventsDropped",
     "ExtraNotInstalled",
     "FanoutLimitExceeded",
+    "Host",
     "InternalError",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -158,12 +163,14 @@ __all__ = [
     "ModelCallFailed",
     "ModelCallFinished",
     "ModelDelta",
+    "NoWriter",
     "NotPermitted",
     "NothingToWaitFor",
     "PermanentError",
     "Profile",
     "ProviderLimit",
     "ProviderLimitExceeded",
+    "RemoteRuntime",
     "Restart",
     "RestartLimitExceeded",
     "ResultContractError",
@@ -199,6 +206,7 @@ __all__ = [
     "UnknownProfile",
     "Usage",
     "WaitTimeout",
+    "connect",
     "load_team",
     "parse_result",
     "result_instruction",

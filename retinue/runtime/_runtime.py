@@ -67,8 +67,10 @@ from retinue.protocol.supervision import ApprovalRequest
 from retinue.runtime._opening import (
     apply_team,
     attach_reader,
+    checked_control,
     checked_limits,
     open_tracing,
+    start_control,
     start_writer,
 )
 from retinue.team import Team
@@ -135,6 +137,7 @@ class Runtime:
         mcp_servers: dict[str, McpServer] | None = None,
         tracer_provider: Any = None,
         capture_content: bool | None = None,
+        control: bool = True,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
@@ -149,18 +152,15 @@ class Runtime:
         first, and its ``[limits]`` and ``[defaults] workspace`` apply unless
         ``limits`` or ``workspace`` is given (its ``[defaults] durability`` is
         for ``retinue run``). A new folder becomes a new store; ``create=True``
-        is needed only to start a new, empty store in a folder whose store lost
-        its data file (that is refused by default). Agents that
-        were queued or running when the store was last used come back
-        ``interrupted``; restore problems are listed in :attr:`diagnostics`.
-        ``readonly=True`` opens an existing store beside its writer: reads
-        (``get``, ``agents``, ``backup``) work, every change raises
-        ``StoreReadOnly``. ``mcp_servers`` names MCP servers
-        (:class:`~retinue.llm.McpServer`) whose tools profiles grant as
-        ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the
-        team's ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`).
-        ``tracer_provider`` (None: the global one) and ``capture_content`` (None:
-        as the environment says) are the spans' (:mod:`retinue.tracing`, extra ``otel``).
+        starts a new, empty one in a folder whose store lost its data file
+        (refused by default). Agents queued or running when the store was last
+        used come back ``interrupted``; restore problems are in :attr:`diagnostics`.
+        ``readonly=True`` opens a store beside its writer: reads work, changes
+        raise ``StoreReadOnly``. ``mcp_servers``: MCP servers (:class:`~retinue.llm.McpServer`)
+        whose tools profiles grant as ``<server>.<tool>`` or ``<server>.*``,
+        over the team's ``[mcp.<server>]``. ``tracer_provider`` (None: the global one) and
+        ``capture_content`` (None: as the environment says) are the spans'
+        (extra ``otel``). ``control=False``: no control socket (:mod:`retinue.control`).
 
         Every argument is checked before anything touches the disk, and a
         failed open leaves nothing behind: a temporary folder, or a store
@@ -168,7 +168,7 @@ class Runtime:
 
         Raises:
             ArgumentTypeError: an argument of the wrong type (``path`` an
-                int, ``limits`` a dict, ``map_size`` a str, ...).
+                int, ``limits`` a dict, ``control`` a str, ...).
             InvalidArgument: ``path`` is blank, contains NUL or names a file;
                 a bad ``map_size`` or ``durability``.
             ConfigurationError: a profile without a runner, or defined twice; a
@@ -183,6 +183,7 @@ class Runtime:
             StoreError: the folder cannot be created or LMDB refuses it.
             ExtraNotInstalled: a ``tracer_provider`` without the ``otel`` extra.
         """
+        serve_control = checked_control(control)
         given = apply_team(team, readonly, profiles, runner, limits, workspace)
         options = check_store_options(
             path,
@@ -196,6 +197,7 @@ class Runtime:
             return cls._over(attach_reader(options, checked))
         spans = open_tracing(tracer_provider, capture_content, checked)
         writer = start_writer(options, checked, given, runner, create, mcp_servers, spans)
+        start_control(writer.system, serve_control)
         return cls._over(*writer)
 
     @classmethod

@@ -50,6 +50,11 @@ DEFAULTS: dict[str, int | float | None] = {
     "transcript_max_calls": 200,
     # The store file: the share of the map its high-water mark reaches before a warning.
     "store_map_warn_ratio": 0.9,
+    # The control socket: connections, frame size, a frame's read time, calls in flight.
+    "control_max_connections": 64,
+    "control_max_message_bytes": 16 * 1024 * 1024,
+    "control_read_timeout_s": 10.0,
+    "control_max_calls": 1_000,
 }
 FLOAT_FIELDS = [
     "wait_default_s",
@@ -57,6 +62,7 @@ FLOAT_FIELDS = [
     "retain_age_s",
     "compact_interval_s",
     "store_map_warn_ratio",
+    "control_read_timeout_s",
 ]
 OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]
 OPTIONAL_FLOAT_FIELDS = ["usd_per_agent", "usd_per_tree", "approval_timeout_s"]
