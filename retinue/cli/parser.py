@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from retinue.cli.act import add_actions
 from retinue.cli.approve import cmd_approvals
 from retinue.cli.common import store_help
 from retinue.cli.extras import cmd_mcp, cmd_web
@@ -25,6 +26,8 @@ EPILOG = """examples:
   retinue tree --store review-store
   retinue inspect /root/review/security --store review-store
   retinue approvals --store review-store
+  retinue approve REQUEST_ID --store review-store
+  retinue interrupt /root/review/security --tree --store review-store
   retinue resume --store review-store --approve write_file
   retinue fuzz examples/code_review/team.toml --examples 20 --crash
 
@@ -87,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
 
     _add_runs(add)
+    add_actions(add, store_help())
     _add_reads(add)
     add_fuzz(add)
     _add_extras(add)
@@ -189,10 +193,13 @@ def _add_runs(add: Add) -> None:
 
     resume = add(
         "resume",
-        "resume every interrupted agent of a store",
+        "resume every interrupted agent of a store (or one: REF)",
         "Re-run every interrupted agent (after Ctrl-C or a crash) with the team the\n"
-        "store was run with, and draw the tree until it settles.",
+        "store was run with, and draw the tree until it settles. With REF, re-run that\n"
+        "agent only: through the store's running writer (its control socket) if one\n"
+        "runs, else in this process, following its tree.",
     )
+    resume.add_argument("ref", nargs="?", metavar="REF", help="one agent to resume (path or id)")
     resume.add_argument("--store", help=store_help())
     resume.add_argument("--team", help="team file to use (default: the one the store was run with)")
     resume.add_argument("--model", help="use this litellm model for every agent")
