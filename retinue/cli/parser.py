@@ -308,8 +308,8 @@ def _add_extras(add: Add) -> None:
         "serve a live view of a store in the browser (read-only)",
         "Serve a page that shows a store's tree live (states, tokens, cost, the tool\n"
         "in progress), an agent's detail and transcript, and a timeline. Read-only\n"
-        "beside the process that runs the store: with --actions its buttons answer\n"
-        "that they need the writer (retinue run --web --actions acts). Loopback by\n"
+        "beside the process that runs the store: with --actions its buttons act\n"
+        "through that writer's control socket (refused while no writer runs). Loopback by\n"
         "default; another address needs a bearer token ($RETINUE_WEB_TOKEN or --token),\n"
         "every interface (0.0.0.0) also --allowed-host. Needs: pip install 'retinue[web]'.",
     )
