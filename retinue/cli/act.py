@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from retinue.cli.approve import approver_for
 from retinue.cli.common import OK, UsageError, open_store, store_path
 from retinue.cli.session import Plan, run_session, saved_run, team_kwargs
-from retinue.errors import NoWriter, UnknownApproval
+from retinue.errors import NoWriter, StoreLocked, UnknownApproval
 from retinue.protocol.messages import AgentInfo
 from retinue.protocol.text import safe_terminal_text
 
@@ -50,11 +50,14 @@ def connect_writer(store: Path) -> RemoteRuntime | None:
             (``control=False``), or does not answer.
     """
     import retinue
+    from retinue.persistence.lock import WriterLock
 
     try:
         return retinue.connect(store)
     except NoWriter as exc:
-        if "writer (pid" in str(exc):  # one runs, but cannot be reached
+        try:
+            WriterLock(store).release()  # free: no writer runs
+        except StoreLocked:  # one runs, but cannot be reached
             raise UsageError(str(exc)) from None
         return None
 

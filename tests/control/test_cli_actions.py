@@ -189,3 +189,15 @@ def test_an_unknown_request_is_a_clear_error(tmp_path: Path) -> None:
     _act("run", ACT_TEAM, "go", "--store", store, "--agent", "quick", "--json")
     done = retinue_cli("approve", "nope", "--store", store)
     assert done.returncode == 2 and "UnknownApproval" in done.stderr, done.stderr
+
+
+def test_a_writer_without_a_control_socket_is_named(tmp_path: Path) -> None:
+    from control.writer import Writer
+
+    writer = Writer(tmp_path / "store", control=False)
+    try:
+        done = retinue_cli("interrupt", "/root/x", "--store", writer.store)
+    finally:
+        writer.stop()
+    assert done.returncode == 2, done.stderr
+    assert "control=False" in done.stderr and f"pid {writer.proc.pid}" in done.stderr
