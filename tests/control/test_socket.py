@@ -158,3 +158,19 @@ def _exactly(sock: socket.socket, size: int) -> bytes:
         assert chunk, "the writer closed the connection"
         data += chunk
     return data
+
+
+def test_a_lease_the_socket_took_before_a_crash_is_released_by_the_next_writer(
+    tmp_path: Path,
+) -> None:
+    from retinue.control import LEASE_PREFIX
+
+    store = tmp_path / "s"
+    with Runtime.open(store, profiles=ECHO, control=False) as rt:
+        rt.spawn("echo", "kept", name="e")
+        rt.wait("e", 30, lease=f"{LEASE_PREFIX}lost")  # taken, never confirmed
+        rt.spawn("echo", "mine", name="m")
+        rt.wait("m", 30, lease="the-hosts-own")
+    with Runtime.open(store, profiles=ECHO) as rt:  # its socket gives back what was lost
+        assert set(rt.leases()) == {"the-hosts-own"}  # a host's own lease is the host's
+        assert rt.wait("e", 30).output == "kept"
