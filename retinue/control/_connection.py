@@ -91,7 +91,8 @@ class Connection:
             )
         reason = self._admitted(self)
         if reason is not None:
-            return LimitExceeded(reason, limit=self.limits.control_max_connections)
+            cap = self.limits.control_max_connections
+            return LimitExceeded(reason, limit=cap, value=cap + 1)
         return None
 
     def _hello(self) -> w.Hello:
