@@ -168,10 +168,11 @@ async def leased_wait(
     try:
         return await _one_wait(rt, agent_id, timeout, gone, handover)
     except NothingToWaitFor:
-        # Another session's wait took the completion this one waited for, unconfirmed
-        # (it may be a dead client's): take it back, once.
-        if not await handovers.release_others(rt, agent_id, session):
-            raise
+        # Another session's wait may have taken the completion this one waited for,
+        # unconfirmed (a dead client's): take it back (that wait may have given it back
+        # itself meanwhile, having seen its client gone), and wait once more. With nothing
+        # taken, the second wait raises NothingToWaitFor as the first did.
+        await handovers.release_others(rt, agent_id, session)
     return await _one_wait(rt, agent_id, timeout, gone, handover)
 
 
