@@ -12,6 +12,7 @@ from __future__ import annotations
 from retinue.actors import Profile
 from retinue.actors.calls import RuntimeState
 from retinue.actors.turns import Runner, Turn
+from retinue.control import Host, RemoteRuntime, connect
 from retinue.errors import (
     ActiveDescendants,
     AgentBusy,
@@ -26,6 +27,7 @@ from retinue.errors import (
     ClusterError,
     CompletionBacklogFull,
     ConfigurationError,
+    ControlError,
     CostBudgetExceeded,
     CrashLoop,
     DedupKeyTooLong,
@@ -48,6 +50,7 @@ from retinue.errors import (
     ModelCallFailed,
     NothingToWaitFor,
     NotPermitted,
+    NoWriter,
     PermanentError,
     ProviderLimitExceeded,
     RestartLimitExceeded,
@@ -136,6 +139,7 @@ __all__ = [
     "CompletionRouted",
     "CompletionStatus",
     "ConfigurationError",
+    "ControlError",
     "CostBudgetExceeded",
     "CrashLoop",
     "DedupKeyTooLong",
@@ -152,6 +156,7 @@ __all__ = [
     "FanoutLimitExceeded",
     "ForkedFrom",
     "GenerationNotKept",
+    "Host",
     "InternalError",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -167,6 +172,7 @@ __all__ = [
     "ModelCallFailed",
     "ModelCallFinished",
     "ModelDelta",
+    "NoWriter",
     "NotPermitted",
     "NothingToWaitFor",
     "PermanentError",
@@ -174,6 +180,7 @@ __all__ = [
     "ProviderBackoff",
     "ProviderLimit",
     "ProviderLimitExceeded",
+    "RemoteRuntime",
     "Restart",
     "RestartLimitExceeded",
     "ResultContractError",
@@ -209,6 +216,7 @@ __all__ = [
     "UnknownProfile",
     "Usage",
     "WaitTimeout",
+    "connect",
     "load_team",
     "parse_result",
     "result_instruction",

@@ -119,6 +119,7 @@ LAYERS = [
     "llm",
     "tracing",
     "team",
+    "control",
     "runtime",
     "testing",
     "serving",

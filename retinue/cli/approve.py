@@ -61,7 +61,11 @@ def cmd_approvals(args: argparse.Namespace) -> int:
     print(f"{store}: {len(pending)} pending approval{'s' if len(pending) != 1 else ''}")
     for request in pending:
         print(safe_terminal_text(describe(request), 400))
-    print("answer them from the run that waits (or rt.approve / rt.deny, the MCP tools)")
+    print(
+        f"answer: retinue approve ID [--note TEXT] --store {store}, or retinue deny ID "
+        f"--reason TEXT --store {store} (through the running writer, or in this process "
+        "if none runs)"
+    )
     return OK
 
 

@@ -154,8 +154,8 @@ def run_web(
 
     Works beside the store's writer in another process. Off loopback it needs
     ``token``; on every interface also ``allowed_hosts``. With ``actions`` the
-    page's buttons answer that actions need the writer (a read-only view
-    cannot act); ``trace_url`` links trace ids.
+    page's buttons act through the running writer's control socket (and answer
+    that actions need the writer while none runs); ``trace_url`` links trace ids.
 
     Raises:
         InvalidArgument: an unsafe bind, or the address cannot be listened on.
@@ -169,20 +169,27 @@ def run_web(
     _check_policy(host, port, token, allowed_hosts)  # before the store is opened
     stop = threading.Event()
     rt = Runtime.open(store, readonly=True)
+    acting = None
     try:
+        if actions:
+            from retinue.web.socket_actions import SocketActions
+
+            acting = SocketActions(store)
         view = serve(
             rt,
             host,
             port,
             token=token,
             allowed_hosts=allowed_hosts,
-            actions=actions,
+            actions=acting if acting is not None else False,
             trace_url=trace_url,
         )
         with stop_on_signals(stop), view as web:
             where = web.policy.describe()
             locked = "; bearer token required" if token else ""
-            mode = "read-only: actions need the writer" if actions else "read-only"
+            mode = (
+                "read-only; actions through the writer's control socket" if actions else "read-only"
+            )
             print(
                 f"retinue: live view of {store} at {web.url} (listening on {where}{locked}; "
                 f"{mode}; Ctrl-C stops)",
@@ -192,5 +199,7 @@ def run_web(
             while not stop.wait(1.0):
                 pass
     finally:
+        if acting is not None:
+            acting.disconnect()
         rt.shutdown()
     return OK

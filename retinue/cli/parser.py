@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from retinue.cli.act import add_actions
 from retinue.cli.approve import cmd_approvals
 from retinue.cli.common import store_help
 from retinue.cli.extras import cmd_mcp, cmd_web
@@ -26,6 +27,8 @@ EPILOG = """examples:
   retinue tree --store review-store
   retinue inspect /root/review/security --store review-store
   retinue approvals --store review-store
+  retinue approve REQUEST_ID --store review-store
+  retinue interrupt /root/review/security --tree --store review-store
   retinue resume --store review-store --approve write_file
   retinue fuzz examples/code_review/team.toml --examples 20 --crash
 
@@ -89,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_runs(add)
     _add_fork(add)
+    add_actions(add, store_help())
     _add_reads(add)
     add_fuzz(add)
     _add_extras(add)
@@ -192,10 +196,13 @@ def _add_runs(add: Add) -> None:
 
     resume = add(
         "resume",
-        "resume every interrupted agent of a store",
+        "resume every interrupted agent of a store (or one: REF)",
         "Re-run every interrupted agent (after Ctrl-C or a crash) with the team the\n"
-        "store was run with, and draw the tree until it settles.",
+        "store was run with, and draw the tree until it settles. With REF, re-run that\n"
+        "agent only: through the store's running writer (its control socket) if one\n"
+        "runs, else in this process, following its tree.",
     )
+    resume.add_argument("ref", nargs="?", metavar="REF", help="one agent to resume (path or id)")
     resume.add_argument("--store", help=store_help())
     resume.add_argument("--team", help="team file to use (default: the one the store was run with)")
     resume.add_argument("--model", help="use this litellm model for every agent")
@@ -348,8 +355,8 @@ def _add_extras(add: Add) -> None:
         "serve a live view of a store in the browser (read-only)",
         "Serve a page that shows a store's tree live (states, tokens, cost, the tool\n"
         "in progress), an agent's detail and transcript, and a timeline. Read-only\n"
-        "beside the process that runs the store: with --actions its buttons answer\n"
-        "that they need the writer (retinue run --web --actions acts). Loopback by\n"
+        "beside the process that runs the store: with --actions its buttons act\n"
+        "through that writer's control socket (refused while no writer runs). Loopback by\n"
         "default; another address needs a bearer token ($RETINUE_WEB_TOKEN or --token),\n"
         "every interface (0.0.0.0) also --allowed-host. Needs: pip install 'retinue[web]'.",
     )

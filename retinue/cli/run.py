@@ -125,7 +125,11 @@ def _taped(args: argparse.Namespace, team: Team) -> Team:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    """``retinue resume``: resume every interrupted agent and follow the trees."""
+    """``retinue resume``: resume every interrupted agent and follow the trees (REF: one)."""
+    if getattr(args, "ref", None) is not None:
+        from retinue.cli.act import cmd_resume_agent
+
+        return cmd_resume_agent(args)
     store = store_path(args.store, must_exist=True)
     team, workspace = saved_run(store, args.team, args.model)
 

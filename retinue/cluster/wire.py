@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-import retinue.errors as errors
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.errors import ClusterError, RetinueError, RuntimeClosed, StoreError
+from retinue.protocol import wire_errors
+from retinue.protocol.wire_errors import WireError
 
 __all__ = [
     "Ack",
@@ -286,15 +287,6 @@ class Pong(msgspec.Struct, frozen=True, kw_only=True):
     streams: int = 0  # event streams open on it
 
 
-class WireError(msgspec.Struct, frozen=True, kw_only=True):
-    """An exception as it crosses: its class in :mod:`retinue.errors`, message, attributes."""
-
-    type: str
-    message: str
-    attrs: dict[str, Any] = {}
-    tuples: tuple[str, ...] = ()  # attributes that were tuples (msgpack only has arrays)
-
-
 class Reply(msgspec.Struct, frozen=True, kw_only=True):
     """A shard's answer: the encoded value of the call's type, or the error it raised."""
 
@@ -305,7 +297,6 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
 _encoder = msgspec.msgpack.Encoder()
 _call_decoder: msgspec.msgpack.Decoder[Call] = msgspec.msgpack.Decoder(Call)
 _reply_decoder = msgspec.msgpack.Decoder(Reply)
-_PLAIN = (str, int, float, bool, type(None))
 
 
 def encode_call(call: Call) -> bytes:
@@ -338,18 +329,7 @@ def to_wire(error: BaseException) -> WireError:
 
     Any other exception (a bug) crosses as ``ClusterError`` naming its type.
     """
-    if isinstance(error, RetinueError) and getattr(errors, type(error).__name__, None) is type(
-        error
-    ):
-        attrs = {
-            k: v
-            for k, v in vars(error).items()
-            if isinstance(v, _PLAIN)
-            or (isinstance(v, list | tuple) and all(isinstance(i, _PLAIN) for i in v))
-        }
-        tuples = tuple(k for k, v in attrs.items() if isinstance(v, tuple))
-        return WireError(type=type(error).__name__, message=str(error), attrs=attrs, tuples=tuples)
-    return WireError(type="ClusterError", message=f"{type(error).__name__}: {error}")
+    return wire_errors.to_wire(error, ClusterError)
 
 
 def error_reply(error: BaseException) -> bytes:
@@ -359,14 +339,7 @@ def error_reply(error: BaseException) -> bytes:
 
 def from_wire(wire: WireError) -> RetinueError:
     """Rebuild the exception a shard raised: same class, message and attributes."""
-    cls = getattr(errors, wire.type, None)
-    if not (isinstance(cls, type) and issubclass(cls, RetinueError)):
-        return ClusterError(f"{wire.type}: {wire.message}")
-    error = cls.__new__(cls)
-    Exception.__init__(error, wire.message)
-    for key, value in wire.attrs.items():
-        setattr(error, key, tuple(value) if key in wire.tuples else value)
-    return error
+    return wire_errors.from_wire(wire, ClusterError)
 
 
 def decode_reply(raw: bytes, kind: type[T]) -> T:

@@ -53,6 +53,8 @@ and friends keep working for callers that do not know retinue's names::
     ├── InternalError                                 .command, .cause: retinue failed on a command
     ├── ClusterError                                  retinue.cluster: Ray or a shard failed
     │   └── ShardUnavailable                          .shard: no answer within the retry bound
+    ├── ControlError                                  a call over the control socket failed
+    │   └── NoWriter                                  .path, .stale: no writer serves the socket
     └── StoreError                                    the LMDB store refused
         ├── StoreCorrupted                            .path: damaged, truncated or lost data
         ├── StoreLocked                               .pid: another writer holds it
@@ -89,6 +91,7 @@ from retinue.errors._cassettes import (
     _rebuild_cassette_error,
     _rebuild_miss,
 )
+from retinue.errors._control import ControlError, NoWriter
 from retinue.errors._external import (
     ClusterError,
     ExtraNotInstalled,
@@ -156,6 +159,7 @@ __all__ = [
     "ClusterError",
     "CompletionBacklogFull",
     "ConfigurationError",
+    "ControlError",
     "CostBudgetExceeded",
     "CrashLoop",
     "DedupKeyTooLong",
@@ -176,6 +180,7 @@ __all__ = [
     "McpServerError",
     "MessageTooLarge",
     "ModelCallFailed",
+    "NoWriter",
     "NotPermitted",
     "NothingToWaitFor",
     "PermanentError",

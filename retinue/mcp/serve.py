@@ -26,6 +26,7 @@ from typing import Any
 from retinue.errors import ConfigurationError
 from retinue.mcp.opening import Opening, release_leftover_leases
 from retinue.mcp.options import TOKEN_ENV, listen_address
+from retinue.mcp.waits import SESSION_HEADER
 from retinue.persistence.lock import WriterLock
 from retinue.protocol.limits import Limits
 from retinue.runtime import Runtime
@@ -151,7 +152,8 @@ def _serve_http(
         sock.close()
         raise
     try:
-        server = build_server(tools(rt, team, limits))
+        served = tools(rt, team, limits)
+        server = build_server(served)
         # The guard checks Host and Origin for every loopback alias; the SDK's own check
         # knows three strings, so it is off.
         unguarded = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -162,13 +164,28 @@ def _serve_http(
             file=sys.stderr,
             flush=True,
         )
-        anyio.run(_run_uvicorn, Guard(app, policy), sock)
+        anyio.run(_run_uvicorn, Guard(_confirm_on_session_end(app, served), policy), sock)
     except KeyboardInterrupt:
         pass
     finally:
         sock.close()
         rt.shutdown()
     return 0
+
+
+def _confirm_on_session_end(app: Any, tools: Any) -> Any:
+    """``app``, with a session's orderly end (its ``DELETE``) confirming its waits' answers."""
+
+    async def ended(scope: Any, receive: Any, send: Any) -> None:
+        session = None
+        if scope.get("type") == "http" and scope.get("method") == "DELETE":
+            raw = dict(scope.get("headers") or ()).get(SESSION_HEADER.encode())
+            session = raw.decode("latin-1") if raw else None
+        await app(scope, receive, send)
+        if session is not None:
+            await tools.confirm(session)
+
+    return ended
 
 
 async def _run_uvicorn(app: Any, sock: Any) -> None:

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from retinue.errors import InvalidAgentPath, RetinueError, UnknownAgent
 from retinue.mcp.tools import MAX_TRANSCRIPT_TAIL, MAX_TREE_AGENTS, TREE_PAGE, Progress, Tools
-from retinue.mcp.waits import ClientGone, Gone
+from retinue.mcp.waits import ClientGone, Gone, session_of
 from retinue.protocol.paths import MAX_NAME_LENGTH, MAX_PATH_LENGTH
 from retinue.serving import ServerPolicy
 
@@ -60,6 +60,11 @@ def _gone(ctx: Context) -> Gone | None:
     request = getattr(ctx.request_context, "request", None)
     disconnected = getattr(request, "is_disconnected", None)
     return disconnected if callable(disconnected) else None
+
+
+def _session(ctx: Context) -> str | None:
+    """The request's MCP session (None over stdio)."""
+    return session_of(getattr(ctx.request_context, "request", None))
 
 
 async def _guard(call: Any) -> str:
@@ -133,7 +138,7 @@ def build_server(tools: Tools) -> MCPServer:
         wait_s: float = 0,
     ) -> str:
         report, gone = _reporter(ctx), _gone(ctx)
-        return await _guard(tools.run_team(task, agent, name, wait_s, report, gone))
+        return await _guard(tools.run_team(task, agent, name, wait_s, report, gone, _session(ctx)))
 
     @_tool(server, "Start an agent of a profile on a task under a parent; return it at once.")
     async def spawn(
@@ -152,12 +157,25 @@ def build_server(tools: Tools) -> MCPServer:
         timeout_s=timeout_s,
     )
     async def wait(ref: Ref, ctx: Context, timeout_s: float | None = None) -> str:
-        return await _guard(tools.wait(ref, timeout_s, _reporter(ctx), _gone(ctx)))
+        return await _guard(tools.wait(ref, timeout_s, _reporter(ctx), _gone(ctx), _session(ctx)))
 
     _agent_tools(server, tools)
     _approval_tools(server, tools)
     _resources(server, tools)
+    server.middleware.append(_confirming(tools))
     return server
+
+
+def _confirming(tools: Tools) -> Any:
+    """A middleware: any message of a session confirms the answers its waits were sent."""
+
+    async def confirm(ctx: Any, call_next: Any) -> Any:
+        session = session_of(getattr(ctx, "request", None))
+        if session is not None:
+            await tools.confirm(session)
+        return await call_next(ctx)
+
+    return confirm
 
 
 def _agent_tools(server: Any, tools: Tools) -> None:

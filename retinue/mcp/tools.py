@@ -21,7 +21,7 @@ import msgspec
 
 from retinue.errors import InvalidArgument, NotPermitted, UnknownAgent, UnknownProfile, WaitTimeout
 from retinue.mcp.opening import Opening
-from retinue.mcp.waits import Gone, leased_wait
+from retinue.mcp.waits import Gone, Handovers, leased_wait
 from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion
@@ -136,6 +136,14 @@ class Tools:
             else:
                 limits = team.limits if team is not None else Limits.from_env()
         self.bounds = Bounds.of(limits)
+        self.handovers = Handovers()
+        """The answers of HTTP waits not known delivered yet (see :mod:`retinue.mcp.waits`)."""
+
+    async def confirm(self, session: str) -> int:
+        """``session`` sent a message or ended in order: its answered waits were delivered."""
+        if not self.handovers.answered:
+            return 0
+        return await self.handovers.confirm(await self.runtime(), session)
 
     async def runtime(self) -> Runtime:
         """The runtime served, once it is open.
@@ -158,12 +166,19 @@ class Tools:
             await asyncio.sleep(PROGRESS_INTERVAL_S)
 
     async def _wait(
-        self, rt: Runtime, ref: str, timeout: float, report: Progress, gone: Gone | None
+        self,
+        rt: Runtime,
+        ref: str,
+        timeout: float,
+        report: Progress,
+        gone: Gone | None,
+        session: str | None,
     ) -> dict[str, Any]:
         info = await rt.get_async(ref)
         ticker = asyncio.create_task(self._progress(rt, info.path, report))
+        handover = None if session is None else (self.handovers, session)
         try:
-            completion = await leased_wait(rt, ref, timeout, gone)
+            completion = await leased_wait(rt, info.id, timeout, gone, handover)
         except WaitTimeout:
             now = await rt.get_async(ref)
             return {"event": "timed_out", "path": now.path, "state": now.state.value}
@@ -188,6 +203,7 @@ class Tools:
         wait_s: float,
         report: Progress,
         gone: Gone | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
         """Start the team's lead (or ``agent``) on ``task``; wait up to ``wait_s`` for it.
 
@@ -208,7 +224,7 @@ class Tools:
         )
         if seconds <= 0:
             return {"path": info.path, "id": info.id, "state": info.state.value}
-        return await self._wait(rt, info.id, seconds, report, gone)
+        return await self._wait(rt, info.id, seconds, report, gone, session)
 
     async def spawn(self, profile: str, task: str, parent: str, name: str | None) -> dict[str, Any]:
         """Start an agent of ``profile`` under ``parent``; return it at once."""
@@ -217,16 +233,22 @@ class Tools:
         return agent_row(info)
 
     async def wait(
-        self, ref: str, timeout_s: float | None, report: Progress, gone: Gone | None = None
+        self,
+        ref: str,
+        timeout_s: float | None,
+        report: Progress,
+        gone: Gone | None = None,
+        session: str | None = None,
     ) -> dict[str, Any]:
         """The agent's next completion, or ``{"event": "timed_out"}`` (it keeps running).
 
-        Waits under a lease: a completion taken for a client that went away
-        goes to the next wait (see :mod:`retinue.mcp.waits`).
+        Waits under a lease, acknowledged once ``session`` is known to have the
+        answer: a completion taken for a client that went away goes to the
+        next wait (see :mod:`retinue.mcp.waits`).
         """
         given = self.bounds.wait_default_s if timeout_s is None else timeout_s
         seconds = self.bounds.seconds(given, "timeout_s")
-        return await self._wait(await self.runtime(), ref, seconds, report, gone)
+        return await self._wait(await self.runtime(), ref, seconds, report, gone, session)
 
     async def send(self, ref: str, message: str) -> dict[str, Any]:
         """Put ``message`` in the agent's mailbox (read by its next turn)."""

@@ -154,6 +154,18 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """Settled generations of each agent the store keeps for ``Runtime.fork(at=...)``, newest
     (each the agent's record as that generation ended); an older one cannot be forked
     (``GenerationNotKept``). At least 1."""
+    control_max_connections: int = 64
+    """Connections the writer's control socket (``<store>/control.sock``) serves at once; one
+    more is refused with ``LimitExceeded``."""
+    control_max_message_bytes: int = 16 * 1024 * 1024
+    """Largest frame the control socket reads or writes, in bytes; a larger request closes
+    its connection, a larger answer is refused with ``LimitExceeded``."""
+    control_read_timeout_s: float = 10.0
+    """Seconds a frame the control socket has begun to read may take to arrive whole; a
+    connection that stalls mid-frame is closed."""
+    control_max_calls: int = 1_000
+    """Calls in flight on one control socket connection (waits included); one more is
+    answered ``LimitExceeded``."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -166,6 +178,7 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
             "usd_per_tree",
             "store_map_warn_ratio",
             "provider_window_s",
+            "control_read_timeout_s",
         }
     )
     _RATIO_FIELDS: ClassVar[frozenset[str]] = frozenset({"store_map_warn_ratio"})

@@ -29,6 +29,7 @@ from retinue.actors.admission import ProviderGate
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.system import ReadOnlySystem, System
 from retinue.actors.turns import Runner
+from retinue.control import ControlServer, remove_stale_socket
 from retinue.errors import ArgumentTypeError, ConfigurationError, InvalidLimits
 from retinue.llm import LiteLLMRunner
 from retinue.llm._profile_checks import check_profiles
@@ -48,9 +49,11 @@ __all__ = [
     "Writer",
     "apply_team",
     "attach_reader",
+    "checked_control",
     "checked_limits",
     "open_tracing",
     "provider_limits_of",
+    "start_control",
     "start_writer",
 ]
 
@@ -221,6 +224,39 @@ def start_writer(
     if litellm is not None:
         wait([litellm])  # an ImportError is the turn's to raise, not the open's
     return Writer(system, mcp, table)
+
+
+def checked_control(control: object) -> bool:
+    """Return ``control`` if it is a bool.
+
+    Raises:
+        ArgumentTypeError: it is not.
+    """
+    if not isinstance(control, bool):
+        raise ArgumentTypeError(f"control must be True or False, not {type(control).__name__}")
+    return control
+
+
+def start_control(system: System, control: bool) -> ControlServer | None:
+    """Serve ``system``'s control socket (``control`` True), else remove a stale one.
+
+    The server stops first when the runtime closes (after its waits were
+    ended), before the store is released. A failed start shuts ``system`` down.
+
+    Raises:
+        StoreError: the socket cannot be served (see
+            :meth:`~retinue.control.ControlServer.start`).
+    """
+    try:
+        if not control:
+            remove_stale_socket(system.path)
+            return None
+        server = ControlServer.start(system)
+    except BaseException:
+        system.shutdown()
+        raise
+    system.before_stop.insert(0, server.stop)
+    return server
 
 
 def open_tracing(provider: Any, capture_content: bool | None, limits: Limits) -> Spans | None:

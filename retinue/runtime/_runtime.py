@@ -69,9 +69,11 @@ from retinue.protocol.supervision import ApprovalRequest
 from retinue.runtime._opening import (
     apply_team,
     attach_reader,
+    checked_control,
     checked_limits,
     open_tracing,
     provider_limits_of,
+    start_control,
     start_writer,
 )
 from retinue.team import Team
@@ -139,43 +141,39 @@ class Runtime:
         tracer_provider: Any = None,
         capture_content: bool | None = None,
         provider_limits: Iterable[ProviderLimit] | None = None,
+        control: bool = True,
     ) -> Runtime:
         """Open (or create) the store at ``path`` and restore its tree.
 
-        ``path=None`` makes a temporary store removed on close. ``durability`` is ``"full"`` (fsync
+        ``path=None``: a temporary store, removed on close. ``durability``: ``"full"`` (fsync
         before answering) or ``"buffered"`` (survives a killed process; synced every second).
-        ``map_size`` is the initial LMDB map, grown as needed; ``group_commit=False`` commits every
-        transition alone (for benchmarks). ``workspace`` is the folder the built-in tools of the
-        model runners this runtime creates (for profiles with a ``model``) are confined to.
-        ``team`` is a :class:`~retinue.team.Team` or a team file's path: its profiles come first,
-        and its ``[limits]`` and ``[defaults] workspace`` apply unless ``limits`` or ``workspace``
-        is given (its ``[defaults] durability`` is for ``retinue run``). A new folder becomes a new
-        store; ``create=True`` is needed only to start a new, empty store in a folder whose store
-        lost its data file (that is refused by default). Agents that were queued or running when
-        the store was last used come back ``interrupted``; restore problems are listed in
-        :attr:`diagnostics`. ``readonly=True`` opens an existing store beside its writer: reads
-        (``get``, ``agents``, ``backup``) work, every change raises ``StoreReadOnly``.
-        ``mcp_servers`` names MCP servers (:class:`~retinue.llm.McpServer`) whose tools profiles
-        grant as ``<server>.<tool>`` or ``<server>.*``; they add to, and win over, the team's
-        ``[mcp.<server>]`` (see :mod:`retinue.llm.mcp`). ``tracer_provider`` (None: the global one)
-        and ``capture_content`` (None: as the environment says) are the spans'
-        (:mod:`retinue.tracing`, extra ``otel``). ``provider_limits``
-        (:class:`~retinue.ProviderLimit` values, merged by match over the team's ``[providers]``
-        and ``RETINUE_PROVIDER_LIMITS``) admit each model call, fairly between trees, once it fits
-        every limit covering it.
-
-        Every argument is checked before anything touches the disk, and a failed open leaves
-        nothing behind: a temporary folder, or a store folder this call created, is removed again.
+        ``map_size``: the initial LMDB map, grown as needed; ``group_commit=False`` commits each
+        transition alone (benchmarks). ``workspace``: the folder the built-in tools of its model
+        runners are confined to. ``team`` (a :class:`~retinue.team.Team` or a team file's path):
+        its profiles first, its ``[limits]`` and ``[defaults] workspace`` unless given. A new
+        folder becomes a new store; ``create=True`` starts an empty one where a store lost its
+        data file (refused by default). Agents queued or running at the last use come back
+        ``interrupted``; restore problems are in :attr:`diagnostics`. ``readonly=True`` opens
+        beside the writer: reads work, changes raise ``StoreReadOnly``. ``mcp_servers``
+        (:class:`~retinue.llm.McpServer`): tools granted as ``<server>.<tool>`` or
+        ``<server>.*``, over the team's ``[mcp.<server>]``. ``tracer_provider`` (None: the
+        global one) and ``capture_content`` (None: as the environment says): the spans' (extra
+        ``otel``). ``provider_limits`` (:class:`~retinue.ProviderLimit`, by match over the
+        team's ``[providers]`` and ``RETINUE_PROVIDER_LIMITS``) admit each model call, fairly
+        between trees, once it fits every limit covering it. ``control=False``: no control
+        socket (:mod:`retinue.control`). Every argument is checked before the disk is
+        touched; a failed open removes a temporary folder or a store folder it created.
 
         Raises:
-            ArgumentTypeError: an argument of the wrong type (``path`` an int, ``limits`` a
-                dict, ``map_size`` a str, ...).
-            InvalidArgument: ``path`` is blank, contains NUL or names a file; a bad
-                ``map_size`` or ``durability``.
-            ConfigurationError: a profile without a runner, or defined twice; a profile whose
-                tools exceed those of a profile that spawns it (the capability ceiling).
-            TeamFileError, DelegationCycleError, DelegationDepthError: an unusable team file
-                (named by table and key); a bad profile graph.
+            ArgumentTypeError: an argument of the wrong type (``path`` an
+                int, ``limits`` a dict, ``control`` a str, ...).
+            InvalidArgument: ``path`` is blank, contains NUL or names a file;
+                a bad ``map_size`` or ``durability``.
+            ConfigurationError: a profile without a runner, or defined twice; a
+                profile whose tools exceed those of a profile that spawns it
+                (the capability ceiling; the message names the extra tools).
+            TeamFileError: the team file is unusable (named by table and key).
+            DelegationCycleError, DelegationDepthError: a bad profile graph.
             InvalidLimits: ``limits`` is None and a ``RETINUE_*`` variable is bad; a bad
                 ``provider_limits`` item, or a match named twice in one source.
             StoreLocked: another writer holds the store.
@@ -184,6 +182,7 @@ class Runtime:
             StoreError: the folder cannot be created or LMDB refuses it.
             ExtraNotInstalled: a ``tracer_provider`` without the ``otel`` extra.
         """
+        serve_control = checked_control(control)
         given = apply_team(team, readonly, profiles, runner, limits, workspace)
         options = check_store_options(
             path,
@@ -197,8 +196,11 @@ class Runtime:
         if options.readonly:
             return cls._over(attach_reader(options, checked))
         spans = open_tracing(tracer_provider, capture_content, checked)
-        parts = start_writer(options, checked, given, runner, create, mcp_servers, spans, providers)
-        return cls._over(*parts)
+        writer = start_writer(
+            options, checked, given, runner, create, mcp_servers, spans, providers
+        )
+        start_control(writer.system, serve_control)
+        return cls._over(*writer)
 
     @classmethod
     def _over(

@@ -11,7 +11,8 @@ action: the page shows the text.
   calls (``approve_async``, ``interrupt_async``...): the writer ``Runtime``
   itself when the view runs in its process (``retinue run --web``, or
   ``retinue.web.serve`` beside a live writer), and any object with the same
-  calls (the control socket's client, once there is one) as a drop-in.
+  calls (the control socket's client, :class:`~retinue.control.RemoteRuntime`:
+  :class:`~retinue.web.socket_actions.SocketActions`) as a drop-in.
 - :class:`WriterNeeded` refuses every action with
   :class:`~retinue.errors.StoreReadOnly`: a read-only view (``retinue web
   --store``) cannot act, and says where to act from.
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 
 from retinue.errors import (
     ArgumentTypeError,
+    ControlError,
     InvalidAgentPath,
     InvalidArgument,
     RetinueError,
@@ -49,8 +51,9 @@ __all__ = [
 ACTIONS = ("approve", "deny", "interrupt", "interrupt_tree", "resume", "close")
 """The actions the page offers, by the name of their route (``POST /api/actions/<name>``)."""
 WRITER_NEEDED = (
-    "actions need the writer: run the view in the writer's process (retinue run --web) "
-    "or, once available, through the control socket"
+    "actions need the writer: run the view in the writer's process (retinue run --web), "
+    "or beside a running writer (retinue web --store STORE --actions acts through its "
+    "control socket)"
 )
 """Why a read-only view refuses every action."""
 
@@ -81,14 +84,14 @@ def refusal(exc: RetinueError) -> ActionResult:
     """Return the refusal of an action that raised ``exc``, with its typed text and status.
 
     404 for an unknown agent or request, 400 for a bad argument, 503 when the
-    writer cannot be reached (closed, or a read-only view), 409 for the rest
+    writer cannot be reached (closed, a read-only view, its control socket lost), 409 for the rest
     (the agent's state does not allow it, a request already answered...).
     """
     if isinstance(exc, UnknownAgent | UnknownApproval):
         status = 404
     elif isinstance(exc, InvalidArgument | ArgumentTypeError | InvalidAgentPath):
         status = 400
-    elif isinstance(exc, RuntimeClosed | StoreReadOnly):
+    elif isinstance(exc, RuntimeClosed | StoreReadOnly | ControlError):
         status = 503
     else:
         status = 409

@@ -99,7 +99,10 @@ def test_a_completion_taken_for_a_killed_client_goes_to_the_next_wait(tmp_path: 
             # Two progress reports: the server's wait on /root/job is blocked well before.
             for _ in range(2):
                 assert waiter.stdout.readline().strip() == b"PROGRESS"
-            waiter.send_signal(signal.SIGKILL)  # no cancel: its connection just closes
+            # No cancel: its connection just closes. Whether or not the server sees that
+            # before the answer, the answer's lease is kept until the session confirms it
+            # (it never will), and the next wait on /root/job takes it back.
+            waiter.send_signal(signal.SIGKILL)
             waiter.wait(10)
         finally:
             if waiter.poll() is None:

@@ -323,7 +323,7 @@ def copy(crashed: tuple[Path, dict[str, str]], tmp_path: Path) -> tuple[Path, di
     """A private copy of the crashed store."""
     template, agent_ids = crashed
     store = tmp_path / "store"
-    shutil.copytree(template, store)
+    shutil.copytree(template, store, ignore=shutil.ignore_patterns("control.sock"))
     return store, agent_ids
 
 

@@ -54,6 +54,11 @@ DEFAULTS: dict[str, int | float | None] = {
     "provider_window_s": 60.0,
     # Fork: the settled generations of each agent kept to fork as of.
     "fork_generations": 16,
+    # The control socket: connections, frame size, a frame's read time, calls in flight.
+    "control_max_connections": 64,
+    "control_max_message_bytes": 16 * 1024 * 1024,
+    "control_read_timeout_s": 10.0,
+    "control_max_calls": 1_000,
 }
 FLOAT_FIELDS = [
     "wait_default_s",
@@ -62,6 +67,7 @@ FLOAT_FIELDS = [
     "compact_interval_s",
     "store_map_warn_ratio",
     "provider_window_s",
+    "control_read_timeout_s",
 ]
 OPTIONAL_INT_FIELDS = ["tokens_per_agent", "tokens_per_tree", "call_reserve_tokens"]
 OPTIONAL_FLOAT_FIELDS = ["usd_per_agent", "usd_per_tree", "approval_timeout_s"]

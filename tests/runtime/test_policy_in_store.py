@@ -77,7 +77,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def copy(crashed: Path, tmp_path: Path) -> Path:
     """A private copy of the crashed store."""
     store = tmp_path / "store"
-    shutil.copytree(crashed, store)
+    shutil.copytree(crashed, store, ignore=shutil.ignore_patterns("control.sock"))
     return store
 
 

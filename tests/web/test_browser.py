@@ -317,3 +317,48 @@ def test_actions_in_the_page_carry_its_token_and_show_their_answer(
         rt.shutdown()
         if provider is not None:
             provider.shutdown()
+
+
+def test_a_separate_view_acts_through_the_writers_control_socket(
+    tmp_path: Path, browser: Any
+) -> None:
+    """``retinue web --store --actions``: a read-only view in this process, the writer in
+    another; the page's buttons go through the writer's control socket."""
+    from control.writer import Writer as ControlWriter
+
+    import retinue
+    from retinue.web.socket_actions import NO_WRITER, SocketActions
+
+    writer = ControlWriter(tmp_path / "store")
+    with retinue.connect(writer.store) as remote:
+        remote.spawn("holder", "hold", name="b")
+        remote.spawn("blocker", "hold", name="c", parent="/root/b")
+    rt = Runtime.open(writer.store, readonly=True)
+    acting = SocketActions(writer.store)
+    web = serve(rt, port=0, actions=acting, options=FAST)
+    try:
+        p, errors = _page(browser)
+        p.on("dialog", lambda dialog: dialog.accept())  # close asks first
+        p.goto(web.url)
+        blocker = _state(p, "/root/b/c")
+        wait_until(lambda: blocker.inner_text() == "running", 60)
+        result = p.locator("#action-result")
+        _open(p, "/root/b/c")
+        p.locator('#actions button[data-action="interrupt"]').click()
+        wait_until(lambda: result.count() == 1 and result.get_attribute("data-ok") == "1")
+        assert result.inner_text() == "interrupted /root/b/c: now interrupted"
+        wait_until(lambda: blocker.inner_text() == "interrupted", 30)
+        p.locator('#actions button[data-action="resume"]').click()
+        wait_until(lambda: result.inner_text().startswith("resumed /root/b/c: now"), 30)
+        wait_until(lambda: blocker.inner_text() == "running", 30, "/root/b/c running again")
+        # The writer goes away: the buttons say that no writer runs (and act no more).
+        writer.kill()
+        p.locator('#actions button[data-action="close"]').click()  # offered in every state
+        wait_until(lambda: result.inner_text().startswith("StoreReadOnly: "), 30)
+        assert result.inner_text() == f"StoreReadOnly: {NO_WRITER}"
+        assert errors == []
+    finally:
+        web.stop()
+        acting.disconnect()
+        rt.shutdown()
+        writer.stop()

@@ -1,0 +1,117 @@
+"""How the writer serves one command a client sent: through its Engine, as the host would.
+
+:func:`serve` submits the command through the runtime's
+:class:`~retinue.actors.calls.Engine` (the supervisor never waits for the
+socket) and returns a :class:`Served`: the answer, and for a call that took
+something (a wait's completion, the host's messages) how to keep it once the
+client confirms it has the answer, and how to give it back if the client
+never does (its connection closed, or it cancelled the call).
+
+A wait without a lease of the caller's takes its completion under a lease of
+the socket's own (:data:`LEASE_PREFIX`): the commit that hands it over also
+stores it, so it is given back on a lost connection, and after a writer's
+crash (the next writer's socket releases the leases left over at its start,
+:func:`release_leftover_leases`). A wait with the caller's lease is the
+caller's to acknowledge (``ack_lease``), as in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from retinue.actors.calls import Engine, HostReceipt, resolve_timeout
+from retinue.actors.commands import (
+    HOST,
+    AckLease,
+    Command,
+    GiveBack,
+    HostMessages,
+    Idle,
+    Leases,
+    ReleaseLease,
+    Wait,
+)
+from retinue.actors.system import System
+from retinue.errors import WaitTimeout
+
+__all__ = ["LEASE_PREFIX", "Served", "release_leftover_leases", "serve"]
+
+LEASE_PREFIX = "retinue-control:"
+"""The prefix of the leases the control socket's waits take (``retinue-control:<uuid>``)."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """A command's answer; ``keep`` and ``give_back`` are what confirms or undoes what it took."""
+
+    value: Any
+    keep: Command[Any] | None = None
+    give_back: Command[Any] | None = None
+
+    @property
+    def confirm(self) -> bool:
+        """Whether the client must confirm it has the answer (else it is given back)."""
+        return self.give_back is not None
+
+
+def release_leftover_leases(engine: Engine) -> int:
+    """Give back every completion an earlier writer's socket took under a lease and lost.
+
+    At start no connection holds a lease, so each ``retinue-control:`` lease
+    stored is one whose answer was never confirmed. Returns how many were released.
+    """
+    leftover = [lease for lease in engine.ask(Leases()) if lease.startswith(LEASE_PREFIX)]
+    for lease in leftover:
+        engine.ask(ReleaseLease(lease))
+    return len(leftover)
+
+
+async def serve(system: System, command: Command[Any], timeout: float | None) -> Served:
+    """Serve ``command`` on ``system`` as the host; return its answer.
+
+    Raises:
+        RetinueError: whatever the command raises (``WaitTimeout``,
+            ``UnknownAgent``, ``InvalidArgument`` for a bad timeout...).
+    """
+    engine = system.engine
+    if isinstance(command, Wait):
+        return await _wait(engine, command, resolve_timeout(timeout, system.limits))
+    if isinstance(command, HostMessages):
+        seconds = resolve_timeout(timeout, system.limits)
+        taken = await engine.wait_async(command, seconds, HostReceipt(engine))
+        back = GiveBack(None, tuple(taken)) if taken else None
+        return Served(taken, None, back)
+    if isinstance(command, Idle):
+        await _idle(system, resolve_timeout(timeout, system.limits))
+        return Served(None)
+    return Served(await engine.ask_async(command))
+
+
+async def _wait(engine: Engine, command: Wait, seconds: float) -> Served:
+    """A host wait: under the caller's lease, or under one of the socket's to confirm."""
+    if command.lease is not None:
+        receipt = HostReceipt(engine, command.lease)
+        return Served(await engine.wait_async(command, seconds, receipt))
+    lease = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
+    leased = dataclasses.replace(command, lease=lease)
+    value = await engine.wait_async(leased, seconds, HostReceipt(engine, lease))
+    return Served(value, AckLease(lease), ReleaseLease(lease))
+
+
+async def _idle(system: System, seconds: float) -> None:
+    """``wait_idle``: quiescence, then every event so far handed to its subscribers.
+
+    Raises:
+        WaitTimeout: not quiescent (or not flushed) within ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    engine = system.engine
+    await engine.wait_async(Idle(HOST), seconds, HostReceipt(engine))
+    left = max(0.0, deadline - time.monotonic())
+    if not await asyncio.to_thread(system.bus.flush, left):
+        raise WaitTimeout("the runtime's subscribers did not take every event in time")
