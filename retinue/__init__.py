@@ -69,7 +69,8 @@ from retinue.errors import (
 )
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Durability
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall
+from retinue.protocol.effects import ToolCall
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import (
@@ -92,6 +93,7 @@ from retinue.protocol.messages import (
     RunnerAbandoned,
     StoreMapFilling,
     ToolCallFinished,
+    ToolCallInDoubt,
     ToolCallStarted,
     TurnQueued,
     TurnRestarting,
@@ -143,6 +145,7 @@ __all__ = [
     "EventsDropped",
     "ExtraNotInstalled",
     "FanoutLimitExceeded",
+    "InDoubtCall",
     "InternalError",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -184,7 +187,9 @@ __all__ = [
     "Team",
     "TeamFileError",
     "TokenBudgetExceeded",
+    "ToolCall",
     "ToolCallFinished",
+    "ToolCallInDoubt",
     "ToolCallLimitExceeded",
     "ToolCallStarted",
     "ToolsNotPermitted",
