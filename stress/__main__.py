@@ -25,6 +25,7 @@ from stress import (
     cluster_parts,
     crash,
     damage,
+    effects,
     fuzz_llm,
     soak,
     soak_races,
@@ -51,6 +52,7 @@ from stress.statemachine import restarts
 
 PARTS: list[Part] = [
     crash.PART,
+    effects.PART,
     statemachine.PART,
     restarts.PART,
     soak_races.PART,
