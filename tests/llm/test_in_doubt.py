@@ -29,6 +29,7 @@ from retinue import (
     ToolCall,
     ToolCallInDoubt,
 )
+from retinue.cli.main import main as cli_main
 from retinue.llm import tool
 from retinue.protocol.effects import IDEMPOTENCY_ENV, idempotency_key, in_doubt_result
 from retinue.testing import OpenAIStub, StubReply, StubRequest
@@ -99,12 +100,20 @@ def crash_during_refund(stub: OpenAIStub, store: Path, refund: Refund, **extra: 
 
 
 def test_an_unsafe_call_in_doubt_is_reported_never_run_again(
-    stub: OpenAIStub, tmp_path: Path
+    stub: OpenAIStub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Shown in doubt (``rt.inspect``, ``retinue inspect``), then reported to the model."""
     refund, store = Refund(), tmp_path / "s"
     agent = crash_during_refund(stub, store, refund)
     key = idempotency_key(agent, 1, 1, 0)
     assert refund.runs[0].idempotency_key == key
+    assert cli_main(["inspect", agent, "--store", str(store)]) == 0
+    shown = capsys.readouterr().out
+    assert "in doubt  1 tool calls" in shown
+    assert f'refund [unsafe] key {key} attempt 1: {{"order": "A1"}}' in shown
+    assert cli_main(["inspect", agent, "--store", str(store), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)["in_doubt"]
+    assert (listed["tool"], listed["idempotency_key"]) == ("refund", key)
     with open_rt(store, shop(stub, refund)) as rt:
         stopped = rt.get(agent)
         assert (stopped.state, stopped.in_doubt) == (AgentState.INTERRUPTED, 1)
