@@ -342,6 +342,8 @@ def run_effects(workdir: Path, kills: int, seed: int, max_run_s: float = 2.0) ->
             text = ack_log.read_text()
             acks = [json.loads(line) for line in text.splitlines() if line.endswith("}")]
             check_round(store, workdir, acks, tally)
+            if tally.kills % 10 == 0:
+                print(f"effects: {tally.kills}/{kills} kills", file=sys.stderr, flush=True)
         drain(store, workdir, stub.url, tally)
     check_ledgers(store, workdir, tally)
     return tally
