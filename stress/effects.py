@@ -284,6 +284,17 @@ def check_ledgers(store: Path, work: Path, tally: Tally) -> None:
         tally.problems.append(f"{tally.key_changes} idempotent calls ran with a changed key")
 
 
+def _progress(store: Path, work: Path, tally: Tally, kills: int) -> None:
+    """Print the figures so far (a long run shows where it stands)."""
+    now = Tally(kills=tally.kills, in_doubt=tally.in_doubt)
+    check_ledgers(store, work, now)
+    line = (
+        f"effects: {now.kills}/{kills} kills, {now.calls} calls, {now.duplicates} duplicates, "
+        f"in doubt {dict(now.in_doubt)}, problems {len(tally.problems) + len(now.problems)}"
+    )
+    print(line, file=sys.stderr, flush=True)
+
+
 def drain(store: Path, work: Path, url: str, tally: Tally) -> None:
     """Open once more, resume and approve until idle: no call may stay in doubt."""
     rt = Runtime.open(store, profiles=profiles(url, work), limits=LIMITS)
@@ -343,7 +354,7 @@ def run_effects(workdir: Path, kills: int, seed: int, max_run_s: float = 2.0) ->
             acks = [json.loads(line) for line in text.splitlines() if line.endswith("}")]
             check_round(store, workdir, acks, tally)
             if tally.kills % 10 == 0:
-                print(f"effects: {tally.kills}/{kills} kills", file=sys.stderr, flush=True)
+                _progress(store, workdir, tally, kills)
         drain(store, workdir, stub.url, tally)
     check_ledgers(store, workdir, tally)
     return tally
@@ -357,10 +368,11 @@ def _part(options: Options) -> Result:
     """SIGKILL agents while their tool calls run; count duplicate effects, ours and a baseline's."""
     kills = options.kills if options.kills is not None else (5 if options.quick else 200)
     with tempfile.TemporaryDirectory() as tmp:
+        base = run_baseline(Path(tmp) / "baseline", kills, options.seed)
+        print(f"effects: baseline {base}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         tally = run_effects(Path(tmp) / "retinue", kills, options.seed)
         seconds = round(time.perf_counter() - t0, 1)
-        base = run_baseline(Path(tmp) / "baseline", kills, options.seed)
     row = {
         "kills": tally.kills,
         "calls": tally.calls,
