@@ -350,7 +350,12 @@ class TurnSession:
             approve = self.turn.profile.approve
             gated_ids = {c["id"] for c in gated(approve, calls, names)} if approve else set()
             doubt = {c.call_id: c.key for c in journal.calls if c.state == "waiting" and c.in_doubt}
-            asked = [c for c in calls if c["id"] in gated_ids or c["id"] in doubt]
+            asked = [  # a call denied before a crash (done) is not asked about again
+                c
+                for c in calls
+                if entries[c["id"]].state == "waiting"
+                and (c["id"] in gated_ids or c["id"] in doubt)
+            ]
             answers = await ask_approvals(
                 self.turn, asked, names=names, resume=resume, in_doubt=doubt
             )
