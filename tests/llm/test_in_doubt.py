@@ -263,3 +263,38 @@ def test_an_effects_override_of_a_tool_the_profile_lacks_is_refused(
     profile = Profile("shop", tools=["refund"], runner=runner, effects={"refnud": "read"})
     with pytest.raises(ConfigurationError, match="'refnud', which is not one of its tools"):
         llm_runtime([profile])
+
+
+def test_a_call_denied_before_the_crash_is_not_asked_about_again(
+    stub: OpenAIStub, tmp_path: Path
+) -> None:
+    """One step of two gated calls: the first denied, the second approved and running when
+    the runtime stops. After the reopen only the call in doubt goes to a person."""
+    refund, store = Refund(), tmp_path / "s"
+    two = tool_call("refund", {"order": "A1"}, call_id="c1")
+    two["tool_calls"].append(
+        {**tool_call("refund", {"order": "A2"}, call_id="c2")["tool_calls"][0]}
+    )
+    stub.handler = Script([two, DONE])
+    extra: dict[str, Any] = {"approve": ["refund"], "in_doubt": "approve"}
+    with open_rt(store, shop(stub, refund, **extra)) as rt:
+        agent = rt.spawn("shop", "refund two orders").id
+        wait_until(lambda: len(rt.approvals()) == 2, timeout=SETTLE_S)
+        first, second = sorted(rt.approvals(), key=lambda r: r.call_id)
+        rt.deny(first.id, reason="not A1")
+        rt.approve(second.id)
+        wait_until(lambda: refund.runs, timeout=SETTLE_S, what="the approved refund to start")
+    with open_rt(store, shop(stub, refund, **extra)) as rt:
+        again = rt.resume(agent)
+        wait_until(lambda: rt.approvals(), timeout=SETTLE_S, what="the in-doubt request")
+        (request,) = rt.approvals()
+        assert (request.call_id, request.in_doubt) == ("c2", True)
+        rt.deny(request.id, reason="it went through")
+        done = wait_settled(rt, agent, again.generation, timeout=SETTLE_S)
+        assert done.output == "all done"
+    assert [
+        json.loads(m["content"])["error"][:9] for m in tool_messages(stub.requests[-1].messages)
+    ] == [
+        "denied: n",
+        "in doubt:",
+    ]
