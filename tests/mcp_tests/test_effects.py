@@ -13,7 +13,7 @@ from retinue import CompletionStatus, Profile, Runtime, ToolCall
 from retinue.llm import McpServer
 from retinue.llm.mcp import McpManager
 from retinue.llm.tools import ToolBox
-from retinue.protocol.effects import idempotency_key
+from retinue.protocol.effects import Effect, idempotency_key
 from retinue.testing import OpenAIStub
 
 
@@ -48,7 +48,7 @@ def test_annotations_give_the_tools_classes_and_meta_carries_the_key() -> None:
     manager = McpManager({"kit": McpServer.stdio(sys.executable, [str(TOOLKIT)])})
     key = "agent-1-1-0"
 
-    async def look() -> tuple[dict[str, str], str]:
+    async def look() -> tuple[dict[str, Effect], str]:
         box = ToolBox(await manager.tool_defs(["kit.*"]))
         classes = {name: box.effect(name) for name in ("kit__request_key", "kit__put", "kit__echo")}
         return classes, await box.call("kit__request_key", "{}", ToolCall(idempotency_key=key))

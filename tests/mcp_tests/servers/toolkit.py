@@ -27,7 +27,7 @@ def echo(text: str) -> str:
 
 @server.tool(
     description="Answer with the idempotency key the request's _meta carried.",
-    annotations=ToolAnnotations(readOnlyHint=True),
+    annotations=ToolAnnotations(read_only_hint=True),
 )
 def request_key(ctx: Context) -> str:
     meta = ctx.request_context.meta
@@ -37,7 +37,7 @@ def request_key(ctx: Context) -> str:
 
 @server.tool(
     description="Pretend to store a value (the same key again changes nothing).",
-    annotations=ToolAnnotations(idempotentHint=True),
+    annotations=ToolAnnotations(idempotent_hint=True),
 )
 def put(value: str) -> str:
     return f"stored {value}"
