@@ -53,7 +53,7 @@ from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.supervision import ApprovalRecord
 from retinue.testing import OpenAIStub, StubReply, StubRequest
-from stress.effects_baseline import run_baseline
+from stress.effects_baseline import Baseline, run_baseline
 from stress.parts import Options, Part, Result
 
 LIMITS = Limits(max_agents=2000, max_active_turns=8, wait_default_s=10.0)
@@ -141,11 +141,15 @@ def stub_handler(work: Path) -> Any:
 
 
 def _wake(rt: Runtime, rng: random.Random, ack: Any) -> None:
-    """Resume interrupted agents, answer some approvals (acknowledged once committed)."""
+    """Resume interrupted agents, follow up failed ones that hold calls in doubt (a turn
+    lost in a crash ``max_lost`` times in a row fails with ``CrashLoop``: the next turn
+    settles its calls), answer some approvals (acknowledged once committed)."""
     for info in rt.agents():
-        if info.state is AgentState.INTERRUPTED:
-            with contextlib.suppress(RetinueError):
+        with contextlib.suppress(RetinueError):
+            if info.state is AgentState.INTERRUPTED:
                 rt.resume(info.id)
+            elif info.state is AgentState.FAILED and info.in_doubt:
+                rt.follow_up(info.id, "carry on")
     for request in rt.approvals():
         if rng.random() < 0.5:
             continue
@@ -180,7 +184,7 @@ def child_main(store: str, ack_log: str, seed: int, stub_url: str, work: str) ->
     ack(op="opened")
     while True:
         _wake(rt, rng, ack)
-        busy = [a for a in rt.agents() if a.state is not AgentState.COMPLETED]
+        busy = [a for a in rt.agents() if a.state not in (AgentState.COMPLETED, AgentState.FAILED)]
         if len(busy) < LIVE:
             order = f"O{rng.randrange(10**9):09d}"
             with contextlib.suppress(RetinueError):
@@ -238,6 +242,7 @@ class Tally:
     in_doubt: Counter[str] = field(default_factory=Counter)
     key_changes: int = 0
     approved_reruns: int = 0
+    crash_loops: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -303,20 +308,23 @@ def drain(store: Path, work: Path, url: str, tally: Tally) -> None:
     try:
         for _ in range(20):
             for info in rt.agents():
-                if info.state is AgentState.INTERRUPTED:
-                    with contextlib.suppress(RetinueError):
+                with contextlib.suppress(RetinueError):
+                    if info.state is AgentState.INTERRUPTED:
                         rt.resume(info.id)
+                    elif info.state is AgentState.FAILED and info.in_doubt:
+                        rt.follow_up(info.id, "carry on")
             for request in rt.approvals():
                 with contextlib.suppress(RetinueError):
                     rt.approve(request.id)
             with contextlib.suppress(WaitTimeout):
                 rt.wait_idle(30)
             if not rt.approvals() and not any(
-                a.state is AgentState.INTERRUPTED for a in rt.agents()
+                a.state is AgentState.INTERRUPTED or a.in_doubt for a in rt.agents()
             ):
                 break
-        for info in rt.agents():
-            if info.in_doubt or info.state is not AgentState.COMPLETED:
+        for info in rt.agents():  # failed: CrashLoop, lost in crashes max_lost times in a row
+            tally.crash_loops += info.state is AgentState.FAILED
+            if info.in_doubt or info.state not in (AgentState.COMPLETED, AgentState.FAILED):
                 tally.problems.append(
                     f"{info.path} ends {info.state} with {info.in_doubt} in doubt"
                 )
@@ -368,11 +376,16 @@ def _part(options: Options) -> Result:
     """SIGKILL agents while their tool calls run; count duplicate effects, ours and a baseline's."""
     kills = options.kills if options.kills is not None else (5 if options.quick else 200)
     with tempfile.TemporaryDirectory() as tmp:
-        base = run_baseline(Path(tmp) / "baseline", kills, options.seed)
-        print(f"effects: baseline {base}", file=sys.stderr, flush=True)
+        found: list[Baseline] = []
+        beside = threading.Thread(  # its children mostly sleep and fsync: run it meanwhile
+            target=lambda: found.append(run_baseline(Path(tmp) / "baseline", kills, options.seed))
+        )
+        beside.start()
         t0 = time.perf_counter()
         tally = run_effects(Path(tmp) / "retinue", kills, options.seed)
         seconds = round(time.perf_counter() - t0, 1)
+        beside.join()
+        base = found[0] if found else Baseline()
     row = {
         "kills": tally.kills,
         "calls": tally.calls,
@@ -382,6 +395,7 @@ def _part(options: Options) -> Result:
         "reported": tally.in_doubt["reported"],
         "approval": tally.in_doubt["approval"],
         "approved_reruns": tally.approved_reruns,
+        "failed_crash_loop": tally.crash_loops,
         "idempotent_key_changes": tally.key_changes,
         "baseline_kills": base.kills,
         "baseline_calls": base.calls,
