@@ -56,7 +56,7 @@ from retinue.testing import OpenAIStub, StubReply, StubRequest
 from stress.effects_baseline import Baseline, run_baseline
 from stress.parts import Options, Part, Result
 
-LIMITS = Limits(max_agents=2000, max_active_turns=8, wait_default_s=10.0)
+LIMITS = Limits(max_agents=20_000, max_active_turns=8, wait_default_s=10.0)
 LIVE = 4  # agents the workload keeps busy
 UNSAFE = ("refund", "bash")
 LOST = Restart(max_restarts=1000, within_s=60, backoff_s=0.05, on=("lost",))

@@ -48,16 +48,19 @@ def child_main(work: str, seed: int) -> None:
     order = 0
     _append(folder / "opened", str(seed))
     while True:
+        worked = False
         for step in STEPS:
             name = f"{order}:{step}"
             if name in done:
-                continue
+                continue  # replayed from the journal: not run again
             _append(ledger, f"{name} 1")  # the effect
             time.sleep(rng.uniform(0.0, 0.1))  # effect done, completion not yet recorded
             _append(journal, name)  # the step's completion, journaled
             done.add(name)
+            worked = True
         order += 1
-        time.sleep(rng.uniform(0.02, 0.1))  # the model's next call
+        if worked:
+            time.sleep(rng.uniform(0.02, 0.1))  # the model's next call
 
 
 @dataclass
