@@ -50,6 +50,7 @@ PARTS: dict[str, str] = {
     "tools": "grep in a child process",
     "budgets": "Budgets: overshoot with calls in flight",
     "durable_steps": "What a durable tool step costs",
+    "effects": "Side effects across SIGKILLs: duplicates, calls in doubt, at least once",
     "rate_limits": "Provider limits: a tree-heavy burst against a rate-limited provider",
     "cluster": "Scale-out on Ray: the cluster against one process",
     "cluster_crash": "Scale-out on Ray: the crash loop",

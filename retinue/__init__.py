@@ -75,7 +75,8 @@ from retinue.errors import (
 )
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Durability
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall
+from retinue.protocol.effects import ToolCall
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import (
@@ -100,6 +101,7 @@ from retinue.protocol.messages import (
     RunnerAbandoned,
     StoreMapFilling,
     ToolCallFinished,
+    ToolCallInDoubt,
     ToolCallStarted,
     TurnQueued,
     TurnRestarting,
@@ -157,6 +159,7 @@ __all__ = [
     "ForkedFrom",
     "GenerationNotKept",
     "Host",
+    "InDoubtCall",
     "InternalError",
     "InvalidAgentPath",
     "InvalidArgument",
@@ -201,7 +204,9 @@ __all__ = [
     "Team",
     "TeamFileError",
     "TokenBudgetExceeded",
+    "ToolCall",
     "ToolCallFinished",
+    "ToolCallInDoubt",
     "ToolCallLimitExceeded",
     "ToolCallStarted",
     "ToolsNotPermitted",

@@ -7,7 +7,8 @@ one read of the store (``rt.agents``, ``rt.backlog``, the data file's meta
 pages and ``rt.diagnostics.store``, its pages in use and free; a read-only
 runtime reads its snapshot, and no read happens when no commit did since the
 last one); from the runtime's events (a writer's) it
-counts settled turns, model calls, tokens, cost and tool calls, and times
+counts settled turns, model calls, tokens, cost, tool calls and tool calls in
+doubt (``ToolCallInDoubt``: by tool and action), and times
 turns, model calls and tool calls. On a writer it also attaches to the
 runtime's timers (:mod:`retinue.actors.supervisor._timings`): the store's writer tells
 :meth:`RetinueCollector.observe_commit` how long each group commit took, and
@@ -19,7 +20,7 @@ level, and its calls admitted and answered 429 are read from
 ``rt.diagnostics.provider_limits`` at each scrape (label ``limit``: its match).
 
 Cardinality is bounded: no label carries an agent id, path or task. Labels are
-the state, profile, status, model, tool, outcome and command kind, and each
+the state, profile, status, model, tool, outcome, in-doubt action and command kind, and each
 keeps at most ``max_label_values`` values; later ones are counted under
 ``other`` (and in ``retinue_metrics_label_overflow_total``).
 """
@@ -264,6 +265,10 @@ class RetinueCollector(Collector):
             )
             self._count("tool_calls", (tool, outcome))
             self._hist["tool"].observe((tool,), float(getattr(event, "duration_s", 0.0) or 0.0))
+        elif tag == "tool_call_in_doubt":
+            tool = self._label("tool", str(getattr(event, "tool", "unknown")))
+            action = self._label("action", str(getattr(event, "action", "unknown")))
+            self._count("tool_calls_in_doubt", (tool, action))
         elif tag == "events_dropped":
             self._count("events_dropped", (), float(getattr(event, "dropped", 0) or 0))
 
@@ -396,6 +401,12 @@ class RetinueCollector(Collector):
             ),
             ("model_cost", "Model cost in USD (litellm's cost map), by model", ["model"]),
             ("tool_calls", "Tool calls, by tool and outcome (ok, error)", ["tool", "outcome"]),
+            (
+                "tool_calls_in_doubt",
+                "Tool calls found in doubt after a crash, by tool and action "
+                "(rerun, reported, approval)",
+                ["tool", "action"],
+            ),
             ("events_dropped", "Events this collector's subscription lost (fell behind)", []),
         ]
         for name, doc, labels in counters:

@@ -29,6 +29,7 @@ from stress import (
     cluster_parts,
     crash,
     damage,
+    effects,
     fuzz_llm,
     service_soak,
     soak,
@@ -58,6 +59,7 @@ from stress.statemachine import restarts
 
 PARTS: list[Part] = [
     crash.PART,
+    effects.PART,
     statemachine.PART,
     restarts.PART,
     soak_races.PART,

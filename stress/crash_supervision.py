@@ -33,8 +33,9 @@ import msgspec
 from retinue import Profile, Restart, Runtime, Turn
 from retinue.errors import RetinueError
 from retinue.llm import LiteLLMRunner
-from retinue.llm.chat import decode_transcript
+from retinue.llm.chat import decode_transcript, stored_journal
 from retinue.llm.turn._approval_gate import CUT_SHORT_RESULT
+from retinue.llm.turn._intents import open_count
 from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord, CompletionRecord
 from retinue.protocol.supervision import ApprovalRecord
@@ -150,7 +151,8 @@ class SupervisionFacts:
 
 
 def count_cut_short(store_path: Path) -> int:
-    """How many stored transcripts hold an approved call cut short by a kill."""
+    """How many approved calls a kill cut short: results that say a call is in doubt, or
+    calls a stored journal holds running without a result."""
     store = Store(store_path, readonly=True)
     try:
         raw = store.snapshot(["transcripts"]).records["transcripts"]
@@ -159,8 +161,18 @@ def count_cut_short(store_path: Path) -> int:
     count = 0
     for _, value in raw:
         messages, _ = decode_transcript(value)
-        count += sum(1 for m in messages if m.get("content") == CUT_SHORT_RESULT)
+        count += sum(1 for m in messages if _cut_short(m.get("content")))
+        journal = stored_journal(value)
+        count += open_count(journal)
     return count
+
+
+def _cut_short(content: Any) -> bool:
+    """Whether a tool result says its call was cut short (in doubt, or an older retinue's
+    cut-short record)."""
+    return isinstance(content, str) and (
+        content == CUT_SHORT_RESULT or content.startswith('{"error": "in doubt:')
+    )
 
 
 def check_coverage(record: AgentRecord, done: list[CompletionRecord]) -> str | None:

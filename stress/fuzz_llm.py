@@ -34,6 +34,7 @@ from typing import Any
 from retinue import Limits, Profile, Restart, Turn
 from retinue.llm import tool
 from retinue.llm.model import load_litellm
+from retinue.protocol.effects import EFFECTS, IN_DOUBT_MODES
 from retinue.testing.fuzz_ops import OPS, Op, lines
 from retinue.testing.fuzz_run import Setup, run_case
 from stress.parts import Options, Part, Result
@@ -140,6 +141,14 @@ def _settings(rng: random.Random, tools: list[str]) -> dict[str, Any]:
     }
 
 
+def _side_effects(rng: random.Random, tools: list[str]) -> dict[str, Any]:
+    """What a profile does with tool calls in doubt: reported or asked for, and some tools'
+    effect classes overridden, so crashes find calls in doubt of every class (drawn from
+    a generator of its own: the rest of the team is what the seed made before)."""
+    effects = {t: rng.choice(EFFECTS) for t in tools if rng.random() < 0.3}
+    return {"in_doubt": rng.choice(IN_DOUBT_MODES), "effects": effects}
+
+
 def random_team(workspace: Path, *, seed: int) -> dict[str, Any]:
     """``Runtime.open`` arguments of one random team of chaos-model agents (``seed`` decides)."""
     del workspace  # the runner passes it to Runtime.open itself
@@ -168,6 +177,7 @@ def random_team(workspace: Path, *, seed: int) -> dict[str, Any]:
                 restart=restart,
                 approve=approve,
                 model_settings=_settings(rng, tools),
+                **_side_effects(random.Random(f"{seed}-{name}"), tools),
             )
         )
     profiles.append(Profile("py", runner=python_worker))

@@ -18,6 +18,7 @@ from retinue import (
     ProviderLimit,
     Runtime,
     ToolCallFinished,
+    ToolCallInDoubt,
     Turn,
 )
 from retinue.testing import Gate, echo
@@ -303,3 +304,32 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         ):
             with pytest.raises(InvalidArgument):
                 RetinueCollector(rt, **kwargs)
+
+
+def test_tool_calls_in_doubt_are_counted_by_tool_and_action(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    with Runtime.open(tmp_path / "store", profiles=[Profile("worker", runner=echo)]) as rt:
+        collector = RetinueCollector(rt, registry=registry)
+        worker = rt.spawn("worker", "work", name="w")
+        rt.wait(worker.id, timeout=30)
+        args: EventFields = {"agent_id": worker.id, "path": worker.path, "at": 10.0}
+        for tool, effect, action in (
+            ("refund", "unsafe", "reported"),
+            ("refund", "unsafe", "reported"),
+            ("credit", "idempotent", "rerun"),
+        ):
+            collector.observe(
+                ToolCallInDoubt(
+                    **args,
+                    call_id="c",
+                    tool=tool,
+                    idempotency_key="k",
+                    effect=effect,
+                    action=action,
+                )
+            )
+        samples = scrape(registry)
+    assert (
+        value(samples, "retinue_tool_calls_in_doubt_total", tool="refund", action="reported") == 2
+    )
+    assert value(samples, "retinue_tool_calls_in_doubt_total", tool="credit", action="rerun") == 1

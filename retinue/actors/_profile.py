@@ -9,6 +9,7 @@ from typing import Any
 
 from retinue.errors import ConfigurationError, InvalidArgument
 from retinue.protocol.checks import check_text
+from retinue.protocol.effects import Effect, InDoubtMode, check_effects, check_in_doubt
 from retinue.protocol.supervision import Restart, check_approve
 from retinue.protocol.tools import resolve_tools
 
@@ -60,6 +61,13 @@ class Profile:
     must approve before they run (``["*"]``: every tool but the coordinator
     tools).
 
+    Side effects: ``effects`` overrides the effect class of tools by the
+    name they are granted by (``{"payments.refund": "idempotent"}``; see
+    :mod:`retinue.protocol.effects`); ``in_doubt`` says what happens to an
+    unsafe tool call found in doubt after a crash: ``"report"`` (the model is
+    told, the default) or ``"approve"`` (a person decides whether it runs
+    again).
+
     ``priority`` weighs the profile's model calls in the fair admission
     between top-level trees under provider limits
     (:class:`~retinue.protocol.provider_limits.ProviderLimit`): a call of a
@@ -82,6 +90,8 @@ class Profile:
     restart: Restart | None = None
     approve: Sequence[str] = field(default=())
     priority: float = 1.0
+    effects: Mapping[str, Effect] = field(default_factory=dict, hash=False)
+    in_doubt: InDoubtMode = "report"
 
     def __post_init__(self) -> None:
         """Check the fields.
@@ -94,7 +104,8 @@ class Profile:
                 tool name, a malformed name), or a turn_timeout_s that is not a
                 positive number; a restart that is not a Restart, an approve
                 that is not a list of tool names; a priority that is not a
-                positive number.
+                positive number; ``effects`` that do not map tool names to
+                effect classes; an ``in_doubt`` other than report and approve.
         """
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError("a profile name must be a non-empty string")
@@ -121,6 +132,8 @@ class Profile:
             )
         object.__setattr__(self, "approve", check_approve(self.name, self.approve))
         self._check_priority()
+        object.__setattr__(self, "effects", check_effects(self.name, self.effects))
+        object.__setattr__(self, "in_doubt", check_in_doubt(self.name, self.in_doubt))
 
     def _check_priority(self) -> None:
         priority = self.priority

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import msgspec
 from retinue.cli.common import OK, UsageError, open_store, reader, store_path
 from retinue.cli.render import clip, ordered, plain_row, table, usage_of
 from retinue.errors import UnknownAgent
+from retinue.protocol.details import InDoubtCall
 from retinue.protocol.text import safe_terminal_text
 
 __all__ = ["cmd_backup", "cmd_compact", "cmd_inspect", "cmd_tree"]
@@ -67,6 +69,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "unread": msgspec.to_builtins(unread),
             "pending_completions": msgspec.to_builtins(pending),
             "transcript_tail": transcript,
+            "in_doubt": msgspec.to_builtins(detail.in_doubt),
         }
         print(json.dumps(payload))
         return OK
@@ -94,10 +97,25 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"pending   {len(pending)} completions of children not yet received")
     for completion in pending:
         print(f"  {completion.path} g{completion.generation} {completion.status.value}")
+    _print_in_doubt(detail.in_doubt)
     print(f"transcript {len(transcript)} latest messages" if transcript else "transcript -")
     for entry in transcript:
         print(f"  {_entry_line(entry)}")
     return OK
+
+
+def _print_in_doubt(calls: Sequence[InDoubtCall]) -> None:
+    """The agent's tool calls in doubt: each may or may not have taken effect."""
+    if not calls:
+        return
+    print(f"in doubt  {len(calls)} tool calls (running when the turn stopped; no result)")
+    for call in calls:
+        asked = ", awaiting approval" if call.awaiting_approval else ""
+        line = (
+            f"  {call.tool} [{call.effect}] key {call.idempotency_key} "
+            f"attempt {call.attempt}{asked}: {clip(call.arguments, 120)}"
+        )
+        print(safe_terminal_text(line, 400))
 
 
 def _due(at: float) -> str:

@@ -60,8 +60,9 @@ class TurnContext(Protocol):
         timeout: float | None = None,
         *,
         name_field: str = "name",
+        keys: Sequence[str | None] | None = None,
     ) -> list[Completion | RetinueError]:
-        """Run a batch of children and wait for them all."""
+        """Run a batch of children (each spawn with its idempotency key) and wait for them all."""
         ...
 
     async def send_async(

@@ -10,13 +10,76 @@ from __future__ import annotations
 import msgspec
 
 from retinue.protocol.messages import AgentInfo, Completion, Message
-from retinue.protocol.records import ModelCallRecord, TranscriptMessage
+from retinue.protocol.records import ModelCallRecord, ToolStep, TranscriptMessage
 
 __all__ = [
     "AgentDetail",
     "Backlog",
     "CompactionReport",
+    "InDoubtCall",
+    "in_doubt_calls",
 ]
+
+
+class InDoubtCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A tool call in doubt: it was running when its turn stopped and has no result.
+
+    It may or may not have taken effect. ``tool`` is the name it is granted
+    by, ``effect`` the class it ran under, ``idempotency_key`` the key every
+    run of it carries, ``attempt`` its runs so far; ``generation`` and
+    ``step`` the turn and step that made it; ``arguments`` its JSON text (as
+    the transcript keeps it). ``awaiting_approval``: a person is asked whether
+    it runs again (``Profile(in_doubt="approve")``). The agent's next turn acts
+    on it (``ToolCallInDoubt`` says how).
+    """
+
+    call_id: str
+    tool: str
+    idempotency_key: str
+    effect: str
+    generation: int
+    step: int
+    attempt: int = 1
+    arguments: str = ""
+    awaiting_approval: bool = False
+
+
+def in_doubt_calls(
+    journal: ToolStep | None, messages: tuple[TranscriptMessage, ...], *, running: bool
+) -> tuple[InDoubtCall, ...]:
+    """Return the calls of a stored ``journal`` that are in doubt.
+
+    A call that may have started (``running``) is in doubt once its agent's
+    turn is not running (``running`` False); one found in doubt and waiting
+    for a person's answer is in doubt either way. ``messages`` are the
+    transcript's, whose last assistant message holds the calls' arguments.
+    """
+    if journal is None or not journal.calls:
+        return ()
+    arguments: dict[str, str] = {}
+    for message in reversed(messages):
+        if message.role == "assistant" and message.tool_calls:
+            arguments = {c.id: c.arguments for c in message.tool_calls}
+            break
+    out: list[InDoubtCall] = []
+    for call in journal.calls:
+        waiting = call.state == "waiting" and call.in_doubt
+        if not waiting and not (call.state == "running" and not running):
+            continue
+        out.append(
+            InDoubtCall(
+                call_id=call.call_id,
+                tool=call.tool,
+                idempotency_key=call.key,
+                effect=call.effect,
+                generation=journal.generation,
+                step=journal.step,
+                attempt=call.attempt,
+                arguments=arguments.get(call.call_id, ""),
+                awaiting_approval=waiting,
+            )
+        )
+    return tuple(out)
 
 
 class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -29,7 +92,7 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     of them replaced by a cut marker over its life; ``calls`` its last model
     calls as its transcript keeps them (when each started and ended);
     ``trace`` the W3C ``traceparent`` its turns' spans continue (None: the
-    runtime traced nothing for it).
+    runtime traced nothing for it); ``in_doubt`` its tool calls in doubt.
     """
 
     info: AgentInfo
@@ -40,6 +103,7 @@ class AgentDetail(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     transcript_cut: int = 0
     calls: tuple[ModelCallRecord, ...] = ()
     trace: str | None = None
+    in_doubt: tuple[InDoubtCall, ...] = ()
 
 
 class Backlog(msgspec.Struct, frozen=True, kw_only=True, gc=False):

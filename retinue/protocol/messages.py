@@ -36,6 +36,7 @@ __all__ = [
     "RunnerAbandoned",
     "StoreMapFilling",
     "ToolCallFinished",
+    "ToolCallInDoubt",
     "ToolCallStarted",
     "TurnQueued",
     "TurnRestarting",
@@ -136,6 +137,9 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``error_type`` is ``error``'s class (as :attr:`Completion.error_type`).
     ``forked_from`` says which agent and generation a fork was made from
     (``Runtime.fork``; None: not a fork).
+    ``in_doubt`` counts its tool calls in doubt: calls that were running when
+    its last turn stopped (a crash, an interrupt) and have no result yet;
+    its next turn acts on them (``Runtime.inspect`` lists them).
     """
 
     id: str
@@ -159,6 +163,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     restart_due_at: float | None = None
     error_type: str | None = None
     forked_from: ForkedFrom | None = None
+    in_doubt: int = 0
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -300,11 +305,16 @@ class TurnRestarting(_EventBase, frozen=True, tag="turn_restarting"):
 
 
 class ApprovalRequested(_EventBase, frozen=True, tag="approval_requested"):
-    """A model asked for a tool call that needs approval; its turn is parked until answered."""
+    """A model asked for a tool call that needs approval; its turn is parked until answered.
+
+    ``in_doubt``: the call was running when its turn stopped and may or may
+    not have taken effect; approving runs it again (with the same key).
+    """
 
     request_id: str
     tool: str
     arguments: str
+    in_doubt: bool = False
 
 
 class ApprovalAnswered(_EventBase, frozen=True, tag="approval_answered"):
@@ -378,6 +388,24 @@ class ToolCallFinished(_EventBase, frozen=True, tag="tool_call_finished"):
     error: str | None = None
 
 
+class ToolCallInDoubt(_EventBase, frozen=True, tag="tool_call_in_doubt"):
+    """A tool call was found in doubt (it was running when its turn stopped, and has no
+    result) and its agent's turn acted on it.
+
+    ``effect`` is the class it ran under, ``idempotency_key`` the key every run
+    of it carries; ``action`` says what was done: ``rerun`` (a read or
+    idempotent call, run again with the same key), ``reported`` (an unsafe
+    call, not run again: the model is told it is in doubt) or ``approval``
+    (an unsafe call sent to a person, ``Profile(in_doubt="approve")``).
+    """
+
+    call_id: str
+    tool: str
+    idempotency_key: str
+    effect: str
+    action: str
+
+
 class ModelCallFinished(_EventBase, frozen=True, tag="model_call_finished"):
     """A model call of a turn was answered; ``duration_s`` runs from its first attempt to the
     answer (retries included), ``cost_usd`` is litellm's price (0.0 if it has none)."""
@@ -437,6 +465,7 @@ Event = (
     | ApprovalAnswered
     | ToolCallStarted
     | ToolCallFinished
+    | ToolCallInDoubt
     | ModelCallFinished
     | ModelDelta
     | ProviderBackoff

@@ -19,9 +19,11 @@ __all__ = [
     "AgentRecord",
     "CompletionRecord",
     "GenerationRecord",
+    "JournaledCall",
     "MessageRecord",
     "ModelCallRecord",
     "ToolCallRecord",
+    "ToolStep",
     "TranscriptMessage",
     "TranscriptRecord",
     "completion_key",
@@ -63,6 +65,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``origin`` is what the current task's first attempt was for (``spawn``,
     ``follow_up``, ``wake``, ``resume``): a restarted attempt's ``turn.origin``
     (an agent stored before the field existed reads ``spawn``).
+    ``open_calls`` counts the tool calls its stored journal holds without a
+    result that may have started (see :class:`ToolStep`): while its turn runs
+    they are in flight; once it is not running they are in doubt.
     """
 
     id: str
@@ -96,6 +101,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     lost: int = 0
     origin: str = "spawn"
     forked_from: ForkedFrom | None = None
+    open_calls: int = 0
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -203,6 +209,50 @@ class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 0
 
 
+class JournaledCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call's intent, stored before it runs (see :class:`ToolStep`).
+
+    ``index`` is its place in its step's assistant message, ``tool`` the name the
+    tool is granted by, ``effect`` the class it runs under (``unsafe`` for a
+    call that needed approval), ``key`` its idempotency key. ``attempt`` counts
+    its runs (a call in doubt run again is attempt 2 and up) and ``in_doubt``
+    says it was found in doubt. ``state`` is where it is: ``waiting`` (not
+    started: its step waits for approvals), ``running`` (it may have started:
+    without a result it is in doubt once its turn stops) or ``done`` (its
+    result, ``result``, is known without running it: denied, reported in
+    doubt, never run).
+    """
+
+    call_id: str
+    index: int
+    tool: str
+    effect: str
+    key: str
+    state: str = "running"
+    attempt: int = 1
+    in_doubt: bool = False
+    result: str | None = None
+
+
+class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
+    """The journal of an agent's tool calls: the step whose calls have no result yet.
+
+    Stored with the transcript, so a step's intents are committed with the
+    assistant message that asked for them (one commit for all its calls),
+    and its results with the step that answers it, which empties ``calls``.
+    ``generation`` and ``step`` (from 1 in each generation) are the last step
+    of tool calls; its calls are those of the transcript's last assistant
+    message. ``then`` is a turn's input that joins the chat after this step's
+    results (a turn that found calls in doubt stores its input before it
+    settles them).
+    """
+
+    generation: int
+    step: int
+    calls: tuple[JournaledCall, ...] = ()
+    then: str | None = None
+
+
 class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The conversation of one LLM agent, across its turns (keyed by agent id).
 
@@ -210,7 +260,8 @@ class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):
     turn). ``cut`` counts the message contents replaced by a marker to keep
     the record within ``Limits.transcript_max_bytes``. ``calls`` are the
     agent's last model calls, oldest first (at most ``Limits.transcript_max_calls``),
-    each stored with the step it answered.
+    each stored with the step it answered. ``journal`` is its tool calls'
+    journal (None: no tool step yet, or a record stored before journals).
     """
 
     version: int = TRANSCRIPT_VERSION
@@ -218,3 +269,4 @@ class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):
     messages: tuple[TranscriptMessage, ...] = ()
     cut: int = 0
     calls: tuple[ModelCallRecord, ...] = ()
+    journal: ToolStep | None = None

@@ -220,7 +220,10 @@ class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     ``arguments`` is the call's raw JSON text; ``generation`` the turn that
     asked, ``call_id`` the model's id of the call; ``expires_at`` is when
-    ``Limits.approval_timeout_s`` denies it (None: never).
+    ``Limits.approval_timeout_s`` denies it (None: never). ``in_doubt``: the
+    call was running when its turn stopped and may or may not have taken
+    effect (``Profile(in_doubt="approve")``): approving runs it again with
+    the same ``idempotency_key``.
     """
 
     id: str
@@ -232,6 +235,8 @@ class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     generation: int = 0
     call_id: str = ""
     expires_at: float | None = None
+    in_doubt: bool = False
+    idempotency_key: str | None = None
 
 
 class ApprovalRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -833,8 +833,9 @@ class Runtime:
     def approve(self, request_id: str, *, note: str | None = None) -> None:
         """Approve a pending request: the call runs and the model gets its result.
 
-        It is recorded approved before it runs; a call cut short by a crash
-        is not run again without a new approval.
+        It is recorded approved before it runs; a call a crash leaves in
+        doubt (running, without a result) is not run again without a new
+        approval (see ``Profile.in_doubt``).
 
         Raises:
             UnknownApproval: no request has that id.

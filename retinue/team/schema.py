@@ -67,6 +67,10 @@ class Defaults(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     """The restart policy: ``{ max_restarts = 3, within_s = 60, backoff_s = 1, ... }``."""
     approve: list[str] | None = None
     """Tools whose calls a person must approve (``["*"]``: every tool but the coordinator's)."""
+    effects: dict[str, str] | None = None
+    """Effect classes by granted tool name: ``{ "payments.refund" = "idempotent" }``."""
+    in_doubt: Literal["report", "approve"] | None = None
+    """What an unsafe call in doubt after a crash gets: ``report`` (the default), ``approve``."""
 
 
 class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -93,6 +97,8 @@ class AgentSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     approve: list[str] | None = None
     priority: Annotated[float, msgspec.Meta(gt=0, le=1e6)] | None = None
     """The weight of its model calls in the fair admission between trees (1 when unset)."""
+    effects: dict[str, str] | None = None
+    in_doubt: Literal["report", "approve"] | None = None
 
 
 class TopTable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -120,6 +126,8 @@ INHERITED = (
     "tool_timeout_s",
     "restart",
     "approve",
+    "effects",
+    "in_doubt",
 )
 """Settings an agent inherits from ``[defaults]`` when its own table leaves them unset."""
 LLM_KNOBS = (
@@ -139,6 +147,8 @@ PROFILE_KEYS = (
     "restart",
     "approve",
     "priority",
+    "effects",
+    "in_doubt",
     *LLM_KNOBS,
 )
 """The settings an agent's Profile is built with (the LLM knobs through ``model_settings``)."""

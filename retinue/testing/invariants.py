@@ -10,6 +10,11 @@ broken invariants as :class:`Broken` records (an empty list: all hold):
   chat went on after it (only the last step may be unanswered: a crash, or an
   interrupt, mid-step);
 - ``duplicate_tool_call_id``: one step's calls share an id, or one call has two results;
+- ``journal_out_of_step``: a transcript's journal of tool calls holds intents
+  that are not its last step's unanswered calls (a result stored without its
+  intent cleared, or an intent of a step the chat does not hold), or the
+  agent's record counts other calls open than the journal (``open_calls``:
+  both are written by one commit);
 - ``completion_twice`` / ``completion_missing``: an agent's runs are not each
   covered by exactly one completion (a restarted task's attempts share one);
 - ``completion_received_twice``: a completion shows more often in its
@@ -41,6 +46,7 @@ from typing import Any
 
 import msgspec
 
+from retinue.llm.turn._intents import open_count
 from retinue.persistence.store import Store
 from retinue.protocol.messages import Completion
 from retinue.protocol.records import (
@@ -57,6 +63,7 @@ INVARIANTS = (
     "tool_result_without_call",
     "tool_call_without_result",
     "duplicate_tool_call_id",
+    "journal_out_of_step",
     "completion_twice",
     "completion_missing",
     "completion_received_twice",
@@ -214,6 +221,39 @@ def _completion_entries(text: str) -> list[str]:
     ]
 
 
+def _journals(records: _Records) -> list[Broken]:
+    """Each journal holds its transcript's last unanswered step, as its agent's record counts."""
+    broken: list[Broken] = []
+    for agent_id, transcript in records.transcripts.items():
+        agent = records.agents.get(agent_id)
+        path = agent.path if agent is not None else agent_id
+        journal = transcript.journal
+        ids = [c.call_id for c in journal.calls] if journal is not None else []
+        if ids and transcript.cut == 0 and ids != _unanswered(transcript.messages):
+            got = _unanswered(transcript.messages)
+            broken.append(
+                Broken("journal_out_of_step", path, f"journal holds {ids}, the chat leaves {got}")
+            )
+        counted = open_count(journal)
+        if agent is not None and agent.open_calls != counted:
+            detail = f"record counts {agent.open_calls} calls open, the journal {counted}"
+            broken.append(Broken("journal_out_of_step", path, detail))
+    return broken
+
+
+def _unanswered(messages: Sequence[TranscriptMessage]) -> list[str]:
+    """The ids of the last assistant step's calls that have no result, in order."""
+    answered: set[str] = set()
+    for message in reversed(messages):
+        if message.role == "tool":
+            answered.add(message.tool_call_id or "")
+            continue
+        if message.role != "assistant":
+            return []
+        return [c.id for c in message.tool_calls if c.id not in answered]
+    return []
+
+
 def _coverage(records: _Records) -> list[Broken]:
     """Each run of each agent is covered by exactly one completion (a task's attempts share one)."""
     broken: list[Broken] = []
@@ -352,6 +392,7 @@ def check_invariants(
     for agent_id, transcript in records.transcripts.items():
         agent = records.agents.get(agent_id)
         broken += _shape(agent.path if agent is not None else agent_id, transcript.messages)
+    broken += _journals(records)
     broken += _coverage(records)
     broken += _received(records)
     if host_received is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from retinue.protocol.details import AgentDetail
+from retinue.protocol.details import AgentDetail, InDoubtCall
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.records import TranscriptMessage
 from retinue.protocol.supervision import ApprovalRequest
@@ -108,6 +108,7 @@ def row_of(
         "last_error": clip_text(_text_attr(info, "last_error"), 300),
         "due_at": _due(info),
         "tool": tool,
+        "in_doubt": info.in_doubt,
         "result": clip_text(text, PREVIEW_CHARS),
         "failed_below": below[0],
         "waiting_below": below[1],
@@ -207,6 +208,20 @@ def detail_payload(detail: AgentDetail, row: Row | None, tool: str | None) -> di
         "transcript": [_entry(m) for m in detail.transcript],
         "transcript_length": detail.transcript_length,
         "transcript_cut": detail.transcript_cut,
+        "in_doubt_calls": [_in_doubt(c) for c in detail.in_doubt],
+    }
+
+
+def _in_doubt(call: InDoubtCall) -> dict[str, Any]:
+    """A tool call in doubt for the page (it may or may not have taken effect)."""
+    return {
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "effect": call.effect,
+        "idempotency_key": call.idempotency_key,
+        "attempt": call.attempt,
+        "arguments": clip_text(call.arguments, 2000),
+        "awaiting_approval": call.awaiting_approval,
     }
 
 
@@ -219,4 +234,6 @@ def approval_payload(request: ApprovalRequest) -> dict[str, Any]:
         "requested_at": request.requested_at,
         "expires_at": request.expires_at,
         "generation": request.generation,
+        "in_doubt": request.in_doubt,
+        "idempotency_key": request.idempotency_key,
     }

@@ -12,13 +12,15 @@ Each agent is one turn of ``steps`` tool steps; each step is what
 :class:`~retinue.llm.turn._session.TurnSession` does today: the model's answer
 (its tool call) committed with its usage (``LlmStep``), the tool run, its
 result committed (``LlmStep``), the next model call. The clock ticks as the
-tool starts, so the interval between two ticks is one durable step. Once the
-journal of tool calls lands, its intent is committed inside the runtime with
-the step's first commit: this side measures it with no change here.
+tool starts, so the interval between two ticks is one durable step. The
+step is journaled (:mod:`retinue.llm.turn._intents`): the call's intent (its
+tool, class and idempotency key) is committed with the model's answer, before
+the tool runs, and the result's commit empties the journal; no extra commit.
 
 :class:`RetinueCommits` is the breakdown, no model: a Python runner doing
-the same two ``LlmStep`` commits per step around the same tool
-(:func:`durable_step`), to show what the commits cost without litellm.
+the same two ``LlmStep`` commits per step around the same tool, the intent
+in the first and the result in the second (:func:`durable_step`), to show
+what a journaled tool step costs without litellm.
 :class:`RawLoop` is the other half: the same offline model and tool in a
 hand-written loop on ``litellm.acompletion``, nothing stored.
 """
@@ -37,7 +39,9 @@ from retinue import Durability, Limits, Profile, Runtime, Turn
 from retinue.llm import LiteLLMRunner, tool
 from retinue.llm.chat import encode_transcript
 from retinue.llm.model import load_litellm, register_offline_model
+from retinue.llm.tools import calling
 from retinue.llm.turn._bridge import llm_load, llm_step
+from retinue.llm.turn._intents import closed, intents, open_count, tool_call
 from retinue.protocol.messages import Usage
 from stress.bench.durable_common import StepClock, quantile
 
@@ -227,12 +231,13 @@ class RetinueSteps(_RuntimeSide):
 async def durable_step(
     turn: Turn, history: list[dict[str, Any]], agent: int, step: int, clock: StepClock
 ) -> None:
-    """One durable tool step of a model turn, without the model: the two ``LlmStep`` commits.
+    """One journaled tool step of a model turn, without the model: the two ``LlmStep`` commits.
 
-    The assistant's call is committed with its usage, the tool runs (``clock``
-    ticks), its result is committed: what a model turn's step stores today
-    (:meth:`~retinue.llm.turn._session.TurnSession._run_tools`). A journaled step
-    adds its intent to the first commit.
+    The assistant's call is committed with its usage and the call's intent
+    (the journal: tool, class, idempotency key), the tool runs (``clock``
+    ticks) with its :class:`~retinue.ToolCall` set, its result is committed
+    with the journal emptied: what a model turn's step stores
+    (:meth:`~retinue.llm.turn._session.TurnSession._run_tools`).
     """
     call_id = f"call_{step}"
     arguments = json.dumps({"agent": agent, "step": step})
@@ -250,11 +255,20 @@ async def durable_step(
         }
     )
     usage = Usage(prompt_tokens=20, completion_tokens=5)
-    await llm_step(turn, usage, encode_transcript(turn.agent.id, history, 0, []), takes_input=False)
-    clock.tick(agent)
+    me = turn.agent
+    journal = intents(
+        me.id, me.generation, step + 1, history[-1]["tool_calls"], {}, lambda _: "read", ()
+    )
+    raw = encode_transcript(me.id, history, 0, [], journal=journal)
+    await llm_step(turn, usage, raw, takes_input=False, open_calls=open_count(journal))
+    with calling(tool_call(journal, journal.calls[0], me.id)):
+        clock.tick(agent)
     result = json.dumps({"result": f"noted {agent}-{step}"})
     history.append({"role": "tool", "tool_call_id": call_id, "name": "note", "content": result})
-    await llm_step(turn, Usage(), encode_transcript(turn.agent.id, history, 0, []))
+    done = closed(journal, me.generation)
+    await llm_step(
+        turn, Usage(), encode_transcript(me.id, history, 0, [], journal=done), open_calls=0
+    )
 
 
 class RetinueCommits(_RuntimeSide):

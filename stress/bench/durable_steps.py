@@ -13,9 +13,11 @@ before the agent goes on:
   (:mod:`stress.bench.durable_peers`);
 - ``fsync``: the floor, a raw 4 KiB write + fsync per step
   (:mod:`stress.bench.durable_common`);
-- the breakdown of retinue's step: ``retinue_commits_only`` (the same two
-  commits per step, no model call) and ``raw_litellm_loop`` (the same model
-  and tool in a bare litellm loop, nothing stored).
+- the breakdown of retinue's step: ``retinue_commits_only`` (a journaled tool
+  step without a model call: the same two commits per step, the call's
+  intent in the first, its result in the second, through the supervisor as a
+  model turn's) and ``raw_litellm_loop`` (the same model and tool in a bare
+  litellm loop, nothing stored).
 
 Figures per level: steps/s over the whole run (wall), p50/p99 of one step's
 latency (between two steps of one agent), the process's CPU per step; the

@@ -1,5 +1,6 @@
-"""Approvals across a reopen: the cut-short record of an approved call keeps its step, and a
-park a reopen restored still ends at its turn's ``turn_timeout_s``.
+"""Approvals across a reopen: an approved call that was running is in doubt (its journal
+record, keyed by its step, stands for it), and a park a reopen restored still ends at its
+turn's ``turn_timeout_s``.
 
 Real litellm calls against the local OpenAI stub, which refuses a chat that
 holds a tool call without its result (400), as OpenAI-compatible servers do.
@@ -18,7 +19,7 @@ from support import wait_settled, wait_until
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call, tool_messages
 from retinue import AgentState, CompletionStatus, Limits, Profile, Runtime
-from retinue.llm.turn._approval_gate import CUT_SHORT_RESULT
+from retinue.protocol.effects import in_doubt_result
 from retinue.testing import OpenAIStub, StubReply, StubRequest
 
 pytestmark = pytest.mark.usefixtures("litellm")
@@ -92,11 +93,11 @@ def approve_next(rt: Runtime, agent_id: str) -> None:
     rt.approve(request.id)
 
 
-def test_a_later_call_reusing_an_id_keeps_the_earlier_calls_cut_short_result(
+def test_a_later_call_reusing_an_id_keeps_the_earlier_calls_in_doubt_result(
     stub: OpenAIStub, tmp_path: Path
 ) -> None:
     """The resumed model calls ``deploy`` again under the same call id: the earlier step's
-    cut-short result stays, so the next request is a valid chat and the task completes."""
+    in-doubt result stays, so the next request is a valid chat and the task completes."""
     same = tool_call("deploy", {"target": "prod"}, call_id="call_1")
     server = Server([same, same, DONE])
     stub.handler = server
@@ -106,9 +107,12 @@ def test_a_later_call_reusing_an_id_keeps_the_earlier_calls_cut_short_result(
         a = rt.spawn("ops", "ship it")
         approve_next(rt, a.id)
         wait_until(lambda: deploy.runs == ["prod"], timeout=SETTLE_S)
-    # The runtime stopped while the approved call ran: its result is the cut-short one.
+    # The runtime stopped while the approved call ran: it is in doubt, never run again unasked.
     with open_rt(store, ops(stub, deploy)) as rt:
-        assert rt.get(a.id).state is AgentState.INTERRUPTED
+        stopped = rt.get(a.id)
+        assert (stopped.state, stopped.in_doubt) == (AgentState.INTERRUPTED, 1)
+        (doubt,) = rt.inspect(a.id).in_doubt
+        assert (doubt.tool, doubt.effect, doubt.call_id) == ("deploy", "unsafe", "call_1")
         again = rt.resume(a.id)
         approve_next(rt, a.id)
         done = wait_settled(rt, a.id, again.generation, timeout=SETTLE_S)
@@ -116,7 +120,7 @@ def test_a_later_call_reusing_an_id_keeps_the_earlier_calls_cut_short_result(
     assert (done.state, done.output) == (AgentState.COMPLETED, "all done")
     assert deploy.runs == ["prod", "prod"]
     first, second = tool_messages(stub.requests[-1].messages)
-    assert first["content"] == CUT_SHORT_RESULT
+    assert first["content"] == in_doubt_result("deploy", doubt.idempotency_key)
     assert json.loads(second["content"]) == {"result": "deployed prod"}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retinue.actors.commands._base import Command, TurnRef
-from retinue.protocol.messages import Usage
+from retinue.protocol.messages import ToolCallInDoubt, Usage
 
 __all__ = ["LlmLoad", "LlmStep"]
 
@@ -28,7 +28,11 @@ class LlmStep(Command[tuple[Usage, Usage]]):
     transcript's, neither given back if the turn fails or is interrupted nor
     handed again after a crash (see ``Scheduler`` and ``Tree.consume_inputs``).
     ``ends_call`` says ``usage`` is a model call :class:`AdmitCall` admitted:
-    its reservation ends in this commit.
+    its reservation ends in this commit. ``open_calls`` is how many tool
+    calls the stored transcript's journal holds that may have started without
+    a result (None: unchanged; see ``AgentRecord.open_calls``); ``in_doubt``
+    are the events of the calls the turn found in doubt and acts on, published
+    once this step is committed.
     """
 
     sender: TurnRef
@@ -36,3 +40,5 @@ class LlmStep(Command[tuple[Usage, Usage]]):
     transcript: bytes | None = None
     takes_input: bool = False
     ends_call: bool = False
+    open_calls: int | None = None
+    in_doubt: tuple[ToolCallInDoubt, ...] = ()

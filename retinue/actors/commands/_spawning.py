@@ -14,13 +14,14 @@ __all__ = ["Fork", "Spawn", "SpawnMany", "SpawnRequest"]
 
 @dataclass(frozen=True, slots=True)
 class SpawnRequest:
-    """One child of a :class:`SpawnMany` or :class:`RunMany` batch (``name_field``: see
-    :class:`Spawn`)."""
+    """One child of a :class:`SpawnMany` or :class:`RunMany` batch (``name_field`` and
+    ``idempotency_key``: see :class:`Spawn`)."""
 
     profile: str
     task: str
     name: str | None = None
     name_field: str = "name"
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,11 +47,14 @@ class AwaitApproval(Command[list[ApprovalRecord]]):
     answered, and is answered with their records, in order. ``resume``: the
     turn carries on after a reopen and asked for these calls before, so the
     requests its generation made for the same call ids are reused.
+    ``in_doubt`` pairs the calls found in doubt (by call id) with their
+    idempotency keys: their requests say so.
     """
 
     sender: TurnRef
     calls: tuple[tuple[str, str, str], ...]
     resume: bool = False
+    in_doubt: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

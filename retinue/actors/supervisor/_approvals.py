@@ -128,7 +128,11 @@ class Approvals(Journaled):
             ArgumentTypeError: ``calls`` is not a tuple of three strings each.
         """
         calls = _check_calls(command.calls)
-        ids = tuple(self._request(tx, me, *call, reuse=command.resume).request.id for call in calls)
+        doubt = _check_in_doubt(command.in_doubt)
+        ids = tuple(
+            self._request(tx, me, *call, reuse=command.resume, key=doubt.get(call[0])).request.id
+            for call in calls
+        )
         if not any(self.records[i].pending for i in ids):
             return [self.records[i] for i in ids]
         self.world.update(me, state=AgentState.AWAITING_APPROVAL)
@@ -145,9 +149,11 @@ class Approvals(Journaled):
         arguments: str,
         *,
         reuse: bool,
+        key: str | None = None,
     ) -> ApprovalRecord:
         """The request of one call: with ``reuse``, the latest one this generation made for
-        the same call id; otherwise (or with none) a new one."""
+        the same call id; otherwise (or with none) a new one (``key``: the idempotency key
+        of a call in doubt, which the request says it is)."""
         for known in reversed(self.by_agent.get(me.id, ()) if reuse else ()):
             held = self.records[known]
             if held.request.generation == me.generation and held.request.call_id == call_id:
@@ -164,6 +170,8 @@ class Approvals(Journaled):
             generation=me.generation,
             call_id=call_id,
             expires_at=None if timeout is None else now + timeout,
+            in_doubt=key is not None,
+            idempotency_key=key,
         )
         record = ApprovalRecord(request=request)
         self._put(record)
@@ -175,6 +183,7 @@ class Approvals(Journaled):
                 request_id=request.id,
                 tool=tool,
                 arguments=arguments,
+                in_doubt=key is not None,
             )
         )
         if timeout is not None:
@@ -394,3 +403,19 @@ def _check_calls(calls: Any) -> tuple[tuple[str, str, str], ...]:
                 "AwaitApproval.calls holds (call id, tool, JSON arguments) string triples"
             )
     return tuple((c[0], c[1], c[2]) for c in calls)
+
+
+def _check_in_doubt(pairs: Any) -> dict[str, str]:
+    """Return ``AwaitApproval.in_doubt`` as call id -> idempotency key.
+
+    Raises:
+        ArgumentTypeError: it is not a tuple of (call id, key) string pairs.
+    """
+    if not isinstance(pairs, tuple | list) or not all(
+        isinstance(pair, tuple | list)
+        and len(pair) == 2
+        and all(isinstance(part, str) for part in pair)
+        for pair in pairs
+    ):
+        raise ArgumentTypeError("AwaitApproval.in_doubt holds (call id, key) string pairs")
+    return {pair[0]: pair[1] for pair in pairs}

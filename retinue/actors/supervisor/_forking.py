@@ -383,6 +383,7 @@ class Forker(Journaled):
             restart_due_at=None,
             restarts=(),
             lost=0,
+            open_calls=0,  # the copy's transcript carries no journal: no call of its is in doubt
             trace=tx.trace,
             restart=self.world.policies.get(agent.profile, agent.restart),
             forked_from=ForkedFrom(

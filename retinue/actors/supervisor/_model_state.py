@@ -6,6 +6,11 @@ each model step (:class:`~retinue.actors.commands.LlmStep`): the step's
 usage is added to the agent and to its top-level agent's tree total, the
 transcript is stored, and once the transcript holds the turn's input, that
 input is the transcript's (a crash no longer hands it to the next turn).
+The transcript carries the journal of the agent's tool calls
+(:mod:`retinue.llm.turn._intents`); the agent's record counts its calls that
+may have started without a result (``open_calls``: in doubt once its turn is
+not running), and the events of calls a turn found in doubt are published
+with the step that acts on them.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ class ModelState(Journaled):
             receipts = handle.turn.handover.consume(self._journal)
             stored = [event for held in receipts for event in held]
             tree.consume_inputs(me.id, me.generation, stored)
+        if command.open_calls is not None and command.open_calls != me.open_calls:
+            me = world.update(me, open_calls=command.open_calls, updated_at=me.updated_at)
+        for event in command.in_doubt:
+            tx.emit(event)
         if usage != Usage():
             me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
             top = tree.agents[tree.top_of[me.id]]

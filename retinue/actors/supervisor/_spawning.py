@@ -111,6 +111,9 @@ class Spawner(Journaled):
     ) -> list[AgentInfo | RetinueError]:
         """Spawn a batch of children of ``me`` in one transition; a refusal keeps its place.
 
+        A request whose idempotency key an earlier spawn under ``me`` used gets
+        the agent that spawn made (see :meth:`_retried`).
+
         Raises:
             FanoutLimitExceeded: the batch is larger than ``fanout_cap``.
         """
@@ -126,13 +129,17 @@ class Spawner(Journaled):
         for request in requests:
             mark = journal.savepoint()  # a refused child changes nothing; the others stand
             try:
+                key = request.idempotency_key
+                original = None if key is None else self._retried(me, request.profile, key)
                 results.append(
-                    self._spawn(
+                    original
+                    or self._spawn(
                         tx,
                         me,
                         request.profile,
                         request.task,
                         request.name,
+                        key,
                         name_field=request.name_field,
                     )
                 )

@@ -37,7 +37,7 @@ from retinue.errors import (
 )
 from retinue.persistence.store import Store
 from retinue.protocol import paths
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall, in_doubt_calls
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
 from retinue.protocol.records import (
@@ -91,6 +91,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
         restart_due_at=record.restart_due_at,
         error_type=record.error_type,
         forked_from=record.forked_from,
+        in_doubt=record.open_calls if record.state is not AgentState.RUNNING else 0,
     )
 
 
@@ -120,6 +121,7 @@ def detail_from(
     messages: tuple[TranscriptMessage, ...] = ()
     calls: tuple[ModelCallRecord, ...] = ()
     cut = 0
+    doubt: tuple[InDoubtCall, ...] = ()
     if transcript is not None:
         try:
             stored = _TRANSCRIPT.decode(transcript)
@@ -127,6 +129,8 @@ def detail_from(
             stored = None
         if stored is not None and stored.version <= TRANSCRIPT_VERSION:
             messages, cut, calls = stored.messages, stored.cut, stored.calls
+            running = record.state is AgentState.RUNNING
+            doubt = in_doubt_calls(stored.journal, messages, running=running)
     return AgentDetail(
         info=info_of(record),
         unread=tuple(m.message for m in unread),
@@ -136,6 +140,7 @@ def detail_from(
         transcript_cut=cut,
         calls=calls,
         trace=record.trace,
+        in_doubt=doubt,
     )
 
 

@@ -26,6 +26,7 @@ from retinue.actors.turns import Executor, Runner
 from retinue.errors import ConfigurationError
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
+from retinue.protocol.effects import check_effect_names
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
 from retinue.protocol.supervision import check_approve_names
@@ -163,13 +164,15 @@ def _check_names(profile: Profile, tools: tuple[str, ...], model_runner: object)
     Raises:
         ToolsNotPermitted: the runner's own tools go beyond the profile's
             (:func:`~retinue.protocol.tools.runner_tools`).
-        ConfigurationError: see :func:`~retinue.protocol.tools.check_offered_names`
-            and :func:`~retinue.protocol.supervision.check_approve_names`.
+        ConfigurationError: see :func:`~retinue.protocol.tools.check_offered_names`,
+            :func:`~retinue.protocol.supervision.check_approve_names` and
+            :func:`~retinue.protocol.effects.check_effect_names`.
     """
     own = getattr(model_runner, "tools", None)
     names = tools if own is None else runner_tools(profile.name, own, tools)
     check_offered_names(profile.name, names)
     check_approve_names(profile.name, profile.approve, names)
+    check_effect_names(profile.name, profile.effects, names)
 
 
 def read_diagnostics(store: Store) -> list[Diagnostic]:

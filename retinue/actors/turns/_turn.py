@@ -170,13 +170,20 @@ class Turn(TurnControl):
         result: Completion = await self._wait_async(command, seconds, _EVENT)
         return result
 
-    def _run_many(self, requests: Sequence[BatchRequest], name_field: str = "name") -> RunMany:
+    def _run_many(
+        self,
+        requests: Sequence[BatchRequest],
+        name_field: str = "name",
+        keys: Sequence[str | None] | None = None,
+    ) -> RunMany:
         """The one command that spawns a batch and waits for it (answered once all are done).
+
+        ``keys`` gives each request's spawn an idempotency key (see :meth:`spawn`).
 
         Raises:
             FanoutLimitExceeded: more requests than ``fanout_cap``.
             InvalidArgument: a request is not a ``(profile, task)`` pair or a
-                ``(profile, task, name)`` triple.
+                ``(profile, task, name)`` triple, or ``keys`` is not one per request.
         """
         items = list(requests)
         for item in items:
@@ -184,9 +191,18 @@ class Turn(TurnControl):
                 raise InvalidArgument(
                     "run_many takes a list of (profile, task) pairs or (profile, task, name)"
                 )
+        given = [None] * len(items) if keys is None else list(keys)
+        if len(given) != len(items):
+            raise InvalidArgument(f"run_many takes one key per request, not {len(given)}")
         spawns = [
-            SpawnRequest(item[0], item[1], item[2] if len(item) == 3 else None, name_field)
-            for item in items
+            SpawnRequest(
+                item[0],
+                item[1],
+                item[2] if len(item) == 3 else None,
+                name_field,
+                idempotency_key=key,
+            )
+            for item, key in zip(items, given, strict=True)
         ]
         return RunMany(self.ref, spawns)
 
@@ -224,11 +240,13 @@ class Turn(TurnControl):
         timeout: float | None = None,
         *,
         name_field: str = "name",
+        keys: Sequence[str | None] | None = None,
     ) -> list[Completion | RetinueError]:
-        """Like :meth:`run_many`, without blocking the event loop."""
+        """Like :meth:`run_many`, without blocking the event loop; ``keys`` gives each
+        request's spawn an idempotency key (see :meth:`spawn`)."""
         seconds = resolve_timeout(timeout, self.limits)
         result: list[Completion | RetinueError] = await self._wait_async(
-            self._run_many(requests, name_field), seconds, _BATCH
+            self._run_many(requests, name_field, keys), seconds, _BATCH
         )
         return result
 

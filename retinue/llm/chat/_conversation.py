@@ -33,11 +33,13 @@ from retinue.llm.chat._transcript_cut import (
     GENERATION_TAG,
     cut_transcript,
 )
+from retinue.protocol.effects import in_doubt_result
 from retinue.protocol.messages import AgentInfo, CompletionStatus, Message, Usage
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
     ModelCallRecord,
     ToolCallRecord,
+    ToolStep,
     TranscriptMessage,
     TranscriptRecord,
 )
@@ -58,6 +60,7 @@ __all__ = [
     "repair_dangling",
     "storable",
     "stored_calls",
+    "stored_journal",
     "timed_call",
     "turn_input",
     "unanswered_calls",
@@ -69,7 +72,9 @@ ChatMessage = dict[str, Any]
 INTERRUPTED_TOOL_RESULT = json.dumps(
     {"error": "this tool call did not finish: the turn was interrupted before it returned"}
 )
-"""The result given to a tool call whose turn died before it answered."""
+"""The result an older retinue gave a tool call whose turn died before it answered (false
+when the call had taken effect: calls without a result are in doubt now, see
+:func:`repair_dangling`)."""
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(TranscriptRecord)
@@ -202,10 +207,15 @@ def bound(
 
 
 def repair_dangling(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """Give every tool call without a result an 'interrupted' result (a crash mid-turn).
+    """Give every tool call without a result the 'in doubt' result (a crash mid-turn).
 
     A provider refuses a chat where an assistant's tool call has no result, so
-    a transcript saved between a tool call and its answer is completed here.
+    a transcript saved between a tool call and its answer is completed here:
+    the call may or may not have taken effect, and the model is told so
+    (:func:`~retinue.protocol.effects.in_doubt_result`, with no key). A
+    journaled step's calls are settled by their effect class instead
+    (:mod:`retinue.llm.turn._intents`); this is for calls stored without a
+    journal (by an older retinue).
     """
     out: list[ChatMessage] = []
     index = 0
@@ -221,12 +231,14 @@ def repair_dangling(messages: list[ChatMessage]) -> list[ChatMessage]:
             seen.add(messages[index].get("tool_call_id"))
             out.append(messages[index])
             index += 1
-        for call_id in wanted:
+        for call in message.get("tool_calls") or ():
+            call_id = call.get("id")
             if call_id not in seen:
+                tool = str((call.get("function") or {}).get("name", "the tool"))
                 result = {
                     "role": "tool",
                     "tool_call_id": call_id,
-                    "content": INTERRUPTED_TOOL_RESULT,
+                    "content": in_doubt_result(tool, None),
                 }
                 if GENERATION_TAG in message:  # the result of that step's generation
                     result[GENERATION_TAG] = message[GENERATION_TAG]
@@ -256,9 +268,10 @@ def encode_transcript(
     cut: int = 0,
     calls: Sequence[ModelCallRecord] = (),
     generation: int = 0,
+    journal: ToolStep | None = None,
 ) -> bytes:
-    """Encode a chat (without its system prompt) and the times of its model ``calls`` as a
-    stored transcript record.
+    """Encode a chat (without its system prompt), the times of its model ``calls`` and its
+    tool calls' ``journal`` as a stored transcript record.
 
     A message keeps the generation it was loaded with (:func:`decode_transcript`
     tags it); the others were added by the turn ``generation``.
@@ -269,6 +282,7 @@ def encode_transcript(
         messages=tuple(_to_record(m, generation) for m in messages),
         cut=cut,
         calls=tuple(calls),
+        journal=journal,
     )
     return _ENCODER.encode(record)
 
@@ -294,16 +308,29 @@ def decode_transcript(raw: bytes | None) -> tuple[list[ChatMessage], int]:
     return [_to_chat(m) for m in record.messages], record.cut
 
 
-def stored_calls(raw: bytes | None) -> list[ModelCallRecord]:
-    """Return the model calls a stored transcript keeps the times of, oldest first (none
-    when it is absent, undecodable or of a newer version, as :func:`decode_transcript`)."""
+def _record(raw: bytes | None) -> TranscriptRecord | None:
+    """The stored transcript record, or None when absent, undecodable or of a newer version."""
     if raw is None:
-        return []
+        return None
     try:
         record = _DECODER.decode(raw)
     except msgspec.DecodeError:
-        return []
-    return list(record.calls) if record.version <= TRANSCRIPT_VERSION else []
+        return None
+    return record if record.version <= TRANSCRIPT_VERSION else None
+
+
+def stored_calls(raw: bytes | None) -> list[ModelCallRecord]:
+    """Return the model calls a stored transcript keeps the times of, oldest first (none
+    when it is absent, undecodable or of a newer version, as :func:`decode_transcript`)."""
+    record = _record(raw)
+    return [] if record is None else list(record.calls)
+
+
+def stored_journal(raw: bytes | None) -> ToolStep | None:
+    """Return a stored transcript's tool-call journal (None: none, or a record that is
+    absent, undecodable or of a newer version, as :func:`decode_transcript`)."""
+    record = _record(raw)
+    return None if record is None else record.journal
 
 
 def timed_call(agent: AgentInfo, model: str, started: float, usage: Usage) -> ModelCallRecord:

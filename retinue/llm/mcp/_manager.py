@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 from retinue.errors import ConfigurationError, McpServerError
 from retinue.llm.mcp._config import McpServer
 from retinue.llm.mcp._state import ServerStatus, _retrieved, _State, missing_sdk
-from retinue.llm.tools import ToolError
+from retinue.llm.tools import ToolError, call_or_fresh
 from retinue.protocol import paths
 from retinue.protocol.backoff import capped_exponential
+from retinue.protocol.effects import MCP_META_KEY
 from retinue.protocol.messages import Event, McpServerEvent
 from retinue.protocol.tools import mcp_grant_servers, mcp_granted
 
@@ -303,6 +304,9 @@ class McpManager:
     async def _call(self, tool: McpTool, arguments: dict[str, Any]) -> Any:
         """Run one checked call; return its value for the model.
 
+        The request carries the call's idempotency key in its ``_meta``
+        (``retinue/idempotency_key``), the same in every run of one call.
+
         Raises:
             ToolError: the tool reported an error, timed out, or broke the protocol.
             McpServerError: the server could not be started, or died during the call.
@@ -316,7 +320,9 @@ class McpManager:
         session = await self._session(state)
         timeout = state.config.tool_timeout_s
         try:
-            result = await asyncio.wait_for(session.call(tool.tool, arguments), timeout)
+            key = call_or_fresh(tool.granted_name).idempotency_key
+            meta = {MCP_META_KEY: key}
+            result = await asyncio.wait_for(session.call(tool.tool, arguments, meta), timeout)
         except TimeoutError:
             raise ToolError(
                 f"{tool.granted_name} timed out after tool_timeout_s={timeout:g} s; "

@@ -207,8 +207,11 @@ class McpSession:
                 return
             self._on_tools(self)
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
-        """Call ``tool``; return the SDK's ``CallToolResult`` (its errors propagate).
+    async def call(
+        self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None
+    ) -> Any:
+        """Call ``tool`` (``meta``: the request's ``_meta``); return the SDK's
+        ``CallToolResult`` (its errors propagate).
 
         Raises:
             McpServerError: the session is not (or no longer) connected.
@@ -216,7 +219,7 @@ class McpSession:
         client = self._client
         if client is None or not self.alive:
             raise McpServerError(self._message("is not connected"), server=self.name)
-        return await client.call_tool(tool, arguments)
+        return await client.call_tool(tool, arguments, meta=meta)
 
     def ended(self) -> str:
         """Why the session ended ('' while it runs)."""

@@ -4,6 +4,8 @@
 once per listing: the offered name (``server__tool``), a bounded
 description, the server's ``inputSchema`` (a JSON object schema, checked
 with ``jsonschema`` and bounded by ``max_schema_bytes``) and its validator.
+Its effect class comes from its annotations (``readOnlyHint`` -> read,
+``idempotentHint`` -> idempotent, otherwise unsafe: :func:`~retinue.protocol.effects.mcp_effect`).
 A tool whose schema is unusable is refused (reported, never offered), and
 so is one that may only be called as a task (``execution.taskSupport``
 ``"required"``): retinue's calls are plain ``tools/call`` requests.
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from retinue.llm.tools import ToolArgumentError, ToolDef, ToolError
+from retinue.protocol.effects import Effect, mcp_effect
 from retinue.protocol.text import truncate_utf8
 from retinue.protocol.tools import offered_name
 
@@ -81,7 +84,7 @@ class McpToolDef(ToolDef):
 
 @dataclass(frozen=True)
 class McpTool:
-    """One server tool as retinue offers it."""
+    """One server tool as retinue offers it (``effect``: its class, from its annotations)."""
 
     server: str
     tool: str
@@ -89,6 +92,7 @@ class McpTool:
     description: str
     parameters: Mapping[str, Any]
     validator: Any
+    effect: Effect = "unsafe"
 
     @property
     def granted_name(self) -> str:
@@ -158,7 +162,8 @@ def prepare(
             description or f"{name} (MCP server {server})", MAX_DESCRIPTION_BYTES
         )[0]
         offered = offered_name(server, name)
-        usable.append(McpTool(server, name, offered, description, schema, validator))
+        effect = mcp_effect(getattr(entry, "annotations", None))
+        usable.append(McpTool(server, name, offered, description, schema, validator, effect))
     return usable, refused
 
 
@@ -218,6 +223,7 @@ def tool_def(
         handler=handler,
         parameters=tool.parameters,
         granted=tool.granted_name,
+        effect=tool.effect,
     )
 
 

@@ -3,7 +3,8 @@
 ``ToolBox`` (one turn's tools: the coordinator tools, the workspace's
 built-ins on their bounded thread pool, the host's ``@tool`` functions) with
 their schemas from msgspec structs and their argument checks, and the
-``Workspace`` the built-ins stay inside.
+``Workspace`` the built-ins stay inside; the tool call running now
+(``current_call``: its idempotency key, attempt, whether it is in doubt).
 
 The rest of the package may use the names in ``__all__``; the modules are private.
 """
@@ -11,6 +12,7 @@ The rest of the package may use the names in ``__all__``; the modules are privat
 from __future__ import annotations
 
 from retinue.llm.tools._arguments import ToolArgumentError, ToolDef, ToolError
+from retinue.llm.tools._call import call_or_fresh, calling, current_call
 from retinue.llm.tools._host import HostTool, tool
 from retinue.llm.tools._toolbox import ToolBox, ToolBoxBuilder, build_toolbox
 from retinue.llm.tools._workspace import Workspace
@@ -24,5 +26,8 @@ __all__ = [
     "ToolError",
     "Workspace",
     "build_toolbox",
+    "call_or_fresh",
+    "calling",
+    "current_call",
     "tool",
 ]

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
+from retinue.protocol.effects import Effect
 from retinue.protocol.validation import field_problem
 
 __all__ = ["ToolArgumentError", "ToolDef", "ToolError", "decode_arguments", "function_schema"]
@@ -173,7 +174,9 @@ class ToolDef:
     an argument error (say, the agents one may spawn). ``timeout_s`` bounds
     one call (None: no bound of the toolbox's, as for the coordinator tools
     and bash, which has its own): past it the call is cancelled and the
-    model gets ``{"error": "tool <name> timed out after N s"}``.
+    model gets ``{"error": "tool <name> timed out after N s"}``. ``effect``
+    is its effect class (:mod:`retinue.protocol.effects`): what a second run
+    of a call found in doubt may do (``unsafe`` unless declared).
     """
 
     name: str
@@ -183,6 +186,7 @@ class ToolDef:
     hint: str = ""
     decoder: msgspec.json.Decoder[Any] = field(init=False, repr=False, compare=False)
     timeout_s: float | None = None
+    effect: Effect = "unsafe"
     kind: ClassVar[str] = "function"
     """The tool's ``gen_ai.tool.type`` on its spans (an MCP server's tool: ``extension``)."""
 

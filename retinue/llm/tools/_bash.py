@@ -2,7 +2,8 @@
 
 ``bash -c <command>`` runs in the workspace folder, in its own process group,
 with a small environment (``PATH``, ``LANG``, ``TERM``, ``HOME`` set to the
-workspace; the host's secrets are not passed on), a timeout after which the
+workspace, ``RETINUE_IDEMPOTENCY_KEY`` the call's idempotency key, the same in
+every run of one call; the host's secrets are not passed on), a timeout after which the
 whole group is killed, and stdout and stderr each cut to ``max_output_bytes``
 (start and end kept). The timeout covers both the output pipes and the wait
 for the process, so a command that redirects its output (``cmd > log 2>&1``,

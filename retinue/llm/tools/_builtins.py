@@ -27,10 +27,12 @@ import msgspec
 
 from retinue.llm.tools._arguments import ToolDef, ToolError
 from retinue.llm.tools._bash import DEFAULT_BASH_TIMEOUT_S, BashArgs, run_bash
+from retinue.llm.tools._call import call_or_fresh
 from retinue.llm.tools._files import check_regular, open_for_reading, write_regular
 from retinue.llm.tools._grep import DEFAULT_GREP_TIMEOUT_S, MAX_SKIPPED, GrepArgs, run_grep
 from retinue.llm.tools._pool import tool_pool
 from retinue.llm.tools._workspace import Workspace
+from retinue.protocol.effects import BUILTIN_EFFECTS, IDEMPOTENCY_ENV
 from retinue.protocol.text import truncate_utf8
 
 __all__ = [
@@ -294,7 +296,8 @@ def builtin_tools(
 ) -> list[ToolDef]:
     """Return the built-in tools among ``names``, confined to ``workspace``, in preset order.
 
-    ``bash_env`` adds variables to bash's small environment. Each file tool
+    ``bash_env`` adds variables to bash's small environment (which also holds
+    the call's idempotency key, ``RETINUE_IDEMPOTENCY_KEY``). Each file tool
     call is bounded by ``tool_timeout_s`` (bash by its own ``timeout_s``,
     default ``bash_timeout_s``); grep's matching by ``grep_timeout_s`` too.
     """
@@ -322,12 +325,13 @@ def builtin_tools(
             raise _os_error("grep", args, exc) from None
 
     async def bash(args: BashArgs) -> dict[str, Any]:
+        key = call_or_fresh("bash").idempotency_key  # the call's own: stable across its runs
         return await run_bash(
             workspace,
             args,
             default_timeout_s=bash_timeout_s,
             max_output_bytes=max_output_bytes,
-            env=bash_env,
+            env={**(bash_env or {}), IDEMPOTENCY_ENV: key},
         )
 
     handlers: dict[str, Any] = {
@@ -351,6 +355,7 @@ def builtin_tools(
             args,
             handlers[name],
             timeout_s=tool_timeout_s if name in FILE_TOOLS else None,
+            effect=BUILTIN_EFFECTS[name],
         )
         for name, (args, text) in _TOOLS.items()
     ]

@@ -20,21 +20,33 @@ the child sent meanwhile); an asynchronous one ``{"dispatched": true,
 refused entry keeping its place as ``{"agent", "error"}``. A refused operation
 raises, and the toolbox turns it into ``{"error": ...}``; an error about a
 malformed reference names the tool's own argument (``to``, ``agent``).
+
+Exactly once: a spawn carries its tool call's idempotency key (each entry of
+a batch its own, ``<key>.<index>``) and a message carries it as its dedup
+key, so a call found in doubt after a crash and run again
+(:mod:`retinue.protocol.effects`) finds the child or message its first run
+made instead of making a second. Run again, a spawn does not wait: the
+child's completion reaches the agent as a message of its turn, as the events
+a lost turn's waits took do; ``wait_agent`` run again waits for nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from retinue.actors.commands import SpawnMany, SpawnRequest
 from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError, WaitTimeout
 from retinue.llm._context import TurnContext
 from retinue.llm.tools._arguments import ToolDef
+from retinue.llm.tools._call import call_or_fresh
+from retinue.protocol.effects import COORDINATOR_EFFECTS
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paths import MAX_NAME_LENGTH
 
@@ -229,8 +241,8 @@ class _Coordinator:
             out["messages"] = messages
         return out
 
-    async def _spawn(self, agent: str, message: str, task_name: str | None) -> AgentInfo:
-        """Spawn one child of this turn.
+    async def _spawn(self, agent: str, message: str, task_name: str | None, key: str) -> AgentInfo:
+        """Spawn one child of this turn, with the call's idempotency ``key``.
 
         A bad ``task_name`` (``root``, which the schema's pattern lets by) is
         refused under the tool's own argument name.
@@ -239,12 +251,15 @@ class _Coordinator:
             everything ``turn.spawn_async`` raises.
         """
         info: AgentInfo = await self.turn.spawn_async(
-            agent, message, name=task_name, name_field="task_name"
+            agent, message, name=task_name, idempotency_key=key, name_field="task_name"
         )
         return info
 
     async def spawn_subagent(self, args: Any) -> dict[str, Any]:
-        info = await self._spawn(args.agent, args.message, args.task_name)
+        call = call_or_fresh("spawn_subagent")
+        info = await self._spawn(args.agent, args.message, args.task_name, call.idempotency_key)
+        if call.in_doubt:
+            return _again(info)
         if not args.wait:
             return {"dispatched": True, "path": info.path}
         async with self._waiting:
@@ -257,15 +272,33 @@ class _Coordinator:
         A refused entry keeps its place as ``{"agent", "error"}``; a child still
         running when the shared wait runs out as ``{"path", "status": "running",
         "error"}``; messages the children send meanwhile reach the next turn.
+        Each entry's spawn carries ``<call key>.<index>``; run again after a
+        crash, the batch is spawned (found) without a wait.
         """
+        call = call_or_fresh("spawn_subagents")
         tasks = list(args.tasks)
-        requests: list[BatchRequest] = [(t.agent, t.message, t.task_name) for t in tasks]
+        keys = [f"{call.idempotency_key}.{i}" for i in range(len(tasks))]
+        if call.in_doubt:
+            requests = [
+                SpawnRequest(t.agent, t.message, t.task_name, "task_name", idempotency_key=k)
+                for t, k in zip(tasks, keys, strict=True)
+            ]
+            made = await self.turn.request_async(SpawnMany(self.turn.ref, requests))
+            again = [self._again_entry(t.agent, a) for t, a in zip(tasks, made, strict=True)]
+            return {"results": again}
+        batch: list[BatchRequest] = [(t.agent, t.message, t.task_name) for t in tasks]
         async with self._waiting:
             done = await self.turn.run_many_async(
-                requests, timeout=self.spawn_wait_s, name_field="task_name"
+                batch, timeout=self.spawn_wait_s, name_field="task_name", keys=keys
             )
         results = [self._batch_entry(t.agent, a) for t, a in zip(tasks, done, strict=True)]
         return {"results": results}
+
+    def _again_entry(self, agent: str, made: AgentInfo | RetinueError) -> dict[str, Any]:
+        """One place of a batch spawned again after a crash: its child, or its refusal."""
+        if isinstance(made, AgentInfo):
+            return _again(made)
+        return self._batch_entry(agent, made)
 
     def _batch_entry(self, agent: str, answer: Completion | RetinueError) -> dict[str, Any]:
         """One place of a batch's results: a completion, a refusal, a child still running."""
@@ -284,11 +317,14 @@ class _Coordinator:
         )
 
     async def send_message(self, args: SendMessageArgs) -> dict[str, Any]:
-        sent: Message = await self.turn.send_async(args.to, args.message, field="to")
+        key = call_or_fresh("send_message").idempotency_key
+        sent: Message = await self.turn.send_async(args.to, args.message, dedup_key=key, field="to")
         return {"sent": True, "to": sent.recipient}
 
     async def wait_agent(self, args: WaitAgentArgs) -> dict[str, Any]:
         timeout = None if args.timeout_ms is None else args.timeout_ms / 1000
+        if call_or_fresh("wait_agent").in_doubt:
+            timeout = 0.0  # what the lost run took came back as this turn's input
         async with self._waiting:
             try:
                 event = await self.turn.wait_async(args.agent, timeout, field="agent")
@@ -310,6 +346,18 @@ class _Coordinator:
             return {"closed": [info.path for info in infos]}
         info: AgentInfo = await self.turn.close_async(args.agent, field="agent")
         return {"closed": [info.path]}
+
+
+def _again(info: AgentInfo) -> dict[str, Any]:
+    """The result of a spawn run again after a crash: the child its key names, not waited for."""
+    return {
+        "path": info.path,
+        "state": str(info.state),  # the child's state now, not its result
+        "note": (
+            "this call was in doubt after a restart and was run again with the same key: "
+            "this is the child it made; its result arrives as a message"
+        ),
+    }
 
 
 def _listing(allowed: Sequence[str], descriptions: Mapping[str, str]) -> str:
@@ -348,53 +396,60 @@ def coordinator_tools(
         handlers.send_message,
     )
     if not (can_spawn and allowed):
-        return [send]
+        return _classed([send])
     names = tuple(dict.fromkeys(allowed))
     listing = _listing(names, descriptions or {})
     single, many = _spawn_structs(names, listing, max(1, fanout_cap))
-    return [
-        ToolDef(
-            "spawn_subagent",
-            "Start one subagent on a task. With wait=true (the default) you get its "
-            f"result; with wait=false it runs while you continue. Agents you may spawn: "
-            f"{listing}",
-            single,
-            handlers.spawn_subagent,
-            hint=f"agents you may spawn: {', '.join(names)}",
-        ),
-        ToolDef(
-            "spawn_subagents",
-            f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
-            "the order given; a refused entry keeps its place as an error. "
-            f"Agents you may spawn: {listing}",
-            many,
-            handlers.spawn_subagents,
-            hint=f"agents you may spawn: {', '.join(names)}",
-        ),
-        send,
-        ToolDef(
-            "wait_agent",
-            "Wait for the next event from one of your subagents: a message it sent you or "
-            f"its result (default timeout {wait_default_s:g} s). On timeout it keeps running.",
-            WaitAgentArgs,
-            handlers.wait_agent,
-        ),
-        ToolDef(
-            "list_agents",
-            "List your live subagents with their state.",
-            ListAgentsArgs,
-            handlers.list_agents,
-        ),
-        ToolDef(
-            "interrupt_agent",
-            "Interrupt a subagent's running turn (it ends as interrupted).",
-            InterruptAgentArgs,
-            handlers.interrupt_agent,
-        ),
-        ToolDef(
-            "close_agent",
-            "Close a finished subagent (recursive=true closes its own subagents first).",
-            CloseAgentArgs,
-            handlers.close_agent,
-        ),
-    ]
+    return _classed(
+        [
+            ToolDef(
+                "spawn_subagent",
+                "Start one subagent on a task. With wait=true (the default) you get its "
+                f"result; with wait=false it runs while you continue. Agents you may spawn: "
+                f"{listing}",
+                single,
+                handlers.spawn_subagent,
+                hint=f"agents you may spawn: {', '.join(names)}",
+            ),
+            ToolDef(
+                "spawn_subagents",
+                f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
+                "the order given; a refused entry keeps its place as an error. "
+                f"Agents you may spawn: {listing}",
+                many,
+                handlers.spawn_subagents,
+                hint=f"agents you may spawn: {', '.join(names)}",
+            ),
+            send,
+            ToolDef(
+                "wait_agent",
+                "Wait for the next event from one of your subagents: a message it sent you or "
+                f"its result (default timeout {wait_default_s:g} s). On timeout it keeps running.",
+                WaitAgentArgs,
+                handlers.wait_agent,
+            ),
+            ToolDef(
+                "list_agents",
+                "List your live subagents with their state.",
+                ListAgentsArgs,
+                handlers.list_agents,
+            ),
+            ToolDef(
+                "interrupt_agent",
+                "Interrupt a subagent's running turn (it ends as interrupted).",
+                InterruptAgentArgs,
+                handlers.interrupt_agent,
+            ),
+            ToolDef(
+                "close_agent",
+                "Close a finished subagent (recursive=true closes its own subagents first).",
+                CloseAgentArgs,
+                handlers.close_agent,
+            ),
+        ]
+    )
+
+
+def _classed(tools: list[ToolDef]) -> list[ToolDef]:
+    """The coordinator tools with their effect classes (:data:`COORDINATOR_EFFECTS`)."""
+    return [dataclasses.replace(t, effect=COORDINATOR_EFFECTS[t.name]) for t in tools]

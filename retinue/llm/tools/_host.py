@@ -16,9 +16,17 @@ the JSON the model sends is decoded and checked before the function runs::
         ...
 
 A function that takes one parameter annotated with a ``msgspec.Struct`` gets
-that struct, whose fields are the arguments. Parameter descriptions come from
-``Annotated[..., msgspec.Meta(description=...)]`` or the docstring's
-``Args:`` section; the tool's description is the docstring's first paragraph.
+that struct, whose fields are the arguments. A parameter annotated
+``retinue.ToolCall`` (``call: ToolCall``) is no argument of the model's: it is
+handed the call being run (:class:`~retinue.protocol.effects.ToolCall`: its
+``idempotency_key``, the same in every run of one call, its ``attempt`` and
+whether it was found ``in_doubt`` after a crash), so the function (or the
+service it calls) can make a second run of one call change nothing.
+``@tool(effect=...)`` declares what a second run may do: ``"read"``,
+``"idempotent"`` or ``"unsafe"`` (the default; see :mod:`retinue.protocol.effects`).
+Parameter descriptions come from ``Annotated[..., msgspec.Meta(description=...)]``
+or the docstring's ``Args:`` section; the tool's description is the docstring's
+first paragraph.
 
 A tool is *available* once registered with the runner
 (``LiteLLMRunner(tools=[lookup_user])`` or ``build_toolbox(host_tools=...)``)
@@ -51,7 +59,9 @@ import msgspec
 
 from retinue.errors import ConfigurationError
 from retinue.llm.tools._arguments import ToolDef
+from retinue.llm.tools._call import call_or_fresh
 from retinue.llm.tools._pool import tool_pool
+from retinue.protocol.effects import Effect, ToolCall, check_effect
 from retinue.protocol.tools import BUILTIN_TOOLS, COORDINATOR_TOOLS, PRESETS, TOOL_NAME_PATTERN
 
 __all__ = ["HostTool", "check_timeout", "host_tool_defs", "tool"]
@@ -110,7 +120,9 @@ class HostTool:
     """A host function registered as a tool: its name, description and argument struct.
 
     Build one with :func:`tool`; calling it calls the function. ``timeout_s``
-    bounds each call (None: the runner's ``tool_timeout_s``).
+    bounds each call (None: the runner's ``tool_timeout_s``); ``effect`` is its
+    effect class; ``call_param`` names the parameter handed the running
+    :class:`~retinue.protocol.effects.ToolCall` (None: it takes none).
     """
 
     name: str
@@ -119,18 +131,24 @@ class HostTool:
     fn: Callable[..., Any]
     takes_struct: bool
     timeout_s: float | None = None
+    effect: Effect = "unsafe"
+    call_param: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly (so a decorated function stays usable)."""
         return self.fn(*args, **kwargs)
 
     async def invoke(self, args: msgspec.Struct) -> Any:
-        """Run the function with decoded arguments: awaited if async, else on a pool thread."""
+        """Run the function with decoded arguments: awaited if async, else on a pool thread.
+
+        A function with a ``call_param`` is handed the running tool call too.
+        """
+        extra = {} if self.call_param is None else {self.call_param: call_or_fresh(self.name)}
         if self.takes_struct:
-            call = functools.partial(self.fn, args)
+            call = functools.partial(self.fn, args, **extra)
         else:
             kwargs = {name: getattr(args, name) for name in args.__struct_fields__}
-            call = functools.partial(self.fn, **kwargs)
+            call = functools.partial(self.fn, **kwargs, **extra)
         if inspect.iscoroutinefunction(self.fn):
             return await call()
         result = await tool_pool().run(call)
@@ -141,7 +159,20 @@ class HostTool:
     def definition(self, default_timeout_s: float | None = None) -> ToolDef:
         """Return the tool as the toolbox holds it, bounded by ``timeout_s`` or the default."""
         timeout = self.timeout_s if self.timeout_s is not None else default_timeout_s
-        return ToolDef(self.name, self.description, self.args, self.invoke, timeout_s=timeout)
+        return ToolDef(
+            self.name,
+            self.description,
+            self.args,
+            self.invoke,
+            timeout_s=timeout,
+            effect=self.effect,
+        )
+
+
+def _is_call_hint(hint: Any) -> bool:
+    """Whether a parameter's type hint asks for the running tool call (``ToolCall``, or
+    ``ToolCall | None``)."""
+    return hint is ToolCall or ToolCall in typing.get_args(hint)
 
 
 def _checked_name(fn: Callable[..., Any], name: str | None) -> str:
@@ -160,18 +191,67 @@ def _checked_name(fn: Callable[..., Any], name: str | None) -> str:
     return tool_name
 
 
+def _arguments(
+    tool_name: str,
+    params: list[inspect.Parameter],
+    hints: dict[str, Any],
+    param_docs: dict[str, str],
+) -> type[msgspec.Struct]:
+    """The argument struct of a function's named parameters (their hints and descriptions).
+
+    Raises:
+        ConfigurationError: ``*args``, ``**kwargs``, a positional-only parameter or one
+            without a type hint.
+    """
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for param in params:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ConfigurationError(
+                f"host tool {tool_name!r}: parameter {param.name!r} must be a plain "
+                "named parameter (no *args, **kwargs or positional-only)"
+            )
+        if param.name not in hints:
+            raise ConfigurationError(
+                f"host tool {tool_name!r}: parameter {param.name!r} needs a type hint"
+            )
+        hint = hints[param.name]
+        if param.name in param_docs and not _has_description(hint):
+            hint = Annotated[hint, msgspec.Meta(description=param_docs[param.name])]
+        if param.default is param.empty:
+            fields.append((param.name, hint))
+        else:
+            fields.append((param.name, hint, param.default))
+    return msgspec.defstruct(
+        f"{tool_name}_arguments",
+        fields,
+        kw_only=True,
+        frozen=True,
+        forbid_unknown_fields=True,
+    )
+
+
 def _build(
     fn: Callable[..., Any],
     name: str | None,
     description: str | None,
     timeout_s: float | None = None,
+    effect: str | None = None,
 ) -> HostTool:
+    label = f"host tool {name or getattr(fn, '__name__', '?')!r}"
     if timeout_s is not None:
-        check_timeout(f"host tool {name or getattr(fn, '__name__', '?')!r}: timeout_s", timeout_s)
+        check_timeout(f"{label}: timeout_s", timeout_s)
+    declared = None if effect is None else check_effect(label, effect)
     if isinstance(fn, HostTool):
         if timeout_s is None:
             timeout_s = fn.timeout_s
-        if name in (None, fn.name) and description is None and timeout_s == fn.timeout_s:
+        if declared is None:
+            declared = fn.effect
+        if (
+            name in (None, fn.name)
+            and description is None
+            and timeout_s == fn.timeout_s
+            and declared == fn.effect
+        ):
             return fn
         description = fn.description if description is None else description
         fn = fn.fn
@@ -185,39 +265,16 @@ def _build(
             f"host tool {tool_name!r}: cannot read its signature: {exc}"
         ) from None
     params = list(signature.parameters.values())
+    call_param = next((p.name for p in params if _is_call_hint(hints.get(p.name))), None)
+    params = [p for p in params if p.name != call_param]
     takes_struct = (
         len(params) == 1
         and isinstance(hints.get(params[0].name), type)
         and issubclass(hints[params[0].name], msgspec.Struct)
     )
-    if takes_struct:
-        struct: type[msgspec.Struct] = hints[params[0].name]
-    else:
-        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
-        for param in params:
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
-                raise ConfigurationError(
-                    f"host tool {tool_name!r}: parameter {param.name!r} must be a plain "
-                    "named parameter (no *args, **kwargs or positional-only)"
-                )
-            if param.name not in hints:
-                raise ConfigurationError(
-                    f"host tool {tool_name!r}: parameter {param.name!r} needs a type hint"
-                )
-            hint = hints[param.name]
-            if param.name in param_docs and not _has_description(hint):
-                hint = Annotated[hint, msgspec.Meta(description=param_docs[param.name])]
-            if param.default is param.empty:
-                fields.append((param.name, hint))
-            else:
-                fields.append((param.name, hint, param.default))
-        struct = msgspec.defstruct(
-            f"{tool_name}_arguments",
-            fields,
-            kw_only=True,
-            frozen=True,
-            forbid_unknown_fields=True,
-        )
+    struct: type[msgspec.Struct] = (
+        hints[params[0].name] if takes_struct else _arguments(tool_name, params, hints, param_docs)
+    )
     tool_def = HostTool(
         name=tool_name,
         description=description if description is not None else (summary or tool_name),
@@ -225,6 +282,8 @@ def _build(
         fn=fn,
         takes_struct=takes_struct,
         timeout_s=None if timeout_s is None else float(timeout_s),
+        effect=declared or "unsafe",
+        call_param=call_param,
     )
     try:
         tool_def.definition().schema()
@@ -243,12 +302,17 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    effect: Effect | None = None,
 ) -> HostTool: ...
 
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout_s: float | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    effect: Effect | None = None,
 ) -> Callable[[Callable[..., Any]], HostTool]: ...
 
 
@@ -259,22 +323,25 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    effect: Effect | None = None,
 ) -> HostTool | Callable[[Callable[..., Any]], HostTool]:
     """Register ``fn`` (sync or async) as a host tool; usable as ``@tool`` or ``@tool(name=...)``.
 
     ``name`` defaults to the function's name, ``description`` to the first
     paragraph of its docstring; ``timeout_s`` bounds each call (default: the
-    runner's ``tool_timeout_s``, 120 s).
+    runner's ``tool_timeout_s``, 120 s); ``effect`` is what a second run of a
+    call may do, ``"read"``, ``"idempotent"`` or ``"unsafe"`` (the default):
+    it decides what happens to a call found in doubt after a crash.
 
     Raises:
         ConfigurationError: a name that breaks the tool-name rule or is taken by
             a built-in tool, a parameter without a type hint, ``*args`` /
-            ``**kwargs``, a type that cannot be described as JSON, or a
-            ``timeout_s`` that is not a positive number.
+            ``**kwargs``, a type that cannot be described as JSON, a
+            ``timeout_s`` that is not a positive number, or an unknown ``effect``.
     """
     if fn is None:
-        return lambda f: _build(f, name, description, timeout_s)
-    return _build(fn, name, description, timeout_s)
+        return lambda f: _build(f, name, description, timeout_s, effect)
+    return _build(fn, name, description, timeout_s, effect)
 
 
 def host_tool_defs(

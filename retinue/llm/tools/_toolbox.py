@@ -51,9 +51,11 @@ from retinue.llm.tools._builtins import (
     DEFAULT_TOOL_TIMEOUT_S,
     builtin_tools,
 )
+from retinue.llm.tools._call import calling
 from retinue.llm.tools._coordinator import coordinator_tools
 from retinue.llm.tools._host import check_timeout, host_tool_defs
 from retinue.llm.tools._workspace import Workspace
+from retinue.protocol.effects import Effect, ToolCall
 from retinue.protocol.text import storable_text, truncate_utf8
 from retinue.protocol.tools import BUILTIN_TOOLS, is_mcp_name, resolve_tools, runner_tools
 
@@ -103,6 +105,11 @@ class ToolBox:
         ``time.x`` for an MCP tool; a built-in, host or coordinator tool's own name)."""
         return {name: tool.granted_name for name, tool in self._tools.items()}
 
+    def effect(self, name: str) -> Effect:
+        """Return a tool's effect class as declared (``unsafe`` for a name it does not offer)."""
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        return "unsafe" if tool is None else tool.effect
+
     def kind(self, name: str) -> str:
         """Return a tool's ``gen_ai.tool.type``: ``extension`` (an MCP server's), ``function``."""
         tool = self._tools.get(name) if isinstance(name, str) else None
@@ -113,26 +120,32 @@ class ToolBox:
         copy: list[dict[str, Any]] = msgspec.json.decode(_ENCODER.encode(self._schemas))
         return copy  # the caller may edit it
 
-    async def call(self, name: str, arguments: str) -> str:
+    async def call(self, name: str, arguments: str, call: ToolCall | None = None) -> str:
         """Run tool ``name`` with the raw JSON ``arguments``; return the result as JSON text.
 
         Never raises, except ``asyncio.CancelledError`` and ``TurnInterrupted``
         (the turn is cancelled or interrupted): every failure, any other
         ``BaseException`` a tool raises included (``SystemExit``,
         ``KeyboardInterrupt``, a ``CancelledError`` while the call's task was
-        not cancelled), is returned as ``{"error": "..."}``.
+        not cancelled), is returned as ``{"error": "..."}``. ``call`` is the
+        journaled call this run is (its idempotency key, attempt, in doubt):
+        the tool reads it (:mod:`retinue.llm.tools._call`); without one, a tool
+        that asks gets a fresh key.
         """
-        text, _ = await self.run(name, arguments)
+        text, _ = await self.run(name, arguments, call)
         return text
 
-    async def run(self, name: str, arguments: str) -> tuple[str, str | None]:
+    async def run(
+        self, name: str, arguments: str, call: ToolCall | None = None
+    ) -> tuple[str, str | None]:
         """Like :meth:`call`; return ``(result, error)``: ``error`` is None if the call
         succeeded, else the message of the ``{"error": ...}`` result.
 
         Both are made storable here, where a tool's answer arrives
         (:func:`~retinue.llm.chat._arrival.tool_outcome`: a lone surrogate is escaped).
         """
-        result, error = await self._outcome(name, arguments)
+        with calling(call):
+            result, error = await self._outcome(name, arguments)
         return tool_outcome(result, error)
 
     async def _outcome(self, name: str, arguments: str) -> tuple[str, str | None]:

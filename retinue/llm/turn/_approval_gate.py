@@ -6,12 +6,15 @@ its granted name, ``time.get_current_time``, or its server's pattern,
 ``time.*``, never by the name the model is offered) are asked for
 through the supervisor (:class:`~retinue.actors.commands.AwaitApproval`); the
 turn parks until each is answered. A denied call is not run: the model gets
-``{"error": "denied: <reason>"}``. An approved call runs at most once: before
-it runs, the turn stores :data:`CUT_SHORT_RESULT` as its result, so if the
-process dies while it runs, the next turn reads that error instead of running
-it again without a new approval; the real result replaces it once it returns
-(:func:`without_held`: that record is keyed by step and call id, so a later
-step's call that reuses an id never takes an earlier step's record with it).
+``{"error": "denied: <reason>"}``. An approved call runs at most once: it is
+an ``unsafe`` call of the turn's journal (:mod:`retinue.llm.turn._intents`),
+whose step waits (``waiting``) until its approvals are answered and is stored
+``running`` before the calls run, so if the process dies while it runs the
+next turn finds it in doubt and never runs it again without a new approval.
+(An older retinue stored :data:`CUT_SHORT_RESULT` as its result meanwhile;
+such a record is read as the result it is.) A call found in doubt that
+``Profile(in_doubt="approve")`` sends to a person is asked for the same way,
+its request saying it is in doubt.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any
 
 from retinue.actors.commands import AwaitApproval
 from retinue.llm._context import TurnContext
-from retinue.llm.chat import ChatMessage
 from retinue.protocol.supervision import ApprovalRecord, needs_approval
 from retinue.protocol.tools import COORDINATOR_TOOLS
 
@@ -32,7 +34,6 @@ __all__ = [
     "denied_result",
     "gated",
     "granted_names",
-    "without_held",
 ]
 
 CUT_SHORT_RESULT = json.dumps(
@@ -43,19 +44,24 @@ CUT_SHORT_RESULT = json.dumps(
         )
     }
 )
-"""The result stored for an approved call while it runs (what a crash leaves the model)."""
+"""The result an older retinue stored for an approved call while it ran (what a crash left
+the model); the journal's ``running`` intent stands for it now."""
 
 
 def granted_names(toolbox: Any) -> dict[str, str]:
     """Return each name ``toolbox`` offers -> the tool's granted name.
 
     A toolbox of the runner's own making may lack :attr:`ToolBox.granted
-    <retinue.llm.tools._toolbox.ToolBox.granted>`: its offered names stand for themselves.
+    <retinue.llm.tools._toolbox.ToolBox.granted>`: its offered names (``names``, else
+    those of its ``schemas()``) stand for themselves.
     """
     granted = getattr(toolbox, "granted", None)
     if isinstance(granted, dict):
         return granted
-    return {name: name for name in toolbox.names}
+    names = getattr(toolbox, "names", None)
+    if names is None:
+        names = [s.get("function", {}).get("name") for s in toolbox.schemas()]
+    return {name: name for name in names if isinstance(name, str)}
 
 
 def gated(approve: Iterable[str], calls: Sequence[Any], offered: Mapping[str, str]) -> list[Any]:
@@ -82,13 +88,15 @@ async def ask_approvals(
     *,
     names: Mapping[str, str] | None = None,
     resume: bool = False,
+    in_doubt: Mapping[str, str] | None = None,
 ) -> dict[str, ApprovalRecord]:
     """Ask approval of ``calls``; return each call's answered record, by call id.
 
     Each request names the tool by its granted name (``names``: offered name
     -> granted name, as :func:`gated` takes). ``resume``: the turn asked for
     these calls before (it carries on after a reopen), so their requests are
-    reused.
+    reused. ``in_doubt`` maps the ids of calls found in doubt to their
+    idempotency keys: their requests say they are in doubt.
 
     Raises:
         TurnInterrupted: the turn was interrupted while it waited.
@@ -104,8 +112,9 @@ async def ask_approvals(
         )
         for c in calls
     )
+    doubt = tuple((i, k) for i, k in (in_doubt or {}).items() if any(i == a[0] for a in asked))
     answers: list[ApprovalRecord] = await turn.request_async(
-        AwaitApproval(turn.ref, asked, resume=resume)
+        AwaitApproval(turn.ref, asked, resume=resume, in_doubt=doubt)
     )
     return {record.request.call_id: record for record in answers}
 
@@ -114,23 +123,3 @@ def denied_result(record: ApprovalRecord) -> str:
     """The result a model gets for a call that was not approved."""
     reason = record.reason or record.status
     return json.dumps({"error": f"denied: {reason}"}, ensure_ascii=False)
-
-
-def without_held(history: list[ChatMessage], call_ids: Sequence[str]) -> list[ChatMessage]:
-    """``history`` without the cut-short results stored while this step's approved calls run.
-
-    They are keyed by step and call id: only results after the step's (the
-    last) assistant message go; an earlier step's call with the same id keeps
-    the cut-short result a restart left it.
-    """
-    step = max((i for i, m in enumerate(history) if m.get("role") == "assistant"), default=-1)
-    kept = [
-        m
-        for m in history[step + 1 :]
-        if not (
-            m.get("role") == "tool"
-            and m.get("tool_call_id") in call_ids
-            and m.get("content") == CUT_SHORT_RESULT
-        )
-    ]
-    return history[: step + 1] + kept

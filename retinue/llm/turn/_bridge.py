@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from retinue.actors.commands import LlmLoad, LlmStep
 from retinue.llm._context import TurnContext
-from retinue.protocol.messages import Usage
+from retinue.protocol.messages import ToolCallInDoubt, Usage
 
 __all__ = ["LlmState", "llm_load", "llm_step"]
 
@@ -38,17 +38,21 @@ async def llm_step(
     *,
     takes_input: bool = False,
     ends_call: bool = False,
+    open_calls: int | None = None,
+    in_doubt: tuple[ToolCallInDoubt, ...] = (),
 ) -> tuple[Usage, Usage]:
     """Record one model step; return ``(agent usage, tree usage)`` after it.
 
     ``takes_input`` says ``transcript`` is the first to hold the turn's input:
     from this commit on the input is the transcript's (see ``LlmStep``);
-    ``ends_call`` that ``usage`` is a call a budget admitted (see ``AdmitCall``).
+    ``ends_call`` that ``usage`` is a call a budget admitted (see ``AdmitCall``);
+    ``open_calls`` and ``in_doubt``: the journal's calls that may have started
+    without a result, and the events of the calls found in doubt (see ``LlmStep``).
 
     Raises:
         TurnInterrupted: the turn was interrupted.
     """
     totals: tuple[Usage, Usage] = await turn.request_async(
-        LlmStep(turn.ref, usage, transcript, takes_input, ends_call)
+        LlmStep(turn.ref, usage, transcript, takes_input, ends_call, open_calls, in_doubt)
     )
     return totals

@@ -17,6 +17,15 @@ turn that carries on after its approvals were answered in a new process
 set, every model call is admitted first (:func:`~retinue.llm.model._budgets.admit_call`);
 under provider limits each attempt is then admitted by the runtime's gate
 (:class:`~retinue.llm.model.LimitedCalls`): a call a budget refuses never waits.
+
+Side effects: every step's tool calls are journaled (:mod:`retinue.llm.turn._intents`):
+their intents are stored with the step that asks for them, before they run,
+and their results with the step that answers them. A turn that loads a
+journal with calls but no results (its last turn stopped while they ran)
+settles those calls in doubt by their effect class before anything else:
+it stores its own input first (in the journal's ``then``), reruns the read
+and idempotent ones with their keys, reports the unsafe ones (or asks a
+person), then adds the results and its input to the chat.
 """
 
 from __future__ import annotations
@@ -28,7 +37,16 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from retinue.errors import CassetteMiss, ModelCallFailed, ResultContractError, ToolCallLimitExceeded
+import msgspec
+
+from retinue.errors import (
+    CassetteMiss,
+    CostBudgetExceeded,
+    ModelCallFailed,
+    ResultContractError,
+    TokenBudgetExceeded,
+    ToolCallLimitExceeded,
+)
 from retinue.llm._context import TurnContext
 from retinue.llm.chat import (
     ChatMessage,
@@ -40,6 +58,7 @@ from retinue.llm.chat import (
     render_message,
     repair_dangling,
     stored_calls,
+    stored_journal,
     timed_call,
     tool_outcome,
     turn_input,
@@ -47,22 +66,26 @@ from retinue.llm.chat import (
 )
 from retinue.llm.mcp import mcp_tool_defs
 from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete, usage_of
-from retinue.llm.tools import ToolBox
-from retinue.llm.turn._approval_gate import (
-    CUT_SHORT_RESULT,
-    ask_approvals,
-    denied_result,
-    gated,
-    granted_names,
-    without_held,
-)
+from retinue.llm.tools import ToolBox, calling
+from retinue.llm.turn._approval_gate import ask_approvals, denied_result, gated, granted_names
 from retinue.llm.turn._bridge import llm_load, llm_step
+from retinue.llm.turn._intents import (
+    closed,
+    denied_in_doubt,
+    doubtful_calls,
+    intents,
+    open_count,
+    settle,
+    started,
+    tool_call,
+)
 from retinue.llm.turn._settings import RunnerSettings
 from retinue.llm.turn._taped import Taped, TapedTool
-from retinue.protocol.messages import Usage
-from retinue.protocol.records import ModelCallRecord
+from retinue.protocol.effects import Effect, ToolCall, effect_of
+from retinue.protocol.messages import ToolCallInDoubt, Usage
+from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
-from retinue.protocol.supervision import APPROVAL_REASON
+from retinue.protocol.supervision import APPROVAL_REASON, ApprovalRecord
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
@@ -96,8 +119,12 @@ class TurnSession:
         self.tree_usage = Usage()
         self.calls_made = 0
         self.repaired = False
-        self.parked_calls: list[Any] = []  # the step a turn carrying on after a reopen parked on
         self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
+        self.journal: ToolStep | None = None  # the tool calls' journal, stored with each save
+        self.step = 0  # this generation's tool steps so far (a key's step)
+        self.doubt: list[Any] = []  # the chat's calls of a journal found open (in doubt)
+        self.then: str | None = None  # this turn's input, added after the open step's results
+        self.in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
         calls = runner.calls
         self.limited = LimitedCalls.of(turn, litellm, calls.model, calls.kwargs)
 
@@ -119,6 +146,8 @@ class TurnSession:
         schemas = toolbox.schemas()
         if self.turn.reason == APPROVAL_REASON:
             await self._carry_on(toolbox)
+        elif self.doubt:
+            await self._settle(toolbox)
         while True:
             admitted = await admit_call(self.turn, self.agent_usage, self.tree_usage)
             assistant, usage = await self._call_model(schemas)
@@ -180,37 +209,94 @@ class TurnSession:
         return message, usage
 
     async def _load(self) -> None:
-        """Read the stored conversation and usage; open the chat with this turn's input.
+        """Read the stored conversation, usage and journal; open the chat with this turn's input.
 
         A turn carrying on after a reopen keeps the step it parked on (its
-        calls have no results yet); its input follows their results.
+        calls have no results yet); its input follows their results. So does
+        the input of a turn that finds its journal's step open (calls in doubt).
         """
         turn = self.turn
         raw, self.agent_usage, self.tree_usage = await llm_load(turn)
         history, self.cut = decode_transcript(raw)
         self.call_times = stored_calls(raw)
+        journal = stored_journal(raw)
+        generation = turn.agent.generation
+        if journal is not None and journal.generation == generation:
+            self.step = journal.step
         if turn.reason == APPROVAL_REASON:
-            self.parked_calls = unanswered_calls(history)
+            self.journal = journal
             self.history = history
             self.input_stored = True  # its input joins the chat after the parked step
             return
+        text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
+        self.doubt = doubtful_calls(journal, history)
+        if self.doubt and journal is not None:
+            self.journal, self.history = journal, history
+            self.then = text if journal.then is None else f"{journal.then}\n\n{text}"
+            return
+        self.journal = closed(journal, generation)
         self.history = repair_dangling(history)
         self.task_at = len(self.history)  # the transcript cut always keeps this turn's task
-        text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
         self.history.append({"role": "user", "content": text})
 
     async def _carry_on(self, toolbox: ToolBox) -> None:
         """Run the step a turn parked on before its process stopped; then add its input."""
-        calls = self.parked_calls
+        calls = doubtful_calls(self.journal, self.history)
+        if not calls:  # parked by an older retinue, before journals: its step starts now
+            calls = unanswered_calls(self.history)
+            if calls:
+                self._open_step(toolbox, calls)
         if calls:
             results = await self._call_tools(toolbox, calls, resume=True)
             self._answer_calls(calls, results)
-        if self.turn.messages:
+        then = self.journal.then if self.journal is not None else None
+        parts = ([then] if then else []) + [render_message(m) for m in self.turn.messages]
+        if parts:
             self.task_at = len(self.history)
-            text = "\n\n".join(render_message(m) for m in self.turn.messages)
-            self.history.append({"role": "user", "content": text})
+            self.history.append({"role": "user", "content": "\n\n".join(parts)})
+        self.journal = closed(self.journal, self.turn.agent.generation)
         self.input_stored = False  # the next save stores the input (or the results)
         await self._save(Usage())
+
+    async def _settle(self, toolbox: ToolBox) -> None:
+        """Act on the calls in doubt of the step the last turn left open, then add the input.
+
+        First one commit stores this turn's input (in the journal's ``then``,
+        so nothing it was handed is lost), the calls as they now run and the
+        events of those in doubt; then they run (or wait for a person), and
+        their results and the input join the chat.
+        """
+        assert self.journal is not None
+        mode = self.turn.profile.in_doubt
+        self.journal, events = settle(
+            msgspec.structs.replace(self.journal, then=self.then), mode, self.turn.agent
+        )
+        self.in_doubt = tuple(events)
+        await self._save(Usage())
+        calls = self.doubt
+        results = await self._call_tools(toolbox, calls)
+        self._answer_calls(calls, results)
+        self.task_at = len(self.history)
+        self.history.append({"role": "user", "content": self.then or ""})
+        self.journal = closed(self.journal, self.turn.agent.generation)
+        await self._save(Usage())
+
+    def _open_step(self, toolbox: Any, calls: Sequence[Any]) -> None:
+        """Journal a new step of ``calls`` (each call's intent, before any runs)."""
+        self.step += 1
+        agent = self.turn.agent
+        names = granted_names(toolbox)
+        approve = self.turn.profile.approve
+        gated_ids = {c["id"] for c in gated(approve, calls, names)} if approve else set()
+        overrides = self.turn.profile.effects
+
+        def effect(name: str) -> Effect:
+            declared = toolbox.effect(name) if isinstance(toolbox, ToolBox) else "unsafe"
+            return effect_of(names.get(name, name), declared, overrides)
+
+        self.journal = intents(
+            agent.id, agent.generation, self.step, calls, names, effect, gated_ids
+        )
 
     async def _toolbox(self) -> ToolBox:
         runner = self.runner
@@ -237,8 +323,17 @@ class TurnSession:
         over = self.calls_made + len(calls) > limit
         if over:
             self._answer_calls(calls, [_not_run(limit)] * len(calls))
+        else:
+            self._open_step(toolbox, calls)  # the intents, committed with this step
         await self._save(usage, ends_call=admitted)
-        self._check_spent()
+        try:
+            self._check_spent()
+        except (TokenBudgetExceeded, CostBudgetExceeded):
+            if not over:  # none of them ran: they are not in doubt
+                self._answer_calls(calls, [_spent()] * len(calls))
+                self.journal = closed(self.journal, self.turn.agent.generation)
+                await self._save(Usage())
+            raise
         if over:
             raise ToolCallLimitExceeded(
                 f"the model asked for more than max_tool_calls={limit} tool calls in one turn",
@@ -249,40 +344,61 @@ class TurnSession:
         self.calls_made += len(calls)
         results = await self._call_tools(toolbox, calls)
         self._answer_calls(calls, results)
+        self.journal = closed(self.journal, self.turn.agent.generation)
         await self._save(Usage())
 
     async def _call_tools(
         self, toolbox: ToolBox, calls: Sequence[Any], *, resume: bool = False
     ) -> list[str]:
-        """Run ``calls`` at once, after the approval gate; return their results in order.
+        """Run the journaled ``calls`` of the open step at once, after the approval gate;
+        return their results in order.
 
-        The calls that need approval wait for it first (the turn parks); a
-        denied one is not run. An approved one is recorded as cut short
-        before it runs, so a crash meanwhile never runs it twice (that record
-        is this step's: an earlier step's call of the same id keeps its own).
+        A step with calls that need approval (the profile's ``approve``, or a
+        call in doubt sent to a person) waits for their answers first (the turn
+        parks); then the journal is stored with every call to run ``running``
+        (a denied one ``done``, not run), before any runs, so a crash while
+        they run leaves them in doubt, never run twice behind anyone's back.
         """
-        approve = self.turn.profile.approve
-        names = granted_names(toolbox) if approve else {}
-        asked = gated(approve, calls, names) if approve else []
-        answers = await ask_approvals(self.turn, asked, names=names, resume=resume)
-        approved = [c["id"] for c in asked if answers[c["id"]].status == "approved"]
-        if approved:
-            held = [
-                {"role": "tool", "tool_call_id": i, "content": CUT_SHORT_RESULT} for i in approved
+        journal = self.journal
+        assert journal is not None
+        names = granted_names(toolbox)
+        entries = {c.call_id: c for c in journal.calls}
+        answers: dict[str, ApprovalRecord] = {}
+        if any(c.state == "waiting" for c in journal.calls):
+            approve = self.turn.profile.approve
+            gated_ids = {c["id"] for c in gated(approve, calls, names)} if approve else set()
+            doubt = {c.call_id: c.key for c in journal.calls if c.state == "waiting" and c.in_doubt}
+            asked = [  # a call denied before a crash (done) is not asked about again
+                c
+                for c in calls
+                if entries[c["id"]].state == "waiting"
+                and (c["id"] in gated_ids or c["id"] in doubt)
             ]
-            self.history.extend(held)
-            await self._save(Usage())
-            self.history = without_held(self.history, approved)
+            answers = await ask_approvals(
+                self.turn, asked, names=names, resume=resume, in_doubt=doubt
+            )
+            denied = {
+                i: denied_in_doubt(entries[i], a.reason or a.status)
+                if entries[i].in_doubt
+                else denied_result(a)
+                for i, a in answers.items()
+                if a.status != "approved"
+            }
+            self.journal = journal = started(journal, denied)
+            entries = {c.call_id: c for c in journal.calls}
+            await self._save(Usage())  # the calls are running from here on
 
         async def one(call: Any) -> str:
+            entry = entries[call["id"]]
             name, arguments = call["function"]["name"], call["function"]["arguments"]
             kind = toolbox.kind(name) if isinstance(toolbox, ToolBox) else "function"
             watch = self.turn.watch.tool_call(call["id"], name, arguments, kind)
             answer = answers.get(call["id"])
-            if answer is not None and answer.status != "approved":
-                result = denied_result(answer)
-                watch.finished(f"denied: {answer.reason or answer.status}")
-                return result
+            if entry.state == "done":
+                note = f"denied: {answer.reason or answer.status}" if answer else "not run"
+                watch.finished(note)
+                return entry.result or _not_run(self.runner.max_tool_calls)
+            ran_as = tool_call(journal, entry, self.turn.agent.id)
             tool = TapedTool(self.runner, self.turn.agent.path, name, arguments)
             try:
                 recorded = tool.answer()  # replaying host tools: the recorded result
@@ -291,7 +407,7 @@ class TurnSession:
                 raise
             try:
                 with watch.current():  # what the tool spawns nests under its span
-                    result, error = recorded or await _run_tool(toolbox, name, arguments)
+                    result, error = recorded or await _run_tool(toolbox, name, arguments, ran_as)
                 if recorded is None:
                     tool.record(result, error)
             except BaseException:
@@ -348,10 +464,24 @@ class TurnSession:
         )
         self.cut += cut
         agent = self.turn.agent
-        raw = encode_transcript(agent.id, self.history, self.cut, self.call_times, agent.generation)
+        raw = encode_transcript(
+            agent.id,
+            self.history,
+            self.cut,
+            self.call_times,
+            generation=agent.generation,
+            journal=self.journal,
+        )
         takes_input, self.input_stored = not self.input_stored, True
+        events, self.in_doubt = self.in_doubt, ()
         self.agent_usage, self.tree_usage = await llm_step(
-            self.turn, usage, raw, takes_input=takes_input, ends_call=ends_call
+            self.turn,
+            usage,
+            raw,
+            takes_input=takes_input,
+            ends_call=ends_call,
+            open_calls=open_count(self.journal),
+            in_doubt=events,
         )
 
 
@@ -367,16 +497,21 @@ def _first_message(response: Any, model: str) -> Any:
     return choices[0].message
 
 
-async def _run_tool(toolbox: ToolBox, name: str, arguments: str) -> tuple[str, str | None]:
-    """Run one tool call; return its result and its error (None: it succeeded).
+async def _run_tool(
+    toolbox: ToolBox, name: str, arguments: str, call: ToolCall
+) -> tuple[str, str | None]:
+    """Run one tool call as ``call`` (its key, attempt, in doubt); return its result and its
+    error (None: it succeeded).
 
     A toolbox of the host's own (a ``toolbox=`` builder's) only has ``call``:
     its error is read from the result (``{"error": ...}``), and both are made
-    storable here, where they arrive (a :class:`ToolBox` does it itself).
+    storable here, where they arrive (a :class:`ToolBox` does it itself); its
+    tools find ``call`` as the running call too.
     """
     if isinstance(toolbox, ToolBox):
-        return await toolbox.run(name, arguments)  # made storable there
-    result: str = await toolbox.call(name, arguments)
+        return await toolbox.run(name, arguments, call)  # made storable there
+    with calling(call):
+        result: str = await toolbox.call(name, arguments)
     try:
         data = json.loads(result) if result.startswith("{") else None
     except ValueError:
@@ -387,3 +522,7 @@ async def _run_tool(toolbox: ToolBox, name: str, arguments: str) -> tuple[str, s
 
 def _not_run(limit: int) -> str:
     return json.dumps({"error": f"not run: the turn reached max_tool_calls={limit}"})
+
+
+def _spent() -> str:
+    return json.dumps({"error": "not run: the turn's budget is spent"})

@@ -86,7 +86,8 @@ function actionsPane(d) {
 function approvalBox(d, request) {
   const box = el("div", "approval");
   box.dataset.request = request.id;
-  box.appendChild(el("div", "", "awaiting approval: " + request.tool));
+  box.appendChild(el("div", "", "awaiting approval: " + request.tool
+    + (request.in_doubt ? " (in doubt: it was running when the process stopped and may have taken effect; approving runs it again with key " + request.idempotency_key + ")" : "")));
   box.appendChild(el("pre", "", request.arguments));
   if (request.expires_at) {
     box.appendChild(el("div", "hint", "denied by itself in " + seconds(Math.max(0, request.expires_at - now()))));

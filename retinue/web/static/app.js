@@ -170,6 +170,11 @@ function marks(cell, row, tr) {
     mark.title = waiting + " awaiting approval below";
     cell.appendChild(mark);
   }
+  if (row.in_doubt) {
+    const mark = el("span", "mark mark-doubt", "? " + row.in_doubt);
+    mark.title = row.in_doubt + " tool calls in doubt (running when the turn stopped; they may or may not have taken effect)";
+    cell.appendChild(mark);
+  }
 }
 
 async function loadKids(node, offset) {

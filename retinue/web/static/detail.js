@@ -98,6 +98,14 @@ function showDetail(d) {
   if (d.output !== null) section(pane, "output", d.output);
   if (d.error !== null) section(pane, "error", d.error);
   if (d.last_error && d.last_error !== d.error) section(pane, "last error", d.last_error);
+  if (d.in_doubt_calls && d.in_doubt_calls.length) {
+    pane.appendChild(el("h2", "", "tool calls in doubt (" + d.in_doubt_calls.length + ")"));
+    for (const c of d.in_doubt_calls) {
+      pane.appendChild(el("pre", "in-doubt", c.tool + " [" + c.effect + "] key " + c.idempotency_key
+        + " attempt " + c.attempt + (c.awaiting_approval ? ", awaiting approval" : "")
+        + ": " + c.arguments));
+    }
+  }
   pane.appendChild(el("h2", "", "pending completions (" + d.pending.length + ")"));
   for (const c of d.pending) {
     pane.appendChild(el("pre", "", c.path + " g" + c.generation + " " + c.status + ": "

@@ -15,7 +15,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ImageContent, TextContent
+from mcp.types import ImageContent, TextContent, ToolAnnotations
 
 server = MCPServer("toolkit", log_level="WARNING")
 
@@ -23,6 +23,24 @@ server = MCPServer("toolkit", log_level="WARNING")
 @server.tool(description="Echo the text back.")
 def echo(text: str) -> str:
     return text
+
+
+@server.tool(
+    description="Answer with the idempotency key the request's _meta carried.",
+    annotations=ToolAnnotations(read_only_hint=True),
+)
+def request_key(ctx: Context) -> str:
+    meta = ctx.request_context.meta
+    data = meta if isinstance(meta, dict) else getattr(meta, "model_extra", None) or {}
+    return str(data.get("retinue/idempotency_key"))
+
+
+@server.tool(
+    description="Pretend to store a value (the same key again changes nothing).",
+    annotations=ToolAnnotations(idempotent_hint=True),
+)
+def put(value: str) -> str:
+    return f"stored {value}"
 
 
 @server.tool(description="Sleep for some seconds, then answer.")
