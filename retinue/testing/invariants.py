@@ -20,7 +20,9 @@ broken invariants as :class:`Broken` records (an empty list: all hold):
 - ``completion_received_twice``: a completion shows more often in its
   recipient's transcript (or the host's ``host_received``) than it was delivered;
 - ``completion_not_in_transcript``: a model agent received a completion that
-  its transcript does not show (checked where the transcript was never cut);
+  its transcript does not show (checked where the transcript was never cut;
+  what a turn still busy in the store received is its to show: a crash
+  between a wait and the next step leaves that, and the next open hands it on);
 - ``completion_not_received``: the store says the host received a completion
   that no wait in ``host_received`` returned (only with ``ledger_complete``),
   or a wait returned one the store would hand out again;
@@ -279,23 +281,42 @@ def _received(records: _Records) -> list[Broken]:
     """A model agent's transcript shows each completion it received exactly once."""
     broken: list[Broken] = []
     delivered: dict[str, Counter[str]] = {}
+    held: dict[str, Counter[str]] = {}
     for record in records.completions:
         if record.delivered and record.recipient_id is not None:
             delivered.setdefault(record.recipient_id, Counter())[record.completion.path] += 1
+            if _held(records.agents.get(record.recipient_id), record):
+                held.setdefault(record.recipient_id, Counter())[record.completion.path] += 1
     for agent_id, transcript in records.transcripts.items():
         agent = records.agents.get(agent_id)
         if agent is None:
             continue
         shown, whole = _mentions(transcript.messages)
         got = delivered.get(agent_id, Counter())
+        holding = held.get(agent_id, Counter())
         for child in sorted(set(shown) | set(got)):
             if shown[child] > got[child]:
                 detail = f"{child}'s completions shown {shown[child]} times, delivered {got[child]}"
                 broken.append(Broken("completion_received_twice", agent.path, detail))
-            elif shown[child] < got[child] and whole and transcript.cut == 0:
+            elif shown[child] < got[child] - holding[child] and whole and transcript.cut == 0:
                 detail = f"{got[child]} of {child}'s completions delivered, {shown[child]} shown"
                 broken.append(Broken("completion_not_in_transcript", agent.path, detail))
     return broken
+
+
+def _held(recipient: AgentRecord | None, record: CompletionRecord) -> bool:
+    """Whether ``record`` is held by its recipient's turn, not yet in its transcript.
+
+    A model turn's wait marks what it receives delivered (tagged with the
+    turn's generation) one commit before the step that shows it: a store
+    left by a crash between the two has the recipient still busy in that
+    generation, and its next open hands the completion to the next turn.
+    """
+    return (
+        recipient is not None
+        and recipient.state in _BUSY
+        and record.delivered_generation == recipient.generation
+    )
 
 
 def _host_took(agent: AgentRecord, generation: int) -> bool:

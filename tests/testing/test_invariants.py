@@ -14,8 +14,8 @@ from retinue import Profile, Runtime, Turn
 from retinue.llm.chat import decode_transcript, encode_transcript
 from retinue.llm.model import load_litellm
 from retinue.persistence.store import Store
-from retinue.protocol.messages import Completion, CompletionStatus
-from retinue.protocol.records import AgentRecord
+from retinue.protocol.messages import AgentState, Completion, CompletionStatus
+from retinue.protocol.records import AgentRecord, CompletionRecord
 from retinue.testing import Broken, Leaks, check_invariants, shutdown_within
 
 SPAWN_RESULT = "spawn_subagents"
@@ -119,6 +119,46 @@ def test_a_completion_shown_twice_or_not_at_all_is_found(
         lambda ms: [m for m in ms if not m.get("tool_calls") and m["role"] != "tool"],
     )
     assert "completion_not_in_transcript" in names(check_invariants(lost))
+
+
+def crashed_mid_turn(store_path: Path, agent_id: str) -> None:
+    """Make ``agent_id`` running, holding its receipts, as a SIGKILL mid-turn leaves it."""
+    store = Store(store_path)
+    try:
+        raw = store.get("agents", agent_id.encode())
+        assert raw is not None
+        record = msgspec.msgpack.decode(raw, type=AgentRecord)
+        running = msgspec.structs.replace(record, state=AgentState.RUNNING)
+        writes = [("agents", agent_id.encode(), msgspec.msgpack.encode(running))]
+        for key, value in store.snapshot(["completions"]).records["completions"]:
+            held = msgspec.msgpack.decode(value, type=CompletionRecord)
+            if held.recipient_id == agent_id:
+                tagged = msgspec.structs.replace(held, delivered_generation=record.generation)
+                writes.append(("completions", key, msgspec.msgpack.encode(tagged)))
+        store.write_now(writes)
+    finally:
+        store.close()
+
+
+def test_a_completion_held_by_a_turn_a_crash_stopped_is_not_lost(
+    run: dict[str, Any], tmp_path: Path
+) -> None:
+    """A SIGKILL between a model turn's wait and its next step leaves the wait's
+    receipts delivered to the still-running turn and not yet in its transcript:
+    the next open hands them to the next turn (the service soak met this store).
+    Once the turn is over, the same store is a lost completion."""
+
+    def without_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [m for m in messages if not m.get("tool_calls") and m["role"] != "tool"]
+
+    killed = copy_of(run, tmp_path / "killed")
+    edit_transcript(killed, run["lead"], without_results)
+    crashed_mid_turn(killed, run["lead"])
+    # (the planted copy keeps the lead's own completion: only the receipts are looked at)
+    assert "completion_not_in_transcript" not in names(check_invariants(killed))
+    settled = copy_of(run, tmp_path / "settled")
+    edit_transcript(settled, run["lead"], without_results)
+    assert "completion_not_in_transcript" in names(check_invariants(settled))
 
 
 def test_the_hosts_ledger_is_checked_both_ways(run: dict[str, Any]) -> None:
