@@ -21,7 +21,7 @@ broken invariants as :class:`Broken` records (an empty list: all hold):
   recipient's transcript (or the host's ``host_received``) than it was delivered;
 - ``completion_not_in_transcript``: a model agent received a completion that
   its transcript does not show (checked where the transcript was never cut;
-  what a turn still busy in the store received is its to show: a crash
+  what a turn still running in the store received is its to show: a crash
   between a wait and the next step leaves that, and the next open hands it on);
 - ``completion_not_received``: the store says the host received a completion
   that no wait in ``host_received`` returned (only with ``ledger_complete``),
@@ -309,12 +309,13 @@ def _held(recipient: AgentRecord | None, record: CompletionRecord) -> bool:
 
     A model turn's wait marks what it receives delivered (tagged with the
     turn's generation) one commit before the step that shows it: a store
-    left by a crash between the two has the recipient still busy in that
-    generation, and its next open hands the completion to the next turn.
+    left by a crash between the two has the recipient still running in that
+    generation, and its next open hands the completion to the next turn
+    (:meth:`retinue.actors.tree.Tree.load`, the same rule).
     """
     return (
         recipient is not None
-        and recipient.state in _BUSY
+        and recipient.state == "running"
         and record.delivered_generation == recipient.generation
     )
 
