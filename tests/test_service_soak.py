@@ -14,7 +14,7 @@ from retinue import Profile, Runtime
 from retinue.testing import echo
 from stress.parts import Options
 from stress.service_soak.check import check
-from stress.service_soak.drift import drift, slope_per_hour
+from stress.service_soak.drift import drift, last_life, slope_per_hour
 from stress.service_soak.ledger import LedgerWriter, note_open_trees, open_trees, read_trees
 from stress.service_soak.plan import Plan
 from stress.service_soak.team import task_of
@@ -107,6 +107,20 @@ def test_drift_pools_the_lives_of_the_process_and_spans_them_for_the_store() -> 
     assert table["rss_mib"]["per_hour"] == 0.0  # a restart is not a trend
     assert table["pages"]["per_hour"] == 3600.0
     assert slope_per_hour([[(0.0, 1.0)]]) is None
+
+
+def test_the_last_lifes_drift_leaves_out_its_warm_up_and_the_earlier_lives() -> None:
+    first = range(5)  # a short first life that climbs steeply
+    samples = [{"life": 0, "t": 10.0 * i, "life_t": 10.0 * i, "rss_mib": 50.0 * i} for i in first]
+    for i in range(20):  # the last life: climbs for its first 100 s, then flat
+        life_t = 10.0 * i
+        rss = 300.0 + min(life_t, 100.0)
+        samples.append({"life": 1, "t": 100.0 + life_t, "life_t": life_t, "rss_mib": rss})
+    table = last_life(samples, warmup_s=100.0)
+    assert table["rss_mib"]["per_hour"] == 0.0
+    assert table["rss_mib"]["samples"] == 10
+    assert last_life(samples, warmup_s=1000.0) == {}
+    assert last_life([], warmup_s=0.0) == {}
 
 
 def test_the_quick_plan_is_one_minute_with_one_kill() -> None:

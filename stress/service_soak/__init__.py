@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from stress.parts import Options, Part, Result
-from stress.service_soak.drift import drift
+from stress.service_soak.drift import drift, last_life
 from stress.service_soak.lives import run
 from stress.service_soak.plan import Plan
 
@@ -90,7 +90,12 @@ def _part(options: Options) -> Result:
     warm = f"after {plan.warmup_s:.0f} s (store) / {plan.life_warmup_s:.0f} s of each life"
     shown = {name: _shown(series) for name, series in table.items()}
     result.tables.append((f"service soak: drift per hour, {warm}", shown))
+    late = last_life(found["samples"], plan.warmup_s)
+    if late:
+        title = f"service soak: drift per hour of the last life, after {plan.warmup_s:.0f} s of it"
+        result.tables.append((title, {name: _shown(series) for name, series in late.items()}))
     result.data |= {"plan": plan.__dict__, "drift": table, "samples": found["samples"]}
+    result.data |= {"drift_last_life": late}
     result.data |= {"checks": found["checks"], "lives": found["lives"]}
     return result
 

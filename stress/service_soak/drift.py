@@ -8,6 +8,13 @@ start again with each life: their slope is the pooled within-life slope
 added up), so a restart's drop does not read as a trend. Each series gives
 its mean, its slope per hour, that slope as a share of the mean (% per
 hour) and the samples it rests on.
+
+A life's first minutes are a warm-up of their own (the retained set and the
+allocator reach their high-water marks in steps, compaction runs every few
+minutes), and the soak's early lives are short: :func:`last_life` fits the
+process's series over the last life only, after the run's own warm-up (the
+long life the plan leaves at the end), which is the drift a deployment that
+stays up sees.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["PROCESS_SERIES", "STORE_SERIES", "drift", "slope_per_hour"]
+__all__ = ["PROCESS_SERIES", "STORE_SERIES", "drift", "last_life", "slope_per_hour"]
 
 STORE_SERIES = ("file_mib", "pages", "pages_in_use", "pages_free", "agents")
 PROCESS_SERIES = (
@@ -86,4 +93,22 @@ def drift(samples: list[dict[str, Any]], warmup_s: float, life_warmup_s: float) 
             for life in lives
         ]
         table[name] = _row(groups)
+    return table
+
+
+def last_life(samples: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
+    """Each process series' drift over the last life, after ``warmup_s`` of that life.
+
+    Empty when the last life has fewer than two samples past its warm-up.
+    """
+    if not samples:
+        return {}
+    life = max(s["life"] for s in samples)
+    late = [s for s in samples if s["life"] == life and s["life_t"] >= warmup_s]
+    if len(late) < 2:
+        return {}
+    table: dict[str, Any] = {}
+    for name in PROCESS_SERIES + STORE_SERIES:
+        points = [(s["t"], float(s[name])) for s in late if s.get(name) is not None]
+        table[name] = _row([points])
     return table
