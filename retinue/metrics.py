@@ -326,6 +326,18 @@ class RetinueCollector(Collector):
             (GaugeMetricFamily, "provider_calls_in_flight", "Model calls in flight", "in_flight"),
             (GaugeMetricFamily, "provider_calls_waiting", "Model calls waiting", "waiting"),
             (GaugeMetricFamily, "provider_level", "Adaptive in-flight level (AIMD)", "level"),
+            (
+                GaugeMetricFamily,
+                "provider_learned_requests",
+                "Requests per window learned from 429s",
+                "learned_requests",
+            ),
+            (
+                GaugeMetricFamily,
+                "provider_learned_tokens",
+                "Tokens per window learned from 429s",
+                "learned_tokens",
+            ),
             (CounterMetricFamily, "provider_calls_admitted", "Model calls admitted", "admitted"),
             (
                 CounterMetricFamily,
@@ -340,7 +352,7 @@ class RetinueCollector(Collector):
             family = kind(f"{ns}_{name}", f"{doc}, by provider limit", labels=labels)
             for label, snap in named:
                 value = getattr(snap, field)
-                if value is not None:  # an unbounded level has no sample
+                if value is not None:  # an unbounded level, a rate not learned: no sample
                     family.add_metric([label], float(value))
             yield family
 

@@ -169,6 +169,8 @@ def test_provider_limits_are_served_by_limit(tmp_path: Path) -> None:
     assert value(samples, "retinue_provider_calls_in_flight", limit="retinue") == 0
     assert value(samples, "retinue_provider_calls_waiting", limit="retinue") == 0
     assert value(samples, "retinue_provider_level", limit="retinue") == 2.0
+    learned = {name for name, _ in samples if name.startswith("retinue_provider_learned")}
+    assert learned == set()  # no 429, no learned rate: the families have no sample
 
 
 def test_model_and_tool_call_labels_are_bounded(tmp_path: Path) -> None:

@@ -131,7 +131,8 @@ def plain_row(info: AgentInfo, now: float, width: int = 70) -> str:
 def admission_line(waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> str:
     """What a run shows of its provider limits: the calls waiting, each busy limit's figures.
 
-    ``3 model calls waiting for admission; openai: 4 in flight, 3 waiting, level 4, 2 x 429``.
+    ``3 model calls waiting for admission; openai: 4 in flight, 3 waiting, level 4, 2 x 429``
+    (with ``learned 270 requests/window`` after the level once a rate is learned).
     """
     count = len(waiting)
     text = f"{count} model call{'' if count == 1 else 's'} waiting for admission"
@@ -142,6 +143,8 @@ def admission_line(waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> s
         part = f"{limit.match}: {limit.in_flight} in flight, {limit.waiting} waiting"
         if limit.level is not None:
             part += f", level {limit.level:g}"
+        if limit.learned_requests is not None:
+            part += f", learned {limit.learned_requests} requests/window"
         if limit.rate_limited:
             part += f", {limit.rate_limited} x 429"
         if limit.closed_until is not None:

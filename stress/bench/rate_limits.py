@@ -5,23 +5,25 @@ runner) each run a 16-way fan-out of model agents whose turns take
 :data:`STEPS` model calls (a host tool call per step, then the answer),
 against :class:`~retinue.testing.RateLimitedStub` enforcing requests and
 tokens per window and concurrent requests with 429 + ``Retry-After`` like a
-provider. Its "minute" is :data:`WINDOW_S` seconds (and
-``Limits.provider_window_s`` the same), so a run takes seconds. The same
-workload runs three ways, in this process, one after the other:
+provider. Its "minute" is a few seconds (4 s, then 20 s: :data:`SHAPES`;
+``Limits.provider_window_s`` the same), so a run takes a few minutes. The
+same workload runs three ways per window length, in this process, one after
+the other:
 
 - ``static``: the stub's limits known (``ProviderLimit(url,
   requests_per_minute=..., tokens_per_minute=..., max_in_flight=...)``);
-- ``adaptive``: only ``ProviderLimit(url)``: the level learns from 429s and
-  ``Retry-After``;
+- ``adaptive``: only ``ProviderLimit(url)``: the in-flight level and the
+  learned requests and tokens per window learn from 429s and ``Retry-After``;
 - ``off``: no provider limit; the calls' own retries wait the 429s out.
 
 Printed per way: calls made, 429s (all, and after the first window: the
 first adaptive period), the 429s as a share of the attempts, throughput as a
 fraction of the stub's request limit over the full windows while every tree
 still had calls to make, Jain's fairness index across the trees over that
-span (requests admitted per tree), and p50/p99 of the admission wait (from
-a call asking the gate to its admission). One run, one machine: the ways are
-comparable within it.
+span (requests admitted per tree), p50/p99 of the admission wait (from
+a call asking the gate to its admission), the stub's 429s by reason
+(``requests``, ``tokens``, ``concurrency``) and the rate the limit learned.
+One run, one machine: the ways are comparable within it.
 """
 
 from __future__ import annotations
@@ -41,7 +43,18 @@ from retinue.llm import LiteLLMRunner
 from retinue.testing import RateLimitedStub, StubReply, StubRequest
 from stress.parts import Options, Part, Result
 
-__all__ = ["FULL", "QUICK", "QUICK_WAYS", "WAYS", "Shape", "jain", "measure", "run"]
+__all__ = [
+    "FULL",
+    "LONG",
+    "QUICK",
+    "QUICK_WAYS",
+    "SHAPES",
+    "WAYS",
+    "Shape",
+    "jain",
+    "measure",
+    "run",
+]
 
 STEPS = 4
 """Model calls per child turn: three tool steps, then the answer."""
@@ -76,6 +89,10 @@ class Shape:
 
 FULL = Shape(trees=10, fanout=16, requests=160, max_in_flight=24, window_s=4.0)
 """``python -m stress --only rate_limits``: 640 calls, about four windows' worth."""
+LONG = Shape(trees=10, fanout=16, requests=160, max_in_flight=24, window_s=20.0)
+"""The same with a 20 s window: a ``Retry-After`` (whole seconds) is a small part of it."""
+SHAPES = (FULL, LONG)
+"""The shapes of the full run, in order."""
 QUICK = Shape(trees=3, fanout=4, requests=24, max_in_flight=8, window_s=0.5)
 """``--quick``: 48 calls, two windows' worth, the ways :data:`QUICK_WAYS` only."""
 QUICK_WAYS = ("static", "off")
@@ -198,7 +215,11 @@ def measure(way: str, shape: Shape) -> dict[str, Any]:
                 rt.wait(lead.id, timeout=600)
             wall = time.perf_counter() - began
             completed = sum(1 for a in rt.agents() if a.state.value == "completed")
-        return _row(way, shape, stub, clock.waits, wall, completed)
+            learned = [s.learned_requests for s in rt.diagnostics.provider_limits]
+        row = _row(way, shape, stub, clock.waits, wall, completed)
+        row["429s_by_reason"] = dict(sorted(stub.report().refused.items()))
+        row["learned_requests_per_window"] = learned[0] if learned else None
+        return row
 
 
 def _row(
@@ -229,6 +250,7 @@ def _row(
     ordered = sorted(waits)
     return {
         "way": way,
+        "window_s": shape.window_s,
         "agents_completed": completed,
         "calls_admitted": len(admitted),
         "attempts": len(requests),
@@ -294,16 +316,24 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _part(options: Options) -> Result:
-    shape = QUICK if options.quick else FULL
-    rows = run(shape, QUICK_WAYS if options.quick else WAYS)
-    title = (
-        f"rate_limits: {shape.trees} trees x {shape.fanout}-way fan-out x {STEPS} calls, stub at "
-        f"{shape.requests} requests / {shape.tokens} tokens per {shape.window_s:g} s, "
-        f"{shape.max_in_flight} at once"
-    )
-    tables = [(f"{title} [{row['way']}]", row) for row in rows]
-    data = {"shape": shape.__dict__, "steps": STEPS, "rows": rows}
-    return Result(tables, data, _problems(rows, shape), _notes(rows))
+    shapes = (QUICK,) if options.quick else SHAPES
+    tables: list[tuple[str, dict[str, Any]]] = []
+    problems: list[str] = []
+    notes: list[str] = []
+    data: dict[str, Any] = {"steps": STEPS, "shapes": [], "rows": []}
+    for shape in shapes:
+        rows = run(shape, QUICK_WAYS if options.quick else WAYS)
+        title = (
+            f"rate_limits: {shape.trees} trees x {shape.fanout}-way fan-out x {STEPS} calls, "
+            f"stub at {shape.requests} requests / {shape.tokens} tokens per "
+            f"{shape.window_s:g} s, {shape.max_in_flight} at once"
+        )
+        tables += [(f"{title} [{row['way']}]", row) for row in rows]
+        data["shapes"].append(shape.__dict__)
+        data["rows"] += rows
+        problems += _problems(rows, shape)
+        notes += [f"{shape.window_s:g} s window, {note}" for note in _notes(rows)]
+    return Result(tables, data, problems, notes)
 
 
 PART = Part("rate_limits", _part, check=True)

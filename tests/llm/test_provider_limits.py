@@ -407,3 +407,29 @@ def test_a_back_off_is_one_line_of_retinue_runs_plain_view() -> None:
         "[   1.5s] /root/review  429 from openai/gpt-4.1-mini: provider limit openai backs off, "
         "level 8 -> 4, closed for 2s (Retry-After)\n"
     )
+
+
+def test_retinue_runs_admission_line_shows_a_learned_rate() -> None:
+    from retinue.cli.render import admission_line
+
+    snap = LimitSnapshot(
+        match="openai",
+        kind="provider",
+        in_flight=2,
+        waiting=3,
+        admitted=40,
+        rate_limited=1,
+        level=6.0,
+        max_in_flight=None,
+        requests_per_minute=None,
+        tokens_per_minute=None,
+        requests=0,
+        tokens=0,
+        closed_until=None,
+        learned_requests=150,
+        learned_tokens=40_000,
+    )
+    assert admission_line(["/root/a"], [snap]) == (
+        "1 model call waiting for admission; openai: 2 in flight, 3 waiting, level 6, "
+        "learned 150 requests/window, 1 x 429"
+    )

@@ -6,7 +6,9 @@ Pure data and rules (no thread, no clock, no I/O), in one room per concept:
 - :mod:`.sources`: limits from tables, the environment
   (``RETINUE_PROVIDER_LIMITS``), and how sources merge;
 - :mod:`.window`: the per-minute windows; :mod:`.level`: the adaptive
-  in-flight level (AIMD); :mod:`.state`: one limit's live state;
+  in-flight level (AIMD); :mod:`.learned`: the requests and tokens per
+  window an adaptive limit learns from 429s; :mod:`.state`: one limit's
+  live state;
 - :mod:`.fairness`: fair turns between top-level trees;
 - :mod:`.controller`: :class:`AdmissionController`, which admits calls;
 - :mod:`.estimate`: a call's token estimate.
@@ -39,6 +41,7 @@ from retinue.protocol.provider_limits.estimate import (
     rough_tokens,
 )
 from retinue.protocol.provider_limits.fairness import FairQueue
+from retinue.protocol.provider_limits.learned import LearnedRate, Slot
 from retinue.protocol.provider_limits.level import AdaptiveLevel
 from retinue.protocol.provider_limits.limit import (
     KINDS,
@@ -70,12 +73,14 @@ __all__ = [  # noqa: RUF022 (plain sorted())
     "ENV_VAR",
     "FairQueue",
     "KINDS",
+    "LearnedRate",
     "LimitKind",
     "LimitSnapshot",
     "LimitState",
     "ModelCall",
     "ProviderLimit",
     "RateWindow",
+    "Slot",
     "TokenEstimator",
     "WINDOW_S",
     "Waiting",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from retinue.errors import InvalidArgument, InvalidLimits, ProviderLimitExceeded
 from retinue.protocol.messages import Usage
 from retinue.protocol.provider_limits.fairness import FairQueue
+from retinue.protocol.provider_limits.learned import Slot
 from retinue.protocol.provider_limits.limit import ProviderLimit, normalise_match, specificity
 from retinue.protocol.provider_limits.sources import check_unique
 from retinue.protocol.provider_limits.state import WINDOW_S, BackOff, LimitSnapshot, LimitState
@@ -100,11 +101,12 @@ class Waiting:
 @dataclass(slots=True)
 class _Entry:
     """A call the controller knows: its limits (most specific first), and once admitted,
-    the level's epoch of each limit when it was."""
+    the level's epoch of each limit when it was and the learned rates' slots counting it."""
 
     call: ModelCall
     states: tuple[LimitState, ...]
     epochs: tuple[int, ...] = ()
+    slots: tuple[Slot | None, ...] = ()
 
 
 class AdmissionController:
@@ -249,9 +251,11 @@ class AdmissionController:
         call = entry.call
         self._queue.served(call.tree, call.id, call.weight)
         del self._waiting[call.id]
+        slots = []
         for state in entry.states:
             state.waiting -= 1
-            state.take(call.tokens, now, self._rng)
+            slots.append(state.take(call.tokens, now, self._rng))
+        entry.slots = tuple(slots)
         entry.epochs = tuple(state.level.epoch for state in entry.states)
         self._flying[call.id] = entry
         self._ready[call.id] = call
@@ -294,9 +298,11 @@ class AdmissionController:
         ``usage`` (what its response reported) replaces its token estimate in
         the windows; without it a call answered 429 spent no tokens and any
         other (a timeout, an abandoned call) spent its estimate. ``status``
-        2xx raises the adaptive levels in use; 429 backs off the call's most
-        specific limit (``retry_after``: the provider's seconds) and returns
-        what that did; anything else (None: no HTTP answer) neither.
+        2xx raises the adaptive levels in use; 429 takes the call out of
+        every learned rate's window (the provider did not count it), backs
+        off the call's most specific limit (``retry_after``: the provider's
+        seconds; a learned rate may be set) and returns what that did;
+        anything else (None: no HTTP answer) neither.
 
         Raises:
             InvalidArgument: no call with that id is in flight.
@@ -320,7 +326,12 @@ class AdmissionController:
                 state.level.succeeded(was_busy)
         if status != 429 or not entry.states:
             return None
-        return entry.states[0].back_off(retry_after, now, in_flight[0], entry.epochs[0], self._rng)
+        for state, slot in zip(entry.states, entry.slots, strict=True):
+            if state.learned is not None and slot is not None:
+                state.learned.refused(slot, estimate)  # the provider did not count it
+        return entry.states[0].back_off(
+            retry_after, now, in_flight[0], entry.epochs[0], self._rng, estimate
+        )
 
     def on_rate_limited(
         self, limit: ProviderLimit | str, retry_after: float | None, now: float

@@ -42,6 +42,7 @@ LimitKind = Literal["provider", "model", "endpoint"]
 KINDS: tuple[LimitKind, ...] = ("provider", "model", "endpoint")
 """The kinds of ``match``, least specific first."""
 _MAX_INT = 2**62
+_MAX_SLOTS = 4096
 
 
 def kind_of(match: str) -> LimitKind:
@@ -186,15 +187,21 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     ``max_in_flight``). A 429's ``Retry-After`` (at most ``max_retry_after_s``)
     closes the limit for every call it covers, adaptive or not; the calls
     that waited are then let go over ``jitter`` times the Retry-After, at
-    jittered intervals. See :mod:`retinue.protocol.provider_limits` for how
+    jittered intervals. With ``adaptive`` and ``learn_rate``, a 429 that a
+    rate explains also sets a learned requests and tokens per window
+    (``rate_decrease`` times what was admitted in the window before it,
+    counted in ``rate_slots`` slots), raised by ``rate_increase`` of it after
+    each clean window. See :mod:`retinue.protocol.provider_limits` for how
     limits combine.
 
     Raises:
         InvalidLimits: a bad ``match`` (see :func:`normalise_match`), a count
             that is not a positive integer, ``min_in_flight`` above
             ``max_in_flight``, ``decrease`` outside (0, 1), ``increase`` or
-            ``max_retry_after_s`` not positive, ``jitter`` outside [0, 1], or
-            ``adaptive`` not a bool. The message names the field.
+            ``max_retry_after_s`` not positive, ``jitter`` outside [0, 1],
+            ``rate_decrease`` or ``rate_increase`` outside (0, 1),
+            ``rate_slots`` not in [1, 4096], or ``adaptive`` or ``learn_rate``
+            not a bool. The message names the field.
     """
 
     max_in_flight: int | None = None
@@ -215,6 +222,15 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     """The longest a provider's ``Retry-After`` closes the limit for."""
     jitter: float = 0.25
     """The calls waiting out a Retry-After are let go over ``jitter`` x its seconds, jittered."""
+    learn_rate: bool = True
+    """With ``adaptive``: learn the requests and tokens per window a 429 shows (see
+    :mod:`retinue.protocol.provider_limits.learned`) and admit within them."""
+    rate_decrease: float = 0.9
+    """A learned rate is this times what was admitted in the window before the 429."""
+    rate_increase: float = 0.02
+    """After each clean window a learned rate rises by this times its value when learned."""
+    rate_slots: int = 64
+    """The learned rate counts admissions in this many slots per window (its resolution)."""
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "max_in_flight",
@@ -226,6 +242,10 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
         "increase",
         "max_retry_after_s",
         "jitter",
+        "learn_rate",
+        "rate_decrease",
+        "rate_increase",
+        "rate_slots",
     )
     """The settings besides ``match`` (a team file's ``[providers."<match>"]`` keys)."""
 
@@ -250,6 +270,19 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
         retry = _number("max_retry_after_s", self.max_retry_after_s, 0.0, 1e9, closed=False)
         set_(self, "max_retry_after_s", retry)
         set_(self, "jitter", _number("jitter", self.jitter, 0.0, 1.0, closed=True))
+        if not isinstance(self.learn_rate, bool):
+            raise InvalidLimits(
+                f"ProviderLimit.learn_rate must be true or false, got {self.learn_rate!r}"
+            )
+        decrease = _number("rate_decrease", self.rate_decrease, 0.0, 1.0, closed=False)
+        set_(self, "rate_decrease", decrease)
+        increase = _number("rate_increase", self.rate_increase, 0.0, 1.0, closed=False)
+        set_(self, "rate_increase", increase)
+        _count("rate_slots", self.rate_slots, optional=False)
+        if self.rate_slots > _MAX_SLOTS:
+            raise InvalidLimits(
+                f"ProviderLimit.rate_slots must be at most {_MAX_SLOTS}, got {self.rate_slots!r}"
+            )
 
     @property
     def kind(self) -> LimitKind:

@@ -1,4 +1,5 @@
-"""One limit's live state: its windows, its adaptive level, its Retry-After, its counters.
+"""One limit's live state: its windows, its adaptive level and learned rate, its Retry-After,
+its counters.
 
 :class:`LimitState` answers whether one more call fits (and from when it
 will), holds and gives back what an admitted call takes, and backs off on a
@@ -13,6 +14,7 @@ import random
 
 import msgspec
 
+from retinue.protocol.provider_limits.learned import LearnedRate, Slot
 from retinue.protocol.provider_limits.level import AdaptiveLevel
 from retinue.protocol.provider_limits.limit import LimitKind, ProviderLimit
 from retinue.protocol.provider_limits.window import RateWindow
@@ -29,7 +31,9 @@ class LimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     ``level`` is the adaptive in-flight level (None: unbounded); ``admitted``
     and ``rate_limited`` count calls since the start; ``requests`` and
     ``tokens`` are what its windows hold now (in flight and ended in the last
-    60 s); ``closed_until`` is the end of a Retry-After (None: open).
+    60 s); ``closed_until`` is the end of a Retry-After (None: open);
+    ``learned_requests`` and ``learned_tokens`` the requests and tokens per
+    window learned from 429s (None: none learned).
     """
 
     match: str
@@ -45,6 +49,8 @@ class LimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     requests: int
     tokens: int
     closed_until: float | None
+    learned_requests: int | None = None
+    learned_tokens: int | None = None
 
 
 class BackOff(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,7 +58,8 @@ class BackOff(msgspec.Struct, frozen=True, kw_only=True):
 
     ``lowered`` is False when the level did not move (not adaptive, or the
     429 was of a call admitted before the last decrease); ``until`` is when
-    its Retry-After ends (None: it sent none).
+    its Retry-After ends (None: it sent none); ``learned_requests`` the
+    learned requests per window when the 429 set it (None: it did not).
     """
 
     match: str
@@ -60,6 +67,7 @@ class BackOff(msgspec.Struct, frozen=True, kw_only=True):
     level_before: float | None
     level: float | None
     until: float | None
+    learned_requests: int | None = None
 
 
 class LimitState:
@@ -69,6 +77,7 @@ class LimitState:
         "admitted",
         "closed_until",
         "in_flight",
+        "learned",
         "level",
         "limit",
         "next_slot",
@@ -94,6 +103,14 @@ class LimitState:
             increase=limit.increase,
             adaptive=limit.adaptive,
         )
+        self.learned: LearnedRate | None = None
+        if limit.adaptive and limit.learn_rate:
+            self.learned = LearnedRate(
+                window_s=window_s,
+                slots=limit.rate_slots,
+                decrease=limit.rate_decrease,
+                increase=limit.rate_increase,
+            )
         rpm, tpm = limit.requests_per_minute, limit.tokens_per_minute
         self.requests = None if rpm is None else RateWindow(rpm, window_s)
         self.tokens = None if tpm is None else RateWindow(tpm, window_s)
@@ -114,7 +131,9 @@ class LimitState:
             return False
         if self.requests is not None and not self.requests.fits(1, now):
             return False
-        return self.tokens is None or self.tokens.fits(tokens, now)
+        if self.tokens is not None and not self.tokens.fits(tokens, now):
+            return False
+        return self.learned is None or self.learned.fits(tokens, now)
 
     def ready_at(self, tokens: int, now: float) -> float | None:
         """Return the earliest time such a call could start (None: not before a call ends)."""
@@ -129,10 +148,13 @@ class LimitState:
                 if free is None:
                     return None
                 at = max(at, free)
+        if self.learned is not None:
+            at = max(at, self.learned.ready_at(tokens, now))
         return at
 
-    def take(self, tokens: int, now: float, rng: random.Random) -> None:
-        """Hold one call estimated at ``tokens``, admitted at ``now`` (the caller checked fits)."""
+    def take(self, tokens: int, now: float, rng: random.Random) -> Slot | None:
+        """Hold one call estimated at ``tokens``, admitted at ``now`` (the caller checked fits);
+        return the learned rate's slot that counts it (None: no rate is learned here)."""
         self.in_flight += 1
         self.admitted += 1
         if self.requests is not None:
@@ -141,6 +163,7 @@ class LimitState:
             self.tokens.take(tokens)
         if now < self.pace_until:
             self.next_slot = now + self.pace_gap * rng.uniform(0.5, 1.5)
+        return None if self.learned is None else self.learned.admitted(tokens, now)
 
     def give_back(self, held: int, spent: int, now: float) -> None:
         """A call ends at ``now``: it held ``held`` tokens and spent ``spent``."""
@@ -161,17 +184,28 @@ class LimitState:
         in_flight: int,
         epoch: int | None,
         rng: random.Random,
+        tokens: int = 0,
     ) -> BackOff:
-        """Answer a 429: lower the level, close the limit for ``retry_after`` (capped) seconds.
+        """Answer a 429: learn a rate, lower the level, close the limit for ``retry_after``
+        (capped) seconds.
+
+        The learned rate (:mod:`.learned`) is set only by a 429 the level
+        counts (of a call admitted at its current epoch): one burst teaches
+        once.
 
         ``in_flight`` is the calls in flight when the 429 came (its call
         included), ``epoch`` the level's epoch when that call was admitted
-        (None: lower regardless). After the Retry-After the calls are let
+        (None: lower regardless), ``tokens`` its estimate. After the Retry-After the calls are let
         go over ``jitter`` x its seconds, about one level's worth, at
         jittered intervals (``rng``).
         """
         self.rate_limited += 1
         before = self.level.shown()
+        learned = None
+        if self.learned is not None and self.learned.rate_limited(
+            max(0, in_flight - 1), now, tokens, epoch, self.level.epoch
+        ):
+            learned = self.learned.shown()[0]
         lowered = self.level.rate_limited(in_flight, epoch)
         until: float | None = None
         if retry_after is not None and retry_after >= 0 and math.isfinite(retry_after):
@@ -190,11 +224,13 @@ class LimitState:
             level_before=before,
             level=self.level.shown(),
             until=until,
+            learned_requests=learned,
         )
 
     def snapshot(self, now: float) -> LimitSnapshot:
         """This limit's figures at ``now``."""
         limit = self.limit
+        learned = (None, None) if self.learned is None else self.learned.shown()
         return LimitSnapshot(
             match=limit.match,
             kind=limit.kind,
@@ -209,4 +245,6 @@ class LimitState:
             requests=0 if self.requests is None else self.requests.used(now),
             tokens=0 if self.tokens is None else self.tokens.used(now),
             closed_until=self.closed_until if now < self.closed_until else None,
+            learned_requests=learned[0],
+            learned_tokens=learned[1],
         )
