@@ -1,6 +1,6 @@
 """A shard: one ordinary :class:`~retinue.runtime.Runtime` behind the wire, with its request log.
 
-:class:`ShardCore` is what the Ray actor (:mod:`retinue.cluster.actors`)
+:class:`ShardCore` is what the Ray actor (:mod:`retinue.cluster._actors`)
 hosts, and holds no Ray code: it opens the runtime over its own store
 (``<store_root>/shard-<k>``) and its request log beside it, and serves
 encoded calls (:mod:`retinue.cluster.wire`) on the actor's event loop: a
@@ -37,11 +37,11 @@ from retinue.actors.admission import ProviderGate
 from retinue.actors.commands import AckLease, Command, HostMessages, ReleaseLease, Wait
 from retinue.cluster import ids
 from retinue.cluster import wire as w
+from retinue.cluster._shardstreams import ShardStreams
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.cluster.leasebook import leased
 from retinue.cluster.limits import Broker, LeasedCapacity
 from retinue.cluster.requests import RequestLog
-from retinue.cluster.shardstreams import ShardStreams
 from retinue.cluster.specs import ShardConfig, config_digest, profile_of
 from retinue.errors import RetinueError, StoreLocked
 from retinue.runtime import Runtime

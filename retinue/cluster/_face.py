@@ -4,8 +4,8 @@
 local Ray on loopback), starts or finds the directory and the shard actors,
 and returns a face whose calls have the names and semantics of
 :class:`~retinue.runtime.Runtime`'s, sync and ``*_async``. Each call is one
-line over a :class:`~retinue.cluster.router.Router` operation run by the
-:class:`~retinue.cluster.transport.Transport`.
+line over a :class:`~retinue.cluster._router.Router` operation run by the
+:class:`~retinue.cluster._transport.Transport`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,10 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from retinue.actors import Profile
-from retinue.cluster import startup
+from retinue.cluster import _startup as startup
 from retinue.cluster import wire as w
-from retinue.cluster.leasebook import LeaseSnapshot, decode_leases
-from retinue.cluster.local import LocalRay
-from retinue.cluster.router import Router
-from retinue.cluster.specs import ShardConfig, shard_config
-from retinue.cluster.streaming import (
+from retinue.cluster._router import Router
+from retinue.cluster._streaming import (
     AsyncClusterStream,
     ClusterStream,
     Part,
@@ -34,7 +31,10 @@ from retinue.cluster.streaming import (
     close_op,
     open_op,
 )
-from retinue.cluster.transport import Faults, One, Op, Transport, raw_reply
+from retinue.cluster._transport import Faults, One, Op, Transport, raw_reply
+from retinue.cluster.leasebook import LeaseSnapshot, decode_leases
+from retinue.cluster.local import LocalRay
+from retinue.cluster.specs import ShardConfig, shard_config
 from retinue.errors import ArgumentTypeError, RuntimeClosed
 from retinue.persistence.store import Durability
 from retinue.protocol.details import AgentDetail
@@ -56,8 +56,8 @@ class Cluster:
     """Top-level trees sharded over Ray actors, each shard a ``Runtime`` over its own store.
 
     Every host call is one method (and its ``*_async`` twin) over the
-    :class:`~retinue.cluster.router.Router` operation of the same name, run by
-    the :class:`~retinue.cluster.transport.Transport` from a thread or on the
+    :class:`~retinue.cluster._router.Router` operation of the same name, run by
+    the :class:`~retinue.cluster._transport.Transport` from a thread or on the
     running event loop.
     """
 

@@ -1,6 +1,6 @@
 """The face's side of the wire: Ray calls to shards and the directory, retried, sync or async.
 
-A host call is written once, as a generator (:mod:`retinue.cluster.router`)
+A host call is written once, as a generator (:mod:`retinue.cluster._router`)
 that yields *steps* — a call to one shard, calls to several at once, a
 directory call, a pause — and receives their results. :class:`Transport`
 runs such a generator from a thread (:meth:`Transport.run`, blocking on

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from retinue.cluster import wire as w
+from retinue.cluster._streaming import StreamBounds
+from retinue.cluster._transport import One, Transport, failure_text, raw_reply
 from retinue.cluster.local import LocalRay, load_ray, start_local_ray
 from retinue.cluster.specs import ShardConfig, config_digest
-from retinue.cluster.streaming import StreamBounds
-from retinue.cluster.transport import One, Transport, failure_text, raw_reply
 from retinue.errors import ArgumentTypeError, ClusterError, ConfigurationError, InvalidArgument
 from retinue.protocol.limits import Limits
 from retinue.protocol.provider_limits import ProviderLimit, merge_provider_limits
@@ -166,7 +166,7 @@ def connect(address: str | None, runtime_env: dict[str, Any] | None) -> Connecti
 
 def namespace_of(store_root: Path) -> str:
     """Return the Ray namespace of the cluster whose stores are under ``store_root``."""
-    from retinue.cluster import actors
+    from retinue.cluster import _actors as actors
 
     return actors.namespace_of(store_root)
 
@@ -190,7 +190,7 @@ def start(
             another configuration (another driver started them).
         ClusterError: the directory or a shard did not start (its error).
     """
-    from retinue.cluster import actors
+    from retinue.cluster import _actors as actors
 
     env = actor_env
     try:

@@ -4,7 +4,7 @@
 entries it has seen (entries never change once recorded, so a cached one is
 never stale), the completions it has returned and the leases it could not
 acknowledge yet. Each host call is one method returning an
-:data:`~retinue.cluster.transport.Op`, run by the transport from a thread
+:data:`~retinue.cluster._transport.Op`, run by the transport from a thread
 or an event loop; it sends the runtime's own command for that call
 (:mod:`retinue.actors.commands`, wrapped by :func:`~retinue.cluster.wire.run`)
 and decodes the answer as that command's answer type.
@@ -59,8 +59,8 @@ from retinue.actors.commands import (
     answer_type,
 )
 from retinue.cluster import wire as w
+from retinue.cluster._transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race
 from retinue.cluster.ids import split_id
-from retinue.cluster.transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race
 from retinue.errors import (
     ArgumentTypeError,
     DedupKeyTooLong,
