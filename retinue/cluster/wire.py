@@ -33,29 +33,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from retinue.actors.commands import (
-    AckLease,
-    Agents,
-    Approvals,
-    Approve,
-    Close,
-    CloseTree,
-    Command,
-    Deny,
-    FollowUp,
-    Get,
-    HostMessages,
-    Inspect,
-    Interrupt,
-    InterruptTree,
-    ReleaseLease,
-    Resume,
-    Send,
-    Spawn,
-    Wait,
-    decode_command,
-    encode_command,
-)
+from retinue.actors import commands as c
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.errors import ArgumentTypeError, ClusterError, RetinueError, RuntimeClosed, StoreError
 from retinue.protocol import wire_errors
@@ -89,32 +67,32 @@ __all__ = [
 
 T = TypeVar("T")
 
-CALL_NAMES: dict[type[Command[Any]], str] = {
-    Spawn: "spawn",
-    Send: "send",
-    FollowUp: "follow_up",
-    Resume: "resume",
-    Interrupt: "interrupt",
-    InterruptTree: "interrupt_tree",
-    Close: "close",
-    CloseTree: "close_tree",
-    HostMessages: "messages",
-    Wait: "wait",
-    AckLease: "ack",
-    ReleaseLease: "release",
-    Get: "get",
-    Inspect: "inspect",
-    Agents: "agents",
-    Approvals: "approvals",
-    Approve: "approve",
-    Deny: "deny",
+CALL_NAMES: dict[type[c.Command[Any]], str] = {
+    c.Spawn: "spawn",
+    c.Send: "send",
+    c.FollowUp: "follow_up",
+    c.Resume: "resume",
+    c.Interrupt: "interrupt",
+    c.InterruptTree: "interrupt_tree",
+    c.Close: "close",
+    c.CloseTree: "close_tree",
+    c.HostMessages: "messages",
+    c.Wait: "wait",
+    c.AckLease: "ack",
+    c.ReleaseLease: "release",
+    c.Get: "get",
+    c.Inspect: "inspect",
+    c.Agents: "agents",
+    c.Approvals: "approvals",
+    c.Approve: "approve",
+    c.Deny: "deny",
 }
 """The runtime commands a shard serves, by the name a call goes by (the face's method;
 fault injection names calls so)."""
 
-RECORDED: frozenset[type[Command[Any]]] = frozenset(
-    {Spawn, Send, FollowUp, Resume, Interrupt, InterruptTree, Close, CloseTree, HostMessages}
-    | {Approve, Deny}
+RECORDED: frozenset[type[c.Command[Any]]] = frozenset(
+    {c.Spawn, c.Send, c.FollowUp, c.Resume, c.Interrupt, c.InterruptTree, c.Close}
+    | {c.CloseTree, c.HostMessages, c.Approve, c.Deny}
 )
 """Mutating commands: each :class:`Run` of one carries a request id the shard records."""
 
@@ -167,32 +145,38 @@ class SetFault(_Call, frozen=True, tag="set_fault"):
 Call = Run | StopWaiting | Ping | Shutdown | SetFault | OpenStream | TakeEvents | CloseStream
 
 
-def run(command: Command[Any], *, rid: str | None = None, timeout: float | None = None) -> Run:
+def run(command: c.Command[Any], *, rid: str | None = None, timeout: float | None = None) -> Run:
     """Wrap one of the commands a shard serves (:data:`CALL_NAMES`) as a call.
 
     Raises:
         ArgumentTypeError: a field holds a value msgspec cannot encode.
         InvalidArgument: a text holds a lone surrogate.
     """
-    return Run(encode_command(command), rid, timeout)
+    return Run(c.encode_command(command), rid, timeout)
 
 
-def command_of(call: Run) -> Command[Any]:
+def command_of(call: Run) -> c.Command[Any]:
     """Decode the runtime command a :class:`Run` carries (the host as its sender).
 
     Raises:
         ArgumentTypeError: a field of the wrong type, or a command no shard serves.
+        ClusterError: a mutating command without a request id.
     """
-    command = decode_command(call.command, "a cluster's wire")
+    command = c.decode_command(call.command, "a cluster's wire")
     if type(command) not in CALL_NAMES:
         raise ArgumentTypeError(
             f"a shard does not serve {type(command).__name__}; a cluster's host calls are "
             f"{', '.join(sorted(CALL_NAMES.values()))}"
         )
+    if type(command) in RECORDED and call.rid is None:
+        raise ClusterError(
+            f"a {type(command).__name__} came without a request id: a shard runs a mutating "
+            "command only under one (are the face and the shards the same retinue?)"
+        )
     return command
 
 
-def call_name(call: Call | Command[Any]) -> str:
+def call_name(call: Call | c.Command[Any]) -> str:
     """The name a call goes by: a command's (:data:`CALL_NAMES`), or the cluster call's tag."""
     if isinstance(call, _Call | OpenStream | TakeEvents | CloseStream):
         tag: str = call.__struct_config__.tag  # type: ignore[assignment]

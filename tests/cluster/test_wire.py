@@ -149,6 +149,8 @@ def test_a_command_of_the_wrong_shape_is_a_typed_error_naming_the_field() -> Non
     idle = w.Run(encode_command(Idle(HOST)))  # a host command, not one a shard serves
     with pytest.raises(ArgumentTypeError, match="a shard does not serve Idle"):
         w.command_of(idle)
+    with pytest.raises(ClusterError, match="without a request id"):
+        w.command_of(w.run(Close(HOST, LOCAL)))  # a mutating command is only run once
 
 
 def test_answers_decode_with_the_type_the_call_returns() -> None:
