@@ -13,11 +13,24 @@ acknowledged is lost or received twice across the wire.
 loopback only, no dashboard, no usage stats, stale state removed.
 
 Importing this package does not import Ray; :meth:`Cluster.open` does.
+
+The rest of retinue and users may use the names in ``__all__``. The public
+modules are the parts a test or a tool may drive on their own: the wire
+(:mod:`~retinue.cluster.wire`, :mod:`~retinue.cluster.eventwire`), cluster ids
+(:mod:`~retinue.cluster.ids`), a shard's core and request log
+(:mod:`~retinue.cluster.shard`, :mod:`~retinue.cluster.requests`), the
+directory, profiles as data (:mod:`~retinue.cluster.specs`), the provider-limit
+leases (:mod:`~retinue.cluster.leasebook`, :mod:`~retinue.cluster.limits`) and
+the local Ray (:mod:`~retinue.cluster.local`, :mod:`~retinue.cluster.loopback`).
+The ``_x`` modules are the face's own: ``Cluster`` (``_face``), its routed
+operations (``_router``), the Ray calls with retries (``_transport``), the open
+(``_startup``), the Ray actors (``_actors``), event streams (``_streaming``, a
+shard's ``_shardstreams``) and the reaper of a local Ray (``_reaper``).
 """
 
 from __future__ import annotations
 
-from retinue.cluster.face import Cluster
+from retinue.cluster._face import Cluster
 from retinue.cluster.local import LocalRay, loopback_environment, start_local_ray
 
 __all__ = ["Cluster", "LocalRay", "loopback_environment", "start_local_ray"]

@@ -13,7 +13,7 @@ It also records the cluster's shard count (it may grow, never shrink: ids
 carry their shard) and the node address each shard's store lives on.
 :class:`Directory` is plain Python over its own LMDB environment
 (``<store_root>/directory``); the Ray actor that serves it to every face is
-in :mod:`retinue.cluster.actors`.
+in :mod:`retinue.cluster._actors`.
 """
 
 from __future__ import annotations

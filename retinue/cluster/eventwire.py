@@ -1,6 +1,6 @@
 """The wire of cluster event streams: open a pull stream on a shard, take its events, close it.
 
-A face's stream (:mod:`retinue.cluster.streaming`) names itself with a
+A face's stream (:mod:`retinue.cluster._streaming`) names itself with a
 stream id it makes, so opening is idempotent (a retry after a lost reply
 opens nothing twice). A take is a long poll: up to ``max_events`` events,
 waiting up to ``wait_s`` for the first, answered with an :class:`EventBatch`

@@ -12,6 +12,7 @@ for a (relative) path.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 
@@ -21,6 +22,7 @@ from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = [
     "global_id",
+    "map_answer",
     "map_completion",
     "map_detail",
     "map_event",
@@ -103,3 +105,23 @@ def map_event(shard: int, event: Event) -> Event:
         if isinstance(value := getattr(event, name, None), str)
     }
     return _replace(event, **changes)
+
+
+def map_answer(shard: int, answer: Any) -> Any:
+    """Return a runtime command's answer with every id in it as a cluster id (an agent, a
+    message, a completion, an agent in full, an approval request, or a list of them; any
+    other answer, a flag or None, as it is)."""
+    if isinstance(answer, list):
+        return [map_answer(shard, item) for item in answer]
+    match answer:
+        case AgentInfo():
+            return map_info(shard, answer)
+        case Message():
+            return map_message(shard, answer)
+        case Completion():
+            return map_completion(shard, answer)
+        case AgentDetail():
+            return map_detail(shard, answer)
+        case ApprovalRequest():
+            return map_request(shard, answer)
+    return answer

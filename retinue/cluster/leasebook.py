@@ -1,7 +1,7 @@
 """One account's provider limits leased to a cluster's shards: the book the lease actor keeps.
 
 :class:`LeaseBook` is pure (time passed in, no thread, no Ray): the
-cluster's provider-limits actor (:mod:`retinue.cluster.actors`) holds one,
+cluster's provider-limits actor (:mod:`retinue.cluster._actors`) holds one,
 and every shard leases capacity from it in small batches
 (:mod:`retinue.cluster.limits`). A lease is a number of calls of one limit
 (its ``match``) a holder (a shard's process) may start, each with its token

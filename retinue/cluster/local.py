@@ -19,7 +19,7 @@ before Ray starts, :func:`start_local_ray`:
   and a ``ray_current_cluster`` file naming a loopback address nobody serves;
 - starts the nodes from a thread of its own that lives until
   :meth:`LocalRay.shutdown`, in a temporary folder of its own, and a reaper
-  (:mod:`retinue.cluster.reaper`) that kills every process of this Ray when
+  (:mod:`retinue.cluster._reaper`) that kills every process of this Ray when
   the driver dies, so a killed driver leaves no shard holding its store.
 """
 
@@ -188,7 +188,7 @@ class LocalRay:
     def _start_reaper(self) -> None:
         """Start the process that kills this Ray's processes once the driver is gone."""
         self._reaper = subprocess.Popen(
-            [sys.executable, "-m", "retinue.cluster.reaper", *map(str, self.node_pids())],
+            [sys.executable, "-m", "retinue.cluster._reaper", *map(str, self.node_pids())],
             stdin=subprocess.PIPE,
             start_new_session=True,
         )

@@ -1,10 +1,12 @@
 """A shard: one ordinary :class:`~retinue.runtime.Runtime` behind the wire, with its request log.
 
-:class:`ShardCore` is what the Ray actor (:mod:`retinue.cluster.actors`)
+:class:`ShardCore` is what the Ray actor (:mod:`retinue.cluster._actors`)
 hosts, and holds no Ray code: it opens the runtime over its own store
 (``<store_root>/shard-<k>``) and its request log beside it, and serves
-encoded calls (:mod:`retinue.cluster.wire`) on the actor's event loop
-through the runtime's ``*_async`` faces.
+encoded calls (:mod:`retinue.cluster.wire`) on the actor's event loop: a
+host call arrives as the runtime's own command, which the shard submits to its
+runtime as the host (a wait and the host's inbox through ``wait_async`` and
+``messages_async``, which take a timeout), and answers with every id a cluster id.
 
 Exactly once across the wire:
 
@@ -28,18 +30,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from retinue.actors.admission import ProviderGate
+from retinue.actors.commands import AckLease, Command, HostMessages, ReleaseLease, Wait
 from retinue.cluster import ids
 from retinue.cluster import wire as w
+from retinue.cluster._shardstreams import ShardStreams
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.cluster.leasebook import leased
 from retinue.cluster.limits import Broker, LeasedCapacity
 from retinue.cluster.requests import RequestLog
-from retinue.cluster.shardstreams import ShardStreams
 from retinue.cluster.specs import ShardConfig, config_digest, profile_of
 from retinue.errors import RetinueError, StoreLocked
 from retinue.runtime import Runtime
@@ -145,18 +147,18 @@ class ShardCore:
         """Serve one encoded call; return the encoded reply (never raises for a refusal)."""
         try:
             call = w.decode_call(payload)
+            command = w.command_of(call) if isinstance(call, w.Run) else None
         except RetinueError as exc:
             return w.error_reply(exc)
-        if w.is_recorded(call):
-            return await self._recorded(call)
+        if isinstance(call, w.Run) and call.rid is not None and command is not None:
+            return await self._recorded(call, call.rid, command)
         try:
-            return w.ok_reply(await self._serve(call))
+            return w.ok_reply(await self._serve(call, command))
         except Exception as exc:
             return w.error_reply(exc)
 
-    async def _recorded(self, call: Any) -> bytes:
+    async def _recorded(self, call: w.Run, rid: str, command: Command[Any]) -> bytes:
         """Serve a mutating call once per request id; answer a repeat with the recorded reply."""
-        rid: str = call.rid
         stored = self.log.get(rid)
         if stored is not None:
             return stored
@@ -166,11 +168,11 @@ class ShardCore:
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._inflight[rid] = future
         try:
-            reply, keep = await self._run_recorded(call)
+            reply, keep = await self._run_recorded(call, command)
             if keep:
-                self._fault("after_runtime", call)
+                self._fault("after_runtime", command)
                 await self.log.record(rid, reply)
-                self._fault("after_record", call)
+                self._fault("after_record", command)
             future.set_result(reply)
             return reply
         except asyncio.CancelledError:
@@ -183,93 +185,35 @@ class ShardCore:
         finally:
             del self._inflight[rid]
 
-    async def _run_recorded(self, call: Any) -> tuple[bytes, bool]:
+    async def _run_recorded(self, call: w.Run, command: Command[Any]) -> tuple[bytes, bool]:
         """Run a mutating call; return its reply and whether it is the call's answer for good."""
         try:
-            return w.ok_reply(await self._serve(call)), True
+            return w.ok_reply(await self._serve(call, command)), True
         except Exception as exc:
             return w.error_reply(exc), w.recordable(exc)
 
-    async def _serve(self, call: w.Call) -> Any:
-        """Run one decoded call on the runtime; return its (id-mapped) answer.
+    async def _serve(self, call: w.Call, command: Command[Any] | None) -> Any:
+        """Run one decoded call (a :class:`~retinue.cluster.wire.Run`'s ``command`` on the
+        runtime, or one of the cluster's own calls); return its (id-mapped) answer.
 
         Raises:
             RetinueError: the runtime's refusal, as the caller will see it.
         """
-        k, rt = self.shard, self.rt
+        if isinstance(call, w.Run) and command is not None:
+            return ids.map_answer(self.shard, await self._command(call, command))
         match call:
-            case w.Spawn():
-                info = await rt.spawn_async(
-                    call.profile,
-                    call.task,
-                    name=call.name,
-                    parent=call.parent,
-                    idempotency_key=call.key,
-                )
-                return ids.map_info(k, info)
-            case w.Send():
-                message = await rt.send_async(call.ref, call.content, dedup_key=call.dedup_key)
-                return ids.map_message(k, message)
-            case w.Wait():
-                return await self._wait(call)
-            case w.Ack():
-                with self._grants_lock:
-                    self._grants.pop(call.lease, None)
-                return await rt.ack_lease_async(call.lease)
-            case w.Release():
-                with self._grants_lock:
-                    self._grants.pop(call.lease, None)
-                return await rt.release_lease_async(call.lease)
-            case w.Messages():
-                return await self._messages(call)
             case w.StopWaiting():
                 for rid in call.rids:
                     task = self._waiting.get(rid)
                     if task is not None:
                         task.cancel()
                 return None
-            case w.Get():
-                return ids.map_info(k, await rt.get_async(call.ref))
-            case w.Inspect():
-                detail = await rt.inspect_async(call.ref, transcript_tail=call.transcript_tail)
-                return ids.map_detail(k, detail)
-            case w.Agents():
-                agents = await rt.agents_async(include_closed=call.include_closed)
-                return [ids.map_info(k, a) for a in agents]
-            case w.Approvals():
-                return [ids.map_request(k, r) for r in await rt.approvals_async(call.ref)]
-            case w.Approve():
-                return await rt.approve_async(call.request_id, note=call.note)
-            case w.Deny():
-                return await rt.deny_async(call.request_id, reason=call.reason)
             case OpenStream():
                 return self.streams.open(call.stream_id, call.ref)
             case TakeEvents():
                 return await self.streams.take(call.stream_id, call.max_events, call.wait_s)
             case CloseStream():
                 return self.streams.close(call.stream_id)
-            case _:
-                return await self._serve_other(call)
-
-    async def _serve_other(self, call: w.Call) -> Any:
-        """The calls on one agent that answer one agent or a list, and the shard's own calls."""
-        k, rt = self.shard, self.rt
-        one: dict[type[Any], Callable[..., Awaitable[Any]]] = {
-            w.FollowUp: lambda c: rt.follow_up_async(c.ref, c.task),
-            w.Resume: lambda c: rt.resume_async(c.ref),
-            w.Interrupt: lambda c: rt.interrupt_async(c.ref),
-            w.Close: lambda c: rt.close_async(c.ref),
-        }
-        many: dict[type[Any], Callable[..., Awaitable[Any]]] = {
-            w.InterruptTree: lambda c: rt.interrupt_tree_async(c.ref),
-            w.CloseTree: lambda c: rt.close_tree_async(c.ref),
-        }
-        kind = type(call)
-        if kind in one:
-            return ids.map_info(k, await one[kind](call))
-        if kind in many:
-            return [ids.map_info(k, a) for a in await many[kind](call)]
-        match call:
             case w.Ping():
                 return self.pong()
             case w.Shutdown():
@@ -280,16 +224,30 @@ class ShardCore:
                 return None
         raise TypeError(f"not a shard call: {call!r}")
 
-    async def _wait(self, call: w.Wait) -> Any:
-        completion = await self.rt.wait_async(call.ref, call.timeout, lease=call.lease)
-        with self._grants_lock:
-            self._grants[call.lease] = time.monotonic()
-        return ids.map_completion(self.shard, completion)
+    async def _command(self, call: w.Run, command: Command[Any]) -> Any:
+        """Submit ``command`` to the runtime as the host; a wait and the host's inbox wait up
+        to the call's timeout, and the shard keeps count of the leases it hands out."""
+        match command:
+            case Wait():
+                return await self._wait(command, call.timeout)
+            case HostMessages():
+                return await self._messages(call.rid or "", call.timeout)
+            case AckLease() | ReleaseLease():
+                with self._grants_lock:
+                    self._grants.pop(command.lease, None)
+        return await self.rt._ask_async(command)
 
-    async def _messages(self, call: w.Messages) -> Any:
-        """The host inbox, waiting up to the timeout; a :class:`StopWaiting` ends it empty."""
-        task = asyncio.ensure_future(self.rt.messages_async(call.timeout))
-        self._waiting[call.rid] = task
+    async def _wait(self, command: Wait, timeout: float | None) -> Any:
+        completion = await self.rt.wait_async(command.ref, timeout, lease=command.lease)
+        if command.lease is not None:
+            with self._grants_lock:
+                self._grants[command.lease] = time.monotonic()
+        return completion
+
+    async def _messages(self, rid: str, timeout: float | None) -> Any:
+        """The host inbox, waiting up to ``timeout``; a :class:`StopWaiting` ends it empty."""
+        task = asyncio.ensure_future(self.rt.messages_async(timeout))
+        self._waiting[rid] = task
         try:
             messages = await task
         except asyncio.CancelledError:
@@ -298,8 +256,8 @@ class ShardCore:
                 raise  # the call itself is cancelled
             messages = []  # stopped: what it had taken was given back, unread
         finally:
-            self._waiting.pop(call.rid, None)
-        return [ids.map_message(self.shard, m) for m in messages]
+            self._waiting.pop(rid, None)
+        return messages
 
     def pong(self) -> w.Pong:
         """Describe this shard for a :class:`~retinue.cluster.wire.Ping`."""
@@ -333,10 +291,10 @@ class ShardCore:
                 with contextlib.suppress(RetinueError):
                     self.rt.release_lease(lease)
 
-    def _fault(self, point: str, call: Any) -> None:
-        """Kill this process if a test asked for it at ``point`` for this call."""
+    def _fault(self, point: str, command: Command[Any]) -> None:
+        """Kill this process if a test asked for it at ``point`` for this command."""
         fault = self._faults.get(point)
-        if fault is None or fault[1] <= 0 or call.__struct_config__.tag not in fault[0]:
+        if fault is None or fault[1] <= 0 or w.call_name(command) not in fault[0]:
             return
         self._faults[point] = (fault[0], fault[1] - 1)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -6,6 +6,22 @@ encoded to msgpack; a shard answers with an encoded :class:`Reply` whose
 returns. Nothing is pickled: msgspec structs pickled by value arrive without
 their fields, and a typed decode refuses what the other side did not mean.
 
+No second command set: a host call is a :class:`Run` that carries one of the
+runtime's own commands (:mod:`retinue.actors.commands`), in the one wire form
+the control socket uses too (``encode_command``: one tagged struct per
+command, checked field by field on the shard and built again as the runtime's
+dataclass), with a shard-local ref; the shard submits it to its runtime as the
+host and answers with the command's answer type (``answer_type``), every id
+in it a cluster id. :data:`CALL_NAMES` lists the commands a shard serves; the
+mutating ones (:data:`RECORDED`) carry a request id the shard records with its
+answer. The other calls are the cluster's own: a shard's health, faults and
+shutdown, the stop of a blocked inbox wait, the event streams.
+
+Evolution, as the protocol's: a new field goes at the end of its struct with a
+default (an older peer's call still decodes); a new call is a new tag (an
+older shard refuses it with ``ClusterError``). Anything else (a renamed tag or
+field, a changed type) needs the face and the shards on the same retinue.
+
 Errors cross as :class:`WireError` (the class name in :mod:`retinue.errors`,
 the message and the plain attributes) and are raised again on the face as
 the same class with the same message and attributes.
@@ -17,38 +33,26 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from retinue.actors import commands as c
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
-from retinue.errors import ClusterError, RetinueError, RuntimeClosed, StoreError
+from retinue.errors import ArgumentTypeError, ClusterError, RetinueError, RuntimeClosed, StoreError
 from retinue.protocol import wire_errors
 from retinue.protocol.wire_errors import WireError
 
 __all__ = [
-    "Ack",
-    "Agents",
-    "Approvals",
-    "Approve",
+    "CALL_NAMES",
+    "RECORDED",
     "Call",
-    "Close",
-    "CloseTree",
-    "Deny",
-    "FollowUp",
-    "Get",
-    "Inspect",
-    "Interrupt",
-    "InterruptTree",
-    "Messages",
     "Ping",
     "Pong",
-    "Release",
     "Reply",
-    "Resume",
-    "Send",
+    "Run",
     "SetFault",
     "Shutdown",
-    "Spawn",
     "StopWaiting",
-    "Wait",
     "WireError",
+    "call_name",
+    "command_of",
     "decode_call",
     "decode_reply",
     "encode_call",
@@ -57,151 +61,63 @@ __all__ = [
     "is_recorded",
     "ok_reply",
     "recordable",
+    "run",
     "to_wire",
 ]
 
 T = TypeVar("T")
+
+CALL_NAMES: dict[type[c.Command[Any]], str] = {
+    c.Spawn: "spawn",
+    c.Send: "send",
+    c.FollowUp: "follow_up",
+    c.Resume: "resume",
+    c.Interrupt: "interrupt",
+    c.InterruptTree: "interrupt_tree",
+    c.Close: "close",
+    c.CloseTree: "close_tree",
+    c.HostMessages: "messages",
+    c.Wait: "wait",
+    c.AckLease: "ack",
+    c.ReleaseLease: "release",
+    c.Get: "get",
+    c.Inspect: "inspect",
+    c.Agents: "agents",
+    c.Approvals: "approvals",
+    c.Approve: "approve",
+    c.Deny: "deny",
+}
+"""The runtime commands a shard serves, by the name a call goes by (the face's method;
+fault injection names calls so)."""
+
+RECORDED: frozenset[type[c.Command[Any]]] = frozenset(
+    {c.Spawn, c.Send, c.FollowUp, c.Resume, c.Interrupt, c.InterruptTree, c.Close}
+    | {c.CloseTree, c.HostMessages, c.Approve, c.Deny}
+)
+"""Mutating commands: each :class:`Run` of one carries a request id the shard records."""
 
 
 class _Call(msgspec.Struct, frozen=True, tag_field="call"):
     """Base of every call a shard serves."""
 
 
-class Spawn(_Call, frozen=True, tag="spawn"):
-    """``spawn`` under ``parent`` (a shard-local ref); the face sets ``key`` (see the router)."""
+class Run(_Call, frozen=True, tag="run"):
+    """Run one of the runtime's commands (``command``: its wire form) on the shard as the host.
 
-    rid: str
-    profile: str
-    task: str
-    name: str | None
-    parent: str
-    key: str | None
+    ``rid``: the request id of a mutating command (:data:`RECORDED`), None for
+    the others; ``timeout``: how long a waiting command (a wait, the host's
+    inbox) waits. Make one with :func:`run`.
+    """
 
-
-class Send(_Call, frozen=True, tag="send"):
-    """``send``; the face sets ``dedup_key`` (it makes one from the request id)."""
-
-    rid: str
-    ref: str
-    content: str
-    dedup_key: str | None
-
-
-class FollowUp(_Call, frozen=True, tag="follow_up"):
-    """``follow_up``."""
-
-    rid: str
-    ref: str
-    task: str
-
-
-class Resume(_Call, frozen=True, tag="resume"):
-    """``resume``."""
-
-    rid: str
-    ref: str
-
-
-class Interrupt(_Call, frozen=True, tag="interrupt"):
-    """``interrupt``."""
-
-    rid: str
-    ref: str
-
-
-class InterruptTree(_Call, frozen=True, tag="interrupt_tree"):
-    """``interrupt_tree``."""
-
-    rid: str
-    ref: str
-
-
-class Close(_Call, frozen=True, tag="close"):
-    """``close`` of one agent."""
-
-    rid: str
-    ref: str
-
-
-class CloseTree(_Call, frozen=True, tag="close_tree"):
-    """``close_tree``."""
-
-    rid: str
-    ref: str
-
-
-class Messages(_Call, frozen=True, tag="messages"):
-    """``messages``: the shard's host inbox, waiting up to ``timeout`` for the first."""
-
-    rid: str
-    timeout: float
+    command: msgspec.Raw
+    rid: str | None = None
+    timeout: float | None = None
 
 
 class StopWaiting(_Call, frozen=True, tag="stop_waiting"):
     """End the blocked ``messages`` calls ``rids`` now (another shard answered first)."""
 
     rids: tuple[str, ...]
-
-
-class Wait(_Call, frozen=True, tag="wait"):
-    """A host wait under ``lease`` (the shard stores the handover in the same commit)."""
-
-    lease: str
-    ref: str
-    timeout: float
-
-
-class Ack(_Call, frozen=True, tag="ack"):
-    """The face has the completion ``lease`` took: forget the lease."""
-
-    lease: str
-
-
-class Release(_Call, frozen=True, tag="release"):
-    """The face lost what ``lease`` took (its caller was cancelled): give it back."""
-
-    lease: str
-
-
-class Get(_Call, frozen=True, tag="get"):
-    """``get`` (a read: no request id)."""
-
-    ref: str
-
-
-class Inspect(_Call, frozen=True, tag="inspect"):
-    """``inspect`` (a read)."""
-
-    ref: str
-    transcript_tail: int
-
-
-class Agents(_Call, frozen=True, tag="agents"):
-    """``agents`` (a read)."""
-
-    include_closed: bool
-
-
-class Approvals(_Call, frozen=True, tag="approvals"):
-    """``approvals``: the pending requests of ``ref``'s subtree, or all (a read)."""
-
-    ref: str | None
-
-
-class Approve(_Call, frozen=True, tag="approve"):
-    """``approve`` of the shard-local ``request_id``."""
-
-    rid: str
-    request_id: str
-    note: str | None
-
-
-class Deny(_Call, frozen=True, tag="deny"):
-    """``deny`` of the shard-local ``request_id``."""
-
-    rid: str
-    request_id: str
-    reason: str
 
 
 class Ping(_Call, frozen=True, tag="ping"):
@@ -226,53 +142,51 @@ class SetFault(_Call, frozen=True, tag="set_fault"):
     times: int = 1
 
 
-Call = (
-    Spawn
-    | Send
-    | FollowUp
-    | Resume
-    | Interrupt
-    | InterruptTree
-    | Close
-    | CloseTree
-    | Messages
-    | StopWaiting
-    | Wait
-    | Ack
-    | Release
-    | Get
-    | Inspect
-    | Agents
-    | Approvals
-    | Approve
-    | Deny
-    | Ping
-    | Shutdown
-    | SetFault
-    | OpenStream
-    | TakeEvents
-    | CloseStream
-)
+Call = Run | StopWaiting | Ping | Shutdown | SetFault | OpenStream | TakeEvents | CloseStream
 
-RECORDED = (
-    Spawn,
-    Send,
-    FollowUp,
-    Resume,
-    Interrupt,
-    InterruptTree,
-    Close,
-    CloseTree,
-    Messages,
-    Approve,
-    Deny,
-)
-"""Mutating calls: each carries a request id the shard records with its answer."""
+
+def run(command: c.Command[Any], *, rid: str | None = None, timeout: float | None = None) -> Run:
+    """Wrap one of the commands a shard serves (:data:`CALL_NAMES`) as a call.
+
+    Raises:
+        ArgumentTypeError: a field holds a value msgspec cannot encode.
+        InvalidArgument: a text holds a lone surrogate.
+    """
+    return Run(c.encode_command(command), rid, timeout)
+
+
+def command_of(call: Run) -> c.Command[Any]:
+    """Decode the runtime command a :class:`Run` carries (the host as its sender).
+
+    Raises:
+        ArgumentTypeError: a field of the wrong type, or a command no shard serves.
+        ClusterError: a mutating command without a request id.
+    """
+    command = c.decode_command(call.command, "a cluster's wire")
+    if type(command) not in CALL_NAMES:
+        raise ArgumentTypeError(
+            f"a shard does not serve {type(command).__name__}; a cluster's host calls are "
+            f"{', '.join(sorted(CALL_NAMES.values()))}"
+        )
+    if type(command) in RECORDED and call.rid is None:
+        raise ClusterError(
+            f"a {type(command).__name__} came without a request id: a shard runs a mutating "
+            "command only under one (are the face and the shards the same retinue?)"
+        )
+    return command
+
+
+def call_name(call: Call | c.Command[Any]) -> str:
+    """The name a call goes by: a command's (:data:`CALL_NAMES`), or the cluster call's tag."""
+    if isinstance(call, _Call | OpenStream | TakeEvents | CloseStream):
+        tag: str = call.__struct_config__.tag  # type: ignore[assignment]
+        return tag
+    return CALL_NAMES[type(call)]
 
 
 def is_recorded(call: Call) -> bool:
     """Return True for a call whose answer the shard records under its request id."""
-    return isinstance(call, RECORDED)
+    return isinstance(call, Run) and call.rid is not None
 
 
 class Pong(msgspec.Struct, frozen=True, kw_only=True):

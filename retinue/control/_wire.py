@@ -9,12 +9,10 @@ structs (``frame``): a client sends :class:`Call`, :class:`Cancel`,
 
 No second command set: a :class:`Call` carries one of the runtime's own
 commands (:mod:`retinue.actors.commands`, the members of
-``SupervisorCommand`` a host sends: :data:`REMOTE`), encoded by field from
-its dataclass under a tag that is its class name. Each is decoded through a
-msgspec struct derived from the dataclass's own fields and types
-(:func:`_mirror`), so msgspec checks every field's type, and built again as
-the same dataclass with the host as its sender: a remote caller is always the
-host, never a turn. Answers are encoded as the command's answer type
+``SupervisorCommand`` a host sends: :data:`REMOTE`) in their one wire form,
+shared with a cluster's shards (:func:`encode_command`, :func:`decode_command`:
+each built again as the runtime's dataclass with the host as its sender).
+Answers are encoded as the command's answer type
 (``Command[R]``'s ``R``), errors as :class:`~retinue.protocol.wire_errors.WireError`
 and raised again on the client as the same class.
 """
@@ -22,45 +20,13 @@ and raised again on the client as the same class.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import typing
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
-from retinue.actors.commands import (
-    HOST,
-    AckLease,
-    Agents,
-    Approvals,
-    Approve,
-    Close,
-    CloseTree,
-    Command,
-    CountBacklog,
-    Deny,
-    FollowUp,
-    Get,
-    HostMessages,
-    Idle,
-    Inspect,
-    Interrupt,
-    InterruptTree,
-    Leases,
-    ReleaseLease,
-    Resume,
-    Send,
-    Spawn,
-    Wait,
-)
-from retinue.errors import (
-    ArgumentTypeError,
-    ControlError,
-    InternalError,
-    InvalidArgument,
-    LimitExceeded,
-)
-from retinue.protocol.messages import Completion, Event
+from retinue.actors.commands import REMOTE, answer_type, decode_command, encode_command
+from retinue.errors import ControlError, InternalError, LimitExceeded
+from retinue.protocol.messages import Event
 from retinue.protocol.wire_errors import WireError, from_wire, to_wire
 
 __all__ = [
@@ -92,105 +58,6 @@ __all__ = [
 
 PROTOCOL = 1
 """The control protocol's version, said in :class:`Hello`; a client refuses another."""
-
-REMOTE: tuple[type[Command[Any]], ...] = (
-    Spawn,
-    FollowUp,
-    Resume,
-    Interrupt,
-    InterruptTree,
-    Close,
-    CloseTree,
-    Send,
-    HostMessages,
-    Wait,
-    Idle,
-    AckLease,
-    ReleaseLease,
-    Leases,
-    Get,
-    Agents,
-    Inspect,
-    CountBacklog,
-    Approvals,
-    Approve,
-    Deny,
-)
-"""The commands a client may send: the host's calls of ``SupervisorCommand``."""
-
-
-def _mirror(cls: type[Command[Any]]) -> type[msgspec.Struct]:
-    """A msgspec struct with ``cls``'s fields and types but ``sender``, tagged by its name."""
-    hints = typing.get_type_hints(cls)
-    fields: list[tuple[str, Any, Any]] = []
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if field.name == "sender":
-            continue
-        default = msgspec.NODEFAULT if field.default is dataclasses.MISSING else field.default
-        fields.append((field.name, hints[field.name], default))
-    return msgspec.defstruct(
-        cls.__name__,
-        fields,
-        kw_only=True,
-        frozen=True,
-        forbid_unknown_fields=True,
-        tag=cls.__name__,
-        module=__name__,
-    )
-
-
-_MIRRORS: dict[type[Command[Any]], type[msgspec.Struct]] = {cls: _mirror(cls) for cls in REMOTE}
-_BUILD: dict[type[msgspec.Struct], type[Command[Any]]] = {m: c for c, m in _MIRRORS.items()}
-_command_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-    Union[tuple(_MIRRORS.values())]  # noqa: UP007 (a union built at run time)
-)
-
-
-def answer_type(cls: type[Command[Any]]) -> Any:
-    """The type a command is answered with (``Command[R]``'s ``R``; a host's wait: Completion)."""
-    if cls is Wait:
-        return Completion
-    for base in getattr(cls, "__orig_bases__", ()):
-        if typing.get_origin(base) is Command:
-            return typing.get_args(base)[0]
-    raise TypeError(f"{cls.__name__} names no answer type")  # pragma: no cover - REMOTE's
-
-
-def encode_command(command: Command[Any]) -> msgspec.Raw:
-    """Encode one of the :data:`REMOTE` commands (its sender is the host's, implied).
-
-    Raises:
-        ArgumentTypeError: a field holds a value msgspec cannot encode.
-        InvalidArgument: a text holds a lone surrogate (it has no UTF-8 encoding).
-    """
-    mirror = _MIRRORS[type(command)]
-    fields = {f: getattr(command, f) for f in mirror.__struct_fields__}
-    try:
-        return msgspec.Raw(_encoder.encode(mirror(**fields)))
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(
-            f"{type(command).__name__}: a text argument has no UTF-8 encoding ({exc.reason} at "
-            f"position {exc.start}); remove the lone surrogate"
-        ) from None
-    except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"{type(command).__name__}: {exc}") from None
-
-
-def decode_command(raw: msgspec.Raw | bytes) -> Command[Any]:
-    """Decode a command a client sent, as the runtime's own dataclass with the host as sender.
-
-    Raises:
-        ArgumentTypeError: a field of the wrong type (the message names it),
-            or a command a client may not send.
-    """
-    try:
-        mirror = _command_decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise ArgumentTypeError(f"a command sent over the control socket: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise ArgumentTypeError(f"a command that does not decode: {exc}") from None
-    fields = msgspec.structs.asdict(mirror)
-    return _BUILD[type(mirror)](sender=HOST, **fields)  # type: ignore[call-arg]
 
 
 # -- frames ------------------------------------------------------------------------------

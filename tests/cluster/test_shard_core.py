@@ -23,6 +23,18 @@ from retinue import (
     NothingToWaitFor,
     RuntimeClosed,
 )
+from retinue.actors.commands import (
+    HOST,
+    AckLease,
+    Agents,
+    CloseTree,
+    Get,
+    HostMessages,
+    Inspect,
+    Send,
+    Spawn,
+    Wait,
+)
 from retinue.cluster import wire as w
 from retinue.cluster.shard import ShardCore
 from retinue.protocol.details import AgentDetail
@@ -32,9 +44,19 @@ def call(core: ShardCore, message: w.Call, kind: type[Any] = AgentInfo) -> Any:
     return w.decode_reply(asyncio.run(core.handle(w.encode_call(message))), kind)
 
 
+def leased(lease: str, local: str, timeout: float) -> w.Run:
+    """A host wait on ``local`` under ``lease``, as the face sends it."""
+    return w.run(Wait(HOST, local, lease=lease), timeout=timeout)
+
+
+def inbox(rid: str, timeout: float) -> w.Run:
+    """A look at the host's inbox under request id ``rid``, as the face sends it."""
+    return w.run(HostMessages(HOST), rid=rid, timeout=timeout)
+
+
 def test_a_repeated_request_id_is_answered_from_the_log(open_core: Any) -> None:
     core = open_core()
-    spawn = w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1")
+    spawn = w.run(Spawn(HOST, "worker", "t", "a", "/root", "~rid-1"), rid="rid-1")
     first = asyncio.run(core.handle(w.encode_call(spawn)))
     again = asyncio.run(core.handle(w.encode_call(spawn)))
     assert again == first
@@ -42,7 +64,7 @@ def test_a_repeated_request_id_is_answered_from_the_log(open_core: Any) -> None:
     assert info.id.startswith("s1-")
     assert len(core.rt.agents()) == 1
     # Refusals are answers too: the same request id gets the same refusal.
-    clash = w.Spawn("rid-2", "worker", "t", "a", "/root", "~rid-2")
+    clash = w.run(Spawn(HOST, "worker", "t", "a", "/root", "~rid-2"), rid="rid-2")
     with pytest.raises(DuplicateAgentPath):
         call(core, clash)
     core.rt.close_tree(info.id.removeprefix("s1-"))
@@ -52,7 +74,7 @@ def test_a_repeated_request_id_is_answered_from_the_log(open_core: Any) -> None:
 
 def test_the_log_outlives_the_shard_process(open_core: Any, tmp_path: Path) -> None:
     core = open_core()
-    spawn = w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1")
+    spawn = w.run(Spawn(HOST, "worker", "t", "a", "/root", "~rid-1"), rid="rid-1")
     first = call(core, spawn)
     core.close()
     again = open_core()
@@ -68,9 +90,9 @@ def test_a_crash_between_the_runtime_and_the_log_still_spawns_and_sends_once(
     made = core.rt.spawn("worker", "t", name="a", idempotency_key="~rid-1")
     sent = core.rt.send(made.id, "hi", dedup_key="~rid-2")
     # The retried calls carry the same keys: the runtime's own commit answers them.
-    info = call(core, w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1"))
+    info = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~rid-1"), rid="rid-1"))
     assert info.id == f"s1-{made.id}"
-    message = call(core, w.Send("rid-2", made.id, "hi", "~rid-2"), Message)
+    message = call(core, w.run(Send(HOST, made.id, "hi", "~rid-2"), rid="rid-2"), Message)
     assert message.id == f"s1-{sent.id}"
     assert len(core.rt.agents()) == 1
     assert [m.id for m in core.rt.inspect(made.id).unread] == [sent.id]
@@ -78,7 +100,7 @@ def test_a_crash_between_the_runtime_and_the_log_still_spawns_and_sends_once(
 
 def test_concurrent_repeats_run_the_call_once(open_core: Any) -> None:
     core = open_core()
-    spawn = w.Spawn("rid-1", "worker", "t", None, "/root", "~rid-1")
+    spawn = w.run(Spawn(HOST, "worker", "t", None, "/root", "~rid-1"), rid="rid-1")
 
     async def both() -> list[bytes]:
         payload = w.encode_call(spawn)
@@ -93,57 +115,59 @@ def test_a_closing_runtime_is_not_recorded_as_the_answer(open_core: Any) -> None
     core = open_core()
     core.rt.shutdown()
     with pytest.raises(RuntimeClosed):
-        call(core, w.Spawn("rid-1", "worker", "t", "a", "/root", "~rid-1"))
+        call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~rid-1"), rid="rid-1"))
     assert core.log.get("rid-1") is None  # the retry after a restart runs it
 
 
 def test_a_lease_is_held_until_acknowledged(open_core: Any) -> None:
     core = open_core()
-    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    a = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~r1"), rid="r1"))
     local = a.id.removeprefix("s1-")
-    done = call(core, w.Wait("L1", local, 10.0), Completion)
+    done = call(core, leased("L1", local, 10.0), Completion)
     assert done.id == f"{a.id}:1"
-    assert call(core, w.Wait("L1", local, 0.0), Completion) == done  # the reply was lost
+    assert call(core, leased("L1", local, 0.0), Completion) == done  # the reply was lost
     assert call(core, w.Ping(), w.Pong).leases == 1
-    assert call(core, w.Ack("L1"), bool) is True
+    assert call(core, w.run(AckLease("L1")), bool) is True
     assert call(core, w.Ping(), w.Pong).leases == 0
     with pytest.raises(NothingToWaitFor):
-        call(core, w.Wait("L2", local, 0.0), Completion)
+        call(core, leased("L2", local, 0.0), Completion)
 
 
 def test_a_lease_never_acknowledged_is_released_after_its_timeout(open_core: Any) -> None:
     core = open_core(lease_timeout_s=0.2)
-    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    a = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~r1"), rid="r1"))
     local = a.id.removeprefix("s1-")
-    done = call(core, w.Wait("L1", local, 10.0), Completion)
+    done = call(core, leased("L1", local, 10.0), Completion)
     wait_until(lambda: not core.rt.leases(), what="the lease released")
-    assert call(core, w.Wait("L2", local, 5.0), Completion) == done  # handed out again
+    assert call(core, leased("L2", local, 5.0), Completion) == done  # handed out again
 
 
 def test_leases_restored_on_reopen_are_released_if_never_acknowledged(open_core: Any) -> None:
     core = open_core()
-    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
+    a = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~r1"), rid="r1"))
     local = a.id.removeprefix("s1-")
-    done = call(core, w.Wait("L1", local, 10.0), Completion)
+    done = call(core, leased("L1", local, 10.0), Completion)
     core.close()  # the face never acknowledged; the shard restarts
     again = open_core(lease_timeout_s=0.2)
     assert call(again, w.Ping(), w.Pong).leases == 1
-    assert call(again, w.Wait("L1", local, 0.0), Completion) == done
+    assert call(again, leased("L1", local, 0.0), Completion) == done
     wait_until(lambda: not again.rt.leases(), what="the restored lease released")
-    assert call(again, w.Wait("L2", local, 5.0), Completion) == done
+    assert call(again, leased("L2", local, 5.0), Completion) == done
 
 
 def test_a_stopped_inbox_wait_ends_empty_and_loses_nothing(open_core: Any) -> None:
     core = open_core()
 
     async def scenario() -> None:
-        blocked = asyncio.ensure_future(core.handle(w.encode_call(w.Messages("m1", 30.0))))
+        blocked = asyncio.ensure_future(core.handle(w.encode_call(inbox("m1", 30.0))))
         await asyncio.sleep(0.1)
         await core.handle(w.encode_call(w.StopWaiting(("m1",))))
         assert w.decode_reply(await blocked, list[Message]) == []
-        await core.handle(w.encode_call(w.Spawn("r1", "talker", "t", "t", "/root", "~r1")))
+        await core.handle(
+            w.encode_call(w.run(Spawn(HOST, "talker", "t", "t", "/root", "~r1"), rid="r1"))
+        )
         for attempt in range(200):
-            poll = w.Messages(f"poll-{attempt}", 0.05)
+            poll = inbox(f"poll-{attempt}", 0.05)
             got = w.decode_reply(await core.handle(w.encode_call(poll)), list[Message])
             if got:
                 assert [m.content for m in got] == ["hello from t"]
@@ -156,11 +180,13 @@ def test_a_stopped_inbox_wait_ends_empty_and_loses_nothing(open_core: Any) -> No
 
 def test_reads_map_every_id(open_core: Any) -> None:
     core = open_core()
-    a = call(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"))
-    assert call(core, w.Get("/root/a")) == call(core, w.Get(a.id.removeprefix("s1-")))
-    (listed,) = call(core, w.Agents(False), list[AgentInfo])
+    a = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~r1"), rid="r1"))
+    assert call(core, w.run(Get(HOST, "/root/a"))) == call(
+        core, w.run(Get(HOST, a.id.removeprefix("s1-")))
+    )
+    (listed,) = call(core, w.run(Agents(HOST, False)), list[AgentInfo])
     assert listed.id == a.id
-    detail = call(core, w.Inspect("/root/a", 5), AgentDetail)
+    detail = call(core, w.run(Inspect(HOST, "/root/a", 5)), AgentDetail)
     assert detail.info.id == a.id
-    closed = call(core, w.CloseTree("r2", a.id.removeprefix("s1-")), list[AgentInfo])
+    closed = call(core, w.run(CloseTree(HOST, a.id.removeprefix("s1-")), rid="r2"), list[AgentInfo])
     assert [(c.id, c.state) for c in closed] == [(a.id, AgentState.CLOSED)]

@@ -22,12 +22,18 @@ from retinue import (
     TurnSettled,
     TurnStarted,
 )
+from retinue.actors.commands import HOST, Spawn
 from retinue.cluster import wire as w
 from retinue.cluster.eventwire import CloseStream, EventBatch, OpenStream, TakeEvents
 from retinue.cluster.shard import ShardCore
 from retinue.protocol.messages import Event
 
 NONE: type[Any] = type(None)
+
+
+def spawn(rid: str, name: str) -> w.Run:
+    """A worker's spawn as the face sends it (key made from the request id)."""
+    return w.run(Spawn(HOST, "worker", "t", name, "/root", f"~{rid}"), rid=rid)
 
 
 async def ask(core: ShardCore, call: w.Call, kind: type[Any] = NONE) -> Any:
@@ -53,8 +59,8 @@ def test_a_stream_takes_its_subtree_with_cluster_ids(open_core: Any) -> None:
         await ask(core, OpenStream("S1", "/root/a"))
         await ask(core, OpenStream("S1", "/root/a"))  # a retried open opens nothing twice
         assert core.pong().streams == 1
-        a = await ask(core, w.Spawn("r1", "worker", "t", "a", "/root", "~r1"), AgentInfo)
-        await ask(core, w.Spawn("r2", "worker", "t", "b", "/root", "~r2"), AgentInfo)
+        a = await ask(core, spawn("r1", "a"), AgentInfo)
+        await ask(core, spawn("r2", "b"), AgentInfo)
 
         def settled(events: list[Event]) -> bool:
             return any(isinstance(e, TurnSettled) for e in events)
@@ -81,7 +87,7 @@ def test_a_take_returns_at_most_max_events_and_keeps_the_rest(open_core: Any) ->
     async def scenario() -> None:
         await ask(core, OpenStream("S", None))
         for i in range(3):
-            await ask(core, w.Spawn(f"r{i}", "worker", "t", f"a{i}", "/root", f"~r{i}"), AgentInfo)
+            await ask(core, spawn(f"r{i}", f"a{i}"), AgentInfo)
         first = await take_until(core, "S", lambda got: len(got) >= 1)
         batch = await ask(core, TakeEvents("S", 2, 1.0), EventBatch)
         assert len(batch.events) <= 2
@@ -137,7 +143,7 @@ def test_a_stream_that_falls_behind_gets_events_dropped(open_core: Any) -> None:
     async def scenario() -> None:
         await ask(core, OpenStream("S", None))
         for i in range(3):
-            await ask(core, w.Spawn(f"r{i}", "worker", "t", f"a{i}", "/root", f"~r{i}"), AgentInfo)
+            await ask(core, spawn(f"r{i}", f"a{i}"), AgentInfo)
         wait_until(lambda: len(core.rt.agents()) == 3, what="three agents")
         await asyncio.sleep(0.3)
         batch = await ask(core, TakeEvents("S", 100, 1.0), EventBatch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import msgspec
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from retinue import (
     AgentInfo,
     AgentState,
+    ArgumentTypeError,
     ClusterError,
     Completion,
     CompletionStatus,
@@ -22,6 +24,30 @@ from retinue import (
     TeamFileError,
     ToolsNotPermitted,
     UnknownAgent,
+)
+from retinue.actors.commands import (
+    HOST,
+    AckLease,
+    Agents,
+    Approvals,
+    Approve,
+    Close,
+    CloseTree,
+    Command,
+    Deny,
+    FollowUp,
+    Get,
+    HostMessages,
+    Idle,
+    Inspect,
+    Interrupt,
+    InterruptTree,
+    ReleaseLease,
+    Resume,
+    Send,
+    Spawn,
+    Wait,
+    encode_command,
 )
 from retinue.cluster import ids
 from retinue.cluster import wire as w
@@ -55,35 +81,58 @@ def completion(agent_id: str = LOCAL) -> Completion:
     )
 
 
-CALLS: list[w.Call] = [
-    w.Spawn("r1", "worker", "task", None, "/root", "~r1"),
-    w.Send("r2", "/root/a", "hi", None),
-    w.FollowUp("r3", LOCAL, "again"),
-    w.Resume("r4", LOCAL),
-    w.Interrupt("r5", LOCAL),
-    w.InterruptTree("r6", LOCAL),
-    w.Close("r7", LOCAL),
-    w.CloseTree("r8", LOCAL),
-    w.Messages("r9", 1.5),
+COMMANDS: list[tuple[Command[Any], str | None]] = [
+    (Spawn(HOST, "worker", "task", None, "/root", "~r1"), "r1"),
+    (Send(HOST, "/root/a", "hi", None), "r2"),
+    (FollowUp(HOST, LOCAL, "again"), "r3"),
+    (Resume(HOST, LOCAL), "r4"),
+    (Interrupt(HOST, LOCAL), "r5"),
+    (InterruptTree(HOST, LOCAL), "r6"),
+    (Close(HOST, LOCAL), "r7"),
+    (CloseTree(HOST, LOCAL), "r8"),
+    (HostMessages(HOST), "r9"),
+    (Approve(LOCAL, "ok"), "r10"),
+    (Deny(LOCAL, "no"), "r11"),
+    (Wait(HOST, LOCAL, lease="lease"), None),
+    (AckLease("lease"), None),
+    (ReleaseLease("lease"), None),
+    (Get(HOST, "/root/a"), None),
+    (Inspect(HOST, LOCAL, 5), None),
+    (Agents(HOST, True), None),
+    (Approvals(HOST, None), None),
+]
+OWN: list[w.Call] = [
     w.StopWaiting(("r9",)),
-    w.Wait("lease", LOCAL, 2.0),
-    w.Ack("lease"),
-    w.Release("lease"),
-    w.Get("/root/a"),
-    w.Inspect(LOCAL, 5),
-    w.Agents(True),
     w.Ping(),
     w.Shutdown(),
     w.SetFault("after_runtime", ("spawn",), 1),
 ]
 
 
-@pytest.mark.parametrize("call", CALLS, ids=lambda c: type(c).__name__)
-def test_every_call_crosses_as_typed_bytes(call: w.Call) -> None:
+@pytest.mark.parametrize("pair", COMMANDS, ids=lambda p: type(p[0]).__name__)
+def test_every_host_call_crosses_as_the_runtimes_own_command(
+    pair: tuple[Command[Any], str | None],
+) -> None:
+    command, rid = pair
+    call = w.run(command, rid=rid, timeout=1.5)
     payload = w.encode_call(call)
     assert isinstance(payload, bytes)
-    assert w.decode_call(payload) == call
-    assert w.is_recorded(call) == hasattr(call, "rid")
+    decoded = w.decode_call(payload)
+    assert decoded == call and isinstance(decoded, w.Run)
+    assert w.command_of(decoded) == command  # the same dataclass, the host as its sender
+    assert (type(command) in w.RECORDED) == (rid is not None) == w.is_recorded(decoded)
+    assert w.call_name(command) == w.CALL_NAMES[type(command)]
+
+
+@pytest.mark.parametrize("call", OWN, ids=lambda c: type(c).__name__)
+def test_the_clusters_own_calls_cross_as_typed_bytes(call: w.Call) -> None:
+    assert w.decode_call(w.encode_call(call)) == call
+    assert not w.is_recorded(call)
+
+
+def test_every_command_a_shard_serves_has_a_name_and_a_test() -> None:
+    assert {type(c) for c, _ in COMMANDS} == set(w.CALL_NAMES)
+    assert set(w.CALL_NAMES) >= w.RECORDED
 
 
 def test_a_payload_that_is_not_a_call_is_a_cluster_error() -> None:
@@ -91,6 +140,17 @@ def test_a_payload_that_is_not_a_call_is_a_cluster_error() -> None:
         w.decode_call(b"\x93\x01\x02\x03")
     with pytest.raises(ClusterError, match="cannot decode"):
         w.decode_call(msgspec.msgpack.encode({"call": "format_disk"}))
+
+
+def test_a_command_of_the_wrong_shape_is_a_typed_error_naming_the_field() -> None:
+    bad = w.run(Spawn(HOST, "worker", 42, None, "/root", None))  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"\$\.task"):
+        w.command_of(bad)
+    idle = w.Run(encode_command(Idle(HOST)))  # a host command, not one a shard serves
+    with pytest.raises(ArgumentTypeError, match="a shard does not serve Idle"):
+        w.command_of(idle)
+    with pytest.raises(ClusterError, match="without a request id"):
+        w.command_of(w.run(Close(HOST, LOCAL)))  # a mutating command is only run once
 
 
 def test_answers_decode_with_the_type_the_call_returns() -> None:

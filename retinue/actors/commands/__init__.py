@@ -20,7 +20,9 @@ The commands live by theme, one module each: :mod:`~.base` (senders and
 turn's transcript and usage), :mod:`~.upkeep` and :mod:`~.supervision`. This
 module closes the protocol: :data:`SupervisorCommand` is the union of them
 all, :data:`ReadCommand` the part a read-only runtime serves; import the
-commands from here.
+commands from here. :mod:`~._wire` is the one wire form of the commands a host
+sends from outside the writer (:data:`REMOTE`), shared by the control socket
+and a cluster's shards.
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ from retinue.actors.commands._supervision import (
 )
 from retinue.actors.commands._upkeep import Barrier, Compact, Shutdown
 from retinue.actors.commands._waits import GiveBack, GiveUpWait, Idle, RunMany, Wait, WaitKind
+from retinue.actors.commands._wire import REMOTE, answer_type, decode_command, encode_command
 
 __all__ = [
     "HOST",
+    "REMOTE",
     "AckLease",
     "AdmitCall",
     "Agents",
@@ -110,6 +114,9 @@ __all__ = [
     "TurnRef",
     "Wait",
     "WaitKind",
+    "answer_type",
+    "decode_command",
+    "encode_command",
 ]
 
 SupervisorCommand = (

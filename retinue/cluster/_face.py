@@ -4,51 +4,61 @@
 local Ray on loopback), starts or finds the directory and the shard actors,
 and returns a face whose calls have the names and semantics of
 :class:`~retinue.runtime.Runtime`'s, sync and ``*_async``. Each call is one
-line over a :class:`~retinue.cluster.router.Router` operation run by the
-:class:`~retinue.cluster.transport.Transport`.
+line over a :class:`~retinue.cluster._router.Router` operation run by the
+:class:`~retinue.cluster._transport.Transport`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from retinue.actors import Profile
-from retinue.cluster import startup
+from retinue.cluster import _startup as startup
 from retinue.cluster import wire as w
-from retinue.cluster.approvals import ApprovalFace
+from retinue.cluster._router import Router
+from retinue.cluster._streaming import (
+    AsyncClusterStream,
+    ClusterStream,
+    Part,
+    StreamBounds,
+    close_op,
+    open_op,
+)
+from retinue.cluster._transport import Faults, One, Op, Transport, raw_reply
 from retinue.cluster.leasebook import LeaseSnapshot, decode_leases
 from retinue.cluster.local import LocalRay
-from retinue.cluster.plumbing import FaceBase
-from retinue.cluster.router import Router
 from retinue.cluster.specs import ShardConfig, shard_config
-from retinue.cluster.streamface import StreamFace, stream_bounds
-from retinue.cluster.transport import Transport
-from retinue.errors import ArgumentTypeError
+from retinue.errors import ArgumentTypeError, RuntimeClosed
 from retinue.persistence.store import Durability
 from retinue.protocol.details import AgentDetail
+from retinue.protocol.ids import new_id
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.provider_limits import ProviderLimit
+from retinue.protocol.supervision import ApprovalRequest
 from retinue.team import Team
 
 __all__ = ["Cluster"]
 
 T = TypeVar("T")
+S = TypeVar("S", ClusterStream, AsyncClusterStream)
 _NO_REF: Any = object()
 
 
-class Cluster(FaceBase, ApprovalFace, StreamFace):
+class Cluster:
     """Top-level trees sharded over Ray actors, each shard a ``Runtime`` over its own store.
 
-    The approval calls (``approvals``, ``approve``, ``deny`` and their twins)
-    come from :class:`~retinue.cluster.approvals.ApprovalFace`, ``stream`` and
-    ``stream_async`` from :class:`~retinue.cluster.streamface.StreamFace`,
-    what they run on from :class:`~retinue.cluster.plumbing.FaceBase`.
+    Every host call is one method (and its ``*_async`` twin) over the
+    :class:`~retinue.cluster._router.Router` operation of the same name, run by
+    the :class:`~retinue.cluster._transport.Transport` from a thread or on the
+    running event loop.
     """
 
     def __init__(self) -> None:
@@ -64,6 +74,8 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         self._router: Router | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._stream_bounds = StreamBounds(poll_s=5.0, batch=1_000)
+        self._open_streams: weakref.WeakSet[ClusterStream | AsyncClusterStream] = weakref.WeakSet()
 
     @classmethod
     def open(
@@ -124,7 +136,7 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         cluster.store_root = startup.store_folder(store_root, shards)
         cluster.shards = shards
         cluster.limits = startup.face_limits(team, limits)
-        cluster._stream_bounds = stream_bounds(
+        cluster._stream_bounds = startup.stream_bounds(
             stream_poll_s, stream_batch, stream_idle_s, max_streams
         )
         config = shard_config(
@@ -174,6 +186,24 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
             self._disconnect()
             raise
 
+    # -- what the calls run on ----------------------------------------------------------
+
+    def _ops(self) -> tuple[Transport, Router]:
+        with self._lock:
+            if self._closed or self._transport is None or self._router is None:
+                raise RuntimeClosed("the cluster is closed; open it again to continue")
+            return self._transport, self._router
+
+    def _run(self, operation: Callable[[Router], Op[T]]) -> T:
+        """Run the router's operation that ``operation`` picks, from this thread."""
+        transport, router = self._ops()
+        return transport.run(operation(router))
+
+    async def _run_async(self, operation: Callable[[Router], Op[T]]) -> T:
+        """Run the router's operation that ``operation`` picks, on the running event loop."""
+        transport, router = self._ops()
+        return await transport.run_async(operation(router))
+
     # -- host API ------------------------------------------------------------------------
 
     def spawn(
@@ -186,68 +216,86 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         idempotency_key: str | None = None,
     ) -> AgentInfo:
         """Like ``Runtime.spawn``; a new top-level agent goes to its shard (see the directory)."""
-        result: AgentInfo = self._run("spawn", profile, task, name, parent, idempotency_key)
-        return result
+        return self._run(lambda r: r.spawn(profile, task, name, parent, idempotency_key))
 
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
         """Like ``Runtime.wait``: the oldest completion the host has not received, once."""
-        result: Completion = self._run("wait", ref, timeout)
-        return result
+        return self._run(lambda r: r.wait(ref, timeout))
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like ``Runtime.send``."""
-        result: Message = self._run("send", ref, content, dedup_key)
-        return result
+        return self._run(lambda r: r.send(ref, content, dedup_key))
 
     def messages(self, timeout: float | None = None) -> list[Message]:
         """Like ``Runtime.messages``, over every shard's host inbox (oldest first)."""
-        result: list[Message] = self._run("messages", timeout)
-        return result
+        return self._run(lambda r: r.messages(timeout))
 
     def follow_up(self, ref: str, task: str) -> AgentInfo:
         """Like ``Runtime.follow_up``."""
-        return self._one(w.FollowUp, ref, task)
+        return self._run(lambda r: r.follow_up(ref, task))
 
     def resume(self, ref: str) -> AgentInfo:
         """Like ``Runtime.resume``."""
-        return self._one(w.Resume, ref)
+        return self._run(lambda r: r.resume(ref))
 
     def interrupt(self, ref: str) -> AgentInfo:
         """Like ``Runtime.interrupt``."""
-        return self._one(w.Interrupt, ref)
+        return self._run(lambda r: r.interrupt(ref))
 
     def interrupt_tree(self, ref: str) -> list[AgentInfo]:
         """Like ``Runtime.interrupt_tree``."""
-        result: list[AgentInfo] = self._run("subtree", w.InterruptTree, ref)
-        return result
+        return self._run(lambda r: r.interrupt_tree(ref))
 
     def close(self, ref: str = _NO_REF) -> AgentInfo:
         """Like ``Runtime.close`` of one agent (the cluster itself: :meth:`shutdown`)."""
-        return self._one(w.Close, _agent_ref(ref, "close"))
+        agent = _agent_ref(ref, "close")
+        return self._run(lambda r: r.close(agent))
 
     def close_tree(self, ref: str) -> list[AgentInfo]:
         """Like ``Runtime.close_tree``."""
-        result: list[AgentInfo] = self._run("subtree", w.CloseTree, ref)
-        return result
+        return self._run(lambda r: r.close_tree(ref))
 
     def get(self, ref: str) -> AgentInfo:
         """Like ``Runtime.get``."""
-        result: AgentInfo = self._run("get", ref)
-        return result
+        return self._run(lambda r: r.get(ref))
 
     def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
         """Like ``Runtime.agents``: every shard's agents, oldest first."""
-        result: list[AgentInfo] = self._run("agents", include_closed)
-        return result
+        return self._run(lambda r: r.agents(include_closed))
 
     def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like ``Runtime.inspect``."""
-        result: AgentDetail = self._run("inspect", ref, transcript_tail)
-        return result
+        return self._run(lambda r: r.inspect(ref, transcript_tail))
 
-    def _one(self, kind: type[Any], ref: Any, *extra: Any) -> AgentInfo:
-        result: AgentInfo = self._run("one", kind, ref, *extra)
-        return result
+    def approvals(self, ref: str | None = None) -> list[ApprovalRequest]:
+        """Like ``Runtime.approvals``: the pending requests of ``ref``'s subtree, or of every
+        shard, oldest first (their ids carry their shard).
+
+        Raises:
+            UnknownAgent, InvalidAgentPath: a bad ``ref``.
+        """
+        return self._run(lambda r: r.approvals(ref))
+
+    def approve(self, request_id: str, *, note: str | None = None) -> None:
+        """Like ``Runtime.approve``: the call runs and the model gets its result. The id
+        carries its shard, so the answer goes straight there, under a request id the shard
+        records (a retry after a lost reply answers once).
+
+        Raises:
+            UnknownApproval: no shard of this cluster made that id.
+            ApprovalAlreadyAnswered: it was answered (or cancelled) before.
+            ArgumentTypeError, InvalidArgument: a bad id or note.
+        """
+        self._run(lambda r: r.approve(request_id, note))
+
+    def deny(self, request_id: str, *, reason: str) -> None:
+        """Like ``Runtime.deny``: the model gets ``{"error": "denied: <reason>"}``.
+
+        Raises:
+            UnknownApproval, ApprovalAlreadyAnswered: as :meth:`approve`.
+            ArgumentTypeError, InvalidArgument: a bad id, or a blank reason.
+        """
+        self._run(lambda r: r.deny(request_id, reason))
 
     # -- asyncio faces -------------------------------------------------------------------
 
@@ -261,70 +309,140 @@ class Cluster(FaceBase, ApprovalFace, StreamFace):
         idempotency_key: str | None = None,
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
-        result: AgentInfo = await self._run_async(
-            "spawn", profile, task, name, parent, idempotency_key
+        return await self._run_async(
+            lambda r: r.spawn(profile, task, name, parent, idempotency_key)
         )
-        return result
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
         """Like :meth:`wait`; a cancelled wait gives back what it was handed."""
-        result: Completion = await self._run_async("wait", ref, timeout)
-        return result
+        return await self._run_async(lambda r: r.wait(ref, timeout))
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
-        result: Message = await self._run_async("send", ref, content, dedup_key)
-        return result
+        return await self._run_async(lambda r: r.send(ref, content, dedup_key))
 
     async def messages_async(self, timeout: float | None = None) -> list[Message]:
         """Like :meth:`messages`, without blocking the event loop."""
-        result: list[Message] = await self._run_async("messages", timeout)
-        return result
+        return await self._run_async(lambda r: r.messages(timeout))
 
     async def follow_up_async(self, ref: str, task: str) -> AgentInfo:
         """Like :meth:`follow_up`, without blocking the event loop."""
-        return await self._one_async(w.FollowUp, ref, task)
+        return await self._run_async(lambda r: r.follow_up(ref, task))
 
     async def resume_async(self, ref: str) -> AgentInfo:
         """Like :meth:`resume`, without blocking the event loop."""
-        return await self._one_async(w.Resume, ref)
+        return await self._run_async(lambda r: r.resume(ref))
 
     async def interrupt_async(self, ref: str) -> AgentInfo:
         """Like :meth:`interrupt`, without blocking the event loop."""
-        return await self._one_async(w.Interrupt, ref)
+        return await self._run_async(lambda r: r.interrupt(ref))
 
     async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
         """Like :meth:`interrupt_tree`, without blocking the event loop."""
-        result: list[AgentInfo] = await self._run_async("subtree", w.InterruptTree, ref)
-        return result
+        return await self._run_async(lambda r: r.interrupt_tree(ref))
 
     async def close_async(self, ref: str = _NO_REF) -> AgentInfo:
         """Like :meth:`close`, without blocking the event loop."""
-        return await self._one_async(w.Close, _agent_ref(ref, "close_async"))
+        agent = _agent_ref(ref, "close_async")
+        return await self._run_async(lambda r: r.close(agent))
 
     async def close_tree_async(self, ref: str) -> list[AgentInfo]:
         """Like :meth:`close_tree`, without blocking the event loop."""
-        result: list[AgentInfo] = await self._run_async("subtree", w.CloseTree, ref)
-        return result
+        return await self._run_async(lambda r: r.close_tree(ref))
 
     async def get_async(self, ref: str) -> AgentInfo:
         """Like :meth:`get`, without blocking the event loop."""
-        result: AgentInfo = await self._run_async("get", ref)
-        return result
+        return await self._run_async(lambda r: r.get(ref))
 
     async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
         """Like :meth:`agents`, without blocking the event loop."""
-        result: list[AgentInfo] = await self._run_async("agents", include_closed)
-        return result
+        return await self._run_async(lambda r: r.agents(include_closed))
 
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""
-        result: AgentDetail = await self._run_async("inspect", ref, transcript_tail)
-        return result
+        return await self._run_async(lambda r: r.inspect(ref, transcript_tail))
 
-    async def _one_async(self, kind: type[Any], ref: Any, *extra: Any) -> AgentInfo:
-        result: AgentInfo = await self._run_async("one", kind, ref, *extra)
-        return result
+    async def approvals_async(self, ref: str | None = None) -> list[ApprovalRequest]:
+        """Like :meth:`approvals`, without blocking the event loop."""
+        return await self._run_async(lambda r: r.approvals(ref))
+
+    async def approve_async(self, request_id: str, *, note: str | None = None) -> None:
+        """Like :meth:`approve`, without blocking the event loop."""
+        await self._run_async(lambda r: r.approve(request_id, note))
+
+    async def deny_async(self, request_id: str, *, reason: str) -> None:
+        """Like :meth:`deny`, without blocking the event loop."""
+        await self._run_async(lambda r: r.deny(request_id, reason))
+
+    # -- event streams -------------------------------------------------------------------
+
+    def stream(self, ref: str | None = None) -> ClusterStream:
+        """Like ``Runtime.stream``: iterate over the events of ``ref``'s subtree as they happen
+        (None: every shard's), merged as they come, each shard's in order.
+
+        Ids in the events are cluster ids. A shard that restarted (or that
+        closed the stream after ``stream_idle_s`` without a take) yields one
+        ``EventsDropped(dropped=0)`` where the gap is, and the stream goes on.
+        Ends when the loop is left (``break``, ``close()``, a ``with`` block),
+        at :meth:`shutdown`, or when every shard it listens on closes.
+
+        Raises:
+            RuntimeClosed: the cluster (or a shard's runtime) is closed.
+            ArgumentTypeError, InvalidAgentPath, UnknownAgent: a bad ``ref``.
+            LimitExceeded: a shard has ``max_streams`` streams open.
+            ShardUnavailable: a shard did not answer within ``retry_s``.
+        """
+        return self._kept(ClusterStream(self._opened(ref)))
+
+    def stream_async(self, ref: str | None = None) -> AsyncClusterStream:
+        """Like :meth:`stream`, as an async iterator that never blocks the event loop while
+        it waits (opening it waits for the shards' answers, one round trip)."""
+        return self._kept(AsyncClusterStream(self._opened(ref)))
+
+    def _opened(self, ref: str | None) -> Part:
+        """Open a stream of ``ref`` on the shards it listens on."""
+        transport, router = self._ops()
+        targets = transport.run(router.stream_targets(ref))
+        part = Part(transport, new_id(), targets, self._stream_bounds)
+        try:
+            transport.run(open_op(part.stream_id, targets))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                transport.run(close_op(part.stream_id, targets))
+            raise
+        return part
+
+    def _kept(self, stream: S) -> S:
+        self._open_streams.add(stream)
+        return stream
+
+    def _close_streams(self) -> None:
+        """Close every stream this face opened and still has (at shutdown)."""
+        for stream in list(self._open_streams):
+            stream.close()
+
+    # -- tests and the crash loop --------------------------------------------------------
+
+    @property
+    def faults(self) -> Faults:
+        """Lost replies to inject, by call name (for tests and the crash loop)."""
+        transport, _ = self._ops()
+        return transport.faults
+
+    def set_fault(self, shard: int, point: str, calls: Iterable[str], times: int = 1) -> None:
+        """Make shard ``shard`` kill its own process at ``point`` (for tests; see the wire)."""
+        transport, _ = self._ops()
+        call = w.encode_call(w.SetFault(point, tuple(calls), times))
+        transport.run(raw_reply(One(shard, call)))
+
+    def ping(self) -> list[w.Pong]:
+        """Return what every shard says about itself (pid, node, leases held)."""
+        transport, _ = self._ops()
+        ping = w.encode_call(w.Ping())
+        return [
+            w.decode_reply(transport.run(raw_reply(One(k, ping, "ping"))), w.Pong)
+            for k in range(self.shards)
+        ]
 
     # -- lifecycle -----------------------------------------------------------------------
 

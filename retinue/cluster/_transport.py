@@ -1,6 +1,6 @@
 """The face's side of the wire: Ray calls to shards and the directory, retried, sync or async.
 
-A host call is written once, as a generator (:mod:`retinue.cluster.router`)
+A host call is written once, as a generator (:mod:`retinue.cluster._router`)
 that yields *steps* — a call to one shard, calls to several at once, a
 directory call, a pause — and receives their results. :class:`Transport`
 runs such a generator from a thread (:meth:`Transport.run`, blocking on
@@ -30,7 +30,18 @@ from typing import Any, TypeVar
 
 from retinue.errors import ShardUnavailable
 
-__all__ = ["Dir", "Faults", "Many", "One", "Op", "Pause", "Race", "Transport", "failure_text"]
+__all__ = [
+    "Dir",
+    "Faults",
+    "Many",
+    "One",
+    "Op",
+    "Pause",
+    "Race",
+    "Transport",
+    "failure_text",
+    "raw_reply",
+]
 
 T = TypeVar("T")
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
@@ -323,3 +334,9 @@ class Transport:
                     raise self._unavailable(call.shard, exc) from None
                 await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                 attempt += 1
+
+
+def raw_reply(step: One) -> Op[bytes]:
+    """An operation of one step: its raw reply."""
+    raw: bytes = yield step
+    return raw

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from retinue.cluster import wire as w
+from retinue.cluster._streaming import StreamBounds
+from retinue.cluster._transport import One, Transport, failure_text, raw_reply
 from retinue.cluster.local import LocalRay, load_ray, start_local_ray
 from retinue.cluster.specs import ShardConfig, config_digest
-from retinue.cluster.transport import One, Op, Transport, failure_text
 from retinue.errors import ArgumentTypeError, ClusterError, ConfigurationError, InvalidArgument
 from retinue.protocol.limits import Limits
 from retinue.protocol.provider_limits import ProviderLimit, merge_provider_limits
@@ -36,6 +37,7 @@ __all__ = [
     "start",
     "stop",
     "store_folder",
+    "stream_bounds",
 ]
 
 START_TIMEOUT_S = 120.0
@@ -109,6 +111,31 @@ def positive_seconds(name: str, value: Any) -> float:
     return float(value)
 
 
+def stream_bounds(poll_s: Any, batch: Any, idle_s: Any, max_streams: Any) -> StreamBounds:
+    """Check ``Cluster.open``'s stream bounds; return the face's.
+
+    Raises:
+        ArgumentTypeError: a bound is not a number (an int for the counts).
+        InvalidArgument: a bound is not positive, or ``idle_s`` is not above ``poll_s``.
+    """
+    for name, value in (("stream_poll_s", poll_s), ("stream_idle_s", idle_s)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ArgumentTypeError(f"{name} must be a number, not {type(value).__name__}")
+        if not (math.isfinite(value) and value > 0):
+            raise InvalidArgument(f"{name} must be a positive number of seconds, not {value!r}")
+    for name, value in (("stream_batch", batch), ("max_streams", max_streams)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"{name} must be an int, not {type(value).__name__}")
+        if value < 1:
+            raise InvalidArgument(f"{name} must be at least 1, not {value}")
+    if idle_s <= poll_s:
+        raise InvalidArgument(
+            f"stream_idle_s ({idle_s:g}) must be above stream_poll_s ({poll_s:g}): a shard "
+            "closes a stream no take reached within stream_idle_s"
+        )
+    return StreamBounds(poll_s=float(poll_s), batch=batch)
+
+
 def connect(address: str | None, runtime_env: dict[str, Any] | None) -> Connection:
     """Connect to Ray: the connection this process has, else ``address``, else a local Ray.
 
@@ -139,7 +166,7 @@ def connect(address: str | None, runtime_env: dict[str, Any] | None) -> Connecti
 
 def namespace_of(store_root: Path) -> str:
     """Return the Ray namespace of the cluster whose stores are under ``store_root``."""
-    from retinue.cluster import actors
+    from retinue.cluster import _actors as actors
 
     return actors.namespace_of(store_root)
 
@@ -163,7 +190,7 @@ def start(
             another configuration (another driver started them).
         ClusterError: the directory or a shard did not start (its error).
     """
-    from retinue.cluster import actors
+    from retinue.cluster import _actors as actors
 
     env = actor_env
     try:
@@ -246,14 +273,8 @@ def stop(transport: Transport) -> None:
     stop_call = w.encode_call(w.Shutdown())
     for k, handle in enumerate(transport.shards):
         with contextlib.suppress(Exception):
-            transport.run(_one(One(k, stop_call, "shutdown", retry=False)))
+            transport.run(raw_reply(One(k, stop_call, "shutdown", retry=False)))
         kill(transport.ray, handle)
     kill(transport.ray, transport.directory, closing=True)
     if transport.provider_limits is not None:
         kill(transport.ray, transport.provider_limits)
-
-
-def _one(step: One) -> Op[bytes]:
-    """An operation of one step: the raw reply."""
-    raw: bytes = yield step
-    return raw

@@ -5,7 +5,7 @@ not share their driver's fate; a driver killed with SIGKILL left its GCS,
 raylets and shard workers running, and those workers kept their stores'
 writer locks, so the next driver could not open them. So
 :func:`~retinue.cluster.local.start_local_ray` starts this small process
-(``python -m retinue.cluster.reaper PID...``) with a pipe from the driver:
+(``python -m retinue.cluster._reaper PID...``) with a pipe from the driver:
 when the pipe closes (the driver shut the cluster down, or died), it kills
 the given node processes and everything below them (the workers), children
 first.

@@ -3,7 +3,7 @@
 ``cluster.stream(ref=None)`` has the semantics of ``Runtime.stream``: the
 events of ``ref``'s subtree (None: every agent) as they happen, from the
 moment it is opened. It opens one pull stream on each shard it listens on
-(:mod:`retinue.cluster.shardstreams`; an id: its shard; a path: its
+(:mod:`retinue.cluster._shardstreams`; an id: its shard; a path: its
 top-level name's shard, or every shard while that name is not placed) under
 one stream id, and polls each with long-poll takes
 (:class:`~retinue.cluster.eventwire.TakeEvents`): one pump per shard (a
@@ -38,8 +38,8 @@ from types import TracebackType
 from typing import Self
 
 from retinue.cluster import wire as w
+from retinue.cluster._transport import Many, One, Op, Transport
 from retinue.cluster.eventwire import CloseStream, EventBatch, OpenStream, TakeEvents
-from retinue.cluster.transport import Many, One, Op, Transport
 from retinue.errors import RuntimeClosed, ShardUnavailable
 from retinue.protocol import paths
 from retinue.protocol.messages import Event, EventsDropped

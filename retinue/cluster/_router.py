@@ -3,9 +3,11 @@
 :class:`Router` holds what a face knows: the shard count, the directory
 entries it has seen (entries never change once recorded, so a cached one is
 never stale), the completions it has returned and the leases it could not
-acknowledge yet. Each host call is a method returning an
-:data:`~retinue.cluster.transport.Op`, run by the transport from a thread
-or an event loop.
+acknowledge yet. Each host call is one method returning an
+:data:`~retinue.cluster._transport.Op`, run by the transport from a thread
+or an event loop; it sends the runtime's own command for that call
+(:mod:`retinue.actors.commands`, wrapped by :func:`~retinue.cluster.wire.run`)
+and decodes the answer as that command's answer type.
 
 - A ref that is a cluster id (``s<k>-...``) goes to shard ``k``; a path goes
   to the shard the directory records for its top-level name. A name the
@@ -27,14 +29,38 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
 from retinue.actors.calls import resolve_timeout
+from retinue.actors.commands import (
+    HOST,
+    AckLease,
+    Agents,
+    Approvals,
+    Approve,
+    Close,
+    CloseTree,
+    Command,
+    Deny,
+    FollowUp,
+    Get,
+    HostMessages,
+    Inspect,
+    Interrupt,
+    InterruptTree,
+    ReleaseLease,
+    Resume,
+    Send,
+    Spawn,
+    Wait,
+    answer_type,
+)
 from retinue.cluster import wire as w
+from retinue.cluster._transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race
 from retinue.cluster.ids import split_id
-from retinue.cluster.transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race
 from retinue.errors import (
     ArgumentTypeError,
     DedupKeyTooLong,
@@ -56,6 +82,7 @@ __all__ = ["Router"]
 KEY_PREFIX = "~"  # generated idempotency and dedup keys: "~<request id>"
 MIN_GENERATED_KEY = 17  # a generated key keeps at least 64 random bits, or none is made
 _enc = w.encode_call
+R = TypeVar("R")
 
 
 class Router:
@@ -154,7 +181,7 @@ class Router:
         Raises:
             UnknownAgent (or the shards' own refusal): no shard holds it.
         """
-        replies = yield Many(tuple(One(k, _enc(w.Get(ref)), "get") for k in range(self.shards)))
+        replies = yield Many(tuple(_one(k, Get(HOST, ref)) for k in range(self.shards)))
         first: RetinueError | None = None
         for shard, raw in enumerate(replies):
             try:
@@ -186,6 +213,19 @@ class Router:
             return None
         return KEY_PREFIX + rid[: cap - len(KEY_PREFIX)]
 
+    def _ask(self, shard: int, command: Command[R], rid: str | None = None) -> Op[R]:
+        """Run ``command`` on ``shard`` (under ``rid``, or a fresh one if it is recorded)."""
+        if rid is None and type(command) in w.RECORDED:
+            rid = new_id()
+        raw = yield _one(shard, command, rid)
+        answer: R = w.decode_reply(raw, answer_type(type(command)))
+        return answer
+
+    def _on(self, ref: Any, make: Callable[[str], Command[R]]) -> Op[R]:
+        """Run the command ``make`` builds for ``ref``'s shard-local ref on its shard."""
+        shard, local = yield from self.route(ref)
+        return (yield from self._ask(shard, make(local)))
+
     # -- mutating calls ------------------------------------------------------------------
 
     def spawn(self, profile: str, task: str, name: Any, parent: Any, key: Any) -> Op[AgentInfo]:
@@ -205,8 +245,8 @@ class Router:
         else:
             shard = (yield Dir("place_key", (made,))) if key is not None else (yield Dir("pick"))
             local_parent = paths.ROOT
-        call = w.Spawn(rid, profile, task, name, local_parent, made)
-        info = w.decode_reply((yield One(shard, _enc(call), "spawn")), AgentInfo)
+        command = Spawn(HOST, profile, task, name, local_parent, made)
+        info = yield from self._ask(shard, command, rid)
         if top and name is None:
             self._cache(info.name, (yield Dir("record", (info.name, shard))))
         return info
@@ -216,25 +256,34 @@ class Router:
         rid = new_id()
         key = self._key(dedup_key, rid, "dedup_key")
         shard, local = yield from self.route(ref)
-        call = w.Send(rid, local, content, key)
-        message = w.decode_reply((yield One(shard, _enc(call), "send")), Message)
+        message = yield from self._ask(shard, Send(HOST, local, content, key), rid)
         if dedup_key is None and message.dedup_key is not None:
             message = msgspec.structs.replace(message, dedup_key=None)
         return message
 
-    def one(self, kind: type[Any], ref: Any, *extra: Any) -> Op[AgentInfo]:
-        """A call on one agent answered with it: follow_up, resume, interrupt, close."""
-        shard, local = yield from self.route(ref)
-        call = kind(new_id(), local, *extra)
-        raw = yield One(shard, _enc(call), call.__struct_config__.tag)
-        return w.decode_reply(raw, AgentInfo)
+    def follow_up(self, ref: Any, task: str) -> Op[AgentInfo]:
+        """Queue a follow-up turn of an idle agent."""
+        return self._on(ref, lambda local: FollowUp(HOST, local, task))
 
-    def subtree(self, kind: type[Any], ref: Any) -> Op[list[AgentInfo]]:
-        """A call on a subtree answered with its agents: interrupt_tree, close_tree."""
-        shard, local = yield from self.route(ref)
-        call = kind(new_id(), local)
-        raw = yield One(shard, _enc(call), call.__struct_config__.tag)
-        return w.decode_reply(raw, list[AgentInfo])
+    def resume(self, ref: Any) -> Op[AgentInfo]:
+        """Run an interrupted agent's task again."""
+        return self._on(ref, lambda local: Resume(HOST, local))
+
+    def interrupt(self, ref: Any) -> Op[AgentInfo]:
+        """Cancel an agent's queued or running turn."""
+        return self._on(ref, lambda local: Interrupt(HOST, local))
+
+    def interrupt_tree(self, ref: Any) -> Op[list[AgentInfo]]:
+        """Cancel the turns of an agent's whole live subtree."""
+        return self._on(ref, lambda local: InterruptTree(HOST, local))
+
+    def close(self, ref: Any) -> Op[AgentInfo]:
+        """Close one agent."""
+        return self._on(ref, lambda local: Close(HOST, local))
+
+    def close_tree(self, ref: Any) -> Op[list[AgentInfo]]:
+        """Close an agent's whole subtree."""
+        return self._on(ref, lambda local: CloseTree(HOST, local))
 
     # -- waits ---------------------------------------------------------------------------
 
@@ -255,11 +304,11 @@ class Router:
             remaining = max(0.0, deadline - time.monotonic())
             call = One(
                 shard,
-                _enc(w.Wait(lease, local, remaining)),
+                _enc(w.run(Wait(HOST, local, lease=lease), timeout=remaining)),
                 "wait",
                 timeout_s=remaining,
                 retry=False,
-                on_cancel=_enc(w.Release(lease)),
+                on_cancel=_enc(w.run(ReleaseLease(lease))),
             )
             try:
                 raw = yield call
@@ -282,7 +331,7 @@ class Router:
             todo, self.unacked = [(shard, lease), *self.unacked], []
         for pending in todo:
             try:
-                yield One(pending[0], _enc(w.Ack(pending[1])), "ack")
+                yield _one(pending[0], AckLease(pending[1]))
             except ShardUnavailable:
                 with self._lock:
                     self.unacked.append(pending)  # released after lease_timeout_s at worst
@@ -301,20 +350,18 @@ class Router:
     def messages(self, timeout: float | None) -> Op[list[Message]]:
         """Every shard's host inbox, oldest first; wait for the first message on any shard."""
         seconds = resolve_timeout(timeout, self.limits)
-        polls = [w.Messages(new_id(), 0.0) for _ in range(self.shards)]
-        replies = yield Many(tuple(One(k, _enc(p), "messages") for k, p in enumerate(polls)))
-        got = _merge(replies)
+        inbox = HostMessages(HOST)
+        polls = tuple(_one(k, inbox, new_id(), 0.0) for k in range(self.shards))
+        got = _merge((yield Many(polls)))
         if got or seconds == 0:
             return got
-        waits = [w.Messages(new_id(), seconds) for _ in range(self.shards)]
+        rids = [new_id() for _ in range(self.shards)]
         replies = yield Race(
             calls=tuple(
-                One(k, _enc(c), "messages", timeout_s=seconds) for k, c in enumerate(waits)
+                _one(k, inbox, rid, seconds, timeout_s=seconds) for k, rid in enumerate(rids)
             ),
-            stops=tuple(One(k, _enc(w.StopWaiting((c.rid,)))) for k, c in enumerate(waits)),
-            fallback=tuple(
-                One(k, _enc(w.Messages(c.rid, 0.0)), "messages") for k, c in enumerate(waits)
-            ),
+            stops=tuple(One(k, _enc(w.StopWaiting((rid,)))) for k, rid in enumerate(rids)),
+            fallback=tuple(_one(k, inbox, rid, 0.0) for k, rid in enumerate(rids)),
             done=_has_messages,
         )
         return _merge(replies)
@@ -323,19 +370,16 @@ class Router:
 
     def get(self, ref: Any) -> Op[AgentInfo]:
         """One agent, by cluster id or live path."""
-        shard, local = yield from self.route(ref)
-        return w.decode_reply((yield One(shard, _enc(w.Get(local)), "get")), AgentInfo)
+        return self._on(ref, lambda local: Get(HOST, local))
 
     def inspect(self, ref: Any, tail: int) -> Op[AgentDetail]:
         """One agent in full."""
-        shard, local = yield from self.route(ref)
-        raw = yield One(shard, _enc(w.Inspect(local, tail)), "inspect")
-        return w.decode_reply(raw, AgentDetail)
+        return self._on(ref, lambda local: Inspect(HOST, local, tail))
 
     def agents(self, include_closed: bool) -> Op[list[AgentInfo]]:
         """Every shard's agents, merged oldest first."""
-        call = _enc(w.Agents(include_closed))
-        replies = yield Many(tuple(One(k, call, "agents") for k in range(self.shards)))
+        command = Agents(HOST, include_closed)
+        replies = yield Many(tuple(_one(k, command) for k in range(self.shards)))
         merged = [a for raw in replies for a in w.decode_reply(raw, list[AgentInfo])]
         return sorted(merged, key=lambda a: (a.created_at, a.id))
 
@@ -344,21 +388,36 @@ class Router:
     def approvals(self, ref: Any) -> Op[list[ApprovalRequest]]:
         """The pending approval requests of ``ref``'s subtree, or of every shard, oldest first."""
         if ref is None:
-            call = _enc(w.Approvals(None))
-            replies = yield Many(tuple(One(k, call, "approvals") for k in range(self.shards)))
+            every = Approvals(HOST, None)
+            replies = yield Many(tuple(_one(k, every) for k in range(self.shards)))
         else:
             shard, local = yield from self.route(ref)
-            replies = [(yield One(shard, _enc(w.Approvals(local)), "approvals"))]
+            replies = [(yield _one(shard, Approvals(HOST, local)))]
         merged = [r for raw in replies for r in w.decode_reply(raw, list[ApprovalRequest])]
         return sorted(merged, key=lambda r: (r.requested_at, r.id))
 
-    def answer(self, kind: type[w.Approve | w.Deny], request_id: Any, text: Any) -> Op[None]:
-        """Approve or deny a request on the shard its id names (a retry answers once).
+    def approve(self, request_id: Any, note: Any) -> Op[None]:
+        """Approve a request on the shard its id names (a retry answers once).
 
         Raises:
             ArgumentTypeError: a non-str id.
             UnknownApproval: an id no shard of this cluster made.
             ApprovalAlreadyAnswered, InvalidArgument: as ``Runtime.approve``.
+        """
+        shard, local = self._request(request_id)
+        return self._ask(shard, Approve(local, note))
+
+    def deny(self, request_id: Any, reason: Any) -> Op[None]:
+        """Deny a request on the shard its id names (raises as :meth:`approve`)."""
+        shard, local = self._request(request_id)
+        return self._ask(shard, Deny(local, reason))
+
+    def _request(self, request_id: Any) -> tuple[int, str]:
+        """Return ``(shard, shard-local id)`` of an approval request's cluster id.
+
+        Raises:
+            ArgumentTypeError: a non-str id.
+            UnknownApproval: an id no shard of this cluster made.
         """
         if not isinstance(request_id, str):
             raise ArgumentTypeError(f"request_id must be a str, not {type(request_id).__name__}")
@@ -367,8 +426,20 @@ class Router:
             raise UnknownApproval(
                 f"no approval request {preview(request_id)}; list them with approvals()"
             )
-        call: Any = kind(new_id(), split[1], text)
-        w.decode_reply((yield One(split[0], _enc(call), call.__struct_config__.tag)), type(None))
+        return split
+
+
+def _one(
+    shard: int,
+    command: Command[Any],
+    rid: str | None = None,
+    timeout: float | None = None,
+    *,
+    timeout_s: float | None = None,
+) -> One:
+    """The step that runs ``command`` on ``shard`` under the name the call goes by."""
+    payload = _enc(w.run(command, rid=rid, timeout=timeout))
+    return One(shard, payload, w.call_name(command), timeout_s=timeout_s)
 
 
 def _has_messages(raw: bytes) -> bool:
