@@ -31,10 +31,13 @@ class CountBacklog(Command[Backlog]):
 
 @dataclass(frozen=True, slots=True)
 class Agents(Command[list[AgentInfo]]):
-    """Return every agent, oldest first (closed ones only if asked)."""
+    """Return every agent, oldest first (closed ones only if asked); with ``limit`` or
+    ``after``, one page of them by path (:mod:`retinue.protocol.paging`)."""
 
     sender: Sender
     include_closed: bool = False
+    limit: int | None = None
+    after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

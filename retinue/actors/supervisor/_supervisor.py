@@ -355,7 +355,13 @@ class Supervisor:
                 raw = world.store.get("transcripts", record.id.encode())
                 return detail_of(world.tree, record, raw, tail)
             case Agents():
-                return agent_list(world.tree, include_closed=command.include_closed)
+                return agent_list(
+                    world.tree,
+                    include_closed=command.include_closed,
+                    limit=command.limit,
+                    after=command.after,
+                    page_max=world.limits.agents_page_max,
+                )
             case CountBacklog():
                 return backlog_of(world.tree)
             case Children():

@@ -90,7 +90,9 @@ class StoreReader:
             case Get():
                 return self._run(future, self.get, command.ref, command.field)
             case Agents():
-                return self._run(future, self.agents, command.include_closed)
+                return self._run(
+                    future, self.agents, command.include_closed, command.limit, command.after
+                )
             case Inspect():
                 tail = check_tail(command.transcript_tail)
                 return self._run(future, self.inspect, command.ref, tail, command.field)
@@ -175,13 +177,25 @@ class StoreReader:
         held = {r.request.id: r for r in restored.approvals}
         return pending_requests(held, tree.agents, below)
 
-    def agents(self, include_closed: bool) -> list[AgentInfo]:
-        """Return every agent oldest first; closed ones only with ``include_closed``.
+    def agents(
+        self, include_closed: bool, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
+        """Return every agent oldest first, or a page of them by path (``limit``, ``after``);
+        closed ones only with ``include_closed``.
 
         Only the agents database is restored: messages and completions change no agent.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument, PageLimitExceeded, UnknownAgent: a bad page.
         """
         restored = restore(self.store.snapshot(("agents",)), None)
-        return agent_records(restored.agents, include_closed=include_closed)
+        return agent_records(
+            restored.agents,
+            include_closed=include_closed,
+            limit=limit,
+            after=after,
+            page_max=self.limits.agents_page_max,
+        )
 
     def close(self) -> None:
         """Stop the worker threads (waiting for reads in progress); idempotent."""
