@@ -76,7 +76,7 @@ from retinue.errors import (
 )
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Durability
-from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog, InDoubtCall
 from retinue.protocol.effects import ToolCall
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
@@ -121,6 +121,7 @@ __all__ = [
     "AgentBusy",
     "AgentClosed",
     "AgentClosedEvent",
+    "AgentCounts",
     "AgentDetail",
     "AgentInfo",
     "AgentLimitExceeded",

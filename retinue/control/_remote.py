@@ -30,6 +30,7 @@ from retinue.actors.commands import (
     Close,
     CloseTree,
     Command,
+    CountAgents,
     CountBacklog,
     Deny,
     FollowUp,
@@ -50,7 +51,7 @@ from retinue.control import _wire as w
 from retinue.control._link import Link, Reply
 from retinue.control._streams import AsyncRemoteStream, RemoteStream
 from retinue.errors import ArgumentTypeError
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paging import AGENTS_PAGE_DEFAULT, aiter_pages, iter_pages
 from retinue.protocol.supervision import ApprovalRequest
@@ -372,6 +373,14 @@ class RemoteRuntime:
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""
         return await self._ask_async(Inspect(HOST, ref, transcript_tail))
+
+    def agent_counts(self) -> AgentCounts:
+        """Like ``Runtime.agent_counts``: agents by state, live ones by profile."""
+        return self._ask(CountAgents(HOST))
+
+    async def agent_counts_async(self) -> AgentCounts:
+        """Like :meth:`agent_counts`, without blocking the event loop."""
+        return await self._ask_async(CountAgents(HOST))
 
     def backlog(self) -> Backlog:
         """Like ``Runtime.backlog``: what waits to be received in the whole store."""

@@ -26,6 +26,7 @@ __all__ = [
     "AGENTS_PAGE_DEFAULT",
     "aiter_pages",
     "check_page",
+    "cursor_of",
     "iter_pages",
     "page_of",
 ]
@@ -77,7 +78,12 @@ def check_page(limit: Any, after: Any, page_max: int) -> None:
             raise InvalidArgument("after must be the id or path of the previous page's last agent")
 
 
-def _cursor(after: str, find: Callable[[str], T | None]) -> tuple[str, str]:
+def cursor_of(after: str, find: Callable[[str], T | None]) -> tuple[str, str]:
+    """Return the (path, id) key a page starts after, for ``after`` (an id or a path).
+
+    Raises:
+        UnknownAgent: ``after`` is an id ``find`` does not know.
+    """
     if after.startswith("/"):
         return after, _AFTER_EVERY_ID
     item = find(after)
@@ -108,7 +114,7 @@ def page_of(
     if limit is None and after is None:
         return sorted(shown, key=lambda i: i.created_at)
     if after is not None:
-        cursor = _cursor(after, find)
+        cursor = cursor_of(after, find)
         shown = (i for i in shown if (i.path, i.id) > cursor)
     if limit is None:
         return sorted(shown, key=lambda i: (i.path, i.id))

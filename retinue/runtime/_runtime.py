@@ -34,6 +34,7 @@ from retinue.actors.commands import (
     CloseTree,
     Command,
     Compact,
+    CountAgents,
     CountBacklog,
     Deny,
     FollowUp,
@@ -61,7 +62,7 @@ from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.space import Diagnostics
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
-from retinue.protocol.details import AgentDetail, Backlog, CompactionReport
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog, CompactionReport
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paging import AGENTS_PAGE_DEFAULT, aiter_pages, iter_pages
@@ -752,6 +753,17 @@ class Runtime:
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""
         return await self._ask_async(Inspect(HOST, ref, transcript_tail))
+
+    def agent_counts(self) -> AgentCounts:
+        """Count the store's agents by state (closed ones included) and the live ones by
+        profile. A writer keeps the counts as its tree changes (this reads no agent); a
+        read-only runtime walks the agents database. What the metrics' gauges read.
+        """
+        return self._ask(CountAgents(HOST))
+
+    async def agent_counts_async(self) -> AgentCounts:
+        """Like :meth:`agent_counts`, without blocking the event loop."""
+        return await self._ask_async(CountAgents(HOST))
 
     def backlog(self) -> Backlog:
         """Count what waits to be received in the whole store: unread messages and

@@ -107,6 +107,7 @@ def test_agents_page_over_the_socket(remote: RemoteRuntime) -> None:
     assert [a.path for a in remote.iter_agents(page_size=1)] == ["/root/a", "/root/b", "/root/c"]
     with pytest.raises(PageLimitExceeded):
         remote.agents(limit=10**9)
+    assert remote.agent_counts().by_state == {"completed": 3}
 
     async def walk() -> list[str]:
         assert len(await remote.agents_async(limit=1, after="/root/a")) == 1

@@ -110,3 +110,15 @@ def test_a_reader_and_the_async_twins_page_alike(tmp_path: Path) -> None:
         assert [a.path for a in reader.agents(after=first[-1].id)] == expected[3:]
         with pytest.raises(PageLimitExceeded):
             reader.agents(limit=Limits().agents_page_max + 1)
+
+
+def test_agent_counts_match_the_agents_on_a_writer_and_a_reader(tmp_path: Path) -> None:
+    with Runtime.open(tmp_path / "s", profiles=PROFILES) as rt:
+        fill(rt, ["a", "b", "c"])
+        rt.close("/root/a")
+        counts = rt.agent_counts()
+        assert counts.by_state == {"closed": 1, "completed": 2}
+        assert counts.live_by_profile == {"echo": 2}
+        assert asyncio.run(rt.agent_counts_async()) == counts
+    with Runtime.open(tmp_path / "s", readonly=True) as reader:
+        assert reader.agent_counts() == counts

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retinue.actors.commands._base import Command, Sender, TurnRef
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo
 
-__all__ = ["Agents", "Children", "CountBacklog", "Get", "Inspect"]
+__all__ = ["Agents", "Children", "CountAgents", "CountBacklog", "Get", "Inspect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +25,13 @@ class Get(Command[AgentInfo]):
 @dataclass(frozen=True, slots=True)
 class CountBacklog(Command[Backlog]):
     """Count the unread messages and pending completions of the whole store."""
+
+    sender: Sender
+
+
+@dataclass(frozen=True, slots=True)
+class CountAgents(Command[AgentCounts]):
+    """Count the store's agents by state and the live ones by profile."""
 
     sender: Sender
 

@@ -63,6 +63,7 @@ from retinue.actors.commands import (
     Close,
     CloseTree,
     Compact,
+    CountAgents,
     CountBacklog,
     Deny,
     Envelope,
@@ -124,6 +125,7 @@ from retinue.actors.tree import Tree
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import RetinueError, RuntimeClosed, TurnInterrupted
 from retinue.persistence.store import Store
+from retinue.protocol.details import AgentCounts
 from retinue.protocol.failures import TurnError
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Message
@@ -364,6 +366,11 @@ class Supervisor:
                 )
             case CountBacklog():
                 return backlog_of(world.tree)
+            case CountAgents():
+                return AgentCounts(
+                    by_state=dict(world.tree.state_counts),
+                    live_by_profile=dict(world.tree.live_profiles),
+                )
             case Children():
                 return self.children(sending_turn(me))
             case LlmLoad():

@@ -40,7 +40,7 @@ from retinue.protocol import paths
 from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall, in_doubt_calls
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
-from retinue.protocol.paging import check_page, page_of
+from retinue.protocol.paging import check_page, cursor_of, page_of
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
     AgentRecord,
@@ -173,14 +173,10 @@ def agent_list(
             ``check_page`` and ``page_of`` (:mod:`retinue.protocol.paging`).
     """
     check_page(limit, after, page_max)
-    page = page_of(
-        tree.agents.values(),
-        include_closed=include_closed,
-        limit=limit,
-        after=after,
-        find=tree.agents.get,
-    )
-    return [info_of(r) for r in page]
+    if limit is None and after is None:
+        return agent_records(list(tree.agents.values()), include_closed=include_closed)
+    cursor = None if after is None else cursor_of(after, tree.agents.get)
+    return [info_of(r) for r in tree.page(cursor, limit, include_closed)]
 
 
 def agent_records(
