@@ -6,7 +6,8 @@ id (a stable order: an agent never moves, and a new one lands where its path
 sorts), the first ``limit`` of them after the cursor ``after``. The cursor is
 the id or the path of the last agent of the previous page: an id names the
 exact place (closed agents may share a path), a path means "after every agent
-at that path". ``limit`` is bounded by ``Limits.agents_page_max``.
+at that path", and ``"<path> <id>"`` (what :func:`iter_pages` passes) names the
+exact place even once that agent is compacted. ``limit`` is bounded by ``Limits.agents_page_max``.
 
 Pure rules over anything with ``id``, ``path``, ``state`` and ``created_at``
 (an ``AgentRecord``, an ``AgentInfo``); the faces walk pages with
@@ -85,12 +86,13 @@ def cursor_of(after: str, find: Callable[[str], T | None]) -> tuple[str, str]:
         UnknownAgent: ``after`` is an id ``find`` does not know.
     """
     if after.startswith("/"):
-        return after, _AFTER_EVERY_ID
+        path, _, agent_id = after.partition(" ")  # no path holds a space
+        return path, agent_id or _AFTER_EVERY_ID
     item = find(after)
     if item is None:
         raise UnknownAgent(
             f"no agent with id {after!r} to page after (it may have been compacted): "
-            "pass the path of the previous page's last agent instead"
+            "pass '<path> <id>' of the previous page's last agent instead"
         )
     return item.path, item.id
 
@@ -128,21 +130,15 @@ def iter_pages(
 ) -> Iterator[AgentInfo]:
     """Yield every agent ``fetch(limit, after)`` pages through, in page order.
 
-    Each page is asked for after the id of the previous page's last agent; if
-    that agent was compacted meanwhile (``UnknownAgent``), after its path.
+    Each page is asked for after ``"<path> <id>"`` of the previous page's last
+    agent: a cursor that holds even if that agent is compacted meanwhile.
     """
-    last: AgentInfo | None = None
     while True:
-        try:
-            page = fetch(page_size, after if last is None else last.id)
-        except UnknownAgent:
-            if last is None:
-                raise
-            page = fetch(page_size, last.path)
+        page = fetch(page_size, after)
         yield from page
         if len(page) < page_size:
             return
-        last = page[-1]
+        after = f"{page[-1].path} {page[-1].id}"
 
 
 async def aiter_pages(
@@ -151,16 +147,10 @@ async def aiter_pages(
     after: str | None,
 ) -> AsyncIterator[AgentInfo]:
     """Like :func:`iter_pages`, with an awaitable ``fetch``."""
-    last: AgentInfo | None = None
     while True:
-        try:
-            page = await fetch(page_size, after if last is None else last.id)
-        except UnknownAgent:
-            if last is None:
-                raise
-            page = await fetch(page_size, last.path)
+        page = await fetch(page_size, after)
         for info in page:
             yield info
         if len(page) < page_size:
             return
-        last = page[-1]
+        after = f"{page[-1].path} {page[-1].id}"

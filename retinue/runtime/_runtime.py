@@ -686,13 +686,13 @@ class Runtime:
 
         With ``limit`` or ``after``, one page instead: agents ordered by path then id,
         at most ``limit`` of them (up to ``Limits.agents_page_max``), after ``after``
-        (the id, or the path, of the previous page's last agent). :meth:`iter_agents`
-        walks the pages.
+        (the id, the path, or ``"<path> <id>"`` of the previous page's last agent).
+        :meth:`iter_agents` walks the pages.
 
         Raises:
             PageLimitExceeded: ``limit`` is above ``Limits.agents_page_max``.
             InvalidArgument, ArgumentTypeError: a bad ``limit`` or ``after``.
-            UnknownAgent: ``after`` is an id of no agent (compacted: page after its path).
+            UnknownAgent: ``after`` is an id of no agent (compacted: use ``"<path> <id>"``).
         """
         return self._ask(Agents(HOST, include_closed, limit, after))
 
