@@ -51,6 +51,7 @@ from retinue.errors import (
     NothingToWaitFor,
     NotPermitted,
     NoWriter,
+    PageLimitExceeded,
     PermanentError,
     ProviderLimitExceeded,
     RestartLimitExceeded,
@@ -75,7 +76,7 @@ from retinue.errors import (
 )
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.store import Durability
-from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog, InDoubtCall
 from retinue.protocol.effects import ToolCall
 from retinue.protocol.graph import validate_graph
 from retinue.protocol.limits import Limits
@@ -120,6 +121,7 @@ __all__ = [
     "AgentBusy",
     "AgentClosed",
     "AgentClosedEvent",
+    "AgentCounts",
     "AgentDetail",
     "AgentInfo",
     "AgentLimitExceeded",
@@ -178,6 +180,7 @@ __all__ = [
     "NoWriter",
     "NotPermitted",
     "NothingToWaitFor",
+    "PageLimitExceeded",
     "PermanentError",
     "Profile",
     "ProviderBackoff",

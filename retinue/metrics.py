@@ -283,10 +283,9 @@ class RetinueCollector(Collector):
             return self._state
         state = _State()
         try:
-            for info in self.rt.agents(include_closed=True):
-                state.states[str(info.state)] = state.states.get(str(info.state), 0) + 1
-                if info.state != AgentState.CLOSED:
-                    state.profiles[info.profile] = state.profiles.get(info.profile, 0) + 1
+            counts = self.rt.agent_counts()  # kept by the writer's tree: no walk of the agents
+            state.states.update(counts.by_state)
+            state.profiles.update(counts.live_by_profile)
             backlog = self.rt.backlog()
             state.space = self.rt.diagnostics.store
         except RetinueError:

@@ -144,7 +144,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     rt = reader(store)
     try:
         copy = rt.backup(dest)
-        count = len(rt.agents(include_closed=True))
+        count = sum(rt.agent_counts().by_state.values())
     finally:
         rt.shutdown()
     print(f"backed up {store} ({count} agents) to {copy}; open it with --store {copy}")

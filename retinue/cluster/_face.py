@@ -41,6 +41,7 @@ from retinue.protocol.details import AgentDetail
 from retinue.protocol.ids import new_id
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.paging import check_page, page_of
 from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.supervision import ApprovalRequest
 from retinue.team import Team
@@ -259,9 +260,14 @@ class Cluster:
         """Like ``Runtime.get``."""
         return self._run(lambda r: r.get(ref))
 
-    def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
-        """Like ``Runtime.agents``: every shard's agents, oldest first."""
-        return self._run(lambda r: r.agents(include_closed))
+    def agents(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
+        """Like ``Runtime.agents``: every shard's agents, oldest first, or one page by path
+        (cut from every shard's agents here: a page costs what the whole list does)."""
+        check_page(limit, after, self.limits.agents_page_max)
+        result = self._run(lambda r: r.agents(include_closed))
+        return _page(result, include_closed, limit, after)
 
     def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like ``Runtime.inspect``."""
@@ -354,9 +360,13 @@ class Cluster:
         """Like :meth:`get`, without blocking the event loop."""
         return await self._run_async(lambda r: r.get(ref))
 
-    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
+    async def agents_async(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
         """Like :meth:`agents`, without blocking the event loop."""
-        return await self._run_async(lambda r: r.agents(include_closed))
+        check_page(limit, after, self.limits.agents_page_max)
+        result = await self._run_async(lambda r: r.agents(include_closed))
+        return _page(result, include_closed, limit, after)
 
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""
@@ -517,3 +527,13 @@ def _agent_ref(ref: Any, method: str) -> Any:
             "to close the cluster use shutdown() or a with block"
         )
     return ref
+
+
+def _page(
+    infos: list[AgentInfo], include_closed: bool, limit: int | None, after: str | None
+) -> list[AgentInfo]:
+    """Every shard's agents as ``agents()`` lists them (all oldest first, or a page)."""
+    if limit is None and after is None:
+        return infos
+    by_id = {info.id: info for info in infos}
+    return page_of(infos, include_closed=True, limit=limit, after=after, find=by_id.get)

@@ -182,11 +182,15 @@ class Host(Protocol):
         """Like :meth:`get`, without blocking the event loop."""
         ...
 
-    def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
-        """Return every agent, oldest first."""
+    def agents(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
+        """Return every agent, oldest first; with ``limit`` or ``after``, one page by path."""
         ...
 
-    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
+    async def agents_async(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
         """Like :meth:`agents`, without blocking the event loop."""
         ...
 

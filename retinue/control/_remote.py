@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -29,6 +30,7 @@ from retinue.actors.commands import (
     Close,
     CloseTree,
     Command,
+    CountAgents,
     CountBacklog,
     Deny,
     FollowUp,
@@ -49,8 +51,9 @@ from retinue.control import _wire as w
 from retinue.control._link import Link, Reply
 from retinue.control._streams import AsyncRemoteStream, RemoteStream
 from retinue.errors import ArgumentTypeError
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.paging import AGENTS_PAGE_DEFAULT, aiter_pages, iter_pages
 from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = ["RemoteRuntime"]
@@ -319,13 +322,49 @@ class RemoteRuntime:
         """Like :meth:`get`, without blocking the event loop."""
         return await self._ask_async(Get(HOST, ref))
 
-    def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
-        """Like ``Runtime.agents``: every agent, oldest first."""
-        return self._ask(Agents(HOST, include_closed))
+    def agents(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
+        """Like ``Runtime.agents``: every agent, oldest first, or one page by path."""
+        return self._ask(Agents(HOST, include_closed, limit, after))
 
-    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
+    async def agents_async(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
         """Like :meth:`agents`, without blocking the event loop."""
-        return await self._ask_async(Agents(HOST, include_closed))
+        return await self._ask_async(Agents(HOST, include_closed, limit, after))
+
+    def iter_agents(
+        self,
+        *,
+        include_closed: bool = False,
+        page_size: int = AGENTS_PAGE_DEFAULT,
+        after: str | None = None,
+    ) -> Iterator[AgentInfo]:
+        """Like ``Runtime.iter_agents``: every agent by path, one page per call."""
+        return iter_pages(
+            lambda limit, cursor: self.agents(
+                include_closed=include_closed, limit=limit, after=cursor
+            ),
+            page_size,
+            after,
+        )
+
+    def iter_agents_async(
+        self,
+        *,
+        include_closed: bool = False,
+        page_size: int = AGENTS_PAGE_DEFAULT,
+        after: str | None = None,
+    ) -> AsyncIterator[AgentInfo]:
+        """Like :meth:`iter_agents`, as an async iterator (``async for``)."""
+        return aiter_pages(
+            lambda limit, cursor: self.agents_async(
+                include_closed=include_closed, limit=limit, after=cursor
+            ),
+            page_size,
+            after,
+        )
 
     def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like ``Runtime.inspect``: one agent in full."""
@@ -334,6 +373,14 @@ class RemoteRuntime:
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""
         return await self._ask_async(Inspect(HOST, ref, transcript_tail))
+
+    def agent_counts(self) -> AgentCounts:
+        """Like ``Runtime.agent_counts``: agents by state, live ones by profile."""
+        return self._ask(CountAgents(HOST))
+
+    async def agent_counts_async(self) -> AgentCounts:
+        """Like :meth:`agent_counts`, without blocking the event loop."""
+        return await self._ask_async(CountAgents(HOST))
 
     def backlog(self) -> Backlog:
         """Like ``Runtime.backlog``: what waits to be received in the whole store."""

@@ -34,6 +34,7 @@ and friends keep working for callers that do not know retinue's names::
     │   ├── RestartLimitExceeded                      a restart policy gave up (its intensity)
     │   ├── CrashLoop                                 a task lost max_lost times in a row
     │   ├── ProviderLimitExceeded                     .match: a call larger than a provider limit
+    │   ├── PageLimitExceeded                         agents(limit=) above agents_page_max
     │   └── ToolCallLimitExceeded                     a turn made max_tool_calls calls
     ├── AgentStateError                               wrong state for the call
     │   ├── AgentClosed
@@ -111,6 +112,7 @@ from retinue.errors._limits import (
     LimitExceeded,
     MailboxFull,
     MessageTooLarge,
+    PageLimitExceeded,
     ProviderLimitExceeded,
     RestartLimitExceeded,
     TokenBudgetExceeded,
@@ -183,6 +185,7 @@ __all__ = [
     "NoWriter",
     "NotPermitted",
     "NothingToWaitFor",
+    "PageLimitExceeded",
     "PermanentError",
     "ProviderLimitExceeded",
     "RestartLimitExceeded",

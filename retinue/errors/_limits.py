@@ -20,6 +20,7 @@ __all__ = [
     "LimitExceeded",
     "MailboxFull",
     "MessageTooLarge",
+    "PageLimitExceeded",
     "ProviderLimitExceeded",
     "RestartLimitExceeded",
     "TokenBudgetExceeded",
@@ -142,6 +143,14 @@ class CrashLoop(LimitExceeded):
     the crashes are. It is the error of the ``failed`` completion
     (``error_type`` ``"CrashLoop"``); ``.limit`` is ``Restart.max_lost``,
     ``.value`` the losses in a row, ``.path`` the agent.
+    """
+
+
+class PageLimitExceeded(LimitExceeded):
+    """A page of ``agents(limit=...)`` was asked larger than ``Limits.agents_page_max``.
+
+    ``.limit`` is ``agents_page_max``, ``.value`` the ``limit`` asked for; ask
+    for a smaller page and page on with ``after=`` (or ``iter_agents``).
     """
 
 

@@ -13,6 +13,7 @@ from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.records import ModelCallRecord, ToolStep, TranscriptMessage
 
 __all__ = [
+    "AgentCounts",
     "AgentDetail",
     "Backlog",
     "CompactionReport",
@@ -119,6 +120,18 @@ class Backlog(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     pending_completions: int = 0
     host_unread_messages: int = 0
     host_pending_completions: int = 0
+
+
+class AgentCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """How many agents the store holds, by state and by profile (``Runtime.agent_counts``).
+
+    ``by_state`` counts every agent (closed ones included) by its state's value;
+    ``live_by_profile`` the live (not closed) agents by profile. A writer keeps
+    both as its tree changes, so reading them never walks the agents.
+    """
+
+    by_state: dict[str, int] = msgspec.field(default_factory=dict)
+    live_by_profile: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class CompactionReport(msgspec.Struct, frozen=True, kw_only=True):

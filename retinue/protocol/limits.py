@@ -166,6 +166,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     control_max_calls: int = 1_000
     """Calls in flight on one control socket connection (waits included); one more is
     answered ``LimitExceeded``."""
+    agents_page_max: int = 10_000
+    """Most agents one page of ``agents(limit=...)`` may ask for; a larger ``limit`` is
+    refused with ``PageLimitExceeded`` (page on with ``after=``, or ``iter_agents``)."""
 
     _FLOAT_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {

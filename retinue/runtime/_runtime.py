@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from retinue.actors.commands import (
     CloseTree,
     Command,
     Compact,
+    CountAgents,
     CountBacklog,
     Deny,
     FollowUp,
@@ -61,9 +62,10 @@ from retinue.persistence.options import check_store_options
 from retinue.persistence.restore import Diagnostic
 from retinue.persistence.space import Diagnostics
 from retinue.persistence.store import DEFAULT_MAP_SIZE, Durability, Store
-from retinue.protocol.details import AgentDetail, Backlog, CompactionReport
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog, CompactionReport
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
+from retinue.protocol.paging import AGENTS_PAGE_DEFAULT, aiter_pages, iter_pages
 from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.supervision import ApprovalRequest
 from retinue.runtime._opening import (
@@ -677,13 +679,65 @@ class Runtime:
         """Like :meth:`get`, without blocking the event loop."""
         return await self._ask_async(Get(HOST, ref))
 
-    def agents(self, *, include_closed: bool = False) -> list[AgentInfo]:
-        """Return every agent, oldest first; closed ones only with ``include_closed``."""
-        return self._ask(Agents(HOST, include_closed))
+    def agents(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
+        """Return every agent, oldest first; closed ones only with ``include_closed``.
 
-    async def agents_async(self, *, include_closed: bool = False) -> list[AgentInfo]:
+        With ``limit`` or ``after``, one page instead: agents ordered by path then id,
+        at most ``limit`` of them (up to ``Limits.agents_page_max``), after ``after``
+        (the id, the path, or ``"<path> <id>"`` of the previous page's last agent).
+        :meth:`iter_agents` walks the pages.
+
+        Raises:
+            PageLimitExceeded: ``limit`` is above ``Limits.agents_page_max``.
+            InvalidArgument, ArgumentTypeError: a bad ``limit`` or ``after``.
+            UnknownAgent: ``after`` is an id of no agent (compacted: use ``"<path> <id>"``).
+        """
+        return self._ask(Agents(HOST, include_closed, limit, after))
+
+    async def agents_async(
+        self, *, include_closed: bool = False, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
         """Like :meth:`agents`, without blocking the event loop."""
-        return await self._ask_async(Agents(HOST, include_closed))
+        return await self._ask_async(Agents(HOST, include_closed, limit, after))
+
+    def iter_agents(
+        self,
+        *,
+        include_closed: bool = False,
+        page_size: int = AGENTS_PAGE_DEFAULT,
+        after: str | None = None,
+    ) -> Iterator[AgentInfo]:
+        """Yield every agent by path, one :meth:`agents` page of ``page_size`` at a time
+        (each page a short read: the supervisor is never held for the whole tree).
+
+        Raises:
+            PageLimitExceeded, InvalidArgument, ArgumentTypeError: as :meth:`agents`.
+        """
+        return iter_pages(
+            lambda limit, cursor: self.agents(
+                include_closed=include_closed, limit=limit, after=cursor
+            ),
+            page_size,
+            after,
+        )
+
+    def iter_agents_async(
+        self,
+        *,
+        include_closed: bool = False,
+        page_size: int = AGENTS_PAGE_DEFAULT,
+        after: str | None = None,
+    ) -> AsyncIterator[AgentInfo]:
+        """Like :meth:`iter_agents`, as an async iterator (``async for``)."""
+        return aiter_pages(
+            lambda limit, cursor: self.agents_async(
+                include_closed=include_closed, limit=limit, after=cursor
+            ),
+            page_size,
+            after,
+        )
 
     def inspect(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Return one agent in full: its snapshot, unread messages, pending completions
@@ -699,6 +753,17 @@ class Runtime:
     async def inspect_async(self, ref: str, *, transcript_tail: int = 20) -> AgentDetail:
         """Like :meth:`inspect`, without blocking the event loop."""
         return await self._ask_async(Inspect(HOST, ref, transcript_tail))
+
+    def agent_counts(self) -> AgentCounts:
+        """Count the store's agents by state (closed ones included) and the live ones by
+        profile. A writer keeps the counts as its tree changes (this reads no agent); a
+        read-only runtime walks the agents database. What the metrics' gauges read.
+        """
+        return self._ask(CountAgents(HOST))
+
+    async def agent_counts_async(self) -> AgentCounts:
+        """Like :meth:`agent_counts`, without blocking the event loop."""
+        return await self._ask_async(CountAgents(HOST))
 
     def backlog(self) -> Backlog:
         """Count what waits to be received in the whole store: unread messages and

@@ -67,6 +67,10 @@ def next_pause(read_s: float, options: WebOptions) -> float:
     return min(paced, options.max_interval_s)
 
 
+WEB_PAGE = 5_000
+"""Agents per page the live view reads from a writer."""
+
+
 class LiveTree:
     """Polls a runtime's agents and keeps the latest :class:`Snapshot`; thread-safe."""
 
@@ -207,7 +211,13 @@ class LiveTree:
             self.skips += 1
             return False
         began = time.perf_counter()
-        agents = self.rt.agents(include_closed=True)
+        # A writer's tree is read a page at a time (its supervisor is never held for the
+        # whole tree); a reader restores the agents database once per call: one call.
+        agents = (
+            self.rt.agents(include_closed=True)
+            if self.rt.readonly
+            else list(self.rt.iter_agents(include_closed=True, page_size=WEB_PAGE))
+        )
         tools = self._tools([a.id for a in agents if a.state == "running"], began)
         previous = self._snapshot
         version = (previous.version if previous else 0) + 1

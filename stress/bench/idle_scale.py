@@ -7,12 +7,14 @@ lead running its leaves with ``run_many``, the host receiving the lead's
 completion), written through the runtime (``buffered``, 64 trees in flight)
 in a child process. At each size a fresh child process opens the store
 (durability ``full``) and measures: the open's time, RSS before and after
-it, ``agents()``'s time, 200 spawns' latency (p50/p99; each a new idle
-agent), and a Prometheus scrape's time (:mod:`retinue.metrics`, when
-prometheus-client is installed; its first scrape and a second one).
+it, ``agents()``'s time, a first and a next page of 1,000
+(``agents(limit=, after=)``), a whole ``iter_agents`` walk, ``agent_counts()``,
+200 spawns' latency (p50/p99; each a new idle agent), and a Prometheus
+scrape's time (:mod:`retinue.metrics`, when prometheus-client is installed;
+its first scrape and a second one).
 
-These are the "before" figures of the idle-state work of issue 33: today an
-open restores every agent into memory.
+Issue 33's idle-state work: pages and the scrape's counts no longer walk
+every agent; an open still restores every agent into memory.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = ["PART", "build", "measure"]
 LEAVES = 4
 IN_FLIGHT = 64
 SPAWNS = 200
+PAGE = 1_000  # agents per page of agents(limit=...)
 MAP_BYTES = 1 << 30  # the writer doubles it as the store grows
 QUICK_SIZES = (10_000,)
 SIZES = (10_000, 100_000)
@@ -126,6 +129,30 @@ def _scrape(rt: Runtime) -> dict[str, Any]:
     return {"scrape_s": round(times[0], 3), "scrape_again_s": round(times[1], 3)}
 
 
+def _pages(rt: Runtime) -> dict[str, Any]:
+    """Time ``agents(limit=PAGE)`` (the first page sorts the page index once), the next
+    page, a whole ``iter_agents`` walk, and ``agent_counts()``."""
+    started = time.perf_counter()
+    first = rt.agents(limit=PAGE)
+    first_s = time.perf_counter() - started
+    started = time.perf_counter()
+    rt.agents(limit=PAGE, after=first[-1].id)
+    next_s = time.perf_counter() - started
+    started = time.perf_counter()
+    walked = sum(1 for _ in rt.iter_agents(page_size=PAGE))
+    walk_s = time.perf_counter() - started
+    started = time.perf_counter()
+    rt.agent_counts()
+    counts_s = time.perf_counter() - started
+    return {
+        "first_page_s": round(first_s, 3),
+        "next_page_s": round(next_s, 4),
+        "iter_agents_s": round(walk_s, 3),
+        "iter_agents_seen": walked,
+        "agent_counts_s": round(counts_s, 4),
+    }
+
+
 def measure(store: Path, agents: int) -> dict[str, Any]:
     """Open ``store`` in this (fresh) process and measure it (see the module docstring)."""
     rss_before = _rss_mib()
@@ -139,6 +166,7 @@ def measure(store: Path, agents: int) -> dict[str, Any]:
         started = time.perf_counter()
         held = len(rt.agents())
         agents_s = time.perf_counter() - started
+        row_pages = _pages(rt)
         latencies = []
         for _ in range(SPAWNS):
             started = time.perf_counter()
@@ -155,6 +183,7 @@ def measure(store: Path, agents: int) -> dict[str, Any]:
             "spawn_p50_ms": round(1000 * latencies[len(latencies) // 2], 2),
             "spawn_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2),
             "threads": threading.active_count(),
+            **row_pages,
         }
         row |= _scrape(rt)
     finally:

@@ -22,6 +22,7 @@ from retinue import (
     CompletionStatus,
     InvalidArgument,
     NoWriter,
+    PageLimitExceeded,
     RemoteRuntime,
     Runtime,
     UnknownAgent,
@@ -94,6 +95,25 @@ def test_errors_come_back_as_the_same_class(remote: RemoteRuntime) -> None:
     with pytest.raises(ArgumentTypeError):
         remote.close()  # leaving the writer is disconnect()
     remote.interrupt("b")
+
+
+def test_agents_page_over_the_socket(remote: RemoteRuntime) -> None:
+    for name in ("c", "a", "b"):
+        remote.spawn("echo", name, name=name)
+        remote.wait(name, 30)
+    first = remote.agents(limit=2)
+    assert [a.path for a in first] == ["/root/a", "/root/b"]
+    assert [a.path for a in remote.agents(limit=2, after=first[-1].id)] == ["/root/c"]
+    assert [a.path for a in remote.iter_agents(page_size=1)] == ["/root/a", "/root/b", "/root/c"]
+    with pytest.raises(PageLimitExceeded):
+        remote.agents(limit=10**9)
+    assert remote.agent_counts().by_state == {"completed": 3}
+
+    async def walk() -> list[str]:
+        assert len(await remote.agents_async(limit=1, after="/root/a")) == 1
+        return [a.path async for a in remote.iter_agents_async(page_size=2)]
+
+    assert asyncio.run(walk()) == ["/root/a", "/root/b", "/root/c"]
 
 
 def test_host_messages_and_leases(remote: RemoteRuntime) -> None:

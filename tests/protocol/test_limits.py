@@ -59,6 +59,8 @@ DEFAULTS: dict[str, int | float | None] = {
     "control_max_message_bytes": 16 * 1024 * 1024,
     "control_read_timeout_s": 10.0,
     "control_max_calls": 1_000,
+    # agents(): the largest page one call may ask for.
+    "agents_page_max": 10_000,
 }
 FLOAT_FIELDS = [
     "wait_default_s",

@@ -24,6 +24,8 @@ Call = Callable[[Runtime, str, Path], Any]
 CALLS: dict[str, Call] = {
     "ack_lease": lambda rt, ref, dest: rt.ack_lease("L"),
     "agents": lambda rt, ref, dest: rt.agents(include_closed=True),
+    "agent_counts": lambda rt, ref, dest: rt.agent_counts(),
+    "iter_agents": lambda rt, ref, dest: next(rt.iter_agents()),  # raises as it pages
     "approvals": lambda rt, ref, dest: rt.approvals(),
     "approve": lambda rt, ref, dest: rt.approve("request"),
     "deny": lambda rt, ref, dest: rt.deny("request", reason="no"),
@@ -54,6 +56,8 @@ ASYNC_CALLS: dict[str, Call] = {
     "backup_async": lambda rt, ref, dest: rt.backup_async(dest),
     "wait_idle_async": lambda rt, ref, dest: rt.wait_idle_async(timeout=1),
     "agents_async": lambda rt, ref, dest: rt.agents_async(include_closed=True),
+    "agent_counts_async": lambda rt, ref, dest: rt.agent_counts_async(),
+    "iter_agents_async": lambda rt, ref, dest: anext(rt.iter_agents_async()),
     "approvals_async": lambda rt, ref, dest: rt.approvals_async(),
     "approve_async": lambda rt, ref, dest: rt.approve_async("request"),
     "deny_async": lambda rt, ref, dest: rt.deny_async("request", reason="no"),

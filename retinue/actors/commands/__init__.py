@@ -45,7 +45,14 @@ from retinue.actors.commands._lifecycle import (
 )
 from retinue.actors.commands._mailboxes import HostMessages, Send
 from retinue.actors.commands._models import LlmLoad, LlmStep
-from retinue.actors.commands._reads import Agents, Children, CountBacklog, Get, Inspect
+from retinue.actors.commands._reads import (
+    Agents,
+    Children,
+    CountAgents,
+    CountBacklog,
+    Get,
+    Inspect,
+)
 from retinue.actors.commands._spawning import Fork, Spawn, SpawnMany, SpawnRequest
 from retinue.actors.commands._supervision import (
     AdmitCall,
@@ -77,6 +84,7 @@ __all__ = [
     "CloseTree",
     "Command",
     "Compact",
+    "CountAgents",
     "CountBacklog",
     "Deny",
     "Envelope",
@@ -135,6 +143,7 @@ SupervisorCommand = (
     | Agents
     | Inspect
     | CountBacklog
+    | CountAgents
     | Children
     | Wait
     | RunMany
@@ -162,7 +171,7 @@ SupervisorCommand = (
 )
 """The closed protocol: every command the supervisor serves (its ``match`` is exhaustive)."""
 
-ReadCommand = Get | Agents | Inspect | CountBacklog | Barrier | Idle | Approvals
+ReadCommand = Get | Agents | Inspect | CountBacklog | CountAgents | Barrier | Idle | Approvals
 """The commands a read-only runtime serves from a store snapshot (the others are refused).
 
 ``isinstance(command, ReadCommand)`` tells them apart; the reader's ``match``

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retinue.actors.commands._base import Command, Sender, TurnRef
-from retinue.protocol.details import AgentDetail, Backlog
+from retinue.protocol.details import AgentCounts, AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo
 
-__all__ = ["Agents", "Children", "CountBacklog", "Get", "Inspect"]
+__all__ = ["Agents", "Children", "CountAgents", "CountBacklog", "Get", "Inspect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +30,21 @@ class CountBacklog(Command[Backlog]):
 
 
 @dataclass(frozen=True, slots=True)
+class CountAgents(Command[AgentCounts]):
+    """Count the store's agents by state and the live ones by profile."""
+
+    sender: Sender
+
+
+@dataclass(frozen=True, slots=True)
 class Agents(Command[list[AgentInfo]]):
-    """Return every agent, oldest first (closed ones only if asked)."""
+    """Return every agent, oldest first (closed ones only if asked); with ``limit`` or
+    ``after``, one page of them by path (:mod:`retinue.protocol.paging`)."""
 
     sender: Sender
     include_closed: bool = False
+    limit: int | None = None
+    after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

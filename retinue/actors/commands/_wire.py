@@ -36,7 +36,7 @@ from retinue.actors.commands._lifecycle import (
     Resume,
 )
 from retinue.actors.commands._mailboxes import HostMessages, Send
-from retinue.actors.commands._reads import Agents, CountBacklog, Get, Inspect
+from retinue.actors.commands._reads import Agents, CountAgents, CountBacklog, Get, Inspect
 from retinue.actors.commands._spawning import Spawn
 from retinue.actors.commands._supervision import Approvals, Approve, Deny
 from retinue.actors.commands._waits import Idle, Wait
@@ -64,6 +64,7 @@ REMOTE: tuple[type[Command[Any]], ...] = (
     Agents,
     Inspect,
     CountBacklog,
+    CountAgents,
     Approvals,
     Approve,
     Deny,

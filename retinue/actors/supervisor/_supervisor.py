@@ -63,6 +63,7 @@ from retinue.actors.commands import (
     Close,
     CloseTree,
     Compact,
+    CountAgents,
     CountBacklog,
     Deny,
     Envelope,
@@ -124,6 +125,7 @@ from retinue.actors.tree import Tree
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import RetinueError, RuntimeClosed, TurnInterrupted
 from retinue.persistence.store import Store
+from retinue.protocol.details import AgentCounts
 from retinue.protocol.failures import TurnError
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Message
@@ -355,9 +357,20 @@ class Supervisor:
                 raw = world.store.get("transcripts", record.id.encode())
                 return detail_of(world.tree, record, raw, tail)
             case Agents():
-                return agent_list(world.tree, include_closed=command.include_closed)
+                return agent_list(
+                    world.tree,
+                    include_closed=command.include_closed,
+                    limit=command.limit,
+                    after=command.after,
+                    page_max=world.limits.agents_page_max,
+                )
             case CountBacklog():
                 return backlog_of(world.tree)
+            case CountAgents():
+                return AgentCounts(
+                    by_state=dict(world.tree.state_counts),
+                    live_by_profile=dict(world.tree.live_profiles),
+                )
             case Children():
                 return self.children(sending_turn(me))
             case LlmLoad():

@@ -13,7 +13,7 @@ Only the supervisor thread touches a World.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -40,6 +40,7 @@ from retinue.protocol import paths
 from retinue.protocol.details import AgentDetail, Backlog, InDoubtCall, in_doubt_calls
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
+from retinue.protocol.paging import check_page, cursor_of, page_of
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
     AgentRecord,
@@ -157,16 +158,48 @@ def check_tail(value: Any) -> int:
     return value
 
 
-def agent_list(tree: Tree, *, include_closed: bool) -> list[AgentInfo]:
-    """Return the tree's agents oldest first; closed ones only with ``include_closed``."""
-    return agent_records(tree.agents.values(), include_closed=include_closed)
+def agent_list(
+    tree: Tree,
+    *,
+    include_closed: bool,
+    limit: int | None = None,
+    after: str | None = None,
+    page_max: int = Limits().agents_page_max,
+) -> list[AgentInfo]:
+    """Return the tree's agents as ``agents()`` does (:mod:`retinue.protocol.paging`).
+
+    Raises:
+        ArgumentTypeError, InvalidArgument, PageLimitExceeded, UnknownAgent: as
+            ``check_page`` and ``page_of`` (:mod:`retinue.protocol.paging`).
+    """
+    check_page(limit, after, page_max)
+    if limit is None and after is None:
+        return agent_records(list(tree.agents.values()), include_closed=include_closed)
+    cursor = None if after is None else cursor_of(after, tree.agents.get)
+    return [info_of(r) for r in tree.page(cursor, limit, include_closed)]
 
 
-def agent_records(records: Iterable[AgentRecord], *, include_closed: bool) -> list[AgentInfo]:
-    """Return ``records`` oldest first (ties in the order given); closed ones only with
-    ``include_closed``."""
-    ordered = sorted(records, key=lambda r: r.created_at)
-    return [info_of(r) for r in ordered if include_closed or r.state is not AgentState.CLOSED]
+def agent_records(
+    records: Sequence[AgentRecord],
+    *,
+    include_closed: bool,
+    limit: int | None = None,
+    after: str | None = None,
+    page_max: int = Limits().agents_page_max,
+) -> list[AgentInfo]:
+    """Return ``records`` as ``agents()`` does: oldest first (ties in the order given), or
+    a page of them by path; closed ones only with ``include_closed``.
+
+    Raises:
+        ArgumentTypeError, InvalidArgument, PageLimitExceeded, UnknownAgent: as :func:`agent_list`.
+    """
+    check_page(limit, after, page_max)
+
+    def find(agent_id: str) -> AgentRecord | None:
+        return next((r for r in records if r.id == agent_id), None)
+
+    page = page_of(records, include_closed=include_closed, limit=limit, after=after, find=find)
+    return [info_of(r) for r in page]
 
 
 def backlog_of(tree: Tree) -> Backlog:

@@ -27,6 +27,7 @@ from retinue.actors.commands import (
     Approvals,
     Barrier,
     Command,
+    CountAgents,
     CountBacklog,
     Get,
     Idle,
@@ -49,9 +50,9 @@ from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.persistence.restore import restore
 from retinue.persistence.store import RESTORE_DATABASES, Store
 from retinue.protocol import paths
-from retinue.protocol.details import AgentDetail
+from retinue.protocol.details import AgentCounts, AgentDetail
 from retinue.protocol.limits import Limits
-from retinue.protocol.messages import AgentInfo
+from retinue.protocol.messages import AgentInfo, AgentState
 from retinue.protocol.supervision import ApprovalRequest
 
 __all__ = ["StoreReader"]
@@ -90,12 +91,16 @@ class StoreReader:
             case Get():
                 return self._run(future, self.get, command.ref, command.field)
             case Agents():
-                return self._run(future, self.agents, command.include_closed)
+                return self._run(
+                    future, self.agents, command.include_closed, command.limit, command.after
+                )
             case Inspect():
                 tail = check_tail(command.transcript_tail)
                 return self._run(future, self.inspect, command.ref, tail, command.field)
             case CountBacklog():
                 return self._run(future, lambda: backlog_of(self._tree()))
+            case CountAgents():
+                return self._run(future, self.counts)
             case Approvals():
                 return self._run(future, self.approvals, command.ref, command.field)
             case Barrier() | Idle():  # nothing is ever pending or running on a reader
@@ -175,13 +180,37 @@ class StoreReader:
         held = {r.request.id: r for r in restored.approvals}
         return pending_requests(held, tree.agents, below)
 
-    def agents(self, include_closed: bool) -> list[AgentInfo]:
-        """Return every agent oldest first; closed ones only with ``include_closed``.
+    def agents(
+        self, include_closed: bool, limit: int | None = None, after: str | None = None
+    ) -> list[AgentInfo]:
+        """Return every agent oldest first, or a page of them by path (``limit``, ``after``);
+        closed ones only with ``include_closed``.
 
         Only the agents database is restored: messages and completions change no agent.
+
+        Raises:
+            ArgumentTypeError, InvalidArgument, PageLimitExceeded, UnknownAgent: a bad page.
         """
         restored = restore(self.store.snapshot(("agents",)), None)
-        return agent_records(restored.agents, include_closed=include_closed)
+        return agent_records(
+            restored.agents,
+            include_closed=include_closed,
+            limit=limit,
+            after=after,
+            page_max=self.limits.agents_page_max,
+        )
+
+    def counts(self) -> AgentCounts:
+        """Count every agent by state and the live ones by profile (a walk of the agents
+        database: a reader keeps no tree)."""
+        counts = AgentCounts()
+        for record in restore(self.store.snapshot(("agents",)), None).agents:
+            state = record.state.value
+            counts.by_state[state] = counts.by_state.get(state, 0) + 1
+            if record.state is not AgentState.CLOSED:
+                live = counts.live_by_profile
+                live[record.profile] = live.get(record.profile, 0) + 1
+        return counts
 
     def close(self) -> None:
         """Stop the worker threads (waiting for reads in progress); idempotent."""

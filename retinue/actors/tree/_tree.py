@@ -26,6 +26,7 @@ from retinue.actors import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree._completions import CompletionIndex
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
 from retinue.actors.tree._mailbox import MailboxIndex
+from retinue.actors.tree._pages import PageIndex
 from retinue.persistence.restore import Restored, restore
 from retinue.persistence.store import Snapshot, Write
 from retinue.protocol.messages import AgentState, Completion, Message
@@ -45,7 +46,7 @@ _NO_CHILDREN: frozenset[str] = frozenset()
 _encode = msgspec.msgpack.Encoder().encode
 
 
-class Tree(Journaled, MailboxIndex, CompletionIndex):
+class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
     The host's own mailbox (messages top-level agents send to ``/root``) is
@@ -61,6 +62,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         CompletionIndex.__init__(self)
         j = self._journal
         self.agents: dict[str, AgentRecord] = JDict(j)
+        PageIndex.__init__(self)
+        # Every agent by state, live (not closed) agents by profile: the scrape's gauges.
+        self.state_counts: dict[str, int] = JDict(j)
+        self.live_profiles: dict[str, int] = JDict(j)
         self.live_paths: dict[str, str] = JDict(j)
         self.children: dict[str, set[str]] = JDict(j, {HOST_KEY: JSet(j)})
         self.top_of: dict[str, str] = JDict(j)
@@ -135,6 +140,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         """Insert or update an agent, keeping every index in step."""
         old = self.agents.get(record.id)
         self.agents[record.id] = record
+        if old is None or old.state is not record.state or old.profile != record.profile:
+            if old is not None:
+                self._uncount(old)
+            self._count(record, 1)
         if old is None:
             parent_id = record.parent_id
             self.top_of[record.id] = (
@@ -142,6 +151,9 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
             )
             if record.idempotency_key is not None:
                 self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = record.id
+            self._page_add(record)
+        elif old.path != record.path:
+            self._page_add(record)  # its old key is skipped by the pages (path differs)
         if old is None and record.state is not AgentState.CLOSED:
             self._index_live(record)
         elif (
@@ -153,6 +165,22 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         if persist:
             self._agents_written[record.id] = record
         return record
+
+    def _count(self, record: AgentRecord, step: int) -> None:
+        state = record.state.value
+        self.state_counts[state] = self.state_counts.get(state, 0) + step
+        if record.state is not AgentState.CLOSED:
+            profile = record.profile
+            self.live_profiles[profile] = self.live_profiles.get(profile, 0) + step
+
+    def _uncount(self, record: AgentRecord) -> None:
+        """Take ``record`` out of the counts; a count that falls to 0 goes."""
+        self._count(record, -1)
+        state = record.state.value
+        if self.state_counts[state] == 0:
+            del self.state_counts[state]
+        if record.state is not AgentState.CLOSED and self.live_profiles[record.profile] == 0:
+            del self.live_profiles[record.profile]
 
     def _index_live(self, record: AgentRecord) -> None:
         self.live_paths[record.path] = record.id
@@ -255,10 +283,13 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
             self.top_of.pop(agent_id, None)
             self.children.pop(agent_id, None)
             gone = self.agents.pop(agent_id, None)
+            if gone is not None:
+                self._uncount(gone)
             if gone is not None and gone.idempotency_key is not None:
                 key = spawn_key(gone.parent_id, gone.idempotency_key)
                 if self.spawn_keys.get(key) == agent_id:
                     del self.spawn_keys[key]
+        self._page_gone(len(ordered))
         if removed:  # their read messages go with them
             kept: deque[ReadEntry] = JDeque(self._journal)
             for entry in self.read_log:
@@ -301,6 +332,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex):
         killed by a crash before it settled) become unread and undelivered
         again, so the next turn gets them; those rewrites land in ``writes``.
         """
+        self.keys_stale = True  # one sort at the first page, not a key per agent loaded
         for agent in agents:
             self.put_agent(agent, persist=False)
         ordered = sorted(

@@ -1,0 +1,86 @@
+"""The tree's agents in page order (path, then id), so a page of ``agents()`` costs its size.
+
+A sorted tuple of ``(path, id)`` keys (``sorted_keys``) plus the keys of
+agents added since it was sorted (``new_keys``). Removals are not applied to
+the tuple: a key whose agent is gone (or whose id now names another path) is
+skipped as a page is read, and the tuple is sorted again once the keys added
+and removed since pass a share of it, so paging costs the page plus the
+amortised resort. The index only ever holds keys that may be stale, never a
+record: a command rolled back by the journal leaves at most a key that a read
+skips.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from retinue.actors import JList, Journal
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import AgentRecord
+
+__all__ = ["PageIndex"]
+
+_RESORT_MIN = 1024  # keys changed since the sort before a resort is considered
+_RESORT_SHARE = 8  # ... and a resort once they pass 1/8 of the sorted keys
+
+Key = tuple[str, str]
+
+
+class PageIndex:
+    """Agents' ``(path, id)`` keys, sorted lazily; a mixin of :class:`~retinue.actors.tree.Tree`."""
+
+    agents: dict[str, AgentRecord]
+    _journal: Journal
+
+    def __init__(self) -> None:
+        """Start with no keys."""
+        self.sorted_keys: tuple[Key, ...] = ()
+        self.new_keys: list[Key] = JList(self._journal)
+        self.gone_keys = 0
+        self.keys_stale = False  # True: sort every key at the next page (a tree just loaded)
+
+    def _page_add(self, record: AgentRecord) -> None:
+        if not self.keys_stale:
+            self.new_keys.append((record.path, record.id))
+
+    def _page_gone(self, count: int) -> None:
+        self.gone_keys += count
+
+    def _present(self, key: Key) -> AgentRecord | None:
+        record = self.agents.get(key[1])
+        return record if record is not None and record.path == key[0] else None
+
+    def page(
+        self, cursor: Key | None, limit: int | None, include_closed: bool
+    ) -> list[AgentRecord]:
+        """Return up to ``limit`` agents (None: all) after ``cursor`` in (path, id) order,
+        closed ones only with ``include_closed``."""
+        changed = len(self.new_keys) + self.gone_keys
+        if self.keys_stale or changed > max(_RESORT_MIN, len(self.sorted_keys) // _RESORT_SHARE):
+            self.sorted_keys = tuple(sorted((r.path, r.id) for r in self.agents.values()))
+            self.new_keys = JList(self._journal)
+            self.gone_keys = 0
+            self.keys_stale = False
+        start = 0 if cursor is None else bisect_right(self.sorted_keys, cursor)
+        fresh = sorted(k for k in self.new_keys if cursor is None or k > cursor)
+        merged: Iterator[Key] = heapq.merge(_tail(self.sorted_keys, start), fresh)
+        out: list[AgentRecord] = []
+        last: Key | None = None
+        for key in merged:
+            if key == last:  # added again after a rolled-back resort: once
+                continue
+            last = key
+            record = self._present(key)
+            if record is None or (not include_closed and record.state is AgentState.CLOSED):
+                continue
+            out.append(record)
+            if limit is not None and len(out) >= limit:
+                break
+        return out
+
+
+def _tail(keys: tuple[Key, ...], start: int) -> Iterator[Key]:
+    for index in range(start, len(keys)):
+        yield keys[index]

@@ -1,0 +1,135 @@
+"""The tree's maintained indexes match a full walk of its agents after any operations.
+
+``Tree.state_counts`` / ``Tree.live_profiles`` (the scrape's gauges) and the
+page index behind ``agents(limit=, after=)`` are kept as records change
+(put, close, removal, a command rolled back by the journal), so a scrape and a
+page never walk every agent. Hypothesis drives random operations; after each
+one the counts equal a recount and every page equals a sort of the agents.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from unittest import mock
+
+import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from persistence import agent
+
+from retinue.actors.tree import Tree, _pages
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import AgentRecord
+
+STATES = [s for s in AgentState]
+Op = tuple[str, int, int, int]
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "set", "remove", "page", "undone"]),
+        st.integers(0, 40),
+        st.integers(0, len(STATES) - 1),
+        st.integers(0, 6),
+    ),
+    max_size=60,
+)
+
+
+def recount(tree: Tree) -> tuple[dict[str, int], dict[str, int]]:
+    states = Counter(r.state.value for r in tree.agents.values())
+    live = Counter(r.profile for r in tree.agents.values() if r.state is not AgentState.CLOSED)
+    return dict(states), dict(live)
+
+
+def naive_page(
+    tree: Tree, cursor: tuple[str, str] | None, limit: int | None, include_closed: bool
+) -> list[AgentRecord]:
+    shown = sorted(
+        (r for r in tree.agents.values() if include_closed or r.state is not AgentState.CLOSED),
+        key=lambda r: (r.path, r.id),
+    )
+    after = [r for r in shown if cursor is None or (r.path, r.id) > cursor]
+    return after if limit is None else after[:limit]
+
+
+class Driver:
+    def __init__(self) -> None:
+        self.tree = Tree()
+        self.made = 0
+
+    def apply(self, op: Op) -> None:
+        kind, n, s, p = op
+        tree, ids = self.tree, sorted(self.tree.agents)
+        if kind == "add":
+            self.made += 1
+            state = STATES[s]
+            record = agent(f"{self.made:032x}", f"/root/n{n % 7}", state=state, profile=f"p{p}")
+            tree.put_agent(record)
+        elif kind == "set" and ids:
+            old = tree.agents[ids[n % len(ids)]]
+            if old.state is not AgentState.CLOSED:  # a closed agent stays closed
+                new = msgspec.structs.replace(old, state=STATES[s], profile=f"p{p}")
+                tree.put_agent(new)
+        elif kind == "remove":
+            closed = [i for i in ids if tree.agents[i].state is AgentState.CLOSED]
+            if closed:
+                tree.remove_agents([closed[n % len(closed)]])
+        elif kind == "page":
+            self.check_page(n, p, include_closed=bool(s % 2))
+
+    def check_page(self, n: int, p: int, *, include_closed: bool) -> None:
+        tree, ids = self.tree, sorted(self.tree.agents)
+        cursor = None
+        if ids and n % 3:
+            record = tree.agents[ids[n % len(ids)]]
+            cursor = (record.path, record.id) if n % 3 == 1 else (record.path, "~")
+        limit = None if p == 0 else p
+        assert tree.page(cursor, limit, include_closed) == naive_page(
+            tree, cursor, limit, include_closed
+        )
+
+    def check(self) -> None:
+        assert (dict(self.tree.state_counts), dict(self.tree.live_profiles)) == recount(self.tree)
+        for include_closed in (False, True):
+            assert self.tree.page(None, None, include_closed) == naive_page(
+                self.tree, None, None, include_closed
+            )
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(ops, ops, st.sampled_from([2, 1024]))
+def test_counts_and_pages_match_a_full_walk(
+    first: list[Op], undone: list[Op], resort_min: int
+) -> None:
+    with mock.patch.object(_pages, "_RESORT_MIN", resort_min):  # 2: resorts, rolled back too
+        run(first, undone)
+
+
+def run(first: list[Op], undone: list[Op]) -> None:
+    driver = Driver()
+    journal = driver.tree.journal
+    for op in first:
+        if op[0] == "undone":  # a command that fails half way: the journal rolls it back
+            before = recount(driver.tree)
+            journal.begin(None)
+            for inner in undone:
+                driver.apply(inner)
+            journal.roll_back()
+            assert recount(driver.tree) == before
+        else:
+            journal.begin(None)
+            driver.apply(op)
+            journal.keep()
+        driver.check()
+
+
+def test_a_page_after_many_spawns_resorts_once_and_stays_exact() -> None:
+    tree = Tree()
+    for k in range(3000):  # past the resort threshold: the sorted keys are rebuilt
+        tree.put_agent(agent(f"{k:032x}", f"/root/a{(k * 7919) % 3000}"))
+    first = tree.page(None, 10, False)
+    assert [r.path for r in first] == sorted(f"/root/a{k}" for k in range(3000))[:10]
+    assert len(tree.sorted_keys) == 3000 and not tree.new_keys
+    tree.remove_agents([r.id for r in first[:5]])
+    assert tree.page(None, 5, True) == first[5:]
+    assert dict(tree.state_counts) == {"completed": 2995}
