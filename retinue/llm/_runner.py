@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from retinue.actors.turns import Turn, control_of
 from retinue.errors import ConfigurationError
-from retinue.llm._context import TurnContext
 from retinue.llm.cassette import Cassette
 from retinue.llm.model import (
     SCRIPTED_PROVIDER,
@@ -186,7 +186,7 @@ class LiteLLMRunner:
         kwargs.update(self.litellm_kwargs)
         return kwargs
 
-    async def __call__(self, turn: TurnContext) -> str:
+    async def __call__(self, turn: Turn) -> str:
         """Run one turn; return the model's final answer.
 
         Raises:
@@ -199,7 +199,7 @@ class LiteLLMRunner:
         """
         litellm = await load_litellm_async()  # imported off the loop, if not yet
         finish_logging_at_close()  # the runtime's loop lets litellm's callbacks finish
-        return await TurnSession(self, turn, litellm).run()
+        return await TurnSession(self, control_of(turn), litellm).run()
 
 
 def model_runner_factory(workspace: Path | None, mcp: Any = None) -> Callable[[Any, Any], Any]:
