@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from retinue.actors.commands import Command, TurnRef
 from retinue.actors.turns._constructor import NoPublicConstructor
@@ -45,6 +45,25 @@ A plain function runs on a pooled worker thread; an ``async def`` runner (or an
 object whose ``__call__`` is ``async def``) runs as a task on the runtime's
 event loop and should use the turn's ``*_async`` operations.
 """
+
+
+class _Shown:
+    """An attribute of the turn's control that its :class:`Turn` shows: read and written
+    there (a runner's ``turn.limits = ...`` is what the turn's tools then see)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, turn: Turn | None, owner: type) -> Any:
+        return self if turn is None else getattr(turn._control, self.name)
+
+    def __set__(self, turn: Turn, value: Any) -> None:
+        setattr(turn._control, self.name, value)
 
 
 class Turn(metaclass=NoPublicConstructor):
@@ -93,24 +112,37 @@ class Turn(metaclass=NoPublicConstructor):
         "Runtime"
     )
 
+    if TYPE_CHECKING:  # what the runner reads (and may write): the control's own
+        agent: AgentInfo
+        task: str
+        messages: list[Message]
+        cancelled: threading.Event
+        reason: str
+        origin: str
+        profile: Profile
+        instructions: str
+        limits: Limits
+        ref: TurnRef
+    else:
+        agent = _Shown()
+        task = _Shown()
+        messages = _Shown()
+        cancelled = _Shown()
+        reason = _Shown()
+        origin = _Shown()
+        profile = _Shown()
+        instructions = _Shown()
+        limits = _Shown()
+        ref = _Shown()
+
     def __init__(self, control: TurnControl) -> None:
         """Show ``control``'s turn to its runner (the runtime's way: ``Turn._create(control)``)."""
         self._control = control
-        self.agent: AgentInfo = control.agent
-        self.task: str = control.task
-        self.messages: list[Message] = control.messages
-        self.cancelled: threading.Event = control.cancelled
-        self.reason: str = control.reason
-        self.origin: str = control.origin
-        self.profile: Profile = control.profile
-        self.instructions: str = control.instructions
-        self.limits: Limits = control.limits
-        self.ref: TurnRef = control.ref
 
     @property
     def attempt(self) -> int:
         """The run of this turn's task: 1 for a first run, n for its (n-1)th restart."""
-        return self.agent.attempt
+        return self._control.attempt
 
     def request(self, command: Command[R]) -> R:
         """Send one command of this turn to the supervisor and block for its answer.
