@@ -229,7 +229,8 @@ def _error_of(value: Any) -> str | None:
 
 ToolBoxBuilder = Callable[..., ToolBox]
 """``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
-(:func:`build_toolbox` by default)."""
+(:func:`build_toolbox` by default; a runner adapts what a builder of the host's returns
+to :class:`~retinue.llm.tools._protocol.ToolBoxProtocol`)."""
 
 
 class _TimedOut(ToolError):
