@@ -16,7 +16,15 @@ from __future__ import annotations
 from retinue.llm._runner import LiteLLMRunner, model_runner_factory
 from retinue.llm.mcp import McpServer
 from retinue.llm.model import SCRIPTED_MODEL
-from retinue.llm.tools import HostTool, ToolBox, ToolError, Workspace, build_toolbox, tool
+from retinue.llm.tools import (
+    HostTool,
+    ToolBox,
+    ToolBoxProtocol,
+    ToolError,
+    Workspace,
+    build_toolbox,
+    tool,
+)
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "HostTool",
@@ -24,6 +32,7 @@ __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "McpServer",
     "SCRIPTED_MODEL",
     "ToolBox",
+    "ToolBoxProtocol",
     "ToolError",
     "Workspace",
     "build_toolbox",

@@ -1,10 +1,13 @@
 """What the LLM layer needs of a turn: the :class:`TurnContext` protocol.
 
-:class:`retinue.Turn` satisfies it; the runner, the toolbox and the
-coordinator tools are typed against it, so they read (and a test can supply)
-exactly what they use: the agent and its task, the turn's input, its limits
+The turn's private control (:class:`~retinue.actors.turns._control.TurnControl`,
+which a model runner reaches from the runner's :class:`retinue.Turn` with
+:func:`~retinue.actors.turns._turn.control_of`) satisfies it; the runner, the
+toolbox and the coordinator tools are typed against it, so they read (and a
+test can supply) exactly what they use: the agent and its task, the turn's input, its limits
 and profile, the watch its model and tool calls are reported on, and the
-awaitable coordinator operations.
+awaitable coordinator operations with the name the tools' errors give each
+reference (``field=``, ``name_field=``).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from retinue.actors.turns import Turn, control_of
 from retinue.errors import ConfigurationError
-from retinue.llm._context import TurnContext
 from retinue.llm.cassette import Cassette
 from retinue.llm.model import (
     SCRIPTED_PROVIDER,
@@ -32,7 +32,7 @@ from retinue.llm.model import (
     finish_logging_at_close,
     load_litellm_async,
 )
-from retinue.llm.tools import ToolBoxBuilder
+from retinue.llm.tools import ToolBoxBuilder, ToolBoxProtocol, adapting
 from retinue.llm.tools import _toolbox as toolbox_module
 from retinue.llm.turn import REPAIR_PROMPT, TurnSession
 
@@ -63,7 +63,10 @@ class LiteLLMRunner:
     maps names to host functions offered as tools. ``retry_base_s`` and
     ``retry_max_s`` shape the backoff; ``tool_timeout_s`` bounds each file or
     host tool call; ``toolbox`` builds each turn's toolbox (default
-    :func:`~retinue.llm.tools._toolbox.build_toolbox`). ``stream=True`` streams each
+    :func:`~retinue.llm.tools._toolbox.build_toolbox`; what it returns, a
+    ``ToolBox`` or any object with ``schemas()`` and ``await call(name,
+    arguments)``, is adapted to
+    :class:`~retinue.llm.tools._protocol.ToolBoxProtocol`). ``stream=True`` streams each
     answer (its text is published as ``ModelDelta`` events as it arrives; the
     assembled answer is what is stored: see :mod:`retinue.llm.model._streaming`).
     ``cassette`` records every model call and host tool result of the run to a
@@ -145,7 +148,8 @@ class LiteLLMRunner:
         self.tool_timeout_s = float(tool_timeout_s)  # bounds each file and host tool call
         self.litellm_kwargs = dict(litellm_kwargs)
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
-        self.toolbox_builder: ToolBoxBuilder = toolbox or toolbox_module.build_toolbox
+        # Whatever the builder returns is adapted to the ToolBoxProtocol here, once.
+        self.toolbox_builder: Callable[..., ToolBoxProtocol] = adapting(toolbox)
         self.stream = stream
         self.cassette = (
             cassette
@@ -186,7 +190,7 @@ class LiteLLMRunner:
         kwargs.update(self.litellm_kwargs)
         return kwargs
 
-    async def __call__(self, turn: TurnContext) -> str:
+    async def __call__(self, turn: Turn) -> str:
         """Run one turn; return the model's final answer.
 
         Raises:
@@ -199,7 +203,7 @@ class LiteLLMRunner:
         """
         litellm = await load_litellm_async()  # imported off the loop, if not yet
         finish_logging_at_close()  # the runtime's loop lets litellm's callbacks finish
-        return await TurnSession(self, turn, litellm).run()
+        return await TurnSession(self, control_of(turn), litellm).run()
 
 
 def model_runner_factory(workspace: Path | None, mcp: Any = None) -> Callable[[Any, Any], Any]:

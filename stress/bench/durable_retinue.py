@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from retinue import Durability, Limits, Profile, Runtime, Turn
+from retinue.actors.turns import TurnControl, control_of
 from retinue.llm import LiteLLMRunner, tool
 from retinue.llm.chat import encode_transcript
 from retinue.llm.model import load_litellm, register_offline_model
@@ -229,7 +230,7 @@ class RetinueSteps(_RuntimeSide):
 
 
 async def durable_step(
-    turn: Turn, history: list[dict[str, Any]], agent: int, step: int, clock: StepClock
+    turn: TurnControl, history: list[dict[str, Any]], agent: int, step: int, clock: StepClock
 ) -> None:
     """One journaled tool step of a model turn, without the model: the two ``LlmStep`` commits.
 
@@ -279,7 +280,8 @@ class RetinueCommits(_RuntimeSide):
     def _profile(self) -> Profile:
         side = self
 
-        async def runner(turn: Turn) -> str:
+        async def runner(face: Turn) -> str:
+            turn = control_of(face)  # the LLM layer's commands go through the turn's control
             found = _TASK.search(turn.task)
             assert found is not None
             agent, steps = int(found[1]), int(found[2])

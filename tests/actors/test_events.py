@@ -7,13 +7,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import msgspec
-from support import EventLog, OpenRuntime, tag, wait_settled
+from support import EventLog, OpenRuntime, control_of, loose_turn, tag, wait_settled
 
 from retinue import (
     AgentClosedEvent,
-    AgentInfo,
     AgentSpawned,
-    AgentState,
     CompletionRouted,
     Event,
     EventsDropped,
@@ -290,24 +288,11 @@ def test_a_cancelled_turn_publishes_nothing_more() -> None:
     # reports after the cancel may come after that settle.
     from retinue.actors.events import EventBus, Observer
     from retinue.actors.events._bus import EventQueue
-    from retinue.actors.turns import Turn
 
     bus = EventBus(16)
     queue = EventQueue(16)
     bus.attach(queue)
-    info = AgentInfo(
-        id="a", name="a", path="/root/a", profile="p", parent_path="/root", depth=1,
-        state=AgentState.RUNNING, generation=1, task="t",
-    )  # fmt: skip
-    turn = Turn(
-        engine=None,  # type: ignore[arg-type]
-        agent=info,
-        task="t",
-        messages=[],
-        reason="spawn",
-        limits=Limits(),
-        profile=Profile("p", runner=echo),
-    )
+    turn = control_of(loose_turn())
     watch = Observer(bus).watch(turn)
     call = watch.tool_call("c1", "grep", '{"pattern": "x"}')
     turn.cancel()

@@ -3,7 +3,7 @@
 A fault test (``retinue.testing.faults``) checks that a failed command left
 the supervisor's memory exactly as before by comparing two pictures of it
 (:func:`retinue.actors._journal.snapshot`). A runner's thread claims its turn
-(``Turn.claim_start``) whenever the executor gets to it, concurrently with
+(``TurnControl.claim_start``) whenever the executor gets to it, concurrently with
 any command: had the picture held that flag, a command that failed while
 another agent's runner started would be reported as not rolled back (the
 restart machine's fault rule met it). The supervisor only reads the flag.

@@ -23,6 +23,7 @@ from retinue import (
     Turn,
 )
 from retinue.testing import wait_settled
+from support.turns import control_of, loose_turn
 
 __all__ = [
     "PROMPT_S",
@@ -33,7 +34,9 @@ __all__ = [
     "Opening",
     "Script",
     "act",
+    "control_of",
     "lead_and_worker",
+    "loose_turn",
     "reader_team",
     "tag",
     "wait_settled",

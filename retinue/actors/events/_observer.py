@@ -1,7 +1,7 @@
 """The hook points where a turn reports its model calls and tool calls as they happen.
 
 One narrow interface, used by the LLM layer: a turn's :class:`TurnWatch`
-(``turn.watch``) opens a :class:`ModelCallWatch` per model call (told of each
+(its control's ``watch``) opens a :class:`ModelCallWatch` per model call (told of each
 retry, each piece of streamed text, and the answer's usage) and a
 :class:`ToolCallWatch` per tool call (told how it ended). What they are told
 becomes live events on the runtime's bus (``ToolCallStarted``,
@@ -11,8 +11,9 @@ transitions, so published at once, with no supervisor round trip.
 Order: a turn's live events follow its ``turn_started`` (the transition
 publishes its events before it starts the runner) and precede its
 ``turn_settled``: each is published atomically with the turn's cancellation
-(:meth:`Turn.while_running`), so once an interrupt has cancelled a turn, its
-runner publishes nothing more, and the settle's events come after all it did
+(:meth:`~retinue.actors.turns._control.TurnControl.while_running`, on the
+turn's control), so once an interrupt has cancelled a turn, its runner
+publishes nothing more, and the settle's events come after all it did
 publish. With nobody listening, nothing is built.
 
 Spans: when the runtime traces (:mod:`retinue.tracing`, extra ``otel``), the
@@ -59,7 +60,8 @@ __all__ = [
 
 
 class Watched(Protocol):
-    """What a watch needs of a turn (:class:`~retinue.actors.turns._turn.Turn` has it)."""
+    """What a watch needs of a turn (its control,
+    :class:`~retinue.actors.turns._control.TurnControl`, has it)."""
 
     agent: AgentInfo
     limits: Limits
@@ -103,7 +105,8 @@ class Spans(Protocol):
 
 
 class TurnWatch:
-    """What one turn reports as it runs; the LLM layer's one handle (``turn.watch``).
+    """What one turn reports as it runs; the LLM layer's one handle (the turn's control's
+    ``watch``).
 
     The watch holds its turn weakly: the turn holds its watch, and a cycle
     between them would leave every finished turn to the cyclic collector (whose

@@ -38,7 +38,7 @@ from retinue.actors.commands import Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of
-from retinue.actors.turns import AgentActor, Report, Turn
+from retinue.actors.turns import AgentActor, Report, Turn, TurnControl
 from retinue.errors import TurnInterrupted
 from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import (
@@ -67,7 +67,7 @@ class TurnHandle:
     """
 
     generation: int
-    turn: Turn
+    turn: TurnControl  # the runner holds its Turn; the supervisor, the turn's control
     actor: pykka.ActorRef[Any] | None = None
     sync: bool = True  # a sync runner holds a pool thread until it returns
     # The turn still holds the inputs it started with: it gives them back unless it
@@ -268,7 +268,7 @@ class Scheduler(Journaled):
             return
         tx.started.append(actor)
         profile = world.profiles[record.profile]
-        turn = Turn(
+        turn = TurnControl(
             engine=world.engine,
             agent=info_of(record),
             task=task,
@@ -307,7 +307,8 @@ class Scheduler(Journaled):
                 generation=record.generation,
             )
         )
-        tx.after(lambda: actor.tell(turn))
+        face = Turn._create(turn)  # what the runner sees
+        tx.after(lambda: actor.tell(face))
         arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
 
     def _settle_teller(self) -> Report:
@@ -377,7 +378,7 @@ class Scheduler(Journaled):
         self.pending_turn.pop(agent_id, None)
         self.causes.pop(agent_id, None)
 
-    def cancel(self, tx: Transition, record: AgentRecord) -> Turn | None:
+    def cancel(self, tx: Transition, record: AgentRecord) -> TurnControl | None:
         """Cancel a running turn: set ``turn.cancelled`` and cancel an async turn's task.
 
         Returns the cancelled turn (None if none runs): the caller gives back

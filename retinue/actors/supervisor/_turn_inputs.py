@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from retinue.actors import Journal
 from retinue.actors.supervisor._scheduler import TurnHandle
-from retinue.actors.turns import Turn
+from retinue.actors.turns import TurnControl
 from retinue.protocol.messages import Completion, Message
 
 __all__ = ["Event", "consume", "given_back_ids", "inputs_of", "take_held"]
@@ -37,7 +37,7 @@ Event = Message | Completion
 """One input: a message, or a child's completion."""
 
 
-def inputs_of(turn: Turn) -> list[Event]:
+def inputs_of(turn: TurnControl) -> list[Event]:
     """The events a turn was handed as it started: its messages and children's completions."""
     return [m.completion if m.completion is not None else m for m in turn.messages]
 

@@ -27,8 +27,9 @@ from typing import Any, Self, cast
 import pykka
 
 from retinue.actors.events import Observer
+from retinue.actors.turns._control import TurnControl
 from retinue.actors.turns._executor import Executor
-from retinue.actors.turns._turn import Runner, Turn
+from retinue.actors.turns._turn import Runner, Turn, control_of
 from retinue.protocol.failures import TurnError, turn_error
 from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
@@ -100,7 +101,7 @@ def run_runner(runner: Runner, turn: Turn, output_max_bytes: int) -> Outcome:
     """
     token = _RUNNING.set(turn.agent.id)
     try:
-        with turn.watch.current():  # its span is current: what it starts nests under it
+        with control_of(turn).watch.current():  # its span is current: what it starts nests
             result: Any = runner(turn)
     except BaseException as exc:  # a runner must never take its actor down
         return None, failure_of(exc, output_max_bytes)
@@ -145,10 +146,11 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
         asyncio.CancelledError: the turn was interrupted (its task cancelled).
     """
     _RUNNING.set(turn.agent.id)  # the task runs in its own context
-    if not turn.claim_start():  # cancelled before it ran: its inputs already went back
+    control = control_of(turn)
+    if not control.claim_start():  # cancelled before it ran: its inputs already went back
         raise asyncio.CancelledError
     try:
-        with turn.watch.current():  # its span is current in this task
+        with control.watch.current():  # its span is current in this task
             result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
     except asyncio.CancelledError as exc:
         if turn.cancelled.is_set():
@@ -316,7 +318,7 @@ class AgentActor(PooledActor):
         """Prepare the actor; the turn arrives as its one message.
 
         ``is_async`` says whether ``runner`` is async (the world knows it per profile);
-        ``observer`` gives the turn its watch (``turn.watch``) as the runner starts.
+        ``observer`` gives the turn its watch (its control's ``watch``) as the runner starts.
         """
         self.is_async = is_async
         self._loop_thread = executor.loop
@@ -332,23 +334,24 @@ class AgentActor(PooledActor):
     def on_receive(self, message: Any) -> Any:
         """Run the turn in ``message`` (or start its task), report it, then stop."""
         if isinstance(message, Turn):
+            control = control_of(message)
             if self._observer is not None:
-                message.watch = self._observer.watch(message, self._model)
+                control.watch = self._observer.watch(control, self._model)
             if self.is_async:
                 self._start_task(message)
                 return None
-            if not message.claim_start():  # cancelled first: its inputs already went back
-                self._gone(message)
+            if not control.claim_start():  # cancelled first: its inputs already went back
+                self._gone(control)
                 return None
             output, error = run_runner(self._runner, message, self._output_max_bytes)
-            message.runner_returned = True
+            control.runner_returned = True
             try:
-                self._report(message, output, error)
+                self._report(control, output, error)
             finally:
                 self.stop()
         return None
 
-    def _gone(self, turn: Turn) -> None:
+    def _gone(self, turn: TurnControl) -> None:
         """A cancelled turn's runner will not run (or ran no further): say so, then stop.
 
         The report is discarded as a late result; it tells the supervisor that
@@ -362,13 +365,14 @@ class AgentActor(PooledActor):
             with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                 self.stop()
 
-    def _start_task(self, turn: Turn) -> None:
+    def _start_task(self, face: Turn) -> None:
+        turn = control_of(face)
         if turn.cancelled.is_set():  # its inputs already went back
             self._gone(turn)
             return
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
         task = asyncio.get_running_loop().create_task(
-            run_runner_async(self._runner, turn, self._output_max_bytes),
+            run_runner_async(self._runner, face, self._output_max_bytes),
             name=f"retinue-turn-{turn.agent.path}",
         )
         loop = self._loop_thread
@@ -394,7 +398,7 @@ class AgentActor(PooledActor):
 
         task.add_done_callback(done)
 
-    def _report(self, turn: Turn, output: str | None, error: TurnError | None) -> None:
+    def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
         watch = turn.watch
         trace = watch.traceparent()

@@ -1,11 +1,16 @@
-"""A turn as the supervisor, the executor and every operation hold it.
+"""A turn as the runtime holds it: the private side of a runner's :class:`Turn`.
 
-:class:`TurnControl` is what :class:`~retinue.actors.turns._turn.Turn`'s
-operations stand on: who the turn is (its agent, task, inputs and sender
-ref), its cancellation (the supervisor's and the executor's side: cancel,
-claim the start, cancel hooks), and its two faces onto the runtime's
-:class:`~retinue.actors.calls._engine.Engine`: a blocking one for sync runners,
-refused on the runtime's event loop, and an awaitable one for async runners.
+:class:`TurnControl` is what a :class:`~retinue.actors.turns._turn.Turn` is
+composed with, and what the supervisor, the executor and the LLM layer hold
+(through :func:`~retinue.actors.turns._turn.control_of`): who the turn is (its
+agent, task, inputs and sender ref), its cancellation (the supervisor's and
+the executor's side: cancel, claim the start, cancel hooks, the runner's
+flags), its two faces onto the runtime's
+:class:`~retinue.actors.calls._engine.Engine` (a blocking one for sync
+runners, refused on the runtime's event loop, and an awaitable one for async
+runners), and the coordinator operations with the arguments only a tool layer
+passes (``field=``/``name_field=``: the name its errors give a reference).
+The runner's :class:`Turn` shows the same operations without them.
 """
 
 from __future__ import annotations
@@ -14,11 +19,24 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from retinue.actors.calls import Engine, Handover, WaitCommand
-from retinue.actors.commands import Command, TurnRef
+from retinue.actors.calls import Engine, Handover, WaitCommand, resolve_timeout
+from retinue.actors.commands import (
+    Children,
+    Close,
+    CloseTree,
+    Command,
+    Interrupt,
+    InterruptTree,
+    RunMany,
+    Send,
+    Spawn,
+    SpawnRequest,
+    TurnRef,
+    Wait,
+)
 from retinue.actors.events import QUIET, TurnWatch
 from retinue.actors.turns._receipt import TurnReceipt
-from retinue.errors import BlockingCallInAsyncRunner
+from retinue.errors import BlockingCallInAsyncRunner, InvalidArgument, RetinueError
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
@@ -26,14 +44,24 @@ if TYPE_CHECKING:
     from retinue.actors import Journal, Profile
     from retinue.actors.admission import Admission
 
-__all__ = ["TurnControl"]
+__all__ = ["BatchRequest", "TurnControl"]
 
 R = TypeVar("R")
 Event = Message | Completion
 
+BatchRequest = tuple[str, str] | tuple[str, str, str | None]
+"""One child of ``run_many``: ``(profile, task)``, or ``(profile, task, name)``."""
+
+_EVENT = "its wait's event went back"
+_BATCH = "its batch went back"
+
 
 class TurnControl:
-    """One turn's state, its cancellation and its two faces (see :class:`Turn`, which is one)."""
+    """One turn's state, its cancellation, its two faces and its operations.
+
+    The runtime's side of a :class:`~retinue.actors.turns._turn.Turn` (see the
+    module's docstring); a runner never holds one.
+    """
 
     def __init__(
         self,
@@ -48,7 +76,7 @@ class TurnControl:
         keeps_receipts: bool = False,
         origin: str | None = None,
     ) -> None:
-        """Create the context (the supervisor does this).
+        """Create the turn's control (the supervisor does this).
 
         ``keeps_receipts``: what the turn's waits receive stays the turn's
         until it completes (or, for a model runner, its transcript stores it):
@@ -193,3 +221,214 @@ class TurnControl:
         return TurnReceipt(
             self.handover, self.engine, self.agent, went_back, keep=self.keeps_receipts
         )
+
+    # -- operations (the Turn's, with the tool layer's field names) --------------------
+
+    def _spawn(
+        self, profile: str, task: str, name: str | None, key: str | None, name_field: str
+    ) -> Spawn:
+        return Spawn(self.ref, profile, task, name, idempotency_key=key, name_field=name_field)
+
+    def spawn(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        name_field: str = "name",
+    ) -> AgentInfo:
+        """:meth:`Turn.spawn`; ``name_field`` is the name errors give ``name``.
+
+        Raises:
+            RetinueError: as :meth:`Turn.spawn` says.
+        """
+        return self.request(self._spawn(profile, task, name, idempotency_key, name_field))
+
+    async def spawn_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        name_field: str = "name",
+    ) -> AgentInfo:
+        """Like :meth:`spawn`, without blocking the event loop."""
+        command = self._spawn(profile, task, name, idempotency_key, name_field)
+        return await self.request_async(command)
+
+    def run(
+        self, profile: str, task: str, *, name: str | None = None, timeout: float | None = None
+    ) -> Completion:
+        """:meth:`Turn.run`.
+
+        Raises:
+            RetinueError: as :meth:`Turn.run` says.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        child = self.spawn(profile, task, name=name)
+        result: Completion = self._wait(self._wait_for(child.id, "completion"), seconds, _EVENT)
+        return result
+
+    async def run_async(
+        self, profile: str, task: str, *, name: str | None = None, timeout: float | None = None
+    ) -> Completion:
+        """Like :meth:`run`, without blocking the event loop."""
+        seconds = resolve_timeout(timeout, self.limits)
+        child = await self.spawn_async(profile, task, name=name)
+        command = self._wait_for(child.id, "completion")
+        result: Completion = await self._wait_async(command, seconds, _EVENT)
+        return result
+
+    def _run_many(
+        self,
+        requests: Sequence[BatchRequest],
+        name_field: str = "name",
+        keys: Sequence[str | None] | None = None,
+    ) -> RunMany:
+        """The one command that spawns a batch and waits for it (answered once all are done).
+
+        ``keys`` gives each request's spawn an idempotency key (see :meth:`spawn`).
+
+        Raises:
+            InvalidArgument: a request is not a ``(profile, task)`` pair or a
+                ``(profile, task, name)`` triple, or ``keys`` is not one per request.
+        """
+        items = list(requests)
+        for item in items:
+            if not (isinstance(item, tuple | list) and len(item) in (2, 3)):
+                raise InvalidArgument(
+                    "run_many takes a list of (profile, task) pairs or (profile, task, name)"
+                )
+        given = [None] * len(items) if keys is None else list(keys)
+        if len(given) != len(items):
+            raise InvalidArgument(f"run_many takes one key per request, not {len(given)}")
+        spawns = [
+            SpawnRequest(
+                item[0],
+                item[1],
+                item[2] if len(item) == 3 else None,
+                name_field,
+                idempotency_key=key,
+            )
+            for item, key in zip(items, given, strict=True)
+        ]
+        return RunMany(self.ref, spawns)
+
+    def run_many(
+        self,
+        requests: Sequence[BatchRequest],
+        timeout: float | None = None,
+        *,
+        name_field: str = "name",
+        keys: Sequence[str | None] | None = None,
+    ) -> list[Completion | RetinueError]:
+        """:meth:`Turn.run_many`; ``keys`` gives each request's spawn an idempotency key.
+
+        Raises:
+            RetinueError: as :meth:`Turn.run_many` says.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        result: list[Completion | RetinueError] = self._wait(
+            self._run_many(requests, name_field, keys), seconds, _BATCH
+        )
+        return result
+
+    async def run_many_async(
+        self,
+        requests: Sequence[BatchRequest],
+        timeout: float | None = None,
+        *,
+        name_field: str = "name",
+        keys: Sequence[str | None] | None = None,
+    ) -> list[Completion | RetinueError]:
+        """Like :meth:`run_many`, without blocking the event loop."""
+        seconds = resolve_timeout(timeout, self.limits)
+        result: list[Completion | RetinueError] = await self._wait_async(
+            self._run_many(requests, name_field, keys), seconds, _BATCH
+        )
+        return result
+
+    def send(
+        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
+    ) -> Message:
+        """:meth:`Turn.send`; ``field`` is the name errors give ``ref`` (a tool layer passes
+        its own argument's name, as every operation here that takes a reference does).
+
+        Raises:
+            RetinueError: as :meth:`Turn.send` says.
+        """
+        return self.request(Send(self.ref, ref, content, dedup_key, field))
+
+    async def send_async(
+        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
+    ) -> Message:
+        """Like :meth:`send`, without blocking the event loop."""
+        return await self.request_async(Send(self.ref, ref, content, dedup_key, field))
+
+    def _wait_for(self, ref: str, kind: Any, field: str = "ref") -> Wait:
+        return Wait(self.ref, ref, kind, field)
+
+    def wait(
+        self, ref: str, timeout: float | None = None, *, field: str = "ref"
+    ) -> Message | Completion:
+        """:meth:`Turn.wait`.
+
+        Raises:
+            RetinueError: as :meth:`Turn.wait` says.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        result: Message | Completion = self._wait(
+            self._wait_for(ref, "any", field), seconds, _EVENT
+        )
+        return result
+
+    async def wait_async(
+        self, ref: str, timeout: float | None = None, *, field: str = "ref"
+    ) -> Message | Completion:
+        """Like :meth:`wait`, without blocking the event loop."""
+        seconds = resolve_timeout(timeout, self.limits)
+        command = self._wait_for(ref, "any", field)
+        result: Message | Completion = await self._wait_async(command, seconds, _EVENT)
+        return result
+
+    def children(self) -> list[AgentInfo]:
+        """:meth:`Turn.children`."""
+        return self.request(Children(self.ref))
+
+    async def children_async(self) -> list[AgentInfo]:
+        """Like :meth:`children`, without blocking the event loop."""
+        return await self.request_async(Children(self.ref))
+
+    def interrupt(self, ref: str, *, field: str = "ref") -> AgentInfo:
+        """:meth:`Turn.interrupt`."""
+        return self.request(Interrupt(self.ref, ref, field))
+
+    async def interrupt_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
+        """Like :meth:`interrupt`, without blocking the event loop."""
+        return await self.request_async(Interrupt(self.ref, ref, field))
+
+    def interrupt_tree(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+        """:meth:`Turn.interrupt_tree`."""
+        return self.request(InterruptTree(self.ref, ref, field))
+
+    async def interrupt_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+        """Like :meth:`interrupt_tree`, without blocking the event loop."""
+        return await self.request_async(InterruptTree(self.ref, ref, field))
+
+    def close(self, ref: str, *, field: str = "ref") -> AgentInfo:
+        """:meth:`Turn.close`."""
+        return self.request(Close(self.ref, ref, field))
+
+    async def close_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
+        """Like :meth:`close`, without blocking the event loop."""
+        return await self.request_async(Close(self.ref, ref, field))
+
+    def close_tree(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+        """:meth:`Turn.close_tree`."""
+        return self.request(CloseTree(self.ref, ref, field))
+
+    async def close_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+        """Like :meth:`close_tree`, without blocking the event loop."""
+        return await self.request_async(CloseTree(self.ref, ref, field))

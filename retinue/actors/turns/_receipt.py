@@ -24,7 +24,7 @@ __all__ = ["TurnReceipt"]
 
 class TurnReceipt:
     """A turn's receipt: the supervisor hands a wait's events to the turn's ledger, and an
-    interrupt takes back what the runner has not received (see :class:`Turn.handover`)."""
+    interrupt takes back what the runner has not received (see ``TurnControl.handover``)."""
 
     __slots__ = ("agent", "engine", "handover", "keep", "went_back")
 

@@ -8,37 +8,35 @@ blocking face for sync runners and an ``*_async`` twin for async runners; both
 are one line over the same command, and the engine owns the rules of waits
 (giving up in time, giving back what a cancelled await was handed).
 
-:class:`Turn` holds the operations; what they stand on (the turn's state, its
-cancellation and its two faces) is :class:`~retinue.actors.turns._control.TurnControl`,
-and the turn's side of a wait is :class:`~retinue.actors.turns._receipt.TurnReceipt`.
+:class:`Turn` is what the runner may use; it is composed with a private
+:class:`~retinue.actors.turns._control.TurnControl` that holds the rest (the
+turn's cancellation and the executor's flags, its two faces onto the engine,
+its watch and trace, and the operations with the tool layer's field names),
+which the supervisor, the executor and the LLM layer reach through
+:func:`control_of`. The turn's side of a wait is
+:class:`~retinue.actors.turns._receipt.TurnReceipt`. Only the runtime makes a
+:class:`Turn` (:class:`~retinue.actors.turns._constructor.NoPublicConstructor`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from retinue.actors.calls import resolve_timeout
-from retinue.actors.commands import (
-    Children,
-    Close,
-    CloseTree,
-    Interrupt,
-    InterruptTree,
-    RunMany,
-    Send,
-    Spawn,
-    SpawnRequest,
-    Wait,
-)
-from retinue.actors.turns._control import TurnControl
-from retinue.errors import InvalidArgument, RetinueError
+from retinue.actors.commands import Command, TurnRef
+from retinue.actors.turns._constructor import NoPublicConstructor
+from retinue.actors.turns._control import BatchRequest, TurnControl
+from retinue.errors import RetinueError
+from retinue.protocol.limits import Limits
 from retinue.protocol.messages import AgentInfo, Completion, Message
 
-__all__ = ["BatchRequest", "Runner", "Turn"]
+if TYPE_CHECKING:
+    from retinue.actors import Profile
 
-BatchRequest = tuple[str, str] | tuple[str, str, str | None]
-"""One child of ``run_many``: ``(profile, task)``, or ``(profile, task, name)``."""
+__all__ = ["BatchRequest", "Runner", "Turn", "control_of"]
+
+R = TypeVar("R")
 
 Runner = Callable[["Turn"], str | Awaitable[str]]
 """Anything that takes a turn context and returns the turn's output text.
@@ -49,7 +47,26 @@ event loop and should use the turn's ``*_async`` operations.
 """
 
 
-class Turn(TurnControl):
+class _Shown:
+    """An attribute of the turn's control that its :class:`Turn` shows: read and written
+    there (a runner's ``turn.limits = ...`` is what the turn's tools then see)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, turn: Turn | None, owner: type) -> Any:
+        return self if turn is None else getattr(turn._control, self.name)
+
+    def __set__(self, turn: Turn, value: Any) -> None:
+        setattr(turn._control, self.name, value)
+
+
+class Turn(metaclass=NoPublicConstructor):
     """One turn of one agent, as its runner sees it.
 
     Every coordinator operation has a blocking form for sync runners
@@ -78,17 +95,67 @@ class Turn(TurnControl):
         instructions: the profile's instructions.
         profile: the agent's :class:`~retinue.actors._profile.Profile`.
         limits: the runtime's limits.
-        ref: this turn as a command sender (its agent id and generation).
-        engine: the runtime's call engine (what :meth:`request` and every operation use).
-        handover: events the supervisor took for this turn's waits that its
-            runner has not received yet (an interrupt takes them back).
-        watch: where the turn reports its model and tool calls as they happen
-            (:mod:`retinue.actors.events._observer`); set as its runner starts.
-        trace: the agent's stored trace context (W3C ``traceparent``), the
-            parent of this turn's span; ``cause``: the span that caused this
-            turn (a link); ``root_id``: its top-level agent's id (the trace's
-            conversation). Set when the runtime traces.
+        ref: this turn as a command sender (its agent id and generation: what
+            :meth:`request` sends a command as).
+
+    Only the runtime makes a turn (calling ``Turn(...)`` raises
+    :class:`TypeError`): to run a runner, give it to a
+    :class:`~retinue.actors._profile.Profile` and spawn the agent in a
+    :class:`~retinue.runtime._runtime.Runtime`. What the runtime does with the
+    turn (its cancellation, what its waits were handed, its watch and trace)
+    is held by a private control object the runner never sees.
     """
+
+    _no_constructor = (
+        "the runtime makes one for each turn and passes it to the agent's runner; to run a "
+        "runner, give it to a Profile (Profile('name', runner=...)) and spawn the agent in a "
+        "Runtime"
+    )
+
+    if TYPE_CHECKING:  # what the runner reads (and may write): the control's own
+        agent: AgentInfo
+        task: str
+        messages: list[Message]
+        cancelled: threading.Event
+        reason: str
+        origin: str
+        profile: Profile
+        instructions: str
+        limits: Limits
+        ref: TurnRef
+    else:
+        agent = _Shown()
+        task = _Shown()
+        messages = _Shown()
+        cancelled = _Shown()
+        reason = _Shown()
+        origin = _Shown()
+        profile = _Shown()
+        instructions = _Shown()
+        limits = _Shown()
+        ref = _Shown()
+
+    def __init__(self, control: TurnControl) -> None:
+        """Show ``control``'s turn to its runner (the runtime's way: ``Turn._create(control)``)."""
+        self._control = control
+
+    @property
+    def attempt(self) -> int:
+        """The run of this turn's task: 1 for a first run, n for its (n-1)th restart."""
+        return self._control.attempt
+
+    def request(self, command: Command[R]) -> R:
+        """Send one command of this turn to the supervisor and block for its answer.
+
+        Raises:
+            BlockingCallInAsyncRunner: called from an async runner.
+            TurnInterrupted: the turn is no longer running; and whatever the command raises.
+        """
+        return self._control.request(command)
+
+    async def request_async(self, command: Command[R]) -> R:
+        """Like :meth:`request`, without blocking the event loop."""
+        return await self._control.request_async(command)
 
     # -- operations ---------------------------------------------------------------------
 
@@ -99,14 +166,12 @@ class Turn(TurnControl):
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
-        name_field: str = "name",
     ) -> AgentInfo:
         """Spawn a child and return at once; its completion arrives in this agent's mailbox.
 
         A spawn with an ``idempotency_key`` this agent already used returns
         the child that spawn made instead of a second one (keys are scoped to
-        the parent and survive a reopen; see ``Runtime.spawn``). ``name_field``
-        is the name errors give ``name`` (a tool layer passes its own argument's).
+        the parent and survive a reopen; see ``Runtime.spawn``).
 
         Raises:
             UnknownProfile, NotPermitted, DuplicateAgentPath: as the supervisor's
@@ -114,16 +179,7 @@ class Turn(TurnControl):
                 AgentLimitExceeded, InvalidAgentPath, DedupKeyTooLong,
                 InvalidArgument and TurnInterrupted.
         """
-        return self.request(
-            Spawn(
-                self.ref,
-                profile,
-                task,
-                name,
-                idempotency_key=idempotency_key,
-                name_field=name_field,
-            )
-        )
+        return self._control.spawn(profile, task, name=name, idempotency_key=idempotency_key)
 
     async def spawn_async(
         self,
@@ -132,18 +188,10 @@ class Turn(TurnControl):
         *,
         name: str | None = None,
         idempotency_key: str | None = None,
-        name_field: str = "name",
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
-        return await self.request_async(
-            Spawn(
-                self.ref,
-                profile,
-                task,
-                name,
-                idempotency_key=idempotency_key,
-                name_field=name_field,
-            )
+        return await self._control.spawn_async(
+            profile, task, name=name, idempotency_key=idempotency_key
         )
 
     def run(
@@ -155,63 +203,16 @@ class Turn(TurnControl):
             WaitTimeout: the child did not settle in time (it keeps running);
                 and everything ``spawn`` raises.
         """
-        seconds = resolve_timeout(timeout, self.limits)
-        child = self.spawn(profile, task, name=name)
-        result: Completion = self._wait(self._wait_for(child.id, "completion"), seconds, _EVENT)
-        return result
+        return self._control.run(profile, task, name=name, timeout=timeout)
 
     async def run_async(
         self, profile: str, task: str, *, name: str | None = None, timeout: float | None = None
     ) -> Completion:
         """Like :meth:`run`, without blocking the event loop."""
-        seconds = resolve_timeout(timeout, self.limits)
-        child = await self.spawn_async(profile, task, name=name)
-        command = self._wait_for(child.id, "completion")
-        result: Completion = await self._wait_async(command, seconds, _EVENT)
-        return result
-
-    def _run_many(
-        self,
-        requests: Sequence[BatchRequest],
-        name_field: str = "name",
-        keys: Sequence[str | None] | None = None,
-    ) -> RunMany:
-        """The one command that spawns a batch and waits for it (answered once all are done).
-
-        ``keys`` gives each request's spawn an idempotency key (see :meth:`spawn`).
-
-        Raises:
-            FanoutLimitExceeded: more requests than ``fanout_cap``.
-            InvalidArgument: a request is not a ``(profile, task)`` pair or a
-                ``(profile, task, name)`` triple, or ``keys`` is not one per request.
-        """
-        items = list(requests)
-        for item in items:
-            if not (isinstance(item, tuple | list) and len(item) in (2, 3)):
-                raise InvalidArgument(
-                    "run_many takes a list of (profile, task) pairs or (profile, task, name)"
-                )
-        given = [None] * len(items) if keys is None else list(keys)
-        if len(given) != len(items):
-            raise InvalidArgument(f"run_many takes one key per request, not {len(given)}")
-        spawns = [
-            SpawnRequest(
-                item[0],
-                item[1],
-                item[2] if len(item) == 3 else None,
-                name_field,
-                idempotency_key=key,
-            )
-            for item, key in zip(items, given, strict=True)
-        ]
-        return RunMany(self.ref, spawns)
+        return await self._control.run_async(profile, task, name=name, timeout=timeout)
 
     def run_many(
-        self,
-        requests: Sequence[BatchRequest],
-        timeout: float | None = None,
-        *,
-        name_field: str = "name",
+        self, requests: Sequence[BatchRequest], timeout: float | None = None
     ) -> list[Completion | RetinueError]:
         """Run several children at once; return their completions in request order.
 
@@ -228,119 +229,91 @@ class Turn(TurnControl):
             FanoutLimitExceeded: more requests than ``fanout_cap``.
             InvalidArgument: a request is not a ``(profile, task)`` pair.
         """
-        seconds = resolve_timeout(timeout, self.limits)
-        result: list[Completion | RetinueError] = self._wait(
-            self._run_many(requests, name_field), seconds, _BATCH
-        )
-        return result
+        return self._control.run_many(requests, timeout)
 
     async def run_many_async(
         self,
         requests: Sequence[BatchRequest],
         timeout: float | None = None,
         *,
-        name_field: str = "name",
         keys: Sequence[str | None] | None = None,
     ) -> list[Completion | RetinueError]:
         """Like :meth:`run_many`, without blocking the event loop; ``keys`` gives each
         request's spawn an idempotency key (see :meth:`spawn`)."""
-        seconds = resolve_timeout(timeout, self.limits)
-        result: list[Completion | RetinueError] = await self._wait_async(
-            self._run_many(requests, name_field, keys), seconds, _BATCH
-        )
-        return result
+        return await self._control.run_many_async(requests, timeout, keys=keys)
 
-    def send(
-        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
-    ) -> Message:
+    def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Send a message to this agent's parent, a child or a sibling.
-
-        ``field`` is the name errors give ``ref`` (a tool layer passes its own
-        argument's name, as every call here that takes a reference does).
 
         Raises:
             NotPermitted, UnknownAgent, AgentClosed: as the mailbox rules say,
                 and so do MessageTooLarge, DedupKeyTooLong and MailboxFull.
         """
-        return self.request(Send(self.ref, ref, content, dedup_key, field))
+        return self._control.send(ref, content, dedup_key=dedup_key)
 
-    async def send_async(
-        self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
-    ) -> Message:
+    async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
-        return await self.request_async(Send(self.ref, ref, content, dedup_key, field))
+        return await self._control.send_async(ref, content, dedup_key=dedup_key)
 
-    def _wait_for(self, ref: str, kind: Any, field: str = "ref") -> Wait:
-        return Wait(self.ref, ref, kind, field)
-
-    def wait(
-        self, ref: str, timeout: float | None = None, *, field: str = "ref"
-    ) -> Message | Completion:
+    def wait(self, ref: str, timeout: float | None = None) -> Message | Completion:
         """Return the next event from a child: a message it sent here, or its completion.
 
         Raises:
             WaitTimeout: nothing arrived in time; the child keeps running.
             NotPermitted: ``ref`` is not this agent's child.
         """
-        seconds = resolve_timeout(timeout, self.limits)
-        result: Message | Completion = self._wait(
-            self._wait_for(ref, "any", field), seconds, _EVENT
-        )
-        return result
+        return self._control.wait(ref, timeout)
 
-    async def wait_async(
-        self, ref: str, timeout: float | None = None, *, field: str = "ref"
-    ) -> Message | Completion:
+    async def wait_async(self, ref: str, timeout: float | None = None) -> Message | Completion:
         """Like :meth:`wait`, without blocking the event loop."""
-        seconds = resolve_timeout(timeout, self.limits)
-        command = self._wait_for(ref, "any", field)
-        result: Message | Completion = await self._wait_async(command, seconds, _EVENT)
-        return result
+        return await self._control.wait_async(ref, timeout)
 
     def children(self) -> list[AgentInfo]:
         """Return this agent's live children."""
-        return self.request(Children(self.ref))
+        return self._control.children()
 
     async def children_async(self) -> list[AgentInfo]:
         """Like :meth:`children`, without blocking the event loop."""
-        return await self.request_async(Children(self.ref))
+        return await self._control.children_async()
 
-    def interrupt(self, ref: str, *, field: str = "ref") -> AgentInfo:
+    def interrupt(self, ref: str) -> AgentInfo:
         """Interrupt a descendant's queued or running turn."""
-        return self.request(Interrupt(self.ref, ref, field))
+        return self._control.interrupt(ref)
 
-    async def interrupt_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
+    async def interrupt_async(self, ref: str) -> AgentInfo:
         """Like :meth:`interrupt`, without blocking the event loop."""
-        return await self.request_async(Interrupt(self.ref, ref, field))
+        return await self._control.interrupt_async(ref)
 
-    def interrupt_tree(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+    def interrupt_tree(self, ref: str) -> list[AgentInfo]:
         """Interrupt the queued and running turns of a descendant's subtree, leaves first."""
-        return self.request(InterruptTree(self.ref, ref, field))
+        return self._control.interrupt_tree(ref)
 
-    async def interrupt_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+    async def interrupt_tree_async(self, ref: str) -> list[AgentInfo]:
         """Like :meth:`interrupt_tree`, without blocking the event loop."""
-        return await self.request_async(InterruptTree(self.ref, ref, field))
+        return await self._control.interrupt_tree_async(ref)
 
-    def close(self, ref: str, *, field: str = "ref") -> AgentInfo:
+    def close(self, ref: str) -> AgentInfo:
         """Close a descendant that has no live children.
 
         Raises:
             ActiveDescendants: it still has live children.
         """
-        return self.request(Close(self.ref, ref, field))
+        return self._control.close(ref)
 
-    async def close_async(self, ref: str, *, field: str = "ref") -> AgentInfo:
+    async def close_async(self, ref: str) -> AgentInfo:
         """Like :meth:`close`, without blocking the event loop."""
-        return await self.request_async(Close(self.ref, ref, field))
+        return await self._control.close_async(ref)
 
-    def close_tree(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+    def close_tree(self, ref: str) -> list[AgentInfo]:
         """Close a descendant and its whole live subtree, children first."""
-        return self.request(CloseTree(self.ref, ref, field))
+        return self._control.close_tree(ref)
 
-    async def close_tree_async(self, ref: str, *, field: str = "ref") -> list[AgentInfo]:
+    async def close_tree_async(self, ref: str) -> list[AgentInfo]:
         """Like :meth:`close_tree`, without blocking the event loop."""
-        return await self.request_async(CloseTree(self.ref, ref, field))
+        return await self._control.close_tree_async(ref)
 
 
-_EVENT = "its wait's event went back"
-_BATCH = "its batch went back"
+def control_of(turn: Turn) -> TurnControl:
+    """Return the private control object ``turn`` is composed with (the runtime's accessor:
+    the supervisor, the executor and the LLM layer use it; a runner never does)."""
+    return turn._control

@@ -2,7 +2,8 @@
 
 - ``build_toolbox(turn, *, tools, workspace, host_tools) -> ToolBox`` is
   called once per turn, on the runtime's event loop, before the first model
-  call. ``turn`` is the :class:`~retinue.actors.turns._turn.Turn` (its async twins
+  call. ``turn`` is the runner's :class:`~retinue.actors.turns._turn.Turn`, or
+  the turn's control a runner's ``toolbox=`` builder is given (its async twins
   and ``turn.profile``); ``tools`` is the agent's tools setting: a preset
   ``"read"`` / ``"modify"`` / ``"none"``, exact tool names, or None (no
   ordinary tools; ``Runtime.open`` has already resolved an inheriting
@@ -41,6 +42,7 @@ from typing import Any
 import msgspec
 
 from retinue.actors import Profile
+from retinue.actors.turns import Turn, control_of
 from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
 from retinue.llm._context import TurnContext
 from retinue.llm.chat import tool_outcome
@@ -227,7 +229,8 @@ def _error_of(value: Any) -> str | None:
 
 ToolBoxBuilder = Callable[..., ToolBox]
 """``builder(turn, *, tools, workspace, host_tools, tool_timeout_s, mcp_tools) -> ToolBox``
-(:func:`build_toolbox` by default)."""
+(:func:`build_toolbox` by default; a runner adapts what a builder of the host's returns
+to :class:`~retinue.llm.tools._protocol.ToolBoxProtocol`)."""
 
 
 class _TimedOut(ToolError):
@@ -292,7 +295,7 @@ def _granted(profile: Profile, owner: str, tools: str | Sequence[str] | None) ->
 
 
 def build_toolbox(
-    turn: TurnContext,
+    turn: Turn | TurnContext,
     *,
     tools: str | Sequence[str] | None = None,
     workspace: str | os.PathLike[str] | Workspace | None = None,
@@ -318,7 +321,7 @@ def build_toolbox(
     ``max_result_bytes`` any result. ``tool_timeout_s`` bounds each call of a
     file tool and of a host tool that sets no ``timeout_s`` of its own.
     ``mcp_tools`` are the granted MCP servers' tools (from
-    :func:`retinue.llm.mcp.mcp_tool_defs`), offered last.
+    :func:`retinue.llm.mcp.mcp_tool_defs`), offered last. ``turn``: a Turn or its control.
 
     Raises:
         ConfigurationError: ``tools`` is not a valid spec; it goes beyond
@@ -328,6 +331,7 @@ def build_toolbox(
             a host tool is invalid; ``tool_timeout_s`` is not a positive number.
     """
     check_timeout("tool_timeout_s", tool_timeout_s)
+    turn = control_of(turn) if isinstance(turn, Turn) else turn  # the tools use the control
     profile = turn.profile
     owner = profile.name
     names = _granted(profile, owner, tools)

@@ -25,6 +25,7 @@ from typing import Any
 
 from retinue.actors.commands import AwaitApproval
 from retinue.llm._context import TurnContext
+from retinue.llm.tools import ToolBoxProtocol
 from retinue.protocol.supervision import ApprovalRecord, needs_approval
 from retinue.protocol.tools import COORDINATOR_TOOLS
 
@@ -48,20 +49,10 @@ CUT_SHORT_RESULT = json.dumps(
 the model); the journal's ``running`` intent stands for it now."""
 
 
-def granted_names(toolbox: Any) -> dict[str, str]:
-    """Return each name ``toolbox`` offers -> the tool's granted name.
-
-    A toolbox of the runner's own making may lack :attr:`ToolBox.granted
-    <retinue.llm.tools._toolbox.ToolBox.granted>`: its offered names (``names``, else
-    those of its ``schemas()``) stand for themselves.
-    """
-    granted = getattr(toolbox, "granted", None)
-    if isinstance(granted, dict):
-        return granted
-    names = getattr(toolbox, "names", None)
-    if names is None:
-        names = [s.get("function", {}).get("name") for s in toolbox.schemas()]
-    return {name: name for name in names if isinstance(name, str)}
+def granted_names(toolbox: ToolBoxProtocol) -> dict[str, str]:
+    """Return each name ``toolbox`` offers -> the tool's granted name (a host's own
+    toolbox's names stand for themselves: :class:`~retinue.llm.tools._protocol.PlainToolBox`)."""
+    return toolbox.granted
 
 
 def gated(approve: Iterable[str], calls: Sequence[Any], offered: Mapping[str, str]) -> list[Any]:

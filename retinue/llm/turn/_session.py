@@ -60,13 +60,12 @@ from retinue.llm.chat import (
     stored_calls,
     stored_journal,
     timed_call,
-    tool_outcome,
     turn_input,
     unanswered_calls,
 )
 from retinue.llm.mcp import mcp_tool_defs
 from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete, usage_of
-from retinue.llm.tools import ToolBox, calling
+from retinue.llm.tools import ToolBoxProtocol
 from retinue.llm.turn._approval_gate import ask_approvals, denied_result, gated, granted_names
 from retinue.llm.turn._bridge import llm_load, llm_step
 from retinue.llm.turn._intents import (
@@ -81,7 +80,7 @@ from retinue.llm.turn._intents import (
 )
 from retinue.llm.turn._settings import RunnerSettings
 from retinue.llm.turn._taped import Taped, TapedTool
-from retinue.protocol.effects import Effect, ToolCall, effect_of
+from retinue.protocol.effects import Effect, effect_of
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
@@ -239,7 +238,7 @@ class TurnSession:
         self.task_at = len(self.history)  # the transcript cut always keeps this turn's task
         self.history.append({"role": "user", "content": text})
 
-    async def _carry_on(self, toolbox: ToolBox) -> None:
+    async def _carry_on(self, toolbox: ToolBoxProtocol) -> None:
         """Run the step a turn parked on before its process stopped; then add its input."""
         calls = doubtful_calls(self.journal, self.history)
         if not calls:  # parked by an older retinue, before journals: its step starts now
@@ -258,7 +257,7 @@ class TurnSession:
         self.input_stored = False  # the next save stores the input (or the results)
         await self._save(Usage())
 
-    async def _settle(self, toolbox: ToolBox) -> None:
+    async def _settle(self, toolbox: ToolBoxProtocol) -> None:
         """Act on the calls in doubt of the step the last turn left open, then add the input.
 
         First one commit stores this turn's input (in the journal's ``then``,
@@ -281,7 +280,7 @@ class TurnSession:
         self.journal = closed(self.journal, self.turn.agent.generation)
         await self._save(Usage())
 
-    def _open_step(self, toolbox: Any, calls: Sequence[Any]) -> None:
+    def _open_step(self, toolbox: ToolBoxProtocol, calls: Sequence[Any]) -> None:
         """Journal a new step of ``calls`` (each call's intent, before any runs)."""
         self.step += 1
         agent = self.turn.agent
@@ -291,14 +290,13 @@ class TurnSession:
         overrides = self.turn.profile.effects
 
         def effect(name: str) -> Effect:
-            declared = toolbox.effect(name) if isinstance(toolbox, ToolBox) else "unsafe"
-            return effect_of(names.get(name, name), declared, overrides)
+            return effect_of(names.get(name, name), toolbox.effect(name), overrides)
 
         self.journal = intents(
             agent.id, agent.generation, self.step, calls, names, effect, gated_ids
         )
 
-    async def _toolbox(self) -> ToolBox:
+    async def _toolbox(self) -> ToolBoxProtocol:
         runner = self.runner
         owner = self.turn.profile.name
         return runner.toolbox_builder(
@@ -311,7 +309,7 @@ class TurnSession:
         )
 
     async def _run_tools(
-        self, toolbox: ToolBox, usage: Usage, assistant: ChatMessage, admitted: bool
+        self, toolbox: ToolBoxProtocol, usage: Usage, assistant: ChatMessage, admitted: bool
     ) -> None:
         """Run the model's tool calls (at once) and record their results.
 
@@ -348,7 +346,7 @@ class TurnSession:
         await self._save(Usage())
 
     async def _call_tools(
-        self, toolbox: ToolBox, calls: Sequence[Any], *, resume: bool = False
+        self, toolbox: ToolBoxProtocol, calls: Sequence[Any], *, resume: bool = False
     ) -> list[str]:
         """Run the journaled ``calls`` of the open step at once, after the approval gate;
         return their results in order.
@@ -391,8 +389,7 @@ class TurnSession:
         async def one(call: Any) -> str:
             entry = entries[call["id"]]
             name, arguments = call["function"]["name"], call["function"]["arguments"]
-            kind = toolbox.kind(name) if isinstance(toolbox, ToolBox) else "function"
-            watch = self.turn.watch.tool_call(call["id"], name, arguments, kind)
+            watch = self.turn.watch.tool_call(call["id"], name, arguments, toolbox.kind(name))
             answer = answers.get(call["id"])
             if entry.state == "done":
                 note = f"denied: {answer.reason or answer.status}" if answer else "not run"
@@ -407,7 +404,7 @@ class TurnSession:
                 raise
             try:
                 with watch.current():  # what the tool spawns nests under its span
-                    result, error = recorded or await _run_tool(toolbox, name, arguments, ran_as)
+                    result, error = recorded or await toolbox.run(name, arguments, ran_as)
                 if recorded is None:
                     tool.record(result, error)
             except BaseException:
@@ -495,29 +492,6 @@ def _first_message(response: Any, model: str) -> Any:
     if not choices:
         raise ModelCallFailed(f"{model}: the model returned no choices", provider=model)
     return choices[0].message
-
-
-async def _run_tool(
-    toolbox: ToolBox, name: str, arguments: str, call: ToolCall
-) -> tuple[str, str | None]:
-    """Run one tool call as ``call`` (its key, attempt, in doubt); return its result and its
-    error (None: it succeeded).
-
-    A toolbox of the host's own (a ``toolbox=`` builder's) only has ``call``:
-    its error is read from the result (``{"error": ...}``), and both are made
-    storable here, where they arrive (a :class:`ToolBox` does it itself); its
-    tools find ``call`` as the running call too.
-    """
-    if isinstance(toolbox, ToolBox):
-        return await toolbox.run(name, arguments, call)  # made storable there
-    with calling(call):
-        result: str = await toolbox.call(name, arguments)
-    try:
-        data = json.loads(result) if result.startswith("{") else None
-    except ValueError:
-        data = None
-    error = data.get("error") if isinstance(data, dict) else None
-    return tool_outcome(result, None if error is None else str(error))
 
 
 def _not_run(limit: int) -> str:

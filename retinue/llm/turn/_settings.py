@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from retinue.llm.cassette import Cassette
 from retinue.llm.mcp import McpManager
 from retinue.llm.model import CallSettings
-from retinue.llm.tools import ToolBoxBuilder
+from retinue.llm.tools import ToolBoxProtocol
 
 __all__ = ["RunnerSettings"]
 
@@ -44,8 +44,8 @@ class RunnerSettings(Protocol):
         """The most tool calls one turn may make."""
 
     @property
-    def toolbox_builder(self) -> ToolBoxBuilder:
-        """Builds each turn's toolbox."""
+    def toolbox_builder(self) -> Callable[..., ToolBoxProtocol]:
+        """Builds each turn's toolbox (a host's builder's result adapted to the protocol)."""
 
     @property
     def workspace(self) -> Path | None:

@@ -1,0 +1,81 @@
+"""What a runner's ``Turn`` shows, and that only the runtime makes one.
+
+A runner sees its task, messages, agent, cancellation, the coordinator
+operations with their twins and ``request``; the turn's cancellation, its
+executor flags, what its waits were handed and the tool layer's ``field=``
+arguments are the private control's (issue 28).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from support import OpenRuntime, control_of, loose_turn
+
+from retinue import Profile, Turn
+from retinue.actors.turns import TurnControl
+
+PRIVATE = (
+    "cancel",
+    "claim_start",
+    "while_running",
+    "on_cancel",
+    "handover",
+    "runner_started",
+    "runner_returned",
+    "loop_thread",
+    "keeps_receipts",
+    "engine",
+    "watch",
+    "admission",
+)
+OPERATIONS = (
+    "spawn",
+    "run",
+    "run_many",
+    "send",
+    "wait",
+    "children",
+    "interrupt",
+    "interrupt_tree",
+    "close",
+    "close_tree",
+)
+
+
+def test_a_turn_cannot_be_constructed_from_outside() -> None:
+    with pytest.raises(TypeError, match=r"Turn has no public constructor: .*Profile.*Runtime"):
+        Turn()  # type: ignore[call-arg]  # what a user would write
+
+
+def test_a_runner_sees_its_turn_and_none_of_its_control(open_runtime: OpenRuntime) -> None:
+    seen: dict[str, object] = {}
+
+    def runner(turn: Turn) -> str:
+        seen["private"] = [name for name in PRIVATE if hasattr(turn, name)]
+        seen["public"] = (turn.task, turn.agent.path, turn.cancelled.is_set(), turn.reason)
+        seen["attempt"] = turn.attempt
+        return "ok"
+
+    rt = open_runtime([Profile("w", runner=runner)])
+    rt.wait(rt.spawn("w", "look", name="w").id, timeout=30)
+    assert seen == {"private": [], "public": ("look", "/root/w", False, "spawn"), "attempt": 1}
+
+
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_the_operations_take_no_field_names_and_have_twins(name: str) -> None:
+    for op in (name, f"{name}_async"):
+        parameters = inspect.signature(getattr(Turn, op)).parameters
+        assert "field" not in parameters and "name_field" not in parameters, op
+    assert inspect.iscoroutinefunction(getattr(Turn, f"{name}_async"))
+
+
+def test_the_control_holds_the_turns_cancellation() -> None:
+    turn = loose_turn()
+    control = control_of(turn)
+    assert isinstance(control, TurnControl)
+    assert control.claim_start()
+    assert control.cancel() is True  # its runner had started
+    assert turn.cancelled.is_set()  # the runner sees it
+    assert not control.while_running(lambda: None)
