@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from retinue.actors import Profile
-from retinue.actors.commands import Command, TurnRef
+from retinue.actors.commands import Command, LlmStarted, TurnRef
 from retinue.actors.events import TurnWatch
 from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError
@@ -37,6 +37,7 @@ class TurnContext(Protocol):
     instructions: str
     ref: TurnRef
     watch: TurnWatch
+    llm_state: LlmStarted | None  # the stored state handed at the turn's start (read once)
 
     async def request_async(self, command: Command[R]) -> R:
         """Send one command of this turn to the supervisor; return its answer."""

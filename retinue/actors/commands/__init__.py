@@ -42,7 +42,7 @@ from retinue.actors.commands._lifecycle import (
     Settle,
 )
 from retinue.actors.commands._mailboxes import HostMessages, Send
-from retinue.actors.commands._models import LlmLoad, LlmStep
+from retinue.actors.commands._models import LlmLoad, LlmStarted, LlmStep
 from retinue.actors.commands._reads import Agents, Children, CountBacklog, Get, Inspect
 from retinue.actors.commands._spawning import Fork, Spawn, SpawnMany, SpawnRequest
 from retinue.actors.commands._supervision import (
@@ -92,6 +92,7 @@ __all__ = [
     "InterruptTree",
     "Leases",
     "LlmLoad",
+    "LlmStarted",
     "LlmStep",
     "ReadCommand",
     "Rearm",
