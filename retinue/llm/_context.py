@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from retinue.actors import Profile
-from retinue.actors.commands import Command, LlmStarted, TurnRef
+from retinue.actors.commands import Command, LlmStarted, LlmStep, TurnRef
 from retinue.actors.events import TurnWatch
 from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError
@@ -38,6 +38,7 @@ class TurnContext(Protocol):
     ref: TurnRef
     watch: TurnWatch
     llm_state: LlmStarted | None  # the stored state handed at the turn's start (read once)
+    last_step: LlmStep | None  # the last step, committed with the turn's settle
 
     async def request_async(self, command: Command[R]) -> R:
         """Send one command of this turn to the supervisor; return its answer."""

@@ -1,6 +1,8 @@
 """What a model turn costs the supervisor: the commands it sends, counted by kind.
 
-A model turn's stored state rides on its start (no ``LlmLoad``). Counted through the runtime's
+A model turn's stored state rides on its start (no ``LlmLoad``), and the
+step that ends it is committed with its settle (no ``LlmStep`` of its own):
+a one-call turn is its spawn and its settle. Counted through the runtime's
 command timer (``rt._attach_timings``), as ``retinue.metrics`` counts them.
 """
 
@@ -57,7 +59,7 @@ def counted_run(rt: Runtime, profile: str, task: str) -> tuple[Any, Counter[str]
     return done, sink.counted()
 
 
-def test_a_one_call_turn_is_its_spawn_its_step_and_its_settle(tmp_path: Path) -> None:
+def test_a_one_call_turn_is_its_spawn_and_its_settle(tmp_path: Path) -> None:
     profiles = [Profile("leaf", model=SCRIPTED_MODEL)]
     with Runtime.open(tmp_path / "s", profiles=profiles) as rt:
         done, kinds = counted_run(rt, "leaf", "check the login handler")
@@ -65,14 +67,16 @@ def test_a_one_call_turn_is_its_spawn_its_step_and_its_settle(tmp_path: Path) ->
         detail = rt.inspect(done.agent_id, transcript_tail=10)
     assert done.status == "completed" and done.output == "Done: check the login handler"
     assert kinds["LlmLoad"] == 0  # the stored state came with the turn's start
-    assert kinds["LlmStep"] == 1
+    assert kinds["LlmStep"] == 0  # the one step was committed with the settle
     assert kinds["Spawn"] == 1 and kinds["Settle"] == 1
-    # The step is stored: the usage and the transcript.
+    # The step the settle carried is stored: the usage and the transcript.
     assert info.usage.prompt_tokens > 0 and info.tree_usage == info.usage
     assert [m.role for m in detail.transcript] == ["user", "assistant"]
 
 
-def test_a_turn_with_tool_steps_sends_one_step_per_save(stub: OpenAIStub, tmp_path: Path) -> None:
+def test_a_turn_with_tool_steps_sends_one_step_per_save_but_the_last(
+    stub: OpenAIStub, tmp_path: Path
+) -> None:
     def handler(request: Any) -> StubReply:
         if request.number == 1:
             return StubReply(message=tool_call("note", {"text": "x"}, "call_1"))
@@ -88,6 +92,7 @@ def test_a_turn_with_tool_steps_sends_one_step_per_save(stub: OpenAIStub, tmp_pa
         info = rt.get(done.agent_id)
     assert done.status == "completed" and done.output == "noted", done.error
     assert kinds["LlmLoad"] == 0
-    # The tool step: its intents before the call runs, its result after; the answer.
-    assert kinds["LlmStep"] == 3 and kinds["Settle"] == 1
+    # The tool step: its intents before the call runs, its result after; the answer
+    # went with the settle.
+    assert kinds["LlmStep"] == 2 and kinds["Settle"] == 1
     assert info.state is AgentState.COMPLETED and info.usage.prompt_tokens > 0

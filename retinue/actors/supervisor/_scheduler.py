@@ -35,7 +35,7 @@ import pykka
 
 from retinue.actors import JDeque, JDict, Journaled, JSet
 from retinue.actors.calls import handed_events
-from retinue.actors.commands import LlmStarted, Settle, TurnRef
+from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of
@@ -325,9 +325,10 @@ class Scheduler(Journaled):
             output: str | None,
             error: TurnError | None,
             trace: str | None,
+            step: LlmStep | None,
         ) -> None:
             # Refused only once the runtime closed, which interrupted the turn already.
-            engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace))
+            engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace, step))
 
         return settle
 

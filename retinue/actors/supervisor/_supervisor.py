@@ -326,7 +326,7 @@ class Supervisor:
                 return dict(world.tree.leases)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
-                return self.lifecycle.settle(tx, command)
+                return self.lifecycle.settle(tx, self.models.last_step(tx, command))
             case ExpireTurn():
                 return self.lifecycle.expire(tx, command)
             case FollowUp():

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from retinue.actors.calls import Engine, Handover, WaitCommand
-from retinue.actors.commands import Command, LlmStarted, TurnRef
+from retinue.actors.commands import Command, LlmStarted, LlmStep, TurnRef
 from retinue.actors.events import QUIET, TurnWatch
 from retinue.actors.turns._receipt import TurnReceipt
 from retinue.errors import BlockingCallInAsyncRunner
@@ -76,8 +76,10 @@ class TurnControl:
         self.cause: str | None = None
         self.root_id = agent.id
         self.admission: Admission | None = None  # the provider limits' gate (None: none)
-        # A model turn's stored state as it starts (what LlmLoad answers; set by the scheduler).
+        # A model turn's stored state as it starts (what LlmLoad answers; set by the scheduler)
+        # and its last step, committed with its settle (set by the model runner as it ends).
         self.llm_state: LlmStarted | None = None
+        self.last_step: LlmStep | None = None
         self._cancel_lock = threading.RLock()
         self._on_cancel: list[Callable[[], None]] = []
 
