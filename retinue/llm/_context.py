@@ -67,6 +67,19 @@ class TurnContext(Protocol):
         """Run a batch of children (each spawn with its idempotency key) and wait for them all."""
         ...
 
+    async def run_one_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        name_field: str = "name",
+    ) -> tuple[Completion | RetinueError, list[Message]]:
+        """Spawn one child and wait for it in one command; return it with its messages."""
+        ...
+
     async def send_async(
         self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
     ) -> Message:

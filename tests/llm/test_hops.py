@@ -2,12 +2,15 @@
 
 A model turn's stored state rides on its start (no ``LlmLoad``), and the
 step that ends it is committed with its settle (no ``LlmStep`` of its own):
-a one-call turn is its spawn and its settle. Counted through the runtime's
-command timer (``rt._attach_timings``), as ``retinue.metrics`` counts them.
+a one-call turn is its spawn and its settle. A ``spawn_subagent`` with
+``wait=true`` is one ``RunMany`` of one child (no ``Spawn``, no ``Wait``).
+Counted through the runtime's command timer (``rt._attach_timings``), as
+``retinue.metrics`` counts them.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from pathlib import Path
@@ -16,8 +19,8 @@ from typing import Any
 import pytest
 
 from llm.conftest import SETTLE_S, tool_call
-from retinue import AgentState, Limits, Profile, Runtime
-from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
+from retinue import AgentState, Limits, Profile, Runtime, Turn
+from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner, build_toolbox
 from retinue.testing import OpenAIStub, StubReply
 
 pytestmark = pytest.mark.usefixtures("litellm")
@@ -96,3 +99,50 @@ def test_a_turn_with_tool_steps_sends_one_step_per_save_but_the_last(
     # went with the settle.
     assert kinds["LlmStep"] == 2 and kinds["Settle"] == 1
     assert info.state is AgentState.COMPLETED and info.usage.prompt_tokens > 0
+
+
+def rt_path(done: Any) -> str:
+    return str(done.path)
+
+
+def test_spawn_subagent_with_wait_is_one_command_with_the_childs_messages(
+    tmp_path: Path,
+) -> None:
+    results: dict[str, Any] = {}
+
+    async def lead(turn: Turn) -> str:
+        box = build_toolbox(turn, tools=turn.profile.tools)
+        arguments = {"agent": "worker", "message": "look", "task_name": "w"}
+        results["ok"] = json.loads(await box.call("spawn_subagent", json.dumps(arguments)))
+        again = json.loads(await box.call("spawn_subagent", json.dumps(arguments)))
+        results["refused"] = again  # the name is taken: the spawn's own error
+        return "led"
+
+    async def worker(turn: Turn) -> str:
+        parent = turn.agent.parent_path
+        await turn.send_async(parent, "halfway")
+        await turn.send_async(parent, "almost")
+        return "found it"
+
+    profiles = [
+        Profile("lead", subagents=["worker"], runner=lead),
+        Profile("worker", runner=worker),
+    ]
+    with Runtime.open(tmp_path / "s", profiles=profiles) as rt:
+        done, kinds = counted_run(rt, "lead", "go")
+        path = results["ok"]["path"]
+        child = rt.get(path)
+        unread = rt.inspect(done.agent_id).unread
+    assert done.status == "completed" and done.output == "led", done.error
+    assert path == f"{rt_path(done)}/w"
+    assert results["ok"] == {
+        "path": path,
+        "status": "completed",
+        "output": "found it",
+        "messages": ["halfway", "almost"],  # taken with the result: no next turn gets them
+    }
+    assert unread == ()
+    assert "error" in results["refused"] and path in results["refused"]["error"]
+    assert child.state is AgentState.COMPLETED
+    # One RunMany a call: no Spawn of the child and no Wait of the lead.
+    assert kinds["RunMany"] == 2 and kinds["Spawn"] == 1 and kinds["Wait"] == 1

@@ -391,7 +391,8 @@ class Supervisor:
     def _run_many(self, tx: Transition, me: AgentRecord, command: RunMany) -> None:
         self.waiters.check_idle(me)  # before the spawns: a refused wait spawns nothing
         spawned = self.spawner.spawn_many(tx, me, command.requests)
-        self.waiters.wait_for_batch(tx, self.world.tree.agents[me.id], spawned)
+        me = self.world.tree.agents[me.id]
+        self.waiters.wait_for_batch(tx, me, spawned, messages=command.messages)
 
     # -- the scheduler's callbacks -------------------------------------------------------
 

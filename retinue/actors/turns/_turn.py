@@ -250,6 +250,29 @@ class Turn(TurnControl):
         )
         return result
 
+    async def run_one_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        name_field: str = "name",
+    ) -> tuple[Completion | RetinueError, list[Message]]:
+        """Spawn one child and wait for it in one command (a one-child ``run_many``).
+
+        Returns its completion, or the error in its place (a refused spawn, a
+        child closed with none, ``WaitTimeout`` when it still runs), with the
+        messages it sent this agent meanwhile, oldest first (taken with it).
+        ``idempotency_key`` and ``name_field``: see :meth:`spawn`.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        spawn = SpawnRequest(profile, task, name, name_field, idempotency_key=idempotency_key)
+        command = RunMany(self.ref, [spawn], messages=True)
+        answer: list[Any] = await self._wait_async(command, seconds, _BATCH)
+        return answer[0], answer[1:]
+
     def send(
         self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"
     ) -> Message:
