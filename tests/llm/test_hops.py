@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from protocol.test_result_canonical import near_the_bound
 
 from llm.conftest import SETTLE_S, tool_call
 from retinue import AgentState, Limits, Profile, Runtime, Turn
@@ -146,3 +147,23 @@ def test_spawn_subagent_with_wait_is_one_command_with_the_childs_messages(
     assert child.state is AgentState.COMPLETED
     # One RunMany a call: no Spawn of the child and no Wait of the lead.
     assert kinds["RunMany"] == 2 and kinds["Spawn"] == 1 and kinds["Wait"] == 1
+
+
+def test_a_structured_result_over_the_bound_fails_with_its_step_stored(
+    stub: OpenAIStub, tmp_path: Path
+) -> None:
+    stub.handler = lambda request: StubReply(
+        message={"role": "assistant", "content": near_the_bound()}
+    )
+    runner = LiteLLMRunner("openai/stub-model", api_base=stub.url, api_key="x")
+    profiles = [Profile("leaf", result_format="structured", runner=runner)]
+    limits = Limits(output_max_bytes=20_000)
+    with Runtime.open(tmp_path / "s", profiles=profiles, limits=limits) as rt:
+        done, kinds = counted_run(rt, "leaf", "report")
+        info = rt.get(done.agent_id)
+        detail = rt.inspect(done.agent_id, transcript_tail=10)
+    assert (done.error or "").startswith("ResultContractError: invalid structured result")
+    # The answer's step went with the failed settle: its usage and the answer are stored.
+    assert kinds["LlmStep"] == 0 and kinds["Settle"] == 1
+    assert info.usage.prompt_tokens > 0
+    assert [m.role for m in detail.transcript] == ["user", "assistant"]

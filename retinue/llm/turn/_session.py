@@ -157,8 +157,8 @@ class TurnSession:
             if calls:
                 await self._run_tools(toolbox, usage, assistant, admitted)
                 continue
-            answer = self._final(assistant["content"] or "")
-            if isinstance(answer, ResultContractError) and not self.repaired:
+            answer, repairable = self._final(assistant["content"] or "")
+            if repairable and not self.repaired:
                 await self._save(usage, ends_call=admitted)  # the turn goes on: a repair
                 self._check_spent()
                 await self._repair(answer)
@@ -425,16 +425,20 @@ class TurnSession:
 
         return list(await asyncio.gather(*(one(c) for c in calls)))
 
-    def _final(self, text: str) -> str | ResultContractError:
+    def _final(self, text: str) -> tuple[str | ResultContractError, bool]:
         """The turn's output for the model's final ``text``, or the error of a structured
-        answer that breaks the contract (repaired once, else the turn's failure)."""
+        answer that breaks the contract; and whether a repair may mend it (an answer
+        that does not parse: once; a result over the output bound fails the turn)."""
         if not self.structured:
-            return text
+            return text, False
         try:
             result = parse_result(text)
         except ResultContractError as exc:
-            return exc
-        return encode_result(result, self.limits.output_max_bytes)
+            return exc, True
+        try:
+            return encode_result(result, self.limits.output_max_bytes), False
+        except ResultContractError as exc:
+            return exc, False
 
     async def _repair(self, error: ResultContractError) -> None:
         """Ask the model once to repair its structured answer (the one repair request)."""
