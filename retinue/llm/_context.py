@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
 from retinue.actors import Profile
-from retinue.actors.commands import Command, TurnRef
+from retinue.actors.commands import Command, LlmStarted, LlmStep, TurnRef
 from retinue.actors.events import TurnWatch
 from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError
@@ -40,6 +40,8 @@ class TurnContext(Protocol):
     instructions: str
     ref: TurnRef
     watch: TurnWatch
+    llm_state: LlmStarted | None  # the stored state handed at the turn's start (read once)
+    last_step: LlmStep | None  # the last step, committed with the turn's settle
 
     async def request_async(self, command: Command[R]) -> R:
         """Send one command of this turn to the supervisor; return its answer."""
@@ -66,6 +68,19 @@ class TurnContext(Protocol):
         keys: Sequence[str | None] | None = None,
     ) -> list[Completion | RetinueError]:
         """Run a batch of children (each spawn with its idempotency key) and wait for them all."""
+        ...
+
+    async def run_one_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        name_field: str = "name",
+    ) -> tuple[Completion | RetinueError, list[Message]]:
+        """Spawn one child and wait for it in one command; return it with its messages."""
         ...
 
     async def send_async(

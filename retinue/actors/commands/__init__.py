@@ -44,7 +44,7 @@ from retinue.actors.commands._lifecycle import (
     Settle,
 )
 from retinue.actors.commands._mailboxes import HostMessages, Send
-from retinue.actors.commands._models import LlmLoad, LlmStep
+from retinue.actors.commands._models import LlmLoad, LlmStarted, LlmStep
 from retinue.actors.commands._reads import (
     Agents,
     Children,
@@ -104,6 +104,7 @@ __all__ = [
     "InterruptTree",
     "Leases",
     "LlmLoad",
+    "LlmStarted",
     "LlmStep",
     "ReadCommand",
     "Rearm",

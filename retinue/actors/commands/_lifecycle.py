@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from retinue.actors.commands._base import Command, Sender, TurnRef
+from retinue.actors.commands._models import LlmStep
 from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import AgentInfo
 
@@ -80,7 +81,14 @@ class CloseTree(Command[list[AgentInfo]]):
 
 @dataclass(frozen=True, slots=True)
 class Settle(Command[None]):
-    """A runner finished its turn with ``output`` or ``error`` (its text and class)."""
+    """A runner finished its turn with ``output`` or ``error`` (its text and class).
+
+    ``step``: a model turn's last step (its answer's usage and transcript),
+    committed with the settle in one transition: both or neither. It is served
+    first, as its own :class:`LlmStep` would be, and only while the turn still
+    runs (a late settle's step is dropped as a stale turn's step is refused);
+    a budget its usage crosses fails the turn instead of completing it.
+    """
 
     after_close: ClassVar[bool] = True
     live_sender: ClassVar[bool] = False
@@ -88,6 +96,7 @@ class Settle(Command[None]):
     output: str | None
     error: TurnError | None
     trace: str | None = None  # the turn's span (W3C traceparent), when the runtime traces
+    step: LlmStep | None = None
 
 
 @dataclass(frozen=True, slots=True)

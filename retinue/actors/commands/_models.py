@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from retinue.actors.commands._base import Command, TurnRef
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 
-__all__ = ["LlmLoad", "LlmStep"]
+__all__ = ["LlmLoad", "LlmStarted", "LlmStep"]
+
+
+@dataclass(frozen=True, slots=True)
+class LlmStarted:
+    """What :class:`LlmLoad` answers, handed to a turn as it starts (no round trip).
+
+    The scheduler sets it on every turn it starts (``Turn.llm_state``): the
+    agent's usage and its tree's usage as the turn starts, and ``transcript``,
+    which reads the agent's stored transcript (bytes or None) from the store.
+    A model runner calls it as it starts, after the commit that started the
+    turn, so it reads what :class:`LlmLoad` would: nothing but the turn's own
+    steps writes the transcript of a running agent.
+    """
+
+    transcript: Callable[[], bytes | None]
+    usage: Usage
+    tree_usage: Usage
 
 
 @dataclass(frozen=True, slots=True)

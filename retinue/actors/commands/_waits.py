@@ -67,10 +67,16 @@ class RunMany(Command[list[Completion | RetinueError]]):
     (``AgentClosed`` for a closed one), taken in one transition. A
     :class:`GiveUpWait` ends it early: a child still running keeps its place
     as ``WaitTimeout``.
+
+    ``messages``: the wait also takes the messages the batch's children sent
+    the turn meanwhile, in the same transition; they follow the entries in
+    the answer, oldest first (``spawn_subagent`` with ``wait=true`` returns
+    them with its child's result).
     """
 
     sender: TurnRef
     requests: Sequence[SpawnRequest]
+    messages: bool = False
 
 
 @dataclass(frozen=True, slots=True)

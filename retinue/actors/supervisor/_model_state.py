@@ -10,17 +10,23 @@ The transcript carries the journal of the agent's tool calls
 (:mod:`retinue.llm.turn._intents`); the agent's record counts its calls that
 may have started without a result (``open_calls``: in doubt once its turn is
 not running), and the events of calls a turn found in doubt are published
-with the step that acts on them.
+with the step that acts on them. A turn's last step goes with its settle
+(``Settle.step``, :meth:`ModelState.last_step`): one transition, one commit.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from retinue.actors import Journaled
-from retinue.actors.commands import LlmStep
+from retinue.actors.commands import LlmStep, Settle
 from retinue.actors.supervisor._admission import Admission
 from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World
+from retinue.errors import TurnInterrupted
+from retinue.protocol.budgets import budget_error
+from retinue.protocol.failures import turn_error
 from retinue.protocol.messages import Usage
 from retinue.protocol.records import AgentRecord
 
@@ -71,3 +77,30 @@ class ModelState(Journaled):
         if command.ends_call:  # after the usage: what waits is admitted against the new totals
             self.admission.call_done(tx, me, usage)
         return me.usage, tree.agents[tree.top_of[me.id]].tree_usage
+
+    def last_step(self, tx: Transition, command: Settle) -> Settle:
+        """Serve the last step a settle carries (``Settle.step``); return the settle to serve.
+
+        The step is served as its :class:`LlmStep` would be, in the settle's
+        transition, while the turn still runs (a stale turn's step is dropped,
+        as its ``LlmStep`` would be refused). A turn that completes although
+        its step crossed a budget (another agent of its tree spent meanwhile)
+        fails with the budget's error instead, as its runner would have.
+        """
+        step = command.step
+        if step is None:
+            return command
+        try:
+            me = self.world.sender(command.sender)
+        except TurnInterrupted:
+            return command  # a late settle: it is discarded, and so is its step
+        if me is None:
+            return command
+        agent, tree = self.step(tx, me, step)
+        if command.error is not None:
+            return command
+        error = budget_error(self.world.limits, me.path, agent, tree, before=False)
+        if error is None:
+            return command
+        failed = turn_error(error, f"{type(error).__name__}: {error}")
+        return dataclasses.replace(command, output=None, error=failed)

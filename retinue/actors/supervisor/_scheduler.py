@@ -28,13 +28,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pykka
 
 from retinue.actors import JDeque, JDict, Journaled, JSet
 from retinue.actors.calls import handed_events
-from retinue.actors.commands import Settle, TurnRef
+from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of
@@ -281,6 +282,11 @@ class Scheduler(Journaled):
         )
         turn.root_id = world.tree.top_of.get(agent_id, agent_id)
         turn.admission = world.admission
+        turn.llm_state = LlmStarted(  # a model runner's load, without a round trip
+            partial(world.store.get, "transcripts", agent_id.encode()),
+            record.usage,
+            world.tree.agents[turn.root_id].tree_usage,
+        )
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
             forked = record.forked_from  # a fork's first turn links to its origin's span
@@ -320,9 +326,10 @@ class Scheduler(Journaled):
             output: str | None,
             error: TurnError | None,
             trace: str | None,
+            step: LlmStep | None,
         ) -> None:
             # Refused only once the runtime closed, which interrupted the turn already.
-            engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace))
+            engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace, step))
 
         return settle
 

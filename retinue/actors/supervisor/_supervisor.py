@@ -328,7 +328,7 @@ class Supervisor:
                 return dict(world.tree.leases)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
-                return self.lifecycle.settle(tx, command)
+                return self.lifecycle.settle(tx, self.models.last_step(tx, command))
             case ExpireTurn():
                 return self.lifecycle.expire(tx, command)
             case FollowUp():
@@ -404,7 +404,8 @@ class Supervisor:
     def _run_many(self, tx: Transition, me: AgentRecord, command: RunMany) -> None:
         self.waiters.check_idle(me)  # before the spawns: a refused wait spawns nothing
         spawned = self.spawner.spawn_many(tx, me, command.requests)
-        self.waiters.wait_for_batch(tx, self.world.tree.agents[me.id], spawned)
+        me = self.world.tree.agents[me.id]
+        self.waiters.wait_for_batch(tx, me, spawned, messages=command.messages)
 
     # -- the scheduler's callbacks -------------------------------------------------------
 

@@ -29,7 +29,7 @@ from retinue.errors import (
     RetinueError,
     TurnInterrupted,
 )
-from retinue.protocol.messages import AgentInfo, AgentState, Completion
+from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
 __all__ = ["BatchWait", "ChildWait", "Waiters"]
@@ -62,6 +62,7 @@ class BatchWait:
 
     entries: tuple[str | RetinueError, ...]
     future: concurrent.futures.Future[Any]
+    messages: bool = False  # also take the messages its children sent (see RunMany)
 
     @property
     def children(self) -> list[str]:
@@ -115,16 +116,22 @@ class Waiters(Journaled):
         self.scheduler.yield_slot(tx, me.id)  # a waiting turn gives its slot to others
 
     def wait_for_batch(
-        self, tx: Transition, me: AgentRecord, spawned: list[AgentInfo | RetinueError]
+        self,
+        tx: Transition,
+        me: AgentRecord,
+        spawned: list[AgentInfo | RetinueError],
+        *,
+        messages: bool = False,
     ) -> None:
-        """Register the turn's wait for the batch it just spawned, or answer it at once.
+        """Register the turn's wait for the batch it just spawned, or answer it at once
+        (``messages``: see :class:`~retinue.actors.commands.RunMany`).
 
         Raises:
             AgentBusy: the turn already waits.
         """
         self.check_idle(me)
         entries = tuple(e if isinstance(e, RetinueError) else e.id for e in spawned)
-        waiter = BatchWait(entries, tx.defer())
+        waiter = BatchWait(entries, tx.defer(), messages)
         if self._batch_done(me.id, waiter):  # every spawn was refused
             self._claim(tx, me.id, waiter.future, self._take_batch(me.id, waiter))
             return
@@ -158,21 +165,22 @@ class Waiters(Journaled):
 
     def _take_batch(
         self, waiter_id: str, waiter: BatchWait, seconds: float = 0.0
-    ) -> Callable[[Transition], list[Completion | RetinueError]]:
+    ) -> Callable[[Transition], list[Completion | Message | RetinueError]]:
         """Return how to take the batch's completions (each child's oldest), in order.
 
         A closed child with none keeps its place as ``AgentClosed``; a child
         still running (only once the batch gave up after ``seconds``) as
-        ``WaitTimeout``.
+        ``WaitTimeout``. A batch that takes its children's messages takes them
+        after the entries, oldest first.
         """
         world = self.world
 
-        def take(tx: Transition) -> list[Completion | RetinueError]:
+        def take(tx: Transition) -> list[Completion | Message | RetinueError]:
             tree = world.tree
             oldest: dict[str, CompletionRecord] = {}
             for record in tree.pending_for(waiter_id):
                 oldest.setdefault(record.completion.agent_id, record)
-            results: list[Completion | RetinueError] = []
+            results: list[Completion | Message | RetinueError] = []
             for entry in waiter.entries:
                 if isinstance(entry, RetinueError):  # its spawn was refused
                     results.append(entry)
@@ -186,6 +194,10 @@ class Waiters(Journaled):
                     results.append(timed_out(what, seconds))
                 else:
                     results.append(_closed(what))
+            if waiter.messages:
+                children = set(waiter.children)
+                sent = [m for m in tree.unread(waiter_id) if m.message.sender_id in children]
+                results.extend(world.take_message(m) for m in sent)
             return results
 
         return take

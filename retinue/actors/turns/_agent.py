@@ -26,6 +26,7 @@ from typing import Any, Self, cast
 
 import pykka
 
+from retinue.actors.commands import LlmStep
 from retinue.actors.events import Observer
 from retinue.actors.turns._control import TurnControl
 from retinue.actors.turns._executor import Executor
@@ -48,9 +49,10 @@ __all__ = [
 
 log = logging.getLogger("retinue.agent")
 
-# report(agent_id, generation, output, error, trace): how a finished runner reports back
-# (``trace``: its turn's span as a W3C traceparent, None if the runtime traces nothing).
-Report = Callable[[str, int, str | None, TurnError | None, str | None], None]
+# report(agent_id, generation, output, error, trace, step): how a finished runner reports
+# back (``trace``: its turn's span as a W3C traceparent, None if the runtime traces nothing;
+# ``step``: a model turn's last step, committed with the settle, or None).
+Report = Callable[[str, int, str | None, TurnError | None, str | None, LlmStep | None], None]
 Outcome = tuple[str | None, TurnError | None]
 """A runner's ``(output, error)``: exactly one of them is set."""
 Submit = Callable[[Callable[[], None]], Any]
@@ -360,7 +362,7 @@ class AgentActor(PooledActor):
         turn.runner_returned = True
         turn.watch.end("interrupted", None)
         try:
-            self._settle(turn.agent.id, turn.agent.generation, None, None, None)
+            self._settle(turn.agent.id, turn.agent.generation, None, None, None, None)
         finally:
             with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                 self.stop()
@@ -410,6 +412,7 @@ class AgentActor(PooledActor):
             else "completed"
         )
         try:
-            self._settle(turn.agent.id, turn.agent.generation, output, error, trace)
+            step = turn.last_step  # a model turn's last step goes with its settle
+            self._settle(turn.agent.id, turn.agent.generation, output, error, trace, step)
         finally:
             watch.end(status, None if error is None else error.text)

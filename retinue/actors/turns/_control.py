@@ -27,6 +27,8 @@ from retinue.actors.commands import (
     Command,
     Interrupt,
     InterruptTree,
+    LlmStarted,
+    LlmStep,
     RunMany,
     Send,
     Spawn,
@@ -104,6 +106,10 @@ class TurnControl:
         self.cause: str | None = None
         self.root_id = agent.id
         self.admission: Admission | None = None  # the provider limits' gate (None: none)
+        # A model turn's stored state as it starts (what LlmLoad answers; set by the scheduler)
+        # and its last step, committed with its settle (set by the model runner as it ends).
+        self.llm_state: LlmStarted | None = None
+        self.last_step: LlmStep | None = None
         self._cancel_lock = threading.RLock()
         self._on_cancel: list[Callable[[], None]] = []
 
@@ -349,6 +355,29 @@ class TurnControl:
             self._run_many(requests, name_field, keys), seconds, _BATCH
         )
         return result
+
+    async def run_one_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        name_field: str = "name",
+    ) -> tuple[Completion | RetinueError, list[Message]]:
+        """Spawn one child and wait for it in one command (a one-child ``run_many``).
+
+        Returns its completion, or the error in its place (a refused spawn, a
+        child closed with none, ``WaitTimeout`` when it still runs), with the
+        messages it sent this agent meanwhile, oldest first (taken with it).
+        ``idempotency_key`` and ``name_field``: see :meth:`Turn.spawn`.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        spawn = SpawnRequest(profile, task, name, name_field, idempotency_key=idempotency_key)
+        command = RunMany(self.ref, [spawn], messages=True)
+        answer: list[Any] = await self._wait_async(command, seconds, _BATCH)
+        return answer[0], answer[1:]
 
     def send(
         self, ref: str, content: str, *, dedup_key: str | None = None, field: str = "ref"

@@ -257,6 +257,9 @@ class _Coordinator:
 
     async def spawn_subagent(self, args: Any) -> dict[str, Any]:
         call = call_or_fresh("spawn_subagent")
+        if args.wait and not call.in_doubt and not self._waiting.locked():
+            async with self._waiting:  # free: taken at once, the spawn is not held back
+                return await self._run_one(args, call.idempotency_key)
         info = await self._spawn(args.agent, args.message, args.task_name, call.idempotency_key)
         if call.in_doubt:
             return _again(info)
@@ -265,6 +268,33 @@ class _Coordinator:
         async with self._waiting:
             deadline = asyncio.get_running_loop().time() + self.spawn_wait_s
             return await self._result(info, deadline)
+
+    async def _run_one(self, args: Any, key: str) -> dict[str, Any]:
+        """Spawn the child and wait for its result in one command (a one-child batch).
+
+        The result is the one the spawn and its waits give (:meth:`_result`):
+        a refused spawn or a child closed with nothing left raises its error,
+        a child still running past ``spawn_wait_s`` is ``"status": "running"``,
+        and the messages it sent meanwhile come with it.
+        """
+        answer, sent = await self.turn.run_one_async(
+            args.agent,
+            args.message,
+            name=args.task_name,
+            idempotency_key=key,
+            timeout=self.spawn_wait_s,
+            name_field="task_name",
+        )
+        if isinstance(answer, WaitTimeout) and answer.path is not None:
+            out = self._batch_entry(args.agent, answer)
+        elif isinstance(answer, RetinueError):
+            raise answer
+        else:
+            out = _completion(answer)
+        messages = [m.content for m in sent]
+        if messages:
+            out["messages"] = messages
+        return out
 
     async def spawn_subagents(self, args: Any) -> dict[str, Any]:
         """Run the batch as one ``run_many``: one command spawns it and waits for it all.

@@ -24,9 +24,18 @@ LlmState = tuple[bytes | None, Usage, Usage]
 async def llm_load(turn: TurnContext) -> LlmState:
     """Return the agent's stored transcript and its usage totals.
 
+    A turn the scheduler started carries them (``turn.llm_state``, taken
+    once): the transcript is read from the store here, with no supervisor
+    round trip; another turn asks the supervisor (:class:`LlmLoad`).
+
     Raises:
-        TurnInterrupted: the turn was interrupted.
+        TurnInterrupted: the turn was interrupted (asking the supervisor).
+        StoreError: the store could not be read.
     """
+    started = turn.llm_state
+    if started is not None:
+        turn.llm_state = None
+        return started.transcript(), started.usage, started.tree_usage
     state: LlmState = await turn.request_async(LlmLoad(turn.ref))
     return state
 

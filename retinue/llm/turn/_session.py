@@ -39,6 +39,7 @@ from typing import Any
 
 import msgspec
 
+from retinue.actors.commands import LlmStep
 from retinue.errors import (
     CassetteMiss,
     CostBudgetExceeded,
@@ -155,11 +156,17 @@ class TurnSession:
             if calls:
                 await self._run_tools(toolbox, usage, assistant, admitted)
                 continue
-            await self._save(usage, ends_call=admitted)
+            answer, repairable = self._final(assistant["content"] or "")
+            if repairable and not self.repaired and isinstance(answer, ResultContractError):
+                await self._save(usage, ends_call=admitted)  # the turn goes on: a repair
+                self._check_spent()
+                await self._repair(answer)
+                continue
+            self._save_last(usage, ends_call=admitted)  # committed with the turn's settle
             self._check_spent()
-            answer = await self._answer(assistant["content"] or "")
-            if answer is not None:
-                return answer
+            if isinstance(answer, ResultContractError):
+                raise answer
+            return answer
 
     async def _call_model(self, schemas: list[dict[str, Any]]) -> tuple[ChatMessage, Usage]:
         """Make one model call (reported on the turn's watch); return its answer and usage.
@@ -415,24 +422,26 @@ class TurnSession:
 
         return list(await asyncio.gather(*(one(c) for c in calls)))
 
-    async def _answer(self, text: str) -> str | None:
-        """The turn's output for the model's final ``text``; None after asking for a repair.
-
-        Raises:
-            ResultContractError: a structured answer broke the contract again.
-        """
+    def _final(self, text: str) -> tuple[str | ResultContractError, bool]:
+        """The turn's output for the model's final ``text``, or the error of a structured
+        answer that breaks the contract; and whether a repair may mend it (an answer
+        that does not parse: once; a result over the output bound fails the turn)."""
         if not self.structured:
-            return text
+            return text, False
         try:
             result = parse_result(text)
         except ResultContractError as exc:
-            if self.repaired:
-                raise
-            self.repaired = True
-            self.history.append({"role": "user", "content": REPAIR_PROMPT.format(error=exc)})
-            await self._save(Usage())
-            return None
-        return encode_result(result, self.limits.output_max_bytes)
+            return exc, True
+        try:
+            return encode_result(result, self.limits.output_max_bytes), False
+        except ResultContractError as exc:
+            return exc, False
+
+    async def _repair(self, error: ResultContractError) -> None:
+        """Ask the model once to repair its structured answer (the one repair request)."""
+        self.repaired = True
+        self.history.append({"role": "user", "content": REPAIR_PROMPT.format(error=error)})
+        await self._save(Usage())
 
     def _answer_calls(self, calls: Sequence[Any], results: Sequence[str]) -> None:
         for call, content in zip(calls, results, strict=True):
@@ -456,6 +465,30 @@ class TurnSession:
 
         ``ends_call``: ``usage`` is an admitted call's (its reservation ends).
         """
+        step = self._step(usage, ends_call)
+        self.agent_usage, self.tree_usage = await llm_step(
+            self.turn,
+            usage,
+            step.transcript,
+            takes_input=step.takes_input,
+            ends_call=ends_call,
+            open_calls=step.open_calls,
+            in_doubt=step.in_doubt,
+        )
+
+    def _save_last(self, usage: Usage, *, ends_call: bool = False) -> None:
+        """Hand the turn's last step (as :meth:`_save` stores one) to its settle.
+
+        It is committed with the settle, in one transition (``Settle.step``);
+        the usage totals the turn checks its budgets on are counted here (the
+        supervisor checks them again on its own, exact for the tree).
+        """
+        self.turn.last_step = self._step(usage, ends_call)
+        self.agent_usage = self.agent_usage.add(usage)
+        self.tree_usage = self.tree_usage.add(usage)
+
+    def _step(self, usage: Usage, ends_call: bool) -> LlmStep:
+        """The next step to store: the chat (bounded, encoded) with ``usage``."""
         self.history, cut, self.task_at = bound_at(
             self.history, self.limits.transcript_max_bytes, self.task_at
         )
@@ -471,14 +504,14 @@ class TurnSession:
         )
         takes_input, self.input_stored = not self.input_stored, True
         events, self.in_doubt = self.in_doubt, ()
-        self.agent_usage, self.tree_usage = await llm_step(
-            self.turn,
+        return LlmStep(
+            self.turn.ref,
             usage,
             raw,
-            takes_input=takes_input,
-            ends_call=ends_call,
-            open_calls=open_count(self.journal),
-            in_doubt=events,
+            takes_input,
+            ends_call,
+            open_count(self.journal),
+            events,
         )
 
 
