@@ -30,6 +30,7 @@ __all__ = [
     "Redactor",
     "canonical_request",
     "first_difference",
+    "model_call_index",
     "request_key",
 ]
 
@@ -173,3 +174,9 @@ def first_difference(recorded: Any, live: Any, at: str = "") -> str | None:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def model_call_index(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The index of a model call made with ``messages``: the assistant messages among them
+    (the agent's calls answered and kept before this one, whichever process made them)."""
+    return sum(1 for m in messages if m.get("role") == "assistant")
