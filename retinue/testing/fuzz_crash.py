@@ -180,7 +180,8 @@ def _phase(spec: dict[str, Any], work: Path, number: int) -> tuple[int | None, l
             child.wait()
             code = None
     text = log.read_text() if log.exists() else ""
-    lines = [json.loads(x) for x in text.splitlines() if x.strip()]
+    whole = text.splitlines()[: text.count("\n")]  # a line the kill cut short is not read
+    lines = [json.loads(x) for x in whole if x.strip()]
     crashed = next((str(e["crash"]) for e in lines if "crash" in e), "")
     broken = [str(e["broken"]) for e in lines if "broken" in e]
     if code is None or (code != 0 and not (crashed and code == -signal.SIGKILL)):

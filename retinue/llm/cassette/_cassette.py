@@ -43,9 +43,11 @@ from retinue.llm.cassette._file import Entry, ModelEntry, ToolEntry, append, rea
 from retinue.llm.cassette._perturb import check_perturb, fault_model, raised, tool_key
 from retinue.llm.cassette._requests import (
     Redactor,
+    around,
     canonical_request,
     first_difference,
     request_key,
+    value_at,
 )
 from retinue.protocol.checks import preview
 from retinue.protocol.messages import Usage
@@ -247,7 +249,7 @@ class Cassette:
             )
         recorded = entries[-1].request
         field = first_difference(recorded, request) or "request"
-        was, now = _around(_at(recorded, field), _at(request, field))
+        was, now = around(value_at(recorded, field), value_at(request, field))
         return CassetteMiss(
             f"{where} differs from the one recorded in {self.path} at {field}: recorded "
             f"{preview(was, 120)}, now {preview(now, 120)}; record it again "
@@ -379,30 +381,3 @@ def _copy(answer: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_key(tool: str, arguments: str) -> str:
     return request_key({"tool": tool, "arguments": arguments})
-
-
-def _around(was: Any, now: Any) -> tuple[Any, Any]:
-    """Two differing texts cut to where they start to differ (other values as they are)."""
-    if not (isinstance(was, str) and isinstance(now, str)):
-        return was, now
-    start = next(
-        (i for i, (a, b) in enumerate(zip(was, now, strict=False)) if a != b),
-        min(len(was), len(now)),
-    )
-    if start <= 40:
-        return was, now
-    cut = start - 40
-    return "…" + was[cut:], "…" + now[cut:]
-
-
-def _at(request: Any, field: str) -> Any:
-    """The value of ``field`` (``messages[3].content``) in ``request`` (None: absent)."""
-    value = request
-    for part in field.replace("[", ".[").split("."):
-        if not part:
-            continue
-        try:
-            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
-        except (KeyError, IndexError, TypeError, ValueError):
-            return None
-    return value
