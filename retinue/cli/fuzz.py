@@ -263,7 +263,8 @@ def _seeded(args: argparse.Namespace, team: Team) -> int:
 
         def progress(number: int, found: Finding) -> None:
             mark = f"BROKEN: {found.broken[0]}" if found.broken else "ok"
-            print(f"retinue fuzz: example {number}: {mark}", file=sys.stderr, flush=True)
+            crashes = f"{found.crashes} crashes: " if found.crashes else ""
+            print(f"retinue fuzz: example {number}: {crashes}{mark}", file=sys.stderr, flush=True)
 
         ran, maybe = seeded_search(
             args.cassette,
