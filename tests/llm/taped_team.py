@@ -3,7 +3,10 @@
 Its runtime is built by :func:`runtime` (``factory(tape, **args)``, as
 ``retinue.testing.fuzz_crash`` calls it in each child process): ``lookup``
 reads, ``deploy`` is ``unsafe`` and counts its runs in a file outside the
-store (``counter``), so a test sees an effect that ran twice. :func:`script`
+store (``counter``), so a test sees an effect that ran twice. With
+``lookup_once`` the lookup is declared ``read`` but is not: it fails when it
+runs a second time (a bug only a crash inside it finds: the call in doubt is
+run again). :func:`script`
 answers the stub: lookup alpha, then deploy prod, then a final answer.
 """
 
@@ -48,12 +51,24 @@ def runs(counter: str | Path) -> int:
 
 
 def profiles(
-    tape: Cassette | Path, *, counter: str, approve: bool = False, mode: str = "replay", **kw: Any
+    tape: Cassette | Path,
+    *,
+    counter: str,
+    approve: bool = False,
+    mode: str = "replay",
+    lookup_once: bool = False,
+    **kw: Any,
 ) -> list[Profile]:
     """The worker with its runner on ``tape`` (``kw``: the runner's, e.g. the stub's url)."""
 
+    @tool(effect="read")
     def lookup(word: str) -> str:
         """Look a word up."""
+        if lookup_once:
+            if runs(f"{counter}.lookups"):
+                raise RuntimeError("the lookup table was already consumed")
+            with Path(f"{counter}.lookups").open("a") as file:
+                file.write(f"{word}\n")
         return f"{word}: found"
 
     @tool(effect="unsafe")
@@ -76,6 +91,8 @@ def profiles(
     return [Profile("worker", runner=runner, tools=["lookup", "deploy"], approve=approvals)]
 
 
-def runtime(tape: Cassette, *, counter: str, approve: bool = False) -> dict[str, Any]:
+def runtime(
+    tape: Cassette, *, counter: str, approve: bool = False, lookup_once: bool = False
+) -> dict[str, Any]:
     """``Runtime.open``'s arguments: the worker on ``tape``."""
-    return {"profiles": profiles(tape, counter=counter, approve=approve)}
+    return {"profiles": profiles(tape, counter=counter, approve=approve, lookup_once=lookup_once)}

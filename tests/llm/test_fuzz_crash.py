@@ -21,7 +21,7 @@ from llm.taped_team import DONE, TASK, profiles, runs, script
 from retinue import Profile, Runtime
 from retinue.llm.cassette import Cassette
 from retinue.testing import OpenAIStub
-from retinue.testing.fuzz_cassette import perturbed_run
+from retinue.testing.fuzz_cassette import Finding, load_example, perturbed_run
 
 pytest.importorskip("hypothesis")
 pytestmark = pytest.mark.usefixtures("litellm")
@@ -95,3 +95,29 @@ def test_a_crash_inside_an_unsafe_host_tool_never_runs_it_twice(
     assert "in doubt" in results[0], results  # the call the crash cut: reported, not rerun
     # Every run of the deploy is one the chat shows (a later one the model asked for).
     assert runs(counter) == 1 + sum("deployed" in r for r in results), results
+
+
+def test_a_crash_finds_a_tool_declared_read_that_is_not_and_its_example_runs_again(
+    recorded: Path, tmp_path: Path
+) -> None:
+    def run(perturb: dict[str, str], seed: int, store: str) -> Finding:
+        counter = str(tmp_path / f"{store}-deploys")
+        return perturbed_run(
+            recorded,
+            lambda tape: [],
+            "worker",
+            perturb=perturb,
+            seed=seed,
+            store=tmp_path / store,
+            factory=FACTORY,
+            factory_args={"counter": counter, "lookup_once": True},
+            settle_s=SETTLE_S,
+        )
+
+    assert run({}, 1, "clean").broken == []  # replayed as recorded, the lookup runs once
+    found = run({f"{AGENT}#tool0": "crash"}, 1, "crashed")
+    assert found.crashes == 1
+    assert [b.split(":")[0] for b in found.broken] == ["host_tool_failed"], found.broken
+    assert "already consumed" in found.broken[0]
+    perturb, seed = load_example(found.example())  # the line retinue fuzz prints
+    assert run(perturb, seed, "again").broken[:1] == found.broken[:1]
