@@ -144,7 +144,8 @@ class Cassette:
         return canonical_request(model, messages, tools, kwargs, self.redactor)
 
     def next_model_index(self, agent: str) -> int:
-        """The index of ``agent``'s next model call (its calls answered so far)."""
+        """The calls of ``agent`` this cassette answered in this process (a runner keys its
+        calls by :func:`~retinue.llm.cassette.model_call_index` instead: durable)."""
         with self._lock:
             return self._answered.get(agent, 0)
 
@@ -267,7 +268,8 @@ class Cassette:
     # -- host tools --------------------------------------------------------------------
 
     def next_tool_index(self, agent: str) -> int:
-        """Take the index of ``agent``'s next host tool call (called in call order)."""
+        """Take the index of ``agent``'s next host tool call in this process (a runner keys
+        its calls by the chat's count instead: ``retinue.llm.turn._taped.host_call_index``)."""
         with self._lock:
             index = self._tool_calls.get(agent, 0)
             self._tool_calls[agent] = index + 1
