@@ -399,7 +399,8 @@ class TurnSession:
                 watch.finished(note)
                 return entry.result or _not_run(self.runner.max_tool_calls)
             ran_as = tool_call(journal, entry, self.turn.agent.id)
-            index = host_call_index(self.history, call, self.runner.host_tools)
+            taped = self.runner.cassette is not None  # only a cassette reads the index
+            index = host_call_index(self.history, call, self.runner.host_tools) if taped else 0
             tool = TapedTool(self.runner, self.turn.agent.path, name, arguments, index)
             try:
                 recorded = tool.answer()  # replaying host tools: the recorded result
