@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["add_fuzz", "cmd_fuzz"]
 
 FACTORY = "retinue.testing.fuzz_team:team_factory"
+CASSETTE_FACTORY = "retinue.testing.fuzz_crash:team_runtime"
 DEFAULT_CALL_TIMEOUT_S = 1.0
 """Seconds one model call of a fuzzed team may take (the chaos model's hangs end there)."""
 
@@ -239,6 +240,7 @@ def _seeded(args: argparse.Namespace, team: Team) -> int:
 
     kwargs = {"workspace": team.workspace, "limits": team.limits}
     lead = args.agent or team.lead
+    team_arg = {"team": str(Path(args.team).absolute())}
     if args.perturb is not None:
         try:
             perturb, seed = load_example(args.perturb)
@@ -253,13 +255,16 @@ def _seeded(args: argparse.Namespace, team: Team) -> int:
                 seed=seed,
                 store=Path(tmp) / "store",
                 open_kwargs=kwargs,
+                factory=CASSETTE_FACTORY if "crash" in perturb.values() or args.crash else None,
+                factory_args=team_arg,
             )
         ran = 1
     else:
 
         def progress(number: int, found: Finding) -> None:
             mark = f"BROKEN: {found.broken[0]}" if found.broken else "ok"
-            print(f"retinue fuzz: example {number}: {mark}", file=sys.stderr, flush=True)
+            crashes = f"{found.crashes} crashes: " if found.crashes else ""
+            print(f"retinue fuzz: example {number}: {crashes}{mark}", file=sys.stderr, flush=True)
 
         ran, maybe = seeded_search(
             args.cassette,
@@ -269,13 +274,22 @@ def _seeded(args: argparse.Namespace, team: Team) -> int:
             seed=args.seed,
             progress=progress,
             open_kwargs=kwargs,
+            factory=CASSETTE_FACTORY if args.crash else None,
+            factory_args=team_arg,
         )
         finding = maybe if maybe is not None else Finding({}, 0)
     if not finding.broken:
-        print(f"{args.team}: no invariant broken in {ran} perturbed replays of {args.cassette}")
+        crashed = f" ({finding.crashes} crashes)" if finding.crashes else ""
+        print(
+            f"{args.team}: no invariant broken in {ran} perturbed replays of {args.cassette}"
+            + crashed
+        )
         return OK
     print(f"{args.team}: broken in a perturbed replay of {args.cassette}")
-    print(f"perturbed calls (agent#call: how): {dict(finding.perturb)}, chaos seed {finding.seed}")
+    print(
+        f"perturbed calls (agent#call, agent#tool<call>: how): {dict(finding.perturb)}, "
+        f"chaos seed {finding.seed}, {finding.crashes} crashes"
+    )
     for broken in finding.broken[:20]:
         print(f"  {broken}")
     print(
@@ -324,7 +338,8 @@ def add_fuzz(add: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
         "--cassette",
         metavar="C",
         help="seed the search with a recorded run (retinue run --record C): replay it with "
-        "calls perturbed (chaos answers, repeated tool calls), host tools run for real",
+        "calls perturbed (chaos answers, repeated tool calls, provider faults, host tools "
+        "that raise; with --crash, SIGKILLs at a call and a reopen), host tools run for real",
     )
     fuzz.add_argument(
         "--perturb",

@@ -1,10 +1,16 @@
 """A recorded run as a fuzzing seed: replay it, perturbed where hypothesis chooses, and check.
 
 Each example replays the cassette's run (the top-level agent and task it
-recorded: :func:`recorded_start`) with some of its model calls perturbed:
-``"chaos"`` answers the call on the chaos model instead (a seed of its own),
-``"repeat"`` answers it with the agent's last recorded tool calls again (a
-model that repeats itself). From a perturbed call on, that agent's requests
+recorded: :func:`recorded_start`) with some of its calls perturbed
+(:mod:`retinue.llm.cassette._perturb`): a model call answered by the chaos
+model instead (``"chaos"``, a seed of its own), with the agent's last recorded
+tool calls again (``"repeat"``), failing as a provider does (``"rate_limited"``,
+``"server_error"``, ``"timeout"``) or answering a malformed tool call
+(``"malformed_json"``); a host tool call that raises (``"raise"``); and, given
+a factory that builds the runtime in another process, crashes: the process
+SIGKILLed before a model call is answered or inside a host tool call (after its
+effect, before its record), the store reopened and the run carried on
+(:mod:`retinue.testing.fuzz_crash`). From a perturbed call on, that agent's requests
 differ from the recording, so the chaos model answers them: the run leaves
 the script where hypothesis chose, and nothing reaches a provider. Host tools
 run for real (``replay_tools=False``): a host tool call that ends in an error
@@ -26,10 +32,13 @@ from typing import Any
 
 from retinue.actors import Profile
 from retinue.llm.cassette import Cassette, ModelEntry, ToolEntry
+from retinue.llm.cassette._perturb import INJECTED, MODEL_PERTURBATIONS, tool_key
 from retinue.protocol import paths
 from retinue.protocol.messages import Event, ToolCallFinished
 from retinue.runtime import Runtime
 from retinue.testing.chaos import CHAOS_MODEL, ChaosModel
+from retinue.testing.fuzz_crash import crashing_run
+from retinue.testing.fuzz_faults import FaultModels
 from retinue.testing.invariants import check_invariants
 
 __all__ = ["Finding", "load_example", "perturbed_run", "recorded_start", "seeded_search"]
@@ -45,6 +54,7 @@ class Finding:
     perturb: Mapping[str, str]
     seed: int
     broken: list[str] = field(default_factory=list)
+    crashes: int = 0
 
     def example(self) -> str:
         """The example as JSON (``--perturb``'s argument)."""
@@ -78,14 +88,35 @@ def perturbed_run(
     store: str | os.PathLike[str],
     settle_s: float = 60.0,
     open_kwargs: Mapping[str, Any] | None = None,
+    factory: str | None = None,
+    factory_args: Mapping[str, Any] | None = None,
 ) -> Finding:
     """Replay the cassette's run on ``profiles`` (``lead``: the top-level agent's profile)
     with ``perturb`` and the chaos model of ``seed``; return what it broke (maybe nothing).
 
+    With ``factory`` (``"module:function"``, called as ``factory(tape, **factory_args)``
+    for ``Runtime.open``'s arguments: :mod:`~retinue.testing.fuzz_crash`) the run goes
+    through child processes and crash perturbations land; ``profiles`` is not used.
+
     Raises:
         CassetteError: the cassette is missing or damaged.
+        ValueError: a crash perturbation without a ``factory``.
     """
     name, task = recorded_start(cassette)
+    if factory is not None:
+        found, crashes = crashing_run(
+            cassette,
+            factory,
+            factory_args or {},
+            (lead, name, task),
+            perturb=perturb,
+            seed=seed,
+            store=store,
+            settle_s=settle_s,
+        )
+        return Finding(perturb, seed, found, crashes)
+    if "crash" in perturb.values():
+        raise ValueError("a crash perturbation needs a factory (the run's child processes)")
     tape = Cassette(
         os.fspath(cassette),
         "replay",
@@ -97,11 +128,14 @@ def perturbed_run(
     broken: list[str] = []
 
     def watch(event: Event) -> None:
-        if isinstance(event, ToolCallFinished) and event.tool in hosts and not event.ok:
+        if not isinstance(event, ToolCallFinished) or event.tool not in hosts or event.ok:
+            return
+        if INJECTED not in (event.error or ""):  # a "raise" perturbation's is expected
             broken.append(f"host_tool_failed: {event.tool} ({event.path}): {event.error}")
 
     opened = dict(open_kwargs or {})
-    with ChaosModel(seed), Runtime.open(store, profiles=profiles(tape), **opened) as rt:
+    chaos = ChaosModel(seed)
+    with chaos, FaultModels(chaos), Runtime.open(store, profiles=profiles(tape), **opened) as rt:
         unsubscribe = rt.subscribe(watch)
         try:
             top = rt.spawn(lead, task, name=name)
@@ -124,9 +158,13 @@ def seeded_search(
     settle_s: float = 60.0,
     progress: Callable[[int, Finding], None] | None = None,
     open_kwargs: Mapping[str, Any] | None = None,
+    factory: str | None = None,
+    factory_args: Mapping[str, Any] | None = None,
 ) -> tuple[int, Finding | None]:
     """Search perturbations of the cassette's run (hypothesis, ``seed``, ``examples``);
     return how many examples ran and the smallest failing one (None: none failed).
+
+    Crashes are drawn only with a ``factory`` (see :func:`perturbed_run`).
 
     Raises:
         CassetteError: the cassette is missing or damaged.
@@ -136,18 +174,13 @@ def seeded_search(
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
 
-    keys = sorted(
-        {
-            f"{e.agent}#{e.index}"
-            for e in Cassette(os.fspath(cassette), "replay").entries()
-            if isinstance(e, ModelEntry)
-        }
-    )
+    choices = _choices(cassette, crashes=factory is not None)
     found: list[Finding] = []
     ran = [0]
-    perturbations = st.dictionaries(
-        st.sampled_from(keys), st.sampled_from(("repeat", "chaos")), max_size=max_perturb
+    pair = st.sampled_from(sorted(choices)).flatmap(
+        lambda key: st.tuples(st.just(key), st.sampled_from(choices[key]))
     )
+    perturbations = st.lists(pair, max_size=max_perturb).map(dict)
 
     @seeded(seed)
     @settings(
@@ -171,6 +204,8 @@ def seeded_search(
                 store=Path(tmp) / "store",
                 settle_s=settle_s,
                 open_kwargs=open_kwargs,
+                factory=factory,
+                factory_args=factory_args,
             )
         ran[0] += 1
         if progress is not None:
@@ -190,6 +225,19 @@ def seeded_search(
     if not found:
         return ran[0], None
     return ran[0], min(found, key=lambda f: (len(f.perturb), len(f.broken)))
+
+
+def _choices(cassette: str | os.PathLike[str], *, crashes: bool) -> dict[str, tuple[str, ...]]:
+    """Each call the cassette recorded (its perturbation key) and how it may be perturbed."""
+    models = tuple(m for m in MODEL_PERTURBATIONS if crashes or m != "crash")
+    tools = ("raise", "crash") if crashes else ("raise",)
+    out: dict[str, tuple[str, ...]] = {}
+    for entry in Cassette(os.fspath(cassette), "replay").entries():
+        if isinstance(entry, ModelEntry):
+            out[f"{entry.agent}#{entry.index}"] = models
+        else:
+            out[tool_key(entry.agent, entry.index)] = tools
+    return out
 
 
 def load_example(text: str) -> tuple[dict[str, str], int]:

@@ -56,5 +56,10 @@ def test_fuzz_seeded_by_a_cassette(tmp_path: Path) -> None:
     one = '{"perturb": {"/root/review#0": "chaos"}, "seed": 3}'
     rerun = retinue_cli("fuzz", EXAMPLE, "--cassette", cassette, "--perturb", one, timeout=300)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    # A crash at the lead's second call: its child process SIGKILLed, the store reopened.
+    crash = '{"perturb": {"/root/review#1": "crash", "/root/review#0": "server_error"}, "seed": 3}'
+    crashed = retinue_cli("fuzz", EXAMPLE, "--cassette", cassette, "--perturb", crash, timeout=300)
+    assert crashed.returncode == 0, crashed.stdout + crashed.stderr
+    assert "(1 crashes)" in crashed.stdout, crashed.stdout
     bad = retinue_cli("fuzz", EXAMPLE, "--cassette", cassette, "--perturb", "{}")
     assert bad.returncode == 2 and "--perturb takes the example" in bad.stderr

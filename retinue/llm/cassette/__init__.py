@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from retinue.llm.cassette._cassette import MODES, Cassette
 from retinue.llm.cassette._file import CASSETTE_VERSION, Header, ModelEntry, ToolEntry
-from retinue.llm.cassette._requests import REDACTED, Redactor, first_difference, request_key
+from retinue.llm.cassette._requests import (
+    REDACTED,
+    Redactor,
+    first_difference,
+    model_call_index,
+    request_key,
+)
 
 __all__ = [
     "CASSETTE_VERSION",
@@ -23,5 +29,6 @@ __all__ = [
     "Redactor",
     "ToolEntry",
     "first_difference",
+    "model_call_index",
     "request_key",
 ]

@@ -4,12 +4,13 @@ The file is JSON lines encoded by msgspec: a header (``{"format":
 "retinue-cassette", "version": 1, "redact": [...]}``), then one entry per answered call,
 appended as it is answered:
 
-- a model call (``kind: "model"``): the agent's path, its call index (0 for
-  the agent's first answered model call through this runner), the request's
+- a model call (``kind: "model"``): the agent's path, its call index (the
+  assistant messages of the chat it was made in: 0 for the agent's first), the request's
   key (:func:`~retinue.llm.cassette._requests.request_key`), the canonical
   request, the assistant message the turn kept, and its usage;
 - a host tool call (``kind: "tool"``): the agent's path, its host-tool call
-  index, the key of the tool's name and arguments, the result and the error.
+  index (the host tool calls its chat asked for before it), the key of the
+  tool's name and arguments, the result and the error.
 
 Modes: ``record`` appends every answered call (creating the file; an existing
 cassette of this version is added to); ``replay`` answers every call from the
@@ -19,8 +20,10 @@ the first differing field; ``auto`` replays what matches and records the
 rest. Host tools are answered from the cassette in ``replay`` (and, for what
 it holds, ``auto``) unless ``replay_tools=False``: then they run.
 
-An index counts the calls an agent had answered, so concurrent calls of
-sibling agents match whatever order they arrive in. A last line cut short
+An index counts what the agent's stored chat already holds, so concurrent
+calls of sibling agents match whatever order they arrive in, and a run
+resumed in another process (after a crash) keys its calls as one that never
+stopped. A fuzzer's perturbations are in :mod:`retinue.llm.cassette._perturb`. A last line cut short
 by a crash while recording is ignored; any other damage is a
 :class:`~retinue.errors.CassetteError`. Thread-safe: appends to one file are
 serialised across every cassette of the process.
@@ -29,7 +32,7 @@ serialised across every cassette of the process.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,11 +40,14 @@ import msgspec
 
 from retinue.errors import CassetteError, CassetteMiss, ConfigurationError
 from retinue.llm.cassette._file import Entry, ModelEntry, ToolEntry, append, read_cassette
+from retinue.llm.cassette._perturb import check_perturb, fault_model, raised, tool_key
 from retinue.llm.cassette._requests import (
     Redactor,
+    around,
     canonical_request,
     first_difference,
     request_key,
+    value_at,
 )
 from retinue.protocol.checks import preview
 from retinue.protocol.messages import Usage
@@ -70,14 +76,18 @@ class Cassette:
         replay_tools: bool = True,
         off_script: str | None = None,
         perturb: Mapping[str, str] | None = None,
+        crash: Callable[[str], None] | None = None,
     ) -> None:
         """Check the settings; the file is read (or created) at the first call.
 
         ``off_script`` (replay only; a fuzzer's) is a model that answers, live and
         unrecorded, what the cassette does not hold, instead of a ``CassetteMiss``;
         ``perturb`` maps ``"<agent path>#<call index>"`` to ``"chaos"`` (answered
-        off script) or ``"repeat"`` (answered with that agent's last recorded
-        tool calls again, as a model that repeats itself).
+        off script), ``"repeat"`` (answered with that agent's last recorded
+        tool calls again, as a model that repeats itself), a provider's fault or
+        ``"crash"``, and ``"<agent path>#tool<index>"`` to ``"raise"`` or ``"crash"``
+        (:mod:`~retinue.llm.cassette._perturb`); ``crash(key)`` is called where a
+        crash perturbation lands (a fuzzer's: it kills the process).
         """
         if mode not in MODES:
             raise ConfigurationError(
@@ -95,9 +105,8 @@ class Cassette:
             raise ConfigurationError("a cassette's off_script model is for mode='replay' only")
         self.off_script = off_script
         self.perturb = dict(perturb or {})
-        bad = sorted(set(self.perturb.values()) - {"chaos", "repeat"})
-        if bad:
-            raise ConfigurationError(f"a perturbation is 'chaos' or 'repeat', not {bad[0]!r}")
+        check_perturb(self.perturb, crash)
+        self.crash = crash
         if mode == "replay" and not self.path.is_file():
             raise CassetteError(
                 f"no cassette at {self.path} to replay; record one first (mode='record', "
@@ -135,7 +144,8 @@ class Cassette:
         return canonical_request(model, messages, tools, kwargs, self.redactor)
 
     def next_model_index(self, agent: str) -> int:
-        """The index of ``agent``'s next model call (its calls answered so far)."""
+        """The calls of ``agent`` this cassette answered in this process (a runner keys its
+        calls by :func:`~retinue.llm.cassette.model_call_index` instead: durable)."""
         with self._lock:
             return self._answered.get(agent, 0)
 
@@ -155,6 +165,9 @@ class Cassette:
         with self._lock:
             entries = self._models.get((agent, index), [])
         how = self.perturb.get(f"{agent}#{index}")
+        if how == "crash" and self.crash is not None:
+            self.crash(f"{agent}#{index}")  # the fuzzer's process dies here
+            how = None
         if how == "repeat":
             repeated = self._repeat(agent, index)
             if repeated is not None:
@@ -166,10 +179,15 @@ class Cassette:
                 return _copy(entry.answer), entry.usage
         if self.mode == "auto":
             return None
-        if self.off_script is not None:
+        if self.off_script is not None or fault_model(how) is not None:
             self._count(agent, index)
             return None
         raise self._miss(agent, index, request, entries)
+
+    def off_script_model(self, agent: str, index: int) -> str | None:
+        """The model that answers ``agent``'s call ``index`` when the cassette does not: a
+        fault perturbation's ``retinue/fault_<kind>``, else ``off_script``."""
+        return fault_model(self.perturb.get(f"{agent}#{index}")) or self.off_script
 
     def _repeat(self, agent: str, index: int) -> tuple[dict[str, Any], Usage] | None:
         """``agent``'s last recorded answer before call ``index`` that called tools, its
@@ -232,7 +250,7 @@ class Cassette:
             )
         recorded = entries[-1].request
         field = first_difference(recorded, request) or "request"
-        was, now = _around(_at(recorded, field), _at(request, field))
+        was, now = around(value_at(recorded, field), value_at(request, field))
         return CassetteMiss(
             f"{where} differs from the one recorded in {self.path} at {field}: recorded "
             f"{preview(was, 120)}, now {preview(now, 120)}; record it again "
@@ -250,7 +268,8 @@ class Cassette:
     # -- host tools --------------------------------------------------------------------
 
     def next_tool_index(self, agent: str) -> int:
-        """Take the index of ``agent``'s next host tool call (called in call order)."""
+        """Take the index of ``agent``'s next host tool call in this process (a runner keys
+        its calls by the chat's count instead: ``retinue.llm.turn._taped.host_call_index``)."""
         with self._lock:
             index = self._tool_calls.get(agent, 0)
             self._tool_calls[agent] = index + 1
@@ -264,6 +283,8 @@ class Cassette:
         Raises:
             CassetteMiss: replaying tools, and the call was not recorded with these arguments.
         """
+        if self.perturb.get(tool_key(agent, index)) == "raise":
+            return raised(tool)
         if self.mode == "record" or not self.replay_tools:
             return None
         self._load()
@@ -290,7 +311,9 @@ class Cassette:
     def record_tool(
         self, agent: str, index: int, tool: str, arguments: str, result: str, error: str | None
     ) -> None:
-        """Append a host tool call's result (scrubbed)."""
+        """Append a host tool call's result (scrubbed); a crash perturbed there lands first."""
+        if self.crash is not None and self.perturb.get(tool_key(agent, index)) == "crash":
+            self.crash(tool_key(agent, index))  # the tool ran; its record is lost
         if self.mode == "replay":
             return
         scrubbed = self.redactor.text(arguments)
@@ -360,30 +383,3 @@ def _copy(answer: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_key(tool: str, arguments: str) -> str:
     return request_key({"tool": tool, "arguments": arguments})
-
-
-def _around(was: Any, now: Any) -> tuple[Any, Any]:
-    """Two differing texts cut to where they start to differ (other values as they are)."""
-    if not (isinstance(was, str) and isinstance(now, str)):
-        return was, now
-    start = next(
-        (i for i, (a, b) in enumerate(zip(was, now, strict=False)) if a != b),
-        min(len(was), len(now)),
-    )
-    if start <= 40:
-        return was, now
-    cut = start - 40
-    return "…" + was[cut:], "…" + now[cut:]
-
-
-def _at(request: Any, field: str) -> Any:
-    """The value of ``field`` (``messages[3].content``) in ``request`` (None: absent)."""
-    value = request
-    for part in field.replace("[", ".[").split("."):
-        if not part:
-            continue
-        try:
-            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
-        except (KeyError, IndexError, TypeError, ValueError):
-            return None
-    return value

@@ -10,7 +10,9 @@ every string of a request, answer or tool result, each match of the given
 regular expressions, and every occurrence of a secret (the runner's API key,
 the values of ``*_API_KEY`` / ``*_TOKEN`` environment variables), by
 :data:`REDACTED`; the key is computed after redaction, so a replayed request,
-redacted the same way, finds its entry.
+redacted the same way, finds its entry. A model call's index is read from its
+messages (:func:`model_call_index`); :func:`value_at` and :func:`around` show
+where a missed request differs.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ from retinue.errors import ConfigurationError
 __all__ = [
     "REDACTED",
     "Redactor",
+    "around",
     "canonical_request",
     "first_difference",
+    "model_call_index",
     "request_key",
+    "value_at",
 ]
 
 REDACTED = "[REDACTED]"
@@ -173,3 +178,36 @@ def first_difference(recorded: Any, live: Any, at: str = "") -> str | None:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def model_call_index(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The index of a model call made with ``messages``: the assistant messages among them
+    (the agent's calls answered and kept before this one, whichever process made them)."""
+    return sum(1 for m in messages if m.get("role") == "assistant")
+
+
+def around(was: Any, now: Any) -> tuple[Any, Any]:
+    """Two differing texts cut to where they start to differ (other values as they are)."""
+    if not (isinstance(was, str) and isinstance(now, str)):
+        return was, now
+    start = next(
+        (i for i, (a, b) in enumerate(zip(was, now, strict=False)) if a != b),
+        min(len(was), len(now)),
+    )
+    if start <= 40:
+        return was, now
+    cut = start - 40
+    return "…" + was[cut:], "…" + now[cut:]
+
+
+def value_at(request: Any, field: str) -> Any:
+    """The value of ``field`` (``messages[3].content``) in ``request`` (None: absent)."""
+    value = request
+    for part in field.replace("[", ".[").split("."):
+        if not part:
+            continue
+        try:
+            value = value[int(part[1:-1])] if part.startswith("[") else value[part]
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+    return value

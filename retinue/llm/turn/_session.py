@@ -80,7 +80,7 @@ from retinue.llm.turn._intents import (
     tool_call,
 )
 from retinue.llm.turn._settings import RunnerSettings
-from retinue.llm.turn._taped import Taped, TapedTool
+from retinue.llm.turn._taped import Taped, TapedTool, host_call_index
 from retinue.protocol.effects import Effect, effect_of
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
@@ -403,7 +403,9 @@ class TurnSession:
                 watch.finished(note)
                 return entry.result or _not_run(self.runner.max_tool_calls)
             ran_as = tool_call(journal, entry, self.turn.agent.id)
-            tool = TapedTool(self.runner, self.turn.agent.path, name, arguments)
+            taped = self.runner.cassette is not None  # only a cassette reads the index
+            index = host_call_index(self.history, call, self.runner.host_tools) if taped else 0
+            tool = TapedTool(self.runner, self.turn.agent.path, name, arguments, index)
             try:
                 recorded = tool.answer()  # replaying host tools: the recorded result
             except CassetteMiss as exc:  # not recorded: the turn fails, loudly

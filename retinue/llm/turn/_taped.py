@@ -4,21 +4,28 @@
 and the canonical request), :class:`TapedTool` a host tool call (by the
 agent's host-tool call index and the tool's name and arguments). Without a
 cassette both answer nothing and record nothing.
+
+Both indices come from the chat the call is made in, never from a counter of
+the process: a model call's is the number of assistant messages before it
+(:func:`~retinue.llm.cassette.model_call_index`), a host tool call's the number
+of host tool calls those messages asked for before it (:func:`host_call_index`).
+So a run recorded, killed and resumed in another process keys its calls as one
+uninterrupted run does, and a replay finds them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
-from retinue.llm.cassette import Cassette
+from retinue.llm.cassette import Cassette, model_call_index
 from retinue.llm.chat import ChatMessage
 from retinue.llm.model import CallSettings
 from retinue.llm.turn._settings import RunnerSettings
 from retinue.protocol.messages import Usage
 
-__all__ = ["OFF_SCRIPT_TIMEOUT_S", "Taped", "TapedTool"]
+__all__ = ["OFF_SCRIPT_TIMEOUT_S", "Taped", "TapedTool", "host_call_index"]
 
 OFF_SCRIPT_TIMEOUT_S = 2.0
 """The most an off-script call (a fuzzer's chaos answer) may take: its hangs end there."""
@@ -35,13 +42,13 @@ class Taped:
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]],
     ) -> None:
-        """Key the call: the agent's next call index and its canonical request."""
+        """Key the call: its index in the chat (``messages``) and its canonical request."""
         self.cassette = cassette
         self.agent = agent
         if cassette is None:
             self.index, self.request = 0, {}
             return
-        self.index = cassette.next_model_index(agent)
+        self.index = model_call_index(messages)
         self.request = cassette.request(calls.model, messages, tools, calls.kwargs)
 
     def answer(self) -> tuple[ChatMessage, Usage] | None:
@@ -57,8 +64,10 @@ class Taped:
 
     def live(self, calls: CallSettings) -> CallSettings:
         """How a call the cassette does not answer is made: as the runner makes it, or on
-        the cassette's off-script model (a fuzzer's: free, never recorded)."""
-        model = None if self.cassette is None else self.cassette.off_script
+        the cassette's off-script model (a fuzzer's: free, never recorded; a fault
+        perturbation's ``retinue/fault_<kind>``)."""
+        cassette = self.cassette
+        model = None if cassette is None else cassette.off_script_model(self.agent, self.index)
         if model is None:
             return calls
         kwargs = {"model": model, "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
@@ -80,12 +89,23 @@ class Taped:
 class TapedTool:
     """One tool call of ``agent``: a host tool's goes through the runner's cassette."""
 
-    def __init__(self, runner: RunnerSettings, agent: str, name: str, arguments: str) -> None:
-        """Take the call's index now (calls of one step are keyed in the model's order)."""
+    def __init__(
+        self,
+        runner: RunnerSettings,
+        agent: str,
+        name: str,
+        arguments: str,
+        index: int | None = None,
+    ) -> None:
+        """Key the call by ``index`` (:func:`host_call_index`; None: the cassette's count of
+        this process, in call order)."""
         cassette = runner.cassette
         self.cassette = cassette if name in runner.host_tools else None
         self.agent, self.name, self.arguments = agent, name, arguments
-        self.index = 0 if self.cassette is None else self.cassette.next_tool_index(agent)
+        if self.cassette is None:
+            self.index = 0
+        else:
+            self.index = self.cassette.next_tool_index(agent) if index is None else index
 
     def answer(self) -> tuple[str, str | None] | None:
         """The recorded result and error (None: run the tool).
@@ -103,3 +123,38 @@ class TapedTool:
             self.cassette.record_tool(
                 self.agent, self.index, self.name, self.arguments, result, error
             )
+
+
+def host_call_index(
+    history: Sequence[Mapping[str, Any]], call: Mapping[str, Any], host_tools: Container[str]
+) -> int:
+    """The host-tool call index of ``call``, a tool call of an assistant message of
+    ``history`` (the last that holds it): the host tool calls the assistant messages
+    before that one asked for, plus those before ``call`` in its own message."""
+    where, position = len(history), 0
+    for at in range(len(history) - 1, -1, -1):
+        found = _position(history[at], call) if history[at].get("role") == "assistant" else None
+        if found is not None:
+            where, position = at, found
+            break
+    count = 0
+    for message in history[:where]:
+        if message.get("role") == "assistant":
+            count += sum(1 for c in message.get("tool_calls") or () if _name(c) in host_tools)
+    if where < len(history):
+        asked = list(history[where].get("tool_calls") or ())
+        count += sum(1 for c in asked[:position] if _name(c) in host_tools)
+    return count
+
+
+def _position(message: Mapping[str, Any], call: Mapping[str, Any]) -> int | None:
+    """Where ``call`` is among ``message``'s tool calls (itself, else the first of its id)."""
+    asked = list(message.get("tool_calls") or ())
+    same = next((j for j, c in enumerate(asked) if c is call), None)
+    if same is not None:
+        return same
+    return next((j for j, c in enumerate(asked) if c.get("id") == call.get("id")), None)
+
+
+def _name(call: Mapping[str, Any]) -> str:
+    return str((call.get("function") or {}).get("name", ""))
