@@ -10,7 +10,7 @@ runner among them), every model agent on the chaos model
 (:class:`retinue.testing.ChaosModel`), and a random sequence of host
 operations (spawns, follow-ups, messages, interrupts, closes, resumes, waits,
 approvals, clean reopens and SIGKILLs of a child process running them); it
-runs them with :func:`retinue.testing.fuzz_run.run_case` in a chaos workspace
+runs them with :func:`retinue.testing._fuzz_run.run_case` in a chaos workspace
 (a FIFO, symlink loops, links out to a canary) and checks every invariant of
 :mod:`retinue.testing.invariants` and :mod:`retinue.testing.leaks`: each
 completion received once and shown in its recipient's transcript, no tool
@@ -35,8 +35,8 @@ from retinue import Limits, Profile, Restart, Turn
 from retinue.llm import tool
 from retinue.llm.model import load_litellm
 from retinue.protocol.effects import EFFECTS, IN_DOUBT_MODES
-from retinue.testing.fuzz_ops import OPS, Op, lines
-from retinue.testing.fuzz_run import Setup, run_case
+from retinue.testing._fuzz_ops import OPS, Op, lines
+from retinue.testing._fuzz_run import Setup, run_case
 from stress.parts import Options, Part, Result
 
 __all__ = ["PART", "random_ops", "random_team", "search"]

@@ -5,7 +5,7 @@ follow-ups, messages, interrupts, closes, resumes, waits, approvals answered,
 clean reopens, and with ``--crash`` SIGKILLs of the process running them) on a
 fresh store and a copy of the team's workspace (with a FIFO, symlink loops and
 links pointing out added), every model agent on ``retinue/chaos``
-(:func:`retinue.testing.fuzz_team.chaos_team`) with a seed of its own. After
+(:func:`retinue.testing._fuzz_team.chaos_team`) with a seed of its own. After
 each example the invariants of :mod:`retinue.testing.invariants` and
 :mod:`retinue.testing.leaks` are checked. hypothesis draws the examples and
 shrinks a failing one; the shortest failing sequence found is printed with what
@@ -30,13 +30,12 @@ from retinue.cli.common import FAILED, OK, UsageError, load_team_file
 if TYPE_CHECKING:
     from retinue.actors import Profile
     from retinue.team import Team
-    from retinue.testing.fuzz_ops import Op
-    from retinue.testing.fuzz_run import CaseResult
+    from retinue.testing.fuzzing import CaseResult, Op
 
 __all__ = ["add_fuzz", "cmd_fuzz"]
 
-FACTORY = "retinue.testing.fuzz_team:team_factory"
-CASSETTE_FACTORY = "retinue.testing.fuzz_crash:team_runtime"
+FACTORY = "retinue.testing._fuzz_team:team_factory"
+CASSETTE_FACTORY = "retinue.testing._fuzz_crash:team_runtime"
 DEFAULT_CALL_TIMEOUT_S = 1.0
 """Seconds one model call of a fuzzed team may take (the chaos model's hangs end there)."""
 
@@ -65,7 +64,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _example(args: argparse.Namespace, team: Team, ops: list[Op], seed: int) -> CaseResult:
     """Run one example on a fresh store and workspace copy."""
-    from retinue.testing.fuzz_run import Setup, run_case
+    from retinue.testing.fuzzing import Setup, run_case
 
     source = team.workspace
     setup = Setup(
@@ -88,7 +87,7 @@ def _search(args: argparse.Namespace, team: Team) -> _Search:
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
 
-    from retinue.testing.fuzz_team import operations
+    from retinue.testing.fuzzing import operations
 
     found = _Search()
     ops = operations(list(team.agents), lead=team.lead, crash=args.crash, max_ops=args.max_ops)
@@ -137,7 +136,7 @@ def _progress(number: int, result: CaseResult) -> None:
 
 def _replay_text(ops: list[Op], seed: int) -> str:
     """The ``--replay`` argument of one example (the operations' fields that are set)."""
-    from retinue.testing.fuzz_ops import Op
+    from retinue.testing.fuzzing import Op
 
     defaults = asdict(Op(""))
     shown = [{k: v for k, v in asdict(op).items() if k == "kind" or v != defaults[k]} for op in ops]
@@ -150,7 +149,7 @@ def _replayed(text: str) -> tuple[list[Op], int]:
     Raises:
         UsageError: it is not such an example.
     """
-    from retinue.testing.fuzz_ops import OPS, Op
+    from retinue.testing.fuzzing import OPS, Op
 
     raw = Path(text).read_text() if not text.lstrip().startswith("{") else text
     try:
@@ -166,7 +165,7 @@ def _replayed(text: str) -> tuple[list[Op], int]:
 
 
 def _show(args: argparse.Namespace, ops: list[Op], seed: int, result: CaseResult) -> None:
-    from retinue.testing.fuzz_ops import lines
+    from retinue.testing.fuzzing import lines
 
     print(f"failing sequence ({len(ops)} operations, chaos seed {seed}; what each did):")
     for line in lines(ops, result.outcomes):
@@ -225,7 +224,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 def _seeded(args: argparse.Namespace, team: Team) -> int:
     """``--cassette C``: search perturbations of the recorded run (or run ``--perturb``'s)."""
     from retinue.llm.cassette import Cassette
-    from retinue.testing.fuzz_cassette import (
+    from retinue.testing.fuzzing import (
         Finding,
         load_example,
         perturbed_run,

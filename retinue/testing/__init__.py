@@ -35,8 +35,8 @@ a model is first called.
 
 from __future__ import annotations
 
+from retinue.testing._fuzz_workspace import ChaosWorkspace, chaos_workspace
 from retinue.testing.chaos import CHAOS_MODEL, ChaosModel
-from retinue.testing.fuzz_workspace import ChaosWorkspace, chaos_workspace
 from retinue.testing.gate import Gate, echo
 from retinue.testing.invariants import INVARIANTS, Broken, check_invariants
 from retinue.testing.leaks import Leaks, shutdown_within

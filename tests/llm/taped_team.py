@@ -1,7 +1,7 @@
 """A worker with two host tools, for the tests of cassettes across crashes and their children.
 
 Its runtime is built by :func:`runtime` (``factory(tape, **args)``, as
-``retinue.testing.fuzz_crash`` calls it in each child process): ``lookup``
+``retinue.testing._fuzz_crash`` calls it in each child process): ``lookup``
 reads, ``deploy`` is ``unsafe`` and counts its runs in a file outside the
 store (``counter``), so a test sees an effect that ran twice. With
 ``lookup_once`` the lookup is declared ``read`` but is not: it fails when it

@@ -12,7 +12,7 @@ from retinue import Profile, Runtime
 from retinue.llm import LiteLLMRunner
 from retinue.llm.cassette import Cassette
 from retinue.testing import OpenAIStub, StubReply, StubRequest
-from retinue.testing.fuzz_cassette import perturbed_run, recorded_start, seeded_search
+from retinue.testing._fuzz_cassette import perturbed_run, recorded_start, seeded_search
 
 pytest.importorskip("hypothesis")
 pytestmark = pytest.mark.usefixtures("litellm")

@@ -21,7 +21,7 @@ from llm.taped_team import DONE, TASK, profiles, runs, script
 from retinue import Profile, Runtime
 from retinue.llm.cassette import Cassette
 from retinue.testing import OpenAIStub
-from retinue.testing.fuzz_cassette import Finding, load_example, perturbed_run
+from retinue.testing._fuzz_cassette import Finding, load_example, perturbed_run
 
 pytest.importorskip("hypothesis")
 pytestmark = pytest.mark.usefixtures("litellm")

@@ -13,9 +13,9 @@ import pytest
 from retinue import Limits, Profile
 from retinue.llm import tool
 from retinue.llm.model import load_litellm
+from retinue.testing._fuzz_ops import Op, lines
+from retinue.testing._fuzz_run import Setup, run_case
 from retinue.testing.chaos_answers import KINDS, SURROGATE_KINDS
-from retinue.testing.fuzz_ops import Op, lines
-from retinue.testing.fuzz_run import Setup, run_case
 
 FAST = {"request_timeout_s": 2.0, "retries": 1, "retry_base_s": 0.01, "retry_max_s": 0.1}
 

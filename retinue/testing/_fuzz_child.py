@@ -1,12 +1,12 @@
 """The child process of a fuzzing run: runs operations until the crash it is killed at.
 
-``python -m retinue.testing.fuzz_child SPEC`` reads the JSON spec
-:func:`~retinue.testing.fuzz_run.run_case` wrote (the setup, the segment's
+``python -m retinue.testing._fuzz_child SPEC`` reads the JSON spec
+:func:`~retinue.testing._fuzz_run.run_case` wrote (the setup, the segment's
 operations, the store, the workspace, the acknowledgement log), installs the
 chaos model, opens the runtime and runs the operations, appending one JSON
 line per step to the log *after* it returned: ``{"outcome": ...}`` with what
 the host's waits received, ``{"broken": ...}`` for an untyped error, a hung
-call or an event that does not encode (:class:`~retinue.testing.fuzz_checks.EventCheck`),
+call or an event that does not encode (:class:`~retinue.testing._fuzz_checks.EventCheck`),
 ``{"crash_point": n}`` when it reaches the crash. Then it waits to be
 killed. The parent reads the log, so a completion logged was received; one
 received but not yet logged when the kill came is the crash's to lose.
@@ -24,9 +24,9 @@ import msgspec
 
 from retinue.llm.model import load_litellm
 from retinue.protocol.messages import Completion
-from retinue.testing.fuzz_checks import EventCheck
-from retinue.testing.fuzz_ops import Op
-from retinue.testing.fuzz_run import Setup, host_op, open_runtime, reopened
+from retinue.testing._fuzz_checks import EventCheck
+from retinue.testing._fuzz_ops import Op
+from retinue.testing._fuzz_run import Setup, host_op, open_runtime, reopened
 
 __all__ = ["main"]
 

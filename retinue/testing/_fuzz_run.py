@@ -1,8 +1,8 @@
 """One fuzzing run: a sequence of host operations on a runtime of chaos-model agents, checked.
 
-:func:`run_case` makes a :func:`~retinue.testing.fuzz_workspace.chaos_workspace`
+:func:`run_case` makes a :func:`~retinue.testing._fuzz_workspace.chaos_workspace`
 and a store in a work folder, then runs the operations. Those before a
-``crash`` run in a child process (:mod:`retinue.testing.fuzz_child`), killed
+``crash`` run in a child process (:mod:`retinue.testing._fuzz_child`), killed
 with SIGKILL once it reaches the crash and ran on for the crash's seconds; the
 rest run in this process. Then the runtime settles (a bounded wait), shuts
 down within a bound, and everything is checked: the store's invariants
@@ -10,7 +10,7 @@ down within a bound, and everything is checked: the store's invariants
 ledger), what the shutdowns left (:class:`~retinue.testing.leaks.Leaks`), a
 store that reopened with diagnostics after a crash (``restore_diagnostic``),
 a host call that raised an untyped error (``untyped_error``) or hung
-(``host_call_hung``), and on the live runtime (:mod:`~retinue.testing.fuzz_checks`)
+(``host_call_hung``), and on the live runtime (:mod:`~retinue.testing._fuzz_checks`)
 an event that does not encode as JSON (``event_not_encodable``) and an agent
 whose turn outlives the runtime's quiescence (``agent_wedged``).
 
@@ -38,10 +38,10 @@ import msgspec
 
 from retinue.protocol.messages import Completion
 from retinue.runtime import Runtime
+from retinue.testing._fuzz_checks import EventCheck, settled, wedged
+from retinue.testing._fuzz_ops import Op, apply
+from retinue.testing._fuzz_workspace import chaos_workspace
 from retinue.testing.chaos import ChaosModel
-from retinue.testing.fuzz_checks import EventCheck, settled, wedged
-from retinue.testing.fuzz_ops import Op, apply
-from retinue.testing.fuzz_workspace import chaos_workspace
 from retinue.testing.invariants import Broken, check_invariants
 from retinue.testing.leaks import Leaks, shutdown_within
 
@@ -179,7 +179,7 @@ def _in_child(
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
     with (paths["work"] / f"child-{first}.err").open("wb") as errors:
         child = subprocess.Popen(
-            [sys.executable, "-m", "retinue.testing.fuzz_child", str(spec)],
+            [sys.executable, "-m", "retinue.testing._fuzz_child", str(spec)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

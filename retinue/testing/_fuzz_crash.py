@@ -4,7 +4,7 @@
 a ``"crash"`` perturbation (:mod:`retinue.llm.cassette._perturb`) kills the
 process that reaches it with SIGKILL: before a model call is answered, or
 after a host tool ran and before its result is recorded. So each phase runs in
-a child process (``python -m retinue.testing.fuzz_crash SPEC``): the first
+a child process (``python -m retinue.testing._fuzz_crash SPEC``): the first
 spawns the recorded top-level agent, each after a crash reopens the store and
 carries on (resumes the top agent if the crash left it ``interrupted``; a
 ``"lost"`` restart policy restarts it by itself), until no crash is left to
@@ -40,9 +40,9 @@ from retinue.llm.cassette import Cassette, ToolEntry
 from retinue.llm.cassette._perturb import INJECTED
 from retinue.protocol.messages import AgentState, Event, ToolCallFinished, ToolCallInDoubt
 from retinue.runtime import Runtime
+from retinue.testing._fuzz_checks import settled, wedged
+from retinue.testing._fuzz_faults import FaultModels
 from retinue.testing.chaos import CHAOS_MODEL, ChaosModel
-from retinue.testing.fuzz_checks import settled, wedged
-from retinue.testing.fuzz_faults import FaultModels
 from retinue.testing.invariants import check_invariants
 
 __all__ = ["CHILD_BOUND_S", "crashing_run", "main", "team_runtime"]
@@ -167,7 +167,7 @@ def _phase(spec: dict[str, Any], work: Path, number: int) -> tuple[int | None, l
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
     with (work / f"phase-{number}.err").open("wb") as errors:
         child = subprocess.Popen(
-            [sys.executable, "-m", "retinue.testing.fuzz_crash", str(path)],
+            [sys.executable, "-m", "retinue.testing._fuzz_crash", str(path)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -4,7 +4,7 @@
 approvals, restart policies and MCP servers, and puts every model agent on
 ``retinue/chaos``, with each model call cut at ``call_timeout_s`` (the chaos
 model's hangs end there, as a real provider's would at ``request_timeout_s``).
-:func:`team_factory` is the :class:`~retinue.testing.fuzz_run.Setup` factory
+:func:`team_factory` is the :class:`~retinue.testing._fuzz_run.Setup` factory
 ``retinue fuzz`` uses; :func:`operations` draws operation sequences that
 hypothesis shrinks to the shortest one that still fails.
 """
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from retinue.team import Team, load_team
+from retinue.testing._fuzz_ops import AGENT_OPS, Op
 from retinue.testing.chaos import CHAOS_MODEL
-from retinue.testing.fuzz_ops import AGENT_OPS, Op
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy

@@ -9,7 +9,7 @@ returns what happened as a line (``spawn lead -> /root/agent_x``,
 :class:`~retinue.errors.RetinueError`) is an outcome, not a failure. The host's
 waits add what they return to the ledger (:func:`check_invariants`'s
 ``host_received``). ``reopen`` and ``crash`` are the runner's
-(:mod:`retinue.testing.fuzz_run`), not :func:`apply`'s.
+(:mod:`retinue.testing._fuzz_run`), not :func:`apply`'s.
 """
 
 from __future__ import annotations

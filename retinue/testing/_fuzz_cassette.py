@@ -10,7 +10,7 @@ tool calls again (``"repeat"``), failing as a provider does (``"rate_limited"``,
 a factory that builds the runtime in another process, crashes: the process
 SIGKILLed before a model call is answered or inside a host tool call (after its
 effect, before its record), the store reopened and the run carried on
-(:mod:`retinue.testing.fuzz_crash`). From a perturbed call on, that agent's requests
+(:mod:`retinue.testing._fuzz_crash`). From a perturbed call on, that agent's requests
 differ from the recording, so the chaos model answers them: the run leaves
 the script where hypothesis chose, and nothing reaches a provider. Host tools
 run for real (``replay_tools=False``): a host tool call that ends in an error
@@ -36,9 +36,9 @@ from retinue.llm.cassette._perturb import INJECTED, MODEL_PERTURBATIONS, tool_ke
 from retinue.protocol import paths
 from retinue.protocol.messages import Event, ToolCallFinished
 from retinue.runtime import Runtime
+from retinue.testing._fuzz_crash import crashing_run
+from retinue.testing._fuzz_faults import FaultModels
 from retinue.testing.chaos import CHAOS_MODEL, ChaosModel
-from retinue.testing.fuzz_crash import crashing_run
-from retinue.testing.fuzz_faults import FaultModels
 from retinue.testing.invariants import check_invariants
 
 __all__ = ["Finding", "load_example", "perturbed_run", "recorded_start", "seeded_search"]
@@ -95,7 +95,7 @@ def perturbed_run(
     with ``perturb`` and the chaos model of ``seed``; return what it broke (maybe nothing).
 
     With ``factory`` (``"module:function"``, called as ``factory(tape, **factory_args)``
-    for ``Runtime.open``'s arguments: :mod:`~retinue.testing.fuzz_crash`) the run goes
+    for ``Runtime.open``'s arguments: :mod:`~retinue.testing._fuzz_crash`) the run goes
     through child processes and crash perturbations land; ``profiles`` is not used.
 
     Raises:
