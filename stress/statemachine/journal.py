@@ -13,10 +13,11 @@ step. Rules:
   effect (or before it) and the process "dies": a consistent copy of the store is taken
   (``rt.backup``, what a crash at that commit leaves) while the ledger moves
   to a new world, and the copy is opened while the old runtime is thrown
-  away; the call (and its step's others) must be found in doubt;
-- ``resume``: an agent with calls in doubt carries on (reruns and reports,
-  or approvals asked); or it crashes again, during a rerun or the next step,
-  or while its approvals wait;
+  away; or the host interrupts the agent while its tool hangs. The call (and
+  its step's others) must be found in doubt;
+- ``resume``: an agent with calls in doubt carries on, resumed or given a
+  follow-up (reruns and reports, or approvals asked); or it crashes again,
+  during a rerun or the next step, or while its approvals wait;
 - ``answer``: a person approves or denies a call in doubt (an approved rerun
   may crash too);
   ``reopen``: a clean close and open;
@@ -161,17 +162,27 @@ class JournalMachine(RuleBasedStateMachine):
         self.rt = self._open()
         old.shutdown()  # its later work is as lost as a killed process's
         self._after_open()
+        self._cut_short(hang, "crash")
+
+    def _interrupt(self, agent: Agent, hang: Hang) -> None:
+        """Interrupt ``agent`` while its tool hangs; then let the tool return (a tool that
+        hung before its effect does it now, after its turn ended: an abandoned runner)."""
+        self.rt.interrupt(agent.id)
+        LEDGER.disarm()
+        self._settled()  # the abandoned runner returned
+        self._after_open()
+        self._cut_short(hang, "interrupt")
+
+    def _cut_short(self, hang: Hang | None, how: str) -> None:
+        """The call that hung (if one did) is found in doubt."""
         hung = hang is not None and hang.hung.is_set()
         if hung and hang is not None:
-            doubt = self._in_doubt_keys()
+            doubt = {k for k, _ in self.findings}
             if hang.key not in doubt:
                 fail(f"the call {hang.key} cut short in {hang.tool} is not in doubt: {doubt}")
-            STATS[f"journal:crash:{'before' if hang.before else 'after'}_effect"] += 1
-        TRACE.append(f"crash (hung: {hang.tool + ' ' + hang.key if hung and hang else 'no'})")
-        STATS["journal:crash"] += 1
-
-    def _in_doubt_keys(self) -> set[str]:
-        return {k for k, _ in self.findings}
+            STATS[f"journal:{how}:{'before' if hang.before else 'after'}_effect"] += 1
+        TRACE.append(f"{how} (hung: {hang.tool + ' ' + hang.key if hung and hang else 'no'})")
+        STATS[f"journal:{how}"] += 1
 
     def _after_open(self) -> None:
         """Nothing acknowledged is lost; record the calls found in doubt."""
@@ -206,6 +217,15 @@ class JournalMachine(RuleBasedStateMachine):
                     fail(f"{agent.tag} completed with {info.output!r}")
                 agent.output = info.output
 
+    def _carry_on(self, agent: Agent, follow: bool) -> None:
+        """Resume ``agent``, or (``follow``) give it a follow-up: its next turn settles its
+        calls in doubt before anything else, the follow-up kept with them."""
+        if follow:
+            self.rt.follow_up(agent.id, f"and carry on with {agent.tag}")
+            STATS["journal:follow_up"] += 1
+        else:
+            self.rt.resume(agent.id)
+
     def _pick(self, index: int, want: AgentState, among: list[Agent] | None = None) -> Agent | None:
         agents = self.agents if among is None else among
         chosen = [a for a in agents if self.rt.get(a.id).state is want]
@@ -216,13 +236,13 @@ class JournalMachine(RuleBasedStateMachine):
     @initialize(
         plans=st.tuples(STEPS, STEPS),
         ids=st.tuples(IDS, IDS),
-        crash=st.tuples(st.integers(0, 8), st.booleans()),
+        crash=st.tuples(st.integers(0, 8), st.booleans(), st.just(False)),
     )
     def crashed(
         self,
         plans: tuple[list[list[str]], list[list[str]]],
         ids: tuple[str, str],
-        crash: tuple[int, bool],
+        crash: tuple[int, bool, bool],
     ) -> None:
         """Start with one agent of each profile whose step a crash cut short (work for
         ``resume`` and ``answer`` from the first step)."""
@@ -233,49 +253,59 @@ class JournalMachine(RuleBasedStateMachine):
         kind=st.sampled_from(KINDS),
         steps=STEPS,
         ids=IDS,
-        crash=st.none() | st.tuples(st.integers(0, 8), st.booleans()),
+        crash=st.none() | st.tuples(st.integers(0, 8), st.booleans(), st.booleans()),
     )
     def spawn(
-        self, kind: str, steps: list[list[str]], ids: str, crash: tuple[int, bool] | None
+        self,
+        kind: str,
+        steps: list[list[str]],
+        ids: str,
+        crash: tuple[int, bool, bool] | None,
     ) -> None:
-        """An agent runs its plan to the end; or (``crash``: the call at, before) the
-        ``at``-th call's tool hangs after its effect (or before it) and the process dies."""
+        """An agent runs its plan to the end; or (``crash``: the call at, before, interrupt)
+        the ``at``-th call's tool hangs after its effect (or before it) and the process dies
+        (or, with ``interrupt``, the host interrupts the agent)."""
         self._settled()
         if crash is None:
             self._spawn(kind, steps, ids)
             self._settled()
             STATS["journal:spawn"] += 1
             return
-        at, before = crash
+        at, before, interrupt = crash
         calls = [t for s in steps for t in s]
         hang = LEDGER.arm(f"o{len(self.agents)}", calls[at % len(calls)], before=before)
         agent = self._spawn(kind, steps, ids)
         self._stopped(agent, hang)
+        if interrupt:
+            self._interrupt(agent, hang)
+            return
         self._crash(hang)
         STATS["journal:crash_in_step"] += 1
 
     @rule(
         index=st.integers(0, 20),
         crash=st.none() | st.tuples(st.sampled_from(list(EFFECTS)), st.booleans()),
+        follow=st.booleans(),
     )
-    def resume(self, index: int, crash: tuple[str, bool] | None) -> None:
-        """An agent with calls in doubt carries on: each gets the action of its class; or
-        (``crash``: the tool, before its effect) the process dies again, during a rerun or
-        the next step, or while a person is asked."""
+    def resume(self, index: int, crash: tuple[str, bool] | None, follow: bool) -> None:
+        """An agent with calls in doubt carries on (resumed, or with ``follow`` given a
+        follow-up): each gets the action of its class; or (``crash``: the tool, before its
+        effect) the process dies again, during a rerun or the next step, or while a
+        person is asked."""
         self._settled()
         agent = self._pick(index, AgentState.INTERRUPTED)
         if agent is None:
             return
         owed = self.rt.get(agent.id).in_doubt
-        TRACE.append(f"resume {agent.tag} ({owed} in doubt) crash={crash}")
+        TRACE.append(f"resume {agent.tag} ({owed} in doubt) crash={crash} follow={follow}")
         if crash is None:
-            self.rt.resume(agent.id)
+            self._carry_on(agent, follow)
             self._settled()
             STATS["journal:resume"] += 1
             return
         had = sum(1 for e in self.events if e.agent_id == agent.id)
         hang = LEDGER.arm(agent.tag, crash[0], before=crash[1])
-        self.rt.resume(agent.id)
+        self._carry_on(agent, follow)
         self._stopped(agent, hang)
         self._events_of(agent, had + owed)
         if self.rt.get(agent.id).state is AgentState.AWAITING_APPROVAL:

@@ -5,7 +5,9 @@ effect class whose every run is written to a ledger outside the store; the
 process "dies" between a call's effect and the commit of its result (a
 consistent copy of the running store is opened while the old runtime is
 thrown away), also during reruns, while a person is asked and during an
-approved rerun; models repeat call ids within and across steps. After every
+approved rerun; the host interrupts an agent while its tool runs; resumes and
+follow-ups settle the calls in doubt; models repeat call ids within and
+across steps. After every
 step: an unsafe call ran at most once per key (plus reruns a person
 approved), an idempotent call's key never changed, every call in doubt got
 one action of its class and one ``ToolCallInDoubt``, nothing acknowledged
@@ -35,6 +37,9 @@ MUST_RUN = (
     "journal:crash_in_resume",
     "journal:crash:after_effect",  # a tool's effect done, its result not committed
     "journal:crash:before_effect",  # a tool started, its effect not done
+    "journal:interrupt:after_effect",  # the host interrupts while a tool runs
+    "journal:interrupt:before_effect",  # ... whose effect then happens after the turn ended
+    "journal:follow_up",  # a follow-up's turn settles the calls in doubt first
     "journal:crash_while_asking",  # a person asked about a call in doubt when it died
     "journal:crash_in_approved_rerun",  # an approved rerun cut short: in doubt again
     "journal:found:read:shop",  # calls found in doubt, of each class and mode
