@@ -29,8 +29,8 @@ step: an unsafe call's effect count <= 1 per key (plus reruns a person
 approved), an idempotent call's key never changes between its runs, no
 ``(key, attempt)`` runs twice, every call in doubt gets one action of its
 class and one ``ToolCallInDoubt``, and nothing acknowledged (a spawn, a
-completion, an approval's answer) is lost by a crash; at the end, the model
-read one true result per call.
+completion, an approval's answer, a host's message) is lost by a crash; at the
+end, the model read one true result per call and each host message once.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,9 @@ from retinue import AgentState, Limits, Runtime
 from retinue.protocol.messages import ToolCallInDoubt
 from stress.statemachine.journal_checks import (
     Finding,
-    check_chat,
+    check_agent,
     check_events,
+    check_notes,
     check_runs,
 )
 from stress.statemachine.journal_world import EFFECTS, LEDGER, Hang, profiles, task
@@ -75,8 +76,8 @@ class Agent:
     id: str
     tag: str
     kind: str
-    tools: frozenset[str]
     output: str | None = None  # its completion, once seen
+    notes: list[str] = field(default_factory=list)  # the host's messages to it (acknowledged)
 
 
 class JournalMachine(RuleBasedStateMachine):
@@ -125,7 +126,7 @@ class JournalMachine(RuleBasedStateMachine):
     def _spawn(self, kind: str, steps: list[list[str]], ids: str) -> Agent:
         tag = f"o{len(self.agents)}"
         info = self.rt.spawn(kind, task(tag, steps, ids))
-        agent = Agent(info.id, tag, kind, frozenset(t for s in steps for t in s))
+        agent = Agent(info.id, tag, kind)
         self.agents.append(agent)
         TRACE.append(f"spawn {kind} {tag} {steps} ids={ids} -> {info.id[:6]}")
         STATS[f"journal:ids:{ids}"] += 1
@@ -218,9 +219,11 @@ class JournalMachine(RuleBasedStateMachine):
                 agent.output = info.output
 
     def _carry_on(self, agent: Agent, follow: bool) -> None:
-        """Resume ``agent``, or (``follow``) give it a follow-up: its next turn settles its
-        calls in doubt before anything else, the follow-up kept with them."""
-        if follow:
+        """Resume ``agent``, or (``follow``) send it a note and give it a follow-up: its next
+        turn settles its calls in doubt before anything else, its input kept with them."""
+        if follow:  # a message from the host first: the follow-up's turn is handed it
+            note = self.rt.send(agent.id, f"note {agent.tag}.{len(agent.notes)}")
+            agent.notes.append(str(note.content))
             self.rt.follow_up(agent.id, f"and carry on with {agent.tag}")
             STATS["journal:follow_up"] += 1
         else:
@@ -313,7 +316,11 @@ class JournalMachine(RuleBasedStateMachine):
         self._crash(hang)
         STATS["journal:crash_in_resume"] += 1
 
-    @rule(index=st.integers(0, 20), approve=st.booleans(), crash=st.booleans())
+    @rule(  # (crashes drawn twice as often: they are what the machine is for)
+        index=st.integers(0, 20),
+        approve=st.sampled_from([True, False]),
+        crash=st.sampled_from([True, True, False]),
+    )
     def answer(self, index: int, approve: bool, crash: bool) -> None:
         """A person approves or denies a call in doubt; an approved rerun may crash (with
         ``crash``; with nothing to answer, an ``asks`` agent resumes to ask, and with
@@ -402,23 +409,14 @@ class JournalMachine(RuleBasedStateMachine):
 
     def _final_checks(self) -> None:
         check_events(self.events, self.findings.values(), final=True)
-        runs = LEDGER.snapshot()
         for agent in self.agents:
             info = self.rt.get(agent.id)
             if info.state is not AgentState.COMPLETED or info.in_doubt:
                 fail(f"{agent.tag} ended {info.state} with {info.in_doubt} in doubt")
+            unread = [str(m.content) for m in self.rt.inspect(agent.id).unread]
+            check_agent(agent.id, agent.tag, self.findings.values(), self.denied)
             with LEDGER.lock:
-                chat = LEDGER.chats.get(agent.tag, [])
-            mine = [f for f in self.findings.values() if f.agent_id == agent.id]
-            latest = {}
-            for finding in mine:
-                latest[finding.key] = finding  # one per call: the chat holds its last answer
-            check_chat(
-                chat,
-                [r for r in runs if r.agent_id == agent.id],
-                [f for f in latest.values() if f.effect == "unsafe"],
-                self.denied,
-            )
+                check_notes(LEDGER.chats.get(agent.tag, []), agent.notes, unread)
 
     # -- invariants --------------------------------------------------------------------
 

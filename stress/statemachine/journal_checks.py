@@ -10,6 +10,8 @@
   (``read``/``idempotent``: ``rerun``; ``unsafe``: ``reported``, or ``approval``
   under ``Profile(in_doubt="approve")``), at most one per finding, exactly one
   at the end. A *finding* is a ``(key, attempt)`` seen in doubt at an open.
+- :func:`check_notes` (at the end, per agent): each message the host sent
+  reached the model once (or is still unread).
 - :func:`check_chat` (at the end, per agent): the model read one result per
   call: a rerun's is its latest run's, an unsafe call in doubt's is the issue's
   exact message (with a person's reason when one denied it).
@@ -26,10 +28,18 @@ from typing import Any
 
 from retinue.protocol.effects import idempotency_key, in_doubt_result
 from retinue.protocol.messages import ToolCallInDoubt
-from stress.statemachine.journal_world import EFFECTS, Run
+from stress.statemachine.journal_world import EFFECTS, LEDGER, Run
 from stress.statemachine.trace import STATS, fail
 
-__all__ = ["Finding", "check_chat", "check_events", "check_runs", "expected_action"]
+__all__ = [
+    "Finding",
+    "check_agent",
+    "check_chat",
+    "check_events",
+    "check_notes",
+    "check_runs",
+    "expected_action",
+]
 
 _RESULT = re.compile(r"^(\w+) (\S+) key=(\S+) attempt=(\d+)$")
 
@@ -157,3 +167,31 @@ def check_chat(
     for finding in findings:
         if finding.key not in told:
             fail(f"the model never read a result for {finding}")
+
+
+def check_notes(
+    chat: Sequence[Mapping[str, Any]], notes: Sequence[str], unread: Sequence[str]
+) -> None:
+    """Each message the host sent an agent (acknowledged) reached its model once, or is
+    still unread: none lost by a crash or a settle, none handed twice."""
+    said = [str(m.get("content")) for m in chat if m.get("role") == "user"]
+    for note in notes:
+        times = sum(text.count(f"] {note}\n") + text.endswith(f"] {note}") for text in said)
+        if times + unread.count(note) != 1:
+            fail(f"the note {note!r} reached the model {times} times, unread {unread}: {said}")
+        STATS["journal:notes_read" if times else "journal:notes_unread"] += 1
+
+
+def check_agent(
+    agent_id: str, tag: str, findings: Iterable[Finding], denied: Mapping[str, str]
+) -> None:
+    """Hold one agent's last chat (:data:`LEDGER`) to its runs and to the last finding of
+    each of its unsafe calls in doubt (:func:`check_chat`)."""
+    latest: dict[str, Finding] = {}
+    for finding in findings:  # in the order found: the chat holds each call's last answer
+        if finding.agent_id == agent_id:
+            latest[finding.key] = finding
+    with LEDGER.lock:
+        chat = list(LEDGER.chats.get(tag, []))
+    runs = [r for r in LEDGER.snapshot() if r.agent_id == agent_id]
+    check_chat(chat, runs, [f for f in latest.values() if f.effect == "unsafe"], denied)

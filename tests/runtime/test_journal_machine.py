@@ -40,6 +40,7 @@ MUST_RUN = (
     "journal:interrupt:after_effect",  # the host interrupts while a tool runs
     "journal:interrupt:before_effect",  # ... whose effect then happens after the turn ended
     "journal:follow_up",  # a follow-up's turn settles the calls in doubt first
+    "journal:notes_read",  # the host's messages reached the model once, across crashes
     "journal:crash_while_asking",  # a person asked about a call in doubt when it died
     "journal:crash_in_approved_rerun",  # an approved rerun cut short: in doubt again
     "journal:found:read:shop",  # calls found in doubt, of each class and mode
