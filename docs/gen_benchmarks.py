@@ -28,6 +28,7 @@ PARTS: dict[str, str] = {
     "crash": "SIGKILL crash rounds: a random workload, reopen, check the ack log",
     "statemachine": "The hypothesis state machine over live actors",
     "restarts": "The restart state machine",
+    "journal": "The journal state machine: calls in doubt across crashes",
     "soak_races": "Races soak: host threads and asyncio tasks against a ledger",
     "fuzz_llm": "Chaos-model fuzzer: random teams, random host operations, SIGKILLs",
     "damage": "Damage suite: damaged stores opened in a child",

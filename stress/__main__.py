@@ -55,13 +55,14 @@ from stress.bench import (
     trees,
 )
 from stress.parts import Options, Part, Result, table
-from stress.statemachine import restarts
+from stress.statemachine import journal_run, restarts
 
 PARTS: list[Part] = [
     crash.PART,
     effects.PART,
     statemachine.PART,
     restarts.PART,
+    journal_run.PART,
     soak_races.PART,
     fuzz_llm.PART,
     damage.PART,

@@ -46,7 +46,8 @@ machine knows, judging calls), ``rules`` (the host's calls, by theme),
 ``races`` (the race rules, by theme), ``invariants`` (quiescence and the
 checks after every step), ``storecheck`` (the closed store against the
 model), ``machine`` (the machine, sync and reopen); ``restarts`` is the
-restart machine.
+restart machine; ``journal`` (with ``journal_world``, ``journal_checks`` and
+``journal_run``, its long search) the journal machine.
 
 Each call is checked against the model: it succeeds exactly when no rule
 forbids it, and otherwise raises one of the typed errors the model allows
@@ -57,7 +58,10 @@ for quiescence (event-driven, no sleeps) and checks the invariants listed on
 ``run(max_examples, steps, seed)`` is the long search ``python -m stress`` can
 call; ``search(minutes, ...)`` (``python -m stress.statemachine --minutes N``)
 runs seed after seed for a time budget; ``tests/runtime/test_statemachine.py``
-runs the same machine with CI settings.
+runs the same machine with CI settings. ``--machine journal`` runs the journal
+machine instead (:mod:`stress.statemachine.journal`: tool calls in doubt
+across crashes, ``tests/runtime/test_journal_machine.py`` in CI), with the
+same ``--examples``, ``--steps``, ``--seed`` and ``--minutes``.
 """
 
 from __future__ import annotations
@@ -255,6 +259,29 @@ def search(
     return total
 
 
+def _journal_search(minutes: float, max_examples: int, steps: int, seed: int) -> dict[str, Any]:
+    """Run the journal machine (:mod:`stress.statemachine.journal`) with ``seed``, then the
+    next seeds until ``minutes`` have passed or a problem is found; return one row."""
+    from stress.statemachine import journal_run as journal
+
+    deadline = time.monotonic() + minutes * 60
+    total: dict[str, Any] = {"seeds": [], "examples": 0, "crashes": 0, "counts": Counter()}
+    total.update(problems=[], seconds=0.0)
+    while True:
+        row = journal.run(max_examples, steps, seed)
+        total["seeds"].append(seed)
+        for key in ("examples", "crashes", "seconds"):
+            total[key] += row[key]
+        total["counts"].update(row["counts"])
+        total["problems"].extend(row["problems"])
+        if row["problems"] or time.monotonic() > deadline:
+            break
+        seed += 1
+    total["counts"] = dict(sorted(total["counts"].items()))
+    total["seconds"] = round(total["seconds"], 1)
+    return total
+
+
 def _main(argv: Iterable[str] | None = None) -> int:
     import argparse
 
@@ -264,13 +291,21 @@ def _main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--durability", choices=["full", "buffered"], default="full")
     parser.add_argument(
+        "--machine",
+        choices=["retinue", "journal"],
+        default="retinue",
+        help="retinue: the runtime's machine; journal: calls in doubt across crashes",
+    )
+    parser.add_argument(
         "--minutes",
         type=float,
         default=0.0,
         help="keep searching with the next seed until this many minutes have passed",
     )
     args = parser.parse_args(None if argv is None else list(argv))
-    if args.minutes > 0:
+    if args.machine == "journal":
+        row = _journal_search(args.minutes, args.examples, args.steps, args.seed)
+    elif args.minutes > 0:
         row = search(args.minutes, args.examples, args.steps, args.seed, durability=args.durability)
     else:
         row = run(args.examples, args.steps, args.seed, durability=args.durability)
