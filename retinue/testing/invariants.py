@@ -22,7 +22,9 @@ broken invariants as :class:`Broken` records (an empty list: all hold):
 - ``completion_not_in_transcript``: a model agent received a completion that
   its transcript does not show (checked where the transcript was never cut;
   what a turn still running in the store received is its to show: a crash
-  between a wait and the next step leaves that, and the next open hands it on);
+  between a wait and the next step leaves that, and the next open hands it on;
+  an input kept in the ``then`` of a step left open with calls in doubt counts
+  as shown: it joins the chat after their results);
 - ``completion_not_received``: the store says the host received a completion
   that no wait in ``host_received`` returned (only with ``ledger_complete``),
   or a wait returned one the store would hand out again;
@@ -292,6 +294,9 @@ def _received(records: _Records) -> list[Broken]:
         if agent is None:
             continue
         shown, whole = _mentions(transcript.messages)
+        then = transcript.journal.then if transcript.journal is not None else None
+        if then:  # a turn's input kept in its open step's journal, to join the chat after it
+            shown += _mentions([TranscriptMessage(role="user", content=then)])[0]
         got = delivered.get(agent_id, Counter())
         holding = held.get(agent_id, Counter())
         for child in sorted(set(shown) | set(got)):

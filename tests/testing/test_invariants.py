@@ -15,7 +15,7 @@ from retinue.llm.chat import decode_transcript, encode_transcript
 from retinue.llm.model import load_litellm
 from retinue.persistence.store import Store
 from retinue.protocol.messages import AgentState, Completion, CompletionStatus
-from retinue.protocol.records import AgentRecord, CompletionRecord
+from retinue.protocol.records import AgentRecord, CompletionRecord, ToolStep
 from retinue.testing import Broken, Leaks, check_invariants, shutdown_within
 
 SPAWN_RESULT = "spawn_subagents"
@@ -159,6 +159,39 @@ def test_a_completion_held_by_a_turn_a_crash_stopped_is_not_lost(
     settled = copy_of(run, tmp_path / "settled")
     edit_transcript(settled, run["lead"], without_results)
     assert "completion_not_in_transcript" in names(check_invariants(settled))
+
+
+def test_a_completion_kept_in_an_open_steps_input_is_shown(
+    run: dict[str, Any], tmp_path: Path
+) -> None:
+    """A turn that finds calls in doubt keeps its input (the completions it was
+    handed) in the open step's ``then`` until their results are in; a stop then
+    leaves them there, stored, and the next turn adds them to the chat (the
+    fuzzer met this store: crash, resume, shut down mid-rerun)."""
+
+    def lines(messages: list[dict[str, Any]]) -> list[str]:
+        result = next(m for m in messages if m.get("name") == SPAWN_RESULT)
+        paths = [r["path"] for r in msgspec.json.decode(result["content"])["results"]]
+        return [f"[subagent:{path}] delegated task completed. x" for path in paths]
+
+    store = copy_of(run, tmp_path)
+    found: list[str] = []
+
+    def keep_in_then(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found.extend(lines(messages))
+        return [m for m in messages if not m.get("tool_calls") and m["role"] != "tool"][:1]
+
+    edit_transcript(store, run["lead"], keep_in_then)
+    assert "completion_not_in_transcript" in names(check_invariants(store))
+    writer = Store(store)
+    try:
+        messages, cut = decode_transcript(writer.get("transcripts", run["lead"].encode()))
+        step = ToolStep(generation=1, step=1, then="\n\n".join(["carry on", *found]))
+        kept = encode_transcript(run["lead"], messages, cut, journal=step)
+        writer.write_now([("transcripts", run["lead"].encode(), kept)])
+    finally:
+        writer.close()
+    assert "completion_not_in_transcript" not in names(check_invariants(store))
 
 
 def test_the_hosts_ledger_is_checked_both_ways(run: dict[str, Any]) -> None:
