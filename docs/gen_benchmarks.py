@@ -44,6 +44,7 @@ PARTS: dict[str, str] = {
     "idle_scale": "Idle agents at scale: open, memory, listing and spawns over large stores",
     "reopen": "Reopening a large store",
     "llm": "Model turns against raw litellm",
+    "llm_instructions": "Instructions per model turn against raw litellm (callgrind)",
     "startup": "Startup: the demo, the first model call, import retinue",
     "loop_lag": "Loop lag of an asyncio host",
     "many_turns": "10,000 concurrent model turns",

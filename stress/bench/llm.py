@@ -14,7 +14,9 @@ against litellm alone. The pairs alternate ``reps`` times; each rate is the
 median round's, each ratio the median of the rounds' own (with their range),
 and the process's CPU per call or turn is printed beside it (a shared machine
 disturbs it less than wall time). :mod:`stress.bench.llm_calls` adds the latency of one call at
-a time (p50, p99, raw beside retinue's) and a multi-step turn's time per step.
+a time (p50, p99, raw beside retinue's) and a multi-step turn's time per step; the full
+run adds :mod:`stress.bench.llm_instructions`, the instructions per one-call turn under
+callgrind on the offline model (``--only llm_instructions`` runs it alone).
 
 Threads are sampled every 10 ms during the retinue run; the stub server's
 per-connection threads are not counted.
@@ -33,6 +35,7 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.model import load_litellm
+from stress.bench import llm_instructions
 from stress.bench.llm_calls import (
     STEPS,
     note,
@@ -246,7 +249,11 @@ if __name__ == "__main__":
 
 
 def _part(options: Options) -> Result:
-    row = run(50, reps=1, latency_calls=10) if options.quick else run(1000, reps=3)
+    if options.quick:
+        row = run(50, reps=1, latency_calls=10)
+    else:
+        # Instructions per turn under callgrind: too slow for --quick (30-100x).
+        row = {**run(1000, reps=3), **llm_instructions.run(20)}
     title = "llm: model turns vs raw litellm.acompletion, OpenAI server in a child process"
     return Result.row(title, row)
 

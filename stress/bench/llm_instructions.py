@@ -1,0 +1,201 @@
+"""CPU instructions per one-call model turn, retinue against raw litellm, counted by callgrind.
+
+Wall and CPU time swing on a shared machine; the instructions a piece of work
+executes do not. The driver (``python -m stress.bench.llm_instructions raw|retinue N``)
+warms up (imports, litellm's first call, the runtime open, a few turns) and
+then does ``N`` pieces of work one after another on the offline model
+``retinue/scripted`` (no HTTP, no sockets):
+
+- ``raw``: ``N`` ``litellm.acompletion`` calls with the messages and tools a
+  retinue turn sends (captured from one retinue turn during the warm-up);
+- ``retinue``: ``N`` one-call turns (``spawn_async`` then ``wait_async`` of an
+  agent whose runner is ``LiteLLMRunner(SCRIPTED_MODEL)``, durability ``full``
+  as in :mod:`stress.bench.llm`).
+
+:func:`measure` runs the driver under ``valgrind --tool=callgrind`` twice per
+side, with ``N`` and ``2N``, and takes the difference of the totals divided by
+``N``: the warm-up and the shutdown cancel out, so only the measured work is
+counted, in every thread (``--separate-threads=no``, callgrind's default).
+The ratio raw/retinue is the issue's figure (target >= 0.95).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stress.parts import Options, Part, Result
+
+__all__ = ["PART", "VALGRIND", "callgrind_total", "drive", "measure", "run"]
+
+VALGRIND = "valgrind"
+"""The valgrind executable looked up on ``PATH``."""
+
+WARM_UP = 5
+"""Untimed turns (or raw calls) before the measured ones."""
+
+_TOTAL = re.compile(r"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
+
+
+def callgrind_total(text: str) -> int:
+    """Return the total instructions (``Ir``) of a callgrind output file's ``text``.
+
+    Reads the ``summary:`` line (or, without one, ``totals:``); the first
+    number is the first event, ``Ir`` by default.
+
+    Raises:
+        ValueError: the text has neither line.
+    """
+    found = {m.group(0).split(":")[0]: int(m.group(1)) for m in _TOTAL.finditer(text)}
+    for key in ("summary", "totals"):
+        if key in found:
+            return found[key]
+    raise ValueError("no 'summary:' or 'totals:' line: not a callgrind output file")
+
+
+def _captured_call(folder: Path) -> dict[str, Any]:
+    """Run one retinue turn on the offline model; return the kwargs it passed to litellm."""
+    from retinue import Durability, Profile, Runtime
+    from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
+    from retinue.llm.model import load_litellm
+
+    litellm = load_litellm()
+    seen: list[dict[str, Any]] = []
+    original = litellm.acompletion
+
+    async def probe(**kwargs: Any) -> Any:
+        seen.append(dict(kwargs))
+        return await original(**kwargs)
+
+    setattr(litellm, "acompletion", probe)  # noqa: B010 (a probe, put back below)
+    try:
+        profiles = [Profile("agent", runner=LiteLLMRunner(SCRIPTED_MODEL))]
+        with Runtime.open(folder, profiles=profiles, durability=Durability.FULL) as rt:
+            info = rt.spawn("agent", "task 0")
+            rt.wait(info.id, timeout=600)
+    finally:
+        setattr(litellm, "acompletion", original)  # noqa: B010
+    if not seen:
+        raise RuntimeError("the probe turn made no model call")
+    return seen[0]
+
+
+def _drive_raw(folder: Path, n: int) -> int:
+    """Warm up, then ``n`` raw calls with a retinue turn's kwargs; return the calls made."""
+    from retinue.llm.model import load_litellm
+
+    litellm = load_litellm()
+    kwargs = _captured_call(folder)
+
+    async def main() -> int:
+        for _ in range(WARM_UP):
+            await litellm.acompletion(**kwargs)
+        for _ in range(n):
+            await litellm.acompletion(**kwargs)
+        return n
+
+    return asyncio.run(main())
+
+
+def _drive_retinue(folder: Path, n: int) -> int:
+    """Warm up, then ``n`` one-call turns one after another; return the turns completed."""
+    from retinue import Durability, Limits, Profile, Runtime
+    from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
+
+    limits = Limits(max_agents=n + WARM_UP + 10, wait_max_s=3600.0)
+    profiles = [Profile("agent", runner=LiteLLMRunner(SCRIPTED_MODEL))]
+    with Runtime.open(folder, profiles=profiles, limits=limits, durability=Durability.FULL) as rt:
+
+        async def main() -> int:
+            done = 0
+            for i in range(WARM_UP + n):
+                info = await rt.spawn_async("agent", f"task {i}")
+                final = await rt.wait_async(info.id, timeout=600)
+                done += i >= WARM_UP and final.status == "completed"
+            return done
+
+        return asyncio.run(main())
+
+
+def drive(side: str, n: int) -> int:
+    """Warm up and do ``n`` raw calls or one-call turns (``side``); return how many completed.
+
+    Raises:
+        ValueError: ``side`` is neither ``raw`` nor ``retinue``, or ``n`` < 0.
+    """
+    if side not in ("raw", "retinue") or n < 0:
+        raise ValueError(f"usage: raw|retinue N (N >= 0), got {side!r} {n}")
+    with tempfile.TemporaryDirectory() as tmp:
+        return (_drive_raw if side == "raw" else _drive_retinue)(Path(tmp), n)
+
+
+def _instructions(side: str, n: int, out: Path) -> int:
+    """Total instructions of one driver process under callgrind (every thread)."""
+    cmd = [
+        VALGRIND,
+        "--tool=callgrind",
+        "--separate-threads=no",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        "-m",
+        "stress.bench.llm_instructions",
+        side,
+        str(n),
+    ]
+    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{side} {n} under callgrind failed: {done.stderr[-2000:]}")
+    return callgrind_total(out.read_text())
+
+
+def measure(n: int) -> dict[str, Any]:
+    """Instructions per raw call and per one-call turn: (runs of ``2n`` - runs of ``n``) / ``n``.
+
+    Raises:
+        RuntimeError: a driver process failed under callgrind.
+    """
+    per: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side in ("raw", "retinue"):
+            one = _instructions(side, n, Path(tmp) / f"{side}-{n}.out")
+            two = _instructions(side, 2 * n, Path(tmp) / f"{side}-{2 * n}.out")
+            per[side] = (two - one) / n
+    return {
+        "instructions_turns": n,
+        "instructions_per_raw_call": round(per["raw"]),
+        "instructions_per_retinue_turn": round(per["retinue"]),
+        "instructions_ratio_raw_vs_retinue": round(per["raw"] / per["retinue"], 3),
+    }
+
+
+def run(n: int) -> dict[str, Any]:
+    """The row: :func:`measure`'s, or a skip with its reason when valgrind is missing."""
+    if shutil.which(VALGRIND) is None:
+        return {"instructions": "skipped: valgrind is not installed (apt-get install valgrind)"}
+    return measure(n)
+
+
+def _part(options: Options) -> Result:
+    row = run(5 if options.quick else 20)
+    title = "llm_instructions: instructions per one-call turn vs raw litellm (callgrind, offline)"
+    return Result.row(title, row)
+
+
+PART = Part("llm_instructions", _part, in_quick=False, in_full=False)
+"""Runs alone (``--only llm_instructions``); the full ``llm`` part includes its row."""
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[2].isdigit():
+        sys.exit("usage: python -m stress.bench.llm_instructions raw|retinue N")
+    print(drive(sys.argv[1], int(sys.argv[2])))

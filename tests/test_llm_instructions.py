@@ -1,0 +1,82 @@
+"""The instructions-per-turn benchmark (``python -m stress --only llm_instructions``).
+
+Its driver runs as a plain script here (no valgrind: that is the benchmark's
+job, 30-100x slower), on a tiny N, both sides; the callgrind-output parser
+reads a sample file's totals; a missing valgrind is a skip with its reason.
+No figure is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # ``pytest`` (not ``python -m pytest``) leaves the repo off the path
+    sys.path.insert(0, str(ROOT))
+
+from stress.bench import llm_instructions  # noqa: E402
+
+SAMPLE = """\
+# callgrind format
+version: 1
+creator: callgrind-3.19.0
+pid: 4828
+cmd:  /usr/bin/python3 -m stress.bench.llm_instructions retinue 2
+part: 1
+
+desc: I1 cache:
+positions: line
+events: Ir
+summary: 15524407862
+
+fl=(1) ???
+fn=(1) 0x0000000000001100
+0 3
+
+totals: 15524407862
+"""
+
+
+@pytest.mark.parametrize("side", ["raw", "retinue"])
+def test_driver_runs_as_a_plain_script(side: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    done = subprocess.run(
+        [sys.executable, "-m", "stress.bench.llm_instructions", side, "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "2"
+
+
+def test_driver_rejects_a_bad_side() -> None:
+    with pytest.raises(ValueError, match="usage: raw"):
+        llm_instructions.drive("both", 1)
+
+
+def test_parser_reads_the_summary_line() -> None:
+    assert llm_instructions.callgrind_total(SAMPLE) == 15524407862
+
+
+def test_parser_falls_back_to_totals() -> None:
+    text = SAMPLE.replace("summary: 15524407862\n", "")
+    assert llm_instructions.callgrind_total(text.replace("totals: 15524407862", "totals: 7 1")) == 7
+
+
+def test_parser_rejects_other_text() -> None:
+    with pytest.raises(ValueError, match="callgrind"):
+        llm_instructions.callgrind_total("events: Ir\n")
+
+
+def test_missing_valgrind_is_a_skip_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llm_instructions, "VALGRIND", "no-such-valgrind-here")
+    row = llm_instructions.run(1)
+    assert "valgrind is not installed" in row["instructions"]
