@@ -81,7 +81,8 @@ def _rate_limits(options: Options) -> Result:
         if row["way"] == "static" and row["429s"]
     ]
     problems += [
-        f"{row['way']}: {row['agents_completed']} agents completed"
+        f"{row['way']}: {row['agents_completed']} agents completed; "
+        f"not completed: {row.get('not_completed', [])}"
         for row in rows
         if row["agents_completed"] != shape.trees * (shape.fanout + 1)
     ]

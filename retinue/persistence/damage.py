@@ -132,25 +132,42 @@ class Guard:
         It cannot close the window between the check and LMDB's read: a
         truncation landing there still kills the process.
 
+        Threads check at once without a lock: a size smaller than the one
+        recorded may only be older (another thread looked later, while the
+        writer grew the file), so it is looked at again before it is refused;
+        every recorded size was seen before that second look.
+
         Raises:
             StoreCorrupted: the file shrank.
         """
+        size = self._size(action)
+        seen = self._seen_size
+        if size < seen:
+            size = self._size(action)
+            if size < seen:
+                raise StoreCorrupted(
+                    f"store {self.folder} is damaged ({action}): {DATA_FILE} shrank from "
+                    f"{seen} to {size} bytes while the store was open; another "
+                    f"process truncated it. {restore_advice(self.folder)}",
+                    path=str(self.folder),
+                )
+        if size > self._seen_size:
+            self._seen_size = size
+        return size
+
+    def _size(self, action: str) -> int:
+        """Return the data file's size now (one ``fstat``).
+
+        Raises:
+            StoreError: the file cannot be looked at.
+        """
         try:
-            size = os.fstat(self.data_fd).st_size
+            return os.fstat(self.data_fd).st_size
         except OSError as exc:
             raise StoreError(
                 f"store {self.folder}: cannot check {DATA_FILE} ({action}): {exc}",
                 path=str(self.folder),
             ) from None
-        if size < self._seen_size:
-            raise StoreCorrupted(
-                f"store {self.folder} is damaged ({action}): {DATA_FILE} shrank from "
-                f"{self._seen_size} to {size} bytes while the store was open; another "
-                f"process truncated it. {restore_advice(self.folder)}",
-                path=str(self.folder),
-            )
-        self._seen_size = size
-        return size
 
     def replaced(self) -> bool:
         """True if another file now stands at the data file's path (a reclaim swapped it in)."""

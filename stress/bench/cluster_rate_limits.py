@@ -97,7 +97,13 @@ def measure(way: str, shape: Shape = SHAPE) -> dict[str, Any]:
             for lead in leads:
                 cluster.wait(lead.id, timeout=600)
             wall = time.perf_counter() - began
-            completed = sum(1 for a in cluster.agents() if a.state.value == "completed")
+            agents = cluster.agents()
+            completed = sum(1 for a in agents if a.state.value == "completed")
+            others = [
+                f"{a.path} {a.state.value}: {a.error}"
+                for a in agents
+                if a.state.value != "completed"
+            ]
             shards_used = len({_shard(lead.id) for lead in leads})
         row = _row(way, shape, stub, [], wall, completed)
         report = stub.report()
@@ -106,6 +112,8 @@ def measure(way: str, shape: Shape = SHAPE) -> dict[str, Any]:
     row["max_requests_in_a_window"] = report.max_requests_in_window
     row["max_in_flight_at_stub"] = report.max_in_flight
     row["shards_with_trees"] = shards_used
+    if others:
+        row["not_completed"] = others[:5]
     return row
 
 
