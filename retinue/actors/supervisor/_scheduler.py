@@ -282,11 +282,12 @@ class Scheduler(Journaled):
         )
         turn.root_id = world.tree.top_of.get(agent_id, agent_id)
         turn.admission = world.admission
-        turn.llm_state = LlmStarted(  # a model runner's load, without a round trip
-            partial(world.store.get, "transcripts", agent_id.encode()),
-            record.usage,
-            world.tree.agents[turn.root_id].tree_usage,
-        )
+        if record.profile in world.model_runners:  # a model runner's load, without a round trip
+            turn.llm_state = LlmStarted(
+                partial(world.store.get, "transcripts", agent_id.encode()),
+                record.usage,
+                world.tree.agents[turn.root_id].tree_usage,
+            )
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
             forked = record.forked_from  # a fork's first turn links to its origin's span
