@@ -141,6 +141,7 @@ class Scheduler(Journaled):
         """
         now = time.time()
         starts = self.would_start(record.profile)
+        self.world.history.leave(tx, record)  # the generation it ends is kept on its own now
         record = self.world.update(
             record,
             state=AgentState.RUNNING if starts else AgentState.STARTING,
