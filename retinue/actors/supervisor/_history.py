@@ -104,7 +104,7 @@ class History(Journaled):
     def leave(self, tx: Transition, record: AgentRecord) -> None:
         """``record``'s agent starts a newer generation: write the one its record carries
         (if it does) as a :class:`GenerationRecord` in ``tx``, before the record moves on."""
-        kept = carried(self.tree.agents.get(record.id, record))
+        kept = _carried(self.tree.agents.get(record.id, record))
         if kept is not None:
             self._write(tx, kept, committed=False)
 
@@ -160,7 +160,7 @@ class History(Journaled):
         record = self.tree.agents.get(agent_id)
         if record is not None:
             if generation == record.generation:
-                current = carried(record)
+                current = _carried(record)
                 if current is not None:
                     return current
             if generation <= _newest_settled(record) - self.limits.fork_generations:
@@ -190,7 +190,7 @@ class History(Journaled):
         return [g for g in found if g is not None]
 
 
-def carried(record: AgentRecord) -> GenerationRecord | None:
+def _carried(record: AgentRecord) -> GenerationRecord | None:
     """The generation ``record`` carries (:attr:`~AgentRecord.ended` of its current
     generation) as its :class:`GenerationRecord`, the agent as that generation ended
     (its settled state, not closed); None if it carries none."""
