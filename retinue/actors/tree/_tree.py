@@ -110,15 +110,19 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
         self._agents_written = JDict(self._journal)
 
     def take_writes(self) -> list[Write]:
-        """Return and clear the writes gathered since the last call (each agent's last state)."""
+        """Return and clear the writes gathered since the last call (each agent's last state).
+
+        An empty container is kept as it is (no new one, no journaled change).
+        """
         writes: list[Write] = list(self.writes)
+        if writes:
+            self.writes = JList(self._journal)
         if self._agents_written:
             writes += [
                 ("agents", agent_id.encode(), _encode(record))
                 for agent_id, record in self._agents_written.items()
             ]
-        self.writes = JList(self._journal)
-        self._agents_written = JDict(self._journal)
+            self._agents_written = JDict(self._journal)
         return writes
 
     def spread_since(self, mark: int) -> None:
@@ -137,6 +141,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
 
     def take_spread(self) -> list[Write]:
         """Return and clear the spread writes gathered since the last call."""
+        if not self.spread:  # nearly every command: nothing to replace
+            return []
         spread: list[Write] = list(self.spread)
         self.spread = JList(self._journal)
         return spread
