@@ -39,6 +39,7 @@ PARTS: dict[str, str] = {
     "lifecycle": "Agent lifecycles (spawn, wait, close)",
     "trees": "Three-level trees",
     "routing": "Routing latency by trees in flight",
+    "lifecycle_instructions": "Instructions per lifecycle and per tree agent (callgrind)",
     "async_turns": "Async turns",
     "idle": "Idle agents",
     "idle_scale": "Idle agents at scale: open, memory, listing and spawns over large stores",

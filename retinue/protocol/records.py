@@ -18,6 +18,7 @@ __all__ = [
     "TRANSCRIPT_VERSION",
     "AgentRecord",
     "CompletionRecord",
+    "GenerationEnd",
     "GenerationRecord",
     "JournaledCall",
     "MessageRecord",
@@ -32,6 +33,24 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+
+class GenerationEnd(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """How an agent's generation ``generation`` ended: the ``state`` it settled in
+    (completed, failed or interrupted), when (``at``, epoch seconds, the supervisor's
+    clock) and the W3C ``traceparent`` of the turn that ended it (``span``; None:
+    unknown).
+
+    It rides on the agent's record (:attr:`AgentRecord.ended`), written by the
+    settle anyway: while that generation is the agent's newest, the record and
+    this are its :class:`GenerationRecord`, which the store writes on its own
+    only once a newer generation starts.
+    """
+
+    generation: int
+    state: AgentState
+    at: float
+    span: str | None = None
 
 
 class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -68,6 +87,9 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``open_calls`` counts the tool calls its stored journal holds without a
     result that may have started (see :class:`ToolStep`): while its turn runs
     they are in flight; once it is not running they are in doubt.
+    ``ended`` is how its newest settled generation ended (see :class:`GenerationEnd`;
+    None: none settled since this field exists, or its generation is kept as a
+    :class:`GenerationRecord` already); it is stale once ``generation`` moved past it.
     """
 
     id: str
@@ -102,6 +124,7 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     origin: str = "spawn"
     forked_from: ForkedFrom | None = None
     open_calls: int = 0
+    ended: GenerationEnd | None = None
 
 
 class MessageRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -144,7 +167,10 @@ def completion_key(agent_id: str, generation: int) -> bytes:
 
 class GenerationRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One settled generation of an agent, kept to fork it as of then (keyed by
-    :func:`generation_key`; the newest ``Limits.fork_generations`` per agent).
+    :func:`generation_key`; the newest ``Limits.fork_generations`` per agent). The
+    newest is not stored while it is the agent's newest generation: the agent's
+    record carries it (:attr:`AgentRecord.ended`); it is stored as a newer one
+    starts (a restarted attempt's at once).
 
     ``agent`` is the agent's record as the generation ended (its task, state,
     output, error); ``settled_at`` when it ended (epoch seconds, the

@@ -18,6 +18,7 @@ from retinue import (
     Profile,
     Turn,
 )
+from retinue.actors.turns import control_of
 from retinue.testing import Gate, echo
 
 HOST_THREADS = 32
@@ -236,3 +237,29 @@ def test_a_parent_waiting_on_children_does_not_starve_them(
     leads = [rt.spawn("lead", f"l{i}") for i in range(max_active_turns)]
     for lead_info in leads:
         assert rt.wait(lead_info.id, timeout=10).output == "done:w0,done:w1,done:w2,done:w3"
+
+
+def test_only_a_model_runners_turn_is_handed_its_stored_model_state(
+    open_runtime: OpenRuntime,
+) -> None:
+    """The scheduler builds ``llm_state`` (transcript reader, usages) for model runners only:
+    a Python runner's turn starts without it, one with a ``host_tools`` mapping gets it."""
+    seen: dict[str, bool] = {}
+
+    def python(turn: Turn) -> str:
+        seen[turn.agent.profile] = control_of(turn).llm_state is not None
+        return "done"
+
+    class ModelLike:
+        """A runner shaped like a model runner (``host_tools``), answering by itself."""
+
+        def __init__(self) -> None:
+            self.host_tools: dict[str, object] = {}
+
+        def __call__(self, turn: Turn) -> str:
+            return python(turn)
+
+    rt = open_runtime([Profile("py", runner=python), Profile("model", runner=ModelLike())])
+    for profile in ("py", "model"):
+        rt.wait(rt.spawn(profile, "go").id, timeout=10)
+    assert seen == {"py": False, "model": True}

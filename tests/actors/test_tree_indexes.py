@@ -133,3 +133,16 @@ def test_a_page_after_many_spawns_resorts_once_and_stays_exact() -> None:
     tree.remove_agents([r.id for r in first[:5]])
     assert tree.page(None, 5, True) == first[5:]
     assert dict(tree.state_counts) == {"completed": 2995}
+
+
+def test_agents_added_while_nobody_pages_hold_a_bounded_number_of_keys() -> None:
+    """Spawns with no page in between keep at most the resort threshold of keys (not one
+    per agent ever added, removed ones included); the next page is still exact."""
+    tree = Tree()
+    made = [f"{k:032x}" for k in range(3 * _pages._RESORT_MIN)]
+    for k, agent_id in enumerate(made):
+        tree.put_agent(agent(agent_id, f"/root/a{k}"))
+        if k % 2:
+            tree.remove_agents([made[k - 1]])
+    assert len(tree.new_keys) + len(tree.sorted_keys) <= _pages._RESORT_MIN
+    assert tree.page(None, None, True) == naive_page(tree, None, None, True)

@@ -15,7 +15,8 @@ __all__ = ["LlmLoad", "LlmStarted", "LlmStep"]
 class LlmStarted:
     """What :class:`LlmLoad` answers, handed to a turn as it starts (no round trip).
 
-    The scheduler sets it on every turn it starts (``Turn.llm_state``): the
+    The scheduler sets it on every turn of a model runner it starts
+    (``Turn.llm_state``; :func:`~retinue.actors.turns.is_model_runner`): the
     agent's usage and its tree's usage as the turn starts, and ``transcript``,
     which reads the agent's stored transcript (bytes or None) from the store.
     A model runner calls it as it starts, after the commit that started the

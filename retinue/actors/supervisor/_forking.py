@@ -53,6 +53,7 @@ from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState, Forke
 from retinue.protocol.records import (
     TRANSCRIPT_VERSION,
     AgentRecord,
+    GenerationEnd,
     GenerationRecord,
     TranscriptRecord,
 )
@@ -343,7 +344,6 @@ class Forker(Journaled):
             record = self._copy(tx, copy, above, now)
             world.tree.put_agent(record)
             self._copy_transcript(copy, record)
-            world.history.settled(tx, record, span=copy.asof.span, at=now)
             tx.emit(
                 AgentSpawned(
                     agent_id=record.id,
@@ -391,6 +391,10 @@ class Forker(Journaled):
                 path=origin.path,
                 generation=agent.generation,
                 trace=copy.asof.span or origin.trace,
+            ),
+            # its generation as kept: settled now, with the span of the turn that ended it
+            ended=GenerationEnd(
+                generation=agent.generation, state=state, at=now, span=copy.asof.span
             ),
         )
 

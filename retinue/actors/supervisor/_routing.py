@@ -108,7 +108,7 @@ class Router(Journaled):
         if record.generation in tree.completions.get(record.id, {}):
             return  # exactly one completion per turn
         now = time.time()
-        world.history.settled(tx, record, span=span, at=now, committed=world.restoring)
+        record = world.history.ended(record, span=span, at=now)  # rides on the record's write
         completion = Completion(
             id=f"{record.id}:{record.generation}",
             agent_id=record.id,

@@ -141,6 +141,7 @@ class Scheduler(Journaled):
         """
         now = time.time()
         starts = self.would_start(record.profile)
+        self.world.history.leave(tx, record)  # the generation it ends is kept on its own now
         record = self.world.update(
             record,
             state=AgentState.RUNNING if starts else AgentState.STARTING,
@@ -282,11 +283,12 @@ class Scheduler(Journaled):
         )
         turn.root_id = world.tree.top_of.get(agent_id, agent_id)
         turn.admission = world.admission
-        turn.llm_state = LlmStarted(  # a model runner's load, without a round trip
-            partial(world.store.get, "transcripts", agent_id.encode()),
-            record.usage,
-            world.tree.agents[turn.root_id].tree_usage,
-        )
+        if record.profile in world.model_runners:  # a model runner's load, without a round trip
+            turn.llm_state = LlmStarted(
+                partial(world.store.get, "transcripts", agent_id.encode()),
+                record.usage,
+                world.tree.agents[turn.root_id].tree_usage,
+            )
         if world.observer.spans is not None:
             turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
             forked = record.forked_from  # a fork's first turn links to its origin's span

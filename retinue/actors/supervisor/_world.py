@@ -26,7 +26,7 @@ from retinue.actors.events import EventBus, Observer, Spans
 from retinue.actors.supervisor._history import History
 from retinue.actors.supervisor._transition import Transition, resolve_future
 from retinue.actors.tree import HOST_KEY, Tree
-from retinue.actors.turns import Executor, Runner, is_async_runner
+from retinue.actors.turns import Executor, Runner, is_async_runner, is_model_runner
 from retinue.errors import (
     ArgumentTypeError,
     InvalidArgument,
@@ -268,6 +268,8 @@ class World(Journaled):
         observer: gives each turn its watch (live tool and model call events).
         executor: the pool and event loop agent actors run on.
         runner_is_async: per profile, whether its runner is ``async def``.
+        model_runners: the profiles whose runner is a model runner (their turns are
+            handed their stored state as they start, ``Turn.llm_state``).
         policies: per profile, its restart policy as agents store it (None: none).
         admission: the gate of model calls under provider limits (None: none).
         closing: the runtime is closing: no turn starts, nothing is woken.
@@ -288,6 +290,7 @@ class World(Journaled):
             "engine",
             "executor",
             "runner_is_async",
+            "model_runners",
             "policies",
             "admission",
         }
@@ -321,6 +324,7 @@ class World(Journaled):
         self.engine = engine
         self.executor = executor if executor is not None else Executor()
         self.runner_is_async = {name: is_async_runner(r) for name, r in runners.items()}
+        self.model_runners = frozenset(n for n, r in runners.items() if is_model_runner(r))
         self.policies = {
             name: None if p.restart is None else RestartRecord.of(p.restart)
             for name, p in profiles.items()

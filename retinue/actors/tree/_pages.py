@@ -5,9 +5,10 @@ agents added since it was sorted (``new_keys``). Removals are not applied to
 the tuple: a key whose agent is gone (or whose id now names another path) is
 skipped as a page is read, and the tuple is sorted again once the keys added
 and removed since pass a share of it, so paging costs the page plus the
-amortised resort. The index only ever holds keys that may be stale, never a
-record: a command rolled back by the journal leaves at most a key that a read
-skips.
+amortised resort. Past that share the keys are dropped at once (the next page
+sorts every agent): a runtime nobody pages holds a bounded number of keys.
+The index only ever holds keys that may be stale, never a record: a command
+rolled back by the journal leaves at most a key that a read skips.
 """
 
 from __future__ import annotations
@@ -44,9 +45,23 @@ class PageIndex:
     def _page_add(self, record: AgentRecord) -> None:
         if not self.keys_stale:
             self.new_keys.append((record.path, record.id))
+            self._maybe_stale()
 
     def _page_gone(self, count: int) -> None:
-        self.gone_keys += count
+        if not self.keys_stale:
+            self.gone_keys += count
+            self._maybe_stale()
+
+    def _maybe_stale(self) -> None:
+        """Once the keys changed since the sort pass what the next page would resort
+        for, keep none of them: that page sorts every key (``keys_stale``). A runtime
+        nobody pages keeps no key per agent it ever had, and adds cost no more work."""
+        changed = len(self.new_keys) + self.gone_keys
+        if changed > max(_RESORT_MIN, len(self.sorted_keys) // _RESORT_SHARE):
+            self.sorted_keys = ()
+            self.new_keys = JList(self._journal)
+            self.gone_keys = 0
+            self.keys_stale = True
 
     def _present(self, key: Key) -> AgentRecord | None:
         record = self.agents.get(key[1])

@@ -44,6 +44,17 @@ __all__ = ["Tree", "load_tree"]
 _NO_CHILDREN: frozenset[str] = frozenset()
 
 _encode = msgspec.msgpack.Encoder().encode
+_STATE_KEYS = {state: state.value for state in AgentState}
+"""Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
+
+
+def _step(counts: dict[str, int], key: str, step: int) -> None:
+    """Add ``step`` to ``counts[key]``; a count that falls to 0 goes."""
+    count = counts.get(key, 0) + step
+    if count:
+        counts[key] = count
+    else:
+        del counts[key]
 
 
 class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
@@ -99,15 +110,19 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
         self._agents_written = JDict(self._journal)
 
     def take_writes(self) -> list[Write]:
-        """Return and clear the writes gathered since the last call (each agent's last state)."""
+        """Return and clear the writes gathered since the last call (each agent's last state).
+
+        An empty container is kept as it is (no new one, no journaled change).
+        """
         writes: list[Write] = list(self.writes)
+        if writes:
+            self.writes = JList(self._journal)
         if self._agents_written:
             writes += [
                 ("agents", agent_id.encode(), _encode(record))
                 for agent_id, record in self._agents_written.items()
             ]
-        self.writes = JList(self._journal)
-        self._agents_written = JDict(self._journal)
+            self._agents_written = JDict(self._journal)
         return writes
 
     def spread_since(self, mark: int) -> None:
@@ -126,6 +141,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
 
     def take_spread(self) -> list[Write]:
         """Return and clear the spread writes gathered since the last call."""
+        if not self.spread:  # nearly every command: nothing to replace
+            return []
         spread: list[Write] = list(self.spread)
         self.spread = JList(self._journal)
         return spread
@@ -141,9 +158,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
         old = self.agents.get(record.id)
         self.agents[record.id] = record
         if old is None or old.state is not record.state or old.profile != record.profile:
-            if old is not None:
-                self._uncount(old)
-            self._count(record, 1)
+            self._recount(old, record)
         if old is None:
             parent_id = record.parent_id
             self.top_of[record.id] = (
@@ -166,21 +181,27 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
             self._agents_written[record.id] = record
         return record
 
-    def _count(self, record: AgentRecord, step: int) -> None:
-        state = record.state.value
-        self.state_counts[state] = self.state_counts.get(state, 0) + step
-        if record.state is not AgentState.CLOSED:
-            profile = record.profile
-            self.live_profiles[profile] = self.live_profiles.get(profile, 0) + step
+    def _recount(self, old: AgentRecord | None, new: AgentRecord) -> None:
+        """Move an agent's counts from ``old`` (None: a new agent) to ``new``: only the
+        counts that change are touched (each touch is journaled)."""
+        if old is None or old.state is not new.state:
+            if old is not None:
+                _step(self.state_counts, _STATE_KEYS[old.state], -1)
+            _step(self.state_counts, _STATE_KEYS[new.state], 1)
+        was_live = old is not None and old.state is not AgentState.CLOSED
+        live = new.state is not AgentState.CLOSED
+        if was_live and live and old is not None and old.profile == new.profile:
+            return
+        if was_live and old is not None:
+            _step(self.live_profiles, old.profile, -1)
+        if live:
+            _step(self.live_profiles, new.profile, 1)
 
     def _uncount(self, record: AgentRecord) -> None:
         """Take ``record`` out of the counts; a count that falls to 0 goes."""
-        self._count(record, -1)
-        state = record.state.value
-        if self.state_counts[state] == 0:
-            del self.state_counts[state]
-        if record.state is not AgentState.CLOSED and self.live_profiles[record.profile] == 0:
-            del self.live_profiles[record.profile]
+        _step(self.state_counts, _STATE_KEYS[record.state], -1)
+        if record.state is not AgentState.CLOSED:
+            _step(self.live_profiles, record.profile, -1)
 
     def _index_live(self, record: AgentRecord) -> None:
         self.live_paths[record.path] = record.id

@@ -13,7 +13,13 @@ The rest of the package may use the names in ``__all__``; the modules are privat
 
 from __future__ import annotations
 
-from retinue.actors.turns._agent import AgentActor, Report, is_async_runner, running_agent
+from retinue.actors.turns._agent import (
+    AgentActor,
+    Report,
+    is_async_runner,
+    is_model_runner,
+    running_agent,
+)
 from retinue.actors.turns._control import TurnControl
 from retinue.actors.turns._executor import Executor, runner_finished
 from retinue.actors.turns._loop_close import at_close, at_loop_close
@@ -31,6 +37,7 @@ __all__ = [
     "at_loop_close",
     "control_of",
     "is_async_runner",
+    "is_model_runner",
     "runner_finished",
     "running_agent",
 ]

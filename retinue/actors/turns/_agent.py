@@ -21,7 +21,7 @@ import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self, cast
 
 import pykka
@@ -64,6 +64,17 @@ def is_async_runner(runner: Runner) -> bool:
         return True
     call = getattr(type(runner), "__call__", None)  # noqa: B004 - an instance with async __call__
     return call is not None and inspect.iscoroutinefunction(call)
+
+
+def is_model_runner(runner: Runner) -> bool:
+    """Return True if ``runner`` is a model runner, one with a ``host_tools`` mapping
+    (:class:`~retinue.llm.LiteLLMRunner`): it reads its stored transcript and usage as
+    it starts, so the scheduler hands them to its turns (``Turn.llm_state``).
+
+    A Python runner that calls a model runner itself is not one: its model turns ask
+    for that state (``LlmLoad``), one round trip more.
+    """
+    return isinstance(getattr(runner, "host_tools", None), Mapping)
 
 
 def _outcome(result: Any, output_max_bytes: int) -> Outcome:
