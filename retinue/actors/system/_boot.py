@@ -24,6 +24,8 @@ from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import load_tree
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import ConfigurationError
+from retinue.persistence.integrity import DATA_FILE
+from retinue.persistence.residency import release_mapped
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
 from retinue.protocol.effects import check_effect_names
@@ -255,5 +257,7 @@ def boot(
     core.recover()
     cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
     store.write_now([*tree.take_writes(), cap])
+    del snapshot, restored  # the raw records and the restore's lists: the tree has them
+    release_mapped(store.folder / DATA_FILE)  # the pages the restore read leave the RSS
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core)
