@@ -9,6 +9,7 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -259,5 +260,10 @@ def boot(
     store.write_now([*tree.take_writes(), cap])
     del snapshot, restored  # the raw records and the restore's lists: the tree has them
     release_mapped(store.folder / DATA_FILE)  # the pages the restore read leave the RSS
+    # The tree was built with the collector paused (load_tree): its containers are all
+    # young, and the collections after the open would walk every one of them (pauses of
+    # seconds at a million agents, each spawn waiting). Freeze what is alive, as the
+    # litellm import does (llm/model/_provider.py): still freed by reference counting.
+    gc.freeze()
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core)
