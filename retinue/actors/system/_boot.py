@@ -229,6 +229,9 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
+    # The open ends by freezing what is alive (below): collect the host's garbage first,
+    # so no cycle of it is frozen for good (cheap: the tree is not built yet).
+    gc.collect()
     snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"))
     tree, restored = load_tree(snapshot, limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
