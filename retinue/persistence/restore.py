@@ -74,6 +74,9 @@ def _key_text(key: bytes) -> str:
 def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
     """Decode and check every record of ``snapshot``; return the consistent part.
 
+    The records are taken out of ``snapshot`` as they are decoded, so each
+    database's raw bytes are freed once decoded (an open's peak memory is
+    not the raw store and the decoded tree at once); it is empty afterwards.
     ``depth_cap`` None drops no agent for its depth: a read-only view shows
     the store as its writer kept it, whatever cap that writer ran with.
     """
@@ -103,7 +106,7 @@ class _Scan:
     def agents(self, snapshot: Snapshot) -> dict[str, AgentRecord]:
         """Decode the agent records each on its own: undecodable, mismatched, bad paths go."""
         decoded: dict[str, AgentRecord] = {}
-        for raw_key, raw in snapshot.records.get("agents", []):
+        for raw_key, raw in snapshot.records.pop("agents", []):
             record = decode_agent(raw_key, raw)
             if isinstance(record, Diagnostic):
                 self.out.diagnostics.append(record)
@@ -210,7 +213,7 @@ class _Scan:
     def messages(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
         """Decode the messages; those of agents not restored go."""
         decoder = msgspec.msgpack.Decoder(MessageRecord)
-        for raw_key, raw in snapshot.records.get("messages", []):
+        for raw_key, raw in snapshot.records.pop("messages", []):
             key = _key_text(raw_key)
             try:
                 message = decoder.decode(raw)
@@ -226,7 +229,7 @@ class _Scan:
     def completions(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
         """Decode the completions; those of agents not restored go."""
         decoder = msgspec.msgpack.Decoder(CompletionRecord)
-        for raw_key, raw in snapshot.records.get("completions", []):
+        for raw_key, raw in snapshot.records.pop("completions", []):
             key = _key_text(raw_key)
             try:
                 completion = decoder.decode(raw)
@@ -241,7 +244,7 @@ class _Scan:
     def approvals(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
         """Decode the approval requests whose agent was restored."""
         decoder = msgspec.msgpack.Decoder(ApprovalRecord)
-        for raw_key, raw in snapshot.records.get("approvals", []):
+        for raw_key, raw in snapshot.records.pop("approvals", []):
             key = _key_text(raw_key)
             try:
                 record = decoder.decode(raw)
@@ -323,7 +326,7 @@ def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
 def _restore_leases(snapshot: Snapshot, out: Restored) -> None:
     """Decode the host waits' unacknowledged leases (kept even if their agent is gone)."""
     decoder = msgspec.msgpack.Decoder(Completion)
-    for raw_key, raw in snapshot.records.get("leases", []):
+    for raw_key, raw in snapshot.records.pop("leases", []):
         key = _key_text(raw_key)
         try:
             out.leases.append((key, decoder.decode(raw)))

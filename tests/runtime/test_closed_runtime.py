@@ -144,3 +144,30 @@ def test_a_shut_down_runtime_still_referenced_keeps_no_tree(tmp_path: Path) -> N
     assert held_closed < held_open / 3, (held_open, held_closed)
     with pytest.raises(RuntimeClosed):
         rt.agents()
+
+
+def test_a_shut_down_runtime_releases_the_tree_its_open_restored(tmp_path: Path) -> None:
+    """The tree an open restores (frozen out of the collector's scans as the open ends)
+    goes back too once the runtime is shut down, though the host keeps the object."""
+    import gc
+    import tracemalloc
+
+    profiles = [Profile("echo", runner=echo)]
+    with Runtime.open(tmp_path / "store", profiles=profiles) as first:
+        for n in range(1_500):
+            first.spawn("echo", f"task {n} " + "x" * 100)
+        first.wait_idle(60)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        rt = Runtime.open(tmp_path / "store", profiles=profiles)
+        assert len(rt.agents()) == 1_500
+        gc.collect()
+        held_open = tracemalloc.get_traced_memory()[0] - before
+        rt.shutdown()
+        gc.collect()
+        held_closed = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held_closed < held_open / 3, (held_open, held_closed)

@@ -22,6 +22,9 @@ from retinue.protocol.records import AgentRecord
 
 __all__ = ["recover"]
 
+# The states recovery acts on: a pending restart, or a turn the crash lost.
+_RECOVERED = frozenset({AgentState.RESTARTING, AgentState.STARTING, AgentState.RUNNING})
+
 
 def recover(world: World, restarts: Restarts, router: Router) -> list[AgentRecord]:
     """Turn agents that were queued or running at the crash into ``interrupted``.
@@ -49,7 +52,8 @@ def _interrupt_lost_turns(
     """End every turn the crash lost (parents first), unless its restart policy runs it again;
     decide the pending restarts an open without their profile left."""
     interrupted: list[AgentRecord] = []
-    for record in sorted(world.tree.agents.values(), key=lambda r: (r.depth, r.created_at)):
+    lost = [r for r in world.tree.agents.values() if r.state in _RECOVERED]
+    for record in sorted(lost, key=lambda r: (r.depth, r.created_at)):
         if record.state is AgentState.RESTARTING:
             restarts.decide_pending(tx, record)
         elif record.state.has_turn and not restarts.lost(tx, record):

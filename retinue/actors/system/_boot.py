@@ -9,6 +9,7 @@ the supervisor actor. :func:`read_diagnostics` does the read-only half.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,8 @@ from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import load_tree
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import ConfigurationError
+from retinue.persistence.integrity import DATA_FILE
+from retinue.persistence.residency import release_mapped
 from retinue.persistence.restore import Diagnostic, restore
 from retinue.persistence.store import RESTORE_DATABASES, Snapshot, Store
 from retinue.protocol.effects import check_effect_names
@@ -226,6 +229,9 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
+    # The open ends by freezing what is alive (below): collect the host's garbage first,
+    # so no cycle of it is frozen for good (cheap: the tree is not built yet).
+    gc.collect()
     snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"))
     tree, restored = load_tree(snapshot, limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
@@ -255,5 +261,12 @@ def boot(
     core.recover()
     cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
     store.write_now([*tree.take_writes(), cap])
+    del snapshot, restored  # the raw records and the restore's lists: the tree has them
+    release_mapped(store.folder / DATA_FILE)  # the pages the restore read leave the RSS
+    # The tree was built with the collector paused (load_tree): its containers are all
+    # young, and the collections after the open would walk every one of them (pauses of
+    # seconds at a million agents, each spawn waiting). Freeze what is alive, as the
+    # litellm import does (llm/model/_provider.py): still freed by reference counting.
+    gc.freeze()
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core)

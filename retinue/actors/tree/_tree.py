@@ -25,6 +25,7 @@ import msgspec
 from retinue.actors import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree._completions import CompletionIndex
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
+from retinue.actors.tree._loading import BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
 from retinue.actors.tree._pages import PageIndex
 from retinue.persistence.restore import Restored, restore
@@ -57,7 +58,7 @@ def _step(counts: dict[str, int], key: str, step: int) -> None:
         del counts[key]
 
 
-class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
+class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
     The host's own mailbox (messages top-level agents send to ``/root``) is
@@ -354,8 +355,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
         again, so the next turn gets them; those rewrites land in ``writes``.
         """
         self.keys_stale = True  # one sort at the first page, not a key per agent loaded
-        for agent in agents:
-            self.put_agent(agent, persist=False)
+        self._load_agents(agents)
         ordered = sorted(
             (self._replay_message(m) for m in messages),
             key=lambda m: (m.read, m.read_at or 0.0, m.seq),
@@ -363,9 +363,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex):
         for message in ordered:
             self.seq = max(self.seq, message.seq)
             self.add_message(message, persist=False)
-        for completion in sorted(completions, key=lambda c: c.seq):
-            self.seq = max(self.seq, completion.seq)
-            self.add_completion(self._replay_completion(completion), persist=False)
+        ordered_completions = sorted(completions, key=lambda c: c.seq)
+        if ordered_completions:
+            self.seq = max(self.seq, ordered_completions[-1].seq)
+        self._load_completions(self._replay_completion(c) for c in ordered_completions)
         self.leases.update(leases)
 
     def consume_inputs(
@@ -427,7 +428,8 @@ def load_tree(snapshot: Snapshot, depth_cap: int | None) -> tuple[Tree, Restored
     the returned ``Restored`` (a writer stores them; a reader has them as they
     were restored).
     """
-    restored = restore(snapshot, depth_cap)
-    tree = Tree()
-    tree.load(restored.agents, restored.messages, restored.completions, restored.leases)
+    with collector_paused():
+        restored = restore(snapshot, depth_cap)
+        tree = Tree()
+        tree.load(restored.agents, restored.messages, restored.completions, restored.leases)
     return tree, restored

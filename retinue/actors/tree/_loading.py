@@ -1,0 +1,140 @@
+"""Filling the tree's agent and completion indexes from a restore, in one pass each.
+
+An open restores every agent and every stored completion: put one at a time
+(:meth:`~retinue.actors.tree.Tree.put_agent`, ``add_completion``), each goes
+through the journaled containers' bookkeeping and a handful of lookups, and
+that is most of an open's time past 100,000 agents. Here the indexes are
+built in plain dicts and sets first, then handed to the tree's journaled
+containers in one step each, with the same content the one-at-a-time path
+gives (``tests/actors/test_tree_loading.py`` compares the two). The journal
+is idle while a tree loads (no command is served before the open ends), so
+nothing is journaled either way.
+
+:class:`BulkLoad` is a part of :class:`~retinue.actors.tree.Tree` (the tree
+is made of it), never used alone: only the tree's methods edit its indexes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator
+
+from retinue.actors import JDict, Journal, JSet
+from retinue.actors.tree._keys import HOST_KEY, recipient_key, spawn_key
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import AgentRecord, CompletionRecord
+
+__all__ = ["BulkLoad", "collector_paused"]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the block (as it was after).
+
+    A restore allocates a few containers per agent and frees almost none: the
+    collector's passes over them, each longer as the tree grows, find nothing
+    to free. Reference counting still frees what the block drops.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class BulkLoad:
+    """One-pass fills of an empty tree's agent and completion indexes."""
+
+    _journal: Journal
+    agents: dict[str, AgentRecord]
+    state_counts: dict[str, int]
+    live_profiles: dict[str, int]
+    live_paths: dict[str, str]
+    children: dict[str, set[str]]
+    top_of: dict[str, str]
+    tree_count: dict[str, int]
+    spawn_keys: dict[tuple[str, str], str]
+    live_count: int
+    pending: dict[str, dict[str, CompletionRecord]]
+    completions: dict[str, dict[int, CompletionRecord]]
+    undelivered: dict[str, int]
+
+    def _load_agents(self, agents: Iterable[AgentRecord]) -> None:
+        """Index restored agents (parents before children, each id once) into an empty tree.
+
+        The same indexes :meth:`Tree.put_agent` keeps, built in one pass:
+        counts by state and live profile, live paths, live children, the top
+        of each agent's tree, live agents per tree and spawn keys.
+        """
+        closed = AgentState.CLOSED
+        records: dict[str, AgentRecord] = {}
+        states: dict[str, int] = {}
+        profiles: dict[str, int] = {}
+        live_paths: dict[str, str] = {}
+        kids: dict[str, list[str]] = {}
+        top_of: dict[str, str] = {}
+        per_tree: dict[str, int] = {}
+        keys: dict[tuple[str, str], str] = {}
+        for record in agents:
+            agent_id = record.id
+            parent_id = record.parent_id
+            records[agent_id] = record
+            state = record.state.value
+            states[state] = states.get(state, 0) + 1
+            top = agent_id if parent_id is None else top_of.get(parent_id, parent_id)
+            top_of[agent_id] = top
+            if record.idempotency_key is not None:
+                keys[spawn_key(parent_id, record.idempotency_key)] = agent_id
+            if record.state is closed:
+                continue
+            profiles[record.profile] = profiles.get(record.profile, 0) + 1
+            live_paths[record.path] = agent_id
+            kids.setdefault(HOST_KEY if parent_id is None else parent_id, []).append(agent_id)
+            per_tree[top] = per_tree.get(top, 0) + 1
+        journal = self._journal
+        dict.update(self.agents, records)
+        dict.update(self.state_counts, states)
+        dict.update(self.live_profiles, profiles)
+        dict.update(self.live_paths, live_paths)
+        dict.update(self.top_of, top_of)
+        dict.update(self.tree_count, per_tree)
+        dict.update(self.spawn_keys, keys)
+        host = self.children[HOST_KEY]
+        set.update(host, kids.pop(HOST_KEY, ()))
+        dict.update(self.children, {key: JSet(journal, ids) for key, ids in kids.items()})
+        self.live_count += len(live_paths)
+
+    def _load_completions(self, completions: Iterable[CompletionRecord]) -> None:
+        """Index restored completions (in arrival order) into a tree with none yet.
+
+        As ``add_completion`` without a write: every completion by agent and
+        generation, the undelivered ones queued for their recipient.
+        """
+        journal = self._journal
+        known: dict[str, dict[int, CompletionRecord]] = {}
+        queues: dict[str, dict[str, CompletionRecord]] = {}
+        undelivered: dict[str, int] = {}
+        for record in completions:
+            completion = record.completion
+            agent_id = completion.agent_id
+            mine = known.get(agent_id)
+            if mine is None:
+                mine = known[agent_id] = {}
+            mine[completion.generation] = record
+            if not record.delivered:
+                queue = queues.setdefault(recipient_key(record.recipient_id), {})
+                queue[completion.id] = record
+                undelivered[agent_id] = undelivered.get(agent_id, 0) + 1
+        dict.update(
+            self.completions,
+            {agent_id: JDict(journal, mine, ordered=True) for agent_id, mine in known.items()},
+        )
+        dict.update(self.pending[HOST_KEY], queues.pop(HOST_KEY, {}))
+        dict.update(
+            self.pending,
+            {key: JDict(journal, queue, ordered=True) for key, queue in queues.items()},
+        )
+        dict.update(self.undelivered, undelivered)
