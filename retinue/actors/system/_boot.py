@@ -43,6 +43,7 @@ from retinue.protocol.tools import (
 
 __all__ = [
     "DEPTH_CAP_KEY",
+    "FREEZE_AT_AGENTS",
     "Booted",
     "ModelRunnerFactory",
     "boot",
@@ -206,6 +207,14 @@ class Booted:
     actor: pykka.ActorRef[Any]
     diagnostics: list[Diagnostic]
     core: Supervisor
+    froze: bool = False
+    """The open froze what was alive (a big tree: :data:`FREEZE_AT_AGENTS`); the
+    shutdown unfreezes it."""
+
+
+FREEZE_AT_AGENTS = 20_000
+"""An open restoring at least this many agents freezes what it built out of the
+cyclic collector's scans (smaller trees cost the collector little)."""
 
 
 def boot(
@@ -229,10 +238,10 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    # The open ends by freezing what is alive (below): collect the host's garbage first,
-    # so no cycle of it is frozen for good (cheap: the tree is not built yet).
-    gc.collect()
     snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"))
+    freeze = len(snapshot.records.get("agents", ())) >= FREEZE_AT_AGENTS
+    if freeze:  # the open ends by freezing what is alive: collect the host's garbage
+        gc.collect()  # first, so no cycle of it is frozen (the tree is not built yet)
     tree, restored = load_tree(snapshot, limits.depth_cap)
     diagnostics = list(restored.diagnostics) + [
         Diagnostic(
@@ -266,7 +275,9 @@ def boot(
     # The tree was built with the collector paused (load_tree): its containers are all
     # young, and the collections after the open would walk every one of them (pauses of
     # seconds at a million agents, each spawn waiting). Freeze what is alive, as the
-    # litellm import does (llm/model/_provider.py): still freed by reference counting.
-    gc.freeze()
+    # litellm import does (llm/model/_provider.py): still freed by reference counting,
+    # and the shutdown unfreezes it, so no cycle among it outlives the runtime.
+    if freeze:
+        gc.freeze()
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
-    return Booted(actor=actor, diagnostics=diagnostics, core=core)
+    return Booted(actor=actor, diagnostics=diagnostics, core=core, froze=freeze)

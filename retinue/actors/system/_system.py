@@ -12,6 +12,7 @@ opened read-only beside its writer.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import shutil
 import tempfile
@@ -72,6 +73,7 @@ class System:
         self.bus = bus
         self.engine = engine
         self.limits = limits
+        self._froze = False  # the open froze what was alive (a big tree)
         self.core: Supervisor | None = None
         self.actor: pykka.ActorRef[Any] | None = None
         self.timings: Timings | None = None  # the commits' and commands' timers, once serving
@@ -198,6 +200,7 @@ class System:
     def _serve(self, booted: Booted) -> None:
         """Connect the running supervisor, re-arm its timers and start the compactor."""
         self.core, self.actor = booted.core, booted.actor
+        self._froze = booted.froze
         self.timings = Timings(self.store, booted.core)
         self.diagnostics = booted.diagnostics
         observer = booted.core.world.observer
@@ -307,6 +310,8 @@ class System:
             self.actor.stop(block=True)
         if self.core is not None:  # the actor has stopped: nothing reads the tree now
             self.core.release()
+        if self._froze:  # the open froze what was alive: let the collector reach it again
+            gc.unfreeze()
         self.store.close()
         self.bus.close()
         if self.temporary:
