@@ -48,7 +48,6 @@ from retinue.errors import (
     TokenBudgetExceeded,
     ToolCallLimitExceeded,
 )
-from retinue.llm._context import TurnContext
 from retinue.llm.chat import (
     ChatMessage,
     assistant_message,
@@ -69,6 +68,7 @@ from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete,
 from retinue.llm.tools import ToolBoxProtocol
 from retinue.llm.turn._approval_gate import ask_approvals, denied_result, gated, granted_names
 from retinue.llm.turn._bridge import llm_load, llm_step
+from retinue.llm.turn._context import TurnContext
 from retinue.llm.turn._intents import (
     closed,
     denied_in_doubt,
@@ -97,7 +97,7 @@ REPAIR_PROMPT = (
 
 
 class TurnSession:
-    """One turn of a :class:`~retinue.llm._runner.LiteLLMRunner`: its chat and its usage.
+    """One turn of a :class:`~retinue.llm.turn._runner.LiteLLMRunner`: its chat and its usage.
 
     ``runner`` is read for its settings only (:class:`RunnerSettings`).
     """
