@@ -86,6 +86,7 @@ from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
 from retinue.protocol.supervision import APPROVAL_REASON, ApprovalRecord
+from retinue.protocol.tools import is_mcp_name, resolve_tools
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
@@ -306,13 +307,15 @@ class TurnSession:
     async def _toolbox(self) -> ToolBoxProtocol:
         runner = self.runner
         owner = self.turn.profile.name
+        granted = resolve_tools(self.tools, owner=owner) or ()
+        mcp = any(is_mcp_name(n) for n in granted)  # else the MCP layer is not even asked
         return runner.toolbox_builder(
             self.turn,
             tools=self.tools,
             workspace=runner.workspace,
             host_tools=runner.host_tools,
             tool_timeout_s=runner.tool_timeout_s,
-            mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner),
+            mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner) if mcp else [],
         )
 
     async def _run_tools(
