@@ -15,6 +15,8 @@ open; a window covers one operation, after a warm-up of the same operation:
 Counted: the files under ``retinue/`` and their folders (``actors/supervisor``,
 ``protocol``, ...). Only the public API is used, so the same script measures
 any commit (``--checkout PATH`` runs it against another checkout's package).
+The Python runners are the script's own (:func:`echo`, :class:`Gated`), not
+``retinue.testing``'s: a harness's runner is not retinue's path.
 """
 
 from __future__ import annotations
@@ -33,7 +35,54 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["main", "measure"]
+__all__ = ["Gated", "echo", "main", "measure"]
+
+_POLL_S = 0.05
+"""How often a gated turn looks at its cancellation while it waits."""
+
+
+def echo(turn: Any) -> str:
+    """A runner that settles at once with ``done:<task>``."""
+    return f"done:{turn.task}"
+
+
+class Gated:
+    """A sync runner whose turns block until their task is released (or they are cancelled)."""
+
+    def __init__(self) -> None:
+        """No turn started, no task released."""
+        self._cond = threading.Condition()
+        self.started = 0
+        self._open: set[str] = set()
+        self._all = False
+
+    def __call__(self, turn: Any) -> str:
+        """Count the turn, wait until its task is released, return ``released:<task>``."""
+        with self._cond:
+            self.started += 1
+            self._cond.notify_all()
+            while not (self._all or turn.task in self._open or turn.cancelled.is_set()):
+                self._cond.wait(_POLL_S)
+        return f"released:{turn.task}"
+
+    def release(self, task: str | None = None) -> None:
+        """Let every turn (``task`` None) or the turns of ``task`` return."""
+        with self._cond:
+            if task is None:
+                self._all = True
+            else:
+                self._open.add(task)
+            self._cond.notify_all()
+
+    def wait_started(self, count: int, timeout: float = 30.0) -> None:
+        """Block until ``count`` turns started (a hang guard: ``timeout`` seconds).
+
+        Raises:
+            TimeoutError: fewer turns started in time.
+        """
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.started >= count, timeout):
+                raise TimeoutError(f"{count} gated turns did not start in {timeout} s")
 
 
 class Recorder:
@@ -98,13 +147,12 @@ def measure(rounds: int = 3) -> dict[str, Any]:
     import retinue
     from retinue import Profile, Runtime
     from retinue.team import load_team
-    from retinue.testing import Gate, echo
 
     recorder = Recorder(Path(retinue.__file__).resolve().parent)
     recorder.install()
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="retinue-hops-") as tmp:
-        gate = Gate()
+        gate = Gated()
         profiles = [Profile("echo", runner=echo), Profile("gated", runner=gate)]
         rt = Runtime.open(Path(tmp) / "py", profiles=profiles)
         try:

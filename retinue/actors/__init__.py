@@ -2,8 +2,9 @@
 
 Folders by concept, lowest first (a folder imports only from those before it):
 
-- ``_journal``, ``_profile``: the journal that makes every supervisor command
-  one transaction, and ``Profile``;
+- ``_profile``: ``Profile``; the journal that makes every supervisor command
+  one transaction lives in ``tree/_journal.py`` (the tree's indexes are its
+  first users) and is published here;
 - ``events/``: the event bus, turns' live watches, streams;
 - ``commands/``: the closed union of typed commands the supervisor serves;
 - ``calls/``: the engine, channel and reply every call goes through;
@@ -18,7 +19,8 @@ modules are private (``_x.py``).
 
 from __future__ import annotations
 
-from retinue.actors._journal import (
+from retinue.actors._profile import Profile
+from retinue.actors.tree._journal import (
     FaultPlan,
     InjectedFault,
     JDeque,
@@ -30,7 +32,6 @@ from retinue.actors._journal import (
     claim,
     snapshot,
 )
-from retinue.actors._profile import Profile
 
 __all__ = [
     "FaultPlan",

@@ -13,7 +13,6 @@ first time a model is called (see :mod:`retinue.llm.model._provider`).
 
 from __future__ import annotations
 
-from retinue.llm._runner import LiteLLMRunner, model_runner_factory
 from retinue.llm.mcp import McpServer
 from retinue.llm.model import SCRIPTED_MODEL
 from retinue.llm.tools import (
@@ -25,6 +24,7 @@ from retinue.llm.tools import (
     build_toolbox,
     tool,
 )
+from retinue.llm.turn import LiteLLMRunner, model_runner_factory
 
 __all__ = [  # noqa: RUF022 (plain sorted(), as retinue/__init__.py)
     "HostTool",

@@ -32,9 +32,9 @@ from retinue.actors.turns import Runner
 from retinue.control import ControlServer, remove_stale_socket
 from retinue.errors import ArgumentTypeError, ConfigurationError, InvalidLimits
 from retinue.llm import LiteLLMRunner
-from retinue.llm._profile_checks import check_profiles
 from retinue.llm.mcp import McpManager, McpServer
 from retinue.llm.model import preload_litellm
+from retinue.llm.turn import check_profiles
 from retinue.persistence.options import StoreOptions
 from retinue.protocol.limits import Limits
 from retinue.protocol.provider_limits import (
@@ -172,7 +172,7 @@ def start_writer(
 ) -> Writer:
     """Check the profiles and MCP grants, then start the writable runtime on ``options``.
 
-    The checks are :func:`~retinue.llm._profile_checks.check_profiles`, the
+    The checks are :func:`~retinue.llm.turn._profile_checks.check_profiles`, the
     ones ``Team.check`` (``retinue validate``) runs. ``given`` are the open's
     arguments with the team's applied (its ``limits`` already checked into
     ``limits``); ``spans`` where the turns' spans go (see :func:`open_tracing`);
@@ -184,7 +184,7 @@ def start_writer(
 
     Raises:
         ArgumentTypeError, ConfigurationError: bad ``mcp_servers`` or
-            profiles (see :func:`~retinue.llm._profile_checks.check_profiles`).
+            profiles (see :func:`~retinue.llm.turn._profile_checks.check_profiles`).
         DelegationCycleError, DelegationDepthError: a bad profile graph.
         StoreError, StoreLocked, StoreVersionError, StoreCorrupted: as
             :meth:`System.start <retinue.actors.system.System.start>` raises.

@@ -62,9 +62,9 @@ import msgspec
 from retinue.actors import Profile
 from retinue.actors.turns import Runner
 from retinue.errors import TeamFileError
-from retinue.llm._profile_checks import check_profiles
 from retinue.llm.mcp import McpServer
 from retinue.llm.mcp._teamfile import McpSpec, check_tools, mcp_servers
+from retinue.llm.turn import check_profiles
 from retinue.protocol.limits import Limits
 from retinue.protocol.provider_limits import ProviderLimit
 from retinue.protocol.validation import decode_table
@@ -209,7 +209,7 @@ class Team:
         """Run every check ``Runtime.open(path, team=self)`` runs, without starting anything.
 
         The profiles are built and checked by the function the open uses
-        (:func:`~retinue.llm._profile_checks.check_profiles`): capability
+        (:func:`~retinue.llm.turn._profile_checks.check_profiles`): capability
         ceilings, tools a model runner cannot provide, two tools offered
         under one name, ``approve`` entries, MCP grants, an agent without a
         runner. No store is opened, no MCP server started, no model called.

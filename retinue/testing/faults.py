@@ -1,6 +1,6 @@
 """Fault injection into a live runtime's supervisor, for tests that prove commands are atomic.
 
-A supervisor command is one transaction (:mod:`retinue.actors._journal`):
+A supervisor command is one transaction (:mod:`retinue.actors.tree._journal`):
 :func:`inject_fault` makes the next command of the kinds named raise at its
 ``at``-th change to the supervisor's memory, which must leave the store and
 the memory exactly as they were (the caller gets

@@ -43,7 +43,7 @@ from retinue.errors import ExtraNotInstalled
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
-    from opentelemetry.trace import Link, NonRecordingSpan, SpanKind
+    from opentelemetry.trace import Link, NonRecordingSpan, ProxyTracerProvider, SpanKind
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ExtraNotInstalled("otel", "retinue.tracing", exc.name or "opentelemetry-api") from None
 
@@ -88,8 +88,19 @@ class Tracing:
             self.tracer = trace.get_tracer("retinue", schema_url=SCHEMA_URL)
         else:
             self.tracer = provider.get_tracer("retinue", schema_url=SCHEMA_URL)
+        self.given = provider is not None
         self.content = content_from_env() if capture_content is None else capture_content
         self.max_content = max_content
+
+    def recording(self) -> bool:
+        """Whether a span started now may record: a provider was given, or the global
+        one is set (an SDK configured, before or after the runtime opened).
+
+        While it is False, OpenTelemetry's API answers every span with its
+        parent context (an invalid span when there is none), so the observer
+        starts no span for a turn with no stored trace context.
+        """
+        return self.given or not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent`` (None: no span)."""

@@ -31,8 +31,8 @@ from retinue.actors import (
     claim,
     snapshot,
 )
-from retinue.actors._journal import InjectedFault
 from retinue.actors.calls import Reply
+from retinue.actors.tree._journal import InjectedFault
 from retinue.testing import Gate
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None)

@@ -2,7 +2,7 @@
 
 A fault test (``retinue.testing.faults``) checks that a failed command left
 the supervisor's memory exactly as before by comparing two pictures of it
-(:func:`retinue.actors._journal.snapshot`). A runner's thread claims its turn
+(:func:`retinue.actors.tree._journal.snapshot`). A runner's thread claims its turn
 (``TurnControl.claim_start``) whenever the executor gets to it, concurrently with
 any command: had the picture held that flag, a command that failed while
 another agent's runner started would be reported as not rolled back (the
@@ -14,7 +14,7 @@ from __future__ import annotations
 from support import OpenRuntime
 
 from retinue import Profile
-from retinue.actors._journal import snapshot
+from retinue.actors.tree._journal import snapshot
 from retinue.testing import Gate
 
 

@@ -17,10 +17,9 @@ from retinue.actors.events import QUIET, TurnWatch
 from retinue.actors.turns import AgentActor
 from retinue.errors import ConfigurationError
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
-from retinue.llm._runner import REPAIR_PROMPT
 from retinue.llm.model import CallSettings, script_reply, usage_of
 from retinue.llm.tools import ToolBox
-from retinue.llm.turn import TurnSession
+from retinue.llm.turn import REPAIR_PROMPT, TurnSession
 from retinue.protocol.results import parse_result, result_instruction
 from retinue.testing import OpenAIStub, StubReply
 

@@ -93,10 +93,17 @@ class Spans(Protocol):
     error)``) and ``tool_call(call_id, tool, kind, arguments)`` (a span with
     ``end(error, result)``). ``capture()`` is the caller's current span as a W3C
     ``traceparent`` (None: none), stored with what a command starts.
+    ``recording()`` says whether a span started now may record (an SDK is
+    configured); while it does not, a turn with no stored trace context gets
+    no span (it would be an invalid one, with nothing to pass on).
     """
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent``."""
+        ...
+
+    def recording(self) -> bool:
+        """Whether a span started now may record."""
         ...
 
     def turn(self, turn: Watched, model: str | None) -> Any:
@@ -331,7 +338,9 @@ class Observer:
         """Return ``turn``'s watch, its span started (the agent actor calls this as its
         runner starts; ``model`` is the runner's model, if it has one)."""
         spans = self.spans
-        return TurnWatch(self.bus, turn, None if spans is None else spans.turn(turn, model))
+        if spans is None or (getattr(turn, "trace", None) is None and not spans.recording()):
+            return TurnWatch(self.bus, turn)  # no span could record or pass a context on
+        return TurnWatch(self.bus, turn, spans.turn(turn, model))
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent`` (None: none, or no spans)."""

@@ -5,7 +5,7 @@ scheduler, waits, the router of completions, the lifecycle of turns, the
 input rule and deadlines, supervision with restarts, approvals and call
 admission, model turns' state, upkeep) and serves each command in one
 ``match``; ``SupervisorActor`` is its pykka shell. A failed command is rolled
-back (``retinue.actors._journal``) and rescued (``_rescue``): nothing half
+back (``retinue.actors.tree._journal``) and rescued (``_rescue``): nothing half
 applied, no agent stranded.
 
 The rest of the package may use the names in ``__all__``; the modules are private.

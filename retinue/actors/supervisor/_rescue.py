@@ -93,7 +93,7 @@ class Rescue:
         self.supervision = supervision
         self.hosts = hosts
         self.parts = parts
-        # What tests read, per fault a test injected (retinue.actors._journal.FaultPlan):
+        # What tests read, per fault a test injected (retinue.actors.tree._journal.FaultPlan):
         # the command, whether memory was exactly restored, the turns the rescue failed.
         self.faults: list[tuple[str, bool, tuple[tuple[str, int], ...]]] = []
         self.rescued: tuple[tuple[str, int], ...] = ()  # the turns the last rescue failed

@@ -22,7 +22,7 @@ It serves each typed command (:mod:`retinue.actors.commands`) in one
 ``match``; every command writes into its own
 :class:`~retinue.actors.supervisor._transition.Transition` (store writes, events, effects
 after the commit) and is one transaction: a handler that raises is rolled
-back, memory included (:mod:`retinue.actors._journal`), and a refused command
+back, memory included (:mod:`retinue.actors.tree._journal`), and a refused command
 changes nothing; an unexpected exception is answered with
 :class:`~retinue.errors.InternalError`, and a turn it would leave with nothing
 to carry it on ends ``failed`` (:mod:`retinue.actors.supervisor._rescue`). The transitions

@@ -276,7 +276,7 @@ class World(Journaled):
         restoring: recovery after a restore is running: nothing is woken.
         history: each agent's newest settled generations, kept to fork as of.
         journal: records every change a command makes to the supervisor's
-            memory, so a command that fails is undone (:mod:`retinue.actors._journal`).
+            memory, so a command that fails is undone (:mod:`retinue.actors.tree._journal`).
     """
 
     _config = frozenset(

@@ -4,7 +4,10 @@
 leases, spawn keys) and gathers the store writes of each change; it is
 journaled, so a failed command leaves it as it found it. ``load_tree`` fills
 one from a store snapshot; ``compact`` and ``Retention`` choose what retention
-removes.
+removes. ``_journal`` is the journal that makes every supervisor command one
+transaction (its containers hold the tree's and every part's state); the
+package publishes it as ``retinue.actors.Journal`` and friends, and the
+tree's modules import it directly (the package imports it first).
 
 The rest of the package may use the names in ``__all__``; the modules are private.
 """

@@ -29,7 +29,7 @@ that many closes, and what is held never exceeds the count plus the slack
 
 from __future__ import annotations
 
-from retinue.actors import Journal, Journaled
+from retinue.actors.tree._journal import Journal, Journaled
 from retinue.actors.tree._tree import Tree
 from retinue.protocol.details import CompactionReport
 from retinue.protocol.limits import Limits

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from retinue.actors import JDict, Journal
+from retinue.actors.tree._journal import JDict, Journal
 from retinue.actors.tree._keys import HOST_KEY, recipient_key
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Completion

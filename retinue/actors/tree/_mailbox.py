@@ -12,7 +12,7 @@ from collections import deque
 
 import msgspec
 
-from retinue.actors import JDeque, JDict, Journal
+from retinue.actors.tree._journal import JDeque, JDict, Journal
 from retinue.actors.tree._keys import ReadEntry
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Message

@@ -17,7 +17,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Iterator
 
-from retinue.actors import JList, Journal
+from retinue.actors.tree._journal import JList, Journal
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 

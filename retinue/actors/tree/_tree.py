@@ -22,8 +22,8 @@ from collections.abc import Set as AbstractSet
 
 import msgspec
 
-from retinue.actors import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree._completions import CompletionIndex
+from retinue.actors.tree._journal import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
 from retinue.actors.tree._loading import BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
@@ -62,7 +62,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
     The host's own mailbox (messages top-level agents send to ``/root``) is
-    ``mailbox[HOST_KEY]``. Every index is journaled (:mod:`retinue.actors._journal`),
+    ``mailbox[HOST_KEY]``. Every index is journaled (:mod:`retinue.actors.tree._journal`),
     and so are the writes a command gathers: a command that fails (or a
     refusal caught inside one) leaves the tree and its writes as it found them.
     """

@@ -10,11 +10,15 @@ tree in flight, so agents calling at once do not overshoot it together.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from retinue.actors.commands import AdmitCall
-from retinue.llm._context import TurnContext
 from retinue.protocol.budgets import budget_error, has_budget
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import Usage
+
+if TYPE_CHECKING:  # the turn's control, as the layer above it types it
+    from retinue.llm.turn._context import TurnContext
 
 __all__ = ["admit_call", "check_budgets", "check_token_budgets"]
 

@@ -104,10 +104,10 @@ async def complete(
         attempt += 1
         call_id = None if limited is None else await limited.admit(messages, tools)
         try:
-            async with semaphore:
-                response = await asyncio.wait_for(
-                    _attempt(litellm, kwargs, settings.stream, watch), settings.request_timeout_s
-                )
+            # asyncio.timeout, not wait_for: the attempt runs in this task (wait_for
+            # wraps it in a task of its own, two more turns of the loop per call)
+            async with semaphore, asyncio.timeout(settings.request_timeout_s):
+                response = await _attempt(litellm, kwargs, settings.stream, watch)
         except Exception as exc:  # CancelledError (an interrupt) is not an Exception
             failure = classify(exc, settings.model, settings.request_timeout_s)
             if call_id is not None and limited is not None:

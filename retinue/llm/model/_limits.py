@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import itertools
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retinue.actors.admission import Admission, CallOwner
-from retinue.llm._context import TurnContext
 from retinue.llm.model._retry import Failure
 from retinue.protocol.messages import Usage
 from retinue.protocol.provider_limits import ModelCall, count_prompt_tokens
+
+if TYPE_CHECKING:  # the turn's control, as the layer above it types it
+    from retinue.llm.turn._context import TurnContext
 
 __all__ = ["LimitedCalls", "provider_of_model"]
 

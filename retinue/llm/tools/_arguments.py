@@ -91,6 +91,12 @@ def function_schema(name: str, description: str, struct: type[msgspec.Struct]) -
 
 
 @functools.lru_cache(maxsize=1024)
+def _decoder(struct: type[msgspec.Struct]) -> msgspec.json.Decoder[Any]:
+    """The JSON decoder of ``struct`` (a decoder is immutable and thread-safe: shared)."""
+    return msgspec.json.Decoder(struct)
+
+
+@functools.lru_cache(maxsize=1024)
 def _schema_json(name: str, description: str, struct: type[msgspec.Struct]) -> bytes:
     """The JSON of :func:`function_schema`'s entry (built from the struct's schema once)."""
     schema, defs = msgspec.json.schema_components([struct])
@@ -191,8 +197,8 @@ class ToolDef:
     """The tool's ``gen_ai.tool.type`` on its spans (an MCP server's tool: ``extension``)."""
 
     def __post_init__(self) -> None:
-        """Build the argument decoder once."""
-        object.__setattr__(self, "decoder", msgspec.json.Decoder(self.args))
+        """Take the argument decoder of ``args`` (built once per struct, shared by every turn)."""
+        object.__setattr__(self, "decoder", _decoder(self.args))
 
     @property
     def granted_name(self) -> str:

@@ -36,19 +36,21 @@ import asyncio
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 
 from retinue.actors.commands import SpawnMany, SpawnRequest
 from retinue.actors.turns import BatchRequest
 from retinue.errors import RetinueError, WaitTimeout
-from retinue.llm._context import TurnContext
 from retinue.llm.tools._arguments import ToolDef
 from retinue.llm.tools._call import call_or_fresh
 from retinue.protocol.effects import COORDINATOR_EFFECTS
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paths import MAX_NAME_LENGTH
+
+if TYPE_CHECKING:  # the turn's control, as the layer above it types it
+    from retinue.llm.turn._context import TurnContext
 
 __all__ = ["coordinator_tools"]
 

@@ -37,14 +37,13 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from retinue.actors import Profile
 from retinue.actors.turns import Turn, control_of
 from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
-from retinue.llm._context import TurnContext
 from retinue.llm.chat import tool_outcome
 from retinue.llm.tools._arguments import ToolDef, ToolError, decode_arguments
 from retinue.llm.tools._bash import DEFAULT_BASH_TIMEOUT_S
@@ -60,6 +59,9 @@ from retinue.llm.tools._workspace import Workspace
 from retinue.protocol.effects import Effect, ToolCall
 from retinue.protocol.text import storable_text, truncate_utf8
 from retinue.protocol.tools import BUILTIN_TOOLS, is_mcp_name, resolve_tools, runner_tools
+
+if TYPE_CHECKING:  # the turn's control, as the layer above it types it
+    from retinue.llm.turn._context import TurnContext
 
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from retinue.actors.commands import AwaitApproval
-from retinue.llm._context import TurnContext
 from retinue.llm.tools import ToolBoxProtocol
+from retinue.llm.turn._context import TurnContext
 from retinue.protocol.supervision import ApprovalRecord, needs_approval
 from retinue.protocol.tools import COORDINATOR_TOOLS
 

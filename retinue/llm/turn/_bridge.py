@@ -12,7 +12,7 @@ turn is interrupted) and are answered once committed:
 from __future__ import annotations
 
 from retinue.actors.commands import LlmLoad, LlmStep
-from retinue.llm._context import TurnContext
+from retinue.llm.turn._context import TurnContext
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 
 __all__ = ["LlmState", "llm_load", "llm_step"]

@@ -48,7 +48,6 @@ from retinue.errors import (
     TokenBudgetExceeded,
     ToolCallLimitExceeded,
 )
-from retinue.llm._context import TurnContext
 from retinue.llm.chat import (
     ChatMessage,
     assistant_message,
@@ -69,6 +68,7 @@ from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete,
 from retinue.llm.tools import ToolBoxProtocol
 from retinue.llm.turn._approval_gate import ask_approvals, denied_result, gated, granted_names
 from retinue.llm.turn._bridge import llm_load, llm_step
+from retinue.llm.turn._context import TurnContext
 from retinue.llm.turn._intents import (
     closed,
     denied_in_doubt,
@@ -86,6 +86,7 @@ from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
 from retinue.protocol.supervision import APPROVAL_REASON, ApprovalRecord
+from retinue.protocol.tools import is_mcp_name, resolve_tools
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
@@ -97,7 +98,7 @@ REPAIR_PROMPT = (
 
 
 class TurnSession:
-    """One turn of a :class:`~retinue.llm._runner.LiteLLMRunner`: its chat and its usage.
+    """One turn of a :class:`~retinue.llm.turn._runner.LiteLLMRunner`: its chat and its usage.
 
     ``runner`` is read for its settings only (:class:`RunnerSettings`).
     """
@@ -306,13 +307,15 @@ class TurnSession:
     async def _toolbox(self) -> ToolBoxProtocol:
         runner = self.runner
         owner = self.turn.profile.name
+        granted = resolve_tools(self.tools, owner=owner) or ()
+        mcp = any(is_mcp_name(n) for n in granted)  # else the MCP layer is not even asked
         return runner.toolbox_builder(
             self.turn,
             tools=self.tools,
             workspace=runner.workspace,
             host_tools=runner.host_tools,
             tool_timeout_s=runner.tool_timeout_s,
-            mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner),
+            mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner) if mcp else [],
         )
 
     async def _run_tools(

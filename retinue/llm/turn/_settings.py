@@ -1,7 +1,7 @@
 """What one model turn reads from its runner: the :class:`RunnerSettings` protocol.
 
 A :class:`~retinue.llm.turn._session.TurnSession` is typed against this protocol
-rather than against :class:`~retinue.llm._runner.LiteLLMRunner`, which
+rather than against :class:`~retinue.llm.turn._runner.LiteLLMRunner`, which
 satisfies it (and builds the sessions), so the session module does not import
 the runner's: the settings are read, never written, by a turn.
 """

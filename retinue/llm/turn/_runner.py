@@ -34,7 +34,7 @@ from retinue.llm.model import (
 )
 from retinue.llm.tools import ToolBoxBuilder, ToolBoxProtocol, adapting
 from retinue.llm.tools import _toolbox as toolbox_module
-from retinue.llm.turn import REPAIR_PROMPT, TurnSession
+from retinue.llm.turn._session import REPAIR_PROMPT, TurnSession
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "ToolBoxBuilder", "model_runner_factory"]
 

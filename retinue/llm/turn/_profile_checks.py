@@ -17,8 +17,8 @@ from typing import NamedTuple
 from retinue.actors import Profile
 from retinue.actors.system import profile_table
 from retinue.actors.turns import Runner
-from retinue.llm._runner import model_runner_factory
 from retinue.llm.mcp import McpManager, McpServer, check_mcp_grants, open_mcp
+from retinue.llm.turn._runner import model_runner_factory
 from retinue.protocol.limits import Limits
 from retinue.protocol.messages import Event
 
@@ -46,8 +46,8 @@ def check_profiles(
     """Check the profiles as an open does; return the table, the runners and the MCP servers.
 
     Profiles that name (or inherit) a model get a
-    :class:`~retinue.llm._runner.LiteLLMRunner` confined to ``workspace``
-    (:func:`~retinue.llm._runner.model_runner_factory`); ``team_servers`` and
+    :class:`~retinue.llm.turn._runner.LiteLLMRunner` confined to ``workspace``
+    (:func:`~retinue.llm.turn._runner.model_runner_factory`); ``team_servers`` and
     ``mcp_servers`` (which win) are declared on one
     :class:`~retinue.llm.mcp.McpManager`, not started, whose events go to
     ``publish``.
