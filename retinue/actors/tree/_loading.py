@@ -6,7 +6,7 @@ through the journaled containers' bookkeeping and a handful of lookups, and
 that is most of an open's time past 100,000 agents. Here the indexes are
 built in plain dicts and sets first, then handed to the tree's journaled
 containers in one step each, with the same content the one-at-a-time path
-gives (``tests/actors/test_tree_loading.py`` compares the two). The journal
+gives (``tests/persistence/test_open_loading.py`` compares the two). The journal
 is idle while a tree loads (no command is served before the open ends), so
 nothing is journaled either way.
 
@@ -20,7 +20,7 @@ import contextlib
 import gc
 from collections.abc import Iterable, Iterator
 
-from retinue.actors import JDict, Journal, JSet
+from retinue.actors.tree._journal import JDict, Journal, JSet
 from retinue.actors.tree._keys import HOST_KEY, recipient_key, spawn_key
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord, CompletionRecord
