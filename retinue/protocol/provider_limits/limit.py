@@ -190,9 +190,13 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     jittered intervals. With ``adaptive`` and ``learn_rate``, a 429 that a
     rate explains also sets a learned requests and tokens per window
     (``rate_decrease`` times what was admitted in the window before it,
-    counted in ``rate_slots`` slots), raised by ``rate_increase`` of it after
-    each clean window. See :mod:`retinue.protocol.provider_limits` for how
-    limits combine.
+    counted in ``rate_slots`` slots) and lets calls go at that pace (at most
+    ``rate_burst`` of a window's requests at once); after a clean window it
+    regains most of the slack, then rises by ``rate_increase`` of it, the
+    step doubling up to ``rate_max_step``. Below what a learned rate needs
+    in flight (``level_headroom`` x the rate x the mean call duration) the
+    level climbs one call per success. See :mod:`retinue.protocol.provider_limits`
+    for how limits combine.
 
     Raises:
         InvalidLimits: a bad ``match`` (see :func:`normalise_match`), a count
@@ -200,8 +204,10 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
             ``max_in_flight``, ``decrease`` outside (0, 1), ``increase`` or
             ``max_retry_after_s`` not positive, ``jitter`` outside [0, 1],
             ``rate_decrease`` or ``rate_increase`` outside (0, 1),
-            ``rate_slots`` not in [1, 4096], or ``adaptive`` or ``learn_rate``
-            not a bool. The message names the field.
+            ``rate_slots`` not in [1, 4096], ``rate_max_step`` outside (0, 1),
+            ``rate_burst`` outside (0, 1], ``level_headroom`` outside [0, 1000],
+            or ``adaptive`` or ``learn_rate`` not a bool. The message names the
+            field.
     """
 
     max_in_flight: int | None = None
