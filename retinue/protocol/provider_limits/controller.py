@@ -105,6 +105,7 @@ class _Entry:
 
     call: ModelCall
     states: tuple[LimitState, ...]
+    admitted_at: float = 0.0
     epochs: tuple[int, ...] = ()
     slots: tuple[Slot | None, ...] = ()
 
@@ -256,6 +257,7 @@ class AdmissionController:
             state.waiting -= 1
             slots.append(state.take(call.tokens, now, self._rng))
         entry.slots = tuple(slots)
+        entry.admitted_at = now
         entry.epochs = tuple(state.level.epoch for state in entry.states)
         self._flying[call.id] = entry
         self._ready[call.id] = call
@@ -323,7 +325,7 @@ class AdmissionController:
             state.give_back(estimate, spent, now)
         if status is not None and 200 <= status < 300:
             for state, was_busy in zip(entry.states, busy, strict=True):
-                state.level.succeeded(was_busy)
+                state.succeeded(was_busy, now - entry.admitted_at)
         if status != 429 or not entry.states:
             return None
         for state, slot in zip(entry.states, entry.slots, strict=True):

@@ -6,7 +6,11 @@ times the smaller of the level and the calls in flight (TCP's flight size:
 a level far above what flew says nothing), never below ``min_in_flight``;
 each success while the level is in use (the limit full, or calls waiting
 on it) adds ``increase / level``, so a level's worth of successes adds
-``increase``, never above ``max_in_flight``. One burst of
+``increase``, never above ``max_in_flight``. Below a ``need`` the caller
+names (the calls a learned rate needs in flight, by Little's law: the rate
+times the mean call duration) each success adds one call instead (TCP's
+slow start): a level halved by a 429 regains what the rate needs within a
+level's worth of successes, not one call per level's worth. One burst of
 429s lowers the level once: a 429 of a call admitted before the last
 decrease is already answered by it (TCP's rule, per window).
 """
@@ -48,9 +52,15 @@ class AdaptiveLevel:
             return math.inf
         return float(max(self.floor, math.floor(self.value + 1e-9)))
 
-    def succeeded(self, busy: bool) -> None:
-        """A call succeeded; raise the level if adaptive and ``busy`` (the level was in use)."""
-        if self.adaptive and busy and self.value < self.ceiling:
+    def succeeded(self, busy: bool, need: float = 0.0) -> None:
+        """A call succeeded; raise the level if adaptive and ``busy`` (the level was in use):
+        by one call while it is below ``need`` (the calls a known rate needs in flight: a
+        level's worth of successes doubles it, never past ``need``), else additively."""
+        if not (self.adaptive and busy and self.value < self.ceiling):
+            return
+        if self.value + 1.0 <= need:
+            self.value = min(self.ceiling, self.value + 1.0)
+        else:
             self.value = min(self.ceiling, self.value + self.increase / max(self.value, 1.0))
 
     def rate_limited(self, in_flight: int, epoch: int | None) -> bool:

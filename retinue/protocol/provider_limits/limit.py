@@ -190,9 +190,13 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     jittered intervals. With ``adaptive`` and ``learn_rate``, a 429 that a
     rate explains also sets a learned requests and tokens per window
     (``rate_decrease`` times what was admitted in the window before it,
-    counted in ``rate_slots`` slots), raised by ``rate_increase`` of it after
-    each clean window. See :mod:`retinue.protocol.provider_limits` for how
-    limits combine.
+    counted in ``rate_slots`` slots) and lets calls go at that pace (at most
+    ``rate_burst`` of a window's requests at once); after a clean window it
+    regains most of the slack, then rises by ``rate_increase`` of it, the
+    step doubling up to ``rate_max_step``. Below what a learned rate needs
+    in flight (``level_headroom`` x the rate x the mean call duration) the
+    level climbs one call per success. See :mod:`retinue.protocol.provider_limits`
+    for how limits combine.
 
     Raises:
         InvalidLimits: a bad ``match`` (see :func:`normalise_match`), a count
@@ -200,8 +204,10 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
             ``max_in_flight``, ``decrease`` outside (0, 1), ``increase`` or
             ``max_retry_after_s`` not positive, ``jitter`` outside [0, 1],
             ``rate_decrease`` or ``rate_increase`` outside (0, 1),
-            ``rate_slots`` not in [1, 4096], or ``adaptive`` or ``learn_rate``
-            not a bool. The message names the field.
+            ``rate_slots`` not in [1, 4096], ``rate_max_step`` outside (0, 1),
+            ``rate_burst`` outside (0, 1], ``level_headroom`` outside [0, 1000],
+            or ``adaptive`` or ``learn_rate`` not a bool. The message names the
+            field.
     """
 
     max_in_flight: int | None = None
@@ -231,6 +237,16 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     """After each clean window a learned rate rises by this times its value when learned."""
     rate_slots: int = 64
     """The learned rate counts admissions in this many slots per window (its resolution)."""
+    rate_max_step: float = 0.16
+    """Past the rate a 429 showed, a learned rate's step (``rate_increase``) doubles after each
+    clean window that raised it, up to this times its value when learned."""
+    level_headroom: float = 1.5
+    """Once a rate is learned, the adaptive level climbs by one call per success (not one per
+    level's worth) while below this times the calls the rate needs in flight (Little's law:
+    the learned rate per second x the mean call duration); 0: always additively."""
+    rate_burst: float = 0.125
+    """A learned rate lets calls go at its pace, at most this share of its requests per window
+    at once (1.0: a window's worth at once, as the window allows)."""
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "max_in_flight",
@@ -246,6 +262,9 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
         "rate_decrease",
         "rate_increase",
         "rate_slots",
+        "rate_max_step",
+        "rate_burst",
+        "level_headroom",
     )
     """The settings besides ``match`` (a team file's ``[providers."<match>"]`` keys)."""
 
@@ -278,6 +297,14 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
         set_(self, "rate_decrease", decrease)
         increase = _number("rate_increase", self.rate_increase, 0.0, 1.0, closed=False)
         set_(self, "rate_increase", increase)
+        step = _number("rate_max_step", self.rate_max_step, 0.0, 1.0, closed=False)
+        set_(self, "rate_max_step", step)
+        headroom = _number("level_headroom", self.level_headroom, 0.0, 1e3, closed=True)
+        set_(self, "level_headroom", headroom)
+        burst = _number("rate_burst", self.rate_burst, 0.0, 1.0, closed=True)
+        if burst == 0:
+            raise InvalidLimits("ProviderLimit.rate_burst must be a number in (0, 1], got 0")
+        set_(self, "rate_burst", burst)
         _count("rate_slots", self.rate_slots, optional=False)
         if self.rate_slots > _MAX_SLOTS:
             raise InvalidLimits(

@@ -23,6 +23,8 @@ __all__ = ["WINDOW_S", "BackOff", "LimitSnapshot", "LimitState"]
 
 WINDOW_S = 60.0
 """The span of ``requests_per_minute`` and ``tokens_per_minute``, in seconds."""
+_DURATION_WEIGHT = 0.1
+"""How much one call's duration moves the mean duration (an exponential average)."""
 
 
 class LimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +78,7 @@ class LimitState:
     __slots__ = (
         "admitted",
         "closed_until",
+        "duration",
         "in_flight",
         "learned",
         "level",
@@ -110,10 +113,14 @@ class LimitState:
                 slots=limit.rate_slots,
                 decrease=limit.rate_decrease,
                 increase=limit.rate_increase,
+                max_step=limit.rate_max_step,
+                burst=limit.rate_burst,
             )
         rpm, tpm = limit.requests_per_minute, limit.tokens_per_minute
         self.requests = None if rpm is None else RateWindow(rpm, window_s)
         self.tokens = None if tpm is None else RateWindow(tpm, window_s)
+        self.duration: float | None = None
+        """The mean duration of a successful call (an exponential average), None: none yet."""
         self.in_flight = 0
         self.waiting = 0
         self.admitted = 0
@@ -172,6 +179,21 @@ class LimitState:
             self.requests.give_back(1, 1, now)
         if self.tokens is not None:
             self.tokens.give_back(held, spent, now)
+
+    def succeeded(self, busy: bool, duration: float) -> None:
+        """A call admitted ``duration`` seconds before succeeded; ``busy``: the level was in use.
+
+        Raises the level (:meth:`AdaptiveLevel.succeeded`) with the in-flight need of a
+        learned rate: ``level_headroom`` x the rate per second x the mean call duration.
+        """
+        duration = max(0.0, duration)
+        mean = self.duration
+        self.duration = duration if mean is None else mean + _DURATION_WEIGHT * (duration - mean)
+        need = 0.0
+        learned = self.learned
+        if learned is not None and learned.requests is not None:
+            need = self.limit.level_headroom * learned.requests / learned.window_s * self.duration
+        self.level.succeeded(busy, need)
 
     def busy(self) -> bool:
         """Whether the level is in use: the limit is full, or calls wait on it."""
