@@ -22,9 +22,7 @@ open, the warm-up and the close cancel out.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -94,24 +92,7 @@ def drive(kind: str, n: int) -> int:
 
 def _instructions(kind: str, n: int, out: Path) -> int:
     """Total instructions of one driver process under callgrind (every thread)."""
-    cmd = [
-        llm_instructions.VALGRIND,
-        "--tool=callgrind",
-        "--separate-threads=no",
-        f"--callgrind-out-file={out}",
-        sys.executable,
-        "-m",
-        "stress.bench.lifecycle_instructions",
-        kind,
-        str(n),
-    ]
-    env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"{kind} {n} under callgrind failed: {done.stderr[-2000:]}")
-    return llm_instructions.callgrind_total(out.read_text())
+    return llm_instructions.instructions_of("stress.bench.lifecycle_instructions", kind, n, out)
 
 
 def measure(lifecycles: int, trees: int) -> dict[str, Any]:

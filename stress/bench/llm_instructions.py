@@ -138,6 +138,15 @@ def drive(side: str, n: int) -> int:
 
 def _instructions(side: str, n: int, out: Path) -> int:
     """Total instructions of one driver process under callgrind (every thread)."""
+    return instructions_of("stress.bench.llm_instructions", side, n, out)
+
+
+def instructions_of(module: str, kind: str, n: int, out: Path) -> int:
+    """Total instructions of ``python -m module kind n`` under callgrind (every thread).
+
+    Raises:
+        RuntimeError: the process failed.
+    """
     cmd = [
         VALGRIND,
         "--tool=callgrind",
@@ -145,8 +154,8 @@ def _instructions(side: str, n: int, out: Path) -> int:
         f"--callgrind-out-file={out}",
         sys.executable,
         "-m",
-        "stress.bench.llm_instructions",
-        side,
+        module,
+        kind,
         str(n),
     ]
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True")
@@ -154,7 +163,7 @@ def _instructions(side: str, n: int, out: Path) -> int:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
-        raise RuntimeError(f"{side} {n} under callgrind failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{kind} {n} under callgrind failed: {done.stderr[-2000:]}")
     return callgrind_total(out.read_text())
 
 
