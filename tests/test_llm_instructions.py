@@ -42,11 +42,20 @@ totals: 15524407862
 """
 
 
-@pytest.mark.parametrize("side", ["raw", "retinue"])
-def test_driver_runs_as_a_plain_script(side: str) -> None:
+@pytest.mark.parametrize(
+    ("module", "kind"),
+    [
+        ("stress.bench.llm_instructions", "raw"),
+        ("stress.bench.llm_instructions", "retinue"),
+        ("stress.bench.lifecycle_instructions", "lifecycle"),
+        ("stress.bench.lifecycle_instructions", "tree"),
+    ],
+)
+def test_driver_runs_as_a_plain_script(module: str, kind: str) -> None:
+    """Each instruction bench's driver (the process callgrind runs) works without valgrind."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), LITELLM_LOCAL_MODEL_COST_MAP="True")
     done = subprocess.run(
-        [sys.executable, "-m", "stress.bench.llm_instructions", side, "2"],
+        [sys.executable, "-m", module, kind, "2"],
         cwd=ROOT,
         env=env,
         capture_output=True,
