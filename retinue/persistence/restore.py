@@ -31,6 +31,7 @@ code emits, in step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -138,10 +139,13 @@ class _Scan:
         live_paths: set[str] = set()
         kept: dict[str, AgentRecord] = {}
         frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
+        created = _created_at(decoded)
         while frontier:
             parent_id, parent_path, parent_depth = frontier.pop()
-            ordered = sorted(children.get(parent_id, []), key=lambda i: decoded[i].created_at)
-            for agent_id in ordered:
+            mine = children.get(parent_id)
+            if mine is None:  # a leaf: most agents of a big store
+                continue
+            for agent_id in sorted(mine, key=created):
                 depth = parent_depth + 1
                 if depth_cap is not None and depth > depth_cap:
                     self._too_deep(decoded, children, agent_id, depth, depth_cap)
@@ -276,12 +280,19 @@ def decode_agent(raw_key: bytes, raw: bytes) -> AgentRecord | Diagnostic:
         return _diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
     if record.id != key:
         return _diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
-    try:
+    if paths.is_sound(record.path, record.name):
+        return record
+    try:  # say what is wrong
         paths.validate(record.path)
         paths.validate_name(record.name)
     except (InvalidAgentPath, TypeError) as exc:
         return _diag("agents", key, "bad_path", f"{exc}")
     return record
+
+
+def _created_at(decoded: dict[str, AgentRecord]) -> Callable[[str], float]:
+    """The sort key of an agent id among its siblings: when its record was created."""
+    return lambda agent_id: decoded[agent_id].created_at
 
 
 def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
@@ -291,7 +302,11 @@ def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
 def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
     """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``."""
     status: dict[str, str] = {}
-    for start in decoded:
+    for start, record in decoded.items():
+        parent_id = record.parent_id
+        if parent_id is None or status.get(parent_id) == "ok":
+            status[start] = "ok"  # the common case: its parent is known sound
+            continue
         chain: list[str] = []
         on_chain: set[str] = set()
         node: str | None = start
