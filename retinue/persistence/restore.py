@@ -136,8 +136,10 @@ class _Scan:
         depth_cap: int | None,
     ) -> dict[str, AgentRecord]:
         """Rebuild the tree top-down: depths, paths, unique live paths; return what is kept."""
+        closed = AgentState.CLOSED
         live_paths: set[str] = set()
         kept: dict[str, AgentRecord] = {}
+        out = self.out.agents
         frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
         created = _created_at(decoded)
         while frontier:
@@ -145,16 +147,28 @@ class _Scan:
             mine = children.get(parent_id)
             if mine is None:  # a leaf: most agents of a big store
                 continue
-            for agent_id in sorted(mine, key=created):
-                depth = parent_depth + 1
-                if depth_cap is not None and depth > depth_cap:
+            ordered = sorted(mine, key=created) if len(mine) > 1 else mine
+            depth = parent_depth + 1
+            if depth_cap is not None and depth > depth_cap:
+                for agent_id in ordered:
                     self._too_deep(decoded, children, agent_id, depth, depth_cap)
-                    continue
-                record = self._placed(decoded[agent_id], parent_path, depth, live_paths)
-                if record.state is not AgentState.CLOSED:
+                continue
+            parent = kept.get(parent_id) if parent_id is not None else None
+            under_closed = parent is not None and parent.state is closed
+            for agent_id in ordered:
+                record = decoded[agent_id]
+                path = parent_path + "/" + record.name
+                if not (  # the common case: the store has it where it belongs
+                    path == record.path
+                    and depth == record.depth
+                    and parent_path == record.parent_path
+                    and (record.state is closed or path not in live_paths)
+                ):
+                    record = self._placed(record, parent_path, depth, live_paths)
+                if record.state is not closed:
                     live_paths.add(record.path)
-                    parent = kept.get(parent_id) if parent_id is not None else None
-                    if parent is not None and parent.state is AgentState.CLOSED:
+                    if under_closed:
+                        assert parent is not None
                         self.diag(
                             "agents",
                             agent_id,
@@ -163,8 +177,9 @@ class _Scan:
                             "completions go to the nearest live ancestor",
                         )
                 kept[agent_id] = record
-                self.out.agents.append(record)
-                frontier.append((agent_id, record.path, depth))
+                out.append(record)
+                if agent_id in children:
+                    frontier.append((agent_id, record.path, depth))
         return kept
 
     def _too_deep(
