@@ -117,8 +117,11 @@ class _Scan:
 
     def chains(self, decoded: dict[str, AgentRecord]) -> dict[str | None, list[str]]:
         """Drop the agents whose parent chain loops or ends nowhere; return the children."""
-        status = _chain_status(decoded)
         children: dict[str | None, list[str]] = {}
+        status, sound = _chain_status(decoded, children)
+        if sound:  # every chain ends at the host: the children as they were gathered
+            return children
+        children = {}
         for agent_id, record in decoded.items():
             state = status[agent_id]
             if state == "cycle":
@@ -314,11 +317,24 @@ def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
     return Diagnostic(database=database, key=key, code=code, message=message)
 
 
-def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
-    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``."""
+def _chain_status(
+    decoded: dict[str, AgentRecord], children: dict[str | None, list[str]]
+) -> tuple[dict[str, str], bool]:
+    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``.
+
+    Returns the verdicts and whether all are ``ok``. Gathers every agent under
+    its parent id into ``children`` on the way (in ``decoded``'s order; one
+    pass over a big store's agents instead of two): only right when all are.
+    """
     status: dict[str, str] = {}
+    sound = True
     for start, record in decoded.items():
         parent_id = record.parent_id
+        mine = children.get(parent_id)
+        if mine is None:
+            children[parent_id] = [start]
+        else:
+            mine.append(start)
         if parent_id is None or status.get(parent_id) == "ok":
             status[start] = "ok"  # the common case: its parent is known sound
             continue
@@ -340,6 +356,8 @@ def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
         else:
             if node is not None:
                 verdict = "ok" if status[node] == "ok" else "orphan"
+        if verdict != "ok":
+            sound = False
         if verdict == "cycle":
             assert node is not None
             loop_start = chain.index(node)
@@ -350,7 +368,7 @@ def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
         else:
             for member in chain:
                 status[member] = verdict
-    return status
+    return status, sound
 
 
 def _restore_leases(snapshot: Snapshot, out: Restored) -> None:
