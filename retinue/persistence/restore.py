@@ -31,6 +31,7 @@ code emits, in step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -116,8 +117,11 @@ class _Scan:
 
     def chains(self, decoded: dict[str, AgentRecord]) -> dict[str | None, list[str]]:
         """Drop the agents whose parent chain loops or ends nowhere; return the children."""
-        status = _chain_status(decoded)
         children: dict[str | None, list[str]] = {}
+        status, sound = _chain_status(decoded, children)
+        if sound:  # every chain ends at the host: the children as they were gathered
+            return children
+        children = {}
         for agent_id, record in decoded.items():
             state = status[agent_id]
             if state == "cycle":
@@ -135,22 +139,39 @@ class _Scan:
         depth_cap: int | None,
     ) -> dict[str, AgentRecord]:
         """Rebuild the tree top-down: depths, paths, unique live paths; return what is kept."""
+        closed = AgentState.CLOSED
         live_paths: set[str] = set()
         kept: dict[str, AgentRecord] = {}
+        out = self.out.agents
         frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
+        created = _created_at(decoded)
         while frontier:
             parent_id, parent_path, parent_depth = frontier.pop()
-            ordered = sorted(children.get(parent_id, []), key=lambda i: decoded[i].created_at)
-            for agent_id in ordered:
-                depth = parent_depth + 1
-                if depth_cap is not None and depth > depth_cap:
+            mine = children.get(parent_id)
+            if mine is None:  # a leaf: most agents of a big store
+                continue
+            ordered = sorted(mine, key=created) if len(mine) > 1 else mine
+            depth = parent_depth + 1
+            if depth_cap is not None and depth > depth_cap:
+                for agent_id in ordered:
                     self._too_deep(decoded, children, agent_id, depth, depth_cap)
-                    continue
-                record = self._placed(decoded[agent_id], parent_path, depth, live_paths)
-                if record.state is not AgentState.CLOSED:
+                continue
+            parent = kept.get(parent_id) if parent_id is not None else None
+            under_closed = parent is not None and parent.state is closed
+            for agent_id in ordered:
+                record = decoded[agent_id]
+                path = parent_path + "/" + record.name
+                if not (  # the common case: the store has it where it belongs
+                    path == record.path
+                    and depth == record.depth
+                    and parent_path == record.parent_path
+                    and (record.state is closed or path not in live_paths)
+                ):
+                    record = self._placed(record, parent_path, depth, live_paths)
+                if record.state is not closed:
                     live_paths.add(record.path)
-                    parent = kept.get(parent_id) if parent_id is not None else None
-                    if parent is not None and parent.state is AgentState.CLOSED:
+                    if under_closed:
+                        assert parent is not None
                         self.diag(
                             "agents",
                             agent_id,
@@ -159,8 +180,9 @@ class _Scan:
                             "completions go to the nearest live ancestor",
                         )
                 kept[agent_id] = record
-                self.out.agents.append(record)
-                frontier.append((agent_id, record.path, depth))
+                out.append(record)
+                if agent_id in children:
+                    frontier.append((agent_id, record.path, depth))
         return kept
 
     def _too_deep(
@@ -276,7 +298,9 @@ def decode_agent(raw_key: bytes, raw: bytes) -> AgentRecord | Diagnostic:
         return _diag("agents", key, "undecodable", f"agent record does not decode: {exc}")
     if record.id != key:
         return _diag("agents", key, "key_mismatch", f"record id {record.id!r} != key")
-    try:
+    if paths.is_sound(record.path, record.name):
+        return record
+    try:  # say what is wrong
         paths.validate(record.path)
         paths.validate_name(record.name)
     except (InvalidAgentPath, TypeError) as exc:
@@ -284,14 +308,36 @@ def decode_agent(raw_key: bytes, raw: bytes) -> AgentRecord | Diagnostic:
     return record
 
 
+def _created_at(decoded: dict[str, AgentRecord]) -> Callable[[str], float]:
+    """The sort key of an agent id among its siblings: when its record was created."""
+    return lambda agent_id: decoded[agent_id].created_at
+
+
 def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
     return Diagnostic(database=database, key=key, code=code, message=message)
 
 
-def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
-    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``."""
+def _chain_status(
+    decoded: dict[str, AgentRecord], children: dict[str | None, list[str]]
+) -> tuple[dict[str, str], bool]:
+    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``.
+
+    Returns the verdicts and whether all are ``ok``. Gathers every agent under
+    its parent id into ``children`` on the way (in ``decoded``'s order; one
+    pass over a big store's agents instead of two): only right when all are.
+    """
     status: dict[str, str] = {}
-    for start in decoded:
+    sound = True
+    for start, record in decoded.items():
+        parent_id = record.parent_id
+        mine = children.get(parent_id)
+        if mine is None:
+            children[parent_id] = [start]
+        else:
+            mine.append(start)
+        if parent_id is None or status.get(parent_id) == "ok":
+            status[start] = "ok"  # the common case: its parent is known sound
+            continue
         chain: list[str] = []
         on_chain: set[str] = set()
         node: str | None = start
@@ -310,6 +356,8 @@ def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
         else:
             if node is not None:
                 verdict = "ok" if status[node] == "ok" else "orphan"
+        if verdict != "ok":
+            sound = False
         if verdict == "cycle":
             assert node is not None
             loop_start = chain.index(node)
@@ -320,7 +368,7 @@ def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
         else:
             for member in chain:
                 status[member] = verdict
-    return status
+    return status, sound
 
 
 def _restore_leases(snapshot: Snapshot, out: Restored) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "depth",
     "derive_name",
     "is_immediate_child",
+    "is_sound",
     "join",
     "name_of",
     "parent_of",
@@ -160,6 +161,26 @@ def _validate(path: str) -> str:
     for segment in segments:
         _check_name(segment)
     return path
+
+
+def is_sound(path: str, name: str) -> bool:
+    """Return True if ``path`` is a valid agent path below ``/root`` and ``name`` a valid name.
+
+    One quick check for many stored records (an open decodes every agent): False
+    says only that :func:`validate` or :func:`validate_name` raises, and which
+    error it is they say. Never raises (a non-``str`` is not sound).
+    """
+    return (
+        type(path) is str
+        and type(name) is str
+        and len(path) <= MAX_PATH_LENGTH
+        and _PATH_RE.fullmatch(path) is not None
+        and path.find("/root/", 1) < 0
+        and not path.endswith("/root")
+        and len(name) <= MAX_NAME_LENGTH
+        and name != "root"
+        and _NAME_RE.fullmatch(name) is not None
+    )
 
 
 def join(parent: str, name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -18,6 +19,7 @@ from retinue.protocol.paths import (
     depth,
     derive_name,
     is_immediate_child,
+    is_sound,
     join,
     name_of,
     parent_of,
@@ -188,6 +190,33 @@ def test_every_path_gets_the_verdict_of_the_rules(path: str) -> None:
     else:
         with _raises(expected):
             validate(path)
+
+
+def _passes(check: Callable[[str], str], value: str) -> bool:
+    try:
+        check(value)
+    except InvalidAgentPath:
+        return False
+    return True
+
+
+@SETTINGS
+@given(
+    st.lists(_PIECES, max_size=12).map(lambda parts: "/root" + "".join(parts)),
+    st.lists(_PIECES, max_size=3).map("".join),
+)
+def test_is_sound_is_true_exactly_when_path_and_name_validate(path: str, name: str) -> None:
+    # The open's quick check of a stored record: the same verdict as the full checks.
+    # (/root itself is a valid path but not below /root: a caller validates it in full.)
+    expected = path != ROOT and _passes(validate, path) and _passes(validate_name, name)
+    assert is_sound(path, name) is expected
+
+
+def test_is_sound_says_false_for_what_is_not_a_str() -> None:
+    assert not is_sound(b"/root/a", "a")  # type: ignore[arg-type]
+    assert not is_sound("/root/a", None)  # type: ignore[arg-type]
+    assert is_sound("/root/a", "a")
+    assert not is_sound("/root/" + "/".join(["a" * 40] * 25), "a")  # too long
 
 
 def test_long_paths_get_the_verdict_of_the_rules() -> None:

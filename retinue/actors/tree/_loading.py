@@ -114,24 +114,22 @@ class BulkLoad:
         generation, the undelivered ones queued for their recipient.
         """
         journal = self._journal
-        known: dict[str, dict[int, CompletionRecord]] = {}
+        known: dict[str, JDict[int, CompletionRecord]] = {}
         queues: dict[str, dict[str, CompletionRecord]] = {}
         undelivered: dict[str, int] = {}
+        put = dict.__setitem__  # unjournaled: the journal is idle while a tree loads
         for record in completions:
             completion = record.completion
             agent_id = completion.agent_id
             mine = known.get(agent_id)
-            if mine is None:
-                mine = known[agent_id] = {}
-            mine[completion.generation] = record
+            if mine is None:  # made here, not copied from a plain dict after
+                mine = known[agent_id] = JDict(journal, ordered=True)
+            put(mine, completion.generation, record)
             if not record.delivered:
                 queue = queues.setdefault(recipient_key(record.recipient_id), {})
                 queue[completion.id] = record
                 undelivered[agent_id] = undelivered.get(agent_id, 0) + 1
-        dict.update(
-            self.completions,
-            {agent_id: JDict(journal, mine, ordered=True) for agent_id, mine in known.items()},
-        )
+        dict.update(self.completions, known)
         dict.update(self.pending[HOST_KEY], queues.pop(HOST_KEY, {}))
         dict.update(
             self.pending,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
+from operator import attrgetter
 
 import msgspec
 
@@ -356,17 +357,24 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         """
         self.keys_stale = True  # one sort at the first page, not a key per agent loaded
         self._load_agents(agents)
+        # Only a turn still running in the store held inputs to replay: with none (a
+        # store closed cleanly, or idle), no input is looked at for it.
+        replays = self.state_counts.get(AgentState.RUNNING.value, 0) > 0
         ordered = sorted(
-            (self._replay_message(m) for m in messages),
+            (self._replay_message(m) for m in messages) if replays else messages,
             key=lambda m: (m.read, m.read_at or 0.0, m.seq),
         )
         for message in ordered:
             self.seq = max(self.seq, message.seq)
             self.add_message(message, persist=False)
-        ordered_completions = sorted(completions, key=lambda c: c.seq)
+        ordered_completions = sorted(completions, key=attrgetter("seq"))
         if ordered_completions:
             self.seq = max(self.seq, ordered_completions[-1].seq)
-        self._load_completions(self._replay_completion(c) for c in ordered_completions)
+        self._load_completions(
+            (self._replay_completion(c) for c in ordered_completions)
+            if replays
+            else ordered_completions
+        )
         self.leases.update(leases)
 
     def consume_inputs(
