@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from support import wait_settled
 
@@ -475,4 +476,9 @@ def test_retinue_runs_admission_line_shows_a_learned_rate() -> None:
     assert admission_line(["/root/a"], [snap]) == (
         "1 model call waiting for admission; openai: 2 in flight, 3 waiting, level 6, "
         "learned 150 requests/window, 1 x 429"
+    )
+    stated = msgspec.structs.replace(snap, stated_requests=500, learned_requests=500)
+    assert admission_line([], [stated]) == (
+        "0 model calls waiting for admission; openai: 2 in flight, 3 waiting, level 6, "
+        "stated 500 requests/window, 1 x 429"
     )
