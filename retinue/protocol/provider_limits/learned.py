@@ -52,6 +52,11 @@ out again) and, on a 429 that a rate explains, sets a ceiling per window:
   the bursts the calls before them went in (each window replays the last);
   paced, they go evenly, so fewer are in flight at once and a provider's
   concurrency limit is not hit by a window's worth starting together.
+- **Stated.** A limit the provider states in its headers
+  (:meth:`LearnedRate.state`, :mod:`.stated`) is the rate: the requests
+  ceiling is the stated requests, the calls go at its pace, and no 429 sets
+  it or probes past it; with the tokens stated (a window of their own bounds
+  them) no tokens ceiling is learned.
 
 Pure: time is passed in, nothing reads a clock. Bounded: the ring holds at
 most ``slots + 1`` slots whatever the rate.
