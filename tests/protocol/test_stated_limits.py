@@ -71,10 +71,16 @@ def test_anthropic_headers_and_their_absolute_reset_are_read() -> None:
 
 @pytest.mark.parametrize(
     "headers",
-    [None, {}, {"content-type": "application/json"}, {"x-ratelimit-limit-tokens": "-1"}],
+    [
+        None,
+        {},
+        {"content-type": "application/json"},
+        {"x-ratelimit-limit-tokens": "-1"},
+        {"x-ratelimit-limit-requests": "0"},
+    ],
 )
 def test_headers_that_state_nothing_usable_give_none(headers: dict[str, str] | None) -> None:
-    # Azure sends -1 when it has nothing to say
+    # Azure sends -1 when it has nothing to say; a limit of 0 would hold every call back
     assert stated_limits(headers) is None
 
 
@@ -219,3 +225,16 @@ def test_a_static_limit_ignores_them_too() -> None:
 def test_provider_headers_must_be_a_bool() -> None:
     with pytest.raises(InvalidLimits, match="provider_headers"):
         ProviderLimit("openai", provider_headers="yes")  # type: ignore[arg-type]
+
+
+def test_a_call_larger_than_the_stated_tokens_goes_alone_rather_than_never() -> None:
+    d = Driver()
+    first = d.ask(0.0)
+    assert first is not None
+    stated = StatedLimits(tokens_limit=500, tokens_remaining=400)
+    d.c.release(first, USAGE, 0.1, 200, stated=stated)
+    big = d.ask(0.2, tokens=800)
+    assert big is None  # the window holds the first call's 100 tokens (the provider's count)
+    assert d.c.next_check(0.2) == pytest.approx(10.1)  # when they leave it
+    (went,) = d.c.admit_waiting(10.1)
+    assert went.tokens == 800

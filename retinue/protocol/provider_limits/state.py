@@ -163,8 +163,9 @@ class LimitState:
             return False
         if self.stated_requests is not None and not self.stated_requests.fits(1, now):
             return False
-        if self.stated_tokens is not None and not self.stated_tokens.fits(tokens, now):
-            return False
+        stated = self.stated_tokens
+        if stated is not None and not stated.fits(min(tokens, stated.capacity), now):
+            return False  # a call larger than the stated tokens goes alone
         return self.learned is None or self.learned.fits(tokens, now)
 
     def ready_at(self, tokens: int, now: float) -> float | None:
@@ -181,6 +182,8 @@ class LimitState:
             (self.stated_tokens, tokens),
         ):
             if window is not None:
+                if window is self.stated_tokens:
+                    units = min(units, window.capacity)
                 free = window.free_at(units, now)
                 if free is None:
                     return None

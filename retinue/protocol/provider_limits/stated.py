@@ -18,7 +18,8 @@ has requests and tokens left did not refuse for the rate.
 
 Pure: no clock is read (an absolute reset time is turned into seconds from
 the ``wall`` time passed in), no I/O. A value that does not parse (a negative
-count, as Azure sends ``-1`` when it has nothing to say) is left out.
+count, as Azure sends ``-1`` when it has nothing to say, or a limit of 0) is
+left out.
 """
 
 from __future__ import annotations
@@ -95,12 +96,12 @@ def parse_duration(text: str) -> float | None:
     return total if at == len(text) and at > 0 else None
 
 
-def _count(raw: object) -> int | None:
+def _count(raw: object, least: int = 0) -> int | None:
     try:
         value = int(str(raw).strip())
     except ValueError:
         return None
-    return value if 0 <= value <= _MAX_COUNT else None
+    return value if least <= value <= _MAX_COUNT else None
 
 
 def _reset(raw: object, wall: float) -> float | None:
@@ -147,6 +148,9 @@ def stated_limits(headers: Mapping[str, object] | None, wall: float = 0.0) -> St
             raw = next((found[n] for n in names if n in found), None)
             if raw is None:
                 continue
-            fields[f"{what}_{name}"] = _reset(raw, wall) if name == "reset_s" else _count(raw)
+            if name == "reset_s":
+                fields[f"{what}_{name}"] = _reset(raw, wall)
+            else:  # a limit of 0 would hold every call back for good: not a limit
+                fields[f"{what}_{name}"] = _count(raw, least=1 if name == "limit" else 0)
     stated = StatedLimits(**fields)  # type: ignore[arg-type]
     return None if stated.empty else stated
