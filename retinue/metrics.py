@@ -337,6 +337,18 @@ class RetinueCollector(Collector):
                 "Tokens per window learned from 429s",
                 "learned_tokens",
             ),
+            (
+                GaugeMetricFamily,
+                "provider_stated_requests",
+                "Requests per window the provider's headers state",
+                "stated_requests",
+            ),
+            (
+                GaugeMetricFamily,
+                "provider_stated_tokens",
+                "Tokens per window the provider's headers state",
+                "stated_tokens",
+            ),
             (CounterMetricFamily, "provider_calls_admitted", "Model calls admitted", "admitted"),
             (
                 CounterMetricFamily,

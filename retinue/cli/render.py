@@ -132,7 +132,8 @@ def admission_line(waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> s
     """What a run shows of its provider limits: the calls waiting, each busy limit's figures.
 
     ``3 model calls waiting for admission; openai: 4 in flight, 3 waiting, level 4, 2 x 429``
-    (with ``learned 270 requests/window`` after the level once a rate is learned).
+    (with ``learned 270 requests/window`` after the level once a rate is learned, or
+    ``stated 500 requests/window`` once the provider's headers state it).
     """
     count = len(waiting)
     text = f"{count} model call{'' if count == 1 else 's'} waiting for admission"
@@ -143,7 +144,9 @@ def admission_line(waiting: Sequence[str], limits: Sequence[LimitSnapshot]) -> s
         part = f"{limit.match}: {limit.in_flight} in flight, {limit.waiting} waiting"
         if limit.level is not None:
             part += f", level {limit.level:g}"
-        if limit.learned_requests is not None:
+        if limit.stated_requests is not None:
+            part += f", stated {limit.stated_requests} requests/window"
+        elif limit.learned_requests is not None:
             part += f", learned {limit.learned_requests} requests/window"
         if limit.rate_limited:
             part += f", {limit.rate_limited} x 429"

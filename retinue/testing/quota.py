@@ -177,6 +177,11 @@ class ProviderQuota:
             None if tpm is None else max(0, tpm - self._recent_tokens),
         )
 
+    def reset_in(self, now: float) -> float:
+        """Seconds until the window is whole again at ``now`` (every request in it expired)."""
+        self._expire(now)
+        return max(0.0, self._recent[-1][0] + self.window_s - now) if self._recent else 0.0
+
     def report(self) -> QuotaReport:
         """What was admitted and refused: in all, per window since ``start``, and at most."""
         refused: dict[str, int] = {}

@@ -5,8 +5,13 @@ only, scripted answers, per-request handler) with a
 :class:`~retinue.testing.quota.ProviderQuota` in front: a request over a limit
 is answered ``429`` with a ``Retry-After`` in seconds and OpenAI's error body
 (``{"error": {"message": "Rate limit reached on requests per min (RPM): ...",
-"type": "requests", "code": "rate_limit_exceeded"}}``), and every answer carries
-OpenAI's ``x-ratelimit-*`` headers. A request counts with the tokens it uses:
+"type": "requests", "code": "rate_limit_exceeded"}}``), and every answer, 200
+or 429, carries OpenAI's ``x-ratelimit-*`` headers for the limits set: the
+limit, what remains of it and when it is whole again
+(``x-ratelimit-limit-requests``, ``x-ratelimit-remaining-requests``,
+``x-ratelimit-reset-requests``, the same for ``-tokens``; a reset as OpenAI
+writes it: ``20ms``, ``1.5s``, ``6m0s``). A 429 of too many requests at once
+shows requests and tokens remaining: it was not the rate. A request counts with the tokens it uses:
 its prompt and the completion the stub answers (the usage it reports). An
 error the handler scripts is sent as it is and not counted. :meth:`report`
 says what was admitted per window and at most in any window, and the 429s.
@@ -99,14 +104,25 @@ class RateLimitedStub(OpenAIStub):
         """OpenAI's ``x-ratelimit-*`` headers for the limits set (under the lock)."""
         quota = self.quota
         requests, tokens = quota.remaining(now)
+        reset = duration(quota.reset_in(now))
         headers: dict[str, str] = {}
         if quota.requests_per_minute is not None:
             headers["x-ratelimit-limit-requests"] = str(quota.requests_per_minute)
             headers["x-ratelimit-remaining-requests"] = str(requests)
+            headers["x-ratelimit-reset-requests"] = reset
         if quota.tokens_per_minute is not None:
             headers["x-ratelimit-limit-tokens"] = str(quota.tokens_per_minute)
             headers["x-ratelimit-remaining-tokens"] = str(tokens)
+            headers["x-ratelimit-reset-tokens"] = reset
         return headers
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as OpenAI writes a reset time: ``20ms``, ``1.5s``, ``6m0s``."""
+    if seconds < 1.0:
+        return f"{round(seconds * 1000)}ms"
+    minutes, rest = divmod(round(seconds, 3), 60.0)
+    return f"{int(minutes)}m{rest:g}s" if minutes else f"{rest:g}s"
 
 
 def _too_many(refusal: Refusal, headers: dict[str, str]) -> StubReply:

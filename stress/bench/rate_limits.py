@@ -12,8 +12,11 @@ the other:
 
 - ``static``: the stub's limits known (``ProviderLimit(url,
   requests_per_minute=..., tokens_per_minute=..., max_in_flight=...)``);
-- ``adaptive``: only ``ProviderLimit(url)``: the in-flight level and the
-  learned requests and tokens per window learn from 429s and ``Retry-After``;
+- ``adaptive``: only ``ProviderLimit(url)``: the limits the stub's
+  ``x-ratelimit-*`` headers state, the in-flight level and the learned
+  requests and tokens per window (429s and ``Retry-After``);
+- ``no_headers``: the same limit told not to read the headers
+  (``provider_headers=False``): a provider that sends none;
 - ``off``: no provider limit; the calls' own retries wait the 429s out.
 
 Printed per way: calls made, 429s (all, and after the first window: the
@@ -22,7 +25,8 @@ fraction of the stub's request limit over the full windows while every tree
 still had calls to make, Jain's fairness index across the trees over that
 span (requests admitted per tree), p50/p99 of the admission wait (from
 a call asking the gate to its admission), the stub's 429s by reason
-(``requests``, ``tokens``, ``concurrency``) and the rate the limit learned.
+(``requests``, ``tokens``, ``concurrency``) and the rate the limit learned
+(or was told by the headers).
 One run, one machine: the ways are comparable within it.
 """
 
@@ -165,11 +169,13 @@ def _limits(way: str, shape: Shape, url: str) -> list[ProviderLimit]:
                 max_in_flight=shape.max_in_flight,
             )
         ]
+    if way == "no_headers":
+        return [ProviderLimit(url, provider_headers=False)]
     return [ProviderLimit(url)] if way == "adaptive" else []
 
 
 def measure(way: str, shape: Shape) -> dict[str, Any]:
-    """Run the workload one ``way`` (``static``, ``adaptive`` or ``off``); return its row."""
+    """Run the workload one ``way`` (one of :data:`WAYS`); return its row."""
     with (
         RateLimitedStub(
             _handler,
@@ -277,7 +283,7 @@ def _quantile(ordered: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 4)
 
 
-WAYS = ("static", "adaptive", "off")
+WAYS = ("static", "adaptive", "no_headers", "off")
 """The ways of the full run, in order."""
 
 
@@ -304,6 +310,7 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
         aims = {
             "static": "aims: 0 late 429s, throughput >= 0.9, Jain >= 0.95",
             "adaptive": "aims: late 429s < 2% of attempts, throughput >= 0.9, Jain >= 0.95",
+            "no_headers": "adaptive without the provider's headers: the level and a learned rate",
             "off": "no admission: the calls' own retries wait the 429s out",
         }[row["way"]]
         notes.append(

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from support import wait_settled
 
@@ -212,6 +213,49 @@ def test_a_429_lowers_the_level_and_successes_raise_it_again(open_rt: OpenRuntim
         shown = limit_of(rt, stub.url)
         assert shown.rate_limited == 1 and len(events) == 1
         assert shown.level is not None and shown.level > event.level  # additive increase
+
+
+def test_a_limit_the_providers_headers_state_holds_a_call_back_instead_of_a_429(
+    open_rt: OpenRuntime,
+) -> None:
+    with RateLimitedStub(requests_per_minute=1, window_s=1.0) as stub:
+        rt = open_rt(
+            [Profile("leaf", runner=stub_runner(stub))],
+            [ProviderLimit(stub.url)],
+            provider_window_s=1.0,
+        )
+        first = rt.spawn("leaf", "first", name="first")
+        assert wait_settled(rt, first.id, timeout=SETTLE_S).state is AgentState.COMPLETED
+        shown = limit_of(rt, stub.url)
+        assert (shown.stated_requests, shown.learned_requests) == (1, 1)
+        # the answer said 1 request per window, none left: the next call waits for the
+        # window instead of being sent into a 429 (without the headers it would be)
+        second = rt.spawn("leaf", "second", name="second")
+        assert wait_settled(rt, second.id, timeout=SETTLE_S).state is AgentState.COMPLETED
+        assert stub.rate_limited == 0 and stub.report().admitted == 2
+
+
+def test_a_429_whose_headers_show_requests_left_lowers_only_the_level(
+    open_rt: OpenRuntime,
+) -> None:
+    room = {
+        "x-ratelimit-limit-requests": "50",
+        "x-ratelimit-remaining-requests": "40",
+        "Retry-After": "0",
+    }
+
+    def answer(request: StubRequest) -> StubReply | None:
+        if request.number == 1:
+            return StubReply(status=429, error="too many at once", headers=room)
+        return None
+
+    with RateLimitedStub(answer) as stub:
+        rt = open_rt([Profile("leaf", runner=stub_runner(stub))], [ProviderLimit(stub.url)])
+        agent = rt.spawn("leaf", "task", name="a")
+        assert wait_settled(rt, agent.id, timeout=SETTLE_S).state is AgentState.COMPLETED
+        shown = limit_of(rt, stub.url)
+        assert shown.rate_limited == 1 and shown.level is not None  # the level dropped
+        assert shown.stated_requests == 50 and shown.learned_requests == 50
 
 
 def test_a_retry_after_closes_the_whole_limit(open_rt: OpenRuntime) -> None:
@@ -432,4 +476,9 @@ def test_retinue_runs_admission_line_shows_a_learned_rate() -> None:
     assert admission_line(["/root/a"], [snap]) == (
         "1 model call waiting for admission; openai: 2 in flight, 3 waiting, level 6, "
         "learned 150 requests/window, 1 x 429"
+    )
+    stated = msgspec.structs.replace(snap, stated_requests=500, learned_requests=500)
+    assert admission_line([], [stated]) == (
+        "0 model calls waiting for admission; openai: 2 in flight, 3 waiting, level 6, "
+        "stated 500 requests/window, 1 x 429"
     )

@@ -21,7 +21,9 @@ import pytest
 
 from retinue import AgentState, Profile
 from retinue.llm.model._retry import classify
+from retinue.protocol.provider_limits import stated_limits
 from retinue.testing import RateLimitedStub, StubReply, StubRequest
+from retinue.testing.rate_stub import duration
 
 from .conftest import SETTLE_S, run, stub_runner
 
@@ -60,6 +62,9 @@ def test_a_429_reaches_litellm_as_a_rate_limit_with_its_retry_after(
     assert (failure.status, failure.retryable, failure.provider) == (429, True, "openai")
     assert failure.retry_after is not None and 58.0 <= failure.retry_after <= 60.0
     assert "Rate limit reached on requests per min (RPM): Limit 1, Used 1" in failure.message
+    stated = stated_limits(failure.headers)  # a 429's headers state the limit, none left
+    assert stated is not None and (stated.requests_limit, stated.requests_remaining) == (1, 0)
+    assert stated.has_room(1) is False
     report = limited.report()
     assert (report.admitted, report.rate_limited, report.refused) == (1, 1, {"requests": 1})
     body = limited.requests[1].body
@@ -117,7 +122,7 @@ def test_concurrent_requests_past_the_limit_are_refused(litellm: ModuleType) -> 
     def hold_the_first(request: StubRequest) -> StubReply | None:
         return StubReply(delay_s=30.0) if request.number == 1 else None
 
-    with RateLimitedStub(hold_the_first, max_in_flight=1) as stub:
+    with RateLimitedStub(hold_the_first, max_in_flight=1, requests_per_minute=10) as stub:
         first = threading.Thread(target=_call_quietly, args=(litellm, stub), daemon=True)
         first.start()
         deadline = time.monotonic() + SETTLE_S  # a hang guard, never a timing assertion
@@ -130,6 +135,9 @@ def test_concurrent_requests_past_the_limit_are_refused(litellm: ModuleType) -> 
         failure = classify(caught.value, "openai/stub-model", 30.0)
         assert failure.retry_after == 1.0
         assert stub.report().refused == {"concurrency": 1}
+        stated = stated_limits(failure.headers)  # requests left: it was not the rate
+        assert stated is not None and stated.requests_remaining == 9
+        assert stated.has_room(1) is True
 
 
 def _call_quietly(litellm: ModuleType, stub: RateLimitedStub) -> None:
@@ -157,4 +165,17 @@ def test_every_answer_carries_the_remaining_quota(litellm: ModuleType) -> None:
         assert found["x-ratelimit-limit-requests"] == "5"
         assert found["x-ratelimit-remaining-requests"] == "4"
         assert found["x-ratelimit-limit-tokens"] == "10000"
+        assert found["x-ratelimit-reset-requests"] == found["x-ratelimit-reset-tokens"]
         assert json.loads(json.dumps(found))  # plain strings
+        stated = stated_limits(headers)
+        assert stated is not None
+        assert (stated.requests_limit, stated.requests_remaining) == (5, 4)
+        assert stated.requests_reset_s is not None and 59.0 <= stated.requests_reset_s <= 60.0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.0, "0ms"), (0.0204, "20ms"), (1.5, "1.5s"), (59.25, "59.25s"), (360.0, "6m0s")],
+)
+def test_reset_times_are_written_as_openai_writes_them(seconds: float, text: str) -> None:
+    assert duration(seconds) == text

@@ -37,6 +37,7 @@ from retinue.protocol.provider_limits import (
     LimitSnapshot,
     ModelCall,
     ProviderLimit,
+    StatedLimits,
     TokenEstimator,
 )
 
@@ -82,6 +83,7 @@ class Admission(Protocol):
         usage: Usage | None,
         status: int | None = None,
         retry_after: float | None = None,
+        stated: StatedLimits | None = None,
     ) -> None:
         """An admitted call ended (see ``AdmissionController.release``)."""
         ...
@@ -252,9 +254,11 @@ class ProviderGate:
         usage: Usage | None,
         status: int | None = None,
         retry_after: float | None = None,
+        stated: StatedLimits | None = None,
     ) -> None:
         """The admitted call ``call_id`` ended: ``usage`` its response's (None: no answer),
-        ``status`` its HTTP status (None: no HTTP answer), ``retry_after`` a 429's seconds.
+        ``status`` its HTTP status (None: no HTTP answer), ``retry_after`` a 429's seconds,
+        ``stated`` the rate limits its answer's headers state (None: none).
 
         A 429 that lowers its limit's level or closes it publishes a
         :class:`~retinue.protocol.messages.ProviderBackoff`.
@@ -265,7 +269,7 @@ class ProviderGate:
         with self._lock:
             now = self._clock()
             owner = self._owners.pop(call_id, None)
-            backoff = self._controller.release(call_id, usage, now, status, retry_after)
+            backoff = self._controller.release(call_id, usage, now, status, retry_after, stated)
             self._let_go(now)
             rate_limited = self._rate_limited(backoff)
         shared = self._shared

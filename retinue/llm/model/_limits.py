@@ -8,7 +8,9 @@ so far); it waits, fairly between top-level trees and weighted by its
 profile's ``priority``, until it fits every limit that covers it. Its end is
 reported back: the response's usage (which replaces the estimate), or the
 failure's status and ``Retry-After`` (a 429 backs the limit off), or nothing
-(an interrupt while in flight: the estimate stays counted).
+(an interrupt while in flight: the estimate stays counted); with the rate
+limits the answer's headers state, 200 or 429 (litellm hands a response's on
+in ``_hidden_params["additional_headers"]``, an error's on the exception).
 
 A runner whose model no limit covers asks nothing: :meth:`LimitedCalls.of`
 returns None and no token is counted.
@@ -17,13 +19,19 @@ returns None and no token is counted.
 from __future__ import annotations
 
 import itertools
+import time
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from retinue.actors.admission import Admission, CallOwner
 from retinue.llm.model._retry import Failure
 from retinue.protocol.messages import Usage
-from retinue.protocol.provider_limits import ModelCall, count_prompt_tokens
+from retinue.protocol.provider_limits import (
+    ModelCall,
+    StatedLimits,
+    count_prompt_tokens,
+    stated_limits,
+)
 
 if TYPE_CHECKING:  # the turn's control, as the layer above it types it
     from retinue.llm.turn._context import TurnContext
@@ -125,12 +133,21 @@ class LimitedCalls:
             prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         )
-        self.gate.release(call_id, spent if usage is not None else None, 200)
+        hidden = getattr(response, "_hidden_params", None)
+        headers = hidden.get("additional_headers") if isinstance(hidden, dict) else None
+        stated = _stated(headers)
+        self.gate.release(call_id, spent if usage is not None else None, 200, stated=stated)
 
     def failed(self, call_id: str, failure: Failure) -> None:
         """The attempt ``call_id`` failed: a 429 backs its limit off (and its Retry-After)."""
-        self.gate.release(call_id, None, failure.status, failure.retry_after)
+        stated = _stated(failure.headers)
+        self.gate.release(call_id, None, failure.status, failure.retry_after, stated=stated)
 
     def abandoned(self, call_id: str) -> None:
         """The attempt ``call_id`` was cut short (an interrupt): its estimate stays counted."""
         self.gate.release(call_id, None, None)
+
+
+def _stated(headers: Any) -> StatedLimits | None:
+    """The rate limits an answer's headers state (litellm's ``llm_provider-`` ones or raw)."""
+    return stated_limits(headers, time.time()) if headers else None

@@ -38,6 +38,8 @@ class Failure:
     message: str
     retryable: bool
     retry_after: float | None = None
+    headers: Mapping[str, Any] | None = None
+    """The failed answer's HTTP headers (None: none), for the rate limits they state."""
 
     def line(self, attempts: int) -> str:
         """Return the one-line description of the final failure after ``attempts`` calls."""
@@ -119,7 +121,8 @@ def classify(exc: BaseException, model: str, timeout_s: float) -> Failure:
         retryable = True
     else:
         retryable = status in RETRYABLE_STATUSES
-    return Failure(provider, status, message, retryable, _retry_after(_headers(exc)))
+    headers = _headers(exc)
+    return Failure(provider, status, message, retryable, _retry_after(headers), headers or None)
 
 
 def backoff_delay(

@@ -7,8 +7,8 @@ Pure data and rules (no thread, no clock, no I/O), in one room per concept:
   (``RETINUE_PROVIDER_LIMITS``), and how sources merge;
 - :mod:`.window`: the per-minute windows; :mod:`.level`: the adaptive
   in-flight level (AIMD); :mod:`.learned`: the requests and tokens per
-  window an adaptive limit learns from 429s; :mod:`.state`: one limit's
-  live state;
+  window an adaptive limit learns from 429s; :mod:`.stated`: the limits a
+  provider's headers state; :mod:`.state`: one limit's live state;
 - :mod:`.fairness`: fair turns between top-level trees;
 - :mod:`.controller`: :class:`AdmissionController`, which admits calls;
 - :mod:`.estimate`: a call's token estimate.
@@ -62,6 +62,7 @@ from retinue.protocol.provider_limits.sources import (
     provider_limits_from_env,
 )
 from retinue.protocol.provider_limits.state import WINDOW_S, BackOff, LimitSnapshot, LimitState
+from retinue.protocol.provider_limits.stated import StatedLimits, parse_duration, stated_limits
 from retinue.protocol.provider_limits.window import RateWindow
 
 __all__ = [  # noqa: RUF022 (plain sorted())
@@ -81,6 +82,7 @@ __all__ = [  # noqa: RUF022 (plain sorted())
     "ProviderLimit",
     "RateWindow",
     "Slot",
+    "StatedLimits",
     "TokenEstimator",
     "WINDOW_S",
     "Waiting",
@@ -92,8 +94,10 @@ __all__ = [  # noqa: RUF022 (plain sorted())
     "merge_provider_limits",
     "normalise_api_base",
     "normalise_match",
+    "parse_duration",
     "provider_limits_from_env",
     "provider_of",
     "rough_tokens",
     "specificity",
+    "stated_limits",
 ]

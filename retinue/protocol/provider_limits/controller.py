@@ -36,6 +36,7 @@ from retinue.protocol.provider_limits.learned import Slot
 from retinue.protocol.provider_limits.limit import ProviderLimit, normalise_match, specificity
 from retinue.protocol.provider_limits.sources import check_unique
 from retinue.protocol.provider_limits.state import WINDOW_S, BackOff, LimitSnapshot, LimitState
+from retinue.protocol.provider_limits.stated import StatedLimits
 
 __all__ = ["AdmissionController", "Admitted", "ModelCall", "Waiting"]
 
@@ -294,6 +295,7 @@ class AdmissionController:
         now: float,
         status: int | None = None,
         retry_after: float | None = None,
+        stated: StatedLimits | None = None,
     ) -> BackOff | None:
         """An admitted call ended at ``now``: give back what it held, learn from how it ended.
 
@@ -304,7 +306,10 @@ class AdmissionController:
         every learned rate's window (the provider did not count it), backs
         off the call's most specific limit (``retry_after``: the provider's
         seconds; a learned rate may be set) and returns what that did;
-        anything else (None: no HTTP answer) neither.
+        anything else (None: no HTTP answer) neither. ``stated`` is what the
+        answer's headers state about the provider's limits: the call's most
+        specific limit follows it (:meth:`LimitState.state`) and a 429 it
+        shows was not a rate's lowers only that limit's level.
 
         Raises:
             InvalidArgument: no call with that id is in flight.
@@ -322,7 +327,9 @@ class AdmissionController:
         busy = [state.busy() for state in entry.states]
         in_flight = [state.in_flight for state in entry.states]
         for state in entry.states:
-            state.give_back(estimate, spent, now)
+            state.give_back(estimate, spent, now, refused=status == 429)
+        if stated is not None and entry.states:
+            entry.states[0].state(stated, now)
         if status is not None and 200 <= status < 300:
             for state, was_busy in zip(entry.states, busy, strict=True):
                 state.succeeded(was_busy, now - entry.admitted_at)
@@ -332,7 +339,7 @@ class AdmissionController:
             if state.learned is not None and slot is not None:
                 state.learned.refused(slot, estimate)  # the provider did not count it
         return entry.states[0].back_off(
-            retry_after, now, in_flight[0], entry.epochs[0], self._rng, estimate
+            retry_after, now, in_flight[0], entry.epochs[0], self._rng, estimate, stated
         )
 
     def on_rate_limited(

@@ -52,6 +52,11 @@ out again) and, on a 429 that a rate explains, sets a ceiling per window:
   the bursts the calls before them went in (each window replays the last);
   paced, they go evenly, so fewer are in flight at once and a provider's
   concurrency limit is not hit by a window's worth starting together.
+- **Stated.** A limit the provider states in its headers
+  (:meth:`LearnedRate.state`, :mod:`.stated`) is the rate: the requests
+  ceiling is the stated requests, the calls go at its pace, and no 429 sets
+  it or probes past it; with the tokens stated (a window of their own bounds
+  them) no tokens ceiling is learned.
 
 Pure: time is passed in, nothing reads a clock. Bounded: the ring holds at
 most ``slots + 1`` slots whatever the rate.
@@ -95,6 +100,8 @@ class LearnedRate:
         "_refused_at",
         "_refused_tokens",
         "_ring",
+        "_stated_requests",
+        "_stated_tokens",
         "_step_requests",
         "_step_tokens",
         "_tokens_bind",
@@ -152,6 +159,27 @@ class LearnedRate:
         self._step_tokens = 1.0
         self._refused_at = 0
         self._epoch = -1
+        self._stated_requests: float | None = None  # the provider's stated requests per window
+        self._stated_tokens = False  # the provider states its tokens (a window bounds them)
+
+    def state(self, requests: int | None, tokens: bool) -> None:
+        """The provider states its limits (its headers): ``requests`` per window (None: not
+        stated), and whether it states its tokens per window.
+
+        A stated requests limit is the rate: the calls go at its pace, and no 429
+        sets it or probes past it. Stated tokens are bounded by a window of their
+        own (:class:`~retinue.protocol.provider_limits.LimitState`), so no tokens
+        ceiling is learned.
+        """
+        if requests is not None:
+            if self.requests is None:
+                self._bucket_at = -math.inf  # the first stated rate starts with a burst's room
+            self._stated_requests = float(requests)
+            self.requests = self._stated_requests
+            self._refused_at = requests
+        if tokens:
+            self._stated_tokens = True
+            self.tokens = None
 
     def _expire(self, now: float) -> None:
         """Drop the slots wholly older than ``window_s`` at ``now``."""
@@ -220,10 +248,15 @@ class LearnedRate:
         ended = count - others_in_flight
         if 2 * ended < max(1, others_in_flight):
             return False
-        requests = tokens = True  # the first 429 sets both
-        if self.requests is not None and self.tokens is not None:
-            requests = count >= self.decrease * min(self.requests, self._refused_at)
-            tokens = self.window_tokens >= self.decrease * min(self.tokens, self._refused_tokens)
+        # the first 429 sets both; later ones each ceiling the window came near
+        requests = self.requests is None or count >= self.decrease * min(
+            self.requests, self._refused_at
+        )
+        tokens = self.tokens is None or self.window_tokens >= self.decrease * min(
+            self.tokens, self._refused_tokens
+        )
+        requests = requests and self._stated_requests is None  # a stated limit is not learned
+        tokens = tokens and not self._stated_tokens
         if not (requests or tokens):
             return False
         self._epoch = level_epoch
@@ -243,11 +276,12 @@ class LearnedRate:
     def _uncount(self, tokens: int) -> None:
         """A call counted in the window the ceilings were learned from was refused after all:
         the provider did not count it, so the ceilings and the mark drop by its share."""
-        assert self.requests is not None and self.tokens is not None
-        self.requests = max(1.0, self.requests - self.decrease)
-        self.tokens = max(1.0, self.tokens - self.decrease * tokens)
-        self._refused_at = max(0, self._refused_at - 1)
-        self._refused_tokens = max(0.0, self._refused_tokens - tokens)
+        if self.requests is not None and self._stated_requests is None:
+            self.requests = max(1.0, self.requests - self.decrease)
+            self._refused_at = max(0, self._refused_at - 1)
+        if self.tokens is not None:
+            self.tokens = max(1.0, self.tokens - self.decrease * tokens)
+            self._refused_tokens = max(0.0, self._refused_tokens - tokens)
 
     def _raise(self, now: float) -> None:
         """Raise the ceilings that held a call back, once per clean window (see the module
@@ -255,7 +289,7 @@ class LearnedRate:
         if self.requests is None or now - self._changed_at < self.window_s:
             return
         probed = False
-        if self._held_requests:
+        if self._held_requests and self._stated_requests is None:
             self.requests, past = self._raised(self.requests, self._refused_at, self._step_requests)
             probed = probed or past
         if self._held_tokens and self.tokens is not None:

@@ -195,7 +195,10 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     regains most of the slack, then rises by ``rate_increase`` of it, the
     step doubling up to ``rate_max_step``. Below what a learned rate needs
     in flight (``level_headroom`` x the rate x the mean call duration) the
-    level climbs one call per success. See :mod:`retinue.protocol.provider_limits`
+    level climbs one call per success. With ``adaptive`` and
+    ``provider_headers``, the limits the provider's answers state in their
+    headers bound the windows and pace the calls, and a 429 they show was not
+    a rate's lowers only the level. See :mod:`retinue.protocol.provider_limits`
     for how limits combine.
 
     Raises:
@@ -206,8 +209,8 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
             ``rate_decrease`` or ``rate_increase`` outside (0, 1),
             ``rate_slots`` not in [1, 4096], ``rate_max_step`` outside (0, 1),
             ``rate_burst`` outside (0, 1], ``level_headroom`` outside [0, 1000],
-            or ``adaptive`` or ``learn_rate`` not a bool. The message names the
-            field.
+            or ``adaptive``, ``learn_rate`` or ``provider_headers`` not a bool.
+            The message names the field.
     """
 
     max_in_flight: int | None = None
@@ -247,6 +250,11 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
     rate_burst: float = 0.125
     """A learned rate lets calls go at its pace, at most this share of its requests per window
     at once (1.0: a window's worth at once, as the window allows)."""
+    provider_headers: bool = True
+    """With ``adaptive``: follow the rate limits the provider's answers state in their headers
+    (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``; see
+    :mod:`retinue.protocol.provider_limits.stated`): a stated limit bounds the window and paces
+    the calls, and a 429 whose headers show requests and tokens left lowers only the level."""
 
     FIELDS: ClassVar[tuple[str, ...]] = (
         "max_in_flight",
@@ -265,6 +273,7 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
         "rate_max_step",
         "rate_burst",
         "level_headroom",
+        "provider_headers",
     )
     """The settings besides ``match`` (a team file's ``[providers."<match>"]`` keys)."""
 
@@ -289,10 +298,11 @@ class ProviderLimit(_Matched, frozen=True, kw_only=True, forbid_unknown_fields=T
         retry = _number("max_retry_after_s", self.max_retry_after_s, 0.0, 1e9, closed=False)
         set_(self, "max_retry_after_s", retry)
         set_(self, "jitter", _number("jitter", self.jitter, 0.0, 1.0, closed=True))
-        if not isinstance(self.learn_rate, bool):
-            raise InvalidLimits(
-                f"ProviderLimit.learn_rate must be true or false, got {self.learn_rate!r}"
-            )
+        for flag in ("learn_rate", "provider_headers"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InvalidLimits(
+                    f"ProviderLimit.{flag} must be true or false, got {getattr(self, flag)!r}"
+                )
         decrease = _number("rate_decrease", self.rate_decrease, 0.0, 1.0, closed=False)
         set_(self, "rate_decrease", decrease)
         increase = _number("rate_increase", self.rate_increase, 0.0, 1.0, closed=False)

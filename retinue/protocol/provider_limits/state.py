@@ -17,6 +17,7 @@ import msgspec
 from retinue.protocol.provider_limits.learned import LearnedRate, Slot
 from retinue.protocol.provider_limits.level import AdaptiveLevel
 from retinue.protocol.provider_limits.limit import LimitKind, ProviderLimit
+from retinue.protocol.provider_limits.stated import StatedLimits
 from retinue.protocol.provider_limits.window import RateWindow
 
 __all__ = ["WINDOW_S", "BackOff", "LimitSnapshot", "LimitState"]
@@ -35,7 +36,9 @@ class LimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     ``tokens`` are what its windows hold now (in flight and ended in the last
     60 s); ``closed_until`` is the end of a Retry-After (None: open);
     ``learned_requests`` and ``learned_tokens`` the requests and tokens per
-    window learned from 429s (None: none learned).
+    window learned from 429s (None: none learned); ``stated_requests`` and
+    ``stated_tokens`` the limits the provider's headers state (None: none
+    stated, or the limit does not read them).
     """
 
     match: str
@@ -53,15 +56,21 @@ class LimitSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     closed_until: float | None
     learned_requests: int | None = None
     learned_tokens: int | None = None
+    stated_requests: int | None = None
+    stated_tokens: int | None = None
 
 
 class BackOff(msgspec.Struct, frozen=True, kw_only=True):
     """What a 429 did to a limit: its level before and after, and how long it is closed.
 
     ``lowered`` is False when the level did not move (not adaptive, or the
-    429 was of a call admitted before the last decrease); ``until`` is when
-    its Retry-After ends (None: it sent none); ``learned_requests`` the
-    learned requests per window when the 429 set it (None: it did not).
+    429 was of a call admitted before the last decrease, or the provider's
+    headers show it was a rate's with the rate stated); ``until`` is when its
+    Retry-After ends (None: it sent none); ``learned_requests`` the learned
+    requests per window when the 429 set it (None: it did not); ``reason``
+    what the provider's headers show ran out: ``"rate"`` (requests or
+    tokens), ``"concurrency"`` (they show both left: not the rate), None (they
+    do not say).
     """
 
     match: str
@@ -70,6 +79,7 @@ class BackOff(msgspec.Struct, frozen=True, kw_only=True):
     level: float | None
     until: float | None
     learned_requests: int | None = None
+    reason: str | None = None
 
 
 class LimitState:
@@ -79,6 +89,7 @@ class LimitState:
         "admitted",
         "closed_until",
         "duration",
+        "held_tokens",
         "in_flight",
         "learned",
         "level",
@@ -88,8 +99,11 @@ class LimitState:
         "pace_until",
         "rate_limited",
         "requests",
+        "stated_requests",
+        "stated_tokens",
         "tokens",
         "waiting",
+        "window_s",
     )
 
     def __init__(self, limit: ProviderLimit, window_s: float = WINDOW_S) -> None:
@@ -119,6 +133,13 @@ class LimitState:
         rpm, tpm = limit.requests_per_minute, limit.tokens_per_minute
         self.requests = None if rpm is None else RateWindow(rpm, window_s)
         self.tokens = None if tpm is None else RateWindow(tpm, window_s)
+        self.window_s = window_s
+        self.stated_requests: RateWindow | None = None
+        """The requests per window the provider's headers state (None: none stated)."""
+        self.stated_tokens: RateWindow | None = None
+        """The tokens per window the provider's headers state (None: none stated)."""
+        self.held_tokens = 0
+        """The token estimates of the calls in flight."""
         self.duration: float | None = None
         """The mean duration of a successful call (an exponential average), None: none yet."""
         self.in_flight = 0
@@ -140,6 +161,11 @@ class LimitState:
             return False
         if self.tokens is not None and not self.tokens.fits(tokens, now):
             return False
+        if self.stated_requests is not None and not self.stated_requests.fits(1, now):
+            return False
+        stated = self.stated_tokens
+        if stated is not None and not stated.fits(min(tokens, stated.capacity), now):
+            return False  # a call larger than the stated tokens goes alone
         return self.learned is None or self.learned.fits(tokens, now)
 
     def ready_at(self, tokens: int, now: float) -> float | None:
@@ -149,8 +175,15 @@ class LimitState:
         at = max(now, self.closed_until)
         if at < self.pace_until:
             at = max(at, self.next_slot)
-        for window, units in ((self.requests, 1), (self.tokens, tokens)):
+        for window, units in (
+            (self.requests, 1),
+            (self.tokens, tokens),
+            (self.stated_requests, 1),
+            (self.stated_tokens, tokens),
+        ):
             if window is not None:
+                if window is self.stated_tokens:
+                    units = min(units, window.capacity)
                 free = window.free_at(units, now)
                 if free is None:
                     return None
@@ -164,21 +197,68 @@ class LimitState:
         return the learned rate's slot that counts it (None: no rate is learned here)."""
         self.in_flight += 1
         self.admitted += 1
-        if self.requests is not None:
-            self.requests.take(1)
-        if self.tokens is not None:
-            self.tokens.take(tokens)
+        self.held_tokens += tokens
+        for window, units in (
+            (self.requests, 1),
+            (self.tokens, tokens),
+            (self.stated_requests, 1),
+            (self.stated_tokens, tokens),
+        ):
+            if window is not None:
+                window.take(units)
         if now < self.pace_until:
             self.next_slot = now + self.pace_gap * rng.uniform(0.5, 1.5)
         return None if self.learned is None else self.learned.admitted(tokens, now)
 
-    def give_back(self, held: int, spent: int, now: float) -> None:
-        """A call ends at ``now``: it held ``held`` tokens and spent ``spent``."""
+    def give_back(self, held: int, spent: int, now: float, refused: bool = False) -> None:
+        """A call ends at ``now``: it held ``held`` tokens and spent ``spent``; ``refused``:
+        the provider answered it 429 (its stated windows do not count its request)."""
         self.in_flight = max(0, self.in_flight - 1)
+        self.held_tokens = max(0, self.held_tokens - held)
         if self.requests is not None:
             self.requests.give_back(1, 1, now)
         if self.tokens is not None:
             self.tokens.give_back(held, spent, now)
+        if self.stated_requests is not None:
+            self.stated_requests.give_back(1, 0 if refused else 1, now)
+        if self.stated_tokens is not None:
+            self.stated_tokens.give_back(held, spent, now)
+
+    def state(self, stated: StatedLimits, now: float) -> None:
+        """The provider's headers stated ``stated`` at ``now``: follow them (when the limit is
+        adaptive and reads them).
+
+        A stated limit becomes a window like a declared one (counted from
+        admission until a window after the call's end; a call answered 429 is
+        not counted) and bounds the learned rate, which paces the calls at it.
+        A stated remainder shows what the provider counted: when it counted
+        more than the window holds (another client of the account), the
+        difference is counted too, for a window.
+        """
+        if not (self.limit.adaptive and self.limit.provider_headers):
+            return
+        pairs = (
+            ("stated_requests", stated.requests_limit, stated.requests_remaining, self.in_flight),
+            ("stated_tokens", stated.tokens_limit, stated.tokens_remaining, self.held_tokens),
+        )
+        for name, capacity, remaining, held in pairs:
+            window: RateWindow | None = getattr(self, name)
+            if capacity is not None:
+                if window is None:
+                    window = RateWindow(capacity, self.window_s)
+                    window.held = held
+                    setattr(self, name, window)
+                else:
+                    window.capacity = capacity
+            if window is not None and remaining is not None:
+                gap = (window.capacity - remaining) - window.used(now)
+                if gap > 0:
+                    window.give_back(0, gap, now)
+        if self.learned is not None:
+            self.learned.state(
+                None if self.stated_requests is None else self.stated_requests.capacity,
+                self.stated_tokens is not None,
+            )
 
     def succeeded(self, busy: bool, duration: float) -> None:
         """A call admitted ``duration`` seconds before succeeded; ``busy``: the level was in use.
@@ -207,13 +287,19 @@ class LimitState:
         epoch: int | None,
         rng: random.Random,
         tokens: int = 0,
+        stated: StatedLimits | None = None,
     ) -> BackOff:
         """Answer a 429: learn a rate, lower the level, close the limit for ``retry_after``
         (capped) seconds.
 
         The learned rate (:mod:`.learned`) is set only by a 429 the level
         counts (of a call admitted at its current epoch): one burst teaches
-        once.
+        once. ``stated`` is what the 429's headers state (already
+        :meth:`state`-d): when they show requests and tokens left
+        (:meth:`StatedLimits.has_room`), the rate did not run out, so only the
+        level is lowered; when they show one ran out and the provider states
+        its requests limit, the stated window answers it and the level is
+        kept.
 
         ``in_flight`` is the calls in flight when the 429 came (its call
         included), ``epoch`` the level's epoch when that call was admitted
@@ -223,12 +309,22 @@ class LimitState:
         """
         self.rate_limited += 1
         before = self.level.shown()
+        room = None
+        if stated is not None and self.limit.adaptive and self.limit.provider_headers:
+            room = stated.has_room(tokens)
         learned = None
-        if self.learned is not None and self.learned.rate_limited(
-            max(0, in_flight - 1), now, tokens, epoch, self.level.epoch
+        if (
+            room is not True
+            and self.learned is not None
+            and self.learned.rate_limited(
+                max(0, in_flight - 1), now, tokens, epoch, self.level.epoch
+            )
         ):
             learned = self.learned.shown()[0]
-        lowered = self.level.rate_limited(in_flight, epoch)
+        if room is False and self.stated_requests is not None:
+            lowered = False  # the rate ran out, and the stated window answers it
+        else:
+            lowered = self.level.rate_limited(in_flight, epoch)
         until: float | None = None
         if retry_after is not None and retry_after >= 0 and math.isfinite(retry_after):
             pause = min(retry_after, self.limit.max_retry_after_s)
@@ -247,6 +343,7 @@ class LimitState:
             level=self.level.shown(),
             until=until,
             learned_requests=learned,
+            reason=None if room is None else ("concurrency" if room else "rate"),
         )
 
     def snapshot(self, now: float) -> LimitSnapshot:
@@ -269,4 +366,6 @@ class LimitState:
             closed_until=self.closed_until if now < self.closed_until else None,
             learned_requests=learned[0],
             learned_tokens=learned[1],
+            stated_requests=None if self.stated_requests is None else self.stated_requests.capacity,
+            stated_tokens=None if self.stated_tokens is None else self.stated_tokens.capacity,
         )
