@@ -128,3 +128,13 @@ def test_repetitions_give_the_median_row_and_the_median_of_their_own_ratios() ->
     assert ratios["100_agents"]["best_peer"] == "langgraph"
     assert tables[0][1]["aim"].endswith("NOT met")
     assert tables[0][1]["load_avg_1m"] == "1.0-3.0"
+
+
+def test_agents_and_reps_pick_the_levels_a_run_measures() -> None:
+    from stress.parts import Options
+
+    assert durable_steps.levels_for(Options()) == (durable_steps.FULL, durable_steps.FULL_REPS)
+    assert durable_steps.levels_for(Options(quick=True)) == (durable_steps.QUICK, 1)
+    assert durable_steps.levels_for(Options(agents=(100,))) == ([(100, 10, 1)], 3)
+    assert durable_steps.levels_for(Options(agents=(1,), quick=True, reps=2)) == ([(1, 3, 3)], 2)
+    assert durable_steps.levels_for(Options(agents=(1, 50))) == ([(1, 20, 10), (50, 10, 1)], 3)
