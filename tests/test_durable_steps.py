@@ -72,6 +72,15 @@ def test_the_retinue_side_commits_its_steps_in_the_store(data: dict[str, Any]) -
     assert row["commits"] > 0
 
 
+def test_the_commits_only_side_commits_two_steps_per_tool_step_and_nothing_more(
+    data: dict[str, Any],
+) -> None:
+    (row,) = _rows(data, "retinue_commits_only")
+    # As a model turn: its state handed at its start (no LlmLoad), its input stored with
+    # its first intent. The level's untimed warm-up agent did two steps of its own.
+    assert row["llm_step_commands"] == 2 * (row["steps_done"] + 2)
+
+
 def test_the_data_holds_levels_ratios_and_every_contender(data: dict[str, Any]) -> None:
     assert data["levels"] == [{"agents": 2, "steps_per_agent": 2, "rounds": 1}]
     assert data["failed"] == {}
