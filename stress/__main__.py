@@ -136,6 +136,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="idle_scale: idle agents per store (10000 quick / 10000 100000; add 1000000)",
     )
+    durable = parser.add_argument_group("durable_steps")
+    durable.add_argument(
+        "--agents",
+        type=int,
+        nargs="+",
+        default=None,
+        help="durable_steps: only the levels of these agents at once (1 100 1000 full; 1 10 quick)",
+    )
+    durable.add_argument(
+        "--reps", type=int, default=None, help="durable_steps: repetitions (1 quick / 3 full)"
+    )
     return parser.parse_args(argv)
 
 
@@ -161,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         trees=args.trees,
         sample_seconds=args.sample_seconds,
         idle_sizes=tuple(args.idle_sizes) if args.idle_sizes else None,
+        agents=tuple(args.agents) if args.agents else None,
+        reps=args.reps,
     )
     # The shape docs/benchmarks/*.json keeps (docs/gen_benchmarks.py renders it): copy a
     # run there to put its figures on the docs site's benchmarks page.

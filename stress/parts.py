@@ -21,7 +21,8 @@ class Options:
     """What the command line asked for: the short run, the seed, the sizes given.
 
     ``minutes``, ``soak_kills``, ``trees`` and ``sample_seconds`` shape the service soak;
-    ``idle_sizes`` the idle-scale part's store sizes.
+    ``idle_sizes`` the idle-scale part's store sizes; ``agents`` and ``reps`` the
+    durable-steps levels to run (by agents at once) and how many times.
     """
 
     quick: bool = False
@@ -33,6 +34,8 @@ class Options:
     trees: int | None = None
     sample_seconds: float | None = None
     idle_sizes: tuple[int, ...] | None = None
+    agents: tuple[int, ...] | None = None
+    reps: int | None = None
 
 
 @dataclass

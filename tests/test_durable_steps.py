@@ -72,6 +72,15 @@ def test_the_retinue_side_commits_its_steps_in_the_store(data: dict[str, Any]) -
     assert row["commits"] > 0
 
 
+def test_the_commits_only_side_commits_two_steps_per_tool_step_and_nothing_more(
+    data: dict[str, Any],
+) -> None:
+    (row,) = _rows(data, "retinue_commits_only")
+    # As a model turn: its state handed at its start (no LlmLoad), its input stored with
+    # its first intent. The level's untimed warm-up agent did two steps of its own.
+    assert row["llm_step_commands"] == 2 * (row["steps_done"] + 2)
+
+
 def test_the_data_holds_levels_ratios_and_every_contender(data: dict[str, Any]) -> None:
     assert data["levels"] == [{"agents": 2, "steps_per_agent": 2, "rounds": 1}]
     assert data["failed"] == {}
@@ -128,3 +137,13 @@ def test_repetitions_give_the_median_row_and_the_median_of_their_own_ratios() ->
     assert ratios["100_agents"]["best_peer"] == "langgraph"
     assert tables[0][1]["aim"].endswith("NOT met")
     assert tables[0][1]["load_avg_1m"] == "1.0-3.0"
+
+
+def test_agents_and_reps_pick_the_levels_a_run_measures() -> None:
+    from stress.parts import Options
+
+    assert durable_steps.levels_for(Options()) == (durable_steps.FULL, durable_steps.FULL_REPS)
+    assert durable_steps.levels_for(Options(quick=True)) == (durable_steps.QUICK, 1)
+    assert durable_steps.levels_for(Options(agents=(100,))) == ([(100, 10, 1)], 3)
+    assert durable_steps.levels_for(Options(agents=(1,), quick=True, reps=2)) == ([(1, 3, 3)], 2)
+    assert durable_steps.levels_for(Options(agents=(1, 50))) == ([(1, 20, 10), (50, 10, 1)], 3)

@@ -20,7 +20,9 @@ the tool runs, and the result's commit empties the journal; no extra commit.
 :class:`RetinueCommits` is the breakdown, no model: a Python runner doing
 the same two ``LlmStep`` commits per step around the same tool, the intent
 in the first and the result in the second (:func:`durable_step`), to show
-what a journaled tool step costs without litellm.
+what a journaled tool step costs without litellm. Its turns start as a model
+turn's do (their stored state handed at the start, the input stored with the
+first intent): the commits per step are a model turn's, with no extra.
 :class:`RawLoop` is the other half: the same offline model and tool in a
 hand-written loop on ``litellm.acompletion``, nothing stored.
 """
@@ -230,7 +232,13 @@ class RetinueSteps(_RuntimeSide):
 
 
 async def durable_step(
-    turn: TurnControl, history: list[dict[str, Any]], agent: int, step: int, clock: StepClock
+    turn: TurnControl,
+    history: list[dict[str, Any]],
+    agent: int,
+    step: int,
+    clock: StepClock,
+    *,
+    takes_input: bool = False,
 ) -> None:
     """One journaled tool step of a model turn, without the model: the two ``LlmStep`` commits.
 
@@ -238,7 +246,9 @@ async def durable_step(
     (the journal: tool, class, idempotency key), the tool runs (``clock``
     ticks) with its :class:`~retinue.ToolCall` set, its result is committed
     with the journal emptied: what a model turn's step stores
-    (:meth:`~retinue.llm.turn._session.TurnSession._run_tools`).
+    (:meth:`~retinue.llm.turn._session.TurnSession._run_tools`). The turn's
+    first step (``takes_input``) stores its input with the intent, as a model
+    turn's first save does.
     """
     call_id = f"call_{step}"
     arguments = json.dumps({"agent": agent, "step": step})
@@ -261,7 +271,7 @@ async def durable_step(
         me.id, me.generation, step + 1, history[-1]["tool_calls"], {}, lambda _: "read", ()
     )
     raw = encode_transcript(me.id, history, 0, [], journal=journal)
-    await llm_step(turn, usage, raw, takes_input=False, open_calls=open_count(journal))
+    await llm_step(turn, usage, raw, takes_input=takes_input, open_calls=open_count(journal))
     with calling(tool_call(journal, journal.calls[0], me.id)):
         clock.tick(agent)
     result = json.dumps({"result": f"noted {agent}-{step}"})
@@ -272,29 +282,41 @@ async def durable_step(
     )
 
 
+class _CommitsRunner:
+    """The breakdown's runner: :func:`durable_step` ``steps`` times, started as a model turn is.
+
+    It has a ``host_tools`` mapping (no tool in it), so the runtime takes it for
+    a model runner (:func:`~retinue.actors.turns.is_model_runner`) and hands
+    its turns their stored state as they start (``Turn.llm_state``): no
+    ``LlmLoad`` round trip, as a :class:`~retinue.llm.LiteLLMRunner` turn. Its
+    first step stores the turn's input with the first intent, as a model turn's
+    first save does: two commits per step, nothing more.
+    """
+
+    def __init__(self, side: RetinueCommits) -> None:
+        self.host_tools: dict[str, Any] = {}
+        self._side = side
+
+    async def __call__(self, face: Turn) -> str:
+        turn = control_of(face)  # the LLM layer's commands go through the turn's control
+        found = _TASK.search(turn.task)
+        assert found is not None
+        agent, steps = int(found[1]), int(found[2])
+        await llm_load(turn)
+        history: list[dict[str, Any]] = [{"role": "user", "content": turn.task}]
+        for step in range(steps):
+            clock = self._side.clock
+            await durable_step(turn, history, agent, step, clock, takes_input=step == 0)
+        return f"noted {steps} times"
+
+
 class RetinueCommits(_RuntimeSide):
-    """The breakdown's Python runner: :func:`durable_step` ``steps`` times, no model call."""
+    """The breakdown: :func:`durable_step` ``steps`` times per turn, no model call."""
 
     name = "retinue_commits_only"
 
     def _profile(self) -> Profile:
-        side = self
-
-        async def runner(face: Turn) -> str:
-            turn = control_of(face)  # the LLM layer's commands go through the turn's control
-            found = _TASK.search(turn.task)
-            assert found is not None
-            agent, steps = int(found[1]), int(found[2])
-            await llm_load(turn)
-            history: list[dict[str, Any]] = [{"role": "user", "content": turn.task}]
-            await llm_step(
-                turn, Usage(), encode_transcript(turn.agent.id, history, 0, []), takes_input=True
-            )
-            for step in range(steps):
-                await durable_step(turn, history, agent, step, side.clock)
-            return f"noted {steps} times"
-
-        return Profile("agent", runner=runner)
+        return Profile("agent", runner=_CommitsRunner(self))
 
 
 class RawLoop:

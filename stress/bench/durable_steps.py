@@ -26,8 +26,9 @@ skipped with the reason. At each level every group of contenders runs in a
 fresh interpreter of its own (``python -m stress.bench.durable_steps``), one
 group after another: no state, thread or import of one disturbs another, and
 what is compared was measured close in time. The full run repeats it all
-:data:`FULL_REPS` times. One run, one machine: the figures are comparable
-within it only.
+:data:`FULL_REPS` times. ``--agents 100`` runs only the level of 100 agents
+at once (``--reps N``: N repetitions; :func:`levels_for`). One run, one
+machine: the figures are comparable within it only.
 
 The child's environment keeps DBOS and LangGraph local: no ``DBOS*``
 variable passes (a Conductor key or DBOS Cloud's would make DBOS dial out),
@@ -52,7 +53,18 @@ from stress.bench.durable_peers import PEERS, missing
 from stress.bench.durable_table import level_tables
 from stress.parts import Options, Part, Result
 
-__all__ = ["FULL", "FULL_REPS", "GROUPS", "MARK", "QUICK", "Level", "measure", "run", "run_group"]
+__all__ = [
+    "FULL",
+    "FULL_REPS",
+    "GROUPS",
+    "MARK",
+    "QUICK",
+    "Level",
+    "levels_for",
+    "measure",
+    "run",
+    "run_group",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -202,8 +214,21 @@ def run(levels: list[Level], reps: int = 1, timeout_s: float = 1800.0) -> dict[s
     }
 
 
+def levels_for(options: Options) -> tuple[list[Level], int]:
+    """The levels and repetitions ``options`` ask for: the quick or full run's, or only
+    the levels of ``options.agents`` (``--agents``: agents at once; a number neither run
+    has gets 10 steps per agent, one round), ``options.reps`` times (``--reps``)."""
+    base, reps = (QUICK, 1) if options.quick else (FULL, FULL_REPS)
+    if options.agents:
+        known = {level[0]: level for level in (*QUICK, *FULL)}
+        known.update({level[0]: level for level in base})  # this run's own level first
+        base = [known.get(agents, (agents, 10, 1)) for agents in options.agents]
+    return base, options.reps if options.reps else reps
+
+
 def _part(options: Options) -> Result:
-    data = run(QUICK, reps=1) if options.quick else run(FULL, reps=FULL_REPS)
+    levels, reps = levels_for(options)
+    data = run(levels, reps=reps)
     tables, ratios = level_tables(data)
     data["ratios"] = ratios
     notes = [f"{name} skipped: {reason}" for name, reason in data["skipped"].items()]

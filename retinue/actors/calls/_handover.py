@@ -92,6 +92,8 @@ class Handover(Generic[T]):
     def consume(self, journal: Journal | None = None) -> list[T]:
         """Forget (and return) what was received and kept: its waiter stored it."""
         with self._lock:
+            if not self._kept:  # nearly every step: nothing to forget, nothing to hold
+                return []
             tx = self._journal(journal)
             if tx is not None and self._kept:
                 tx.note(self._restore, {}, list(self._kept))

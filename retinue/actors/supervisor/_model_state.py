@@ -17,6 +17,7 @@ with the step that acts on them. A turn's last step goes with its settle
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from retinue.actors import Journaled
 from retinue.actors.commands import LlmStep, Settle
@@ -31,6 +32,8 @@ from retinue.protocol.messages import Usage
 from retinue.protocol.records import AgentRecord
 
 __all__ = ["ModelState"]
+
+_NO_USAGE = Usage()
 
 
 class ModelState(Journaled):
@@ -65,18 +68,27 @@ class ModelState(Journaled):
             receipts = handle.turn.handover.consume(self._journal)
             stored = [event for held in receipts for event in held]
             tree.consume_inputs(me.id, me.generation, stored)
-        if command.open_calls is not None and command.open_calls != me.open_calls:
-            me = world.update(me, open_calls=command.open_calls, updated_at=me.updated_at)
         for event in command.in_doubt:
             tx.emit(event)
-        if usage != Usage():
-            me = world.update(me, usage=me.usage.add(usage), updated_at=me.updated_at)
-            top = tree.agents[tree.top_of[me.id]]
+        # One new record per agent: the sender's changes (and its tree's usage when it
+        # is its tree's top agent) in one update, the top agent's in another.
+        changes: dict[str, Any] = {}
+        if command.open_calls is not None and command.open_calls != me.open_calls:
+            changes["open_calls"] = command.open_calls
+        top_id = tree.top_of[me.id]
+        spent = usage != _NO_USAGE
+        if spent:
+            changes["usage"] = me.usage.add(usage)
+            if top_id == me.id:
+                changes["tree_usage"] = me.tree_usage.add(usage)
+        if changes:
+            me = world.update(me, updated_at=me.updated_at, **changes)
+        if spent and top_id != me.id:
+            top = tree.agents[top_id]
             world.update(top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at)
-            me = tree.agents[me.id]
         if command.ends_call:  # after the usage: what waits is admitted against the new totals
             self.admission.call_done(tx, me, usage)
-        return me.usage, tree.agents[tree.top_of[me.id]].tree_usage
+        return me.usage, tree.agents[top_id].tree_usage
 
     def last_step(self, tx: Transition, command: Settle) -> Settle:
         """Serve the last step a settle carries (``Settle.step``); return the settle to serve.

@@ -293,9 +293,14 @@ class Supervisor:
         """
         world = self.world
         me = world.sender(command.sender) if command.live_sender else None
-        match command:
+        match command:  # the commands served most first (each case costs every later one a check)
+            case LlmStep():
+                return self.models.step(tx, sending_turn(me), command)
             case Spawn():
                 return self.spawner.spawn(tx, me, command)
+            case Settle():
+                self.scheduler.runner_returned(tx, command.sender)
+                return self.lifecycle.settle(tx, self.models.last_step(tx, command))
             case SpawnMany():
                 return self.spawner.spawn_many(tx, me, command.requests)
             case Fork():
@@ -326,9 +331,6 @@ class Supervisor:
                 return self.hosts.release_lease(tx, command.lease)
             case Leases():
                 return dict(world.tree.leases)
-            case Settle():
-                self.scheduler.runner_returned(tx, command.sender)
-                return self.lifecycle.settle(tx, self.models.last_step(tx, command))
             case ExpireTurn():
                 return self.lifecycle.expire(tx, command)
             case FollowUp():
@@ -375,8 +377,6 @@ class Supervisor:
                 return self.children(sending_turn(me))
             case LlmLoad():
                 return self.models.load(sending_turn(me))
-            case LlmStep():
-                return self.models.step(tx, sending_turn(me), command)
             case Compact():
                 return self.upkeep.compact()
             case Barrier():
