@@ -96,7 +96,24 @@ class Spans(Protocol):
     ``recording()`` says whether a span started now may record (an SDK is
     configured); while it does not, a turn with no stored trace context gets
     no span (it would be an invalid one, with nothing to pass on).
+
+    The observer asks both through three attributes, OpenTelemetry's own
+    callables and objects, so that a runtime that traces nothing never calls
+    into the tracing package (``python -m stress.hops``): ``current_context()``
+    is the caller's context (empty: no span is current, nothing to capture);
+    while ``global_provider()`` is ``unset_provider`` (the API's proxy), no
+    span may record; ``unset_provider`` None: every span may (a provider was
+    given).
     """
+
+    current_context: Callable[[], Mapping[str, object]]
+    """The caller's current context (OpenTelemetry's ``context.get_current``)."""
+
+    global_provider: Callable[[], object]
+    """The global tracer provider now (OpenTelemetry's ``trace.get_tracer_provider``)."""
+
+    unset_provider: object | None
+    """The global provider while none is set (no span may record); None: spans always may."""
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent``."""
@@ -338,11 +355,23 @@ class Observer:
         """Return ``turn``'s watch, its span started (the agent actor calls this as its
         runner starts; ``model`` is the runner's model, if it has one)."""
         spans = self.spans
-        if spans is None or (getattr(turn, "trace", None) is None and not spans.recording()):
+        if spans is None or (getattr(turn, "trace", None) is None and not _may_record(spans)):
             return TurnWatch(self.bus, turn)  # no span could record or pass a context on
         return TurnWatch(self.bus, turn, spans.turn(turn, model))
 
     def capture(self) -> str | None:
-        """The caller's current span as a W3C ``traceparent`` (None: none, or no spans)."""
+        """The caller's current span as a W3C ``traceparent`` (None: none, or no spans).
+
+        An empty current context (no span is current) answers None at once.
+        """
         spans = self.spans
-        return None if spans is None else spans.capture()
+        if spans is None or not spans.current_context():
+            return None
+        return spans.capture()
+
+
+def _may_record(spans: Spans) -> bool:
+    """Whether a span ``spans`` starts now may record (as ``spans.recording()`` says),
+    asked through OpenTelemetry's own callables, not the tracing package's."""
+    unset = spans.unset_provider
+    return unset is None or spans.global_provider() is not unset
