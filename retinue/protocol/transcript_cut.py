@@ -50,7 +50,7 @@ TASK_FLOOR_BYTES = 1024
 """The current task keeps at least this much of its content, whatever the bound."""
 GENERATION_TAG = "retinue_generation"
 """The key a loaded chat message keeps its stored generation under (never sent to a model:
-see :func:`~retinue.llm.chat._conversation.for_model`; not counted in its size)."""
+see :func:`~retinue.protocol.chat.for_model`; not counted in its size)."""
 
 
 def message_size(message: ChatMessage) -> int:
