@@ -106,14 +106,20 @@ class Spans(Protocol):
     given).
     """
 
-    current_context: Callable[[], Mapping[str, object]]
-    """The caller's current context (OpenTelemetry's ``context.get_current``)."""
+    @property
+    def current_context(self) -> Callable[[], Mapping[str, object]]:
+        """The caller's current context (OpenTelemetry's ``context.get_current``)."""
+        ...
 
-    global_provider: Callable[[], object]
-    """The global tracer provider now (OpenTelemetry's ``trace.get_tracer_provider``)."""
+    @property
+    def global_provider(self) -> Callable[[], object]:
+        """The global tracer provider now (OpenTelemetry's ``trace.get_tracer_provider``)."""
+        ...
 
-    unset_provider: object | None
-    """The global provider while none is set (no span may record); None: spans always may."""
+    @property
+    def unset_provider(self) -> object | None:
+        """The global provider while none is set (no span may record); None: spans always may."""
+        ...
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent``."""
