@@ -201,11 +201,13 @@ class TurnWatch:
         span = None if self.span is None else self.span.tool_call(call, name, kind, text)
         return ToolCallWatch(self, call, name, text, span)
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make the turn's span current in this thread or task while inside."""
-        with _current(self.span):
-            yield
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Make the turn's span current in this thread or task while inside.
+
+        With no span, a shared no-op context (no generator built per call).
+        """
+        span = self.span
+        return _NO_SPAN if span is None else _current(span)
 
     def end(self, status: str, error: str | None) -> None:
         """The turn's runner is done: ``completed``, ``failed`` or ``interrupted``."""
@@ -215,6 +217,10 @@ class TurnWatch:
     def traceparent(self) -> str | None:
         """The turn's span as a W3C ``traceparent`` (None: no span)."""
         return None if self.span is None else self.span.traceparent()
+
+
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""What ``current()`` is without a span: reusable, it does nothing."""
 
 
 @contextlib.contextmanager
@@ -246,11 +252,13 @@ class ModelCallWatch:
         self.span = span
         self.started = time.monotonic()
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make the call's span current while inside (the model is called inside)."""
-        with _current(self.span):
-            yield
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Make the call's span current while inside (the model is called inside).
+
+        With no span, a shared no-op context (no generator built per call).
+        """
+        span = self.span
+        return _NO_SPAN if span is None else _current(span)
 
     def delta(self, text: str) -> None:
         """A piece of the answer's text arrived: ``ModelDelta``."""
@@ -314,11 +322,13 @@ class ToolCallWatch:
                 )
             )
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make the call's span current while inside (what the tool spawns nests under it)."""
-        with _current(self.span):
-            yield
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Make the call's span current while inside (what the tool spawns nests under it).
+
+        With no span, a shared no-op context (no generator built per call).
+        """
+        span = self.span
+        return _NO_SPAN if span is None else _current(span)
 
     def finished(self, error: str | None, result: str | None = None) -> None:
         """The call ended: ok (``error`` None) with ``result``, or with the error the model
