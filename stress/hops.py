@@ -8,9 +8,14 @@ open; a window covers one operation, after a warm-up of the same operation:
   thread: the caller, the engine, the supervisor, the store's writer);
 - ``routed completion``: from the release of a gated runner until the host's
   ``wait`` already blocked on it returns (settle, routing, the host wait);
-- ``spawn_subagent(wait=true)``: one scripted model turn whose first step
-  spawns a scripted child and waits for it, until the host's ``wait`` on the
-  lead returns (the lead's two model steps, the child's turn, their commits).
+- ``spawn_subagent(wait=true)``: the model's round: one scripted model turn
+  whose first step spawns a scripted child and waits for it, from the host's
+  ``spawn`` of the lead until its ``wait`` on the lead returns (the lead's two
+  model steps, the child's turn, their commits), on retinue's own threads:
+  the host's thread is not recorded, since its ``spawn`` is the ``host spawn``
+  row and its ``wait`` the end of a routed completion, not the model's round;
+- ``host spawn + spawn_subagent(wait=true) + host wait``: the same window on
+  every thread, the host's too.
 
 Counted: the files under ``retinue/`` and their folders (``actors/supervisor``,
 ``protocol``, ...). Only the public API is used, so the same script measures
@@ -93,10 +98,11 @@ class Recorder:
         self.prefix = str(package) + os.sep
         self.files: set[str] = set()
         self.on = False
+        self.skip: int | None = None  # a thread whose calls are not recorded
 
     def hook(self, frame: FrameType, event: str, arg: Any) -> None:
         """The profiler hook: note the file of each Python call while a window is open."""
-        if self.on and event == "call":
+        if self.on and event == "call" and threading.get_ident() != self.skip:
             name = frame.f_code.co_filename
             if name.startswith(self.prefix):
                 self.files.add(name[len(self.prefix) :])
@@ -107,15 +113,18 @@ class Recorder:
         sys.setprofile(self.hook)
 
     @contextmanager
-    def window(self) -> Iterator[set[str]]:
-        """Record the files called inside the ``with`` block into the yielded set."""
+    def window(self, *, host: bool = True) -> Iterator[set[str]]:
+        """Record the files called inside the ``with`` block into the yielded set
+        (``host`` False: not those called on this thread)."""
         self.files = set()
+        self.skip = None if host else threading.get_ident()
         self.on = True
         found: set[str] = set()
         try:
             yield found
         finally:
             self.on = False
+            self.skip = None
             found |= self.files
 
 
@@ -164,7 +173,10 @@ def measure(rounds: int = 3) -> dict[str, Any]:
         team = load_team(_team(Path(tmp)))
         rt = Runtime.open(Path(tmp) / "llm", profiles=team.profiles())
         try:
-            out["spawn_subagent(wait=true)"] = _subagent(rounds, recorder, rt)
+            out["spawn_subagent(wait=true)"] = _subagent(rounds, recorder, rt, host=False)
+            out["host spawn + spawn_subagent(wait=true) + host wait"] = _subagent(
+                rounds, recorder, rt, host=True
+            )
         finally:
             rt.shutdown()
     threading.setprofile(None)
@@ -172,11 +184,13 @@ def measure(rounds: int = 3) -> dict[str, Any]:
     return out
 
 
-def _repeat(rounds: int, recorder: Recorder, call: Callable[[], object]) -> dict[str, Any]:
+def _repeat(
+    rounds: int, recorder: Recorder, call: Callable[[], object], *, host: bool = True
+) -> dict[str, Any]:
     call()  # warm-up: imports and first-time paths stay out of the window
     seen: set[str] = set()
     for _ in range(rounds):
-        with recorder.window() as found:
+        with recorder.window(host=host) as found:
             call()
         seen |= found
     return _row(seen)
@@ -204,7 +218,7 @@ def _until_waiting(rt: Any) -> None:
     time.sleep(0.2)
 
 
-def _subagent(rounds: int, recorder: Recorder, rt: Any) -> dict[str, Any]:
+def _subagent(rounds: int, recorder: Recorder, rt: Any, *, host: bool) -> dict[str, Any]:
     def one() -> object:
         lead = rt.spawn(
             "lead",
@@ -213,7 +227,7 @@ def _subagent(rounds: int, recorder: Recorder, rt: Any) -> dict[str, Any]:
         )
         return rt.wait(lead.id, timeout=60)
 
-    return _repeat(rounds, recorder, one)
+    return _repeat(rounds, recorder, one, host=host)
 
 
 def main(argv: list[str] | None = None) -> int:

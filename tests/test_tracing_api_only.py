@@ -30,13 +30,25 @@ SCRIPT = textwrap.dedent(
     from retinue.tracing import Tracing
 
     started = []
+    asked = []
     original = Tracing.turn
+    capture, recording = Tracing.capture, Tracing.recording
 
     def counted(self, turn, model):
         started.append(turn.agent.path)
         return original(self, turn, model)
 
+    def captured(self):
+        asked.append("capture")
+        return capture(self)
+
+    def recorded(self):
+        asked.append("recording")
+        return recording(self)
+
     Tracing.turn = counted
+    Tracing.capture = captured
+    Tracing.recording = recorded
     profiles = [
         Profile("lead", subagents=["leaf"], runner=LiteLLMRunner(SCRIPTED_MODEL)),
         Profile("leaf", runner=LiteLLMRunner(SCRIPTED_MODEL)),
@@ -59,6 +71,7 @@ SCRIPT = textwrap.dedent(
         print(rt.inspect(child.id).trace)
         print(rt.inspect(solo.id).trace)
     print("|".join(sorted(started)))
+    print("|".join(asked))
     """
 )
 
@@ -75,10 +88,14 @@ def test_without_an_sdk_only_a_turn_with_a_stored_context_starts_a_span(
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    lead, child, solo, started = done.stdout.strip().splitlines()[-4:]
+    lead, child, solo, started, asked = done.stdout.strip().splitlines()[-5:]
     remote = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     assert lead == remote  # the host's context, stored with the agent
     assert child == solo == "None"  # no SDK: nothing was recorded to pass on
     # Only the turn with a stored context asked for a span (as before, it continues
     # that context); the others could record nothing and pass nothing on: none.
     assert started == "/root/lead"
+    # The tracing package itself is asked only for the spawn made under a span: the
+    # others (no current context, no stored one) never call into it (a cheap check
+    # on OpenTelemetry's own context and provider, at the call site).
+    assert asked == "capture"

@@ -73,6 +73,13 @@ __all__ = [
 ]
 
 
+def _unset_provider() -> object | None:
+    """OpenTelemetry's global tracer provider while none is set (its proxy, one object);
+    None when one is already set (then every span may record, for good: it is set once)."""
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, ProxyTracerProvider) else None
+
+
 class Tracing:
     """Spans of one runtime's turns, model calls and tool calls (implements ``Spans``)."""
 
@@ -89,6 +96,10 @@ class Tracing:
         else:
             self.tracer = provider.get_tracer("retinue", schema_url=SCHEMA_URL)
         self.given = provider is not None
+        # What the observer asks without calling into this package (Spans):
+        self.current_context = otel_context.get_current
+        self.global_provider = trace.get_tracer_provider
+        self.unset_provider: object | None = None if self.given else _unset_provider()
         self.content = content_from_env() if capture_content is None else capture_content
         self.max_content = max_content
 
@@ -100,7 +111,8 @@ class Tracing:
         parent context (an invalid span when there is none), so the observer
         starts no span for a turn with no stored trace context.
         """
-        return self.given or not isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+        unset = self.unset_provider
+        return unset is None or trace.get_tracer_provider() is not unset
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent`` (None: no span)."""

@@ -263,3 +263,26 @@ def test_only_a_model_runners_turn_is_handed_its_stored_model_state(
     for profile in ("py", "model"):
         rt.wait(rt.spawn(profile, "go").id, timeout=10)
     assert seen == {"py": False, "model": True}
+
+
+def test_a_runner_says_it_is_a_model_runner_with_its_marker(open_runtime: OpenRuntime) -> None:
+    """``model_runner`` decides, whatever the runner's shape: True hands a turn its stored
+    model state without a ``host_tools`` mapping, False keeps it from one that has one."""
+    seen: dict[str, bool] = {}
+
+    class Marked:
+        """A runner that says what it is (``model_runner``), answering by itself."""
+
+        def __init__(self, marker: bool) -> None:
+            self.model_runner = marker
+            if not marker:
+                self.host_tools: dict[str, object] = {}
+
+        def __call__(self, turn: Turn) -> str:
+            seen[turn.agent.profile] = control_of(turn).llm_state is not None
+            return "done"
+
+    rt = open_runtime([Profile("yes", runner=Marked(True)), Profile("no", runner=Marked(False))])
+    for profile in ("yes", "no"):
+        rt.wait(rt.spawn(profile, "go").id, timeout=10)
+    assert seen == {"yes": True, "no": False}

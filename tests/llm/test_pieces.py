@@ -13,9 +13,9 @@ from retinue.llm.chat import (
     repair_dangling,
     turn_input,
 )
-from retinue.llm.chat._conversation import CUT_MARKER, INTERRUPTED_TOOL_RESULT, bound
 from retinue.llm.model import script_reply
 from retinue.llm.model._retry import backoff_delay, classify
+from retinue.protocol.chat import CUT_MARKER, INTERRUPTED_TOOL_RESULT, bound
 from retinue.protocol.effects import in_doubt_result
 from retinue.protocol.messages import Completion, CompletionStatus, Message
 from retinue.protocol.results import parse_result, result_instruction

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from llm.conftest import run, stub_runner, tool_call
 from retinue import AgentState, Profile
 from retinue.llm.chat import bound_at, decode_transcript, encode_transcript
-from retinue.llm.chat._conversation import CUT_ARGUMENTS, CUT_MARKER, bound
-from retinue.llm.chat._transcript_cut import TASK_FLOOR_BYTES, message_size
+from retinue.protocol.chat import CUT_ARGUMENTS, CUT_MARKER, bound
 from retinue.protocol.text import HEAD_TRUNCATION_MARKER
+from retinue.protocol.transcript_cut import TASK_FLOOR_BYTES, message_size
 from retinue.testing import OpenAIStub, StubReply
 
 Chat = list[dict[str, Any]]

@@ -17,7 +17,7 @@ from support import wait_until
 from llm.conftest import SETTLE_S, run, stub_runner, tool_call
 from retinue import AgentState, Profile, Runtime, UnknownAgent
 from retinue.llm.chat import decode_transcript
-from retinue.llm.chat._conversation import CUT_MARKER
+from retinue.protocol.chat import CUT_MARKER
 from retinue.protocol.records import TranscriptMessage
 from retinue.testing import OpenAIStub, StubReply
 

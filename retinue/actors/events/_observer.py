@@ -96,7 +96,30 @@ class Spans(Protocol):
     ``recording()`` says whether a span started now may record (an SDK is
     configured); while it does not, a turn with no stored trace context gets
     no span (it would be an invalid one, with nothing to pass on).
+
+    The observer asks both through three attributes, OpenTelemetry's own
+    callables and objects, so that a runtime that traces nothing never calls
+    into the tracing package (``python -m stress.hops``): ``current_context()``
+    is the caller's context (empty: no span is current, nothing to capture);
+    while ``global_provider()`` is ``unset_provider`` (the API's proxy), no
+    span may record; ``unset_provider`` None: every span may (a provider was
+    given).
     """
+
+    @property
+    def current_context(self) -> Callable[[], Mapping[str, object]]:
+        """The caller's current context (OpenTelemetry's ``context.get_current``)."""
+        ...
+
+    @property
+    def global_provider(self) -> Callable[[], object]:
+        """The global tracer provider now (OpenTelemetry's ``trace.get_tracer_provider``)."""
+        ...
+
+    @property
+    def unset_provider(self) -> object | None:
+        """The global provider while none is set (no span may record); None: spans always may."""
+        ...
 
     def capture(self) -> str | None:
         """The caller's current span as a W3C ``traceparent``."""
@@ -178,11 +201,13 @@ class TurnWatch:
         span = None if self.span is None else self.span.tool_call(call, name, kind, text)
         return ToolCallWatch(self, call, name, text, span)
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make the turn's span current in this thread or task while inside."""
-        with _current(self.span):
-            yield
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Make the turn's span current in this thread or task while inside.
+
+        With no span, a shared no-op context (no generator built per call).
+        """
+        span = self.span
+        return _NO_SPAN if span is None else _current(span)
 
     def end(self, status: str, error: str | None) -> None:
         """The turn's runner is done: ``completed``, ``failed`` or ``interrupted``."""
@@ -192,6 +217,10 @@ class TurnWatch:
     def traceparent(self) -> str | None:
         """The turn's span as a W3C ``traceparent`` (None: no span)."""
         return None if self.span is None else self.span.traceparent()
+
+
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""What ``current()`` is without a span: reusable, it does nothing."""
 
 
 @contextlib.contextmanager
@@ -223,11 +252,13 @@ class ModelCallWatch:
         self.span = span
         self.started = time.monotonic()
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make the call's span current while inside (the model is called inside)."""
-        with _current(self.span):
-            yield
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Make the call's span current while inside (the model is called inside).
+
+        With no span, a shared no-op context (no generator built per call).
+        """
+        span = self.span
+        return _NO_SPAN if span is None else _current(span)
 
     def delta(self, text: str) -> None:
         """A piece of the answer's text arrived: ``ModelDelta``."""
@@ -291,11 +322,13 @@ class ToolCallWatch:
                 )
             )
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make the call's span current while inside (what the tool spawns nests under it)."""
-        with _current(self.span):
-            yield
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """Make the call's span current while inside (what the tool spawns nests under it).
+
+        With no span, a shared no-op context (no generator built per call).
+        """
+        span = self.span
+        return _NO_SPAN if span is None else _current(span)
 
     def finished(self, error: str | None, result: str | None = None) -> None:
         """The call ended: ok (``error`` None) with ``result``, or with the error the model
@@ -338,11 +371,23 @@ class Observer:
         """Return ``turn``'s watch, its span started (the agent actor calls this as its
         runner starts; ``model`` is the runner's model, if it has one)."""
         spans = self.spans
-        if spans is None or (getattr(turn, "trace", None) is None and not spans.recording()):
+        if spans is None or (getattr(turn, "trace", None) is None and not _may_record(spans)):
             return TurnWatch(self.bus, turn)  # no span could record or pass a context on
         return TurnWatch(self.bus, turn, spans.turn(turn, model))
 
     def capture(self) -> str | None:
-        """The caller's current span as a W3C ``traceparent`` (None: none, or no spans)."""
+        """The caller's current span as a W3C ``traceparent`` (None: none, or no spans).
+
+        An empty current context (no span is current) answers None at once.
+        """
         spans = self.spans
-        return None if spans is None else spans.capture()
+        if spans is None or not spans.current_context():
+            return None
+        return spans.capture()
+
+
+def _may_record(spans: Spans) -> bool:
+    """Whether a span ``spans`` starts now may record (as ``spans.recording()`` says),
+    asked through OpenTelemetry's own callables, not the tracing package's."""
+    unset = spans.unset_provider
+    return unset is None or spans.global_provider() is not unset

@@ -67,13 +67,19 @@ def is_async_runner(runner: Runner) -> bool:
 
 
 def is_model_runner(runner: Runner) -> bool:
-    """Return True if ``runner`` is a model runner, one with a ``host_tools`` mapping
-    (:class:`~retinue.llm.LiteLLMRunner`): it reads its stored transcript and usage as
-    it starts, so the scheduler hands them to its turns (``Turn.llm_state``).
+    """Return True if ``runner`` is a model runner: it reads its stored transcript and
+    usage as it starts, so the scheduler hands them to its turns (``Turn.llm_state``).
 
-    A Python runner that calls a model runner itself is not one: its model turns ask
-    for that state (``LlmLoad``), one round trip more.
+    A runner says so with its ``model_runner`` attribute
+    (:class:`~retinue.llm.LiteLLMRunner`'s is True); one without it is taken for a
+    model runner when it has a ``host_tools`` mapping, as a runner shaped like
+    ``LiteLLMRunner`` was before the marker. A Python runner that calls a model
+    runner itself is not one: its model turns ask for that state (``LlmLoad``),
+    one round trip more.
     """
+    marker = getattr(runner, "model_runner", None)
+    if isinstance(marker, bool):
+        return marker
     return isinstance(getattr(runner, "host_tools", None), Mapping)
 
 

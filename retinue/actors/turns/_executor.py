@@ -266,7 +266,9 @@ class LoopThread:
         Calls from any thread run in the order they were made. They are
         batched: one wake-up of the loop (a write to its self-pipe) runs every
         call queued until the loop gets to them, so a commit that starts or
-        answers many async turns wakes the loop once.
+        answers many async turns wakes the loop once. A call made on the loop's
+        own thread (a turn's end stopping its actor) needs no wake-up: the
+        drain is queued as the loop's next callback, with no self-pipe write.
         """
         loop = self._ensure()
         if loop is None:
@@ -276,8 +278,12 @@ class LoopThread:
             if self._drain_scheduled:
                 return True
             self._drain_scheduled = True
+        thread = self._thread
         try:
-            loop.call_soon_threadsafe(self._drain_calls)
+            if thread is not None and thread.ident == threading.get_ident():
+                loop.call_soon(self._drain_calls)  # on the loop: it is running, awake
+            else:
+                loop.call_soon_threadsafe(self._drain_calls)
         except RuntimeError:  # closed meanwhile
             return False
         return True

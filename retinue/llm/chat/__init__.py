@@ -1,4 +1,4 @@
-"""Chat: what the model sees and says, as retinue keeps it.
+"""Chat: what the model sees and says, as retinue keeps it (its home is now ``retinue.protocol``).
 
 The chat messages of a turn and their stored transcript (``ChatMessage``,
 ``encode_transcript``/``decode_transcript``, ``turn_input``, the repair of a
@@ -6,13 +6,17 @@ call left without its result), the transcript's cut to its bound, and text
 made storable once, where it arrives from a model or a tool
 (``assistant_message``, ``piece``, ``tool_outcome``).
 
-The rest of the package may use the names in ``__all__``; the modules are private.
+These are the stored transcript's vocabulary, pure data and rules, so they
+live in :mod:`retinue.protocol.chat`, :mod:`retinue.protocol.transcript_cut` and
+:mod:`retinue.protocol.arrival`, beside the records they encode: a model turn
+then crosses no folder of its own for them (``python -m stress.hops``). This
+package keeps the names it always offered, for whoever imports them from here.
 """
 
 from __future__ import annotations
 
-from retinue.llm.chat._arrival import assistant_message, piece, tool_outcome
-from retinue.llm.chat._conversation import (
+from retinue.protocol.arrival import assistant_message, piece, tool_outcome
+from retinue.protocol.chat import (
     GENERATION_TAG,
     ChatMessage,
     bound_at,

@@ -5,7 +5,7 @@ provider without ``astreaming`` cannot: it fails at once, in one line, instead
 of failing each retry with a misleading 503) and asks for the usage in the
 last chunk where the provider takes ``stream_options``. :func:`streamed` makes
 one streamed call, hands each piece of text to ``on_text`` as it arrives (made
-storable: :func:`~retinue.llm.chat._arrival.piece`), and
+storable: :func:`~retinue.protocol.arrival.piece`), and
 assembles the chunks with litellm's ``stream_chunk_builder``: the text, the
 tool calls (parallel ones, and arguments sent in pieces, by their index) and
 the usage, in the shape of a plain response. An answer with tool calls and no
@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from retinue.errors import ModelCallFailed
-from retinue.llm.chat import piece
+from retinue.protocol.arrival import piece
 
 __all__ = ["stream_kwargs", "streamed"]
 

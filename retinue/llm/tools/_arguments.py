@@ -154,7 +154,7 @@ def _half_character(text: str | bytes) -> bool:
     """Whether JSON ``text`` holds a lone surrogate's escape (``"\\ud83d"``: half an emoji).
 
     A model's raw lone surrogate is escaped where its answer arrives
-    (:mod:`retinue.llm.chat._arrival`); msgspec refuses that escape as malformed
+    (:mod:`retinue.protocol.arrival`); msgspec refuses that escape as malformed
     JSON, the standard library decodes it: the value then has no UTF-8 form.
     """
     if not isinstance(text, str) or "\\u" not in text:

@@ -17,9 +17,9 @@ import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from retinue.llm.chat import tool_outcome
 from retinue.llm.tools._call import calling
 from retinue.llm.tools._toolbox import ToolBox, ToolBoxBuilder, build_toolbox
+from retinue.protocol.arrival import tool_outcome
 from retinue.protocol.effects import Effect, ToolCall
 
 __all__ = ["PlainToolBox", "ToolBoxProtocol", "adapting", "as_toolbox"]

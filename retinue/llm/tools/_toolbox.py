@@ -27,7 +27,7 @@
   ``timeout_s`` (``tool_timeout_s`` for file and host tools: the call is
   cancelled, or abandoned on its pool thread). Results are bounded at
   ``max_result_bytes`` and made storable as they arrive: a lone surrogate in
-  a result or an error becomes its escape (:mod:`retinue.llm.chat._arrival`).
+  a result or an error becomes its escape (:mod:`retinue.protocol.arrival`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import msgspec
 from retinue.actors import Profile
 from retinue.actors.turns import Turn, control_of
 from retinue.errors import ConfigurationError, RetinueError, TurnInterrupted
-from retinue.llm.chat import tool_outcome
 from retinue.llm.tools._arguments import ToolDef, ToolError, decode_arguments
 from retinue.llm.tools._bash import DEFAULT_BASH_TIMEOUT_S
 from retinue.llm.tools._builtins import (
@@ -56,6 +55,7 @@ from retinue.llm.tools._call import calling
 from retinue.llm.tools._coordinator import coordinator_tools
 from retinue.llm.tools._host import check_timeout, host_tool_defs
 from retinue.llm.tools._workspace import Workspace
+from retinue.protocol.arrival import tool_outcome
 from retinue.protocol.effects import Effect, ToolCall
 from retinue.protocol.text import storable_text, truncate_utf8
 from retinue.protocol.tools import BUILTIN_TOOLS, is_mcp_name, resolve_tools, runner_tools
@@ -146,7 +146,7 @@ class ToolBox:
         succeeded, else the message of the ``{"error": ...}`` result.
 
         Both are made storable here, where a tool's answer arrives
-        (:func:`~retinue.llm.chat._arrival.tool_outcome`: a lone surrogate is escaped).
+        (:func:`~retinue.protocol.arrival.tool_outcome`: a lone surrogate is escaped).
         """
         with calling(call):
             result, error = await self._outcome(name, arguments)

@@ -87,6 +87,11 @@ class LiteLLMRunner:
             timeout or an unknown result format.
     """
 
+    model_runner = True
+    """A model runner: its turns read their stored transcript and usage as they start, so
+    the scheduler hands them over with the turn
+    (:func:`~retinue.actors.turns.is_model_runner`)."""
+
     holds_input = True
     """A turn's input is stored with its first model step (its transcript holds it from then
     on); a turn that ends before, and does not complete, gives it back, as any turn does."""

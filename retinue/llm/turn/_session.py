@@ -48,21 +48,6 @@ from retinue.errors import (
     TokenBudgetExceeded,
     ToolCallLimitExceeded,
 )
-from retinue.llm.chat import (
-    ChatMessage,
-    assistant_message,
-    bound_at,
-    decode_transcript,
-    encode_transcript,
-    for_model,
-    render_message,
-    repair_dangling,
-    stored_calls,
-    stored_journal,
-    timed_call,
-    turn_input,
-    unanswered_calls,
-)
 from retinue.llm.mcp import mcp_tool_defs
 from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete, usage_of
 from retinue.llm.tools import ToolBoxProtocol
@@ -81,6 +66,21 @@ from retinue.llm.turn._intents import (
 )
 from retinue.llm.turn._settings import RunnerSettings
 from retinue.llm.turn._taped import Taped, TapedTool, host_call_index
+from retinue.protocol.arrival import assistant_message
+from retinue.protocol.chat import (
+    ChatMessage,
+    bound_at,
+    decode_transcript,
+    encode_transcript,
+    for_model,
+    render_message,
+    repair_dangling,
+    stored_calls,
+    stored_journal,
+    timed_call,
+    turn_input,
+    unanswered_calls,
+)
 from retinue.protocol.effects import Effect, effect_of
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
@@ -173,7 +173,7 @@ class TurnSession:
         """Make one model call (reported on the turn's watch); return its answer and usage.
 
         The answer is the chat message the turn keeps, every text of it made
-        storable here, where it arrives (:func:`~retinue.llm.chat._arrival.assistant_message`).
+        storable here, where it arrives (:func:`~retinue.protocol.arrival.assistant_message`).
 
         Raises:
             ModelCallFailed: the call failed for good, or the answer has no choices.

@@ -20,9 +20,9 @@ from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from retinue.llm.cassette import Cassette, model_call_index
-from retinue.llm.chat import ChatMessage
 from retinue.llm.model import CallSettings
 from retinue.llm.turn._settings import RunnerSettings
+from retinue.protocol.chat import ChatMessage
 from retinue.protocol.messages import Usage
 
 __all__ = ["OFF_SCRIPT_TIMEOUT_S", "Taped", "TapedTool", "host_call_index"]

@@ -50,14 +50,18 @@ TASK_FLOOR_BYTES = 1024
 """The current task keeps at least this much of its content, whatever the bound."""
 GENERATION_TAG = "retinue_generation"
 """The key a loaded chat message keeps its stored generation under (never sent to a model:
-see :func:`~retinue.llm.chat._conversation.for_model`; not counted in its size)."""
+see :func:`~retinue.protocol.chat.for_model`; not counted in its size)."""
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(..., ensure_ascii=False)``'s encoder, built once (dumps builds one per call)."""
 
 
 def message_size(message: ChatMessage) -> int:
     """Return the approximate stored size of one message, in bytes (its generation tag aside)."""
     if GENERATION_TAG in message:
         message = {k: v for k, v in message.items() if k != GENERATION_TAG}
-    return len(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")) + 8
+    return len(_JSON.encode(message).encode("utf-8", "surrogatepass")) + 8
 
 
 def _call_ids(message: ChatMessage) -> list[Any]:

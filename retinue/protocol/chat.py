@@ -8,12 +8,12 @@ then its unread messages in arrival order, a child's completion rendered as
 The transcript is the chat without its system prompt, stored as a
 :class:`~retinue.protocol.records.TranscriptRecord`. :func:`bound` keeps it
 within ``Limits.transcript_max_bytes`` without breaking the chat's structure
-(:mod:`retinue.llm.chat._transcript_cut`): the current task and the step in
+(:mod:`retinue.protocol.transcript_cut`): the current task and the step in
 progress stay, the oldest tool results are replaced by :data:`CUT_MARKER`
 first, then oversized tool-call arguments, then the oldest other contents,
 then whole units (an assistant message with its tool results) go, oldest
 first. The chat's texts arrive storable (a model's answer and a tool's result
-are cleaned where they arrive, :mod:`retinue.llm.chat._arrival`; the rest is the
+are cleaned where they arrive, :mod:`retinue.protocol.arrival`; the rest is the
 runtime's own or was checked when it was sent), so the history a turn sends
 is the one it stores, as it is.
 """
@@ -27,12 +27,6 @@ from typing import Any
 
 import msgspec
 
-from retinue.llm.chat._transcript_cut import (
-    CUT_ARGUMENTS,
-    CUT_MARKER,
-    GENERATION_TAG,
-    cut_transcript,
-)
 from retinue.protocol.effects import in_doubt_result
 from retinue.protocol.messages import AgentInfo, CompletionStatus, Message, Usage
 from retinue.protocol.records import (
@@ -44,6 +38,12 @@ from retinue.protocol.records import (
     TranscriptRecord,
 )
 from retinue.protocol.text import storable_text
+from retinue.protocol.transcript_cut import (
+    CUT_ARGUMENTS,
+    CUT_MARKER,
+    GENERATION_TAG,
+    cut_transcript,
+)
 
 __all__ = [
     "CUT_ARGUMENTS",
@@ -121,7 +121,7 @@ def turn_input(
 storable = storable_text
 """Return ``text`` with lone surrogates (no UTF-8 form) escaped as ``\\udXXX``
 (:func:`retinue.protocol.text.storable_text`, which the LLM layer applies where
-text arrives: :mod:`retinue.llm.chat._arrival`)."""
+text arrives: :mod:`retinue.protocol.arrival`)."""
 
 
 def _optional_text(value: object) -> str | None:
@@ -187,7 +187,7 @@ def bound_at(
     """Return ``messages`` cut to fit ``max_bytes``, the cut count, and the new index of
     the current task (``task_at``: its index in ``messages``).
 
-    See :mod:`retinue.llm.chat._transcript_cut` for what the cut keeps: the current
+    See :mod:`retinue.protocol.transcript_cut` for what the cut keeps: the current
     task, the step in progress, system messages and the chat's structure (no
     tool result without its call).
     """

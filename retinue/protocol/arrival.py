@@ -29,7 +29,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from retinue.llm.chat._conversation import ChatMessage
+from retinue.protocol.chat import ChatMessage
 from retinue.protocol.text import storable_text
 
 __all__ = ["assistant_message", "piece", "tool_outcome"]
