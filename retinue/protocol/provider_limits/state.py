@@ -157,16 +157,28 @@ class LimitState:
             return False
         if self.in_flight >= self.level.cap():
             return False
-        if self.requests is not None and not self.requests.fits(1, now):
+        if not all(window.fits(units, now) for window, units in self._charges(tokens, True)):
             return False
-        if self.tokens is not None and not self.tokens.fits(tokens, now):
-            return False
-        if self.stated_requests is not None and not self.stated_requests.fits(1, now):
-            return False
-        stated = self.stated_tokens
-        if stated is not None and not stated.fits(min(tokens, stated.capacity), now):
-            return False  # a call larger than the stated tokens goes alone
         return self.learned is None or self.learned.fits(tokens, now)
+
+    def _charges(self, tokens: int, alone: bool) -> list[tuple[RateWindow, int]]:
+        """Each window a call estimated at ``tokens`` counts in, with the units it counts.
+
+        ``alone``: a call larger than the stated tokens counts as the whole
+        stated window, so it goes once that window is empty rather than never.
+        """
+        charges: list[tuple[RateWindow, int]] = []
+        for window, units in (
+            (self.requests, 1),
+            (self.tokens, tokens),
+            (self.stated_requests, 1),
+            (self.stated_tokens, tokens),
+        ):
+            if window is not None:
+                if alone and window is self.stated_tokens:
+                    units = min(units, window.capacity)
+                charges.append((window, units))
+        return charges
 
     def ready_at(self, tokens: int, now: float) -> float | None:
         """Return the earliest time such a call could start (None: not before a call ends)."""
@@ -175,19 +187,11 @@ class LimitState:
         at = max(now, self.closed_until)
         if at < self.pace_until:
             at = max(at, self.next_slot)
-        for window, units in (
-            (self.requests, 1),
-            (self.tokens, tokens),
-            (self.stated_requests, 1),
-            (self.stated_tokens, tokens),
-        ):
-            if window is not None:
-                if window is self.stated_tokens:
-                    units = min(units, window.capacity)
-                free = window.free_at(units, now)
-                if free is None:
-                    return None
-                at = max(at, free)
+        for window, units in self._charges(tokens, True):
+            free = window.free_at(units, now)
+            if free is None:
+                return None
+            at = max(at, free)
         if self.learned is not None:
             at = max(at, self.learned.ready_at(tokens, now))
         return at
@@ -198,14 +202,8 @@ class LimitState:
         self.in_flight += 1
         self.admitted += 1
         self.held_tokens += tokens
-        for window, units in (
-            (self.requests, 1),
-            (self.tokens, tokens),
-            (self.stated_requests, 1),
-            (self.stated_tokens, tokens),
-        ):
-            if window is not None:
-                window.take(units)
+        for window, units in self._charges(tokens, False):
+            window.take(units)
         if now < self.pace_until:
             self.next_slot = now + self.pace_gap * rng.uniform(0.5, 1.5)
         return None if self.learned is None else self.learned.admitted(tokens, now)
