@@ -22,6 +22,11 @@ timed window, per turn:
   ``fdatasync`` once per commit, for its pages, and writes its meta page with
   ``O_DSYNC``; an explicit flush is one more).
 
+The raw side runs twice: a plain call (model and messages, as the llm
+bench's raw side) and the request a retinue turn sends (captured from one
+turn: its tools, the offline model's zero prices), which litellm's own threads
+handle differently (the ``same_request`` rows).
+
 The counters wrap the methods they count (class attributes, put back after),
 so the instrumented passes are separate from the timed ones and their wall
 time is not reported.
@@ -45,6 +50,7 @@ from retinue.actors.calls._channel import Channel
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.model import load_litellm
 from retinue.persistence.writer import Writer
+from stress.bench.llm_instructions import captured_call
 
 __all__ = ["THREAD_GROUPS", "Sample", "costs", "thread_group"]
 
@@ -169,9 +175,13 @@ class Sample:
         }
 
 
-def _raw(turns: int, bound: int) -> dict[str, Any]:
-    """The figures of ``turns`` raw calls on the offline model, ``bound`` in flight."""
+def _raw(turns: int, bound: int, request: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The figures of ``turns`` raw calls on the offline model, ``bound`` in flight.
+
+    ``request``: the keywords of every call but its messages (default: the model only).
+    """
     litellm = load_litellm()
+    keywords = {"model": SCRIPTED_MODEL} if request is None else request
     counts = _Counts()
     sample = Sample(counts)
 
@@ -181,7 +191,7 @@ def _raw(turns: int, bound: int) -> dict[str, Any]:
         async def one(i: int) -> None:
             async with semaphore:
                 await litellm.acompletion(
-                    model=SCRIPTED_MODEL, messages=[{"role": "user", "content": f"task {i}"}]
+                    **keywords, messages=[{"role": "user", "content": f"task {i}"}]
                 )
 
         await asyncio.gather(*(one(i) for i in range(WARM_UP)))
@@ -240,20 +250,28 @@ def costs(folder: Path, turns: int, bound: int) -> dict[str, Any]:
     """Return the diagnostic rows: raw call against retinue turn, per turn (see the module)."""
     raw = _raw(turns, bound)
     ours = _retinue(folder, turns, bound)
+    request = captured_call(folder.with_name(folder.name + "-request"))
+    request.pop("messages", None)
+    same = _raw(turns, bound, request)
     threads = ours["threads_ms"]
     split = ", ".join(
         f"{group} {threads.get(group, 0.0):.3f}"
         for group in ("loop", "supervisor", "writer", "host", "litellm", "other")
     )
-    raw_threads = raw["threads_ms"]
-    raw_split = ", ".join(
-        f"{group} {raw_threads.get(group, 0.0):.3f}" for group in ("host", "litellm", "other")
-    )
+
+    def raw_split(figures: dict[str, Any]) -> str:
+        threads = figures["threads_ms"]
+        return ", ".join(
+            f"{group} {threads.get(group, 0.0):.3f}" for group in ("host", "litellm", "other")
+        )
+
     return {
         "costs_turns": turns,
         "costs_user_cpu_ms_raw_call_retinue_turn": _pair(raw["user_ms"], ours["user_ms"]),
+        "costs_user_cpu_ms_raw_same_request": round(same["user_ms"], 3),
         "costs_sys_cpu_ms_raw_call_retinue_turn": _pair(raw["sys_ms"], ours["sys_ms"]),
-        "costs_cpu_ms_by_thread_raw": raw_split,
+        "costs_cpu_ms_by_thread_raw": raw_split(raw),
+        "costs_cpu_ms_by_thread_raw_same_request": raw_split(same),
         "costs_cpu_ms_by_thread_retinue": split,
         "costs_run_queue_wait_ms_raw_retinue": _pair(raw["run_queue_ms"], ours["run_queue_ms"]),
         "costs_switches_voluntary_raw_retinue": _pair(raw["voluntary"], ours["voluntary"], 2),
