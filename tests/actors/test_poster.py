@@ -11,7 +11,9 @@ included, gets every completion exactly once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,6 +124,16 @@ def test_a_closed_loop_refuses() -> None:
     loop.close()
     with pytest.raises(RuntimeError):
         post(print, "never")
+
+
+def test_a_loop_posted_to_is_not_kept_alive() -> None:
+    loop = asyncio.new_event_loop()
+    poster(loop)  # the loop's poster is cached for it, weakly
+    gone = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert gone() is None
 
 
 def test_a_burst_of_async_spawns_and_waits_gets_each_completion_once(

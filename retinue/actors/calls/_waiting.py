@@ -80,8 +80,9 @@ class _Batched:
     __slots__ = ("_calls", "_lock", "_loop", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Post to ``loop``."""
-        self._loop = loop
+        """Post to ``loop`` (held weakly: the poster is the loop's value in ``_POSTERS``,
+        whose weak key a strong reference would keep alive for ever)."""
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._scheduled = False
@@ -92,8 +93,8 @@ class _Batched:
         Raises:
             RuntimeError: the loop is closed.
         """
-        loop = self._loop
-        if loop.is_closed():
+        loop = self._loop()
+        if loop is None or loop.is_closed():
             raise RuntimeError("Event loop is closed")
         with self._lock:
             self._calls.append((callback, args))
