@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from support import OpenRuntime
 
-from retinue import NothingToWaitFor, Profile
-from retinue.actors.calls._waiting import poster
+from retinue import NothingToWaitFor, Profile, Turn
+from retinue.actors.calls._waiting import _POSTERS, poster
 
 CALLS = 1_000
 WATCHDOG_S = 30.0
@@ -134,6 +134,23 @@ def test_a_loop_posted_to_is_not_kept_alive() -> None:
     del loop
     gc.collect()
     assert gone() is None
+
+
+def test_a_closed_runtime_leaves_no_poster_behind(open_runtime: OpenRuntime) -> None:
+    async def runner(turn: Turn) -> str:
+        return "done"
+
+    rt = open_runtime([Profile("worker", runner=runner)])
+    rt.wait(rt.spawn("worker", "t").id, timeout=30)  # its loop ran a turn
+    runtime_loops = [  # registered by a runtime's LoopThread (its batched call_soon)
+        weakref.ref(loop)
+        for loop, post in list(_POSTERS.items())
+        if getattr(post, "__name__", "") == "call_soon"
+    ]
+    assert runtime_loops
+    rt.shutdown()
+    left = [loop for loop in (ref() for ref in runtime_loops) if loop is not None]
+    assert not any(loop in _POSTERS for loop in left)  # the poster no longer holds the loop
 
 
 def test_a_burst_of_async_spawns_and_waits_gets_each_completion_once(

@@ -30,6 +30,7 @@ __all__ = [
     "register_poster",
     "resolve_timeout",
     "timed_out",
+    "unregister_poster",
     "wait_answer",
     "when_done",
 ]
@@ -40,11 +41,19 @@ log = logging.getLogger("retinue.calls")
 _POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
     weakref.WeakKeyDictionary()
 )
+_POSTERS_LOCK = threading.Lock()
 
 
 def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) -> None:
     """Make ``post`` the way :func:`poster` reaches ``loop`` (a runtime's batched call_soon)."""
     _POSTERS[loop] = post
+
+
+def unregister_poster(loop: asyncio.AbstractEventLoop) -> None:
+    """Forget ``loop``'s poster (its runtime closed it): a registered ``post`` that holds
+    the loop would otherwise keep it alive as long as the process."""
+    with _POSTERS_LOCK:
+        _POSTERS.pop(loop, None)
 
 
 def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
@@ -60,9 +69,6 @@ def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
             if post is None:
                 post = _POSTERS[loop] = _Batched(loop)
     return post
-
-
-_POSTERS_LOCK = threading.Lock()
 
 
 class _Batched:
