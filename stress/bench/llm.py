@@ -13,7 +13,10 @@ pair is measured on the scripted model (no HTTP) to show retinue's overhead
 against litellm alone. The pairs alternate ``reps`` times; each rate is the
 median round's, each ratio the median of the rounds' own (with their range),
 and the process's CPU per call or turn is printed beside it (a shared machine
-disturbs it less than wall time). :mod:`stress.bench.llm_calls` adds the latency of one call at
+disturbs it less than wall time). :mod:`stress.bench.llm_costs` adds where a
+turn's time goes against a raw call (the ``costs_*`` rows: user and system CPU,
+CPU by thread, context switches, the collector, hand-offs between threads,
+commits and fsyncs per turn). :mod:`stress.bench.llm_calls` adds the latency of one call at
 a time (p50, p99, raw beside retinue's) and a multi-step turn's time per step; the full
 run adds :mod:`stress.bench.llm_instructions`, the instructions per one-call turn under
 callgrind on the offline model (``--only llm_instructions`` runs it alone).
@@ -35,7 +38,7 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.model import load_litellm
-from stress.bench import llm_instructions
+from stress.bench import llm_costs, llm_instructions
 from stress.bench.llm_calls import (
     STEPS,
     note,
@@ -51,6 +54,8 @@ from stress.parts import Options, Part, Result
 
 STUB_THREAD_MARKS = ("process_request_thread", "openai-stub")
 WARM_UP = 10
+COSTS_TURNS = 200
+"""The fewest turns of the diagnostic pair (:mod:`stress.bench.llm_costs`)."""
 
 
 class _ThreadSampler:
@@ -239,6 +244,7 @@ def run(turns: int, bound: int = 64, reps: int = 1, latency_calls: int = 200) ->
     row: dict[str, Any] = {"turns": turns, "calls_in_flight_bound": bound, "reps": reps}
     with ChildStub() as stub, tempfile.TemporaryDirectory() as tmp:
         row.update(_throughput(stub.url, Path(tmp), turns, bound, reps))
+        row.update(llm_costs.costs(Path(tmp) / "costs", max(turns, COSTS_TURNS), bound))
         row.update(_latency(stub.url, Path(tmp), latency_calls))
         row.update(_steps(stub.url, Path(tmp), max(turns // 5, 10), bound, reps))
     return row

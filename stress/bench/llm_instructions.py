@@ -33,7 +33,7 @@ from typing import Any
 
 from stress.parts import Options, Part, Result
 
-__all__ = ["PART", "VALGRIND", "callgrind_total", "drive", "measure", "run"]
+__all__ = ["PART", "VALGRIND", "callgrind_total", "captured_call", "drive", "measure", "run"]
 
 VALGRIND = "valgrind"
 """The valgrind executable looked up on ``PATH``."""
@@ -60,7 +60,7 @@ def callgrind_total(text: str) -> int:
     raise ValueError("no 'summary:' or 'totals:' line: not a callgrind output file")
 
 
-def _captured_call(folder: Path) -> dict[str, Any]:
+def captured_call(folder: Path) -> dict[str, Any]:
     """Run one retinue turn on the offline model; return the kwargs it passed to litellm."""
     from retinue import Durability, Profile, Runtime
     from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
@@ -92,7 +92,7 @@ def _drive_raw(folder: Path, n: int) -> int:
     from retinue.llm.model import load_litellm
 
     litellm = load_litellm()
-    kwargs = _captured_call(folder)
+    kwargs = captured_call(folder)
 
     async def main() -> int:
         for _ in range(WARM_UP):

@@ -15,7 +15,12 @@ from retinue.actors.calls._channel import Channel, RuntimeState, actor_target
 from retinue.actors.calls._engine import Engine, HostReceipt, WaitCommand, handed_events
 from retinue.actors.calls._handover import Handover
 from retinue.actors.calls._reply import Reply
-from retinue.actors.calls._waiting import register_poster, resolve_timeout, timed_out
+from retinue.actors.calls._waiting import (
+    register_poster,
+    resolve_timeout,
+    timed_out,
+    unregister_poster,
+)
 
 __all__ = [
     "Channel",
@@ -30,4 +35,5 @@ __all__ = [
     "register_poster",
     "resolve_timeout",
     "timed_out",
+    "unregister_poster",
 ]

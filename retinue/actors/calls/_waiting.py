@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,15 +30,18 @@ __all__ = [
     "register_poster",
     "resolve_timeout",
     "timed_out",
+    "unregister_poster",
     "wait_answer",
     "when_done",
 ]
 
+log = logging.getLogger("retinue.calls")
 
 # The batched cross-thread call of each runtime loop (see LoopThread.call_soon).
 _POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
     weakref.WeakKeyDictionary()
 )
+_POSTERS_LOCK = threading.Lock()
 
 
 def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) -> None:
@@ -44,13 +49,82 @@ def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) 
     _POSTERS[loop] = post
 
 
+def unregister_poster(loop: asyncio.AbstractEventLoop) -> None:
+    """Forget ``loop``'s poster (its runtime closed it): a registered ``post`` that holds
+    the loop would otherwise keep it alive as long as the process."""
+    with _POSTERS_LOCK:
+        _POSTERS.pop(loop, None)
+
+
 def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
     """Return how to run a callback on ``loop`` from another thread.
 
     A runtime's own loop gets its batched :meth:`LoopThread.call_soon`; any
-    other loop (a host's) ``call_soon_threadsafe``.
+    other loop (a host's) a :class:`_Batched` poster of its own, made once.
     """
-    return _POSTERS.get(loop) or loop.call_soon_threadsafe
+    post = _POSTERS.get(loop)
+    if post is None:
+        with _POSTERS_LOCK:
+            post = _POSTERS.get(loop)
+            if post is None:
+                post = _POSTERS[loop] = _Batched(loop)
+    return post
+
+
+class _Batched:
+    """Runs callbacks on a loop that is not a runtime's (a host's), one wake-up per batch.
+
+    Calls from any thread run in the order they were made. The first call
+    since the loop last ran them wakes it (``call_soon_threadsafe``: a write to
+    its self-pipe); the calls made before it gets to them join that batch
+    without another write. A commit that answers many of the host's awaits
+    (a burst of ``spawn_async``) so wakes the host's loop once, and the
+    store's writer, which answers them, releases the GIL at one write
+    instead of at each.
+    """
+
+    __slots__ = ("_calls", "_lock", "_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Post to ``loop`` (held weakly: the poster is the loop's value in ``_POSTERS``,
+        whose weak key a strong reference would keep alive for ever)."""
+        self._loop = weakref.ref(loop)
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self._scheduled = False
+
+    def __call__(self, callback: Callable[..., Any], *args: Any) -> bool:
+        """Run ``callback(*args)`` on the loop soon.
+
+        Raises:
+            RuntimeError: the loop is closed.
+        """
+        loop = self._loop()
+        if loop is None or loop.is_closed():
+            raise RuntimeError("Event loop is closed")
+        with self._lock:
+            self._calls.append((callback, args))
+            if self._scheduled:
+                return True
+            self._scheduled = True
+        try:
+            loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # closed meanwhile: nobody will run them
+            with self._lock:
+                self._calls.clear()
+                self._scheduled = False
+            raise
+        return True
+
+    def _drain(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+            self._scheduled = False
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception:  # one broken callback must not starve the others
+                log.exception("a callback posted to an event loop failed")
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from retinue.actors.calls import register_poster
+from retinue.actors.calls import register_poster, unregister_poster
 from retinue.actors.turns._loop_close import run_after_tasks, run_closers, runs_closers
 
 __all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "runner_finished"]
@@ -255,6 +255,7 @@ class LoopThread:
                     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             run_after_tasks(loop)
             loop.close()
+            unregister_poster(loop)  # its poster holds this LoopThread, which holds the loop
 
     def start(self) -> None:
         """Start the loop's thread now (otherwise the first callback does)."""
