@@ -92,6 +92,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         self.writes: list[Write] = JList(j)
         self.spread: list[Write] = JList(j)  # a compaction's deletes (see spread_since)
         self._agents_written: dict[str, AgentRecord] = JDict(j)  # encoded by take_writes
+        # Removed agents whose last change was not written yet (see spread_since).
+        self._removed_unwritten: dict[str, AgentRecord] = JDict(j)
 
     @property
     def journal(self) -> Journal:
@@ -110,6 +112,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         self.writes = JList(self._journal)
         self.spread = JList(self._journal)
         self._agents_written = JDict(self._journal)
+        self._removed_unwritten = JDict(self._journal)
 
     def take_writes(self) -> list[Write]:
         """Return and clear the writes gathered since the last call (each agent's last state).
@@ -119,6 +122,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         writes: list[Write] = list(self.writes)
         if writes:
             self.writes = JList(self._journal)
+        if self._removed_unwritten:  # removed in this transaction: no spread delete follows
+            self._removed_unwritten = JDict(self._journal)
         if self._agents_written:
             writes += [
                 ("agents", agent_id.encode(), _encode(record))
@@ -134,12 +139,21 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         them anywhere), so they are ordered for every prefix to be consistent:
         what names an agent (messages, completions, transcript, approvals) goes
         before agent records, and agents in the order they were removed
-        (leaves before parents).
+        (leaves before parents). A removed agent this transition changed
+        (closed, then removed by retention) is written as the transition left
+        it, so that until its spread delete the store holds it closed, not as it
+        was before (live, under a closed parent).
         """
         moved = self.writes[mark:]
         del self.writes[mark:]
         self.spread += [w for w in moved if w[0] != "agents"]
         self.spread += [w for w in moved if w[0] == "agents"]
+        if self._removed_unwritten:
+            self.writes += [
+                ("agents", agent_id.encode(), _encode(record))
+                for agent_id, record in self._removed_unwritten.items()
+            ]
+            self._removed_unwritten = JDict(self._journal)
 
     def take_spread(self) -> list[Write]:
         """Return and clear the spread writes gathered since the last call."""
@@ -286,7 +300,9 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         removed = set(ordered)
         completions = 0
         for agent_id in ordered:
-            self._agents_written.pop(agent_id, None)
+            unwritten = self._agents_written.pop(agent_id, None)
+            if unwritten is not None:
+                self._removed_unwritten[agent_id] = unwritten
             self.writes.append(("agents", agent_id.encode(), None))
             self.writes.append(("transcripts", agent_id.encode(), None))
             newest = self.agents[agent_id].generation if agent_id in self.agents else 0
