@@ -21,6 +21,12 @@ In order, until the transcript fits: the oldest tool results' contents become
 contents become the marker; then whole units go, oldest first (those before
 the task, then those between the task and the last unit). Tool results
 left without their call by an older version's cut are removed on the way.
+
+The common case costs little: a transcript that fits comes back as it is (a
+new list of the same messages, nothing copied), which a cheap upper bound of
+its size usually shows; a turn's session keeps each message's bound, size
+and record from one step to the next (:mod:`retinue.protocol.transcript_memo`),
+so a step sizes only the messages it added.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
 from retinue.protocol.text import truncate_utf8
+from retinue.protocol.transcript_memo import TranscriptMemo
 
 __all__ = [
     "CUT_ARGUMENTS",
@@ -55,13 +64,28 @@ see :func:`~retinue.protocol.chat.for_model`; not counted in its size)."""
 
 _JSON = json.JSONEncoder(ensure_ascii=False)
 """``json.dumps(..., ensure_ascii=False)``'s encoder, built once (dumps builds one per call)."""
+_C_ENCODER: Callable[..., Callable[[Any, int], Sequence[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+
+
+def _json_text(message: ChatMessage) -> str:
+    """``_JSON.encode(message)`` for a dict, without its two Python frames: the same C
+    encoder :meth:`json.JSONEncoder.iterencode` builds (fresh markers: circular check)."""
+    if _C_ENCODER is None:  # an interpreter without json's C speedups
+        return _JSON.encode(message)
+    encode = _C_ENCODER(
+        {}, _JSON.default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
+    )
+    return "".join(encode(message, 0))
 
 
 def message_size(message: ChatMessage) -> int:
     """Return the approximate stored size of one message, in bytes (its generation tag aside)."""
     if GENERATION_TAG in message:
         message = {k: v for k, v in message.items() if k != GENERATION_TAG}
-    return len(_JSON.encode(message).encode("utf-8", "surrogatepass")) + 8
+    text = _json_text(message)
+    return (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))) + 8
 
 
 def _call_ids(message: ChatMessage) -> list[Any]:
@@ -196,8 +220,76 @@ def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | No
     return None
 
 
+_Scan = tuple[int, frozenset[Any], bool, int]
+"""What the shortcut knows after a message: at least its size so far, then what
+:func:`_units` knows (the latest unit's calls still without a result, whether a unit has
+started, the orphans so far)."""
+_START: _Scan = (0, frozenset(), False, 0)
+_JSON_GROWTH = 6
+"""How much longer a message's :func:`message_size` JSON can be than its compact JSON
+(msgspec's) at most: a character ``json`` escapes as ``\\u00XX`` where msgspec writes
+it raw (6 bytes for 1); separators (``": "``, ``", "``: 2 for 1); numbers and
+literals keep their length, give or take an exponent's sign. Only a message that its
+compact JSON holds exactly is bounded so (:func:`_size_bound`)."""
+_COMPACT = msgspec.json.Encoder().encode
+_FROM_COMPACT = msgspec.json.Decoder().decode
+
+
+def _size_bound(message: ChatMessage) -> int:
+    """Return an upper bound of :func:`message_size`, cheaply: from the message's compact
+    JSON when that JSON holds it exactly (read back, it equals the message), else the size.
+    """
+    try:
+        compact = _COMPACT(message)
+        if _FROM_COMPACT(compact) == message:
+            return _JSON_GROWTH * len(compact) + 8
+    except (TypeError, ValueError, UnicodeError, msgspec.MsgspecError):
+        pass  # a value compact JSON cannot hold (a lone surrogate, an object)
+    return message_size(message)
+
+
+def _scan_step(state: _Scan, message: ChatMessage) -> _Scan:
+    """:func:`_units`'s step over one message, on its state alone (no unit is built), and
+    the running :func:`_size_bound`."""
+    total, open_ids, started, orphans = state
+    total += _size_bound(message)
+    if message.get("role") == "tool":
+        call_id = message.get("tool_call_id")
+        if started and call_id in open_ids:
+            return total, open_ids - {call_id}, True, orphans
+        return total, open_ids, started, orphans + 1
+    return total, frozenset(_call_ids(message)), True, orphans
+
+
+def _fits(messages: Sequence[ChatMessage], max_bytes: int, memo: TranscriptMemo | None) -> bool:
+    """Whether ``messages`` are within ``max_bytes`` and have no orphan: nothing to cut.
+
+    Sizes are bounded from above first (cheap); only when the bound is over
+    ``max_bytes`` are the exact sizes summed (with a ``memo``, each message's once).
+    """
+    if memo is None:
+        state = _START
+        for message in messages:
+            state = _scan_step(state, message)
+    else:
+        states = memo.scan("cut", messages, _scan_step, _START)
+        state = states[-1] if states else _START
+    bound, _, _, orphans = state
+    if orphans:
+        return False
+    if bound <= max_bytes:
+        return True
+    if memo is None:
+        return sum(message_size(m) for m in messages) <= max_bytes
+    return sum(memo.column("size", messages, message_size)) <= max_bytes
+
+
 def cut_transcript(
-    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None = None
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None = None,
+    *,
+    memo: TranscriptMemo | None = None,
 ) -> tuple[list[ChatMessage], int, int | None]:
     """Return ``messages`` cut to fit ``max_bytes``, the number of cuts, and the task's new index.
 
@@ -205,7 +297,23 @@ def cut_transcript(
     opened the running turn); None, or an index that is not a ``user``
     message, means the last ``user`` message. The input is not changed. See
     the module docstring for what is kept and in which order things go.
+
+    A transcript that fits (and has no tool result without its call), the
+    common case, comes back as a new list of the same messages, nothing
+    copied; a cut one as a list of copies, the cut ones changed. ``memo``
+    keeps the messages' sizes from one call to the next
+    (:class:`~retinue.protocol.transcript_memo.TranscriptMemo`): only those
+    added or changed since are sized again.
     """
+    if _fits(messages, max_bytes, memo):
+        return list(messages), 0, _pick_task(messages, task_at)
+    return _cut_all(messages, max_bytes, task_at)
+
+
+def _cut_all(
+    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None
+) -> tuple[list[ChatMessage], int, int | None]:
+    """:func:`cut_transcript` without its shortcut: every message copied, then cut."""
     copies = [dict(m) for m in messages]
     picked = _pick_task(copies, task_at)
     task = None if picked is None else copies[picked]
