@@ -114,13 +114,32 @@ def _units(messages: list[ChatMessage]) -> tuple[list[list[ChatMessage]], int]:
 
 
 class _Cutter:
-    """One cut: the units, their running size, and what is protected."""
+    """One cut: the units, their running size, and what is protected.
 
-    def __init__(self, units: list[list[ChatMessage]], task: ChatMessage | None) -> None:
+    It changes no message it was given: a message it cuts is copied first
+    (copy on write), and the copy takes its place in its unit.
+    """
+
+    def __init__(
+        self,
+        units: list[list[ChatMessage]],
+        task: ChatMessage | None,
+        sizes: dict[int, int],
+    ) -> None:
+        """``sizes``: the messages' sizes by identity (those missing are computed)."""
         self.units = units
         self.task = task
-        self.total = sum(message_size(m) for unit in units for m in unit)
+        self.sizes = sizes
+        self.copies: set[int] = set()  # the identities of this cut's own copies
+        self.total = sum(self.size(m) for unit in units for m in unit)
         self.cut = 0
+
+    def size(self, message: ChatMessage) -> int:
+        """:func:`message_size` of ``message``, known or computed (and kept)."""
+        known = self.sizes.get(id(message))
+        if known is None:
+            known = self.sizes[id(message)] = message_size(message)
+        return known
 
     def over(self, max_bytes: int) -> bool:
         return self.total > max_bytes
@@ -130,10 +149,19 @@ class _Cutter:
             m is self.task or m.get("role") == "system" for m in unit
         )
 
-    def _set(self, message: ChatMessage, key: str, value: Any) -> None:
-        before = message_size(message)
+    def _set(self, unit: list[ChatMessage], index: int, key: str, value: Any) -> None:
+        """Set ``key`` of ``unit[index]`` (a copy of it, the first time) to ``value``."""
+        message = unit[index]
+        before = self.size(message)
+        if id(message) not in self.copies:
+            copy = dict(message)
+            self.copies.add(id(copy))
+            if message is self.task:
+                self.task = copy
+            unit[index] = message = copy
         message[key] = value
-        self.total += message_size(message) - before
+        self.sizes[id(message)] = size = message_size(message)
+        self.total += size - before
         self.cut += 1
 
     def replace_contents(self, roles: Sequence[str], max_bytes: int) -> None:
@@ -141,7 +169,7 @@ class _Cutter:
         for unit in self.units:
             if self._protected(unit):
                 continue
-            for message in unit:
+            for index, message in enumerate(unit):
                 if not self.over(max_bytes):
                     return
                 content = message.get("content")
@@ -150,7 +178,7 @@ class _Cutter:
                     and isinstance(content, str)
                     and len(content) > len(CUT_MARKER)
                 ):
-                    self._set(message, "content", CUT_MARKER)
+                    self._set(unit, index, "content", CUT_MARKER)
 
     def replace_arguments(self, max_bytes: int) -> None:
         """Replace the oldest oversized tool-call arguments with :data:`CUT_ARGUMENTS`."""
@@ -172,7 +200,7 @@ class _Cutter:
                     changed = True
                 kept.append(call)
             if changed:
-                self._set(head, "tool_calls", kept)
+                self._set(unit, 0, "tool_calls", kept)
 
     def drop_units(self, max_bytes: int) -> None:
         """Drop whole unprotected units, oldest first, until the transcript fits."""
@@ -182,7 +210,7 @@ class _Cutter:
             if self._protected(unit):
                 index += 1
                 continue
-            self.total -= sum(message_size(m) for m in unit)
+            self.total -= sum(self.size(m) for m in unit)
             self.cut += len(unit)
             del self.units[index]
 
@@ -195,16 +223,18 @@ class _Cutter:
         room = len(content.encode("utf-8", "surrogatepass")) - (self.total - max_bytes)
         shorter, cut = truncate_utf8(content, max(room, TASK_FLOOR_BYTES))
         if cut:
-            self._set(task, "content", shorter)
+            unit = next(u for u in self.units if any(m is task for m in u))
+            self._set(unit, next(i for i, m in enumerate(unit) if m is task), "content", shorter)
 
     def last_unit_results(self, max_bytes: int) -> None:
         """As a last resort, cut the earlier tool results of the step in progress."""
-        for message in self.units[-1][1:-1]:
+        unit = self.units[-1]
+        for index in range(1, len(unit) - 1):
             if not self.over(max_bytes):
                 return
-            content = message.get("content")
+            content = unit[index].get("content")
             if isinstance(content, str) and len(content) > len(CUT_MARKER):
-                self._set(message, "content", CUT_MARKER)
+                self._set(unit, index, "content", CUT_MARKER)
 
 
 def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | None:
@@ -220,11 +250,10 @@ def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | No
     return None
 
 
-_Scan = tuple[int, frozenset[Any], bool, int]
-"""What the shortcut knows after a message: at least its size so far, then what
-:func:`_units` knows (the latest unit's calls still without a result, whether a unit has
-started, the orphans so far)."""
-_START: _Scan = (0, frozenset(), False, 0)
+_Scan = tuple[frozenset[Any], bool, int]
+"""What :func:`_units` knows after a message: the latest unit's calls still without a result,
+whether a unit has started, the orphans so far (no unit is built)."""
+_START: _Scan = (frozenset(), False, 0)
 _JSON_GROWTH = 6
 """How much longer a message's :func:`message_size` JSON can be than its compact JSON
 (msgspec's) at most: a character ``json`` escapes as ``\\u00XX`` where msgspec writes
@@ -249,16 +278,14 @@ def _size_bound(message: ChatMessage) -> int:
 
 
 def _scan_step(state: _Scan, message: ChatMessage) -> _Scan:
-    """:func:`_units`'s step over one message, on its state alone (no unit is built), and
-    the running :func:`_size_bound`."""
-    total, open_ids, started, orphans = state
-    total += _size_bound(message)
+    """:func:`_units`'s step over one message, on its state alone."""
+    open_ids, started, orphans = state
     if message.get("role") == "tool":
         call_id = message.get("tool_call_id")
         if started and call_id in open_ids:
-            return total, open_ids - {call_id}, True, orphans
-        return total, open_ids, started, orphans + 1
-    return total, frozenset(_call_ids(message)), True, orphans
+            return open_ids - {call_id}, True, orphans
+        return open_ids, started, orphans + 1
+    return frozenset(_call_ids(message)), True, orphans
 
 
 def _fits(messages: Sequence[ChatMessage], max_bytes: int, memo: TranscriptMemo | None) -> bool:
@@ -271,16 +298,16 @@ def _fits(messages: Sequence[ChatMessage], max_bytes: int, memo: TranscriptMemo 
         state = _START
         for message in messages:
             state = _scan_step(state, message)
-    else:
-        states = memo.scan("cut", messages, _scan_step, _START)
-        state = states[-1] if states else _START
-    bound, _, _, orphans = state
-    if orphans:
-        return False
-    if bound <= max_bytes:
-        return True
-    if memo is None:
+        if state[2]:
+            return False
+        if sum(_size_bound(m) for m in messages) <= max_bytes:
+            return True
         return sum(message_size(m) for m in messages) <= max_bytes
+    states = memo.scan("units", messages, _scan_step, _START)
+    if states and states[-1][2]:
+        return False
+    if sum(memo.column("bound", messages, _size_bound)) <= max_bytes:
+        return True
     return sum(memo.column("size", messages, message_size)) <= max_bytes
 
 
@@ -307,18 +334,33 @@ def cut_transcript(
     """
     if _fits(messages, max_bytes, memo):
         return list(messages), 0, _pick_task(messages, task_at)
-    return _cut_all(messages, max_bytes, task_at)
+    return _cut_all(messages, max_bytes, task_at, memo)
 
 
 def _cut_all(
-    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None,
+    memo: TranscriptMemo | None = None,
 ) -> tuple[list[ChatMessage], int, int | None]:
-    """:func:`cut_transcript` without its shortcut: every message copied, then cut."""
-    copies = [dict(m) for m in messages]
-    picked = _pick_task(copies, task_at)
-    task = None if picked is None else copies[picked]
-    units, orphans = _units(copies)
-    cutter = _Cutter(units, task)
+    """:func:`cut_transcript` without its shortcut: the messages cut (copied where cut).
+
+    The task is copied at once, so that it is known by its place in the chat
+    even if its dict is in the chat twice.
+    """
+    sizes = {}
+    if memo is not None:  # the sizes of the messages as given (the task's is its copy's)
+        known = memo.column("size", messages, message_size)
+        sizes = {id(m): size for m, size in zip(messages, known, strict=True)}
+    chat = list(messages)
+    picked = _pick_task(chat, task_at)
+    task = None
+    if picked is not None:
+        task = chat[picked] = dict(chat[picked])
+    units, orphans = _units(chat)
+    cutter = _Cutter(units, task, sizes)
+    if task is not None:
+        cutter.copies.add(id(task))
     cutter.cut += orphans
     steps: tuple[Callable[[int], None], ...] = (
         lambda bound: cutter.replace_contents(("tool",), bound),
@@ -333,5 +375,5 @@ def _cut_all(
             break
         step(max_bytes)
     out = [m for unit in cutter.units for m in unit]
-    where = next((i for i, m in enumerate(out) if m is task), None)
+    where = next((i for i, m in enumerate(out) if m is cutter.task), None)
     return out, cutter.cut, where

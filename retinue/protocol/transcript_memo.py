@@ -13,8 +13,10 @@ A message is known by its identity: the memo holds the messages it computed
 values for and, at every use, checks that the chat starts with those very
 objects (pointers compared, no message read again). From the first message
 that is another object on (one the cut replaced, one a repair added, a
-list edited in place: an item replaced, inserted or removed), values are
-computed again. So a message in a chat is a value: it is changed by
+list edited in place: an item replaced, inserted or removed), the running
+states are computed again, and so are the values of every message that is not
+one the memo held (a message the change only moved keeps its values). So a
+message in a chat is a value: it is changed by
 replacing it with a new dict, as the cut, the repair and a fork do, never by
 editing it in place (an edit in place would keep its old size and record).
 Nothing in retinue edits a chat's message in place (litellm replaces an
@@ -33,6 +35,7 @@ __all__ = ["TranscriptMemo"]
 ChatMessage = dict[str, Any]
 T = TypeVar("T")
 S = TypeVar("S")
+_MISSING: Any = object()
 
 
 class TranscriptMemo:
@@ -48,10 +51,10 @@ class TranscriptMemo:
         """An empty memo (it learns the chat at its first use)."""
         self._held: list[ChatMessage] = []
         self._columns: dict[Hashable, list[Any]] = {}
-
-    def __len__(self) -> int:
-        """How many leading messages of the chat the memo holds."""
-        return len(self._held)
+        # The values of the messages past the last change, by identity (their messages kept
+        # alive with them): a message the change only moved (a cut before it) reuses them.
+        self._moved: dict[Hashable, dict[int, Any]] = {}
+        self._moved_messages: list[ChatMessage] = []
 
     def _sync(self, messages: Sequence[ChatMessage]) -> None:
         """Hold ``messages``: keep the values of the longest leading run of the same objects,
@@ -63,6 +66,11 @@ class TranscriptMemo:
                 (i for i, (m, h) in enumerate(zip(messages, held, strict=False)) if m is not h),
                 min(count, len(messages)),
             )
+            self._moved_messages = held[keep:]
+            self._moved = {
+                key: {id(m): v for m, v in zip(self._moved_messages, values[keep:], strict=False)}
+                for key, values in self._columns.items()
+            }
             del held[keep:]
             for values in self._columns.values():
                 del values[keep:]
@@ -79,7 +87,11 @@ class TranscriptMemo:
         """
         self._sync(messages)
         values: list[T] = self._columns.setdefault(key, [])
-        values.extend(compute(m) for m in messages[len(values) :])
+        if len(values) < len(messages):
+            moved = self._moved.get(key, {})
+            for message in messages[len(values) :]:
+                known = moved.get(id(message), _MISSING)
+                values.append(compute(message) if known is _MISSING else known)
         return values
 
     def scan(

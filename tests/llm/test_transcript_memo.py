@@ -4,8 +4,8 @@ Each step of a model turn bounds its chat (``bound_at``) and encodes it
 (``encode_transcript``). The shortcut (a chat that fits comes back as it is,
 nothing copied) and the :class:`~retinue.protocol.transcript_memo.TranscriptMemo`
 (sizes and records computed once per message) must change nothing stored:
-every step is compared with the cut without its shortcut (``_cut_all``, the
-cut as it always was) and an encoding without a memo.
+every step is compared with the cut as it was before them (kept verbatim in
+``tests/support/old_transcript_cut.py``) and an encoding without a memo.
 """
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.old_transcript_cut import cut_transcript as old_cut
 
 import retinue.protocol.chat as chat_module
 from llm.test_transcript_cut import Chat, chats
-from retinue.protocol.chat import GENERATION_TAG, bound_at, encode_transcript, repair_dangling
-from retinue.protocol.transcript_cut import _cut_all, _size_bound, message_size
+from retinue.protocol.chat import (
+    CUT_MARKER,
+    GENERATION_TAG,
+    bound_at,
+    encode_transcript,
+    repair_dangling,
+)
+from retinue.protocol.transcript_cut import _size_bound, message_size
 from retinue.protocol.transcript_memo import TranscriptMemo
 
 BOUNDS = [10, 500, 2000, 6000, 20000, 10**7]
@@ -30,7 +37,7 @@ BOUNDS = [10, 500, 2000, 6000, 20000, 10**7]
 def _reference(chat: Chat, max_bytes: int, task_at: int | None, generation: int) -> Any:
     """One step as it was stored before the shortcut and the memo: every message copied and
     sized, every record built."""
-    out, cut, where = _cut_all(chat, max_bytes, task_at)
+    out, cut, where = old_cut(chat, max_bytes, task_at)
     return out, cut, where, encode_transcript("a" * 32, out, cut, generation=generation)
 
 
@@ -73,7 +80,7 @@ def turns(draw: st.DrawFn) -> tuple[Chat, int, int, list[tuple[int, int]]]:
 
 @settings(derandomize=True, max_examples=150, deadline=None)
 @given(turns(), st.data())
-def test_every_step_stores_the_same_bytes_as_without_the_shortcut_and_the_memo(
+def test_every_step_stores_the_same_bytes_as_before_the_shortcut_and_the_memo(
     drawn: tuple[Chat, int, int, list[tuple[int, int]]], data: st.DataObject
 ) -> None:
     chat, task_at, max_bytes, edits = drawn
@@ -116,6 +123,24 @@ def test_a_chat_that_fits_comes_back_as_it_is_nothing_copied() -> None:
         assert json.dumps(chat) == before
 
 
+def test_a_cut_copies_only_the_messages_it_changes_and_the_task() -> None:
+    chat: Chat = [
+        {"role": "user", "content": "old task"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("c1")]},
+        {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "r" * 5000},
+        {"role": "user", "content": "new task"},
+        {"role": "assistant", "content": "ok"},
+    ]
+    before = json.dumps(chat)
+    memo = TranscriptMemo()
+    out, cut, where = bound_at(chat, 1000, 3, memo=memo)
+    assert (cut, where) == (1, 3) and json.dumps(chat) == before
+    assert out[2]["content"] == CUT_MARKER and chat[2]["content"] == "r" * 5000
+    assert [a is b for a, b in zip(out, chat, strict=True)] == [True, True, False, False, True]
+    assert out[3] == chat[3]  # the task: a copy, unchanged
+    assert encode_transcript("a", out, memo=memo) == encode_transcript("a", out)
+
+
 def test_a_message_replaced_in_the_chat_between_steps_is_encoded_again() -> None:
     memo = TranscriptMemo()
     chat: Chat = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "one"}]
@@ -125,7 +150,6 @@ def test_a_message_replaced_in_the_chat_between_steps_is_encoded_again() -> None
     assert encode_transcript("a", chat, memo=memo) == encode_transcript("a", chat)
     del chat[0]
     assert encode_transcript("a", chat, memo=memo) == encode_transcript("a", chat)
-    assert len(memo) == 2
     chat.insert(0, {"role": "user", "content": "first"})
     assert encode_transcript("a", chat, generation=4, memo=memo) == encode_transcript(
         "a", chat, generation=4
