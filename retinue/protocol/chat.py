@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -44,6 +44,7 @@ from retinue.protocol.transcript_cut import (
     GENERATION_TAG,
     cut_transcript,
 )
+from retinue.protocol.transcript_memo import TranscriptMemo
 
 __all__ = [
     "CUT_ARGUMENTS",
@@ -147,6 +148,12 @@ def _to_record(message: ChatMessage, generation: int) -> TranscriptMessage:
     )
 
 
+def _raw(message: ChatMessage, generation: int) -> msgspec.Raw:
+    """``message``'s record (:func:`_to_record`) encoded on its own, to be copied as it is
+    into a transcript's encoding (msgpack puts an array's items one after the other)."""
+    return msgspec.Raw(_ENCODER.encode(_to_record(message, generation)))
+
+
 def _generation_of(message: ChatMessage, default: int) -> int:
     """The generation a chat message was stored with (its tag), else ``default``."""
     tag = message.get(GENERATION_TAG)
@@ -182,16 +189,21 @@ def _to_chat(record: TranscriptMessage) -> ChatMessage:
 
 
 def bound_at(
-    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None,
+    *,
+    memo: TranscriptMemo | None = None,
 ) -> tuple[list[ChatMessage], int, int | None]:
     """Return ``messages`` cut to fit ``max_bytes``, the cut count, and the new index of
     the current task (``task_at``: its index in ``messages``).
 
     See :mod:`retinue.protocol.transcript_cut` for what the cut keeps: the current
     task, the step in progress, system messages and the chat's structure (no
-    tool result without its call).
+    tool result without its call). ``memo``: the chat's sizes kept between
+    calls (:class:`~retinue.protocol.transcript_memo.TranscriptMemo`).
     """
-    return cut_transcript(messages, max_bytes, task_at)
+    return cut_transcript(messages, max_bytes, task_at, memo=memo)
 
 
 def bound(
@@ -269,17 +281,28 @@ def encode_transcript(
     calls: Sequence[ModelCallRecord] = (),
     generation: int = 0,
     journal: ToolStep | None = None,
+    *,
+    memo: TranscriptMemo | None = None,
 ) -> bytes:
     """Encode a chat (without its system prompt), the times of its model ``calls`` and its
     tool calls' ``journal`` as a stored transcript record.
 
     A message keeps the generation it was loaded with (:func:`decode_transcript`
-    tags it); the others were added by the turn ``generation``.
+    tags it); the others were added by the turn ``generation``. ``memo`` keeps
+    the messages' records between calls
+    (:class:`~retinue.protocol.transcript_memo.TranscriptMemo`): only the
+    messages added or changed since are converted again (the same bytes).
     """
+    records: tuple[TranscriptMessage, ...]
+    if memo is None:
+        records = tuple(_to_record(m, generation) for m in messages)
+    else:  # each message's record encoded once, then copied as it is (the same bytes)
+        encoded = memo.column(("record", generation), messages, lambda m: _raw(m, generation))
+        records = cast(tuple[TranscriptMessage, ...], tuple(encoded))
     record = TranscriptRecord(
         version=TRANSCRIPT_VERSION,
         agent_id=agent_id,
-        messages=tuple(_to_record(m, generation) for m in messages),
+        messages=records,
         cut=cut,
         calls=tuple(calls),
         journal=journal,

@@ -21,6 +21,12 @@ In order, until the transcript fits: the oldest tool results' contents become
 contents become the marker; then whole units go, oldest first (those before
 the task, then those between the task and the last unit). Tool results
 left without their call by an older version's cut are removed on the way.
+
+The common case costs little: a transcript that fits comes back as it is (a
+new list of the same messages, nothing copied), which a cheap upper bound of
+its size usually shows; a turn's session keeps each message's bound, size
+and record from one step to the next (:mod:`retinue.protocol.transcript_memo`),
+so a step sizes only the messages it added.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
 from retinue.protocol.text import truncate_utf8
+from retinue.protocol.transcript_memo import TranscriptMemo
 
 __all__ = [
     "CUT_ARGUMENTS",
@@ -55,13 +64,28 @@ see :func:`~retinue.protocol.chat.for_model`; not counted in its size)."""
 
 _JSON = json.JSONEncoder(ensure_ascii=False)
 """``json.dumps(..., ensure_ascii=False)``'s encoder, built once (dumps builds one per call)."""
+_C_ENCODER: Callable[..., Callable[[Any, int], Sequence[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+
+
+def _json_text(message: ChatMessage) -> str:
+    """``_JSON.encode(message)`` for a dict, without its two Python frames: the same C
+    encoder :meth:`json.JSONEncoder.iterencode` builds (fresh markers: circular check)."""
+    if _C_ENCODER is None:  # an interpreter without json's C speedups
+        return _JSON.encode(message)
+    encode = _C_ENCODER(
+        {}, _JSON.default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
+    )
+    return "".join(encode(message, 0))
 
 
 def message_size(message: ChatMessage) -> int:
     """Return the approximate stored size of one message, in bytes (its generation tag aside)."""
     if GENERATION_TAG in message:
         message = {k: v for k, v in message.items() if k != GENERATION_TAG}
-    return len(_JSON.encode(message).encode("utf-8", "surrogatepass")) + 8
+    text = _json_text(message)
+    return (len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))) + 8
 
 
 def _call_ids(message: ChatMessage) -> list[Any]:
@@ -90,13 +114,32 @@ def _units(messages: list[ChatMessage]) -> tuple[list[list[ChatMessage]], int]:
 
 
 class _Cutter:
-    """One cut: the units, their running size, and what is protected."""
+    """One cut: the units, their running size, and what is protected.
 
-    def __init__(self, units: list[list[ChatMessage]], task: ChatMessage | None) -> None:
+    It changes no message it was given: a message it cuts is copied first
+    (copy on write), and the copy takes its place in its unit.
+    """
+
+    def __init__(
+        self,
+        units: list[list[ChatMessage]],
+        task: ChatMessage | None,
+        sizes: dict[int, int],
+    ) -> None:
+        """``sizes``: the messages' sizes by identity (those missing are computed)."""
         self.units = units
         self.task = task
-        self.total = sum(message_size(m) for unit in units for m in unit)
+        self.sizes = sizes
+        self.copies: set[int] = set()  # the identities of this cut's own copies
+        self.total = sum(self.size(m) for unit in units for m in unit)
         self.cut = 0
+
+    def size(self, message: ChatMessage) -> int:
+        """:func:`message_size` of ``message``, known or computed (and kept)."""
+        known = self.sizes.get(id(message))
+        if known is None:
+            known = self.sizes[id(message)] = message_size(message)
+        return known
 
     def over(self, max_bytes: int) -> bool:
         return self.total > max_bytes
@@ -106,10 +149,19 @@ class _Cutter:
             m is self.task or m.get("role") == "system" for m in unit
         )
 
-    def _set(self, message: ChatMessage, key: str, value: Any) -> None:
-        before = message_size(message)
+    def _set(self, unit: list[ChatMessage], index: int, key: str, value: Any) -> None:
+        """Set ``key`` of ``unit[index]`` (a copy of it, the first time) to ``value``."""
+        message = unit[index]
+        before = self.size(message)
+        if id(message) not in self.copies:
+            copy = dict(message)
+            self.copies.add(id(copy))
+            if message is self.task:
+                self.task = copy
+            unit[index] = message = copy
         message[key] = value
-        self.total += message_size(message) - before
+        self.sizes[id(message)] = size = message_size(message)
+        self.total += size - before
         self.cut += 1
 
     def replace_contents(self, roles: Sequence[str], max_bytes: int) -> None:
@@ -117,7 +169,7 @@ class _Cutter:
         for unit in self.units:
             if self._protected(unit):
                 continue
-            for message in unit:
+            for index, message in enumerate(unit):
                 if not self.over(max_bytes):
                     return
                 content = message.get("content")
@@ -126,7 +178,7 @@ class _Cutter:
                     and isinstance(content, str)
                     and len(content) > len(CUT_MARKER)
                 ):
-                    self._set(message, "content", CUT_MARKER)
+                    self._set(unit, index, "content", CUT_MARKER)
 
     def replace_arguments(self, max_bytes: int) -> None:
         """Replace the oldest oversized tool-call arguments with :data:`CUT_ARGUMENTS`."""
@@ -148,7 +200,7 @@ class _Cutter:
                     changed = True
                 kept.append(call)
             if changed:
-                self._set(head, "tool_calls", kept)
+                self._set(unit, 0, "tool_calls", kept)
 
     def drop_units(self, max_bytes: int) -> None:
         """Drop whole unprotected units, oldest first, until the transcript fits."""
@@ -158,7 +210,7 @@ class _Cutter:
             if self._protected(unit):
                 index += 1
                 continue
-            self.total -= sum(message_size(m) for m in unit)
+            self.total -= sum(self.size(m) for m in unit)
             self.cut += len(unit)
             del self.units[index]
 
@@ -171,16 +223,18 @@ class _Cutter:
         room = len(content.encode("utf-8", "surrogatepass")) - (self.total - max_bytes)
         shorter, cut = truncate_utf8(content, max(room, TASK_FLOOR_BYTES))
         if cut:
-            self._set(task, "content", shorter)
+            unit = next(u for u in self.units if any(m is task for m in u))
+            self._set(unit, next(i for i, m in enumerate(unit) if m is task), "content", shorter)
 
     def last_unit_results(self, max_bytes: int) -> None:
         """As a last resort, cut the earlier tool results of the step in progress."""
-        for message in self.units[-1][1:-1]:
+        unit = self.units[-1]
+        for index in range(1, len(unit) - 1):
             if not self.over(max_bytes):
                 return
-            content = message.get("content")
+            content = unit[index].get("content")
             if isinstance(content, str) and len(content) > len(CUT_MARKER):
-                self._set(message, "content", CUT_MARKER)
+                self._set(unit, index, "content", CUT_MARKER)
 
 
 def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | None:
@@ -196,8 +250,73 @@ def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | No
     return None
 
 
+_Scan = tuple[frozenset[Any], bool, int]
+"""What :func:`_units` knows after a message: the latest unit's calls still without a result,
+whether a unit has started, the orphans so far (no unit is built)."""
+_START: _Scan = (frozenset(), False, 0)
+_JSON_GROWTH = 6
+"""How much longer a message's :func:`message_size` JSON can be than its compact JSON
+(msgspec's) at most: a character ``json`` escapes as ``\\u00XX`` where msgspec writes
+it raw (6 bytes for 1); separators (``": "``, ``", "``: 2 for 1); numbers and
+literals keep their length, give or take an exponent's sign. Only a message that its
+compact JSON holds exactly is bounded so (:func:`_size_bound`)."""
+_COMPACT = msgspec.json.Encoder().encode
+_FROM_COMPACT = msgspec.json.Decoder().decode
+
+
+def _size_bound(message: ChatMessage) -> int:
+    """Return an upper bound of :func:`message_size`, cheaply: from the message's compact
+    JSON when that JSON holds it exactly (read back, it equals the message), else the size.
+    """
+    try:
+        compact = _COMPACT(message)
+        if _FROM_COMPACT(compact) == message:
+            return _JSON_GROWTH * len(compact) + 8
+    except (TypeError, ValueError, UnicodeError, msgspec.MsgspecError):
+        pass  # a value compact JSON cannot hold (a lone surrogate, an object)
+    return message_size(message)
+
+
+def _scan_step(state: _Scan, message: ChatMessage) -> _Scan:
+    """:func:`_units`'s step over one message, on its state alone."""
+    open_ids, started, orphans = state
+    if message.get("role") == "tool":
+        call_id = message.get("tool_call_id")
+        if started and call_id in open_ids:
+            return open_ids - {call_id}, True, orphans
+        return open_ids, started, orphans + 1
+    return frozenset(_call_ids(message)), True, orphans
+
+
+def _fits(messages: Sequence[ChatMessage], max_bytes: int, memo: TranscriptMemo | None) -> bool:
+    """Whether ``messages`` are within ``max_bytes`` and have no orphan: nothing to cut.
+
+    Sizes are bounded from above first (cheap); only when the bound is over
+    ``max_bytes`` are the exact sizes summed (with a ``memo``, each message's once).
+    """
+    if memo is None:
+        state = _START
+        for message in messages:
+            state = _scan_step(state, message)
+        if state[2]:
+            return False
+        if sum(_size_bound(m) for m in messages) <= max_bytes:
+            return True
+        return sum(message_size(m) for m in messages) <= max_bytes
+    states = memo.scan("units", messages, _scan_step, _START)
+    if states and states[-1][2]:
+        return False
+    if sum(memo.column("bound", messages, _size_bound)) <= max_bytes:
+        return True
+    return sum(memo.column("size", messages, message_size)) <= max_bytes
+
+
 def cut_transcript(
-    messages: Sequence[ChatMessage], max_bytes: int, task_at: int | None = None
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None = None,
+    *,
+    memo: TranscriptMemo | None = None,
 ) -> tuple[list[ChatMessage], int, int | None]:
     """Return ``messages`` cut to fit ``max_bytes``, the number of cuts, and the task's new index.
 
@@ -205,12 +324,43 @@ def cut_transcript(
     opened the running turn); None, or an index that is not a ``user``
     message, means the last ``user`` message. The input is not changed. See
     the module docstring for what is kept and in which order things go.
+
+    A transcript that fits (and has no tool result without its call), the
+    common case, comes back as a new list of the same messages, nothing
+    copied; a cut one as a list of copies, the cut ones changed. ``memo``
+    keeps the messages' sizes from one call to the next
+    (:class:`~retinue.protocol.transcript_memo.TranscriptMemo`): only those
+    added or changed since are sized again.
     """
-    copies = [dict(m) for m in messages]
-    picked = _pick_task(copies, task_at)
-    task = None if picked is None else copies[picked]
-    units, orphans = _units(copies)
-    cutter = _Cutter(units, task)
+    if _fits(messages, max_bytes, memo):
+        return list(messages), 0, _pick_task(messages, task_at)
+    return _cut_all(messages, max_bytes, task_at, memo)
+
+
+def _cut_all(
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None,
+    memo: TranscriptMemo | None = None,
+) -> tuple[list[ChatMessage], int, int | None]:
+    """:func:`cut_transcript` without its shortcut: the messages cut (copied where cut).
+
+    The task is copied at once, so that it is known by its place in the chat
+    even if its dict is in the chat twice.
+    """
+    sizes = {}
+    if memo is not None:  # the sizes of the messages as given (the task's is its copy's)
+        known = memo.column("size", messages, message_size)
+        sizes = {id(m): size for m, size in zip(messages, known, strict=True)}
+    chat = list(messages)
+    picked = _pick_task(chat, task_at)
+    task = None
+    if picked is not None:
+        task = chat[picked] = dict(chat[picked])
+    units, orphans = _units(chat)
+    cutter = _Cutter(units, task, sizes)
+    if task is not None:
+        cutter.copies.add(id(task))
     cutter.cut += orphans
     steps: tuple[Callable[[int], None], ...] = (
         lambda bound: cutter.replace_contents(("tool",), bound),
@@ -225,5 +375,5 @@ def cut_transcript(
             break
         step(max_bytes)
     out = [m for unit in cutter.units for m in unit]
-    where = next((i for i, m in enumerate(out) if m is task), None)
+    where = next((i for i, m in enumerate(out) if m is cutter.task), None)
     return out, cutter.cut, where

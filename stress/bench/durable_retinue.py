@@ -22,7 +22,9 @@ the same two ``LlmStep`` commits per step around the same tool, the intent
 in the first and the result in the second (:func:`durable_step`), to show
 what a journaled tool step costs without litellm. Its turns start as a model
 turn's do (their stored state handed at the start, the input stored with the
-first intent): the commits per step are a model turn's, with no extra.
+first intent): the commits per step are a model turn's, with no extra, and so is
+the transcript work of a step (the chat bounded, then encoded, with a
+:class:`~retinue.protocol.transcript_memo.TranscriptMemo` per turn).
 :class:`RawLoop` is the other half: the same offline model and tool in a
 hand-written loop on ``litellm.acompletion``, nothing stored.
 """
@@ -40,12 +42,14 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime, Turn
 from retinue.actors.turns import TurnControl, control_of
 from retinue.llm import LiteLLMRunner, tool
-from retinue.llm.chat import encode_transcript
+from retinue.llm.chat import bound_at, encode_transcript
 from retinue.llm.model import load_litellm, register_offline_model
 from retinue.llm.tools import calling
 from retinue.llm.turn._bridge import llm_load, llm_step
 from retinue.llm.turn._intents import closed, intents, open_count, tool_call
 from retinue.protocol.messages import Usage
+from retinue.protocol.records import ToolStep
+from retinue.protocol.transcript_memo import TranscriptMemo
 from stress.bench.durable_common import StepClock, quantile
 
 __all__ = ["MODEL", "RawLoop", "RetinueCommits", "RetinueSteps", "durable_step", "respond"]
@@ -239,6 +243,7 @@ async def durable_step(
     clock: StepClock,
     *,
     takes_input: bool = False,
+    memo: TranscriptMemo | None = None,
 ) -> None:
     """One journaled tool step of a model turn, without the model: the two ``LlmStep`` commits.
 
@@ -248,8 +253,11 @@ async def durable_step(
     with the journal emptied: what a model turn's step stores
     (:meth:`~retinue.llm.turn._session.TurnSession._run_tools`). The turn's
     first step (``takes_input``) stores its input with the intent, as a model
-    turn's first save does.
+    turn's first save does. The chat is bounded and encoded as a model turn's
+    step does it, ``memo`` keeping its sizes and records between steps (one per
+    turn; none: a new one, nothing kept).
     """
+    memo = TranscriptMemo() if memo is None else memo
     call_id = f"call_{step}"
     arguments = json.dumps({"agent": agent, "step": step})
     history.append(
@@ -270,15 +278,25 @@ async def durable_step(
     journal = intents(
         me.id, me.generation, step + 1, history[-1]["tool_calls"], {}, lambda _: "read", ()
     )
-    raw = encode_transcript(me.id, history, 0, [], journal=journal)
+    raw = _stored(turn, history, memo, journal)
     await llm_step(turn, usage, raw, takes_input=takes_input, open_calls=open_count(journal))
     with calling(tool_call(journal, journal.calls[0], me.id)):
         clock.tick(agent)
     result = json.dumps({"result": f"noted {agent}-{step}"})
     history.append({"role": "tool", "tool_call_id": call_id, "name": "note", "content": result})
     done = closed(journal, me.generation)
-    await llm_step(
-        turn, Usage(), encode_transcript(me.id, history, 0, [], journal=done), open_calls=0
+    await llm_step(turn, Usage(), _stored(turn, history, memo, done), open_calls=0)
+
+
+def _stored(
+    turn: TurnControl, history: list[dict[str, Any]], memo: TranscriptMemo, journal: ToolStep
+) -> bytes:
+    """The chat as a model turn's step stores it: bounded, then encoded with the journal
+    (:meth:`~retinue.llm.turn._session.TurnSession._step`, the same calls, the same memo)."""
+    me = turn.agent
+    history[:], cut, _ = bound_at(history, turn.limits.transcript_max_bytes, 0, memo=memo)
+    return encode_transcript(
+        me.id, history, cut, [], generation=me.generation, journal=journal, memo=memo
     )
 
 
@@ -304,9 +322,10 @@ class _CommitsRunner:
         agent, steps = int(found[1]), int(found[2])
         await llm_load(turn)
         history: list[dict[str, Any]] = [{"role": "user", "content": turn.task}]
+        memo = TranscriptMemo()  # as a model turn's session keeps one
         for step in range(steps):
             clock = self._side.clock
-            await durable_step(turn, history, agent, step, clock, takes_input=step == 0)
+            await durable_step(turn, history, agent, step, clock, takes_input=step == 0, memo=memo)
         return f"noted {steps} times"
 
 

@@ -87,6 +87,7 @@ from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
 from retinue.protocol.supervision import APPROVAL_REASON, ApprovalRecord
 from retinue.protocol.tools import is_mcp_name, resolve_tools
+from retinue.protocol.transcript_memo import TranscriptMemo
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
@@ -113,6 +114,7 @@ class TurnSession:
         self.tools = runner.tools if runner.tools is not None else profile.tools
         self.structured = (runner.result_format or profile.result_format) == "structured"
         self.history: list[ChatMessage] = []
+        self.memo = TranscriptMemo()  # the history's sizes and records, kept between saves
         self.cut = 0
         self.input_stored = False  # the first save stores the turn's input with its step
         self.task_at: int | None = None
@@ -495,7 +497,7 @@ class TurnSession:
     def _step(self, usage: Usage, ends_call: bool) -> LlmStep:
         """The next step to store: the chat (bounded, encoded) with ``usage``."""
         self.history, cut, self.task_at = bound_at(
-            self.history, self.limits.transcript_max_bytes, self.task_at
+            self.history, self.limits.transcript_max_bytes, self.task_at, memo=self.memo
         )
         self.cut += cut
         agent = self.turn.agent
@@ -506,6 +508,7 @@ class TurnSession:
             self.call_times,
             generation=agent.generation,
             journal=self.journal,
+            memo=self.memo,
         )
         takes_input, self.input_stored = not self.input_stored, True
         events, self.in_doubt = self.in_doubt, ()
