@@ -117,19 +117,25 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     def take_writes(self) -> list[Write]:
         """Return and clear the writes gathered since the last call (each agent's last state).
 
-        An empty container is kept as it is (no new one, no journaled change).
+        The containers are emptied unjournaled: a command's writes are taken
+        at its end, and a rollback after that drops the gathered writes anyway
+        (:meth:`drop_writes`), so there is nothing to restore (and nothing to
+        log per command). The list is replaced, not cleared, so that an undo
+        the command logged (a pop) still finds its item; the dicts' undos
+        (restore or pop a key) are harmless on an emptied dict.
         """
         writes: list[Write] = list(self.writes)
         if writes:
-            self.writes = JList(self._journal)
+            object.__setattr__(self, "writes", JList(self._journal))
         if self._removed_unwritten:  # removed in this transaction: no spread delete follows
-            self._removed_unwritten = JDict(self._journal)
-        if self._agents_written:
+            dict.clear(self._removed_unwritten)
+        agents = self._agents_written
+        if agents:
             writes += [
                 ("agents", agent_id.encode(), _encode(record))
-                for agent_id, record in self._agents_written.items()
+                for agent_id, record in dict.items(agents)
             ]
-            self._agents_written = JDict(self._journal)
+            dict.clear(agents)
         return writes
 
     def spread_since(self, mark: int) -> None:
