@@ -239,9 +239,14 @@ class Supervisor:
             if world.closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")
             tx.result = self.dispatch(tx, command)
-            self.router.wake_drained(tx)
-            self.hosts.end_idle_host_waits(tx)
-            self.hosts.serve_idle(tx, last and self.supervision.quiet())
+            # The end of every command's transition; each part only when it has work
+            # (nearly every command has none: one check each, no call).
+            if tx.drained:
+                self.router.wake_drained(tx)
+            if tx.idle_hosts:
+                self.hosts.end_idle_host_waits(tx)
+            if self.hosts.idle:
+                self.hosts.serve_idle(tx, last and self.supervision.quiet())
             tx.writes = world.tree.take_writes()
             tx.spread = world.tree.take_spread()
             journal.keep()
