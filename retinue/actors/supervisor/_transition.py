@@ -33,9 +33,11 @@ log = logging.getLogger("retinue.supervisor")
 
 
 def resolve_future(future: concurrent.futures.Future[Any], value: Any) -> None:
-    """Answer ``future`` with ``value`` (an exception is raised to the waiter), at most once."""
-    if future.done():
-        return
+    """Answer ``future`` with ``value`` (an exception is raised to the waiter), at most once.
+
+    A future answered (or cancelled) already refuses the answer with
+    ``InvalidStateError``, which is ignored: no ``done()`` call first.
+    """
     try:
         if isinstance(value, BaseException):
             future.set_exception(value)
