@@ -146,3 +146,27 @@ def test_agents_added_while_nobody_pages_hold_a_bounded_number_of_keys() -> None
             tree.remove_agents([made[k - 1]])
     assert len(tree.new_keys) + len(tree.sorted_keys) <= _pages._RESORT_MIN
     assert tree.page(None, None, True) == naive_page(tree, None, None, True)
+
+
+def test_a_command_rolled_back_after_its_writes_were_taken_is_undone_and_writes_nothing() -> None:
+    """``take_writes`` empties the gathered writes unjournaled (a rollback drops them):
+    the command's changes still undo cleanly, its taken writes stay with their taker,
+    and the next command starts with nothing gathered."""
+    tree = Tree()
+    journal = tree.journal
+    kept = agent("a" * 32, "/root/a1", state=AgentState.RUNNING)
+    journal.begin(None)
+    tree.put_agent(kept)
+    tree.put_transcript("a" * 32, b"first")
+    first = tree.take_writes()
+    journal.keep()
+    assert [w[0] for w in first] == ["transcripts", "agents"]
+    journal.begin("LlmStep")
+    tree.put_transcript("a" * 32, b"second")
+    tree.put_agent(msgspec.structs.replace(kept, open_calls=1))
+    taken = tree.take_writes()
+    journal.roll_back()  # a fault after the writes were taken (Rescue.roll_back)
+    tree.drop_writes()
+    assert [w[0] for w in taken] == ["transcripts", "agents"]  # the taker's copy, untouched
+    assert tree.agents["a" * 32] == kept
+    assert tree.take_writes() == []

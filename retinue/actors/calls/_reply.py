@@ -149,8 +149,11 @@ class Reply(concurrent.futures.Future[T]):
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result, self._exception = result, exception
             callbacks = self._close(_FINISHED)
-        for fn in callbacks:
-            self._call(fn)
+        for fn in callbacks:  # as _call, inline: one frame less per answer
+            try:
+                fn(self)
+            except Exception:  # a callback's failure is logged, never the finisher's
+                log.exception("a callback of %r failed", self)
 
     def _close(self, state: str) -> list[Callable[[concurrent.futures.Future[T]], object]]:
         """Enter the done ``state``, open the latch, return the callbacks to run (lock held)."""

@@ -66,8 +66,9 @@ class ModelState(Journaled):
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
         if transcript is not None and handle is not None:  # so are its waits' receipts
             receipts = handle.turn.handover.consume(self._journal)
-            stored = [event for held in receipts for event in held]
-            tree.consume_inputs(me.id, me.generation, stored)
+            if receipts:  # nearly every step: none
+                stored = [event for held in receipts for event in held]
+                tree.consume_inputs(me.id, me.generation, stored)
         for event in command.in_doubt:
             tx.emit(event)
         # One new record per agent: the sender's changes (and its tree's usage when it

@@ -205,6 +205,7 @@ class Supervisor:
             ),
         )
         self._group: list[tuple[Transition, SupervisorCommand]] = []  # served, not yet handed over
+        self._journal = self.world.journal  # the world's one journal, for good
         self.on_command: CommandTimer | None = None  # told each command's seconds, if set
 
     @property
@@ -232,18 +233,25 @@ class Supervisor:
         world = self.world
         tx = Transition(envelope.reply, record_events=world.bus.active)
         tx.trace = envelope.trace
-        journal = world.journal
+        journal = self._journal
         journal.begin(type(command).__name__)
         before = self.rescue.picture() if journal.armed else None  # a test's injected fault
         try:
             if world.closing and not command.after_close:
                 raise RuntimeClosed("the runtime is closing")
             tx.result = self.dispatch(tx, command)
-            self.router.wake_drained(tx)
-            self.hosts.end_idle_host_waits(tx)
-            self.hosts.serve_idle(tx, last and self.supervision.quiet())
-            tx.writes = world.tree.take_writes()
-            tx.spread = world.tree.take_spread()
+            # The end of every command's transition; each part only when it has work
+            # (nearly every command has none: one check each, no call).
+            if tx.drained:
+                self.router.wake_drained(tx)
+            if tx.idle_hosts:
+                self.hosts.end_idle_host_waits(tx)
+            if self.hosts.idle:
+                self.hosts.serve_idle(tx, last and self.supervision.quiet())
+            tree = world.tree
+            tx.writes = tree.take_writes()
+            if tree.spread:  # nearly every command: none (tx.spread is empty already)
+                tx.spread = tree.take_spread()
             journal.keep()
         except (RetinueError, TurnInterrupted) as exc:  # refused: nothing changed
             self.rescue.roll_back(tx)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import pykka
@@ -32,9 +33,11 @@ log = logging.getLogger("retinue.supervisor")
 
 
 def resolve_future(future: concurrent.futures.Future[Any], value: Any) -> None:
-    """Answer ``future`` with ``value`` (an exception is raised to the waiter), at most once."""
-    if future.done():
-        return
+    """Answer ``future`` with ``value`` (an exception is raised to the waiter), at most once.
+
+    A future answered (or cancelled) already refuses the answer with
+    ``InvalidStateError``, which is ignored: no ``done()`` call first.
+    """
     try:
         if isinstance(value, BaseException):
             future.set_exception(value)
@@ -173,16 +176,13 @@ def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, obj
     callers are answered, in order. If the store has failed for good, each
     caller is answered with the failure now: nobody hangs.
     """
-    items: list[Submission] = [(tx.writes, _callback(tx, bus, c), tx.spread) for tx, c in group]
+    # The store's callback of each: its on_commit bound to the bus and its command (a
+    # partial: no Python frame of its own to build here or to call on the writer).
+    items: list[Submission] = [
+        (tx.writes, partial(tx.on_commit, bus=bus, what=c), tx.spread) for tx, c in group
+    ]
     try:
         store.submit_group(items)
     except RetinueError as exc:  # the store failed for good: say so, never hang
         for tx, command in group:
             tx.on_commit(exc, bus, command)
-
-
-def _callback(
-    tx: Transition, bus: EventBus, command: object
-) -> Callable[[BaseException | None], None]:
-    """The store's callback of ``tx``: finish it once committed (or failed)."""
-    return lambda error: tx.on_commit(error, bus, command)

@@ -174,6 +174,8 @@ class Journal:
         self.active = False
         self.armed = False
         self._undo.clear()
+        if not self._keep and not self._held:  # nearly every command: nothing to do
+            return
         actions, self._keep = self._keep, []
         try:
             for action in actions:

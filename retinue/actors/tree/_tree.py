@@ -59,6 +59,23 @@ def _step(counts: dict[str, int], key: str, step: int) -> None:
         del counts[key]
 
 
+def _put_back_agent(
+    agents: dict[str, AgentRecord],
+    written: dict[str, AgentRecord] | None,
+    key: str,
+    old: AgentRecord | None,
+    before: AgentRecord | None,
+) -> None:
+    """Undo :meth:`Tree.put_agent`'s two sets: the record (None: absent) and its write."""
+    for target, value in ((agents, old), (written, before)):
+        if target is None:
+            continue
+        if value is None:
+            dict.pop(target, key, None)
+        else:
+            dict.__setitem__(target, key, value)
+
+
 class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     """Agents, mailboxes and completions, indexed for the supervisor's rules.
 
@@ -117,19 +134,25 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     def take_writes(self) -> list[Write]:
         """Return and clear the writes gathered since the last call (each agent's last state).
 
-        An empty container is kept as it is (no new one, no journaled change).
+        The containers are emptied unjournaled: a command's writes are taken
+        at its end, and a rollback after that drops the gathered writes anyway
+        (:meth:`drop_writes`), so there is nothing to restore (and nothing to
+        log per command). The list is replaced, not cleared, so that an undo
+        the command logged (a pop) still finds its item; the dicts' undos
+        (restore or pop a key) are harmless on an emptied dict.
         """
         writes: list[Write] = list(self.writes)
         if writes:
-            self.writes = JList(self._journal)
+            object.__setattr__(self, "writes", JList(self._journal))
         if self._removed_unwritten:  # removed in this transaction: no spread delete follows
-            self._removed_unwritten = JDict(self._journal)
-        if self._agents_written:
+            dict.clear(self._removed_unwritten)
+        agents = self._agents_written
+        if agents:
             writes += [
                 ("agents", agent_id.encode(), _encode(record))
-                for agent_id, record in self._agents_written.items()
+                for agent_id, record in dict.items(agents)
             ]
-            self._agents_written = JDict(self._journal)
+            dict.clear(agents)
         return writes
 
     def spread_since(self, mark: int) -> None:
@@ -171,8 +194,16 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
 
     def put_agent(self, record: AgentRecord, *, persist: bool = True) -> AgentRecord:
         """Insert or update an agent, keeping every index in step."""
-        old = self.agents.get(record.id)
-        self.agents[record.id] = record
+        agents, key = self.agents, record.id
+        old = agents.get(key)
+        # One journal entry puts back both the record and its gathered write (each a
+        # journaled dict set otherwise: two entries and two frames per change).
+        journal = self._journal
+        written = self._agents_written if persist else None
+        if journal.active:
+            before = None if written is None else dict.get(written, key)
+            journal.log((_put_back_agent, (agents, written, key, old, before)))
+        dict.__setitem__(agents, key, record)
         if old is None or old.state is not record.state or old.profile != record.profile:
             self._recount(old, record)
         if old is None:
@@ -193,8 +224,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             and record.state is AgentState.CLOSED
         ):
             self._unindex_live(record)
-        if persist:
-            self._agents_written[record.id] = record
+        if written is not None:
+            dict.__setitem__(written, key, record)
         return record
 
     def _recount(self, old: AgentRecord | None, new: AgentRecord) -> None:

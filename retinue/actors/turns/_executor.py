@@ -271,9 +271,11 @@ class LoopThread:
         own thread (a turn's end stopping its actor) needs no wake-up: the
         drain is queued as the loop's next callback, with no self-pipe write.
         """
-        loop = self._ensure()
+        loop = self._loop  # started already, nearly always: no call to _ensure
         if loop is None:
-            return False
+            loop = self._ensure()
+            if loop is None:
+                return False
         with self._calls_lock:
             self._calls.append((callback, args))
             if self._drain_scheduled:
