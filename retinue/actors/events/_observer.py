@@ -206,8 +206,7 @@ class TurnWatch:
 
         With no span, a shared no-op context (no generator built per call).
         """
-        span = self.span
-        return _NO_SPAN if span is None else _current(span)
+        return _current(self.span)
 
     def end(self, status: str, error: str | None) -> None:
         """The turn's runner is done: ``completed``, ``failed`` or ``interrupted``."""
@@ -223,12 +222,14 @@ _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 """What ``current()`` is without a span: reusable, it does nothing."""
 
 
+def _current(span: Span | None) -> contextlib.AbstractContextManager[None]:
+    """Make ``span`` current while inside; with no span, the shared no-op context."""
+    return _NO_SPAN if span is None else _entered(span)
+
+
 @contextlib.contextmanager
-def _current(span: Span | None) -> Iterator[None]:
-    """Make ``span`` current while inside (nothing when it is None)."""
-    if span is None:
-        yield
-        return
+def _entered(span: Span) -> Iterator[None]:
+    """Make ``span`` current while inside."""
     token = span.enter()
     try:
         yield
@@ -257,8 +258,7 @@ class ModelCallWatch:
 
         With no span, a shared no-op context (no generator built per call).
         """
-        span = self.span
-        return _NO_SPAN if span is None else _current(span)
+        return _current(self.span)
 
     def delta(self, text: str) -> None:
         """A piece of the answer's text arrived: ``ModelDelta``."""
@@ -327,8 +327,7 @@ class ToolCallWatch:
 
         With no span, a shared no-op context (no generator built per call).
         """
-        span = self.span
-        return _NO_SPAN if span is None else _current(span)
+        return _current(self.span)
 
     def finished(self, error: str | None, result: str | None = None) -> None:
         """The call ended: ok (``error`` None) with ``result``, or with the error the model

@@ -184,5 +184,5 @@ def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, obj
     try:
         store.submit_group(items)
     except RetinueError as exc:  # the store failed for good: say so, never hang
-        for tx, command in group:
-            tx.on_commit(exc, bus, command)
+        for item in items:  # each transition's own callback, as the writer would call it
+            item[1](exc)
