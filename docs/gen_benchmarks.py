@@ -29,6 +29,7 @@ PARTS: dict[str, str] = {
     "statemachine": "The hypothesis state machine over live actors",
     "restarts": "The restart state machine",
     "journal": "The journal state machine: calls in doubt across crashes",
+    "retention": "The retention state machine: removing closes cut by crashes",
     "soak_races": "Races soak: host threads and asyncio tasks against a ledger",
     "fuzz_llm": "Chaos-model fuzzer: random teams, random host operations, SIGKILLs",
     "damage": "Damage suite: damaged stores opened in a child",

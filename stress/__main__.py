@@ -57,7 +57,7 @@ from stress.bench import (
     trees,
 )
 from stress.parts import Options, Part, Result, table
-from stress.statemachine import journal_run, restarts
+from stress.statemachine import journal_run, restarts, retention_run
 
 PARTS: list[Part] = [
     crash.PART,
@@ -65,6 +65,7 @@ PARTS: list[Part] = [
     statemachine.PART,
     restarts.PART,
     journal_run.PART,
+    retention_run.PART,
     soak_races.PART,
     fuzz_llm.PART,
     damage.PART,

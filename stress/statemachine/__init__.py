@@ -47,7 +47,9 @@ machine knows, judging calls), ``rules`` (the host's calls, by theme),
 checks after every step), ``storecheck`` (the closed store against the
 model), ``machine`` (the machine, sync and reopen); ``restarts`` is the
 restart machine; ``journal`` (with ``journal_world``, ``journal_checks`` and
-``journal_run``, its long search) the journal machine.
+``journal_run``, its long search) the journal machine; ``retention`` (with
+``retention_cut``, its crash seam, and ``retention_run``, its long search) the
+retention machine.
 
 Each call is checked against the model: it succeeds exactly when no rule
 forbids it, and otherwise raises one of the typed errors the model allows
@@ -61,7 +63,10 @@ runs seed after seed for a time budget; ``tests/runtime/test_statemachine.py``
 runs the same machine with CI settings. ``--machine journal`` runs the journal
 machine instead (:mod:`stress.statemachine.journal`: tool calls in doubt
 across crashes, ``tests/runtime/test_journal_machine.py`` in CI), with the
-same ``--examples``, ``--steps``, ``--seed`` and ``--minutes``.
+same ``--examples``, ``--steps``, ``--seed`` and ``--minutes``; ``--machine
+retention`` the retention machine (:mod:`stress.statemachine.retention`: closes
+whose retention removes what they closed, cut by a crash between their commit
+and their spread deletes; ``tests/runtime/test_retention_machine.py`` in CI).
 """
 
 from __future__ import annotations
@@ -259,16 +264,20 @@ def search(
     return total
 
 
-def _journal_search(minutes: float, max_examples: int, steps: int, seed: int) -> dict[str, Any]:
-    """Run the journal machine (:mod:`stress.statemachine.journal`) with ``seed``, then the
-    next seeds until ``minutes`` have passed or a problem is found; return one row."""
-    from stress.statemachine import journal_run as journal
+def _machine_search(
+    machine: str, minutes: float, max_examples: int, steps: int, seed: int
+) -> dict[str, Any]:
+    """Run the journal or retention machine (:mod:`stress.statemachine.journal`,
+    :mod:`stress.statemachine.retention`) with ``seed``, then the next seeds until
+    ``minutes`` have passed or a problem is found; return one row."""
+    from stress.statemachine import journal_run, retention_run
 
+    search_one = journal_run.run if machine == "journal" else retention_run.run
     deadline = time.monotonic() + minutes * 60
     total: dict[str, Any] = {"seeds": [], "examples": 0, "crashes": 0, "counts": Counter()}
     total.update(problems=[], seconds=0.0)
     while True:
-        row = journal.run(max_examples, steps, seed)
+        row = search_one(max_examples, steps, seed)
         total["seeds"].append(seed)
         for key in ("examples", "crashes", "seconds"):
             total[key] += row[key]
@@ -292,9 +301,10 @@ def _main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--durability", choices=["full", "buffered"], default="full")
     parser.add_argument(
         "--machine",
-        choices=["retinue", "journal"],
+        choices=["retinue", "journal", "retention"],
         default="retinue",
-        help="retinue: the runtime's machine; journal: calls in doubt across crashes",
+        help="retinue: the runtime's machine; journal: calls in doubt across crashes; "
+        "retention: closes that remove what they closed, cut by crashes",
     )
     parser.add_argument(
         "--minutes",
@@ -303,8 +313,8 @@ def _main(argv: Iterable[str] | None = None) -> int:
         help="keep searching with the next seed until this many minutes have passed",
     )
     args = parser.parse_args(None if argv is None else list(argv))
-    if args.machine == "journal":
-        row = _journal_search(args.minutes, args.examples, args.steps, args.seed)
+    if args.machine in ("journal", "retention"):
+        row = _machine_search(args.machine, args.minutes, args.examples, args.steps, args.seed)
     elif args.minutes > 0:
         row = search(args.minutes, args.examples, args.steps, args.seed, durability=args.durability)
     else:
