@@ -64,7 +64,7 @@ class SupervisorActor(pykka.ThreadingActor):
         inbox = self.actor_inbox
         get, empty, handle, stopped = inbox.get, inbox.empty, self.core.handle, self.actor_stopped
         while not stopped.is_set():
-            envelope = get()
+            envelope: Any = get()  # ours (an Envelope, put bare) or pykka's
             try:
                 if type(envelope) is Envelope:
                     handle(envelope, last=empty())
