@@ -59,18 +59,24 @@ class SupervisorActor(pykka.ThreadingActor):
         supervisor with no pykka envelope, ``_handle_receive`` or ``on_receive`` between.
 
         Anything else (pykka's stop, a proxy call) is pykka's, served as pykka
-        serves it; a failure is handled as pykka handles it. The stop flag is
+        serves it, once the transitions served before it are handed to the
+        store; a failure is handled as pykka handles it. The stop flag is
         read after each of those: only they set it (on this thread), so a run of
         the supervisor's envelopes is served without reading it each time.
         """
         inbox = self.actor_inbox
         get, empty, handle, stopped = inbox.get, inbox.empty, self.core.handle, self.actor_stopped
+        commit = self.core.commit
         while not stopped.is_set():
             envelope: Any = get()  # ours (an Envelope, put bare) or pykka's
             try:
                 while type(envelope) is Envelope:
                     handle(envelope, last=empty())
                     envelope = get()
+                # A command served just before this message saw a full inbox and kept its
+                # transition for the group: hand the group over now, or it would wait (its
+                # caller too) for a command that may never come.
+                commit()
                 response = self._handle_receive(envelope.message)
                 if envelope.reply_to is not None:
                     envelope.reply_to.set(response)
