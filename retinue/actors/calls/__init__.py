@@ -3,7 +3,8 @@
 One engine for every call, the host's and the turns' (``Engine``: ask, wait,
 give up in time, give back what a cancelled await was handed), the channel
 that owns the runtime's open/closing/closed state (``Channel``), the one-shot
-reply future (``Reply``), the ledger of answers in flight between threads
+reply future (``Reply``; ``LoopReply``, an awaited request's, settles its
+loop's future itself), the ledger of answers in flight between threads
 (``Handover``) and the waiting helpers (timeouts, a loop's batched post).
 
 The rest of the package may use the names in ``__all__``; the modules are private.
@@ -14,7 +15,7 @@ from __future__ import annotations
 from retinue.actors.calls._channel import Channel, RuntimeState, actor_target
 from retinue.actors.calls._engine import Engine, HostReceipt, WaitCommand, handed_events
 from retinue.actors.calls._handover import Handover
-from retinue.actors.calls._reply import Reply
+from retinue.actors.calls._reply import LoopReply, Reply
 from retinue.actors.calls._waiting import (
     register_poster,
     resolve_timeout,
@@ -27,6 +28,7 @@ __all__ = [
     "Engine",
     "Handover",
     "HostReceipt",
+    "LoopReply",
     "Reply",
     "RuntimeState",
     "WaitCommand",

@@ -57,25 +57,33 @@ def actor_target(
 ) -> Target:
     """Return the target that puts a command in the supervisor actor's inbox.
 
+    The :class:`Envelope` goes into the inbox as it is, not through
+    ``actor.tell`` (which wraps it in pykka's envelope after asking whether the
+    actor is alive, three Python calls per command): the supervisor actor's
+    loop serves bare envelopes (:class:`~retinue.actors.supervisor.SupervisorActor`;
+    ``actor`` must be one). The same check as ``tell`` comes first: a stopped
+    actor takes nothing.
+
     ``capture()`` (when the runtime traces) is the sender's current span, taken
     on the sender's thread for each command that starts turns.
 
     Raises (from the target):
         RuntimeClosed: the supervisor has stopped.
     """
+    put = actor.actor_inbox.put
+    stopped = actor.actor_stopped.is_set
 
     def deliver(
         command: Command[Any], reply: concurrent.futures.Future[Any] | None
     ) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = reply if reply is not None else Reply()
         trace = capture() if capture is not None and type(command) in _TRACED else None
-        try:
-            # Every command class is a member of the closed union; the
-            # supervisor's exhaustive match answers anything else with an error.
-            # (No typing.cast: a Python call per command for the type checker only.)
-            actor.tell(Envelope(command, future, trace))  # type: ignore[arg-type]
-        except pykka.ActorDeadError:
-            raise RuntimeClosed("the runtime's supervisor has stopped") from None
+        if stopped():
+            raise RuntimeClosed("the runtime's supervisor has stopped")
+        # Every command class is a member of the closed union; the
+        # supervisor's exhaustive match answers anything else with an error.
+        # (No typing.cast: a Python call per command for the type checker only.)
+        put(Envelope(command, future, trace))  # type: ignore[arg-type]
         return future
 
     return deliver

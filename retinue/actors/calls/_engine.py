@@ -25,8 +25,14 @@ from typing import Any, Protocol, TypeVar
 
 from retinue.actors.calls._channel import Channel
 from retinue.actors.calls._handover import Handover
-from retinue.actors.calls._reply import Reply
-from retinue.actors.calls._waiting import await_answer, fail_pending, wait_answer, when_done
+from retinue.actors.calls._reply import LoopReply, Reply
+from retinue.actors.calls._waiting import (
+    await_answer,
+    fail_pending,
+    poster,
+    wait_answer,
+    when_done,
+)
 from retinue.actors.commands import (
     Command,
     GiveBack,
@@ -111,11 +117,19 @@ class Engine:
         return result
 
     async def ask_async(self, command: Command[R]) -> R:
-        """Submit ``command`` and await its answer without blocking the event loop."""
-        future = self.submit(command)
-        await when_done(asyncio.get_running_loop(), future, None)
-        result: R = future.result()
-        return result
+        """Submit ``command`` and await its answer without blocking the event loop.
+
+        Its reply is a :class:`LoopReply`: answered, it settles the loop future
+        this awaits through the loop's batched poster (no done callback, no
+        closure, no second read of the reply).
+
+        Raises:
+            RuntimeClosed: the runtime is closed; and whatever the command raises.
+        """
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[R] = loop.create_future()
+        self.channel.submit(command, LoopReply(ready, poster(loop)))
+        return await ready
 
     def give_up(
         self, sender: Sender, future: concurrent.futures.Future[Any], seconds: float

@@ -15,17 +15,23 @@ no longer be cancelled) or reports the cancel; ``set_result`` and
 callbacks run once, in the thread that finished it (or at once if added
 later). ``concurrent.futures.wait`` and ``as_completed`` are not supported
 (they reach for the ``Condition``); nothing in retinue hands a reply to them.
+
+A :class:`LoopReply` is the reply of a request awaited on an event loop
+(:meth:`~retinue.actors.calls.Engine.ask_async`): answered (or cancelled), it
+hands its outcome to the loop future its task awaits itself, through the
+loop's batched poster, with no done callback, closure or second read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Reply"]
+__all__ = ["LoopReply", "Reply"]
 
 log = logging.getLogger("retinue.reply")
 
@@ -138,8 +144,12 @@ class Reply(concurrent.futures.Future[T]):
         except Exception:  # a callback's failure is logged, never the finisher's
             log.exception("a callback of %r failed", self)
 
-    def _finish(self, result: Any, exception: BaseException | None) -> None:
+    def _finish(self, result: Any, exception: BaseException | None = None) -> None:
         """Answer, then run the callbacks outside the lock.
+
+        It is :meth:`set_result` too (``exception`` None): the store's writer
+        answers through it with one Python call fewer per answer, and
+        :meth:`_close`'s work is done here, inline, for one more.
 
         Raises:
             concurrent.futures.InvalidStateError: it is already done.
@@ -148,7 +158,10 @@ class Reply(concurrent.futures.Future[T]):
             if self._state in _DONE:
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result, self._exception = result, exception
-            callbacks = self._close(_FINISHED)
+            self._state = _FINISHED
+            if self._latch is not None:
+                self._latch.release()
+            callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:  # as _call, inline: one frame less per answer
             try:
                 fn(self)
@@ -156,7 +169,8 @@ class Reply(concurrent.futures.Future[T]):
                 log.exception("a callback of %r failed", self)
 
     def _close(self, state: str) -> list[Callable[[concurrent.futures.Future[T]], object]]:
-        """Enter the done ``state``, open the latch, return the callbacks to run (lock held)."""
+        """Enter the done ``state``, open the latch, return the callbacks to run (lock held;
+        a cancel's: an answer does the same inline, in :meth:`_finish`)."""
         self._state = state
         if self._latch is not None:
             self._latch.release()
@@ -192,13 +206,7 @@ class Reply(concurrent.futures.Future[T]):
                 return True
             raise RuntimeError(f"Reply in unexpected state {self._state}")
 
-    def set_result(self, result: T) -> None:
-        """Answer with ``result``.
-
-        Raises:
-            concurrent.futures.InvalidStateError: it is already done.
-        """
-        self._finish(result, None)
+    set_result = _finish  # (result): answer with ``result``; InvalidStateError if done
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Answer with ``exception`` (raised to whoever reads the result).
@@ -207,3 +215,86 @@ class Reply(concurrent.futures.Future[T]):
             concurrent.futures.InvalidStateError: it is already done.
         """
         self._finish(None, exception)
+
+
+def _settle(ready: asyncio.Future[Any], reply: LoopReply[Any]) -> None:
+    """On the awaiting loop: hand ``reply``'s outcome to ``ready`` (unless its await was
+    cancelled: nobody reads it then)."""
+    if ready.done():
+        return
+    if reply._state in _CANCELS:
+        ready.set_exception(concurrent.futures.CancelledError())
+    elif reply._exception is not None:
+        ready.set_exception(reply._exception)
+    else:
+        ready.set_result(reply._result)
+
+
+class LoopReply(Reply[T]):
+    """A :class:`Reply` awaited on an event loop: done, it settles the loop future ``ready``.
+
+    ``post(callback, *args)`` runs a callback on that loop from any thread (its
+    batched poster, :func:`~retinue.actors.calls._waiting.poster`). Answered or
+    cancelled, the reply posts :func:`_settle` once, which gives ``ready`` the
+    result or the exception (a cancelled reply: ``CancelledError``), unless
+    ``ready`` is done already (its awaiting task was cancelled). A closed loop
+    is posted nothing (nobody awaits). Everything else is :class:`Reply`'s.
+    """
+
+    def __init__(self, ready: asyncio.Future[T], post: Callable[..., Any]) -> None:
+        """Create a pending reply that settles ``ready`` through ``post``.
+
+        (Reply's fields are set here, not through ``super().__init__()``: a Python
+        call fewer per request.)
+        """
+        self._lock = threading.Lock()
+        self._latch: threading.Lock | None = None
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+        self._ready = ready
+        self._post = post
+
+    def _wake(self) -> None:
+        try:
+            self._post(_settle, self._ready, self)
+        except RuntimeError:  # the loop is closed: nobody awaits
+            return
+
+    def _finish(self, result: Any, exception: BaseException | None = None) -> None:
+        """Answer, settle the loop's future, then run the callbacks (as :meth:`Reply._finish`).
+
+        It is :meth:`set_result` too (``exception`` None): the store's writer
+        answers through it with one Python call fewer per answer.
+
+        Raises:
+            concurrent.futures.InvalidStateError: it is already done.
+        """
+        with self._lock:
+            if self._state in _DONE:
+                raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+            self._result, self._exception = result, exception
+            self._state = _FINISHED
+            if self._latch is not None:
+                self._latch.release()
+            callbacks, self._callbacks = self._callbacks, []
+        try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per answer
+            self._post(_settle, self._ready, self)
+        except RuntimeError:  # the loop is closed: nobody awaits
+            pass
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:  # a callback's failure is logged, never the finisher's
+                log.exception("a callback of %r failed", self)
+
+    set_result = _finish  # (result): answer with ``result``; InvalidStateError if done
+
+    def cancel(self) -> bool:
+        """Cancel as :meth:`Reply.cancel`; cancelled, it settles the loop's future (once:
+        :func:`_settle` leaves a done future alone)."""
+        cancelled = super().cancel()
+        if cancelled:
+            self._wake()
+        return cancelled

@@ -37,16 +37,21 @@ __all__ = [
 
 log = logging.getLogger("retinue.calls")
 
-# The batched cross-thread call of each runtime loop (see LoopThread.call_soon).
+# The batched cross-thread call of each loop: a runtime's (see LoopThread.call_soon), a host's.
 _POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
     weakref.WeakKeyDictionary()
 )
 _POSTERS_LOCK = threading.Lock()
+# The runtimes' loops again, held strongly until their runtime closes them: found with one
+# dict lookup in C (a WeakKeyDictionary's get is a Python call and a new weak reference).
+_RUNTIME_POSTERS: dict[asyncio.AbstractEventLoop, Callable[..., bool]] = {}
 
 
 def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) -> None:
-    """Make ``post`` the way :func:`poster` reaches ``loop`` (a runtime's batched call_soon)."""
-    _POSTERS[loop] = post
+    """Make ``post`` the way :func:`poster` reaches ``loop`` (a runtime's batched call_soon),
+    until :func:`unregister_poster`."""
+    with _POSTERS_LOCK:
+        _POSTERS[loop] = _RUNTIME_POSTERS[loop] = post
 
 
 def unregister_poster(loop: asyncio.AbstractEventLoop) -> None:
@@ -54,6 +59,7 @@ def unregister_poster(loop: asyncio.AbstractEventLoop) -> None:
     the loop would otherwise keep it alive as long as the process."""
     with _POSTERS_LOCK:
         _POSTERS.pop(loop, None)
+        _RUNTIME_POSTERS.pop(loop, None)
 
 
 def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
@@ -62,6 +68,9 @@ def poster(loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
     A runtime's own loop gets its batched :meth:`LoopThread.call_soon`; any
     other loop (a host's) a :class:`_Batched` poster of its own, made once.
     """
+    post = _RUNTIME_POSTERS.get(loop)
+    if post is not None:
+        return post
     post = _POSTERS.get(loop)
     if post is None:
         with _POSTERS_LOCK:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from retinue.actors.commands._base import HOST, Command, Host, Sender, TurnRef
 from retinue.actors.commands._leases import AckLease, Leases, ReleaseLease
@@ -180,11 +180,22 @@ over them is exhaustive (``assert_never``), so mypy proves each is served.
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Envelope:
-    """A command in the supervisor's inbox with the future its answer goes to."""
+    """A command in the supervisor's inbox with the future its answer goes to.
+
+    It goes into the supervisor actor's inbox as it is, without pykka's own
+    envelope around it (the supervisor's loop takes it first; see
+    :mod:`retinue.actors.supervisor._actor`). ``reply_to`` is None as for a
+    pykka ``tell``: if the actor stops with it still in the inbox, pykka's
+    teardown drops it, as it drops an unserved ``tell``. Not frozen: it is
+    built once per command and read once by the supervisor (a frozen
+    dataclass sets each field through ``object.__setattr__``).
+    """
 
     command: SupervisorCommand
     reply: concurrent.futures.Future[Any]
     trace: str | None = None
     """The sender's current span (W3C ``traceparent``) for a command that starts turns."""
+    reply_to: ClassVar[None] = None
+    """pykka's reply slot of an inbox item: none (what a ``tell`` puts)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from retinue.actors.commands._base import Command, TurnRef
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 
@@ -36,9 +38,13 @@ class LlmLoad(Command[tuple[bytes | None, Usage, Usage]]):
     sender: TurnRef
 
 
-@dataclass(frozen=True, slots=True)
-class LlmStep(Command[tuple[Usage, Usage]]):
+class LlmStep(msgspec.Struct, Command[tuple[Usage, Usage]], frozen=True):
     """An LLM turn made a step: add ``usage`` to the agent and its tree, store ``transcript``.
+
+    A frozen msgspec struct, not a frozen dataclass as the other commands: a
+    model turn sends two per tool step, and a struct is built in C (a frozen
+    dataclass sets each of its seven fields through ``object.__setattr__``,
+    about 0.9 µs a command against 0.1). It is never on the wire.
 
     ``transcript`` is an encoded :class:`~retinue.protocol.records.TranscriptRecord`
     (None keeps the stored one); the answer is the agent's and the tree's new usage.

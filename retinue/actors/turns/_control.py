@@ -16,7 +16,7 @@ The runner's :class:`Turn` shows the same operations without them.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from retinue.actors.calls import Engine, Handover, WaitCommand, resolve_timeout
@@ -212,9 +212,11 @@ class TurnControl:
         self._blocking()
         return self.engine.ask(command)
 
-    async def request_async(self, command: Command[R]) -> R:
-        """Like :meth:`request`, without blocking the event loop."""
-        return await self.engine.ask_async(command)
+    def request_async(self, command: Command[R]) -> Coroutine[Any, Any, R]:
+        """Like :meth:`request`, without blocking the event loop: the engine's
+        :meth:`~retinue.actors.calls.Engine.ask_async` itself, to await (no
+        coroutine of its own to create and resume per request)."""
+        return self.engine.ask_async(command)
 
     def _wait(self, command: WaitCommand, seconds: float, went_back: str) -> Any:
         self._blocking()

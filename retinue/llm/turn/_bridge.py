@@ -11,6 +11,9 @@ turn is interrupted) and are answered once committed:
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from retinue.actors.commands import LlmLoad, LlmStep
 from retinue.llm.turn._context import TurnContext
 from retinue.protocol.messages import ToolCallInDoubt, Usage
@@ -40,7 +43,7 @@ async def llm_load(turn: TurnContext) -> LlmState:
     return state
 
 
-async def llm_step(
+def llm_step(
     turn: TurnContext,
     usage: Usage,
     transcript: bytes | None,
@@ -49,8 +52,11 @@ async def llm_step(
     ends_call: bool = False,
     open_calls: int | None = None,
     in_doubt: tuple[ToolCallInDoubt, ...] = (),
-) -> tuple[Usage, Usage]:
-    """Record one model step; return ``(agent usage, tree usage)`` after it.
+) -> Coroutine[Any, Any, tuple[Usage, Usage]]:
+    """Record one model step: await it for ``(agent usage, tree usage)`` after it.
+
+    It builds the command and returns the turn's request to await (no
+    coroutine of its own: one frame fewer to create and resume per step).
 
     ``takes_input`` says ``transcript`` is the first to hold the turn's input:
     from this commit on the input is the transcript's (see ``LlmStep``);
@@ -61,7 +67,6 @@ async def llm_step(
     Raises:
         TurnInterrupted: the turn was interrupted.
     """
-    totals: tuple[Usage, Usage] = await turn.request_async(
+    return turn.request_async(
         LlmStep(turn.ref, usage, transcript, takes_input, ends_call, open_calls, in_doubt)
     )
-    return totals

@@ -1,0 +1,100 @@
+"""The supervisor's inbox: commands go in bare, pykka's own messages still work, a stop holds.
+
+A command's envelope is put in the supervisor actor's inbox as it is (not in
+pykka's envelope through ``tell``), and the actor's loop serves it before
+asking pykka what a message is. What that must keep: commands are served in
+the order they were put, mixed with pykka's messages (an ``ask``, a proxy's
+attribute) which are answered as pykka answers them; once the supervisor has
+stopped, a command is refused with ``RuntimeClosed`` and never lost in the
+inbox unanswered; and the stop commits what was served.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retinue import Limits, Profile, RuntimeClosed
+from retinue.actors.commands import HOST, Agents, Spawn
+from retinue.actors.system import System
+from retinue.persistence.options import check_store_options
+from retinue.testing import echo
+
+WATCHDOG_S = 30.0
+
+
+def start(path: Path) -> System:
+    """Start a writer's System on ``path`` with one echo profile."""
+    options = check_store_options(
+        path, durability="full", map_size=1 << 24, readonly=False, group_commit=True
+    )
+    return System.start(
+        options,
+        create=False,
+        profiles={"worker": Profile("worker", runner=echo)},
+        runners={"worker": echo},
+        limits=Limits(),
+    )
+
+
+def test_commands_and_pykka_messages_share_the_inbox_in_order(tmp_path: Path) -> None:
+    system = start(tmp_path / "s")
+    try:
+        actor = system.actor
+        assert actor is not None
+        spawned: list[concurrent.futures.Future[Any]] = []
+        asked = []
+        for i in range(20):
+            spawned.append(system.engine.submit(Spawn(HOST, "worker", f"t{i}", f"w{i}")))
+            asked.append(actor.ask("not a command", block=False))  # pykka's: logged, None
+        names = [f.result(timeout=WATCHDOG_S).name for f in spawned]
+        assert names == [f"w{i}" for i in range(20)]
+        assert [a.get(timeout=WATCHDOG_S) for a in asked] == [None] * 20
+        assert actor.proxy().core.get(timeout=WATCHDOG_S) is system.core  # a proxy's get
+        agents = system.engine.ask(Agents(HOST))
+        assert sorted(a.name for a in agents) == sorted(names)
+    finally:
+        system.shutdown()
+
+
+def test_commands_from_many_threads_are_each_answered_once(tmp_path: Path) -> None:
+    system = start(tmp_path / "s")
+    try:
+        got: list[int] = []
+        lock = threading.Lock()
+
+        def ask(k: int) -> None:
+            for _ in range(25):
+                count = len(system.engine.ask(Agents(HOST)))
+                with lock:
+                    got.append(count)
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(WATCHDOG_S)
+        assert got == [0] * 100
+    finally:
+        system.shutdown()
+
+
+def test_a_stopped_supervisor_refuses_commands_and_kept_what_it_served(tmp_path: Path) -> None:
+    system = start(tmp_path / "s")
+    actor = system.actor
+    assert actor is not None
+    served = system.engine.submit(Spawn(HOST, "worker", "t", "kept"))
+    actor.stop()  # pykka's stop message, behind the command: served first, then committed
+    assert served.result(timeout=WATCHDOG_S).name == "kept"
+    with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
+        system.engine.submit(Agents(HOST))
+    system.shutdown()
+    reopened = start(tmp_path / "s")
+    try:
+        assert [a.name for a in reopened.engine.ask(Agents(HOST))] == ["kept"]
+    finally:
+        reopened.shutdown()
