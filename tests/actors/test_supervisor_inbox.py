@@ -98,3 +98,20 @@ def test_a_stopped_supervisor_refuses_commands_and_kept_what_it_served(tmp_path:
         assert [a.name for a in reopened.engine.ask(Agents(HOST))] == ["kept"]
     finally:
         reopened.shutdown()
+
+
+def test_the_overridden_loop_is_pykkas_own() -> None:
+    """SupervisorActor._actor_loop_running is pykka 4.5.0's loop with bare envelopes served
+    first: a pykka upgrade that changes its loop must be read against the override first."""
+    import hashlib
+    import importlib.metadata
+    import inspect
+
+    import pykka
+
+    source = inspect.getsource(pykka.Actor._actor_loop_running)
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    assert (importlib.metadata.version("pykka"), digest) == (
+        "4.5.0",
+        "4109f316d2be434e5a2a178eda154e0eb17919333986a4b505f33091e4987dbd",
+    ), "pykka's receive loop changed: port retinue/actors/supervisor/_actor.py's copy of it"
