@@ -101,6 +101,32 @@ def _retinue_commits(row: dict[str, Any]) -> str:
     )
 
 
+def _median_of(got: dict[str, Any], key: str) -> float | None:
+    ratio = got.get(key)
+    return ratio[0] if isinstance(ratio, tuple) else ratio
+
+
+def _aim(got: dict[str, Any]) -> dict[str, str]:
+    """The aim's lines: retinue's journaled step (the commits-only row, what durability
+    costs per tool step, as the peers' rows measure it) against the best peer, and where
+    the model-driven row stands (bounded by litellm: the bare loop's own ratio)."""
+    lines: dict[str, str] = {}
+    step = _median_of(got, "retinue_commits_only_vs_best_peer")
+    if step is not None:
+        met = "met" if step >= AIM else "NOT met"
+        lines["aim"] = (
+            f"retinue's journaled step (commits only) >= {AIM:g}x the best peer "
+            f"at {AIM_AGENTS} agents: {met} ({step:g}x)"
+        )
+    model = _median_of(got, "retinue_vs_best_peer")
+    if model is not None:
+        lines["aim_model_driven"] = (
+            f"a model-driven step is {model:g}x the best peer: litellm's own CPU bounds it "
+            "(the bare litellm loop's row)"
+        )
+    return lines
+
+
 def level_tables(data: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     """One table per level (every contender's line, the ratios), and the ratios by level."""
     tables: list[tuple[str, dict[str, Any]]] = []
@@ -120,11 +146,8 @@ def level_tables(data: dict[str, Any]) -> tuple[list[tuple[str, dict[str, Any]]]
             got["retinue_added_over_raw_loop_p50_p99_ms"] = added
         by_level[f"{agents}_agents"] = got
         shown.update(got)
-        ratio = got.get("retinue_vs_best_peer")
-        ratio = ratio[0] if isinstance(ratio, tuple) else ratio
-        if agents == AIM_AGENTS and ratio is not None:
-            met = "met" if ratio >= AIM else "NOT met"
-            shown["aim"] = f"retinue >= {AIM:g}x the best peer at {AIM_AGENTS} agents: {met}"
+        if agents == AIM_AGENTS:
+            shown.update(_aim(got))
         where = _where(at)
         if where is not None:
             shown["retinue_cpu_per_step"] = where
