@@ -155,7 +155,7 @@ class TurnSession:
         self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
         self.journal: ToolStep | None = None  # the tool calls' journal, stored with each save
         self.step = 0  # this generation's tool steps so far (a key's step)
-        self.doubt: list[Any] = []  # the chat's calls of a journal found open (in doubt)
+        self.doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
         self.then: str | None = None  # this turn's input, added after the open step's results
         self.in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
         calls = runner.calls
@@ -234,16 +234,20 @@ class TurnSession:
         if tape is not None:
             calls = tape.live(calls)
         try:
-            with watch.current():  # litellm's own OTel callback sees it as its parent
-                response = await complete(
-                    self.litellm,
-                    calls,
-                    messages,
-                    schemas,
-                    self.limits.max_concurrent_calls,
-                    watch,
-                    self.limited,
-                )
+            call = complete(
+                self.litellm,
+                calls,
+                messages,
+                schemas,
+                self.limits.max_concurrent_calls,
+                watch,
+                self.limited,
+            )
+            if watch.span is None:  # no context held across the call for no span
+                response = await call
+            else:
+                with watch.current():  # litellm's own OTel callback sees it as its parent
+                    response = await call
             message = assistant_message(_first_message(response, self.runner.model))
         except BaseException as exc:
             watch.failed(exc)
@@ -277,7 +281,7 @@ class TurnSession:
             self.input_stored = True  # its input joins the chat after the parked step
             return
         text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
-        self.doubt = doubtful_calls(journal, history)
+        self.doubt = doubtful_calls(journal, history) or ()  # an empty one held as ()
         if self.doubt and journal is not None:
             self.journal, self.history = journal, history
             self.then = text if journal.then is None else f"{journal.then}\n\n{text}"
