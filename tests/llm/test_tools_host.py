@@ -11,8 +11,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 import pytest
 
+from llm.conftest import run
+from retinue import AgentState, Profile
 from retinue.errors import ConfigurationError
-from retinue.llm import HostTool, ToolBox, ToolError, tool
+from retinue.llm import SCRIPTED_MODEL, HostTool, LiteLLMRunner, ToolBox, ToolError, tool
+from retinue.llm.tools._arguments import _schema_json
 from retinue.llm.tools._host import host_tool_defs
 
 
@@ -281,3 +284,22 @@ def test_types_json_cannot_describe_are_refused() -> None:
 def test_two_tools_of_one_name_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="two host tools are named 'lookup_user'"):
         host_tool_defs([lookup_user, lookup_user.fn])
+
+
+def test_a_runners_plain_functions_are_built_once_not_per_turn(llm_runtime: Any) -> None:
+    """A plain function given as ``host_tools`` is read (signature, argument struct, schema)
+    once, not on every turn: each build made a new struct type, whose schema was then
+    built again and kept by the schema and decoder caches."""
+
+    def note(text: str) -> str:
+        """Keep a note."""
+        return text
+
+    runner = LiteLLMRunner(SCRIPTED_MODEL, host_tools={"note": note})
+    rt = llm_runtime([Profile("agent", runner=runner, tools=["note"])])
+    assert run(rt, "agent", "warm up").state is AgentState.COMPLETED
+    built = _schema_json.cache_info().misses
+    for n in range(3):
+        assert run(rt, "agent", f"task {n}").state is AgentState.COMPLETED
+    assert _schema_json.cache_info().misses == built
+    assert host_tool_defs({"note": note})["note"] is host_tool_defs({"note": note})["note"]

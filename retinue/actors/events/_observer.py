@@ -276,6 +276,8 @@ class ModelCallWatch:
         duration = time.monotonic() - self.started
         if self.span is not None:
             self.span.end(usage, response, None)
+        if not self.watch.listening:
+            return  # no event is built for nobody
         self.watch.publish(
             lambda agent, at: ModelCallFinished(
                 agent_id=agent.id,

@@ -81,6 +81,10 @@ class McpToolDef(ToolDef):
             },
         }
 
+    def schema_json(self) -> bytes:
+        """Return :meth:`schema` as JSON."""
+        return msgspec.json.encode(self.schema())
+
 
 @dataclass(frozen=True)
 class McpTool:

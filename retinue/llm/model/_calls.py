@@ -44,9 +44,21 @@ _semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyn
 _semaphores = weakref.WeakKeyDictionary()
 
 
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], dict[str, asyncio.Semaphore]] | None = None
+"""The last loop asked about and its bounds (every turn runs on the runtime's one loop:
+its bounds are found without a weak key built per call)."""
+
+
 def _semaphore(model: str, size: int) -> asyncio.Semaphore:
     """Return the per-model call bound of the running event loop."""
-    per_loop = _semaphores.setdefault(asyncio.get_running_loop(), {})
+    global _last
+    loop = asyncio.get_running_loop()
+    last = _last
+    if last is not None and last[0]() is loop:
+        per_loop = last[1]
+    else:
+        per_loop = _semaphores.setdefault(loop, {})
+        _last = (weakref.ref(loop), per_loop)
     semaphore = per_loop.get(model)
     if semaphore is None:
         semaphore = per_loop[model] = asyncio.Semaphore(size)

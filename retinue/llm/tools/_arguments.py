@@ -208,3 +208,7 @@ class ToolDef:
     def schema(self) -> dict[str, Any]:
         """Return this tool's OpenAI ``tools`` entry."""
         return function_schema(self.name, self.description, self.args)
+
+    def schema_json(self) -> bytes:
+        """Return :meth:`schema` as JSON (built once per name, description and struct)."""
+        return _schema_json(self.name, self.description, self.args)

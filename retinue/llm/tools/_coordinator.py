@@ -33,7 +33,6 @@ a lost turn's waits took do; ``wait_agent`` run again waits for nothing.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -211,7 +210,15 @@ class _Coordinator:
     def __init__(self, turn: TurnContext, spawn_wait_s: float) -> None:
         self.turn = turn
         self.spawn_wait_s = spawn_wait_s
-        self._waiting = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None  # made by the first wait (most turns make none)
+
+    @property
+    def _waiting(self) -> asyncio.Lock:
+        """The lock every wait of this turn holds (made once, when first asked for)."""
+        lock = self._lock
+        if lock is None:
+            lock = self._lock = asyncio.Lock()
+        return lock
 
     async def _result(self, info: AgentInfo, deadline: float) -> dict[str, Any]:
         """Wait (until ``deadline`` on the loop clock) for the completion of child ``info``.
@@ -421,67 +428,67 @@ def coordinator_tools(
     ``wait_default_s`` is what ``wait_agent`` waits without ``timeout_ms``.
     """
     handlers = _Coordinator(turn, spawn_wait_s)
-    send = ToolDef(
+    send = _def(
         "send_message",
         "Send a message to your parent, one of your subagents or a sibling.",
         SendMessageArgs,
         handlers.send_message,
     )
     if not (can_spawn and allowed):
-        return _classed([send])
+        return [send]
     names = tuple(dict.fromkeys(allowed))
     listing = _listing(names, descriptions or {})
     single, many = _spawn_structs(names, listing, max(1, fanout_cap))
-    return _classed(
-        [
-            ToolDef(
-                "spawn_subagent",
-                "Start one subagent on a task. With wait=true (the default) you get its "
-                f"result; with wait=false it runs while you continue. Agents you may spawn: "
-                f"{listing}",
-                single,
-                handlers.spawn_subagent,
-                hint=f"agents you may spawn: {', '.join(names)}",
-            ),
-            ToolDef(
-                "spawn_subagents",
-                f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
-                "the order given; a refused entry keeps its place as an error. "
-                f"Agents you may spawn: {listing}",
-                many,
-                handlers.spawn_subagents,
-                hint=f"agents you may spawn: {', '.join(names)}",
-            ),
-            send,
-            ToolDef(
-                "wait_agent",
-                "Wait for the next event from one of your subagents: a message it sent you or "
-                f"its result (default timeout {wait_default_s:g} s). On timeout it keeps running.",
-                WaitAgentArgs,
-                handlers.wait_agent,
-            ),
-            ToolDef(
-                "list_agents",
-                "List your live subagents with their state.",
-                ListAgentsArgs,
-                handlers.list_agents,
-            ),
-            ToolDef(
-                "interrupt_agent",
-                "Interrupt a subagent's running turn (it ends as interrupted).",
-                InterruptAgentArgs,
-                handlers.interrupt_agent,
-            ),
-            ToolDef(
-                "close_agent",
-                "Close a finished subagent (recursive=true closes its own subagents first).",
-                CloseAgentArgs,
-                handlers.close_agent,
-            ),
-        ]
-    )
+    return [
+        _def(
+            "spawn_subagent",
+            "Start one subagent on a task. With wait=true (the default) you get its "
+            f"result; with wait=false it runs while you continue. Agents you may spawn: "
+            f"{listing}",
+            single,
+            handlers.spawn_subagent,
+            hint=f"agents you may spawn: {', '.join(names)}",
+        ),
+        _def(
+            "spawn_subagents",
+            f"Run 1 to {max(1, fanout_cap)} subagents at once and get their results in "
+            "the order given; a refused entry keeps its place as an error. "
+            f"Agents you may spawn: {listing}",
+            many,
+            handlers.spawn_subagents,
+            hint=f"agents you may spawn: {', '.join(names)}",
+        ),
+        send,
+        _def(
+            "wait_agent",
+            "Wait for the next event from one of your subagents: a message it sent you or "
+            f"its result (default timeout {wait_default_s:g} s). On timeout it keeps running.",
+            WaitAgentArgs,
+            handlers.wait_agent,
+        ),
+        _def(
+            "list_agents",
+            "List your live subagents with their state.",
+            ListAgentsArgs,
+            handlers.list_agents,
+        ),
+        _def(
+            "interrupt_agent",
+            "Interrupt a subagent's running turn (it ends as interrupted).",
+            InterruptAgentArgs,
+            handlers.interrupt_agent,
+        ),
+        _def(
+            "close_agent",
+            "Close a finished subagent (recursive=true closes its own subagents first).",
+            CloseAgentArgs,
+            handlers.close_agent,
+        ),
+    ]
 
 
-def _classed(tools: list[ToolDef]) -> list[ToolDef]:
-    """The coordinator tools with their effect classes (:data:`COORDINATOR_EFFECTS`)."""
-    return [dataclasses.replace(t, effect=COORDINATOR_EFFECTS[t.name]) for t in tools]
+def _def(
+    name: str, description: str, args: type[msgspec.Struct], handler: Any, hint: str = ""
+) -> ToolDef:
+    """A coordinator tool with its effect class (:data:`COORDINATOR_EFFECTS`)."""
+    return ToolDef(name, description, args, handler, hint=hint, effect=COORDINATOR_EFFECTS[name])

@@ -294,6 +294,21 @@ def _build(
     return tool_def
 
 
+def _built(fn: Callable[..., Any], name: str | None) -> HostTool:
+    """:func:`_build` of ``fn`` under ``name``, once per pair: a runner's plain functions
+    are offered on every turn, and each build reads a signature and makes a struct type
+    (a new type each time, which the schema and decoder caches would each keep)."""
+    try:
+        return _built_once(fn, name)
+    except TypeError:  # an unhashable callable: built each time
+        return _build(fn, name, None)
+
+
+@functools.lru_cache(maxsize=1024)
+def _built_once(fn: Callable[..., Any], name: str | None) -> HostTool:
+    return _build(fn, name, None)
+
+
 @overload
 def tool(
     fn: Callable[..., Any],
@@ -356,9 +371,9 @@ def host_tool_defs(
         return {}
     tools: dict[str, HostTool] = {}
     if isinstance(host_tools, Mapping):
-        items = [_build(fn, key, None) for key, fn in host_tools.items()]
+        items = [_built(fn, key) for key, fn in host_tools.items()]
     else:
-        items = [_build(fn, None, None) for fn in host_tools]
+        items = [_built(fn, None) for fn in host_tools]
     for item in items:
         if item.name in tools:
             raise ConfigurationError(f"two host tools are named {item.name!r}")

@@ -96,7 +96,8 @@ class ToolBox:
         """Hold ``tools`` (unique names); results are cut at ``max_result_bytes``."""
         self._tools = {tool.name: tool for tool in tools}
         self._max = max_result_bytes
-        self._schemas = [tool.schema() for tool in tools]
+        # the entries' JSON, joined once: each turn's schemas() decodes it (a fresh copy)
+        self._schemas = b"[" + b",".join([tool.schema_json() for tool in tools]) + b"]"
 
     @property
     def names(self) -> list[str]:
@@ -121,7 +122,7 @@ class ToolBox:
 
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
-        copy: list[dict[str, Any]] = msgspec.json.decode(_ENCODER.encode(self._schemas))
+        copy: list[dict[str, Any]] = msgspec.json.decode(self._schemas)
         return copy  # the caller may edit it
 
     async def call(self, name: str, arguments: str, call: ToolCall | None = None) -> str:

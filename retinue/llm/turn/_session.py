@@ -67,6 +67,7 @@ from retinue.llm.turn._intents import (
 from retinue.llm.turn._settings import RunnerSettings
 from retinue.llm.turn._taped import Taped, TapedTool, host_call_index
 from retinue.protocol.arrival import assistant_message
+from retinue.protocol.budgets import has_budget
 from retinue.protocol.chat import (
     ChatMessage,
     bound_at,
@@ -91,6 +92,9 @@ from retinue.protocol.transcript_memo import TranscriptMemo
 
 __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
+_NONE = Usage()
+"""No usage (a step that made no model call); a frozen struct, shared."""
+
 REPAIR_PROMPT = (
     "Your answer does not follow the structured result contract: {error}. "
     "Answer again with only the corrected JSON object."
@@ -103,6 +107,32 @@ class TurnSession:
 
     ``runner`` is read for its settings only (:class:`RunnerSettings`).
     """
+
+    __slots__ = (
+        "agent_usage",
+        "budgeted",
+        "call_times",
+        "calls_made",
+        "cut",
+        "doubt",
+        "history",
+        "in_doubt",
+        "input_stored",
+        "journal",
+        "limited",
+        "limits",
+        "litellm",
+        "memo",
+        "repaired",
+        "runner",
+        "step",
+        "structured",
+        "task_at",
+        "then",
+        "tools",
+        "tree_usage",
+        "turn",
+    )
 
     def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
@@ -118,14 +148,14 @@ class TurnSession:
         self.cut = 0
         self.input_stored = False  # the first save stores the turn's input with its step
         self.task_at: int | None = None
-        self.agent_usage = Usage()
-        self.tree_usage = Usage()
+        self.agent_usage = self.tree_usage = _NONE
+        self.budgeted = has_budget(self.limits)  # else no call is admitted, no budget checked
         self.calls_made = 0
         self.repaired = False
         self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
         self.journal: ToolStep | None = None  # the tool calls' journal, stored with each save
         self.step = 0  # this generation's tool steps so far (a key's step)
-        self.doubt: list[Any] = []  # the chat's calls of a journal found open (in doubt)
+        self.doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
         self.then: str | None = None  # this turn's input, added after the open step's results
         self.in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
         calls = runner.calls
@@ -152,7 +182,9 @@ class TurnSession:
         elif self.doubt:
             await self._settle(toolbox)
         while True:
-            admitted = await admit_call(self.turn, self.agent_usage, self.tree_usage)
+            admitted = self.budgeted and await admit_call(
+                self.turn, self.agent_usage, self.tree_usage
+            )
             assistant, usage = await self._call_model(schemas)
             self.history.append(assistant)
             calls = assistant.get("tool_calls") or []
@@ -184,8 +216,13 @@ class TurnSession:
         messages = self._system() + for_model(self.history)
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
-        tape = Taped(self.runner.cassette, self.turn.agent.path, calls, messages, schemas)
-        recorded = tape.answer()  # CassetteMiss: replaying, and this call was not recorded
+        cassette = self.runner.cassette
+        tape = (
+            None
+            if cassette is None
+            else Taped(cassette, self.turn.agent.path, calls, messages, schemas)
+        )
+        recorded = None if tape is None else tape.answer()  # CassetteMiss: replaying, not recorded
         watch = self.turn.watch.model_call(calls.model, request)
         started = time.time()
         if recorded is not None:
@@ -194,24 +231,30 @@ class TurnSession:
             self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
             del self.call_times[: -self.limits.transcript_max_calls]
             return message, usage
-        calls = tape.live(calls)
+        if tape is not None:
+            calls = tape.live(calls)
         try:
-            with watch.current():  # litellm's own OTel callback sees it as its parent
-                response = await complete(
-                    self.litellm,
-                    calls,
-                    messages,
-                    schemas,
-                    self.limits.max_concurrent_calls,
-                    watch,
-                    self.limited,
-                )
+            call = complete(
+                self.litellm,
+                calls,
+                messages,
+                schemas,
+                self.limits.max_concurrent_calls,
+                watch,
+                self.limited,
+            )
+            if watch.span is None:  # no context held across the call for no span
+                response = await call
+            else:
+                with watch.current():  # litellm's own OTel callback sees it as its parent
+                    response = await call
             message = assistant_message(_first_message(response, self.runner.model))
         except BaseException as exc:
             watch.failed(exc)
             raise
         usage = usage_of(self.litellm, calls, response)
-        tape.record(message, usage)
+        if tape is not None:
+            tape.record(message, usage)
         watch.finished(usage, response)
         self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
         del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
@@ -238,7 +281,7 @@ class TurnSession:
             self.input_stored = True  # its input joins the chat after the parked step
             return
         text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
-        self.doubt = doubtful_calls(journal, history)
+        self.doubt = doubtful_calls(journal, history) or ()  # an empty one held as ()
         if self.doubt and journal is not None:
             self.journal, self.history = journal, history
             self.then = text if journal.then is None else f"{journal.then}\n\n{text}"
@@ -265,7 +308,7 @@ class TurnSession:
             self.history.append({"role": "user", "content": "\n\n".join(parts)})
         self.journal = closed(self.journal, self.turn.agent.generation)
         self.input_stored = False  # the next save stores the input (or the results)
-        await self._save(Usage())
+        await self._save(_NONE)
 
     async def _settle(self, toolbox: ToolBoxProtocol) -> None:
         """Act on the calls in doubt of the step the last turn left open, then add the input.
@@ -281,14 +324,14 @@ class TurnSession:
             msgspec.structs.replace(self.journal, then=self.then), mode, self.turn.agent
         )
         self.in_doubt = tuple(events)
-        await self._save(Usage())
+        await self._save(_NONE)
         calls = self.doubt
         results = await self._call_tools(toolbox, calls)
         self._answer_calls(calls, results)
         self.task_at = len(self.history)
         self.history.append({"role": "user", "content": self.then or ""})
         self.journal = closed(self.journal, self.turn.agent.generation)
-        await self._save(Usage())
+        await self._save(_NONE)
 
     def _open_step(self, toolbox: ToolBoxProtocol, calls: Sequence[Any]) -> None:
         """Journal a new step of ``calls`` (each call's intent, before any runs)."""
@@ -342,7 +385,7 @@ class TurnSession:
             if not over:  # none of them ran: they are not in doubt
                 self._answer_calls(calls, [_spent()] * len(calls))
                 self.journal = closed(self.journal, self.turn.agent.generation)
-                await self._save(Usage())
+                await self._save(_NONE)
             raise
         if over:
             raise ToolCallLimitExceeded(
@@ -355,7 +398,7 @@ class TurnSession:
         results = await self._call_tools(toolbox, calls)
         self._answer_calls(calls, results)
         self.journal = closed(self.journal, self.turn.agent.generation)
-        await self._save(Usage())
+        await self._save(_NONE)
 
     async def _call_tools(
         self, toolbox: ToolBoxProtocol, calls: Sequence[Any], *, resume: bool = False
@@ -396,7 +439,7 @@ class TurnSession:
             }
             self.journal = journal = started(journal, denied)
             entries = {c.call_id: c for c in journal.calls}
-            await self._save(Usage())  # the calls are running from here on
+            await self._save(_NONE)  # the calls are running from here on
 
         async def one(call: Any) -> str:
             entry = entries[call["id"]]
@@ -448,7 +491,7 @@ class TurnSession:
         """Ask the model once to repair its structured answer (the one repair request)."""
         self.repaired = True
         self.history.append({"role": "user", "content": REPAIR_PROMPT.format(error=error)})
-        await self._save(Usage())
+        await self._save(_NONE)
 
     def _answer_calls(self, calls: Sequence[Any], results: Sequence[str]) -> None:
         for call, content in zip(calls, results, strict=True):
@@ -463,9 +506,10 @@ class TurnSession:
 
     def _check_spent(self) -> None:
         """After a call is recorded: the turn fails once a budget is crossed."""
-        check_budgets(
-            self.limits, self.turn.agent.path, self.agent_usage, self.tree_usage, before=False
-        )
+        if self.budgeted:
+            check_budgets(
+                self.limits, self.turn.agent.path, self.agent_usage, self.tree_usage, before=False
+            )
 
     async def _save(self, usage: Usage, *, ends_call: bool = False) -> None:
         """Store the chat (bounded) and add ``usage``; the first save also takes the input.
