@@ -49,7 +49,7 @@ model), ``machine`` (the machine, sync and reopen); ``restarts`` is the
 restart machine; ``journal`` (with ``journal_world``, ``journal_checks`` and
 ``journal_run``, its long search) the journal machine; ``retention`` (with
 ``retention_cut``, its crash seam, and ``retention_run``, its long search) the
-retention machine.
+retention machine; ``long_search`` is the seeded search both long searches run.
 
 Each call is checked against the model: it succeeds exactly when no rule
 forbids it, and otherwise raises one of the typed errors the model allows

@@ -4,12 +4,11 @@ CI runs it derandomized in ``tests/runtime/test_retention_machine.py``)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from stress.parts import Options, Part, Result
+from stress.statemachine.long_search import search
 from stress.statemachine.retention import RetentionMachine
-from stress.statemachine.trace import STATS
 
 __all__ = ["PART", "run"]
 
@@ -17,33 +16,10 @@ __all__ = ["PART", "run"]
 def run(max_examples: int = 200, steps: int = 40, seed: int = 1) -> dict[str, Any]:
     """The long search (``python -m stress.statemachine --machine retention``, ``python -m
     stress --only retention``): a row with the counts reached and the problems found."""
-    import hypothesis
-    from hypothesis import HealthCheck, settings
-    from hypothesis.stateful import get_state_machine_test
-
-    STATS.clear()
-    config = settings(
-        max_examples=max_examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
-    test = hypothesis.seed(seed)(get_state_machine_test(RetentionMachine, settings=config))
-    started = time.perf_counter()
-    problems: list[str] = []
-    try:
-        test()
-    except (AssertionError, hypothesis.errors.HypothesisException) as exc:
-        problems.append(f"{type(exc).__name__}: {exc}"[:4000])
-    counts = {k.removeprefix("retention:"): v for k, v in sorted(STATS.items())}
-    return {
-        "examples": STATS["retention:open"],
-        "crashes": STATS["retention:crash"] + STATS["retention:cuts"],
-        "counts": counts,
-        "problems": problems,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    found = search(RetentionMachine, "retention", max_examples, steps, seed)
+    counts = found["counts"]
+    crashes = counts.get("crash", 0) + counts.get("cuts", 0)
+    return {"examples": counts.get("open", 0), "crashes": crashes, **found}
 
 
 def _part(options: Options) -> Result:
