@@ -21,7 +21,7 @@ import pytest
 from support import OpenRuntime
 
 from retinue import NothingToWaitFor, Profile, Turn
-from retinue.actors.calls._waiting import _POSTERS, poster
+from retinue.actors.calls._waiting import _POSTERS, _RUNTIME_POSTERS, poster
 
 CALLS = 1_000
 WATCHDOG_S = 30.0
@@ -144,13 +144,14 @@ def test_a_closed_runtime_leaves_no_poster_behind(open_runtime: OpenRuntime) -> 
     rt.wait(rt.spawn("worker", "t").id, timeout=30)  # its loop ran a turn
     runtime_loops = [  # registered by a runtime's LoopThread (its batched call_soon)
         weakref.ref(loop)
-        for loop, post in list(_POSTERS.items())
+        for loop, post in list(_RUNTIME_POSTERS.items())
         if getattr(post, "__name__", "") == "call_soon"
     ]
     assert runtime_loops
     rt.shutdown()
     left = [loop for loop in (ref() for ref in runtime_loops) if loop is not None]
-    assert not any(loop in _POSTERS for loop in left)  # the poster no longer holds the loop
+    # No table holds the loop any more (nor a host's poster made for it by mistake).
+    assert not any(loop in _RUNTIME_POSTERS or loop in _POSTERS for loop in left)
 
 
 def test_a_burst_of_async_spawns_and_waits_gets_each_completion_once(

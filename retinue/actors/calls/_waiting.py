@@ -37,13 +37,15 @@ __all__ = [
 
 log = logging.getLogger("retinue.calls")
 
-# The batched cross-thread call of each loop: a runtime's (see LoopThread.call_soon), a host's.
+# The batched cross-thread call of each host's loop (a _Batched, made on first use), held
+# weakly: a host's loop that is gone takes its poster with it.
 _POSTERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Callable[..., bool]] = (
     weakref.WeakKeyDictionary()
 )
 _POSTERS_LOCK = threading.Lock()
-# The runtimes' loops again, held strongly until their runtime closes them: found with one
-# dict lookup in C (a WeakKeyDictionary's get is a Python call and a new weak reference).
+# The batched call of each runtime's loop (see LoopThread.call_soon), held strongly until its
+# runtime closes the loop: found with one dict lookup in C (a WeakKeyDictionary's get is a
+# Python call and a new weak reference).
 _RUNTIME_POSTERS: dict[asyncio.AbstractEventLoop, Callable[..., bool]] = {}
 
 
@@ -51,14 +53,13 @@ def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) 
     """Make ``post`` the way :func:`poster` reaches ``loop`` (a runtime's batched call_soon),
     until :func:`unregister_poster`."""
     with _POSTERS_LOCK:
-        _POSTERS[loop] = _RUNTIME_POSTERS[loop] = post
+        _RUNTIME_POSTERS[loop] = post
 
 
 def unregister_poster(loop: asyncio.AbstractEventLoop) -> None:
     """Forget ``loop``'s poster (its runtime closed it): a registered ``post`` that holds
     the loop would otherwise keep it alive as long as the process."""
     with _POSTERS_LOCK:
-        _POSTERS.pop(loop, None)
         _RUNTIME_POSTERS.pop(loop, None)
 
 
