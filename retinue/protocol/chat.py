@@ -43,6 +43,8 @@ from retinue.protocol.transcript_cut import (
     CUT_MARKER,
     GENERATION_TAG,
     cut_transcript,
+    fits,
+    task_index,
 )
 from retinue.protocol.transcript_memo import TranscriptMemo
 
@@ -61,6 +63,7 @@ __all__ = [
     "repair_dangling",
     "storable",
     "stored_calls",
+    "stored_chat",
     "stored_journal",
     "timed_call",
     "turn_input",
@@ -125,26 +128,34 @@ storable = storable_text
 text arrives: :mod:`retinue.protocol.arrival`)."""
 
 
-def _optional_text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _to_record(message: ChatMessage, generation: int) -> TranscriptMessage:
-    calls = tuple(
-        ToolCallRecord(
-            id=str(call.get("id", "")),
-            name=str((call.get("function") or {}).get("name", "")),
-            arguments=str((call.get("function") or {}).get("arguments", "")),
-        )
-        for call in message.get("tool_calls") or ()
+    """``message`` as its record: a text field that is not a string is None; the generation
+    is the message's tag (a stored one), else ``generation``."""
+    get = message.get
+    calls, content, call_id, name, tag = (
+        get("tool_calls"),
+        get("content"),
+        get("tool_call_id"),
+        get("name"),
+        get(GENERATION_TAG),
     )
     return TranscriptMessage(
-        role=str(message.get("role", "user")),
-        content=_optional_text(message.get("content")),
-        tool_calls=calls,
-        tool_call_id=_optional_text(message.get("tool_call_id")),
-        name=_optional_text(message.get("name")),
-        generation=_generation_of(message, generation),
+        role=str(get("role", "user")),
+        content=content if isinstance(content, str) else None,
+        tool_calls=tuple(map(_call_record, calls)) if calls else (),
+        tool_call_id=call_id if isinstance(call_id, str) else None,
+        name=name if isinstance(name, str) else None,
+        generation=tag if isinstance(tag, int) and not isinstance(tag, bool) else generation,
+    )
+
+
+def _call_record(call: dict[str, Any]) -> ToolCallRecord:
+    """One OpenAI-shaped tool call as its record (a missing field is empty)."""
+    function = call.get("function") or {}
+    return ToolCallRecord(
+        id=str(call.get("id", "")),
+        name=str(function.get("name", "")),
+        arguments=str(function.get("arguments", "")),
     )
 
 
@@ -152,12 +163,6 @@ def _raw(message: ChatMessage, generation: int) -> msgspec.Raw:
     """``message``'s record (:func:`_to_record`) encoded on its own, to be copied as it is
     into a transcript's encoding (msgpack puts an array's items one after the other)."""
     return msgspec.Raw(_ENCODER.encode(_to_record(message, generation)))
-
-
-def _generation_of(message: ChatMessage, default: int) -> int:
-    """The generation a chat message was stored with (its tag), else ``default``."""
-    tag = message.get(GENERATION_TAG)
-    return tag if isinstance(tag, int) and not isinstance(tag, bool) else default
 
 
 def for_model(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -293,21 +298,70 @@ def encode_transcript(
     (:class:`~retinue.protocol.transcript_memo.TranscriptMemo`): only the
     messages added or changed since are converted again (the same bytes).
     """
-    records: tuple[TranscriptMessage, ...]
+    records: Sequence[TranscriptMessage | msgspec.Raw]
     if memo is None:
-        records = tuple(_to_record(m, generation) for m in messages)
+        records = [_to_record(m, generation) for m in messages]
     else:  # each message's record encoded once, then copied as it is (the same bytes)
-        encoded = memo.column(("record", generation), messages, lambda m: _raw(m, generation))
-        records = cast(tuple[TranscriptMessage, ...], tuple(encoded))
+        memo.hold(messages)
+        records = _held_records(memo, generation)
+    return _encode(agent_id, records, cut, calls, journal)
+
+
+def _held_records(memo: TranscriptMemo, generation: int) -> list[msgspec.Raw]:
+    """The encoded records of the messages ``memo`` holds (computed for those it lacks)."""
+    return memo.held_column(("record", generation), lambda m: _raw(m, generation))
+
+
+def _encode(
+    agent_id: str,
+    records: Sequence[TranscriptMessage | msgspec.Raw],
+    cut: int,
+    calls: Sequence[ModelCallRecord],
+    journal: ToolStep | None,
+) -> bytes:
+    """The transcript record of ``records`` (messages, or their encodings), encoded."""
     record = TranscriptRecord(
         version=TRANSCRIPT_VERSION,
         agent_id=agent_id,
-        messages=records,
+        messages=cast(tuple[TranscriptMessage, ...], tuple(records)),
         cut=cut,
         calls=tuple(calls),
         journal=journal,
     )
     return _ENCODER.encode(record)
+
+
+def stored_chat(
+    agent_id: str,
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None,
+    *,
+    cut: int = 0,
+    calls: Sequence[ModelCallRecord] = (),
+    generation: int = 0,
+    journal: ToolStep | None = None,
+    memo: TranscriptMemo | None = None,
+) -> tuple[list[ChatMessage], int, int | None, bytes]:
+    """What a model turn's step stores: ``messages`` bounded (:func:`bound_at`), then
+    encoded (:func:`encode_transcript`) with the ``cut`` count so far plus this bound's.
+
+    Returns the bounded messages, the new cut count, the task's new index and the
+    encoded record. With the turn's ``memo``, a chat that fits is checked
+    against the memo once for both (its new messages alone sized and encoded).
+    """
+    if memo is not None and fits(messages, max_bytes, memo):  # the memo holds messages
+        out, where = list(messages), task_index(messages, task_at)
+        return (
+            out,
+            cut,
+            where,
+            _encode(agent_id, _held_records(memo, generation), cut, calls, journal),
+        )
+    out, cuts, where = cut_transcript(messages, max_bytes, task_at, memo=memo)
+    cut += cuts
+    raw = encode_transcript(agent_id, out, cut, calls, generation, journal, memo=memo)
+    return out, cut, where, raw
 
 
 def decode_transcript(raw: bytes | None) -> tuple[list[ChatMessage], int]:

@@ -46,7 +46,9 @@ __all__ = [
     "GENERATION_TAG",
     "TASK_FLOOR_BYTES",
     "cut_transcript",
+    "fits",
     "message_size",
+    "task_index",
 ]
 
 ChatMessage = dict[str, Any]
@@ -237,7 +239,9 @@ class _Cutter:
                 self._set(unit, index, "content", CUT_MARKER)
 
 
-def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | None:
+def task_index(messages: Sequence[ChatMessage], task_at: int | None) -> int | None:
+    """The index of the current task in ``messages``: ``task_at`` if it is a ``user``
+    message there, else the last ``user`` message's (None: there is none)."""
     if (
         task_at is not None
         and 0 <= task_at < len(messages)
@@ -250,10 +254,11 @@ def _pick_task(messages: Sequence[ChatMessage], task_at: int | None) -> int | No
     return None
 
 
-_Scan = tuple[frozenset[Any], bool, int]
-"""What :func:`_units` knows after a message: the latest unit's calls still without a result,
-whether a unit has started, the orphans so far (no unit is built)."""
-_START: _Scan = (frozenset(), False, 0)
+_Scan = tuple[frozenset[Any], bool, int, int]
+"""What :func:`fits` knows after a message: the latest unit's calls still without a result,
+whether a unit has started, the orphans so far (as :func:`_units` would find them; no unit
+is built), and the cheap upper bound of the messages' sizes so far (:func:`_size_bound`)."""
+_START: _Scan = (frozenset(), False, 0, 0)
 _JSON_GROWTH = 6
 """How much longer a message's :func:`message_size` JSON can be than its compact JSON
 (msgspec's) at most: a character ``json`` escapes as ``\\u00XX`` where msgspec writes
@@ -278,37 +283,40 @@ def _size_bound(message: ChatMessage) -> int:
 
 
 def _scan_step(state: _Scan, message: ChatMessage) -> _Scan:
-    """:func:`_units`'s step over one message, on its state alone."""
-    open_ids, started, orphans = state
+    """:func:`_units`'s step over one message, on its state alone, with the size bound."""
+    open_ids, started, orphans, bound = state
+    bound += _size_bound(message)
     if message.get("role") == "tool":
         call_id = message.get("tool_call_id")
         if started and call_id in open_ids:
-            return open_ids - {call_id}, True, orphans
-        return open_ids, started, orphans + 1
-    return frozenset(_call_ids(message)), True, orphans
+            return open_ids - {call_id}, True, orphans, bound
+        return open_ids, started, orphans + 1, bound
+    return frozenset(_call_ids(message)), True, orphans, bound
 
 
-def _fits(messages: Sequence[ChatMessage], max_bytes: int, memo: TranscriptMemo | None) -> bool:
-    """Whether ``messages`` are within ``max_bytes`` and have no orphan: nothing to cut.
+def fits(messages: Sequence[ChatMessage], max_bytes: int, memo: TranscriptMemo | None) -> bool:
+    """Whether ``messages`` are within ``max_bytes`` and have no orphan: nothing to cut
+    (``memo`` then holds ``messages``: :meth:`~TranscriptMemo.hold`).
 
     Sizes are bounded from above first (cheap); only when the bound is over
-    ``max_bytes`` are the exact sizes summed (with a ``memo``, each message's once).
+    ``max_bytes`` are the exact sizes summed (with a ``memo``, each message's
+    once; the running state of the scan is kept too, so a chat that grew is
+    scanned from where it was, not from its start).
     """
     if memo is None:
         state = _START
         for message in messages:
             state = _scan_step(state, message)
-        if state[2]:
-            return False
-        if sum(_size_bound(m) for m in messages) <= max_bytes:
-            return True
-        return sum(message_size(m) for m in messages) <= max_bytes
-    states = memo.scan("units", messages, _scan_step, _START)
-    if states and states[-1][2]:
+    else:
+        states = memo.scan("fits", messages, _scan_step, _START)
+        state = states[-1] if states else _START
+    if state[2]:
         return False
-    if sum(memo.column("bound", messages, _size_bound)) <= max_bytes:
+    if state[3] <= max_bytes:
         return True
-    return sum(memo.column("size", messages, message_size)) <= max_bytes
+    if memo is None:
+        return sum(message_size(m) for m in messages) <= max_bytes
+    return sum(memo.held_column("size", message_size)) <= max_bytes
 
 
 def cut_transcript(
@@ -332,8 +340,8 @@ def cut_transcript(
     (:class:`~retinue.protocol.transcript_memo.TranscriptMemo`): only those
     added or changed since are sized again.
     """
-    if _fits(messages, max_bytes, memo):
-        return list(messages), 0, _pick_task(messages, task_at)
+    if fits(messages, max_bytes, memo):
+        return list(messages), 0, task_index(messages, task_at)
     return _cut_all(messages, max_bytes, task_at, memo)
 
 
@@ -353,7 +361,7 @@ def _cut_all(
         known = memo.column("size", messages, message_size)
         sizes = {id(m): size for m, size in zip(messages, known, strict=True)}
     chat = list(messages)
-    picked = _pick_task(chat, task_at)
+    picked = task_index(chat, task_at)
     task = None
     if picked is not None:
         task = chat[picked] = dict(chat[picked])

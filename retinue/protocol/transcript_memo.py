@@ -56,9 +56,10 @@ class TranscriptMemo:
         self._moved: dict[Hashable, dict[int, Any]] = {}
         self._moved_messages: list[ChatMessage] = []
 
-    def _sync(self, messages: Sequence[ChatMessage]) -> None:
+    def hold(self, messages: Sequence[ChatMessage]) -> None:
         """Hold ``messages``: keep the values of the longest leading run of the same objects,
-        drop the others."""
+        drop the others (the values of the messages after that run are kept aside, by
+        identity, for a message the change only moved)."""
         held = self._held
         count = len(held)
         if count > len(messages) or not all(map(operator.is_, messages, held)):
@@ -85,11 +86,18 @@ class TranscriptMemo:
         ``compute`` depends on, e.g. ``("record", generation)``). The list
         returned is the memo's own: read it, never change it.
         """
-        self._sync(messages)
+        self.hold(messages)
+        return self.held_column(key, compute)
+
+    def held_column(self, key: Hashable, compute: Callable[[ChatMessage], T]) -> list[T]:
+        """:meth:`column` of the messages the memo holds, as the last :meth:`hold` (or
+        :meth:`column`, :meth:`scan`) left them: for a caller that holds the chat and
+        reads several values of it, without checking the chat again for each."""
+        held = self._held
         values: list[T] = self._columns.setdefault(key, [])
-        if len(values) < len(messages):
+        if len(values) < len(held):
             moved = self._moved.get(key, {})
-            for message in messages[len(values) :]:
+            for message in held[len(values) :]:
                 known = moved.get(id(message), _MISSING)
                 values.append(compute(message) if known is _MISSING else known)
         return values
@@ -107,7 +115,7 @@ class TranscriptMemo:
         (``start`` before the first). As :meth:`column`: ``key`` names it, and
         the list returned is the memo's own (never change it).
         """
-        self._sync(messages)
+        self.hold(messages)
         states: list[S] = self._columns.setdefault(key, [])
         state = states[-1] if states else start
         for message in messages[len(states) :]:

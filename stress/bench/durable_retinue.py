@@ -42,11 +42,11 @@ from typing import Any
 from retinue import Durability, Limits, Profile, Runtime, Turn
 from retinue.actors.turns import TurnControl, control_of
 from retinue.llm import LiteLLMRunner, tool
-from retinue.llm.chat import bound_at, encode_transcript
 from retinue.llm.model import load_litellm, register_offline_model
 from retinue.llm.tools import calling
 from retinue.llm.turn._bridge import llm_load, llm_step
 from retinue.llm.turn._intents import closed, intents, open_count, tool_call
+from retinue.protocol.chat import stored_chat
 from retinue.protocol.messages import Usage
 from retinue.protocol.records import ToolStep
 from retinue.protocol.transcript_memo import TranscriptMemo
@@ -292,12 +292,13 @@ def _stored(
     turn: TurnControl, history: list[dict[str, Any]], memo: TranscriptMemo, journal: ToolStep
 ) -> bytes:
     """The chat as a model turn's step stores it: bounded, then encoded with the journal
-    (:meth:`~retinue.llm.turn._session.TurnSession._step`, the same calls, the same memo)."""
+    (:meth:`~retinue.llm.turn._session.TurnSession._step`: the same call, the same memo)."""
     me = turn.agent
-    history[:], cut, _ = bound_at(history, turn.limits.transcript_max_bytes, 0, memo=memo)
-    return encode_transcript(
-        me.id, history, cut, [], generation=me.generation, journal=journal, memo=memo
+    max_bytes = turn.limits.transcript_max_bytes
+    history[:], _, _, raw = stored_chat(
+        me.id, history, max_bytes, 0, generation=me.generation, journal=journal, memo=memo
     )
+    return raw
 
 
 class _CommitsRunner:

@@ -70,13 +70,12 @@ from retinue.protocol.arrival import assistant_message
 from retinue.protocol.budgets import has_budget
 from retinue.protocol.chat import (
     ChatMessage,
-    bound_at,
     decode_transcript,
-    encode_transcript,
     for_model,
     render_message,
     repair_dangling,
     stored_calls,
+    stored_chat,
     stored_journal,
     timed_call,
     turn_input,
@@ -540,16 +539,14 @@ class TurnSession:
 
     def _step(self, usage: Usage, ends_call: bool) -> LlmStep:
         """The next step to store: the chat (bounded, encoded) with ``usage``."""
-        self.history, cut, self.task_at = bound_at(
-            self.history, self.limits.transcript_max_bytes, self.task_at, memo=self.memo
-        )
-        self.cut += cut
         agent = self.turn.agent
-        raw = encode_transcript(
+        self.history, self.cut, self.task_at, raw = stored_chat(
             agent.id,
             self.history,
-            self.cut,
-            self.call_times,
+            self.limits.transcript_max_bytes,
+            self.task_at,
+            cut=self.cut,
+            calls=self.call_times,
             generation=agent.generation,
             journal=self.journal,
             memo=self.memo,
