@@ -96,11 +96,13 @@ def open_count(journal: ToolStep | None) -> int:
     """How many calls of ``journal`` may have started without a result (in flight while the
     turn runs, in doubt once it stops), those waiting for a person's word on a call found
     in doubt included."""
-    if journal is None:
-        return 0
-    return sum(
-        1 for c in journal.calls if c.state == "running" or (c.state == "waiting" and c.in_doubt)
-    )
+    count = 0
+    if journal is not None:
+        for call in journal.calls:
+            state = call.state
+            if state == "running" or (state == "waiting" and call.in_doubt):
+                count += 1
+    return count
 
 
 def tool_call(journal: ToolStep, call: JournaledCall, agent_id: str) -> ToolCall:
