@@ -249,6 +249,7 @@ class Writer:
         """
         group: list[_Item] = []
         controls: list[object] = []
+        held = self._held
         item: object = first
         while True:
             if not isinstance(item, _Item):
@@ -257,6 +258,9 @@ class Writer:
             group.append(item)
             if item.spread or len(group) >= self.max_group:
                 break
+            if held:  # a submitted group's next transition (no call, no queue read)
+                item = held.popleft()
+                continue
             try:
                 item = self._next(None, block=False)
             except queue.Empty:
