@@ -22,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pykka
 
@@ -170,7 +170,8 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
         raise asyncio.CancelledError
     try:
         with control.watch.current():  # its span is current in this task
-            result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
+            call: Callable[[Turn], Awaitable[Any]] = runner  # type: ignore[assignment]  # (no cast)
+            result: Any = await call(turn)
     except asyncio.CancelledError as exc:
         if turn.cancelled.is_set():
             raise
@@ -292,11 +293,26 @@ class PooledActor(pykka.Actor):
     def _kick(self) -> None:
         self._submit(self._drain)
 
+    def _stop_between_jobs(self) -> None:
+        """Stop now, on the actor's executor, while no job of it runs (an async turn's end).
+
+        What ``stop()`` would do through the inbox and one more drain job (pykka's
+        stop, then its teardown), done here: nothing else is ever sent to a turn's
+        actor but stops, which a stopped actor answers in its teardown as pykka does.
+        A drain scheduled meanwhile finds the actor stopped and only tears down.
+        """
+        if self.actor_stopped.is_set():  # the runtime stopped it first
+            return
+        self._stop()
+        self._actor_loop_teardown()
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast: a Python call)
+        inbox.kick = None  # as _drain: no cycle left for the GC
+
     def _drain(self) -> None:
         if not self._set_up:
             self._set_up = True
             self._actor_loop_setup()
-        inbox = cast(_Inbox, self.actor_inbox)
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast: a Python call)
         while not self.actor_stopped.is_set():
             envelope = inbox.next_or_release()
             if envelope is None:
@@ -412,8 +428,7 @@ class AgentActor(PooledActor):
                 )
                 self._report(turn, output, error)
             finally:
-                with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
-                    self.stop()
+                self._stop_between_jobs()  # a task's callback: no drain job of it runs
 
         task.add_done_callback(done)
 
