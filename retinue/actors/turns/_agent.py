@@ -357,6 +357,7 @@ class AgentActor(PooledActor):
         """
         self.is_async = is_async
         self._loop_thread = executor.loop
+        self._task: asyncio.Task[None] | None = None  # an async turn's, once started
         submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
         super().__init__(submit)
         self._runner = runner
@@ -406,31 +407,51 @@ class AgentActor(PooledActor):
             self._gone(turn)
             return
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
+
+        def done(finished: asyncio.Task[None]) -> None:  # only a task that ends cancelled
+            if finished.cancelled() and turn.cancelled.is_set():
+                self._gone(turn)
+                return
+            turn.runner_returned = True
+            try:
+                if finished.cancelled():  # by something else (before its runner ran, too)
+                    self._report(turn, None, _NOT_BY_INTERRUPT)
+                else:  # failed outside its runner (which never raises): re-raised, logged
+                    finished.result()
+            finally:
+                self._stop_between_jobs()  # a task's callback: no drain job of it runs
+
         task = asyncio.get_running_loop().create_task(
-            run_runner_async(self._runner, face, self._output_max_bytes),
-            name=f"retinue-turn-{turn.agent.path}",
+            self._run_task(face, turn, done), name=f"retinue-turn-{turn.agent.path}"
         )
+        self._task = task
         loop = self._loop_thread
 
         def cancel() -> None:
             loop.call_soon(task.cancel)
 
         turn.on_cancel(cancel)
-
-        def done(finished: asyncio.Task[Outcome]) -> None:
-            if finished.cancelled() and turn.cancelled.is_set():
-                self._gone(turn)
-                return
-            turn.runner_returned = True
-            try:
-                output, error = (
-                    (None, _NOT_BY_INTERRUPT) if finished.cancelled() else finished.result()
-                )
-                self._report(turn, output, error)
-            finally:
-                self._stop_between_jobs()  # a task's callback: no drain job of it runs
-
         task.add_done_callback(done)
+
+    async def _run_task(
+        self, face: Turn, turn: TurnControl, done: Callable[[asyncio.Task[None]], None]
+    ) -> None:
+        """An async turn's task: run its runner, then report it and stop, in its last step.
+
+        The report is made here, not by the task's done callback, which would
+        take one more pass of the loop per turn: ``done`` is taken off the task
+        once the runner has returned, and stays for a task that ends cancelled
+        (its runner interrupted, or cancelled by something else).
+        """
+        output, error = await run_runner_async(self._runner, face, self._output_max_bytes)
+        task = self._task
+        if task is not None:  # (always: set as the task was made, before it first ran)
+            task.remove_done_callback(done)  # no await from here on: nothing cancels it
+        turn.runner_returned = True
+        try:
+            self._report(turn, output, error)
+        finally:
+            self._stop_between_jobs()  # in the task's step: no drain job of it runs
 
     def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
