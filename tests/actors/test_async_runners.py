@@ -20,7 +20,13 @@ from retinue import (
     Turn,
     WaitTimeout,
 )
+from retinue.actors.turns import _agent as agent_module
 from retinue.testing import Gate, echo
+
+
+async def echo_async(turn: Turn) -> str:
+    """Return the task (an async runner)."""
+    return turn.task
 
 
 class Hold:
@@ -146,6 +152,24 @@ def test_async_runner_errors_and_bad_results_fail_the_turn(open_runtime: OpenRun
     coro = rt.wait(rt.spawn("forgot", "t").id, timeout=PROMPT_S)
     assert coro.status is CompletionStatus.FAILED
     assert "async def" in (coro.error or "")
+
+
+def test_a_turn_task_cancelled_by_something_else_fails_its_turn(
+    open_runtime: OpenRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The task ends cancelled before its runner returns, and not by the turn's interrupt
+    # (as when something cancels it before its first step): its done callback reports it.
+    async def cancelled_elsewhere(runner: object, turn: Turn, output_max_bytes: int) -> None:
+        raise asyncio.CancelledError
+
+    monkeypatch.setattr(agent_module, "run_runner_async", cancelled_elsewhere)
+    rt = open_runtime([Profile("agent", runner=echo_async)])
+    failed = rt.wait(rt.spawn("agent", "t").id, timeout=PROMPT_S)
+    assert failed.status is CompletionStatus.FAILED
+    assert failed.error == (
+        "CancelledError: the turn's task was cancelled, and not by its interrupt"
+    )
+    assert rt.get(failed.agent_id).state is AgentState.FAILED
 
 
 def test_async_twins_drive_a_tree(open_runtime: OpenRuntime) -> None:

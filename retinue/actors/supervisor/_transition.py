@@ -202,13 +202,23 @@ def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, obj
 
     Once it is committed, on the writer thread, their effects run and their
     callers are answered, in order. If the store has failed for good, each
-    caller is answered with the failure now: nobody hangs.
+    caller is answered with the failure now: nobody hangs. A transition that
+    changed nothing but a waiter's registration is not handed over (its
+    waiter is answered by the transition that answers the wait; if the store
+    has failed, that transition's failure answers it).
     """
     # The store's callback of each: its on_commit bound to the bus and its command (a
-    # partial: no Python frame of its own to build here or to call on the writer).
+    # partial: no Python frame of its own to build here or to call on the writer). A
+    # transition that only handed its reply to a waiter (a wait registered, nothing else
+    # changed: no write, event or effect) has nothing to commit and nobody to answer: it
+    # stays here, and a group of only such wakes the writer not at all.
     items: list[Submission] = [
-        (tx.writes, partial(tx.on_commit, bus=bus, what=c), tx.spread) for tx, c in group
+        (tx.writes, partial(tx.on_commit, bus=bus, what=c), tx.spread)
+        for tx, c in group
+        if not tx.deferred or tx.writes or tx.spread or tx.events or tx.effects or tx.started
     ]
+    if not items:
+        return
     try:
         store.submit_group(items)
     except RetinueError as exc:  # the store failed for good: say so, never hang

@@ -22,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pykka
 
@@ -170,7 +170,8 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
         raise asyncio.CancelledError
     try:
         with control.watch.current():  # its span is current in this task
-            result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
+            call: Callable[[Turn], Awaitable[Any]] = runner  # type: ignore[assignment]  # (no cast)
+            result: Any = await call(turn)
     except asyncio.CancelledError as exc:
         if turn.cancelled.is_set():
             raise
@@ -292,11 +293,26 @@ class PooledActor(pykka.Actor):
     def _kick(self) -> None:
         self._submit(self._drain)
 
+    def _stop_between_jobs(self) -> None:
+        """Stop now, on the actor's executor, while no job of it runs (an async turn's end).
+
+        What ``stop()`` would do through the inbox and one more drain job (pykka's
+        stop, then its teardown), done here: nothing else is ever sent to a turn's
+        actor but stops, which a stopped actor answers in its teardown as pykka does.
+        A drain scheduled meanwhile finds the actor stopped and only tears down.
+        """
+        if self.actor_stopped.is_set():  # the runtime stopped it first
+            return
+        self._stop()
+        self._actor_loop_teardown()
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast: a Python call)
+        inbox.kick = None  # as _drain: no cycle left for the GC
+
     def _drain(self) -> None:
         if not self._set_up:
             self._set_up = True
             self._actor_loop_setup()
-        inbox = cast(_Inbox, self.actor_inbox)
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast: a Python call)
         while not self.actor_stopped.is_set():
             envelope = inbox.next_or_release()
             if envelope is None:
@@ -341,6 +357,7 @@ class AgentActor(PooledActor):
         """
         self.is_async = is_async
         self._loop_thread = executor.loop
+        self._task: asyncio.Task[None] | None = None  # an async turn's, once started
         submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
         super().__init__(submit)
         self._runner = runner
@@ -390,32 +407,51 @@ class AgentActor(PooledActor):
             self._gone(turn)
             return
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
+
+        def done(finished: asyncio.Task[None]) -> None:  # only a task that ends cancelled
+            if finished.cancelled() and turn.cancelled.is_set():
+                self._gone(turn)
+                return
+            turn.runner_returned = True
+            try:
+                if finished.cancelled():  # by something else (before its runner ran, too)
+                    self._report(turn, None, _NOT_BY_INTERRUPT)
+                else:  # failed outside its runner (which never raises): re-raised, logged
+                    finished.result()
+            finally:
+                self._stop_between_jobs()  # a task's callback: no drain job of it runs
+
         task = asyncio.get_running_loop().create_task(
-            run_runner_async(self._runner, face, self._output_max_bytes),
-            name=f"retinue-turn-{turn.agent.path}",
+            self._run_task(face, turn, done), name=f"retinue-turn-{turn.agent.path}"
         )
+        self._task = task
         loop = self._loop_thread
 
         def cancel() -> None:
             loop.call_soon(task.cancel)
 
         turn.on_cancel(cancel)
-
-        def done(finished: asyncio.Task[Outcome]) -> None:
-            if finished.cancelled() and turn.cancelled.is_set():
-                self._gone(turn)
-                return
-            turn.runner_returned = True
-            try:
-                output, error = (
-                    (None, _NOT_BY_INTERRUPT) if finished.cancelled() else finished.result()
-                )
-                self._report(turn, output, error)
-            finally:
-                with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
-                    self.stop()
-
         task.add_done_callback(done)
+
+    async def _run_task(
+        self, face: Turn, turn: TurnControl, done: Callable[[asyncio.Task[None]], None]
+    ) -> None:
+        """An async turn's task: run its runner, then report it and stop, in its last step.
+
+        The report is made here, not by the task's done callback, which would
+        take one more pass of the loop per turn: ``done`` is taken off the task
+        once the runner has returned, and stays for a task that ends cancelled
+        (its runner interrupted, or cancelled by something else).
+        """
+        output, error = await run_runner_async(self._runner, face, self._output_max_bytes)
+        task = self._task
+        if task is not None:  # (always: set as the task was made, before it first ran)
+            task.remove_done_callback(done)  # no await from here on: nothing cancels it
+        turn.runner_returned = True
+        try:
+            self._report(turn, output, error)
+        finally:
+            self._stop_between_jobs()  # in the task's step: no drain job of it runs
 
     def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
