@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,3 +45,37 @@ def test_a_failed_commit_is_an_error_for_that_caller_and_every_later_one(
     with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=_echo)]) as again:
         assert [x.name for x in again.agents()] == ["a"]
         assert again.get("/root/a").output == "before"
+
+
+def test_a_wait_on_a_running_agent_after_the_store_failed_is_answered_with_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait registered once the store failed for good gets StoreError, not its timeout:
+    the agent it waits on may never commit again."""
+    release = threading.Event()
+
+    def _held(turn: Turn) -> str:
+        release.wait(30)
+        return turn.task
+
+    rt = Runtime.open(
+        tmp_path / "s", profiles=[Profile("w", runner=_echo), Profile("h", runner=_held)]
+    )
+    try:
+        a = rt.spawn("w", "before", name="a")
+        assert rt.wait(a.id, timeout=10).output == "before"
+        running = rt.spawn("h", "held", name="held")
+        store: Any = rt._store  # fault injection below the API, as above
+
+        def broken(writes: object) -> None:
+            raise lmdb.DiskError("injected: no space left on device")
+
+        monkeypatch.setattr(store._writer, "_commit", broken)
+        with pytest.raises(StoreError, match="injected"):
+            rt.send(a.id, "lost?")
+        with pytest.raises(StoreError):
+            rt.wait(running.id, timeout=20)
+    finally:
+        release.set()
+        monkeypatch.undo()
+        rt.shutdown()
