@@ -130,7 +130,9 @@ def _drive_retinue(folder: Path, n: int) -> int:
     from retinue import Durability, Limits, Profile, Runtime
     from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 
-    limits = Limits(max_agents=n + WARM_UP + 10, wait_max_s=3600.0)
+    # No background compaction: its 60 s timer lands in the run of n or of 2n (valgrind runs
+    # last minutes), and one Compact is worth tens of thousands of instructions per turn.
+    limits = Limits(max_agents=n + WARM_UP + 10, wait_max_s=3600.0, compact_interval_s=86_400.0)
     profiles = [Profile("agent", runner=LiteLLMRunner(SCRIPTED_MODEL))]
     with Runtime.open(folder, profiles=profiles, limits=limits, durability=Durability.FULL) as rt:
 
