@@ -22,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import pykka
 
@@ -170,8 +170,7 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
         raise asyncio.CancelledError
     try:
         with control.watch.current():  # its span is current in this task
-            call: Callable[[Turn], Awaitable[Any]] = runner  # type: ignore[assignment]  # (no cast)
-            result: Any = await call(turn)
+            result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
     except asyncio.CancelledError as exc:
         if turn.cancelled.is_set():
             raise
@@ -305,14 +304,13 @@ class PooledActor(pykka.Actor):
             return
         self._stop()
         self._actor_loop_teardown()
-        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast: a Python call)
-        inbox.kick = None  # as _drain: no cycle left for the GC
+        cast(_Inbox, self.actor_inbox).kick = None  # as _drain: no cycle left for the GC
 
     def _drain(self) -> None:
         if not self._set_up:
             self._set_up = True
             self._actor_loop_setup()
-        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast: a Python call)
+        inbox = cast(_Inbox, self.actor_inbox)
         while not self.actor_stopped.is_set():
             envelope = inbox.next_or_release()
             if envelope is None:
@@ -357,7 +355,6 @@ class AgentActor(PooledActor):
         """
         self.is_async = is_async
         self._loop_thread = executor.loop
-        self._task: asyncio.Task[None] | None = None  # an async turn's, once started
         submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
         super().__init__(submit)
         self._runner = runner
@@ -424,7 +421,6 @@ class AgentActor(PooledActor):
         task = asyncio.get_running_loop().create_task(
             self._run_task(face, turn, done), name=f"retinue-turn-{turn.agent.path}"
         )
-        self._task = task
         loop = self._loop_thread
 
         def cancel() -> None:
@@ -444,9 +440,9 @@ class AgentActor(PooledActor):
         (its runner interrupted, or cancelled by something else).
         """
         output, error = await run_runner_async(self._runner, face, self._output_max_bytes)
-        task = self._task
-        if task is not None:  # (always: set as the task was made, before it first ran)
-            task.remove_done_callback(done)  # no await from here on: nothing cancels it
+        task = asyncio.current_task()
+        assert task is not None  # this coroutine runs as its turn's task
+        task.remove_done_callback(done)  # no await from here on: nothing cancels it
         turn.runner_returned = True
         try:
             self._report(turn, output, error)
