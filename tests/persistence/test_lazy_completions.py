@@ -115,6 +115,9 @@ def test_a_lease_released_after_a_reopen_gives_the_stored_completion_back(
     with Runtime.open(folder, profiles=PROFILES) as rt:
         assert rt.release_lease("L1")
         assert agent.id in spy.reads
+        tree = spy.trees[-1]
+        back = tree.completions[agent.id][1]
+        assert not back.delivered and tree.seq >= back.seq > 0, "later arrivals sort after it"
         assert rt.wait(agent.id, timeout=20) == first
         with pytest.raises(NothingToWaitFor):
             rt.wait(agent.id, timeout=20)

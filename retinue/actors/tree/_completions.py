@@ -53,6 +53,7 @@ class CompletionIndex:
 
     agents: dict[str, AgentRecord]  # the tree's agents
     writes: list[Write]  # the tree's gathered writes
+    seq: int  # the tree's last arrival sequence number
     _journal: Journal
 
     def __init__(self) -> None:
@@ -224,8 +225,14 @@ class CompletionIndex:
         return done
 
     def undeliver(self, record: CompletionRecord) -> CompletionRecord:
-        """Put a delivered completion back in its recipient's pending queue."""
+        """Put a delivered completion back in its recipient's pending queue.
+
+        The arrival sequence passes its number (an open did not see the
+        delivered ones), so what arrives later sorts after it, as before.
+        """
         completion = record.completion
+        if record.seq > self.seq:
+            self.seq = record.seq
         back = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
         self._queue(recipient_key(record.recipient_id))[completion.id] = back
         self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
