@@ -15,9 +15,9 @@ keeps every change this run made, committed or not, for the rest of the run,
 so the store is never read back in an older form. Nothing removes a
 completion from memory without its agent's completions being read first, so
 no removal is undone by a later read either. Agents read and never changed
-are forgotten past :data:`READ_CACHE` (the store has them as read). A read is
-committed state, not a command's change: a command that fails keeps what it
-read, and undoes its own changes on top of it.
+are forgotten past :data:`READ_CACHE` (the store has them as read). The reads
+fill journaled containers: a command that fails forgets what it read with the
+rest of its changes.
 """
 
 from __future__ import annotations
@@ -132,32 +132,33 @@ class CompletionIndex:
     ) -> dict[int, CompletionRecord]:
         """Add the stored completions of ``agent_id`` memory lacks; return them all.
 
-        Unjournaled: what the read adds is committed, so a rollback keeps it
-        (the command's own changes, journaled, are undone on top of it), and
-        nothing is removed from an agent's completions before they are read.
+        Journaled as any change: a command that fails forgets what it read
+        (memory is exactly as the command found it; a later ask reads again).
         """
         assert self.stored is not None
         found = self.stored.of_agent(agent_id)
         if mine is None:  # nothing of the agent's in memory: the read is all it holds
-            mine = JDict(self._journal, _by_generation(found), ordered=True)
-            dict.__setitem__(self.completions, agent_id, mine)
+            mine = self.completions[agent_id] = JDict(
+                self._journal, _by_generation(found), ordered=True
+            )
             self._cache(agent_id)
             return mine
         for record in found:
-            dict.setdefault(mine, record.completion.generation, record)
-        set.discard(self.partial, agent_id)
+            generation = record.completion.generation
+            if generation not in mine:
+                mine[generation] = record
+        self.partial.discard(agent_id)
         return mine
 
     def _cache(self, agent_id: str) -> None:
         """Hold ``agent_id``'s completions as read; forget the oldest read beyond the bound
-        (read again if asked for: none was written this run, so the store has them).
-        Unjournaled, as the read."""
-        cache, completions = self.read_only, self.completions
-        dict.__setitem__(cache, agent_id, None)
+        (read again if asked for: none was written this run, so the store has them)."""
+        cache = self.read_only
+        cache[agent_id] = None
         while len(cache) > READ_CACHE:
             oldest = next(iter(cache))
-            dict.__delitem__(cache, oldest)
-            dict.__delitem__(completions, oldest)
+            del cache[oldest]
+            del self.completions[oldest]
 
     def _written(self, agent_id: str) -> None:
         """``agent_id``'s completions change: memory holds them for the rest of the run."""
