@@ -22,7 +22,7 @@ import pytest
 
 from retinue import Limits, Profile, Runtime
 from retinue.actors.system import _boot
-from retinue.actors.tree import StoredCompletions, Tree, _completions
+from retinue.actors.tree import StoredCompletions, Tree, _completions, load_tree
 from retinue.errors import NothingToWaitFor
 from retinue.persistence.migrations import SCHEMA_KEY, indexed
 from retinue.persistence.store import DATABASES, Snapshot, Store
@@ -40,7 +40,7 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.trees: list[Tree] = []
         self.reads: list[str] = []
-        load, of_agent = _boot.load_tree, StoredCompletions.of_agent
+        load, of_agent = load_tree, StoredCompletions.of_agent
 
         def loading(snapshot: Snapshot, cap: int | None, stored: Any = None) -> Any:
             tree, restored = load(snapshot, cap, stored)

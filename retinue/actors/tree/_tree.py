@@ -353,10 +353,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             self.partial.discard(agent_id)
             self.swept.discard(agent_id)
             for generation, stored in done.items():
-                key = completion_key(agent_id, generation)
-                self.writes.append(("completions", key, None))
+                stored_key = completion_key(agent_id, generation)
+                self.writes.append(("completions", stored_key, None))
                 if not stored.delivered:
-                    self.writes.append(("undelivered", key, None))
+                    self.writes.append(("undelivered", stored_key, None))
             completions += len(done)
             self.undelivered.pop(agent_id, None)
             self.pending.pop(agent_id, None)  # as a recipient: rerouted when it closed
