@@ -1,6 +1,6 @@
 """Filling the tree's agent and completion indexes from a restore, in one pass each.
 
-An open restores every agent and every stored completion: put one at a time
+An open restores every agent and every undelivered completion: put one at a time
 (:meth:`~retinue.actors.tree.Tree.put_agent`, ``add_completion``), each goes
 through the journaled containers' bookkeeping and a handful of lookups, and
 that is most of an open's time past 100,000 agents. Here the indexes are
