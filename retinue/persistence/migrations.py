@@ -3,7 +3,10 @@
 ``MIGRATIONS[v]`` upgrades a store at version ``v`` to ``v + 1`` inside the
 write transaction that opens it. Version 0 is a store written before the
 schema carried a version: its records already match version 1, so the step
-only stamps the version. A new schema version adds its step here.
+only stamps the version. Version 2 adds the ``undelivered`` index (the keys
+of the completions not delivered yet, written in the same commit as each
+completion): its step builds the index from a scan of ``completions``, once.
+A new schema version adds its step here.
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ from typing import Any
 import msgspec
 
 from retinue.errors import StoreVersionError
-from retinue.protocol.records import SCHEMA_VERSION
+from retinue.protocol.records import SCHEMA_VERSION, CompletionRecord
 
-__all__ = ["MIGRATIONS", "SCHEMA_KEY", "Migration", "migrate", "stamped_version", "upgrade"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_KEY",
+    "Migration",
+    "indexed",
+    "migrate",
+    "stamped_version",
+    "upgrade",
+]
 
 SCHEMA_KEY = b"schema_version"
 """The meta key holding the store's schema version."""
+
+_COMPLETION = msgspec.msgpack.Decoder(CompletionRecord)
 
 # A step gets the open write transaction and the named databases.
 Migration = Callable[[Any, Mapping[str, Any]], None]
@@ -29,7 +42,25 @@ def _v0_to_v1(txn: Any, dbs: Mapping[str, Any]) -> None:
     """Version 0 had the same records; nothing to rewrite."""
 
 
-MIGRATIONS: dict[int, Migration] = {0: _v0_to_v1}
+def indexed(raw: bytes) -> bool:
+    """Return whether the stored completion ``raw`` belongs in the ``undelivered`` index:
+    it is not delivered, or does not decode (the open's restore reads it and reports it)."""
+    try:
+        return not _COMPLETION.decode(raw).delivered
+    except msgspec.DecodeError:
+        return True
+
+
+def _v1_to_v2(txn: Any, dbs: Mapping[str, Any]) -> None:
+    """Index the keys of the completions not delivered yet."""
+    index = dbs["undelivered"]
+    with txn.cursor(db=dbs["completions"]) as cursor:
+        for key, raw in cursor.iternext(keys=True, values=True):
+            if indexed(raw):
+                txn.put(key, b"", db=index)
+
+
+MIGRATIONS: dict[int, Migration] = {0: _v0_to_v1, 1: _v1_to_v2}
 
 
 def upgrade(

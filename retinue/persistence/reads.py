@@ -31,6 +31,20 @@ class Snapshot:
 
     records: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
     migrated_from: list[int] = field(default_factory=list)
+    partial: bool = False
+    """True if ``completions`` holds only the undelivered ones (the rest stay stored)."""
+
+
+def _undelivered(txn: Any, dbs: dict[str, Any]) -> list[tuple[bytes, bytes]]:
+    """Return the completions the ``undelivered`` index lists, in key order."""
+    completions, get = dbs["completions"], txn.get
+    found: list[tuple[bytes, bytes]] = []
+    with txn.cursor(db=dbs["undelivered"]) as cursor:
+        for key in cursor.iternext(keys=True, values=False):
+            raw = get(key, None, completions)
+            if raw is not None:
+                found.append((key, raw))
+    return found
 
 
 class StoreReads:
@@ -60,8 +74,15 @@ class StoreReads:
         ):
             return stamped_version(txn, self._dbs)
 
-    def snapshot(self, databases: Iterable[str] = RESTORE_DATABASES) -> Snapshot:
+    def snapshot(
+        self, databases: Iterable[str] = RESTORE_DATABASES, *, undelivered_only: bool = False
+    ) -> Snapshot:
         """Read every record of ``databases`` in one consistent read transaction.
+
+        ``undelivered_only``: of ``completions``, read only those the
+        ``undelivered`` index lists (the open's; a store without the index,
+        an older one a reader opens, is read whole, and ``Snapshot.partial``
+        says which).
 
         A read-only store checks its pages first (see :meth:`_verify`): damage
         made in place since it opened is a :class:`StoreCorrupted`, not an abort.
@@ -80,6 +101,10 @@ class StoreReads:
                     self._guard.verify()
             with self._guard.lmdb_errors("read a snapshot"), self._guard.read_txn() as txn:
                 for name in databases:
+                    if name == "completions" and undelivered_only and "undelivered" in self._dbs:
+                        snap.records[name] = _undelivered(txn, self._dbs)
+                        snap.partial = True
+                        continue
                     if name not in self._dbs:  # an optional database an older store lacks
                         snap.records[name] = []
                         continue

@@ -71,8 +71,9 @@ DATABASES = (
     "leases",
     "approvals",
     "generations",
+    "undelivered",
 )
-OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals", "generations"})
+OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals", "generations", "undelivered"})
 """Databases added after schema 1: a reader of an older store does without them."""
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 

@@ -3,7 +3,8 @@
 :meth:`Store.view <retinue.persistence.store.Store.view>` opens a
 :class:`StoreView` over one read transaction, so every read through it sees
 the same committed state. It serves the reads of one agent (its record and
-its parents', its mailbox, the completions routed to it, its transcript)
+its parents', its mailbox, the completions routed to it through the
+``undelivered`` index, its transcript)
 without reading the whole store as :meth:`~retinue.persistence.store.Store.snapshot`
 does. A search walks every page of its database: on a read-only store, whose
 pages a writer elsewhere may have damaged, the pages are checked first (once
@@ -52,6 +53,25 @@ class StoreView:
                 if not key.startswith(prefix):
                     break
                 found.append((key, value))
+        return found
+
+    def listed(self, database: str, index: str) -> list[tuple[bytes, bytes]] | None:
+        """Return the records of ``database`` whose keys the key-only database ``index``
+        lists, in key order (None: the store has no such index, an older store).
+
+        Only the pages on the way are read, as for a get.
+        """
+        listing = self._dbs.get(index)
+        db = self._dbs.get(database)
+        if listing is None or db is None:
+            return None
+        found: list[tuple[bytes, bytes]] = []
+        get = self._txn.get
+        with self._txn.cursor(db=listing) as cursor:
+            for key in cursor.iternext(keys=True, values=False):
+                value = get(key, None, db)
+                if value is not None:
+                    found.append((key, value))
         return found
 
     def containing(self, database: str, needle: bytes) -> list[tuple[bytes, bytes]]:

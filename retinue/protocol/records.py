@@ -32,7 +32,7 @@ __all__ = [
     "message_key",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class GenerationEnd(msgspec.Struct, frozen=True, kw_only=True, gc=False):

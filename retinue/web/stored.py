@@ -8,9 +8,9 @@ start. From them come a ``model`` span per call and a ``turn`` span per
 earlier turn (from its start to its last call's answer); the agent's current
 or last turn is drawn from its row (its start and settle times), as before.
 A turn that made no model call (a plain runner's) shows only as that row.
-Each agent's read costs about a ``Runtime.inspect`` (on a large store the
-page check and the scan of the completions dominate), so the reads stop
-once ``WebOptions.timeline_read_s`` is spent.
+Each agent's read costs about a ``Runtime.inspect`` (a running agent's, on a
+large store, a page check and a scan of the completions; another's, a few
+gets), so the reads stop once ``WebOptions.timeline_read_s`` is spent.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from pathlib import Path
 import msgspec
 
 from retinue import AgentInfo
+from retinue.persistence.migrations import indexed
 from retinue.persistence.store import Store
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
 from stress.statemachine.model import Model
@@ -98,12 +99,17 @@ def read_store(
 ) -> tuple[
     dict[str, AgentRecord], dict[tuple[str, int], CompletionRecord], dict[str, MessageRecord]
 ]:
-    """Read every agent, completion and message of a store no runtime holds."""
+    """Read every agent, completion and message of a store no runtime holds (its
+    ``undelivered`` index checked against the completions)."""
     store = Store(path, readonly=True)
     try:
-        snap = store.snapshot(["agents", "completions", "messages"])
+        snap = store.snapshot(["agents", "completions", "messages", "undelivered"])
     finally:
         store.close()
+    index = {key for key, _ in snap.records["undelivered"]}
+    scan = {key for key, value in snap.records["completions"] if indexed(value)}
+    if index != scan:
+        fail(f"the undelivered index differs from the completions: {sorted(index ^ scan)}")
     agents = msgspec.msgpack.Decoder(AgentRecord)
     completions = msgspec.msgpack.Decoder(CompletionRecord)
     messages = msgspec.msgpack.Decoder(MessageRecord)

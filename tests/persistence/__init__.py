@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from retinue import Turn
+from retinue.persistence.migrations import indexed
 from retinue.persistence.store import Store, Write
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState, Completion, CompletionStatus, Message
@@ -144,11 +145,22 @@ def completion_write(record: CompletionRecord) -> Write:
     return ("completions", completion_key(done.agent_id, done.generation), encode(record))
 
 
+def with_index(writes: Sequence[Write]) -> list[Write]:
+    """``writes`` with the ``undelivered`` index kept in step, as the supervisor keeps it."""
+    out: list[Write] = []
+    for database, key, value in writes:
+        out.append((database, key, value))
+        if database == "completions":
+            out.append(("undelivered", key, b"" if value is not None and indexed(value) else None))
+    return out
+
+
 def write_store(folder: Path, writes: Sequence[Write]) -> None:
-    """Commit ``writes`` into the store at ``folder`` (created if needed) and close it."""
+    """Commit ``writes`` (their index kept in step) into the store at ``folder`` (created
+    if needed) and close it."""
     store = Store(folder)
     try:
-        store.write_now(list(writes))
+        store.write_now(with_index(writes))
     finally:
         store.close()
 

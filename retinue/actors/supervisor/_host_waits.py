@@ -175,7 +175,7 @@ class HostWaits(Journaled):
         """
         if record.state.busy or record.state is AgentState.CLOSED:
             return None
-        if host_next(record, self.world.tree.completions.get(record.id, {})) is not None:
+        if host_next(record, self.world.tree.known(record.id)) is not None:
             return None
         if self._may_be_woken(record):
             return None
@@ -241,7 +241,7 @@ class HostWaits(Journaled):
         tree = world.tree
         while waiters:
             record = tree.agents[agent_id]
-            done = tree.completions.get(agent_id, {})
+            done = tree.known(agent_id)
             generation = host_next(record, done)
             if generation is None:
                 break
@@ -290,7 +290,7 @@ class HostWaits(Journaled):
         """Undo the host's receipt of one completion; serve a host wait on it."""
         tree = self.world.tree
         record = tree.agents.get(agent_id)
-        done = tree.completions.get(agent_id, {}).get(generation)
+        done = tree.completion(agent_id, generation)
         back = None if record is None else host_give_back(record, generation)
         if record is None or done is None or back is None:
             return  # compacted, or not received: nothing to undo

@@ -105,7 +105,7 @@ class Router(Journaled):
         """
         world = self.world
         tree = world.tree
-        if record.generation in tree.completions.get(record.id, {}):
+        if tree.has_completion(record):
             return  # exactly one completion per turn
         now = time.time()
         record = world.history.ended(record, span=span, at=now)  # rides on the record's write
@@ -162,7 +162,7 @@ class Router(Journaled):
             if isinstance(event, Message):
                 tree.unread_again(event)
                 continue
-            done = tree.completions.get(event.agent_id, {}).get(event.generation)
+            done = tree.completion(event.agent_id, event.generation)
             if done is None or not done.delivered or done.recipient_id != agent_id:
                 continue  # compacted, or not this agent's: nothing to give back
             back = tree.undeliver(done)

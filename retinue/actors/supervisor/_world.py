@@ -435,7 +435,7 @@ class World(Journaled):
     def take_completion(self, tx: Transition, pending: CompletionRecord) -> Completion:
         """Mark a completion received by its waiting recipient (as it stands now)."""
         done = pending.completion
-        current = self.tree.completions.get(done.agent_id, {}).get(done.generation, pending)
+        current = self.tree.completion(done.agent_id, done.generation) or pending
         if not current.delivered:
             self.deliver(tx, current)
         return done

@@ -11,8 +11,9 @@ agent. Here the agent is read from its own records in one consistent view
   for records whose bytes hold the path as msgpack encodes it (a byte search,
   without decoding the others); the live one whose path it is is the answer;
 - its unread messages: a scan of its mailbox's keys (``<id>:<seq>``);
-- the completions routed to it (keyed by their sender, not by it): the
-  completions database searched for its id;
+- the completions routed to it (keyed by their sender, not by it): those the
+  ``undelivered`` index lists (a running agent's, or an older store's without
+  the index: the completions database searched for its id);
 - its transcript: one get.
 
 The answers are the ones restore's whole view gives: every rule restore applies
@@ -156,7 +157,11 @@ def _pending(view: StoreView, record: AgentRecord) -> list[CompletionRecord] | N
     """The completions routed to the agent and not received yet, in routing order (those
     its running turn received included); None if one comes from an agent restore drops."""
     pending: list[CompletionRecord] = []
-    for _, raw in view.containing("completions", _encode(record.id)):
+    # Only a running turn's inputs are delivered and pending: else the index lists them all.
+    rows = None if record.state is AgentState.RUNNING else view.listed("completions", "undelivered")
+    if rows is None:
+        rows = view.containing("completions", _encode(record.id))
+    for _, raw in rows:
         try:
             stored = _COMPLETION.decode(raw)
         except msgspec.DecodeError:

@@ -22,7 +22,7 @@ from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor import Supervisor, SupervisorActor
-from retinue.actors.tree import load_tree
+from retinue.actors.tree import StoredCompletions, load_tree
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import ConfigurationError
 from retinue.persistence.integrity import DATA_FILE
@@ -238,11 +238,12 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"))
+    # The delivered completions stay in the store: the tree reads an agent's when asked.
+    snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"), undelivered_only=True)
     freeze = len(snapshot.records.get("agents", ())) >= FREEZE_AT_AGENTS
     if freeze:  # the open ends by freezing what is alive: collect the host's garbage
         gc.collect()  # first, so no cycle of it is frozen (the tree is not built yet)
-    tree, restored = load_tree(snapshot, limits.depth_cap)
+    tree, restored = load_tree(snapshot, limits.depth_cap, StoredCompletions(store))
     diagnostics = list(restored.diagnostics) + [
         Diagnostic(
             database="meta",

@@ -45,7 +45,7 @@ from retinue.actors.supervisor import (
     resolve_future,
 )
 from retinue.actors.system._agent_read import find_record, read_detail
-from retinue.actors.tree import Tree, load_tree
+from retinue.actors.tree import StoredCompletions, Tree, load_tree
 from retinue.errors import RuntimeClosed, StoreReadOnly
 from retinue.persistence.restore import restore
 from retinue.persistence.store import RESTORE_DATABASES, Store
@@ -133,7 +133,9 @@ class StoreReader:
         return future
 
     def _tree(self) -> Tree:
-        tree, _ = load_tree(self.store.snapshot(), None)  # a view drops no agent for a cap
+        # A view drops no agent for a cap; it reads a delivered completion when asked.
+        snapshot = self.store.snapshot(undelivered_only=True)
+        tree, _ = load_tree(snapshot, None, StoredCompletions(self.store))
         return tree
 
     def get(self, ref: str, field: str = "ref") -> AgentInfo:
@@ -175,7 +177,8 @@ class StoreReader:
         Raises:
             ArgumentTypeError, InvalidAgentPath, UnknownAgent: as :meth:`get`.
         """
-        tree, restored = load_tree(self.store.snapshot((*RESTORE_DATABASES, "approvals")), None)
+        snapshot = self.store.snapshot((*RESTORE_DATABASES, "approvals"), undelivered_only=True)
+        tree, restored = load_tree(snapshot, None, StoredCompletions(self.store))
         below = None if ref is None else find_agent(tree, paths.ROOT, ref, field)
         held = {r.request.id: r for r in restored.approvals}
         return pending_requests(held, tree.agents, below)

@@ -1,7 +1,8 @@
 """The tree: the supervisor's in-memory picture of agents, mailboxes and completions.
 
 ``Tree`` owns every index (agents, paths, children, mailboxes, completions,
-leases, spawn keys) and gathers the store writes of each change; it is
+leases, spawn keys; the delivered completions an open left in the store are read
+through ``StoredCompletions`` when asked for) and gathers the store writes of each change; it is
 journaled, so a failed command leaves it as it found it. ``load_tree`` fills
 one from a store snapshot; ``compact`` and ``Retention`` choose what retention
 removes. ``_journal`` is the journal that makes every supervisor command one
@@ -16,6 +17,15 @@ from __future__ import annotations
 
 from retinue.actors.tree._compaction import Retention, compact
 from retinue.actors.tree._keys import HOST_KEY, spawn_key
+from retinue.actors.tree._stored import StoredCompletions
 from retinue.actors.tree._tree import Tree, load_tree
 
-__all__ = ["HOST_KEY", "Retention", "Tree", "compact", "load_tree", "spawn_key"]
+__all__ = [
+    "HOST_KEY",
+    "Retention",
+    "StoredCompletions",
+    "Tree",
+    "compact",
+    "load_tree",
+    "spawn_key",
+]

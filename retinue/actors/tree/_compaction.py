@@ -149,19 +149,54 @@ def _compact_closed_agents(
     return len(chosen), tree.remove_agents(chosen, generations=generations)
 
 
+STORED_READS_PER_RUN = 1000
+"""How many agents' stored completions one compaction reads at most (see
+:func:`_compact_completions`): the rest wait for the next runs."""
+
+
 def _compact_completions(tree: Tree, horizon: float) -> int:
+    """Remove each agent's delivered completions older than ``horizon`` but its latest.
+
+    Memory holds every completion of the agents this run touched; an agent
+    whose completions stay in the store is read only if it may keep old
+    generations there (it is past its first generation), at most
+    :data:`STORED_READS_PER_RUN` a run, and once a run unless a generation it
+    keeps was too young to go.
+    """
+    partial = tree.partial
+    held = [a for a, done in tree.completions.items() if len(done) > 1 and a not in partial]
+    removed = sum(_compact_agent(tree, agent_id, horizon) for agent_id in held)
+    if tree.stored is None:
+        return removed
+    completions, swept = tree.completions, tree.swept
+    stored = [
+        agent_id
+        for agent_id, record in tree.agents.items()
+        if record.generation >= 2
+        and (agent_id not in completions or agent_id in partial)
+        and agent_id not in swept
+    ]
+    for agent_id in stored[:STORED_READS_PER_RUN]:
+        removed += _compact_agent(tree, agent_id, horizon)
+        if len(tree.known(agent_id)) < 2:
+            swept.add(agent_id)
+    return removed
+
+
+def _compact_agent(tree: Tree, agent_id: str, horizon: float) -> int:
+    """Remove ``agent_id``'s delivered completions older than ``horizon`` but its latest."""
+    done = tree.known(agent_id)
+    if len(done) < 2:
+        return 0
+    latest = max(done)
     removed = 0
-    for agent_id, done in tree.completions.items():
-        if len(done) < 2:
-            continue
-        latest = max(done)
-        for generation in [g for g, c in done.items() if g != latest]:
-            record = done[generation]
-            if (
-                record.delivered
-                and record.completion.created_at < horizon
-                and not tree.held_by_running_turn(record.recipient_id, record.delivered_generation)
-            ):
-                tree.remove_completion(agent_id, generation)
-                removed += 1
+    for generation in [g for g in done if g != latest]:
+        record = done[generation]
+        if (
+            record.delivered
+            and record.completion.created_at < horizon
+            and not tree.held_by_running_turn(record.recipient_id, record.delivered_generation)
+        ):
+            tree.remove_completion(agent_id, generation)
+            removed += 1
     return removed

@@ -1,24 +1,51 @@
-"""The tree's completions: every known one per agent, and the undelivered ones per recipient.
+"""The tree's completions: the known ones per agent, and the undelivered ones per recipient.
 
 :class:`CompletionIndex` is one family of :class:`~retinue.actors.tree.Tree`'s
 indexes (the tree is made of it), never used alone: only the tree's methods
 edit these indexes, and every edit records its store write in the tree's
-``writes``.
+``writes`` (with the store's ``undelivered`` index kept in step: a
+completion's key is in it exactly while the completion is undelivered).
+
+A tree with a store to read (``stored``) holds only part of the completions:
+those an open found undelivered, and every completion of each agent whose
+completions this run changed, or asked for lately. An agent's completions
+are read from the store (all at once, :meth:`CompletionIndex.known`) the
+first time they are asked for, and merged under what memory holds: memory
+keeps every change this run made, committed or not, for the rest of the run,
+so the store is never read back in an older form. Nothing removes a
+completion from memory without its agent's completions being read first, so
+no removal is undone by a later read either. Agents read and never changed
+are forgotten past :data:`READ_CACHE` (the store has them as read). The reads
+fill journaled containers: a command that fails forgets what it read with the
+rest of its changes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import msgspec
 
-from retinue.actors.tree._journal import JDict, Journal
+from retinue.actors.tree._journal import JDict, Journal, JSet
 from retinue.actors.tree._keys import HOST_KEY, recipient_key
+from retinue.actors.tree._stored import StoredCompletions
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, completion_key
 
-__all__ = ["CompletionIndex"]
+__all__ = ["READ_CACHE", "CompletionIndex"]
+
+READ_CACHE = 4096
+"""How many agents' completions memory holds for reads alone (a host wait on a settled
+agent, a compaction's look at old generations): the oldest read is forgotten past it."""
 
 _encode = msgspec.msgpack.Encoder().encode
+_NONE: Mapping[int, CompletionRecord] = {}
+
+
+def _by_generation(found: list[CompletionRecord]) -> dict[int, CompletionRecord]:
+    """Return the completions ``found`` by generation."""
+    return {record.completion.generation: record for record in found}
 
 
 class CompletionIndex:
@@ -26,6 +53,7 @@ class CompletionIndex:
 
     agents: dict[str, AgentRecord]  # the tree's agents
     writes: list[Write]  # the tree's gathered writes
+    seq: int  # the tree's last arrival sequence number
     _journal: Journal
 
     def __init__(self) -> None:
@@ -35,9 +63,107 @@ class CompletionIndex:
         self.pending: dict[str, dict[str, CompletionRecord]] = JDict(
             journal, {HOST_KEY: JDict(journal, ordered=True)}
         )
-        # Every known completion per agent and generation.
+        # The known completions per agent and generation: all of the agent's, or (an
+        # agent in ``partial``) the ones an open loaded; an agent absent has none
+        # outside the store.
         self.completions: dict[str, dict[int, CompletionRecord]] = JDict(journal)
+        self.partial: set[str] = JSet(journal)
         self.undelivered: dict[str, int] = JDict(journal)
+        self.stored: StoredCompletions | None = None  # None: memory holds every completion
+        # Agents whose completions memory holds only because a read asked for them (none
+        # undelivered, none written this run), oldest read first: at most READ_CACHE.
+        self.read_only: dict[str, None] = JDict(journal)
+        # Agents whose old generations a compaction read and found nothing more to remove.
+        self.swept: set[str] = JSet(journal)
+
+    def known(self, agent_id: str) -> Mapping[int, CompletionRecord]:
+        """Return every completion of ``agent_id`` by generation (read from the store
+        the first time this run asks; an agent no longer in the tree has none, nor one
+        whose first turn has not settled).
+
+        Raises:
+            StoreCorrupted, StoreError: the store read failed.
+        """
+        mine = self.completions.get(agent_id)
+        record = self.agents.get(agent_id)
+        if self.stored is None or record is None:
+            return _NONE if mine is None else mine
+        if mine is not None and agent_id not in self.partial:
+            return mine
+        if mine is None and record.generation <= 1 and record.state.busy:
+            return _NONE  # its one generation is still to settle: no completion yet
+        return self._read_stored(agent_id, mine)
+
+    def completion(self, agent_id: str, generation: int) -> CompletionRecord | None:
+        """Return the completion of ``agent_id``'s turn ``generation`` (None: there is none).
+
+        Raises:
+            StoreCorrupted, StoreError: the store read failed.
+        """
+        mine = self.completions.get(agent_id)
+        if mine is not None:
+            found = mine.get(generation)
+            if found is not None:
+                return found
+        return self.known(agent_id).get(generation)
+
+    def has_completion(self, record: AgentRecord) -> bool:
+        """Return whether ``record``'s current generation has its completion (made once).
+
+        Only a generation its record says ended can have one: the commit that
+        stores a completion stamps the record with its generation's end
+        (``AgentRecord.ended``), so a generation that has not ended reads
+        nothing from the store.
+
+        Raises:
+            StoreCorrupted, StoreError: the store read failed.
+        """
+        generation = record.generation
+        mine = self.completions.get(record.id)
+        if mine is not None and generation in mine:
+            return True
+        ended = record.ended
+        if ended is None or ended.generation != generation:
+            return False
+        return self.completion(record.id, generation) is not None
+
+    def _read_stored(
+        self, agent_id: str, mine: dict[int, CompletionRecord] | None
+    ) -> dict[int, CompletionRecord]:
+        """Add the stored completions of ``agent_id`` memory lacks; return them all.
+
+        Journaled as any change: a command that fails forgets what it read
+        (memory is exactly as the command found it; a later ask reads again).
+        """
+        assert self.stored is not None
+        found = self.stored.of_agent(agent_id)
+        if mine is None:  # nothing of the agent's in memory: the read is all it holds
+            mine = self.completions[agent_id] = JDict(
+                self._journal, _by_generation(found), ordered=True
+            )
+            self._cache(agent_id)
+            return mine
+        for record in found:
+            generation = record.completion.generation
+            if generation not in mine:
+                mine[generation] = record
+        self.partial.discard(agent_id)
+        return mine
+
+    def _cache(self, agent_id: str) -> None:
+        """Hold ``agent_id``'s completions as read; forget the oldest read beyond the bound
+        (read again if asked for: none was written this run, so the store has them)."""
+        cache = self.read_only
+        cache[agent_id] = None
+        while len(cache) > READ_CACHE:
+            oldest = next(iter(cache))
+            del cache[oldest]
+            del self.completions[oldest]
+
+    def _written(self, agent_id: str) -> None:
+        """``agent_id``'s completions change: memory holds them for the rest of the run."""
+        if agent_id in self.read_only:
+            del self.read_only[agent_id]
 
     def _queue(self, key: str) -> dict[str, CompletionRecord]:
         """Return the pending queue of recipient ``key``, made if it has none."""
@@ -46,33 +172,37 @@ class CompletionIndex:
             queue = self.pending[key] = JDict(self._journal, ordered=True)
         return queue
 
-    def _known(self, agent_id: str) -> dict[int, CompletionRecord]:
-        """Return the known completions of ``agent_id``, made if it has none."""
+    def _known(self, agent_id: str, generation: int) -> dict[int, CompletionRecord]:
+        """Return the completions of ``agent_id`` memory holds, made if it has none; one
+        made for a ``generation`` past the first is partial (the store may hold the
+        earlier ones)."""
         known = self.completions.get(agent_id)
         if known is None:
             known = self.completions[agent_id] = JDict(self._journal, ordered=True)
+            if self.stored is not None and generation > 1:
+                self.partial.add(agent_id)
         return known
 
     def add_completion(self, record: CompletionRecord, *, persist: bool = True) -> None:
         """Store a completion and, while undelivered, queue it for its recipient."""
         completion = record.completion
-        self._known(completion.agent_id)[completion.generation] = record
+        self._known(completion.agent_id, completion.generation)[completion.generation] = record
         if not record.delivered:
             key = recipient_key(record.recipient_id)
             self._queue(key)[completion.id] = record
             self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
         if persist:
-            self._write_completion(record)
+            self._write_completion(record, index=True)
 
-    def _write_completion(self, record: CompletionRecord) -> None:
+    def _write_completion(self, record: CompletionRecord, *, index: bool = False) -> None:
+        """Gather the write of ``record``; ``index``: its delivery changed, so is its key
+        in the ``undelivered`` index (added or deleted)."""
         completion = record.completion
-        self.writes.append(
-            (
-                "completions",
-                completion_key(completion.agent_id, completion.generation),
-                _encode(record),
-            )
-        )
+        self._written(completion.agent_id)
+        key = completion_key(completion.agent_id, completion.generation)
+        self.writes.append(("completions", key, _encode(record)))
+        if index:
+            self.writes.append(("undelivered", key, None if record.delivered else b""))
 
     def _unqueue(self, record: CompletionRecord) -> None:
         """Take a completion off its recipient's queue; an emptied queue goes too."""
@@ -92,17 +222,23 @@ class CompletionIndex:
         generation = 0 if recipient is None else recipient.generation
         done = msgspec.structs.replace(record, delivered=True, delivered_generation=generation)
         self.completions[completion.agent_id][completion.generation] = done
-        self._write_completion(done)
+        self._write_completion(done, index=True)
         return done
 
     def undeliver(self, record: CompletionRecord) -> CompletionRecord:
-        """Put a delivered completion back in its recipient's pending queue."""
+        """Put a delivered completion back in its recipient's pending queue.
+
+        The arrival sequence passes its number (an open did not see the
+        delivered ones), so what arrives later sorts after it, as before.
+        """
         completion = record.completion
+        if record.seq > self.seq:
+            self.seq = record.seq
         back = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
         self._queue(recipient_key(record.recipient_id))[completion.id] = back
         self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
-        self.completions[completion.agent_id][completion.generation] = back
-        self._write_completion(back)
+        self._known(completion.agent_id, completion.generation)[completion.generation] = back
+        self._write_completion(back, index=True)
         return back
 
     def reroute(self, record: CompletionRecord, recipient_id: str | None) -> CompletionRecord:
@@ -120,13 +256,19 @@ class CompletionIndex:
         return list(self.pending.get(recipient_key(recipient_id), {}).values())
 
     def remove_completion(self, agent_id: str, generation: int) -> None:
-        """Delete one stored completion of an agent."""
+        """Delete one stored delivered completion of an agent (its completions read first).
+
+        Raises:
+            StoreCorrupted, StoreError: the store read failed.
+        """
+        self.known(agent_id)
+        self._written(agent_id)
         del self.completions[agent_id][generation]
         self.writes.append(("completions", completion_key(agent_id, generation), None))
 
     def _untag_delivered(self, done: Completion, generation: int) -> None:
         """Drop the receiving turn ``generation``'s tag from a delivered completion."""
-        record = self.completions.get(done.agent_id, {}).get(done.generation)
+        record = self.completion(done.agent_id, done.generation)
         if record is not None and record.delivered_generation == generation:
             record = msgspec.structs.replace(record, delivered_generation=0)
             self.completions[done.agent_id][done.generation] = record

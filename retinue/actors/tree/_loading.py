@@ -1,6 +1,6 @@
 """Filling the tree's agent and completion indexes from a restore, in one pass each.
 
-An open restores every agent and every stored completion: put one at a time
+An open restores every agent and every undelivered completion: put one at a time
 (:meth:`~retinue.actors.tree.Tree.put_agent`, ``add_completion``), each goes
 through the journaled containers' bookkeeping and a handful of lookups, and
 that is most of an open's time past 100,000 agents. Here the indexes are
@@ -60,6 +60,7 @@ class BulkLoad:
     live_count: int
     pending: dict[str, dict[str, CompletionRecord]]
     completions: dict[str, dict[int, CompletionRecord]]
+    partial: set[str]
     undelivered: dict[str, int]
 
     def _load_agents(self, agents: Iterable[AgentRecord]) -> None:
@@ -107,11 +108,15 @@ class BulkLoad:
         dict.update(self.children, {key: JSet(journal, ids) for key, ids in kids.items()})
         self.live_count += len(live_paths)
 
-    def _load_completions(self, completions: Iterable[CompletionRecord]) -> None:
+    def _load_completions(
+        self, completions: Iterable[CompletionRecord], *, partial: bool = False
+    ) -> None:
         """Index restored completions (in arrival order) into a tree with none yet.
 
         As ``add_completion`` without a write: every completion by agent and
         generation, the undelivered ones queued for their recipient.
+        ``partial``: the store holds more (the delivered ones), so each agent's
+        are marked partial (read from the store when asked for).
         """
         journal = self._journal
         known: dict[str, JDict[int, CompletionRecord]] = {}
@@ -136,3 +141,5 @@ class BulkLoad:
             {key: JDict(journal, queue, ordered=True) for key, queue in queues.items()},
         )
         dict.update(self.undelivered, undelivered)
+        if partial:
+            set.update(self.partial, known)

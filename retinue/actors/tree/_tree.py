@@ -29,6 +29,7 @@ from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_
 from retinue.actors.tree._loading import BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
 from retinue.actors.tree._pages import PageIndex
+from retinue.actors.tree._stored import StoredCompletions
 from retinue.persistence.restore import Restored, restore
 from retinue.persistence.store import Snapshot, Write
 from retinue.protocol.messages import AgentState, Completion, Message
@@ -84,6 +85,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     and so are the writes a command gathers: a command that fails (or a
     refusal caught inside one) leaves the tree and its writes as it found them.
     """
+
+    _config = frozenset({"stored"})  # the store it reads delivered completions from
 
     def __init__(self, journal: Journal | None = None) -> None:
         """Create an empty tree whose changes ``journal`` records (a new one if None)."""
@@ -344,9 +347,16 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
                 message = record.message
                 if message.dedup_key is not None:
                     self._forget_dedup((message.sender_id, message.dedup_key), agent_id)
-            done = self.completions.pop(agent_id, {})
-            for generation in done:
-                self.writes.append(("completions", completion_key(agent_id, generation), None))
+            done = dict(self.known(agent_id))  # the stored ones too: all go
+            self._written(agent_id)
+            self.completions.pop(agent_id, None)
+            self.partial.discard(agent_id)
+            self.swept.discard(agent_id)
+            for generation, stored in done.items():
+                stored_key = completion_key(agent_id, generation)
+                self.writes.append(("completions", stored_key, None))
+                if not stored.delivered:
+                    self.writes.append(("undelivered", stored_key, None))
             completions += len(done)
             self.undelivered.pop(agent_id, None)
             self.pending.pop(agent_id, None)  # as a recipient: rerouted when it closed
@@ -395,12 +405,20 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         messages: Iterable[MessageRecord],
         completions: Iterable[CompletionRecord],
         leases: Iterable[tuple[str, Completion]] = (),
+        *,
+        partial: bool = False,
     ) -> None:
         """Fill an empty tree from restored records (parents before children).
 
         Inputs that a turn still ``running`` in the store had received (it was
         killed by a crash before it settled) become unread and undelivered
         again, so the next turn gets them; those rewrites land in ``writes``.
+        ``partial``: ``completions`` are the undelivered ones only, the others
+        stay in the store (``stored``, which must be set) until asked for; a
+        turn to replay reads them all once to find what it had received.
+
+        Raises:
+            StoreCorrupted, StoreError: ``partial`` and a replay's read failed.
         """
         self.keys_stale = True  # one sort at the first page, not a key per agent loaded
         self._load_agents(agents)
@@ -414,13 +432,17 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         for message in ordered:
             self.seq = max(self.seq, message.seq)
             self.add_message(message, persist=False)
+        if replays and partial:
+            assert self.stored is not None
+            completions = [*completions, *self._held_by_running(self.stored.every())]
         ordered_completions = sorted(completions, key=attrgetter("seq"))
         if ordered_completions:
             self.seq = max(self.seq, ordered_completions[-1].seq)
         self._load_completions(
             (self._replay_completion(c) for c in ordered_completions)
             if replays
-            else ordered_completions
+            else ordered_completions,
+            partial=partial,
         )
         self.leases.update(leases)
 
@@ -464,6 +486,16 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         )
         return record
 
+    def _held_by_running(self, stored: Iterable[CompletionRecord]) -> list[CompletionRecord]:
+        """Return the delivered completions of restored agents a running turn received."""
+        return [
+            record
+            for record in stored
+            if record.delivered
+            and record.completion.agent_id in self.agents
+            and self.held_by_running_turn(record.recipient_id, record.delivered_generation)
+        ]
+
     def _replay_completion(self, record: CompletionRecord) -> CompletionRecord:
         if not (
             record.delivered
@@ -471,20 +503,34 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         ):
             return record
         record = msgspec.structs.replace(record, delivered=False, delivered_generation=0)
-        self._write_completion(record)
+        self._write_completion(record, index=True)
         return record
 
 
-def load_tree(snapshot: Snapshot, depth_cap: int | None) -> tuple[Tree, Restored]:
+def load_tree(
+    snapshot: Snapshot, depth_cap: int | None, stored: StoredCompletions | None = None
+) -> tuple[Tree, Restored]:
     """Restore ``snapshot`` (see :func:`~retinue.persistence.restore.restore`) into a tree.
 
     The one loader from a store snapshot to the supervisor's picture of it,
     for the writer's boot and a reader's every read. Rewritten records are in
     the returned ``Restored`` (a writer stores them; a reader has them as they
-    were restored).
+    were restored). ``stored``: the tree reads the completions the snapshot
+    left out (``Snapshot.partial``) from there when asked for; without it,
+    the tree knows only the snapshot's.
+
+    Raises:
+        StoreCorrupted, StoreError: a replay's read of ``stored`` failed.
     """
     with collector_paused():
         restored = restore(snapshot, depth_cap)
         tree = Tree()
-        tree.load(restored.agents, restored.messages, restored.completions, restored.leases)
+        tree.stored = stored
+        tree.load(
+            restored.agents,
+            restored.messages,
+            restored.completions,
+            restored.leases,
+            partial=snapshot.partial and stored is not None,
+        )
     return tree, restored
