@@ -30,6 +30,7 @@ __all__ = [
     "completion_key",
     "generation_key",
     "message_key",
+    "open_count",
 ]
 
 SCHEMA_VERSION = 2
@@ -85,8 +86,13 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``follow_up``, ``wake``, ``resume``): a restarted attempt's ``turn.origin``
     (an agent stored before the field existed reads ``spawn``).
     ``open_calls`` counts the tool calls its stored journal holds without a
-    result that may have started (see :class:`ToolStep`): while its turn runs
-    they are in flight; once it is not running they are in doubt.
+    result that may have started (see :class:`ToolStep`): once its turn is not
+    running they are in doubt, and the record says exactly how many. While the
+    turn runs they are in flight and the count is the journal's: a step that
+    changes only the journal (and the transcript) does not rewrite the record,
+    so a running agent's record may count as of its last write (the supervisor
+    holds the newer count, written with the record's next change, and an open
+    after a crash counts the journal of every turn it finds running).
     ``ended`` is how its newest settled generation ended (see :class:`GenerationEnd`;
     None: none settled since this field exists, or its generation is kept as a
     :class:`GenerationRecord` already); it is stale once ``generation`` moved past it.
@@ -277,6 +283,19 @@ class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
     step: int
     calls: tuple[JournaledCall, ...] = ()
     then: str | None = None
+
+
+def open_count(journal: ToolStep | None) -> int:
+    """How many calls of ``journal`` may have started without a result (in flight while the
+    turn runs, in doubt once it stops), those waiting for a person's word on a call found
+    in doubt included."""
+    count = 0
+    if journal is not None:
+        for call in journal.calls:
+            state = call.state
+            if state == "running" or (state == "waiting" and call.in_doubt):
+                count += 1
+    return count
 
 
 class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):

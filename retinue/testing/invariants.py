@@ -13,8 +13,9 @@ broken invariants as :class:`Broken` records (an empty list: all hold):
 - ``journal_out_of_step``: a transcript's journal of tool calls holds intents
   that are not its last step's unanswered calls (a result stored without its
   intent cleared, or an intent of a step the chat does not hold), or the
-  agent's record counts other calls open than the journal (``open_calls``:
-  both are written by one commit);
+  record of an agent whose turn is not running counts other calls open than
+  the journal (``open_calls``: the turn's end writes both in one commit; a
+  running turn's record may count as of its last write);
 - ``completion_twice`` / ``completion_missing``: an agent's runs are not each
   covered by exactly one completion (a restarted task's attempts share one);
 - ``completion_received_twice``: a completion shows more often in its
@@ -50,14 +51,14 @@ from typing import Any
 
 import msgspec
 
-from retinue.llm.turn._intents import open_count
 from retinue.persistence.store import Store
-from retinue.protocol.messages import Completion
+from retinue.protocol.messages import AgentState, Completion
 from retinue.protocol.records import (
     AgentRecord,
     CompletionRecord,
     TranscriptMessage,
     TranscriptRecord,
+    open_count,
 )
 from retinue.runtime import Runtime
 
@@ -239,7 +240,9 @@ def _journals(records: _Records) -> list[Broken]:
                 Broken("journal_out_of_step", path, f"journal holds {ids}, the chat leaves {got}")
             )
         counted = open_count(journal)
-        if agent is not None and agent.open_calls != counted:
+        # A running turn's record may count as of its last write (AgentRecord.open_calls).
+        running = agent is not None and agent.state is AgentState.RUNNING
+        if agent is not None and not running and agent.open_calls != counted:
             detail = f"record counts {agent.open_calls} calls open, the journal {counted}"
             broken.append(Broken("journal_out_of_step", path, detail))
     return broken

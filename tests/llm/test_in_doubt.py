@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from support import wait_settled, wait_until
 
@@ -31,8 +32,10 @@ from retinue import (
 )
 from retinue.cli.main import main as cli_main
 from retinue.llm import tool
+from retinue.persistence.store import Store
 from retinue.protocol.effects import IDEMPOTENCY_ENV, idempotency_key, in_doubt_result
-from retinue.testing import OpenAIStub, StubReply, StubRequest
+from retinue.protocol.records import AgentRecord
+from retinue.testing import OpenAIStub, StubReply, StubRequest, check_invariants
 
 pytestmark = pytest.mark.usefixtures("litellm")
 
@@ -298,3 +301,61 @@ def test_a_call_denied_before_the_crash_is_not_asked_about_again(
         "denied: n",
         "in doubt:",
     ]
+
+
+class HoldSecondCall:
+    """Stub answers: a call of ``note``, then (once the results are stored) a model call
+    that waits for ``release`` before it answers "all done"."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.waiting = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, request: StubRequest) -> StubReply:
+        self.calls += 1
+        if self.calls == 1:
+            return StubReply(message=tool_call("note", {"text": "x"}))
+        if self.calls == 2:
+            self.waiting.set()
+            self.release.wait(SETTLE_S)
+        return StubReply(message=DONE)
+
+
+def test_a_crash_after_a_tool_step_was_answered_leaves_no_call_in_doubt(
+    stub: OpenAIStub, tmp_path: Path
+) -> None:
+    """A step that stores tool results and spent nothing changes the journal, not the
+    agent's record (a running agent's record counts its open calls as of its last write):
+    a crash in the next model call (a copy of the running store) is counted from the
+    journal as the copy opens, so no call shows in doubt and the invariants hold."""
+
+    def note(text: str) -> str:
+        """Note ``text``."""
+        return "noted"
+
+    hold = HoldSecondCall()
+    stub.handler = hold
+    profiles = [
+        Profile("notes", tools=["note"], runner=stub_runner(stub, host_tools={"note": tool(note)}))
+    ]
+    with open_rt(tmp_path / "s", profiles) as rt:
+        agent = rt.spawn("notes", "note x")
+        assert hold.waiting.wait(SETTLE_S)
+        crashed = rt.backup(tmp_path / "crashed")  # what a SIGKILL now would leave
+        hold.release.set()
+        assert rt.wait(agent.id).status.value == "completed"
+    store = Store(crashed, readonly=True)
+    try:
+        raw = store.get("agents", agent.id.encode())
+    finally:
+        store.close()
+    assert raw is not None
+    stored = msgspec.msgpack.decode(raw, type=AgentRecord)
+    assert (stored.state, stored.open_calls) == (AgentState.RUNNING, 1)  # as the call started
+    assert check_invariants(crashed) == []
+    with open_rt(crashed, profiles) as copy:
+        found = copy.get(agent.id)
+        assert (found.state, found.in_doubt) == (AgentState.INTERRUPTED, 0)
+        assert copy.inspect(agent.id).in_doubt == ()
+    assert check_invariants(crashed) == []

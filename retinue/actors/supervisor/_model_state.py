@@ -28,7 +28,7 @@ from retinue.actors.supervisor._world import World
 from retinue.errors import TurnInterrupted
 from retinue.protocol.budgets import budget_error
 from retinue.protocol.failures import turn_error
-from retinue.protocol.messages import Usage
+from retinue.protocol.messages import AgentState, Usage
 from retinue.protocol.records import AgentRecord
 
 __all__ = ["ModelState"]
@@ -72,16 +72,24 @@ class ModelState(Journaled):
         for event in command.in_doubt:
             tx.emit(event)
         # One new record per agent: the sender's changes (and its tree's usage when it
-        # is its tree's top agent) in one update, the top agent's in another.
+        # is its tree's top agent) in one update, the top agent's in another. A step that
+        # spent nothing changes the journal's count of open calls only: a running agent's
+        # record is not rewritten for it (AgentRecord.open_calls; most tool steps' results).
         changes: dict[str, Any] = {}
-        if command.open_calls is not None and command.open_calls != me.open_calls:
-            changes["open_calls"] = command.open_calls
         top_id = tree.top_of[me.id]
         spent = usage != _NO_USAGE
         if spent:
             changes["usage"] = me.usage.add(usage)
             if top_id == me.id:
                 changes["tree_usage"] = me.tree_usage.add(usage)
+        count = command.open_calls
+        if count is not None:
+            if changes or me.state is not AgentState.RUNNING:
+                changes["open_calls"] = count  # the record is written anyway
+            elif count != me.open_calls:  # a running turn's count waits for its next write
+                tree.open_calls[me.id] = count
+            else:
+                tree.open_calls.pop(me.id, None)
         if changes:
             me = world.update(me, updated_at=me.updated_at, **changes)
         if spent and top_id != me.id:

@@ -11,6 +11,8 @@ commit.
 
 from __future__ import annotations
 
+import msgspec
+
 from retinue.actors.calls import Reply
 from retinue.actors.supervisor._lifecycle import INTERRUPTED_QUEUED, INTERRUPTED_RUNNING
 from retinue.actors.supervisor._restarts import Restarts
@@ -18,7 +20,7 @@ from retinue.actors.supervisor._routing import Router
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World
 from retinue.protocol.messages import AgentState, CompletionStatus
-from retinue.protocol.records import AgentRecord
+from retinue.protocol.records import AgentRecord, ToolStep, open_count
 
 __all__ = ["recover"]
 
@@ -53,6 +55,7 @@ def _interrupt_lost_turns(
     decide the pending restarts an open without their profile left."""
     interrupted: list[AgentRecord] = []
     lost = [r for r in world.tree.agents.values() if r.state in _RECOVERED]
+    _count_open_calls(world, [r for r in lost if r.state is AgentState.RUNNING])
     for record in sorted(lost, key=lambda r: (r.depth, r.created_at)):
         if record.state is AgentState.RESTARTING:
             restarts.decide_pending(tx, record)
@@ -66,6 +69,36 @@ def _interrupt_lost_turns(
             router.emit_completion(tx, record, CompletionStatus.INTERRUPTED)
             interrupted.append(record)
     return interrupted
+
+
+class _Journal(msgspec.Struct):
+    """The journal of a stored transcript, decoded without its messages."""
+
+    journal: ToolStep | None = None
+
+
+_JOURNAL = msgspec.msgpack.Decoder(_Journal)
+
+
+def _count_open_calls(world: World, running: list[AgentRecord]) -> None:
+    """Hold the open tool calls each turn the crash lost left in its stored journal.
+
+    A running agent's record may count as of its last write
+    (:attr:`~retinue.protocol.records.AgentRecord.open_calls`): the count is
+    taken from the journal, and the record's next change (its turn ends here)
+    writes it. A transcript that does not decode leaves the record's count.
+    """
+    tree = world.tree
+    for record in running:
+        raw = world.store.get("transcripts", record.id.encode())
+        if raw is None:
+            continue
+        try:
+            count = open_count(_JOURNAL.decode(raw).journal)
+        except msgspec.DecodeError:
+            continue
+        if count != record.open_calls:
+            tree.open_calls[record.id] = count
 
 
 def _reroute_orphaned(world: World, router: Router, tx: Transition) -> None:

@@ -406,11 +406,17 @@ class World(Journaled):
         tree holds now, never on the copy the caller read earlier: a handler
         that read ``record``, then routed a completion (which moved the host's
         receipt mark) must not write the old mark back, or a received
-        completion would be handed out again.
+        completion would be handed out again. A newer count of the agent's open
+        tool calls the tree holds (``Tree.open_calls``) is written with it.
         """
-        current = self.tree.agents.get(record.id, record)
+        tree = self.tree
+        current = tree.agents.get(record.id, record)
         changes.setdefault("updated_at", time.time())
-        return self.tree.put_agent(msgspec.structs.replace(current, **changes))
+        if tree.open_calls:  # a running agent's newer count of open calls rides along
+            count = tree.open_calls.pop(current.id, None)
+            if count is not None:
+                changes.setdefault("open_calls", count)
+        return tree.put_agent(msgspec.structs.replace(current, **changes))
 
     def check_size(self, content: str, what: str) -> None:
         """Refuse a text above ``message_max_bytes``.

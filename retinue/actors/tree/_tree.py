@@ -108,6 +108,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         self.spawn_keys: dict[tuple[str, str], str] = JDict(j)
         # Host waits' leases not yet acknowledged: lease id -> the completion it took.
         self.leases: dict[str, Completion] = JDict(j)
+        # Running agents whose journal counts other open tool calls than their record:
+        # agent id -> the count (see AgentRecord.open_calls). Written into the record
+        # with its next change (World.update), never on its own.
+        self.open_calls: dict[str, int] = JDict(j)
         self.seq = 0
         self.writes: list[Write] = JList(j)
         self.spread: list[Write] = JList(j)  # a compaction's deletes (see spread_since)

@@ -36,7 +36,7 @@ from retinue.protocol.effects import (
     not_run_result,
 )
 from retinue.protocol.messages import AgentInfo, ToolCallInDoubt
-from retinue.protocol.records import JournaledCall, ToolStep
+from retinue.protocol.records import JournaledCall, ToolStep, open_count
 
 __all__ = [
     "closed",
@@ -90,19 +90,6 @@ def closed(journal: ToolStep | None, generation: int) -> ToolStep:
     if journal is None or journal.generation != generation:
         return ToolStep(generation=generation, step=0)
     return ToolStep(generation=generation, step=journal.step)
-
-
-def open_count(journal: ToolStep | None) -> int:
-    """How many calls of ``journal`` may have started without a result (in flight while the
-    turn runs, in doubt once it stops), those waiting for a person's word on a call found
-    in doubt included."""
-    count = 0
-    if journal is not None:
-        for call in journal.calls:
-            state = call.state
-            if state == "running" or (state == "waiting" and call.in_doubt):
-                count += 1
-    return count
 
 
 def tool_call(journal: ToolStep, call: JournaledCall, agent_id: str) -> ToolCall:
