@@ -31,8 +31,8 @@ code emits, in step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 
 import msgspec
 
@@ -82,9 +82,7 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
     the store as its writer kept it, whatever cap that writer ran with.
     """
     scan = _Scan(Restored())
-    decoded = scan.agents(snapshot)
-    children = scan.chains(decoded)
-    kept = scan.rebuild(decoded, children, depth_cap)
+    kept = scan.agents(snapshot.records.pop("agents", []), depth_cap)
     scan.messages(snapshot, kept)
     scan.completions(snapshot, kept)
     scan.approvals(snapshot, kept)
@@ -104,24 +102,74 @@ class _Scan:
             Diagnostic(database=database, key=key, code=code, message=message)
         )
 
-    def agents(self, snapshot: Snapshot) -> dict[str, AgentRecord]:
-        """Decode the agent records each on its own: undecodable, mismatched, bad paths go."""
-        decoded: dict[str, AgentRecord] = {}
-        for raw_key, raw in snapshot.records.pop("agents", []):
+    def agents(
+        self, raws: list[tuple[bytes, bytes]], depth_cap: int | None
+    ) -> dict[str, AgentRecord]:
+        """Decode, check and place the agents; return the kept ones by id.
+
+        A sound store costs one decode, a few checks of all the records at
+        once and one top-down walk (:meth:`rebuild`): the walk reaches exactly
+        the agents whose parent chain ends at the host, so reaching them all
+        proves there is no orphan and no cycle. At the first doubt what was
+        gathered goes and the store is restored the careful way, each record
+        checked on its own and every chain walked (:meth:`chains`), with the
+        same diagnostics in the same order as ever.
+        """
+        out = self.out
+        mark = len(out.diagnostics)
+        decoded = self._decode_all(raws)
+        if decoded is not None:
+            reached = self.rebuild(_children(decoded), depth_cap)
+            if reached == len(decoded):
+                return decoded if len(out.agents) == reached else _by_id(out.agents)
+            del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
+        return self.careful(raws, depth_cap)
+
+    def careful(
+        self, raws: list[tuple[bytes, bytes]], depth_cap: int | None
+    ) -> dict[str, AgentRecord]:
+        """Restore the agents the careful way: each record checked on its own, every parent
+        chain walked, then the walk; return the kept ones by id."""
+        decoded = {record.id: record for record in self._decode_each(raws)}
+        self.rebuild(self.chains(decoded), depth_cap)
+        out = self.out.agents
+        return decoded if len(out) == len(decoded) else _by_id(out)
+
+    def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> dict[str, AgentRecord] | None:
+        """Decode every record and check them all at once: None unless each decodes, its id
+        is its key, its name is sound and its path not too long.
+
+        A path is not checked here: the walk (:meth:`rebuild`) checks each
+        against its parent's path and its name, and on its own one that
+        disagrees or belongs to an agent too deep.
+        """
+        try:
+            records = list(map(_AGENT.decode, map(_VALUE, raws)))
+            ids = list(map(_ID, records))
+            sound = (
+                ids == list(map(bytes.decode, map(_KEY, raws)))
+                and paths.names_sound(list(map(_NAME, records)))
+                and max(map(len, map(_PATH, records)), default=0) <= paths.MAX_PATH_LENGTH
+            )
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return None
+        return dict(zip(ids, records, strict=True)) if sound else None
+
+    def _decode_each(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord]:
+        """Decode and check each record on its own; say why each one that goes goes."""
+        records: list[AgentRecord] = []
+        for raw_key, raw in raws:
             record = decode_agent(raw_key, raw)
             if isinstance(record, Diagnostic):
                 self.out.diagnostics.append(record)
             else:
-                decoded[record.id] = record
-        return decoded
+                records.append(record)
+        return records
 
-    def chains(self, decoded: dict[str, AgentRecord]) -> dict[str | None, list[str]]:
+    def chains(self, decoded: dict[str, AgentRecord]) -> dict[str | None, list[AgentRecord]]:
         """Drop the agents whose parent chain loops or ends nowhere; return the children."""
-        children: dict[str | None, list[str]] = {}
-        status, sound = _chain_status(decoded, children)
-        if sound:  # every chain ends at the host: the children as they were gathered
-            return children
-        children = {}
+        status = _chain_status(decoded)
+        children: dict[str | None, list[AgentRecord]] = {}
         for agent_id, record in decoded.items():
             state = status[agent_id]
             if state == "cycle":
@@ -129,78 +177,87 @@ class _Scan:
             elif state == "orphan":
                 self.diag("agents", agent_id, "orphan", f"{record.path}: parent is missing")
             else:
-                children.setdefault(record.parent_id, []).append(agent_id)
+                children.setdefault(record.parent_id, []).append(record)
         return children
 
-    def rebuild(
-        self,
-        decoded: dict[str, AgentRecord],
-        children: dict[str | None, list[str]],
-        depth_cap: int | None,
-    ) -> dict[str, AgentRecord]:
-        """Rebuild the tree top-down: depths, paths, unique live paths; return what is kept."""
+    def rebuild(self, children: dict[str | None, list[AgentRecord]], depth_cap: int | None) -> int:
+        """Rebuild the tree top-down from the host (depths, paths, unique live paths) into
+        ``out.agents``; return how many agents it reached (kept or too deep), or -1 at a
+        record whose stored path is not sound (:meth:`_decode_all` leaves paths to this:
+        a path that agrees with its parent's and its name is sound, the others and
+        those of the agents too deep are checked one by one)."""
         closed = AgentState.CLOSED
         live_paths: set[str] = set()
-        kept: dict[str, AgentRecord] = {}
         out = self.out.agents
-        frontier: list[tuple[str | None, str, int]] = [(None, paths.ROOT, 0)]
-        created = _created_at(decoded)
+        reached = 0
+        # (parent id, its path, its depth, whether it is closed)
+        frontier: list[tuple[str | None, str, int, bool]] = [(None, paths.ROOT, 0, False)]
         while frontier:
-            parent_id, parent_path, parent_depth = frontier.pop()
+            parent_id, parent_path, parent_depth, under_closed = frontier.pop()
             mine = children.get(parent_id)
             if mine is None:  # a leaf: most agents of a big store
                 continue
-            ordered = sorted(mine, key=created) if len(mine) > 1 else mine
+            if len(mine) > 1:
+                mine = sorted(mine, key=_CREATED_AT)
             depth = parent_depth + 1
             if depth_cap is not None and depth > depth_cap:
-                for agent_id in ordered:
-                    self._too_deep(decoded, children, agent_id, depth, depth_cap)
+                for record in mine:
+                    dropped = self._too_deep(children, record, depth, depth_cap)
+                    if dropped < 0:
+                        return -1
+                    reached += dropped
                 continue
-            parent = kept.get(parent_id) if parent_id is not None else None
-            under_closed = parent is not None and parent.state is closed
-            for agent_id in ordered:
-                record = decoded[agent_id]
-                path = parent_path + "/" + record.name
+            reached += len(mine)
+            prefix = parent_path + "/"
+            for record in mine:
+                path = prefix + record.name
                 if not (  # the common case: the store has it where it belongs
                     path == record.path
                     and depth == record.depth
                     and parent_path == record.parent_path
                     and (record.state is closed or path not in live_paths)
                 ):
+                    if not paths.is_sound(record.path, record.name):
+                        return -1  # only a store not checked record by record has one
                     record = self._placed(record, parent_path, depth, live_paths)
-                if record.state is not closed:
+                is_closed = record.state is closed
+                if not is_closed:
                     live_paths.add(record.path)
                     if under_closed:
-                        assert parent is not None
+                        agent_id = record.id
                         self.diag(
                             "agents",
                             agent_id,
                             "live_under_closed",
-                            f"{record.path} is live under closed {parent.path}; kept, its "
+                            f"{record.path} is live under closed {parent_path}; kept, its "
                             "completions go to the nearest live ancestor",
                         )
-                kept[agent_id] = record
                 out.append(record)
-                if agent_id in children:
-                    frontier.append((agent_id, record.path, depth))
-        return kept
+                if record.id in children:
+                    frontier.append((record.id, record.path, depth, is_closed))
+        return reached
 
     def _too_deep(
         self,
-        decoded: dict[str, AgentRecord],
-        children: dict[str | None, list[str]],
-        agent_id: str,
+        children: dict[str | None, list[AgentRecord]],
+        record: AgentRecord,
         depth: int,
         cap: int,
-    ) -> None:
-        """Drop an agent deeper than the cap, and its whole subtree, each with a diagnostic."""
-        below = [(agent_id, depth)]
+    ) -> int:
+        """Drop an agent deeper than the cap, and its whole subtree, each with a diagnostic;
+        return how many went, or -1 at one whose stored path is not sound (the walk's
+        caller restores the store the careful way, where such a record went first)."""
+        below = [(record, depth)]
+        dropped = 0
         while below:
             node, node_depth = below.pop()
-            self.diag(
-                "agents", node, "too_deep", f"{decoded[node].path}: depth {node_depth} > cap {cap}"
-            )
-            below.extend((c, node_depth + 1) for c in children.get(node, []))
+            if not paths.is_sound(node.path, node.name):
+                return -1
+            dropped += 1
+            node_id = node.id
+            self.diag("agents", node_id, "too_deep", f"{node.path}: depth {node_depth} > cap {cap}")
+            below.extend((c, node_depth + 1) for c in children.get(node_id, []))
+        return dropped
 
     def _placed(
         self, record: AgentRecord, parent_path: str, depth: int, live_paths: set[str]
@@ -308,33 +365,40 @@ def decode_agent(raw_key: bytes, raw: bytes) -> AgentRecord | Diagnostic:
     return record
 
 
-def _created_at(decoded: dict[str, AgentRecord]) -> Callable[[str], float]:
-    """The sort key of an agent id among its siblings: when its record was created."""
-    return lambda agent_id: decoded[agent_id].created_at
+_KEY = itemgetter(0)
+_VALUE = itemgetter(1)
+_ID = attrgetter("id")
+_PATH = attrgetter("path")
+_NAME = attrgetter("name")
+_CREATED_AT = attrgetter("created_at")
+"""The sort key of an agent among its siblings: when its record was created."""
+
+
+def _children(decoded: dict[str, AgentRecord]) -> dict[str | None, list[AgentRecord]]:
+    """The agents grouped under their parent id (None: the host), in ``decoded``'s order."""
+    children: dict[str | None, list[AgentRecord]] = {}
+    for record in decoded.values():
+        mine = children.get(record.parent_id)
+        if mine is None:
+            children[record.parent_id] = [record]
+        else:
+            mine.append(record)
+    return children
+
+
+def _by_id(records: list[AgentRecord]) -> dict[str, AgentRecord]:
+    return {record.id: record for record in records}
 
 
 def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
     return Diagnostic(database=database, key=key, code=code, message=message)
 
 
-def _chain_status(
-    decoded: dict[str, AgentRecord], children: dict[str | None, list[str]]
-) -> tuple[dict[str, str], bool]:
-    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``.
-
-    Returns the verdicts and whether all are ``ok``. Gathers every agent under
-    its parent id into ``children`` on the way (in ``decoded``'s order; one
-    pass over a big store's agents instead of two): only right when all are.
-    """
+def _chain_status(decoded: dict[str, AgentRecord]) -> dict[str, str]:
+    """Walk every parent chain once: each agent is ``ok``, an ``orphan`` or on a ``cycle``."""
     status: dict[str, str] = {}
-    sound = True
     for start, record in decoded.items():
         parent_id = record.parent_id
-        mine = children.get(parent_id)
-        if mine is None:
-            children[parent_id] = [start]
-        else:
-            mine.append(start)
         if parent_id is None or status.get(parent_id) == "ok":
             status[start] = "ok"  # the common case: its parent is known sound
             continue
@@ -356,8 +420,6 @@ def _chain_status(
         else:
             if node is not None:
                 verdict = "ok" if status[node] == "ok" else "orphan"
-        if verdict != "ok":
-            sound = False
         if verdict == "cycle":
             assert node is not None
             loop_start = chain.index(node)
@@ -368,7 +430,7 @@ def _chain_status(
         else:
             for member in chain:
                 status[member] = verdict
-    return status, sound
+    return status
 
 
 def _restore_leases(snapshot: Snapshot, out: Restored) -> None:

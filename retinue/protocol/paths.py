@@ -30,6 +30,7 @@ __all__ = [
     "is_sound",
     "join",
     "name_of",
+    "names_sound",
     "parent_of",
     "resolve",
     "validate",
@@ -49,6 +50,7 @@ _NAME_RE = re.compile(r"[a-z0-9_]+")
 # segment is reserved or it is too long (one match instead of a check per segment).
 _PATH_RE = re.compile(rf"/root(?:/[a-z0-9_]{{1,{MAX_NAME_LENGTH}}})+")
 _RESERVED_NAMES = frozenset({"root"})
+_LINES_OF_NAMES = re.compile(r"[a-z0-9_\n]*")  # names_sound's match: names, one a line
 
 _NAME_TOO_LONG = f"task_name must be at most {MAX_NAME_LENGTH} characters"
 _NAME_BAD = "task_name must use lowercase letters, digits, and underscores"
@@ -180,6 +182,25 @@ def is_sound(path: str, name: str) -> bool:
         and len(name) <= MAX_NAME_LENGTH
         and name != "root"
         and _NAME_RE.fullmatch(name) is not None
+    )
+
+
+def names_sound(names: list[str]) -> bool:
+    """Return True if every one of ``names`` is a valid name (see :func:`validate_name`).
+
+    A handful of C-level matches over the joined names instead of a call per
+    name (an open checks every stored agent's): False says only that some
+    name is not, and :func:`validate_name` says which and why.
+    """
+    if not names:
+        return True
+    joined = "\n" + "\n".join(names) + "\n"  # each line: a name
+    return (
+        max(map(len, names)) <= MAX_NAME_LENGTH
+        and _LINES_OF_NAMES.fullmatch(joined) is not None
+        and joined.count("\n") == len(names) + 1  # no name holds a newline
+        and joined.find("\n\n") < 0  # no name is empty
+        and joined.find("\nroot\n") < 0
     )
 
 

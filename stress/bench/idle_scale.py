@@ -14,7 +14,11 @@ scrape's time (:mod:`retinue.metrics`, when prometheus-client is installed;
 its first scrape and a second one).
 
 Issue 33's idle-state work: pages and the scrape's counts no longer walk
-every agent; an open still restores every agent into memory.
+every agent; an open still restores every agent into memory, but a sound
+store's agents in one decode, checks of all of them at once and one walk,
+and recovery, the start-up rearms and compaction no longer walk every agent
+(a million-agent open: 23.3-25.0 s of CPU against 25.2-31.9 s, back to back;
+its agents' restore 6.3 s against 11.4 s).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The tree's maintained indexes match a full walk of its agents after any operations.
 
-``Tree.state_counts`` / ``Tree.live_profiles`` (the scrape's gauges) and the
+``Tree.state_counts`` / ``Tree.live_profiles`` (the scrape's gauges), the busy
+agents (``Tree.busy``: what recovery and the start-up rearms look at) and the
 page index behind ``agents(limit=, after=)`` are kept as records change
-(put, close, removal, a command rolled back by the journal), so a scrape and a
-page never walk every agent. Hypothesis drives random operations; after each
-one the counts equal a recount and every page equals a sort of the agents.
+(put, close, removal, a command rolled back by the journal), so a scrape, an
+open and a page never walk every agent. Hypothesis drives random operations;
+after each one the indexes equal a recount and every page equals a sort of the
+agents.
 """
 
 from __future__ import annotations
@@ -35,10 +37,27 @@ ops = st.lists(
 )
 
 
-def recount(tree: Tree) -> tuple[dict[str, int], dict[str, int]]:
-    states = Counter(r.state.value for r in tree.agents.values())
-    live = Counter(r.profile for r in tree.agents.values() if r.state is not AgentState.CLOSED)
-    return dict(states), dict(live)
+Indexes = tuple[dict[str, int], dict[str, int], set[str], dict[str, float], dict[str, int]]
+
+
+def recount(tree: Tree) -> Indexes:
+    agents = tree.agents.values()
+    states = Counter(r.state.value for r in agents)
+    live = Counter(r.profile for r in agents if r.state is not AgentState.CLOSED)
+    busy = {r.id for r in agents if r.state.busy}
+    closed = {r.id: r.closed_at or r.updated_at for r in agents if r.state is AgentState.CLOSED}
+    children = Counter(r.parent_id for r in agents if r.parent_id is not None)
+    return dict(states), dict(live), busy, closed, dict(children)
+
+
+def indexes(tree: Tree) -> Indexes:
+    return (
+        dict(tree.state_counts),
+        dict(tree.live_profiles),
+        set(tree.busy),
+        dict(tree.closed),
+        dict(tree.stored_children),
+    )
 
 
 def naive_page(
@@ -63,12 +82,17 @@ class Driver:
         if kind == "add":
             self.made += 1
             state = STATES[s]
-            record = agent(f"{self.made:032x}", f"/root/n{n % 7}", state=state, profile=f"p{p}")
+            parent = ids[n % len(ids)] if ids and n % 2 else None
+            record = agent(
+                f"{self.made:032x}", f"/root/n{n % 7}", parent, state=state, profile=f"p{p}"
+            )
             tree.put_agent(record)
         elif kind == "set" and ids:
             old = tree.agents[ids[n % len(ids)]]
             if old.state is not AgentState.CLOSED:  # a closed agent stays closed
-                new = msgspec.structs.replace(old, state=STATES[s], profile=f"p{p}")
+                new = msgspec.structs.replace(
+                    old, state=STATES[s], profile=f"p{p}", updated_at=float(n)
+                )
                 tree.put_agent(new)
         elif kind == "remove":
             closed = [i for i in ids if tree.agents[i].state is AgentState.CLOSED]
@@ -89,7 +113,7 @@ class Driver:
         )
 
     def check(self) -> None:
-        assert (dict(self.tree.state_counts), dict(self.tree.live_profiles)) == recount(self.tree)
+        assert indexes(self.tree) == recount(self.tree)
         for include_closed in (False, True):
             assert self.tree.page(None, None, include_closed) == naive_page(
                 self.tree, None, None, include_closed
@@ -116,6 +140,7 @@ def run(first: list[Op], undone: list[Op]) -> None:
                 driver.apply(inner)
             journal.roll_back()
             assert recount(driver.tree) == before
+            assert indexes(driver.tree) == before
         else:
             journal.begin(None)
             driver.apply(op)

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retinue.actors import JDict, JSet
 from retinue.actors.tree import HOST_KEY, Tree
+from retinue.persistence.restore import Restored, _Scan, restore
+from retinue.persistence.store import Snapshot
+from retinue.protocol import paths
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
-from . import agent, completion
+from . import agent, completion, encode
 
 STATES = [
     AgentState.COMPLETED,
@@ -28,6 +32,8 @@ STATES = [
     AgentState.INTERRUPTED,
     AgentState.RUNNING,
     AgentState.RESTARTING,
+    AgentState.STARTING,
+    AgentState.AWAITING_APPROVAL,
 ]
 
 
@@ -82,6 +88,9 @@ def _picture(tree: Tree) -> dict[str, Any]:
         "live_paths": dict(tree.live_paths),
         "children": {key: set(kids) for key, kids in tree.children.items()},
         "top_of": dict(tree.top_of),
+        "busy": list(tree.busy),
+        "closed": dict(tree.closed),
+        "stored_children": dict(tree.stored_children),
         "tree_count": dict(tree.tree_count),
         "spawn_keys": dict(tree.spawn_keys),
         "live_count": tree.live_count,
@@ -122,3 +131,74 @@ def test_a_loaded_tree_undoes_a_failed_command_exactly() -> None:
     journal.roll_back()
     assert _picture(tree) == before
     assert set(tree.pending) == {HOST_KEY, "lead1"}
+
+
+DAMAGES = ["orphan", "cycle", "bad_name", "bad_path", "moved", "deeper", "undecodable", "key"]
+
+
+@st.composite
+def stores(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], int | None]:
+    """A store's agent records (by key, as LMDB reads them) and a depth cap: a sound
+    tree with live siblings that may share a name and ties in ``created_at``, and in
+    half the examples damage of every kind restore knows."""
+    count = draw(st.integers(1, 14))
+    records: list[AgentRecord] = []
+    for index in range(count):
+        parent = draw(st.none() | st.sampled_from(records)) if records else None
+        name = draw(st.sampled_from(["x", "y", f"n{index}"]))
+        records.append(
+            agent(
+                f"{(index * 37) % 101:03d}{index}",  # keys not in creation order
+                f"{paths.ROOT if parent is None else parent.path}/{name}",
+                None if parent is None else parent.id,
+                state=draw(st.sampled_from(STATES)),
+                created_at=draw(st.sampled_from([1.0, 2.0, 3.0])),
+            )
+        )
+    raws = {record.id: encode(record) for record in records}
+    damages = draw(
+        st.lists(st.tuples(st.integers(0, count - 1), st.sampled_from(DAMAGES)), max_size=3)
+    )
+    for index, damage in damages if draw(st.booleans()) else []:
+        record = records[index]
+        other = records[draw(st.integers(0, count - 1))]
+        changes: dict[str, dict[str, Any]] = {
+            "orphan": {"parent_id": "gone"},
+            "cycle": {"parent_id": other.id},
+            "bad_name": {"name": "Bad"},
+            "bad_path": {"path": record.path + "//x"},
+            "moved": {"path": f"{paths.ROOT}/elsewhere/{record.name}"},
+            "deeper": {"depth": record.depth + 1, "parent_path": paths.ROOT + "/p"},
+        }
+        changed = changes.get(damage)
+        if changed is not None:
+            raws[record.id] = encode(msgspec.structs.replace(record, **changed))
+        elif damage == "undecodable":
+            raws[record.id] = b"\xc1"
+        else:
+            raws[record.id] = encode(msgspec.structs.replace(record, id="other"))
+    cap = draw(st.sampled_from([None, 2, 3]))
+    return sorted((key.encode(), raw) for key, raw in raws.items()), cap
+
+
+def _careful(raws: list[tuple[bytes, bytes]], cap: int | None) -> Restored:
+    scan = _Scan(Restored())
+    scan.careful(raws, cap)
+    return scan.out
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(stores())
+def test_a_sound_store_restores_as_the_careful_way_restores_it(
+    store: tuple[list[tuple[bytes, bytes]], int | None],
+) -> None:
+    raws, cap = store
+    fast = restore(Snapshot(records={"agents": list(raws)}), cap)
+    careful = _careful(raws, cap)
+    assert fast.agents == careful.agents  # parents first, siblings oldest first: in order
+    assert fast.rewritten == careful.rewritten
+    assert fast.diagnostics == careful.diagnostics
+    fast_tree, careful_tree = Tree(), Tree()
+    fast_tree.load(fast.agents, [], [])
+    careful_tree.load(careful.agents, [], [])
+    assert _picture(fast_tree) == _picture(careful_tree)

@@ -22,6 +22,7 @@ from retinue.protocol.paths import (
     is_sound,
     join,
     name_of,
+    names_sound,
     parent_of,
     resolve,
     validate,
@@ -210,6 +211,16 @@ def test_is_sound_is_true_exactly_when_path_and_name_validate(path: str, name: s
     # (/root itself is a valid path but not below /root: a caller validates it in full.)
     expected = path != ROOT and _passes(validate, path) and _passes(validate_name, name)
     assert is_sound(path, name) is expected
+
+
+@SETTINGS
+@given(st.lists(st.lists(_PIECES, max_size=3).map("".join) | st.just("root"), max_size=6))
+def test_names_sound_is_true_exactly_when_every_name_validates(names: list[str]) -> None:
+    # The open's check of every stored name at once: the verdict of a check of each.
+    assert names_sound(names) is all(_passes(validate_name, name) for name in names)
+    assert names_sound([*names, "a" * MAX_NAME_LENGTH]) is names_sound(names)
+    assert not names_sound([*names, "a" * (MAX_NAME_LENGTH + 1)])
+    assert not names_sound([*names, "a\nb"])
 
 
 def test_is_sound_says_false_for_what_is_not_a_str() -> None:

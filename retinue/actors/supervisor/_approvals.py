@@ -343,7 +343,8 @@ class Approvals(Journaled):
             expires = record.request.expires_at
             if record.pending and expires is not None and self._runs_here(record.request.agent_id):
                 self._arm(tx, expires - now)
-        for agent in list(self.world.tree.agents.values()):
+        tree = self.world.tree
+        for agent in [tree.agents[agent_id] for agent_id in tree.busy]:
             if agent.state is AgentState.AWAITING_APPROVAL:
                 arm_deadline(self.world, tx, agent, from_start=True)
                 self._resume_if_answered(tx, agent.id, agent.generation)

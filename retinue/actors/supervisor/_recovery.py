@@ -54,7 +54,8 @@ def _interrupt_lost_turns(
     """End every turn the crash lost (parents first), unless its restart policy runs it again;
     decide the pending restarts an open without their profile left."""
     interrupted: list[AgentRecord] = []
-    lost = [r for r in world.tree.agents.values() if r.state in _RECOVERED]
+    tree = world.tree
+    lost = [r for r in map(tree.agents.__getitem__, tree.busy) if r.state in _RECOVERED]
     _count_open_calls(world, [r for r in lost if r.state is AgentState.RUNNING])
     for record in sorted(lost, key=lambda r: (r.depth, r.created_at)):
         if record.state is AgentState.RESTARTING:

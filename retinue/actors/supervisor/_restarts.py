@@ -294,7 +294,8 @@ class Restarts(Journaled):
         Those this runtime cannot run (it lacks their profile) stay pending, unindexed.
         """
         now = time.time()
-        for record in self.world.tree.agents.values():
+        tree = self.world.tree
+        for record in [tree.agents[agent_id] for agent_id in tree.busy]:
             if record.state is AgentState.RESTARTING and self._runs_here(record):
                 due = record.restart_due_at if record.restart_due_at is not None else now
                 self.due[record.id] = due

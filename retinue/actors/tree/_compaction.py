@@ -33,7 +33,6 @@ from retinue.actors.tree._journal import Journal, Journaled
 from retinue.actors.tree._tree import Tree
 from retinue.protocol.details import CompactionReport
 from retinue.protocol.limits import Limits
-from retinue.protocol.messages import AgentState
 
 __all__ = ["MIN_SLACK", "CompactionReport", "Retention", "compact", "retention_slack"]
 
@@ -117,18 +116,13 @@ def _compact_read_messages(tree: Tree, keep: int, horizon: float) -> int:
 def _compact_closed_agents(
     tree: Tree, keep: int, horizon: float, generations: int
 ) -> tuple[int, int]:
-    closed = sorted(
-        (r.closed_at or r.updated_at, r.id)
-        for r in tree.agents.values()
-        if r.state is AgentState.CLOSED
-    )
-    budget = len(closed) - keep
-    if budget <= 0 and (not closed or closed[0][0] >= horizon):
+    known = tree.closed  # when each closed agent closed
+    budget = len(known) - keep
+    if budget <= 0 and (not known or min(known.values()) >= horizon):
         return 0, 0
-    child_count: dict[str, int] = {}
-    for record in tree.agents.values():
-        if record.parent_id is not None:
-            child_count[record.parent_id] = child_count.get(record.parent_id, 0) + 1
+    closed = sorted((closed_at, agent_id) for agent_id, closed_at in known.items())
+    stored = tree.stored_children
+    gone: dict[str, int] = {}  # the children chosen so far, by parent
     chosen: list[str] = []
     remaining = closed
     progress = True
@@ -137,13 +131,17 @@ def _compact_closed_agents(
         later: list[tuple[float, str]] = []
         for closed_at, agent_id in remaining:
             wanted = len(chosen) < budget or closed_at < horizon
-            if not wanted or child_count.get(agent_id, 0) or tree.undelivered.get(agent_id, 0):
+            if (
+                not wanted
+                or stored.get(agent_id, 0) > gone.get(agent_id, 0)
+                or tree.undelivered.get(agent_id, 0)
+            ):
                 later.append((closed_at, agent_id))
                 continue
             chosen.append(agent_id)
             parent_id = tree.agents[agent_id].parent_id
             if parent_id is not None:
-                child_count[parent_id] -= 1
+                gone[parent_id] = gone.get(parent_id, 0) + 1
             progress = True
         remaining = later
     return len(chosen), tree.remove_agents(chosen, generations=generations)

@@ -25,7 +25,10 @@ from retinue.actors.tree._keys import HOST_KEY, recipient_key, spawn_key
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
-__all__ = ["BulkLoad", "collector_paused"]
+__all__ = ["BUSY_STATES", "BulkLoad", "collector_paused"]
+
+BUSY_STATES = frozenset(state for state in AgentState if state.busy)
+"""The states of the agents in ``Tree.busy`` (a set lookup: ``.busy`` is a property)."""
 
 
 @contextlib.contextmanager
@@ -55,6 +58,9 @@ class BulkLoad:
     live_paths: dict[str, str]
     children: dict[str, set[str]]
     top_of: dict[str, str]
+    busy: dict[str, None]
+    closed: dict[str, float]
+    stored_children: dict[str, int]
     tree_count: dict[str, int]
     spawn_keys: dict[tuple[str, str], str]
     live_count: int
@@ -68,11 +74,15 @@ class BulkLoad:
 
         The same indexes :meth:`Tree.put_agent` keeps, built in one pass:
         counts by state and live profile, live paths, live children, the top
-        of each agent's tree, live agents per tree and spawn keys.
+        of each agent's tree, live agents per tree, busy agents, closed
+        agents, stored children and spawn keys.
         """
         closed = AgentState.CLOSED
+        busy: dict[str, None] = {}
+        closed_at: dict[str, float] = {}
+        stored: dict[str, int] = {}
         records: dict[str, AgentRecord] = {}
-        states: dict[str, int] = {}
+        states: dict[AgentState, int] = {}
         profiles: dict[str, int] = {}
         live_paths: dict[str, str] = {}
         kids: dict[str, list[str]] = {}
@@ -82,25 +92,40 @@ class BulkLoad:
         for record in agents:
             agent_id = record.id
             parent_id = record.parent_id
+            state = record.state
             records[agent_id] = record
-            state = record.state.value
             states[state] = states.get(state, 0) + 1
             top = agent_id if parent_id is None else top_of.get(parent_id, parent_id)
             top_of[agent_id] = top
             if record.idempotency_key is not None:
                 keys[spawn_key(parent_id, record.idempotency_key)] = agent_id
-            if record.state is closed:
+            if state is closed:
+                closed_at[agent_id] = record.closed_at or record.updated_at
+                if parent_id is not None:
+                    stored[parent_id] = stored.get(parent_id, 0) + 1
                 continue
+            if state in BUSY_STATES:
+                busy[agent_id] = None
             profiles[record.profile] = profiles.get(record.profile, 0) + 1
             live_paths[record.path] = agent_id
-            kids.setdefault(HOST_KEY if parent_id is None else parent_id, []).append(agent_id)
+            mine = kids.get(HOST_KEY if parent_id is None else parent_id)
+            if mine is None:
+                kids[HOST_KEY if parent_id is None else parent_id] = [agent_id]
+            else:
+                mine.append(agent_id)
             per_tree[top] = per_tree.get(top, 0) + 1
+        for parent_id, ids in kids.items():  # the closed children were counted above
+            if parent_id != HOST_KEY:
+                stored[parent_id] = stored.get(parent_id, 0) + len(ids)
         journal = self._journal
         dict.update(self.agents, records)
-        dict.update(self.state_counts, states)
+        dict.update(self.state_counts, {state.value: count for state, count in states.items()})
         dict.update(self.live_profiles, profiles)
         dict.update(self.live_paths, live_paths)
         dict.update(self.top_of, top_of)
+        dict.update(self.busy, busy)
+        dict.update(self.closed, closed_at)
+        dict.update(self.stored_children, stored)
         dict.update(self.tree_count, per_tree)
         dict.update(self.spawn_keys, keys)
         host = self.children[HOST_KEY]

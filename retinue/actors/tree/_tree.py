@@ -26,7 +26,7 @@ import msgspec
 from retinue.actors.tree._completions import CompletionIndex
 from retinue.actors.tree._journal import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
-from retinue.actors.tree._loading import BulkLoad, collector_paused
+from retinue.actors.tree._loading import BUSY_STATES, BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
 from retinue.actors.tree._pages import PageIndex
 from retinue.actors.tree._stored import StoredCompletions
@@ -47,6 +47,9 @@ __all__ = ["Tree", "load_tree"]
 _NO_CHILDREN: frozenset[str] = frozenset()
 
 _encode = msgspec.msgpack.Encoder().encode
+_CLOSED = AgentState.CLOSED  # a global: an enum member's lookup is a slow descriptor
+_dict_set = dict.__setitem__  # a dict's own set and delete, not a journaled one's
+_dict_del = dict.__delitem__
 _STATE_KEYS = {state: state.value for state in AgentState}
 """Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
 
@@ -61,13 +64,17 @@ def _step(counts: dict[str, int], key: str, step: int) -> None:
 
 
 def _put_back_agent(
-    agents: dict[str, AgentRecord],
+    tree: Tree,
     written: dict[str, AgentRecord] | None,
     key: str,
     old: AgentRecord | None,
     before: AgentRecord | None,
 ) -> None:
-    """Undo :meth:`Tree.put_agent`'s two sets: the record (None: absent) and its write."""
+    """Undo :meth:`Tree.put_agent`: the record (None: absent), its gathered write, and
+    what the put changed of the busy and closed agents and the stored children (which
+    it changes unjournaled: this one entry puts them back)."""
+    agents = tree.agents
+    new = dict.get(agents, key)
     for target, value in ((agents, old), (written, before)):
         if target is None:
             continue
@@ -75,6 +82,27 @@ def _put_back_agent(
             dict.pop(target, key, None)
         else:
             dict.__setitem__(target, key, value)
+    if new is None:
+        return
+    if old is not None and old.state in BUSY_STATES:
+        dict.__setitem__(tree.busy, key, None)
+    else:
+        dict.pop(tree.busy, key, None)
+    if old is not None and old.state is AgentState.CLOSED:
+        dict.__setitem__(tree.closed, key, old.closed_at or old.updated_at)
+    else:
+        dict.pop(tree.closed, key, None)
+    if old is None and new.parent_id is not None:
+        _unjournaled_step(tree.stored_children, new.parent_id, -1)
+
+
+def _unjournaled_step(counts: dict[str, int], key: str, step: int) -> None:
+    """:func:`_step` on a journaled dict without a journal entry (the caller's undoes it)."""
+    count = dict.get(counts, key, 0) + step
+    if count:
+        dict.__setitem__(counts, key, count)
+    else:
+        dict.__delitem__(counts, key)
 
 
 class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
@@ -104,6 +132,15 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         self.top_of: dict[str, str] = JDict(j)
         self.tree_count: dict[str, int] = JDict(j)
         self.live_count = 0
+        # The busy agents' ids (a turn queued or running, a restart pending, a tool call
+        # awaiting approval), in the order they became busy: what recovery and the
+        # start-up rearms look at, never every agent.
+        self.busy: dict[str, None] = JDict(j)
+        # What compaction looks at, never every agent: the closed agents' ids and when
+        # they closed (closed_at, else updated_at), and how many stored agents (closed
+        # ones included) name each agent as their parent.
+        self.closed: dict[str, float] = JDict(j)
+        self.stored_children: dict[str, int] = JDict(j)
         # Spawn idempotency keys: (parent id, or HOST_KEY for top level; key) -> agent id.
         self.spawn_keys: dict[tuple[str, str], str] = JDict(j)
         # Host waits' leases not yet acknowledged: lease id -> the completion it took.
@@ -203,34 +240,43 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         """Insert or update an agent, keeping every index in step."""
         agents, key = self.agents, record.id
         old = agents.get(key)
-        # One journal entry puts back both the record and its gathered write (each a
-        # journaled dict set otherwise: two entries and two frames per change).
+        # One journal entry puts back the record, its gathered write and its busy,
+        # closed and stored-children entries (each a journaled dict set otherwise: an
+        # entry and a frame each per change).
         journal = self._journal
         written = self._agents_written if persist else None
         if journal.active:
             before = None if written is None else dict.get(written, key)
-            journal.log((_put_back_agent, (agents, written, key, old, before)))
+            journal.log((_put_back_agent, (self, written, key, old, before)))
         dict.__setitem__(agents, key, record)
-        if old is None or old.state is not record.state or old.profile != record.profile:
+        state = record.state
+        if old is None or old.state is not state or old.profile != record.profile:
             self._recount(old, record)
+        if state is _CLOSED:
+            closed_at = record.closed_at or record.updated_at
+            if self.closed.get(key) != closed_at:  # unjournaled: the entry above undoes it
+                _dict_set(self.closed, key, closed_at)
         if old is None:
             parent_id = record.parent_id
-            self.top_of[record.id] = (
-                record.id if parent_id is None else self.top_of.get(parent_id, parent_id)
-            )
+            if parent_id is None:
+                self.top_of[key] = key
+            else:
+                self.top_of[key] = self.top_of.get(parent_id, parent_id)
+                stored = self.stored_children  # unjournaled: the entry above undoes it
+                _dict_set(stored, parent_id, stored.get(parent_id, 0) + 1)
             if record.idempotency_key is not None:
                 self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = record.id
             self._page_add(record)
-        elif old.path != record.path:
-            self._page_add(record)  # its old key is skipped by the pages (path differs)
-        if old is None and record.state is not AgentState.CLOSED:
-            self._index_live(record)
-        elif (
-            old is not None
-            and old.state is not AgentState.CLOSED
-            and record.state is AgentState.CLOSED
-        ):
-            self._unindex_live(record)
+            if state is not _CLOSED:
+                self._index_live(record)
+        else:
+            if old.path != record.path:
+                self._page_add(record)  # its old key is skipped by the pages (path differs)
+            if old.state is not _CLOSED:
+                if state is _CLOSED:
+                    self._unindex_live(record)
+            elif state is not _CLOSED:
+                _dict_del(self.closed, key)
         if written is not None:
             dict.__setitem__(written, key, record)
         return record
@@ -242,8 +288,14 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             if old is not None:
                 _step(self.state_counts, _STATE_KEYS[old.state], -1)
             _step(self.state_counts, _STATE_KEYS[new.state], 1)
-        was_live = old is not None and old.state is not AgentState.CLOSED
-        live = new.state is not AgentState.CLOSED
+            busy = new.state in BUSY_STATES  # unjournaled: put_agent's entry undoes it
+            if busy is not (old is not None and old.state in BUSY_STATES):
+                if busy:
+                    _dict_set(self.busy, new.id, None)
+                else:
+                    _dict_del(self.busy, new.id)
+        was_live = old is not None and old.state is not _CLOSED
+        live = new.state is not _CLOSED
         if was_live and live and old is not None and old.profile == new.profile:
             return
         if was_live and old is not None:
@@ -252,8 +304,11 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             _step(self.live_profiles, new.profile, 1)
 
     def _uncount(self, record: AgentRecord) -> None:
-        """Take ``record`` out of the counts; a count that falls to 0 goes."""
+        """Take ``record`` out of the counts (and the busy agents); a count that falls to 0
+        goes."""
         _step(self.state_counts, _STATE_KEYS[record.state], -1)
+        if record.state in BUSY_STATES:
+            del self.busy[record.id]
         if record.state is not AgentState.CLOSED:
             _step(self.live_profiles, record.profile, -1)
 
@@ -369,6 +424,9 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             gone = self.agents.pop(agent_id, None)
             if gone is not None:
                 self._uncount(gone)
+                self.closed.pop(agent_id, None)
+                if gone.parent_id is not None:
+                    _step(self.stored_children, gone.parent_id, -1)
             if gone is not None and gone.idempotency_key is not None:
                 key = spawn_key(gone.parent_id, gone.idempotency_key)
                 if self.spawn_keys.get(key) == agent_id:
