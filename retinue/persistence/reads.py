@@ -35,18 +35,6 @@ class Snapshot:
     """True if ``completions`` holds only the undelivered ones (the rest stay stored)."""
 
 
-def _undelivered(txn: Any, dbs: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-    """Return the completions the ``undelivered`` index lists, in key order."""
-    completions, get = dbs["completions"], txn.get
-    found: list[tuple[bytes, bytes]] = []
-    with txn.cursor(db=dbs["undelivered"]) as cursor:
-        for key in cursor.iternext(keys=True, values=False):
-            raw = get(key, None, completions)
-            if raw is not None:
-                found.append((key, raw))
-    return found
-
-
 class StoreReads:
     """The reads of a store; :class:`~retinue.persistence.store.Store` provides the parts."""
 
@@ -101,10 +89,13 @@ class StoreReads:
                     self._guard.verify()
             with self._guard.lmdb_errors("read a snapshot"), self._guard.read_txn() as txn:
                 for name in databases:
-                    if name == "completions" and undelivered_only and "undelivered" in self._dbs:
-                        snap.records[name] = _undelivered(txn, self._dbs)
-                        snap.partial = True
-                        continue
+                    if name == "completions" and undelivered_only:
+                        # The pages were checked above: the view checks nothing more.
+                        listed = StoreView(txn, self._dbs, None).listed(name, "undelivered")
+                        if listed is not None:
+                            snap.records[name] = listed
+                            snap.partial = True
+                            continue
                     if name not in self._dbs:  # an optional database an older store lacks
                         snap.records[name] = []
                         continue
