@@ -273,10 +273,12 @@ class Store(StoreReads):
             raise StoreReadOnly(f"store {self.folder} is open read-only")
         if self._closed:
             raise StoreError(f"store {self.folder} is closed")
-        refusal = self._writer.refusal()
-        if refusal is not None:
-            raise refusal
-        return self._writer
+        writer = self._writer
+        if writer.failed is not None:  # a commit failed for good (nearly never: no call)
+            refusal = writer.refusal()
+            if refusal is not None:
+                raise refusal
+        return writer
 
     def submit(
         self, writes: Sequence[Write], callback: Callback, spread: Sequence[Write] = ()

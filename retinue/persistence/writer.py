@@ -261,6 +261,8 @@ class Writer:
             if held:  # a submitted group's next transition (no call, no queue read)
                 item = held.popleft()
                 continue
+            if self._queue.empty():  # nothing behind it (no get_nowait to raise Empty)
+                break
             try:
                 item = self._next(None, block=False)
             except queue.Empty:
@@ -301,8 +303,9 @@ class Writer:
             writes = [(name, key, value) for (name, key), value in last.items()]
         batches = [writes] if writes else []
         spread = group[-1].spread  # only the last has any
-        step = self._spread_step() if spread else 1
-        batches += [list(spread[at : at + step]) for at in range(0, len(spread), step)]
+        if spread:
+            step = self._spread_step()
+            batches += [list(spread[at : at + step]) for at in range(0, len(spread), step)]
         # Transitions queued behind a failed one were built on its state: refuse them too.
         error: BaseException | None = self.failed
         timer = self.on_commit  # the one check when nobody times commits
@@ -319,7 +322,8 @@ class Writer:
             except Exception as exc:
                 error = exc
                 self.failed = exc
-        self._answer()
+        if self._unanswered:  # a failed or empty commit answered nothing yet
+            self._answer()
         self.stats.transitions += len(group)
         self._unanswered.append((group, error))
 
@@ -361,11 +365,11 @@ class Writer:
                             delete(key, b"", dbs[name])
                         else:
                             put(key, value, True, True, False, dbs[name])
-                    if timed:
+                    if self._unanswered and timed:
                         began = time.perf_counter()
                         self._answer()
                         answering += time.perf_counter() - began
-                    else:
+                    elif self._unanswered:  # at low load, nearly every commit: none
                         self._answer()
             except lmdb.MapFullError:
                 with self.gate.exclusive():  # LMDB resizes only with no transaction open

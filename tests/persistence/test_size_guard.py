@@ -41,12 +41,12 @@ def test_a_look_older_than_the_recorded_size_is_not_a_truncation(
     guarded: tuple[Guard, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     guard, data = guarded
-    real_fstat = os.fstat
+    real_lseek = os.lseek
     looked, grown = threading.Event(), threading.Event()
     late = threading.current_thread()
 
-    def fstat(fd: int) -> os.stat_result:
-        result = real_fstat(fd)
+    def lseek(fd: int, position: int, whence: int) -> int:
+        result = real_lseek(fd, position, whence)
         if threading.current_thread() is late and not looked.is_set():
             looked.set()  # this thread has its (soon old) size; hold it back
             assert grown.wait(10)
@@ -60,7 +60,7 @@ def test_a_look_older_than_the_recorded_size_is_not_a_truncation(
         except StoreCorrupted as exc:
             outcome.append(exc)
 
-    monkeypatch.setattr(os, "fstat", fstat)  # the guard calls os.fstat
+    monkeypatch.setattr(os, "lseek", lseek)  # the guard looks with os.lseek
     late = threading.Thread(target=slow_reader)
     late.start()
     assert looked.wait(10)

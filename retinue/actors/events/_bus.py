@@ -170,6 +170,9 @@ class EventBus:
             raise ValueError("an event queue capacity must be positive")
         self.capacity = capacity
         self._subscriptions: list[EventQueue] = []
+        # True while anyone listens (publishers may skip building events otherwise): a
+        # field kept with the subscriptions, as the supervisor reads it for every command.
+        self.active = False
         self._lock = threading.Lock()
         self._closed = False
 
@@ -182,12 +185,12 @@ class EventBus:
         with self._lock:
             if self._closed:
                 return lambda: None
-            self._subscriptions = [*self._subscriptions, subscription]
+            self._listen([*self._subscriptions, subscription])
             subscription.thread.start()
 
         def unsubscribe() -> None:
             with self._lock:
-                self._subscriptions = [s for s in self._subscriptions if s is not subscription]
+                self._listen([s for s in self._subscriptions if s is not subscription])
             subscription.stop(drain=False)
 
         return unsubscribe
@@ -200,7 +203,7 @@ class EventBus:
         """
         with self._lock:
             if not self._closed:
-                self._subscriptions = [*self._subscriptions, queue]
+                self._listen([*self._subscriptions, queue])
                 closed = False
             else:
                 closed = True
@@ -209,15 +212,15 @@ class EventBus:
 
         def detach() -> None:
             with self._lock:
-                self._subscriptions = [s for s in self._subscriptions if s is not queue]
+                self._listen([s for s in self._subscriptions if s is not queue])
             queue.stop(drain=False)
 
         return detach
 
-    @property
-    def active(self) -> bool:
-        """True while anyone listens (publishers may skip building events otherwise)."""
-        return bool(self._subscriptions)
+    def _listen(self, subscriptions: list[EventQueue]) -> None:
+        """Deliver to ``subscriptions`` from now on (lock held)."""
+        self._subscriptions = subscriptions
+        self.active = bool(subscriptions)
 
     @property
     def dropped(self) -> int:
@@ -250,7 +253,8 @@ class EventBus:
         """Deliver what is queued (waiting at most ``timeout`` s in all), then stop."""
         with self._lock:
             self._closed = True
-            subscriptions, self._subscriptions = self._subscriptions, []
+            subscriptions = self._subscriptions
+            self._listen([])
         for subscription in subscriptions:
             subscription.stop(drain=True)
         deadline = time.monotonic() + timeout

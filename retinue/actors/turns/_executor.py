@@ -204,6 +204,7 @@ class LoopThread:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._ident: int | None = None  # the loop thread's, once it runs (a field: no call)
         self._closed = False
         self._calls_lock = threading.Lock()
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
@@ -234,6 +235,7 @@ class LoopThread:
             return self._loop
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._ident = threading.get_ident()
         asyncio.set_event_loop(loop)
         try:
             while True:
@@ -281,9 +283,8 @@ class LoopThread:
             if self._drain_scheduled:
                 return True
             self._drain_scheduled = True
-        thread = self._thread
         try:
-            if thread is not None and thread.ident == threading.get_ident():
+            if self._ident == threading.get_ident():
                 loop.call_soon(self._drain_calls)  # on the loop: it is running, awake
             else:
                 loop.call_soon_threadsafe(self._drain_calls)

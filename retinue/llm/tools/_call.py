@@ -12,9 +12,7 @@ fresh key of its own (:func:`call_or_fresh`).
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 
 from retinue.protocol.effects import ToolCall
 from retinue.protocol.ids import new_id
@@ -37,14 +35,29 @@ def call_or_fresh(tool: str = "") -> ToolCall:
     return call if call is not None else ToolCall(idempotency_key=new_id(), tool=tool)
 
 
-@contextlib.contextmanager
-def calling(call: ToolCall | None) -> Iterator[None]:
-    """Run the block as ``call`` (None: leave the current one as it is)."""
-    if call is None:
-        yield
-        return
-    token = _CURRENT.set(call)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+class calling:  # lower case: used as a function, ``with calling(call):``
+    """Run the block as ``call`` (None: leave the current one as it is).
+
+    A class, not a ``contextlib.contextmanager`` generator: a journaled tool
+    step enters one per call, and a generator's frame, its wrapper and two
+    ``next`` calls cost more than setting and resetting the variable.
+    """
+
+    __slots__ = ("_call", "_token")
+
+    def __init__(self, call: ToolCall | None) -> None:
+        """Prepare to run a block as ``call``."""
+        self._call = call
+        self._token: contextvars.Token[ToolCall | None] | None = None
+
+    def __enter__(self) -> None:
+        """Set the running call (unless it is None)."""
+        if self._call is not None:
+            self._token = _CURRENT.set(self._call)
+
+    def __exit__(self, *exc: object) -> None:
+        """Put back the call that ran before the block."""
+        token = self._token
+        if token is not None:
+            self._token = None
+            _CURRENT.reset(token)
