@@ -31,12 +31,14 @@ code emits, in step.
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
 import msgspec
 
 from retinue.errors import InvalidAgentPath
+from retinue.persistence.placed import Placed
 from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState, Completion
@@ -57,9 +59,14 @@ class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass
 class Restored:
-    """What restore kept, parents before children, and what it had to say."""
+    """What restore kept, parents before children, and what it had to say.
+
+    ``placed`` holds the kept agents again, indexed as the walk placed them
+    (for the tree, see :class:`~retinue.persistence.placed.Placed`).
+    """
 
     agents: list[AgentRecord] = field(default_factory=list)
+    placed: Placed = field(default_factory=Placed)
     messages: list[MessageRecord] = field(default_factory=list)
     completions: list[CompletionRecord] = field(default_factory=list)
     rewritten: list[AgentRecord] = field(default_factory=list)
@@ -121,8 +128,9 @@ class _Scan:
         if decoded is not None:
             reached = self.rebuild(_children(decoded), depth_cap)
             if reached == len(decoded):
-                return decoded if len(out.agents) == reached else _by_id(out.agents)
+                return out.placed.agents
             del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
+            out.placed = Placed()
         return self.careful(raws, depth_cap)
 
     def careful(
@@ -132,8 +140,7 @@ class _Scan:
         chain walked, then the walk; return the kept ones by id."""
         decoded = {record.id: record for record in self._decode_each(raws)}
         self.rebuild(self.chains(decoded), depth_cap)
-        out = self.out.agents
-        return decoded if len(out) == len(decoded) else _by_id(out)
+        return self.out.placed.agents
 
     def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> dict[str, AgentRecord] | None:
         """Decode every record and check them all at once: None unless each decodes, its id
@@ -182,12 +189,14 @@ class _Scan:
 
     def rebuild(self, children: dict[str | None, list[AgentRecord]], depth_cap: int | None) -> int:
         """Rebuild the tree top-down from the host (depths, paths, unique live paths) into
-        ``out.agents``; return how many agents it reached (kept or too deep), or -1 at a
-        record whose stored path is not sound (:meth:`_decode_all` leaves paths to this:
-        a path that agrees with its parent's and its name is sound, the others and
+        ``out.agents`` and ``out.placed`` (each parent's children indexed together, as
+        they are placed); return how many agents it reached (kept or too deep), or -1
+        at a record whose stored path is not sound (:meth:`_decode_all` leaves paths to
+        this: a path that agrees with its parent's and its name is sound, the others and
         those of the agents too deep are checked one by one)."""
         closed = AgentState.CLOSED
-        live_paths: set[str] = set()
+        placed = self.out.placed
+        live_paths = placed.live_paths
         out = self.out.agents
         reached = 0
         # (parent id, its path, its depth, whether it is closed)
@@ -209,6 +218,7 @@ class _Scan:
                 continue
             reached += len(mine)
             prefix = parent_path + "/"
+            kept: list[AgentRecord] = []
             for record in mine:
                 path = prefix + record.name
                 if not (  # the common case: the store has it where it belongs
@@ -222,7 +232,7 @@ class _Scan:
                     record = self._placed(record, parent_path, depth, live_paths)
                 is_closed = record.state is closed
                 if not is_closed:
-                    live_paths.add(record.path)
+                    live_paths[record.path] = record.id
                     if under_closed:
                         agent_id = record.id
                         self.diag(
@@ -232,9 +242,11 @@ class _Scan:
                             f"{record.path} is live under closed {parent_path}; kept, its "
                             "completions go to the nearest live ancestor",
                         )
-                out.append(record)
+                kept.append(record)
                 if record.id in children:
                     frontier.append((record.id, record.path, depth, is_closed))
+            out += kept
+            placed.add(parent_id, kept)
         return reached
 
     def _too_deep(
@@ -260,7 +272,7 @@ class _Scan:
         return dropped
 
     def _placed(
-        self, record: AgentRecord, parent_path: str, depth: int, live_paths: set[str]
+        self, record: AgentRecord, parent_path: str, depth: int, live_paths: dict[str, str]
     ) -> AgentRecord:
         """The record at its place below ``parent_path``: its path rewritten or its name
         derived where the store disagrees, or a live sibling already holds the path."""
@@ -370,24 +382,18 @@ _VALUE = itemgetter(1)
 _ID = attrgetter("id")
 _PATH = attrgetter("path")
 _NAME = attrgetter("name")
+_PARENT_ID = attrgetter("parent_id")
 _CREATED_AT = attrgetter("created_at")
 """The sort key of an agent among its siblings: when its record was created."""
 
 
 def _children(decoded: dict[str, AgentRecord]) -> dict[str | None, list[AgentRecord]]:
     """The agents grouped under their parent id (None: the host), in ``decoded``'s order."""
-    children: dict[str | None, list[AgentRecord]] = {}
-    for record in decoded.values():
-        mine = children.get(record.parent_id)
-        if mine is None:
-            children[record.parent_id] = [record]
-        else:
-            mine.append(record)
+    children: defaultdict[str | None, list[AgentRecord]] = defaultdict(list)
+    records = decoded.values()
+    # Each record appended to its parent's list by C-level calls, not a Python step each.
+    deque(map(list.append, map(children.__getitem__, map(_PARENT_ID, records)), records), 0)
     return children
-
-
-def _by_id(records: list[AgentRecord]) -> dict[str, AgentRecord]:
-    return {record.id: record for record in records}
 
 
 def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:
