@@ -32,6 +32,7 @@ code emits, in step.
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
@@ -115,7 +116,8 @@ class _Scan:
         """Decode, check and place the agents; return the kept ones by id.
 
         A sound store costs one decode, a few checks of all the records at
-        once and one top-down walk (:meth:`rebuild`): the walk reaches exactly
+        once and one top-down walk (:meth:`rebuild`, which also indexes the
+        agents for the tree, ``out.placed``): the walk reaches exactly
         the agents whose parent chain ends at the host, so reaching them all
         proves there is no orphan and no cycle. At the first doubt what was
         gathered goes and the store is restored the careful way, each record
@@ -127,7 +129,7 @@ class _Scan:
         decoded = self._decode_all(raws)
         if decoded is not None:
             reached = self.rebuild(_children(decoded), depth_cap)
-            if reached == len(decoded):
+            if reached == len(decoded):  # each id once: it is its key (ids are unique)
                 return out.placed.agents
             del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
             out.placed = Placed()
@@ -142,7 +144,7 @@ class _Scan:
         self.rebuild(self.chains(decoded), depth_cap)
         return self.out.placed.agents
 
-    def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> dict[str, AgentRecord] | None:
+    def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord] | None:
         """Decode every record and check them all at once: None unless each decodes, its id
         is its key, its name is sound and its path not too long.
 
@@ -160,7 +162,7 @@ class _Scan:
             )
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None
-        return dict(zip(ids, records, strict=True)) if sound else None
+        return records if sound else None
 
     def _decode_each(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord]:
         """Decode and check each record on its own; say why each one that goes goes."""
@@ -225,7 +227,7 @@ class _Scan:
                     path == record.path
                     and depth == record.depth
                     and parent_path == record.parent_path
-                    and (record.state is closed or path not in live_paths)
+                    and (record.state is closed or record.path not in live_paths)
                 ):
                     if not paths.is_sound(record.path, record.name):
                         return -1  # only a store not checked record by record has one
@@ -387,10 +389,9 @@ _CREATED_AT = attrgetter("created_at")
 """The sort key of an agent among its siblings: when its record was created."""
 
 
-def _children(decoded: dict[str, AgentRecord]) -> dict[str | None, list[AgentRecord]]:
-    """The agents grouped under their parent id (None: the host), in ``decoded``'s order."""
+def _children(records: Collection[AgentRecord]) -> dict[str | None, list[AgentRecord]]:
+    """The agents grouped under their parent id (None: the host), in ``records``' order."""
     children: defaultdict[str | None, list[AgentRecord]] = defaultdict(list)
-    records = decoded.values()
     # Each record appended to its parent's list by C-level calls, not a Python step each.
     deque(map(list.append, map(children.__getitem__, map(_PARENT_ID, records)), records), 0)
     return children
