@@ -10,7 +10,8 @@ no second pass over a million agents: the tree takes them as they are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
@@ -25,6 +26,7 @@ BUSY_STATES = frozenset(state for state in AgentState if state.busy)
 
 _CLOSED = AgentState.CLOSED
 _PARENT_ID = attrgetter("parent_id")
+_STATE_PROFILE = attrgetter("state", "profile")
 
 
 @dataclass
@@ -70,21 +72,31 @@ class Placed:
         placed.live_paths.update(
             (record.path, record.id) for record in records if record.state is not _CLOSED
         )
+        placed.count(records)
         return placed
+
+    def count(self, records: Iterable[AgentRecord]) -> None:
+        """Count ``records``, the agents indexed (in any order), by state and the live ones
+        by profile: one C-level pass, cheapest in the order they were decoded (which
+        their memory follows), not the walk's."""
+        states, profiles = self.states, self.live_profiles
+        for (state, profile), count in Counter(map(_STATE_PROFILE, records)).items():
+            states[state] = states.get(state, 0) + count
+            if state is not _CLOSED:
+                profiles[profile] = profiles.get(profile, 0) + count
 
     def add(self, parent_id: str | None, siblings: list[AgentRecord]) -> None:
         """Index ``siblings``, children of ``parent_id`` (None: top-level agents) placed
         in this order, their parent indexed before them (but for their live paths: the
-        walk keeps those, :meth:`of` for records not walked)."""
-        agents, top_of, states = self.agents, self.top_of, self.states
-        profiles, busy = self.live_profiles, self.busy
+        walk keeps those, :meth:`of` for records not walked; and but for their counts,
+        :meth:`count`)."""
+        agents, top_of, busy = self.agents, self.top_of, self.busy
         live: list[str] = []
         top = None if parent_id is None else top_of.get(parent_id, parent_id)
         for record in siblings:
             agent_id = record.id
             state = record.state
             agents[agent_id] = record
-            states[state] = states.get(state, 0) + 1
             top_of[agent_id] = agent_id if top is None else top
             if record.idempotency_key is not None:
                 self.spawn_keys[parent_id, record.idempotency_key] = agent_id
@@ -93,7 +105,6 @@ class Placed:
                 continue
             if state in BUSY_STATES:
                 busy[agent_id] = None
-            profiles[record.profile] = profiles.get(record.profile, 0) + 1
             live.append(agent_id)
         if parent_id is not None:
             stored = self.stored_children

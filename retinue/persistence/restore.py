@@ -130,6 +130,7 @@ class _Scan:
         if decoded is not None:
             reached = self.rebuild(_children(decoded), depth_cap)
             if reached == len(decoded):  # each id once: it is its key (ids are unique)
+                out.placed.count(decoded if len(out.agents) == reached else out.agents)
                 return out.placed.agents
             del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
             out.placed = Placed()
@@ -142,6 +143,7 @@ class _Scan:
         chain walked, then the walk; return the kept ones by id."""
         decoded = {record.id: record for record in self._decode_each(raws)}
         self.rebuild(self.chains(decoded), depth_cap)
+        self.out.placed.count(self.out.agents)
         return self.out.placed.agents
 
     def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord] | None:
