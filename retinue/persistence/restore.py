@@ -31,8 +31,7 @@ code emits, in step.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
-from collections.abc import Collection
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
@@ -386,16 +385,19 @@ _VALUE = itemgetter(1)
 _ID = attrgetter("id")
 _PATH = attrgetter("path")
 _NAME = attrgetter("name")
-_PARENT_ID = attrgetter("parent_id")
 _CREATED_AT = attrgetter("created_at")
 """The sort key of an agent among its siblings: when its record was created."""
 
 
-def _children(records: Collection[AgentRecord]) -> dict[str | None, list[AgentRecord]]:
+def _children(records: Iterable[AgentRecord]) -> dict[str | None, list[AgentRecord]]:
     """The agents grouped under their parent id (None: the host), in ``records``' order."""
-    children: defaultdict[str | None, list[AgentRecord]] = defaultdict(list)
-    # Each record appended to its parent's list by C-level calls, not a Python step each.
-    deque(map(list.append, map(children.__getitem__, map(_PARENT_ID, records)), records), 0)
+    children: dict[str | None, list[AgentRecord]] = {}
+    for record in records:
+        mine = children.get(record.parent_id)
+        if mine is None:
+            children[record.parent_id] = [record]
+        else:
+            mine.append(record)
     return children
 
 
