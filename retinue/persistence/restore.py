@@ -61,12 +61,13 @@ class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
 class Restored:
     """What restore kept, parents before children, and what it had to say.
 
-    ``placed`` holds the kept agents again, indexed as the walk placed them
-    (for the tree, see :class:`~retinue.persistence.placed.Placed`).
+    ``placed`` holds the kept agents again, indexed for the tree as the walk
+    placed them (see :class:`~retinue.persistence.placed.Placed`; None: the
+    restore was not asked to, ``restore(index=False)``).
     """
 
     agents: list[AgentRecord] = field(default_factory=list)
-    placed: Placed = field(default_factory=Placed)
+    placed: Placed | None = None
     messages: list[MessageRecord] = field(default_factory=list)
     completions: list[CompletionRecord] = field(default_factory=list)
     rewritten: list[AgentRecord] = field(default_factory=list)
@@ -79,7 +80,7 @@ def _key_text(key: bytes) -> str:
     return key.decode("utf-8", "backslashreplace")
 
 
-def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
+def restore(snapshot: Snapshot, depth_cap: int | None, *, index: bool = False) -> Restored:
     """Decode and check every record of ``snapshot``; return the consistent part.
 
     The records are taken out of ``snapshot`` as they are decoded, so each
@@ -87,8 +88,10 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
     not the raw store and the decoded tree at once); it is empty afterwards.
     ``depth_cap`` None drops no agent for its depth: a read-only view shows
     the store as its writer kept it, whatever cap that writer ran with.
+    ``index``: the walk also indexes the kept agents for a tree
+    (``Restored.placed``, what :func:`~retinue.actors.tree.load_tree` loads).
     """
-    scan = _Scan(Restored())
+    scan = _Scan(Restored(placed=Placed() if index else None))
     kept = scan.agents(snapshot.records.pop("agents", []), depth_cap)
     scan.messages(snapshot, kept)
     scan.completions(snapshot, kept)
@@ -116,7 +119,7 @@ class _Scan:
 
         A sound store costs one decode, a few checks of all the records at
         once and one top-down walk (:meth:`rebuild`, which also indexes the
-        agents for the tree, ``out.placed``): the walk reaches exactly
+        agents for a tree in ``out.placed`` if asked): the walk reaches exactly
         the agents whose parent chain ends at the host, so reaching them all
         proves there is no orphan and no cycle. At the first doubt what was
         gathered goes and the store is restored the careful way, each record
@@ -129,10 +132,9 @@ class _Scan:
         if decoded is not None:
             reached = self.rebuild(_children(decoded), depth_cap)
             if reached == len(decoded):  # each id once: it is its key (ids are unique)
-                out.placed.count(decoded if len(out.agents) == reached else out.agents)
-                return out.placed.agents
+                return self._kept(decoded if len(out.agents) == reached else out.agents)
             del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
-            out.placed = Placed()
+            out.placed = None if out.placed is None else Placed()
         return self.careful(raws, depth_cap)
 
     def careful(
@@ -142,8 +144,16 @@ class _Scan:
         chain walked, then the walk; return the kept ones by id."""
         decoded = {record.id: record for record in self._decode_each(raws)}
         self.rebuild(self.chains(decoded), depth_cap)
-        self.out.placed.count(self.out.agents)
-        return self.out.placed.agents
+        return self._kept(self.out.agents)
+
+    def _kept(self, records: list[AgentRecord]) -> dict[str, AgentRecord]:
+        """Return the kept agents by id, once placed; ``records`` are the same agents (in
+        any order) to count into ``out.placed`` if the restore indexes them."""
+        out = self.out
+        if out.placed is None:
+            return {record.id: record for record in out.agents}
+        out.placed.count(records)
+        return out.placed.agents
 
     def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord] | None:
         """Decode every record and check them all at once: None unless each decodes, its id
@@ -192,14 +202,14 @@ class _Scan:
 
     def rebuild(self, children: dict[str | None, list[AgentRecord]], depth_cap: int | None) -> int:
         """Rebuild the tree top-down from the host (depths, paths, unique live paths) into
-        ``out.agents`` and ``out.placed`` (each parent's children indexed together, as
-        they are placed); return how many agents it reached (kept or too deep), or -1
+        ``out.agents`` and ``out.placed`` if set (each parent's children indexed together,
+        as they are placed); return how many agents it reached (kept or too deep), or -1
         at a record whose stored path is not sound (:meth:`_decode_all` leaves paths to
         this: a path that agrees with its parent's and its name is sound, the others and
         those of the agents too deep are checked one by one)."""
         closed = AgentState.CLOSED
         placed = self.out.placed
-        live_paths = placed.live_paths
+        live_paths: dict[str, str] = {} if placed is None else placed.live_paths
         out = self.out.agents
         reached = 0
         # (parent id, its path, its depth, whether it is closed)
@@ -249,7 +259,8 @@ class _Scan:
                 if record.id in children:
                     frontier.append((record.id, record.path, depth, is_closed))
             out += kept
-            placed.add(parent_id, kept)
+            if placed is not None:
+                placed.add(parent_id, kept)
         return reached
 
     def _too_deep(

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from retinue.actors import JDict, JSet
 from retinue.actors.tree import HOST_KEY, Tree
+from retinue.persistence.placed import Placed
 from retinue.persistence.restore import Restored, _Scan, restore
 from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
@@ -119,7 +120,7 @@ def test_a_loaded_tree_is_the_tree_one_put_at_a_time_makes(
     # As an open loads them: restored (siblings oldest first, ties by id), then indexed
     # by restore's walk.
     raws = sorted((record.id.encode(), encode(record)) for record in agents)
-    restored = restore(Snapshot(records={"agents": raws}), None)
+    restored = restore(Snapshot(records={"agents": raws}), None, index=True)
     placed = Tree()
     placed.load(restored.agents, [], done, placed=restored.placed)
     assert _picture(placed) == _picture(_one_at_a_time(restored.agents, done))
@@ -192,7 +193,7 @@ def stores(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], int | None]:
 
 
 def _careful(raws: list[tuple[bytes, bytes]], cap: int | None) -> Restored:
-    scan = _Scan(Restored())
+    scan = _Scan(Restored(placed=Placed()))
     scan.careful(raws, cap)
     return scan.out
 
@@ -203,7 +204,7 @@ def test_a_sound_store_restores_as_the_careful_way_restores_it(
     store: tuple[list[tuple[bytes, bytes]], int | None],
 ) -> None:
     raws, cap = store
-    fast = restore(Snapshot(records={"agents": list(raws)}), cap)
+    fast = restore(Snapshot(records={"agents": list(raws)}), cap, index=True)
     careful = _careful(raws, cap)
     assert fast.agents == careful.agents  # parents first, siblings oldest first: in order
     assert fast.rewritten == careful.rewritten

@@ -4,9 +4,11 @@ An open restores every agent and every undelivered completion: put one at a time
 (:meth:`~retinue.actors.tree.Tree.put_agent`, ``add_completion``), each goes
 through the journaled containers' bookkeeping and a handful of lookups, and
 that is most of an open's time past 100,000 agents. Here the indexes are
-built in plain dicts and sets first, then handed to the tree's journaled
-containers in one step each, with the same content the one-at-a-time path
-gives (``tests/persistence/test_open_loading.py`` compares the two). The journal
+built in plain dicts and sets first (an open's agent indexes by restore's
+walk as it places the agents, :class:`~retinue.persistence.placed.Placed`),
+then handed to the tree's journaled containers in one step each, with the
+same content the one-at-a-time path gives
+(``tests/persistence/test_open_loading.py`` compares the two). The journal
 is idle while a tree loads (no command is served before the open ends), so
 nothing is journaled either way.
 

@@ -589,7 +589,7 @@ def load_tree(
         StoreCorrupted, StoreError: a replay's read of ``stored`` failed.
     """
     with collector_paused():
-        restored = restore(snapshot, depth_cap)
+        restored = restore(snapshot, depth_cap, index=True)
         tree = Tree()
         tree.stored = stored
         tree.load(
