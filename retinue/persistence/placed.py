@@ -3,9 +3,10 @@
 An open's restore walks every kept agent top-down from the host (see
 :mod:`retinue.persistence.restore`); the tree then needs, for the same
 agents, their tree tops, live paths, live children and counts. Gathered by
-the walk, a sibling group at a time while the records are at hand, they cost
-no second pass over a million agents: the tree takes them as they are
-(``retinue/actors/tree/_loading.py``).
+the walk, a sibling group at a time while the records are at hand (the
+counts by one C-level pass), they cost no second pass of Python over a
+million agents: the tree hands them to its journaled containers in one step
+each (``retinue/actors/tree/_loading.py``).
 """
 
 from __future__ import annotations
@@ -86,10 +87,10 @@ class Placed:
                 profiles[profile] = profiles.get(profile, 0) + count
 
     def add(self, parent_id: str | None, siblings: list[AgentRecord]) -> None:
-        """Index ``siblings``, children of ``parent_id`` (None: top-level agents) placed
-        in this order, their parent indexed before them (but for their live paths: the
-        walk keeps those, :meth:`of` for records not walked; and but for their counts,
-        :meth:`count`)."""
+        """Index ``siblings``, children of ``parent_id`` (None: top-level agents), in the
+        order placed, their parent indexed before them. Their live paths are set by the
+        walk as it checks them (by :meth:`of` for records not walked), their counts by
+        :meth:`count`."""
         agents, top_of, busy = self.agents, self.top_of, self.busy
         live: list[str] = []
         top = None if parent_id is None else top_of.get(parent_id, parent_id)
