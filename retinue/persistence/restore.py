@@ -31,12 +31,14 @@ code emits, in step.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
 import msgspec
 
 from retinue.errors import InvalidAgentPath
+from retinue.persistence.placed import Placed
 from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState, Completion
@@ -57,9 +59,15 @@ class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
 
 @dataclass
 class Restored:
-    """What restore kept, parents before children, and what it had to say."""
+    """What restore kept, parents before children, and what it had to say.
+
+    ``placed`` holds the kept agents again, indexed for the tree as the walk
+    placed them (see :class:`~retinue.persistence.placed.Placed`; None: the
+    restore was not asked to, ``restore(index=False)``).
+    """
 
     agents: list[AgentRecord] = field(default_factory=list)
+    placed: Placed | None = None
     messages: list[MessageRecord] = field(default_factory=list)
     completions: list[CompletionRecord] = field(default_factory=list)
     rewritten: list[AgentRecord] = field(default_factory=list)
@@ -72,7 +80,7 @@ def _key_text(key: bytes) -> str:
     return key.decode("utf-8", "backslashreplace")
 
 
-def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
+def restore(snapshot: Snapshot, depth_cap: int | None, *, index: bool = False) -> Restored:
     """Decode and check every record of ``snapshot``; return the consistent part.
 
     The records are taken out of ``snapshot`` as they are decoded, so each
@@ -80,8 +88,10 @@ def restore(snapshot: Snapshot, depth_cap: int | None) -> Restored:
     not the raw store and the decoded tree at once); it is empty afterwards.
     ``depth_cap`` None drops no agent for its depth: a read-only view shows
     the store as its writer kept it, whatever cap that writer ran with.
+    ``index``: the walk also indexes the kept agents for a tree
+    (``Restored.placed``, what :func:`~retinue.actors.tree.load_tree` loads).
     """
-    scan = _Scan(Restored())
+    scan = _Scan(Restored(placed=Placed() if index else None))
     kept = scan.agents(snapshot.records.pop("agents", []), depth_cap)
     scan.messages(snapshot, kept)
     scan.completions(snapshot, kept)
@@ -108,7 +118,8 @@ class _Scan:
         """Decode, check and place the agents; return the kept ones by id.
 
         A sound store costs one decode, a few checks of all the records at
-        once and one top-down walk (:meth:`rebuild`): the walk reaches exactly
+        once and one top-down walk (:meth:`rebuild`, which also indexes the
+        agents for a tree in ``out.placed`` if asked): the walk reaches exactly
         the agents whose parent chain ends at the host, so reaching them all
         proves there is no orphan and no cycle. At the first doubt what was
         gathered goes and the store is restored the careful way, each record
@@ -120,9 +131,10 @@ class _Scan:
         decoded = self._decode_all(raws)
         if decoded is not None:
             reached = self.rebuild(_children(decoded), depth_cap)
-            if reached == len(decoded):
-                return decoded if len(out.agents) == reached else _by_id(out.agents)
+            if reached == len(decoded):  # each id once: it is its key (ids are unique)
+                return self._kept(decoded if len(out.agents) == reached else out.agents)
             del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
+            out.placed = None if out.placed is None else Placed()
         return self.careful(raws, depth_cap)
 
     def careful(
@@ -132,10 +144,18 @@ class _Scan:
         chain walked, then the walk; return the kept ones by id."""
         decoded = {record.id: record for record in self._decode_each(raws)}
         self.rebuild(self.chains(decoded), depth_cap)
-        out = self.out.agents
-        return decoded if len(out) == len(decoded) else _by_id(out)
+        return self._kept(self.out.agents)
 
-    def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> dict[str, AgentRecord] | None:
+    def _kept(self, records: list[AgentRecord]) -> dict[str, AgentRecord]:
+        """Return the kept agents by id, once placed; ``records`` are the same agents (in
+        any order) to count into ``out.placed`` if the restore indexes them."""
+        out = self.out
+        if out.placed is None:
+            return {record.id: record for record in out.agents}
+        out.placed.count(records)
+        return out.placed.agents
+
+    def _decode_all(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord] | None:
         """Decode every record and check them all at once: None unless each decodes, its id
         is its key, its name is sound and its path not too long.
 
@@ -153,7 +173,7 @@ class _Scan:
             )
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None
-        return dict(zip(ids, records, strict=True)) if sound else None
+        return records if sound else None
 
     def _decode_each(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord]:
         """Decode and check each record on its own; say why each one that goes goes."""
@@ -182,12 +202,14 @@ class _Scan:
 
     def rebuild(self, children: dict[str | None, list[AgentRecord]], depth_cap: int | None) -> int:
         """Rebuild the tree top-down from the host (depths, paths, unique live paths) into
-        ``out.agents``; return how many agents it reached (kept or too deep), or -1 at a
-        record whose stored path is not sound (:meth:`_decode_all` leaves paths to this:
-        a path that agrees with its parent's and its name is sound, the others and
+        ``out.agents`` and ``out.placed`` if set (each parent's children indexed together,
+        as they are placed); return how many agents it reached (kept or too deep), or -1
+        at a record whose stored path is not sound (:meth:`_decode_all` leaves paths to
+        this: a path that agrees with its parent's and its name is sound, the others and
         those of the agents too deep are checked one by one)."""
         closed = AgentState.CLOSED
-        live_paths: set[str] = set()
+        placed = self.out.placed
+        live_paths: dict[str, str] = {} if placed is None else placed.live_paths
         out = self.out.agents
         reached = 0
         # (parent id, its path, its depth, whether it is closed)
@@ -209,20 +231,21 @@ class _Scan:
                 continue
             reached += len(mine)
             prefix = parent_path + "/"
+            kept: list[AgentRecord] = []
             for record in mine:
                 path = prefix + record.name
                 if not (  # the common case: the store has it where it belongs
                     path == record.path
                     and depth == record.depth
                     and parent_path == record.parent_path
-                    and (record.state is closed or path not in live_paths)
+                    and (record.state is closed or record.path not in live_paths)
                 ):
                     if not paths.is_sound(record.path, record.name):
                         return -1  # only a store not checked record by record has one
                     record = self._placed(record, parent_path, depth, live_paths)
                 is_closed = record.state is closed
                 if not is_closed:
-                    live_paths.add(record.path)
+                    live_paths[record.path] = record.id
                     if under_closed:
                         agent_id = record.id
                         self.diag(
@@ -232,9 +255,12 @@ class _Scan:
                             f"{record.path} is live under closed {parent_path}; kept, its "
                             "completions go to the nearest live ancestor",
                         )
-                out.append(record)
+                kept.append(record)
                 if record.id in children:
                     frontier.append((record.id, record.path, depth, is_closed))
+            out += kept
+            if placed is not None:
+                placed.add(parent_id, kept)
         return reached
 
     def _too_deep(
@@ -260,7 +286,7 @@ class _Scan:
         return dropped
 
     def _placed(
-        self, record: AgentRecord, parent_path: str, depth: int, live_paths: set[str]
+        self, record: AgentRecord, parent_path: str, depth: int, live_paths: dict[str, str]
     ) -> AgentRecord:
         """The record at its place below ``parent_path``: its path rewritten or its name
         derived where the store disagrees, or a live sibling already holds the path."""
@@ -374,20 +400,16 @@ _CREATED_AT = attrgetter("created_at")
 """The sort key of an agent among its siblings: when its record was created."""
 
 
-def _children(decoded: dict[str, AgentRecord]) -> dict[str | None, list[AgentRecord]]:
-    """The agents grouped under their parent id (None: the host), in ``decoded``'s order."""
+def _children(records: Iterable[AgentRecord]) -> dict[str | None, list[AgentRecord]]:
+    """The agents grouped under their parent id (None: the host), in ``records``' order."""
     children: dict[str | None, list[AgentRecord]] = {}
-    for record in decoded.values():
+    for record in records:
         mine = children.get(record.parent_id)
         if mine is None:
             children[record.parent_id] = [record]
         else:
             mine.append(record)
     return children
-
-
-def _by_id(records: list[AgentRecord]) -> dict[str, AgentRecord]:
-    return {record.id: record for record in records}
 
 
 def _diag(database: str, key: str, code: str, message: str) -> Diagnostic:

@@ -1,7 +1,8 @@
 """An open fills the tree in one pass per index family, with what one put at a time gives.
 
 ``Tree.load`` indexes restored agents and completions in plain containers
-first and hands them to the journaled ones in one step
+first (an open's agents as restore's walk placed them, ``Restored.placed``)
+and hands them to the journaled ones in one step
 (:mod:`retinue.actors.tree._loading`); the tree it makes must be the tree
 ``put_agent`` and ``add_completion`` make one record at a time, journaled
 containers included (a plain set or dict would escape the journal).
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from retinue.actors import JDict, JSet
 from retinue.actors.tree import HOST_KEY, Tree
+from retinue.persistence.placed import Placed
 from retinue.persistence.restore import Restored, _Scan, restore
 from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
@@ -83,6 +85,7 @@ def _picture(tree: Tree) -> dict[str, Any]:
     """Every agent and completion index, order kept where the order means something."""
     return {
         "agents": dict(tree.agents),
+        "order": list(tree.agents),
         "state_counts": dict(tree.state_counts),
         "live_profiles": dict(tree.live_profiles),
         "live_paths": dict(tree.live_paths),
@@ -114,6 +117,14 @@ def test_a_loaded_tree_is_the_tree_one_put_at_a_time_makes(
     assert all(type(known) is JDict for known in loaded.completions.values())
     assert all(type(queue) is JDict for queue in loaded.pending.values())
     assert loaded.writes == []  # nothing was running with inputs: nothing to rewrite
+    # As an open loads them: restored (siblings oldest first, ties by id), then indexed
+    # by restore's walk.
+    raws = sorted((record.id.encode(), encode(record)) for record in agents)
+    restored = restore(Snapshot(records={"agents": raws}), None, index=True)
+    placed = Tree()
+    placed.load(restored.agents, [], done, placed=restored.placed)
+    assert _picture(placed) == _picture(_one_at_a_time(restored.agents, done))
+    assert all(type(kids) is JSet for kids in placed.children.values())
 
 
 def test_a_loaded_tree_undoes_a_failed_command_exactly() -> None:
@@ -182,7 +193,7 @@ def stores(draw: st.DrawFn) -> tuple[list[tuple[bytes, bytes]], int | None]:
 
 
 def _careful(raws: list[tuple[bytes, bytes]], cap: int | None) -> Restored:
-    scan = _Scan(Restored())
+    scan = _Scan(Restored(placed=Placed()))
     scan.careful(raws, cap)
     return scan.out
 
@@ -193,7 +204,7 @@ def test_a_sound_store_restores_as_the_careful_way_restores_it(
     store: tuple[list[tuple[bytes, bytes]], int | None],
 ) -> None:
     raws, cap = store
-    fast = restore(Snapshot(records={"agents": list(raws)}), cap)
+    fast = restore(Snapshot(records={"agents": list(raws)}), cap, index=True)
     careful = _careful(raws, cap)
     assert fast.agents == careful.agents  # parents first, siblings oldest first: in order
     assert fast.rewritten == careful.rewritten
@@ -202,3 +213,8 @@ def test_a_sound_store_restores_as_the_careful_way_restores_it(
     fast_tree.load(fast.agents, [], [])
     careful_tree.load(careful.agents, [], [])
     assert _picture(fast_tree) == _picture(careful_tree)
+    # What the walk indexed on the way, either way, is what the tree indexes itself.
+    for walked in (fast, careful):
+        placed = Tree()
+        placed.load(walked.agents, [], [], placed=walked.placed)
+        assert _picture(placed) == _picture(careful_tree)

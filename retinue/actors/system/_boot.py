@@ -22,7 +22,7 @@ from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor import Supervisor, SupervisorActor
-from retinue.actors.tree import StoredCompletions, load_tree
+from retinue.actors.tree import StoredCompletions, collector_paused, load_tree
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import ConfigurationError
 from retinue.persistence.integrity import DATA_FILE
@@ -243,42 +243,45 @@ def boot(
     freeze = len(snapshot.records.get("agents", ())) >= FREEZE_AT_AGENTS
     if freeze:  # the open ends by freezing what is alive: collect the host's garbage
         gc.collect()  # first, so no cycle of it is frozen (the tree is not built yet)
-    tree, restored = load_tree(snapshot, limits.depth_cap, StoredCompletions(store))
-    diagnostics = list(restored.diagnostics) + [
-        Diagnostic(
-            database="meta",
-            key="schema_version",
-            code="migrated",
-            message=f"store migrated from schema version {v}",
+    # Paused from the load to the freeze: a collection as the load ends would walk the
+    # whole young tree once before the freeze spares the rest of the runtime the same.
+    with collector_paused():
+        tree, restored = load_tree(snapshot, limits.depth_cap, StoredCompletions(store))
+        diagnostics = list(restored.diagnostics) + [
+            Diagnostic(
+                database="meta",
+                key="schema_version",
+                code="migrated",
+                message=f"store migrated from schema version {v}",
+            )
+            for v in store.migrated_from
+        ]
+        for record in restored.rewritten:
+            tree.put_agent(record)
+        core = Supervisor(
+            store=store,
+            tree=tree,
+            profiles=profiles,
+            runners=runners,
+            limits=limits,
+            bus=bus,
+            engine=engine,
+            executor=executor,
+            spans=spans,
+            admission=admission,
         )
-        for v in store.migrated_from
-    ]
-    for record in restored.rewritten:
-        tree.put_agent(record)
-    core = Supervisor(
-        store=store,
-        tree=tree,
-        profiles=profiles,
-        runners=runners,
-        limits=limits,
-        bus=bus,
-        engine=engine,
-        executor=executor,
-        spans=spans,
-        admission=admission,
-    )
-    core.supervision.approvals.load(restored.approvals)
-    core.recover()
-    cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
-    store.write_now([*tree.take_writes(), cap])
-    del snapshot, restored  # the raw records and the restore's lists: the tree has them
-    release_mapped(store.folder / DATA_FILE)  # the pages the restore read leave the RSS
-    # The tree was built with the collector paused (load_tree): its containers are all
-    # young, and the collections after the open would walk every one of them (pauses of
-    # seconds at a million agents, each spawn waiting). Freeze what is alive, as the
-    # litellm import does (llm/model/_provider.py): still freed by reference counting,
-    # and the shutdown unfreezes it, so no cycle among it outlives the runtime.
-    if freeze:
-        gc.freeze()
+        core.supervision.approvals.load(restored.approvals)
+        core.recover()
+        cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
+        store.write_now([*tree.take_writes(), cap])
+        del snapshot, restored  # the raw records and the restore's lists: the tree has them
+        release_mapped(store.folder / DATA_FILE)  # the pages the restore read leave the RSS
+        # The tree was built with the collector paused: its containers are all young, and
+        # the collections after the open would walk every one of them (pauses of seconds at
+        # a million agents, each spawn waiting). Freeze what is alive, as the litellm import
+        # does (llm/model/_provider.py): still freed by reference counting, and the shutdown
+        # unfreezes it, so no cycle among it outlives the runtime.
+        if freeze:
+            gc.freeze()
     actor = SupervisorActor.start(core)  # serves nothing before the recovery is committed
     return Booted(actor=actor, diagnostics=diagnostics, core=core, froze=freeze)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from retinue.actors.tree._compaction import Retention, compact
 from retinue.actors.tree._keys import HOST_KEY, spawn_key
+from retinue.actors.tree._loading import collector_paused
 from retinue.actors.tree._stored import StoredCompletions
 from retinue.actors.tree._tree import Tree, load_tree
 
@@ -25,6 +26,7 @@ __all__ = [
     "Retention",
     "StoredCompletions",
     "Tree",
+    "collector_paused",
     "compact",
     "load_tree",
     "spawn_key",

@@ -4,9 +4,11 @@ An open restores every agent and every undelivered completion: put one at a time
 (:meth:`~retinue.actors.tree.Tree.put_agent`, ``add_completion``), each goes
 through the journaled containers' bookkeeping and a handful of lookups, and
 that is most of an open's time past 100,000 agents. Here the indexes are
-built in plain dicts and sets first, then handed to the tree's journaled
-containers in one step each, with the same content the one-at-a-time path
-gives (``tests/persistence/test_open_loading.py`` compares the two). The journal
+built in plain dicts and sets first (an open's agent indexes by restore's
+walk as it places the agents, :class:`~retinue.persistence.placed.Placed`),
+then handed to the tree's journaled containers in one step each, with the
+same content the one-at-a-time path gives
+(``tests/persistence/test_open_loading.py`` compares the two). The journal
 is idle while a tree loads (no command is served before the open ends), so
 nothing is journaled either way.
 
@@ -22,13 +24,10 @@ from collections.abc import Iterable, Iterator
 
 from retinue.actors.tree._journal import JDict, Journal, JSet
 from retinue.actors.tree._keys import HOST_KEY, recipient_key, spawn_key
-from retinue.protocol.messages import AgentState
+from retinue.persistence.placed import BUSY_STATES, Placed
 from retinue.protocol.records import AgentRecord, CompletionRecord
 
 __all__ = ["BUSY_STATES", "BulkLoad", "collector_paused"]
-
-BUSY_STATES = frozenset(state for state in AgentState if state.busy)
-"""The states of the agents in ``Tree.busy`` (a set lookup: ``.busy`` is a property)."""
 
 
 @contextlib.contextmanager
@@ -69,69 +68,36 @@ class BulkLoad:
     partial: set[str]
     undelivered: dict[str, int]
 
-    def _load_agents(self, agents: Iterable[AgentRecord]) -> None:
+    def _load_agents(self, agents: Iterable[AgentRecord], placed: Placed | None = None) -> None:
         """Index restored agents (parents before children, each id once) into an empty tree.
 
-        The same indexes :meth:`Tree.put_agent` keeps, built in one pass:
-        counts by state and live profile, live paths, live children, the top
-        of each agent's tree, live agents per tree, busy agents, closed
-        agents, stored children and spawn keys.
+        The same indexes :meth:`Tree.put_agent` keeps: counts by state and
+        live profile, live paths, live children, the top of each agent's tree,
+        live agents per tree, busy agents, closed agents, stored children and
+        spawn keys. ``placed``: the same agents as restore's walk indexed them
+        (an open's), taken as they are; without it they are indexed here.
         """
-        closed = AgentState.CLOSED
-        busy: dict[str, None] = {}
-        closed_at: dict[str, float] = {}
-        stored: dict[str, int] = {}
-        records: dict[str, AgentRecord] = {}
-        states: dict[AgentState, int] = {}
-        profiles: dict[str, int] = {}
-        live_paths: dict[str, str] = {}
-        kids: dict[str, list[str]] = {}
-        top_of: dict[str, str] = {}
-        per_tree: dict[str, int] = {}
-        keys: dict[tuple[str, str], str] = {}
-        for record in agents:
-            agent_id = record.id
-            parent_id = record.parent_id
-            state = record.state
-            records[agent_id] = record
-            states[state] = states.get(state, 0) + 1
-            top = agent_id if parent_id is None else top_of.get(parent_id, parent_id)
-            top_of[agent_id] = top
-            if record.idempotency_key is not None:
-                keys[spawn_key(parent_id, record.idempotency_key)] = agent_id
-            if state is closed:
-                closed_at[agent_id] = record.closed_at or record.updated_at
-                if parent_id is not None:
-                    stored[parent_id] = stored.get(parent_id, 0) + 1
-                continue
-            if state in BUSY_STATES:
-                busy[agent_id] = None
-            profiles[record.profile] = profiles.get(record.profile, 0) + 1
-            live_paths[record.path] = agent_id
-            mine = kids.get(HOST_KEY if parent_id is None else parent_id)
-            if mine is None:
-                kids[HOST_KEY if parent_id is None else parent_id] = [agent_id]
-            else:
-                mine.append(agent_id)
-            per_tree[top] = per_tree.get(top, 0) + 1
-        for parent_id, ids in kids.items():  # the closed children were counted above
-            if parent_id != HOST_KEY:
-                stored[parent_id] = stored.get(parent_id, 0) + len(ids)
+        if placed is None:
+            placed = Placed.of(list(agents))
         journal = self._journal
-        dict.update(self.agents, records)
-        dict.update(self.state_counts, {state.value: count for state, count in states.items()})
-        dict.update(self.live_profiles, profiles)
-        dict.update(self.live_paths, live_paths)
-        dict.update(self.top_of, top_of)
-        dict.update(self.busy, busy)
-        dict.update(self.closed, closed_at)
-        dict.update(self.stored_children, stored)
-        dict.update(self.tree_count, per_tree)
-        dict.update(self.spawn_keys, keys)
-        host = self.children[HOST_KEY]
-        set.update(host, kids.pop(HOST_KEY, ()))
-        dict.update(self.children, {key: JSet(journal, ids) for key, ids in kids.items()})
-        self.live_count += len(live_paths)
+        dict.update(self.agents, placed.agents)
+        dict.update(self.state_counts, {s.value: n for s, n in placed.states.items()})
+        dict.update(self.live_profiles, placed.live_profiles)
+        dict.update(self.live_paths, placed.live_paths)
+        dict.update(self.top_of, placed.top_of)
+        dict.update(self.busy, placed.busy)
+        dict.update(self.closed, placed.closed)
+        dict.update(self.stored_children, placed.stored_children)
+        dict.update(self.tree_count, placed.live_per_tree)
+        keys = placed.spawn_keys
+        dict.update(self.spawn_keys, {spawn_key(*key): agent_id for key, agent_id in keys.items()})
+        kids = placed.live_kids
+        set.update(self.children[HOST_KEY], kids.get(None, ()))
+        dict.update(
+            self.children,
+            {key: JSet(journal, ids) for key, ids in kids.items() if key is not None},
+        )
+        self.live_count += len(placed.live_paths)
 
     def _load_completions(
         self, completions: Iterable[CompletionRecord], *, partial: bool = False

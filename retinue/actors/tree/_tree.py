@@ -30,6 +30,7 @@ from retinue.actors.tree._loading import BUSY_STATES, BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
 from retinue.actors.tree._pages import PageIndex
 from retinue.actors.tree._stored import StoredCompletions
+from retinue.persistence.placed import Placed
 from retinue.persistence.restore import Restored, restore
 from retinue.persistence.store import Snapshot, Write
 from retinue.protocol.messages import AgentState, Completion, Message
@@ -469,6 +470,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         leases: Iterable[tuple[str, Completion]] = (),
         *,
         partial: bool = False,
+        placed: Placed | None = None,
     ) -> None:
         """Fill an empty tree from restored records (parents before children).
 
@@ -478,12 +480,14 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         ``partial``: ``completions`` are the undelivered ones only, the others
         stay in the store (``stored``, which must be set) until asked for; a
         turn to replay reads them all once to find what it had received.
+        ``placed``: ``agents`` as restore's walk indexed them (see
+        :class:`~retinue.persistence.placed.Placed`; None: indexed here).
 
         Raises:
             StoreCorrupted, StoreError: ``partial`` and a replay's read failed.
         """
         self.keys_stale = True  # one sort at the first page, not a key per agent loaded
-        self._load_agents(agents)
+        self._load_agents(agents, placed)
         # Only a turn still running in the store held inputs to replay: with none (a
         # store closed cleanly, or idle), no input is looked at for it.
         replays = self.state_counts.get(AgentState.RUNNING.value, 0) > 0
@@ -585,7 +589,7 @@ def load_tree(
         StoreCorrupted, StoreError: a replay's read of ``stored`` failed.
     """
     with collector_paused():
-        restored = restore(snapshot, depth_cap)
+        restored = restore(snapshot, depth_cap, index=True)
         tree = Tree()
         tree.stored = stored
         tree.load(
@@ -594,5 +598,6 @@ def load_tree(
             restored.completions,
             restored.leases,
             partial=snapshot.partial and stored is not None,
+            placed=restored.placed,
         )
     return tree, restored
