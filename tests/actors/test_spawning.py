@@ -432,7 +432,10 @@ def test_unknown_profile(open_runtime: OpenRuntime) -> None:
     assert [x.id for x in rt.agents()] == [a.id]
 
 
-@pytest.mark.parametrize("ref", ["/root/nobody", "/root/a/nobody", uuid.uuid4().hex])
+# The random id's test id is fixed: pytest-xdist's workers must collect the same tests.
+@pytest.mark.parametrize(
+    "ref", ["/root/nobody", "/root/a/nobody", pytest.param(uuid.uuid4().hex, id="unknown-id")]
+)
 def test_unknown_agent(open_runtime: OpenRuntime, ref: str) -> None:
     rt = open_runtime([Profile("worker", runner=echo)])
     a = rt.spawn("worker", "t", name="a")

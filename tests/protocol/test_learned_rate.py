@@ -43,6 +43,7 @@ class RateSim:
         rng = random.Random(self.seed)
         controller = AdmissionController([self.limit], random.Random(self.seed), WINDOW_S)
         events: list[tuple[float, int, str, object]] = []
+        checks: set[float] = set()  # the times of the checks in ``events``
         order, ids = itertools.count(), itertools.count()
 
         def at(when: float, kind: str, what: object) -> None:
@@ -56,7 +57,9 @@ class RateSim:
             for call in controller.admit_waiting(now):
                 send(call, now)
             wake = controller.next_check(now)
-            if wake is not None:
+            # A check due no later pumps then and asks next_check again: one is enough.
+            if wake is not None and not any(t <= wake for t in checks):
+                checks.add(wake)
                 at(wake, "check", None)
 
         for agent in range(self.agents):
@@ -71,6 +74,7 @@ class RateSim:
                     send(call, now)
                 pump(now)
             elif kind == "check":
+                checks.discard(now)
                 pump(now)
             elif kind == "arrive":
                 assert isinstance(what, ModelCall)

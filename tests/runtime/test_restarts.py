@@ -226,7 +226,9 @@ def test_a_lost_turn_restarts_on_open_parents_first(tmp_path: Path) -> None:
             order.append(f"{turn.agent.name}:{turn.reason}:{turn.attempt}")
         return "ok"
 
-    lost = Restart(on=("failed", "lost"), backoff_s=0.05, jitter=0.2)
+    # The backoff outlasts the reads below by far, even on a loaded machine: at 0.05 s
+    # both restarts (and the boss's next turn) had run before the first read.
+    lost = Restart(on=("failed", "lost"), backoff_s=2.0, jitter=0.2)
     profiles = [
         Profile("lead", subagents=["worker"], runner=record, restart=lost),
         Profile("worker", runner=record, restart=lost),
