@@ -11,8 +11,12 @@ for the rest.
 
 A message is known by its identity: the memo holds the messages it computed
 values for and, at every use, checks that the chat starts with those very
-objects (pointers compared, no message read again). From the first message
-that is another object on (one the cut replaced, one a repair added, a
+objects (pointers compared, no message read again; a list's leading items
+are compared with the held ones in one list comparison, which takes an item
+that is the held object as equal without reading it, and a message equal to
+the held one, another object, as the held one: every value the memo keeps
+depends on a message's content alone). From the first message that is
+another object (and not equal to the held one) on (one the cut replaced, one a repair added, a
 list edited in place: an item replaced, inserted or removed), the running
 states are computed again, and so are the values of every message that is not
 one the memo held (a message the change only moved keeps its values). So a
@@ -62,7 +66,13 @@ class TranscriptMemo:
         identity, for a message the change only moved)."""
         held = self._held
         count = len(held)
-        if count > len(messages) or not all(map(operator.is_, messages, held)):
+        if (
+            count > len(messages)
+            or (  # a list's leading items compared in C, then any
+                messages[:count] != held  # sequence's (a tuple is never equal to a list)
+                and not all(map(operator.is_, messages, held))
+            )
+        ):
             keep = next(
                 (i for i, (m, h) in enumerate(zip(messages, held, strict=False)) if m is not h),
                 min(count, len(messages)),

@@ -176,6 +176,26 @@ def test_each_message_is_converted_once_per_turn_not_once_per_step(
     assert converted == [f"m{step}" for step in range(10)]
 
 
+def test_a_message_replaced_by_an_equal_copy_keeps_its_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    converted: list[str] = []
+    to_record = chat_module._to_record
+
+    def counting(message: dict[str, Any], generation: int) -> Any:
+        converted.append(message["content"])
+        return to_record(message, generation)
+
+    monkeypatch.setattr(chat_module, "_to_record", counting)
+    memo = TranscriptMemo()
+    chat: Chat = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "one"}]
+    encode_transcript("a", chat, memo=memo)
+    chat[1] = dict(chat[1])  # another object, the same content: the same record
+    chat.append({"role": "user", "content": "more"})
+    assert encode_transcript("a", chat, memo=memo) == encode_transcript("a", chat)
+    assert converted == ["task", "one", "more", "task", "one", "more"]  # the last three: no memo
+
+
 def _call(call_id: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
 
