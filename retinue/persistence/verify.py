@@ -22,6 +22,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from retinue.persistence.integrity import MetaPage
@@ -32,6 +33,7 @@ _S = struct.calcsize("P")
 _PGNO = "=Q" if _S == 8 else "=I"
 _HDR = _S + 8  # PAGEHDRSZ
 _P_BRANCH, _P_LEAF, _P_OVERFLOW = 0x01, 0x02, 0x04
+_P_KIND = _P_BRANCH | _P_LEAF | _P_OVERFLOW
 _F_BIGDATA, _F_SUBDATA = 0x01, 0x02
 _NODE = 8  # mn_lo, mn_hi, mn_flags, mn_ksize
 _DB_DEPTH_AT = 6  # md_depth inside an MDB_db record
@@ -39,7 +41,12 @@ _DB_ROOT_AT = 8 + 4 * _S  # md_root inside an MDB_db record
 _DB_SIZE = 8 + 5 * _S
 _DBS_AT = _HDR + 8 + 2 * _S  # mm_dbs inside a meta page
 _P_INVALID = (1 << (8 * _S)) - 1
-_U16 = struct.Struct("=HHHH")
+# A node's header as (mn_lo | mn_hi << 16, mn_flags, mn_ksize): the 32 bits LMDB splits
+# into mn_lo and mn_hi, in the machine's byte order, read as one (a leaf's data size,
+# the low bits of a branch's child page number).
+_NODE_HEADER = struct.Struct("=IHH")
+_PAGE_HEADER = struct.Struct(_PGNO + "HHHH")  # mp_pgno, mp_pad, mp_flags, mp_lower, mp_upper
+_OVERFLOW_HEADER = struct.Struct(_PGNO + "HHI")  # mp_pgno, mp_pad, mp_flags, mp_pages
 
 
 class PageDamage(Exception):
@@ -53,7 +60,7 @@ class PageDamage(Exception):
         super().__init__(message)
 
 
-def _db_record(raw: bytes | memoryview, at: int) -> tuple[int, int]:
+def _db_record(raw: bytes | memoryview | mmap.mmap, at: int) -> tuple[int, int]:
     """Return (depth, root page) of the MDB_db record at ``at``."""
     (depth,) = struct.unpack_from("=H", raw, at + _DB_DEPTH_AT)
     (root,) = struct.unpack_from(_PGNO, raw, at + _DB_ROOT_AT)
@@ -76,18 +83,18 @@ def verify_pages(path: Path, meta: MetaPage) -> int:
         if last < 1:
             raise PageDamage(f"the file is {size} bytes, shorter than its meta pages; truncated")
         with mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ) as view:
-            raw = memoryview(view)
             try:
                 meta_at = meta.index * page
                 trees = [
-                    ("free pages", *_db_record(raw, meta_at + _DBS_AT)),
-                    ("main", *_db_record(raw, meta_at + _DBS_AT + _DB_SIZE)),
+                    ("free pages", *_db_record(view, meta_at + _DBS_AT)),
+                    ("main", *_db_record(view, meta_at + _DBS_AT + _DB_SIZE)),
                 ]
-                seen: set[int] = set()
+                seen = bytearray(last + 1)  # 1 at each page checked
+                offsets: dict[int, _Unpack] = {}
                 while trees:
                     name, depth, root = trees.pop()
-                    trees.extend(_walk(raw, page, last, name, depth, root, seen))
-                return len(seen)
+                    trees.extend(_walk(view, page, last, name, depth, root, seen, offsets))
+                return seen.count(1)
             except PageDamage as exc:
                 if last < meta.last_page and exc.beyond:
                     raise PageDamage(
@@ -95,93 +102,165 @@ def verify_pages(path: Path, meta: MetaPage) -> int:
                         f"{meta.last_page}; the file was truncated"
                     ) from None
                 raise
-            finally:
-                raw.release()
+
+
+_Unpack = Callable[[mmap.mmap, int], tuple[int, ...]]
+"""A bound ``Struct.unpack_from``: the node offsets of a page with so many nodes."""
 
 
 def _walk(
-    raw: memoryview,
+    view: mmap.mmap,
     page: int,
     last: int,
     name: str,
     depth: int,
     root: int,
-    seen: set[int],
+    seen: bytearray,
+    offsets_of: dict[int, _Unpack],
 ) -> list[tuple[str, int, int]]:
-    """Check one B-tree; return the named databases its leaves list (main tree only)."""
+    """Check one B-tree, a level at a time; return the named databases it lists (main only).
+
+    ``offsets_of`` holds the unpackers of node offsets by node count (shared
+    by the trees of one walk).
+    """
     if root == _P_INVALID:
         return []
     if depth < 1 or depth > 64:
         raise PageDamage(f"{name} tree: impossible depth {depth}")
     found: list[tuple[str, int, int]] = []
-    stack = [(root, 1)]
-    while stack:
-        pgno, level = stack.pop()
-        if not 2 <= pgno <= last:
-            raise PageDamage(
-                f"{name} tree: page {pgno} is outside the file's pages 2..{last}",
-                beyond=pgno > last,
-            )
-        if pgno in seen:
-            raise PageDamage(f"{name} tree: page {pgno} is reached twice")
-        seen.add(pgno)
-        base = pgno * page
-        (own,) = struct.unpack_from(_PGNO, raw, base)
-        _, flags, lower, upper = _U16.unpack_from(raw, base + _S)
-        if own != pgno:
-            raise PageDamage(f"{name} tree: page {pgno} says it is page {own}")
-        want = _P_LEAF if level == depth else _P_BRANCH
-        if flags & (_P_BRANCH | _P_LEAF | _P_OVERFLOW) != want:
-            kind = "leaf" if want == _P_LEAF else "branch"
-            raise PageDamage(f"{name} tree: page {pgno} should be a {kind}, flags are {flags:#x}")
-        if not (_HDR <= lower <= upper <= page) or (lower - _HDR) % 2:
-            raise PageDamage(f"{name} tree: page {pgno} has bounds {lower}..{upper}")
-        count = (lower - _HDR) // 2
-        if want == _P_BRANCH and count == 0:
-            raise PageDamage(f"{name} tree: branch page {pgno} has no children")
-        offsets = struct.unpack_from(f"={count}H", raw, base + _HDR)
-        for offset in offsets:
-            if not upper <= offset <= page - _NODE:
-                raise PageDamage(f"{name} tree: page {pgno} has a node at {offset}")
-            lo, hi, node_flags, ksize = _U16.unpack_from(raw, base + offset)
-            end = offset + _NODE + ksize
+    header = _PAGE_HEADER.unpack_from
+    node = _NODE_HEADER.unpack_from
+    room = page - _NODE  # the last offset a node may start at
+    level = [root]
+    for height in range(1, depth + 1):
+        want = _P_LEAF if height == depth else _P_BRANCH
+        below: list[int] = []
+        for pgno in level:
+            if not 2 <= pgno <= last:
+                raise PageDamage(
+                    f"{name} tree: page {pgno} is outside the file's pages 2..{last}",
+                    beyond=pgno > last,
+                )
+            if seen[pgno]:
+                raise PageDamage(f"{name} tree: page {pgno} is reached twice")
+            seen[pgno] = 1
+            base = pgno * page
+            own, _, flags, lower, upper = header(view, base)
+            if own != pgno:
+                raise PageDamage(f"{name} tree: page {pgno} says it is page {own}")
+            if flags & _P_KIND != want:
+                kind = "leaf" if want == _P_LEAF else "branch"
+                raise PageDamage(
+                    f"{name} tree: page {pgno} should be a {kind}, flags are {flags:#x}"
+                )
+            if not (_HDR <= lower <= upper <= page) or (lower - _HDR) & 1:
+                raise PageDamage(f"{name} tree: page {pgno} has bounds {lower}..{upper}")
+            count = (lower - _HDR) >> 1
+            unpack = offsets_of.get(count)
+            if unpack is None:
+                unpack = offsets_of[count] = struct.Struct(f"={count}H").unpack_from
+            offsets = unpack(view, base + _HDR)
             if want == _P_BRANCH:
-                if end > page:
-                    raise PageDamage(f"{name} tree: page {pgno} has a key past its end")
-                stack.append((lo | hi << 16 | node_flags << 32, level + 1))
-                continue
-            size = lo | hi << 16
-            if node_flags & _F_BIGDATA:
-                if end + _S > page:
-                    raise PageDamage(f"{name} tree: page {pgno} has a node past its end")
-                (first,) = struct.unpack_from(_PGNO, raw, base + end)
-                _check_overflow(raw, page, last, name, first, size, seen)
-                continue
-            if end + size > page:
-                raise PageDamage(f"{name} tree: page {pgno} has a value past its end")
-            if node_flags & _F_SUBDATA and name == "main":
-                if size != _DB_SIZE:
-                    raise PageDamage(f"main tree: page {pgno} has a bad database record")
-                key = bytes(raw[base + offset + _NODE : base + end]).decode("utf-8", "replace")
-                found.append((key, *_db_record(raw, base + end)))
+                if count == 0:
+                    raise PageDamage(f"{name} tree: branch page {pgno} has no children")
+                _children(view, page, name, pgno, base, upper, offsets, below)
+            elif name == "main" or (count and (min(offsets) < upper or max(offsets) > room)):
+                _nodes(view, page, last, name, pgno, base, upper, offsets, seen, found)
+            else:  # a named database's leaf, its nodes in place: check what each holds
+                for offset in offsets:
+                    size, node_flags, ksize = node(view, base + offset)
+                    if node_flags & _F_BIGDATA:
+                        _big(view, page, last, name, pgno, base + offset, ksize, size, seen)
+                    elif offset + ksize + size > room:
+                        raise PageDamage(f"{name} tree: page {pgno} has a value past its end")
+        level = below
     return found
 
 
+def _children(
+    view: mmap.mmap,
+    page: int,
+    name: str,
+    pgno: int,
+    base: int,
+    upper: int,
+    offsets: tuple[int, ...],
+    below: list[int],
+) -> None:
+    """Check the nodes of branch page ``pgno``; append its children to ``below``, in order."""
+    node = _NODE_HEADER.unpack_from
+    add = below.append
+    for offset in offsets:
+        if not upper <= offset <= page - _NODE:
+            raise PageDamage(f"{name} tree: page {pgno} has a node at {offset}")
+        low, high, ksize = node(view, base + offset)
+        if offset + _NODE + ksize > page:
+            raise PageDamage(f"{name} tree: page {pgno} has a key past its end")
+        add(low | high << 32)
+
+
+def _big(
+    view: mmap.mmap,
+    page: int,
+    last: int,
+    name: str,
+    pgno: int,
+    at: int,
+    ksize: int,
+    size: int,
+    seen: bytearray,
+) -> None:
+    """Check the big value of the leaf node at ``at`` of page ``pgno``: its overflow pages."""
+    end = at - pgno * page + _NODE + ksize
+    if end + _S > page:
+        raise PageDamage(f"{name} tree: page {pgno} has a node past its end")
+    (first,) = struct.unpack_from(_PGNO, view, pgno * page + end)
+    _check_overflow(view, page, last, name, first, size, seen)
+
+
+def _nodes(
+    view: mmap.mmap,
+    page: int,
+    last: int,
+    name: str,
+    pgno: int,
+    base: int,
+    upper: int,
+    offsets: tuple[int, ...],
+    seen: bytearray,
+    found: list[tuple[str, int, int]],
+) -> None:
+    """Check the nodes of leaf page ``pgno`` one by one, in order (the main tree's, whose
+    leaves list the named databases into ``found``, or a page with a node out of place)."""
+    for offset in offsets:
+        if not upper <= offset <= page - _NODE:
+            raise PageDamage(f"{name} tree: page {pgno} has a node at {offset}")
+        size, node_flags, ksize = _NODE_HEADER.unpack_from(view, base + offset)
+        if node_flags & _F_BIGDATA:
+            _big(view, page, last, name, pgno, base + offset, ksize, size, seen)
+            continue
+        end = offset + _NODE + ksize
+        if end + size > page:
+            raise PageDamage(f"{name} tree: page {pgno} has a value past its end")
+        if node_flags & _F_SUBDATA and name == "main":
+            if size != _DB_SIZE:
+                raise PageDamage(f"main tree: page {pgno} has a bad database record")
+            key = view[base + offset + _NODE : base + end].decode("utf-8", "replace")
+            found.append((key, *_db_record(view, base + end)))
+
+
 def _check_overflow(
-    raw: memoryview, page: int, last: int, name: str, first: int, size: int, seen: set[int]
+    view: mmap.mmap, page: int, last: int, name: str, first: int, size: int, seen: bytearray
 ) -> None:
     """Check a value stored on overflow pages starting at ``first``."""
     if not 2 <= first <= last:
         raise PageDamage(
             f"{name} tree: overflow page {first} is outside the file's pages", beyond=first > last
         )
-    if first in seen:
+    if seen[first]:
         raise PageDamage(f"{name} tree: overflow page {first} is reached twice")
-    seen.add(first)
-    base = first * page
-    (own,) = struct.unpack_from(_PGNO, raw, base)
-    (flags,) = struct.unpack_from("=H", raw, base + _S + 2)
-    (pages,) = struct.unpack_from("=I", raw, base + _S + 4)
+    seen[first] = 1
+    own, _, flags, pages = _OVERFLOW_HEADER.unpack_from(view, first * page)
     if own != first or not flags & _P_OVERFLOW:
         raise PageDamage(f"{name} tree: overflow page {first} is not an overflow page")
     if pages < 1 or pages * page - _HDR < size:

@@ -62,13 +62,16 @@ def zero_tree_pages():
                 handle.write(bytes(PAGE))
 
 
+U16 = struct.Struct("=HHHH")
+
+
 def nodes(raw, pgno):
     # (offset of the node's key, key size, the node's first six bytes as lo, hi, flags)
     base = pgno * PAGE
-    _, _, lower, _ = verify._U16.unpack_from(raw, base + verify._S)
+    _, _, lower, _ = U16.unpack_from(raw, base + verify._S)
     count = (lower - verify._HDR) // 2
     for offset in struct.unpack_from(f"={count}H", raw, base + verify._HDR):
-        lo, hi, flags, ksize = verify._U16.unpack_from(raw, base + offset)
+        lo, hi, flags, ksize = U16.unpack_from(raw, base + offset)
         yield base + offset + 8, ksize, lo, hi, flags
 
 
@@ -95,10 +98,10 @@ def break_newest_free_entry():
     depth, root = verify._db_record(raw, meta_at + verify._DBS_AT)
     assert depth == 1, depth  # the free tree of this small store is one leaf
     base = root * PAGE
-    _, _, lower, _ = verify._U16.unpack_from(raw, base + verify._S)
+    _, _, lower, _ = U16.unpack_from(raw, base + verify._S)
     count = (lower - verify._HDR) // 2
     offset = struct.unpack_from(f"={count}H", raw, base + verify._HDR)[-1]
-    ksize = verify._U16.unpack_from(raw, base + offset)[3]
+    ksize = U16.unpack_from(raw, base + offset)[3]
     struct.pack_into("=Q", raw, base + offset + 8 + ksize, 1 << 40)
     data.write_bytes(raw)
 
