@@ -156,17 +156,23 @@ def test_a_message_replaced_in_the_chat_between_steps_is_encoded_again() -> None
     )
 
 
-def test_each_message_is_converted_once_per_turn_not_once_per_step(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    converted: list[str] = []
+@pytest.fixture
+def converted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The contents of the messages converted to records, in order (``_to_record`` counted)."""
+    seen: list[str] = []
     to_record = chat_module._to_record
 
     def counting(message: dict[str, Any], generation: int) -> Any:
-        converted.append(message["content"])
+        seen.append(message["content"])
         return to_record(message, generation)
 
     monkeypatch.setattr(chat_module, "_to_record", counting)
+    return seen
+
+
+def test_each_message_is_converted_once_per_turn_not_once_per_step(
+    converted: list[str],
+) -> None:
     memo = TranscriptMemo()
     chat: Chat = []
     for step in range(10):
@@ -177,16 +183,8 @@ def test_each_message_is_converted_once_per_turn_not_once_per_step(
 
 
 def test_a_message_replaced_by_an_equal_copy_keeps_its_values(
-    monkeypatch: pytest.MonkeyPatch,
+    converted: list[str],
 ) -> None:
-    converted: list[str] = []
-    to_record = chat_module._to_record
-
-    def counting(message: dict[str, Any], generation: int) -> Any:
-        converted.append(message["content"])
-        return to_record(message, generation)
-
-    monkeypatch.setattr(chat_module, "_to_record", counting)
     memo = TranscriptMemo()
     chat: Chat = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "one"}]
     encode_transcript("a", chat, memo=memo)
