@@ -11,12 +11,11 @@ for the rest.
 
 A message is known by its identity: the memo holds the messages it computed
 values for and, at every use, checks that the chat starts with those very
-objects (pointers compared, no message read again; a list's leading items
-are compared with the held ones in one list comparison, which takes an item
-that is the held object as equal without reading it, and a message equal to
-the held one, another object, as the held one: every value the memo keeps
-depends on a message's content alone). From the first message that is
-another object (and not equal to the held one) on (one the cut replaced, one a repair added, a
+objects (pointers compared, no message read again). A list is compared with
+the held messages in one list comparison, which takes the held object as
+equal without reading it and counts an equal copy as the held message (every
+value the memo keeps depends on a message's content alone). From the first
+message that is neither on (one the cut replaced, one a repair added, a
 list edited in place: an item replaced, inserted or removed), the running
 states are computed again, and so are the values of every message that is not
 one the memo held (a message the change only moved keeps its values). So a
