@@ -275,7 +275,13 @@ class RetinueCollector(Collector):
     # -- scrapes ----------------------------------------------------------------------------
 
     def _read_state(self) -> _State | None:
-        """One read of the store for the gauges; reused while no commit happened."""
+        """One read of the store for the gauges; reused while no commit happened.
+
+        The data file's newest meta page says whether one did (two small file
+        reads); the read is keyed by the transaction a read saw, taken before it
+        (LMDB writes a commit's meta page before readers see the commit, so the
+        file alone could claim a commit the read missed).
+        """
         usage = store_usage(self.rt.path)
         key = None if usage is None else (usage.txnid, usage.file_bytes)
         fresh = time.monotonic() - self._state_at < self.min_read_interval_s
@@ -283,18 +289,20 @@ class RetinueCollector(Collector):
             return self._state
         state = _State()
         try:
+            state.space = self.rt.diagnostics.store
             counts = self.rt.agent_counts()  # kept by the writer's tree: no walk of the agents
             state.states.update(counts.by_state)
             state.profiles.update(counts.live_by_profile)
             backlog = self.rt.backlog()
-            state.space = self.rt.diagnostics.store
         except RetinueError:
             with self._lock:
                 self._errors += 1
             return self._state
         state.unread, state.pending = backlog.unread_messages, backlog.pending_completions
         state.usage = usage
-        self._state, self._state_key, self._state_at = state, key, time.monotonic()
+        space = state.space
+        read = None if space is None else (space.txnid, space.file_bytes)
+        self._state, self._state_key, self._state_at = state, read, time.monotonic()
         return state
 
     def describe(self) -> Iterable[Metric]:

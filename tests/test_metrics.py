@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from control.writer import Writer as ControlWriter
 from support import EventFields, wait_until
+from support.meta_flush import meta_page_ahead
 from web.writer import Writer
 
 from retinue import (
@@ -294,6 +296,39 @@ def test_a_read_only_runtime_serves_the_state_gauges(tmp_path: Path) -> None:
     assert pending + unread >= 1  # hostile's completion waits for the running lead
     # A reader sees no events: its counters stay at zero rather than missing.
     assert value(samples, "retinue_events_dropped_total") == 0
+
+
+def test_a_read_only_scrape_sees_a_commit_whose_meta_page_came_before_its_readers(
+    tmp_path: Path,
+) -> None:
+    """A scrape in the moment LMDB has written a commit's meta page but readers do not see
+    it yet must not keep what it read as that commit's: the next scrape reads again."""
+    import retinue
+
+    writer = ControlWriter(tmp_path / "store")
+    try:
+        with retinue.connect(writer.store) as remote:
+            for n in range(30):  # free pages to reuse: the interrupt's commit keeps the size
+                remote.spawn("echo", "x" * 2_000, name=f"e{n}")
+            blocker = remote.spawn("blocker", "hold", name="c")
+            reader = Runtime.open(writer.store, readonly=True)
+            registry = CollectorRegistry()
+            try:
+                RetinueCollector(reader, registry=registry, min_read_interval_s=0)
+                wait_until(lambda: reader.get(blocker.id).state == AgentState.RUNNING)
+                seen = meta_page_ahead(writer.store)
+                space = reader.diagnostics.store
+                assert space is not None and space.txnid == seen
+                assert value(scrape(registry), "retinue_agents", state="running") == 1
+                remote.interrupt(blocker.id)  # the commit readers see next
+                wait_until(lambda: reader.get(blocker.id).state == AgentState.INTERRUPTED)
+                samples = scrape(registry)
+            finally:
+                reader.shutdown()
+    finally:
+        writer.stop()
+    assert value(samples, "retinue_agents", state="running") == 0
+    assert value(samples, "retinue_agents", state="interrupted") == 1
 
 
 def test_bad_arguments_are_refused(tmp_path: Path) -> None:

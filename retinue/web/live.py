@@ -4,9 +4,14 @@ A read-only runtime sees its writer's changes only by reading again, and a
 read of a large store costs (about 2 s for 100,000 agents here), so
 :class:`LiveTree` polls with a bounded, adaptive interval: never sooner than
 ``min_interval_s`` after the last read, nor sooner than ``cost_factor`` times
-what that read cost, and at least every ``max_interval_s``. Before reading,
-it looks at the store's LMDB meta pages (two small file reads): if no commit
-happened since the last read, it does not read at all. Served in-process
+what that read cost, and at least every ``max_interval_s``. Between reads it
+looks at the store's LMDB meta pages (two small file reads), and before
+reading it asks which transaction a read sees now: if none was committed
+since the last read, it does not read at all. The two differ for a moment:
+LMDB writes a commit's meta page before it lets readers see the commit (a
+durable commit flushes that page first), so a marker taken from the file
+alone could claim a commit the read then missed, and the view would stay
+stale until the next one. Served in-process
 (``retinue run --web``), it also subscribes to the runtime's events: a
 committed change wakes it at once, and tool and model calls feed
 :class:`~retinue.web.activity.Activity`.
@@ -193,9 +198,24 @@ class LiveTree:
             return self._snapshot
 
     def _store_marker(self) -> tuple[int, int] | None:
-        """The last commit's transaction id and the data file's size (None: unknown)."""
+        """The newest meta page's transaction id and the data file's size (None: unknown).
+
+        Cheap (two small file reads) and never behind what a read sees, but ahead of
+        it while a commit's meta page is being written: a change here means "look".
+        """
         usage = store_usage(self.rt.path)
         return None if usage is None else (usage.txnid, usage.file_bytes)
+
+    def _read_marker(self) -> tuple[int, int] | None:
+        """The transaction a read of the store sees now, and the data file's size.
+
+        Taken before a read, it is never ahead of what that read sees (None: unknown).
+
+        Raises:
+            StoreCorrupted, StoreError: the store could not be measured.
+        """
+        space = self.rt.diagnostics.store
+        return None if space is None else (space.txnid, space.file_bytes)
 
     def poll(self, *, force: bool = False) -> bool:
         """Read the store now unless no commit happened since the last read; return True
@@ -206,7 +226,7 @@ class LiveTree:
         """
         if self.rt.closed:
             raise RuntimeClosed("the runtime is closed")
-        marker = self._store_marker()
+        marker = self._read_marker()
         if not force and marker is not None and marker == self._marker and self._snapshot:
             self.skips += 1
             return False

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
 from starlette.testclient import TestClient
 from support import wait_until
+from support.meta_flush import meta_page_ahead
 
 from retinue import (
     AgentInfo,
@@ -213,3 +215,39 @@ def test_a_closed_runtime_stops_the_view_with_a_reason(tmp_path: object) -> None
     wait_until(lambda: live.stopping, what="the poller to stop")
     assert live.error == "the runtime is closed"
     live.stop()
+
+
+def test_a_read_only_view_sees_a_commit_whose_meta_page_came_before_its_readers(
+    tmp_path: Path,
+) -> None:
+    """LMDB writes a commit's meta page before readers see the commit (a durable commit
+    flushes it in between). A view that polls in that moment must not take the file's
+    newest transaction as read: once readers see it, the next poll reads it."""
+    from control.writer import Writer as ControlWriter
+
+    import retinue
+
+    writer = ControlWriter(tmp_path / "store")
+    try:
+        with retinue.connect(writer.store) as remote:
+            for n in range(30):  # free pages to reuse: the interrupt's commit keeps the size
+                remote.spawn("echo", "x" * 2_000, name=f"e{n}")
+            remote.spawn("holder", "hold", name="b")
+            blocker = remote.spawn("blocker", "hold", name="c", parent="/root/b")
+            rt = Runtime.open(writer.store, readonly=True)
+            try:
+                wait_until(lambda: rt.get(blocker.id).state == AgentState.RUNNING)
+                seen = meta_page_ahead(writer.store)
+                space = rt.diagnostics.store
+                assert space is not None and space.txnid == seen
+                live = LiveTree(rt, WebOptions(min_interval_s=0.02, max_interval_s=0.5))
+                assert live.poll() is True
+                remote.interrupt(blocker.id)  # the commit readers see next
+                wait_until(lambda: rt.get(blocker.id).state == AgentState.INTERRUPTED)
+                assert live.poll() is True
+                snap = live.snapshot(0)
+                assert snap is not None and snap.rows[blocker.id]["state"] == "interrupted"
+            finally:
+                rt.shutdown()
+    finally:
+        writer.stop()
