@@ -66,6 +66,33 @@ def test_driver_runs_as_a_plain_script(module: str, kind: str) -> None:
     assert done.stdout.strip().splitlines()[-1] == "2"
 
 
+def test_a_toggled_driver_waits_at_the_warm_up_end_until_told() -> None:
+    """Toggled (as callgrind runs it), the driver says ``measure`` and goes on once told."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env[llm_instructions.TOGGLE_ENV] = "1"
+    with subprocess.Popen(
+        [sys.executable, "-m", "stress.bench.llm_instructions", "raw", "2"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line.strip())
+            if lines[-1] == llm_instructions.MEASURE:
+                break
+        assert lines[-1] == llm_instructions.MEASURE
+        process.stdin.write("go\n")
+        process.stdin.close()
+        rest = process.stdout.read().strip().splitlines()
+        assert process.wait(timeout=300) == 0
+    assert rest[-1] == "2"
+
+
 def test_driver_rejects_a_bad_side() -> None:
     with pytest.raises(ValueError, match="usage: raw"):
         llm_instructions.drive("both", 1)
