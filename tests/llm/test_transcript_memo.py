@@ -224,3 +224,18 @@ def test_the_size_bound_of_a_value_compact_json_cannot_hold_is_the_size() -> Non
         assert _size_bound(message) == message_size(message)
     with pytest.raises(TypeError):  # as the size itself: a set is no JSON
         _size_bound({"role": "tool", "content": {1, 2}})
+
+
+def test_a_long_chat_grown_step_by_step_stores_the_bytes_of_one_encoded_at_once() -> None:
+    memo = TranscriptMemo()
+    chat: Chat = [{"role": "user", "content": "task"}]
+    for step in range(40):  # past 16 messages: the array's header grows
+        chat.append({"role": "assistant", "content": None, "tool_calls": [_call(f"c{step}")]})
+        assert encode_transcript("a", chat, generation=2, memo=memo) == encode_transcript(
+            "a", chat, generation=2
+        )
+        chat.append({"role": "tool", "tool_call_id": f"c{step}", "name": "f", "content": "r"})
+        if step == 30:  # a message replaced: the records from it on are encoded again
+            chat[3] = {**chat[3], "content": "changed"}
+        got = encode_transcript("a", chat, generation=2, memo=memo)
+        assert got == encode_transcript("a", chat, generation=2)
