@@ -106,9 +106,10 @@ class Transition:
         on ``bus`` once committed; events only if ``record_events``.
 
         What nearly every command leaves empty starts as a shared empty tuple
-        (or frozenset), made a list by the first :meth:`after`, :meth:`answer`
-        or :meth:`emit` (or replaced: ``writes``, ``spread``,
-        ``closing_subtree``): six containers fewer to build per command.
+        (or frozenset), made a list (or set) by the first :meth:`after`,
+        :meth:`answer`, :meth:`emit`, :meth:`start`, :meth:`drain` or
+        :meth:`idle_host` (or replaced: ``writes``, ``spread``,
+        ``closing_subtree``): nine containers fewer to build per command.
         """
         self.reply = reply
         self.bus = bus
@@ -120,10 +121,10 @@ class Transition:
         self.events: list[Event] | tuple[()] = ()
         self.effects: list[Callable[[], None]] | tuple[()] = ()
         self.answers: list[concurrent.futures.Future[Any]] | tuple[()] = ()
-        self.started: list[pykka.ActorRef[Any]] = []
-        self.drained: set[str] = set()
+        self.started: list[pykka.ActorRef[Any]] | tuple[()] = ()
+        self.drained: set[str] | frozenset[str] = _NONE
         self.closing_subtree: AbstractSet[str] = _NONE
-        self.idle_hosts: set[str] = set()
+        self.idle_hosts: set[str] | frozenset[str] = _NONE
         self.trace: str | None = None
         self._record_events = record_events
 
@@ -149,6 +150,31 @@ class Transition:
             self.answers = [future]
         self.after(lambda: resolve_future(future, value))
 
+    def start(self, actor: pykka.ActorRef[Any]) -> None:
+        """Note ``actor``, started for a turn: stopped if the transition fails."""
+        started = self.started
+        if isinstance(started, list):
+            started.append(actor)
+        else:
+            self.started = [actor]
+
+    def drain(self, agent_id: str) -> None:
+        """Note that ``agent_id``'s completion backlog shrank (it may wake)."""
+        drained = self.drained
+        if isinstance(drained, set):
+            drained.add(agent_id)
+        else:
+            self.drained = {agent_id}
+
+    def idle_host(self, agent_id: str) -> None:
+        """Note host waits on ``agent_id`` left unanswered (ended once the command is done
+        if the agent is idle then)."""
+        idle = self.idle_hosts
+        if isinstance(idle, set):
+            idle.add(agent_id)
+        else:
+            self.idle_hosts = {agent_id}
+
     def emit(self, event: Event) -> None:
         """Publish ``event`` once the transition is committed (if anyone listens)."""
         if self._record_events:
@@ -163,15 +189,15 @@ class Transition:
         events, effects and other callers' answers; stop the actors it started."""
         for actor in self.started:  # their turns were never recorded
             actor.stop()
-        self.started = []
+        self.started = ()
         self.writes = ()
         self.spread = ()
         self.events = ()
         self.effects = ()
         self.answers = ()
         self.deferred = False
-        self.drained = set()
-        self.idle_hosts = set()
+        self.drained = _NONE
+        self.idle_hosts = _NONE
 
     def defer(self) -> concurrent.futures.Future[Any]:
         """Hand the reply to a waiter: the commit will not answer it; return it."""

@@ -435,7 +435,7 @@ class World(Journaled):
 
     def deliver(self, tx: Transition, pending: CompletionRecord) -> CompletionRecord:
         """Mark a completion received; its agent's backlog shrank, so it may wake."""
-        tx.drained.add(pending.completion.agent_id)
+        tx.drain(pending.completion.agent_id)
         return self.tree.mark_delivered(pending)
 
     def take_completion(self, tx: Transition, pending: CompletionRecord) -> Completion:
