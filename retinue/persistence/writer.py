@@ -370,9 +370,9 @@ class Writer:
         answering = 0.0
         while True:
             try:
-                with self.env.begin(write=True) as txn:
-                    # Positional arguments: py-lmdb parses keywords slowly (~400
-                    # instructions a call; a lifecycle makes ~25 puts and deletes).
+                # Positional arguments (db, parent, write): py-lmdb parses keywords slowly
+                # (~400 instructions a call; a lifecycle makes ~25 puts and deletes).
+                with self.env.begin(None, None, True) as txn:
                     put, delete = txn.put, txn.delete
                     for name, key, value in writes:
                         if value is None:
