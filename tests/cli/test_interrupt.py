@@ -70,7 +70,7 @@ def test_readers_beside_a_run_then_ctrl_c_then_resume(tmp_path: Path) -> None:
     assert run.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert f"resume with: retinue resume --store {store}" in out
-    assert "6 agents: 6 interrupted" in out
+    assert "6 agents: 6 interrupted" in out, out
     states = {a["path"]: a["state"] for a in tree_json(store)}
     assert set(states.values()) == {"interrupted"}, states
 
