@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "FLUSH_INTERVAL_S",
@@ -32,6 +33,7 @@ __all__ = [
     "Callback",
     "CommitTimer",
     "Durability",
+    "Queued",
     "StoreStats",
     "Submission",
     "Write",
@@ -55,6 +57,23 @@ CommitTimer = Callable[[float], None]
 """Told the seconds one group commit took (see :attr:`Writer.on_commit`)."""
 Submission = tuple[Sequence[Write], Callback] | tuple[Sequence[Write], Callback, Sequence[Write]]
 """One transition handed over: its writes, its callback and (optional) its spread writes."""
+
+
+class Queued(Protocol):
+    """One transition as the writer queues it: its writes, its spread writes, and what it
+    does once committed (the supervisor's transitions are handed over as they are, with
+    no tuple, callback or item of the writer's own built for each)."""
+
+    @property
+    def writes(self) -> Sequence[Write]:
+        """Its writes, committed in one transaction with the rest of its group."""
+
+    @property
+    def spread(self) -> Sequence[Write]:
+        """Its spread writes (a compaction's deletes), committed after ``writes``."""
+
+    def committed(self, error: BaseException | None) -> None:
+        """Called once it is committed (``error`` None) or failed (the error)."""
 
 
 class Durability(enum.StrEnum):

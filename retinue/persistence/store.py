@@ -28,6 +28,7 @@ from retinue.persistence.commits import (
     Callback,
     CommitTimer,
     Durability,
+    Queued,
     StoreStats,
     Submission,
     Write,
@@ -302,6 +303,15 @@ class Store(StoreReads):
             StoreReadOnly, StoreError: as :meth:`_writable`.
         """
         self._writable().submit_group(group)
+
+    def submit_queued(self, group: list[Queued]) -> None:
+        """Queue the transitions of ``group`` as they are, in one hand-off (see
+        :meth:`Writer.submit_queued`): each one's ``committed`` once it is committed.
+
+        Raises:
+            StoreReadOnly, StoreError: as :meth:`_writable`.
+        """
+        self._writable().submit_queued(group)
 
     def write_now(self, writes: Sequence[Write]) -> None:
         """Commit ``writes`` and wait for it (convenience for setup and tests).

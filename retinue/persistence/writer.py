@@ -47,6 +47,7 @@ from retinue.persistence.commits import (
     Callback,
     CommitTimer,
     Durability,
+    Queued,
     StoreStats,
     Submission,
     Write,
@@ -58,6 +59,8 @@ __all__ = ["Writer"]
 
 
 class _Item:
+    """A transition submitted as its writes and a callback (:meth:`Writer.submit`)."""
+
     __slots__ = ("callback", "spread", "writes")
 
     def __init__(
@@ -67,7 +70,12 @@ class _Item:
         self.callback = callback
         self.spread = spread
 
+    def committed(self, error: BaseException | None) -> None:
+        """Call the callback: the transition is committed (None) or failed (the error)."""
+        self.callback(error)
 
+
+# The controls are tuples (a queued transition never is one), their tag first.
 _STOP = object()
 _FLUSH = object()
 _QUIET = object()
@@ -108,7 +116,7 @@ class Writer:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._held: collections.deque[object] = collections.deque()  # taken, not yet served
         # Committed groups whose callbacks wait for the next commit's puts (writer only).
-        self._unanswered: list[tuple[list[_Item], BaseException | None]] = []
+        self._unanswered: list[tuple[list[Queued], BaseException | None]] = []
         self._thread = threading.Thread(
             target=self._run, name=f"retinue-store-writer:{guard.folder.name}", daemon=True
         )
@@ -128,6 +136,11 @@ class Writer:
     def submit_group(self, group: Sequence[Submission]) -> None:
         """Queue the transitions of ``group``, in one hand-off, as :meth:`submit` each."""
         self._queue.put([_Item(*entry) for entry in group])
+
+    def submit_queued(self, group: list[Queued]) -> None:
+        """Queue the transitions of ``group`` as they are, in one hand-off (the list is the
+        writer's from now on): each one's ``committed`` is called once it is committed."""
+        self._queue.put(group)
 
     def write_now(self, writes: Sequence[Write]) -> None:
         """Commit ``writes`` and wait for it.
@@ -183,7 +196,7 @@ class Writer:
 
     def stop(self) -> None:
         """Commit what is queued, sync, and end the thread."""
-        self._queue.put(_STOP)
+        self._queue.put((_STOP,))
         self._thread.join()
 
     def refusal(self) -> StoreError | None:
@@ -216,14 +229,15 @@ class Writer:
             if controls or (not self._held and self._queue.empty()):
                 self._answer()
             for control in controls:
-                if control is _STOP:
+                tag = control[0]
+                if tag is _STOP:
                     self._sync()
                     return
-                if isinstance(control, tuple) and control[0] is _FLUSH:
+                if tag is _FLUSH:
                     self._sync()
                     dirty, last_sync = False, time.monotonic()
                     control[1].set()
-                elif isinstance(control, tuple) and control[0] is _QUIET:
+                elif tag is _QUIET:
                     self._sync()
                     dirty, last_sync = False, time.monotonic()
                     _run_quiet(*control[1:])
@@ -241,18 +255,18 @@ class Writer:
             self._held.extend(item)  # submit_group: its transitions, in order
         return self._held.popleft()
 
-    def _take(self, first: object) -> tuple[list[_Item], list[object]]:
+    def _take(self, first: Any) -> tuple[list[Queued], list[tuple[Any, ...]]]:
         """Take what is queued behind ``first``, up to a group: the items, then a control.
 
         A transition with spread writes ends its group: what is queued behind it
         waits until they are committed.
         """
-        group: list[_Item] = []
-        controls: list[object] = []
+        group: list[Queued] = []
+        controls: list[tuple[Any, ...]] = []
         held = self._held
-        item: object = first
+        item: Any = first
         while True:
-            if not isinstance(item, _Item):
+            if type(item) is tuple:  # a control
                 controls.append(item)
                 break
             group.append(item)
@@ -280,11 +294,11 @@ class Writer:
         for group, error in unanswered:
             for item in group:
                 try:
-                    item.callback(error)
+                    item.committed(error)
                 except Exception:  # a callback must never kill the writer
                     log.exception("a commit callback failed")
 
-    def _commit_group(self, group: list[_Item]) -> None:
+    def _commit_group(self, group: list[Queued]) -> None:
         """Commit ``group``; leave its callbacks to the next :meth:`_answer`.
 
         Its writes go in one transaction; the spread writes of its last
@@ -356,9 +370,9 @@ class Writer:
         answering = 0.0
         while True:
             try:
-                with self.env.begin(write=True) as txn:
-                    # Positional arguments: py-lmdb parses keywords slowly (~400
-                    # instructions a call; a lifecycle makes ~25 puts and deletes).
+                # Positional arguments (db, parent, write): py-lmdb parses keywords slowly
+                # (~400 instructions a call; a lifecycle makes ~25 puts and deletes).
+                with self.env.begin(None, None, True) as txn:
                     put, delete = txn.put, txn.delete
                     for name, key, value in writes:
                         if value is None:

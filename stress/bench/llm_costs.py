@@ -121,6 +121,7 @@ def _counting(counts: _Counts) -> Iterator[None]:
     count(asyncio.BaseEventLoop, "call_soon_threadsafe", "loop_wakes")
     count(Channel, "submit", "commands")
     count(Writer, "submit_group", "writer_groups")
+    count(Writer, "submit_queued", "writer_groups")  # the supervisor's groups
     count(Writer, "submit", "writer_submits")
     gc.callbacks.append(counts.on_gc)
     try:

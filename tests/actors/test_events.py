@@ -271,13 +271,13 @@ def test_a_transitions_events_come_before_what_its_effects_publish() -> None:
     bus = EventBus(16)
     queue = EventQueue(16)
     bus.attach(queue)
-    tx = Transition(Future(), record_events=True)
+    tx = Transition(Future(), bus, "start", record_events=True)
     tx.emit(TurnStarted(agent_id="a", path="/root/a", at=1.0, generation=1))
     live = ToolCallStarted(
         agent_id="a", path="/root/a", at=1.0, call_id="c", tool="t", arguments_preview="{}"
     )
     tx.after(lambda: bus.publish([live]))
-    tx.on_commit(None, bus, "start")
+    tx.committed(None)
     with queue.cond:
         taken = queue.take_locked(16)
     assert [tag(e) for e in taken] == ["turn_started", "tool_call_started"]

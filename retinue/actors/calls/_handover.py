@@ -91,9 +91,11 @@ class Handover(Generic[T]):
 
     def consume(self, journal: Journal | None = None) -> list[T]:
         """Forget (and return) what was received and kept: its waiter stored it."""
+        if not self._kept:  # nearly every step: nothing to forget, no lock to take or hold
+            # (read unlocked: what the waiter kept before it sent its step is seen here,
+            # and a keep or take-back racing this read is as if it came just after it)
+            return []
         with self._lock:
-            if not self._kept:  # nearly every step: nothing to forget, nothing to hold
-                return []
             tx = self._journal(journal)
             if tx is not None and self._kept:
                 tx.note(self._restore, {}, list(self._kept))

@@ -45,6 +45,8 @@ _FINISHED = "FINISHED"
 _DONE = frozenset({_CANCELLED, _CANCELLED_AND_NOTIFIED, _FINISHED})
 _CANCELS = frozenset({_CANCELLED, _CANCELLED_AND_NOTIFIED})
 
+_Callbacks = tuple[Callable[[concurrent.futures.Future[T]], object], ...]
+
 
 class Reply(concurrent.futures.Future[T]):
     """A thread-safe one-shot future, as :class:`concurrent.futures.Future` minus its Condition."""
@@ -56,7 +58,8 @@ class Reply(concurrent.futures.Future[T]):
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+        # Done callbacks: a shared empty tuple until one is added (nearly no reply has any).
+        self._callbacks: _Callbacks[T] = ()
 
     def __repr__(self) -> str:
         """Name the class, the state and (once finished) what it holds."""
@@ -134,7 +137,7 @@ class Reply(concurrent.futures.Future[T]):
         """Call ``fn(reply)`` once it is done (now, in this thread, if it already is)."""
         with self._lock:
             if self._state not in _DONE:
-                self._callbacks.append(fn)
+                self._callbacks = (*self._callbacks, fn)
                 return
         self._call(fn)
 
@@ -161,20 +164,20 @@ class Reply(concurrent.futures.Future[T]):
             self._state = _FINISHED
             if self._latch is not None:
                 self._latch.release()
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks, self._callbacks = self._callbacks, ()
         for fn in callbacks:  # as _call, inline: one frame less per answer
             try:
                 fn(self)
             except Exception:  # a callback's failure is logged, never the finisher's
                 log.exception("a callback of %r failed", self)
 
-    def _close(self, state: str) -> list[Callable[[concurrent.futures.Future[T]], object]]:
+    def _close(self, state: str) -> _Callbacks[T]:
         """Enter the done ``state``, open the latch, return the callbacks to run (lock held;
         a cancel's: an answer does the same inline, in :meth:`_finish`)."""
         self._state = state
         if self._latch is not None:
             self._latch.release()
-        callbacks, self._callbacks = self._callbacks, []
+        callbacks, self._callbacks = self._callbacks, ()
         return callbacks
 
     # -- writing --------------------------------------------------------------------
@@ -252,7 +255,7 @@ class LoopReply(Reply[T]):
         self._state = _PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
-        self._callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+        self._callbacks: _Callbacks[T] = ()
         self._ready = ready
         self._post = post
 
@@ -278,7 +281,7 @@ class LoopReply(Reply[T]):
             self._state = _FINISHED
             if self._latch is not None:
                 self._latch.release()
-            callbacks, self._callbacks = self._callbacks, []
+            callbacks, self._callbacks = self._callbacks, ()
         try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per answer
             self._post(_settle, self._ready, self)
         except RuntimeError:  # the loop is closed: nobody awaits

@@ -218,8 +218,11 @@ class HostWaits(Journaled):
         Run once a command is done (a wake it queued counts as work to come).
         """
         tree = self.world.tree
-        while tx.idle_hosts:
-            agent_id = tx.idle_hosts.pop()
+        idle = tx.idle_hosts
+        if not isinstance(idle, set):  # none noted (Transition.idle_host makes the set)
+            return
+        while idle:
+            agent_id = idle.pop()
             record = tree.agents.get(agent_id)
             if record is None or not self.host.get(agent_id):
                 continue
@@ -260,7 +263,7 @@ class HostWaits(Journaled):
         if not waiters:
             self.host.pop(agent_id, None)
             return
-        tx.idle_hosts.add(agent_id)  # checked once the command is done (a wake may follow)
+        tx.idle_host(agent_id)  # checked once the command is done (a wake may follow)
         if tree.agents[agent_id].state is AgentState.CLOSED:
             closed = AgentClosed(
                 f"{tree.agents[agent_id].path} is closed", path=tree.agents[agent_id].path

@@ -34,6 +34,7 @@ from retinue.protocol.records import AgentRecord
 __all__ = ["ModelState"]
 
 _NO_USAGE = Usage()
+_RUNNING = AgentState.RUNNING  # a global: an enum member's lookup is a slow descriptor
 
 
 class ModelState(Journaled):
@@ -84,7 +85,7 @@ class ModelState(Journaled):
                 changes["tree_usage"] = me.tree_usage.add(usage)
         count = command.open_calls
         if count is not None:
-            if changes or me.state is not AgentState.RUNNING:
+            if changes or me.state is not _RUNNING:
                 changes["open_calls"] = count  # the record is written anyway
             elif count != me.open_calls:  # a running turn's count waits for its next write
                 tree.open_calls[me.id] = count

@@ -40,7 +40,7 @@ def recover(world: World, restarts: Restarts, router: Router) -> list[AgentRecor
     Nothing is woken and no event is published. Returns the agents it
     interrupted; the writes stay in the tree for the caller to commit.
     """
-    tx = Transition(Reply(), record_events=False)
+    tx = Transition(Reply(), world.bus, "recovery", record_events=False)
     world.restoring = True
     interrupted = _interrupt_lost_turns(world, restarts, router, tx)
     _reroute_orphaned(world, router, tx)

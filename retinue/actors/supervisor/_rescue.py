@@ -164,7 +164,7 @@ class Rescue:
         if not agents and host_wait is None and not isinstance(command, Settle):
             return None
         world = self.world
-        tx = Transition(Reply(), record_events=world.bus.active)
+        tx = Transition(Reply(), world.bus, command, record_events=world.bus.active)
         text = f"InternalError: {error}"
         world.journal.begin(None)
         try:

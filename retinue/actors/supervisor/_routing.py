@@ -83,8 +83,11 @@ class Router(Journaled):
 
     def wake_drained(self, tx: Transition) -> None:
         """Wake agents held back by a full backlog once their completions are received."""
-        while tx.drained:
-            agent_id = tx.drained.pop()
+        drained = tx.drained
+        if not isinstance(drained, set):  # nothing drained (Transition.drain makes the set)
+            return
+        while drained:
+            agent_id = drained.pop()
             if agent_id in self.held_wakes:
                 self.maybe_wake(tx, agent_id)
 

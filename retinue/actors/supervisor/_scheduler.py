@@ -268,7 +268,7 @@ class Scheduler(Journaled):
             text = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
             self._start_failed(tx, record, TurnError(text, type(exc).__name__))
             return
-        tx.started.append(actor)
+        tx.start(actor)
         profile = world.profiles[record.profile]
         turn = TurnControl(
             engine=world.engine,

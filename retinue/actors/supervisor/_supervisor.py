@@ -204,7 +204,7 @@ class Supervisor:
                 self.upkeep,
             ),
         )
-        self._group: list[tuple[Transition, SupervisorCommand]] = []  # served, not yet handed over
+        self._group: list[Transition] = []  # served, not yet handed over
         self._journal = self.world.journal  # the world's one journal, for good
         self.on_command: CommandTimer | None = None  # told each command's seconds, if set
 
@@ -231,7 +231,8 @@ class Supervisor:
         began = time.perf_counter() if timer is not None else 0.0
         command = envelope.command
         world = self.world
-        tx = Transition(envelope.reply, record_events=world.bus.active)
+        bus = world.bus
+        tx = Transition(envelope.reply, bus, command, record_events=bus.active)
         tx.trace = envelope.trace
         journal = self._journal
         journal.begin(type(command).__name__)
@@ -265,12 +266,12 @@ class Supervisor:
             if before is not None:  # a test's fault: how it went, for the test to check
                 self.rescue.faults.append((type(command).__name__, exact, self.rescue.rescued))
             if second is not None:  # the turns it stranded, ended failed: committed after it
-                self._group.append((tx, command))
+                self._group.append(tx)
                 tx = second
         except BaseException:
             self.rescue.roll_back(tx)
             raise
-        self._group.append((tx, command))
+        self._group.append(tx)
         if last or len(self._group) >= world.store.max_group:
             self.commit()
         if timer is not None:
@@ -287,7 +288,7 @@ class Supervisor:
         """
         group, self._group = self._group, []
         if group:
-            hand_over(self.world.store, self.world.bus, group)
+            hand_over(self.world.store, group)
 
     def dispatch(self, tx: Transition, command: SupervisorCommand) -> Any:
         """Serve one command in ``tx``; return its answer (unused once deferred).

@@ -18,14 +18,14 @@ import concurrent.futures
 import logging
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
-from functools import partial
 from typing import Any
 
 import pykka
 
 from retinue.actors.events import EventBus
 from retinue.errors import RetinueError, StoreCorrupted, StoreError
-from retinue.persistence.store import Store, Submission, Write
+from retinue.persistence.commits import Queued
+from retinue.persistence.store import Store, Write
 from retinue.protocol.messages import Event
 
 __all__ = ["Transition", "hand_over", "resolve_future"]
@@ -55,6 +55,8 @@ class Transition:
 
     Attributes:
         reply: the future the command's caller waits on.
+        bus: where its events are published once committed.
+        what: what it serves (its command: named if an effect fails).
         result: the answer (an exception is raised to the caller).
         deferred: True once a waiter holds ``reply``; ``result`` is then not sent.
         writes: the store writes, set when the command is submitted.
@@ -76,6 +78,7 @@ class Transition:
     __slots__ = (
         "_record_events",
         "answers",
+        "bus",
         "closing_subtree",
         "deferred",
         "drained",
@@ -87,18 +90,30 @@ class Transition:
         "spread",
         "started",
         "trace",
+        "what",
         "writes",
     )
 
-    def __init__(self, reply: concurrent.futures.Future[Any], *, record_events: bool) -> None:
-        """Start an empty transition answering ``reply``; events only if ``record_events``.
+    def __init__(
+        self,
+        reply: concurrent.futures.Future[Any],
+        bus: EventBus,
+        what: object,
+        *,
+        record_events: bool,
+    ) -> None:
+        """Start an empty transition serving ``what``, answering ``reply`` and publishing
+        on ``bus`` once committed; events only if ``record_events``.
 
         What nearly every command leaves empty starts as a shared empty tuple
-        (or frozenset), made a list by the first :meth:`after`, :meth:`answer`
-        or :meth:`emit` (or replaced: ``writes``, ``spread``,
-        ``closing_subtree``): six containers fewer to build per command.
+        (or frozenset), made a list (or set) by the first :meth:`after`,
+        :meth:`answer`, :meth:`emit`, :meth:`start`, :meth:`drain` or
+        :meth:`idle_host` (or replaced: ``writes``, ``spread``,
+        ``closing_subtree``): nine containers fewer to build per command.
         """
         self.reply = reply
+        self.bus = bus
+        self.what = what
         self.result: Any = None
         self.deferred = False
         self.writes: Sequence[Write] = ()
@@ -106,10 +121,10 @@ class Transition:
         self.events: list[Event] | tuple[()] = ()
         self.effects: list[Callable[[], None]] | tuple[()] = ()
         self.answers: list[concurrent.futures.Future[Any]] | tuple[()] = ()
-        self.started: list[pykka.ActorRef[Any]] = []
-        self.drained: set[str] = set()
+        self.started: list[pykka.ActorRef[Any]] | tuple[()] = ()
+        self.drained: set[str] | frozenset[str] = _NONE
         self.closing_subtree: AbstractSet[str] = _NONE
-        self.idle_hosts: set[str] = set()
+        self.idle_hosts: set[str] | frozenset[str] = _NONE
         self.trace: str | None = None
         self._record_events = record_events
 
@@ -135,6 +150,31 @@ class Transition:
             self.answers = [future]
         self.after(lambda: resolve_future(future, value))
 
+    def start(self, actor: pykka.ActorRef[Any]) -> None:
+        """Note ``actor``, started for a turn: stopped if the transition fails."""
+        started = self.started
+        if isinstance(started, list):
+            started.append(actor)
+        else:
+            self.started = [actor]
+
+    def drain(self, agent_id: str) -> None:
+        """Note that ``agent_id``'s completion backlog shrank (it may wake)."""
+        drained = self.drained
+        if isinstance(drained, set):
+            drained.add(agent_id)
+        else:
+            self.drained = {agent_id}
+
+    def idle_host(self, agent_id: str) -> None:
+        """Note host waits on ``agent_id`` left unanswered (ended once the command is done
+        if the agent is idle then)."""
+        idle = self.idle_hosts
+        if isinstance(idle, set):
+            idle.add(agent_id)
+        else:
+            self.idle_hosts = {agent_id}
+
     def emit(self, event: Event) -> None:
         """Publish ``event`` once the transition is committed (if anyone listens)."""
         if self._record_events:
@@ -149,23 +189,27 @@ class Transition:
         events, effects and other callers' answers; stop the actors it started."""
         for actor in self.started:  # their turns were never recorded
             actor.stop()
-        self.started = []
+        self.started = ()
         self.writes = ()
         self.spread = ()
         self.events = ()
         self.effects = ()
         self.answers = ()
         self.deferred = False
-        self.drained = set()
-        self.idle_hosts = set()
+        self.drained = _NONE
+        self.idle_hosts = _NONE
 
     def defer(self) -> concurrent.futures.Future[Any]:
         """Hand the reply to a waiter: the commit will not answer it; return it."""
         self.deferred = True
         return self.reply
 
-    def on_commit(self, error: BaseException | None, bus: EventBus, what: object) -> None:
-        """Finish after the store answered: run effects, publish, reply; or fail the caller."""
+    def committed(self, error: BaseException | None) -> None:
+        """Finish after the store answered: run effects, publish, reply; or fail the caller.
+
+        The store's writer calls it (the transition is its queued item,
+        :class:`~retinue.persistence.commits.Queued`: no callback built per transition).
+        """
         if error is not None:
             for actor in self.started:  # their turns were never recorded
                 actor.stop()
@@ -180,12 +224,12 @@ class Transition:
         # Events first: a turn's runner starts in an effect, and what it publishes
         # live (tool and model calls) must follow its turn_started.
         if self.events:
-            bus.publish(self.events)
+            self.bus.publish(self.events)
         for effect in self.effects:
             try:
                 effect()
             except Exception:  # one broken effect must not starve the others
-                log.exception("an after-commit effect of %r failed", what)
+                log.exception("an after-commit effect of %r failed", self.what)
         if not self.deferred:  # as resolve_future, inline: one frame less per answer
             result = self.result
             try:
@@ -197,8 +241,8 @@ class Transition:
                 pass
 
 
-def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, object]]) -> None:
-    """Hand ``group``'s transitions (each with its command) to the store's writer as one group.
+def hand_over(store: Store, group: Sequence[Transition]) -> None:
+    """Hand ``group``'s transitions to the store's writer as one group.
 
     Once it is committed, on the writer thread, their effects run and their
     callers are answered, in order. If the store has failed for good, each
@@ -207,20 +251,19 @@ def hand_over(store: Store, bus: EventBus, group: Sequence[tuple[Transition, obj
     waiter is answered by the transition that answers the wait; if the store
     has failed, that transition's failure answers it).
     """
-    # The store's callback of each: its on_commit bound to the bus and its command (a
-    # partial: no Python frame of its own to build here or to call on the writer). A
-    # transition that only handed its reply to a waiter (a wait registered, nothing else
-    # changed: no write, event or effect) has nothing to commit and nobody to answer: it
-    # stays here, and a group of only such wakes the writer not at all.
-    items: list[Submission] = [
-        (tx.writes, partial(tx.on_commit, bus=bus, what=c), tx.spread)
-        for tx, c in group
+    # Each transition is the writer's item as it is (Transition.committed). One that only
+    # handed its reply to a waiter (a wait registered, nothing else changed: no write,
+    # event or effect) has nothing to commit and nobody to answer: it stays here, and a
+    # group of only such wakes the writer not at all.
+    items: list[Queued] = [
+        tx
+        for tx in group
         if not tx.deferred or tx.writes or tx.spread or tx.events or tx.effects or tx.started
     ]
     if not items:
         return
     try:
-        store.submit_group(items)
+        store.submit_queued(items)
     except RetinueError as exc:  # the store failed for good: say so, never hang
-        for item in items:  # each transition's own callback, as the writer would call it
-            item[1](exc)
+        for item in items:  # each transition's own answer, as the writer would give it
+            item.committed(exc)

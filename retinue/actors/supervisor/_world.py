@@ -97,6 +97,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
 
 
 _TRANSCRIPT = msgspec.msgpack.Decoder(TranscriptRecord)
+_RUNNING = AgentState.RUNNING  # a global: an enum member's lookup is a slow descriptor
 
 
 def detail_of(tree: Tree, record: AgentRecord, transcript: bytes | None, tail: int) -> AgentDetail:
@@ -356,11 +357,7 @@ class World(Journaled):
         if isinstance(sender, Host):
             return None
         record = self.tree.agents.get(sender.agent_id)
-        if (
-            record is None
-            or record.generation != sender.generation
-            or record.state is not AgentState.RUNNING
-        ):
+        if record is None or record.generation != sender.generation or record.state is not _RUNNING:
             raise TurnInterrupted("this turn was interrupted; its calls are refused")
         return record
 
@@ -411,7 +408,8 @@ class World(Journaled):
         """
         tree = self.tree
         current = tree.agents.get(record.id, record)
-        changes.setdefault("updated_at", time.time())
+        if "updated_at" not in changes:  # no clock read when the caller gives the time
+            changes["updated_at"] = time.time()
         if tree.open_calls:  # a running agent's newer count of open calls rides along
             count = tree.open_calls.pop(current.id, None)
             if count is not None:
@@ -435,7 +433,7 @@ class World(Journaled):
 
     def deliver(self, tx: Transition, pending: CompletionRecord) -> CompletionRecord:
         """Mark a completion received; its agent's backlog shrank, so it may wake."""
-        tx.drained.add(pending.completion.agent_id)
+        tx.drain(pending.completion.agent_id)
         return self.tree.mark_delivered(pending)
 
     def take_completion(self, tx: Transition, pending: CompletionRecord) -> Completion:

@@ -89,13 +89,24 @@ class Journal:
         fault: a test's plan to fail the next matching command (None: none).
     """
 
-    __slots__ = ("_held", "_keep", "_points", "_undo", "active", "armed", "fault", "log")
+    __slots__ = (
+        "_append",
+        "_held",
+        "_keep",
+        "_points",
+        "_undo",
+        "active",
+        "armed",
+        "fault",
+        "log",
+    )
 
     def __init__(self) -> None:
         """Start idle, with nothing recorded."""
         self._undo: list[Undo] = []
+        self._append = self._undo.append  # made once: a bound method is a new object each time
         # log((undo, args)): record one change; a plain append unless a fault is armed.
-        self.log: Callable[[Undo], None] = self._undo.append
+        self.log: Callable[[Undo], None] = self._append
         self._keep: list[Callable[[], None]] = []
         self._held: list[Any] = []
         self._points = 0
@@ -106,16 +117,17 @@ class Journal:
     def begin(self, command: str | None) -> None:
         """Start recording the changes of one command (its class name is ``command``;
         None: the supervisor's own repair, which no fault plan targets)."""
-        self._undo.clear()
-        self._keep.clear()
-        self._points = 0
+        if self._undo or self._keep:  # kept and rolled-back commands leave both empty
+            self._undo.clear()
+            self._keep.clear()
         plan = self.fault
-        self.armed = (
-            plan is not None
-            and command is not None
-            and (not plan.commands or command in plan.commands)
-        )
-        self.log = self._log_armed if self.armed else self._undo.append
+        if plan is None:  # nearly every command: no test's plan to match
+            self.armed = False
+            self.log = self._append
+        else:
+            self._points = 0
+            self.armed = command is not None and (not plan.commands or command in plan.commands)
+            self.log = self._log_armed if self.armed else self._append
         self.active = True
 
     def note(self, undo: Callable[..., object], *args: Any) -> None:
@@ -134,7 +146,7 @@ class Journal:
         if plan is not None and self._points >= plan.at:
             self.fault = None
             self.armed = False
-            self.log = self._undo.append
+            self.log = self._append
             raise InjectedFault(f"fault injected at change {self._points}")
         self._undo.append(entry)
 
