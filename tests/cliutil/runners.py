@@ -18,13 +18,15 @@ PLAN = {"lead": ["security", "style"], "security": ["secrets", "injection"], "st
 
 def _delegate(turn: Turn, profile: str) -> str:
     kids = PLAN[profile]
+    # Longer than a leaf sleeps: a reviewer that gave up first would fail a slow run.
+    patience = float(os.environ.get("CLI_TEST_DELAY", "0")) + 60
     for kid in kids:
         with contextlib.suppress(DuplicateAgentPath):  # resumed: the child is there
             turn.spawn(kid, f"{turn.task} / {kid}", name=kid)
     outputs = []
     for kid in kids:
         while True:  # past its messages and interrupted turns, to the kid's settled result
-            event = turn.wait(kid, timeout=60)
+            event = turn.wait(kid, timeout=patience)
             if isinstance(event, Completion) and event.status is not CompletionStatus.INTERRUPTED:
                 break
         outputs.append(f"{kid}: {event.output or event.error}")
