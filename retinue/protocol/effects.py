@@ -105,7 +105,7 @@ COORDINATOR_EFFECTS: Mapping[str, Effect] = MappingProxyType(
 """The coordinator tools' classes: each is exactly once through the supervisor's keys."""
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One tool call as a tool sees it (a ``@tool`` function's ``call: retinue.ToolCall``).
 
     ``idempotency_key`` is stable across the call's runs: a call in doubt run

@@ -198,7 +198,7 @@ TRANSCRIPT_VERSION = 1
 """The ``version`` of :class:`TranscriptRecord` this retinue writes."""
 
 
-class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One tool call a model made: its id, the tool's name and the raw JSON arguments."""
 
     id: str
@@ -206,7 +206,7 @@ class ToolCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
-class ModelCallRecord(msgspec.Struct, frozen=True, kw_only=True):
+class ModelCallRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One model call of an LLM agent, kept with its transcript for the web view's timeline.
 
     ``generation`` is the turn that made it, ``turn_started_at`` when that turn
@@ -223,7 +223,7 @@ class ModelCallRecord(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int = 0
 
 
-class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
+class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One chat message of a transcript (the OpenAI chat shape, minus the system prompt).
 
     ``role`` is ``user``, ``assistant`` or ``tool``; ``tool_calls`` is set on
@@ -241,7 +241,7 @@ class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
     generation: int = 0
 
 
-class JournaledCall(msgspec.Struct, frozen=True, kw_only=True):
+class JournaledCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One tool call's intent, stored before it runs (see :class:`ToolStep`).
 
     ``index`` is its place in its step's assistant message, ``tool`` the name the
@@ -266,7 +266,7 @@ class JournaledCall(msgspec.Struct, frozen=True, kw_only=True):
     result: str | None = None
 
 
-class ToolStep(msgspec.Struct, frozen=True, kw_only=True):
+class ToolStep(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The journal of an agent's tool calls: the step whose calls have no result yet.
 
     Stored with the transcript, so a step's intents are committed with the
@@ -298,7 +298,7 @@ def open_count(journal: ToolStep | None) -> int:
     return count
 
 
-class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True):
+class TranscriptRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The conversation of one LLM agent, across its turns (keyed by agent id).
 
     The system prompt is not stored (it is rebuilt from the profile at every
