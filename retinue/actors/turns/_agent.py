@@ -381,7 +381,10 @@ class AgentActor(PooledActor):
             try:
                 self._report(control, output, error)
             finally:
-                self.stop()
+                # Stop at once, in this drain job: what stop() would do through the inbox
+                # (a stop message this same job then handles); a stop the runtime sent
+                # meanwhile is answered by the drain's teardown.
+                self._stop()
         return None
 
     def _gone(self, turn: TurnControl) -> None:

@@ -13,6 +13,7 @@ plus the allowance for abandoned runners); the pool only reuses threads.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import itertools
@@ -38,9 +39,20 @@ _counter = itertools.count(1)
 
 
 class _Worker(threading.Thread):
-    """A pool thread; ``busy`` is true while it runs a job."""
+    """A pool thread; ``busy`` is true while it runs a job (or has been handed one).
+
+    An idle worker is parked on its own ``wake`` lock (held while it waits): a
+    job is handed to it in ``job`` and ``wake`` released, one lock operation
+    instead of a shared Condition's wait and notify.
+    """
 
     busy = False
+
+    def __init__(self, target: Callable[[], None], name: str) -> None:
+        super().__init__(target=target, name=name, daemon=True)
+        self.job: Job | None = None
+        self.wake = _thread.allocate_lock()
+        self.wake.acquire()
 
 
 def runner_finished(thread: threading.Thread) -> bool:
@@ -55,20 +67,20 @@ def runner_finished(thread: threading.Thread) -> bool:
 class WorkerPool:
     """Reused worker threads for sync runners; each job runs on one of them.
 
-    A job submitted when no worker is idle gets a new one, started by the
-    pool's spawner thread, so ``submit`` never blocks and never starts a
-    thread itself (except the spawner, once). Thread-safe.
+    A job goes straight to a parked idle worker (the one parked last: its
+    thread is warm); with none parked it is queued, and a new worker is
+    started by the pool's spawner thread, so ``submit`` never blocks and
+    never starts a thread itself (except the spawner, once). Thread-safe.
     """
 
     def __init__(self, *, name: str = "retinue-runner", idle_s: float = IDLE_S) -> None:
         """Create an empty pool; threads start only when jobs arrive."""
         self._name = name
         self._idle_s = idle_s
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)  # idle workers wait on it for a job
-        self._spawn_cond = threading.Condition(lock)  # the spawner waits on it for work
-        self._jobs: deque[Job] = deque()
-        self._idle = 0  # workers blocked waiting for a job
+        self._lock = threading.Lock()
+        self._spawn_cond = threading.Condition(self._lock)  # the spawner waits on it for work
+        self._jobs: deque[Job] = deque()  # jobs no parked worker took
+        self._parked: list[_Worker] = []  # idle workers, each waiting on its wake lock
         self._starting = 0  # workers asked of the spawner, not yet running
         self._workers: set[_Worker] = set()
         self._spawner: threading.Thread | None = None
@@ -79,18 +91,18 @@ class WorkerPool:
     @property
     def threads(self) -> int:
         """Worker threads alive now."""
-        with self._cond:
+        with self._lock:
             return len(self._workers)
 
     @property
     def busy(self) -> int:
         """Worker threads running a job now."""
-        with self._cond:
+        with self._lock:
             return sum(1 for w in self._workers if w.busy)
 
     def start(self) -> None:
         """Start the spawner thread now (otherwise the first job that needs a worker does)."""
-        with self._cond:
+        with self._lock:
             if self._spawner is None and not self._closed:
                 self._start_spawner()
 
@@ -106,64 +118,83 @@ class WorkerPool:
 
         A job submitted after :meth:`shutdown` is dropped.
         """
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
+            if self._parked:
+                worker = self._parked.pop()
+                worker.job = job
+                worker.busy = True
+                worker.wake.release()
+                return
             self._jobs.append(job)
-            if len(self._jobs) > self._idle + self._starting:
+            if len(self._jobs) > self._starting:
                 self._starting += 1
                 self._spawn_wanted += 1
                 if self._spawner is None:
                     self._start_spawner()
                 else:
                     self._spawn_cond.notify()
-            self._cond.notify()  # one idle worker per job: no thundering herd
 
     def _spawn_loop(self) -> None:
         while True:
-            with self._cond:
+            with self._lock:
                 while not self._spawn_wanted and not self._closed:
                     self._spawn_cond.wait()
                 if self._closed:
                     return
                 self._spawn_wanted -= 1
-                if len(self._jobs) <= self._idle + self._starting - 1:
+                if len(self._jobs) <= self._starting - 1:
                     self._starting -= 1  # a worker freed meanwhile takes the job
                     continue
-                worker = _Worker(
-                    target=self._work, name=f"{self._name}-{next(_counter)}", daemon=True
-                )
+                worker = _Worker(self._work, f"{self._name}-{next(_counter)}")
                 self._workers.add(worker)
                 self.peak_threads = max(self.peak_threads, len(self._workers))
             try:
                 worker.start()
             except Exception:  # the process is out of threads: a later job retries
                 log.exception("cannot start a runner thread")
-                with self._cond:
+                with self._lock:
                     self._workers.discard(worker)
                     self._starting -= 1
                 time.sleep(0.05)
 
+    def _next_job(self, me: _Worker) -> Job | None:
+        """Return this worker's next job: a queued one, or one handed to it while parked.
+
+        None: the pool closed, or the worker stayed idle ``idle_s`` and retires
+        (it has left the pool either way).
+        """
+        with self._lock:
+            if self._jobs:
+                me.busy = True
+                return self._jobs.popleft()
+            if self._closed:
+                self._workers.discard(me)
+                return None
+            self._parked.append(me)
+        if not me.wake.acquire(timeout=self._idle_s):
+            with self._lock:
+                if me in self._parked:  # nothing was handed to it: idle too long, retire
+                    self._parked.remove(me)
+                    self._workers.discard(me)
+                    return None
+            me.wake.acquire()  # handed a job as it timed out: its wake is released
+        job, me.job = me.job, None
+        if job is None:  # woken by shutdown
+            with self._lock:
+                self._workers.discard(me)
+        return job
+
     def _work(self) -> None:
         me = threading.current_thread()
         assert isinstance(me, _Worker)
-        cond = self._cond
-        with cond:
+        with self._lock:
             self._starting -= 1
         while True:
-            with cond:
-                while not self._jobs:
-                    if self._closed:
-                        self._workers.discard(me)
-                        return
-                    self._idle += 1
-                    woken = cond.wait(self._idle_s)
-                    self._idle -= 1
-                    if not woken and not self._jobs:
-                        self._workers.discard(me)  # idle too long: retire
-                        return
-                job = self._jobs.popleft()
-                me.busy = True
+            job = self._next_job(me)
+            if job is None:
+                return
             try:
                 job()
             except BaseException:  # a job must never take its worker down
@@ -179,10 +210,12 @@ class WorkerPool:
         the runtime already gave its grace period) is not waited for: it ends
         as soon as its job returns.
         """
-        with self._cond:
+        with self._lock:
             self._closed = True
             self._jobs.clear()
-            self._cond.notify_all()
+            for worker in self._parked:
+                worker.wake.release()  # with no job: it leaves the pool
+            self._parked.clear()
             self._spawn_cond.notify_all()
             workers = list(self._workers)
             spawner = self._spawner
