@@ -232,7 +232,7 @@ class Supervisor:
         command = envelope.command
         world = self.world
         bus = world.bus
-        tx = Transition(envelope.reply, bus, command, record_events=bus.active)
+        tx = Transition(envelope.reply, bus, command, bus.active)
         tx.trace = envelope.trace
         journal = self._journal
         journal.begin(type(command).__name__)

@@ -99,11 +99,13 @@ class Transition:
         reply: concurrent.futures.Future[Any],
         bus: EventBus,
         what: object,
-        *,
         record_events: bool,
     ) -> None:
         """Start an empty transition serving ``what``, answering ``reply`` and publishing
         on ``bus`` once committed; events only if ``record_events``.
+
+        The supervisor passes ``record_events`` by position: a class called with a
+        keyword argument builds a dict for it (about a thousand instructions per command).
 
         What nearly every command leaves empty starts as a shared empty tuple
         (or frozenset), made a list (or set) by the first :meth:`after`,

@@ -267,7 +267,8 @@ class JDict(dict[K, V]):
 
     def __init__(self, journal: Journal, *args: Any, ordered: bool = False) -> None:
         """Create it bound to ``journal``, filled as ``dict(*args)`` would be."""
-        dict.__init__(self, *args)
+        if args:  # a new one is empty already
+            dict.__init__(self, *args)
         self._journal = journal
         self._ordered = ordered
 
@@ -353,7 +354,8 @@ class JSet(set[T]):
 
     def __init__(self, journal: Journal, items: Iterable[T] = ()) -> None:
         """Create it bound to ``journal``, holding ``items``."""
-        set.__init__(self, items)
+        if items:  # a new one is empty already (and the supervisor makes one per command)
+            set.__init__(self, items)
         self._journal = journal
 
     def add(self, item: T) -> None:
@@ -425,7 +427,8 @@ class JList(list[T]):
 
     def __init__(self, journal: Journal, items: Iterable[T] = ()) -> None:
         """Create it bound to ``journal``, holding ``items``."""
-        list.__init__(self, items)
+        if items:  # a new one is empty already (and the supervisor makes one per command)
+            list.__init__(self, items)
         self._journal = journal
 
     def _note(self) -> None:
