@@ -1,12 +1,14 @@
 """The store's one writer thread: group commit, in submission order, in the durability chosen.
 
 The supervisor encodes its transitions and hands them over a group at a time
-(:meth:`Writer.submit_group`: the transitions it served while its inbox had
-more); other writers use :meth:`Writer.submit`. The writer takes everything
-queued while the previous commit was in flight and commits it in one LMDB
-write transaction (group commit), then calls each callback in submission
-order (when more is queued, just before the next commit, once its writes are
-in). A callback therefore runs only once its transition is committed:
+(:meth:`Writer.submit_queued`: the transitions it served while its inbox had
+more, each the writer's item as it is); other writers use :meth:`Writer.submit`
+(or :meth:`Writer.submit_group`, several with their callbacks at once). The
+writer takes everything queued while the previous commit was in flight and
+commits it in one LMDB write transaction (group commit), then calls each
+callback in submission order (when more is queued, just before the next
+commit, once its writes are in). A callback therefore runs only once its
+transition is committed:
 
 - ``full``: every commit is fsynced before callbacks run; survives power loss.
 - ``buffered``: every commit is written to the OS before callbacks run, so it
@@ -252,7 +254,7 @@ class Writer:
             item = self._queue.get(timeout=timeout) if block else self._queue.get_nowait()
             if not isinstance(item, list):
                 return item
-            self._held.extend(item)  # submit_group: its transitions, in order
+            self._held.extend(item)  # submit_queued or submit_group: its transitions, in order
         return self._held.popleft()
 
     def _take(self, first: Any) -> tuple[list[Queued], list[tuple[Any, ...]]]:
