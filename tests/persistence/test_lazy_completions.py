@@ -42,8 +42,10 @@ class Spy:
         self.reads: list[str] = []
         load, of_agent = load_tree, StoredCompletions.of_agent
 
-        def loading(snapshot: Snapshot, cap: int | None, stored: Any = None) -> Any:
-            tree, restored = load(snapshot, cap, stored)
+        def loading(
+            snapshot: Snapshot, cap: int | None, stored: Any = None, *, settle: bool = False
+        ) -> Any:
+            tree, restored = load(snapshot, cap, stored, settle=settle)
             self.trees.append(tree)
             return tree, restored
 

@@ -1,0 +1,165 @@
+"""The tree's agent indexes kept by a clean shutdown, so that the next open walks no agent.
+
+An open of a big store spends most of its time on the agents: reading every
+record, decoding where each sits and walking the tree top-down to rebuild the
+indexes (paths, children, tree tops, counts, spawn keys). A writer that shuts
+down cleanly has those indexes in memory and the store exactly in step with
+them, so it writes them as one :class:`OpenIndex` to the ``open_index``
+database, in the shutdown's last commit, tagged with that commit's LMDB
+transaction id. The next open takes it only if the store's last transaction is
+still that one (:func:`read_open_index`): any later write, by this runtime, a
+crash's recovery or any other LMDB writer, moves the id on, and a crash leaves
+no fresh index; either way the open walks the agents as always. The open
+reads the busy agents' records (few after a clean shutdown) and leaves every
+other agent's in the store (:class:`~retinue.actors.tree._agents.AgentTable`),
+and its first commit deletes the index, so the file holds it only while the
+store is closed.
+
+An index is written for a tree of at least :data:`OPEN_INDEX_AT` agents
+(below that the walk costs milliseconds), and used only if no agent is deeper
+than the open's depth cap (a smaller cap drops agents: the walk says which).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from retinue.actors.tree._keys import HOST_KEY
+from retinue.persistence.placed import Placed
+from retinue.persistence.store import Store
+from retinue.protocol import paths
+from retinue.protocol.messages import AgentState
+from retinue.protocol.records import AgentRecord
+
+if TYPE_CHECKING:
+    from retinue.actors.tree._tree import Tree
+
+__all__ = [
+    "OPEN_INDEX_AT",
+    "OPEN_INDEX_DATABASE",
+    "OPEN_INDEX_KEY",
+    "OpenIndex",
+    "read_open_index",
+    "write_open_index",
+]
+
+OPEN_INDEX_AT = 10_000
+"""The fewest agents whose tree a clean shutdown keeps an index of."""
+
+OPEN_INDEX_DATABASE = "open_index"
+OPEN_INDEX_KEY = b"tree"
+_VERSION = 1
+
+
+class OpenIndex(msgspec.Struct, array_like=True, gc=False):
+    """The tree's agent indexes as a clean shutdown left them (see the module docstring).
+
+    ``paths`` has every agent (id -> path); the others are the tree's indexes
+    of the same names, host keys as ``HOST_KEY``; ``spawn_keys`` are
+    ``(parent key, key, agent id)``.
+    """
+
+    version: int
+    txn: int
+    max_depth: int
+    paths: dict[str, str]
+    top_of: dict[str, str]
+    live_kids: dict[str, list[str]]
+    live_per_tree: dict[str, int]
+    stored_children: dict[str, int]
+    states: dict[str, int]
+    live_profiles: dict[str, int]
+    busy: list[str]
+    closed: dict[str, float]
+    spawn_keys: list[tuple[str, str, str]]
+
+    def current(self, store: Store) -> bool:
+        """True while ``store``'s last transaction is the one that wrote this index."""
+        return self.txn == int(store.env.info()["last_txnid"])
+
+    def placed(self, busy: list[AgentRecord]) -> Placed:
+        """The indexes as an open's walk would have placed them, ``busy`` their records."""
+        closed = self.closed
+        return Placed(
+            agents={record.id: record for record in busy},
+            top_of=self.top_of,
+            live_paths={path: key for key, path in self.paths.items() if key not in closed},
+            live_kids={
+                (None if key == HOST_KEY else key): kids for key, kids in self.live_kids.items()
+            },
+            live_per_tree=self.live_per_tree,
+            stored_children=self.stored_children,
+            states={AgentState(state): count for state, count in self.states.items()},
+            live_profiles=self.live_profiles,
+            busy=dict.fromkeys(self.busy),
+            closed=closed,
+            spawn_keys={
+                (None if parent == HOST_KEY else parent, key): agent_id
+                for parent, key, agent_id in self.spawn_keys
+            },
+        )
+
+
+_decode = msgspec.msgpack.Decoder(OpenIndex).decode
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def write_open_index(store: Store, tree: Tree) -> bool:
+    """Write ``tree``'s index in a commit of its own, tagged with that commit's id.
+
+    For a tree of a stopped supervisor (nothing changes it) whose every
+    change is committed. Returns whether an index was written: a tree under
+    :data:`OPEN_INDEX_AT` agents gets none.
+
+    Raises:
+        StoreError: the commit failed (the next open then walks the agents).
+    """
+    agents = tree.agents
+    if len(agents) < OPEN_INDEX_AT:
+        return False
+    store.flush()  # every transition committed: the next commit is the index's
+    every = {key: path for path, key in agents.page_keys()}
+    index = OpenIndex(
+        version=_VERSION,
+        txn=int(store.env.info()["last_txnid"]) + 1,
+        max_depth=max(path.count("/") for path in every.values()) - paths.ROOT.count("/"),
+        paths=every,
+        top_of=dict(tree.top_of),
+        live_kids={key: list(kids) for key, kids in tree.children.items() if kids},
+        live_per_tree=dict(tree.tree_count),
+        stored_children=dict(tree.stored_children),
+        states=dict(tree.state_counts),
+        live_profiles=dict(tree.live_profiles),
+        busy=list(tree.busy),
+        closed=dict(tree.closed),
+        spawn_keys=[(parent, key, agent_id) for (parent, key), agent_id in tree.spawn_keys.items()],
+    )
+    store.write_now([(OPEN_INDEX_DATABASE, OPEN_INDEX_KEY, _encode(index))])
+    return True
+
+
+def read_open_index(store: Store, depth_cap: int | None) -> OpenIndex | None:
+    """Return the index a clean shutdown left, if the store is still as it left it.
+
+    None: there is none, it does not decode (a newer or damaged one), a
+    transaction came after it, or an agent is deeper than ``depth_cap``.
+
+    Raises:
+        StoreCorrupted, StoreError: the read failed.
+    """
+    raw = store.get(OPEN_INDEX_DATABASE, OPEN_INDEX_KEY)
+    if raw is None:
+        return None
+    try:
+        index = _decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if (
+        index.version != _VERSION
+        or not index.current(store)
+        or (depth_cap is not None and index.max_depth > depth_cap)
+    ):
+        return None
+    return index
