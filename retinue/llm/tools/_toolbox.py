@@ -120,6 +120,11 @@ class ToolBox:
         tool = self._tools.get(name) if isinstance(name, str) else None
         return "function" if tool is None else tool.kind
 
+    @property
+    def json(self) -> bytes:
+        """The OpenAI ``tools`` parameter for this turn as JSON (what :meth:`schemas` decodes)."""
+        return self._schemas
+
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""
         copy: list[dict[str, Any]] = msgspec.json.decode(self._schemas)

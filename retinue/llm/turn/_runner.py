@@ -34,6 +34,7 @@ from retinue.llm.model import (
 )
 from retinue.llm.tools import ToolBoxBuilder, ToolBoxProtocol, adapting
 from retinue.llm.tools import _toolbox as toolbox_module
+from retinue.llm.turn._offered import OfferedSchemas
 from retinue.llm.turn._session import REPAIR_PROMPT, TurnSession
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "ToolBoxBuilder", "model_runner_factory"]
@@ -155,6 +156,7 @@ class LiteLLMRunner:
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
         # Whatever the builder returns is adapted to the ToolBoxProtocol here, once.
         self.toolbox_builder: Callable[..., ToolBoxProtocol] = adapting(toolbox)
+        self.offered = OfferedSchemas()  # the default builder's schemas, kept between turns
         self.stream = stream
         self.cassette = (
             cassette
