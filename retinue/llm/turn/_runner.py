@@ -186,7 +186,7 @@ class LiteLLMRunner:
             # per-call custom pricing) spares litellm its failed cost-map lookups
             kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
         else:
-            # retinue owns retries and the deadline (asyncio.wait_for): none in the client.
+            # retinue owns retries and the deadline (its own, per attempt): none in the client.
             kwargs["max_retries"] = 0
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base
