@@ -70,13 +70,11 @@ from retinue.protocol.arrival import assistant_message
 from retinue.protocol.budgets import has_budget
 from retinue.protocol.chat import (
     ChatMessage,
-    decode_transcript,
     for_model,
     render_message,
     repair_dangling,
-    stored_calls,
     stored_chat,
-    stored_journal,
+    stored_transcript,
     timed_call,
     turn_input,
     unanswered_calls,
@@ -270,9 +268,7 @@ class TurnSession:
         """
         turn = self.turn
         raw, self.agent_usage, self.tree_usage = await llm_load(turn)
-        history, self.cut = decode_transcript(raw)
-        self.call_times = stored_calls(raw)
-        journal = stored_journal(raw)
+        history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
         generation = turn.agent.generation
         if journal is not None and journal.generation == generation:
             self.step = journal.step
