@@ -14,7 +14,7 @@ from support import wait_settled
 
 from llm.conftest import SETTLE_S, stub_runner, tool_call
 from retinue import AgentState, Limits, Profile
-from retinue.llm.tools import _toolbox
+from retinue.llm.tools import _coordinator, _toolbox
 from retinue.llm.turn._offered import OfferedSchemas
 from retinue.testing import OpenAIStub, StubReply
 
@@ -22,7 +22,7 @@ from retinue.testing import OpenAIStub, StubReply
 def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the default builder's builds (each builds the coordinator tools once)."""
     built: list[str] = []
-    real = _toolbox.coordinator_tools
+    real = _coordinator.coordinator_tools
 
     def counted(turn: Any, **kwargs: Any) -> Any:
         built.append(turn.profile.name)

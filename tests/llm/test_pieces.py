@@ -228,7 +228,7 @@ def test_an_unreadable_transcript_starts_over() -> None:
 
 
 def test_a_transcript_decoded_once_reads_as_its_three_readers_read_it() -> None:
-    chat = [
+    chat: list[dict[str, Any]] = [
         {"role": "user", "content": "go"},
         {
             "role": "assistant",
