@@ -74,3 +74,13 @@ def test_kept_schemas_are_one_profile_and_limits_objects_and_spawn_rights() -> N
     assert offered.get(profile, Limits(), True) is None
     offered.keep(profile, limits, False, box, ("read_file",))  # a built-in: not kept
     assert offered.get(profile, limits, False) is None
+
+
+def test_a_runner_keeps_a_bounded_number_of_offers() -> None:
+    offered = OfferedSchemas()
+    box = _toolbox.ToolBox([])
+    kept = [(Profile(f"p{i}"), Limits()) for i in range(200)]
+    for profile, limits in kept:
+        offered.keep(profile, limits, False, box, ())
+    assert offered.get(*kept[-1], False) == []
+    assert sum(offered.get(p, lim, False) is not None for p, lim in kept) <= 64

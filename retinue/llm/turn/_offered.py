@@ -24,6 +24,9 @@ from retinue.protocol.tools import BUILTIN_TOOLS, is_mcp_name
 
 __all__ = ["OfferedSchemas"]
 
+_KEPT_MAX = 64
+"""Offers one runner keeps at most (each holds its profile and limits objects alive)."""
+
 
 class OfferedSchemas:
     """One runner's kept schemas, by profile, limits and whether the agent may spawn.
@@ -60,4 +63,6 @@ class OfferedSchemas:
         if not isinstance(toolbox, ToolBox):  # the default builder's always is
             return
         if not any(n in BUILTIN_TOOLS or is_mcp_name(n) for n in granted):
+            if len(self._kept) >= _KEPT_MAX:  # a runner given to runtime after runtime
+                self._kept.clear()
             self._kept[(id(profile), id(limits), can_spawn)] = (profile, limits, toolbox.json)
