@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import logging
+import operator
 import queue
 import threading
 import time
@@ -116,7 +118,7 @@ class Writer:
         self.on_commit: CommitTimer | None = None  # told each group commit's seconds, if set
         self.on_grow: Callable[[], None] | None = None  # called once a commit grew the file
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._held: collections.deque[object] = collections.deque()  # taken, not yet served
+        self._held: collections.deque[Queued] = collections.deque()  # taken, not yet served
         # Committed groups whose callbacks wait for the next commit's puts (writer only).
         self._unanswered: list[tuple[list[Queued], BaseException | None]] = []
         self._thread = threading.Thread(
@@ -274,9 +276,13 @@ class Writer:
             group.append(item)
             if item.spread or len(group) >= self.max_group:
                 break
-            if held:  # a submitted group's next transition (no call, no queue read)
-                item = held.popleft()
-                continue
+            if held:  # the rest of a submitted group: taken at once when it all joins this one
+                if len(group) + len(held) < self.max_group and not any(map(_SPREAD, held)):
+                    group += held  # no Python loop per transition (nearly always)
+                    held.clear()
+                else:  # one by one: a spread write or the group's bound ends it in there
+                    item = held.popleft()
+                    continue
             if self._queue.empty():  # nothing behind it (no get_nowait to raise Empty)
                 break
             try:
@@ -312,11 +318,8 @@ class Writer:
         syncs, instead of taking the GIL from the writer at each of its puts
         (a put releases the GIL).
         """
-        if len(group) == 1:
-            writes = list(group[0].writes)
-        else:  # a key written by several transitions of the group is written once, as it ends
-            last = {(name, key): value for item in group for name, key, value in item.writes}
-            writes = [(name, key, value) for (name, key), value in last.items()]
+        # A key written by several transitions of the group is written once, as it ends.
+        writes = list(group[0].writes) if len(group) == 1 else _last_writes(group)
         batches = [writes] if writes else []
         spread = group[-1].spread  # only the last has any
         if spread:
@@ -407,6 +410,25 @@ class Writer:
                 self.on_grow()
         except Exception:
             log.exception("a store growth watcher failed")
+
+
+_WRITES = operator.attrgetter("writes")
+_SPREAD = operator.attrgetter("spread")
+_PLACE = operator.itemgetter(0, 1)  # a write's (database, key)
+
+
+def _last_writes(group: list[Queued]) -> list[Write]:
+    """The writes of ``group`` in order, each (database, key) once: its last write, in the
+    place of its first.
+
+    In C (no Python loop, no tuple built per write but its place): nearly every group
+    writes each key once (one agent's records per transition), and a set of the places
+    says so; only a group that writes a key twice builds the dict that keeps the last.
+    """
+    writes: list[Write] = list(itertools.chain.from_iterable(map(_WRITES, group)))
+    if len(set(map(_PLACE, writes))) == len(writes):
+        return writes
+    return list(dict(zip(map(_PLACE, writes), writes, strict=True)).values())
 
 
 def _run_quiet(work: Callable[[], Any], outcome: list[Any], done: threading.Event) -> None:

@@ -65,6 +65,7 @@ __all__ = [
     "stored_calls",
     "stored_chat",
     "stored_journal",
+    "stored_transcript",
     "timed_call",
     "turn_input",
     "unanswered_calls",
@@ -396,6 +397,19 @@ def _record(raw: bytes | None) -> TranscriptRecord | None:
     except msgspec.DecodeError:
         return None
     return record if record.version <= TRANSCRIPT_VERSION else None
+
+
+def stored_transcript(
+    raw: bytes | None,
+) -> tuple[list[ChatMessage], int, list[ModelCallRecord], ToolStep | None]:
+    """Return a stored transcript's messages and cut count (:func:`decode_transcript`), its
+    model calls' times (:func:`stored_calls`) and its journal (:func:`stored_journal`),
+    decoded once (an absent, undecodable or newer record: nothing of each)."""
+    record = _record(raw)
+    if record is None:
+        return [], 0, [], None
+    messages = [_to_chat(m) for m in record.messages]
+    return messages, record.cut, list(record.calls), record.journal
 
 
 def stored_calls(raw: bytes | None) -> list[ModelCallRecord]:

@@ -12,9 +12,12 @@ SIGKILLed before a model call is answered or inside a host tool call (after its
 effect, before its record), the store reopened and the run carried on
 (:mod:`retinue.testing._fuzz_crash`). From a perturbed call on, that agent's requests
 differ from the recording, so the chaos model answers them: the run leaves
-the script where hypothesis chose, and nothing reaches a provider. Host tools
-run for real (``replay_tools=False``): a host tool call that ends in an error
-is a finding (``host_tool_failed``), as is any broken store invariant
+the script where hypothesis chose, and nothing reaches a provider. No clock
+decides an answer: an off-script call keeps the runner's deadline and the
+chaos model's hangs time out at once (``hang_s=None``), so a replay under load
+answers as a quiet one does. Host tools run for real (``replay_tools=False``):
+a host tool call that ends in an error is a finding (``host_tool_failed``), as
+is any broken store invariant
 (:func:`~retinue.testing.invariants.check_invariants`). The search shrinks a
 failing example to the fewest perturbations; :class:`Finding` says how to
 run it again (``retinue fuzz TEAM --cassette C --perturb '<json>'``).
@@ -134,7 +137,7 @@ def perturbed_run(
             broken.append(f"host_tool_failed: {event.tool} ({event.path}): {event.error}")
 
     opened = dict(open_kwargs or {})
-    chaos = ChaosModel(seed)
+    chaos = ChaosModel(seed, hang_s=None)  # a hang times out at once: no clock decides
     with chaos, FaultModels(chaos), Runtime.open(store, profiles=profiles(tape), **opened) as rt:
         unsubscribe = rt.subscribe(watch)
         try:

@@ -145,7 +145,7 @@ def main(spec_path: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     load_litellm()  # before the runtime opens
-    chaos = ChaosModel(spec["seed"]).install()
+    chaos = ChaosModel(spec["seed"], hang_s=None).install()  # see _fuzz_cassette
     FaultModels(chaos).install()
     rt = _open(spec, crash)
     _watch(rt, spec["cassette"], lambda text: note(broken=text))
@@ -240,7 +240,7 @@ def crashing_run(
 def _final(spec: dict[str, Any], crashed: bool) -> list[str]:
     """Reopen here, carry on after a crash, settle and check everything."""
     broken: list[str] = []
-    with ChaosModel(spec["seed"]) as chaos, FaultModels(chaos):
+    with ChaosModel(spec["seed"], hang_s=None) as chaos, FaultModels(chaos):
         rt = _open(spec, None)
         try:
             _watch(rt, spec["cassette"], broken.append)

@@ -75,7 +75,9 @@ class ChaosModel:
     ``{"hang": 0}`` turns hangs off). ``max_steps``: tool steps in one turn
     before the model only answers with text. ``hang_s``: how long a hang lasts
     (the runner's ``request_timeout_s`` cuts it first, as it would a real
-    provider's); ``slow_s``: the range of a slow answer's delay.
+    provider's); None: a hang fails at once as a timeout, so no clock decides
+    whether a call is answered (a cassette fuzzer's replay); ``slow_s``: the
+    range of a slow answer's delay.
     :attr:`counts` tells how often each kind was answered.
 
     Raises:
@@ -89,7 +91,7 @@ class ChaosModel:
         *,
         weights: Mapping[str, float] | None = None,
         max_steps: int = 6,
-        hang_s: float = 3600.0,
+        hang_s: float | None = 3600.0,
         slow_s: tuple[float, float] = (0.05, 0.5),
     ) -> None:
         """Check and keep the settings; nothing is served until :meth:`install`."""
@@ -106,12 +108,12 @@ class ChaosModel:
             raise ValueError("the chaos model needs a kind of answer that is not a fault")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be an integer >= 1, not {max_steps!r}")
-        if hang_s < 0 or slow_s[0] < 0 or slow_s[1] < slow_s[0]:
+        if (hang_s is not None and hang_s < 0) or slow_s[0] < 0 or slow_s[1] < slow_s[0]:
             raise ValueError("hang_s and slow_s must be durations >= 0 (slow_s: low <= high)")
         self.seed = int(seed)
         self.weights: Mapping[str, float] = merged
         self.max_steps = max_steps
-        self.hang_s = float(hang_s)
+        self.hang_s = None if hang_s is None else float(hang_s)
         self.slow_s = (float(slow_s[0]), float(slow_s[1]))
         self.counts: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()

@@ -13,6 +13,7 @@ only the chaos model's responder imports it, on its first call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -96,14 +97,19 @@ def _response(answer: Answer, model: str, messages: Sequence[Any]) -> Any:
     )
 
 
-async def deliver(answer: Answer, model: str, messages: Sequence[Any], hang_s: float) -> Any:
-    """Wait ``answer.delay_s`` (``hang_s`` for a hang), then return or raise the answer.
+async def deliver(answer: Answer, model: str, messages: Sequence[Any], hang_s: float | None) -> Any:
+    """Wait ``answer.delay_s`` (``hang_s`` for a hang), then return or raise the answer;
+    with ``hang_s`` None a hang fails at once as a timeout.
 
     Raises:
         litellm exceptions: the answer is an error (429, 5xx, 400, a timeout),
             or a response litellm cannot use (null choices, content parts).
     """
-    delay = hang_s if answer.hang else answer.delay_s
+    delay = answer.delay_s
+    if answer.hang:
+        if hang_s is None:
+            raise _error(dataclasses.replace(answer, status="timeout"), model)
+        delay = hang_s
     if delay > 0:
         await asyncio.sleep(delay)
     if answer.status is not None:

@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from retinue import Durability, Limits, Profile, Runtime, Turn
 from retinue.actors.turns import TurnControl, control_of
 from retinue.llm import LiteLLMRunner, tool
@@ -53,6 +55,9 @@ from retinue.protocol.transcript_memo import TranscriptMemo
 from stress.bench.durable_common import StepClock, quantile
 
 __all__ = ["MODEL", "RawLoop", "RetinueCommits", "RetinueSteps", "durable_step", "respond"]
+
+_JSON = msgspec.json.Encoder()
+"""The step's JSON, encoded as a model turn's toolbox encodes a tool's result (compact)."""
 
 MODEL_NAME = "durable-steps"
 MODEL = f"retinue/{MODEL_NAME}"
@@ -259,7 +264,7 @@ async def durable_step(
     """
     memo = TranscriptMemo() if memo is None else memo
     call_id = f"call_{step}"
-    arguments = json.dumps({"agent": agent, "step": step})
+    arguments = _JSON.encode({"agent": agent, "step": step}).decode()
     history.append(
         {
             "role": "assistant",
@@ -282,7 +287,7 @@ async def durable_step(
     await llm_step(turn, usage, raw, takes_input=takes_input, open_calls=open_count(journal))
     with calling(tool_call(journal, journal.calls[0], me.id)):
         clock.tick(agent)
-    result = json.dumps({"result": f"noted {agent}-{step}"})
+    result = _JSON.encode({"result": f"noted {agent}-{step}"}).decode()  # as a ToolBox does
     history.append({"role": "tool", "tool_call_id": call_id, "name": "note", "content": result})
     done = closed(journal, me.generation)
     await llm_step(turn, Usage(), _stored(turn, history, memo, done), open_calls=0)

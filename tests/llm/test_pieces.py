@@ -15,9 +15,17 @@ from retinue.llm.chat import (
 )
 from retinue.llm.model import script_reply
 from retinue.llm.model._retry import backoff_delay, classify
-from retinue.protocol.chat import CUT_MARKER, INTERRUPTED_TOOL_RESULT, bound
+from retinue.protocol.chat import (
+    CUT_MARKER,
+    INTERRUPTED_TOOL_RESULT,
+    bound,
+    stored_calls,
+    stored_journal,
+    stored_transcript,
+)
 from retinue.protocol.effects import in_doubt_result
 from retinue.protocol.messages import Completion, CompletionStatus, Message
+from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import parse_result, result_instruction
 
 SPAWN_TOOL = {
@@ -216,6 +224,27 @@ def test_a_tool_call_left_without_a_result_gets_an_in_doubt_one() -> None:
 def test_an_unreadable_transcript_starts_over() -> None:
     assert decode_transcript(b"\xff\x00garbage") == ([], 0)
     assert decode_transcript(None) == ([], 0)
+    assert stored_transcript(b"\xff\x00garbage") == stored_transcript(None) == ([], 0, [], None)
+
+
+def test_a_transcript_decoded_once_reads_as_its_three_readers_read_it() -> None:
+    chat: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "note", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "note", "content": "{}"},
+    ]
+    calls = [ModelCallRecord(model="m", generation=2, started_at=1.0, ended_at=2.0)]
+    journal = ToolStep(generation=2, step=1)
+    raw = encode_transcript("a1", chat, 3, calls, 2, journal)
+    messages, cut = decode_transcript(raw)
+    assert stored_transcript(raw) == (messages, cut, stored_calls(raw), stored_journal(raw))
+    assert (cut, stored_calls(raw), stored_journal(raw)) == (3, calls, journal)
 
 
 class FakeStatusError(Exception):

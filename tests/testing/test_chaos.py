@@ -134,6 +134,13 @@ def test_each_kind_of_failure_comes_through_litellm(litellm: ModuleType) -> None
         asyncio.run(hang())
 
 
+def test_without_hang_s_a_hang_times_out_at_once(litellm: ModuleType) -> None:
+    # a replay's hang: no deadline has to fire, so no clock decides the call
+    hang = failure(litellm, only("hang", hang_s=None), [])
+    assert hang.retryable and "no answer in time [hang]" in hang.message
+    assert call(litellm, only("text", hang_s=None), []).choices[0].message.content
+
+
 def test_a_streamed_answer_is_the_answer_in_pieces(litellm: ModuleType, tmp_path: Path) -> None:
     tools = [d.schema() for d in tool_defs(tmp_path)]
 

@@ -171,11 +171,12 @@ class Reply(concurrent.futures.Future[T]):
             callbacks, self._callbacks = self._callbacks, ()
         finally:
             lock.release()
-        for fn in callbacks:  # as _call, inline: one frame less per answer
-            try:
-                fn(self)
-            except Exception:  # a callback's failure is logged, never the finisher's
-                log.exception("a callback of %r failed", self)
+        if callbacks:  # nearly no reply has any: no iterator over the empty tuple
+            for fn in callbacks:  # as _call, inline: one frame less per answer
+                try:
+                    fn(self)
+                except Exception:  # a callback's failure is logged, never the finisher's
+                    log.exception("a callback of %r failed", self)
 
     def _close(self, state: str) -> _Callbacks[T]:
         """Enter the done ``state``, open the latch, return the callbacks to run (lock held;
@@ -296,11 +297,12 @@ class LoopReply(Reply[T]):
             self._post(_settle, self._ready, self)
         except RuntimeError:  # the loop is closed: nobody awaits
             pass
-        for fn in callbacks:
-            try:
-                fn(self)
-            except Exception:  # a callback's failure is logged, never the finisher's
-                log.exception("a callback of %r failed", self)
+        if callbacks:  # as Reply._finish
+            for fn in callbacks:
+                try:
+                    fn(self)
+                except Exception:  # a callback's failure is logged, never the finisher's
+                    log.exception("a callback of %r failed", self)
 
     set_result = _finish  # (result): answer with ``result``; InvalidStateError if done
 

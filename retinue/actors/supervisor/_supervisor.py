@@ -232,8 +232,7 @@ class Supervisor:
         command = envelope.command
         world = self.world
         bus = world.bus
-        tx = Transition(envelope.reply, bus, command, bus.active)
-        tx.trace = envelope.trace
+        tx = Transition(envelope.reply, bus, command, bus.active, envelope.trace)
         journal = self._journal
         journal.begin(type(command).__name__)
         before = self.rescue.picture() if journal.armed else None  # a test's injected fault

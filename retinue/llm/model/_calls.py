@@ -2,7 +2,7 @@
 
 retinue owns the retry and deadline logic (litellm's ``num_retries`` needs a
 package it does not declare, and ``timeout=`` is not enforced for custom
-providers): :func:`complete` bounds each attempt with ``asyncio.wait_for``,
+providers): :func:`complete` bounds each attempt with a deadline in its task,
 retries what :func:`~retinue.llm.model._retry.classify` calls transient with
 jittered exponential backoff (``Retry-After`` honoured), and keeps at most
 ``Limits.max_concurrent_calls`` calls of one model in flight on the loop.
@@ -32,6 +32,7 @@ from typing import Any
 
 from retinue.actors.events import ModelCallWatch
 from retinue.errors import ModelCallFailed
+from retinue.llm.model._deadline import Deadline
 from retinue.llm.model._limits import LimitedCalls
 from retinue.llm.model._provider import SCRIPTED_PROVIDER
 from retinue.llm.model._retry import backoff_delay, classify
@@ -116,10 +117,12 @@ async def complete(
         attempt += 1
         call_id = None if limited is None else await limited.admit(messages, tools)
         try:
-            # asyncio.timeout, not wait_for: the attempt runs in this task (wait_for
-            # wraps it in a task of its own, two more turns of the loop per call)
-            async with semaphore, asyncio.timeout(settings.request_timeout_s):
-                response = await _attempt(litellm, kwargs, settings.stream, watch)
+            # a deadline in this task, not wait_for (which wraps the attempt in a task of
+            # its own, two more turns of the loop per call), nor asyncio.timeout (two
+            # coroutines to enter and leave): the same rule (retinue.llm.model._deadline)
+            async with semaphore:
+                with Deadline(settings.request_timeout_s):
+                    response = await _attempt(litellm, kwargs, settings.stream, watch)
         except Exception as exc:  # CancelledError (an interrupt) is not an Exception
             failure = classify(exc, settings.model, settings.request_timeout_s)
             if call_id is not None and limited is not None:

@@ -1,15 +1,15 @@
 """The tools one LLM turn offers its model: the interface between the runner and the tools.
 
-- ``build_toolbox(turn, *, tools, workspace, host_tools) -> ToolBox`` is
-  called once per turn, on the runtime's event loop, before the first model
-  call. ``turn`` is the runner's :class:`~retinue.actors.turns._turn.Turn`, or
-  the turn's control a runner's ``toolbox=`` builder is given (its async twins
-  and ``turn.profile``); ``tools`` is the agent's tools setting: a preset
-  ``"read"`` / ``"modify"`` / ``"none"``, exact tool names, or None (no
-  ordinary tools; ``Runtime.open`` has already resolved an inheriting
-  profile's ``tools`` into names); ``workspace`` is the folder the built-in
-  tools are confined to; ``host_tools`` the host-registered functions
-  (a mapping name -> function, or a list of functions / :func:`~retinue.llm.tool`\\ s).
+- ``build_toolbox(turn, *, tools, workspace, host_tools) -> ToolBox`` is called at most once per
+  turn, on the runtime's event loop: before the first model call, or, for a turn that offers only
+  coordinator and host tools and whose runner kept that offer's schemas from an earlier turn
+  (:mod:`retinue.llm.turn._offered`), at its first tool call. ``turn`` is the runner's
+  :class:`~retinue.actors.turns._turn.Turn`, or the turn's control a runner's ``toolbox=`` builder
+  is given (its async twins and ``turn.profile``); ``tools`` is the agent's tools setting: a preset
+  ``"read"`` / ``"modify"`` / ``"none"``, exact tool names, or None (no ordinary tools;
+  ``Runtime.open`` has already resolved an inheriting profile's ``tools`` into names); ``workspace``
+  is the folder the built-in tools are confined to; ``host_tools`` the host-registered functions (a
+  mapping name -> function, or a list of functions / :func:`~retinue.llm.tool`\\ s).
 - ``ToolBox.schemas()`` returns the OpenAI ``tools`` parameter (a list of
   ``{"type": "function", "function": {"name", "description", "parameters"}}``):
   the coordinator tools (all seven when the agent may spawn, else
@@ -119,6 +119,11 @@ class ToolBox:
         """Return a tool's ``gen_ai.tool.type``: ``extension`` (an MCP server's), ``function``."""
         tool = self._tools.get(name) if isinstance(name, str) else None
         return "function" if tool is None else tool.kind
+
+    @property
+    def json(self) -> bytes:
+        """The OpenAI ``tools`` parameter for this turn as JSON (what :meth:`schemas` decodes)."""
+        return self._schemas
 
     def schemas(self) -> list[dict[str, Any]]:
         """Return the OpenAI ``tools`` parameter for this turn (may be empty)."""

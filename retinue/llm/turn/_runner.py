@@ -34,6 +34,7 @@ from retinue.llm.model import (
 )
 from retinue.llm.tools import ToolBoxBuilder, ToolBoxProtocol, adapting
 from retinue.llm.tools import _toolbox as toolbox_module
+from retinue.llm.turn._offered import OfferedSchemas
 from retinue.llm.turn._session import REPAIR_PROMPT, TurnSession
 
 __all__ = ["REPAIR_PROMPT", "LiteLLMRunner", "ToolBoxBuilder", "model_runner_factory"]
@@ -155,6 +156,7 @@ class LiteLLMRunner:
         self.mcp = mcp  # the runtime's McpManager (retinue.llm.mcp), set by Runtime.open
         # Whatever the builder returns is adapted to the ToolBoxProtocol here, once.
         self.toolbox_builder: Callable[..., ToolBoxProtocol] = adapting(toolbox)
+        self.offered = OfferedSchemas()  # the default builder's schemas, kept between turns
         self.stream = stream
         self.cassette = (
             cassette
@@ -184,7 +186,7 @@ class LiteLLMRunner:
             # per-call custom pricing) spares litellm its failed cost-map lookups
             kwargs.update(input_cost_per_token=0.0, output_cost_per_token=0.0)
         else:
-            # retinue owns retries and the deadline (asyncio.wait_for): none in the client.
+            # retinue owns retries and the deadline (its own, per attempt): none in the client.
             kwargs["max_retries"] = 0
         if self.api_base is not None:
             kwargs["api_base"] = self.api_base

@@ -50,7 +50,7 @@ from retinue.errors import (
 )
 from retinue.llm.mcp import mcp_tool_defs
 from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete, usage_of
-from retinue.llm.tools import ToolBoxProtocol
+from retinue.llm.tools import ToolBoxProtocol, build_toolbox
 from retinue.llm.turn._approval_gate import ask_approvals, denied_result, gated, granted_names
 from retinue.llm.turn._bridge import llm_load, llm_step
 from retinue.llm.turn._context import TurnContext
@@ -70,13 +70,11 @@ from retinue.protocol.arrival import assistant_message
 from retinue.protocol.budgets import has_budget
 from retinue.protocol.chat import (
     ChatMessage,
-    decode_transcript,
     for_model,
     render_message,
     repair_dangling,
-    stored_calls,
     stored_chat,
-    stored_journal,
+    stored_transcript,
     timed_call,
     turn_input,
     unanswered_calls,
@@ -109,6 +107,7 @@ class TurnSession:
 
     __slots__ = (
         "agent_usage",
+        "box",
         "budgeted",
         "call_times",
         "calls_made",
@@ -141,6 +140,7 @@ class TurnSession:
         self.limits = turn.limits
         profile = turn.profile
         self.tools = runner.tools if runner.tools is not None else profile.tools
+        self.box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
         self.structured = (runner.result_format or profile.result_format) == "structured"
         self.history: list[ChatMessage] = []
         self.memo = TranscriptMemo()  # the history's sizes and records, kept between saves
@@ -174,12 +174,11 @@ class TurnSession:
             ResultContractError: as :meth:`LiteLLMRunner.__call__` says.
         """
         await self._load()
-        toolbox = await self._toolbox()
-        schemas = toolbox.schemas()
+        schemas = await self._schemas()
         if self.turn.reason == APPROVAL_REASON:
-            await self._carry_on(toolbox)
+            await self._carry_on(await self._toolbox())
         elif self.doubt:
-            await self._settle(toolbox)
+            await self._settle(await self._toolbox())
         while True:
             admitted = self.budgeted and await admit_call(
                 self.turn, self.agent_usage, self.tree_usage
@@ -188,6 +187,7 @@ class TurnSession:
             self.history.append(assistant)
             calls = assistant.get("tool_calls") or []
             if calls:
+                toolbox = self.box or await self._toolbox()  # built at the first tool step
                 await self._run_tools(toolbox, usage, assistant, admitted)
                 continue
             answer, repairable = self._final(assistant["content"] or "")
@@ -268,9 +268,7 @@ class TurnSession:
         """
         turn = self.turn
         raw, self.agent_usage, self.tree_usage = await llm_load(turn)
-        history, self.cut = decode_transcript(raw)
-        self.call_times = stored_calls(raw)
-        journal = stored_journal(raw)
+        history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
         generation = turn.agent.generation
         if journal is not None and journal.generation == generation:
             self.step = journal.step
@@ -348,12 +346,36 @@ class TurnSession:
             agent.id, agent.generation, self.step, calls, names, effect, gated_ids
         )
 
+    async def _schemas(self) -> list[dict[str, Any]]:
+        """The schemas this turn offers its model: kept ones (:mod:`~retinue.llm.turn._offered`)
+        when the runner's last such turn left them, else its toolbox's, built now.
+
+        Raises:
+            ConfigurationError: the toolbox cannot be built (its tools are not valid).
+        """
+        runner = self.runner
+        if runner.toolbox_builder is not build_toolbox:
+            return (await self._toolbox()).schemas()
+        turn = self.turn
+        profile, limits = turn.profile, turn.limits
+        can_spawn = bool(profile.subagents) and limits.depth_allowed(turn.agent.depth + 1)
+        kept = runner.offered.get(profile, limits, can_spawn)
+        if kept is not None:
+            return kept
+        toolbox = await self._toolbox()
+        granted = resolve_tools(self.tools, owner=profile.name) or ()
+        runner.offered.keep(profile, limits, can_spawn, toolbox, granted)
+        return toolbox.schemas()
+
     async def _toolbox(self) -> ToolBoxProtocol:
+        """The turn's toolbox, built the first time it is asked for."""
+        if self.box is not None:
+            return self.box
         runner = self.runner
         owner = self.turn.profile.name
         granted = resolve_tools(self.tools, owner=owner) or ()
         mcp = any(is_mcp_name(n) for n in granted)  # else the MCP layer is not even asked
-        return runner.toolbox_builder(
+        self.box = runner.toolbox_builder(
             self.turn,
             tools=self.tools,
             workspace=runner.workspace,
@@ -361,6 +383,7 @@ class TurnSession:
             tool_timeout_s=runner.tool_timeout_s,
             mcp_tools=await mcp_tool_defs(runner.mcp, self.tools, owner) if mcp else [],
         )
+        return self.box
 
     async def _run_tools(
         self, toolbox: ToolBoxProtocol, usage: Usage, assistant: ChatMessage, admitted: bool

@@ -16,6 +16,7 @@ from retinue.llm.cassette import Cassette
 from retinue.llm.mcp import McpManager
 from retinue.llm.model import CallSettings
 from retinue.llm.tools import ToolBoxProtocol
+from retinue.llm.turn._offered import OfferedSchemas
 
 __all__ = ["RunnerSettings"]
 
@@ -46,6 +47,10 @@ class RunnerSettings(Protocol):
     @property
     def toolbox_builder(self) -> Callable[..., ToolBoxProtocol]:
         """Builds each turn's toolbox (a host's builder's result adapted to the protocol)."""
+
+    @property
+    def offered(self) -> OfferedSchemas:
+        """The default builder's schemas, kept between turns."""
 
     @property
     def workspace(self) -> Path | None:

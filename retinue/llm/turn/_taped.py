@@ -25,10 +25,7 @@ from retinue.llm.turn._settings import RunnerSettings
 from retinue.protocol.chat import ChatMessage
 from retinue.protocol.messages import Usage
 
-__all__ = ["OFF_SCRIPT_TIMEOUT_S", "Taped", "TapedTool", "host_call_index"]
-
-OFF_SCRIPT_TIMEOUT_S = 2.0
-"""The most an off-script call (a fuzzer's chaos answer) may take: its hangs end there."""
+__all__ = ["Taped", "TapedTool", "host_call_index"]
 
 
 class Taped:
@@ -64,17 +61,20 @@ class Taped:
 
     def live(self, calls: CallSettings) -> CallSettings:
         """How a call the cassette does not answer is made: as the runner makes it, or on
-        the cassette's off-script model (a fuzzer's: free, never recorded; a fault
-        perturbation's ``retinue/fault_<kind>``)."""
+        the cassette's off-script model (a fuzzer's: free, never recorded, one retry; a
+        fault perturbation's ``retinue/fault_<kind>``).
+
+        An off-script call keeps the runner's deadline: a shorter one would fire on an
+        answer that is merely late on a loaded machine (litellm's first call in a
+        process), so a replay's answers would depend on the clock. The fuzzer's chaos
+        model answers a hang with a timeout at once instead (``hang_s=None``).
+        """
         cassette = self.cassette
         model = None if cassette is None else cassette.off_script_model(self.agent, self.index)
         if model is None:
             return calls
         kwargs = {"model": model, "input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
-        timeout = min(calls.request_timeout_s, OFF_SCRIPT_TIMEOUT_S)
-        return dataclasses.replace(
-            calls, model=model, kwargs=kwargs, request_timeout_s=timeout, retries=1
-        )
+        return dataclasses.replace(calls, model=model, kwargs=kwargs, retries=1)
 
     def record(self, message: ChatMessage, usage: Usage) -> None:
         """Record the live call's answer (when recording).

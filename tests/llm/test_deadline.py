@@ -1,0 +1,87 @@
+"""A model call attempt's deadline keeps ``asyncio.timeout``'s rule (retinue.llm.model._deadline).
+
+Past its seconds the block raises ``TimeoutError``; a cancellation of the
+task's own (an interrupt) stays a ``CancelledError``, also when it lands
+after the deadline passed; a block that ends in time leaves no timer armed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from retinue.llm.model._deadline import Deadline
+
+
+def test_a_block_past_its_deadline_raises_timeout_error() -> None:
+    async def main() -> int:
+        with pytest.raises(TimeoutError), Deadline(0.01):
+            await asyncio.sleep(30)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    assert asyncio.run(main()) == 0  # the deadline's cancellation is taken back
+
+
+def test_a_block_that_ends_in_time_is_left_alone() -> None:
+    async def main() -> str:
+        with Deadline(30):
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.02)  # nothing cancels the task after the block
+        return "done"
+
+    assert asyncio.run(main()) == "done"
+
+
+def test_a_cancellation_of_the_tasks_own_stays_a_cancellation() -> None:
+    async def bounded(started: asyncio.Event) -> None:
+        with Deadline(30):
+            started.set()
+            await asyncio.sleep(30)
+
+    async def main() -> None:
+        started = asyncio.Event()
+        task = asyncio.create_task(bounded(started))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+def test_a_cancellation_that_lands_after_the_deadline_passed_stays_a_cancellation() -> None:
+    async def bounded() -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        with Deadline(0.01):
+            asyncio.get_running_loop().call_later(0.011, me.cancel)  # an interrupt, just after
+            time.sleep(0.03)  # both are due in the loop's next pass: the deadline's first
+            await asyncio.sleep(30)
+
+    async def main() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(bounded())
+
+    asyncio.run(main())
+
+
+def test_a_deadline_is_set_inside_a_task() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        made: list[BaseException] = []
+
+        def outside() -> None:
+            try:
+                Deadline(1)
+            except RuntimeError as exc:
+                made.append(exc)
+
+        loop.call_soon(outside)
+        await asyncio.sleep(0.01)
+        assert len(made) == 1
+
+    asyncio.run(main())
