@@ -25,6 +25,7 @@ from retinue.actors.supervisor import Supervisor, SupervisorActor
 from retinue.actors.tree import (
     OPEN_INDEX_DATABASE,
     OPEN_INDEX_KEY,
+    OpenIndex,
     StoredCompletions,
     collector_paused,
     load_tree,
@@ -224,6 +225,26 @@ FREEZE_AT_AGENTS = 20_000
 cyclic collector's scans (smaller trees cost the collector little)."""
 
 
+def _read_for_open(store: Store, depth_cap: int | None) -> tuple[Snapshot, OpenIndex | None]:
+    """Read what an open restores, and a clean shutdown's index of the agents if the store
+    is as that shutdown left it (then the snapshot holds no agent: the open reads only
+    the busy ones; else it walks them all). The delivered completions stay in the store:
+    the tree reads an agent's when asked.
+
+    Raises:
+        StoreCorrupted, StoreError: a read failed.
+    """
+    index = read_open_index(store, depth_cap)
+    every = (*RESTORE_DATABASES, "leases", "approvals")
+    snapshot = store.snapshot(
+        [name for name in every if index is None or name != "agents"], undelivered_only=True
+    )
+    if index is not None and not index.current(store):
+        # Another LMDB writer committed between the two reads: walk what it left.
+        return store.snapshot(every, undelivered_only=True), None
+    return snapshot, index
+
+
 def boot(
     store: Store,
     *,
@@ -245,18 +266,7 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    # A clean shutdown's index of the agents, if the store is as it left it: the open
-    # then reads no agent but the busy ones (else it walks them all).
-    index = read_open_index(store, limits.depth_cap)
-    every = (*RESTORE_DATABASES, "leases", "approvals")
-    # The delivered completions stay in the store: the tree reads an agent's when asked.
-    snapshot = store.snapshot(
-        [name for name in every if index is None or name != "agents"], undelivered_only=True
-    )
-    if index is not None and not index.current(store):
-        # Another LMDB writer committed between the two reads: walk what it left.
-        index = None
-        snapshot = store.snapshot(every, undelivered_only=True)
+    snapshot, index = _read_for_open(store, limits.depth_cap)
     agents = len(snapshot.records.get("agents", ())) if index is None else len(index.paths)
     freeze = agents >= FREEZE_AT_AGENTS
     if freeze:  # the open ends by freezing what is alive: collect the host's garbage

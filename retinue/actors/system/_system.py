@@ -312,8 +312,9 @@ class System:
         if self.core is not None:  # the actor has stopped: nothing reads the tree now
             # A big tree's indexes, for the next open to take instead of walking every
             # agent; a store that failed keeps none (the next open walks them).
+            tree = self.core.tree
             with contextlib.suppress(RetinueError):
-                write_open_index(self.store, self.core.tree)
+                write_open_index(self.store, len(tree.agents), tree.open_index)
             self.core.release()
         if self._froze:  # the open froze what was alive: let the collector reach it again
             gc.unfreeze()

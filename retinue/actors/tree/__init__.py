@@ -22,6 +22,7 @@ from retinue.actors.tree._loading import collector_paused
 from retinue.actors.tree._open_index import (
     OPEN_INDEX_DATABASE,
     OPEN_INDEX_KEY,
+    OpenIndex,
     read_open_index,
     write_open_index,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "HOST_KEY",
     "OPEN_INDEX_DATABASE",
     "OPEN_INDEX_KEY",
+    "OpenIndex",
     "Retention",
     "StoredCompletions",
     "Tree",

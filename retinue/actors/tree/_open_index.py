@@ -22,7 +22,7 @@ than the open's depth cap (a smaller cap drops agents: the walk says which).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import msgspec
 
@@ -33,14 +33,12 @@ from retinue.protocol import paths
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 
-if TYPE_CHECKING:
-    from retinue.actors.tree._tree import Tree
-
 __all__ = [
     "OPEN_INDEX_AT",
     "OPEN_INDEX_DATABASE",
     "OPEN_INDEX_KEY",
     "OpenIndex",
+    "build_open_index",
     "read_open_index",
     "write_open_index",
 ]
@@ -106,38 +104,57 @@ _decode = msgspec.msgpack.Decoder(OpenIndex).decode
 _encode = msgspec.msgpack.Encoder().encode
 
 
-def write_open_index(store: Store, tree: Tree) -> bool:
-    """Write ``tree``'s index in a commit of its own, tagged with that commit's id.
+def write_open_index(store: Store, agents: int, index: Callable[[int], OpenIndex]) -> bool:
+    """Write a tree's index in a commit of its own, tagged with that commit's id.
 
-    For a tree of a stopped supervisor (nothing changes it) whose every
-    change is committed. Returns whether an index was written: a tree under
-    :data:`OPEN_INDEX_AT` agents gets none.
+    ``agents``: how many agents the tree has (under :data:`OPEN_INDEX_AT` it
+    gets no index); ``index(txn)``: its index tagged ``txn``
+    (:meth:`Tree.open_index <retinue.actors.tree.Tree.open_index>`). For the
+    tree of a stopped supervisor (nothing changes it) whose every change was
+    submitted. Returns whether an index was written.
 
     Raises:
         StoreError: the commit failed (the next open then walks the agents).
     """
-    agents = tree.agents
-    if len(agents) < OPEN_INDEX_AT:
+    if agents < OPEN_INDEX_AT:
         return False
     store.flush()  # every transition committed: the next commit is the index's
-    every = {key: path for path, key in agents.page_keys()}
-    index = OpenIndex(
+    made = index(int(store.env.info()["last_txnid"]) + 1)
+    store.write_now([(OPEN_INDEX_DATABASE, OPEN_INDEX_KEY, _encode(made))])
+    return True
+
+
+def build_open_index(
+    txn: int,
+    every: dict[str, str],
+    *,
+    top_of: dict[str, str],
+    children: dict[str, set[str]],
+    tree_count: dict[str, int],
+    stored_children: dict[str, int],
+    state_counts: dict[str, int],
+    live_profiles: dict[str, int],
+    busy: dict[str, None],
+    closed: dict[str, float],
+    spawn_keys: dict[tuple[str, str], str],
+) -> OpenIndex:
+    """An index tagged ``txn`` of a tree whose agents' paths are ``every`` (id -> path)
+    and whose indexes are the rest (the tree's containers of the same names)."""
+    return OpenIndex(
         version=_VERSION,
-        txn=int(store.env.info()["last_txnid"]) + 1,
+        txn=txn,
         max_depth=max(path.count("/") for path in every.values()) - paths.ROOT.count("/"),
         paths=every,
-        top_of=dict(tree.top_of),
-        live_kids={key: list(kids) for key, kids in tree.children.items() if kids},
-        live_per_tree=dict(tree.tree_count),
-        stored_children=dict(tree.stored_children),
-        states=dict(tree.state_counts),
-        live_profiles=dict(tree.live_profiles),
-        busy=list(tree.busy),
-        closed=dict(tree.closed),
-        spawn_keys=[(parent, key, agent_id) for (parent, key), agent_id in tree.spawn_keys.items()],
+        top_of=dict(top_of),
+        live_kids={key: list(kids) for key, kids in children.items() if kids},
+        live_per_tree=dict(tree_count),
+        stored_children=dict(stored_children),
+        states=dict(state_counts),
+        live_profiles=dict(live_profiles),
+        busy=list(busy),
+        closed=dict(closed),
+        spawn_keys=[(parent, key, agent_id) for (parent, key), agent_id in spawn_keys.items()],
     )
-    store.write_now([(OPEN_INDEX_DATABASE, OPEN_INDEX_KEY, _encode(index))])
-    return True
 
 
 def read_open_index(store: Store, depth_cap: int | None) -> OpenIndex | None:

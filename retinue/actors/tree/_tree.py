@@ -29,7 +29,7 @@ from retinue.actors.tree._journal import JDeque, JDict, JList, Journal, Journale
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
 from retinue.actors.tree._loading import BUSY_STATES, BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
-from retinue.actors.tree._open_index import OpenIndex
+from retinue.actors.tree._open_index import OpenIndex, build_open_index
 from retinue.actors.tree._pages import PageIndex
 from retinue.actors.tree._stored import StoredCompletions
 from retinue.persistence.placed import Placed
@@ -377,6 +377,23 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             for child in sorted(kids, key=lambda c: self.agents[c].created_at, reverse=True):
                 stack.append((child, False))
         return order
+
+    def open_index(self, txn: int) -> OpenIndex:
+        """The agents' indexes for the next open, tagged ``txn`` (see
+        :mod:`~retinue.actors.tree._open_index`)."""
+        return build_open_index(
+            txn,
+            {key: path for path, key in self.agents.page_keys()},
+            top_of=self.top_of,
+            children=self.children,
+            tree_count=self.tree_count,
+            stored_children=self.stored_children,
+            state_counts=self.state_counts,
+            live_profiles=self.live_profiles,
+            busy=self.busy,
+            closed=self.closed,
+            spawn_keys=self.spawn_keys,
+        )
 
     # -- transcripts -----------------------------------------------------------
 
