@@ -100,17 +100,23 @@ def stamped_version(txn: Any, dbs: Mapping[str, Any]) -> int:
 def migrate(txn: Any, dbs: Mapping[str, Any]) -> list[int]:
     """Upgrade the store to this retinue's schema in ``txn`` and stamp it; return the steps.
 
+    A store stamped with this schema is not written: an open commits nothing
+    of its own until its recovery (a clean shutdown's index of the agents,
+    tagged with the store's last transaction, stays valid through it).
+
     A store with no stamp and no data is new (stamped current); one with data
     but no stamp is version 0.
 
     Raises:
         StoreVersionError: the store is newer than this retinue, or a step is missing.
     """
-    if txn.get(SCHEMA_KEY, db=dbs["meta"]) is None:
+    stamped = txn.get(SCHEMA_KEY, db=dbs["meta"]) is not None
+    if not stamped:
         has_data = any(txn.stat(dbs[name])["entries"] for name in ("agents", "messages"))
         found = 0 if has_data else SCHEMA_VERSION
     else:
         found = stamped_version(txn, dbs)
     done = upgrade(txn, dbs, found, SCHEMA_VERSION)
-    txn.put(SCHEMA_KEY, msgspec.msgpack.encode(SCHEMA_VERSION), db=dbs["meta"])
+    if not stamped or found != SCHEMA_VERSION:  # a store stamped current is left as it is
+        txn.put(SCHEMA_KEY, msgspec.msgpack.encode(SCHEMA_VERSION), db=dbs["meta"])
     return done

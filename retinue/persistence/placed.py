@@ -17,13 +17,36 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
 
+import msgspec
+
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 
-__all__ = ["BUSY_STATES", "Placed"]
+__all__ = ["BUSY_STATES", "AgentPlace", "Placed"]
 
 BUSY_STATES = frozenset(state for state in AgentState if state.busy)
 """The states of the busy agents (a set lookup: ``.busy`` is a property)."""
+
+
+class AgentPlace(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What an open's walk reads of a stored agent record: where the agent sits, its
+    state and its keys (:class:`~retinue.protocol.records.AgentRecord`'s fields of the
+    same names). Its task, output, usage and the rest stay in the store, undecoded."""
+
+    id: str
+    name: str
+    path: str
+    profile: str
+    parent_id: str | None
+    parent_path: str
+    depth: int
+    state: AgentState
+    generation: int
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    closed_at: float | None = None
+    idempotency_key: str | None = None
+
 
 _CLOSED = AgentState.CLOSED
 _PARENT_ID = attrgetter("parent_id")

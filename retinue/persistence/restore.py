@@ -31,21 +31,23 @@ code emits, in step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter, itemgetter
+from typing import cast
 
 import msgspec
 
 from retinue.errors import InvalidAgentPath
-from retinue.persistence.placed import Placed
+from retinue.persistence.placed import BUSY_STATES, AgentPlace, Placed
 from retinue.persistence.store import Snapshot
 from retinue.protocol import paths
 from retinue.protocol.messages import AgentState, Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, MessageRecord
 from retinue.protocol.supervision import ApprovalRecord
 
-__all__ = ["Diagnostic", "Restored", "decode_agent", "restore"]
+__all__ = ["Diagnostic", "Restored", "decode_agent", "restore", "restore_around"]
 
 
 class Diagnostic(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +66,9 @@ class Restored:
     ``placed`` holds the kept agents again, indexed for the tree as the walk
     placed them (see :class:`~retinue.persistence.placed.Placed`; None: the
     restore was not asked to, ``restore(index=False)``).
+    ``places``: the kept agents that are not busy are their places only
+    (:class:`~retinue.persistence.placed.AgentPlace`, ``restore(places=True)``
+    on a sound store): whoever keeps them reads their records from the store.
     """
 
     agents: list[AgentRecord] = field(default_factory=list)
@@ -74,13 +79,16 @@ class Restored:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     leases: list[tuple[str, Completion]] = field(default_factory=list)
     approvals: list[ApprovalRecord] = field(default_factory=list)
+    places: bool = False
 
 
 def _key_text(key: bytes) -> str:
     return key.decode("utf-8", "backslashreplace")
 
 
-def restore(snapshot: Snapshot, depth_cap: int | None, *, index: bool = False) -> Restored:
+def restore(
+    snapshot: Snapshot, depth_cap: int | None, *, index: bool = False, places: bool = False
+) -> Restored:
     """Decode and check every record of ``snapshot``; return the consistent part.
 
     The records are taken out of ``snapshot`` as they are decoded, so each
@@ -90,8 +98,13 @@ def restore(snapshot: Snapshot, depth_cap: int | None, *, index: bool = False) -
     the store as its writer kept it, whatever cap that writer ran with.
     ``index``: the walk also indexes the kept agents for a tree
     (``Restored.placed``, what :func:`~retinue.actors.tree.load_tree` loads).
+    ``places``: a sound store's agents that are not busy are decoded as their
+    places only (``Restored.places``), for a caller that reads their records
+    from the store when asked (an open of a big store decodes a fraction of
+    each); a store restored the careful way, or whose walk rewrites a record,
+    is decoded whole.
     """
-    scan = _Scan(Restored(placed=Placed() if index else None))
+    scan = _Scan(Restored(placed=Placed() if index else None), places=places)
     kept = scan.agents(snapshot.records.pop("agents", []), depth_cap)
     scan.messages(snapshot, kept)
     scan.completions(snapshot, kept)
@@ -100,11 +113,29 @@ def restore(snapshot: Snapshot, depth_cap: int | None, *, index: bool = False) -
     return scan.out
 
 
+def restore_around(snapshot: Snapshot, agents: Container[str]) -> Restored:
+    """Restore what ``snapshot`` holds beside the agents, whose ids ``agents`` are.
+
+    For an open that knows the agents already (a clean shutdown's index,
+    :mod:`retinue.actors.tree._open_index`): the messages, completions,
+    approval requests and leases, checked as :func:`restore` checks them.
+    ``Restored.agents`` is empty.
+    """
+    scan = _Scan(Restored())
+    snapshot.records.pop("agents", None)
+    scan.messages(snapshot, agents)
+    scan.completions(snapshot, agents)
+    scan.approvals(snapshot, agents)
+    _restore_leases(snapshot, scan.out)
+    return scan.out
+
+
 class _Scan:
     """The steps of one restore, gathering what they keep and say into ``out``."""
 
-    def __init__(self, out: Restored) -> None:
+    def __init__(self, out: Restored, *, places: bool = False) -> None:
         self.out = out
+        self.places = places
 
     def diag(self, database: str, key: str, code: str, message: str) -> None:
         """Record a diagnostic."""
@@ -131,7 +162,9 @@ class _Scan:
         decoded = self._decode_all(raws)
         if decoded is not None:
             reached = self.rebuild(_children(decoded), depth_cap)
-            if reached == len(decoded):  # each id once: it is its key (ids are unique)
+            # each id once: it is its key (ids are unique); a record rewritten is whole
+            if reached == len(decoded) and not (self.places and out.rewritten):
+                out.places = self.places
                 return self._kept(decoded if len(out.agents) == reached else out.agents)
             del out.agents[:], out.rewritten[:], out.diagnostics[mark:]
             out.placed = None if out.placed is None else Placed()
@@ -164,7 +197,11 @@ class _Scan:
         disagrees or belongs to an agent too deep.
         """
         try:
-            records = list(map(_AGENT.decode, map(_VALUE, raws)))
+            records = list(map((_PLACE if self.places else _AGENT).decode, map(_VALUE, raws)))
+            if self.places:  # the busy ones whole: recovery and the rearms read them at once
+                busy = map(BUSY_STATES.__contains__, map(_STATE, records))
+                for at in compress(range(len(records)), busy):
+                    records[at] = _AGENT.decode(raws[at][1])
             ids = list(map(_ID, records))
             sound = (
                 ids == list(map(bytes.decode, map(_KEY, raws)))
@@ -173,7 +210,8 @@ class _Scan:
             )
         except (msgspec.DecodeError, UnicodeDecodeError):
             return None
-        return records if sound else None
+        # A place stands for its record until its keeper reads the record from the store.
+        return cast("list[AgentRecord]", records) if sound else None
 
     def _decode_each(self, raws: list[tuple[bytes, bytes]]) -> list[AgentRecord]:
         """Decode and check each record on its own; say why each one that goes goes."""
@@ -315,7 +353,7 @@ class _Scan:
             self.out.rewritten.append(record)
         return record
 
-    def messages(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
+    def messages(self, snapshot: Snapshot, kept: Container[str]) -> None:
         """Decode the messages; those of agents not restored go."""
         decoder = msgspec.msgpack.Decoder(MessageRecord)
         for raw_key, raw in snapshot.records.pop("messages", []):
@@ -331,7 +369,7 @@ class _Scan:
                 continue
             self.out.messages.append(message)
 
-    def completions(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
+    def completions(self, snapshot: Snapshot, kept: Container[str]) -> None:
         """Decode the completions; those of agents not restored go."""
         decoder = msgspec.msgpack.Decoder(CompletionRecord)
         for raw_key, raw in snapshot.records.pop("completions", []):
@@ -346,7 +384,7 @@ class _Scan:
                 continue
             self.out.completions.append(completion)
 
-    def approvals(self, snapshot: Snapshot, kept: dict[str, AgentRecord]) -> None:
+    def approvals(self, snapshot: Snapshot, kept: Container[str]) -> None:
         """Decode the approval requests whose agent was restored."""
         decoder = msgspec.msgpack.Decoder(ApprovalRecord)
         for raw_key, raw in snapshot.records.pop("approvals", []):
@@ -365,6 +403,7 @@ class _Scan:
 
 
 _AGENT = msgspec.msgpack.Decoder(AgentRecord)
+_PLACE = msgspec.msgpack.Decoder(AgentPlace)
 
 
 def decode_agent(raw_key: bytes, raw: bytes) -> AgentRecord | Diagnostic:
@@ -396,6 +435,7 @@ _VALUE = itemgetter(1)
 _ID = attrgetter("id")
 _PATH = attrgetter("path")
 _NAME = attrgetter("name")
+_STATE = attrgetter("state")
 _CREATED_AT = attrgetter("created_at")
 """The sort key of an agent among its siblings: when its record was created."""
 

@@ -73,8 +73,11 @@ DATABASES = (
     "approvals",
     "generations",
     "undelivered",
+    "open_index",
 )
-OPTIONAL_DATABASES = frozenset({"transcripts", "leases", "approvals", "generations", "undelivered"})
+OPTIONAL_DATABASES = frozenset(
+    {"transcripts", "leases", "approvals", "generations", "undelivered", "open_index"}
+)
 """Databases added after schema 1: a reader of an older store does without them."""
 DEFAULT_MAP_SIZE = 64 * 1024 * 1024
 

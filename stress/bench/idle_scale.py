@@ -5,20 +5,24 @@
 1,000,000 by hand) of completed, unclosed trees (a lead and four leaves, the
 lead running its leaves with ``run_many``, the host receiving the lead's
 completion), written through the runtime (``buffered``, 64 trees in flight)
-in a child process. At each size a fresh child process opens the store
-(durability ``full``) and measures: the open's time, RSS before and after
+in a child process. At each size a fresh child process opens the store as
+after a crash (a commit after the builder's clean shutdown makes its index of
+the agents stale, so the open walks every agent: ``walk_open_s``), and
+another opens it as after a clean shutdown (taking that index) and measures:
+the open's time, RSS before and after
 it, ``agents()``'s time, a first and a next page of 1,000
 (``agents(limit=, after=)``), a whole ``iter_agents`` walk, ``agent_counts()``,
 200 spawns' latency (p50/p99; each a new idle agent), and a Prometheus
 scrape's time (:mod:`retinue.metrics`, when prometheus-client is installed;
 its first scrape and a second one).
 
-Issue 33's idle-state work: pages and the scrape's counts no longer walk
-every agent; an open still restores every agent into memory, but a sound
-store's agents in one decode, checks of all of them at once and one walk,
-and recovery, the start-up rearms and compaction no longer walk every agent
-(a million-agent open: 23.3-25.0 s of CPU against 25.2-31.9 s, back to back;
-its agents' restore 6.3 s against 11.4 s).
+Issue 33's idle-state work: pages and the scrape's counts walk no agent; an
+open after a clean shutdown takes the shutdown's index of the agents
+(``retinue/actors/tree/_open_index.py``) and reads no agent record but the
+busy ones; an open after a crash walks every agent, decoding only where each
+sits, and holds the busy ones' records only (the settled ones are read from
+the store when asked for); recovery, the start-up rearms and compaction walk
+no agent.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from retinue import Durability, Limits, Profile, Runtime, Turn
+from retinue.persistence.store import Store
 from stress.parts import Options, Part, Result
 
 __all__ = ["PART", "build", "measure"]
@@ -195,6 +200,29 @@ def measure(store: Path, agents: int) -> dict[str, Any]:
     return row
 
 
+def measure_walk(store: Path, agents: int) -> dict[str, Any]:
+    """Open ``store`` as after a crash: a commit after the clean shutdown's index of the
+    agents makes it stale, so the open walks every agent; measure that open."""
+    stale = Store(store)
+    try:
+        stale.write_now([("meta", b"idle-scale-walk", b"1")])
+    finally:
+        stale.close()
+    rss_before = _rss_mib()
+    started = time.perf_counter()
+    rt = Runtime.open(
+        store, profiles=[*_team(), Profile("w", runner=_leaf)], limits=_limits(agents)
+    )
+    try:
+        return {
+            "walk_open_s": round(time.perf_counter() - started, 2),
+            "walk_rss_after_open_mib": _rss_mib(),
+            "walk_rss_before_open_mib": rss_before,
+        }
+    finally:
+        rt.shutdown()
+
+
 def _child(*args: str) -> dict[str, Any]:
     """Run this module in a child process with ``args``; return the JSON it printed."""
     repo = Path(__file__).resolve().parents[2]
@@ -221,8 +249,9 @@ def run(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
         store = Path(tmp) / "store"
         for size in sorted(sizes):
             built = _child("build", str(store), str(size))
+            walked = _child("walk", str(store), str(size))
             measured = _child("measure", str(store), str(size))
-            rows.append({"size": size, **built, **measured})
+            rows.append({"size": size, **built, **walked, **measured})
     return rows
 
 
@@ -241,4 +270,5 @@ PART = Part("idle_scale", _part)
 
 if __name__ == "__main__":
     what, path, count = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
-    print(json.dumps(build(path, count) if what == "build" else measure(path, count)))
+    parts = {"build": build, "walk": measure_walk, "measure": measure}
+    print(json.dumps(parts[what](path, count)))

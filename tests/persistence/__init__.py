@@ -304,3 +304,22 @@ class Child:
     def __exit__(self, *exc: object) -> None:
         """Kill the child."""
         self.kill()
+
+
+class Trees:
+    """The trees the writer's opens built (``_boot.load_tree`` patched to keep them)."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        """Patch the boot's ``load_tree`` through ``monkeypatch`` (pytest's fixture)."""
+        from retinue.actors.system import _boot  # the patch's target, imported when used
+        from retinue.actors.tree import load_tree
+
+        self.built: list[Any] = []
+        load = load_tree
+
+        def loading(snapshot: Any, cap: int | None, stored: Any = None, **options: Any) -> Any:
+            tree, restored = load(snapshot, cap, stored, **options)
+            self.built.append(tree)
+            return tree, restored
+
+        monkeypatch.setattr(_boot, "load_tree", loading)

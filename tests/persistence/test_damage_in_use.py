@@ -173,9 +173,12 @@ elif case == "truncated_under_reader":
 
 EXPECTED = {
     "zeroed_under_writer": ["spawn StoreCorrupted True True", "again StoreCorrupted True True"],
+    # The open commits nothing of its own (a store stamped current stays as it is), so
+    # the first commit reuses none of the pages the damaged newest entry lists: LMDB
+    # reads that entry for the next one.
     "free_list_damaged_while_closed": [
         "open OK",
-        "commit StoreCorrupted True True",
+        "commit OK",
         "again StoreCorrupted True True",
     ],
     "settle_fails_under_a_host_wait": ["wait StoreCorrupted True True"],

@@ -42,8 +42,8 @@ class Spy:
         self.reads: list[str] = []
         load, of_agent = load_tree, StoredCompletions.of_agent
 
-        def loading(snapshot: Snapshot, cap: int | None, stored: Any = None) -> Any:
-            tree, restored = load(snapshot, cap, stored)
+        def loading(snapshot: Snapshot, cap: int | None, stored: Any = None, **options: Any) -> Any:
+            tree, restored = load(snapshot, cap, stored, **options)
             self.trees.append(tree)
             return tree, restored
 

@@ -22,7 +22,15 @@ from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor import Supervisor, SupervisorActor
-from retinue.actors.tree import StoredCompletions, collector_paused, load_tree
+from retinue.actors.tree import (
+    OPEN_INDEX_DATABASE,
+    OPEN_INDEX_KEY,
+    OpenIndex,
+    StoredCompletions,
+    collector_paused,
+    load_tree,
+    read_open_index,
+)
 from retinue.actors.turns import Executor, Runner
 from retinue.errors import ConfigurationError
 from retinue.persistence.integrity import DATA_FILE
@@ -217,6 +225,26 @@ FREEZE_AT_AGENTS = 20_000
 cyclic collector's scans (smaller trees cost the collector little)."""
 
 
+def _read_for_open(store: Store, depth_cap: int | None) -> tuple[Snapshot, OpenIndex | None]:
+    """Read what an open restores, and a clean shutdown's index of the agents if the store
+    is as that shutdown left it (then the snapshot holds no agent: the open reads only
+    the busy ones; else it walks them all). The delivered completions stay in the store:
+    the tree reads an agent's when asked.
+
+    Raises:
+        StoreCorrupted, StoreError: a read failed.
+    """
+    index = read_open_index(store, depth_cap)
+    every = (*RESTORE_DATABASES, "leases", "approvals")
+    snapshot = store.snapshot(
+        [name for name in every if index is None or name != "agents"], undelivered_only=True
+    )
+    if index is not None and not index.current(store):
+        # Another LMDB writer committed between the two reads: walk what it left.
+        return store.snapshot(every, undelivered_only=True), None
+    return snapshot, index
+
+
 def boot(
     store: Store,
     *,
@@ -238,15 +266,17 @@ def boot(
     Raises:
         StoreError: the recovery could not be written.
     """
-    # The delivered completions stay in the store: the tree reads an agent's when asked.
-    snapshot = store.snapshot((*RESTORE_DATABASES, "leases", "approvals"), undelivered_only=True)
-    freeze = len(snapshot.records.get("agents", ())) >= FREEZE_AT_AGENTS
+    snapshot, index = _read_for_open(store, limits.depth_cap)
+    agents = len(snapshot.records.get("agents", ())) if index is None else len(index.paths)
+    freeze = agents >= FREEZE_AT_AGENTS
     if freeze:  # the open ends by freezing what is alive: collect the host's garbage
         gc.collect()  # first, so no cycle of it is frozen (the tree is not built yet)
     # Paused from the load to the freeze: a collection as the load ends would walk the
     # whole young tree once before the freeze spares the rest of the runtime the same.
     with collector_paused():
-        tree, restored = load_tree(snapshot, limits.depth_cap, StoredCompletions(store))
+        tree, restored = load_tree(
+            snapshot, limits.depth_cap, StoredCompletions(store), settle=True, index=index
+        )
         diagnostics = list(restored.diagnostics) + [
             Diagnostic(
                 database="meta",
@@ -273,7 +303,9 @@ def boot(
         core.supervision.approvals.load(restored.approvals)
         core.recover()
         cap = ("meta", DEPTH_CAP_KEY, msgspec.msgpack.encode(limits.depth_cap))
-        store.write_now([*tree.take_writes(), cap])
+        # The index is stale from this commit on: it leaves the file with it.
+        stale = (OPEN_INDEX_DATABASE, OPEN_INDEX_KEY, None)
+        store.write_now([*tree.take_writes(), cap, stale])
         del snapshot, restored  # the raw records and the restore's lists: the tree has them
         release_mapped(store.folder / DATA_FILE)  # the pages the restore read leave the RSS
         # The tree was built with the collector paused: its containers are all young, and

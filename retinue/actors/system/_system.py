@@ -31,6 +31,7 @@ from retinue.actors.commands import Compact, Rearm, Shutdown
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor import Supervisor, Timings
 from retinue.actors.system._boot import Booted, boot
+from retinue.actors.tree import write_open_index
 from retinue.actors.turns import Executor, Runner, running_agent
 from retinue.errors import RetinueError, StoreError
 from retinue.persistence.options import StoreOptions, make_folder, remove_created
@@ -309,6 +310,11 @@ class System:
         if self.actor is not None:
             self.actor.stop(block=True)
         if self.core is not None:  # the actor has stopped: nothing reads the tree now
+            # A big tree's indexes, for the next open to take instead of walking every
+            # agent; a store that failed keeps none (the next open walks them).
+            tree = self.core.tree
+            with contextlib.suppress(RetinueError):
+                write_open_index(self.store, len(tree.agents), tree.open_index)
             self.core.release()
         if self._froze:  # the open froze what was alive: let the collector reach it again
             gc.unfreeze()

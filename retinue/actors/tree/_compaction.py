@@ -167,12 +167,13 @@ def _compact_completions(tree: Tree, horizon: float) -> int:
     if tree.stored is None:
         return removed
     completions, swept = tree.completions, tree.swept
+    in_memory = dict.values(tree.agents)  # and the settled ones, a bounded number a run
     stored = [
-        agent_id
-        for agent_id, record in tree.agents.items()
+        record.id
+        for record in (*in_memory, *tree.agents.unswept(STORED_READS_PER_RUN))
         if record.generation >= 2
-        and (agent_id not in completions or agent_id in partial)
-        and agent_id not in swept
+        and (record.id not in completions or record.id in partial)
+        and record.id not in swept
     ]
     for agent_id in stored[:STORED_READS_PER_RUN]:
         removed += _compact_agent(tree, agent_id, horizon)

@@ -17,6 +17,7 @@ import heapq
 from bisect import bisect_right
 from collections.abc import Iterator
 
+from retinue.actors.tree._agents import AgentTable
 from retinue.actors.tree._journal import JList, Journal
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
@@ -32,7 +33,7 @@ Key = tuple[str, str]
 class PageIndex:
     """Agents' ``(path, id)`` keys, sorted lazily; a mixin of :class:`~retinue.actors.tree.Tree`."""
 
-    agents: dict[str, AgentRecord]
+    agents: AgentTable
     _journal: Journal
 
     def __init__(self) -> None:
@@ -74,7 +75,7 @@ class PageIndex:
         closed ones only with ``include_closed``."""
         changed = len(self.new_keys) + self.gone_keys
         if self.keys_stale or changed > max(_RESORT_MIN, len(self.sorted_keys) // _RESORT_SHARE):
-            self.sorted_keys = tuple(sorted((r.path, r.id) for r in self.agents.values()))
+            self.sorted_keys = tuple(sorted(self.agents.page_keys()))
             self.new_keys = JList(self._journal)
             self.gone_keys = 0
             self.keys_stale = False

@@ -1,21 +1,25 @@
-"""The store's completions, read for a tree that holds only some of them in memory.
+"""The store's completions and settled agents, read for a tree that holds only some in memory.
 
 An open loads the undelivered completions only (the store's ``undelivered``
 index lists them); a delivered one stays in the store until the supervisor
 asks for it (a host wait, routing's checks, a removal or a compaction), and
-:class:`StoredCompletions` reads it then, an agent's at a time.
+:class:`StoredCompletions` reads it then, an agent's at a time. The same
+reads serve the settled agents an open leaves in the store
+(:class:`~retinue.actors.tree._agents.AgentTable`).
 """
 
 from __future__ import annotations
 
 import msgspec
 
+from retinue.errors import StoreCorrupted
 from retinue.persistence.reads import StoreReads
-from retinue.protocol.records import CompletionRecord
+from retinue.protocol.records import AgentRecord, CompletionRecord
 
 __all__ = ["StoredCompletions"]
 
 _DECODE = msgspec.msgpack.Decoder(CompletionRecord).decode
+_AGENT = msgspec.msgpack.Decoder(AgentRecord).decode
 
 
 class StoredCompletions:
@@ -61,3 +65,51 @@ class StoredCompletions:
             except msgspec.DecodeError:
                 continue
         return found
+
+    def agent(self, agent_id: str) -> AgentRecord:
+        """Return a settled agent's stored record.
+
+        Raises:
+            StoreCorrupted: it is not stored or does not decode (the open found it sound).
+            StoreError: the read failed.
+        """
+        return self._agent(agent_id, self._store.get("agents", agent_id.encode()))
+
+    def agents(self, agent_ids: dict[str, str]) -> list[AgentRecord]:
+        """Return the stored records of ``agent_ids``, in key order (one pass of the store).
+
+        Raises:
+            StoreCorrupted: one is not stored or does not decode.
+            StoreError: the read failed.
+        """
+        wanted = {key.encode(): key for key in agent_ids}
+        found = [
+            self._agent(wanted[raw_key], raw)
+            for raw_key, raw in self._store.snapshot(("agents",)).records["agents"]
+            if raw_key in wanted
+        ]
+        if len(found) != len(wanted):
+            missing = set(agent_ids) - {record.id for record in found}
+            self._agent(min(missing), None)
+        return found
+
+    def _agent(self, agent_id: str, raw: bytes | None) -> AgentRecord:
+        """Decode a settled agent's record read as ``raw`` (None: not stored)."""
+        folder = str(self._store.folder)
+        if raw is None:
+            raise StoreCorrupted(
+                f"store {folder}: agent {agent_id} is gone from the store since it was opened",
+                path=folder,
+            )
+        try:
+            record = _AGENT(raw)
+        except msgspec.DecodeError as exc:
+            raise StoreCorrupted(
+                f"store {folder}: agent {agent_id}'s record does not decode: {exc}", path=folder
+            ) from None
+        if record.id != agent_id:
+            raise StoreCorrupted(
+                f"store {folder}: the record stored as agent {agent_id} is {record.id}",
+                path=folder,
+            )
+        return record

@@ -23,15 +23,17 @@ from operator import attrgetter
 
 import msgspec
 
+from retinue.actors.tree._agents import AgentTable
 from retinue.actors.tree._completions import CompletionIndex
 from retinue.actors.tree._journal import JDeque, JDict, JList, Journal, Journaled, JSet
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
 from retinue.actors.tree._loading import BUSY_STATES, BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
+from retinue.actors.tree._open_index import OpenIndex, build_open_index
 from retinue.actors.tree._pages import PageIndex
 from retinue.actors.tree._stored import StoredCompletions
 from retinue.persistence.placed import Placed
-from retinue.persistence.restore import Restored, restore
+from retinue.persistence.restore import Restored, restore, restore_around
 from retinue.persistence.store import Snapshot, Write
 from retinue.protocol.messages import AgentState, Completion, Message
 from retinue.protocol.records import (
@@ -51,6 +53,7 @@ _encode = msgspec.msgpack.Encoder().encode
 _CLOSED = AgentState.CLOSED  # a global: an enum member's lookup is a slow descriptor
 _dict_set = dict.__setitem__  # a dict's own set and delete, not a journaled one's
 _dict_del = dict.__delitem__
+_PATH = attrgetter("path")
 _STATE_KEYS = {state: state.value for state in AgentState}
 """Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
 
@@ -123,7 +126,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         MailboxIndex.__init__(self)
         CompletionIndex.__init__(self)
         j = self._journal
-        self.agents: dict[str, AgentRecord] = JDict(j)
+        # Every agent by id; an open leaves the settled ones in the store (AgentTable).
+        self.agents: AgentTable = AgentTable(j)
         PageIndex.__init__(self)
         # Every agent by state, live (not closed) agents by profile: the scrape's gauges.
         self.state_counts: dict[str, int] = JDict(j)
@@ -249,6 +253,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         if journal.active:
             before = None if written is None else dict.get(written, key)
             journal.log((_put_back_agent, (self, written, key, old, before)))
+        if agents.settled:  # a settled agent changed is held in memory from now on
+            agents.hold(key)
         dict.__setitem__(agents, key, record)
         state = record.state
         if old is None or old.state is not state or old.profile != record.profile:
@@ -371,6 +377,23 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             for child in sorted(kids, key=lambda c: self.agents[c].created_at, reverse=True):
                 stack.append((child, False))
         return order
+
+    def open_index(self, txn: int) -> OpenIndex:
+        """The agents' indexes for the next open, tagged ``txn`` (see
+        :mod:`~retinue.actors.tree._open_index`)."""
+        return build_open_index(
+            txn,
+            {key: path for path, key in self.agents.page_keys()},
+            top_of=self.top_of,
+            children=self.children,
+            tree_count=self.tree_count,
+            stored_children=self.stored_children,
+            state_counts=self.state_counts,
+            live_profiles=self.live_profiles,
+            busy=self.busy,
+            closed=self.closed,
+            spawn_keys=self.spawn_keys,
+        )
 
     # -- transcripts -----------------------------------------------------------
 
@@ -574,7 +597,12 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
 
 
 def load_tree(
-    snapshot: Snapshot, depth_cap: int | None, stored: StoredCompletions | None = None
+    snapshot: Snapshot,
+    depth_cap: int | None,
+    stored: StoredCompletions | None = None,
+    *,
+    settle: bool = False,
+    index: OpenIndex | None = None,
 ) -> tuple[Tree, Restored]:
     """Restore ``snapshot`` (see :func:`~retinue.persistence.restore.restore`) into a tree.
 
@@ -583,21 +611,50 @@ def load_tree(
     the returned ``Restored`` (a writer stores them; a reader has them as they
     were restored). ``stored``: the tree reads the completions the snapshot
     left out (``Snapshot.partial``) from there when asked for; without it,
-    the tree knows only the snapshot's.
+    the tree knows only the snapshot's. ``settle`` (with ``stored``; the
+    store's own writer, whose store changes only as its tree does): the agents
+    that are not busy stay in the store, their records read when asked for
+    (:class:`~retinue.actors.tree._agents.AgentTable`), and ``Restored.agents``
+    are places for most of them (``Restored.places``). ``index`` (with
+    ``settle``): the agents are as a clean shutdown's index has them
+    (:mod:`~retinue.actors.tree._open_index`), not read from the snapshot,
+    which need not hold them; ``Restored.agents`` are the busy ones.
 
     Raises:
-        StoreCorrupted, StoreError: a replay's read of ``stored`` failed.
+        StoreCorrupted, StoreError: a replay's read of ``stored``, or a busy agent's
+            read with ``index``, failed.
     """
     with collector_paused():
-        restored = restore(snapshot, depth_cap, index=True)
+        settle = settle and stored is not None
         tree = Tree()
         tree.stored = stored
+        if settle and index is not None:
+            assert stored is not None
+            restored = restore_around(snapshot, index.paths)
+            restored.agents = [stored.agent(key) for key in index.busy]
+            placed: Placed | None = index.placed(restored.agents)
+            restored.placed = placed
+            settled = index.paths
+            for key in index.busy:
+                del settled[key]
+            tree.agents.settle(stored, settled)
+        else:
+            restored = restore(snapshot, depth_cap, index=True, places=settle)
+            placed = restored.placed
+        if settle and index is None:  # what nothing runs for stays in the store until asked for
+            assert stored is not None and placed is not None  # (places restore left too)
+            held = {*placed.busy, *(record.id for record in restored.rewritten)}
+            settled = dict(zip(placed.agents, map(_PATH, placed.agents.values()), strict=True))
+            for key in held:
+                del settled[key]
+            placed.agents = {key: placed.agents[key] for key in held}
+            tree.agents.settle(stored, settled)
         tree.load(
             restored.agents,
             restored.messages,
             restored.completions,
             restored.leases,
             partial=snapshot.partial and stored is not None,
-            placed=restored.placed,
+            placed=placed,
         )
     return tree, restored
