@@ -142,6 +142,10 @@ class _Reads:
         self.reads += 1
         return self.records[agent_id]
 
+    def some(self, agent_ids: list[str]) -> list[AgentRecord]:
+        self.reads += len(agent_ids)
+        return [self.records[key] for key in agent_ids]
+
     def agents(self, agent_ids: dict[str, str]) -> list[AgentRecord]:
         return [self.records[key] for key in sorted(agent_ids)]
 
@@ -211,6 +215,9 @@ def test_the_cache_keeps_the_newest_reads_only() -> None:
     assert reads.reads == len(stored) and len(table._cache) == AGENT_CACHE
     table.get("id0")
     assert reads.reads == len(stored) + 1, "the oldest read went from the cache"
+    table.read_ahead(["id1", "id2", "id0", "nobody"])  # a page's: the missing ones at once
+    assert reads.reads == len(stored) + 3 and len(table._cache) == AGENT_CACHE
+    assert table["id1"].id == "id1" and reads.reads == len(stored) + 3
 
 
 def test_a_place_has_its_agent_records_fields_by_the_same_names_and_types() -> None:

@@ -21,6 +21,7 @@ agent's path and id without reading one.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, Protocol, TypeVar, overload
 
@@ -43,6 +44,14 @@ class AgentReads(Protocol):
 
         Raises:
             StoreCorrupted, StoreError: it is not stored, does not decode, or the read failed.
+        """
+        ...
+
+    def some(self, agent_ids: list[str]) -> list[AgentRecord]:
+        """Return the stored records of ``agent_ids``, in their order (one read).
+
+        Raises:
+            StoreCorrupted, StoreError: one is missing, does not decode, or the read failed.
         """
         ...
 
@@ -75,7 +84,9 @@ class AgentTable(JDict[str, AgentRecord]):
         """The settled agents left in the store, by id, with their paths (never an id
         the dict holds)."""
         self.reads: AgentReads | None = None
-        self._cache: dict[str, AgentRecord] = {}
+        # Oldest read first; an OrderedDict: a dict's first key is slow to find once many
+        # keys before it went (its iterator walks their empty slots).
+        self._cache: OrderedDict[str, AgentRecord] = OrderedDict()
         self._unswept: dict[str, None] = {}
 
     def settle(self, reads: AgentReads, settled: dict[str, str]) -> None:
@@ -119,8 +130,24 @@ class AgentTable(JDict[str, AgentRecord]):
             assert self.reads is not None  # settled ids come with their reads
             record = cache[key] = self.reads.agent(key)
             if len(cache) > AGENT_CACHE:
-                del cache[next(iter(cache))]
+                cache.popitem(last=False)
         return record
+
+    def read_ahead(self, keys: list[str]) -> None:
+        """Read the settled agents among ``keys`` not in the cache yet, in one read of the
+        store (a page's), into the cache.
+
+        Raises:
+            StoreCorrupted, StoreError: a settled agent's read failed.
+        """
+        settled, cache = self.settled, self._cache
+        wanted = [key for key in keys if key in settled and key not in cache]
+        if not wanted:
+            return
+        assert self.reads is not None  # settled ids come with their reads
+        cache.update(zip(wanted, self.reads.some(wanted), strict=True))
+        while len(cache) > AGENT_CACHE:
+            cache.popitem(last=False)
 
     def hold(self, key: str) -> None:
         """The tree changes ``key``'s record: it is held in memory from now on."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from collections.abc import Iterator
+from itertools import islice
 
 from retinue.actors.tree._agents import AgentTable
 from retinue.actors.tree._journal import JList, Journal
@@ -26,6 +27,7 @@ __all__ = ["PageIndex"]
 
 _RESORT_MIN = 1024  # keys changed since the sort before a resort is considered
 _RESORT_SHARE = 8  # ... and a resort once they pass 1/8 of the sorted keys
+_READ_AHEAD = 1024  # keys whose settled agents a page reads from the store at once
 
 Key = tuple[str, str]
 
@@ -84,17 +86,23 @@ class PageIndex:
         merged: Iterator[Key] = heapq.merge(_tail(self.sorted_keys, start), fresh)
         out: list[AgentRecord] = []
         last: Key | None = None
-        for key in merged:
-            if key == last:  # added again after a rolled-back resort: once
-                continue
-            last = key
-            record = self._present(key)
-            if record is None or (not include_closed and record.state is AgentState.CLOSED):
-                continue
-            out.append(record)
-            if limit is not None and len(out) >= limit:
-                break
-        return out
+        while True:
+            # A batch of keys at a time: the settled agents among them read from the
+            # store in one read, not one each.
+            batch = list(islice(merged, _READ_AHEAD if limit is None else min(limit, _READ_AHEAD)))
+            if not batch:
+                return out
+            self.agents.read_ahead([key[1] for key in batch])
+            for key in batch:
+                if key == last:  # added again after a rolled-back resort: once
+                    continue
+                last = key
+                record = self._present(key)
+                if record is None or (not include_closed and record.state is AgentState.CLOSED):
+                    continue
+                out.append(record)
+                if limit is not None and len(out) >= limit:
+                    return out
 
 
 def _tail(keys: tuple[Key, ...], start: int) -> Iterator[Key]:

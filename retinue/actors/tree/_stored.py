@@ -75,6 +75,17 @@ class StoredCompletions:
         """
         return self._agent(agent_id, self._store.get("agents", agent_id.encode()))
 
+    def some(self, agent_ids: list[str]) -> list[AgentRecord]:
+        """Return the stored records of ``agent_ids``, in their order (one read transaction).
+
+        Raises:
+            StoreCorrupted: one is not stored or does not decode.
+            StoreError: the read failed.
+        """
+        with self._store.view() as view:
+            raws = [view.get("agents", key.encode()) for key in agent_ids]
+        return [self._agent(key, raw) for key, raw in zip(agent_ids, raws, strict=True)]
+
     def agents(self, agent_ids: dict[str, str]) -> list[AgentRecord]:
         """Return the stored records of ``agent_ids``, in key order (one pass of the store).
 
