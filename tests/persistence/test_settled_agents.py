@@ -26,7 +26,8 @@ from retinue.actors.tree._agents import AGENT_CACHE, AgentTable
 from retinue.actors.tree._journal import Journal
 from retinue.errors import StoreCorrupted
 from retinue.persistence.placed import AgentPlace
-from retinue.persistence.store import Store
+from retinue.persistence.restore import restore
+from retinue.persistence.store import Snapshot, Store
 from retinue.protocol.records import AgentRecord
 
 from . import Trees, agent
@@ -224,3 +225,17 @@ def test_a_place_has_its_agent_records_fields_by_the_same_names_and_types() -> N
     record = {field.name: field.type for field in msgspec.structs.fields(AgentRecord)}
     for field in msgspec.structs.fields(AgentPlace):
         assert record[field.name] == field.type, field.name
+
+
+def test_restore_decodes_places_only_for_a_sound_store_and_says_so() -> None:
+    lead = agent("lead", "/root/lead", state=AgentState.COMPLETED)
+    busy = agent("kid", "/root/lead/kid", "lead", state=AgentState.RUNNING)
+    raws = sorted((r.id.encode(), msgspec.msgpack.encode(r)) for r in (lead, busy))
+    sound = restore(Snapshot(records={"agents": list(raws)}), None, index=True, places=True)
+    assert sound.places and [type(r) for r in sound.agents] == [AgentPlace, AgentRecord]
+    assert sound.agents[1] == busy, "a busy agent is decoded whole"
+    moved = msgspec.structs.replace(lead, path="/root/elsewhere")  # the walk rewrites it
+    raws = sorted((r.id.encode(), msgspec.msgpack.encode(r)) for r in (moved, busy))
+    rewritten = restore(Snapshot(records={"agents": raws}), None, index=True, places=True)
+    assert not rewritten.places and rewritten.rewritten == [lead]
+    assert all(type(r) is AgentRecord for r in rewritten.agents)
