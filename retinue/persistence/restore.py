@@ -105,11 +105,7 @@ def restore(
     is decoded whole.
     """
     scan = _Scan(Restored(placed=Placed() if index else None), places=places)
-    kept = scan.agents(snapshot.records.pop("agents", []), depth_cap)
-    scan.messages(snapshot, kept)
-    scan.completions(snapshot, kept)
-    scan.approvals(snapshot, kept)
-    _restore_leases(snapshot, scan.out)
+    scan.around(snapshot, scan.agents(snapshot.records.pop("agents", []), depth_cap))
     return scan.out
 
 
@@ -123,10 +119,7 @@ def restore_around(snapshot: Snapshot, agents: Container[str]) -> Restored:
     """
     scan = _Scan(Restored())
     snapshot.records.pop("agents", None)
-    scan.messages(snapshot, agents)
-    scan.completions(snapshot, agents)
-    scan.approvals(snapshot, agents)
-    _restore_leases(snapshot, scan.out)
+    scan.around(snapshot, agents)
     return scan.out
 
 
@@ -136,6 +129,14 @@ class _Scan:
     def __init__(self, out: Restored, *, places: bool = False) -> None:
         self.out = out
         self.places = places
+
+    def around(self, snapshot: Snapshot, kept: Container[str]) -> None:
+        """Restore the messages, completions, approval requests and leases of ``snapshot``
+        (those of agents not in ``kept`` go, the leases stay)."""
+        self.messages(snapshot, kept)
+        self.completions(snapshot, kept)
+        self.approvals(snapshot, kept)
+        _restore_leases(snapshot, self.out)
 
     def diag(self, database: str, key: str, code: str, message: str) -> None:
         """Record a diagnostic."""

@@ -628,27 +628,26 @@ def load_tree(
         settle = settle and stored is not None
         tree = Tree()
         tree.stored = stored
-        if settle and index is not None:
+        if settle and index is not None:  # a clean shutdown's index: no agent walked
             assert stored is not None
             restored = restore_around(snapshot, index.paths)
             restored.agents = [stored.agent(key) for key in index.busy]
             placed: Placed | None = index.placed(restored.agents)
             restored.placed = placed
-            settled = index.paths
-            for key in index.busy:
-                del settled[key]
-            tree.agents.settle(stored, settled)
+            paths = index.paths
         else:
             restored = restore(snapshot, depth_cap, index=True, places=settle)
             placed = restored.placed
-        if settle and index is None:  # what nothing runs for stays in the store until asked for
+            if settle:
+                assert placed is not None
+                paths = dict(zip(placed.agents, map(_PATH, placed.agents.values()), strict=True))
+        if settle:  # what nothing runs for stays in the store until asked for
             assert stored is not None and placed is not None  # (places restore left too)
             held = {*placed.busy, *(record.id for record in restored.rewritten)}
-            settled = dict(zip(placed.agents, map(_PATH, placed.agents.values()), strict=True))
             for key in held:
-                del settled[key]
+                del paths[key]
             placed.agents = {key: placed.agents[key] for key in held}
-            tree.agents.settle(stored, settled)
+            tree.agents.settle(stored, paths)
         tree.load(
             restored.agents,
             restored.messages,
