@@ -6,7 +6,8 @@ zeroed under an open runtime (LMDB then fails the commit with
 ``MDB_BAD_TXN``, having lost the error that named the damage); the free-page
 list damaged while the store was closed (every tree page is sound, so it
 opens, and the first commit that takes a free page fails); pages zeroed under
-an open read-only runtime (LMDB aborts on a damaged page); ``data.mdb``
+an open read-only runtime (LMDB aborts on a damaged page) or under an open
+writer whose settled agents are read from the store; ``data.mdb``
 truncated under an open writer or an open read-only runtime (LMDB would read
 the lost pages through its map: SIGBUS).
 """
@@ -161,6 +162,16 @@ elif case == "zeroed_under_reader":
     report("agents", lambda: rt.agents(include_closed=True))
     report("get", lambda: rt.get("/root/x"))
     rt.shutdown()
+elif case == "zeroed_under_writer_settled":
+    # The reopened writer holds its settled agents in the store, not in memory:
+    # reading them all meets the zeroed leaf, and must not step onto it.
+    with Runtime.open(folder, profiles=profiles, limits=limits) as rt:
+        fill(rt, 60)
+    rt = Runtime.open(folder, profiles=profiles, limits=limits)
+    report("agents", lambda: rt.agents(include_closed=True))
+    zero_second_agents_leaf()
+    report("agents", lambda: rt.agents(include_closed=True))
+    rt.shutdown()
 elif case == "truncated_under_reader":
     with Runtime.open(folder, profiles=profiles, limits=limits) as rt:
         fill(rt, 60)
@@ -188,6 +199,7 @@ EXPECTED = {
         "agents StoreCorrupted True True",
         "get StoreCorrupted True True",
     ],
+    "zeroed_under_writer_settled": ["agents OK", "agents StoreCorrupted True True"],
     "truncated_under_reader": ["agents OK", "agents StoreCorrupted True True"],
 }
 

@@ -147,9 +147,6 @@ class _Reads:
         self.reads += len(agent_ids)
         return [self.records[key] for key in agent_ids]
 
-    def agents(self, agent_ids: dict[str, str]) -> list[AgentRecord]:
-        return [self.records[key] for key in sorted(agent_ids)]
-
 
 _IDS = [f"id{i}" for i in range(6)]
 _OPS = st.lists(

@@ -15,7 +15,7 @@ agent but the tree, and the tree writes only the agents it holds.
 The indexes (paths, children, counts, busy agents) hold every agent, settled
 or not: only the records stay out. Reads of the table look like a dict's; the
 two that return every record (``values``, ``items``) read the settled ones
-from the store in one pass, and :meth:`AgentTable.page_keys` gives every
+from the store in one read transaction, key by key, and :meth:`AgentTable.page_keys` gives every
 agent's path and id without reading one.
 """
 
@@ -49,14 +49,6 @@ class AgentReads(Protocol):
 
     def some(self, agent_ids: list[str]) -> list[AgentRecord]:
         """Return the stored records of ``agent_ids``, in their order (one read).
-
-        Raises:
-            StoreCorrupted, StoreError: one is missing, does not decode, or the read failed.
-        """
-        ...
-
-    def agents(self, agent_ids: dict[str, str]) -> list[AgentRecord]:
-        """Return the stored records of ``agent_ids``, in key order.
 
         Raises:
             StoreCorrupted, StoreError: one is missing, does not decode, or the read failed.
@@ -201,7 +193,11 @@ class AgentTable(JDict[str, AgentRecord]):
         return [*dict.keys(self), *self.settled]
 
     def values(self) -> list[AgentRecord]:  # type: ignore[override]
-        """Every agent's record, the settled ones read from the store in one pass.
+        """Every agent's record, the settled ones read from the store in one read transaction.
+
+        They are read key by key, never by stepping from leaf to leaf: LMDB checks
+        each page it descends to and fails the read of one damaged in place since
+        the open, where its step onto a damaged sibling leaf aborts the process.
 
         Raises:
             StoreCorrupted, StoreError: a settled agent's read failed.
@@ -210,7 +206,7 @@ class AgentTable(JDict[str, AgentRecord]):
         if not self.settled:
             return held
         assert self.reads is not None
-        return held + self.reads.agents(self.settled)
+        return held + self.reads.some(list(self.settled))
 
     def page_keys(self) -> list[tuple[str, str]]:
         """Every agent's ``(path, id)``, unsorted, reading no record from the store."""

@@ -86,24 +86,6 @@ class StoredCompletions:
             raws = [view.get("agents", key.encode()) for key in agent_ids]
         return [self._agent(key, raw) for key, raw in zip(agent_ids, raws, strict=True)]
 
-    def agents(self, agent_ids: dict[str, str]) -> list[AgentRecord]:
-        """Return the stored records of ``agent_ids``, in key order (one pass of the store).
-
-        Raises:
-            StoreCorrupted: one is not stored or does not decode.
-            StoreError: the read failed.
-        """
-        wanted = {key.encode(): key for key in agent_ids}
-        found = [
-            self._agent(wanted[raw_key], raw)
-            for raw_key, raw in self._store.snapshot(("agents",)).records["agents"]
-            if raw_key in wanted
-        ]
-        if len(found) != len(wanted):
-            missing = set(agent_ids) - {record.id for record in found}
-            self._agent(min(missing), None)
-        return found
-
     def _agent(self, agent_id: str, raw: bytes | None) -> AgentRecord:
         """Decode a settled agent's record read as ``raw`` (None: not stored)."""
         folder = str(self._store.folder)
