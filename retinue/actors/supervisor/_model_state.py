@@ -89,8 +89,8 @@ class ModelState(Journaled):
                 changes["open_calls"] = count  # the record is written anyway
             elif count != me.open_calls:  # a running turn's count waits for its next write
                 tree.open_calls[me.id] = count
-            else:
-                tree.open_calls.pop(me.id, None)
+            elif me.id in tree.open_calls:  # (the check in C: a pop is two Python calls)
+                del tree.open_calls[me.id]
         if changes:
             me = world.update(me, updated_at=me.updated_at, **changes)
         if spent and top_id != me.id:
