@@ -198,10 +198,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             dict.clear(self._removed_unwritten)
         agents = self._agents_written
         if agents:
-            writes += [
-                ("agents", agent_id.encode(), _encode(record))
-                for agent_id, record in dict.items(agents)
-            ]
+            for agent_id, record in dict.items(agents):  # a loop: a comprehension is a call
+                writes.append(("agents", agent_id.encode(), _encode(record)))
             dict.clear(agents)
         return writes
 
