@@ -66,8 +66,9 @@ class ModelState(Journaled):
             self.scheduler.input_stored(me.id)  # the turn's input is the transcript's now
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
         if transcript is not None and handle is not None:  # so are its waits' receipts
-            receipts = handle.turn.handover.consume(self._journal)
-            if receipts:  # nearly every step: none
+            handover = handle.turn.handover
+            if handover.kept:  # nearly every step: none (no call to say so)
+                receipts = handover.consume(self._journal)
                 stored = [event for held in receipts for event in held]
                 tree.consume_inputs(me.id, me.generation, stored)
         for event in command.in_doubt:
