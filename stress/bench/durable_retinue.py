@@ -121,9 +121,8 @@ class _Timings:
             self.commits.append(seconds)
 
     def observe_command(self, kind: str, seconds: float) -> None:
-        if kind == "LlmStep":
-            with self._lock:
-                self.steps += 1
+        if kind == "LlmStep":  # only the supervisor's thread counts them: no lock
+            self.steps += 1
 
     def row(self) -> dict[str, Any]:
         with self._lock:

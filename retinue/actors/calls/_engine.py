@@ -30,6 +30,7 @@ from retinue.actors.calls._waiting import (
     await_answer,
     fail_pending,
     poster,
+    runtime_poster,
     wait_answer,
     when_done,
 )
@@ -50,6 +51,7 @@ from retinue.protocol.messages import Completion, Message
 __all__ = ["Engine", "HostReceipt", "Receipt", "WaitCommand", "handed_events"]
 
 R = TypeVar("R")
+_Future = asyncio.Future
 WaitCommand = Wait | RunMany | HostMessages | Idle
 """The commands whose answer may take long: a wait, given up in time."""
 
@@ -121,14 +123,22 @@ class Engine:
 
         Its reply is a :class:`LoopReply`: answered, it settles the loop future
         this awaits through the loop's batched poster (no done callback, no
-        closure, no second read of the reply).
+        closure, no second read of the reply). On a runtime's own loop (every
+        turn's request) the poster is found and the future built in C, with no
+        Python call for either.
 
         Raises:
             RuntimeClosed: the runtime is closed; and whatever the command raises.
         """
         loop = asyncio.get_running_loop()
-        ready: asyncio.Future[R] = loop.create_future()
-        self.channel.submit(command, LoopReply(ready, poster(loop)))
+        post = runtime_poster(loop)
+        ready: asyncio.Future[R]
+        if post is None:  # a host's loop: its own future, its poster made once
+            ready = loop.create_future()
+            post = poster(loop)
+        else:  # a runtime's loop (asyncio's, LoopThread's): its create_future, inline
+            ready = _Future(loop=loop)
+        self.channel.submit(command, LoopReply(ready, post))
         return await ready
 
     def give_up(

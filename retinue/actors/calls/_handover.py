@@ -40,19 +40,23 @@ _MISSING: Any = object()
 class Handover(Generic[T]):
     """Values handed to waits (keyed by the wait's reply) and not received yet; thread-safe.
 
+    Attributes:
+        kept: what was received and kept, not consumed yet (read it, never change it:
+            a step that finds it empty skips :meth:`consume`, with no call).
+
     The supervisor's changes (:meth:`hand`, :meth:`consume`, :meth:`take_back`
     with a ``journal``) are part of its command's transaction: the ledger's
     lock is held until the command is kept or rolled back, so a waiter never
     receives (or misses) something a failed command then undoes.
     """
 
-    __slots__ = ("_held", "_kept", "_lock")
+    __slots__ = ("_held", "_lock", "kept")
 
     def __init__(self) -> None:
         """Start with nothing handed."""
         self._lock = threading.RLock()
         self._held: dict[Key, T] = {}
-        self._kept: list[T] = []
+        self.kept: list[T] = []
 
     def _journal(self, journal: Journal | None) -> Journal | None:
         """Hold the lock for ``journal``'s command, if a command is being served."""
@@ -64,7 +68,7 @@ class Handover(Generic[T]):
     def _restore(self, held: dict[Key, T], kept: list[T]) -> None:
         """Undo a take: put ``held`` and ``kept`` back as they were."""
         self._held = {**held, **self._held}
-        self._kept[:0] = kept
+        self.kept[:0] = kept
 
     def hand(self, key: Key, value: T, journal: Journal | None = None) -> None:
         """Record that ``value`` was handed to the wait answered on ``key``."""
@@ -86,20 +90,20 @@ class Handover(Generic[T]):
             if value is _MISSING:
                 return False
             if keep:
-                self._kept.append(value)
+                self.kept.append(value)
             return True
 
     def consume(self, journal: Journal | None = None) -> list[T]:
         """Forget (and return) what was received and kept: its waiter stored it."""
-        if not self._kept:  # nearly every step: nothing to forget, no lock to take or hold
+        if not self.kept:  # nearly every step: nothing to forget, no lock to take or hold
             # (read unlocked: what the waiter kept before it sent its step is seen here,
             # and a keep or take-back racing this read is as if it came just after it)
             return []
         with self._lock:
             tx = self._journal(journal)
-            if tx is not None and self._kept:
-                tx.note(self._restore, {}, list(self._kept))
-            kept, self._kept = self._kept, []
+            if tx is not None and self.kept:
+                tx.note(self._restore, {}, list(self.kept))
+            kept, self.kept = self.kept, []
         return kept
 
     def take_back(self, key: Key | None = None, journal: Journal | None = None) -> list[T]:
@@ -110,10 +114,10 @@ class Handover(Generic[T]):
         with self._lock:
             tx = self._journal(journal)
             if key is None:
-                if tx is not None and (self._held or self._kept):
-                    tx.note(self._restore, dict(self._held), list(self._kept))
+                if tx is not None and (self._held or self.kept):
+                    tx.note(self._restore, dict(self._held), list(self.kept))
                 held, self._held = self._held, {}
-                kept, self._kept = self._kept, []
+                kept, self.kept = self.kept, []
                 return [*kept, *held.values()]
             if tx is not None and key in self._held:
                 tx.note(self._restore, {key: self._held[key]}, [])
@@ -123,8 +127,8 @@ class Handover(Generic[T]):
     def __journal_snapshot__(self) -> tuple[list[tuple[int, T]], list[T]]:
         """What the ledger holds, for the journal's before-and-after pictures."""
         with self._lock:
-            return [(id(k), v) for k, v in self._held.items()], list(self._kept)
+            return [(id(k), v) for k, v in self._held.items()], list(self.kept)
 
     def __len__(self) -> int:
         """How many handed values are not received (or not consumed) yet."""
-        return len(self._held) + len(self._kept)
+        return len(self._held) + len(self.kept)

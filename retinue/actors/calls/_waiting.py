@@ -29,6 +29,7 @@ __all__ = [
     "poster",
     "register_poster",
     "resolve_timeout",
+    "runtime_poster",
     "timed_out",
     "unregister_poster",
     "wait_answer",
@@ -47,6 +48,13 @@ _POSTERS_LOCK = threading.Lock()
 # runtime closes the loop: found with one dict lookup in C (a WeakKeyDictionary's get is a
 # Python call and a new weak reference).
 _RUNTIME_POSTERS: dict[asyncio.AbstractEventLoop, Callable[..., bool]] = {}
+
+
+runtime_poster: Callable[[asyncio.AbstractEventLoop], Callable[..., bool] | None] = (
+    _RUNTIME_POSTERS.get
+)
+"""``runtime_poster(loop)``: the batched call of a runtime's own ``loop`` (None: a host's
+loop, see :func:`poster`), found in C with no Python call."""
 
 
 def register_poster(loop: asyncio.AbstractEventLoop, post: Callable[..., bool]) -> None:

@@ -66,8 +66,9 @@ class ModelState(Journaled):
             self.scheduler.input_stored(me.id)  # the turn's input is the transcript's now
             tree.consume_inputs(me.id, me.generation, handle.turn.messages)
         if transcript is not None and handle is not None:  # so are its waits' receipts
-            receipts = handle.turn.handover.consume(self._journal)
-            if receipts:  # nearly every step: none
+            handover = handle.turn.handover
+            if handover.kept:  # nearly every step: none (no call to say so)
+                receipts = handover.consume(self._journal)
                 stored = [event for held in receipts for event in held]
                 tree.consume_inputs(me.id, me.generation, stored)
         for event in command.in_doubt:
@@ -89,8 +90,8 @@ class ModelState(Journaled):
                 changes["open_calls"] = count  # the record is written anyway
             elif count != me.open_calls:  # a running turn's count waits for its next write
                 tree.open_calls[me.id] = count
-            else:
-                tree.open_calls.pop(me.id, None)
+            elif me.id in tree.open_calls:  # (the check in C: a pop is two Python calls)
+                del tree.open_calls[me.id]
         if changes:
             me = world.update(me, updated_at=me.updated_at, **changes)
         if spent and top_id != me.id:

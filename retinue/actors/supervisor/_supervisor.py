@@ -302,8 +302,8 @@ class Supervisor:
         world = self.world
         me = world.sender(command.sender) if command.live_sender else None
         match command:  # the commands served most first (each case costs every later one a check)
-            case LlmStep():
-                return self.models.step(tx, sending_turn(me), command)
+            case LlmStep():  # only a running turn sends it (no call to say so: the busiest)
+                return self.models.step(tx, sending_turn(me) if me is None else me, command)
             case Spawn():
                 return self.spawner.spawn(tx, me, command)
             case Settle():

@@ -97,6 +97,7 @@ def info_of(record: AgentRecord) -> AgentInfo:
 
 
 _TRANSCRIPT = msgspec.msgpack.Decoder(TranscriptRecord)
+_held = dict.get  # a held agent's record (AgentTable.get, a Python call, also reads settled ones)
 _RUNNING = AgentState.RUNNING  # a global: an enum member's lookup is a slow descriptor
 
 
@@ -356,7 +357,10 @@ class World(Journaled):
         """
         if isinstance(sender, Host):
             return None
-        record = self.tree.agents.get(sender.agent_id)
+        # The held records' own dict lookup, in C (AgentTable.get is a Python call): a
+        # running agent is always held (the tree holds every record it changes), so an
+        # agent settled in the store is not running either way.
+        record = _held(self.tree.agents, sender.agent_id)
         if record is None or record.generation != sender.generation or record.state is not _RUNNING:
             raise TurnInterrupted("this turn was interrupted; its calls are refused")
         return record
@@ -407,13 +411,13 @@ class World(Journaled):
         tool calls the tree holds (``Tree.open_calls``) is written with it.
         """
         tree = self.tree
-        current = tree.agents.get(record.id, record)
+        current: AgentRecord | None = _held(tree.agents, record.id)  # in C (see sender)
+        if current is None:  # a settled one's (or the caller's)
+            current = tree.agents.get(record.id, record)
         if "updated_at" not in changes:  # no clock read when the caller gives the time
             changes["updated_at"] = time.time()
-        if tree.open_calls:  # a running agent's newer count of open calls rides along
-            count = tree.open_calls.pop(current.id, None)
-            if count is not None:
-                changes.setdefault("open_calls", count)
+        if current.id in tree.open_calls:  # a running agent's newer count rides along
+            changes.setdefault("open_calls", tree.open_calls.pop(current.id))
         return tree.put_agent(msgspec.structs.replace(current, **changes))
 
     def check_size(self, content: str, what: str) -> None:

@@ -51,7 +51,8 @@ _NO_CHILDREN: frozenset[str] = frozenset()
 
 _encode = msgspec.msgpack.Encoder().encode
 _CLOSED = AgentState.CLOSED  # a global: an enum member's lookup is a slow descriptor
-_dict_set = dict.__setitem__  # a dict's own set and delete, not a journaled one's
+_dict_set = dict.__setitem__  # a dict's own get, set and delete, not a journaled one's
+_dict_get = dict.get
 _dict_del = dict.__delitem__
 _PATH = attrgetter("path")
 _STATE_KEYS = {state: state.value for state in AgentState}
@@ -197,10 +198,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             dict.clear(self._removed_unwritten)
         agents = self._agents_written
         if agents:
-            writes += [
-                ("agents", agent_id.encode(), _encode(record))
-                for agent_id, record in dict.items(agents)
-            ]
+            for agent_id, record in dict.items(agents):  # a loop: a comprehension is a call
+                writes.append(("agents", agent_id.encode(), _encode(record)))
             dict.clear(agents)
         return writes
 
@@ -244,7 +243,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
     def put_agent(self, record: AgentRecord, *, persist: bool = True) -> AgentRecord:
         """Insert or update an agent, keeping every index in step."""
         agents, key = self.agents, record.id
-        old = agents.get(key)
+        # The held record in C (AgentTable.get, a Python call, reads a settled one too).
+        old = _dict_get(agents, key) or agents.get(key)
         # One journal entry puts back the record, its gathered write and its busy,
         # closed and stored-children entries (each a journaled dict set otherwise: an
         # entry and a frame each per change).
@@ -399,7 +399,11 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
 
     def put_transcript(self, agent_id: str, transcript: bytes) -> None:
         """Store an agent's encoded LLM transcript (it goes with the agent on removal)."""
-        self.writes.append(("transcripts", agent_id.encode(), transcript))
+        # JList.append's work inline (a model step's every command comes through here).
+        writes, journal = self.writes, self._journal
+        if journal.active:
+            journal.log((list.pop, (writes,)))
+        list.append(writes, ("transcripts", agent_id.encode(), transcript))
 
     # -- removal (compaction) -------------------------------------------------------
 

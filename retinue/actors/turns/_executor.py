@@ -311,11 +311,17 @@ class LoopThread:
             loop = self._ensure()
             if loop is None:
                 return False
-        with self._calls_lock:
+        # acquire/release, not ``with``: a with statement binds __enter__ and __exit__ (two
+        # bound methods) per call, and every answer to an async turn comes through here.
+        lock = self._calls_lock
+        lock.acquire()
+        try:
             self._calls.append((callback, args))
             if self._drain_scheduled:
                 return True
             self._drain_scheduled = True
+        finally:
+            lock.release()
         try:
             if self._ident == threading.get_ident():
                 loop.call_soon(self._drain_calls)  # on the loop: it is running, awake
@@ -326,9 +332,13 @@ class LoopThread:
         return True
 
     def _drain_calls(self) -> None:
-        with self._calls_lock:
+        lock = self._calls_lock  # acquire/release, not ``with``: see call_soon
+        lock.acquire()
+        try:
             calls, self._calls = self._calls, []
             self._drain_scheduled = False
+        finally:
+            lock.release()
         for callback, args in calls:
             try:
                 callback(*args)
