@@ -31,6 +31,7 @@ __all__ = [
     "LOST_ERROR",
     "RESTART_ON",
     "RESTART_REASON",
+    "SPAWN_REASON",
     "TIMED_OUT",
     "ApprovalRecord",
     "ApprovalRequest",
@@ -49,6 +50,8 @@ RESTART_REASON = "restart"
 """``turn.reason`` of a turn a restart policy runs again."""
 APPROVAL_REASON = "approval"
 """``turn.reason`` of a turn that carries on after its approvals were answered in a new process."""
+SPAWN_REASON = "spawn"
+"""``turn.reason`` of a spawned agent's first turn (its agent has stored no transcript yet)."""
 LOST_ERROR = "lost: the runtime stopped while this turn was queued or running"
 """The ``last_error`` of a turn restarted because it was lost in a crash."""
 TIMED_OUT = "timed out"

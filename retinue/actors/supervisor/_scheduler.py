@@ -50,9 +50,14 @@ from retinue.protocol.messages import (
     TurnStarted,
 )
 from retinue.protocol.records import AgentRecord
-from retinue.protocol.supervision import APPROVAL_REASON
+from retinue.protocol.supervision import APPROVAL_REASON, SPAWN_REASON
 
 __all__ = ["Inbox", "Scheduler", "SlotRequest", "StartFailed", "TurnHandle"]
+
+
+def _nothing_stored() -> None:
+    """The stored transcript of an agent that has none yet (a spawn's turn reads no store)."""
+
 
 # inbox(tx, record) -> the inputs of the turn that starts now, taken from the store.
 Inbox = Callable[[Transition, AgentRecord], list[Message]]
@@ -285,7 +290,10 @@ class Scheduler(Journaled):
         turn.admission = world.admission
         if record.profile in world.model_runners:  # a model runner's load, without a round trip
             turn.llm_state = LlmStarted(
-                partial(world.store.get, "transcripts", agent_id.encode()),
+                # a spawn's turn is its agent's first: nothing has stored a transcript yet
+                _nothing_stored
+                if reason == SPAWN_REASON
+                else partial(world.store.get, "transcripts", agent_id.encode()),
                 record.usage,
                 world.tree.agents[turn.root_id].tree_usage,
             )

@@ -35,6 +35,7 @@ from retinue.protocol.checks import check_key, check_text, preview
 from retinue.protocol.ids import new_id
 from retinue.protocol.messages import AgentInfo, AgentSpawned, AgentState
 from retinue.protocol.records import AgentRecord
+from retinue.protocol.supervision import SPAWN_REASON
 
 __all__ = ["Spawner"]
 
@@ -289,4 +290,4 @@ class Spawner(Journaled):
                 parent_path=record.parent_path,
             )
         )
-        return info_of(self.scheduler.enqueue(tx, record, task, "spawn", start=starts))
+        return info_of(self.scheduler.enqueue(tx, record, task, SPAWN_REASON, start=starts))
