@@ -17,7 +17,8 @@ and a consumer that falls behind lets its shards' queues fill (bounded by
 A take that fails (the shard's process died; its reply was lost) or finds
 its stream unknown (the shard restarted, or closed it as idle) reopens the
 stream on that shard and yields one ``EventsDropped(dropped=0)`` where the
-gap is (0: how many were lost is unknown). A shard whose runtime closed ends
+gap is (0: how many were lost is unknown); one the face itself closed
+meanwhile is never reopened behind its close. A shard whose runtime closed ends
 its part; the stream ends when every part has. Leaving the loop
 (``break``, ``close()``, ``with``, ``aclose``) or shutting the face down
 closes the shards' streams; a stream dropped without that stops polling and
@@ -32,7 +33,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -85,12 +86,19 @@ def close_op(stream_id: str, targets: Targets) -> Op[None]:
 
 
 def poll_op(
-    shard: int, stream_id: str, ref: str | None, bounds: StreamBounds
+    shard: int,
+    stream_id: str,
+    ref: str | None,
+    bounds: StreamBounds,
+    closed: Callable[[], bool] = lambda: False,
 ) -> Op[tuple[list[Event], bool]]:
     """Take the next batch of one shard's part; return ``(events, ended)``.
 
     A failed take or an unknown stream reopens it and answers one
     ``EventsDropped(dropped=0)`` for the gap; a shard whose runtime closed ends.
+    A stream ``closed`` says its face closed is never reopened: its take found
+    it unknown because the face's close reached the shard first (the face marks
+    itself closed before it sends the close), and that part ends.
 
     Raises:
         ShardUnavailable: the shard did not come back within ``retry_s``.
@@ -105,6 +113,8 @@ def poll_op(
         batch = EventBatch(unknown=True)  # its reply, and the events it took, may be lost
     if not batch.unknown:
         return list(batch.events), batch.ended
+    if closed():
+        return [], True
     try:
         reopen = yield One(shard, w.encode_call(OpenStream(stream_id, ref)), "open_stream")
         w.decode_reply(reopen, type(None))
@@ -128,11 +138,15 @@ class Part:
 
     def poll(self, i: int) -> Op[tuple[list[Event], bool]]:
         shard, ref = self.targets[i]
-        return poll_op(shard, self.stream_id, ref, self.bounds)
+        return poll_op(shard, self.stream_id, ref, self.bounds, self.is_closed)
 
     def close(self, i: int) -> Op[None]:
         """Close the stream on part ``i``'s shard."""
         return close_op(self.stream_id, self.targets[i : i + 1])
+
+    def is_closed(self) -> bool:
+        """True once the stream was closed (its pumps stop; a shard's part is not reopened)."""
+        return self.closed
 
     def mark_closed(self) -> bool:
         """Mark the stream closed; False if it was already."""

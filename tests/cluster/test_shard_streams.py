@@ -166,3 +166,31 @@ def test_a_shut_down_shard_ends_its_streams(open_core: Any) -> None:
         raise AssertionError("the stream never ended")
 
     asyncio.run(scenario())
+
+
+# -- a face's take that finds its stream unknown ----------------------------------------
+
+
+def _take_answered_unknown(closed: bool) -> tuple[str, Any]:
+    """Drive a face's poll of one shard whose take answers "unknown"; return what it does
+    next: ``("call", name)`` for its next call, ``("done", value)`` if it ends there."""
+    from retinue.cluster._streaming import StreamBounds, poll_op
+    from retinue.cluster._transport import One
+
+    op = poll_op(0, "s1", None, StreamBounds(poll_s=1.0, batch=10), lambda: closed)
+    take = next(op)
+    assert isinstance(take, One) and take.tag == "take_events"
+    try:
+        step = op.send(w.ok_reply(EventBatch(unknown=True)))
+    except StopIteration as stop:
+        return "done", stop.value
+    assert isinstance(step, One)
+    return "call", step.tag
+
+
+def test_a_take_that_finds_its_stream_unknown_reopens_it_unless_the_face_closed_it() -> None:
+    # The shard lost the stream (a restart, an idle sweep): the face reopens it.
+    assert _take_answered_unknown(closed=False) == ("call", "open_stream")
+    # The face's close reached the shard before this take did: the part ends, and the
+    # stream is not opened again behind the close (it stayed open on its shard).
+    assert _take_answered_unknown(closed=True) == ("done", ([], True))
