@@ -90,15 +90,16 @@ def poll_op(
     stream_id: str,
     ref: str | None,
     bounds: StreamBounds,
-    closed: Callable[[], bool] = lambda: False,
+    closed: Callable[[], bool],
 ) -> Op[tuple[list[Event], bool]]:
     """Take the next batch of one shard's part; return ``(events, ended)``.
 
     A failed take or an unknown stream reopens it and answers one
     ``EventsDropped(dropped=0)`` for the gap; a shard whose runtime closed ends.
-    A stream ``closed`` says its face closed is never reopened: its take found
-    it unknown because the face's close reached the shard first (the face marks
-    itself closed before it sends the close), and that part ends.
+    A stream ``closed`` says its face closed is never reopened (its take may
+    have found it unknown because the face's close reached the shard first; the
+    face marks itself closed before it sends the close): the poll answers no
+    events, and the pump, seeing the stream closed, closes its shard's part.
 
     Raises:
         ShardUnavailable: the shard did not come back within ``retry_s``.
@@ -114,7 +115,7 @@ def poll_op(
     if not batch.unknown:
         return list(batch.events), batch.ended
     if closed():
-        return [], True
+        return [], False
     try:
         reopen = yield One(shard, w.encode_call(OpenStream(stream_id, ref)), "open_stream")
         w.decode_reply(reopen, type(None))

@@ -191,6 +191,7 @@ def _take_answered_unknown(closed: bool) -> tuple[str, Any]:
 def test_a_take_that_finds_its_stream_unknown_reopens_it_unless_the_face_closed_it() -> None:
     # The shard lost the stream (a restart, an idle sweep): the face reopens it.
     assert _take_answered_unknown(closed=False) == ("call", "open_stream")
-    # The face's close reached the shard before this take did: the part ends, and the
-    # stream is not opened again behind the close (it stayed open on its shard).
-    assert _take_answered_unknown(closed=True) == ("done", ([], True))
+    # The face's close reached the shard before this take did: no events and no reopen
+    # behind the close (it stayed open on its shard); the pump, seeing the stream
+    # closed, sends its shard the close.
+    assert _take_answered_unknown(closed=True) == ("done", ([], False))

@@ -15,8 +15,8 @@ agent but the tree, and the tree writes only the agents it holds.
 The indexes (paths, children, counts, busy agents) hold every agent, settled
 or not: only the records stay out. Reads of the table look like a dict's; the
 two that return every record (``values``, ``items``) read the settled ones
-from the store in one read transaction, key by key, and :meth:`AgentTable.page_keys` gives every
-agent's path and id without reading one.
+from the store in one read transaction, key by key, and
+:meth:`AgentTable.page_keys` gives every agent's path and id without reading one.
 """
 
 from __future__ import annotations
