@@ -15,6 +15,7 @@ The runner's :class:`Turn` shows the same operations without them.
 
 from __future__ import annotations
 
+import _thread
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -110,7 +111,7 @@ class TurnControl:
         # and its last step, committed with its settle (set by the model runner as it ends).
         self.llm_state: LlmStarted | None = None
         self.last_step: LlmStep | None = None
-        self._cancel_lock = threading.RLock()
+        self._cancel_lock = _thread.RLock()  # threading.RLock's own (no Python frame)
         self._on_cancel: list[Callable[[], None]] = []
 
     def __journal_snapshot__(self) -> tuple[bool, object]:
