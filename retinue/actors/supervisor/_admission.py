@@ -128,8 +128,10 @@ class Admission(Journaled):
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: its call in flight, or waiting, is forgotten, and
         so is its own estimate (its next turn starts from its tree's)."""
-        self.largest_tokens.pop(agent_id, None)
-        self.largest_usd.pop(agent_id, None)
+        if agent_id in self.largest_tokens:  # (checked in C: an absent key costs no call)
+            del self.largest_tokens[agent_id]
+        if agent_id in self.largest_usd:
+            del self.largest_usd[agent_id]
         flew = self.flying.pop(agent_id) if agent_id in self.flying else None
         if flew is None and not self.waiting:  # nearly every turn: nothing in flight or waiting
             return

@@ -318,7 +318,9 @@ class Scheduler(Journaled):
                 world.tree.agents[turn.root_id].tree_usage,
             )
         if world.observer.spans is not None:
-            turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
+            causes = self.causes  # (checked in C: an absent key costs no call)
+            turn.trace = record.trace
+            turn.cause = causes.pop(agent_id) if agent_id in causes else None
             forked = record.forked_from  # a fork's first turn links to its origin's span
             if (
                 turn.cause is None
