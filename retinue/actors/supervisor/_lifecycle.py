@@ -225,7 +225,8 @@ class Lifecycle(Journaled):
     def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle, waiter, queued slot request, park and reservation."""
         self.scheduler.release(tx, agent_id, why)
-        self.waiters.release(tx, agent_id, why)
+        if agent_id in self.waiters.by_turn:  # (in C: a turn that ends waiting is rare)
+            self.waiters.release(tx, agent_id, why)
         self.supervision.turn_ended(tx, agent_id, why)
 
     def detach(self, tx: Transition, record: AgentRecord) -> None:

@@ -133,7 +133,7 @@ class Router(Journaled):
             attempt=record.attempt,
             error_type=record.error_type if status is CompletionStatus.FAILED else None,
         )
-        recipient = tree.nearest_live_ancestor(record)
+        recipient = None if record.parent_id is None else tree.nearest_live_ancestor(record)
         pending = CompletionRecord(
             completion=completion, recipient_id=recipient, seq=tree.next_seq()
         )
