@@ -164,6 +164,10 @@ def bounded_text(text: str, max_bytes: int) -> str:
         ArgumentTypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
         InvalidArgument: ``max_bytes`` is negative.
     """
+    # ASCII within the bound is storable and kept whole as it is: returned with no call
+    # (nearly every output and error). Anything else takes the checks and the cut.
+    if type(text) is str and type(max_bytes) is int and len(text) <= max_bytes and text.isascii():
+        return text
     _check_args(text, max_bytes, "max_bytes")
     return truncate_utf8(storable_text(text), max_bytes)[0]
 

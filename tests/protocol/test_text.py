@@ -13,7 +13,9 @@ from retinue.errors import ArgumentTypeError, InvalidArgument
 from retinue.protocol.text import (
     HEAD_TRUNCATION_MARKER,
     TAIL_TRUNCATION_MARKER,
+    bounded_text,
     safe_terminal_text,
+    storable_text,
     truncate_utf8,
     truncate_utf8_tail,
 )
@@ -230,3 +232,29 @@ def test_safe_terminal_text_properties(text: str, max_chars: int) -> None:
     result.encode("utf-8")  # printable on a UTF-8 terminal
     expected_length = min(max_chars, len(text.replace("\r", "")))
     assert len(result) == expected_length
+
+
+def test_bounded_text_keeps_ascii_within_the_bound_and_cuts_the_rest() -> None:
+    assert bounded_text("done", 4) == "done"
+    assert bounded_text("", 0) == ""
+    assert bounded_text("done!", 4) == truncate_utf8("done!", 4)[0]  # one byte over: cut
+    assert bounded_text("é", 1) == truncate_utf8("é", 1)[0]  # 1 character, 2 bytes: cut
+    assert bounded_text("a\ud800", 100) == "a\\ud800"  # a lone surrogate is escaped
+
+
+def test_bounded_text_argument_rules() -> None:
+    with pytest.raises(ArgumentTypeError):
+        bounded_text(b"done", 10)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError):
+        bounded_text("done", True)
+    with pytest.raises(ArgumentTypeError):
+        bounded_text("done", 10.0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        bounded_text("", -1)
+
+
+@SETTINGS
+@given(st.text(), st.integers(min_value=0, max_value=40))
+def test_bounded_text_is_the_storable_text_cut(text: str, max_bytes: int) -> None:
+    """Its shortcut for ASCII that fits answers what the checks and the cut would."""
+    assert bounded_text(text, max_bytes) == truncate_utf8(storable_text(text), max_bytes)[0]

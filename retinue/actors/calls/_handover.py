@@ -23,8 +23,8 @@ async host wait (its close gives back what the waiting tasks never received).
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures
-import threading
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class Handover(Generic[T]):
 
     def __init__(self) -> None:
         """Start with nothing handed."""
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()  # threading.RLock's own (no Python frame)
         self._held: dict[Key, T] = {}
         self.kept: list[T] = []
 
@@ -86,11 +86,13 @@ class Handover(Generic[T]):
         :meth:`take_back` of every wait still takes it until :meth:`consume`.
         """
         with self._lock:
-            value = self._held.pop(key, _MISSING)
+            held = self._held
+            value = held.get(key, _MISSING)
             if value is _MISSING:
                 return False
-            if keep:
+            if keep:  # kept before it leaves the held: take_back's unlocked look sees one
                 self.kept.append(value)
+            del held[key]
             return True
 
     def consume(self, journal: Journal | None = None) -> list[T]:
@@ -111,6 +113,11 @@ class Handover(Generic[T]):
 
         Every wait's also takes what was received and kept but not consumed.
         """
+        if not self._held and not self.kept:  # nothing handed, nothing kept: nothing to take
+            # (read unlocked, held first: a value handed after the look is as if handed
+            # after this take-back; one a waiter receives with keep is kept before it
+            # leaves the held, so a value in transit is seen in one of the two)
+            return []
         with self._lock:
             tx = self._journal(journal)
             if key is None:

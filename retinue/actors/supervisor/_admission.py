@@ -116,18 +116,25 @@ class Admission(Journaled):
     def call_done(self, tx: Transition, me: AgentRecord, usage: Usage) -> None:
         """The call of ``me`` ended with ``usage`` (already added): its reservation ends."""
         top = self.world.tree.top_of[me.id]
-        for key in (me.id, top):
-            self.largest_tokens[key] = max(self.largest_tokens.get(key, 0), usage.total_tokens)
-            self.largest_usd[key] = max(self.largest_usd.get(key, 0.0), usage.cost_usd)
-        if self.flying.pop(me.id, None) is not None:
+        tokens, usd = usage.total_tokens, usage.cost_usd
+        largest_tokens, largest_usd = self.largest_tokens, self.largest_usd
+        # A top-level agent is its own tree: its one key is set once, not twice.
+        for key in (me.id,) if top == me.id else (me.id, top):
+            largest_tokens[key] = max(largest_tokens.get(key, 0), tokens)
+            largest_usd[key] = max(largest_usd.get(key, 0.0), usd)
+        if me.id in self.flying and self.flying.pop(me.id) is not None:
             self._admit_waiting(tx, top)
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: its call in flight, or waiting, is forgotten, and
         so is its own estimate (its next turn starts from its tree's)."""
-        self.largest_tokens.pop(agent_id, None)
-        self.largest_usd.pop(agent_id, None)
-        flew = self.flying.pop(agent_id, None)
+        if agent_id in self.largest_tokens:  # (checked in C: an absent key costs no call)
+            del self.largest_tokens[agent_id]
+        if agent_id in self.largest_usd:
+            del self.largest_usd[agent_id]
+        flew = self.flying.pop(agent_id) if agent_id in self.flying else None
+        if flew is None and not self.waiting:  # nearly every turn: nothing in flight or waiting
+            return
         top = flew.top if flew is not None else self.world.tree.top_of.get(agent_id)
         if top is None:
             return

@@ -353,7 +353,7 @@ class Approvals(Journaled):
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: fail its park and cancel its pending requests."""
-        parked = self.parked.pop(agent_id, None)
+        parked = self.parked.pop(agent_id) if agent_id in self.parked else None
         if parked is not None and claim(self._journal, parked.future):
             tx.answer(parked.future, why)
         for request_id in self.by_agent.get(agent_id, ()):

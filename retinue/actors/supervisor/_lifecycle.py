@@ -48,10 +48,12 @@ from retinue.protocol.messages import (
     AgentState,
     CompletionStatus,
 )
-from retinue.protocol.records import AgentRecord
+from retinue.protocol.records import AgentRecord, GenerationEnd
 from retinue.protocol.text import bounded_text
 
 __all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
+
+_held = dict.get  # a held agent's record, in C (AgentTable.get, a Python call, reads settled ones)
 
 INTERRUPTED_QUEUED = "interrupted before execution"
 """The error of a turn interrupted while it waited for a slot (it never ran)."""
@@ -88,7 +90,10 @@ class Lifecycle(Journaled):
     def settle(self, tx: Transition, command: Settle) -> None:
         """A runner finished; settle its turn unless it was interrupted meanwhile."""
         turn = command.sender
-        record = self.world.tree.agents.get(turn.agent_id)
+        agents = self.world.tree.agents
+        record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
+        if record is None:
+            record = agents.get(turn.agent_id)
         if (
             not self.scheduler.is_current(turn.agent_id, turn.generation)
             or record is None
@@ -132,7 +137,8 @@ class Lifecycle(Journaled):
         if handle is not None:
             journal = self._journal
             back += take_held(handle, journal) if error is not None else consume(handle, journal)
-        self.router.give_back(tx, record.id, back)
+        if back:  # nearly every turn: nothing to give back (no call)
+            self.router.give_back(tx, record.id, back)
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
@@ -146,14 +152,33 @@ class Lifecycle(Journaled):
             output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
         state = AgentState.COMPLETED if error is None else AgentState.FAILED
-        record = self.world.update(
-            record,
-            state=state,
-            output=output,
-            error=None if error is None else bounded_text(error.text, cap),
-            error_type=None if error is None else error.type,
-        )
-        self.router.emit_completion(tx, record, status, span=span)
+        world = self.world
+        tree = world.tree
+        now = time.time()
+        current: AgentRecord | None = _held(tree.agents, record.id)
+        if current is None:  # a settled one's (or the caller's)
+            current = tree.agents.get(record.id, record)
+        if tree.has_completion(current):  # made already: only the record changes
+            record = world.update(
+                record,
+                state=state,
+                output=output,
+                error=None if error is None else bounded_text(error.text, cap),
+                error_type=None if error is None else error.type,
+                updated_at=now,
+            )
+            self.router.emit_completion(tx, record, status, span=span)
+        else:  # the record carries how its generation ended (History.ended) in the same write
+            record = world.update(
+                record,
+                state=state,
+                output=output,
+                error=None if error is None else bounded_text(error.text, cap),
+                error_type=None if error is None else error.type,
+                updated_at=now,
+                ended=GenerationEnd(generation=current.generation, state=state, at=now, span=span),
+            )
+            self.router.emit_completion(tx, record, status, span=span, ended=now)
         if pump:
             self.scheduler.pump(tx)
         gave_back = frozenset() if error is None else given_back_ids(back)
@@ -200,7 +225,8 @@ class Lifecycle(Journaled):
     def _release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle, waiter, queued slot request, park and reservation."""
         self.scheduler.release(tx, agent_id, why)
-        self.waiters.release(tx, agent_id, why)
+        if agent_id in self.waiters.by_turn:  # (in C: a turn that ends waiting is rare)
+            self.waiters.release(tx, agent_id, why)
         self.supervision.turn_ended(tx, agent_id, why)
 
     def detach(self, tx: Transition, record: AgentRecord) -> None:

@@ -122,7 +122,15 @@ class ModelState(Journaled):
         agent, tree = self.step(tx, me, step)
         if command.error is not None:
             return command
-        error = budget_error(self.world.limits, me.path, agent, tree, before=False)
+        limits = self.world.limits
+        if (
+            limits.tokens_per_agent is None
+            and limits.tokens_per_tree is None
+            and limits.usd_per_agent is None
+            and limits.usd_per_tree is None
+        ):
+            return command  # no budget to cross (budget_error's answer, without its call)
+        error = budget_error(limits, me.path, agent, tree, before=False)
         if error is None:
             return command
         failed = turn_error(error, f"{type(error).__name__}: {error}")

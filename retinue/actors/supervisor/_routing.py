@@ -60,6 +60,8 @@ class Router(Journaled):
         remembered and retried once the backlog drains.
         """
         world = self.world
+        if not world.tree.pending.get(agent_id):  # nothing pending for it: no wake (most)
+            return
         record = world.tree.agents[agent_id]
         if (
             not record.state.idle_after_work
@@ -100,18 +102,25 @@ class Router(Journaled):
         status: CompletionStatus,
         *,
         span: str | None = None,
+        ended: float | None = None,
     ) -> None:
         """Make the one completion of ``record``'s current turn and route it.
 
         The generation is kept to fork as of (``span``: the W3C ``traceparent``
-        of the turn that ended it, when its runner reported one).
+        of the turn that ended it, when its runner reported one). ``ended``: the
+        caller found the turn has no completion yet and stamped ``record`` with
+        how its generation ended (``History.ended``) at that time, in the write
+        that settled it (one record built, not two).
         """
         world = self.world
         tree = world.tree
-        if tree.has_completion(record):
+        if ended is not None:
+            now = ended
+        elif tree.has_completion(record):
             return  # exactly one completion per turn
-        now = time.time()
-        record = world.history.ended(record, span=span, at=now)  # rides on the record's write
+        else:
+            now = time.time()
+            record = world.history.ended(record, span=span, at=now)  # rides on the record's write
         completion = Completion(
             id=f"{record.id}:{record.generation}",
             agent_id=record.id,
@@ -124,23 +133,25 @@ class Router(Journaled):
             attempt=record.attempt,
             error_type=record.error_type if status is CompletionStatus.FAILED else None,
         )
-        recipient = tree.nearest_live_ancestor(record)
+        recipient = None if record.parent_id is None else tree.nearest_live_ancestor(record)
         pending = CompletionRecord(
             completion=completion, recipient_id=recipient, seq=tree.next_seq()
         )
         tree.add_completion(pending)
-        tx.emit(
-            TurnSettled(
-                agent_id=record.id,
-                path=record.path,
-                at=now,
-                generation=record.generation,
-                status=status,
-                error=record.error if status is CompletionStatus.FAILED else None,
-                error_type=record.error_type if status is CompletionStatus.FAILED else None,
+        if tx.record_events:  # no event built when nobody listens
+            failed = status is CompletionStatus.FAILED
+            tx.emit(
+                TurnSettled(
+                    agent_id=record.id,
+                    path=record.path,
+                    at=now,
+                    generation=record.generation,
+                    status=status,
+                    error=record.error if failed else None,
+                    error_type=record.error_type if failed else None,
+                )
             )
-        )
-        self._emit_routed(tx, completion, recipient, now)
+            self._emit_routed(tx, completion, recipient, now)
         self.hosts.serve_host(tx, record.id)
         if recipient is not None:
             self.offer(tx, recipient, pending)
@@ -189,6 +200,8 @@ class Router(Journaled):
         self, tx: Transition, completion: Completion, recipient: str | None, at: float
     ) -> None:
         """Publish that ``completion`` now waits for ``recipient`` (None: the host)."""
+        if not tx.record_events:  # nobody listens: no event built
+            return
         path = paths.ROOT if recipient is None else self.world.tree.agents[recipient].path
         tx.emit(
             CompletionRouted(

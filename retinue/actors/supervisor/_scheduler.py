@@ -127,12 +127,14 @@ class Scheduler(Journaled):
 
     def would_start(self, profile: str) -> bool:
         """Whether a turn of ``profile`` queued now would start at once (a slot and a thread)."""
+        world = self.world
+        if world.closing or self.reacquire:
+            return False
+        is_async = world.runner_is_async.get(profile, False)  # _is_async's lookup, once
         return (
-            not self.world.closing
-            and not self.reacquire
-            and not self.queues[self._is_async(profile)]
-            and len(self.active) < self.world.limits.max_active_turns
-            and self._thread_free(profile)
+            not self.queues[is_async]
+            and len(self.active) < world.limits.max_active_turns
+            and (is_async or self._threads_free())  # as _thread_free(profile)
         )
 
     def queue_turn(
@@ -168,25 +170,36 @@ class Scheduler(Journaled):
         return self.enqueue(tx, record, task, reason, start=starts)
 
     def enqueue(
-        self, tx: Transition, record: AgentRecord, task: str, reason: str, *, start: bool
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        task: str,
+        reason: str,
+        *,
+        start: bool,
+        fresh: bool = False,
     ) -> AgentRecord:
         """Queue the turn of ``record`` (stored already); run it at once if ``start``.
 
         ``start`` is what :meth:`would_start` said as the record was made
-        (``running`` then, else ``starting``).
+        (``running`` then, else ``starting``). ``fresh``: the agent was made in
+        this same command, so nothing can have been sent to it yet: a turn that
+        starts now takes no inbox (a turn queued for later takes its inbox as it
+        starts, as any).
         """
-        tx.emit(
-            TurnQueued(
-                agent_id=record.id,
-                path=record.path,
-                at=record.updated_at,
-                generation=record.generation,
+        if tx.record_events:  # no event built when nobody listens
+            tx.emit(
+                TurnQueued(
+                    agent_id=record.id,
+                    path=record.path,
+                    at=record.updated_at,
+                    generation=record.generation,
+                )
             )
-        )
         if tx.trace is not None and tx.trace != record.trace:
             self.causes[record.id] = tx.trace
         if start:
-            self._run(tx, record, task, reason)
+            self._run(tx, record, task, reason, fresh=fresh)
         else:
             order = next(self._order)
             self.pending_turn[record.id] = (task, reason, order)
@@ -201,6 +214,9 @@ class Scheduler(Journaled):
         turn that waits for a thread (abandoned runners hold them) holds back
         no async turn queued after it.
         """
+        queues = self.queues
+        if not self.reacquire and not queues[False] and not queues[True]:
+            return  # nothing waits for a slot (most settles): no loop, no look at the queues
         cap = self.world.limits.max_active_turns
         while len(self.active) < cap and not self.world.closing:
             if self.reacquire:
@@ -256,17 +272,21 @@ class Scheduler(Journaled):
         record = world.update(record, state=AgentState.RUNNING, started_at=started, updated_at=now)
         self._run(tx, record, task, reason)
 
-    def _run(self, tx: Transition, record: AgentRecord, task: str, reason: str) -> None:
-        """Hand the turn of a ``running`` record to a fresh agent actor (after the commit)."""
+    def _run(
+        self, tx: Transition, record: AgentRecord, task: str, reason: str, *, fresh: bool = False
+    ) -> None:
+        """Hand the turn of a ``running`` record to a fresh agent actor (after the commit);
+        ``fresh``: the agent was made in this command (see :meth:`enqueue`), its inbox empty."""
         world = self.world
         agent_id = record.id
+        is_async = world.runner_is_async.get(record.profile, False)  # _is_async's, once
         try:
             actor = AgentActor.start(
                 world.runners[record.profile],
                 self._settle,
                 world.limits.output_max_bytes,
                 world.executor,
-                self._is_async(record.profile),
+                is_async,
                 world.observer,
             )
         except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
@@ -279,7 +299,7 @@ class Scheduler(Journaled):
             engine=world.engine,
             agent=info_of(record),
             task=task,
-            messages=self._inbox(tx, record),
+            messages=[] if fresh else self._inbox(tx, record),
             reason=reason,
             limits=world.limits,
             profile=profile,
@@ -298,7 +318,9 @@ class Scheduler(Journaled):
                 world.tree.agents[turn.root_id].tree_usage,
             )
         if world.observer.spans is not None:
-            turn.trace, turn.cause = record.trace, self.causes.pop(agent_id, None)
+            causes = self.causes  # (checked in C: an absent key costs no call)
+            turn.trace = record.trace
+            turn.cause = causes.pop(agent_id) if agent_id in causes else None
             forked = record.forked_from  # a fork's first turn links to its origin's span
             if (
                 turn.cause is None
@@ -310,22 +332,24 @@ class Scheduler(Journaled):
             generation=record.generation,
             turn=turn,
             actor=actor,
-            sync=not self._is_async(record.profile),
+            sync=not is_async,
             holds_input=bool(turn.messages),
         )
         self.active.add(agent_id)
         self.unreported.add((agent_id, record.generation))
-        tx.emit(
-            TurnStarted(
-                agent_id=agent_id,
-                path=record.path,
-                at=record.updated_at,
-                generation=record.generation,
+        if tx.record_events:  # no event built when nobody listens
+            tx.emit(
+                TurnStarted(
+                    agent_id=agent_id,
+                    path=record.path,
+                    at=record.updated_at,
+                    generation=record.generation,
+                )
             )
-        )
         face = Turn._create(turn)  # what the runner sees
         tx.after(lambda: actor.tell(face))
-        arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
+        if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
+            arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
 
     def _settle_teller(self) -> Report:
         engine = self.world.engine
@@ -382,7 +406,7 @@ class Scheduler(Journaled):
         """Drop a turn's slot, handle and queued slot request (failed with ``why``)."""
         self.turns.pop(agent_id, None)
         self.active.discard(agent_id)
-        if any(r.agent_id == agent_id for r in self.reacquire):
+        if self.reacquire and any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
                 if request.agent_id == agent_id:  # its event stays pending
                     tx.answer(request.future, why)

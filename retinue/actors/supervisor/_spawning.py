@@ -156,8 +156,9 @@ class Spawner(Journaled):
         task: Any,
         name: Any,
         name_field: str = "name",
-    ) -> tuple[str, str, str]:
-        """Check every rule of a spawn, in order; return the new agent's id, name and path.
+    ) -> tuple[str, str, str, int]:
+        """Check every rule of a spawn, in order; return the new agent's id, name, path
+        and depth.
 
         Raises:
             as :meth:`spawn` says (nothing has changed).
@@ -173,9 +174,9 @@ class Spawner(Journaled):
             name = paths.validate_name(name, field=name_field)
         parent_path = paths.ROOT if parent is None else parent.path
         path = paths.child_path(parent_path, name)  # both valid: only the length can fail
-        self._check_place(path)
+        depth = self._check_place(path)
         self._check_counts(parent)
-        return agent_id, name, path
+        return agent_id, name, path, depth
 
     def _check_profile(self, parent: AgentRecord | None, profile: str) -> None:
         """The profile exists, and the parent (alive, of a known profile) may spawn it."""
@@ -200,8 +201,8 @@ class Spawner(Journaled):
                 f"it may spawn: {sorted(allowed)}"
             )
 
-    def _check_place(self, path: str) -> None:
-        """The new path is within the depth cap and no live agent holds it."""
+    def _check_place(self, path: str) -> int:
+        """The new path is within the depth cap and no live agent holds it; return its depth."""
         limits = self.world.limits
         depth = paths.depth(path, valid=True)
         if not limits.depth_allowed(depth):
@@ -214,6 +215,7 @@ class Spawner(Journaled):
             )
         if path in self.world.tree.live_paths:
             raise DuplicateAgentPath(f"a live agent already holds {path}")
+        return depth
 
     def _check_counts(self, parent: AgentRecord | None) -> None:
         """The parent's fan-out, the runtime's live agents and the top-level tree's."""
@@ -259,7 +261,7 @@ class Spawner(Journaled):
         idempotency_key: str | None = None,
         name_field: str = "name",
     ) -> AgentInfo:
-        agent_id, name, path = self._check_spawn(parent, profile, task, name, name_field)
+        agent_id, name, path, depth = self._check_spawn(parent, profile, task, name, name_field)
         now = time.time()
         starts = self.scheduler.would_start(profile)  # the record is written once, as it ends
         record = AgentRecord(
@@ -269,7 +271,7 @@ class Spawner(Journaled):
             profile=profile,
             parent_id=None if parent is None else parent.id,
             parent_path=paths.ROOT if parent is None else parent.path,
-            depth=paths.depth(path, valid=True),
+            depth=depth,
             state=AgentState.RUNNING if starts else AgentState.STARTING,
             generation=1,
             task=task,
@@ -281,13 +283,19 @@ class Spawner(Journaled):
             restart=self.world.policies.get(profile),
         )
         self.world.tree.put_agent(record)
-        tx.emit(
-            AgentSpawned(
-                agent_id=agent_id,
-                path=path,
-                at=now,
-                profile=profile,
-                parent_path=record.parent_path,
+        if tx.record_events:  # no event built when nobody listens
+            tx.emit(
+                AgentSpawned(
+                    agent_id=agent_id,
+                    path=path,
+                    at=now,
+                    profile=profile,
+                    parent_path=record.parent_path,
+                )
             )
-        )
-        return info_of(self.scheduler.enqueue(tx, record, task, SPAWN_REASON, start=starts))
+        stored = self.scheduler.enqueue(tx, record, task, SPAWN_REASON, start=starts, fresh=True)
+        if stored is record:  # unchanged since its turn started: the turn's snapshot of it
+            handle = self.scheduler.turns.get(agent_id)
+            if handle is not None:
+                return handle.turn.agent
+        return info_of(stored)

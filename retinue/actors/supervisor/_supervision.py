@@ -107,8 +107,18 @@ class Supervision(Journaled):
 
     def turn_ended(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """A turn ended (settled, interrupted, closed): its parks and reservations go."""
-        self.approvals.release(tx, agent_id, why)
-        self.admission.release(tx, agent_id, why)
+        # Each part is called only when it holds something of the agent's (looked up in C:
+        # nearly every turn has neither a park, a request, a reservation nor a wait).
+        approvals, admission = self.approvals, self.admission
+        if agent_id in approvals.parked or agent_id in approvals.by_agent:
+            approvals.release(tx, agent_id, why)
+        if (
+            admission.waiting
+            or agent_id in admission.flying
+            or agent_id in admission.largest_tokens
+            or agent_id in admission.largest_usd
+        ):
+            admission.release(tx, agent_id, why)
 
     def quiet(self) -> bool:
         """True when nothing will happen by itself: no turn queued or running (a turn parked

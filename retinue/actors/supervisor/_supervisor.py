@@ -242,7 +242,7 @@ class Supervisor:
             tx.result = self.dispatch(tx, command)
             # The end of every command's transition; each part only when it has work
             # (nearly every command has none: one check each, no call).
-            if tx.drained:
+            if tx.drained and self.router.held_wakes:  # only a held wake may follow a drain
                 self.router.wake_drained(tx)
             if tx.idle_hosts:
                 self.hosts.end_idle_host_waits(tx)

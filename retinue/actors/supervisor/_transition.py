@@ -235,11 +235,16 @@ def hand_over(store: Store, group: Sequence[Transition]) -> None:
     # handed its reply to a waiter (a wait registered, nothing else changed: no write,
     # event or effect) has nothing to commit and nobody to answer: it stays here, and a
     # group of only such wakes the writer not at all.
-    items: list[Queued] = [
-        tx
-        for tx in group
-        if not tx.deferred or tx.writes or tx.spread or tx.events or tx.effects or tx.started
-    ]
+    if len(group) == 1:  # nearly every group: its one transition, with no comprehension
+        tx = group[0]
+        keep = not tx.deferred or tx.writes or tx.spread or tx.events or tx.effects or tx.started
+        items: list[Queued] = [tx] if keep else []
+    else:
+        items = [
+            tx
+            for tx in group
+            if not tx.deferred or tx.writes or tx.spread or tx.events or tx.effects or tx.started
+        ]
     if not items:
         return
     try:

@@ -59,8 +59,11 @@ def take_held(handle: TurnHandle, journal: Journal) -> list[Event]:
 def consume(handle: TurnHandle, journal: Journal) -> list[Event]:
     """The turn (its handle released) completed: what it received is consumed; return
     what was handed to its waits and never received (that goes back)."""
-    handle.turn.handover.consume(journal)
-    return [event for held in handle.turn.handover.take_back(None, journal) for event in held]
+    handover = handle.turn.handover
+    if handover.kept:  # nearly every turn: nothing kept (no call to say so)
+        handover.consume(journal)
+    back = handover.take_back(None, journal)
+    return [event for held in back for event in held] if back else []
 
 
 def given_back_ids(events: list[Event]) -> frozenset[str]:

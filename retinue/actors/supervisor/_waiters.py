@@ -304,7 +304,7 @@ class Waiters(Journaled):
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """The turn of ``agent_id`` ended: fail its wait with ``why``."""
-        waiter = self.by_turn.pop(agent_id, None)
+        waiter = self.by_turn.pop(agent_id) if agent_id in self.by_turn else None
         if waiter is not None and claim(self._journal, waiter.future):
             future = waiter.future
             tx.answer(future, why)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from retinue.actors.tree._journal import JDict, Journal, JSet
+from retinue.actors.tree._journal import _MISSING, JDict, Journal, JSet, _restore_item
 from retinue.actors.tree._keys import HOST_KEY, recipient_key
 from retinue.actors.tree._stored import StoredCompletions
 from retinue.persistence.store import Write
@@ -40,6 +40,8 @@ READ_CACHE = 4096
 agent, a compaction's look at old generations): the oldest read is forgotten past it."""
 
 _encode = msgspec.msgpack.Encoder().encode
+_get = dict.get  # a dict's own get and set, not a journaled one's (see add_completion)
+_set = dict.__setitem__
 _NONE: Mapping[int, CompletionRecord] = {}
 
 
@@ -85,7 +87,9 @@ class CompletionIndex:
             StoreCorrupted, StoreError: the store read failed.
         """
         mine = self.completions.get(agent_id)
-        record = self.agents.get(agent_id)
+        record = dict.get(self.agents, agent_id)  # a held one's, in C (most asked for are)
+        if record is None:
+            record = self.agents.get(agent_id)
         if self.stored is None or record is None:
             return _NONE if mine is None else mine
         if mine is not None and agent_id not in self.partial:
@@ -185,12 +189,32 @@ class CompletionIndex:
 
     def add_completion(self, record: CompletionRecord, *, persist: bool = True) -> None:
         """Store a completion and, while undelivered, queue it for its recipient."""
+        # Each journaled dict's set inline (its old value logged, then the dict's own set,
+        # as JDict.__setitem__ does): every settle comes through here.
+        journal = self._journal
+        active = journal.active
         completion = record.completion
-        self._known(completion.agent_id, completion.generation)[completion.generation] = record
+        agent_id, generation = completion.agent_id, completion.generation
+        known = self._known(agent_id, generation)
+        if active:
+            journal.log((_restore_item, (known, generation, _get(known, generation, _MISSING))))
+        _set(known, generation, record)
         if not record.delivered:
-            key = recipient_key(record.recipient_id)
-            self._queue(key)[completion.id] = record
-            self.undelivered[completion.agent_id] = self.undelivered.get(completion.agent_id, 0) + 1
+            recipient_id = record.recipient_id
+            key = HOST_KEY if recipient_id is None else recipient_id  # recipient_key, inline
+            queue = self.pending.get(key)  # _queue's look, in C: the host's is always there
+            if queue is None:
+                queue = self._queue(key)
+            if active:
+                journal.log(
+                    (_restore_item, (queue, completion.id, _get(queue, completion.id, _MISSING)))
+                )
+            _set(queue, completion.id, record)
+            undelivered = self.undelivered
+            count = _get(undelivered, agent_id, _MISSING)
+            if active:
+                journal.log((_restore_item, (undelivered, agent_id, count)))
+            _set(undelivered, agent_id, (0 if count is _MISSING else count) + 1)
         if persist:
             self._write_completion(record, index=True)
 
@@ -198,15 +222,24 @@ class CompletionIndex:
         """Gather the write of ``record``; ``index``: its delivery changed, so is its key
         in the ``undelivered`` index (added or deleted)."""
         completion = record.completion
-        self._written(completion.agent_id)
-        key = completion_key(completion.agent_id, completion.generation)
-        self.writes.append(("completions", key, _encode(record)))
+        agent_id = completion.agent_id
+        if agent_id in self.read_only:  # _written's check, in C (nearly never: no call)
+            self._written(agent_id)
+        key = completion_key(agent_id, completion.generation)
+        # JList.append's work inline (every settle comes through here, once or twice).
+        writes, journal = self.writes, self._journal
+        if journal.active:
+            journal.log((list.pop, (writes,)))
+        list.append(writes, ("completions", key, _encode(record)))
         if index:
-            self.writes.append(("undelivered", key, None if record.delivered else b""))
+            if journal.active:
+                journal.log((list.pop, (writes,)))
+            list.append(writes, ("undelivered", key, None if record.delivered else b""))
 
     def _unqueue(self, record: CompletionRecord) -> None:
         """Take a completion off its recipient's queue; an emptied queue goes too."""
-        key = recipient_key(record.recipient_id)
+        recipient_id = record.recipient_id
+        key = HOST_KEY if recipient_id is None else recipient_id  # recipient_key, inline
         queued = self.pending.get(key)
         if queued is not None:
             queued.pop(record.completion.id, None)
@@ -216,12 +249,27 @@ class CompletionIndex:
     def mark_delivered(self, record: CompletionRecord) -> CompletionRecord:
         """Mark a pending completion received by its recipient."""
         completion = record.completion
+        agent_id = completion.agent_id
         self._unqueue(record)
-        self.undelivered[completion.agent_id] -= 1
+        # The journaled dicts' sets inline, as in add_completion.
+        journal = self._journal
+        undelivered = self.undelivered
+        count = undelivered[agent_id]
+        if journal.active:
+            journal.log((_restore_item, (undelivered, agent_id, count)))
+        _set(undelivered, agent_id, count - 1)
         recipient = None if record.recipient_id is None else self.agents.get(record.recipient_id)
         generation = 0 if recipient is None else recipient.generation
         done = msgspec.structs.replace(record, delivered=True, delivered_generation=generation)
-        self.completions[completion.agent_id][completion.generation] = done
+        known = self.completions[agent_id]
+        if journal.active:
+            journal.log(
+                (
+                    _restore_item,
+                    (known, completion.generation, _get(known, completion.generation, _MISSING)),
+                )
+            )
+        _set(known, completion.generation, done)
         self._write_completion(done, index=True)
         return done
 
@@ -253,7 +301,8 @@ class CompletionIndex:
 
     def pending_for(self, recipient_id: str | None) -> list[CompletionRecord]:
         """Return the completions waiting for a recipient, in routing order."""
-        return list(self.pending.get(recipient_key(recipient_id), {}).values())
+        key = HOST_KEY if recipient_id is None else recipient_id  # recipient_key, inline
+        return list(self.pending.get(key, {}).values())
 
     def remove_completion(self, agent_id: str, generation: int) -> None:
         """Delete one stored delivered completion of an agent (its completions read first).

@@ -279,23 +279,27 @@ class JDict(dict[K, V]):
             journal.log((_restore_item, (self, key, dict.get(self, key, _MISSING))))
         dict.__setitem__(self, key, value)
 
-    def _note_removal(self, key: Any) -> None:
-        journal = self._journal
-        if not journal.active or not dict.__contains__(self, key):
-            return
-        if self._ordered:
-            journal.log((_refill_dict, (self, dict(self))))
-        else:
-            journal.log((dict.__setitem__, (self, key, dict.__getitem__(self, key))))
-
     def __delitem__(self, key: K) -> None:
         """Delete ``key`` (journaled)."""
-        self._note_removal(key)
+        # The old value is journaled inline (no helper frame: every command removes something).
+        journal = self._journal
+        if journal.active and dict.__contains__(self, key):
+            if self._ordered:
+                journal.log((_refill_dict, (self, dict(self))))
+            else:
+                journal.log((dict.__setitem__, (self, key, dict.__getitem__(self, key))))
         dict.__delitem__(self, key)
 
     def pop(self, key: K, *default: Any) -> Any:
         """Remove and return ``key``'s value, or ``default`` (journaled)."""
-        self._note_removal(key)
+        # Journaled inline, as in __delitem__; an absent key logs nothing (the supervisor
+        # pops absent keys in most commands).
+        journal = self._journal
+        if journal.active and dict.__contains__(self, key):
+            if self._ordered:
+                journal.log((_refill_dict, (self, dict(self))))
+            else:
+                journal.log((dict.__setitem__, (self, key, dict.__getitem__(self, key))))
         return dict.pop(self, key, *default)
 
     def popitem(self) -> tuple[K, V]:

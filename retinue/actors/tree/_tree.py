@@ -25,8 +25,19 @@ import msgspec
 
 from retinue.actors.tree._agents import AgentTable
 from retinue.actors.tree._completions import CompletionIndex
-from retinue.actors.tree._journal import JDeque, JDict, JList, Journal, Journaled, JSet
-from retinue.actors.tree._keys import HOST_KEY, ReadEntry, recipient_key, spawn_key
+from retinue.actors.tree._journal import (
+    _MISSING,
+    JDeque,
+    JDict,
+    JList,
+    Journal,
+    Journaled,
+    JSet,
+    _reset_attribute,
+    _restore_item,
+    _set_discard,
+)
+from retinue.actors.tree._keys import HOST_KEY, ReadEntry, spawn_key
 from retinue.actors.tree._loading import BUSY_STATES, BulkLoad, collector_paused
 from retinue.actors.tree._mailbox import MailboxIndex
 from retinue.actors.tree._open_index import OpenIndex, build_open_index
@@ -60,12 +71,20 @@ _STATE_KEYS = {state: state.value for state in AgentState}
 
 
 def _step(counts: dict[str, int], key: str, step: int) -> None:
-    """Add ``step`` to ``counts[key]``; a count that falls to 0 goes."""
-    count = counts.get(key, 0) + step
+    """Add ``step`` to ``counts[key]``; a count that falls to 0 goes (journaled).
+
+    The count's old value (or its absence) is journaled here, as the journaled dict's
+    own set or delete would (one entry), without a frame of theirs per count.
+    """
+    old = _dict_get(counts, key, _MISSING)
+    count = (0 if old is _MISSING else old) + step
+    journal: Journal = counts._journal  # type: ignore[attr-defined]  # a JDict's
+    if journal.active:
+        journal.log((_restore_item, (counts, key, old)))
     if count:
-        counts[key] = count
+        _dict_set(counts, key, count)
     else:
-        del counts[key]
+        _dict_del(counts, key)
 
 
 def _put_back_agent(
@@ -171,8 +190,13 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
 
     def next_seq(self) -> int:
         """Return the next arrival sequence number."""
-        self.seq += 1
-        return self.seq
+        # Journaled.__setattr__'s work inline (a frame less per completion and message).
+        seq = self.seq
+        journal = self._journal
+        if journal.active:
+            journal.log((_reset_attribute, (self, "seq", seq)))
+        object.__setattr__(self, "seq", seq + 1)
+        return seq + 1
 
     def drop_writes(self) -> None:
         """Forget the writes gathered since the last :meth:`take_writes` (a command failed)."""
@@ -238,13 +262,15 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
 
     def live_children(self, agent_id: str | None) -> AbstractSet[str]:
         """Return the ids of the live children of an agent (None: top-level agents)."""
-        return self.children.get(recipient_key(agent_id), _NO_CHILDREN)
+        return self.children.get(HOST_KEY if agent_id is None else agent_id, _NO_CHILDREN)
 
     def put_agent(self, record: AgentRecord, *, persist: bool = True) -> AgentRecord:
         """Insert or update an agent, keeping every index in step."""
         agents, key = self.agents, record.id
         # The held record in C (AgentTable.get, a Python call, reads a settled one too).
-        old = _dict_get(agents, key) or agents.get(key)
+        old = _dict_get(agents, key)
+        if old is None and agents.settled:  # a settled one's (read): none when none settled
+            old = agents.get(key)
         # One journal entry puts back the record, its gathered write and its busy,
         # closed and stored-children entries (each a journaled dict set otherwise: an
         # entry and a frame each per change).
@@ -320,20 +346,41 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             _step(self.live_profiles, record.profile, -1)
 
     def _index_live(self, record: AgentRecord) -> None:
-        self.live_paths[record.path] = record.id
-        key = recipient_key(record.parent_id)
+        # Every change journaled inline, as the journaled containers' own set and add
+        # and Journaled's attribute set would (one entry each, no frame of theirs): a
+        # spawn comes through here.
+        journal = self._journal
+        active = journal.active
+        agent_id, path = record.id, record.path
+        live_paths = self.live_paths
+        if active:
+            journal.log((_restore_item, (live_paths, path, _dict_get(live_paths, path, _MISSING))))
+        _dict_set(live_paths, path, agent_id)
+        parent_id = record.parent_id
+        key = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
         kids = self.children.get(key)
         if kids is None:
-            kids = self.children[key] = JSet(self._journal)
-        kids.add(record.id)
-        top = self.top_of[record.id]
-        self.tree_count[top] = self.tree_count.get(top, 0) + 1
-        self.live_count += 1
+            kids = self.children[key] = JSet(journal)
+        if not set.__contains__(kids, agent_id):
+            if active:
+                journal.log((_set_discard, (kids, agent_id)))
+            set.add(kids, agent_id)
+        top = self.top_of[agent_id]
+        counts = self.tree_count
+        count = _dict_get(counts, top, _MISSING)
+        if active:
+            journal.log((_restore_item, (counts, top, count)))
+        _dict_set(counts, top, (0 if count is _MISSING else count) + 1)
+        live = self.live_count
+        if active:
+            journal.log((_reset_attribute, (self, "live_count", live)))
+        object.__setattr__(self, "live_count", live + 1)
 
     def _unindex_live(self, record: AgentRecord) -> None:
         if self.live_paths.get(record.path) == record.id:
             del self.live_paths[record.path]
-        key = recipient_key(record.parent_id)
+        parent_id = record.parent_id
+        key = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
         kids = self.children.get(key)
         if kids is not None:
             kids.discard(record.id)

@@ -221,9 +221,15 @@ class _Inbox:
 
 
 class _StopFlag(threading.Event):
-    """``actor_stopped`` without a Condition: pykka only sets and reads it."""
+    """``actor_stopped`` without a Condition: pykka only sets and reads it.
 
-    def __init__(self) -> None:  # no Condition: set and read under the GIL
+    A pooled actor makes one with ``object.__new__`` (in C, no ``__init__`` frame): it
+    starts unset from the class's ``_stopped``.
+    """
+
+    _stopped = False  # until set: the class's (no Condition: set and read under the GIL)
+
+    def __init__(self) -> None:  # no Condition
         self._stopped = False
 
     def is_set(self) -> bool:
@@ -257,18 +263,18 @@ class PooledActor(pykka.Actor):
         self._submit = submit
         self._set_up = False
         self.actor_urn = f"urn:retinue:{new_id()}"
-        inbox: _Inbox = self._create_actor_inbox()
+        inbox = _Inbox()  # what _create_actor_inbox makes, without its frame
         inbox.kick = self._kick
         self.actor_inbox = inbox
-        self.actor_stopped = _StopFlag()
+        self.actor_stopped = object.__new__(_StopFlag)  # unset (see _StopFlag)
         self._actor_ref = pykka.ActorRef(self)
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Self]:
-        """Create the actor and return its ref; nothing runs until its first message."""
+        """Create the actor and return its ref; nothing runs until its first message
+        (there is no loop to start: :meth:`_start_actor_loop` does nothing)."""
         obj = cls(*args, **kwargs)
-        obj._start_actor_loop()
-        return obj.actor_ref
+        return obj._actor_ref  # actor_ref's, without the property's frame
 
     def _stop(self) -> None:
         """Stop at once (pykka's stop, without the registry)."""
