@@ -21,13 +21,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import weakref
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from retinue.actors.calls._channel import Channel
 from retinue.actors.calls._handover import Handover
 from retinue.actors.calls._reply import LoopReply, Reply
 from retinue.actors.calls._waiting import (
+    EXPIRED,
     await_answer,
+    expire_after,
     fail_pending,
     poster,
     runtime_poster,
@@ -93,6 +97,17 @@ class Engine:
         self.channel = channel
         # The host's async waits whose task has not received the answer, with their receipt.
         self.host: Handover[tuple[concurrent.futures.Future[Any], HostReceipt]] = Handover()
+        # The last host loop called from (held weakly) and its poster: found again with no
+        # Python call (poster's lookup is two, and a host calls from one loop nearly always).
+        self._host_loop: tuple[
+            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any]
+        ] = (_no_loop, _no_post)
+
+    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
+        """The poster of ``loop``, a host's (not a runtime's) loop, remembered for the next call."""
+        post = poster(loop)
+        self._host_loop = (weakref.ref(loop), post)
+        return post
 
     def submit(
         self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
@@ -135,7 +150,9 @@ class Engine:
         ready: asyncio.Future[R]
         if post is None:  # a host's loop: its own future, its poster made once
             ready = loop.create_future()
-            post = poster(loop)
+            last, post = self._host_loop
+            if last() is not loop:
+                post = self._host_poster(loop)
         else:  # a runtime's loop (asyncio's, LoopThread's): its create_future, inline
             ready = _Future(loop=loop)
         self.channel.submit(command, LoopReply(ready, post))
@@ -169,6 +186,11 @@ class Engine:
     async def wait_async(self, command: WaitCommand, seconds: float, receipt: Receipt) -> Any:
         """Submit a wait and await its answer; a cancelled await loses nothing.
 
+        A host's wait (on a loop that is not a runtime's) is a :class:`LoopReply`
+        that settles the loop future its task awaits, under its loop's deadlines
+        (:func:`~retinue.actors.calls._waiting.expire_after`: no timer of its own);
+        a turn's is a :class:`Reply` awaited through :func:`await_answer`.
+
         If the awaiting task is cancelled before the wait was answered, the
         wait is given up; after, what it took is given back (``receipt``).
 
@@ -176,14 +198,30 @@ class Engine:
             WaitTimeout: nothing arrived in time; and whatever the wait ended
                 with, or ``receipt`` raises.
         """
-        future: concurrent.futures.Future[Any] = Reply()
+        loop = asyncio.get_running_loop()
+        future: concurrent.futures.Future[Any]
+        ready: asyncio.Future[Any] | None = None
+        if runtime_poster(loop) is None:  # a host's loop (see _expired)
+            last, post = self._host_loop
+            if last() is not loop:
+                post = self._host_poster(loop)
+            ready = loop.create_future()
+            future = LoopReply(ready, post)
+        else:  # a runtime's loop: a turn's wait
+            future = Reply()
         receipt.expect(future)
         sender = command.sender
         try:
             self.submit(command, future)
-            value = await await_answer(
-                future, seconds, lambda: self.give_up(sender, future, seconds)
-            )
+            if ready is not None:
+                expire_after(post, loop, ready, seconds)
+                value = await ready
+                if value is EXPIRED:
+                    value = await self._expired(loop, sender, future, seconds)
+            else:
+                value = await await_answer(
+                    future, seconds, lambda: self.give_up(sender, future, seconds)
+                )
         except asyncio.CancelledError:
             if receipt.abandon(future):
                 if future.cancel():  # not answered: the supervisor skips it; forget it
@@ -196,6 +234,28 @@ class Engine:
             raise
         return receipt.accept(future, value, True)
 
+    async def _expired(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sender: Sender,
+        future: concurrent.futures.Future[Any],
+        seconds: float,
+    ) -> Any:
+        """A host's async wait ran out of time: give it up; return what it ends with.
+
+        (A host's wait is a :class:`LoopReply` that settles the loop future its task
+        awaits, under a deadline of its loop's (:func:`expire_after`): no timer, done
+        callback or second loop future per wait. Past the deadline, the race is the
+        supervisor's, as for every wait: the answer is read from the reply.)
+
+        Raises:
+            WaitTimeout: nothing arrived in time; and whatever the wait ended with.
+        """
+        if not future.done():
+            self.give_up(sender, future, seconds)
+        await when_done(loop, future, None)
+        return future.result()
+
     def give_back_host_waits(self) -> None:
         """At close: give back what async host waits were handed but their tasks never received.
 
@@ -206,6 +266,15 @@ class Engine:
         """
         for future, receipt in self.host.take_back():
             future.add_done_callback(receipt.give_back)  # at once if answered already
+
+
+def _no_loop() -> None:
+    """The engine's last host loop before its first host call: none."""
+
+
+def _no_post(*_: Any) -> bool:
+    """The poster of no loop (never called: the first host call finds its loop's)."""
+    raise RuntimeError("no loop")
 
 
 _GIVE_BACK_WAIT_S = 30.0

@@ -15,7 +15,9 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +26,9 @@ from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
 
 __all__ = [
+    "EXPIRED",
     "await_answer",
+    "expire_after",
     "fail_pending",
     "poster",
     "register_poster",
@@ -48,6 +52,10 @@ _POSTERS_LOCK = threading.Lock()
 # runtime closes the loop: found with one dict lookup in C (a WeakKeyDictionary's get is a
 # Python call and a new weak reference).
 _RUNTIME_POSTERS: dict[asyncio.AbstractEventLoop, Callable[..., bool]] = {}
+
+
+EXPIRED: Any = object()
+"""What :func:`expire_after` sets a loop future to once its time ran out."""
 
 
 runtime_poster: Callable[[asyncio.AbstractEventLoop], Callable[..., bool] | None] = (
@@ -101,7 +109,7 @@ class _Batched:
     instead of at each.
     """
 
-    __slots__ = ("_calls", "_lock", "_loop", "_scheduled")
+    __slots__ = ("_calls", "_deadlines", "_lock", "_loop", "_scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         """Post to ``loop`` (held weakly: the poster is the loop's value in ``_POSTERS``,
@@ -110,6 +118,7 @@ class _Batched:
         self._lock = threading.Lock()
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._scheduled = False
+        self._deadlines: _Deadlines | None = None  # the host's waits' deadlines, made on use
 
     def __call__(self, callback: Callable[..., Any], *args: Any) -> bool:
         """Run ``callback(*args)`` on the loop soon.
@@ -143,6 +152,110 @@ class _Batched:
                 callback(*args)
             except Exception:  # one broken callback must not starve the others
                 log.exception("a callback posted to an event loop failed")
+
+
+class _Deadlines:
+    """The deadlines of the waits awaited on one loop, under one timer at a time.
+
+    A timer per wait (``call_later`` and its cancel once the answer is in: about twenty
+    Python calls on the waiting loop per wait) is replaced by one timer for the earliest
+    deadline: a wait adds its future and deadline to a queue, and the timer, when it
+    fires, ends each future whose time ran out (:data:`EXPIRED`), drops the ones that
+    are done, and is set again for the earliest of the rest. Waits of the same timeout
+    one after another set no timer of their own: the one set for the first covers them.
+
+    Loop thread only. The futures are held weakly, and the loop not at all (the
+    timer holds this, not the other way round): a host's loop that is gone leaves
+    nothing behind in its poster.
+    """
+
+    __slots__ = ("_armed", "_bound", "_entries")
+
+    _BOUND = 64  # the queue's length past which the done entries are swept out at once
+
+    def __init__(self) -> None:
+        """Start with no deadline and no timer."""
+        self._entries: deque[tuple[float, weakref.ref[asyncio.Future[Any]]]] = deque()
+        self._armed = float("inf")  # the earliest time a timer is set for
+        self._bound = self._BOUND
+
+    def add(
+        self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[Any], seconds: float
+    ) -> None:
+        """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then."""
+        when = time.monotonic() + seconds
+        entries = self._entries
+        while entries:  # forget the waits before it that are done (nearly always: all)
+            first = entries[0][1]()
+            if first is not None and not first.done():
+                break
+            entries.popleft()
+        entries.append((when, weakref.ref(ready)))
+        if len(entries) > self._bound:  # a long wait in front holds done ones behind it
+            self._entries = deque(entry for entry in entries if not _gone(entry[1]))
+            self._bound = max(self._BOUND, 2 * len(self._entries))
+        if when < self._armed:
+            self._arm(loop, when)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """Set a timer for ``when`` (an earlier one set before still fires: it sweeps)."""
+        self._armed = when
+        loop.call_later(max(0.0, when - time.monotonic()), self._sweep, loop, when)
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        """A timer fired: end the futures whose time ran out, forget the done ones, and
+        set the timer again for the earliest deadline left."""
+        if when == self._armed:
+            self._armed = float("inf")
+        now = time.monotonic()
+        kept: deque[tuple[float, weakref.ref[asyncio.Future[Any]]]] = deque()
+        earliest = float("inf")
+        for entry in self._entries:
+            ready = entry[1]()
+            if ready is None or ready.done():
+                continue
+            if entry[0] <= now:
+                ready.set_result(EXPIRED)
+            else:
+                kept.append(entry)
+                earliest = min(earliest, entry[0])
+        self._entries = kept
+        self._bound = max(self._BOUND, 2 * len(kept))
+        if earliest < self._armed:
+            self._arm(loop, earliest)
+
+
+def _gone(ref: weakref.ref[asyncio.Future[Any]]) -> bool:
+    """True if the future ``ref`` names is done or gone."""
+    ready = ref()
+    return ready is None or ready.done()
+
+
+def expire_after(
+    post: Callable[..., Any],
+    loop: asyncio.AbstractEventLoop,
+    ready: asyncio.Future[Any],
+    seconds: float,
+) -> None:
+    """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then.
+
+    ``post`` is ``loop``'s poster (:func:`poster`); called on ``loop``. A host's loop
+    keeps its waits' deadlines under one timer (see :class:`_Deadlines`); a runtime's
+    loop sets a timer per call.
+    """
+    if type(post) is _Batched:
+        deadlines = post._deadlines
+        if deadlines is None:
+            deadlines = post._deadlines = _Deadlines()
+        deadlines.add(loop, ready, seconds)
+        return
+    timer = loop.call_later(seconds, _expire, ready)
+    ready.add_done_callback(lambda _: timer.cancel())
+
+
+def _expire(ready: asyncio.Future[Any]) -> None:
+    if not ready.done():
+        ready.set_result(EXPIRED)
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:
