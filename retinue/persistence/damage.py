@@ -80,7 +80,9 @@ class Guard:
         self.folder = folder
         self.env = env
         self.data_fd = data_fd
-        self._seen_size = 0
+        # The largest size of the data file seen by check_size (read it, never set it: a
+        # writer that finds the file at this size has nothing to check or record).
+        self.seen_size = 0
 
     @contextlib.contextmanager
     def lmdb_errors(self, action: str) -> Iterator[None]:
@@ -142,7 +144,7 @@ class Guard:
             StoreCorrupted: the file shrank.
         """
         size = self._size(action)
-        seen = self._seen_size
+        seen = self.seen_size
         if size < seen:
             size = self._size(action)
             if size < seen:
@@ -152,8 +154,8 @@ class Guard:
                     f"process truncated it. {restore_advice(self.folder)}",
                     path=str(self.folder),
                 )
-        if size > self._seen_size:
-            self._seen_size = size
+        if size > self.seen_size:
+            self.seen_size = size
         return size
 
     def _size(self, action: str) -> int:

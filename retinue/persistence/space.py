@@ -129,6 +129,7 @@ def map_watch(
     space: Callable[[], StoreSpace],
     share: float,
     warn: Callable[[StoreSpace], None],
+    size: Callable[[], int] | None = None,
 ) -> Callable[[], None]:
     """Return what the writer calls after a commit grew the file: ``warn`` past ``share``.
 
@@ -136,14 +137,28 @@ def map_watch(
     store's environment, which a reclaim replaces) reaches ``share`` of its
     map; once per map size (the writer doubles a full map, and the share can
     be passed again).
+
+    ``size()``, if given, is the data file's size as the writer last saw it:
+    the high-water mark is not past the file's end (LMDB writes the pages up to
+    it, but for the few a transaction freed again before its commit), so while
+    the file is smaller than ``share`` of the map as last read, the growth is
+    let pass with no look at the environment (an ``info`` and a ``stat``,
+    ~12,000 instructions, at every growth: about every third commit of a store
+    that keeps adding agents); the warning comes at the growth that passes it
+    (at worst the next one). The map only grows, so a share read before the
+    map doubled is passed no later than the true one.
     """
     warned = [0]  # the map size warned about
+    below = [0.0]  # share of the map as last read: a file smaller is not past it
 
     def grew() -> None:
+        if size is not None and size() < below[0]:
+            return
         now = env()
         info = now.info()
         used = (int(info["last_pgno"]) + 1) * int(now.stat()["psize"])
         map_bytes = int(info["map_size"])
+        below[0] = share * map_bytes
         if map_bytes != warned[0] and used >= share * map_bytes:
             warned[0] = map_bytes
             warn(space())

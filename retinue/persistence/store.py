@@ -340,7 +340,9 @@ class Store(StoreReads):
         read-only store commits nothing: nothing is watched.
         """
         if self._writer is not None:
-            self._writer.on_grow = map_watch(lambda: self.env, self.space, share, warn)
+            self._writer.on_grow = map_watch(
+                lambda: self.env, self.space, share, warn, lambda: self._guard.seen_size
+            )
 
     def flush(self) -> None:
         """Wait until everything submitted so far is committed and synced to disk."""

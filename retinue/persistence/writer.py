@@ -35,6 +35,7 @@ import contextlib
 import itertools
 import logging
 import operator
+import os
 import queue
 import threading
 import time
@@ -216,16 +217,31 @@ class Writer:
     def _run(self) -> None:
         last_sync = time.monotonic()
         dirty = False
+        buffered = self.durability is Durability.BUFFERED
+        get, empty, held = self._queue.get, self._queue.empty, self._held
         while True:
             timeout = None
             if dirty:
                 timeout = max(0.0, FLUSH_INTERVAL_S - (time.monotonic() - last_sync))
-            try:
-                first = self._next(timeout)
+            try:  # as _next, inline: a Python call fewer per commit
+                first = held.popleft() if held else get(True, timeout)
             except queue.Empty:
                 self._sync()
                 dirty, last_sync = False, time.monotonic()
                 continue
+            if type(first) is list:  # submit_queued or submit_group: its transitions, in order
+                if not first:
+                    continue
+                if len(first) <= self.max_group and empty() and not any(map(_SPREAD, first)):
+                    # A group handed over alone, nothing behind it (nearly every commit at
+                    # low load): committed as it is, with no _take to gather it again.
+                    self._commit_group(first)
+                    dirty = dirty or buffered
+                    if empty():
+                        self._answer()
+                    continue
+                held.extend(first)
+                first = held.popleft()
             group, controls = self._take(first)
             if group:
                 self._commit_group(group)
@@ -371,7 +387,17 @@ class Writer:
             StoreError: LMDB refused the commit for another reason.
         """
         dbs = self.dbs
-        size = self.guard.check_size("commit")
+        guard = self.guard
+        # The guard's size check (Guard.check_size, two Python calls) only if the file's
+        # end (one lseek, here) is not where it saw it last: grown, shrunk (refused) or
+        # not looked at (its typed error). Nearly every look, before and after a commit,
+        # finds it there.
+        try:
+            size = _lseek(guard.data_fd, 0, _SEEK_END)
+        except OSError:
+            size = -1
+        if size != guard.seen_size:
+            size = guard.check_size("commit")
         answering = 0.0
         while True:
             try:
@@ -399,7 +425,13 @@ class Writer:
                 self.guard.raise_for("commit", exc)
             self.stats.commits += 1
             self.stats.writes += len(writes)
-            if self.guard.check_size("commit") > size:  # the size this commit grew the file to
+            try:
+                grown = _lseek(guard.data_fd, 0, _SEEK_END)
+            except OSError:
+                grown = -1
+            if grown != guard.seen_size:  # this commit grew the file (or it shrank: refused)
+                grown = guard.check_size("commit")
+            if grown > size:
                 self._grew()
             return answering
 
@@ -415,6 +447,10 @@ class Writer:
 _WRITES = operator.attrgetter("writes")
 _SPREAD = operator.attrgetter("spread")
 _PLACE = operator.itemgetter(0, 1)  # a write's (database, key)
+
+
+_lseek = os.lseek  # the data file's end, looked at around each commit (see Writer._commit)
+_SEEK_END = os.SEEK_END
 
 
 def _last_writes(group: list[Queued]) -> list[Write]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 from support import EventLog
 
 from retinue import Limits, Profile, Runtime, StoreMapFilling, Turn
+from retinue.persistence.space import StoreSpace, map_watch
 
 
 def _echo(turn: Turn) -> str:
@@ -94,3 +96,55 @@ def test_an_event_warns_once_the_file_passes_its_share_of_the_map(tmp_path: Path
         maps = [e.map_bytes for e in _warnings(log)]
     assert maps[:2] == [1 << 20, 1 << 21]
     assert len(maps) == len(set(maps))  # once per map size
+
+
+class _Env:
+    """An environment's ``info`` and ``stat``, counting the looks."""
+
+    def __init__(self, pages: int, map_size: int) -> None:
+        self.pages, self.map_size, self.looks = pages, map_size, 0
+
+    def info(self) -> dict[str, int]:
+        self.looks += 1
+        return {"last_pgno": self.pages - 1, "map_size": self.map_size}
+
+    def stat(self) -> dict[str, int]:
+        return {"psize": 4096}
+
+
+def test_the_map_watch_looks_at_the_environment_only_once_the_file_reaches_the_share() -> None:
+    env = _Env(pages=16, map_size=1 << 20)
+    size = [16 * 4096]
+    warned: list[StoreSpace] = []
+    space = cast(StoreSpace, object())  # what space() measures: not looked at here
+    grew = map_watch(lambda: env, lambda: space, 0.5, warned.append, lambda: size[0])
+    grew()  # the first growth reads the map's size
+    assert (env.looks, warned) == (1, [])
+    for pages in (32, 64, 127):  # below half the map: no look
+        size[0] = pages * 4096
+        grew()
+    assert (env.looks, warned) == (1, [])
+    env.pages, size[0] = 128, 128 * 4096  # half the map: a look, and the warning
+    grew()
+    assert (env.looks, warned) == (2, [space])
+    env.pages, size[0] = 130, 130 * 4096
+    grew()  # past the share already: it looks, and warns no more for this map size
+    assert (env.looks, warned) == (3, [space])
+    env.map_size = 1 << 21  # the writer doubled the map: the share read before is passed
+    env.pages, size[0] = 200, 200 * 4096
+    grew()
+    assert (env.looks, len(warned)) == (4, 1)
+    env.pages, size[0] = 255, 255 * 4096  # below half the doubled map: no look
+    grew()
+    assert (env.looks, len(warned)) == (4, 1)
+    env.pages, size[0] = 256, 256 * 4096  # half of it: warned again
+    grew()
+    assert (env.looks, len(warned)) == (5, 2)
+
+
+def test_the_map_watch_without_a_size_looks_at_every_growth() -> None:
+    env = _Env(pages=16, map_size=1 << 20)
+    grew = map_watch(lambda: env, lambda: cast(StoreSpace, object()), 0.5, print)
+    for _ in range(3):
+        grew()
+    assert env.looks == 3
