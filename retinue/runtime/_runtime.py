@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -335,9 +335,14 @@ class Runtime:
         """Submit ``command`` and block until it is answered (committed)."""
         return self._engine.ask(command)
 
-    async def _ask_async(self, command: Command[R]) -> R:
-        """Submit ``command`` and await its answer without blocking the loop."""
-        return await self._engine.ask_async(command)
+    def _ask_async(self, command: Command[R]) -> Coroutine[Any, Any, R]:
+        """Submit ``command`` and await its answer without blocking the loop: the engine's
+        coroutine itself, awaited by the caller (no coroutine of its own around it).
+
+        Raises (when awaited):
+            RuntimeClosed: the runtime is closed; and whatever the command raises.
+        """
+        return self._engine.ask_async(command)
 
     # -- an agent's lifecycle: spawn, follow-up, resume, interrupt, close ----------------
 

@@ -97,17 +97,20 @@ class Engine:
         self.channel = channel
         # The host's async waits whose task has not received the answer, with their receipt.
         self.host: Handover[tuple[concurrent.futures.Future[Any], HostReceipt]] = Handover()
-        # The last host loop called from (held weakly) and its poster: found again with no
+        # The last host loop called from (held weakly), its poster, and whether its futures
+        # are asyncio's own (built in C, with no create_future call): found again with no
         # Python call (poster's lookup is two, and a host calls from one loop nearly always).
         self._host_loop: tuple[
-            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any]
-        ] = (_no_loop, _no_post)
+            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any], bool
+        ] = (_no_loop, _no_post, False)
 
-    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
-        """The poster of ``loop``, a host's (not a runtime's) loop, remembered for the next call."""
+    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> tuple[Callable[..., Any], bool]:
+        """The poster of ``loop``, a host's (not a runtime's) loop, and whether its
+        ``create_future`` is asyncio's own; remembered for the next call."""
         post = poster(loop)
-        self._host_loop = (weakref.ref(loop), post)
-        return post
+        plain = type(loop).create_future is asyncio.BaseEventLoop.create_future
+        self._host_loop = (weakref.ref(loop), post, plain)
+        return post, plain
 
     def submit(
         self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
@@ -149,10 +152,10 @@ class Engine:
         post = runtime_poster(loop)
         ready: asyncio.Future[R]
         if post is None:  # a host's loop: its own future, its poster made once
-            ready = loop.create_future()
-            last, post = self._host_loop
+            last, post, plain = self._host_loop
             if last() is not loop:
-                post = self._host_poster(loop)
+                post, plain = self._host_poster(loop)
+            ready = _Future(loop=loop) if plain else loop.create_future()
         else:  # a runtime's loop (asyncio's, LoopThread's): its create_future, inline
             ready = _Future(loop=loop)
         self.channel.submit(command, LoopReply(ready, post))
@@ -202,10 +205,10 @@ class Engine:
         future: concurrent.futures.Future[Any]
         ready: asyncio.Future[Any] | None = None
         if runtime_poster(loop) is None:  # a host's loop (see _expired)
-            last, post = self._host_loop
+            last, post, plain = self._host_loop
             if last() is not loop:
-                post = self._host_poster(loop)
-            ready = loop.create_future()
+                post, plain = self._host_poster(loop)
+            ready = _Future(loop=loop) if plain else loop.create_future()
             future = LoopReply(ready, post)
         else:  # a runtime's loop: a turn's wait
             future = Reply()

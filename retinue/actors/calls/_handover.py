@@ -73,9 +73,10 @@ class Handover(Generic[T]):
     def hand(self, key: Key, value: T, journal: Journal | None = None) -> None:
         """Record that ``value`` was handed to the wait answered on ``key``."""
         with self._lock:
-            tx = self._journal(journal)
-            if tx is not None:
-                tx.note(self._held.pop, key, None)
+            if journal is not None:  # (a host's wait hands with none: no call)
+                tx = self._journal(journal)
+                if tx is not None:
+                    tx.note(self._held.pop, key, None)
             self._held[key] = value
 
     def receive(self, key: Key, *, keep: bool = False) -> bool:
