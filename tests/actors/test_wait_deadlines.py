@@ -18,8 +18,14 @@ from typing import Any
 import pytest
 from support import OpenRuntime
 
-from retinue import Profile, WaitTimeout
-from retinue.actors.calls._waiting import EXPIRED, _Batched, expire_after, poster
+from retinue import ArgumentTypeError, InvalidArgument, Limits, Profile, WaitTimeout
+from retinue.actors.calls._waiting import (
+    EXPIRED,
+    _Batched,
+    expire_after,
+    poster,
+    resolve_timeout,
+)
 from retinue.testing import Gate
 
 WATCHDOG_S = 30.0
@@ -124,3 +130,27 @@ def test_a_short_host_wait_times_out_while_a_longer_one_still_gets_its_completio
         assert (await rt.wait_async(b.id, timeout=WATCHDOG_S)).output == "released:b"
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("given", [0, 0.0, 1, 2.5, 600, 3600.0])
+def test_a_plain_timeout_in_range_is_taken_as_seconds(given: float) -> None:
+    seconds = resolve_timeout(given, Limits(wait_max_s=3600.0))
+    assert seconds == given and type(seconds) is float
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        (float("nan"), InvalidArgument),
+        (float("inf"), InvalidArgument),
+        (-1, InvalidArgument),
+        (-0.5, InvalidArgument),
+        (3600.5, InvalidArgument),
+        (True, ArgumentTypeError),
+        ("5", ArgumentTypeError),
+    ],
+)
+def test_a_timeout_out_of_range_or_not_a_number_is_refused(given: Any, error: type) -> None:
+    with pytest.raises(error):
+        resolve_timeout(given, Limits(wait_max_s=3600.0))
+    assert resolve_timeout(None, Limits(wait_default_s=7.0)) == 7.0

@@ -54,6 +54,7 @@ _POSTERS_LOCK = threading.Lock()
 _RUNTIME_POSTERS: dict[asyncio.AbstractEventLoop, Callable[..., bool]] = {}
 
 
+_INF = float("inf")
 EXPIRED: Any = object()
 """What :func:`expire_after` sets a loop future to once its time ran out."""
 
@@ -267,6 +268,9 @@ def resolve_timeout(timeout: float | None, limits: Limits) -> float:
     """
     if timeout is None:
         return limits.wait_default_s
+    kind = type(timeout)  # a plain number in range (nearly always): no check_seconds call
+    if (kind is float or kind is int) and 0 <= timeout <= limits.wait_max_s and timeout < _INF:
+        return float(timeout)
     seconds = check_seconds(timeout, "timeout")
     if seconds > limits.wait_max_s:
         raise InvalidArgument(
