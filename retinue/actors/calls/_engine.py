@@ -41,6 +41,7 @@ from retinue.actors.commands import (
     HostMessages,
     Idle,
     ReleaseLease,
+    Run,
     RunMany,
     Sender,
     Wait,
@@ -52,7 +53,7 @@ __all__ = ["Engine", "HostReceipt", "Receipt", "WaitCommand", "handed_events"]
 
 R = TypeVar("R")
 _Future = asyncio.Future
-WaitCommand = Wait | RunMany | HostMessages | Idle
+WaitCommand = Wait | Run | RunMany | HostMessages | Idle
 """The commands whose answer may take long: a wait, given up in time."""
 
 
