@@ -24,6 +24,7 @@ from retinue import (
     Profile,
     Runtime,
     RuntimeClosed,
+    StoreReadOnly,
     Turn,
     UnknownAgent,
     UnknownProfile,
@@ -299,6 +300,19 @@ def test_a_run_refused_by_a_closing_runtime_spawns_nothing(tmp_path: Path) -> No
         rt.run("worker", "t", name="a", timeout=PROMPT_S)
     with Runtime.open(store, profiles=profiles) as again:
         assert again.agents(include_closed=True) == []
+
+
+def test_a_read_only_runtime_refuses_run(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    profiles = [Profile("worker", runner=echo)]
+    with Runtime.open(store, profiles=profiles):
+        pass
+    with Runtime.open(store, profiles=profiles, readonly=True) as reader:
+        with pytest.raises(StoreReadOnly):
+            reader.run("worker", "t", timeout=PROMPT_S)
+        with pytest.raises(StoreReadOnly):
+            asyncio.run(reader.run_async("worker", "t", timeout=PROMPT_S))
+        assert reader.agents(include_closed=True) == []
 
 
 def test_a_turn_may_not_send_run(open_runtime: OpenRuntime) -> None:

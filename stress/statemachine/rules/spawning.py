@@ -1,4 +1,5 @@
-"""The host's spawns: at the top, under any agent, and with an idempotency key (retried).
+"""The host's spawns: at the top, under any agent, with an idempotency key (retried), and
+runs (``rt.run``: a top-level spawn and the host's wait on it in one command).
 
 Valid and invalid names, permitted, not permitted and unknown profiles,
 oversized and hostile tasks; a keyed spawn retried returns the agent the key
@@ -25,6 +26,7 @@ from retinue.errors import (
     MessageTooLarge,
     NotPermitted,
     UnknownProfile,
+    WaitTimeout,
 )
 from stress.statemachine.data import (
     COORDINATORS,
@@ -38,13 +40,14 @@ from stress.statemachine.data import (
     REF_FORMS,
     SUBAGENTS,
     TASKS,
+    WAIT_TIMEOUTS,
     hostile,
     nbytes,
     valid_name,
 )
 from stress.statemachine.model import Agent, Expect, Model
 from stress.statemachine.storecheck import identity
-from stress.statemachine.trace import STATS, fail
+from stress.statemachine.trace import STATS, TRACE, fail
 
 __all__ = ["SPAWN_KEYS", "SpawnRules"]
 
@@ -256,3 +259,48 @@ class SpawnRules(Model):
             fail(f"{op} returned {info}, not the agent the key spawned: {original.info}")
         if info.generation > now.generation or info.created_at != now.created_at:
             fail(f"{op} returned {info}; the agent is now {now}")
+
+    @rule(
+        profile=st.sampled_from(PROFILES),
+        task=st.sampled_from(TASKS + HOSTILE_TASKS),
+        name=NAMES,
+        timeout=st.sampled_from(WAIT_TIMEOUTS),
+    )
+    def run(self, profile: str, task: str, name: str | None, timeout: float) -> None:
+        """The host runs a top-level agent: a spawn and a wait on it in one call.
+
+        A spawn the model refuses raises as ``spawn`` would and makes nothing;
+        otherwise the call returns the agent's first completion (the host's
+        first receipt of it) or ends ``WaitTimeout`` naming the new agent, which
+        keeps running, as a wait with that tiny timeout would.
+        """
+        expect = Expect()
+        self._spawn_expect(None, profile, task, name, expect)
+        op = f"run({profile!r}, {task!r}, name={name!r}, timeout={timeout})"
+        done, error = self.call(
+            "run", lambda: self.rt.run(profile, task, name=name, timeout=timeout)
+        )
+        if isinstance(error, WaitTimeout) and not expect.errors:
+            TRACE.append(f"{op} -> WaitTimeout")
+            path = error.path
+            STATS["run_timed_out"] += 1
+        elif not self.judge(op, error, expect):
+            return
+        else:
+            path = done.path
+            STATS["run_completed"] += 1
+        if path is None or not path.startswith(f"{HOST}/"):
+            fail(f"{op} named no top-level agent: {path!r}")
+            return
+        info = self.rt.get(path)
+        if (info.parent_path, info.profile, info.task) != (HOST, profile, task):
+            fail(f"{op} spawned {info}")
+        if info.id in self.agents or info.generation < 1:
+            fail(f"{op} named an agent the model knows, not a new one: {info}")
+        self.agents[info.id] = Agent(id=info.id, parent_id=None, info=info)
+        self.sync()
+        if done is not None:
+            agent = self.agents[info.id]
+            if done.generation != 1:
+                fail(f"{op} returned {done.id}, not the agent's first completion")
+            self.host_received(agent, done, op, routed=True)
