@@ -74,13 +74,22 @@ def _put_back_agent(
     key: str,
     old: AgentRecord | None,
     before: AgentRecord | None,
+    settled: str | None = None,
 ) -> None:
     """Undo :meth:`Tree.put_agent`: the record (None: absent), its gathered write, and
     what the put changed of the busy and closed agents and the stored children (which
-    it changes unjournaled: this one entry puts them back)."""
+    it changes unjournaled: this one entry puts them back). ``settled``: the agent was
+    a settled one, left in the store under that path: it is again, not held."""
     agents = tree.agents
     new = dict.get(agents, key)
-    for target, value in ((agents, old), (written, before)):
+    restore: tuple[tuple[dict[str, AgentRecord] | None, AgentRecord | None], ...]
+    if settled is None:
+        restore = ((agents, old), (written, before))
+    else:  # back in the store, not held (its stored record is ``old``)
+        dict.pop(agents, key, None)
+        agents.settled[key] = settled
+        restore = ((written, before),)
+    for target, value in restore:
         if target is None:
             continue
         if value is None:
@@ -250,10 +259,12 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         # entry and a frame each per change).
         journal = self._journal
         written = self._agents_written if persist else None
+        settled = agents.settled
         if journal.active:
             before = None if written is None else dict.get(written, key)
-            journal.log((_put_back_agent, (self, written, key, old, before)))
-        if agents.settled:  # a settled agent changed is held in memory from now on
+            path = settled.get(key) if settled else None
+            journal.log((_put_back_agent, (self, written, key, old, before, path)))
+        if settled:  # a settled agent changed is held in memory from now on
             agents.hold(key)
         dict.__setitem__(agents, key, record)
         state = record.state
