@@ -260,6 +260,7 @@ class SpawnRules(Model):
         if info.generation > now.generation or info.created_at != now.created_at:
             fail(f"{op} returned {info}; the agent is now {now}")
 
+    @precondition(lambda self: len(self.live()) < LIMITS.max_agents // 2)
     @rule(
         profile=st.sampled_from(PROFILES),
         task=st.sampled_from(TASKS + HOSTILE_TASKS),
@@ -272,7 +273,10 @@ class SpawnRules(Model):
         A spawn the model refuses raises as ``spawn`` would and makes nothing;
         otherwise the call returns the agent's first completion (the host's
         first receipt of it) or ends ``WaitTimeout`` naming the new agent, which
-        keeps running, as a wait with that tiny timeout would.
+        keeps running, as a wait with that tiny timeout would. Only while half
+        of ``max_agents`` is free: runs leave their agents live, and the keyed
+        spawns' retries need room for their first spawns (the caps' refusals are
+        the spawn rules').
         """
         expect = Expect()
         self._spawn_expect(None, profile, task, name, expect)
