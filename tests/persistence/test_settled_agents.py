@@ -259,4 +259,3 @@ def test_a_command_that_fails_after_changing_a_settled_agent_leaves_it_settled(
         assert ids[1] in table.settled and ids[1] not in dict.keys(table)
         assert rt.close(ids[1]).state is AgentState.CLOSED  # and it closes after all
         assert ids[1] in dict.keys(table) and ids[1] not in table.settled
-
