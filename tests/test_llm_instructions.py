@@ -47,6 +47,7 @@ totals: 15524407862
     [
         ("stress.bench.llm_instructions", "raw"),
         ("stress.bench.llm_instructions", "retinue"),
+        ("stress.bench.llm_instructions", "retinue_run"),
         ("stress.bench.lifecycle_instructions", "lifecycle"),
         ("stress.bench.lifecycle_instructions", "tree"),
     ],
@@ -96,6 +97,29 @@ def test_a_toggled_driver_waits_at_the_warm_up_end_until_told() -> None:
 def test_driver_rejects_a_bad_side() -> None:
     with pytest.raises(ValueError, match="usage: raw"):
         llm_instructions.drive("both", 1)
+
+
+def test_measure_reports_every_side_under_its_own_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measure`` runs each side with n and 2n; ``retinue_run`` has its own keys beside
+    the others (which keep their meaning)."""
+    per_piece = {"raw": 100, "retinue": 125, "retinue_run": 110}
+    seen: list[tuple[str, int]] = []
+
+    def fake(side: str, n: int, out: Path) -> int:
+        seen.append((side, n))
+        return 1_000 + per_piece[side] * n
+
+    monkeypatch.setattr(llm_instructions, "_instructions", fake)
+    row = llm_instructions.measure(3)
+    assert seen == [(s, k) for s in ("raw", "retinue", "retinue_run") for k in (3, 6)]
+    assert row == {
+        "instructions_turns": 3,
+        "instructions_per_raw_call": 100,
+        "instructions_per_retinue_turn": 125,
+        "instructions_ratio_raw_vs_retinue": 0.8,
+        "instructions_per_retinue_run_turn": 110,
+        "instructions_ratio_raw_vs_retinue_run": 0.909,
+    }
 
 
 def test_parser_reads_the_summary_line() -> None:

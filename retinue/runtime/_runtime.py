@@ -48,6 +48,7 @@ from retinue.actors.commands import (
     Leases,
     ReleaseLease,
     Resume,
+    Run,
     Send,
     Spawn,
     Wait,
@@ -537,6 +538,74 @@ class Runtime:
         seconds = resolve_timeout(timeout, self.limits)
         engine = self._engine
         command = Wait(HOST, ref, lease=lease)
+        result: Completion = await engine.wait_async(command, seconds, HostReceipt(engine, lease))
+        return result
+
+    def run(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        lease: str | None = None,
+    ) -> Completion:
+        """Spawn an agent and wait for its first completion, in one command and one commit.
+
+        The same as :meth:`spawn` followed by :meth:`wait` on the new agent,
+        with the same arguments and answers, but the supervisor serves both in
+        one transition: the spawn's writes commit with the host's wait
+        registered, and the answer comes when the agent's turn settles (one
+        command and one commit fewer than the two calls). ``timeout=None``
+        means ``wait_default_s``; it is checked before anything is spawned.
+
+        With ``idempotency_key`` a retried run waits on the agent the first
+        made (the host's next completion of it: if the first run received it,
+        the retry raises ``NothingToWaitFor``, as ``wait`` would; with the same
+        ``lease`` the retry gets the completion the first took).
+
+        Raises:
+            UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
+                FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath,
+                UnknownAgent, DedupKeyTooLong, InvalidArgument: as :meth:`spawn`
+                raises them (nothing was spawned), and a bad ``lease`` or
+                ``timeout`` (InvalidArgument, ArgumentTypeError).
+            WaitTimeout: the agent did not settle in time; it keeps running, and
+                the error's ``path`` names it, so the host can :meth:`wait` on it.
+            AgentClosed: the agent was closed with no completion for the host.
+            NothingToWaitFor: a retried run (``idempotency_key``) whose agent has
+                nothing left for the host.
+            RuntimeClosed: the runtime is (or gets) closed.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        command = Run(HOST, profile, task, name, parent, idempotency_key, lease)
+        result: Completion = self._engine.wait(command, seconds)
+        return result
+
+    async def run_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        lease: str | None = None,
+    ) -> Completion:
+        """Like :meth:`run`, without blocking the event loop.
+
+        Cancelling the awaiting task loses nothing, as with :meth:`wait_async`:
+        the agent, once spawned, keeps running, and a completion already
+        handed to this call is given back to the next :meth:`wait` on it (a
+        leased one is released). Use ``name`` or ``idempotency_key`` to find
+        the agent again after a cancel.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        engine = self._engine
+        command = Run(HOST, profile, task, name, parent, idempotency_key, lease)
         result: Completion = await engine.wait_async(command, seconds, HostReceipt(engine, lease))
         return result
 

@@ -1,7 +1,8 @@
 """CPU instructions per one-call model turn, retinue against raw litellm, counted by callgrind.
 
 Wall and CPU time swing on a shared machine; the instructions a piece of work
-executes do not. The driver (``python -m stress.bench.llm_instructions raw|retinue N``)
+executes do not. The driver
+(``python -m stress.bench.llm_instructions raw|retinue|retinue_run N``)
 warms up (imports, litellm's first call, the runtime open, a few turns) and
 then does ``N`` pieces of work one after another on the offline model
 ``retinue/scripted`` (no HTTP, no sockets):
@@ -10,7 +11,9 @@ then does ``N`` pieces of work one after another on the offline model
   retinue turn sends (captured from one retinue turn during the warm-up);
 - ``retinue``: ``N`` one-call turns (``spawn_async`` then ``wait_async`` of an
   agent whose runner is ``LiteLLMRunner(SCRIPTED_MODEL)``, durability ``full``
-  as in :mod:`stress.bench.llm`).
+  as in :mod:`stress.bench.llm`);
+- ``retinue_run``: the same turns, each one ``rt.run_async`` (the spawn and
+  the wait in one supervisor command).
 
 :func:`measure` runs the driver under ``valgrind --tool=callgrind`` twice per
 side, with ``N`` and ``2N``, and takes the difference of the totals divided by
@@ -21,7 +24,8 @@ warm-up's heap (:func:`settle_heap`): without them two runs of the same code
 differed by ~13 million instructions in total and the per-call figure of the
 raw side by millions between runs (8.5 to 13.7 million); with them, by 0.2
 million in total.
-The ratio raw/retinue is the issue's figure (target >= 0.95).
+The ratio raw/retinue is the issue's figure (target >= 0.95); raw/retinue_run is
+the same figure for a host that runs its agents with ``run``.
 
 Callgrind counts nothing until the warm-up is done (``--instr-atstart=no``):
 the driver says ``measure`` on its output as it ends the warm-up
@@ -50,6 +54,7 @@ from stress.parts import Options, Part, Result
 
 __all__ = [
     "PART",
+    "SIDES",
     "VALGRIND",
     "callgrind_total",
     "captured_call",
@@ -169,8 +174,11 @@ def _drive_raw(folder: Path, n: int) -> int:
     return asyncio.run(main())
 
 
-def _drive_retinue(folder: Path, n: int) -> int:
-    """Warm up, then ``n`` one-call turns one after another; return the turns completed."""
+def _drive_retinue(folder: Path, n: int, *, fused: bool = False) -> int:
+    """Warm up, then ``n`` one-call turns one after another; return the turns completed.
+
+    ``fused``: each turn is one ``run_async`` instead of ``spawn_async`` then ``wait_async``.
+    """
     from retinue import Durability, Limits, Profile, Runtime
     from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 
@@ -185,24 +193,38 @@ def _drive_retinue(folder: Path, n: int) -> int:
             for i in range(WARM_UP + n):
                 if i == WARM_UP:
                     start_measuring()
-                info = await rt.spawn_async("agent", f"task {i}")
-                final = await rt.wait_async(info.id, timeout=600)
+                if fused:
+                    final = await rt.run_async("agent", f"task {i}", timeout=600)
+                else:
+                    info = await rt.spawn_async("agent", f"task {i}")
+                    final = await rt.wait_async(info.id, timeout=600)
                 done += i >= WARM_UP and final.status == "completed"
             return done
 
         return asyncio.run(main())
 
 
+def _drive_retinue_run(folder: Path, n: int) -> int:
+    """As :func:`_drive_retinue`, each turn one ``run_async``."""
+    return _drive_retinue(folder, n, fused=True)
+
+
+_DRIVERS = {"raw": _drive_raw, "retinue": _drive_retinue, "retinue_run": _drive_retinue_run}
+SIDES = tuple(_DRIVERS)
+"""The driver's sides: raw calls, spawn-then-wait turns, ``run`` turns."""
+
+
 def drive(side: str, n: int) -> int:
     """Warm up and do ``n`` raw calls or one-call turns (``side``); return how many completed.
 
     Raises:
-        ValueError: ``side`` is neither ``raw`` nor ``retinue``, or ``n`` < 0.
+        ValueError: ``side`` is not one of :data:`SIDES`, or ``n`` < 0.
     """
-    if side not in ("raw", "retinue") or n < 0:
-        raise ValueError(f"usage: raw|retinue N (N >= 0), got {side!r} {n}")
+    driver = _DRIVERS.get(side)
+    if driver is None or n < 0:
+        raise ValueError(f"usage: raw|retinue|retinue_run N (N >= 0), got {side!r} {n}")
     with tempfile.TemporaryDirectory() as tmp:
-        return (_drive_raw if side == "raw" else _drive_retinue)(Path(tmp), n)
+        return driver(Path(tmp), n)
 
 
 def _instructions(side: str, n: int, out: Path) -> int:
@@ -289,12 +311,14 @@ def _count_from_warm_up_end(process: subprocess.Popen[str]) -> None:
 def measure(n: int) -> dict[str, Any]:
     """Instructions per raw call and per one-call turn: (runs of ``2n`` - runs of ``n``) / ``n``.
 
+    Each side (:data:`SIDES`) is measured alike; ``retinue_run``'s turns have their own keys.
+
     Raises:
         RuntimeError: a driver process failed under callgrind.
     """
     per: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for side in ("raw", "retinue"):
+        for side in SIDES:
             one = _instructions(side, n, Path(tmp) / f"{side}-{n}.out")
             two = _instructions(side, 2 * n, Path(tmp) / f"{side}-{2 * n}.out")
             per[side] = (two - one) / n
@@ -303,6 +327,8 @@ def measure(n: int) -> dict[str, Any]:
         "instructions_per_raw_call": round(per["raw"]),
         "instructions_per_retinue_turn": round(per["retinue"]),
         "instructions_ratio_raw_vs_retinue": round(per["raw"] / per["retinue"], 3),
+        "instructions_per_retinue_run_turn": round(per["retinue_run"]),
+        "instructions_ratio_raw_vs_retinue_run": round(per["raw"] / per["retinue_run"], 3),
     }
 
 
@@ -325,5 +351,5 @@ PART = Part("llm_instructions", _part, in_quick=False, in_full=False)
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or not sys.argv[2].isdigit():
-        sys.exit("usage: python -m stress.bench.llm_instructions raw|retinue N")
+        sys.exit("usage: python -m stress.bench.llm_instructions raw|retinue|retinue_run N")
     print(drive(sys.argv[1], int(sys.argv[2])))

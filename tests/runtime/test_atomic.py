@@ -101,10 +101,17 @@ def test_every_host_command_failing_at_any_change_leaves_store_and_memory_as_bef
     every_point(rt, "AckLease", lambda: rt.ack_lease("lease-2"))
     lead, _ = every_point(rt, "Spawn", lambda: rt.spawn("lead", "go"))
     assert rt.wait(lead.id, timeout=PROMPT_S).output == "done:a done:b"
+    # A spawn under a parent: a fault before or after it counts the parent's child.
+    every_point(rt, "Spawn", lambda: rt.spawn("worker", "kid", parent=lead.id))
+    rt.wait_idle(PROMPT_S)  # the kid's turn writes nothing during the run's attempts
+    ran, _ = every_point(rt, "Run", lambda: rt.run("worker", "ran", timeout=PROMPT_S))
+    assert (ran.generation, ran.output) == (1, "done:ran")
+    every_point(rt, "Close", lambda: rt.close(ran.agent_id))
     every_point(rt, "Close", lambda: rt.close(held.id))
     every_point(rt, "CloseTree", lambda: rt.close_tree(lead.id))
     every_point(rt, "Compact", lambda: rt.compact())
-    assert [a.state for a in rt.agents(include_closed=True)] == [AgentState.CLOSED] * 4
+    # held, the lead with its two batches (the kid's completion woke it), the kid, ran.
+    assert [a.state for a in rt.agents(include_closed=True)] == [AgentState.CLOSED] * 8
 
 
 def test_a_refused_spawn_in_a_batch_leaves_nothing_of_itself(

@@ -44,6 +44,7 @@ CALLS: dict[str, Call] = {
     "messages": lambda rt, ref, dest: rt.messages(timeout=1),
     "release_lease": lambda rt, ref, dest: rt.release_lease("L"),
     "resume": lambda rt, ref, dest: rt.resume(ref),
+    "run": lambda rt, ref, dest: rt.run("worker", "t", timeout=1),
     "send": lambda rt, ref, dest: rt.send(ref, "hi"),
     "spawn": lambda rt, ref, dest: rt.spawn("worker", "t"),
     "stream": lambda rt, ref, dest: rt.stream(ref),
@@ -75,6 +76,7 @@ ASYNC_CALLS: dict[str, Call] = {
     "messages_async": lambda rt, ref, dest: rt.messages_async(timeout=1),
     "release_lease_async": lambda rt, ref, dest: rt.release_lease_async("L"),
     "resume_async": lambda rt, ref, dest: rt.resume_async(ref),
+    "run_async": lambda rt, ref, dest: rt.run_async("worker", "t", timeout=1),
     "send_async": lambda rt, ref, dest: rt.send_async(ref, "hi"),
     "spawn_async": lambda rt, ref, dest: rt.spawn_async("worker", "t"),
     "stream_async": lambda rt, ref, dest: rt.stream_async(ref),  # raises as it is called

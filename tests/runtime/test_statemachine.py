@@ -44,6 +44,7 @@ MUST_RUN = (
     "runners_cancelled_themselves",  # a CancelledError nobody asked for: a failure
     "inputs_handed_on",  # the next turn of a turn that did not complete got its inputs
     "failing_wake",
+    "call:run",  # the host's spawn-and-wait in one command (rt.run)
 )
 
 

@@ -24,6 +24,7 @@ from retinue.actors.commands import (
     Envelope,
     FollowUp,
     Resume,
+    Run,
     RunMany,
     Spawn,
     SpawnMany,
@@ -51,7 +52,7 @@ class RuntimeState(enum.Enum):
 _OPEN = RuntimeState.OPEN  # a global: an enum member's lookup is a slow descriptor
 
 # The commands that start turns: the sender's current span goes with them (tracing).
-_TRACED = frozenset({Spawn, SpawnMany, RunMany, FollowUp, Resume})
+_TRACED = frozenset({Spawn, Run, SpawnMany, RunMany, FollowUp, Resume})
 
 
 def actor_target(

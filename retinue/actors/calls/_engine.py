@@ -45,6 +45,7 @@ from retinue.actors.commands import (
     HostMessages,
     Idle,
     ReleaseLease,
+    Run,
     RunMany,
     Sender,
     Wait,
@@ -56,7 +57,7 @@ __all__ = ["Engine", "HostReceipt", "Receipt", "WaitCommand", "handed_events"]
 
 R = TypeVar("R")
 _Future = asyncio.Future
-WaitCommand = Wait | RunMany | HostMessages | Idle
+WaitCommand = Wait | Run | RunMany | HostMessages | Idle
 """The commands whose answer may take long: a wait, given up in time."""
 
 

@@ -54,7 +54,7 @@ from retinue.actors.commands._reads import (
     Get,
     Inspect,
 )
-from retinue.actors.commands._spawning import Fork, Spawn, SpawnMany, SpawnRequest
+from retinue.actors.commands._spawning import Fork, Run, Spawn, SpawnMany, SpawnRequest
 from retinue.actors.commands._supervision import (
     AdmitCall,
     Approvals,
@@ -111,6 +111,7 @@ __all__ = [
     "Rearm",
     "ReleaseLease",
     "Resume",
+    "Run",
     "RunMany",
     "Send",
     "Sender",
@@ -131,6 +132,7 @@ __all__ = [
 
 SupervisorCommand = (
     Spawn
+    | Run
     | SpawnMany
     | Fork
     | Send

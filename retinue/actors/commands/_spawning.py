@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from retinue.actors.commands._base import Command, Sender
 from retinue.errors import RetinueError
-from retinue.protocol.messages import AgentInfo
+from retinue.protocol.messages import AgentInfo, Completion
 
-__all__ = ["Fork", "Spawn", "SpawnMany", "SpawnRequest"]
+__all__ = ["Fork", "Run", "Spawn", "SpawnMany", "SpawnRequest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,29 @@ class Spawn(Command[AgentInfo]):
     name: str | None = None
     parent: str | None = None
     idempotency_key: str | None = None
+    name_field: str = "name"
+
+
+@dataclass(frozen=True, slots=True)
+class Run(Command[Completion]):
+    """Spawn an agent as :class:`Spawn` does and wait for its first completion, in one command.
+
+    The host sends it (``Runtime.run``). Its transition records the agent and
+    registers the host's wait on it (as a host :class:`~retinue.actors.commands.Wait`
+    with ``lease``), so the spawn's writes commit in that one transition and
+    the answer comes at the agent's settle: the completion, or what the wait
+    ends with. A refused spawn, or a refused wait (a bad lease), changes nothing.
+    A :class:`~retinue.actors.commands.GiveUpWait` for the same future ends it with
+    ``WaitTimeout`` naming the agent's path.
+    """
+
+    sender: Sender
+    profile: str
+    task: str
+    name: str | None = None
+    parent: str | None = None
+    idempotency_key: str | None = None
+    lease: str | None = None
     name_field: str = "name"
 
 

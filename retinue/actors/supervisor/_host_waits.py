@@ -116,10 +116,36 @@ class HostWaits(Journaled):
         """
         lease = command.lease
         if lease is not None:
-            held = self._leased(lease, command)
+            held = self._leased(lease, command.ref, command.field)
             if held is not None:
                 return held
-        record = self.world.find(None, command.ref, command.field)
+        self._register(tx, self.world.find(None, command.ref, command.field), lease)
+        return None
+
+    def wait_on(self, tx: Transition, agent_id: str, lease: str | None) -> Completion | None:
+        """Register a host wait on the agent ``agent_id`` (live: a ``Run`` just spawned it).
+
+        As :meth:`host_wait` with the agent already found: a stored ``lease``
+        answers at once (returned); otherwise the answer is deferred.
+
+        Raises:
+            InvalidArgument, DedupKeyTooLong: a bad lease (see :meth:`_leased`).
+            NothingToWaitFor: as :meth:`host_wait` (a retried run's agent is idle
+                and the host received every completion it keeps).
+        """
+        if lease is not None:
+            held = self._leased(lease, agent_id, "ref")
+            if held is not None:
+                return held
+        self._register(tx, self.world.tree.agents[agent_id], lease)
+        return None
+
+    def _register(self, tx: Transition, record: AgentRecord, lease: str | None) -> None:
+        """Add a deferred host wait on ``record`` and serve it if a completion is there.
+
+        Raises:
+            NothingToWaitFor: see :meth:`nothing_to_wait_for`.
+        """
         idle = self.nothing_to_wait_for(record)
         if idle is not None:
             raise idle
@@ -128,10 +154,9 @@ class HostWaits(Journaled):
             waiters = self.host[record.id] = JList(self._journal)
         waiters.append(HostWaiter(tx.defer(), lease))
         self.serve_host(tx, record.id)
-        return None
 
-    def _leased(self, lease: str, command: Wait) -> Completion | None:
-        """Return the completion stored under ``lease`` (a retried wait), or None.
+    def _leased(self, lease: str, ref: str, field: str) -> Completion | None:
+        """Return the completion stored under ``lease`` (a retried wait on ``ref``), or None.
 
         Raises:
             ArgumentTypeError, InvalidArgument: not a usable lease id, one held
@@ -154,9 +179,9 @@ class HostWaits(Journaled):
                     "give every wait its own lease"
                 )
             return None
-        if command.ref not in (held.agent_id, held.path):
+        if ref not in (held.agent_id, held.path):
             try:
-                record = self.world.find(None, command.ref, command.field)
+                record = self.world.find(None, ref, field)
             except UnknownAgent:
                 record = None
             if record is not None and record.id != held.agent_id:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from retinue.actors import Journaled
-from retinue.actors.commands import Spawn, SpawnRequest
+from retinue.actors.commands import Run, Spawn, SpawnRequest
 from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of, require_str
@@ -49,7 +49,7 @@ class Spawner(Journaled):
         self.world = world
         self.scheduler = scheduler
 
-    def spawn(self, tx: Transition, me: AgentRecord | None, command: Spawn) -> AgentInfo:
+    def spawn(self, tx: Transition, me: AgentRecord | None, command: Spawn | Run) -> AgentInfo:
         """Record a new agent below the sending turn (or the host's ``parent``); queue its turn.
 
         With an ``idempotency_key`` already used under the same parent, the

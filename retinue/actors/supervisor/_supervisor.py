@@ -87,6 +87,7 @@ from retinue.actors.commands import (
     Rearm,
     ReleaseLease,
     Resume,
+    Run,
     RunMany,
     Send,
     Settle,
@@ -123,12 +124,12 @@ from retinue.actors.supervisor._world import (
 )
 from retinue.actors.tree import Tree
 from retinue.actors.turns import Executor, Runner
-from retinue.errors import RetinueError, RuntimeClosed, TurnInterrupted
+from retinue.errors import InvalidArgument, RetinueError, RuntimeClosed, TurnInterrupted
 from retinue.persistence.store import Store
 from retinue.protocol.details import AgentCounts
 from retinue.protocol.failures import TurnError
 from retinue.protocol.limits import Limits
-from retinue.protocol.messages import AgentInfo, AgentState, Message
+from retinue.protocol.messages import AgentInfo, AgentState, Completion, Message
 from retinue.protocol.records import AgentRecord
 
 __all__ = ["CommandTimer", "Supervisor"]
@@ -309,6 +310,8 @@ class Supervisor:
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
                 return self.lifecycle.settle(tx, self.models.last_step(tx, command))
+            case Run():
+                return self._run(tx, me, command)
             case SpawnMany():
                 return self.spawner.spawn_many(tx, me, command.requests)
             case Fork():
@@ -408,6 +411,18 @@ class Supervisor:
                 assert_never(command)
 
     # -- waits ---------------------------------------------------------------------------
+
+    def _run(self, tx: Transition, me: AgentRecord | None, command: Run) -> Completion | None:
+        """Spawn as :meth:`Spawner.spawn` does and register the host's wait on the agent.
+
+        Raises:
+            InvalidArgument: a turn sent it (``run`` is the host's).
+            RetinueError: what the spawn or the host's wait raises (nothing changed).
+        """
+        if me is not None:
+            raise InvalidArgument("run is the host's call; a turn runs a child with run_many")
+        info = self.spawner.spawn(tx, None, command)
+        return self.hosts.wait_on(tx, info.id, command.lease)
 
     def _run_many(self, tx: Transition, me: AgentRecord, command: RunMany) -> None:
         self.waiters.check_idle(me)  # before the spawns: a refused wait spawns nothing

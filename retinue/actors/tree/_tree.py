@@ -93,13 +93,31 @@ def _put_back_agent(
     key: str,
     old: AgentRecord | None,
     before: AgentRecord | None,
+    settled: str | None = None,
+    children: tuple[str, int] | None = None,
 ) -> None:
     """Undo :meth:`Tree.put_agent`: the record (None: absent), its gathered write, and
     what the put changed of the busy and closed agents and the stored children (which
-    it changes unjournaled: this one entry puts them back)."""
+    it changes unjournaled: this one entry puts them back). ``settled``: the agent was
+    a settled one, left in the store under that path: it is again, not held.
+    ``children``: a new agent's parent and its stored children's count before the put,
+    put back as it was (the put may have raised before or after counting the child)."""
     agents = tree.agents
     new = dict.get(agents, key)
-    for target, value in ((agents, old), (written, before)):
+    if children is not None:
+        parent_id, count = children
+        if count:
+            dict.__setitem__(tree.stored_children, parent_id, count)
+        else:
+            dict.pop(tree.stored_children, parent_id, None)
+    restore: tuple[tuple[dict[str, AgentRecord] | None, AgentRecord | None], ...]
+    if settled is None:
+        restore = ((agents, old), (written, before))
+    else:  # back in the store, not held (its stored record is ``old``)
+        dict.pop(agents, key, None)
+        agents.settled[key] = settled
+        restore = ((written, before),)
+    for target, value in restore:
         if target is None:
             continue
         if value is None:
@@ -116,17 +134,6 @@ def _put_back_agent(
         dict.__setitem__(tree.closed, key, old.closed_at or old.updated_at)
     else:
         dict.pop(tree.closed, key, None)
-    if old is None and new.parent_id is not None:
-        _unjournaled_step(tree.stored_children, new.parent_id, -1)
-
-
-def _unjournaled_step(counts: dict[str, int], key: str, step: int) -> None:
-    """:func:`_step` on a journaled dict without a journal entry (the caller's undoes it)."""
-    count = dict.get(counts, key, 0) + step
-    if count:
-        dict.__setitem__(counts, key, count)
-    else:
-        dict.__delitem__(counts, key)
 
 
 class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
@@ -276,10 +283,18 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         # entry and a frame each per change).
         journal = self._journal
         written = self._agents_written if persist else None
+        settled = agents.settled
         if journal.active:
             before = None if written is None else dict.get(written, key)
-            journal.log((_put_back_agent, (self, written, key, old, before)))
-        if agents.settled:  # a settled agent changed is held in memory from now on
+            path = settled.get(key) if settled else None
+            parent_id = record.parent_id if old is None else None
+            children = (
+                None
+                if parent_id is None
+                else (parent_id, dict.get(self.stored_children, parent_id, 0))
+            )
+            journal.log((_put_back_agent, (self, written, key, old, before, path, children)))
+        if settled:  # a settled agent changed is held in memory from now on
             agents.hold(key)
         dict.__setitem__(agents, key, record)
         state = record.state

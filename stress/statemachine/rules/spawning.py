@@ -1,4 +1,5 @@
-"""The host's spawns: at the top, under any agent, and with an idempotency key (retried).
+"""The host's spawns: at the top, under any agent, with an idempotency key (retried), and
+runs (``rt.run``: a top-level spawn and the host's wait on it in one command).
 
 Valid and invalid names, permitted, not permitted and unknown profiles,
 oversized and hostile tasks; a keyed spawn retried returns the agent the key
@@ -23,8 +24,11 @@ from retinue.errors import (
     InvalidAgentPath,
     InvalidArgument,
     MessageTooLarge,
+    NothingToWaitFor,
     NotPermitted,
+    RetinueError,
     UnknownProfile,
+    WaitTimeout,
 )
 from stress.statemachine.data import (
     COORDINATORS,
@@ -38,13 +42,14 @@ from stress.statemachine.data import (
     REF_FORMS,
     SUBAGENTS,
     TASKS,
+    WAIT_TIMEOUTS,
     hostile,
     nbytes,
     valid_name,
 )
 from stress.statemachine.model import Agent, Expect, Model
 from stress.statemachine.storecheck import identity
-from stress.statemachine.trace import STATS, fail
+from stress.statemachine.trace import STATS, TRACE, fail
 
 __all__ = ["SPAWN_KEYS", "SpawnRules"]
 
@@ -256,3 +261,113 @@ class SpawnRules(Model):
             fail(f"{op} returned {info}, not the agent the key spawned: {original.info}")
         if info.generation > now.generation or info.created_at != now.created_at:
             fail(f"{op} returned {info}; the agent is now {now}")
+
+    @precondition(lambda self: len(self.live()) < LIMITS.max_agents // 2)
+    @rule(
+        profile=st.sampled_from(PROFILES),
+        task=st.sampled_from(TASKS + HOSTILE_TASKS),
+        name=NAMES,
+        timeout=st.sampled_from(WAIT_TIMEOUTS),
+        key=st.sampled_from([None, *SPAWN_KEYS]),
+        retries=st.integers(0, 2),
+    )
+    def run(
+        self,
+        profile: str,
+        task: str,
+        name: str | None,
+        timeout: float,
+        key: str | None,
+        retries: int,
+    ) -> None:
+        """The host runs a top-level agent: a spawn and a wait on it in one call, retried
+        with its idempotency key.
+
+        A spawn the model refuses raises as ``spawn`` would and makes nothing;
+        otherwise the call returns the agent's first completion (the host's
+        first receipt of it) or ends ``WaitTimeout`` naming the new agent, which
+        keeps running, as a wait with that tiny timeout would. A retry with a key
+        used before waits on the agent the key spawned, as a wait on it would
+        end. Only while half of ``max_agents`` is free: runs leave their agents
+        live, and the keyed spawns' retries need room for their first spawns
+        (the caps' refusals are the spawn rules').
+        """
+        for n in range(retries + 1):
+            if n:
+                self.sync()
+            self._run_once(profile, task, name, timeout, key)
+
+    def _run_once(
+        self, profile: str, task: str, name: str | None, timeout: float, key: str | None
+    ) -> None:
+        expect = Expect()
+        original_id: str | None = None
+        if key is not None and hostile(key):
+            expect.add(InvalidArgument, f"hostile key {key!r}")
+        elif key is not None and len(key) > KEY_MAX:
+            expect.add(DedupKeyTooLong, f"key of {len(key)} characters")
+        else:
+            original_id = None if key is None else self.spawn_keys.get((None, key))
+            if original_id is None:
+                self._spawn_expect(None, profile, task, name, expect)
+            elif self.agents[original_id].info.profile != profile:
+                expect.add(InvalidArgument, f"{key!r} spawned another profile")
+            else:  # the retry waits on the original, as a wait would end
+                original = self.agents[original_id]
+                if self.host_due(original) is None:
+                    if original.closed:
+                        expect.add(AgentClosed, f"{original.info.path} is closed")
+                    else:
+                        expect.add(WaitTimeout, f"{original.info.path} has nothing new")
+                        if not original.busy:
+                            expect.add(NothingToWaitFor, f"{original.info.path} is idle")
+        op = f"run({profile!r}, {task!r}, name={name!r}, timeout={timeout}, key={key!r})"
+        done, error = self.call(
+            "run",
+            lambda: self.rt.run(profile, task, name=name, timeout=timeout, idempotency_key=key),
+        )
+        if original_id is not None and self.agents[original_id].info.profile == profile:
+            self._run_retried(op, self.agents[original_id], done, error, expect)
+            return
+        if isinstance(error, WaitTimeout) and not expect.errors:
+            TRACE.append(f"{op} -> WaitTimeout")
+            path = error.path
+            STATS["run_timed_out"] += 1
+        elif not self.judge(op, error, expect):
+            return
+        else:
+            path = done.path
+            STATS["run_completed"] += 1
+        if path is None or not path.startswith(f"{HOST}/"):
+            fail(f"{op} named no top-level agent: {path!r}")
+            return
+        info = self.rt.get(path)
+        if (info.parent_path, info.profile, info.task) != (HOST, profile, task):
+            fail(f"{op} spawned {info}")
+        if info.id in self.agents or info.generation < 1:
+            fail(f"{op} named an agent the model knows, not a new one: {info}")
+        self.agents[info.id] = Agent(id=info.id, parent_id=None, info=info)
+        if key is not None:
+            self.spawn_keys[None, key] = info.id
+        self.sync()
+        if done is not None:
+            agent = self.agents[info.id]
+            if done.generation != 1:
+                fail(f"{op} returned {done.id}, not the agent's first completion")
+            self.host_received(agent, done, op, routed=True)
+
+    def _run_retried(
+        self,
+        op: str,
+        original: Agent,
+        done: Any,
+        error: RetinueError | None,
+        expect: Expect,
+    ) -> None:
+        """A keyed run retried: it waited on the agent the key spawned, nothing new."""
+        path = getattr(error, "path", None)
+        if error is not None and path is not None and path != original.info.path:
+            fail(f"{op} ended {error!r} about {path}, not the key's agent {original.info.path}")
+        STATS["idempotent_retry"] += 1
+        if self.judge(op, error, expect):
+            self.host_received(original, done, op, routed=self.heir(original) is None)
