@@ -27,6 +27,7 @@ import asyncio, os, struct, sys, threading
 from pathlib import Path
 from retinue import Limits, Profile, RetinueError, Runtime, StoreCorrupted
 from retinue.persistence import verify
+from retinue.persistence.integrity import read_meta_pages
 from retinue.persistence.store import Store
 
 case, folder = sys.argv[1], Path(sys.argv[2])
@@ -66,6 +67,13 @@ def zero_tree_pages():
 U16 = struct.Struct("=HHHH")
 
 
+def newest_meta_at():
+    # The meta page of the newest transaction (its txnid, not its main tree's root: a
+    # newer root may sit on a lower, reused page, and the older meta's tree may hold
+    # pages the current one freed).
+    return max(read_meta_pages(data), key=lambda meta: meta.txnid).index * PAGE
+
+
 def nodes(raw, pgno):
     # (offset of the node's key, key size, the node's first six bytes as lo, hi, flags)
     base = pgno * PAGE
@@ -79,7 +87,7 @@ def nodes(raw, pgno):
 def zero_second_agents_leaf():
     # LMDB asserts (abort) when a cursor steps onto a zeroed sibling leaf.
     raw = data.read_bytes()
-    meta_at = max((0, PAGE), key=lambda at: struct.unpack_from("=Q", raw, at + 128)[0])
+    meta_at = newest_meta_at()
     depth, root = verify._db_record(raw, meta_at + verify._DBS_AT + verify._DB_SIZE)
     assert depth == 1, depth  # the main tree of this store is one leaf
     for key_at, ksize, *_ in nodes(raw, root):
@@ -95,7 +103,7 @@ def zero_second_agents_leaf():
 def break_newest_free_entry():
     # The free-page tree's newest entry (a list of page numbers) claims 2**40 pages.
     raw = bytearray(data.read_bytes())
-    meta_at = max((0, PAGE), key=lambda at: struct.unpack_from("=Q", raw, at + 128)[0])
+    meta_at = newest_meta_at()
     depth, root = verify._db_record(raw, meta_at + verify._DBS_AT)
     assert depth == 1, depth  # the free tree of this small store is one leaf
     base = root * PAGE
