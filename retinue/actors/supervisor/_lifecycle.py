@@ -23,7 +23,7 @@ from retinue.actors.commands import (
     Resume,
     Settle,
 )
-from retinue.actors.supervisor._host_waits import HostWaits
+from retinue.actors.supervisor._host_waits import HostWaits, host_take
 from retinue.actors.supervisor._routing import Router
 from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._supervision import Supervision
@@ -53,6 +53,7 @@ from retinue.protocol.text import bounded_text
 
 __all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
 
+_NO_CHANGES: dict[str, object] = {}
 _held = dict.get  # a held agent's record, in C (AgentTable.get, a Python call, reads settled ones)
 
 INTERRUPTED_QUEUED = "interrupted before execution"
@@ -169,6 +170,10 @@ class Lifecycle(Journaled):
             )
             self.router.emit_completion(tx, record, status, span=span)
         else:  # the record carries how its generation ended (History.ended) in the same write
+            # A host wait blocked on the agent that takes this completion is claimed now:
+            # its receipt mark rides on the same write (HostWaits.take_now).
+            hosts = self.hosts
+            taken = hosts.take_now(current) if record.id in hosts.host else None
             record = world.update(
                 record,
                 state=state,
@@ -177,8 +182,9 @@ class Lifecycle(Journaled):
                 error_type=None if error is None else error.type,
                 updated_at=now,
                 ended=GenerationEnd(generation=current.generation, state=state, at=now, span=span),
+                **(host_take(current, current.generation) if taken is not None else _NO_CHANGES),
             )
-            self.router.emit_completion(tx, record, status, span=span, ended=now)
+            self.router.emit_completion(tx, record, status, span=span, ended=now, taken=taken)
         if pump:
             self.scheduler.pump(tx)
         gave_back = frozenset() if error is None else given_back_ids(back)
