@@ -11,6 +11,7 @@ only if it completes; otherwise they go back (:mod:`~retinue.actors.supervisor._
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from retinue.actors import Journaled
 from retinue.actors.commands import (
@@ -53,7 +54,6 @@ from retinue.protocol.text import bounded_text
 
 __all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
 
-_NO_CHANGES: dict[str, object] = {}
 _held = dict.get  # a held agent's record, in C (AgentTable.get, a Python call, reads settled ones)
 
 INTERRUPTED_QUEUED = "interrupted before execution"
@@ -88,8 +88,12 @@ class Lifecycle(Journaled):
 
     # -- turn ends ----------------------------------------------------------------------
 
-    def settle(self, tx: Transition, command: Settle) -> None:
-        """A runner finished; settle its turn unless it was interrupted meanwhile."""
+    def settle(self, tx: Transition, command: Settle, held: dict[str, Any] | None = None) -> None:
+        """A runner finished; settle its turn unless it was interrupted meanwhile.
+
+        ``held``: changes to the agent's record its last step left for this
+        write (``ModelState.last_step``); they are written whatever happens.
+        """
         turn = command.sender
         agents = self.world.tree.agents
         record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
@@ -100,12 +104,17 @@ class Lifecycle(Journaled):
             or record is None
             or record.state not in _LIVE
         ):
+            if held and record is not None:  # the step counts: its changes are written
+                self.world.update(record, updated_at=record.updated_at, **held)
             return  # a late result of an interrupted turn: discarded
+        changes = held or {}
         if command.trace is not None:
             tx.trace = command.trace  # a wake it causes links to this turn's span
             if record.trace is None:  # an agent spawned outside any span: its trace is this
-                record = self.world.update(record, trace=command.trace)
-        self.finish_turn(tx, record, command.output, command.error, span=command.trace)
+                changes["trace"] = command.trace
+        self.finish_turn(
+            tx, record, command.output, command.error, span=command.trace, changes=changes
+        )
 
     def finish_turn(
         self,
@@ -117,11 +126,14 @@ class Lifecycle(Journaled):
         pump: bool = True,
         returned: tuple[Event, ...] = (),
         span: str | None = None,
+        changes: dict[str, Any] | None = None,
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
 
         ``span`` is the W3C ``traceparent`` of the turn's span (its runner's
         report), kept with the generation (see :mod:`~retinue.actors.supervisor._history`).
+        ``changes``: further changes to the agent's record (its last step's usage,
+        its trace), written with the turn's end in one record write.
 
         A failed turn's completion carries the error's text and class (``error_type``).
 
@@ -143,6 +155,9 @@ class Lifecycle(Journaled):
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
+            if changes:  # written before the restart policy reads the record
+                record = self.world.update(record, updated_at=record.updated_at, **changes)
+                changes = None
             error = TurnError(bounded_text(error.text, cap), error.type, error.permanent)
             error = self.supervision.restarts.after_failure(tx, record, error, span=span)
             if error is None:  # restarting: the task's completion is still to come
@@ -159,6 +174,8 @@ class Lifecycle(Journaled):
         current: AgentRecord | None = _held(tree.agents, record.id)
         if current is None:  # a settled one's (or the caller's)
             current = tree.agents.get(record.id, record)
+        if changes is None:
+            changes = {}
         if tree.has_completion(current):  # made already: only the record changes
             record = world.update(
                 record,
@@ -167,6 +184,7 @@ class Lifecycle(Journaled):
                 error=None if error is None else bounded_text(error.text, cap),
                 error_type=None if error is None else error.type,
                 updated_at=now,
+                **changes,
             )
             self.router.emit_completion(tx, record, status, span=span)
         else:  # the record carries how its generation ended (History.ended) in the same write
@@ -174,6 +192,8 @@ class Lifecycle(Journaled):
             # its receipt mark rides on the same write (HostWaits.take_now).
             hosts = self.hosts
             taken = hosts.take_now(current) if record.id in hosts.host else None
+            if taken is not None:
+                changes.update(host_take(current, current.generation))
             record = world.update(
                 record,
                 state=state,
@@ -182,7 +202,7 @@ class Lifecycle(Journaled):
                 error_type=None if error is None else error.type,
                 updated_at=now,
                 ended=GenerationEnd(generation=current.generation, state=state, at=now, span=span),
-                **(host_take(current, current.generation) if taken is not None else _NO_CHANGES),
+                **changes,
             )
             self.router.emit_completion(tx, record, status, span=span, ended=now, taken=taken)
         if pump:
