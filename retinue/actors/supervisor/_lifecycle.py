@@ -167,48 +167,55 @@ class Lifecycle(Journaled):
         elif output is not None:
             output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
-        state = AgentState.COMPLETED if error is None else AgentState.FAILED
-        world = self.world
-        tree = world.tree
-        now = time.time()
-        current: AgentRecord | None = _held(tree.agents, record.id)
-        if current is None:  # a settled one's (or the caller's)
-            current = tree.agents.get(record.id, record)
-        if changes is None:
-            changes = {}
-        if tree.has_completion(current):  # made already: only the record changes
-            record = world.update(
-                record,
-                state=state,
-                output=output,
-                error=None if error is None else bounded_text(error.text, cap),
-                error_type=None if error is None else error.type,
-                updated_at=now,
-                **changes,
-            )
-            self.router.emit_completion(tx, record, status, span=span)
-        else:  # the record carries how its generation ended (History.ended) in the same write
-            # A host wait blocked on the agent that takes this completion is claimed now:
-            # its receipt mark rides on the same write (HostWaits.take_now).
-            hosts = self.hosts
-            taken = hosts.take_now(current) if record.id in hosts.host else None
-            if taken is not None:
-                changes.update(host_take(current, current.generation))
-            record = world.update(
-                record,
-                state=state,
-                output=output,
-                error=None if error is None else bounded_text(error.text, cap),
-                error_type=None if error is None else error.type,
-                updated_at=now,
-                ended=GenerationEnd(generation=current.generation, state=state, at=now, span=span),
-                **changes,
-            )
-            self.router.emit_completion(tx, record, status, span=span, ended=now, taken=taken)
+        changes = {} if changes is None else changes
+        changes.update(
+            state=AgentState.COMPLETED if error is None else AgentState.FAILED,
+            output=output,
+            error=None if error is None else bounded_text(error.text, cap),
+            error_type=None if error is None else error.type,
+        )
+        record = self._write_end(tx, record, status, changes, span)
         if pump:
             self.scheduler.pump(tx)
         gave_back = frozenset() if error is None else given_back_ids(back)
         self.router.maybe_wake(tx, record.id, besides=gave_back)
+
+    def _write_end(
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        status: CompletionStatus,
+        changes: dict[str, Any],
+        span: str | None,
+    ) -> AgentRecord:
+        """Write the turn's end (``changes``, its ``state`` among them) in one record write,
+        make its completion and route it; return the record written.
+
+        A turn whose completion is not made yet stamps the record with how
+        its generation ended (``History.ended``) and the receipt mark of a
+        blocked host wait that takes it (:meth:`HostWaits.take_now`), in that write.
+        """
+        world = self.world
+        tree = world.tree
+        now = changes["updated_at"] = time.time()
+        current: AgentRecord | None = _held(tree.agents, record.id)
+        if current is None:  # a settled one's (or the caller's)
+            current = tree.agents.get(record.id, record)
+        if tree.has_completion(current):  # made already: only the record changes
+            record = world.update(record, **changes)
+            self.router.emit_completion(tx, record, status, span=span)
+            return record
+        hosts = self.hosts
+        taken = hosts.take_now(current) if record.id in hosts.host else None
+        if taken is not None:
+            changes.update(host_take(current, current.generation))
+        generation = current.generation
+        changes["ended"] = GenerationEnd(
+            generation=generation, state=changes["state"], at=now, span=span
+        )
+        record = world.update(record, **changes)
+        self.router.emit_completion(tx, record, status, span=span, ended=now, taken=taken)
+        return record
 
     def expire(self, tx: Transition, command: ExpireTurn) -> None:
         """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed.
