@@ -268,9 +268,7 @@ class HostWaits(Journaled):
         (:func:`host_take`), stores it under the waiter's lease and answers the
         waiter (:meth:`hand`): what :meth:`serve_host` would do once the
         completion is made, with one record write and, for a completion routed
-        to the host, one completion write (delivered as it is stored). The
-        agent's list of waits goes once its last is taken: serve_host has
-        nothing to do for it then.
+        to the host, one completion write (delivered as it is stored).
         """
         waiters = self.host.get(record.id)
         if not waiters:
@@ -284,8 +282,6 @@ class HostWaits(Journaled):
         while waiters:
             waiter = waiters.pop(0)
             if claim(journal, waiter.future):
-                if not waiters:  # no wait left on the agent (serve_host's pop, done here)
-                    del self.host[record.id]
                 return waiter
         return None  # every wait was cancelled (serve_host drops the empty list)
 

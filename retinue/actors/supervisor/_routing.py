@@ -163,13 +163,9 @@ class Router(Journaled):
                 )
             )
             self._emit_routed(tx, completion, recipient, now)
-        hosts = self.hosts
         if taken is not None:
-            hosts.hand(tx, taken, completion)
-            if record.id in hosts.host:  # more host waits on it (take_now drops an empty list)
-                hosts.serve_host(tx, record.id)
-        else:
-            hosts.serve_host(tx, record.id)
+            self.hosts.hand(tx, taken, completion)
+        self.hosts.serve_host(tx, record.id)
         if recipient is not None:
             self.offer(tx, recipient, pending)
 
