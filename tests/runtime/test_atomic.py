@@ -29,6 +29,7 @@ from retinue import (
     Runtime,
     Turn,
 )
+from retinue.llm import SCRIPTED_MODEL
 from retinue.persistence.store import DATABASES
 from retinue.testing import Gate, echo
 from retinue.testing.faults import disarm, faults_seen, inject_fault
@@ -200,3 +201,33 @@ def test_a_due_restart_that_cannot_fire_fails_its_task_once(
     assert faults_seen(rt) == [("FireRestarts", True, ((agent.id, 2),))]
     rt.wait_idle(PROMPT_S)
     assert rt.get(agent.id).state is AgentState.FAILED
+
+
+@pytest.mark.parametrize("model", [False, True])
+def test_a_settle_handing_its_completion_to_a_blocked_wait_fails_whole_at_any_change(
+    open_runtime: OpenRuntime, model: bool
+) -> None:
+    """A run's settle (the host's wait blocked on it takes the completion in the settle's
+    own transition; a model turn's last step is written with the settle's record) that
+    fails at any change is undone whole: memory as before, and the rescue's failure
+    reaches the blocked wait, stored delivered, once."""
+    profile = Profile("m", model=SCRIPTED_MODEL) if model else Profile("m", runner=echo)
+    rt = open_runtime([profile])
+    fired = 0
+    for at in range(1, MAX_POINTS):
+        inject_fault(rt, "Settle", at=at)
+        done = rt.run("m", "hi", lease=f"lease-{at}", timeout=PROMPT_S)
+        if disarm(rt):  # the settle made fewer changes than ``at``: it succeeded
+            assert done.status is CompletionStatus.COMPLETED
+            break
+        fired += 1
+        assert done.status is CompletionStatus.FAILED, at
+        assert done.error_type == "InternalError" and "Settle" in (done.error or "")
+        assert faults_seen(rt)[-1] == ("Settle", True, ((done.agent_id, 1),))
+        rt.wait_idle(PROMPT_S)
+        with pytest.raises(NothingToWaitFor):
+            rt.wait(done.agent_id, timeout=0)  # exactly one completion, received
+        assert rt.wait(done.agent_id, lease=f"lease-{at}", timeout=0) == done  # stored
+        records = stored(rt)
+        assert dict(records["undelivered"]) == {}
+    assert fired > 2

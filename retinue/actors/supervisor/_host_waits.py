@@ -259,6 +259,39 @@ class HostWaits(Journaled):
                 if claim(self._journal, future):
                     tx.answer(future, error)
 
+    def take_now(self, record: AgentRecord) -> HostWaiter | None:
+        """Claim the host wait that receives ``record``'s current generation, whose
+        completion the caller makes in this transition (None: no wait takes it now).
+
+        A wait takes it when it is the oldest the host has not received (none
+        older is fresh). The caller marks it received in the record's own write
+        (:func:`host_take`), stores it under the waiter's lease and answers the
+        waiter (:meth:`hand`): what :meth:`serve_host` would do once the
+        completion is made, with one record write and, for a completion routed
+        to the host, one completion write (delivered as it is stored).
+        """
+        waiters = self.host.get(record.id)
+        if not waiters:
+            return None
+        generation = record.generation
+        if generation <= record.host_received or generation in record.host_returned:
+            return None
+        if host_next(record, self.world.tree.known(record.id)) is not None:
+            return None  # an older completion goes first (serve_host hands it)
+        journal = self._journal
+        while waiters:
+            waiter = waiters.pop(0)
+            if claim(journal, waiter.future):
+                return waiter
+        return None  # every wait was cancelled (serve_host drops the empty list)
+
+    def hand(self, tx: Transition, waiter: HostWaiter, completion: Completion) -> None:
+        """Answer ``waiter`` (claimed by :meth:`take_now`) with ``completion``, stored
+        under its lease if it has one."""
+        if waiter.lease is not None:
+            self.world.tree.put_lease(waiter.lease, completion)
+        tx.answer(waiter.future, completion)
+
     def serve_host(self, tx: Transition, agent_id: str) -> None:
         """Answer host waits on ``agent_id`` with completions they have not received.
 

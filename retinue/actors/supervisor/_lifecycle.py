@@ -11,6 +11,7 @@ only if it completes; otherwise they go back (:mod:`~retinue.actors.supervisor._
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from retinue.actors import Journaled
 from retinue.actors.commands import (
@@ -23,7 +24,7 @@ from retinue.actors.commands import (
     Resume,
     Settle,
 )
-from retinue.actors.supervisor._host_waits import HostWaits
+from retinue.actors.supervisor._host_waits import HostWaits, host_take
 from retinue.actors.supervisor._routing import Router
 from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._supervision import Supervision
@@ -87,8 +88,12 @@ class Lifecycle(Journaled):
 
     # -- turn ends ----------------------------------------------------------------------
 
-    def settle(self, tx: Transition, command: Settle) -> None:
-        """A runner finished; settle its turn unless it was interrupted meanwhile."""
+    def settle(self, tx: Transition, command: Settle, held: dict[str, Any] | None = None) -> None:
+        """A runner finished; settle its turn unless it was interrupted meanwhile.
+
+        ``held``: changes to the agent's record its last step left for this
+        write (``ModelState.last_step``); they are written whatever happens.
+        """
         turn = command.sender
         agents = self.world.tree.agents
         record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
@@ -99,12 +104,17 @@ class Lifecycle(Journaled):
             or record is None
             or record.state not in _LIVE
         ):
+            if held and record is not None:  # the step counts: its changes are written
+                self.world.update(record, updated_at=record.updated_at, **held)
             return  # a late result of an interrupted turn: discarded
+        changes = held or {}
         if command.trace is not None:
             tx.trace = command.trace  # a wake it causes links to this turn's span
             if record.trace is None:  # an agent spawned outside any span: its trace is this
-                record = self.world.update(record, trace=command.trace)
-        self.finish_turn(tx, record, command.output, command.error, span=command.trace)
+                changes["trace"] = command.trace
+        self.finish_turn(
+            tx, record, command.output, command.error, span=command.trace, changes=changes
+        )
 
     def finish_turn(
         self,
@@ -116,11 +126,14 @@ class Lifecycle(Journaled):
         pump: bool = True,
         returned: tuple[Event, ...] = (),
         span: str | None = None,
+        changes: dict[str, Any] | None = None,
     ) -> None:
         """End ``record``'s running turn with ``output`` or ``error`` and route its completion.
 
         ``span`` is the W3C ``traceparent`` of the turn's span (its runner's
         report), kept with the generation (see :mod:`~retinue.actors.supervisor._history`).
+        ``changes``: further changes to the agent's record (its last step's usage,
+        its trace), written with the turn's end in one record write.
 
         A failed turn's completion carries the error's text and class (``error_type``).
 
@@ -142,6 +155,9 @@ class Lifecycle(Journaled):
         # Whatever ran the turn, what is stored is storable and bounded.
         cap = self.world.limits.output_max_bytes
         if error is not None:
+            if changes:  # written before the restart policy reads the record
+                record = self.world.update(record, updated_at=record.updated_at, **changes)
+                changes = None
             error = TurnError(bounded_text(error.text, cap), error.type, error.permanent)
             error = self.supervision.restarts.after_failure(tx, record, error, span=span)
             if error is None:  # restarting: the task's completion is still to come
@@ -151,38 +167,55 @@ class Lifecycle(Journaled):
         elif output is not None:
             output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
-        state = AgentState.COMPLETED if error is None else AgentState.FAILED
-        world = self.world
-        tree = world.tree
-        now = time.time()
-        current: AgentRecord | None = _held(tree.agents, record.id)
-        if current is None:  # a settled one's (or the caller's)
-            current = tree.agents.get(record.id, record)
-        if tree.has_completion(current):  # made already: only the record changes
-            record = world.update(
-                record,
-                state=state,
-                output=output,
-                error=None if error is None else bounded_text(error.text, cap),
-                error_type=None if error is None else error.type,
-                updated_at=now,
-            )
-            self.router.emit_completion(tx, record, status, span=span)
-        else:  # the record carries how its generation ended (History.ended) in the same write
-            record = world.update(
-                record,
-                state=state,
-                output=output,
-                error=None if error is None else bounded_text(error.text, cap),
-                error_type=None if error is None else error.type,
-                updated_at=now,
-                ended=GenerationEnd(generation=current.generation, state=state, at=now, span=span),
-            )
-            self.router.emit_completion(tx, record, status, span=span, ended=now)
+        changes = {} if changes is None else changes
+        changes.update(
+            state=AgentState.COMPLETED if error is None else AgentState.FAILED,
+            output=output,
+            error=None if error is None else bounded_text(error.text, cap),
+            error_type=None if error is None else error.type,
+        )
+        record = self._write_end(tx, record, status, changes, span)
         if pump:
             self.scheduler.pump(tx)
         gave_back = frozenset() if error is None else given_back_ids(back)
         self.router.maybe_wake(tx, record.id, besides=gave_back)
+
+    def _write_end(
+        self,
+        tx: Transition,
+        record: AgentRecord,
+        status: CompletionStatus,
+        changes: dict[str, Any],
+        span: str | None,
+    ) -> AgentRecord:
+        """Write the turn's end (``changes``, its ``state`` among them) in one record write,
+        make its completion and route it; return the record written.
+
+        A turn whose completion is not made yet stamps the record with how
+        its generation ended (``History.ended``) and the receipt mark of a
+        blocked host wait that takes it (:meth:`HostWaits.take_now`), in that write.
+        """
+        world = self.world
+        tree = world.tree
+        now = changes["updated_at"] = time.time()
+        current: AgentRecord | None = _held(tree.agents, record.id)
+        if current is None:  # a settled one's (or the caller's)
+            current = tree.agents.get(record.id, record)
+        if tree.has_completion(current):  # made already: only the record changes
+            record = world.update(record, **changes)
+            self.router.emit_completion(tx, record, status, span=span)
+            return record
+        hosts = self.hosts
+        taken = hosts.take_now(current) if record.id in hosts.host else None
+        if taken is not None:
+            changes.update(host_take(current, current.generation))
+        generation = current.generation
+        changes["ended"] = GenerationEnd(
+            generation=generation, state=changes["state"], at=now, span=span
+        )
+        record = world.update(record, **changes)
+        self.router.emit_completion(tx, record, status, span=span, ended=now, taken=taken)
+        return record
 
     def expire(self, tx: Transition, command: ExpireTurn) -> None:
         """A turn ran past its profile's ``turn_timeout_s``: cancel it and settle it failed.

@@ -54,8 +54,21 @@ class ModelState(Journaled):
         top = world.tree.agents[world.tree.top_of[me.id]]
         return raw, me.usage, top.tree_usage
 
-    def step(self, tx: Transition, me: AgentRecord, command: LlmStep) -> tuple[Usage, Usage]:
-        """Add one model step's usage to the sender and its tree; store its transcript."""
+    def step(
+        self,
+        tx: Transition,
+        me: AgentRecord,
+        command: LlmStep,
+        held: dict[str, Any] | None = None,
+    ) -> tuple[Usage, Usage]:
+        """Add one model step's usage to the sender and its tree; store its transcript.
+
+        Returns the sender's usage and its tree's, as they stand after the step.
+        ``held``: the caller writes the sender's record later in this same
+        transition (a settle's last step): the sender's changes are put there
+        instead of written now, unless a model call waits for admission (which
+        is admitted against the stored totals; see :meth:`last_step`).
+        """
         world = self.world
         tree = world.tree
         usage, transcript = command.usage, command.transcript
@@ -93,6 +106,19 @@ class ModelState(Journaled):
             elif me.id in tree.open_calls:  # (the check in C: a pop is two Python calls)
                 del tree.open_calls[me.id]
         if changes:
+            if held is not None and not self.admission.waiting:  # no call waits: none admitted
+                held.update(changes)  # the settle's write carries them (one record, not two)
+                if spent and top_id != me.id:
+                    top = tree.agents[top_id]
+                    world.update(
+                        top, tree_usage=top.tree_usage.add(usage), updated_at=top.updated_at
+                    )
+                if command.ends_call:
+                    self.admission.call_done(tx, me, usage)
+                mine = changes.get("usage", me.usage)
+                if top_id == me.id:
+                    return mine, changes.get("tree_usage", me.tree_usage)
+                return mine, tree.agents[top_id].tree_usage
             me = world.update(me, updated_at=me.updated_at, **changes)
         if spent and top_id != me.id:
             top = tree.agents[top_id]
@@ -101,7 +127,9 @@ class ModelState(Journaled):
             self.admission.call_done(tx, me, usage)
         return me.usage, tree.agents[top_id].tree_usage
 
-    def last_step(self, tx: Transition, command: Settle) -> Settle:
+    def last_step(
+        self, tx: Transition, command: Settle, held: dict[str, Any] | None = None
+    ) -> Settle:
         """Serve the last step a settle carries (``Settle.step``); return the settle to serve.
 
         The step is served as its :class:`LlmStep` would be, in the settle's
@@ -109,6 +137,10 @@ class ModelState(Journaled):
         as its ``LlmStep`` would be refused). A turn that completes although
         its step crossed a budget (another agent of its tree spent meanwhile)
         fails with the budget's error instead, as its runner would have.
+
+        ``held``: the sender's record changes the step makes may be put there
+        instead of written (see :meth:`step`); the caller writes them with the
+        settle's own record write (``Lifecycle.settle``), whatever the settle does.
         """
         step = command.step
         if step is None:
@@ -119,7 +151,7 @@ class ModelState(Journaled):
             return command  # a late settle: it is discarded, and so is its step
         if me is None:
             return command
-        agent, tree = self.step(tx, me, step)
+        agent, tree = self.step(tx, me, step, held)
         if command.error is not None:
             return command
         limits = self.world.limits

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 
 from retinue.actors import Journaled, JSet
-from retinue.actors.supervisor._host_waits import HostWaits
+from retinue.actors.supervisor._host_waits import HostWaiter, HostWaits
 from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._waiters import Waiters
@@ -103,6 +103,7 @@ class Router(Journaled):
         *,
         span: str | None = None,
         ended: float | None = None,
+        taken: HostWaiter | None = None,
     ) -> None:
         """Make the one completion of ``record``'s current turn and route it.
 
@@ -110,7 +111,11 @@ class Router(Journaled):
         of the turn that ended it, when its runner reported one). ``ended``: the
         caller found the turn has no completion yet and stamped ``record`` with
         how its generation ended (``History.ended``) at that time, in the write
-        that settled it (one record built, not two).
+        that settled it (one record built, not two). ``taken``: the host wait the
+        caller claimed for this completion (:meth:`HostWaits.take_now`) and whose
+        receipt it marked in that same write; it is answered here, and a
+        completion routed to the host is stored delivered (written once, never
+        queued).
         """
         world = self.world
         tree = world.tree
@@ -134,9 +139,15 @@ class Router(Journaled):
             error_type=record.error_type if status is CompletionStatus.FAILED else None,
         )
         recipient = None if record.parent_id is None else tree.nearest_live_ancestor(record)
-        pending = CompletionRecord(
-            completion=completion, recipient_id=recipient, seq=tree.next_seq()
-        )
+        if taken is not None and recipient is None:  # received by the host as it is made
+            pending = CompletionRecord(
+                completion=completion, recipient_id=None, seq=tree.next_seq(), delivered=True
+            )
+            tx.drain(record.id)  # as World.deliver notes it
+        else:
+            pending = CompletionRecord(
+                completion=completion, recipient_id=recipient, seq=tree.next_seq()
+            )
         tree.add_completion(pending)
         if tx.record_events:  # no event built when nobody listens
             failed = status is CompletionStatus.FAILED
@@ -152,6 +163,8 @@ class Router(Journaled):
                 )
             )
             self._emit_routed(tx, completion, recipient, now)
+        if taken is not None:
+            self.hosts.hand(tx, taken, completion)
         self.hosts.serve_host(tx, record.id)
         if recipient is not None:
             self.offer(tx, recipient, pending)

@@ -309,7 +309,8 @@ class Supervisor:
                 return self.spawner.spawn(tx, me, command)
             case Settle():
                 self.scheduler.runner_returned(tx, command.sender)
-                return self.lifecycle.settle(tx, self.models.last_step(tx, command))
+                held: dict[str, Any] = {}  # the step's record changes, for the settle's write
+                return self.lifecycle.settle(tx, self.models.last_step(tx, command, held), held)
             case Run():
                 return self._run(tx, me, command)
             case SpawnMany():

@@ -215,8 +215,8 @@ class CompletionIndex:
             if active:
                 journal.log((_restore_item, (undelivered, agent_id, count)))
             _set(undelivered, agent_id, (0 if count is _MISSING else count) + 1)
-        if persist:
-            self._write_completion(record, index=True)
+        if persist:  # one stored delivered at once was never in the undelivered index
+            self._write_completion(record, index=not record.delivered)
 
     def _write_completion(self, record: CompletionRecord, *, index: bool = False) -> None:
         """Gather the write of ``record``; ``index``: its delivery changed, so is its key
