@@ -567,11 +567,12 @@ class Runtime:
         ``lease`` the retry gets the completion the first took).
 
         Raises:
-            UnknownProfile, NotPermitted, DuplicateAgentPath, DepthLimitExceeded,
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as :meth:`spawn`
+                raises them (nothing was spawned), and so do DepthLimitExceeded,
                 FanoutLimitExceeded, AgentLimitExceeded, InvalidAgentPath,
-                UnknownAgent, DedupKeyTooLong, InvalidArgument: as :meth:`spawn`
-                raises them (nothing was spawned), and a bad ``lease`` or
-                ``timeout`` (InvalidArgument, ArgumentTypeError).
+                UnknownAgent and DedupKeyTooLong.
+            InvalidArgument, ArgumentTypeError: a blank task, or a bad ``lease``
+                or ``timeout`` (nothing was spawned).
             WaitTimeout: the agent did not settle in time; it keeps running, and
                 the error's ``path`` names it, so the host can :meth:`wait` on it.
             AgentClosed: the agent was closed with no completion for the host.
