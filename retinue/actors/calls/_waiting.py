@@ -240,23 +240,19 @@ def expire_after(
 ) -> None:
     """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then.
 
-    ``post`` is ``loop``'s poster (:func:`poster`); called on ``loop``. A host's loop
-    keeps its waits' deadlines under one timer (see :class:`_Deadlines`); a runtime's
-    loop sets a timer per call.
+    ``post`` is ``loop``'s poster (:func:`poster`), a host's loop's: the loop keeps its
+    waits' deadlines under one timer (see :class:`_Deadlines`). Called on ``loop``.
+    (A turn's wait, on a runtime's loop, is timed by :func:`await_answer`.)
+
+    Raises:
+        TypeError: ``post`` is not a host loop's poster.
     """
-    if type(post) is _Batched:
-        deadlines = post._deadlines
-        if deadlines is None:
-            deadlines = post._deadlines = _Deadlines()
-        deadlines.add(loop, ready, seconds)
-        return
-    timer = loop.call_later(seconds, _expire, ready)
-    ready.add_done_callback(lambda _: timer.cancel())
-
-
-def _expire(ready: asyncio.Future[Any]) -> None:
-    if not ready.done():
-        ready.set_result(EXPIRED)
+    if type(post) is not _Batched:
+        raise TypeError("expire_after times waits on a host's loop (its poster is a _Batched)")
+    deadlines = post._deadlines
+    if deadlines is None:
+        deadlines = post._deadlines = _Deadlines()
+    deadlines.add(loop, ready, seconds)
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:

@@ -26,7 +26,7 @@ from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World
 from retinue.errors import TurnInterrupted
-from retinue.protocol.budgets import budget_error
+from retinue.protocol.budgets import budget_error, has_budget
 from retinue.protocol.failures import turn_error
 from retinue.protocol.messages import AgentState, Usage
 from retinue.protocol.records import AgentRecord
@@ -155,13 +155,8 @@ class ModelState(Journaled):
         if command.error is not None:
             return command
         limits = self.world.limits
-        if (
-            limits.tokens_per_agent is None
-            and limits.tokens_per_tree is None
-            and limits.usd_per_agent is None
-            and limits.usd_per_tree is None
-        ):
-            return command  # no budget to cross (budget_error's answer, without its call)
+        if not has_budget(limits):
+            return command  # no budget to cross (budget_error's answer, without its tuples)
         error = budget_error(limits, me.path, agent, tree, before=False)
         if error is None:
             return command
