@@ -22,14 +22,13 @@ stay the turn's, tagged with its generation, until it completes.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import itertools
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -38,7 +37,7 @@ from retinue.actors.calls import handed_events
 from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
-from retinue.actors.supervisor._world import World, info_of
+from retinue.actors.supervisor._world import World, info_of, spawned_info
 from retinue.actors.turns import AgentActor, Report, Turn, TurnControl
 from retinue.errors import TurnInterrupted
 from retinue.protocol.failures import TurnError
@@ -65,11 +64,12 @@ Inbox = Callable[[Transition, AgentRecord], list[Message]]
 StartFailed = Callable[[Transition, AgentRecord, TurnError], None]
 
 
-@dataclass(frozen=True)
-class TurnHandle:
+class TurnHandle(NamedTuple):
     """The supervisor's grip on a running turn: its generation, context and actor.
 
-    Frozen: a change is a new handle in :attr:`Scheduler.turns` (journaled).
+    Immutable: a change is a new handle in :attr:`Scheduler.turns` (journaled). A named
+    tuple, built in one call per turn (a frozen dataclass sets each field with
+    ``object.__setattr__``).
     """
 
     generation: int
@@ -88,6 +88,32 @@ class SlotRequest:
     agent_id: str
     future: concurrent.futures.Future[Any]
     take: Callable[[Transition], Any] | None
+
+
+_NO_HANDLE = object()  # no handle was held (see _let_go)
+_held_handle = dict.get  # the scheduler's own sets and dict, journaled by _let_go's entry
+_set_handle = dict.__setitem__
+_add = set.add
+
+
+def _let_go(
+    scheduler: Scheduler,
+    agent_id: str,
+    ran: tuple[str, int],
+    handle: TurnHandle | object,
+    was_active: bool,
+    was_unreported: bool,
+) -> None:
+    """Undo a turn's start in :meth:`Scheduler._run`: its handle (``_NO_HANDLE``: none
+    was held), its slot and its report to come, as they were."""
+    if isinstance(handle, TurnHandle):
+        dict.__setitem__(scheduler.turns, agent_id, handle)
+    else:  # _NO_HANDLE
+        dict.pop(scheduler.turns, agent_id, None)
+    if not was_active:
+        set.discard(scheduler.active, agent_id)
+    if not was_unreported:
+        set.discard(scheduler.unreported, ran)
 
 
 class Scheduler(Journaled):
@@ -123,7 +149,7 @@ class Scheduler(Journaled):
         a turn that ends from now on has nothing to give back."""
         handle = self.turns.get(agent_id)
         if handle is not None and handle.holds_input:
-            self.turns[agent_id] = dataclasses.replace(handle, holds_input=False)
+            self.turns[agent_id] = handle._replace(holds_input=False)
 
     def would_start(self, profile: str) -> bool:
         """Whether a turn of ``profile`` queued now would start at once (a slot and a thread)."""
@@ -297,7 +323,7 @@ class Scheduler(Journaled):
         profile = world.profiles[record.profile]
         turn = TurnControl(
             engine=world.engine,
-            agent=info_of(record),
+            agent=spawned_info(record) if fresh else info_of(record),
             task=task,
             messages=[] if fresh else self._inbox(tx, record),
             reason=reason,
@@ -328,15 +354,17 @@ class Scheduler(Journaled):
                 and (record.generation, record.attempt) == (forked.generation + 1, 1)
             ):
                 turn.cause = forked.trace
-        self.turns[agent_id] = TurnHandle(
-            generation=record.generation,
-            turn=turn,
-            actor=actor,
-            sync=not is_async,
-            holds_input=bool(turn.messages),
-        )
-        self.active.add(agent_id)
-        self.unreported.add((agent_id, record.generation))
+        # The turn's handle, slot and report to come, undone by one journal entry.
+        turns, active, unreported = self.turns, self.active, self.unreported
+        ran = (agent_id, record.generation)
+        journal = self._journal
+        if journal.active:
+            was = (_held_handle(turns, agent_id, _NO_HANDLE), agent_id in active, ran in unreported)
+            journal.log((_let_go, (self, agent_id, ran, *was)))
+        handle = TurnHandle(record.generation, turn, actor, not is_async, bool(turn.messages))
+        _set_handle(turns, agent_id, handle)
+        _add(active, agent_id)
+        _add(unreported, ran)
         if tx.record_events:  # no event built when nobody listens
             tx.emit(
                 TurnStarted(
