@@ -90,15 +90,15 @@ def _put_back_agent(
     tree: Tree,
     written: dict[str, AgentRecord] | None,
     key: str,
-    old: AgentRecord | None,
+    old: AgentRecord,
     before: AgentRecord | None,
     settled: str | None = None,
 ) -> None:
     """Undo :meth:`Tree.put_agent` of an agent the tree had (a new one's is
     :func:`_unput_new`): the record, its gathered write, and what the put changed of
-    the busy and closed agents (which it changes unjournaled: this one entry puts them
-    back). ``settled``: the agent was a settled one, left in the store under that path:
-    it is again, not held."""
+    the counts and the busy and closed agents (which it changes unjournaled: this one
+    entry puts them back). ``settled``: the agent was a settled one, left in the store
+    under that path: it is again, not held."""
     agents = tree.agents
     new = dict.get(agents, key)
     restore: tuple[tuple[dict[str, AgentRecord] | None, AgentRecord | None], ...]
@@ -117,14 +117,47 @@ def _put_back_agent(
             dict.__setitem__(target, key, value)
     if new is None:
         return
-    if old is not None and old.state in BUSY_STATES:
+    if new.state is not old.state or new.profile != old.profile:
+        _move_counts(tree, new, old)
+    if old.state in BUSY_STATES:
         dict.__setitem__(tree.busy, key, None)
     else:
         dict.pop(tree.busy, key, None)
-    if old is not None and old.state is AgentState.CLOSED:
+    if old.state is AgentState.CLOSED:
         dict.__setitem__(tree.closed, key, old.closed_at or old.updated_at)
     else:
         dict.pop(tree.closed, key, None)
+
+
+def _move_counts(tree: Tree, old: AgentRecord, new: AgentRecord) -> None:
+    """Move an agent's counts (by state, live by profile, busy) from ``old`` to ``new``,
+    touching only those that change, unjournaled: :func:`_put_back_agent` moves them
+    back (this same function, ``new`` to ``old``)."""
+    if old.state is not new.state:
+        counts = tree.state_counts
+        key = _STATE_KEYS[old.state]
+        count = dict.get(counts, key, 0) - 1
+        if count > 0:
+            dict.__setitem__(counts, key, count)
+        else:
+            dict.pop(counts, key, None)
+        key = _STATE_KEYS[new.state]
+        dict.__setitem__(counts, key, dict.get(counts, key, 0) + 1)
+        busy = new.state in BUSY_STATES
+        if busy is not (old.state in BUSY_STATES):
+            if busy:
+                dict.__setitem__(tree.busy, new.id, None)
+            else:
+                dict.pop(tree.busy, new.id, None)
+    was_live = old.state is not _CLOSED
+    live = new.state is not _CLOSED
+    if was_live and live and old.profile == new.profile:
+        return
+    if was_live:
+        _count_down(tree.live_profiles, old.profile)
+    if live:
+        profiles = tree.live_profiles
+        dict.__setitem__(profiles, new.profile, dict.get(profiles, new.profile, 0) + 1)
 
 
 def _unput_new(
@@ -335,7 +368,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         dict.__setitem__(agents, key, record)
         state = record.state
         if old.state is not state or old.profile != record.profile:
-            self._recount(old, record)
+            _move_counts(self, old, record)  # unjournaled: the entry above moves them back
         if state is _CLOSED:
             closed_at = record.closed_at or record.updated_at
             if self.closed.get(key) != closed_at:  # unjournaled: the entry above undoes it
@@ -413,28 +446,6 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = key
         self._page_add(record)
         return record
-
-    def _recount(self, old: AgentRecord | None, new: AgentRecord) -> None:
-        """Move an agent's counts from ``old`` (None: a new agent) to ``new``: only the
-        counts that change are touched (each touch is journaled)."""
-        if old is None or old.state is not new.state:
-            if old is not None:
-                _step(self.state_counts, _STATE_KEYS[old.state], -1)
-            _step(self.state_counts, _STATE_KEYS[new.state], 1)
-            busy = new.state in BUSY_STATES  # unjournaled: put_agent's entry undoes it
-            if busy is not (old is not None and old.state in BUSY_STATES):
-                if busy:
-                    _dict_set(self.busy, new.id, None)
-                else:
-                    _dict_del(self.busy, new.id)
-        was_live = old is not None and old.state is not _CLOSED
-        live = new.state is not _CLOSED
-        if was_live and live and old is not None and old.profile == new.profile:
-            return
-        if was_live and old is not None:
-            _step(self.live_profiles, old.profile, -1)
-        if live:
-            _step(self.live_profiles, new.profile, 1)
 
     def _uncount(self, record: AgentRecord) -> None:
         """Take ``record`` out of the counts (and the busy agents); a count that falls to 0
