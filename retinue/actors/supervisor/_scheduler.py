@@ -116,6 +116,17 @@ def _let_go(
         set.discard(scheduler.unreported, ran)
 
 
+def _hold_again(
+    scheduler: Scheduler, agent_id: str, handle: TurnHandle | object, was_active: bool
+) -> None:
+    """Undo :meth:`Scheduler.release`: the turn's handle (``_NO_HANDLE``: none was held)
+    and its slot, as they were."""
+    if isinstance(handle, TurnHandle):
+        dict.__setitem__(scheduler.turns, agent_id, handle)
+    if was_active:
+        set.add(scheduler.active, agent_id)
+
+
 class Scheduler(Journaled):
     """Turn slots, the queue of starting turns, and the running turns' handles."""
 
@@ -432,8 +443,14 @@ class Scheduler(Journaled):
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle and queued slot request (failed with ``why``)."""
-        self.turns.pop(agent_id, None)
-        self.active.discard(agent_id)
+        turns, active = self.turns, self.active
+        handle = _held_handle(turns, agent_id, _NO_HANDLE)
+        was_active = agent_id in active
+        journal = self._journal
+        if journal.active and (was_active or handle is not _NO_HANDLE):  # one entry for both
+            journal.log((_hold_again, (self, agent_id, handle, was_active)))
+        dict.pop(turns, agent_id, None)
+        set.discard(active, agent_id)
         if self.reacquire and any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
                 if request.agent_id == agent_id:  # its event stays pending
@@ -474,7 +491,12 @@ class Scheduler(Journaled):
 
     def runner_returned(self, tx: Transition, turn: TurnRef) -> None:
         """A runner reported back: an abandoned one frees its thread for a waiting turn."""
-        self.unreported.discard((turn.agent_id, turn.generation))
+        ran, unreported = (turn.agent_id, turn.generation), self.unreported
+        if ran in unreported:  # JSet.discard's work, without its frame
+            journal = self._journal
+            if journal.active:
+                journal.log((_add, (unreported, ran)))
+            set.discard(unreported, ran)
         if self.abandoned and (turn.agent_id, turn.generation) in self.abandoned:
             self.abandoned.discard((turn.agent_id, turn.generation))
             self.pump(tx)
