@@ -343,8 +343,13 @@ class Scheduler(Journaled):
             keeps_receipts=True,
             origin=record.origin,
         )
-        turn.root_id = world.tree.top_of.get(agent_id, agent_id)
-        turn.admission = world.admission
+        # What a turn starts with already (its own agent as root, TurnControl's class
+        # attributes) is not set again.
+        root_id = agent_id
+        if record.parent_id is not None:
+            root_id = turn.root_id = world.tree.top_of.get(agent_id, agent_id)
+        if world.admission is not None:
+            turn.admission = world.admission
         if record.profile in world.model_runners:  # a model runner's load, without a round trip
             turn.llm_state = LlmStarted(
                 # a spawn's turn is its agent's first: nothing has stored a transcript yet
@@ -352,19 +357,18 @@ class Scheduler(Journaled):
                 if reason == SPAWN_REASON
                 else partial(world.store.get, "transcripts", agent_id.encode()),
                 record.usage,
-                world.tree.agents[turn.root_id].tree_usage,
+                record.tree_usage if root_id == agent_id else world.tree.agents[root_id].tree_usage,
             )
         if world.observer.spans is not None:
+            if record.trace is not None:
+                turn.trace = record.trace
             causes = self.causes  # (checked in C: an absent key costs no call)
-            turn.trace = record.trace
-            turn.cause = causes.pop(agent_id) if agent_id in causes else None
-            forked = record.forked_from  # a fork's first turn links to its origin's span
-            if (
-                turn.cause is None
-                and forked is not None
-                and (record.generation, record.attempt) == (forked.generation + 1, 1)
-            ):
-                turn.cause = forked.trace
+            if agent_id in causes:
+                turn.cause = causes.pop(agent_id)
+            elif record.forked_from is not None:  # a fork's first turn links to its origin's
+                forked = record.forked_from
+                if (record.generation, record.attempt) == (forked.generation + 1, 1):
+                    turn.cause = forked.trace
         # The turn's handle, slot and report to come, undone by one journal entry.
         turns, active, unreported = self.turns, self.active, self.unreported
         ran = (agent_id, record.generation)
