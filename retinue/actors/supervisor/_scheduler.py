@@ -369,17 +369,9 @@ class Scheduler(Journaled):
                 forked = record.forked_from
                 if (record.generation, record.attempt) == (forked.generation + 1, 1):
                     turn.cause = forked.trace
-        # The turn's handle, slot and report to come, undone by one journal entry.
-        turns, active, unreported = self.turns, self.active, self.unreported
-        ran = (agent_id, record.generation)
-        journal = self._journal
-        if journal.active:
-            was = (_held_handle(turns, agent_id, _NO_HANDLE), agent_id in active, ran in unreported)
-            journal.log((_let_go, (self, agent_id, ran, *was)))
-        handle = TurnHandle(record.generation, turn, actor, not is_async, bool(turn.messages))
-        _set_handle(turns, agent_id, handle)
-        _add(active, agent_id)
-        _add(unreported, ran)
+        self._hold(
+            agent_id, TurnHandle(record.generation, turn, actor, not is_async, bool(turn.messages))
+        )
         if tx.record_events:  # no event built when nobody listens
             tx.emit(
                 TurnStarted(
@@ -393,6 +385,19 @@ class Scheduler(Journaled):
         tx.after(lambda: actor.tell(face))
         if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
             arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
+
+    def _hold(self, agent_id: str, handle: TurnHandle) -> None:
+        """Hold a started turn's ``handle``, its slot and its report to come (undone by one
+        journal entry, :func:`_let_go`)."""
+        turns, active, unreported = self.turns, self.active, self.unreported
+        ran = (agent_id, handle.generation)
+        journal = self._journal
+        if journal.active:
+            was = (_held_handle(turns, agent_id, _NO_HANDLE), agent_id in active, ran in unreported)
+            journal.log((_let_go, (self, agent_id, ran, *was)))
+        _set_handle(turns, agent_id, handle)
+        _add(active, agent_id)
+        _add(unreported, ran)
 
     def _settle_teller(self) -> Report:
         engine = self.world.engine
