@@ -353,3 +353,20 @@ def test_a_failed_actor_start_leaves_the_turns_inputs_unread(
         rt.follow_up(a.id, "again")
         rt.wait(a.id, timeout=10)
     assert seen == [("spawn", []), ("follow_up", ["IMPORTANT"])]
+
+
+def test_a_run_whose_actor_cannot_start_is_answered_with_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's wait on the agent it spawned is only registered while its first turn is
+    queued or running; a turn that failed as it started answers the run at once."""
+    with Runtime.open(tmp_path / "s", profiles=[Profile("w", runner=echo)]) as rt:
+        assert rt.run("w", "first", timeout=10).output == "done:first"
+
+        def no_start(*args: object, **kwargs: object) -> object:
+            raise RuntimeError("can't start new thread")
+
+        monkeypatch.setattr(AgentActor, "start", no_start)
+        failed = rt.run("w", "second", timeout=10)
+        assert failed.status == "failed" and "cannot start an actor" in (failed.error or "")
+        assert failed.generation == 1

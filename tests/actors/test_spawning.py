@@ -29,6 +29,7 @@ from retinue import (
     Limits,
     NotPermitted,
     Profile,
+    Restart,
     RetinueError,
     Runtime,
     Turn,
@@ -36,6 +37,11 @@ from retinue import (
     UnknownProfile,
     validate_graph,
 )
+from retinue.actors.supervisor import _scheduler
+from retinue.actors.supervisor._world import info_of, spawned_info
+from retinue.protocol.messages import AgentInfo
+from retinue.protocol.records import AgentRecord
+from retinue.protocol.usage import Usage
 from retinue.testing import Gate, echo
 
 
@@ -610,3 +616,33 @@ def test_a_team_the_graph_check_accepts_never_hits_the_depth_cap_at_run_time(
         deepest = max(a.depth for a in rt.agents())
     assert refusals == []
     assert deepest <= cap
+
+
+def test_a_spawned_turns_agent_is_the_snapshot_of_its_record(
+    open_runtime: OpenRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spawn's first turn gets ``spawned_info`` (the spawn's fields only): it equals
+    ``info_of`` of the record, top-level or a child, named or not, with a key or a
+    restart policy, and the spawn returns it."""
+    made: list[str] = []
+
+    def checked(record: AgentRecord) -> AgentInfo:
+        info = spawned_info(record)
+        assert info == info_of(record)
+        made.append(record.path)
+        return info
+
+    monkeypatch.setattr(_scheduler, "spawned_info", checked)
+
+    def mid(turn: Turn) -> str:
+        done = turn.run_many([("leaf", "a"), ("leaf", "b", "named")], 5)
+        return "+".join(str(d.output) for d in done if isinstance(d, Completion))
+
+    profiles = tree_profiles(echo, mid)
+    profiles[2] = Profile("leaf", runner=echo, restart=Restart())
+    rt = open_runtime(profiles)
+    top = rt.spawn("mid", "go", name="top", idempotency_key="k")
+    assert rt.wait(top.id, timeout=10).output == "done:a+done:b"
+    assert rt.run("leaf", "c", timeout=10).output == "done:c"
+    assert len(made) == 4 and "/root/top/named" in made
+    assert (top.path, top.state, top.tree_usage) == ("/root/top", AgentState.RUNNING, Usage())

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from persistence import agent
 
 from retinue.actors.tree import Tree, _pages
+from retinue.actors.tree._journal import snapshot
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 
@@ -195,3 +196,48 @@ def test_a_command_rolled_back_after_its_writes_were_taken_is_undone_and_writes_
     assert [w[0] for w in taken] == ["transcripts", "agents"]  # the taker's copy, untouched
     assert tree.agents["a" * 32] == kept
     assert tree.take_writes() == []
+
+
+def test_a_new_agents_put_rolled_back_leaves_every_index_as_it_was() -> None:
+    """A new agent's put changes every index with one journal entry (``_unput_new``):
+    rolled back, top-level or under a parent (whose set of live children it made),
+    live or closed, the tree is as it was, picture for picture."""
+    tree = Tree()
+    journal = tree.journal
+    top = agent("a" * 32, "/root/a", state=AgentState.RUNNING, profile="lead")
+    sibling = agent("b" * 32, "/root/b", state=AgentState.COMPLETED)
+    journal.begin(None)
+    tree.put_agent(top)
+    tree.put_agent(sibling)
+    tree.take_writes()
+    journal.keep()
+    before = snapshot(tree)
+    news = [
+        agent("c" * 32, "/root/c", state=AgentState.STARTING),
+        agent("d" * 32, "/root/a/d", "a" * 32, state=AgentState.RUNNING),
+        agent("e" * 32, "/root/a/e", "a" * 32, state=AgentState.CLOSED, closed_at=5.0),
+        agent("f" * 32, "/root/f", state=AgentState.RUNNING, idempotency_key="k"),
+    ]
+    for record in news:
+        journal.begin("Spawn")
+        tree.put_agent(record)
+        assert tree.agents[record.id] == record
+        journal.roll_back()
+        assert snapshot(tree) == before, record.path
+        assert indexes(tree) == recount(tree)
+    journal.begin("Spawn")
+    for record in news:
+        tree.put_agent(record)
+    journal.roll_back()  # several new agents, undone newest first
+    assert snapshot(tree) == before
+    journal.begin("Spawn")
+    for record in news:
+        tree.put_agent(record)
+    journal.keep()
+    assert indexes(tree) == recount(tree)
+    assert tree.live_children("a" * 32) == {"d" * 32}
+    trees = {"a" * 32: 2, "b" * 32: 1, "c" * 32: 1, "f" * 32: 1}  # a completed agent is live
+    assert (tree.live_count, tree.tree_count) == (5, trees)
+    assert tree.top_of["d" * 32] == tree.top_of["e" * 32] == "a" * 32
+    assert tree.spawn_keys == {("", "k"): "f" * 32}
+    assert tree.live_paths["/root/a/d"] == "d" * 32 and "/root/a/e" not in tree.live_paths

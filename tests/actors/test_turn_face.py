@@ -9,6 +9,8 @@ arguments are the private control's (issue 28).
 from __future__ import annotations
 
 import inspect
+import threading
+import time
 
 import pytest
 from support import OpenRuntime, control_of, loose_turn
@@ -79,3 +81,26 @@ def test_the_control_holds_the_turns_cancellation() -> None:
     assert control.cancel() is True  # its runner had started
     assert turn.cancelled.is_set()  # the runner sees it
     assert not control.while_running(lambda: None)
+
+
+def test_a_runner_blocked_on_its_cancel_flag_wakes_when_the_turn_is_cancelled() -> None:
+    """``turn.cancelled`` makes its Condition on first use (a wait, a set): a runner
+    waiting on it before any cancel and the cancel that comes later share one."""
+    turn = loose_turn()
+    control = control_of(turn)
+    assert isinstance(turn.cancelled, threading.Event)
+    assert not turn.cancelled.is_set() and "_cond" not in vars(turn.cancelled)
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(turn.cancelled.wait(30)))
+    waiter.start()
+    while "_cond" not in vars(turn.cancelled):  # the waiter made it
+        time.sleep(0.001)
+    assert control.claim_start()
+    assert control.cancel() is True
+    waiter.join(30)
+    assert woke == [True] and turn.cancelled.is_set()
+    assert turn.cancelled.wait(0)  # set: a wait returns at once
+    turn.cancelled.clear()
+    assert not turn.cancelled.wait(0)
+    with pytest.raises(AttributeError):
+        getattr(turn.cancelled, "no_such_attribute")  # noqa: B009

@@ -22,14 +22,13 @@ stay the turn's, tagged with its generation, until it completes.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import itertools
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import pykka
 
@@ -38,7 +37,7 @@ from retinue.actors.calls import handed_events
 from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
-from retinue.actors.supervisor._world import World, info_of
+from retinue.actors.supervisor._world import World, info_of, spawned_info
 from retinue.actors.turns import AgentActor, Report, Turn, TurnControl
 from retinue.errors import TurnInterrupted
 from retinue.protocol.failures import TurnError
@@ -65,11 +64,12 @@ Inbox = Callable[[Transition, AgentRecord], list[Message]]
 StartFailed = Callable[[Transition, AgentRecord, TurnError], None]
 
 
-@dataclass(frozen=True)
-class TurnHandle:
+class TurnHandle(NamedTuple):
     """The supervisor's grip on a running turn: its generation, context and actor.
 
-    Frozen: a change is a new handle in :attr:`Scheduler.turns` (journaled).
+    Immutable: a change is a new handle in :attr:`Scheduler.turns` (journaled). A named
+    tuple, built in one call per turn (a frozen dataclass sets each field with
+    ``object.__setattr__``).
     """
 
     generation: int
@@ -88,6 +88,43 @@ class SlotRequest:
     agent_id: str
     future: concurrent.futures.Future[Any]
     take: Callable[[Transition], Any] | None
+
+
+_NO_HANDLE = object()  # no handle was held (see _let_go)
+_held_handle = dict.get  # the scheduler's own sets and dict, journaled by _let_go's entry
+_set_handle = dict.__setitem__
+_add = set.add
+
+
+def _let_go(
+    scheduler: Scheduler,
+    agent_id: str,
+    ran: tuple[str, int],
+    handle: TurnHandle | object,
+    was_active: bool,
+    was_unreported: bool,
+) -> None:
+    """Undo a turn's start in :meth:`Scheduler._run`: its handle (``_NO_HANDLE``: none
+    was held), its slot and its report to come, as they were."""
+    if isinstance(handle, TurnHandle):
+        dict.__setitem__(scheduler.turns, agent_id, handle)
+    else:  # _NO_HANDLE
+        dict.pop(scheduler.turns, agent_id, None)
+    if not was_active:
+        set.discard(scheduler.active, agent_id)
+    if not was_unreported:
+        set.discard(scheduler.unreported, ran)
+
+
+def _hold_again(
+    scheduler: Scheduler, agent_id: str, handle: TurnHandle | object, was_active: bool
+) -> None:
+    """Undo :meth:`Scheduler.release`: the turn's handle (``_NO_HANDLE``: none was held)
+    and its slot, as they were."""
+    if isinstance(handle, TurnHandle):
+        dict.__setitem__(scheduler.turns, agent_id, handle)
+    if was_active:
+        set.add(scheduler.active, agent_id)
 
 
 class Scheduler(Journaled):
@@ -123,7 +160,7 @@ class Scheduler(Journaled):
         a turn that ends from now on has nothing to give back."""
         handle = self.turns.get(agent_id)
         if handle is not None and handle.holds_input:
-            self.turns[agent_id] = dataclasses.replace(handle, holds_input=False)
+            self.turns[agent_id] = handle._replace(holds_input=False)
 
     def would_start(self, profile: str) -> bool:
         """Whether a turn of ``profile`` queued now would start at once (a slot and a thread)."""
@@ -297,7 +334,7 @@ class Scheduler(Journaled):
         profile = world.profiles[record.profile]
         turn = TurnControl(
             engine=world.engine,
-            agent=info_of(record),
+            agent=spawned_info(record) if fresh else info_of(record),
             task=task,
             messages=[] if fresh else self._inbox(tx, record),
             reason=reason,
@@ -306,8 +343,13 @@ class Scheduler(Journaled):
             keeps_receipts=True,
             origin=record.origin,
         )
-        turn.root_id = world.tree.top_of.get(agent_id, agent_id)
-        turn.admission = world.admission
+        # What a turn starts with already (its own agent as root, TurnControl's class
+        # attributes) is not set again.
+        root_id = agent_id
+        if record.parent_id is not None:
+            root_id = turn.root_id = world.tree.top_of.get(agent_id, agent_id)
+        if world.admission is not None:
+            turn.admission = world.admission
         if record.profile in world.model_runners:  # a model runner's load, without a round trip
             turn.llm_state = LlmStarted(
                 # a spawn's turn is its agent's first: nothing has stored a transcript yet
@@ -315,28 +357,21 @@ class Scheduler(Journaled):
                 if reason == SPAWN_REASON
                 else partial(world.store.get, "transcripts", agent_id.encode()),
                 record.usage,
-                world.tree.agents[turn.root_id].tree_usage,
+                record.tree_usage if root_id == agent_id else world.tree.agents[root_id].tree_usage,
             )
         if world.observer.spans is not None:
+            if record.trace is not None:
+                turn.trace = record.trace
             causes = self.causes  # (checked in C: an absent key costs no call)
-            turn.trace = record.trace
-            turn.cause = causes.pop(agent_id) if agent_id in causes else None
-            forked = record.forked_from  # a fork's first turn links to its origin's span
-            if (
-                turn.cause is None
-                and forked is not None
-                and (record.generation, record.attempt) == (forked.generation + 1, 1)
-            ):
-                turn.cause = forked.trace
-        self.turns[agent_id] = TurnHandle(
-            generation=record.generation,
-            turn=turn,
-            actor=actor,
-            sync=not is_async,
-            holds_input=bool(turn.messages),
+            if agent_id in causes:
+                turn.cause = causes.pop(agent_id)
+            elif record.forked_from is not None:  # a fork's first turn links to its origin's
+                forked = record.forked_from
+                if (record.generation, record.attempt) == (forked.generation + 1, 1):
+                    turn.cause = forked.trace
+        self._hold(
+            agent_id, TurnHandle(record.generation, turn, actor, not is_async, bool(turn.messages))
         )
-        self.active.add(agent_id)
-        self.unreported.add((agent_id, record.generation))
         if tx.record_events:  # no event built when nobody listens
             tx.emit(
                 TurnStarted(
@@ -350,6 +385,19 @@ class Scheduler(Journaled):
         tx.after(lambda: actor.tell(face))
         if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
             arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
+
+    def _hold(self, agent_id: str, handle: TurnHandle) -> None:
+        """Hold a started turn's ``handle``, its slot and its report to come (undone by one
+        journal entry, :func:`_let_go`)."""
+        turns, active, unreported = self.turns, self.active, self.unreported
+        ran = (agent_id, handle.generation)
+        journal = self._journal
+        if journal.active:
+            was = (_held_handle(turns, agent_id, _NO_HANDLE), agent_id in active, ran in unreported)
+            journal.log((_let_go, (self, agent_id, ran, *was)))
+        _set_handle(turns, agent_id, handle)
+        _add(active, agent_id)
+        _add(unreported, ran)
 
     def _settle_teller(self) -> Report:
         engine = self.world.engine
@@ -404,8 +452,14 @@ class Scheduler(Journaled):
 
     def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
         """Drop a turn's slot, handle and queued slot request (failed with ``why``)."""
-        self.turns.pop(agent_id, None)
-        self.active.discard(agent_id)
+        turns, active = self.turns, self.active
+        handle = _held_handle(turns, agent_id, _NO_HANDLE)
+        was_active = agent_id in active
+        journal = self._journal
+        if journal.active and (was_active or handle is not _NO_HANDLE):  # one entry for both
+            journal.log((_hold_again, (self, agent_id, handle, was_active)))
+        dict.pop(turns, agent_id, None)
+        set.discard(active, agent_id)
         if self.reacquire and any(r.agent_id == agent_id for r in self.reacquire):
             for request in self.reacquire:
                 if request.agent_id == agent_id:  # its event stays pending
@@ -446,7 +500,12 @@ class Scheduler(Journaled):
 
     def runner_returned(self, tx: Transition, turn: TurnRef) -> None:
         """A runner reported back: an abandoned one frees its thread for a waiting turn."""
-        self.unreported.discard((turn.agent_id, turn.generation))
+        ran, unreported = (turn.agent_id, turn.generation), self.unreported
+        if ran in unreported:  # JSet.discard's work, without its frame
+            journal = self._journal
+            if journal.active:
+                journal.log((_add, (unreported, ran)))
+            set.discard(unreported, ran)
         if self.abandoned and (turn.agent_id, turn.generation) in self.abandoned:
             self.abandoned.discard((turn.agent_id, turn.generation))
             self.pump(tx)

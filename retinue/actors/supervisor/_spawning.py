@@ -221,7 +221,7 @@ class Spawner(Journaled):
         """The parent's fan-out, the runtime's live agents and the top-level tree's."""
         tree = self.world.tree
         limits = self.world.limits
-        live = len(tree.live_children(None if parent is None else parent.id))
+        live = 0 if parent is None else len(tree.live_children(parent.id))  # the host's: no cap
         if parent is not None and live >= limits.fanout_cap:
             raise FanoutLimitExceeded(
                 f"{parent.path} already has {live} live children; "

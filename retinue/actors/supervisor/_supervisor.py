@@ -48,7 +48,7 @@ from typing import Any, assert_never
 
 import pykka
 
-from retinue.actors import Profile
+from retinue.actors import JList, Profile
 from retinue.actors.admission import Admission
 from retinue.actors.calls import Engine
 from retinue.actors.commands import (
@@ -100,7 +100,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor._forking import Forker
-from retinue.actors.supervisor._host_waits import HostWaits
+from retinue.actors.supervisor._host_waits import HostWaiter, HostWaits
 from retinue.actors.supervisor._lifecycle import Lifecycle
 from retinue.actors.supervisor._mailboxes import Mailboxes
 from retinue.actors.supervisor._model_state import ModelState
@@ -135,6 +135,9 @@ from retinue.protocol.records import AgentRecord
 __all__ = ["CommandTimer", "Supervisor"]
 
 log = logging.getLogger("retinue.supervisor")
+
+_BUSY = frozenset({AgentState.STARTING, AgentState.RUNNING})
+"""The states a spawn leaves its agent in when its first turn is queued or running."""
 
 CommandTimer = Callable[[str, float], None]
 """Told a command's kind (its class name) and the seconds it took (see ``on_command``)."""
@@ -235,7 +238,10 @@ class Supervisor:
         bus = world.bus
         tx = Transition(envelope.reply, bus, command, bus.active, envelope.trace)
         journal = self._journal
-        journal.begin(type(command).__name__)
+        if journal.fault is None:  # Journal.begin's whole work when no test's plan is armed
+            journal.active = True
+        else:
+            journal.begin(type(command).__name__)
         before = self.rescue.picture() if journal.armed else None  # a test's injected fault
         try:
             if world.closing and not command.after_close:
@@ -423,6 +429,12 @@ class Supervisor:
         if me is not None:
             raise InvalidArgument("run is the host's call; a turn runs a child with run_many")
         info = self.spawner.spawn(tx, None, command)
+        if command.lease is None and command.idempotency_key is None and info.state in _BUSY:
+            # The agent this spawn made, its first turn queued or running: it has no
+            # completion to serve and is not idle, so the wait is only registered (what
+            # HostWaits.wait_on would find, without serving it or noting it idle).
+            self.hosts.host[info.id] = JList(self._journal, (HostWaiter(tx.defer()),))
+            return None
         return self.hosts.wait_on(tx, info.id, command.lease)
 
     def _run_many(self, tx: Transition, me: AgentRecord, command: RunMany) -> None:

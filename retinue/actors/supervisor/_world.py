@@ -65,6 +65,7 @@ __all__ = [
     "require_str",
     "resolve_future",
     "sending_turn",
+    "spawned_info",
 ]
 
 
@@ -93,6 +94,30 @@ def info_of(record: AgentRecord) -> AgentInfo:
         error_type=record.error_type,
         forked_from=record.forked_from,
         in_doubt=record.open_calls if record.state is not AgentState.RUNNING else 0,
+    )
+
+
+def spawned_info(record: AgentRecord) -> AgentInfo:
+    """Return :func:`info_of` ``record``, an agent a spawn has just made (``Spawner``):
+    every field a spawn leaves at its default is left at the snapshot's own default.
+
+    A quarter of :func:`info_of`'s work: the spawn's fields only, given in the snapshot's
+    field order. ``tests/actors/test_spawning.py`` checks it equals :func:`info_of`.
+    """
+    return AgentInfo(
+        id=record.id,
+        name=record.name,
+        path=record.path,
+        profile=record.profile,
+        parent_path=record.parent_path,
+        depth=record.depth,
+        state=record.state,
+        generation=record.generation,
+        task=record.task,
+        created_at=record.created_at,
+        updated_at=record.updated_at,
+        tree_usage=record.tree_usage if record.parent_id is None else None,
+        started_at=record.started_at,
     )
 
 

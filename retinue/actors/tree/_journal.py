@@ -116,7 +116,12 @@ class Journal:
 
     def begin(self, command: str | None) -> None:
         """Start recording the changes of one command (its class name is ``command``;
-        None: the supervisor's own repair, which no fault plan targets)."""
+        None: the supervisor's own repair, which no fault plan targets).
+
+        With no fault plan set, its only work is ``active = True``: a command ends
+        kept or rolled back, which leaves nothing recorded and ``armed`` False, and
+        ``log`` records every change (the supervisor sets ``active`` itself then).
+        """
         if self._undo or self._keep:  # kept and rolled-back commands leave both empty
             self._undo.clear()
             self._keep.clear()

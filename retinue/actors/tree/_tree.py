@@ -35,7 +35,6 @@ from retinue.actors.tree._journal import (
     JSet,
     _reset_attribute,
     _restore_item,
-    _set_discard,
 )
 from retinue.actors.tree._keys import HOST_KEY, ReadEntry, spawn_key
 from retinue.actors.tree._loading import BUSY_STATES, BulkLoad, collector_paused
@@ -91,25 +90,17 @@ def _put_back_agent(
     tree: Tree,
     written: dict[str, AgentRecord] | None,
     key: str,
-    old: AgentRecord | None,
+    old: AgentRecord,
     before: AgentRecord | None,
     settled: str | None = None,
-    children: tuple[str, int] | None = None,
 ) -> None:
-    """Undo :meth:`Tree.put_agent`: the record (None: absent), its gathered write, and
-    what the put changed of the busy and closed agents and the stored children (which
-    it changes unjournaled: this one entry puts them back). ``settled``: the agent was
-    a settled one, left in the store under that path: it is again, not held.
-    ``children``: a new agent's parent and its stored children's count before the put,
-    put back as it was (the put may have raised before or after counting the child)."""
+    """Undo :meth:`Tree.put_agent` of an agent the tree had (a new one's is
+    :func:`_unput_new`): the record, its gathered write, and what the put changed of
+    the counts and the busy and closed agents (which it changes unjournaled: this one
+    entry puts them back). ``settled``: the agent was a settled one, left in the store
+    under that path: it is again, not held."""
     agents = tree.agents
     new = dict.get(agents, key)
-    if children is not None:
-        parent_id, count = children
-        if count:
-            dict.__setitem__(tree.stored_children, parent_id, count)
-        else:
-            dict.pop(tree.stored_children, parent_id, None)
     restore: tuple[tuple[dict[str, AgentRecord] | None, AgentRecord | None], ...]
     if settled is None:
         restore = ((agents, old), (written, before))
@@ -126,14 +117,96 @@ def _put_back_agent(
             dict.__setitem__(target, key, value)
     if new is None:
         return
-    if old is not None and old.state in BUSY_STATES:
+    if new.state is not old.state or new.profile != old.profile:
+        _move_counts(tree, new, old)
+    if old.state in BUSY_STATES:
         dict.__setitem__(tree.busy, key, None)
     else:
         dict.pop(tree.busy, key, None)
-    if old is not None and old.state is AgentState.CLOSED:
+    if old.state is AgentState.CLOSED:
         dict.__setitem__(tree.closed, key, old.closed_at or old.updated_at)
     else:
         dict.pop(tree.closed, key, None)
+
+
+def _move_counts(tree: Tree, old: AgentRecord, new: AgentRecord) -> None:
+    """Move an agent's counts (by state, live by profile, busy) from ``old`` to ``new``,
+    touching only those that change, unjournaled: :func:`_put_back_agent` moves them
+    back (this same function, ``new`` to ``old``)."""
+    if old.state is not new.state:
+        counts = tree.state_counts
+        key = _STATE_KEYS[old.state]
+        count = dict.get(counts, key, 0) - 1
+        if count > 0:
+            dict.__setitem__(counts, key, count)
+        else:
+            dict.pop(counts, key, None)
+        key = _STATE_KEYS[new.state]
+        dict.__setitem__(counts, key, dict.get(counts, key, 0) + 1)
+        busy = new.state in BUSY_STATES
+        if busy is not (old.state in BUSY_STATES):
+            if busy:
+                dict.__setitem__(tree.busy, new.id, None)
+            else:
+                dict.pop(tree.busy, new.id, None)
+    was_live = old.state is not _CLOSED
+    live = new.state is not _CLOSED
+    if was_live and live and old.profile == new.profile:
+        return
+    if was_live:
+        _count_down(tree.live_profiles, old.profile)
+    if live:
+        profiles = tree.live_profiles
+        dict.__setitem__(profiles, new.profile, dict.get(profiles, new.profile, 0) + 1)
+
+
+def _unput_new(
+    tree: Tree,
+    record: AgentRecord,
+    written: dict[str, AgentRecord] | None,
+    before: AgentRecord | None,
+    live_path: object,
+    made_kids: bool,
+) -> None:
+    """Undo :meth:`Tree._put_new`: the record, its gathered write (``before``: what was
+    gathered for it, None: nothing) and every index the put changed. Undone newest first,
+    the journal has put back every later change already, so each count is stepped back.
+    ``live_path``: what ``live_paths`` held at its path (``_MISSING``: nothing; None: the
+    agent was put closed); ``made_kids``: the put made its parent's set of live children."""
+    key, state, parent_id = record.id, record.state, record.parent_id
+    dict.pop(tree.agents, key, None)
+    if written is not None:
+        if before is None:
+            dict.pop(written, key, None)
+        else:
+            dict.__setitem__(written, key, before)
+    _count_down(tree.state_counts, _STATE_KEYS[state])
+    dict.pop(tree.busy, key, None)
+    top = dict.pop(tree.top_of, key, key)
+    if parent_id is not None:
+        _count_down(tree.stored_children, parent_id)
+    if live_path is None:
+        dict.pop(tree.closed, key, None)
+        return
+    _count_down(tree.live_profiles, record.profile)
+    _restore_item(tree.live_paths, record.path, live_path)
+    kin = HOST_KEY if parent_id is None else parent_id
+    kids = dict.get(tree.children, kin)
+    if kids is not None:
+        set.discard(kids, key)
+        if made_kids:
+            dict.pop(tree.children, kin, None)
+    _count_down(tree.tree_count, top)
+    object.__setattr__(tree, "live_count", tree.live_count - 1)
+
+
+def _count_down(counts: dict[str, int], key: str) -> None:
+    """Take one from ``counts[key]`` (unjournaled); a count that falls to 0 goes."""
+    count = dict.get(counts, key, 0) - 1
+    if count > 0:
+        dict.__setitem__(counts, key, count)
+    else:
+        dict.pop(counts, key, None)
 
 
 class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
@@ -276,8 +349,10 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         agents, key = self.agents, record.id
         # The held record in C (AgentTable.get, a Python call, reads a settled one too).
         old = _dict_get(agents, key)
-        if old is None and agents.settled:  # a settled one's (read): none when none settled
-            old = agents.get(key)
+        if old is None:
+            if not agents.settled or key not in agents.settled:  # one the tree never had
+                return self._put_new(record, persist)
+            old = agents[key]  # a settled one's (read)
         # One journal entry puts back the record, its gathered write and its busy,
         # closed and stored-children entries (each a journaled dict set otherwise: an
         # entry and a frame each per change).
@@ -287,69 +362,90 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         if journal.active:
             before = None if written is None else dict.get(written, key)
             path = settled.get(key) if settled else None
-            parent_id = record.parent_id if old is None else None
-            children = (
-                None
-                if parent_id is None
-                else (parent_id, dict.get(self.stored_children, parent_id, 0))
-            )
-            journal.log((_put_back_agent, (self, written, key, old, before, path, children)))
+            journal.log((_put_back_agent, (self, written, key, old, before, path)))
         if settled:  # a settled agent changed is held in memory from now on
             agents.hold(key)
         dict.__setitem__(agents, key, record)
         state = record.state
-        if old is None or old.state is not state or old.profile != record.profile:
-            self._recount(old, record)
+        if old.state is not state or old.profile != record.profile:
+            _move_counts(self, old, record)  # unjournaled: the entry above moves them back
         if state is _CLOSED:
             closed_at = record.closed_at or record.updated_at
             if self.closed.get(key) != closed_at:  # unjournaled: the entry above undoes it
                 _dict_set(self.closed, key, closed_at)
-        if old is None:
-            parent_id = record.parent_id
-            if parent_id is None:
-                self.top_of[key] = key
-            else:
-                self.top_of[key] = self.top_of.get(parent_id, parent_id)
-                stored = self.stored_children  # unjournaled: the entry above undoes it
-                _dict_set(stored, parent_id, stored.get(parent_id, 0) + 1)
-            if record.idempotency_key is not None:
-                self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = record.id
-            self._page_add(record)
-            if state is not _CLOSED:
-                self._index_live(record)
-        else:
-            if old.path != record.path:
-                self._page_add(record)  # its old key is skipped by the pages (path differs)
-            if old.state is not _CLOSED:
-                if state is _CLOSED:
-                    self._unindex_live(record)
-            elif state is not _CLOSED:
-                _dict_del(self.closed, key)
+        if old.path != record.path:
+            self._page_add(record)  # its old key is skipped by the pages (path differs)
+        if old.state is not _CLOSED:
+            if state is _CLOSED:
+                self._unindex_live(record)
+        elif state is not _CLOSED:
+            _dict_del(self.closed, key)
         if written is not None:
             dict.__setitem__(written, key, record)
         return record
 
-    def _recount(self, old: AgentRecord | None, new: AgentRecord) -> None:
-        """Move an agent's counts from ``old`` (None: a new agent) to ``new``: only the
-        counts that change are touched (each touch is journaled)."""
-        if old is None or old.state is not new.state:
-            if old is not None:
-                _step(self.state_counts, _STATE_KEYS[old.state], -1)
-            _step(self.state_counts, _STATE_KEYS[new.state], 1)
-            busy = new.state in BUSY_STATES  # unjournaled: put_agent's entry undoes it
-            if busy is not (old is not None and old.state in BUSY_STATES):
-                if busy:
-                    _dict_set(self.busy, new.id, None)
-                else:
-                    _dict_del(self.busy, new.id)
-        was_live = old is not None and old.state is not _CLOSED
-        live = new.state is not _CLOSED
-        if was_live and live and old is not None and old.profile == new.profile:
-            return
-        if was_live and old is not None:
-            _step(self.live_profiles, old.profile, -1)
+    def _put_new(self, record: AgentRecord, persist: bool) -> AgentRecord:
+        """:meth:`put_agent` of an agent the tree does not hold (a spawn's, a fork's).
+
+        Every index is set with the dict's own operations, and one journal entry,
+        logged before any of them, undoes them all (:func:`_unput_new`): a spawn makes
+        one entry here instead of one per index. The spawn key and the page key,
+        journaled on their own, come last, after every change that entry undoes.
+        """
+        key, state, parent_id = record.id, record.state, record.parent_id
+        journal = self._journal
+        written = self._agents_written if persist else None
+        live = state is not _CLOSED
+        children = self.children
+        kin = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
+        kids = _dict_get(children, kin) if live else None
+        if journal.active:
+            journal.log(
+                (
+                    _unput_new,
+                    (
+                        self,
+                        record,
+                        written,
+                        None if written is None else _dict_get(written, key),
+                        _dict_get(self.live_paths, record.path, _MISSING) if live else None,
+                        live and kids is None,
+                    ),
+                )
+            )
+        _dict_set(self.agents, key, record)
+        counts = self.state_counts
+        count_key = _STATE_KEYS[state]
+        _dict_set(counts, count_key, _dict_get(counts, count_key, 0) + 1)
+        if state in BUSY_STATES:
+            _dict_set(self.busy, key, None)
+        top_of = self.top_of
+        if parent_id is None:
+            top = key
+        else:
+            top = _dict_get(top_of, parent_id, parent_id)
+            stored = self.stored_children
+            _dict_set(stored, parent_id, _dict_get(stored, parent_id, 0) + 1)
+        _dict_set(top_of, key, top)
         if live:
-            _step(self.live_profiles, new.profile, 1)
+            profiles = self.live_profiles
+            _dict_set(profiles, record.profile, _dict_get(profiles, record.profile, 0) + 1)
+            _dict_set(self.live_paths, record.path, key)
+            if kids is None:
+                kids = JSet(journal)
+                _dict_set(children, kin, kids)
+            set.add(kids, key)
+            trees = self.tree_count
+            _dict_set(trees, top, _dict_get(trees, top, 0) + 1)
+            object.__setattr__(self, "live_count", self.live_count + 1)
+        else:
+            _dict_set(self.closed, key, record.closed_at or record.updated_at)
+        if written is not None:
+            _dict_set(written, key, record)
+        if record.idempotency_key is not None:  # journaled on its own, as the page key
+            self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = key
+        self._page_add(record)
+        return record
 
     def _uncount(self, record: AgentRecord) -> None:
         """Take ``record`` out of the counts (and the busy agents); a count that falls to 0
@@ -359,37 +455,6 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             del self.busy[record.id]
         if record.state is not AgentState.CLOSED:
             _step(self.live_profiles, record.profile, -1)
-
-    def _index_live(self, record: AgentRecord) -> None:
-        # Every change journaled inline, as the journaled containers' own set and add
-        # and Journaled's attribute set would (one entry each, no frame of theirs): a
-        # spawn comes through here.
-        journal = self._journal
-        active = journal.active
-        agent_id, path = record.id, record.path
-        live_paths = self.live_paths
-        if active:
-            journal.log((_restore_item, (live_paths, path, _dict_get(live_paths, path, _MISSING))))
-        _dict_set(live_paths, path, agent_id)
-        parent_id = record.parent_id
-        key = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
-        kids = self.children.get(key)
-        if kids is None:
-            kids = self.children[key] = JSet(journal)
-        if not set.__contains__(kids, agent_id):
-            if active:
-                journal.log((_set_discard, (kids, agent_id)))
-            set.add(kids, agent_id)
-        top = self.top_of[agent_id]
-        counts = self.tree_count
-        count = _dict_get(counts, top, _MISSING)
-        if active:
-            journal.log((_restore_item, (counts, top, count)))
-        _dict_set(counts, top, (0 if count is _MISSING else count) + 1)
-        live = self.live_count
-        if active:
-            journal.log((_reset_attribute, (self, "live_count", live)))
-        object.__setattr__(self, "live_count", live + 1)
 
     def _unindex_live(self, record: AgentRecord) -> None:
         if self.live_paths.get(record.path) == record.id:

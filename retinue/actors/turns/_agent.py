@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
+import itertools
 import logging
 import sys
 import threading
@@ -32,7 +33,6 @@ from retinue.actors.turns._control import TurnControl
 from retinue.actors.turns._executor import Executor
 from retinue.actors.turns._turn import Runner, Turn, control_of
 from retinue.protocol.failures import TurnError, turn_error
-from retinue.protocol.ids import new_id
 from retinue.protocol.text import bounded_text, truncate_utf8
 
 __all__ = [
@@ -245,6 +245,9 @@ class _StopFlag(threading.Event):
         raise NotImplementedError("a pooled actor's stop flag is not waited on")
 
 
+_URNS = itertools.count(1)  # pooled actors' URNs (see PooledActor.__init__)
+
+
 class PooledActor(pykka.Actor):
     """A pykka actor whose messages are handled by jobs on a shared executor.
 
@@ -258,11 +261,16 @@ class PooledActor(pykka.Actor):
     call: no thread, no ``os.urandom`` for its URN, no Condition for its stop flag.
     """
 
+    _set_up = False  # until its first drain sets the actor up (the class's until then)
+
     def __init__(self, submit: Submit) -> None:
-        """Create the actor on ``submit``'s executor (pykka's fields, set cheaply)."""
+        """Create the actor on ``submit``'s executor (pykka's fields, set cheaply).
+
+        Its URN is unique in the process (a counter's next number, no random bits):
+        a pooled actor is never registered, so nothing looks it up by URN.
+        """
         self._submit = submit
-        self._set_up = False
-        self.actor_urn = f"urn:retinue:{new_id()}"
+        self.actor_urn = f"urn:retinue:{next(_URNS)}"
         inbox = _Inbox()  # what _create_actor_inbox makes, without its frame
         inbox.kick = self._kick
         self.actor_inbox = inbox
@@ -360,9 +368,8 @@ class AgentActor(PooledActor):
         ``observer`` gives the turn its watch (its control's ``watch``) as the runner starts.
         """
         self.is_async = is_async
-        self._loop_thread = executor.loop
-        submit: Submit = executor.loop.call_soon if self.is_async else executor.pool.submit
-        super().__init__(submit)
+        loop = self._loop_thread = executor.loop
+        PooledActor.__init__(self, loop.call_soon if is_async else executor.pool.submit)
         self._runner = runner
         self._settle = settle
         self._output_max_bytes = output_max_bytes

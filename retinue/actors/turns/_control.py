@@ -59,12 +59,62 @@ _EVENT = "its wait's event went back"
 _BATCH = "its batch went back"
 
 
+_CONDITIONS = _thread.allocate_lock()  # makes a cancel flag's one Condition
+
+
+class _CancelFlag(threading.Event):
+    """A turn's ``cancelled``: a :class:`threading.Event` that makes its Condition when
+    it is first set or waited on.
+
+    Nearly every turn is never cancelled nor waited on, and only reads the flag
+    (``is_set``): building ``Event()``'s Condition per turn (a Python ``__init__``,
+    about 1.5 us) bought nothing for those. The flag starts unset (the class's
+    ``_flag``); the Condition, once made under a global lock, is the instance's
+    own, so every ``set`` and ``wait`` of one flag share it. It holds an RLock, as
+    ``Condition()``'s default, not the Lock ``Event()`` passes (whose Condition init
+    raises and catches three AttributeErrors). It behaves as an ``Event``.
+    """
+
+    _flag = False
+
+    def __getattr__(self, name: str) -> Any:
+        """Make the Condition (``_cond``) on its first use; any other missing name raises.
+
+        Raises:
+            AttributeError: ``name`` is not ``_cond``.
+        """
+        if name != "_cond":
+            raise AttributeError(name)
+        with _CONDITIONS:
+            cond = self.__dict__.get("_cond")
+            if cond is None:
+                cond = self.__dict__["_cond"] = threading.Condition(_thread.RLock())
+        return cond
+
+
+_new_flag = object.__new__  # a _CancelFlag without Event.__init__ (see _CancelFlag)
+
+
 class TurnControl:
     """One turn's state, its cancellation, its two faces and its operations.
 
     The runtime's side of a :class:`~retinue.actors.turns._turn.Turn` (see the
-    module's docstring); a runner never holds one.
+    module's docstring); a runner never holds one. The attributes that every turn
+    starts with the same value are the class's until a turn sets its own (no
+    assignment per turn).
     """
+
+    runner_returned: bool = False  # set by the executor once the runner is done
+    runner_started: bool = False  # set by the executor as the runner starts
+    loop_thread: int | None = None  # an async turn's event-loop thread
+    watch: TurnWatch = QUIET
+    trace: str | None = None
+    cause: str | None = None
+    admission: Admission | None = None  # the provider limits' gate (None: none)
+    # A model turn's stored state as it starts (what LlmLoad answers; set by the scheduler)
+    # and its last step, committed with its settle (set by the model runner as it ends).
+    llm_state: LlmStarted | None = None
+    last_step: LlmStep | None = None
 
     def __init__(
         self,
@@ -93,30 +143,14 @@ class TurnControl:
         self.origin = reason if origin is None else origin
         self.profile = profile
         self.instructions = profile.instructions
-        # A threading.Event whose Condition holds an RLock: Event() builds Condition(Lock()),
-        # whose init raises and catches three AttributeErrors for a plain Lock (it has no
-        # _release_save, _acquire_restore, _is_owned), about 1.2 us a turn. It behaves the same.
-        cancelled = threading.Event.__new__(threading.Event)
-        cancelled._cond = threading.Condition(_thread.RLock())  # type: ignore[attr-defined]
-        cancelled._flag = False  # type: ignore[attr-defined]
-        self.cancelled = cancelled
+        # Made in C, unset: its Condition is made when first used (see _CancelFlag).
+        self.cancelled: threading.Event = _new_flag(_CancelFlag)
         self.limits = limits
         self.engine = engine
         self.ref = TurnRef(agent.id, agent.generation)
         self.handover: Handover[list[Event]] = Handover()
         self.keeps_receipts = keeps_receipts
-        self.runner_returned = False  # set by the executor once the runner is done
-        self.runner_started = False  # set by the executor as the runner starts
-        self.loop_thread: int | None = None  # an async turn's event-loop thread
-        self.watch: TurnWatch = QUIET
-        self.trace: str | None = None
-        self.cause: str | None = None
         self.root_id = agent.id
-        self.admission: Admission | None = None  # the provider limits' gate (None: none)
-        # A model turn's stored state as it starts (what LlmLoad answers; set by the scheduler)
-        # and its last step, committed with its settle (set by the model runner as it ends).
-        self.llm_state: LlmStarted | None = None
-        self.last_step: LlmStep | None = None
         self._cancel_lock = _thread.RLock()  # threading.RLock's own (no Python frame)
         self._on_cancel: list[Callable[[], None]] = []
 
