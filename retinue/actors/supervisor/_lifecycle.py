@@ -177,8 +177,9 @@ class Lifecycle(Journaled):
         record = self._write_end(tx, record, status, changes, span)
         if pump:
             self.scheduler.pump(tx)
-        gave_back = frozenset() if error is None else given_back_ids(back)
-        self.router.maybe_wake(tx, record.id, besides=gave_back)
+        if _held(self.world.tree.pending, record.id):  # maybe_wake's first look, in C (most:
+            gave_back = frozenset() if error is None else given_back_ids(back)  # none pending)
+            self.router.maybe_wake(tx, record.id, besides=gave_back)
 
     def _write_end(
         self,
@@ -201,15 +202,19 @@ class Lifecycle(Journaled):
         current: AgentRecord | None = _held(tree.agents, record.id)
         if current is None:  # a settled one's (or the caller's)
             current = tree.agents.get(record.id, record)
-        if tree.has_completion(current):  # made already: only the record changes
+        generation = current.generation
+        mine = _held(tree.completions, record.id)  # has_completion's looks, in C first
+        ended = current.ended
+        if (mine is not None and generation in mine) or (
+            ended is not None and ended.generation == generation and tree.has_completion(current)
+        ):  # made already: only the record changes
             record = world.update(record, **changes)
             self.router.emit_completion(tx, record, status, span=span)
             return record
         hosts = self.hosts
         taken = hosts.take_now(current) if record.id in hosts.host else None
         if taken is not None:
-            changes.update(host_take(current, current.generation))
-        generation = current.generation
+            changes.update(host_take(current, generation))
         changes["ended"] = GenerationEnd(
             generation=generation, state=changes["state"], at=now, span=span
         )

@@ -163,9 +163,11 @@ class Router(Journaled):
                 )
             )
             self._emit_routed(tx, completion, recipient, now)
+        hosts = self.hosts
         if taken is not None:
-            self.hosts.hand(tx, taken, completion)
-        self.hosts.serve_host(tx, record.id)
+            hosts.hand(tx, taken, completion)
+        if record.id in hosts.host:  # (in C) no host wait left on it: serve_host has no work
+            hosts.serve_host(tx, record.id)
         if recipient is not None:
             self.offer(tx, recipient, pending)
 
