@@ -99,8 +99,10 @@ class Lifecycle(Journaled):
         record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
         if record is None:
             record = agents.get(turn.agent_id)
+        handle = _held(self.scheduler.turns, turn.agent_id)  # is_current's look, in C
         if (
-            not self.scheduler.is_current(turn.agent_id, turn.generation)
+            handle is None
+            or handle.generation != turn.generation
             or record is None
             or record.state not in _LIVE
         ):
@@ -144,8 +146,13 @@ class Lifecycle(Journaled):
         gave back already). A failed turn its restart policy restarts makes no
         completion (the agent is ``restarting``).
         """
-        handle = self.scheduler.turns.get(record.id)
-        self._release(tx, record.id, TurnInterrupted("the turn ended"))
+        scheduler, agent_id = self.scheduler, record.id
+        handle = _held(scheduler.turns, agent_id)
+        why = TurnInterrupted("the turn ended")  # _release's work, inline (every settle's)
+        scheduler.release(tx, agent_id, why)
+        if agent_id in self.waiters.by_turn:
+            self.waiters.release(tx, agent_id, why)
+        self.supervision.turn_ended(tx, agent_id, why)
         back = list(returned)
         if handle is not None:
             journal = self._journal
