@@ -153,12 +153,12 @@ class HostWaits(Journaled):
         # new agent): the wait only waits. (serve_host would find nothing and note the
         # wait for end_idle_host_waits, which leaves a busy agent's waits; neither a run
         # nor a wait makes the agent idle in the command that registers it.)
-        fresh = not (
+        maybe_new = not (
             record.state.busy
             and record.host_received >= record.generation - 1
             and not record.host_returned
         )
-        if fresh:
+        if maybe_new:
             idle = self.nothing_to_wait_for(record)
             if idle is not None:
                 raise idle
@@ -166,7 +166,7 @@ class HostWaits(Journaled):
         if waiters is None:
             waiters = self.host[record.id] = JList(self._journal)
         waiters.append(HostWaiter(tx.defer(), lease))
-        if fresh:
+        if maybe_new:
             self.serve_host(tx, record.id)
 
     def _leased(self, lease: str, ref: str, field: str) -> Completion | None:
@@ -322,7 +322,9 @@ class HostWaits(Journaled):
             return None  # an older completion goes first (serve_host hands it)
         journal = self._journal
         if len(waiters) == 1:  # the one wait (nearly always): its list goes with it
-            host.pop(record.id)
+            if journal.active:  # JDict.pop's entry, inline (host is an unordered JDict)
+                journal.log((dict.__setitem__, (host, record.id, waiters)))
+            dict.__delitem__(host, record.id)
             waiter = waiters[0]
             return waiter if claim(journal, waiter.future) else None
         while waiters:

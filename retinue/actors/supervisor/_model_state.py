@@ -96,8 +96,8 @@ class ModelState(Journaled):
         spent = usage != _NO_USAGE
         if spent:
             added = changes["usage"] = me.usage.add(usage)
-            if top_id == me.id:  # a tree none of whose other agents spent: its total is
-                total = me.tree_usage  # its top agent's, and so is the new one (one sum)
+            if top_id == me.id:  # a tree whose total is its top agent's own (no other
+                total = me.tree_usage  # agent spent): the same sum, made once
                 changes["tree_usage"] = added if total == me.usage else total.add(usage)
         count = command.open_calls
         if count is not None:
