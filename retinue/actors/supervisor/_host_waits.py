@@ -162,10 +162,16 @@ class HostWaits(Journaled):
             idle = self.nothing_to_wait_for(record)
             if idle is not None:
                 raise idle
-        waiters = _get(self.host, record.id)
-        if waiters is None:
-            waiters = self.host[record.id] = JList(self._journal)
-        waiters.append(HostWaiter(tx.defer(), lease))
+        waiter = HostWaiter(tx.defer(), lease)
+        host = self.host
+        waiters = _get(host, record.id)
+        if waiters is None:  # its first wait (nearly always): a list made holding it, whose
+            journal = self._journal  # one journal entry (JDict's set, inline) undoes both
+            if journal.active:
+                journal.log((dict.pop, (host, record.id, None)))
+            dict.__setitem__(host, record.id, JList(journal, (waiter,)))
+        else:
+            waiters.append(waiter)
         if maybe_new:
             self.serve_host(tx, record.id)
 
