@@ -41,6 +41,8 @@ from retinue.protocol.records import AgentRecord
 
 __all__ = ["HostWaiter", "HostWaits", "host_give_back", "host_next", "host_take"]
 
+_get = dict.get  # a journaled dict's own get, in C
+
 
 def host_next(record: AgentRecord, generations: Iterable[int]) -> int | None:
     """Return the generation a host wait on ``record`` receives next (None: nothing new).
@@ -146,14 +148,32 @@ class HostWaits(Journaled):
         Raises:
             NothingToWaitFor: see :meth:`nothing_to_wait_for`.
         """
-        idle = self.nothing_to_wait_for(record)
-        if idle is not None:
-            raise idle
-        waiters = self.host.get(record.id)
-        if waiters is None:
-            waiters = self.host[record.id] = JList(self._journal)
-        waiters.append(HostWaiter(tx.defer(), lease))
-        self.serve_host(tx, record.id)
+        # A busy agent's current generation has no completion yet; one whose host received
+        # every generation below it and gave none back has nothing to hand now (a run's
+        # new agent): the wait only waits. (serve_host would find nothing and note the
+        # wait for end_idle_host_waits, which leaves a busy agent's waits; neither a run
+        # nor a wait makes the agent idle in the command that registers it.)
+        maybe_new = not (
+            record.state.busy
+            and record.host_received >= record.generation - 1
+            and not record.host_returned
+        )
+        if maybe_new:
+            idle = self.nothing_to_wait_for(record)
+            if idle is not None:
+                raise idle
+        waiter = HostWaiter(tx.defer(), lease)
+        host = self.host
+        waiters = _get(host, record.id)
+        if waiters is None:  # its first wait (nearly always): a list made holding it, whose
+            journal = self._journal  # one journal entry (JDict's set, inline) undoes both
+            if journal.active:
+                journal.log((dict.pop, (host, record.id, None)))
+            dict.__setitem__(host, record.id, JList(journal, (waiter,)))
+        else:
+            waiters.append(waiter)
+        if maybe_new:
+            self.serve_host(tx, record.id)
 
     def _leased(self, lease: str, ref: str, field: str) -> Completion | None:
         """Return the completion stored under ``lease`` (a retried wait on ``ref``), or None.
@@ -191,6 +211,27 @@ class HostWaits(Journaled):
                 )
         return held
 
+    def next_for_host(self, record: AgentRecord) -> int | None:
+        """Return the generation a host wait on ``record`` receives next (None: nothing new).
+
+        :func:`host_next` over the agent's known completions, without asking for them
+        (a store read, after a reopen) when the receipt mark settles it: the host
+        received every generation below the current one and gave none back, so only
+        the current one can be new, and memory holds it if this run made it (a busy
+        agent's current generation has none yet). Memory lacking it asks the store.
+
+        Raises:
+            StoreCorrupted, StoreError: the store read failed.
+        """
+        generation = record.generation
+        if record.host_received == generation - 1 and not record.host_returned:
+            mine = _get(self.world.tree.completions, record.id)
+            if mine is not None and generation in mine:
+                return generation
+            if record.state.busy:
+                return None
+        return host_next(record, self.world.tree.known(record.id))
+
     def nothing_to_wait_for(self, record: AgentRecord) -> NothingToWaitFor | None:
         """Return the error for a host wait on ``record`` that nothing can answer, or None.
 
@@ -200,7 +241,7 @@ class HostWaits(Journaled):
         """
         if record.state.busy or record.state is AgentState.CLOSED:
             return None
-        if host_next(record, self.world.tree.known(record.id)) is not None:
+        if self.next_for_host(record) is not None:
             return None
         if self._may_be_woken(record):
             return None
@@ -270,15 +311,28 @@ class HostWaits(Journaled):
         completion is made, with one record write and, for a completion routed
         to the host, one completion write (delivered as it is stored).
         """
-        waiters = self.host.get(record.id)
+        host = self.host
+        waiters = _get(host, record.id)
         if not waiters:
             return None
         generation = record.generation
-        if generation <= record.host_received or generation in record.host_returned:
+        received, returned = record.host_received, record.host_returned
+        if generation <= received or generation in returned:
             return None
-        if host_next(record, self.world.tree.known(record.id)) is not None:
+        # The host received every generation below this one and gave none back (a
+        # run's, or a waited agent's, every turn): no older completion is new, and
+        # this one has none yet (the caller makes it). Else an older one may be.
+        if (received < generation - 1 or returned) and host_next(
+            record, self.world.tree.known(record.id)
+        ) is not None:
             return None  # an older completion goes first (serve_host hands it)
         journal = self._journal
+        if len(waiters) == 1:  # the one wait (nearly always): its list goes with it
+            if journal.active:  # JDict.pop's entry, inline (host is an unordered JDict)
+                journal.log((dict.__setitem__, (host, record.id, waiters)))
+            dict.__delitem__(host, record.id)
+            waiter = waiters[0]
+            return waiter if claim(journal, waiter.future) else None
         while waiters:
             waiter = waiters.pop(0)
             if claim(journal, waiter.future):
@@ -302,15 +356,15 @@ class HostWaits(Journaled):
         tree = world.tree
         while waiters:
             record = tree.agents[agent_id]
-            done = tree.known(agent_id)
-            generation = host_next(record, done)
+            generation = self.next_for_host(record)
             if generation is None:
                 break
             waiter = waiters.pop(0)
             future = waiter.future
             if not claim(self._journal, future):
                 continue
-            pending = done[generation]
+            pending = tree.completion(agent_id, generation)
+            assert pending is not None  # a generation next_for_host found
             if not pending.delivered and pending.recipient_id is None:
                 pending = world.deliver(tx, pending)
             world.update(record, updated_at=record.updated_at, **host_take(record, generation))

@@ -99,8 +99,10 @@ class Lifecycle(Journaled):
         record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
         if record is None:
             record = agents.get(turn.agent_id)
+        handle = _held(self.scheduler.turns, turn.agent_id)  # is_current's look, in C
         if (
-            not self.scheduler.is_current(turn.agent_id, turn.generation)
+            handle is None
+            or handle.generation != turn.generation
             or record is None
             or record.state not in _LIVE
         ):
@@ -144,8 +146,13 @@ class Lifecycle(Journaled):
         gave back already). A failed turn its restart policy restarts makes no
         completion (the agent is ``restarting``).
         """
-        handle = self.scheduler.turns.get(record.id)
-        self._release(tx, record.id, TurnInterrupted("the turn ended"))
+        scheduler, agent_id = self.scheduler, record.id
+        handle = _held(scheduler.turns, agent_id)
+        why = TurnInterrupted("the turn ended")  # _release's work, inline (every settle's)
+        scheduler.release(tx, agent_id, why)
+        if agent_id in self.waiters.by_turn:
+            self.waiters.release(tx, agent_id, why)
+        self.supervision.turn_ended(tx, agent_id, why)
         back = list(returned)
         if handle is not None:
             journal = self._journal
@@ -177,8 +184,9 @@ class Lifecycle(Journaled):
         record = self._write_end(tx, record, status, changes, span)
         if pump:
             self.scheduler.pump(tx)
-        gave_back = frozenset() if error is None else given_back_ids(back)
-        self.router.maybe_wake(tx, record.id, besides=gave_back)
+        if _held(self.world.tree.pending, record.id):  # maybe_wake's first look, in C (most:
+            gave_back = frozenset() if error is None else given_back_ids(back)  # none pending)
+            self.router.maybe_wake(tx, record.id, besides=gave_back)
 
     def _write_end(
         self,
@@ -201,15 +209,19 @@ class Lifecycle(Journaled):
         current: AgentRecord | None = _held(tree.agents, record.id)
         if current is None:  # a settled one's (or the caller's)
             current = tree.agents.get(record.id, record)
-        if tree.has_completion(current):  # made already: only the record changes
+        generation = current.generation
+        mine = _held(tree.completions, record.id)  # has_completion's looks, in C first
+        ended = current.ended
+        if (mine is not None and generation in mine) or (
+            ended is not None and ended.generation == generation and tree.has_completion(current)
+        ):  # made already: only the record changes
             record = world.update(record, **changes)
             self.router.emit_completion(tx, record, status, span=span)
             return record
         hosts = self.hosts
         taken = hosts.take_now(current) if record.id in hosts.host else None
         if taken is not None:
-            changes.update(host_take(current, current.generation))
-        generation = current.generation
+            changes.update(host_take(current, generation))
         changes["ended"] = GenerationEnd(
             generation=generation, state=changes["state"], at=now, span=span
         )

@@ -46,6 +46,7 @@ class ModelState(Journaled):
         self.world = world
         self.scheduler = scheduler
         self.admission = admission
+        self._budgeted = has_budget(world.limits)  # (a world's limits are fixed)
 
     def load(self, me: AgentRecord) -> tuple[bytes | None, Usage, Usage]:
         """Return the sender's stored transcript, its usage and its tree's usage."""
@@ -94,9 +95,10 @@ class ModelState(Journaled):
         top_id = tree.top_of[me.id]
         spent = usage != _NO_USAGE
         if spent:
-            changes["usage"] = me.usage.add(usage)
-            if top_id == me.id:
-                changes["tree_usage"] = me.tree_usage.add(usage)
+            added = changes["usage"] = me.usage.add(usage)
+            if top_id == me.id:  # a tree whose total is its top agent's own (no other
+                total = me.tree_usage  # agent spent): the same sum, made once
+                changes["tree_usage"] = added if total == me.usage else total.add(usage)
         count = command.open_calls
         if count is not None:
             if changes or me.state is not _RUNNING:
@@ -155,7 +157,7 @@ class ModelState(Journaled):
         if command.error is not None:
             return command
         limits = self.world.limits
-        if not has_budget(limits):
+        if not self._budgeted:
             return command  # no budget to cross (budget_error's answer, without its tuples)
         error = budget_error(limits, me.path, agent, tree, before=False)
         if error is None:

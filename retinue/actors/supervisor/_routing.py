@@ -140,10 +140,11 @@ class Router(Journaled):
         )
         recipient = None if record.parent_id is None else tree.nearest_live_ancestor(record)
         if taken is not None and recipient is None:  # received by the host as it is made
+            # (No drain to note: its backlog never grew. A wake the agent's full backlog
+            # held back is the caller's maybe_wake's, as the turn settles.)
             pending = CompletionRecord(
                 completion=completion, recipient_id=None, seq=tree.next_seq(), delivered=True
             )
-            tx.drain(record.id)  # as World.deliver notes it
         else:
             pending = CompletionRecord(
                 completion=completion, recipient_id=recipient, seq=tree.next_seq()
@@ -163,9 +164,11 @@ class Router(Journaled):
                 )
             )
             self._emit_routed(tx, completion, recipient, now)
+        hosts = self.hosts
         if taken is not None:
-            self.hosts.hand(tx, taken, completion)
-        self.hosts.serve_host(tx, record.id)
+            hosts.hand(tx, taken, completion)
+        if record.id in hosts.host:  # (in C) no host wait left on it: serve_host has no work
+            hosts.serve_host(tx, record.id)
         if recipient is not None:
             self.offer(tx, recipient, pending)
 

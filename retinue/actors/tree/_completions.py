@@ -180,9 +180,14 @@ class CompletionIndex:
         """Return the completions of ``agent_id`` memory holds, made if it has none; one
         made for a ``generation`` past the first is partial (the store may hold the
         earlier ones)."""
-        known = self.completions.get(agent_id)
+        completions = self.completions
+        known = _get(completions, agent_id)
         if known is None:
-            known = self.completions[agent_id] = JDict(self._journal, ordered=True)
+            journal = self._journal
+            known = JDict(journal, ordered=True)
+            if journal.active:  # the journaled dict's own set, inline (every new agent's)
+                journal.log((_restore_item, (completions, agent_id, _MISSING)))
+            _set(completions, agent_id, known)
             if self.stored is not None and generation > 1:
                 self.partial.add(agent_id)
         return known
