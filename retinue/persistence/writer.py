@@ -232,6 +232,12 @@ class Writer:
             if type(first) is list:  # submit_queued or submit_group: its transitions, in order
                 if not first:
                     continue
+                if len(first) == 1 and empty() and self._alone(first[0]):
+                    # One transition handed over alone, nothing behind it or before it
+                    # unanswered (nearly every commit at low load): committed and answered
+                    # by _alone, with no group, batch or answer list built around it.
+                    dirty = dirty or buffered
+                    continue
                 if len(first) <= self.max_group and empty() and not any(map(_SPREAD, first)):
                     # A group handed over alone, nothing behind it (nearly every commit at
                     # low load): committed as it is, with no _take to gather it again.
@@ -322,6 +328,35 @@ class Writer:
                 except Exception:  # a callback must never kill the writer
                     log.exception("a commit callback failed")
 
+    def _alone(self, item: Queued) -> bool:
+        """Commit ``item``, a transition queued alone, and answer it; False (nothing done)
+        if it needs :meth:`_commit_group`'s way instead.
+
+        That way is needed for spread writes, a timed commit, a writer that failed
+        (it refuses the transition), or earlier groups left unanswered (answered first).
+        Otherwise this is :meth:`_commit_group` and :meth:`_answer` for a group of one,
+        with no copy of its writes and no batch or answer list built around them. If more
+        was queued meanwhile, its answer waits for the next commit (see :meth:`_commit_group`).
+        """
+        if item.spread or self._unanswered or self.failed is not None or self.on_commit is not None:
+            return False
+        writes = item.writes
+        error: BaseException | None = None
+        if writes:  # a transition with no writes commits nothing (as in _commit_group)
+            try:
+                self._commit(writes)
+            except Exception as exc:  # refused from now on (see _commit_group)
+                error = self.failed = exc
+        self.stats.transitions += 1
+        if not self._queue.empty():  # answered just before the next commit (_commit_group)
+            self._unanswered.append(([item], error))
+            return True
+        try:
+            item.committed(error)
+        except Exception:  # a callback must never kill the writer
+            log.exception("a commit callback failed")
+        return True
+
     def _commit_group(self, group: list[Queued]) -> None:
         """Commit ``group``; leave its callbacks to the next :meth:`_answer`.
 
@@ -374,7 +409,7 @@ class Writer:
             pages = 0
         return max(self.spread_writes, pages // SPREAD_SHARE)
 
-    def _commit(self, writes: list[Write], *, timed: bool = False) -> float:
+    def _commit(self, writes: Sequence[Write], *, timed: bool = False) -> float:
         """Commit ``writes`` in one write transaction, growing a full map.
 
         Once every write is in the transaction, before the commit, the
@@ -410,12 +445,13 @@ class Writer:
                             delete(key, b"", dbs[name])
                         else:
                             put(key, value, True, True, False, dbs[name])
-                    if self._unanswered and timed:
-                        began = time.perf_counter()
-                        self._answer()
-                        answering += time.perf_counter() - began
-                    elif self._unanswered:  # at low load, nearly every commit: none
-                        self._answer()
+                    if self._unanswered:  # at low load, nearly every commit: none
+                        if timed:
+                            began = time.perf_counter()
+                            self._answer()
+                            answering += time.perf_counter() - began
+                        else:
+                            self._answer()
             except lmdb.MapFullError:
                 with self.gate.exclusive():  # LMDB resizes only with no transaction open
                     self.env.set_mapsize(self.env.info()["map_size"] * 2)
