@@ -465,19 +465,17 @@ class Writer:
                 grown = _lseek(guard.data_fd, 0, _SEEK_END)
             except OSError:
                 grown = -1
-            if grown != guard.seen_size:  # this commit grew the file (or it shrank: refused)
+            seen = guard.seen_size
+            if grown > seen:  # this commit grew the file: a larger end needs no second look
+                guard.seen_size = grown
+            elif grown != seen:  # it shrank (refused), or was not looked at (its typed error)
                 grown = guard.check_size("commit")
-            if grown > size:
-                self._grew()
+            if grown > size and self.on_grow is not None:  # told the file grew
+                try:
+                    self.on_grow()
+                except Exception:  # a failing watcher is logged, never the writer's end
+                    log.exception("a store growth watcher failed")
             return answering
-
-    def _grew(self) -> None:
-        """Tell :attr:`on_grow` the file grew; a failing one is logged, never the writer's end."""
-        try:
-            if self.on_grow is not None:
-                self.on_grow()
-        except Exception:
-            log.exception("a store growth watcher failed")
 
 
 _WRITES = operator.attrgetter("writes")

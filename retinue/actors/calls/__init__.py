@@ -4,8 +4,9 @@ One engine for every call, the host's and the turns' (``Engine``: ask, wait,
 give up in time, give back what a cancelled await was handed), the channel
 that owns the runtime's open/closing/closed state (``Channel``), the one-shot
 reply future (``Reply``; ``LoopReply``, an awaited request's, settles its
-loop's future itself), the ledger of answers in flight between threads
-(``Handover``) and the waiting helpers (timeouts, a loop's batched post).
+loop's future itself; ``TOLD``, a told command's, keeps nothing), the ledger
+of answers in flight between threads (``Handover``) and the waiting helpers
+(timeouts, a loop's batched post).
 
 The rest of the package may use the names in ``__all__``; the modules are private.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from retinue.actors.calls._channel import Channel, RuntimeState, actor_target
 from retinue.actors.calls._engine import Engine, HostReceipt, WaitCommand, handed_events
 from retinue.actors.calls._handover import Handover
-from retinue.actors.calls._reply import LoopReply, Reply
+from retinue.actors.calls._reply import TOLD, LoopReply, Reply, Told
 from retinue.actors.calls._waiting import (
     register_poster,
     resolve_timeout,
@@ -24,6 +25,7 @@ from retinue.actors.calls._waiting import (
 )
 
 __all__ = [
+    "TOLD",
     "Channel",
     "Engine",
     "Handover",
@@ -31,6 +33,7 @@ __all__ = [
     "LoopReply",
     "Reply",
     "RuntimeState",
+    "Told",
     "WaitCommand",
     "actor_target",
     "handed_events",

@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from retinue.actors.calls._channel import Channel
 from retinue.actors.calls._handover import Handover
-from retinue.actors.calls._reply import LoopReply, Reply
+from retinue.actors.calls._reply import TOLD, LoopReply, Reply
 from retinue.actors.calls._waiting import (
     EXPIRED,
     await_answer,
@@ -124,9 +124,13 @@ class Engine:
         return self.channel.submit(command, reply)
 
     def tell(self, command: Command[Any]) -> None:
-        """Hand ``command`` over without waiting; nothing happens if the runtime is closed."""
+        """Hand ``command`` over without waiting; nothing happens if the runtime is closed.
+
+        Its answer is dropped: it is answered on :data:`~retinue.actors.calls._reply.TOLD`,
+        with no reply built for it.
+        """
         with contextlib.suppress(RetinueError):
-            self.channel.submit(command)
+            self.channel.submit(command, TOLD)
 
     def ask(self, command: Command[R]) -> R:
         """Submit ``command`` and block until it is answered (committed).

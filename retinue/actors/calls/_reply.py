@@ -16,6 +16,11 @@ callbacks run once, in the thread that finished it (or at once if added
 later). ``concurrent.futures.wait`` and ``as_completed`` are not supported
 (they reach for the ``Condition``); nothing in retinue hands a reply to them.
 
+A told command (:meth:`~retinue.actors.calls.Engine.tell`: a turn's settle, a
+give-back) is answered on :data:`TOLD`, a reply nobody reads: its answer is
+dropped where it is given, with no future built per command nor finished
+per commit.
+
 A :class:`LoopReply` is the reply of a request awaited on an event loop
 (:meth:`~retinue.actors.calls.Engine.ask_async`): answered (or cancelled), it
 hands its outcome to the loop future its task awaits itself, through the
@@ -31,7 +36,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["LoopReply", "Reply"]
+__all__ = ["TOLD", "LoopReply", "Reply", "Told"]
 
 log = logging.getLogger("retinue.reply")
 
@@ -313,3 +318,75 @@ class LoopReply(Reply[T]):
         if cancelled:
             self._wake()
         return cancelled
+
+
+class Told(concurrent.futures.Future[Any]):
+    """The reply of a told command: nobody reads it, so it keeps nothing (see :data:`TOLD`).
+
+    It claims and takes every answer and drops it (``set_running_or_notify_cancel``
+    True, ``set_result`` and ``set_exception`` do nothing), is never done and
+    cannot be cancelled. Reading it is a bug: ``result``, ``exception`` and
+    ``add_done_callback`` raise ``TypeError``.
+    """
+
+    def __init__(self) -> None:  # no super().__init__(): nothing to guard or wait on
+        """Create the one told reply (:data:`TOLD`)."""
+
+    def __repr__(self) -> str:
+        """Say what it is."""
+        return "<Told reply: answers dropped>"
+
+    def cancel(self) -> bool:
+        """Refuse: a told command is served, never withdrawn (False)."""
+        return False
+
+    def cancelled(self) -> bool:
+        """Return False: it is never cancelled."""
+        return False
+
+    def running(self) -> bool:
+        """Return False: it holds no state."""
+        return False
+
+    def done(self) -> bool:
+        """Return False: it is never done (every answer is dropped)."""
+        return False
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Refuse: a told command's answer is not kept.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("a told command's answer is not kept")
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Refuse, as :meth:`result`.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("a told command's answer is not kept")
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[Any]], object]) -> None:
+        """Refuse: it is never done, so ``fn`` would never run.
+
+        Raises:
+            TypeError: always.
+        """
+        raise TypeError("a told command's answer is not kept")
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """Claim it for an answer: always True (it is never cancelled)."""
+        return True
+
+    def set_result(self, result: Any) -> None:
+        """Drop ``result``: nobody reads it."""
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Drop ``exception``: nobody reads it."""
+
+
+TOLD = Told()
+"""The reply every told command is answered on (:class:`Told`): one for all, as it keeps
+nothing. :meth:`~retinue.actors.calls.Engine.tell` hands it over."""
