@@ -538,7 +538,9 @@ class Runtime:
         seconds = resolve_timeout(timeout, self.limits)
         engine = self._engine
         command = Wait(HOST, ref, lease=lease)
-        result: Completion = await engine.wait_async(command, seconds, HostReceipt(engine, lease))
+        result: Completion = await engine.wait_async(
+            command, seconds, engine.receipt if lease is None else HostReceipt(engine, lease)
+        )
         return result
 
     def run(
@@ -607,7 +609,9 @@ class Runtime:
         seconds = resolve_timeout(timeout, self.limits)
         engine = self._engine
         command = Run(HOST, profile, task, name, parent, idempotency_key, lease)
-        result: Completion = await engine.wait_async(command, seconds, HostReceipt(engine, lease))
+        result: Completion = await engine.wait_async(
+            command, seconds, engine.receipt if lease is None else HostReceipt(engine, lease)
+        )
         return result
 
     def ack_lease(self, lease: str) -> bool:
@@ -674,7 +678,7 @@ class Runtime:
         seconds = resolve_timeout(timeout, self.limits)
         deadline = time.monotonic() + seconds
         engine = self._engine
-        await engine.wait_async(Idle(HOST), seconds, HostReceipt(engine))
+        await engine.wait_async(Idle(HOST), seconds, engine.receipt)
         await asyncio.get_running_loop().run_in_executor(None, self._flush_events, deadline)
 
     async def wait_idle_async(self, timeout: float | None = None) -> None:
@@ -735,9 +739,7 @@ class Runtime:
         """
         seconds = resolve_timeout(timeout, self.limits)
         engine = self._engine
-        result: list[Message] = await engine.wait_async(
-            HostMessages(HOST), seconds, HostReceipt(engine)
-        )
+        result: list[Message] = await engine.wait_async(HostMessages(HOST), seconds, engine.receipt)
         return result
 
     # -- reads: get, agents, inspect, backlog --------------------------------------------

@@ -7,6 +7,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from retinue.actors.calls import Handover
+from retinue.actors.calls._handover import HostLedger
 
 
 def test_an_empty_ledger_gives_nothing_back() -> None:
@@ -53,3 +54,35 @@ def test_a_value_kept_while_taken_back_is_taken_back_exactly_once() -> None:
         receiver.join()
         second = ledger.take_back()
         assert first + second == [1]  # kept (received) or held, it is taken back once
+
+
+def test_the_host_ledger_takes_back_what_no_waiter_received_in_order() -> None:
+    ledger: HostLedger[str] = HostLedger()
+    keys: list[Future[Any]] = [Future() for _ in range(3)]
+    for key, value in zip(keys, ["first", "second", "third"], strict=True):
+        ledger.hand(key, value)
+    assert len(ledger) == 3
+    assert ledger.receive(keys[1])
+    assert not ledger.receive(keys[1])  # received once
+    assert ledger.take_back() == ["first", "third"]
+    assert not ledger.receive(keys[0])  # taken back first: the waiter sees nothing
+    assert (ledger.take_back(), len(ledger)) == ([], 0)
+
+
+def test_a_host_value_is_received_or_taken_back_never_both() -> None:
+    """With no lock, a receive racing a take-back still gives each value to one side."""
+    for _ in range(300):
+        ledger: HostLedger[int] = HostLedger()
+        keys: list[Future[Any]] = [Future() for _ in range(20)]
+        for i, key in enumerate(keys):
+            ledger.hand(key, i)
+        received: list[int] = []
+
+        def receive_all(ledger: HostLedger[int], keys: list[Future[Any]], got: list[int]) -> None:
+            got.extend(i for i, key in enumerate(keys) if ledger.receive(key))
+
+        receiver = threading.Thread(target=receive_all, args=(ledger, keys, received))
+        receiver.start()
+        taken = ledger.take_back()
+        receiver.join()
+        assert sorted(received + taken) == list(range(20))

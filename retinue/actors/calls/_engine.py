@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from retinue.actors.calls._channel import Channel
-from retinue.actors.calls._handover import Handover
+from retinue.actors.calls._handover import HostLedger
 from retinue.actors.calls._reply import TOLD, LoopReply, Reply
 from retinue.actors.calls._waiting import (
     EXPIRED,
@@ -94,10 +94,13 @@ class Engine:
     """Submits commands through one channel and drives their answers; thread-safe."""
 
     def __init__(self, channel: Channel) -> None:
-        """Serve calls through ``channel``; the host's async waits are kept in :attr:`host`."""
+        """Serve calls through ``channel``; the host's async waits are kept in :attr:`host`,
+        and :attr:`receipt` is the receipt of those without a lease."""
         self.channel = channel
         # The host's async waits whose task has not received the answer, with their receipt.
-        self.host: Handover[tuple[concurrent.futures.Future[Any], HostReceipt]] = Handover()
+        self.host: HostLedger[tuple[concurrent.futures.Future[Any], HostReceipt]] = HostLedger()
+        # The receipt of every host wait without a lease: one for all (it holds only this).
+        self.receipt = HostReceipt(self)
         # The last host loop called from (held weakly), its poster, and whether its futures
         # are asyncio's own (built in C, with no create_future call): found again with no
         # Python call (poster's lookup is two, and a host calls from one loop nearly always).

@@ -17,8 +17,9 @@ commit): an interrupt meanwhile takes that back too, so a child's result a
 model never got to see goes back to the agent instead of being lost.
 
 A turn's ledger holds the events a wait took from its children (its cancel
-gives them back to the agent); the runtime's holds the give-back of each
-async host wait (its close gives back what the waiting tasks never received).
+gives them back to the agent); the runtime's (a :class:`HostLedger`: never
+journaled, nothing kept, so it needs no lock) holds the give-back of each async
+host wait (its close gives back what the waiting tasks never received).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from retinue.actors import Journal
 
-__all__ = ["Handover"]
+__all__ = ["Handover", "HostLedger"]
 
 T = TypeVar("T")
 Key = concurrent.futures.Future[Any]
@@ -140,3 +141,40 @@ class Handover(Generic[T]):
     def __len__(self) -> int:
         """How many handed values are not received (or not consumed) yet."""
         return len(self._held) + len(self.kept)
+
+
+class HostLedger(Generic[T]):
+    """The host's handover ledger: :class:`Handover`'s three verbs with no journal and no
+    ``keep``, so with no lock; thread-safe.
+
+    Nothing journals a host's wait and its task receives for good, so each verb is
+    one dict operation, atomic under the GIL (a reply hashes by identity, in C):
+    :meth:`receive` and :meth:`take_back` pop each value, and a popped value is
+    the popper's alone. Two lines and no lock per verb, on the host's thread, for
+    every async host wait.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        """Start with nothing handed."""
+        self._held: dict[Key, T] = {}
+
+    def hand(self, key: Key, value: T) -> None:
+        """Record that ``value`` was handed to the wait answered on ``key``."""
+        self._held[key] = value
+
+    def receive(self, key: Key) -> bool:
+        """Claim what was handed on ``key`` for its waiter; False if it was taken back."""
+        return self._held.pop(key, _MISSING) is not _MISSING
+
+    def take_back(self) -> list[T]:
+        """Take back what no waiter received, in the order it was handed (a value handed
+        after the look is as if handed after this take-back)."""
+        held = self._held
+        taken = (held.pop(key, _MISSING) for key in list(held))
+        return [value for value in taken if value is not _MISSING]
+
+    def __len__(self) -> int:
+        """How many handed values are not received yet."""
+        return len(self._held)
