@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from retinue.actors.calls._channel import Channel
 from retinue.actors.calls._handover import HostLedger
+from retinue.actors.calls._ready import Ready
 from retinue.actors.calls._reply import TOLD, LoopReply, Reply
 from retinue.actors.calls._waiting import (
     EXPIRED,
@@ -101,20 +102,21 @@ class Engine:
         self.host: HostLedger[tuple[concurrent.futures.Future[Any], HostReceipt]] = HostLedger()
         # The receipt of every host wait without a lease: one for all (it holds only this).
         self.receipt = HostReceipt(self)
-        # The last host loop called from (held weakly), its poster, and whether its futures
-        # are asyncio's own (built in C, with no create_future call): found again with no
+        # The last host loop called from (held weakly) and its poster: found again with no
         # Python call (poster's lookup is two, and a host calls from one loop nearly always).
         self._host_loop: tuple[
-            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any], bool
-        ] = (_no_loop, _no_post, False)
+            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any]
+        ] = (
+            _no_loop,
+            _no_post,
+        )
 
-    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> tuple[Callable[..., Any], bool]:
-        """The poster of ``loop``, a host's (not a runtime's) loop, and whether its
-        ``create_future`` is asyncio's own; remembered for the next call."""
+    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
+        """The poster of ``loop``, a host's (not a runtime's) loop; remembered for the next
+        call."""
         post = poster(loop)
-        plain = type(loop).create_future is asyncio.BaseEventLoop.create_future
-        self._host_loop = (weakref.ref(loop), post, plain)
-        return post, plain
+        self._host_loop = (weakref.ref(loop), post)
+        return post
 
     def submit(
         self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
@@ -158,12 +160,12 @@ class Engine:
         """
         loop = asyncio.get_running_loop()
         post = runtime_poster(loop)
-        ready: asyncio.Future[R]
-        if post is None:  # a host's loop: its own future, its poster made once
-            last, post, plain = self._host_loop
+        ready: asyncio.Future[R] | Ready[R]
+        if post is None:  # a host's loop: a Ready (its task resumes as it is answered)
+            last, post = self._host_loop
             if last() is not loop:
-                post, plain = self._host_poster(loop)
-            ready = _Future(loop=loop) if plain else loop.create_future()
+                post = self._host_poster(loop)
+            ready = Ready(loop)
         else:  # a runtime's loop (asyncio's, LoopThread's): its create_future, inline
             ready = _Future(loop=loop)
         self.channel.submit(command, LoopReply(ready, post))
@@ -211,12 +213,12 @@ class Engine:
         """
         loop = asyncio.get_running_loop()
         future: concurrent.futures.Future[Any]
-        ready: asyncio.Future[Any] | None = None
+        ready: Ready[Any] | None = None
         if runtime_poster(loop) is None:  # a host's loop (see _expired)
-            last, post, plain = self._host_loop
+            last, post = self._host_loop
             if last() is not loop:
-                post, plain = self._host_poster(loop)
-            ready = _Future(loop=loop) if plain else loop.create_future()
+                post = self._host_poster(loop)
+            ready = Ready(loop)  # its task resumes as it is answered (see Ready)
             future = LoopReply(ready, post)
         else:  # a runtime's loop: a turn's wait
             future = Reply()

@@ -36,6 +36,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from retinue.actors.calls._ready import Ready
+
 __all__ = ["TOLD", "LoopReply", "Reply", "Told"]
 
 log = logging.getLogger("retinue.reply")
@@ -237,7 +239,7 @@ class Reply(concurrent.futures.Future[T]):
         self._finish(None, exception)
 
 
-def _settle(ready: asyncio.Future[Any], reply: LoopReply[Any]) -> None:
+def _settle(ready: asyncio.Future[Any] | Ready[Any], reply: LoopReply[Any]) -> None:
     """On the awaiting loop: hand ``reply``'s outcome to ``ready`` (unless its await was
     cancelled: nobody reads it then)."""
     if ready.done():
@@ -261,7 +263,7 @@ class LoopReply(Reply[T]):
     is posted nothing (nobody awaits). Everything else is :class:`Reply`'s.
     """
 
-    def __init__(self, ready: asyncio.Future[T], post: Callable[..., Any]) -> None:
+    def __init__(self, ready: asyncio.Future[T] | Ready[T], post: Callable[..., Any]) -> None:
         """Create a pending reply that settles ``ready`` through ``post``.
 
         (Reply's one field is set here, not through ``super().__init__()``: a Python

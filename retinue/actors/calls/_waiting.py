@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from retinue.actors.calls._ready import Ready
 from retinue.errors import InvalidArgument, WaitTimeout
 from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
@@ -176,13 +177,11 @@ class _Deadlines:
 
     def __init__(self) -> None:
         """Start with no deadline and no timer."""
-        self._entries: deque[tuple[float, weakref.ref[asyncio.Future[Any]]]] = deque()
+        self._entries: deque[tuple[float, weakref.ref[Ready[Any]]]] = deque()
         self._armed = float("inf")  # the earliest time a timer is set for
         self._bound = self._BOUND
 
-    def add(
-        self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[Any], seconds: float
-    ) -> None:
+    def add(self, loop: asyncio.AbstractEventLoop, ready: Ready[Any], seconds: float) -> None:
         """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then."""
         when = time.monotonic() + seconds
         entries = self._entries
@@ -209,14 +208,15 @@ class _Deadlines:
         if when == self._armed:
             self._armed = float("inf")
         now = time.monotonic()
-        kept: deque[tuple[float, weakref.ref[asyncio.Future[Any]]]] = deque()
+        kept: deque[tuple[float, weakref.ref[Ready[Any]]]] = deque()
+        expired: list[Ready[Any]] = []
         earliest = float("inf")
         for entry in self._entries:
             ready = entry[1]()
             if ready is None or ready.done():
                 continue
             if entry[0] <= now:
-                ready.set_result(EXPIRED)
+                expired.append(ready)
             else:
                 kept.append(entry)
                 earliest = min(earliest, entry[0])
@@ -224,9 +224,14 @@ class _Deadlines:
         self._bound = max(self._BOUND, 2 * len(kept))
         if earliest < self._armed:
             self._arm(loop, earliest)
+        # Ended once the queue is in order: each ends its wait's task here and now (a
+        # Ready resumes it at once), and that task may wait again, adding to the queue.
+        for ready in expired:
+            if not ready.done():
+                ready.set_result(EXPIRED)
 
 
-def _gone(ref: weakref.ref[asyncio.Future[Any]]) -> bool:
+def _gone(ref: weakref.ref[Ready[Any]]) -> bool:
     """True if the future ``ref`` names is done or gone."""
     ready = ref()
     return ready is None or ready.done()
@@ -235,7 +240,7 @@ def _gone(ref: weakref.ref[asyncio.Future[Any]]) -> bool:
 def expire_after(
     post: Callable[..., Any],
     loop: asyncio.AbstractEventLoop,
-    ready: asyncio.Future[Any],
+    ready: Ready[Any],
     seconds: float,
 ) -> None:
     """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then.
