@@ -202,6 +202,9 @@ class Ready(Generic[T]):
         if self._state == _PENDING:
             self._asyncio_future_blocking = True
             yield self
+        if self._exception is None and self._state == _FINISHED:  # result(), inline
+            result: T = self._result
+            return result
         return self.result()
 
     __iter__ = __await__
