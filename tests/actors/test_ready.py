@@ -95,8 +95,15 @@ def test_callbacks_run_in_order_and_one_added_once_done_is_scheduled() -> None:
         assert ready.remove_done_callback(print) == 1
         with pytest.raises(asyncio.InvalidStateError):
             ready.result()
-        ready.set_result("x")
-        assert calls == ["first x", "second x"]
+        set_at: list[list[str]] = []
+
+        def answer() -> None:  # a loop callback, as the posted answer is
+            ready.set_result("x")
+            set_at.append(list(calls))
+
+        loop.call_soon(answer)
+        await asyncio.sleep(0)
+        assert set_at == [["first x", "second x"]]  # called as it was set, in order
         ready.add_done_callback(lambda f: calls.append("late"))
         assert calls == ["first x", "second x"]  # not at once: on the loop, soon
         await asyncio.sleep(0)
@@ -119,8 +126,37 @@ def test_a_failing_callback_is_reported_and_the_others_still_run() -> None:
 
         ready.add_done_callback(broken)
         ready.add_done_callback(lambda f: calls.append(f.result()))
-        ready.set_result(3)
+        loop.call_soon(ready.set_result, 3)  # a loop callback, as the posted answer is
+        await asyncio.sleep(0)
         assert calls == [3]
         assert [type(c["exception"]) for c in reported] == [RuntimeError]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("how", ["result", "exception"])
+def test_set_inside_another_task_resumes_the_waiter_soon_not_inside_it(how: str) -> None:
+    # A task's step cannot be entered from another's (asyncio refuses it): set while a
+    # task runs, a Ready schedules its waiter's wake-up as an asyncio future does.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ready: Ready[int] = Ready(loop)
+        seen: list[Any] = []
+
+        async def waiter() -> None:
+            try:
+                seen.append(await ready)
+            except ValueError as exc:
+                seen.append(str(exc))
+
+        task = loop.create_task(waiter())
+        await asyncio.sleep(0)
+        if how == "result":
+            ready.set_result(3)  # inside main's task
+        else:
+            ready.set_exception(ValueError("no"))
+        seen.append("after set")
+        await asyncio.wait_for(task, 5)
+        assert seen == ["after set", 3 if how == "result" else "no"]
 
     asyncio.run(main())

@@ -12,9 +12,9 @@ is set, in their contexts: the awaiting task resumes in the same pass, in the
 callback that answered it.
 
 Only its loop's thread touches it, from a loop callback (the posted answer,
-the deadlines' timer), never from inside a running task: a task's step is
-never entered from another's. A cancel (its task's) schedules the callbacks
-as asyncio does, since it may come from inside another task.
+the deadlines' timer). A task's step is never entered from another's: set
+while a task runs on its loop, or cancelled (its task's cancel runs inside
+another task), it schedules its callbacks as asyncio does.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import asyncio
 import contextvars
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
+
+_current_task = asyncio.current_task  # in C
 
 __all__ = ["Ready"]
 
@@ -142,7 +144,9 @@ class Ready(Generic[T]):
             raise asyncio.InvalidStateError(f"invalid state: {self!r}")
         self._result, self._state = result, _FINISHED
         fn = self._fn
-        if fn is not None and self._more is None:  # its task's wake-up alone (nearly always)
+        if _current_task(self._loop) is not None:  # set inside a task: its callbacks soon
+            self._call_soon()
+        elif fn is not None and self._more is None:  # its task's wake-up alone (nearly always)
             self._fn = None
             try:
                 self._context.run(fn, self)  # type: ignore[union-attr]  # set with fn
@@ -160,7 +164,10 @@ class Ready(Generic[T]):
         if self._state != _PENDING:
             raise asyncio.InvalidStateError(f"invalid state: {self!r}")
         self._exception, self._state = exception, _FINISHED
-        self._call_now()
+        if _current_task(self._loop) is not None:  # set inside a task: its callbacks soon
+            self._call_soon()
+        else:
+            self._call_now()
 
     def cancel(self, msg: Any | None = None) -> bool:
         """Cancel it unless it is done; its callbacks are scheduled (as asyncio's are)."""
@@ -168,11 +175,15 @@ class Ready(Generic[T]):
             return False
         self._state = _CANCELLED
         self._cancel_message = msg
+        self._call_soon()
+        return True
+
+    def _call_soon(self) -> None:
+        """Schedule the done callbacks on its loop, each in its context (as asyncio does)."""
         callbacks = self._callbacks()
         self._fn, self._context, self._more = None, None, None
         for fn, context in callbacks:
             self._loop.call_soon(fn, self, context=context)
-        return True
 
     def _call_now(self) -> None:
         """Call the done callbacks here, each in its context (its task resumes now)."""
