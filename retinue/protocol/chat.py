@@ -135,9 +135,17 @@ def _to_record(message: ChatMessage, generation: int) -> TranscriptMessage:
     """``message`` as its record: a text field that is not a string is None; the generation
     is the message's tag (a stored one), else ``generation``."""
     get = message.get
-    calls, content, call_id, name, tag = (
+    content = get("content")
+    if len(message) == 2 and "role" in message and "content" in message:
+        # a role and a content alone (a turn's input, an answer without tool calls)
+        role = message["role"]
+        return TranscriptMessage(
+            role=role if type(role) is str else str(role),
+            content=content if isinstance(content, str) else None,
+            generation=generation,
+        )
+    calls, call_id, name, tag = (
         get("tool_calls"),
-        get("content"),
         get("tool_call_id"),
         get("name"),
         get(GENERATION_TAG),

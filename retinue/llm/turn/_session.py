@@ -105,32 +105,20 @@ class TurnSession:
     ``runner`` is read for its settings only (:class:`RunnerSettings`).
     """
 
-    __slots__ = (
-        "agent_usage",
-        "box",
-        "budgeted",
-        "call_times",
-        "calls_made",
-        "cut",
-        "doubt",
-        "history",
-        "in_doubt",
-        "input_stored",
-        "journal",
-        "limited",
-        "limits",
-        "litellm",
-        "memo",
-        "repaired",
-        "runner",
-        "step",
-        "structured",
-        "task_at",
-        "then",
-        "tools",
-        "tree_usage",
-        "turn",
-    )
+    # What a turn may never change, as class defaults (set on the instance only when it
+    # changes): a one-call turn assigns none of them.
+    box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
+    memo: TranscriptMemo | None = None  # made by the first save that is not the last
+    cut = 0
+    input_stored = False  # the first save stores the turn's input with its step
+    task_at: int | None = None
+    calls_made = 0
+    repaired = False
+    journal: ToolStep | None = None  # the tool calls' journal, stored with each save
+    step = 0  # this generation's tool steps so far (a key's step)
+    doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
+    then: str | None = None  # this turn's input, added after the open step's results
+    in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
 
     def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
@@ -140,23 +128,11 @@ class TurnSession:
         self.limits = turn.limits
         profile = turn.profile
         self.tools = runner.tools if runner.tools is not None else profile.tools
-        self.box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
         self.structured = (runner.result_format or profile.result_format) == "structured"
         self.history: list[ChatMessage] = []
-        self.memo = TranscriptMemo()  # the history's sizes and records, kept between saves
-        self.cut = 0
-        self.input_stored = False  # the first save stores the turn's input with its step
-        self.task_at: int | None = None
         self.agent_usage = self.tree_usage = _NONE
         self.budgeted = has_budget(self.limits)  # else no call is admitted, no budget checked
-        self.calls_made = 0
-        self.repaired = False
         self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
-        self.journal: ToolStep | None = None  # the tool calls' journal, stored with each save
-        self.step = 0  # this generation's tool steps so far (a key's step)
-        self.doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
-        self.then: str | None = None  # this turn's input, added after the open step's results
-        self.in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
         calls = runner.calls
         self.limited = LimitedCalls.of(turn, litellm, calls.model, calls.kwargs)
 
@@ -173,8 +149,16 @@ class TurnSession:
             ModelCallFailed, TokenBudgetExceeded, ToolCallLimitExceeded,
             ResultContractError: as :meth:`LiteLLMRunner.__call__` says.
         """
-        await self._load()
-        schemas = await self._schemas()
+        turn = self.turn
+        started = turn.llm_state  # a scheduler-started turn carries its state: no await
+        if started is not None:
+            turn.llm_state = None
+            self._open(started.transcript(), started.usage, started.tree_usage)
+        else:
+            self._open(*await llm_load(turn))
+        schemas = self._kept_schemas()  # the kept ones: no toolbox built, nothing awaited
+        if schemas is None:
+            schemas = await self._schemas()
         if self.turn.reason == APPROVAL_REASON:
             await self._carry_on(await self._toolbox())
         elif self.doubt:
@@ -259,17 +243,26 @@ class TurnSession:
         del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
         return message, usage
 
-    async def _load(self) -> None:
-        """Read the stored conversation, usage and journal; open the chat with this turn's input.
+    def _open(self, raw: bytes | None, agent_usage: Usage, tree_usage: Usage) -> None:
+        """Take the stored conversation ``raw``, the usage totals and the journal (what
+        :func:`~retinue.llm.turn._bridge.llm_load` answers); open the chat with this
+        turn's input.
 
         A turn carrying on after a reopen keeps the step it parked on (its
         calls have no results yet); its input follows their results. So does
         the input of a turn that finds its journal's step open (calls in doubt).
+        With nothing stored (an agent's first turn), the chat is its input alone.
         """
         turn = self.turn
-        raw, self.agent_usage, self.tree_usage = await llm_load(turn)
-        history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
+        self.agent_usage, self.tree_usage = agent_usage, tree_usage
         generation = turn.agent.generation
+        if raw is None and turn.reason != APPROVAL_REASON:  # no journal, no call in doubt
+            text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
+            self.journal = closed(None, generation)
+            self.task_at = 0  # the transcript cut always keeps this turn's task
+            self.history = [{"role": "user", "content": text}]
+            return
+        history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
         if journal is not None and journal.generation == generation:
             self.step = journal.step
         if turn.reason == APPROVAL_REASON:
@@ -346,9 +339,20 @@ class TurnSession:
             agent.id, agent.generation, self.step, calls, names, effect, gated_ids
         )
 
+    def _kept_schemas(self) -> list[dict[str, Any]] | None:
+        """The schemas the runner's last such turn left (:mod:`~retinue.llm.turn._offered`),
+        or None: :meth:`_schemas` builds the toolbox for them."""
+        runner = self.runner
+        if runner.toolbox_builder is not build_toolbox:
+            return None
+        turn = self.turn
+        profile, limits = turn.profile, turn.limits
+        can_spawn = bool(profile.subagents) and limits.depth_allowed(turn.agent.depth + 1)
+        return runner.offered.get(profile, limits, can_spawn)
+
     async def _schemas(self) -> list[dict[str, Any]]:
-        """The schemas this turn offers its model: kept ones (:mod:`~retinue.llm.turn._offered`)
-        when the runner's last such turn left them, else its toolbox's, built now.
+        """The schemas this turn offers its model when none are kept (:meth:`_kept_schemas`):
+        its toolbox's, built now (and kept for the next such turns with the default builder).
 
         Raises:
             ConfigurationError: the toolbox cannot be built (its tools are not valid).
@@ -359,9 +363,6 @@ class TurnSession:
         turn = self.turn
         profile, limits = turn.profile, turn.limits
         can_spawn = bool(profile.subagents) and limits.depth_allowed(turn.agent.depth + 1)
-        kept = runner.offered.get(profile, limits, can_spawn)
-        if kept is not None:
-            return kept
         toolbox = await self._toolbox()
         granted = resolve_tools(self.tools, owner=profile.name) or ()
         runner.offered.keep(profile, limits, can_spawn, toolbox, granted)
@@ -554,16 +555,26 @@ class TurnSession:
 
         It is committed with the settle, in one transition (``Settle.step``);
         the usage totals the turn checks its budgets on are counted here (the
-        supervisor checks them again on its own, exact for the tree).
+        supervisor checks them again on its own, exact for the tree), when it
+        has a budget to check them against.
         """
-        self.turn.last_step = self._step(usage, ends_call)
-        self.agent_usage = self.agent_usage.add(usage)
-        self.tree_usage = self.tree_usage.add(usage)
+        self.turn.last_step = self._step(usage, ends_call, last=True)
+        if self.budgeted:  # else nothing reads them again: the turn ends here
+            self.agent_usage = self.agent_usage.add(usage)
+            self.tree_usage = self.tree_usage.add(usage)
 
-    def _step(self, usage: Usage, ends_call: bool) -> LlmStep:
-        """The next step to store: the chat (bounded, encoded) with ``usage``."""
+    def _step(self, usage: Usage, ends_call: bool, *, last: bool = False) -> LlmStep:
+        """The next step to store: the chat (bounded, encoded) with ``usage``.
+
+        ``last``: the turn's last step (nothing is saved after it). A turn's
+        first save that is not its last makes the memo the next saves reuse; a
+        turn saved once (a one-call turn) makes none.
+        """
         agent = self.turn.agent
-        self.history, self.cut, self.task_at, raw = stored_chat(
+        memo = self.memo
+        if memo is None and not last:
+            memo = self.memo = TranscriptMemo()
+        history, cut, task_at, raw = stored_chat(
             agent.id,
             self.history,
             self.limits.transcript_max_bytes,
@@ -572,19 +583,22 @@ class TurnSession:
             calls=self.call_times,
             generation=agent.generation,
             journal=self.journal,
-            memo=self.memo,
+            memo=memo,
         )
-        takes_input, self.input_stored = not self.input_stored, True
-        events, self.in_doubt = self.in_doubt, ()
-        return LlmStep(
+        step = LlmStep(
             self.turn.ref,
             usage,
             raw,
-            takes_input,
+            not self.input_stored,
             ends_call,
             open_count(self.journal),
-            events,
+            self.in_doubt,
         )
+        if not last:  # the turn goes on from the chat as stored
+            self.history, self.cut, self.task_at = history, cut, task_at
+            self.input_stored = True
+            self.in_doubt = ()
+        return step
 
 
 def _first_message(response: Any, model: str) -> Any:
