@@ -168,9 +168,14 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
     control = control_of(turn)
     if not control.claim_start():  # cancelled before it ran: its inputs already went back
         raise asyncio.CancelledError
+    call = cast(Callable[[Turn], Awaitable[Any]], runner)
+    watch = control.watch
     try:
-        with control.watch.current():  # its span is current in this task
-            result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
+        if watch.span is None:  # no span to make current: no context entered and left
+            result: Any = await call(turn)
+        else:
+            with watch.current():  # its span is current in this task
+                result = await call(turn)
     except asyncio.CancelledError as exc:
         if turn.cancelled.is_set():
             raise
@@ -370,6 +375,12 @@ class AgentActor(PooledActor):
         model = getattr(runner, "model", None)  # a model runner's, for its turn's span
         self._model = model if isinstance(model, str) else None
 
+    def _handle_receive(self, message: Any) -> Any:
+        """Handle a message: a turn (its one message) at once, anything else as pykka does."""
+        if type(message) is Turn:
+            return self.on_receive(message)
+        return super()._handle_receive(message)
+
     def on_receive(self, message: Any) -> Any:
         """Run the turn in ``message`` (or start its task), report it, then stop."""
         if isinstance(message, Turn):
@@ -377,7 +388,7 @@ class AgentActor(PooledActor):
             if self._observer is not None:
                 control.watch = self._observer.watch(control, self._model)
             if self.is_async:
-                self._start_task(message)
+                self._start_task(message, control)
                 return None
             if not control.claim_start():  # cancelled first: its inputs already went back
                 self._gone(control)
@@ -407,8 +418,7 @@ class AgentActor(PooledActor):
             with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                 self.stop()
 
-    def _start_task(self, face: Turn) -> None:
-        turn = control_of(face)
+    def _start_task(self, face: Turn, turn: TurnControl) -> None:
         if turn.cancelled.is_set():  # its inputs already went back
             self._gone(turn)
             return
@@ -461,6 +471,10 @@ class AgentActor(PooledActor):
     def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
         watch = turn.watch
+        if watch.span is None:  # no span to pass on or to end
+            step = turn.last_step  # a model turn's last step goes with its settle
+            self._settle(turn.agent.id, turn.agent.generation, output, error, None, step)
+            return
         trace = watch.traceparent()
         status = (
             "interrupted"
@@ -470,7 +484,7 @@ class AgentActor(PooledActor):
             else "completed"
         )
         try:
-            step = turn.last_step  # a model turn's last step goes with its settle
+            step = turn.last_step
             self._settle(turn.agent.id, turn.agent.generation, output, error, trace, step)
         finally:
             watch.end(status, None if error is None else error.text)
