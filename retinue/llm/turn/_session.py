@@ -105,20 +105,32 @@ class TurnSession:
     ``runner`` is read for its settings only (:class:`RunnerSettings`).
     """
 
-    # What a turn may never change, as class defaults (set on the instance only when it
-    # changes): a one-call turn assigns none of them.
-    box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
-    memo: TranscriptMemo | None = None  # made by the first save that is not the last
-    cut = 0
-    input_stored = False  # the first save stores the turn's input with its step
-    task_at: int | None = None
-    calls_made = 0
-    repaired = False
-    journal: ToolStep | None = None  # the tool calls' journal, stored with each save
-    step = 0  # this generation's tool steps so far (a key's step)
-    doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
-    then: str | None = None  # this turn's input, added after the open step's results
-    in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
+    __slots__ = (
+        "agent_usage",
+        "box",
+        "budgeted",
+        "call_times",
+        "calls_made",
+        "cut",
+        "doubt",
+        "history",
+        "in_doubt",
+        "input_stored",
+        "journal",
+        "limited",
+        "limits",
+        "litellm",
+        "memo",
+        "repaired",
+        "runner",
+        "step",
+        "structured",
+        "task_at",
+        "then",
+        "tools",
+        "tree_usage",
+        "turn",
+    )
 
     def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
@@ -128,11 +140,25 @@ class TurnSession:
         self.limits = turn.limits
         profile = turn.profile
         self.tools = runner.tools if runner.tools is not None else profile.tools
+        self.box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
         self.structured = (runner.result_format or profile.result_format) == "structured"
         self.history: list[ChatMessage] = []
+        # the history's sizes and records, kept between saves: made by the first save that
+        # is not the turn's last (a turn saved once, a one-call turn, makes none)
+        self.memo: TranscriptMemo | None = None
+        self.cut = 0
+        self.input_stored = False  # the first save stores the turn's input with its step
+        self.task_at: int | None = None
         self.agent_usage = self.tree_usage = _NONE
         self.budgeted = has_budget(self.limits)  # else no call is admitted, no budget checked
+        self.calls_made = 0
+        self.repaired = False
         self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
+        self.journal: ToolStep | None = None  # the tool calls' journal, stored with each save
+        self.step = 0  # this generation's tool steps so far (a key's step)
+        self.doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
+        self.then: str | None = None  # this turn's input, added after the open step's results
+        self.in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
         calls = runner.calls
         self.limited = LimitedCalls.of(turn, litellm, calls.model, calls.kwargs)
 
