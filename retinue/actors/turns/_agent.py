@@ -350,9 +350,6 @@ class AgentActor(PooledActor):
     turn runs as a task on its event loop.
     """
 
-    _task: asyncio.Task[None] | None = None
-    """An async turn's task, once started."""
-
     def __init__(
         self,
         runner: Runner,
@@ -428,7 +425,6 @@ class AgentActor(PooledActor):
         turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
 
         def done(finished: asyncio.Task[None]) -> None:  # only a task that ends cancelled
-            self._task = None
             if finished.cancelled() and turn.cancelled.is_set():
                 self._gone(turn)
                 return
@@ -441,7 +437,7 @@ class AgentActor(PooledActor):
             finally:
                 self._stop_between_jobs()  # a task's callback: no drain job of it runs
 
-        task = self._task = asyncio.get_running_loop().create_task(
+        task = asyncio.get_running_loop().create_task(
             self._run_task(face, turn, done), name=f"retinue-turn-{turn.agent.path}"
         )
         loop = self._loop_thread
@@ -463,8 +459,8 @@ class AgentActor(PooledActor):
         (its runner interrupted, or cancelled by something else).
         """
         output, error = await run_runner_async(self._runner, face, self._output_max_bytes)
-        task, self._task = self._task, None  # this task's (set before its first step)
-        assert task is not None
+        task = asyncio.current_task()
+        assert task is not None  # this coroutine runs as its turn's task
         task.remove_done_callback(done)  # no await from here on: nothing cancels it
         turn.runner_returned = True
         try:
