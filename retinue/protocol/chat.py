@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, TypeAlias, cast
+from typing import Any
 
 import msgspec
 
@@ -83,8 +83,6 @@ when the call had taken effect: calls without a result are in doubt now, see
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(TranscriptRecord)
-_Messages: TypeAlias = tuple[TranscriptMessage, ...]
-"""A record's messages (the alias built once: ``_encode`` casts to it at every step)."""
 
 
 def render_message(message: Message) -> str:
@@ -334,7 +332,7 @@ def _encode(
     record = TranscriptRecord(
         version=TRANSCRIPT_VERSION,
         agent_id=agent_id,
-        messages=cast(_Messages, tuple(records)),
+        messages=tuple(records),  # type: ignore[arg-type]  # records or their encodings
         cut=cut,
         calls=tuple(calls),
         journal=journal,

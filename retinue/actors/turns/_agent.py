@@ -22,7 +22,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pykka
 
@@ -168,7 +168,7 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
     control = control_of(turn)
     if not control.claim_start():  # cancelled before it ran: its inputs already went back
         raise asyncio.CancelledError
-    call = cast(Callable[[Turn], Awaitable[Any]], runner)
+    call: Callable[[Turn], Awaitable[Any]] = runner  # type: ignore[assignment]  # (no cast call)
     watch = control.watch
     try:
         if watch.span is None:  # no span to make current: no context entered and left
@@ -315,13 +315,14 @@ class PooledActor(pykka.Actor):
             return
         self._stop()
         self._actor_loop_teardown()
-        cast(_Inbox, self.actor_inbox).kick = None  # as _drain: no cycle left for the GC
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast call)
+        inbox.kick = None  # as _drain: no cycle left for the GC
 
     def _drain(self) -> None:
         if not self._set_up:
             self._set_up = True
             self._actor_loop_setup()
-        inbox = cast(_Inbox, self.actor_inbox)
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast call)
         while not self.actor_stopped.is_set():
             envelope = inbox.next_or_release()
             if envelope is None:

@@ -226,12 +226,11 @@ class TurnSession:
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
         cassette = self.runner.cassette
-        tape = (
-            None
-            if cassette is None
-            else Taped(cassette, self.turn.agent.path, calls, messages, schemas)
-        )
-        recorded = None if tape is None else tape.answer()  # CassetteMiss: replaying, not recorded
+        tape = None
+        recorded = None
+        if cassette is not None:
+            tape = Taped(cassette, self.turn.agent.path, calls, messages, schemas)
+            recorded = tape.answer()  # CassetteMiss: replaying, not recorded
         watch = self.turn.watch.model_call(calls.model, request)
         started = time.time()
         if recorded is not None:
