@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, TypeAlias, cast
+from typing import Any
 
 import msgspec
 
@@ -83,8 +83,6 @@ when the call had taken effect: calls without a result are in doubt now, see
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(TranscriptRecord)
-_Messages: TypeAlias = tuple[TranscriptMessage, ...]
-"""A record's messages (the alias built once: ``_encode`` casts to it at every step)."""
 
 
 def render_message(message: Message) -> str:
@@ -135,9 +133,17 @@ def _to_record(message: ChatMessage, generation: int) -> TranscriptMessage:
     """``message`` as its record: a text field that is not a string is None; the generation
     is the message's tag (a stored one), else ``generation``."""
     get = message.get
-    calls, content, call_id, name, tag = (
+    content = get("content")
+    if len(message) == 2 and "role" in message and "content" in message:
+        # a role and a content alone (a turn's input, an answer without tool calls)
+        role = message["role"]
+        return TranscriptMessage(
+            role=role if type(role) is str else str(role),
+            content=content if isinstance(content, str) else None,
+            generation=generation,
+        )
+    calls, call_id, name, tag = (
         get("tool_calls"),
-        get("content"),
         get("tool_call_id"),
         get("name"),
         get(GENERATION_TAG),
@@ -326,7 +332,7 @@ def _encode(
     record = TranscriptRecord(
         version=TRANSCRIPT_VERSION,
         agent_id=agent_id,
-        messages=cast(_Messages, tuple(records)),
+        messages=tuple(records),  # type: ignore[arg-type]  # records or their encodings
         cut=cut,
         calls=tuple(calls),
         journal=journal,

@@ -2,7 +2,9 @@
 
 Past its seconds the block raises ``TimeoutError``; a cancellation of the
 task's own (an interrupt) stays a ``CancelledError``, also when it lands
-after the deadline passed; a block that ends in time leaves no timer armed.
+after the deadline passed; a block that ends in time is forgotten at once (its loop's
+one timer is not its own), and the deadlines of one loop share that timer, each
+keeping its own time.
 """
 
 from __future__ import annotations
@@ -85,3 +87,42 @@ def test_a_deadline_is_set_inside_a_task() -> None:
         assert len(made) == 1
 
     asyncio.run(main())
+
+
+def test_the_deadlines_of_one_loop_share_its_timer_and_each_keeps_its_own_time() -> None:
+    from retinue.llm.model._deadline import _deadlines_of
+
+    async def bounded(seconds: float, sleep: float) -> str:
+        try:
+            with Deadline(seconds):
+                await asyncio.sleep(sleep)
+        except TimeoutError:
+            return "timed out"
+        return "done"
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        long = asyncio.create_task(bounded(0.2, 30))  # noted first: the timer is set for it
+        await asyncio.sleep(0)
+        short = asyncio.create_task(bounded(0.01, 30))  # earlier: the timer is set again
+        quick = asyncio.create_task(bounded(30, 0))  # ends in time
+        late = asyncio.create_task(bounded(0.05, 30))  # between: covered by the re-set timer
+        results = [await short]
+        assert not long.done() and not late.done()  # the short one did not wait for them
+        results += [await quick, await late, await long]
+        assert _deadlines_of(loop).running == {}  # each attempt dropped or expired
+        return results
+
+    assert asyncio.run(main()) == ["timed out", "done", "timed out", "timed out"]
+
+
+def test_an_attempt_that_ends_in_time_is_forgotten_at_once() -> None:
+    from retinue.llm.model._deadline import _deadlines_of
+
+    async def main() -> int:
+        with Deadline(30):
+            assert len(_deadlines_of(asyncio.get_running_loop()).running) == 1
+            await asyncio.sleep(0)
+        return len(_deadlines_of(asyncio.get_running_loop()).running)
+
+    assert asyncio.run(main()) == 0

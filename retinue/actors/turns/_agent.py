@@ -23,7 +23,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pykka
 
@@ -168,9 +168,14 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
     control = control_of(turn)
     if not control.claim_start():  # cancelled before it ran: its inputs already went back
         raise asyncio.CancelledError
+    call: Callable[[Turn], Awaitable[Any]] = runner  # type: ignore[assignment]  # (no cast call)
+    watch = control.watch
     try:
-        with control.watch.current():  # its span is current in this task
-            result: Any = await cast(Callable[[Turn], Awaitable[Any]], runner)(turn)
+        if watch.span is None:  # no span to make current: no context entered and left
+            result: Any = await call(turn)
+        else:
+            with watch.current():  # its span is current in this task
+                result = await call(turn)
     except asyncio.CancelledError as exc:
         if turn.cancelled.is_set():
             raise
@@ -318,13 +323,14 @@ class PooledActor(pykka.Actor):
             return
         self._stop()
         self._actor_loop_teardown()
-        cast(_Inbox, self.actor_inbox).kick = None  # as _drain: no cycle left for the GC
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast call)
+        inbox.kick = None  # as _drain: no cycle left for the GC
 
     def _drain(self) -> None:
         if not self._set_up:
             self._set_up = True
             self._actor_loop_setup()
-        inbox = cast(_Inbox, self.actor_inbox)
+        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast call)
         while not self.actor_stopped.is_set():
             envelope = inbox.next_or_release()
             if envelope is None:
@@ -377,6 +383,12 @@ class AgentActor(PooledActor):
         model = getattr(runner, "model", None)  # a model runner's, for its turn's span
         self._model = model if isinstance(model, str) else None
 
+    def _handle_receive(self, message: Any) -> Any:
+        """Handle a message: a turn (its one message) at once, anything else as pykka does."""
+        if type(message) is Turn:
+            return self.on_receive(message)
+        return super()._handle_receive(message)
+
     def on_receive(self, message: Any) -> Any:
         """Run the turn in ``message`` (or start its task), report it, then stop."""
         if isinstance(message, Turn):
@@ -384,7 +396,7 @@ class AgentActor(PooledActor):
             if self._observer is not None:
                 control.watch = self._observer.watch(control, self._model)
             if self.is_async:
-                self._start_task(message)
+                self._start_task(message, control)
                 return None
             if not control.claim_start():  # cancelled first: its inputs already went back
                 self._gone(control)
@@ -414,8 +426,7 @@ class AgentActor(PooledActor):
             with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                 self.stop()
 
-    def _start_task(self, face: Turn) -> None:
-        turn = control_of(face)
+    def _start_task(self, face: Turn, turn: TurnControl) -> None:
         if turn.cancelled.is_set():  # its inputs already went back
             self._gone(turn)
             return
@@ -468,6 +479,10 @@ class AgentActor(PooledActor):
     def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
         watch = turn.watch
+        if watch.span is None:  # no span to pass on or to end
+            step = turn.last_step  # a model turn's last step goes with its settle
+            self._settle(turn.agent.id, turn.agent.generation, output, error, None, step)
+            return
         trace = watch.traceparent()
         status = (
             "interrupted"
@@ -477,7 +492,7 @@ class AgentActor(PooledActor):
             else "completed"
         )
         try:
-            step = turn.last_step  # a model turn's last step goes with its settle
+            step = turn.last_step
             self._settle(turn.agent.id, turn.agent.generation, output, error, trace, step)
         finally:
             watch.end(status, None if error is None else error.text)

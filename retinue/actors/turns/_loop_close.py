@@ -54,6 +54,10 @@ class _Closing:
 
 _LOOPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Closing] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], _Closing] | None = None
+"""The loop :func:`at_close` last registered on, and what it runs as it closes: a closer
+registered on it again (every model turn registers litellm's logging on its runtime's one
+loop) is found there, with no lock taken nor weak key built (forgotten as the loop closes)."""
 
 
 def runs_closers(loop: asyncio.AbstractEventLoop) -> None:
@@ -69,12 +73,17 @@ def at_close(loop: asyncio.AbstractEventLoop, closer: Closer) -> bool:
     runs closers: for any other loop (a host's), or one already closing,
     nothing is registered and False is returned.
     """
+    global _last
+    last = _last
+    if last is not None and last[0]() is loop and closer in last[1].closers:
+        return True  # registered already
     with _lock:
         closing = _LOOPS.get(loop)
         if closing is None:
             return False
         if closer not in closing.closers:
             closing.closers.append(closer)
+        _last = (weakref.ref(loop), closing)
     return True
 
 
@@ -117,8 +126,11 @@ def run_after_tasks(loop: asyncio.AbstractEventLoop) -> None:
     Runs on the loop's thread once its tasks have ended; one that raises is
     logged and the next called.
     """
+    global _last
     with _lock:
         closing = _LOOPS.pop(loop, None)
+        if _last is not None and _last[1] is closing:
+            _last = None
     for callback in [] if closing is None else closing.after_tasks:
         try:
             callback()

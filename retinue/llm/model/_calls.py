@@ -26,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import random
 import weakref
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from retinue.actors.events import ModelCallWatch
 from retinue.errors import ModelCallFailed
+from retinue.llm.model._bound import CallBound
 from retinue.llm.model._deadline import Deadline
 from retinue.llm.model._limits import LimitedCalls
 from retinue.llm.model._provider import SCRIPTED_PROVIDER
@@ -41,16 +43,16 @@ from retinue.protocol.messages import Usage
 
 __all__ = ["CallSettings", "complete", "usage_of"]
 
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]]
+_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, CallBound]]
 _semaphores = weakref.WeakKeyDictionary()
 
 
-_last: tuple[weakref.ref[asyncio.AbstractEventLoop], dict[str, asyncio.Semaphore]] | None = None
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], dict[str, CallBound]] | None = None
 """The last loop asked about and its bounds (every turn runs on the runtime's one loop:
 its bounds are found without a weak key built per call)."""
 
 
-def _semaphore(model: str, size: int) -> asyncio.Semaphore:
+def _semaphore(model: str, size: int) -> CallBound:
     """Return the per-model call bound of the running event loop."""
     global _last
     loop = asyncio.get_running_loop()
@@ -62,7 +64,7 @@ def _semaphore(model: str, size: int) -> asyncio.Semaphore:
         _last = (weakref.ref(loop), per_loop)
     semaphore = per_loop.get(model)
     if semaphore is None:
-        semaphore = per_loop[model] = asyncio.Semaphore(size)
+        semaphore = per_loop[model] = CallBound(size)
     return semaphore
 
 
@@ -117,12 +119,18 @@ async def complete(
         attempt += 1
         call_id = None if limited is None else await limited.admit(messages, tools)
         try:
-            # a deadline in this task, not wait_for (which wraps the attempt in a task of
-            # its own, two more turns of the loop per call), nor asyncio.timeout (two
+            # a place taken at once when one is free (no coroutine: CallBound), waited for
+            # otherwise; a deadline in this task, not wait_for (which wraps the attempt in a
+            # task of its own, two more turns of the loop per call), nor asyncio.timeout (two
             # coroutines to enter and leave): the same rule (retinue.llm.model._deadline)
-            async with semaphore:
+            waiter = semaphore.take()
+            if waiter is not None:
+                await semaphore.wait(waiter)
+            try:
                 with Deadline(settings.request_timeout_s):
                     response = await _attempt(litellm, kwargs, settings.stream, watch)
+            finally:
+                semaphore.give()
         except Exception as exc:  # CancelledError (an interrupt) is not an Exception
             failure = classify(exc, settings.model, settings.request_timeout_s)
             if call_id is not None and limited is not None:
@@ -147,13 +155,18 @@ async def complete(
         await asyncio.sleep(delay)
 
 
-async def _attempt(
+def _attempt(
     litellm: ModuleType, kwargs: dict[str, Any], stream: bool, watch: ModelCallWatch | None
-) -> Any:
-    """One attempt: a plain call, or a streamed one assembled into the same response."""
+) -> Awaitable[Any]:
+    """One attempt to await: a plain call, or a streamed one assembled into the same response.
+
+    It returns litellm's own coroutine (none of its own: one frame fewer to make and to
+    resume at each of the call's steps).
+    """
     if not stream:
-        return await litellm.acompletion(**kwargs)
-    return await streamed(litellm, kwargs, None if watch is None else watch.delta)
+        call: Awaitable[Any] = litellm.acompletion(**kwargs)
+        return call
+    return streamed(litellm, kwargs, None if watch is None else watch.delta)
 
 
 def usage_of(litellm: ModuleType, settings: CallSettings, response: Any) -> Usage:

@@ -143,7 +143,9 @@ class TurnSession:
         self.box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
         self.structured = (runner.result_format or profile.result_format) == "structured"
         self.history: list[ChatMessage] = []
-        self.memo = TranscriptMemo()  # the history's sizes and records, kept between saves
+        # the history's sizes and records, kept between saves: made by the first save that
+        # is not the turn's last (a turn saved once, a one-call turn, makes none)
+        self.memo: TranscriptMemo | None = None
         self.cut = 0
         self.input_stored = False  # the first save stores the turn's input with its step
         self.task_at: int | None = None
@@ -173,8 +175,16 @@ class TurnSession:
             ModelCallFailed, TokenBudgetExceeded, ToolCallLimitExceeded,
             ResultContractError: as :meth:`LiteLLMRunner.__call__` says.
         """
-        await self._load()
-        schemas = await self._schemas()
+        turn = self.turn
+        started = turn.llm_state  # a scheduler-started turn carries its state: no await
+        if started is not None:
+            turn.llm_state = None
+            self._open(started.transcript(), started.usage, started.tree_usage)
+        else:
+            self._open(*await llm_load(turn))
+        schemas = self._kept_schemas()  # the kept ones: no toolbox built, nothing awaited
+        if schemas is None:
+            schemas = await self._schemas()
         if self.turn.reason == APPROVAL_REASON:
             await self._carry_on(await self._toolbox())
         elif self.doubt:
@@ -216,12 +226,11 @@ class TurnSession:
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
         cassette = self.runner.cassette
-        tape = (
-            None
-            if cassette is None
-            else Taped(cassette, self.turn.agent.path, calls, messages, schemas)
-        )
-        recorded = None if tape is None else tape.answer()  # CassetteMiss: replaying, not recorded
+        tape = None
+        recorded = None
+        if cassette is not None:
+            tape = Taped(cassette, self.turn.agent.path, calls, messages, schemas)
+            recorded = tape.answer()  # CassetteMiss: replaying, not recorded
         watch = self.turn.watch.model_call(calls.model, request)
         started = time.time()
         if recorded is not None:
@@ -259,17 +268,26 @@ class TurnSession:
         del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
         return message, usage
 
-    async def _load(self) -> None:
-        """Read the stored conversation, usage and journal; open the chat with this turn's input.
+    def _open(self, raw: bytes | None, agent_usage: Usage, tree_usage: Usage) -> None:
+        """Take the stored conversation ``raw``, the usage totals and the journal (what
+        :func:`~retinue.llm.turn._bridge.llm_load` answers); open the chat with this
+        turn's input.
 
         A turn carrying on after a reopen keeps the step it parked on (its
         calls have no results yet); its input follows their results. So does
         the input of a turn that finds its journal's step open (calls in doubt).
+        With nothing stored (an agent's first turn), the chat is its input alone.
         """
         turn = self.turn
-        raw, self.agent_usage, self.tree_usage = await llm_load(turn)
-        history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
+        self.agent_usage, self.tree_usage = agent_usage, tree_usage
         generation = turn.agent.generation
+        if raw is None and turn.reason != APPROVAL_REASON:  # no journal, no call in doubt
+            text = turn_input(turn.task, turn.reason, turn.messages, turn.agent.last_error)
+            self.journal = closed(None, generation)
+            self.task_at = 0  # the transcript cut always keeps this turn's task
+            self.history = [{"role": "user", "content": text}]
+            return
+        history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
         if journal is not None and journal.generation == generation:
             self.step = journal.step
         if turn.reason == APPROVAL_REASON:
@@ -346,9 +364,20 @@ class TurnSession:
             agent.id, agent.generation, self.step, calls, names, effect, gated_ids
         )
 
+    def _kept_schemas(self) -> list[dict[str, Any]] | None:
+        """The schemas the runner's last such turn left (:mod:`~retinue.llm.turn._offered`),
+        or None: :meth:`_schemas` builds the toolbox for them."""
+        runner = self.runner
+        if runner.toolbox_builder is not build_toolbox:
+            return None
+        turn = self.turn
+        profile, limits = turn.profile, turn.limits
+        can_spawn = bool(profile.subagents) and limits.depth_allowed(turn.agent.depth + 1)
+        return runner.offered.get(profile, limits, can_spawn)
+
     async def _schemas(self) -> list[dict[str, Any]]:
-        """The schemas this turn offers its model: kept ones (:mod:`~retinue.llm.turn._offered`)
-        when the runner's last such turn left them, else its toolbox's, built now.
+        """The schemas this turn offers its model when none are kept (:meth:`_kept_schemas`):
+        its toolbox's, built now (and kept for the next such turns with the default builder).
 
         Raises:
             ConfigurationError: the toolbox cannot be built (its tools are not valid).
@@ -359,9 +388,6 @@ class TurnSession:
         turn = self.turn
         profile, limits = turn.profile, turn.limits
         can_spawn = bool(profile.subagents) and limits.depth_allowed(turn.agent.depth + 1)
-        kept = runner.offered.get(profile, limits, can_spawn)
-        if kept is not None:
-            return kept
         toolbox = await self._toolbox()
         granted = resolve_tools(self.tools, owner=profile.name) or ()
         runner.offered.keep(profile, limits, can_spawn, toolbox, granted)
@@ -554,16 +580,26 @@ class TurnSession:
 
         It is committed with the settle, in one transition (``Settle.step``);
         the usage totals the turn checks its budgets on are counted here (the
-        supervisor checks them again on its own, exact for the tree).
+        supervisor checks them again on its own, exact for the tree), when it
+        has a budget to check them against.
         """
-        self.turn.last_step = self._step(usage, ends_call)
-        self.agent_usage = self.agent_usage.add(usage)
-        self.tree_usage = self.tree_usage.add(usage)
+        self.turn.last_step = self._step(usage, ends_call, last=True)
+        if self.budgeted:  # else nothing reads them again: the turn ends here
+            self.agent_usage = self.agent_usage.add(usage)
+            self.tree_usage = self.tree_usage.add(usage)
 
-    def _step(self, usage: Usage, ends_call: bool) -> LlmStep:
-        """The next step to store: the chat (bounded, encoded) with ``usage``."""
+    def _step(self, usage: Usage, ends_call: bool, *, last: bool = False) -> LlmStep:
+        """The next step to store: the chat (bounded, encoded) with ``usage``.
+
+        ``last``: the turn's last step (nothing is saved after it). A turn's
+        first save that is not its last makes the memo the next saves reuse; a
+        turn saved once (a one-call turn) makes none.
+        """
         agent = self.turn.agent
-        self.history, self.cut, self.task_at, raw = stored_chat(
+        memo = self.memo
+        if memo is None and not last:
+            memo = self.memo = TranscriptMemo()
+        history, cut, task_at, raw = stored_chat(
             agent.id,
             self.history,
             self.limits.transcript_max_bytes,
@@ -572,19 +608,22 @@ class TurnSession:
             calls=self.call_times,
             generation=agent.generation,
             journal=self.journal,
-            memo=self.memo,
+            memo=memo,
         )
-        takes_input, self.input_stored = not self.input_stored, True
-        events, self.in_doubt = self.in_doubt, ()
-        return LlmStep(
+        step = LlmStep(
             self.turn.ref,
             usage,
             raw,
-            takes_input,
+            not self.input_stored,
             ends_call,
             open_count(self.journal),
-            events,
+            self.in_doubt,
         )
+        if not last:  # the turn goes on from the chat as stored
+            self.history, self.cut, self.task_at = history, cut, task_at
+            self.input_stored = True
+            self.in_doubt = ()
+        return step
 
 
 def _first_message(response: Any, model: str) -> Any:
