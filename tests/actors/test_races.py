@@ -611,8 +611,12 @@ def test_a_turn_the_runtime_closes_before_its_runner_ran_keeps_its_completions(
     closer.join(CLOSE_GRACE_S + PROMPT_S)
     assert not closer.is_alive()
     with Runtime.open(store, profiles=team.profiles) as again:
+        # The host has not received the interrupted turn's completion yet: a wait takes it
+        # first (a wait after the follow-up could return it before the new turn ran, and
+        # close_tree then interrupt that turn before its runner saw anything).
+        assert again.wait("/root/p", timeout=PROMPT_S).status is CompletionStatus.INTERRUPTED
         again.follow_up("/root/p", "read again")
-        again.wait("/root/p", timeout=PROMPT_S)
+        assert again.wait("/root/p", timeout=PROMPT_S).status is CompletionStatus.COMPLETED
         again.close_tree("/root/p")
     assert team.received() == [f"{child.id}:1"]
 
