@@ -266,8 +266,6 @@ class PooledActor(pykka.Actor):
     call: no thread, no ``os.urandom`` for its URN, no Condition for its stop flag.
     """
 
-    _set_up = False  # until its first drain sets the actor up (the class's until then)
-
     def __init__(self, submit: Submit) -> None:
         """Create the actor on ``submit``'s executor (pykka's fields, set cheaply).
 
@@ -275,6 +273,8 @@ class PooledActor(pykka.Actor):
         a pooled actor is never registered, so nothing looks it up by URN.
         """
         self._submit = submit
+        self._set_up = False  # until its first drain sets the actor up (set here: an
+        # attribute first set after __init__ leaves the instance's dict unshared)
         self.actor_urn = f"urn:retinue:{next(_URNS)}"
         inbox = _Inbox()  # what _create_actor_inbox makes, without its frame
         inbox.kick = self._kick
