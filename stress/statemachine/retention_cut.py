@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ class Cut:
         finally:
             self._left = None
 
-    def _cutting_commit(self, writes: list[Write], *, timed: bool = False) -> float:
+    def _cutting_commit(self, writes: Sequence[Write], *, timed: bool = False) -> float:
         if self._left is not None:
             if self._left == 0:
                 self._left = None

@@ -156,6 +156,10 @@ class _Batched:
                 log.exception("a callback posted to an event loop failed")
 
 
+_Awaited = Ready[Any] | asyncio.Future[Any]
+"""A host wait's loop future: a :class:`Ready`, or asyncio's own."""
+
+
 class _Deadlines:
     """The deadlines of the waits awaited on one loop, under one timer at a time.
 
@@ -177,11 +181,11 @@ class _Deadlines:
 
     def __init__(self) -> None:
         """Start with no deadline and no timer."""
-        self._entries: deque[tuple[float, weakref.ref[Ready[Any]]]] = deque()
+        self._entries: deque[tuple[float, weakref.ref[_Awaited]]] = deque()
         self._armed = float("inf")  # the earliest time a timer is set for
         self._bound = self._BOUND
 
-    def add(self, loop: asyncio.AbstractEventLoop, ready: Ready[Any], seconds: float) -> None:
+    def add(self, loop: asyncio.AbstractEventLoop, ready: _Awaited, seconds: float) -> None:
         """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then."""
         when = time.monotonic() + seconds
         entries = self._entries
@@ -208,8 +212,8 @@ class _Deadlines:
         if when == self._armed:
             self._armed = float("inf")
         now = time.monotonic()
-        kept: deque[tuple[float, weakref.ref[Ready[Any]]]] = deque()
-        expired: list[Ready[Any]] = []
+        kept: deque[tuple[float, weakref.ref[_Awaited]]] = deque()
+        expired: list[_Awaited] = []
         earliest = float("inf")
         for entry in self._entries:
             ready = entry[1]()
@@ -231,7 +235,7 @@ class _Deadlines:
                 ready.set_result(EXPIRED)
 
 
-def _gone(ref: weakref.ref[Ready[Any]]) -> bool:
+def _gone(ref: weakref.ref[_Awaited]) -> bool:
     """True if the future ``ref`` names is done or gone."""
     ready = ref()
     return ready is None or ready.done()
@@ -240,7 +244,7 @@ def _gone(ref: weakref.ref[Ready[Any]]) -> bool:
 def expire_after(
     post: Callable[..., Any],
     loop: asyncio.AbstractEventLoop,
-    ready: Ready[Any],
+    ready: _Awaited,
     seconds: float,
 ) -> None:
     """End ``ready`` with :data:`EXPIRED` after ``seconds`` unless it is done by then.
