@@ -11,13 +11,13 @@ Counted through the runtime's command timer (``rt._attach_timings``), as
 from __future__ import annotations
 
 import json
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from protocol.test_result_canonical import near_the_bound
+from support import CommandCounter
 
 from llm.conftest import SETTLE_S, tool_call
 from retinue import AgentState, Limits, Profile, Runtime, Turn
@@ -27,25 +27,6 @@ from retinue.testing import OpenAIStub, StubReply
 pytestmark = pytest.mark.usefixtures("litellm")
 
 
-class Commands:
-    """A timing sink that counts the supervisor's commands by kind."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.kinds: Counter[str] = Counter()
-
-    def observe_commit(self, seconds: float) -> None:
-        pass
-
-    def observe_command(self, kind: str, seconds: float) -> None:
-        with self.lock:
-            self.kinds[kind] += 1
-
-    def counted(self) -> Counter[str]:
-        with self.lock:
-            return Counter(self.kinds)
-
-
 def note(text: str) -> str:
     """Take a note."""
     return f"noted {text}"
@@ -53,7 +34,7 @@ def note(text: str) -> str:
 
 def counted_run(rt: Runtime, profile: str, task: str) -> tuple[Any, Counter[str]]:
     """Run one turn of ``profile`` to its end; return its completion and the commands sent."""
-    sink = Commands()
+    sink = CommandCounter()
     detach = rt._attach_timings(sink)
     assert detach is not None
     try:

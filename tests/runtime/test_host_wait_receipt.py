@@ -14,43 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
-from collections import Counter
 
 import pytest
-from support import PROMPT_S, OpenRuntime, wait_settled, wait_until
+from support import PROMPT_S, CommandCounter, OpenRuntime, wait_settled, wait_until
 
 from retinue import Completion, NothingToWaitFor, Profile, Runtime
 from retinue.testing import Gate
 
 
-class Commands:
-    """A timing sink that counts the supervisor's commands by kind (served, in order)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.kinds: Counter[str] = Counter()
-
-    def observe_commit(self, seconds: float) -> None:
-        pass
-
-    def observe_command(self, kind: str, seconds: float) -> None:
-        with self.lock:
-            self.kinds[kind] += 1
-
-    def count(self, kind: str) -> int:
-        with self.lock:
-            return self.kinds[kind]
-
-
-def counting(rt: Runtime) -> Commands:
-    sink = Commands()
+def counting(rt: Runtime) -> CommandCounter:
+    sink = CommandCounter()
     assert rt._attach_timings(sink) is not None
     return sink
 
 
 def blocked_wait(
-    rt: Runtime, sink: Commands, pool: concurrent.futures.Executor, ref: str, **options: object
+    rt: Runtime,
+    sink: CommandCounter,
+    pool: concurrent.futures.Executor,
+    ref: str,
+    **options: object,
 ) -> concurrent.futures.Future[Completion]:
     """Start ``rt.wait(ref)`` on ``pool``; return once the supervisor served its command
     (the wait is registered: a settle served after it finds it blocked)."""

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from support import PROMPT_S, OpenRuntime, wait_until
+from support import PROMPT_S, CommandCounter, OpenRuntime, wait_until
 
 from retinue import (
     AgentClosed,
@@ -36,25 +36,6 @@ from retinue.testing import Gate, echo
 TICK_S = 0.005
 
 
-class Commands:
-    """A timing sink that counts the supervisor's commands by kind."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.kinds: Counter[str] = Counter()
-
-    def observe_commit(self, seconds: float) -> None:
-        pass
-
-    def observe_command(self, kind: str, seconds: float) -> None:
-        with self.lock:
-            self.kinds[kind] += 1
-
-    def counted(self) -> Counter[str]:
-        with self.lock:
-            return Counter(self.kinds)
-
-
 def test_run_returns_the_agents_first_completion(open_runtime: OpenRuntime) -> None:
     rt = open_runtime([Profile("worker", runner=echo)])
     done = rt.run("worker", "hello", name="a", timeout=PROMPT_S)
@@ -73,7 +54,7 @@ def test_run_is_one_command_fewer_and_commits_as_the_spawn_does(open_runtime: Op
 
     def counted(call: str) -> tuple[Counter[str], int]:
         rt.wait_idle(timeout=PROMPT_S)
-        sink = Commands()
+        sink = CommandCounter()
         detach = rt._attach_timings(sink)
         assert detach is not None
         before = store.stats.transitions

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
@@ -28,6 +29,7 @@ from support.turns import control_of, loose_turn
 __all__ = [
     "PROMPT_S",
     "READER_TEAM",
+    "CommandCounter",
     "EventFields",
     "EventLog",
     "OpenRuntime",
@@ -61,6 +63,33 @@ def wait_until(predicate: Callable[[], Any], timeout: float = PROMPT_S, what: st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
         time.sleep(0.002)
+
+
+class CommandCounter:
+    """A timing sink (``rt.set_timing_sink``) that counts the supervisor's commands by kind."""
+
+    def __init__(self) -> None:
+        """Start with no command counted."""
+        self.lock = threading.Lock()
+        self.kinds: Counter[str] = Counter()
+
+    def observe_commit(self, seconds: float) -> None:
+        """Ignore a commit's time."""
+
+    def observe_command(self, kind: str, seconds: float) -> None:
+        """Count one served command of ``kind``."""
+        with self.lock:
+            self.kinds[kind] += 1
+
+    def count(self, kind: str) -> int:
+        """Return how many commands of ``kind`` were served."""
+        with self.lock:
+            return self.kinds[kind]
+
+    def counted(self) -> Counter[str]:
+        """Return a copy of the counts by kind."""
+        with self.lock:
+            return Counter(self.kinds)
 
 
 READER_TEAM = """
