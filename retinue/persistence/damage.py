@@ -83,6 +83,7 @@ class Guard:
         # The largest size of the data file seen by check_size (read it, never set it: a
         # writer that finds the file at this size has nothing to check or record).
         self.seen_size = 0
+        self.mapped: int | None = None  # the size of the environment's map (read on first use)
 
     @contextlib.contextmanager
     def lmdb_errors(self, action: str) -> Iterator[None]:
@@ -198,25 +199,64 @@ class Guard:
             try:
                 return self.env.begin(buffers=False)
             except lmdb.MapResizedError:
-                self.env.set_mapsize(0)  # 0 adopts the size the writer set
+                # Grown past the map between the store's look (outgrew_map) and this begin:
+                # adopted here, which invalidates another thread's open transaction (a rare
+                # window; the store adopts a grown map with its gate held exclusive first).
+                self.adopt_map()
         return self.env.begin(buffers=False)
 
-    def verify(self) -> None:
+    def outgrew_map(self) -> bool:
+        """True if the data file (another process's writer grew it) is larger than this
+        environment's map: a read transaction would fail until the map is adopted.
+
+        LMDB refuses a read transaction (``MDB_MAP_RESIZED``) only when the pages in use
+        pass the map's end, and the file holds every page in use.
+
+        Raises:
+            StoreError: the file cannot be looked at.
+        """
+        mapped = self.mapped
+        if mapped is None:
+            mapped = self.mapped = self.env.info()["map_size"]
+        return self._size("read") > mapped
+
+    def adopt_map(self) -> None:
+        """Adopt the map size the writer set (``set_mapsize(0)``).
+
+        py-lmdb invalidates every open transaction of this environment as it does:
+        call it with no other thread of the process inside one (the store's gate
+        held exclusive).
+
+        Raises:
+            lmdb.Error: LMDB refused.
+        """
+        self.env.set_mapsize(0)  # 0 adopts the size the writer set
+        self.mapped = self.env.info()["map_size"]
+
+    def verify(self, txn: Any = None) -> None:
         """Check every B-tree page before LMDB walks one (it aborts on a damaged page).
+
+        ``txn``: an open read transaction to check the pages of (a view's, before its
+        first walk); its snapshot is checked when its meta page is still on disk. A
+        read transaction of the check's own would have to adopt a map another process
+        grew, which invalidates the open one.
 
         Raises:
             StoreCorrupted: a page is damaged.
             StoreError: no meta page could be pinned for the check.
         """
-        damage = self._page_damage()
+        damage = self._page_damage(txn)
         if damage is not None:
             raise StoreCorrupted(
                 f"store {self.folder} is damaged: {damage}. {restore_advice(self.folder)}",
                 path=str(self.folder),
             )
 
-    def _page_damage(self) -> str | None:
+    def _page_damage(self, given: Any = None) -> str | None:
         """Walk every B-tree page; return what is damaged, or None if every page is sound.
+
+        ``given``: an open read transaction whose snapshot is walked if its meta page is
+        still on disk (else, or without one, a read transaction of the walk's own).
 
         The walk runs inside a read transaction, against the meta page of that
         transaction, so a writer in another process cannot recycle its pages.
@@ -227,6 +267,17 @@ class Guard:
             lmdb.Error: LMDB refused the read transaction.
         """
         path = self.folder / DATA_FILE
+        if given is not None:
+            pinned: MetaPage | None = None
+            try:
+                txnid = given.id()
+                pinned = next((m for m in read_meta_pages(path) if m.txnid == txnid), None)
+                if pinned is not None:
+                    verify_pages(path, pinned)
+                    return None
+            except (PageDamage, OSError) as exc:
+                if pinned is not None and pinned in read_meta_pages(path):
+                    return str(exc)  # (else the writer rewrote that meta page: look again)
         for _ in range(100):  # a busy writer may overwrite our meta page: take a newer one
             with self.read_txn() as txn:
                 txnid = txn.id()

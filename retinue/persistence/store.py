@@ -237,11 +237,18 @@ class Store(StoreReads):
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
-        """Hold the gate shared for a read; a reader first follows a file swapped in."""
-        if self.readonly and not self._gate.held() and self._guard.replaced():
-            with self._gate.exclusive():
-                if self._guard.replaced() and not self._detached:
-                    self._reattach()
+        """Hold the gate shared for a read; a reader first follows a file swapped in, and
+        adopts a map another process grew (py-lmdb invalidates every open transaction of
+        the environment as it adopts one: done with the gate exclusive, no read open)."""
+        if self.readonly and not self._gate.held():
+            if self._guard.replaced():
+                with self._gate.exclusive():
+                    if self._guard.replaced() and not self._detached:
+                        self._reattach()
+            if self._guard.outgrew_map():
+                with self._gate.exclusive(), self._guard.lmdb_errors("adopt the grown map"):
+                    if not self._detached and self._guard.outgrew_map():
+                        self._guard.adopt_map()
         with self._gate.shared():
             if self._detached:
                 raise StoreError(f"store {self.folder} is closed", path=str(self.folder))

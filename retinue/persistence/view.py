@@ -24,10 +24,10 @@ class StoreView:
     """Reads within one read transaction of a store (see the module docstring)."""
 
     def __init__(
-        self, txn: Any, databases: Mapping[str, Any], check_pages: Callable[[], None] | None
+        self, txn: Any, databases: Mapping[str, Any], check_pages: Callable[[Any], None] | None
     ) -> None:
-        """Read ``databases`` in ``txn``; ``check_pages`` runs before the first search (None:
-        no check, the store is its own writer's)."""
+        """Read ``databases`` in ``txn``; ``check_pages(txn)`` runs before the first search
+        (None: no check, the store is its own writer's)."""
         self._txn = txn
         self._dbs = databases
         self._check_pages = check_pages
@@ -88,7 +88,7 @@ class StoreView:
             return []
         check, self._check_pages = self._check_pages, None
         if check is not None:
-            check()
+            check(self._txn)  # against this view's own snapshot (no nested read)
         found: list[tuple[bytes, bytes]] = []
         with self._txn.cursor(db=db) as cursor:
             for value in cursor.iternext(keys=False, values=True):

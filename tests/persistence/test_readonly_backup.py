@@ -28,6 +28,7 @@ from retinue import (
     StoreReadOnly,
     UnknownAgent,
 )
+from retinue.persistence.store import Store
 from retinue.protocol import paths
 from retinue.protocol.records import MessageRecord
 
@@ -410,3 +411,38 @@ def test_backup_is_compacted(tmp_path: Path) -> None:
     assert compacted * 10 < original, (compacted, original)
     with Runtime.open(copy, profiles=profiles) as rt:
         assert [a.id for a in rt.agents()] == ["keep"]
+
+
+def test_a_read_open_in_one_thread_survives_another_adopting_the_grown_map(
+    tmp_path: Path,
+) -> None:
+    # py-lmdb invalidates every open transaction of an environment as it adopts a map
+    # another process grew: the second thread's read waits for the first's to end, then
+    # adopts it (before, it adopted at once and the first read failed with "Attempt to
+    # operate on closed/deleted/dropped object").
+    store = tmp_path / "store"
+    data = store / "data.mdb"
+    with Child(GROWER, store) as writer:
+        writer.expect("READY")
+        reader = Store(store, readonly=True)
+        try:
+            mapped = reader.env.info()["map_size"]
+            first_done = threading.Event()
+            second: list[object] = []
+            with reader.view() as view:
+                assert view.get("agents", b"missing") is None
+                while data.stat().st_size <= mapped:  # the writer grows past our map
+                    pass
+                other = threading.Thread(
+                    target=lambda: second.append(reader.get("agents", b"missing"))
+                )
+                other.start()
+                other.join(0.5)  # it waits for this read to end (no open read is cut)
+                assert second == [] and other.is_alive()
+                assert view.get("agents", b"missing") is None  # still a valid transaction
+                first_done.set()
+            other.join(PROMPT_S)
+            assert second == [None] and first_done.is_set()
+            assert reader.env.info()["map_size"] > mapped  # adopted
+        finally:
+            reader.close()
