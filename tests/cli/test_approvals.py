@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cliutil import command, env, retinue_cli, tree_json
+from cliutil import command, env, finish, retinue_cli, tree_json
 from support import reader_team
 
 from retinue.cli.approve import UNLISTED
@@ -73,7 +73,7 @@ def test_off_a_terminal_a_request_waits_is_listed_and_survives_ctrl_c(tmp_path: 
         assert plain.returncode == 0, plain.stderr
         assert "1 pending approval" in plain.stdout and listed["id"] in plain.stdout
         run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=60)
+        out, err = finish(run)
     finally:
         if run.poll() is None:
             run.kill()

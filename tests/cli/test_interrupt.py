@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cliutil import HERE, TEAM, command, env, retinue_cli, tree_json
+from cliutil import HERE, TEAM, command, env, finish, retinue_cli, tree_json
 
 LEAVES = {
     "/root/review/security/secrets",
@@ -62,7 +62,7 @@ def test_readers_beside_a_run_then_ctrl_c_then_resume(tmp_path: Path) -> None:
         assert f"is in use by process {run.pid}" in locked.stderr
         assert "readonly=True" not in locked.stderr and "Traceback" not in locked.stderr
         run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=60)
+        out, err = finish(run)
     finally:
         if run.poll() is None:
             run.kill()
@@ -99,7 +99,7 @@ def test_model_agents_resume_from_their_transcripts_after_ctrl_c(tmp_path: Path)
     try:
         _wait_until_running(store, run)
         run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=60)
+        out, err = finish(run)
     finally:
         if run.poll() is None:
             run.kill()
@@ -143,7 +143,7 @@ def test_ctrl_c_during_a_python_leads_wake_turn_then_resume_keeps_its_input(
                     break
             time.sleep(0.2)
         run.send_signal(signal.SIGINT)
-        _, err = run.communicate(timeout=60)
+        _, err = finish(run)
     finally:
         if run.poll() is None:
             run.kill()

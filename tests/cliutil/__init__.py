@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,9 +23,34 @@ def env(**extra: str) -> dict[str, str]:
     out = dict(os.environ)
     out["PYTHONPATH"] = os.pathsep.join([str(SOURCE), out.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     out["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    out["PYTHONFAULTHANDLER"] = "1"  # a hung run sent SIGABRT (see ``finish``) shows its threads
     out.pop("RETINUE_STORE", None)
     out.update(extra)
     return out
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """Wait up to ``timeout`` seconds for ``proc`` to end; return its output and errors.
+
+    A process that does not end is sent SIGABRT: the fault handler (``env``
+    turns it on) prints every thread's stack, and the test fails with them.
+
+    Raises:
+        AssertionError: the process did not end in time (with its threads' stacks).
+    """
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        raise AssertionError(
+            f"{proc.args} did not end in {timeout} s; its output:\n{out[-4000:]}\n"
+            f"its errors and threads:\n{err[-20000:]}"
+        ) from None
 
 
 def command(*args: str | Path) -> list[str]:
