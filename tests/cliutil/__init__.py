@@ -48,7 +48,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
             proc.kill()
             out, err = proc.communicate()
         raise AssertionError(
-            f"{proc.args} did not end in {timeout} s; its output:\n{out[-4000:]}\n"
+            f"{proc.args!r} did not end in {timeout} s; its output:\n{out[-4000:]}\n"
             f"its errors and threads:\n{err[-20000:]}"
         ) from None
 
