@@ -243,8 +243,9 @@ class Cluster:
         acknowledge on their own.
 
         Raises:
-            UnknownProfile, NotPermitted, DuplicateAgentPath, InvalidArgument,
-                ArgumentTypeError: as :meth:`spawn` or a bad ``timeout`` (nothing spawned).
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as :meth:`spawn` raises
+                them, and InvalidArgument, ArgumentTypeError for a bad ``timeout``
+                (nothing was spawned).
             WaitTimeout: the agent did not settle in time; it keeps running and
                 the error's ``path`` names it (:meth:`wait` on it later).
             AgentClosed, NothingToWaitFor: as :meth:`wait`.

@@ -344,7 +344,7 @@ class Router:
 
         Raises:
             InvalidArgument, ArgumentTypeError: a bad ``timeout`` (nothing spawned).
-            UnknownProfile, DuplicateAgentPath, ...: as :meth:`spawn` (nothing spawned).
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as :meth:`spawn` (nothing spawned).
             WaitTimeout, AgentClosed, NothingToWaitFor: as :meth:`wait`; the agent
                 keeps running after a timeout.
             ShardUnavailable: the shard did not come back within ``retry_s``.

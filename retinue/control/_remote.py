@@ -214,8 +214,8 @@ class RemoteRuntime:
         ``NothingToWaitFor``).
 
         Raises:
-            UnknownProfile, NotPermitted, DuplicateAgentPath, InvalidArgument,
-                ArgumentTypeError: as ``Runtime.run`` (nothing was spawned).
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as ``Runtime.run``
+                raises them, and InvalidArgument, ArgumentTypeError (nothing was spawned).
             WaitTimeout: the agent did not settle in time; it keeps running and
                 the error's ``path`` names it (:meth:`wait` on it later).
             AgentClosed, NothingToWaitFor, RuntimeClosed: as ``Runtime.run``.
