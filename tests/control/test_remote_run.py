@@ -23,6 +23,7 @@ from retinue import (
     AgentState,
     CompletionStatus,
     InvalidArgument,
+    Limits,
     NothingToWaitFor,
     Profile,
     RemoteRuntime,
@@ -32,7 +33,7 @@ from retinue import (
 )
 from retinue.actors.commands import HOST, Run
 from retinue.control import _wire as w
-from retinue.errors import ControlError
+from retinue.errors import ControlError, LimitExceeded
 
 
 @pytest.fixture
@@ -163,3 +164,14 @@ def test_an_unconfirmed_run_answer_is_given_back_when_its_connection_closes(
             assert len(rt.leases()) == 1  # taken under the socket's lease, not acknowledged
         wait_until(lambda: rt.leases() == {}, 30, "the socket's lease released")
         assert rt.wait("e", 30).output == "kept"
+
+
+def test_a_run_answer_too_large_to_send_is_given_back(tmp_path: Path) -> None:
+    large = [Profile("large", runner=lambda t: t.task * 5_000)]
+    limits = Limits(control_max_message_bytes=4096)
+    with Runtime.open(tmp_path / "s", profiles=large, limits=limits) as rt:
+        with retinue.connect(rt.path) as remote:
+            with pytest.raises(LimitExceeded, match="control_max_message_bytes"):
+                remote.run("large", "xy", name="big", timeout=30)
+            assert remote.leases() == {}  # refused, and the socket's lease released
+        assert rt.wait("big", 30).output == "xy" * 5_000
