@@ -7,7 +7,7 @@ and thread-safely: :meth:`Link.submit` hands a call over and returns a
 connection (:class:`Session`), each under its own id, so a long wait never
 holds up another call; a connection that closes is opened again by the next
 call (to the same writer, or the next one). Every call has a hang guard: a
-wait's own time plus ``call_timeout_s``, any other call ``call_timeout_s``.
+wait's (or a run's) own time plus ``call_timeout_s``, any other call ``call_timeout_s``.
 
 What a call took (a wait's completion, the host's messages) is confirmed by
 :meth:`Link.received` once its caller has the value, and given back by
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from retinue.actors.commands import Command, HostMessages, Idle, Wait
+from retinue.actors.commands import Command, HostMessages, Idle, Run, Wait
 from retinue.control import _wire as w
 from retinue.control._socket import connect_control_socket
 from retinue.errors import ControlError, RetinueError
@@ -36,7 +36,7 @@ from retinue.protocol.checks import check_seconds
 __all__ = ["Link", "Reply", "Session"]
 
 T = TypeVar("T")
-_WAITS = (Wait, HostMessages, Idle)
+_WAITS = (Wait, Run, HostMessages, Idle)
 _CLOSE_TIMEOUT_S = 5.0
 
 

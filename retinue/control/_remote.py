@@ -7,7 +7,7 @@ it as the host and its answer, or its error as the same
 :class:`~retinue.errors.RetinueError` class, comes back. Each sync call sits
 next to its ``*_async`` twin, which never blocks the event loop.
 
-A ``wait`` (and ``messages``) loses nothing to a dropped connection: what it
+A ``wait`` (and ``run``, ``messages``) loses nothing to a dropped connection: what it
 took stays given back until this client confirms it has the answer, and a
 cancelled ``*_async`` call gives it back as in process.
 """
@@ -43,6 +43,7 @@ from retinue.actors.commands import (
     Leases,
     ReleaseLease,
     Resume,
+    Run,
     Send,
     Spawn,
     Wait,
@@ -189,6 +190,62 @@ class RemoteRuntime:
     ) -> AgentInfo:
         """Like :meth:`spawn`, without blocking the event loop."""
         return await self._ask_async(Spawn(HOST, profile, task, name, parent, idempotency_key))
+
+    def run(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        lease: str | None = None,
+    ) -> Completion:
+        """Like ``Runtime.run``: spawn an agent and wait for its first completion, in one command.
+
+        The writer serves it as a :meth:`wait`: ``timeout=None`` is the
+        writer's ``wait_default_s``; without ``lease`` the writer takes the
+        completion under a lease of its own, kept once this client has it and
+        given back (to the next :meth:`wait` on the agent) if the connection
+        drops first; with ``lease`` it is the caller's to acknowledge. With
+        ``idempotency_key`` a retried run waits on the agent the first made
+        (if the first run received its completion, the retry raises
+        ``NothingToWaitFor``).
+
+        Raises:
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as ``Runtime.run``
+                raises them, and InvalidArgument, ArgumentTypeError (nothing was spawned).
+            WaitTimeout: the agent did not settle in time; it keeps running and
+                the error's ``path`` names it (:meth:`wait` on it later).
+            AgentClosed, NothingToWaitFor, RuntimeClosed: as ``Runtime.run``.
+            ControlError: the connection to the writer failed.
+        """
+        command = Run(HOST, profile, task, name, parent, idempotency_key, lease)
+        completion: Completion = self._ask(command, timeout)
+        return completion
+
+    async def run_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        lease: str | None = None,
+    ) -> Completion:
+        """Like :meth:`run`, without blocking the event loop.
+
+        A cancelled await loses nothing: the agent, once spawned, keeps
+        running, and a completion already handed to this call is given back
+        to the next :meth:`wait` on it. Use ``name`` or ``idempotency_key``
+        to find the agent again after a cancel.
+        """
+        command = Run(HOST, profile, task, name, parent, idempotency_key, lease)
+        completion: Completion = await self._ask_async(command, timeout)
+        return completion
 
     def follow_up(self, ref: str, task: str) -> AgentInfo:
         """Like ``Runtime.follow_up``: queue a new turn for an idle agent."""

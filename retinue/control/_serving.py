@@ -7,8 +7,9 @@ something (a wait's completion, the host's messages) how to keep it once the
 client confirms it has the answer, and how to give it back if the client
 never does (its connection closed, or it cancelled the call).
 
-A wait without a lease of the caller's takes its completion under a lease of
-the socket's own (:data:`LEASE_PREFIX`): the commit that hands it over also
+A wait (or a ``run``: a spawn and its wait in one command, served as a wait)
+without a lease of the caller's takes its completion under a lease of the
+socket's own (:data:`LEASE_PREFIX`): the commit that hands it over also
 stores it, so it is given back on a lost connection, and after a writer's
 crash (the next writer's socket releases the leases left over at its start,
 :func:`release_leftover_leases`). A wait with the caller's lease is the
@@ -34,6 +35,7 @@ from retinue.actors.commands import (
     Idle,
     Leases,
     ReleaseLease,
+    Run,
     Wait,
 )
 from retinue.actors.system import System
@@ -76,10 +78,11 @@ async def serve(system: System, command: Command[Any], timeout: float | None) ->
 
     Raises:
         RetinueError: whatever the command raises (``WaitTimeout``,
-            ``UnknownAgent``, ``InvalidArgument`` for a bad timeout...).
+            ``UnknownAgent``, ``InvalidArgument`` for a bad timeout, checked
+            before a run spawns anything...).
     """
     engine = system.engine
-    if isinstance(command, Wait):
+    if isinstance(command, Wait | Run):
         return await _wait(engine, command, resolve_timeout(timeout, system.limits))
     if isinstance(command, HostMessages):
         seconds = resolve_timeout(timeout, system.limits)
@@ -92,8 +95,9 @@ async def serve(system: System, command: Command[Any], timeout: float | None) ->
     return Served(await engine.ask_async(command))
 
 
-async def _wait(engine: Engine, command: Wait, seconds: float) -> Served:
-    """A host wait: under the caller's lease, or under one of the socket's to confirm."""
+async def _wait(engine: Engine, command: Wait | Run, seconds: float) -> Served:
+    """A host wait (or a run, a spawn and its wait): under the caller's lease, or under one
+    of the socket's to confirm."""
     if command.lease is not None:
         receipt = HostReceipt(engine, command.lease)
         return Served(await engine.wait_async(command, seconds, receipt))

@@ -37,7 +37,7 @@ from retinue.actors.commands._lifecycle import (
 )
 from retinue.actors.commands._mailboxes import HostMessages, Send
 from retinue.actors.commands._reads import Agents, CountAgents, CountBacklog, Get, Inspect
-from retinue.actors.commands._spawning import Spawn
+from retinue.actors.commands._spawning import Run, Spawn
 from retinue.actors.commands._supervision import Approvals, Approve, Deny
 from retinue.actors.commands._waits import Idle, Wait
 from retinue.errors import ArgumentTypeError, InvalidArgument
@@ -47,6 +47,7 @@ __all__ = ["REMOTE", "answer_type", "decode_command", "encode_command"]
 
 REMOTE: tuple[type[Command[Any]], ...] = (
     Spawn,
+    Run,
     FollowUp,
     Resume,
     Interrupt,
