@@ -65,6 +65,7 @@ __all__ = [
     "stored_calls",
     "stored_chat",
     "stored_journal",
+    "stored_once",
     "stored_transcript",
     "timed_call",
     "turn_input",
@@ -379,6 +380,26 @@ def _plain_records(
     if _CHAR_BYTES * chars + _PLAIN_SIZE * len(records) > max_bytes:
         return None
     return records
+
+
+def stored_once(
+    agent_id: str,
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None,
+    *,
+    cut: int = 0,
+    calls: Sequence[ModelCallRecord] = (),
+    generation: int = 0,
+    journal: ToolStep | None = None,
+) -> bytes:
+    """The encoded record :func:`stored_chat` (without a memo) stores for ``messages``, for
+    a chat stored once, whose bounded messages nothing reads again (a one-call turn's)."""
+    plain = _plain_records(messages, generation, max_bytes)
+    if plain is not None:
+        return _encode(agent_id, plain, cut, calls, journal)
+    out, cuts, _ = cut_transcript(messages, max_bytes, task_at)  # as stored_chat's
+    return encode_transcript(agent_id, out, cut + cuts, calls, generation, journal)
 
 
 def stored_chat(

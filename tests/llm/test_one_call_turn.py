@@ -31,6 +31,7 @@ from retinue.protocol.chat import (
     _to_record,
     encode_transcript,
     stored_chat,
+    stored_once,
 )
 from retinue.protocol.records import ToolStep, TranscriptMessage, TranscriptRecord
 from retinue.protocol.transcript_cut import cut_transcript, message_size
@@ -208,8 +209,17 @@ def test_a_chat_stored_once_stores_what_the_cut_and_the_general_encoding_store(
     journal = ToolStep(generation=generation, step=0)
     got = stored_chat("a" * 32, chat, max_bytes, task_at, generation=generation, journal=journal)
     out, cuts, where = cut_transcript(chat, max_bytes, task_at)
-    want = encode_transcript("a" * 32, out, cuts, calls, generation, journal)
-    assert got == (out, cuts, where, want)
+    want = encode_transcript("a" * 32, out, 2 + cuts, calls, generation, journal)
+    assert got == (
+        out,
+        cuts,
+        where,
+        encode_transcript("a" * 32, out, cuts, calls, generation, journal),
+    )
+    once = stored_once(
+        "a" * 32, chat, max_bytes, task_at, cut=2, generation=generation, journal=journal
+    )
+    assert once == want  # the cut count so far (2) plus this bound's
 
 
 def test_the_plain_bound_is_never_below_the_size() -> None:

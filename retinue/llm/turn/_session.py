@@ -74,12 +74,14 @@ from retinue.protocol.chat import (
     render_message,
     repair_dangling,
     stored_chat,
+    stored_once,
     stored_transcript,
     timed_call,
     turn_input,
     unanswered_calls,
 )
 from retinue.protocol.effects import Effect, effect_of
+from retinue.protocol.limits import Limits
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
@@ -91,6 +93,17 @@ __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
 _NONE = Usage()
 """No usage (a step that made no model call); a frozen struct, shared."""
+
+_budget: tuple[Limits | None, bool] = (None, False)
+"""The limits a turn last started under, and whether they set a budget (frozen limits)."""
+
+
+def _remember_budget(limits: Limits) -> tuple[Limits, bool]:
+    """Whether ``limits`` set a budget (:func:`has_budget`), kept as the last asked about."""
+    global _budget
+    _budget = (limits, has_budget(limits))
+    return _budget
+
 
 REPAIR_PROMPT = (
     "Your answer does not follow the structured result contract: {error}. "
@@ -124,6 +137,7 @@ class TurnSession:
     doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
     then: str | None = None  # this turn's input, added after the open step's results
     in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
+    tagged = False  # the history was loaded: messages of it carry their generation tags
 
     def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
@@ -132,7 +146,10 @@ class TurnSession:
         self.litellm = litellm
         self.limits = limits = turn.limits
         self.structured = (runner.result_format or turn.profile.result_format) == "structured"
-        self.budgeted = has_budget(limits)  # else no call is admitted, no budget checked
+        budget = _budget  # else no call is admitted, no budget checked
+        if budget[0] is not limits:  # (every turn of a runtime has its limits: asked once)
+            budget = _remember_budget(limits)
+        self.budgeted = budget[1]
         self.call_times = []
         self.limited = LimitedCalls.of(turn, litellm, runner.calls.model, runner.calls.kwargs)
 
@@ -202,7 +219,8 @@ class TurnSession:
             ModelCallFailed: the call failed for good, or the answer has no choices.
         """
         calls = self.runner.calls
-        messages = self._system() + for_model(self.history)
+        history = self.history
+        messages = self._system() + (for_model(history) if self.tagged else history)
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
         tape = None
@@ -273,6 +291,7 @@ class TurnSession:
             self.history = [{"role": "user", "content": text}]
             return
         history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
+        self.tagged = True  # its messages keep their generations (for_model drops them)
         if journal is not None and journal.generation == generation:
             self.step = journal.step
         if turn.reason == APPROVAL_REASON:
@@ -582,7 +601,9 @@ class TurnSession:
         """
         agent = self.turn.agent
         memo = self.memo
-        if memo is None and not last:
+        if memo is None:
+            if last:  # stored once: the bounded chat is not kept
+                return self._step_once(usage, ends_call)
             memo = self.memo = TranscriptMemo()
         history, cut, task_at, raw = stored_chat(
             agent.id,
@@ -609,6 +630,29 @@ class TurnSession:
             self.input_stored = True
             self.in_doubt = ()
         return step
+
+    def _step_once(self, usage: Usage, ends_call: bool) -> LlmStep:
+        """:meth:`_step` for a turn saved once (its last step is its first save)."""
+        agent = self.turn.agent
+        raw = stored_once(
+            agent.id,
+            self.history,
+            self.limits.transcript_max_bytes,
+            self.task_at,
+            cut=self.cut,
+            calls=self.call_times,
+            generation=agent.generation,
+            journal=self.journal,
+        )
+        return LlmStep(
+            self.turn.ref,
+            usage,
+            raw,
+            not self.input_stored,
+            ends_call,
+            open_count(self.journal),
+            self.in_doubt,
+        )
 
 
 def _first_message(response: Any, model: str) -> Any:
