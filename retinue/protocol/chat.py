@@ -65,6 +65,7 @@ __all__ = [
     "stored_calls",
     "stored_chat",
     "stored_journal",
+    "stored_once",
     "stored_transcript",
     "timed_call",
     "turn_input",
@@ -108,6 +109,8 @@ def turn_input(
     interrupted; a ``restart`` turn says the previous attempt failed and why
     (``error``).
     """
+    if not messages and reason != "resume" and reason != "restart":
+        return task  # the task alone (a wake-up turn with no message shows it too)
     parts: list[str] = []
     if reason == "resume":
         parts.append(f"The previous turn was interrupted; carry on with the task: {task}")
@@ -340,6 +343,65 @@ def _encode(
     return _ENCODER.encode(record)
 
 
+_CHAR_BYTES = 6
+"""The most bytes :func:`~retinue.protocol.transcript_cut.message_size` writes one
+character of a text in (an escape such as ``\\u001f``; UTF-8 takes at most 4)."""
+_PLAIN_SIZE = 35
+""":func:`~retinue.protocol.transcript_cut.message_size` of a plain message (a role and a
+text content) less its two texts: ``{"role": "", "content": ""}`` and the 8 it adds."""
+
+
+def _plain_records(
+    messages: Sequence[ChatMessage], generation: int, max_bytes: int
+) -> list[TranscriptMessage] | None:
+    """The records of ``messages`` when each is plain (a role, not ``tool``, and a text
+    content; a generation tag aside) and a cheap upper bound of their sizes says they fit
+    ``max_bytes`` (nothing to cut: no tool result at all, so none without its call);
+    else None.
+
+    The bound: :func:`~retinue.protocol.transcript_cut.message_size` writes each
+    character of a text in at most :data:`_CHAR_BYTES`, so a plain message is at
+    most :data:`_PLAIN_SIZE` plus that per character of its texts.
+    Each record is what :func:`_to_record` makes of the message.
+    """
+    records = []
+    chars = 0
+    for message in messages:
+        role, content = message.get("role"), message.get("content")
+        tag: Any = generation
+        if len(message) != 2:
+            tag = message.get(GENERATION_TAG)
+            if len(message) != 3 or type(tag) is not int:
+                return None
+        if type(role) is not str or type(content) is not str or role == "tool":
+            return None
+        chars += len(role) + len(content)
+        records.append(TranscriptMessage(role=role, content=content, generation=tag))
+    if _CHAR_BYTES * chars + _PLAIN_SIZE * len(records) > max_bytes:
+        return None
+    return records
+
+
+def stored_once(
+    agent_id: str,
+    messages: Sequence[ChatMessage],
+    max_bytes: int,
+    task_at: int | None,
+    *,
+    cut: int = 0,
+    calls: Sequence[ModelCallRecord] = (),
+    generation: int = 0,
+    journal: ToolStep | None = None,
+) -> bytes:
+    """The encoded record :func:`stored_chat` (without a memo) stores for ``messages``, for
+    a chat stored once, whose bounded messages nothing reads again (a one-call turn's)."""
+    plain = _plain_records(messages, generation, max_bytes)
+    if plain is not None:
+        return _encode(agent_id, plain, cut, calls, journal)
+    out, cuts, _ = cut_transcript(messages, max_bytes, task_at)  # as stored_chat's
+    return encode_transcript(agent_id, out, cut + cuts, calls, generation, journal)
+
+
 def stored_chat(
     agent_id: str,
     messages: Sequence[ChatMessage],
@@ -359,7 +421,12 @@ def stored_chat(
     encoded record. With the turn's ``memo``, a chat that fits is checked
     against the memo once for both (its new messages alone sized and encoded).
     """
-    if memo is not None and fits(messages, max_bytes, memo):  # the memo holds messages
+    if memo is None:  # a chat stored once (a one-call turn's): its plain messages at once
+        plain = _plain_records(messages, generation, max_bytes)
+        if plain is not None:
+            where = task_index(messages, task_at)
+            return list(messages), cut, where, _encode(agent_id, plain, cut, calls, journal)
+    elif fits(messages, max_bytes, memo):  # the memo holds messages
         out, where = list(messages), task_index(messages, task_at)
         return (
             out,

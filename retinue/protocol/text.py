@@ -119,6 +119,8 @@ def truncate_utf8(text: str, max_bytes: int) -> tuple[str, bool]:
         ArgumentTypeError: ``text`` is not a ``str`` or ``max_bytes`` is not an ``int``.
         InvalidArgument: ``max_bytes`` is negative.
     """
+    if type(text) is str and type(max_bytes) is int and len(text) <= max_bytes and text.isascii():
+        return text, False  # one byte per character: it fits as it is (no surrogate in it)
     _check_args(text, max_bytes, "max_bytes")
     data = _encode(text)
     if len(data) <= max_bytes:

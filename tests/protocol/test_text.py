@@ -123,6 +123,23 @@ def test_lone_surrogates_are_replaced(truncate: Truncate) -> None:
     assert size(result) <= 20
 
 
+class _Text(str):
+    """A str subclass (the head comes back a plain str)."""
+
+
+@SETTINGS
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=40), st.integers(0, 50))
+def test_an_ascii_text_within_the_limit_comes_back_as_it_is(text: str, max_bytes: int) -> None:
+    result, truncated = truncate_utf8(text, max_bytes)
+    assert truncated is (len(text) > max_bytes)
+    if not truncated:
+        assert result is text  # one byte per character: nothing encoded to say it fits
+    subclassed, _ = truncate_utf8(_Text(text), max_bytes)
+    assert subclassed == result and type(subclassed) is str
+    with pytest.raises(ArgumentTypeError):
+        truncate_utf8(text, True)
+
+
 # -- truncation properties ---------------------------------------------------------
 
 limits = st.integers(min_value=0, max_value=120)

@@ -276,7 +276,8 @@ class ModelCallWatch:
         duration = time.monotonic() - self.started
         if self.span is not None:
             self.span.end(usage, response, None)
-        if not self.watch.listening:
+        bus = self.watch.bus  # (listening's test, without its property's frame)
+        if bus is None or not bus.active:
             return  # no event is built for nobody
         self.watch.publish(
             lambda agent, at: ModelCallFinished(

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import random
 import weakref
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -128,7 +127,11 @@ async def complete(
                 await semaphore.wait(waiter)
             try:
                 with Deadline(settings.request_timeout_s):
-                    response = await _attempt(litellm, kwargs, settings.stream, watch)
+                    if settings.stream:  # assembled into the response a plain call gives
+                        delta = None if watch is None else watch.delta
+                        response = await streamed(litellm, kwargs, delta)
+                    else:  # litellm's own coroutine: no frame of ours to make and resume
+                        response = await litellm.acompletion(**kwargs)
             finally:
                 semaphore.give()
         except Exception as exc:  # CancelledError (an interrupt) is not an Exception
@@ -153,20 +156,6 @@ async def complete(
         if watch is not None:
             watch.retry(attempt, failure.line(attempt), delay)
         await asyncio.sleep(delay)
-
-
-def _attempt(
-    litellm: ModuleType, kwargs: dict[str, Any], stream: bool, watch: ModelCallWatch | None
-) -> Awaitable[Any]:
-    """One attempt to await: a plain call, or a streamed one assembled into the same response.
-
-    It returns litellm's own coroutine (none of its own: one frame fewer to make and to
-    resume at each of the call's steps).
-    """
-    if not stream:
-        call: Awaitable[Any] = litellm.acompletion(**kwargs)
-        return call
-    return streamed(litellm, kwargs, None if watch is None else watch.delta)
 
 
 def usage_of(litellm: ModuleType, settings: CallSettings, response: Any) -> Usage:

@@ -41,6 +41,7 @@ __all__ = [
     "SCRIPTED_PROVIDER",
     "load_litellm",
     "load_litellm_async",
+    "loaded_litellm",
     "preload_litellm",
 ]
 
@@ -129,6 +130,11 @@ def _load_into(future: Future[ModuleType]) -> None:
         future.set_exception(exc)
         return
     future.set_result(module)
+
+
+def loaded_litellm() -> ModuleType | None:
+    """Return litellm if it is imported already (through this module), else None."""
+    return _module
 
 
 async def load_litellm_async() -> ModuleType:

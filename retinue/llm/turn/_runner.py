@@ -32,6 +32,7 @@ from retinue.llm.model import (
     finish_logging_at_close,
     load_litellm_async,
 )
+from retinue.llm.model._provider import loaded_litellm
 from retinue.llm.tools import ToolBoxBuilder, ToolBoxProtocol, adapting
 from retinue.llm.tools import _toolbox as toolbox_module
 from retinue.llm.turn._offered import OfferedSchemas
@@ -208,7 +209,8 @@ class LiteLLMRunner:
                 one repair request.
             TurnInterrupted: the turn was interrupted.
         """
-        litellm = await load_litellm_async()  # imported off the loop, if not yet
+        # imported off the loop, if not yet (once it is: no coroutine made to say so)
+        litellm = loaded_litellm() or await load_litellm_async()
         finish_logging_at_close()  # the runtime's loop lets litellm's callbacks finish
         return await TurnSession(self, control_of(turn), litellm).run()
 

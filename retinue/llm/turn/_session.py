@@ -74,12 +74,14 @@ from retinue.protocol.chat import (
     render_message,
     repair_dangling,
     stored_chat,
+    stored_once,
     stored_transcript,
     timed_call,
     turn_input,
     unanswered_calls,
 )
 from retinue.protocol.effects import Effect, effect_of
+from retinue.protocol.limits import Limits
 from retinue.protocol.messages import ToolCallInDoubt, Usage
 from retinue.protocol.records import ModelCallRecord, ToolStep
 from retinue.protocol.results import encode_result, parse_result, result_instruction
@@ -91,6 +93,17 @@ __all__ = ["REPAIR_PROMPT", "TurnSession"]
 
 _NONE = Usage()
 """No usage (a step that made no model call); a frozen struct, shared."""
+
+_budget: tuple[Limits | None, bool] = (None, False)
+"""The limits a turn last started under, and whether they set a budget (frozen limits)."""
+
+
+def _remember_budget(limits: Limits) -> tuple[Limits, bool]:
+    """Whether ``limits`` set a budget (:func:`has_budget`), kept as the last asked about."""
+    global _budget
+    _budget = (limits, has_budget(limits))
+    return _budget
+
 
 REPAIR_PROMPT = (
     "Your answer does not follow the structured result contract: {error}. "
@@ -105,62 +118,46 @@ class TurnSession:
     ``runner`` is read for its settings only (:class:`RunnerSettings`).
     """
 
-    __slots__ = (
-        "agent_usage",
-        "box",
-        "budgeted",
-        "call_times",
-        "calls_made",
-        "cut",
-        "doubt",
-        "history",
-        "in_doubt",
-        "input_stored",
-        "journal",
-        "limited",
-        "limits",
-        "litellm",
-        "memo",
-        "repaired",
-        "runner",
-        "step",
-        "structured",
-        "task_at",
-        "then",
-        "tools",
-        "tree_usage",
-        "turn",
-    )
+    # The turn's state, as it starts: class defaults (a turn sets one only as it changes
+    # it; a one-call turn changes few), but for what __init__ sets.
+    box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
+    history: list[ChatMessage]
+    # the history's sizes and records, kept between saves: made by the first save that
+    # is not the turn's last (a turn saved once, a one-call turn, makes none)
+    memo: TranscriptMemo | None = None
+    cut = 0
+    input_stored = False  # the first save stores the turn's input with its step
+    task_at: int | None = None
+    agent_usage = tree_usage = _NONE
+    calls_made = 0
+    repaired = False
+    call_times: list[ModelCallRecord]  # stored with the transcript (its timeline)
+    journal: ToolStep | None = None  # the tool calls' journal, stored with each save
+    step = 0  # this generation's tool steps so far (a key's step)
+    doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
+    then: str | None = None  # this turn's input, added after the open step's results
+    in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
+    tagged = False  # the history was loaded: messages of it carry their generation tags
 
     def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
         self.runner = runner
         self.turn = turn
         self.litellm = litellm
-        self.limits = turn.limits
-        profile = turn.profile
-        self.tools = runner.tools if runner.tools is not None else profile.tools
-        self.box: ToolBoxProtocol | None = None  # built when first needed (_toolbox)
-        self.structured = (runner.result_format or profile.result_format) == "structured"
-        self.history: list[ChatMessage] = []
-        # the history's sizes and records, kept between saves: made by the first save that
-        # is not the turn's last (a turn saved once, a one-call turn, makes none)
-        self.memo: TranscriptMemo | None = None
-        self.cut = 0
-        self.input_stored = False  # the first save stores the turn's input with its step
-        self.task_at: int | None = None
-        self.agent_usage = self.tree_usage = _NONE
-        self.budgeted = has_budget(self.limits)  # else no call is admitted, no budget checked
-        self.calls_made = 0
-        self.repaired = False
-        self.call_times: list[ModelCallRecord] = []  # stored with the transcript (its timeline)
-        self.journal: ToolStep | None = None  # the tool calls' journal, stored with each save
-        self.step = 0  # this generation's tool steps so far (a key's step)
-        self.doubt: Sequence[Any] = ()  # the chat's calls of a journal found open (in doubt)
-        self.then: str | None = None  # this turn's input, added after the open step's results
-        self.in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
-        calls = runner.calls
-        self.limited = LimitedCalls.of(turn, litellm, calls.model, calls.kwargs)
+        self.limits = limits = turn.limits
+        self.structured = (runner.result_format or turn.profile.result_format) == "structured"
+        budget = _budget  # else no call is admitted, no budget checked
+        if budget[0] is not limits:  # (every turn of a runtime has its limits: asked once)
+            budget = _remember_budget(limits)
+        self.budgeted = budget[1]
+        self.call_times = []
+        self.limited = LimitedCalls.of(turn, litellm, runner.calls.model, runner.calls.kwargs)
+
+    @property
+    def tools(self) -> str | Sequence[str] | None:
+        """The tools the turn is granted: the runner's, else its profile's."""
+        tools = self.runner.tools
+        return tools if tools is not None else self.turn.profile.tools
 
     def _system(self) -> list[ChatMessage]:
         text = self.turn.instructions or ""
@@ -222,23 +219,18 @@ class TurnSession:
             ModelCallFailed: the call failed for good, or the answer has no choices.
         """
         calls = self.runner.calls
-        messages = self._system() + for_model(self.history)
+        history = self.history
+        messages = self._system() + (for_model(history) if self.tagged else history)
         traced = self.turn.watch.span is not None  # the chat span reads the request
         request = dict(calls.kwargs, messages=messages, stream=calls.stream) if traced else None
-        cassette = self.runner.cassette
         tape = None
-        recorded = None
-        if cassette is not None:
-            tape = Taped(cassette, self.turn.agent.path, calls, messages, schemas)
+        if self.runner.cassette is not None:
+            tape = Taped(self.runner.cassette, self.turn.agent.path, calls, messages, schemas)
             recorded = tape.answer()  # CassetteMiss: replaying, not recorded
+            if recorded is not None:
+                return self._replayed(calls.model, request, *recorded)
         watch = self.turn.watch.model_call(calls.model, request)
         started = time.time()
-        if recorded is not None:
-            message, usage = recorded
-            watch.finished(usage)
-            self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
-            del self.call_times[: -self.limits.transcript_max_calls]
-            return message, usage
         if tape is not None:
             calls = tape.live(calls)
         try:
@@ -268,6 +260,17 @@ class TurnSession:
         del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
         return message, usage
 
+    def _replayed(
+        self, model: str, request: dict[str, Any] | None, message: ChatMessage, usage: Usage
+    ) -> tuple[ChatMessage, Usage]:
+        """A call the cassette answers: reported and timed as a call of ``model`` would be."""
+        watch = self.turn.watch.model_call(model, request)
+        started = time.time()
+        watch.finished(usage)
+        self.call_times.append(timed_call(self.turn.agent, model, started, usage))
+        del self.call_times[: -self.limits.transcript_max_calls]
+        return message, usage
+
     def _open(self, raw: bytes | None, agent_usage: Usage, tree_usage: Usage) -> None:
         """Take the stored conversation ``raw``, the usage totals and the journal (what
         :func:`~retinue.llm.turn._bridge.llm_load` answers); open the chat with this
@@ -288,6 +291,7 @@ class TurnSession:
             self.history = [{"role": "user", "content": text}]
             return
         history, self.cut, self.call_times, journal = stored_transcript(raw)  # one decode
+        self.tagged = True  # its messages keep their generations (for_model drops them)
         if journal is not None and journal.generation == generation:
             self.step = journal.step
         if turn.reason == APPROVAL_REASON:
@@ -597,7 +601,9 @@ class TurnSession:
         """
         agent = self.turn.agent
         memo = self.memo
-        if memo is None and not last:
+        if memo is None:
+            if last:  # stored once: the bounded chat is not kept
+                return self._step_once(usage, ends_call)
             memo = self.memo = TranscriptMemo()
         history, cut, task_at, raw = stored_chat(
             agent.id,
@@ -624,6 +630,29 @@ class TurnSession:
             self.input_stored = True
             self.in_doubt = ()
         return step
+
+    def _step_once(self, usage: Usage, ends_call: bool) -> LlmStep:
+        """:meth:`_step` for a turn saved once (its last step is its first save)."""
+        agent = self.turn.agent
+        raw = stored_once(
+            agent.id,
+            self.history,
+            self.limits.transcript_max_bytes,
+            self.task_at,
+            cut=self.cut,
+            calls=self.call_times,
+            generation=agent.generation,
+            journal=self.journal,
+        )
+        return LlmStep(
+            self.turn.ref,
+            usage,
+            raw,
+            not self.input_stored,
+            ends_call,
+            open_count(self.journal),
+            self.in_doubt,
+        )
 
 
 def _first_message(response: Any, model: str) -> Any:
