@@ -30,6 +30,7 @@ from retinue.protocol.limits import Limits
 __all__ = [
     "EXPIRED",
     "await_answer",
+    "deadlines_of",
     "expire_after",
     "fail_pending",
     "poster",
@@ -309,12 +310,25 @@ def expire_after(
     Raises:
         TypeError: ``post`` is not a host loop's poster.
     """
+    deadlines_of(post)(loop, ready, seconds)
+
+
+def deadlines_of(
+    post: Callable[..., Any],
+) -> Callable[[asyncio.AbstractEventLoop, _Awaited, float], None]:
+    """Return ``expire`` for the loop whose poster is ``post`` (a host's loop's):
+    ``expire(loop, ready, seconds)`` is :func:`expire_after` with its poster found
+    already (the engine keeps it with the poster: no Python call of its own per wait).
+
+    Raises:
+        TypeError: ``post`` is not a host loop's poster.
+    """
     if type(post) is not _Batched:
         raise TypeError("expire_after times waits on a host's loop (its poster is a _Batched)")
     deadlines = post._deadlines
     if deadlines is None:
         deadlines = post._deadlines = _Deadlines()
-    deadlines.add(loop, ready, seconds)
+    return deadlines.add
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:
