@@ -151,11 +151,17 @@ class _Batched:
         loop = self._loop()
         if loop is None or loop.is_closed():
             raise RuntimeError("Event loop is closed")
-        with self._lock:
+        # acquire/release, not ``with``: a with statement binds __enter__ and __exit__ (two
+        # bound methods) per call, and the store's writer answers every host await here.
+        lock = self._lock
+        lock.acquire()
+        try:
             self._calls.append((callback, args))
             if self._scheduled:
                 return True
             self._scheduled = True
+        finally:
+            lock.release()
         try:
             self._wake()
         except BlockingIOError:  # a full socket: a wake-up is pending already
