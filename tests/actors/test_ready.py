@@ -160,3 +160,58 @@ def test_set_inside_another_task_resumes_the_waiter_soon_not_inside_it(how: str)
         assert seen == ["after set", 3 if how == "result" else "no"]
 
     asyncio.run(main())
+
+
+def test_resume_from_a_loop_callback_resumes_the_task_inside_it_and_refuses_a_done_one() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ready: Ready[int] = Ready(loop)
+        seen: list[Any] = []
+
+        async def waiter() -> None:
+            _WHO.set("waiter")
+            seen.append((await ready, _WHO.get()))
+
+        task = loop.create_task(waiter())
+        await asyncio.sleep(0)
+        resumed: list[bool] = []
+
+        def answer() -> None:  # a loop callback, as the posted answer is
+            resumed.append(ready.resume(5))
+            seen.append("after resume")
+            resumed.append(ready.resume(6))  # done: nothing changes
+
+        loop.call_soon(answer)
+        await task
+        assert seen == [(5, "waiter"), "after resume"]
+        assert resumed == [True, False]
+        assert ready.result() == 5
+
+    asyncio.run(main())
+
+
+def test_resume_runs_every_callback_in_order_and_reports_a_failing_one() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reported: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: reported.append(context))
+        ready: Ready[int] = Ready(loop)
+        calls: list[str] = []
+
+        def broken(_: Ready[int]) -> None:
+            raise RuntimeError("broken callback")
+
+        ready.add_done_callback(lambda f: calls.append(f"first {f.result()}"))
+        ready.add_done_callback(broken)
+        ready.add_done_callback(lambda f: calls.append(f"third {f.result()}"))
+        loop.call_soon(ready.resume, 4)
+        await asyncio.sleep(0)
+        assert calls == ["first 4", "third 4"]
+        assert [type(c["exception"]) for c in reported] == [RuntimeError]
+        lone: Ready[int] = Ready(loop)
+        lone.add_done_callback(broken)  # a lone callback that fails is reported too
+        loop.call_soon(lone.resume, 1)
+        await asyncio.sleep(0)
+        assert [type(c["exception"]) for c in reported] == [RuntimeError, RuntimeError]
+
+    asyncio.run(main())

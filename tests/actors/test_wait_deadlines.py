@@ -22,6 +22,7 @@ from retinue import ArgumentTypeError, InvalidArgument, Limits, Profile, WaitTim
 from retinue.actors.calls._waiting import (
     EXPIRED,
     _Batched,
+    deadlines_of,
     expire_after,
     poster,
     resolve_timeout,
@@ -71,6 +72,24 @@ def test_a_wait_answered_in_time_is_not_expired() -> None:
         await asyncio.sleep(0.05)  # past the deadline: its timer fired and swept
         assert ready.result() == 7
         assert not _deadlines(post)._entries
+
+    asyncio.run(scenario())
+
+
+def test_deadlines_of_a_host_poster_share_its_loops_deadlines_and_refuse_another_poster() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        post = poster(loop)
+        expire = deadlines_of(post)
+        assert expire == deadlines_of(post)  # the loop's one queue of deadlines
+        late, soon = loop.create_future(), loop.create_future()
+        expire_after(post, loop, late, WATCHDOG_S)
+        expire(loop, soon, 0.0)
+        assert await asyncio.wait_for(soon, WATCHDOG_S) is EXPIRED
+        assert not late.done()
+        late.set_result(None)
+        with pytest.raises(TypeError):
+            deadlines_of(print)  # not a host loop's poster
 
     asyncio.run(scenario())
 

@@ -6,7 +6,7 @@ that owns the runtime's open/closing/closed state (``Channel``), the one-shot
 reply future (``Reply``; ``LoopReply``, an awaited request's, settles its
 loop's future itself; ``TOLD``, a told command's, keeps nothing), the ledger
 of answers in flight between threads (``Handover``) and the waiting helpers
-(timeouts, a loop's batched post).
+(timeouts, a loop's batched post, a loop's wake-up from another thread: ``Wakeup``).
 
 The rest of the package may use the names in ``__all__``; the modules are private.
 """
@@ -23,6 +23,7 @@ from retinue.actors.calls._waiting import (
     timed_out,
     unregister_poster,
 )
+from retinue.actors.calls._wakeup import Wakeup
 
 __all__ = [
     "TOLD",
@@ -35,6 +36,7 @@ __all__ = [
     "RuntimeState",
     "Told",
     "WaitCommand",
+    "Wakeup",
     "actor_target",
     "handed_events",
     "register_poster",

@@ -32,7 +32,7 @@ from retinue.actors.calls._reply import TOLD, LoopReply, Reply
 from retinue.actors.calls._waiting import (
     EXPIRED,
     await_answer,
-    expire_after,
+    deadlines_of,
     fail_pending,
     poster,
     runtime_poster,
@@ -60,6 +60,8 @@ R = TypeVar("R")
 _Future = asyncio.Future
 WaitCommand = Wait | Run | RunMany | HostMessages | Idle
 """The commands whose answer may take long: a wait, given up in time."""
+_Expire = Callable[[asyncio.AbstractEventLoop, Any, float], object]
+"""``expire(loop, ready, seconds)``: a host loop's deadlines (``deadlines_of``)."""
 
 
 def handed_events(value: object) -> list[Message | Completion]:
@@ -102,21 +104,20 @@ class Engine:
         self.host: HostLedger[tuple[concurrent.futures.Future[Any], HostReceipt]] = HostLedger()
         # The receipt of every host wait without a lease: one for all (it holds only this).
         self.receipt = HostReceipt(self)
-        # The last host loop called from (held weakly) and its poster: found again with no
-        # Python call (poster's lookup is two, and a host calls from one loop nearly always).
+        # The last host loop called from (held weakly), its poster and its waits' deadlines
+        # (deadlines_of): found again with no Python call (poster's lookup is two, and a host
+        # calls from one loop nearly always).
         self._host_loop: tuple[
-            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any]
-        ] = (
-            _no_loop,
-            _no_post,
-        )
+            Callable[[], asyncio.AbstractEventLoop | None], Callable[..., Any], _Expire
+        ] = (_no_loop, _no_post, _no_post)
 
-    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> Callable[..., Any]:
-        """The poster of ``loop``, a host's (not a runtime's) loop; remembered for the next
-        call."""
+    def _host_poster(self, loop: asyncio.AbstractEventLoop) -> tuple[Callable[..., Any], _Expire]:
+        """The poster of ``loop``, a host's (not a runtime's) loop, and its deadlines'
+        ``expire``; remembered for the next call."""
         post = poster(loop)
-        self._host_loop = (weakref.ref(loop), post)
-        return post
+        expire = deadlines_of(post)
+        self._host_loop = (weakref.ref(loop), post, expire)
+        return post, expire
 
     def submit(
         self, command: Command[Any], reply: concurrent.futures.Future[Any] | None = None
@@ -162,9 +163,9 @@ class Engine:
         post = runtime_poster(loop)
         ready: asyncio.Future[R] | Ready[R]
         if post is None:  # a host's loop: a Ready (its task resumes as it is answered)
-            last, post = self._host_loop
+            last, post, _ = self._host_loop
             if last() is not loop:
-                post = self._host_poster(loop)
+                post, _ = self._host_poster(loop)
             ready = Ready(loop)
         else:  # a runtime's loop (asyncio's, LoopThread's): its create_future, inline
             ready = _Future(loop=loop)
@@ -215,9 +216,9 @@ class Engine:
         future: concurrent.futures.Future[Any]
         ready: Ready[Any] | None = None
         if runtime_poster(loop) is None:  # a host's loop (see _expired)
-            last, post = self._host_loop
+            last, post, expire = self._host_loop
             if last() is not loop:
-                post = self._host_poster(loop)
+                post, expire = self._host_poster(loop)
             ready = Ready(loop)  # its task resumes as it is answered (see Ready)
             future = LoopReply(ready, post)
         else:  # a runtime's loop: a turn's wait
@@ -225,9 +226,9 @@ class Engine:
         receipt.expect(future)
         sender = command.sender
         try:
-            self.submit(command, future)
+            self.channel.submit(command, future)
             if ready is not None:
-                expire_after(post, loop, ready, seconds)
+                expire(loop, ready, seconds)  # expire_after, its deadlines found already
                 value = await ready
                 if value is EXPIRED:
                     value = await self._expired(loop, sender, future, seconds)

@@ -24,7 +24,7 @@ import contextvars
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-_current_task = asyncio.current_task  # in C
+_current_task = asyncio.current_task  # in C from Python 3.12 (a Python function in 3.11)
 
 __all__ = ["Ready"]
 
@@ -154,6 +154,28 @@ class Ready(Generic[T]):
                 self._report(exc)
         else:
             self._call_now()
+
+    def resume(self, result: T) -> bool:
+        """Set it to ``result`` from a loop callback (never inside a task): its done
+        callbacks run now. False (nothing done) if it is done already.
+
+        :meth:`set_result` without its look at the current task (a Python call in
+        Python 3.11), for who knows it runs between tasks: a reply's answer, posted
+        to the loop (:func:`~retinue.actors.calls._reply._settle`).
+        """
+        if self._state != _PENDING:
+            return False
+        self._result, self._state = result, _FINISHED
+        fn = self._fn
+        if fn is not None and self._more is None:  # its task's wake-up alone (nearly always)
+            self._fn = None
+            try:
+                self._context.run(fn, self)  # type: ignore[union-attr]  # set with fn
+            except Exception as exc:  # as a loop callback's: reported
+                self._report(exc)
+        else:
+            self._call_now()
+        return True
 
     def set_exception(self, exception: BaseException) -> None:
         """Set it to ``exception`` (raised to the awaiting task) and call its done callbacks now.

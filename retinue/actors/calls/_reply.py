@@ -242,6 +242,9 @@ class Reply(concurrent.futures.Future[T]):
 def _settle(ready: asyncio.Future[Any] | Ready[Any], reply: LoopReply[Any]) -> None:
     """On the awaiting loop: hand ``reply``'s outcome to ``ready`` (unless its await was
     cancelled: nobody reads it then)."""
+    if type(ready) is Ready and reply._exception is None and reply._state == _FINISHED:
+        ready.resume(reply._result)  # a host's await with its answer (nearly always)
+        return
     if ready.done():
         return
     if reply._state in _CANCELS:

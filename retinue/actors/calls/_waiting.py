@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from retinue.actors.calls._ready import Ready
+from retinue.actors.calls._wakeup import Wakeup
 from retinue.errors import InvalidArgument, WaitTimeout
 from retinue.protocol.checks import check_seconds
 from retinue.protocol.limits import Limits
@@ -29,6 +30,7 @@ from retinue.protocol.limits import Limits
 __all__ = [
     "EXPIRED",
     "await_answer",
+    "deadlines_of",
     "expire_after",
     "fail_pending",
     "poster",
@@ -103,15 +105,20 @@ class _Batched:
     """Runs callbacks on a loop that is not a runtime's (a host's), one wake-up per batch.
 
     Calls from any thread run in the order they were made. The first call
-    since the loop last ran them wakes it (``call_soon_threadsafe``: a write to
-    its self-pipe); the calls made before it gets to them join that batch
-    without another write. A commit that answers many of the host's awaits
-    (a burst of ``spawn_async``) so wakes the host's loop once, and the
-    store's writer, which answers them, releases the GIL at one write
-    instead of at each.
+    since the loop last ran them wakes it; the calls made before it gets to
+    them join that batch without another wake-up. A commit that answers many
+    of the host's awaits (a burst of ``spawn_async``) so wakes the host's loop
+    once, and the store's writer, which answers them, releases the GIL at one
+    write instead of at each.
+
+    Made on the loop's own thread (as every host call makes it), it wakes the
+    loop through a :class:`~retinue.actors.calls._wakeup.Wakeup` (a byte on a
+    socket the loop watches: no ``Handle`` built nor self-pipe written in Python
+    per wake-up, on either side); made elsewhere, or on a loop that cannot
+    watch a socket, with ``call_soon_threadsafe``.
     """
 
-    __slots__ = ("_calls", "_deadlines", "_lock", "_loop", "_scheduled")
+    __slots__ = ("_calls", "_deadlines", "_lock", "_loop", "_scheduled", "_wake", "_wakeup")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         """Post to ``loop`` (held weakly: the poster is the loop's value in ``_POSTERS``,
@@ -121,6 +128,19 @@ class _Batched:
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._scheduled = False
         self._deadlines: _Deadlines | None = None  # the host's waits' deadlines, made on use
+        self._wakeup: Wakeup | None = None
+        self._wake: Callable[[], object] = self._wake_threadsafe
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:  # on the loop's thread: it may watch a socket of ours
+            try:
+                wakeup = Wakeup(loop, self._woken)
+            except (NotImplementedError, OSError):  # call_soon_threadsafe, then
+                return
+            self._wakeup, self._wake = wakeup, wakeup.wake
+            weakref.finalize(loop, wakeup.close)  # its sockets go with the loop
 
     def __call__(self, callback: Callable[..., Any], *args: Any) -> bool:
         """Run ``callback(*args)`` on the loop soon.
@@ -131,19 +151,59 @@ class _Batched:
         loop = self._loop()
         if loop is None or loop.is_closed():
             raise RuntimeError("Event loop is closed")
-        with self._lock:
+        # acquire/release, not ``with``: a with statement binds __enter__ and __exit__ (two
+        # bound methods) per call, and the store's writer answers every host await here.
+        lock = self._lock
+        lock.acquire()
+        try:
             self._calls.append((callback, args))
             if self._scheduled:
                 return True
             self._scheduled = True
+        finally:
+            lock.release()
         try:
-            loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # closed meanwhile: nobody will run them
+            self._wake()
+        except BlockingIOError:  # a full socket: a wake-up is pending already
+            pass
+        except (RuntimeError, OSError):  # closed meanwhile: nobody will run them
             with self._lock:
                 self._calls.clear()
                 self._scheduled = False
-            raise
+            raise RuntimeError("Event loop is closed") from None
         return True
+
+    def _wake_threadsafe(self) -> None:
+        """Wake the loop with ``call_soon_threadsafe`` (no :class:`Wakeup`).
+
+        Raises:
+            RuntimeError: the loop is closed or gone.
+        """
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("Event loop is closed")
+        loop.call_soon_threadsafe(self._drain)
+
+    def _woken(self) -> None:
+        """The :class:`Wakeup`'s reader: take the wake-up, then run the batch (as
+        :meth:`_drain`, inline: one Python call fewer per wake-up)."""
+        # First: a wake-up sent after this read stays pending, for calls this drain misses.
+        try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per wake-up
+            self._wakeup.clear()  # type: ignore[union-attr]  # set with this reader
+        except OSError:  # none pending (a byte taken by an earlier read), or closed
+            pass
+        lock = self._lock  # acquire/release, not ``with``: two bound methods fewer
+        lock.acquire()
+        try:
+            calls, self._calls = self._calls, []
+            self._scheduled = False
+        finally:
+            lock.release()
+        for callback, args in calls:
+            try:
+                callback(*args)
+            except Exception:  # one broken callback must not starve the others
+                log.exception("a callback posted to an event loop failed")
 
     def _drain(self) -> None:
         with self._lock:
@@ -256,12 +316,25 @@ def expire_after(
     Raises:
         TypeError: ``post`` is not a host loop's poster.
     """
+    deadlines_of(post)(loop, ready, seconds)
+
+
+def deadlines_of(
+    post: Callable[..., Any],
+) -> Callable[[asyncio.AbstractEventLoop, _Awaited, float], None]:
+    """Return ``expire`` for the loop whose poster is ``post`` (a host's loop's):
+    ``expire(loop, ready, seconds)`` is :func:`expire_after` with its poster found
+    already (the engine keeps it with the poster: no Python call of its own per wait).
+
+    Raises:
+        TypeError: ``post`` is not a host loop's poster.
+    """
     if type(post) is not _Batched:
         raise TypeError("expire_after times waits on a host's loop (its poster is a _Batched)")
     deadlines = post._deadlines
     if deadlines is None:
         deadlines = post._deadlines = _Deadlines()
-    deadlines.add(loop, ready, seconds)
+    return deadlines.add
 
 
 def resolve_timeout(timeout: float | None, limits: Limits) -> float:

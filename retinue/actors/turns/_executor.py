@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from retinue.actors.calls import register_poster, unregister_poster
+from retinue.actors.calls import Wakeup, register_poster, unregister_poster
 from retinue.actors.turns._loop_close import run_after_tasks, run_closers, runs_closers
 
 __all__ = ["IDLE_S", "Executor", "LoopThread", "WorkerPool", "runner_finished"]
@@ -242,6 +242,7 @@ class LoopThread:
         self._calls_lock = threading.Lock()
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._drain_scheduled = False
+        self._wakeup: Wakeup | None = None  # how another thread wakes the loop (made with it)
 
     @property
     def thread_id(self) -> int | None:
@@ -258,6 +259,8 @@ class LoopThread:
                 return None
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                with contextlib.suppress(NotImplementedError, OSError):  # else call_soon_threadsafe
+                    self._wakeup = Wakeup(loop, self._woken)  # the loop does not run yet
                 register_poster(loop, self.call_soon)
                 runs_closers(loop)
                 thread = threading.Thread(
@@ -289,6 +292,8 @@ class LoopThread:
                 if tasks:
                     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             run_after_tasks(loop)
+            if self._wakeup is not None:  # a wake-up from now on fails: nothing runs them
+                self._wakeup.close(loop)
             loop.close()
             unregister_poster(loop)  # its poster holds this LoopThread, which holds the loop
 
@@ -325,11 +330,23 @@ class LoopThread:
         try:
             if self._ident == threading.get_ident():
                 loop.call_soon(self._drain_calls)  # on the loop: it is running, awake
+            elif self._wakeup is not None:  # a byte on the socket it watches (a C call)
+                self._wakeup.wake()
             else:
                 loop.call_soon_threadsafe(self._drain_calls)
-        except RuntimeError:  # closed meanwhile
+        except BlockingIOError:  # a full socket: a wake-up is pending already
+            pass
+        except (RuntimeError, OSError):  # closed meanwhile
             return False
         return True
+
+    def _woken(self) -> None:
+        """The loop's reader of its :class:`Wakeup`: take the wake-up, then drain."""
+        try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per wake-up
+            self._wakeup.clear()  # type: ignore[union-attr]  # set with this reader
+        except OSError:  # none pending (an earlier read took it)
+            pass
+        self._drain_calls()
 
     def _drain_calls(self) -> None:
         lock = self._calls_lock  # acquire/release, not ``with``: see call_soon
