@@ -18,9 +18,10 @@ timed window, per turn:
 - the garbage collector's collections and milliseconds (``gc.callbacks``);
 - the cross-thread hand-offs: commands submitted to the supervisor, groups
   handed to the store's writer, loop wake-ups (``call_soon_threadsafe``: a
-  self-pipe write each), and the commits and fsyncs (in ``full`` LMDB calls
-  ``fdatasync`` once per commit, for its pages, and writes its meta page with
-  ``O_DSYNC``; an explicit flush is one more).
+  self-pipe write each; retinue's own: a byte a ``Wakeup`` sends), and the
+  commits and fsyncs (in ``full`` LMDB calls ``fdatasync`` once per commit,
+  for its pages, and writes its meta page with ``O_DSYNC``; an explicit flush
+  is one more).
 
 The raw side runs twice: a plain call (model and messages, as the llm
 bench's raw side) and the request a retinue turn sends (captured from one
@@ -47,6 +48,7 @@ from typing import Any
 
 from retinue import Durability, Limits, Profile, Runtime
 from retinue.actors.calls._channel import Channel
+from retinue.actors.calls._wakeup import Wakeup
 from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
 from retinue.llm.model import load_litellm
 from retinue.persistence.writer import Writer
@@ -119,6 +121,22 @@ def _counting(counts: _Counts) -> Iterator[None]:
         setattr(cls, name, wrapper)
 
     count(asyncio.BaseEventLoop, "call_soon_threadsafe", "loop_wakes")
+    # retinue wakes a loop it watches a socket of with a Wakeup (a byte sent: no
+    # call_soon_threadsafe); each made in the pass counts its wake-ups too.
+    made = Wakeup.__init__
+
+    def counted_wakeup(self: Wakeup, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        send = self.wake
+
+        def wake() -> object:
+            counts.calls["loop_wakes"] = counts.calls.get("loop_wakes", 0) + 1
+            return send()
+
+        self.wake = wake
+
+    wrapped.append((Wakeup, "__init__", made))
+    Wakeup.__init__ = counted_wakeup  # type: ignore[method-assign]
     count(Channel, "submit", "commands")
     count(Writer, "submit_group", "writer_groups")
     count(Writer, "submit_queued", "writer_groups")  # the supervisor's groups
