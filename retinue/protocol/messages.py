@@ -210,8 +210,15 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     seq: int = 0
 
 
-class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="event"):
-    """Common fields of every published event."""
+class _EventBase(msgspec.Struct, frozen=True, kw_only=True, tag_field="event", gc=False):
+    """Common fields of every published event.
+
+    Out of the cyclic collector (``gc=False``, inherited by every event): an event holds
+    only strings, numbers, booleans and None, so it can never be part of a reference
+    cycle; built outside the collector it adds nothing to the young generation's count,
+    and queued in a listener's buffer (up to ``event_queue_capacity`` each) it is never
+    scanned by a collection.
+    """
 
     agent_id: str
     path: str

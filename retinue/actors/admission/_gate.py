@@ -52,8 +52,11 @@ __all__ = [
 ]
 
 
-class CallOwner(msgspec.Struct, frozen=True):
-    """Who makes a model call: its agent (id and path) and its model, for events and reports."""
+class CallOwner(msgspec.Struct, frozen=True, gc=False):
+    """Who makes a model call: its agent (id and path) and its model, for events and reports.
+
+    Three strings: never part of a reference cycle, so out of the cyclic collector.
+    """
 
     agent_id: str
     path: str

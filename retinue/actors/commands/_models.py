@@ -38,7 +38,7 @@ class LlmLoad(Command[tuple[bytes | None, Usage, Usage]]):
     sender: TurnRef
 
 
-class LlmStep(msgspec.Struct, Command[tuple[Usage, Usage]], frozen=True):
+class LlmStep(msgspec.Struct, Command[tuple[Usage, Usage]], frozen=True, gc=False):
     """An LLM turn made a step: add ``usage`` to the agent and its tree, store ``transcript``.
 
     A frozen msgspec struct, not a frozen dataclass as the other commands: a
@@ -58,6 +58,10 @@ class LlmStep(msgspec.Struct, Command[tuple[Usage, Usage]], frozen=True):
     a result (None: unchanged; see ``AgentRecord.open_calls``); ``in_doubt``
     are the events of the calls the turn found in doubt and acts on, published
     once this step is committed.
+
+    Out of the cyclic collector (``gc=False``): frozen, and what it holds (a turn's
+    reference, usages, bytes, numbers, events) never refers back to it, so it can never
+    be part of a reference cycle.
     """
 
     sender: TurnRef
