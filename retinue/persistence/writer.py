@@ -219,7 +219,12 @@ class Writer:
         dirty = False
         buffered = self.durability is Durability.BUFFERED
         get, empty, held = self._queue.get, self._queue.empty, self._held
+        first: Any = None
         while True:
+            # What the last round handled is let go before the wait for the next: kept in a
+            # local meanwhile, a committed group (its transitions, replies and closures) stayed
+            # alive while the writer idled, and the collector promoted and scanned it.
+            first = None
             timeout = None
             if dirty:
                 timeout = max(0.0, FLUSH_INTERVAL_S - (time.monotonic() - last_sync))
@@ -252,6 +257,7 @@ class Writer:
             if group:
                 self._commit_group(group)
                 dirty = dirty or self.durability is Durability.BUFFERED
+            del group
             if controls or (not self._held and self._queue.empty()):
                 self._answer()
             for control in controls:
