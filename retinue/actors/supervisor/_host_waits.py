@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 _get = dict.get  # a journaled dict's own get, in C
+_pop = dict.pop
 
 
 def host_next(record: AgentRecord, generations: Iterable[int]) -> int | None:
@@ -353,7 +354,7 @@ class HostWaits(Journaled):
         if len(waiters) == 1:  # the one wait (nearly always): its list goes with it
             if journal.active:  # JDict.pop's entry, inline (host is an unordered JDict)
                 journal.log((dict.__setitem__, (host, record.id, waiters)))
-            dict.__delitem__(host, record.id)
+            _pop(host, record.id)  # dict.__delitem__'s work (a method: no slot wrapper's tuple)
             waiter = waiters[0]
             return waiter if claim(journal, waiter.future) else None
         while waiters:

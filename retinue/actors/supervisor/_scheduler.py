@@ -155,7 +155,10 @@ class SlotRequest:
 _NO_HANDLE = object()  # no handle was held (see _let_go)
 _held_handle = dict.get  # the scheduler's own sets and dict, journaled by _let_go's entry
 _set_handle = dict.__setitem__
+_new_handle = dict.setdefault
 _add = set.add
+_discard = set.discard
+_pop_handle = dict.pop
 
 
 def _let_go(
@@ -459,7 +462,8 @@ class Scheduler(Journaled):
         if journal.active:
             was = (_held_handle(turns, agent_id, _NO_HANDLE), agent_id in active, ran in unreported)
             journal.log((_let_go, (self, agent_id, ran, *was)))
-        _set_handle(turns, agent_id, handle)
+        if _new_handle(turns, agent_id, handle) is not handle:  # (setdefault: no slot wrapper)
+            _set_handle(turns, agent_id, handle)  # a handle held already (nearly never)
         _add(active, agent_id)
         _add(unreported, ran)
 
@@ -523,8 +527,8 @@ class Scheduler(Journaled):
         journal = self._journal
         if journal.active and (was_active or handle is not _NO_HANDLE):  # one entry for both
             journal.log((_hold_again, (self, agent_id, handle, was_active)))
-        dict.pop(turns, agent_id, None)
-        set.discard(active, agent_id)
+        _pop_handle(turns, agent_id, None)
+        _discard(active, agent_id)
         if self.reacquire and any(r.agent_id == agent_id for r in self.reacquire):
             if why is None:
                 why = TurnInterrupted(TURN_ENDED)
