@@ -426,7 +426,11 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         _dict_new(self.agents, key, record)
         counts = self.state_counts
         count_key = _STATE_KEYS[state]
-        _dict_set(counts, count_key, _dict_get(counts, count_key, 0) + 1)
+        count = _dict_get(counts, count_key)
+        if count is None:  # no agent in this state (a spawn's running, one at a time)
+            _dict_new(counts, count_key, 1)
+        else:
+            _dict_set(counts, count_key, count + 1)
         if state in BUSY_STATES:
             _dict_new(self.busy, key, None)
         top_of = self.top_of
@@ -440,13 +444,19 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         if live:
             profiles = self.live_profiles
             _dict_set(profiles, record.profile, _dict_get(profiles, record.profile, 0) + 1)
-            _dict_set(self.live_paths, record.path, key)
+            # A live path is new (a spawn checks it); one held already is set over, as ever.
+            if _dict_new(self.live_paths, record.path, key) is not key:
+                _dict_set(self.live_paths, record.path, key)
             if kids is None:
                 kids = JSet(journal)
                 _dict_set(children, kin, kids)
             set.add(kids, key)
             trees = self.tree_count
-            _dict_set(trees, top, _dict_get(trees, top, 0) + 1)
+            count = _dict_get(trees, top)
+            if count is None:  # a new top-level agent's tree
+                _dict_new(trees, top, 1)
+            else:
+                _dict_set(trees, top, count + 1)
             self.__dict__["live_count"] = self.live_count + 1  # unjournaled (see above)
         else:
             _dict_set(self.closed, key, record.closed_at or record.updated_at)
