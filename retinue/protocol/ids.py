@@ -27,4 +27,6 @@ if hasattr(os, "register_at_fork"):
 
 def new_id() -> str:
     """Return a fresh id: 32 lowercase hex digits (128 random bits)."""
-    return f"{_random.getrandbits(128):032x}"
+    # The 16 bytes' hex: the same 32 digits as ``f"{n:032x}"``, without int.__format__'s
+    # format-spec parse (a third of the cost).
+    return _random.getrandbits(128).to_bytes(16, "big").hex()

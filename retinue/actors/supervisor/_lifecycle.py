@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
+
 from retinue.actors import Journaled
 from retinue.actors.commands import (
     Close,
@@ -26,7 +28,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.supervisor._host_waits import HostWaits, host_take
 from retinue.actors.supervisor._routing import Router
-from retinue.actors.supervisor._scheduler import Scheduler
+from retinue.actors.supervisor._scheduler import TURN_ENDED, Scheduler
 from retinue.actors.supervisor._supervision import Supervision
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._turn_inputs import Event, consume, given_back_ids, take_held
@@ -55,6 +57,8 @@ from retinue.protocol.text import bounded_text
 __all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
 
 _held = dict.get  # a held agent's record, in C (AgentTable.get, a Python call, reads settled ones)
+_replace = msgspec.structs.replace
+_COMPLETED = AgentState.COMPLETED  # a global: an enum member's lookup is a slow descriptor
 
 INTERRUPTED_QUEUED = "interrupted before execution"
 """The error of a turn interrupted while it waited for a slot (it never ran)."""
@@ -148,11 +152,12 @@ class Lifecycle(Journaled):
         """
         scheduler, agent_id = self.scheduler, record.id
         handle = _held(scheduler.turns, agent_id)
-        why = TurnInterrupted("the turn ended")  # _release's work, inline (every settle's)
-        scheduler.release(tx, agent_id, why)
+        # _release's work, inline (every settle's); the error a part fails a wait or a
+        # request with is made only by a part that holds one (nearly every turn: none).
+        scheduler.release(tx, agent_id, None)
         if agent_id in self.waiters.by_turn:
-            self.waiters.release(tx, agent_id, why)
-        self.supervision.turn_ended(tx, agent_id, why)
+            self.waiters.release(tx, agent_id, TurnInterrupted(TURN_ENDED))
+        self.supervision.turn_ended(tx, agent_id, None)
         back = list(returned)
         if handle is not None:
             journal = self._journal
@@ -175,12 +180,11 @@ class Lifecycle(Journaled):
             output = bounded_text(output, cap)
         status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
         changes = {} if changes is None else changes
-        changes.update(
-            state=AgentState.COMPLETED if error is None else AgentState.FAILED,
-            output=output,
-            error=None if error is None else bounded_text(error.text, cap),
-            error_type=None if error is None else error.type,
-        )
+        # Set one by one: an update(**) builds a dict of its own first.
+        changes["state"] = _COMPLETED if error is None else AgentState.FAILED
+        changes["output"] = output
+        changes["error"] = None if error is None else bounded_text(error.text, cap)
+        changes["error_type"] = None if error is None else error.type
         record = self._write_end(tx, record, status, changes, span)
         if pump:
             self.scheduler.pump(tx)
@@ -225,7 +229,10 @@ class Lifecycle(Journaled):
         changes["ended"] = GenerationEnd(
             generation=generation, state=changes["state"], at=now, span=span
         )
-        record = world.update(record, **changes)
+        # World.update's work on the ``current`` found above (updated_at given), inline.
+        if record.id in tree.open_calls:  # a running agent's newer count rides along
+            changes.setdefault("open_calls", tree.open_calls.pop(record.id))
+        record = tree.put_agent(_replace(current, **changes))
         self.router.emit_completion(tx, record, status, span=span, ended=now, taken=taken)
         return record
 

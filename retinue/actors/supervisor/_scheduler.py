@@ -38,7 +38,7 @@ from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of, spawned_info
-from retinue.actors.turns import AgentActor, Report, Turn, TurnControl
+from retinue.actors.turns import AgentActor, Report, Turn, TurnControl, turn_ref
 from retinue.errors import TurnInterrupted
 from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import (
@@ -50,12 +50,74 @@ from retinue.protocol.messages import (
 )
 from retinue.protocol.records import AgentRecord
 from retinue.protocol.supervision import APPROVAL_REASON, SPAWN_REASON
+from retinue.protocol.usage import Usage
 
-__all__ = ["Inbox", "Scheduler", "SlotRequest", "StartFailed", "TurnHandle"]
+__all__ = [
+    "TURN_ENDED",
+    "Inbox",
+    "Scheduler",
+    "SlotRequest",
+    "StartFailed",
+    "TurnHandle",
+    "llm_started",
+    "settle_of",
+]
+
+TURN_ENDED = "the turn ended"
+"""Why a turn's waits and requests fail once it settled (a ``TurnInterrupted``'s text)."""
 
 
 def _nothing_stored() -> None:
     """The stored transcript of an agent that has none yet (a spawn's turn reads no store)."""
+
+
+# Frozen dataclasses made once per turn, built with their slots' own setters: their
+# ``__init__`` sets each field through ``object.__setattr__`` (a global lookup and a call
+# per field), several times the cost. What is built is the same object (equal, hashed
+# alike; ``tests/actors/test_scheduler_builds.py`` checks it).
+_new = object.__new__
+_STARTED: Any = LlmStarted
+_set_transcript = _STARTED.transcript.__set__
+_set_usage = _STARTED.usage.__set__
+_set_tree_usage = _STARTED.tree_usage.__set__
+_SETTLE: Any = Settle
+_set_sender = _SETTLE.sender.__set__
+_set_output = _SETTLE.output.__set__
+_set_error = _SETTLE.error.__set__
+_set_trace = _SETTLE.trace.__set__
+_set_step = _SETTLE.step.__set__
+_make_turn = type.__call__  # Turn._create's own work (its metaclass refuses a plain call)
+_new_tuple = tuple.__new__
+
+
+def llm_started(
+    transcript: Callable[[], bytes | None], usage: Usage, tree_usage: Usage
+) -> LlmStarted:
+    """Return ``LlmStarted(transcript, usage, tree_usage)`` (see ``_STARTED``)."""
+    started = _new(LlmStarted)
+    _set_transcript(started, transcript)
+    _set_usage(started, usage)
+    _set_tree_usage(started, tree_usage)
+    return started
+
+
+def settle_of(
+    agent_id: str,
+    generation: int,
+    output: str | None,
+    error: TurnError | None,
+    trace: str | None,
+    step: LlmStep | None,
+) -> Settle:
+    """Return ``Settle(TurnRef(agent_id, generation), output, error, trace, step)`` (see
+    ``_STARTED``)."""
+    command = _new(Settle)
+    _set_sender(command, turn_ref(agent_id, generation))
+    _set_output(command, output)
+    _set_error(command, error)
+    _set_trace(command, trace)
+    _set_step(command, step)
+    return command
 
 
 # inbox(tx, record) -> the inputs of the turn that starts now, taken from the store.
@@ -93,7 +155,10 @@ class SlotRequest:
 _NO_HANDLE = object()  # no handle was held (see _let_go)
 _held_handle = dict.get  # the scheduler's own sets and dict, journaled by _let_go's entry
 _set_handle = dict.__setitem__
+_new_handle = dict.setdefault
 _add = set.add
+_discard = set.discard
+_pop_handle = dict.pop
 
 
 def _let_go(
@@ -332,16 +397,16 @@ class Scheduler(Journaled):
             return
         tx.start(actor)
         profile = world.profiles[record.profile]
-        turn = TurnControl(
-            engine=world.engine,
-            agent=spawned_info(record) if fresh else info_of(record),
-            task=task,
-            messages=[] if fresh else self._inbox(tx, record),
-            reason=reason,
-            limits=world.limits,
-            profile=profile,
-            keeps_receipts=True,
-            origin=record.origin,
+        turn = TurnControl(  # positional (see TurnControl.__init__)
+            world.engine,
+            spawned_info(record) if fresh else info_of(record),  # agent
+            task,
+            [] if fresh else self._inbox(tx, record),  # messages
+            reason,
+            world.limits,
+            profile,
+            True,  # keeps_receipts
+            record.origin,
         )
         # What a turn starts with already (its own agent as root, TurnControl's class
         # attributes) is not set again.
@@ -351,7 +416,7 @@ class Scheduler(Journaled):
         if world.admission is not None:
             turn.admission = world.admission
         if record.profile in world.model_runners:  # a model runner's load, without a round trip
-            turn.llm_state = LlmStarted(
+            turn.llm_state = llm_started(
                 # a spawn's turn is its agent's first: nothing has stored a transcript yet
                 _nothing_stored
                 if reason == SPAWN_REASON
@@ -369,9 +434,11 @@ class Scheduler(Journaled):
                 forked = record.forked_from
                 if (record.generation, record.attempt) == (forked.generation + 1, 1):
                     turn.cause = forked.trace
-        self._hold(
-            agent_id, TurnHandle(record.generation, turn, actor, not is_async, bool(turn.messages))
+        # TurnHandle(...) as its tuple (the named tuple's __new__ is a Python function).
+        handle = _new_tuple(
+            TurnHandle, (record.generation, turn, actor, not is_async, bool(turn.messages))
         )
+        self._hold(agent_id, handle)
         if tx.record_events:  # no event built when nobody listens
             tx.emit(
                 TurnStarted(
@@ -381,8 +448,8 @@ class Scheduler(Journaled):
                     generation=record.generation,
                 )
             )
-        face = Turn._create(turn)  # what the runner sees
-        tx.after(lambda: actor.tell(face))
+        face = _make_turn(Turn, turn)  # what the runner sees (Turn._create(turn), inline)
+        tx.after(partial(actor.tell, face))
         if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
             arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
 
@@ -395,7 +462,8 @@ class Scheduler(Journaled):
         if journal.active:
             was = (_held_handle(turns, agent_id, _NO_HANDLE), agent_id in active, ran in unreported)
             journal.log((_let_go, (self, agent_id, ran, *was)))
-        _set_handle(turns, agent_id, handle)
+        if _new_handle(turns, agent_id, handle) is not handle:  # (setdefault: no slot wrapper)
+            _set_handle(turns, agent_id, handle)  # a handle held already (nearly never)
         _add(active, agent_id)
         _add(unreported, ran)
 
@@ -411,7 +479,7 @@ class Scheduler(Journaled):
             step: LlmStep | None,
         ) -> None:
             # Refused only once the runtime closed, which interrupted the turn already.
-            engine.tell(Settle(TurnRef(agent_id, generation), output, error, trace, step))
+            engine.tell(settle_of(agent_id, generation, output, error, trace, step))
 
         return settle
 
@@ -450,17 +518,20 @@ class Scheduler(Journaled):
         self.active.discard(agent_id)
         self.pump(tx)
 
-    def release(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
-        """Drop a turn's slot, handle and queued slot request (failed with ``why``)."""
+    def release(self, tx: Transition, agent_id: str, why: TurnInterrupted | None) -> None:
+        """Drop a turn's slot, handle and queued slot request (failed with ``why``; None:
+        with ``TurnInterrupted(TURN_ENDED)``, made only if a request is queued)."""
         turns, active = self.turns, self.active
         handle = _held_handle(turns, agent_id, _NO_HANDLE)
         was_active = agent_id in active
         journal = self._journal
         if journal.active and (was_active or handle is not _NO_HANDLE):  # one entry for both
             journal.log((_hold_again, (self, agent_id, handle, was_active)))
-        dict.pop(turns, agent_id, None)
-        set.discard(active, agent_id)
+        _pop_handle(turns, agent_id, None)
+        _discard(active, agent_id)
         if self.reacquire and any(r.agent_id == agent_id for r in self.reacquire):
+            if why is None:
+                why = TurnInterrupted(TURN_ENDED)
             for request in self.reacquire:
                 if request.agent_id == agent_id:  # its event stays pending
                     tx.answer(request.future, why)

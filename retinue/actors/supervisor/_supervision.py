@@ -29,7 +29,7 @@ from retinue.actors.supervisor._admission import Admission
 from retinue.actors.supervisor._approvals import Approvals
 from retinue.actors.supervisor._restarts import Restarts
 from retinue.actors.supervisor._routing import Router
-from retinue.actors.supervisor._scheduler import Scheduler
+from retinue.actors.supervisor._scheduler import TURN_ENDED, Scheduler
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, sending_turn
 from retinue.errors import TurnInterrupted
@@ -105,12 +105,16 @@ class Supervision(Journaled):
         self.router.emit_completion(tx, record, CompletionStatus.FAILED)
         self.router.maybe_wake(tx, record.id)
 
-    def turn_ended(self, tx: Transition, agent_id: str, why: TurnInterrupted) -> None:
-        """A turn ended (settled, interrupted, closed): its parks and reservations go."""
+    def turn_ended(self, tx: Transition, agent_id: str, why: TurnInterrupted | None) -> None:
+        """A turn ended (settled, interrupted, closed): its parks and reservations go
+        (``why``: what their waits fail with; None: ``TurnInterrupted(TURN_ENDED)``, made
+        only if there is one)."""
         # Each part is called only when it holds something of the agent's (looked up in C:
         # nearly every turn has neither a park, a request, a reservation nor a wait).
         approvals, admission = self.approvals, self.admission
         if agent_id in approvals.parked or agent_id in approvals.by_agent:
+            if why is None:
+                why = TurnInterrupted(TURN_ENDED)
             approvals.release(tx, agent_id, why)
         if (
             admission.waiting
@@ -118,7 +122,7 @@ class Supervision(Journaled):
             or agent_id in admission.largest_tokens
             or agent_id in admission.largest_usd
         ):
-            admission.release(tx, agent_id, why)
+            admission.release(tx, agent_id, TurnInterrupted(TURN_ENDED) if why is None else why)
 
     def quiet(self) -> bool:
         """True when nothing will happen by itself: no turn queued or running (a turn parked

@@ -100,7 +100,7 @@ from retinue.actors.commands import (
 )
 from retinue.actors.events import EventBus, Spans
 from retinue.actors.supervisor._forking import Forker
-from retinue.actors.supervisor._host_waits import HostWaiter, HostWaits
+from retinue.actors.supervisor._host_waits import HostWaits, host_waiter
 from retinue.actors.supervisor._lifecycle import Lifecycle
 from retinue.actors.supervisor._mailboxes import Mailboxes
 from retinue.actors.supervisor._model_state import ModelState
@@ -277,9 +277,13 @@ class Supervisor:
         except BaseException:
             self.rescue.roll_back(tx)
             raise
-        self._group.append(tx)
-        if last or len(self._group) >= world.store.max_group:
-            self.commit()
+        group = self._group
+        if last and not group:  # a group of this one transition (most commands): no list
+            hand_over(world.store, (tx,))
+        else:
+            group.append(tx)
+            if last or len(group) >= world.store.max_group:
+                self.commit()
         if timer is not None:
             try:
                 timer(type(command).__name__, time.perf_counter() - began)
@@ -307,18 +311,20 @@ class Supervisor:
             TurnInterrupted: its sending turn is no longer its agent's running turn.
         """
         world = self.world
+        # The busiest commands first, each one isinstance (a ``case`` below is one with its
+        # pattern's machinery besides, and every case costs every later command one more).
+        if isinstance(command, Settle):  # a turn's report of its end: served for a stale turn
+            self.scheduler.runner_returned(tx, command.sender)
+            held: dict[str, Any] = {}  # the step's record changes, for the settle's write
+            return self.lifecycle.settle(tx, self.models.last_step(tx, command, held), held)
         me = world.sender(command.sender) if command.live_sender else None
+        if isinstance(command, LlmStep):  # only a running turn sends it (no call to say so)
+            return self.models.step(tx, sending_turn(me) if me is None else me, command)
+        if isinstance(command, Run):
+            return self._run(tx, me, command)
+        if isinstance(command, Spawn):
+            return self.spawner.spawn(tx, me, command)
         match command:  # the commands served most first (each case costs every later one a check)
-            case LlmStep():  # only a running turn sends it (no call to say so: the busiest)
-                return self.models.step(tx, sending_turn(me) if me is None else me, command)
-            case Spawn():
-                return self.spawner.spawn(tx, me, command)
-            case Settle():
-                self.scheduler.runner_returned(tx, command.sender)
-                held: dict[str, Any] = {}  # the step's record changes, for the settle's write
-                return self.lifecycle.settle(tx, self.models.last_step(tx, command, held), held)
-            case Run():
-                return self._run(tx, me, command)
             case SpawnMany():
                 return self.spawner.spawn_many(tx, me, command.requests)
             case Fork():
@@ -433,7 +439,7 @@ class Supervisor:
             # The agent this spawn made, its first turn queued or running: it has no
             # completion to serve and is not idle, so the wait is only registered (what
             # HostWaits.wait_on would find, without serving it or noting it idle).
-            self.hosts.host[info.id] = JList(self._journal, (HostWaiter(tx.defer()),))
+            self.hosts.host[info.id] = JList(self._journal, (host_waiter(tx.defer()),))
             return None
         return self.hosts.wait_on(tx, info.id, command.lease)
 

@@ -42,6 +42,7 @@ agent, a compaction's look at old generations): the oldest read is forgotten pas
 _encode = msgspec.msgpack.Encoder().encode
 _get = dict.get  # a dict's own get and set, not a journaled one's (see add_completion)
 _set = dict.__setitem__
+_new = dict.setdefault  # a key the dict does not hold (a method call: cheaper than _set)
 _NONE: Mapping[int, CompletionRecord] = {}
 
 
@@ -187,7 +188,7 @@ class CompletionIndex:
             known = JDict(journal, ordered=True)
             if journal.active:  # the journaled dict's own set, inline (every new agent's)
                 journal.log((_restore_item, (completions, agent_id, _MISSING)))
-            _set(completions, agent_id, known)
+            _new(completions, agent_id, known)  # absent (see _get): no slot wrapper's tuple
             if self.stored is not None and generation > 1:
                 self.partial.add(agent_id)
         return known
@@ -203,7 +204,8 @@ class CompletionIndex:
         known = self._known(agent_id, generation)
         if active:
             journal.log((_restore_item, (known, generation, _get(known, generation, _MISSING))))
-        _set(known, generation, record)
+        if _new(known, generation, record) is not record:  # a generation's completion again
+            _set(known, generation, record)
         if not record.delivered:
             recipient_id = record.recipient_id
             key = HOST_KEY if recipient_id is None else recipient_id  # recipient_key, inline

@@ -255,6 +255,9 @@ def _restore_item(target: dict[Any, Any], key: Any, old: Any) -> None:
         dict.__setitem__(target, key, old)
 
 
+_set_new = dict.setdefault
+
+
 def _refill_dict(target: dict[Any, Any], content: dict[Any, Any]) -> None:
     dict.clear(target)
     dict.update(target, content)
@@ -281,7 +284,11 @@ class JDict(dict[K, V]):
         """Set ``key``, journaling its old value (or its absence)."""
         journal = self._journal
         if journal.active:
-            journal.log((_restore_item, (self, key, dict.get(self, key, _MISSING))))
+            old = dict.get(self, key, _MISSING)
+            journal.log((_restore_item, (self, key, old)))
+            if old is _MISSING:  # a new key: setdefault sets it (a method, where
+                _set_new(self, key, value)  # dict.__setitem__ is a slot wrapper: 3x the cost)
+                return
         dict.__setitem__(self, key, value)
 
     def __delitem__(self, key: K) -> None:
@@ -437,7 +444,7 @@ class JList(list[T]):
     def __init__(self, journal: Journal, items: Iterable[T] = ()) -> None:
         """Create it bound to ``journal``, holding ``items``."""
         if items:  # a new one is empty already (and the supervisor makes one per command)
-            list.__init__(self, items)
+            list.extend(self, items)  # list.__init__'s work here: a method, no slot wrapper
         self._journal = journal
 
     def _note(self) -> None:

@@ -64,6 +64,8 @@ _CLOSED = AgentState.CLOSED  # a global: an enum member's lookup is a slow descr
 _dict_set = dict.__setitem__  # a dict's own get, set and delete, not a journaled one's
 _dict_get = dict.get
 _dict_del = dict.__delitem__
+_dict_new = dict.setdefault  # a key the dict cannot hold yet (see Tree._put_new)
+_dict_pop = dict.pop
 _PATH = attrgetter("path")
 _STATE_KEYS = {state: state.value for state in AgentState}
 """Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
@@ -133,22 +135,26 @@ def _move_counts(tree: Tree, old: AgentRecord, new: AgentRecord) -> None:
     """Move an agent's counts (by state, live by profile, busy) from ``old`` to ``new``,
     touching only those that change, unjournaled: :func:`_put_back_agent` moves them
     back (this same function, ``new`` to ``old``)."""
-    if old.state is not new.state:
-        counts = tree.state_counts
+    if old.state is not new.state:  # (the module's aliases: a method looked up per call
+        counts = tree.state_counts  # on ``dict`` costs as much again)
         key = _STATE_KEYS[old.state]
-        count = dict.get(counts, key, 0) - 1
+        count = _dict_get(counts, key, 0) - 1
         if count > 0:
-            dict.__setitem__(counts, key, count)
+            _dict_set(counts, key, count)
         else:
-            dict.pop(counts, key, None)
+            _dict_pop(counts, key, None)
         key = _STATE_KEYS[new.state]
-        dict.__setitem__(counts, key, dict.get(counts, key, 0) + 1)
+        held = _dict_get(counts, key)
+        if held is None:  # a state no agent was in: a new key
+            _dict_new(counts, key, 1)
+        else:
+            _dict_set(counts, key, held + 1)
         busy = new.state in BUSY_STATES
         if busy is not (old.state in BUSY_STATES):
             if busy:
-                dict.__setitem__(tree.busy, new.id, None)
+                _dict_set(tree.busy, new.id, None)
             else:
-                dict.pop(tree.busy, new.id, None)
+                _dict_pop(tree.busy, new.id, None)
     was_live = old.state is not _CLOSED
     live = new.state is not _CLOSED
     if was_live and live and old.profile == new.profile:
@@ -275,7 +281,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         journal = self._journal
         if journal.active:
             journal.log((_reset_attribute, (self, "seq", seq)))
-        object.__setattr__(self, "seq", seq + 1)
+        self.__dict__["seq"] = seq + 1  # object.__setattr__'s work, without its slot wrapper
         return seq + 1
 
     def drop_writes(self) -> None:
@@ -296,8 +302,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         (restore or pop a key) are harmless on an emptied dict.
         """
         writes: list[Write] = list(self.writes)
-        if writes:
-            object.__setattr__(self, "writes", JList(self._journal))
+        if writes:  # replaced unjournaled (object.__setattr__'s work, without its slot wrapper)
+            self.__dict__["writes"] = JList(self._journal)
         if self._removed_unwritten:  # removed in this transaction: no spread delete follows
             dict.clear(self._removed_unwritten)
         agents = self._agents_written
@@ -380,8 +386,9 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
                 self._unindex_live(record)
         elif state is not _CLOSED:
             _dict_del(self.closed, key)
-        if written is not None:
-            dict.__setitem__(written, key, record)
+        # (setdefault first: the record is new to the gathered writes in most commands)
+        if written is not None and _dict_new(written, key, record) is not record:
+            dict.__setitem__(written, key, record)  # written earlier in the command
         return record
 
     def _put_new(self, record: AgentRecord, persist: bool) -> AgentRecord:
@@ -413,12 +420,19 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
                     ),
                 )
             )
-        _dict_set(self.agents, key, record)
+        # A key the tree never had (the agent's id) is set with setdefault: a method, where
+        # dict.__setitem__ is a slot wrapper called with a tuple of its arguments (a third
+        # of the cost); a key that may be there already (a count, a path) is set as ever.
+        _dict_new(self.agents, key, record)
         counts = self.state_counts
         count_key = _STATE_KEYS[state]
-        _dict_set(counts, count_key, _dict_get(counts, count_key, 0) + 1)
+        count = _dict_get(counts, count_key)
+        if count is None:  # no agent in this state (a spawn's running, one at a time)
+            _dict_new(counts, count_key, 1)
+        else:
+            _dict_set(counts, count_key, count + 1)
         if state in BUSY_STATES:
-            _dict_set(self.busy, key, None)
+            _dict_new(self.busy, key, None)
         top_of = self.top_of
         if parent_id is None:
             top = key
@@ -426,22 +440,28 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             top = _dict_get(top_of, parent_id, parent_id)
             stored = self.stored_children
             _dict_set(stored, parent_id, _dict_get(stored, parent_id, 0) + 1)
-        _dict_set(top_of, key, top)
+        _dict_new(top_of, key, top)
         if live:
             profiles = self.live_profiles
             _dict_set(profiles, record.profile, _dict_get(profiles, record.profile, 0) + 1)
-            _dict_set(self.live_paths, record.path, key)
+            # A live path is new (a spawn checks it); one held already is set over, as ever.
+            if _dict_new(self.live_paths, record.path, key) is not key:
+                _dict_set(self.live_paths, record.path, key)
             if kids is None:
                 kids = JSet(journal)
                 _dict_set(children, kin, kids)
             set.add(kids, key)
             trees = self.tree_count
-            _dict_set(trees, top, _dict_get(trees, top, 0) + 1)
-            object.__setattr__(self, "live_count", self.live_count + 1)
+            count = _dict_get(trees, top)
+            if count is None:  # a new top-level agent's tree
+                _dict_new(trees, top, 1)
+            else:
+                _dict_set(trees, top, count + 1)
+            self.__dict__["live_count"] = self.live_count + 1  # unjournaled (see above)
         else:
             _dict_set(self.closed, key, record.closed_at or record.updated_at)
-        if written is not None:
-            _dict_set(written, key, record)
+        if written is not None and _dict_new(written, key, record) is not record:
+            _dict_set(written, key, record)  # (never, for a new agent)
         if record.idempotency_key is not None:  # journaled on its own, as the page key
             self.spawn_keys[spawn_key(parent_id, record.idempotency_key)] = key
         self._page_add(record)

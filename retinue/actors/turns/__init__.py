@@ -20,7 +20,7 @@ from retinue.actors.turns._agent import (
     is_model_runner,
     running_agent,
 )
-from retinue.actors.turns._control import TurnControl
+from retinue.actors.turns._control import TurnControl, turn_ref
 from retinue.actors.turns._executor import Executor, runner_finished
 from retinue.actors.turns._loop_close import at_close, at_loop_close
 from retinue.actors.turns._turn import BatchRequest, Runner, Turn, control_of
@@ -40,4 +40,5 @@ __all__ = [
     "is_model_runner",
     "runner_finished",
     "running_agent",
+    "turn_ref",
 ]

@@ -13,6 +13,7 @@ loop, and interrupting it cancels the task at once.
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import contextlib
 import contextvars
@@ -251,6 +252,8 @@ class _StopFlag(threading.Event):
 
 
 _URNS = itertools.count(1)  # pooled actors' URNs (see PooledActor.__init__)
+_new = object.__new__
+_new_lock = _thread.allocate_lock  # threading.Lock's own (no module attribute lookup)
 
 
 class PooledActor(pykka.Actor):
@@ -375,7 +378,19 @@ class AgentActor(PooledActor):
         """
         self.is_async = is_async
         loop = self._loop_thread = executor.loop
-        PooledActor.__init__(self, loop.call_soon if is_async else executor.pool.submit)
+        # PooledActor.__init__'s work, inline (one actor per turn: two Python frames fewer,
+        # its own and its inbox's): the same fields, in the same order.
+        self._submit = loop.call_soon if is_async else executor.pool.submit
+        self._set_up = False
+        self.actor_urn = f"urn:retinue:{next(_URNS)}"
+        inbox = _new(_Inbox)  # _Inbox(), its slots set here
+        inbox._items = deque()
+        inbox._lock = _new_lock()
+        inbox._scheduled = False
+        inbox.kick = self._kick
+        self.actor_inbox = inbox
+        self.actor_stopped = _new(_StopFlag)  # unset (see _StopFlag)
+        self._actor_ref = pykka.ActorRef(self)
         self._runner = runner
         self._settle = settle
         self._output_max_bytes = output_max_bytes

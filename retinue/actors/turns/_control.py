@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from retinue.actors import Journal, Profile
     from retinue.actors.admission import Admission
 
-__all__ = ["BatchRequest", "TurnControl"]
+__all__ = ["BatchRequest", "TurnControl", "turn_ref"]
 
 R = TypeVar("R")
 Event = Message | Completion
@@ -94,6 +94,21 @@ class _CancelFlag(threading.Event):
 
 _new_flag = object.__new__  # a _CancelFlag without Event.__init__ (see _CancelFlag)
 
+# A TurnRef made with its slots' own setters: a frozen dataclass's ``__init__`` sets each
+# field through ``object.__setattr__`` (a global lookup and a call per field), a third of
+# TurnControl's construction. The ref is the same frozen TurnRef (equal, hashed alike).
+_REF: Any = TurnRef
+_set_ref_agent = _REF.agent_id.__set__
+_set_ref_generation = _REF.generation.__set__
+
+
+def turn_ref(agent_id: str, generation: int) -> TurnRef:
+    """Return ``TurnRef(agent_id, generation)``, built as ``TurnControl`` builds its ref."""
+    ref = _new_flag(TurnRef)
+    _set_ref_agent(ref, agent_id)
+    _set_ref_generation(ref, generation)
+    return ref
+
 
 class TurnControl:
     """One turn's state, its cancellation, its two faces and its operations.
@@ -118,7 +133,6 @@ class TurnControl:
 
     def __init__(
         self,
-        *,
         engine: Engine,
         agent: AgentInfo,
         task: str,
@@ -129,7 +143,8 @@ class TurnControl:
         keeps_receipts: bool = False,
         origin: str | None = None,
     ) -> None:
-        """Create the turn's control (the supervisor does this).
+        """Create the turn's control (the supervisor does this, with positional arguments:
+        keywords make the class call build a dict of them first).
 
         ``keeps_receipts``: what the turn's waits receive stays the turn's
         until it completes (or, for a model runner, its transcript stores it):
@@ -147,7 +162,9 @@ class TurnControl:
         self.cancelled: threading.Event = _new_flag(_CancelFlag)
         self.limits = limits
         self.engine = engine
-        self.ref = TurnRef(agent.id, agent.generation)
+        ref = self.ref = _new_flag(TurnRef)  # TurnRef(agent.id, agent.generation), see _REF
+        _set_ref_agent(ref, agent.id)
+        _set_ref_generation(ref, agent.generation)
         self.handover: Handover[list[Event]] = Handover()
         self.keeps_receipts = keeps_receipts
         self.root_id = agent.id
