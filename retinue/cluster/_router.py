@@ -325,35 +325,6 @@ class Router:
                 return completion
             lease = new_id()  # handed out again after its lease ran out: not twice
 
-    def run(
-        self,
-        profile: str,
-        task: str,
-        name: Any,
-        parent: Any,
-        key: Any,
-        timeout: float | None,
-    ) -> Op[Completion]:
-        """Spawn as :meth:`spawn` does, then wait on the new agent as :meth:`wait` does.
-
-        Two shard calls, not the runtime's one ``Run`` command: the wait is
-        leased and acknowledged as every cluster wait is, and the spawn keeps
-        its own request id and idempotency key (one made from the request id
-        when none is given), so a transport retry spawns once. ``timeout`` is
-        checked before anything is spawned and counts the spawn's time too.
-
-        Raises:
-            InvalidArgument, ArgumentTypeError: a bad ``timeout`` (nothing spawned).
-            UnknownProfile, NotPermitted, DuplicateAgentPath: as :meth:`spawn` (nothing spawned).
-            WaitTimeout, AgentClosed, NothingToWaitFor: as :meth:`wait`; the agent
-                keeps running after a timeout.
-            ShardUnavailable: the shard did not come back within ``retry_s``.
-        """
-        seconds = resolve_timeout(timeout, self.limits)
-        deadline = time.monotonic() + seconds
-        info = yield from self.spawn(profile, task, name, parent, key)
-        return (yield from self.wait(info.id, max(0.0, deadline - time.monotonic())))
-
     def _ack(self, shard: int, lease: str) -> Op[None]:
         """Acknowledge ``lease`` (and any the face could not acknowledge before)."""
         with self._lock:

@@ -39,7 +39,6 @@ HOST_CALLS = [
     "interrupt_tree",
     "messages",
     "resume",
-    "run",
     "send",
     "spawn",
     "wait",
