@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,21 +29,6 @@ from retinue import (
     WaitTimeout,
 )
 from retinue.errors import ApprovalAlreadyAnswered, ArgumentTypeError, StoreLocked
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Iterator[Writer]:
-    proc = Writer(tmp_path / "store")
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def remote(writer: Writer) -> Iterator[RemoteRuntime]:
-    with retinue.connect(writer.store) as client:
-        yield client
 
 
 def test_the_socket_is_the_writers_alone(writer: Writer) -> None:

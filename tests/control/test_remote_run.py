@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,21 +33,6 @@ from retinue import (
 from retinue.actors.commands import HOST, Run
 from retinue.control import _wire as w
 from retinue.errors import ControlError, LimitExceeded
-
-
-@pytest.fixture
-def writer(tmp_path: Path) -> Iterator[Writer]:
-    proc = Writer(tmp_path / "store")
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def remote(writer: Writer) -> Iterator[RemoteRuntime]:
-    with retinue.connect(writer.store) as client:
-        yield client
 
 
 def test_run_returns_the_first_completion(remote: RemoteRuntime) -> None:
