@@ -320,7 +320,13 @@ class Cluster:
         )
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
-        """Like :meth:`wait`; a cancelled wait gives back what it was handed."""
+        """Like :meth:`wait`; a cancelled wait gives back what it was handed.
+
+        The shard's call is cancelled with ``ray.cancel``, which is best effort: a
+        cancel that lands while the shard is still being handed the wait may miss
+        it, and the completion it then takes stays leased until ``lease_timeout_s``
+        (a wait on the agent meanwhile raises ``NothingToWaitFor``).
+        """
         return await self._run_async(lambda r: r.wait(ref, timeout))
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
