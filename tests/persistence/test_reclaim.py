@@ -226,8 +226,11 @@ folder, step = sys.argv[1], sys.argv[2]
 out = threading.Lock()  # one whole line at a time: two threads print
 
 def say(*words):
+    # One write per line: print writes its words and the newline apart when stdout is
+    # unbuffered, and a SIGKILL between them left a line cut short ("ACK " with no id).
     with out:
-        print(*words, flush=True)
+        sys.stdout.write(" ".join(map(str, words)) + "\n")
+        sys.stdout.flush()
 
 def stall(name):
     say("AT", name)

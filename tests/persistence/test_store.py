@@ -246,7 +246,10 @@ while True:
     n += 1
     info = rt.spawn("worker", f"task {n}")
     sent = rt.send(info.id, f"message {n}")
-    print("ACK", info.id, sent.id, flush=True)
+    # One write per line: unbuffered, print writes its words apart, and a kill between
+    # them would leave a line cut short.
+    sys.stdout.write(f"ACK {info.id} {sent.id}\n")
+    sys.stdout.flush()
 """
 
 
