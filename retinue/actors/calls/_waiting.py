@@ -185,13 +185,15 @@ class _Batched:
         loop.call_soon_threadsafe(self._drain)
 
     def _woken(self) -> None:
-        """The :class:`Wakeup`'s reader: take the wake-up, then run the batch (as
-        :meth:`_drain`, inline: one Python call fewer per wake-up)."""
+        """The :class:`Wakeup`'s reader: take the wake-up, then run the batch."""
         # First: a wake-up sent after this read stays pending, for calls this drain misses.
         try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per wake-up
             self._wakeup.clear()  # type: ignore[union-attr]  # set with this reader
         except OSError:  # none pending (a byte taken by an earlier read), or closed
             pass
+        self._drain()
+
+    def _drain(self) -> None:
         lock = self._lock  # acquire/release, not ``with``: two bound methods fewer
         lock.acquire()
         try:
@@ -199,16 +201,6 @@ class _Batched:
             self._scheduled = False
         finally:
             lock.release()
-        for callback, args in calls:
-            try:
-                callback(*args)
-            except Exception:  # one broken callback must not starve the others
-                log.exception("a callback posted to an event loop failed")
-
-    def _drain(self) -> None:
-        with self._lock:
-            calls, self._calls = self._calls, []
-            self._scheduled = False
         for callback, args in calls:
             try:
                 callback(*args)
