@@ -601,21 +601,31 @@ class TurnSession:
         """
         agent = self.turn.agent
         memo = self.memo
-        if memo is None:
-            if last:  # stored once: the bounded chat is not kept
-                return self._step_once(usage, ends_call)
-            memo = self.memo = TranscriptMemo()
-        history, cut, task_at, raw = stored_chat(
-            agent.id,
-            self.history,
-            self.limits.transcript_max_bytes,
-            self.task_at,
-            cut=self.cut,
-            calls=self.call_times,
-            generation=agent.generation,
-            journal=self.journal,
-            memo=memo,
-        )
+        if memo is None and last:  # stored once: the bounded chat is not kept
+            raw = stored_once(
+                agent.id,
+                self.history,
+                self.limits.transcript_max_bytes,
+                self.task_at,
+                cut=self.cut,
+                calls=self.call_times,
+                generation=agent.generation,
+                journal=self.journal,
+            )
+        else:
+            if memo is None:
+                memo = self.memo = TranscriptMemo()
+            history, cut, task_at, raw = stored_chat(
+                agent.id,
+                self.history,
+                self.limits.transcript_max_bytes,
+                self.task_at,
+                cut=self.cut,
+                calls=self.call_times,
+                generation=agent.generation,
+                journal=self.journal,
+                memo=memo,
+            )
         step = LlmStep(
             self.turn.ref,
             usage,
@@ -625,34 +635,11 @@ class TurnSession:
             open_count(self.journal),
             self.in_doubt,
         )
-        if not last:  # the turn goes on from the chat as stored
+        if not last:  # the turn goes on from the chat as stored (stored_chat's, above)
             self.history, self.cut, self.task_at = history, cut, task_at
             self.input_stored = True
             self.in_doubt = ()
         return step
-
-    def _step_once(self, usage: Usage, ends_call: bool) -> LlmStep:
-        """:meth:`_step` for a turn saved once (its last step is its first save)."""
-        agent = self.turn.agent
-        raw = stored_once(
-            agent.id,
-            self.history,
-            self.limits.transcript_max_bytes,
-            self.task_at,
-            cut=self.cut,
-            calls=self.call_times,
-            generation=agent.generation,
-            journal=self.journal,
-        )
-        return LlmStep(
-            self.turn.ref,
-            usage,
-            raw,
-            not self.input_stored,
-            ends_call,
-            open_count(self.journal),
-            self.in_doubt,
-        )
 
 
 def _first_message(response: Any, model: str) -> Any:
