@@ -15,28 +15,15 @@ import gc
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from support import OpenRuntime
+from support import CountingLoop, OpenRuntime
 
 from retinue import NothingToWaitFor, Profile, Turn
 from retinue.actors.calls._waiting import _POSTERS, _RUNTIME_POSTERS, poster
 
 CALLS = 1_000
 WATCHDOG_S = 30.0
-
-
-class CountingLoop(asyncio.SelectorEventLoop):
-    """A loop that counts its wake-ups from other threads."""
-
-    wakes = 0
-
-    def call_soon_threadsafe(  # type: ignore[override]  # counts, then the same call
-        self, callback: Any, *args: Any, context: Any = None
-    ) -> Any:
-        self.wakes += 1
-        return super().call_soon_threadsafe(callback, *args, context=context)
 
 
 @pytest.fixture

@@ -16,24 +16,13 @@ import threading
 from typing import Any
 
 import pytest
+from support import CountingLoop
 
 from retinue.actors.calls import Wakeup
 from retinue.actors.calls._waiting import _Batched, poster
 from retinue.actors.turns._executor import LoopThread
 
 WATCHDOG_S = 30.0
-
-
-class CountingLoop(asyncio.SelectorEventLoop):
-    """A loop that counts the wake-ups it is given through ``call_soon_threadsafe``."""
-
-    wakes = 0
-
-    def call_soon_threadsafe(  # type: ignore[override]  # counts, then the same call
-        self, callback: Any, *args: Any, context: Any = None
-    ) -> Any:
-        self.wakes += 1
-        return super().call_soon_threadsafe(callback, *args, context=context)
 
 
 class NoReaderLoop(asyncio.SelectorEventLoop):

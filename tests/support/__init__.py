@@ -7,6 +7,7 @@ test modules, as ``conftest`` is); the fixtures that build on them stay in
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -30,6 +31,7 @@ __all__ = [
     "PROMPT_S",
     "READER_TEAM",
     "CommandCounter",
+    "CountingLoop",
     "EventFields",
     "EventLog",
     "OpenRuntime",
@@ -44,6 +46,19 @@ __all__ = [
     "wait_settled",
     "wait_until",
 ]
+
+
+class CountingLoop(asyncio.SelectorEventLoop):
+    """A loop that counts the wake-ups it is given through ``call_soon_threadsafe``."""
+
+    wakes = 0
+
+    def call_soon_threadsafe(  # type: ignore[override]  # counts, then the same call
+        self, callback: Any, *args: Any, context: Any = None
+    ) -> Any:
+        self.wakes += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
 
 # Generous upper bound for "this should happen promptly"; never a timing assertion.
 PROMPT_S = 10.0
