@@ -17,8 +17,11 @@ and decodes the answer as that command's answer type.
 - Mutating calls carry a fresh request id; a spawn without an idempotency key
   gets one made from it, a send without a dedup key too (taken off the
   returned message again), so the runtime's own commit deduplicates a retry.
-- A wait is leased and acknowledged before it returns; the face never
-  returns one completion twice.
+- A wait is leased and acknowledged as it returns (the ack is sent before
+  the return; on an event loop it is not awaited, so no cancel lands between
+  the answer and the return); the face never returns one completion twice. A
+  cancelled wait releases its lease and awaits the shard's answer before the
+  cancel goes on.
 - An approval request's id carries its shard too: approve and deny go
   straight there (recorded under their request ids, so a retry answers
   once); ``approvals()`` merges every shard's pending requests.

@@ -40,6 +40,7 @@ from retinue.actors.commands import (
     Wait,
 )
 from retinue.cluster import wire as w
+from retinue.cluster._released import Released
 from retinue.cluster.shard import ShardCore
 from retinue.protocol.details import AgentDetail
 
@@ -279,6 +280,18 @@ def test_released_leases_are_forgotten_after_the_lease_timeout(open_core: Any) -
     call(core, release("L1"), bool)
     assert core.released_leases() == 1
     wait_until(lambda: core.released_leases() == 0, what="the tombstone forgotten")
+
+
+def test_released_leases_are_kept_for_their_window_and_bounded_in_number() -> None:
+    released = Released(keep_s=10.0, max_entries=2)
+    released.add("a", now=0.0)
+    released.add("b", now=1.0)
+    assert released.has("a", now=10.0) and released.has("b", now=10.0)
+    released.add("c", now=10.0)  # past the bound: the oldest goes early, and is counted
+    assert not released.has("a", now=10.0)
+    assert released.dropped_early == 1
+    assert released.has("b", now=11.0) and not released.has("b", now=11.5)  # its window ended
+    assert len(released) == 1 and released.dropped_early == 1
 
 
 @settings(
