@@ -186,6 +186,8 @@ def test_a_stopped_inbox_wait_ends_empty_and_loses_nothing(open_core: Any) -> No
 def test_reads_map_every_id(open_core: Any) -> None:
     core = open_core()
     a = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~r1"), rid="r1"))
+    # Its turn settles on its own: read it once settled, or the two reads may differ.
+    wait_until(lambda: not core.rt.get("/root/a").state.busy, what="the worker settled")
     assert call(core, w.run(Get(HOST, "/root/a"))) == call(
         core, w.run(Get(HOST, a.id.removeprefix("s1-")))
     )
@@ -221,7 +223,8 @@ def test_a_release_before_its_wait_makes_the_wait_take_nothing(open_core: Any) -
         call(core, leased("L1", local, 10.0), Completion)
     assert core.rt.leases() == {}
     assert call(core, w.Ping(), w.Pong).leases == 0
-    done = call(core, leased("L2", local, 0.0), Completion)  # at once, not after a timeout
+    # As soon as the turn settles, not after lease_timeout_s (120 s).
+    done = call(core, leased("L2", local, 10.0), Completion)
     assert done.id.endswith(":1")
 
 
