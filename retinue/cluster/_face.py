@@ -219,6 +219,40 @@ class Cluster:
         """Like ``Runtime.spawn``; a new top-level agent goes to its shard (see the directory)."""
         return self._run(lambda r: r.spawn(profile, task, name, parent, idempotency_key))
 
+    def run(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Like ``Runtime.run``: spawn an agent and wait for its first completion.
+
+        A :meth:`spawn` on the agent's shard (a new top-level agent's is the
+        directory's), then a :meth:`wait` there, as two shard calls (not one
+        command, as in process): the wait is leased and acknowledged as every
+        cluster wait is, and never returns one completion twice. ``timeout``
+        (None: ``wait_default_s``) is checked before anything is spawned and
+        counts from the call. With ``idempotency_key`` a retried run spawns
+        nothing new and waits on the agent the first made: the host's next
+        completion of it, so a retry after the first run returned raises
+        ``NothingToWaitFor``. There is no ``lease``: cluster waits lease and
+        acknowledge on their own.
+
+        Raises:
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as :meth:`spawn` raises
+                them, and InvalidArgument, ArgumentTypeError for a bad ``timeout``
+                (nothing was spawned).
+            WaitTimeout: the agent did not settle in time; it keeps running and
+                the error's ``path`` names it (:meth:`wait` on it later).
+            AgentClosed, NothingToWaitFor: as :meth:`wait`.
+            ShardUnavailable: the shard did not come back in time.
+        """
+        return self._run(lambda r: r.run(profile, task, name, parent, idempotency_key, timeout))
+
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
         """Like ``Runtime.wait``: the oldest completion the host has not received, once."""
         return self._run(lambda r: r.wait(ref, timeout))
@@ -319,13 +353,33 @@ class Cluster:
             lambda r: r.spawn(profile, task, name, parent, idempotency_key)
         )
 
-    async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
-        """Like :meth:`wait`; a cancelled wait gives back what it was handed.
+    async def run_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Like :meth:`run`, without blocking the event loop.
 
-        The shard's call is cancelled with ``ray.cancel``, which is best effort: a
-        cancel that lands while the shard is still being handed the wait may miss
-        it, and the completion it then takes stays leased until ``lease_timeout_s``
-        (a wait on the agent meanwhile raises ``NothingToWaitFor``).
+        A cancelled await loses nothing: the agent, once spawned, keeps
+        running, and a completion already handed to the wait is given back
+        (its lease released) for the next :meth:`wait` on it.
+        """
+        return await self._run_async(
+            lambda r: r.run(profile, task, name, parent, idempotency_key, timeout)
+        )
+
+    async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
+        """Like :meth:`wait`; a cancelled wait gives back what it was handed, at once.
+
+        A cancel releases the wait's lease on its shard: a wait under it still
+        running there ends, one that reaches the shard after the release takes
+        nothing, and a completion already taken goes back, so the next wait on
+        the agent gets it (not only after ``lease_timeout_s``).
         """
         return await self._run_async(lambda r: r.wait(ref, timeout))
 

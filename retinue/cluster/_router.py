@@ -17,8 +17,11 @@ and decodes the answer as that command's answer type.
 - Mutating calls carry a fresh request id; a spawn without an idempotency key
   gets one made from it, a send without a dedup key too (taken off the
   returned message again), so the runtime's own commit deduplicates a retry.
-- A wait is leased and acknowledged before it returns; the face never
-  returns one completion twice.
+- A wait is leased and acknowledged as it returns (the ack is sent before
+  the return; on an event loop it is not awaited, so no cancel lands between
+  the answer and the return); the face never returns one completion twice. A
+  cancelled wait releases its lease and awaits the shard's answer before the
+  cancel goes on.
 - An approval request's id carries its shard too: approve and deny go
   straight there (recorded under their request ids, so a retry answers
   once); ``approvals()`` merges every shard's pending requests.
@@ -59,7 +62,7 @@ from retinue.actors.commands import (
     answer_type,
 )
 from retinue.cluster import wire as w
-from retinue.cluster._transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race
+from retinue.cluster._transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race, Tell
 from retinue.cluster.ids import split_id
 from retinue.errors import (
     ArgumentTypeError,
@@ -325,16 +328,53 @@ class Router:
                 return completion
             lease = new_id()  # handed out again after its lease ran out: not twice
 
+    def run(
+        self,
+        profile: str,
+        task: str,
+        name: Any,
+        parent: Any,
+        key: Any,
+        timeout: float | None,
+    ) -> Op[Completion]:
+        """Spawn as :meth:`spawn` does, then wait on the new agent as :meth:`wait` does.
+
+        Two shard calls, not the runtime's one ``Run`` command: the wait is
+        leased and acknowledged as every cluster wait is, and the spawn keeps
+        its own request id and idempotency key (one made from the request id
+        when none is given), so a transport retry spawns once. ``timeout`` is
+        checked before anything is spawned and counts the spawn's time too.
+
+        Raises:
+            InvalidArgument, ArgumentTypeError: a bad ``timeout`` (nothing spawned).
+            UnknownProfile, NotPermitted, DuplicateAgentPath: as :meth:`spawn` (nothing spawned).
+            WaitTimeout, AgentClosed, NothingToWaitFor: as :meth:`wait`; the agent
+                keeps running after a timeout.
+            ShardUnavailable: the shard did not come back within ``retry_s``.
+        """
+        seconds = resolve_timeout(timeout, self.limits)
+        deadline = time.monotonic() + seconds
+        info = yield from self.spawn(profile, task, name, parent, key)
+        return (yield from self.wait(info.id, max(0.0, deadline - time.monotonic())))
+
     def _ack(self, shard: int, lease: str) -> Op[None]:
-        """Acknowledge ``lease`` (and any the face could not acknowledge before)."""
+        """Acknowledge ``lease`` (and any the face could not acknowledge before).
+
+        A :class:`~retinue.cluster._transport.Tell`: on an event loop nothing is awaited
+        between the wait's answer and its return, so a cancel cannot land after the
+        acknowledgement and lose the completion. One that did not get through is
+        acknowledged with the next wait's (released after ``lease_timeout_s`` at worst).
+        """
         with self._lock:
             todo, self.unacked = [(shard, lease), *self.unacked], []
-        for pending in todo:
-            try:
-                yield _one(pending[0], AckLease(pending[1]))
-            except ShardUnavailable:
-                with self._lock:
-                    self.unacked.append(pending)  # released after lease_timeout_s at worst
+        yield Tell(
+            tuple(_one(k, AckLease(held)) for k, held in todo),
+            lambda i: self._not_acked(todo[i]),
+        )
+
+    def _not_acked(self, pending: tuple[int, str]) -> None:
+        with self._lock:
+            self.unacked.append(pending)
 
     def _first_time(self, completion_id: str) -> bool:
         """Note that the face returns ``completion_id``; False if it returned it before."""

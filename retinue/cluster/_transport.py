@@ -38,6 +38,7 @@ __all__ = [
     "Op",
     "Pause",
     "Race",
+    "Tell",
     "Transport",
     "failure_text",
     "raw_reply",
@@ -52,8 +53,9 @@ class One:
     """Call shard ``shard`` with ``payload``; the result is the reply's bytes.
 
     ``tag`` names the call (for fault injection); ``timeout_s`` bounds one
-    attempt; ``on_cancel`` is sent (unanswered) if an async caller is
-    cancelled while the call is in flight.
+    attempt; ``on_cancel`` is sent if an async caller is cancelled while
+    the call is in flight, and its answer awaited (up to ``call_timeout_s``)
+    before the cancel goes on, so what the caller does next comes after it.
     """
 
     shard: int
@@ -101,7 +103,18 @@ class Pause:
     seconds: float
 
 
-Step = One | Many | Race | Dir | Pause
+@dataclass(frozen=True)
+class Tell:
+    """Send ``calls`` and go on; ``failed(i)`` is called for each call ``i`` that did not
+    get through. On an event loop the calls are sent without awaiting their answers (so
+    no cancel can land between the step before and the one after); from a thread each
+    is made in turn, retried as a :class:`One` is. The result is None."""
+
+    calls: tuple[One, ...]
+    failed: Callable[[int], None]
+
+
+Step = One | Many | Race | Dir | Pause | Tell
 Op = Generator[Step, Any, T]
 
 
@@ -211,6 +224,13 @@ class Transport:
             case Pause():
                 time.sleep(step.seconds)
                 return None
+            case Tell():
+                for i, call in enumerate(step.calls):
+                    try:
+                        self._one(call, None)
+                    except ShardUnavailable:
+                        step.failed(i)
+                return None
 
     def _submit(self, call: One) -> Any:
         return self.shards[call.shard].handle.remote(call.payload)
@@ -310,6 +330,9 @@ class Transport:
             case Pause():
                 await asyncio.sleep(step.seconds)
                 return None
+            case Tell():
+                self._tell(step)
+                return None
 
     async def _one_async(self, call: One) -> bytes:
         started = time.monotonic()
@@ -327,13 +350,41 @@ class Transport:
                 with contextlib.suppress(Exception):
                     self.ray.cancel(ref)
                 if call.on_cancel is not None:
-                    self._fire(One(call.shard, call.on_cancel))
+                    await self._cancelled(One(call.shard, call.on_cancel))
                 raise
             except (*self._failures, _Lost, TimeoutError) as exc:
                 if not call.retry or self._gone(exc) or time.monotonic() - started > self.retry_s:
                     raise self._unavailable(call.shard, exc) from None
                 await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                 attempt += 1
+
+    def _tell(self, step: Tell) -> None:
+        """Send ``step``'s calls now; report each that fails, when it does, to ``failed``."""
+        for i, call in enumerate(step.calls):
+            try:
+                ref = self._submit(call)
+            except self._failures:
+                step.failed(i)
+                continue
+
+            def settled(future: Any, i: int = i) -> None:
+                if future.cancelled() or future.exception() is not None:
+                    step.failed(i)
+
+            ref.future().add_done_callback(settled)
+
+    async def _cancelled(self, call: One) -> None:
+        """Send a cancelled call's ``on_cancel`` and wait up to ``call_timeout_s`` for the
+        shard to have served it (a failure or a late answer is left to the shard's own
+        bounds); cancelled again meanwhile, it stays sent."""
+        try:
+            ref = self._submit(call)
+        except self._failures:
+            return
+        with contextlib.suppress(Exception):  # best effort: the shard's bounds cover the rest
+            await asyncio.shield(
+                asyncio.wait_for(asyncio.wrap_future(ref.future()), self.call_timeout_s)
+            )
 
 
 def raw_reply(step: One) -> Op[bytes]:

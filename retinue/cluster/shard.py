@@ -19,7 +19,13 @@ Exactly once across the wire:
 - a wait is leased (``Runtime.wait_async(..., lease=...)``): the lease is
   stored in the commit that marks the completion received; the face
   acknowledges it once it has the completion; a lease not acknowledged
-  within ``lease_timeout_s`` is released (its completion is handed out again).
+  within ``lease_timeout_s`` is released (its completion is handed out again);
+- a face whose wait is cancelled sends ``ReleaseLease`` for its lease, which may
+  reach the shard before, during or after the wait: a wait under that lease in
+  progress is cancelled (what it took is given back), one that arrives later is
+  refused without taking anything (the lease is remembered for
+  ``lease_timeout_s``, :mod:`retinue.cluster._released`), and one that took a
+  completion meanwhile gives it back at once.
 """
 
 from __future__ import annotations
@@ -37,13 +43,14 @@ from retinue.actors.admission import ProviderGate
 from retinue.actors.commands import AckLease, Command, HostMessages, ReleaseLease, Wait
 from retinue.cluster import ids
 from retinue.cluster import wire as w
+from retinue.cluster._released import Released
 from retinue.cluster._shardstreams import ShardStreams
 from retinue.cluster.eventwire import CloseStream, OpenStream, TakeEvents
 from retinue.cluster.leasebook import leased
 from retinue.cluster.limits import Broker, LeasedCapacity
 from retinue.cluster.requests import RequestLog
 from retinue.cluster.specs import ShardConfig, config_digest, profile_of
-from retinue.errors import RetinueError, StoreLocked
+from retinue.errors import InvalidArgument, RetinueError, StoreLocked
 from retinue.runtime import Runtime
 from retinue.team import Team
 
@@ -73,6 +80,8 @@ class ShardCore:
         )
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._waiting: dict[str, asyncio.Task[Any]] = {}  # blocked ``messages`` by request id
+        self._leased: dict[str, set[asyncio.Task[Any]]] = {}  # leased waits in progress
+        self._released = Released(config.lease_timeout_s)  # leases a face released
         self._faults: dict[str, tuple[frozenset[str], int]] = {}
         self.streams = ShardStreams(
             rt, shard, idle_s=config.stream_idle_s, max_streams=config.max_streams
@@ -232,17 +241,61 @@ class ShardCore:
                 return await self._wait(command, call.timeout)
             case HostMessages():
                 return await self._messages(call.rid or "", call.timeout)
-            case AckLease() | ReleaseLease():
+            case ReleaseLease():
+                return await self._release(command)
+            case AckLease():
                 with self._grants_lock:
                     self._grants.pop(command.lease, None)
         return await self.rt._ask_async(command)
 
     async def _wait(self, command: Wait, timeout: float | None) -> Any:
-        completion = await self.rt.wait_async(command.ref, timeout, lease=command.lease)
-        if command.lease is not None:
-            with self._grants_lock:
-                self._grants[command.lease] = time.monotonic()
+        """A host wait; a leased one ends without keeping anything once its lease is released.
+
+        Raises:
+            InvalidArgument: the lease was released (its face's caller is gone) before
+                or while the wait ran; what it took was given back.
+        """
+        lease = command.lease
+        if lease is None:
+            return await self.rt.wait_async(command.ref, timeout)
+        if self._released.has(lease, time.monotonic()):
+            raise _released(lease)
+        task = asyncio.ensure_future(self.rt.wait_async(command.ref, timeout, lease=lease))
+        waits = self._leased.setdefault(lease, set())
+        waits.add(task)
+        try:
+            completion = await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                raise  # the call itself is cancelled (its wait gave back what it took)
+            raise _released(lease) from None  # cancelled by the release
+        finally:
+            waits.discard(task)
+            if not waits:
+                self._leased.pop(lease, None)
+        if self._released.has(lease, time.monotonic()):
+            # Released between the take and here: give it back (if the release has not).
+            await self.rt._ask_async(ReleaseLease(lease))
+            raise _released(lease)
+        with self._grants_lock:
+            self._grants[lease] = time.monotonic()
         return completion
+
+    async def _release(self, command: ReleaseLease) -> bool:
+        """Release ``command.lease`` for good: a wait under it in progress here is cancelled
+        (and gives back what it took), and one that arrives later is refused."""
+        lease = command.lease
+        self._released.add(lease, time.monotonic())
+        waits = self._leased.get(lease)
+        if waits:
+            for task in waits:
+                task.cancel()
+            await asyncio.wait(set(waits))  # each gave back what it took, in order
+        with self._grants_lock:
+            self._grants.pop(lease, None)
+        released: bool = await self.rt._ask_async(command)
+        return released
 
     async def _messages(self, rid: str, timeout: float | None) -> Any:
         """The host inbox, waiting up to ``timeout``; a :class:`StopWaiting` ends it empty."""
@@ -258,6 +311,11 @@ class ShardCore:
         finally:
             self._waiting.pop(rid, None)
         return messages
+
+    def released_leases(self) -> int:
+        """How many released leases this shard remembers now (for tests and diagnostics)."""
+        self._released.expire(time.monotonic())
+        return len(self._released)
 
     def pong(self) -> w.Pong:
         """Describe this shard for a :class:`~retinue.cluster.wire.Ping`."""
@@ -306,3 +364,10 @@ class ShardCore:
         if self.capacity is not None:
             self.capacity.close()
         self.log.close()
+
+
+def _released(lease: str) -> InvalidArgument:
+    """The refusal of a wait whose lease was released (its caller cancelled it)."""
+    return InvalidArgument(
+        f"lease {lease!r} was released (its wait was cancelled): this wait took nothing"
+    )

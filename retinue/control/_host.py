@@ -102,6 +102,38 @@ class Host(Protocol):
         """Like :meth:`spawn`, without blocking the event loop."""
         ...
 
+    def run(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Spawn an agent and wait for its first completion; return it.
+
+        :meth:`spawn` then :meth:`wait` on the new agent, in one call; the
+        agent keeps running if the wait times out (``WaitTimeout``, its
+        ``path`` naming the agent). A retried run with ``idempotency_key``
+        waits on the agent the first made.
+        """
+        ...
+
+    async def run_async(
+        self,
+        profile: str,
+        task: str,
+        *,
+        name: str | None = None,
+        parent: str = "/root",
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+    ) -> Completion:
+        """Like :meth:`run`, without blocking the event loop; a cancel loses nothing."""
+        ...
+
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
         """Return the completion of the agent's oldest turn the host has not received."""
         ...

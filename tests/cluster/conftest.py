@@ -167,13 +167,14 @@ def shared_cluster(_session_cluster: Any) -> Iterator[Any]:
 SHARD_PROFILES = (
     spec_of(Profile("worker", runner=clusterlib.echo)),
     spec_of(Profile("talker", runner=clusterlib.talker)),
+    spec_of(Profile("gated", runner=clusterlib.gated)),
 )
 
 
 @pytest.fixture
 def open_core(tmp_path: Path) -> Iterator[Any]:
     """Return ``open(**ShardConfig options) -> ShardCore``: shard 1's core without Ray over
-    ``tmp_path/shard-1`` (a worker and a talker profile); each is closed at the end."""
+    ``tmp_path/shard-1`` (worker, talker and gated profiles); each is closed at the end."""
     from retinue.cluster.shard import ShardCore
 
     opened: list[ShardCore] = []

@@ -15,10 +15,13 @@ from retinue import (
     AgentState,
     ApprovalAlreadyAnswered,
     ArgumentTypeError,
+    Completion,
     CompletionStatus,
     DuplicateAgentPath,
     InvalidAgentPath,
+    InvalidArgument,
     NothingToWaitFor,
+    NotPermitted,
     RuntimeClosed,
     UnknownAgent,
     UnknownApproval,
@@ -274,3 +277,63 @@ def test_parked_approvals_are_listed_and_answered_through_the_face(
     assert "ship on Tuesday" in (approved.output or "")
     assert "ship on Tuesday" not in (denied.output or "")
     assert cluster.approvals() == [] and asyncio.run(cluster.approvals_async()) == []
+
+
+def test_run_spawns_on_the_agents_shard_and_waits_there(shared_cluster: Any) -> None:
+    cluster = shared_cluster
+    done = cluster.run("worker", "x", name="ran", timeout=30)
+    assert (done.status, done.output, done.generation) == (CompletionStatus.COMPLETED, "done:x", 1)
+    assert cluster.get("/root/ran").id == done.agent_id
+    with pytest.raises(NothingToWaitFor):  # the run received the completion, once
+        cluster.wait(done.agent_id, timeout=5)
+
+    first = cluster.run("worker", "k", idempotency_key="run-key", timeout=30)
+    with pytest.raises(NothingToWaitFor):  # a retry waits on the first's agent: nothing left
+        cluster.run("worker", "k", idempotency_key="run-key", timeout=30)
+    assert [a.id for a in cluster.agents() if a.id == first.agent_id] == [first.agent_id]
+    assert len(cluster.agents()) == 2  # the retry spawned nothing
+
+    with pytest.raises(NotPermitted):  # refused on the parent's shard: nothing spawned
+        cluster.run("worker", "c", name="kid", parent="/root/ran", timeout=30)
+    assert len(cluster.agents()) == 2
+
+    async def scenario() -> Completion:
+        ran: Completion = await cluster.run_async("worker", "y", name="ran_async", timeout=30)
+        return ran
+
+    assert asyncio.run(scenario()).output == "done:y"
+
+
+def test_a_refused_or_late_run(shared_cluster: Any) -> None:
+    cluster = shared_cluster
+    with pytest.raises(UnknownProfile):
+        cluster.run("nobody", "y", name="refused", timeout=30)
+    with pytest.raises(UnknownAgent):
+        cluster.get("/root/refused")  # nothing was spawned
+    with pytest.raises(InvalidArgument):
+        cluster.run("worker", "y", name="refused", timeout=-1)
+    assert cluster.agents() == []
+
+    with pytest.raises(WaitTimeout) as late:
+        cluster.run("gated", "never-run", name="late", timeout=0.3)
+    assert late.value.path == "/root/late"
+    assert cluster.get("/root/late").state.busy  # it keeps running
+    cluster.interrupt("/root/late")
+    assert cluster.wait("/root/late", timeout=30).status is CompletionStatus.INTERRUPTED
+
+
+def test_a_cancelled_run_async_loses_nothing(shared_cluster: Any, gates: Any) -> None:
+    cluster = shared_cluster
+
+    async def scenario() -> None:
+        running = asyncio.create_task(cluster.run_async("gated", "run-cancel", name="rc"))
+        while not await cluster.agents_async():
+            await asyncio.sleep(0.05)  # spawned: the run waits on it
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(scenario())
+    (gates / "run-cancel").touch()
+    done = cluster.wait("/root/rc", timeout=60)
+    assert (done.generation, done.output) == (1, "done:run-cancel")

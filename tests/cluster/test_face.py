@@ -39,6 +39,7 @@ HOST_CALLS = [
     "interrupt_tree",
     "messages",
     "resume",
+    "run",
     "send",
     "spawn",
     "wait",

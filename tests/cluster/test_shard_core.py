@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import wait_until
 
 from retinue import (
@@ -19,6 +21,7 @@ from retinue import (
     AgentState,
     Completion,
     DuplicateAgentPath,
+    InvalidArgument,
     Message,
     NothingToWaitFor,
     RuntimeClosed,
@@ -31,11 +34,13 @@ from retinue.actors.commands import (
     Get,
     HostMessages,
     Inspect,
+    ReleaseLease,
     Send,
     Spawn,
     Wait,
 )
 from retinue.cluster import wire as w
+from retinue.cluster._released import Released
 from retinue.cluster.shard import ShardCore
 from retinue.protocol.details import AgentDetail
 
@@ -181,6 +186,8 @@ def test_a_stopped_inbox_wait_ends_empty_and_loses_nothing(open_core: Any) -> No
 def test_reads_map_every_id(open_core: Any) -> None:
     core = open_core()
     a = call(core, w.run(Spawn(HOST, "worker", "t", "a", "/root", "~r1"), rid="r1"))
+    # Its turn settles on its own: read it once settled, or the two reads may differ.
+    wait_until(lambda: not core.rt.get("/root/a").state.busy, what="the worker settled")
     assert call(core, w.run(Get(HOST, "/root/a"))) == call(
         core, w.run(Get(HOST, a.id.removeprefix("s1-")))
     )
@@ -190,3 +197,156 @@ def test_reads_map_every_id(open_core: Any) -> None:
     assert detail.info.id == a.id
     closed = call(core, w.run(CloseTree(HOST, a.id.removeprefix("s1-")), rid="r2"), list[AgentInfo])
     assert [(c.id, c.state) for c in closed] == [(a.id, AgentState.CLOSED)]
+
+
+# -- a released lease: whatever the order its release and its wait arrive in --------------
+
+
+def release(lease: str) -> w.Run:
+    """The release a face fires when its wait under ``lease`` is cancelled."""
+    return w.run(ReleaseLease(lease))
+
+
+def settled(core: ShardCore, name: str) -> str:
+    """Spawn a worker ``name`` (it settles at once); return its shard-local id."""
+    info = call(core, w.run(Spawn(HOST, "worker", "t", name, "/root", f"~{name}"), rid=name))
+    local: str = info.id.removeprefix("s1-")
+    return local
+
+
+def test_a_release_before_its_wait_makes_the_wait_take_nothing(open_core: Any) -> None:
+    core = open_core()
+    local = settled(core, "a")
+    assert call(core, release("L1"), bool) is False  # nothing under it yet: remembered
+    assert core.released_leases() == 1
+    with pytest.raises(InvalidArgument, match="released"):
+        call(core, leased("L1", local, 10.0), Completion)
+    assert core.rt.leases() == {}
+    assert call(core, w.Ping(), w.Pong).leases == 0
+    # As soon as the turn settles, not after lease_timeout_s (120 s).
+    done = call(core, leased("L2", local, 10.0), Completion)
+    assert done.id.endswith(":1")
+
+
+def test_a_release_during_its_wait_ends_the_wait_and_loses_nothing(
+    open_core: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core()
+    info = call(core, w.run(Spawn(HOST, "gated", "g1", "g", "/root", "~g"), rid="g"))
+    local = info.id.removeprefix("s1-")
+
+    async def scenario() -> None:
+        blocked = asyncio.ensure_future(core.handle(w.encode_call(leased("L1", local, 30.0))))
+        while "L1" not in core._leased:
+            await asyncio.sleep(0.01)
+        reply = await core.handle(w.encode_call(release("L1")))
+        assert w.decode_reply(reply, bool) is False  # the wait had taken nothing
+        with pytest.raises(InvalidArgument, match="released"):
+            w.decode_reply(await blocked, Completion)
+        assert not core._leased
+        (gates / "g1").touch()
+        done = w.decode_reply(
+            await core.handle(w.encode_call(leased("L2", local, 30.0))), Completion
+        )
+        assert (done.generation, done.output) == (1, "done:g1")
+
+    asyncio.run(scenario())
+    assert set(core.rt.leases()) == {"L2"}
+
+
+def test_a_release_after_its_wait_took_the_completion_gives_it_back(open_core: Any) -> None:
+    core = open_core()
+    local = settled(core, "a")
+    done = call(core, leased("L1", local, 10.0), Completion)  # its caller was gone: unread
+    assert call(core, w.Ping(), w.Pong).leases == 1
+    assert call(core, release("L1"), bool) is True
+    assert call(core, w.Ping(), w.Pong).leases == 0
+    with pytest.raises(InvalidArgument, match="released"):
+        call(core, leased("L1", local, 0.0), Completion)  # a late repeat takes nothing
+    assert call(core, leased("L2", local, 0.0), Completion) == done
+
+
+def test_a_wait_repeated_under_its_lease_still_gets_what_it_took(open_core: Any) -> None:
+    # Only a release makes a lease dead: a retry (the reply was lost) is served as before.
+    core = open_core()
+    local = settled(core, "a")
+    done = call(core, leased("L1", local, 10.0), Completion)
+    assert call(core, leased("L1", local, 0.0), Completion) == done
+    assert core.released_leases() == 0
+
+
+def test_released_leases_are_forgotten_after_the_lease_timeout(open_core: Any) -> None:
+    core = open_core(lease_timeout_s=0.2)
+    call(core, release("L1"), bool)
+    assert core.released_leases() == 1
+    wait_until(lambda: core.released_leases() == 0, what="the tombstone forgotten")
+
+
+def test_released_leases_are_kept_for_their_window_and_bounded_in_number() -> None:
+    released = Released(keep_s=10.0, max_entries=2)
+    released.add("a", now=0.0)
+    released.add("b", now=1.0)
+    assert released.has("a", now=10.0) and released.has("b", now=10.0)
+    released.add("c", now=10.0)  # past the bound: the oldest goes early, and is counted
+    assert not released.has("a", now=10.0)
+    assert released.dropped_early == 1
+    assert released.has("b", now=11.0) and not released.has("b", now=11.5)  # its window ended
+    assert len(released) == 1 and released.dropped_early == 1
+
+
+@settings(
+    max_examples=25,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    settle_first=st.booleans(),
+    wait_first=st.booleans(),
+    steps=st.integers(min_value=0, max_value=12),
+    sleep=st.sampled_from([0.0, 0.001, 0.01]),
+)
+def test_a_release_and_its_wait_in_any_order_leave_the_completion_to_the_next_wait(
+    open_core: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settle_first: bool,
+    wait_first: bool,
+    steps: int,
+    sleep: float,
+) -> None:
+    gates = tmp_path / "gates"
+    gates.mkdir(exist_ok=True)
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = _cores.get(str(tmp_path)) or _cores.setdefault(str(tmp_path), open_core())
+    task = f"t{len(core.rt.agents())}"
+    if settle_first:
+        (gates / task).touch()
+    info = call(core, w.run(Spawn(HOST, "gated", task, task, "/root", f"~{task}"), rid=task))
+    local = info.id.removeprefix("s1-")
+
+    async def scenario() -> None:
+        first, second = leased("L-" + task, local, 10.0), release("L-" + task)
+        if not wait_first:
+            first, second = second, first
+        one = asyncio.ensure_future(core.handle(w.encode_call(first)))
+        for _ in range(steps):
+            await asyncio.sleep(sleep)
+        two = asyncio.ensure_future(core.handle(w.encode_call(second)))
+        (gates / task).touch()
+        await asyncio.gather(one, two)
+        done = w.decode_reply(
+            await core.handle(w.encode_call(leased("N-" + task, local, 10.0))), Completion
+        )
+        assert (done.generation, done.output) == (1, f"done:{task}")
+
+    asyncio.run(scenario())
+    assert set(core.rt.leases()) == {"N-" + task}  # the released one holds nothing
+    assert call(core, w.run(AckLease("N-" + task)), bool) is True
+    assert not core._leased
+
+
+_cores: dict[str, ShardCore] = {}  # the property's core, by its run's tmp_path (one per run)

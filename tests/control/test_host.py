@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def test_the_protocol_names_the_host_calls_and_their_twins() -> None:
     calls = set(HOST_CALLS)
     sync = {
-        "spawn", "wait", "send", "messages", "follow_up", "resume", "interrupt",
+        "spawn", "run", "wait", "send", "messages", "follow_up", "resume", "interrupt",
         "interrupt_tree", "close", "close_tree", "get", "agents", "inspect", "approvals",
         "approve", "deny", "stream",
     }  # fmt: skip
