@@ -31,19 +31,23 @@ Every side settles litellm's success logging (:func:`settle_logging`) as its
 warm-up ends and again after its measured work, on the loop its model calls
 ran on. litellm runs a call's success callback (``async_success_handler``:
 cost, zero-cost diagnostic, logging payload; ~2.7 million instructions, on the
-caller's thread) as a task after the call has returned. Unsettled, the raw
-side's count had two modes at random (13.2 or 13.65 million per call with
-``N`` = 5): the last warm-up call's callback ran inside the counted window or
-before it, and at the end ``asyncio.run`` cancelled a callback litellm's
-worker had taken but not started (lost), or left it queued for the worker's
-``atexit`` flush on a fresh event loop (counted). The window of ``N`` calls
-held ``N - 1``, ``N`` or ``N + 1`` callbacks; one callback more or less is
-~0.5 million per call at ``N`` = 5. retinue's sides did not have these modes:
-a turn's callback ends on the runtime's loop before its completion reaches the
-host, and the runtime flushes litellm's logging as it shuts down. Settled,
-every window holds exactly its own calls' callbacks, as a long-lived process
-runs each call's callback once. Which of the default executor's threads runs
-a call (``run_in_executor``) still varies, with no effect on the total.
+calling loop's thread) as a task after the call has returned. Unsettled, the
+raw side's count had two modes at random: the last warm-up call's callback ran
+inside the counted window or before it, and at the end ``asyncio.run``
+cancelled a callback litellm's worker had taken but not started (lost) or left
+it queued for the worker's ``atexit`` flush on a fresh event loop (counted).
+The windows of ``N`` and ``2N`` calls did not always hold the same surplus of
+callbacks, and one callback more or less is ~0.5 million per call at ``N`` = 5:
+9 pairs of runs gave 13.15 to 13.73 million per raw call. retinue's sides had
+no such modes (14.02 to 14.05 million per spawn-and-wait turn, 13.92 to 13.98
+per ``run`` turn): a turn's callback ends on the runtime's loop before its
+completion reaches the host, and the runtime flushes litellm's logging as it
+shuts down. Settled, every window holds exactly its own calls' callbacks, as a
+long-lived process runs each call's callback once: 9 pairs gave 13.17 to 13.19
+million per raw call (the lower mode), and retinue's sides did not move
+(14.01 to 14.05, 13.91 to 13.93). Which of the default executor's threads runs
+a call (``run_in_executor``) still varies from run to run, with no effect on
+the total.
 
 Callgrind counts nothing until the warm-up is done (``--instr-atstart=no``):
 the driver says ``measure`` on its output as it ends the warm-up
