@@ -27,6 +27,28 @@ million in total.
 The ratio raw/retinue is the issue's figure (target >= 0.95); raw/retinue_run is
 the same figure for a host that runs its agents with ``run``.
 
+Every side settles litellm's success logging (:func:`settle_logging`) as its
+warm-up ends and again after its measured work, on the loop its model calls
+ran on. litellm runs a call's success callback (``async_success_handler``:
+cost, zero-cost diagnostic, logging payload; ~2.7 million instructions, on the
+calling loop's thread) as a task after the call has returned. Unsettled, the
+raw side's count had two modes at random: the last warm-up call's callback ran
+inside the counted window or before it, and at the end ``asyncio.run``
+cancelled a callback litellm's worker had taken but not started (lost) or left
+it queued for the worker's ``atexit`` flush on a fresh event loop (counted).
+The windows of ``N`` and ``2N`` calls did not always hold the same surplus of
+callbacks, and one callback more or less is ~0.5 million per call at ``N`` = 5:
+9 pairs of runs gave 13.15 to 13.73 million per raw call. retinue's sides had
+no such modes (14.02 to 14.05 million per spawn-and-wait turn, 13.92 to 13.98
+per ``run`` turn): a turn's callback ends on the runtime's loop before its
+completion reaches the host, and the runtime flushes litellm's logging as it
+shuts down. Settled, every window holds exactly its own calls' callbacks, as a
+long-lived process runs each call's callback once: 9 pairs gave 13.17 to 13.19
+million per raw call (the lower mode), and retinue's sides did not move
+(14.01 to 14.05, 13.91 to 13.93). Which of the default executor's threads runs
+a call (``run_in_executor``) still varies from run to run, with no effect on
+the total.
+
 Callgrind counts nothing until the warm-up is done (``--instr-atstart=no``):
 the driver says ``measure`` on its output as it ends the warm-up
 (:func:`start_measuring`) and waits, while :func:`instructions_of` turns the
@@ -50,6 +72,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from stress.bench.litellm_logging import model_call_loop, settle_logging
 from stress.parts import Options, Part, Result
 
 __all__ = [
@@ -166,9 +189,11 @@ def _drive_raw(folder: Path, n: int) -> int:
     async def main() -> int:
         for _ in range(WARM_UP):
             await litellm.acompletion(**kwargs)
+        await settle_logging()
         start_measuring()
         for _ in range(n):
             await litellm.acompletion(**kwargs)
+        await settle_logging()
         return n
 
     return asyncio.run(main())
@@ -188,17 +213,24 @@ def _drive_retinue(folder: Path, n: int, *, fused: bool = False) -> int:
     profiles = [Profile("agent", runner=LiteLLMRunner(SCRIPTED_MODEL))]
     with Runtime.open(folder, profiles=profiles, limits=limits, durability=Durability.FULL) as rt:
 
+        async def turn(i: int) -> bool:
+            if fused:
+                final = await rt.run_async("agent", f"task {i}", timeout=600)
+            else:
+                info = await rt.spawn_async("agent", f"task {i}")
+                final = await rt.wait_async(info.id, timeout=600)
+            return final.status == "completed"
+
         async def main() -> int:
+            with model_call_loop() as loops:
+                for i in range(WARM_UP):
+                    await turn(i)
+            await settle_logging(loops[-1])
+            start_measuring()
             done = 0
-            for i in range(WARM_UP + n):
-                if i == WARM_UP:
-                    start_measuring()
-                if fused:
-                    final = await rt.run_async("agent", f"task {i}", timeout=600)
-                else:
-                    info = await rt.spawn_async("agent", f"task {i}")
-                    final = await rt.wait_async(info.id, timeout=600)
-                done += i >= WARM_UP and final.status == "completed"
+            for i in range(WARM_UP, WARM_UP + n):
+                done += await turn(i)
+            await settle_logging(loops[-1])
             return done
 
         return asyncio.run(main())
