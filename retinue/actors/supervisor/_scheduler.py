@@ -38,7 +38,7 @@ from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of, spawned_info
-from retinue.actors.turns import AgentActor, Report, Turn, TurnControl, turn_ref
+from retinue.actors.turns import AgentActor, LoopTurns, Report, Turn, TurnControl, turn_ref
 from retinue.errors import TurnInterrupted
 from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import (
@@ -127,7 +127,8 @@ StartFailed = Callable[[Transition, AgentRecord, TurnError], None]
 
 
 class TurnHandle(NamedTuple):
-    """The supervisor's grip on a running turn: its generation, context and actor.
+    """The supervisor's grip on a running turn: its generation, context and actor (None for
+    an async runner's turn: a task on the runtime's loop, stopped by its cancellation).
 
     Immutable: a change is a new handle in :attr:`Scheduler.turns` (journaled). A named
     tuple, built in one call per turn (a frozen dataclass sets each field with
@@ -195,7 +196,7 @@ def _hold_again(
 class Scheduler(Journaled):
     """Turn slots, the queue of starting turns, and the running turns' handles."""
 
-    _config = frozenset({"world", "_order"})
+    _config = frozenset({"world", "_order", "_loop_turns"})
 
     def __init__(self, world: World, *, inbox: Inbox, start_failed: StartFailed) -> None:
         """Schedule turns in ``world``; ``inbox`` and ``start_failed`` as above."""
@@ -215,6 +216,9 @@ class Scheduler(Journaled):
         self.turns: dict[str, TurnHandle] = JDict(j)
         self.reacquire: deque[SlotRequest] = JDeque(j)
         self._settle = self._settle_teller()  # how every runner reports back
+        # What starts each async profile's turns on the loop (made on first use: a cache,
+        # the same whatever a command does, so not journaled).
+        self._loop_turns: dict[str, LoopTurns] = {}
         # Sync turns cancelled while their runner still runs: (agent id, generation).
         self.abandoned: set[tuple[str, int]] = JSet(j)
         # Turns whose runner has not reported back yet (every runner reports, once).
@@ -382,20 +386,24 @@ class Scheduler(Journaled):
         world = self.world
         agent_id = record.id
         is_async = world.runner_is_async.get(record.profile, False)  # _is_async's, once
-        try:
-            actor = AgentActor.start(
-                world.runners[record.profile],
-                self._settle,
-                world.limits.output_max_bytes,
-                world.executor,
-                is_async,
-                world.observer,
-            )
-        except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
-            text = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
-            self._start_failed(tx, record, TurnError(text, type(exc).__name__))
-            return
-        tx.start(actor)
+        actor: pykka.ActorRef[Any] | None = None
+        if is_async:  # a task on the loop, started after the commit: no actor
+            starter = self._loop_turns.get(record.profile) or self._loop_turns_of(record.profile)
+        else:
+            try:
+                actor = AgentActor.start(
+                    world.runners[record.profile],
+                    self._settle,
+                    world.limits.output_max_bytes,
+                    world.executor,
+                    is_async,
+                    world.observer,
+                )
+            except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
+                text = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
+                self._start_failed(tx, record, TurnError(text, type(exc).__name__))
+                return
+            tx.start(actor)
         profile = world.profiles[record.profile]
         turn = TurnControl(  # positional (see TurnControl.__init__)
             world.engine,
@@ -449,9 +457,23 @@ class Scheduler(Journaled):
                 )
             )
         face = _make_turn(Turn, turn)  # what the runner sees (Turn._create(turn), inline)
-        tx.after(partial(actor.tell, face))
+        # Started once committed: a command that fails or is rolled back drops its effects
+        # (and stops its actors), so such a turn never runs.
+        tx.after(partial(starter.start, face) if actor is None else partial(actor.tell, face))
         if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
             arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
+
+    def _loop_turns_of(self, profile: str) -> LoopTurns:
+        """Return (made on first use) what starts the turns of ``profile``'s async runner."""
+        world = self.world
+        starter = self._loop_turns[profile] = LoopTurns(
+            world.runners[profile],
+            self._settle,
+            world.limits.output_max_bytes,
+            world.executor.loop,
+            world.observer,
+        )
+        return starter
 
     def _hold(self, agent_id: str, handle: TurnHandle) -> None:
         """Hold a started turn's ``handle``, its slot and its report to come (undone by one
