@@ -2,11 +2,13 @@
 
 A queued turn (``starting``) waits for a slot; a turn back from a wait asks for
 its slot again before anything else starts. The scheduler starts a turn by
-marking its agent ``running``, gathering its inputs and handing the turn to a
-fresh agent actor after the commit. It knows nothing of routing: the inputs
-and a failed start go through the two callbacks it is built with.
+marking its agent ``running``, gathering its inputs and handing the turn, after
+the commit, to a fresh agent actor (a sync runner's) or to the runtime's loop as
+a task (an async runner's, :class:`~retinue.actors.turns.LoopTurns`: no actor).
+It knows nothing of routing: the inputs and a failed start go through the two
+callbacks it is built with.
 
-Agent actors run on the world's executors (a sync runner on a pooled thread,
+Turns run on the world's executors (a sync runner's actor on a pooled thread,
 an async runner as a task on the runtime's loop): starting one starts no
 thread. A sync runner that ignores its cancellation keeps its thread,
 *abandoned*, until it returns; threads running sync runners never exceed
@@ -381,7 +383,8 @@ class Scheduler(Journaled):
     def _run(
         self, tx: Transition, record: AgentRecord, task: str, reason: str, *, fresh: bool = False
     ) -> None:
-        """Hand the turn of a ``running`` record to a fresh agent actor (after the commit);
+        """Hand the turn of a ``running`` record to a fresh agent actor, or an async runner's
+        to the runtime's loop (after the commit);
         ``fresh``: the agent was made in this command (see :meth:`enqueue`), its inbox empty."""
         world = self.world
         agent_id = record.id

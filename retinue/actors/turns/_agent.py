@@ -6,9 +6,11 @@ pykka's seam for new actor types (``_create_actor_inbox``,
 ``_create_future``, ``_start_actor_loop``): it keeps pykka's refs, futures and
 one-message-at-a-time guarantee, but its inbox is drained by a job on a shared
 executor instead of a thread per actor. A sync runner's turn runs on a
-:class:`~retinue.actors.turns._executor.WorkerPool` thread; an async runner's turn
-(``async def runner(turn) -> str``) runs as a task on the runtime's one event
-loop, and interrupting it cancels the task at once.
+:class:`~retinue.actors.turns._executor.WorkerPool` thread. An :class:`AgentActor`
+can also run an async runner's turn (``async def runner(turn) -> str``) as a task
+on the runtime's one event loop; the runtime starts those with no actor
+(:class:`~retinue.actors.turns._loop_turns.LoopTurns`). Both share what runs a
+runner and reports its outcome (:func:`run_runner_async`, :func:`report_turn`).
 """
 
 from __future__ import annotations
