@@ -218,9 +218,18 @@ class Scheduler(Journaled):
         self.turns: dict[str, TurnHandle] = JDict(j)
         self.reacquire: deque[SlotRequest] = JDeque(j)
         self._settle = self._settle_teller()  # how every runner reports back
-        # What starts each async profile's turns on the loop (made on first use: a cache,
-        # the same whatever a command does, so not journaled).
-        self._loop_turns: dict[str, LoopTurns] = {}
+        # What starts each async profile's turns on the loop (made once: no command changes it).
+        self._loop_turns: dict[str, LoopTurns] = {
+            name: LoopTurns(
+                world.runners[name],
+                self._settle,
+                world.limits.output_max_bytes,
+                world.executor.loop,
+                world.observer,
+            )
+            for name, is_async in world.runner_is_async.items()
+            if is_async
+        }
         # Sync turns cancelled while their runner still runs: (agent id, generation).
         self.abandoned: set[tuple[str, int]] = JSet(j)
         # Turns whose runner has not reported back yet (every runner reports, once).
@@ -383,16 +392,13 @@ class Scheduler(Journaled):
     def _run(
         self, tx: Transition, record: AgentRecord, task: str, reason: str, *, fresh: bool = False
     ) -> None:
-        """Hand the turn of a ``running`` record to a fresh agent actor, or an async runner's
-        to the runtime's loop (after the commit);
+        """Hand the turn of a ``running`` record to a fresh actor or the loop after the commit;
         ``fresh``: the agent was made in this command (see :meth:`enqueue`), its inbox empty."""
         world = self.world
         agent_id = record.id
         is_async = world.runner_is_async.get(record.profile, False)  # _is_async's, once
-        actor: pykka.ActorRef[Any] | None = None
-        if is_async:  # a task on the loop, started after the commit: no actor
-            starter = self._loop_turns.get(record.profile) or self._loop_turns_of(record.profile)
-        else:
+        actor: pykka.ActorRef[Any] | None = None  # an async runner's turn: a task, no actor
+        if not is_async:
             try:
                 actor = AgentActor.start(
                     world.runners[record.profile],
@@ -419,8 +425,7 @@ class Scheduler(Journaled):
             True,  # keeps_receipts
             record.origin,
         )
-        # What a turn starts with already (its own agent as root, TurnControl's class
-        # attributes) is not set again.
+        # Not set again: what a turn starts with (its agent as root, TurnControl's defaults).
         root_id = agent_id
         if record.parent_id is not None:
             root_id = turn.root_id = world.tree.top_of.get(agent_id, agent_id)
@@ -460,23 +465,10 @@ class Scheduler(Journaled):
                 )
             )
         face = _make_turn(Turn, turn)  # what the runner sees (Turn._create(turn), inline)
-        # Started once committed: a command that fails or is rolled back drops its effects
-        # (and stops its actors), so such a turn never runs.
-        tx.after(partial(starter.start, face) if actor is None else partial(actor.tell, face))
+        start = self._loop_turns[record.profile].start if actor is None else actor.tell
+        tx.after(partial(start, face))  # a failed or rolled back command drops it: never runs
         if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
             arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
-
-    def _loop_turns_of(self, profile: str) -> LoopTurns:
-        """Return (made on first use) what starts the turns of ``profile``'s async runner."""
-        world = self.world
-        starter = self._loop_turns[profile] = LoopTurns(
-            world.runners[profile],
-            self._settle,
-            world.limits.output_max_bytes,
-            world.executor.loop,
-            world.observer,
-        )
-        return starter
 
     def _hold(self, agent_id: str, handle: TurnHandle) -> None:
         """Hold a started turn's ``handle``, its slot and its report to come (undone by one
