@@ -20,7 +20,7 @@ from retinue import (
     Turn,
     WaitTimeout,
 )
-from retinue.actors.turns import _agent as agent_module
+from retinue.actors.turns import _loop_turns as loop_turns_module
 from retinue.testing import Gate, echo
 
 
@@ -162,7 +162,7 @@ def test_a_turn_task_cancelled_by_something_else_fails_its_turn(
     async def cancelled_elsewhere(runner: object, turn: Turn, output_max_bytes: int) -> None:
         raise asyncio.CancelledError
 
-    monkeypatch.setattr(agent_module, "run_runner_async", cancelled_elsewhere)
+    monkeypatch.setattr(loop_turns_module, "run_runner_async", cancelled_elsewhere)
     rt = open_runtime([Profile("agent", runner=echo_async)])
     failed = rt.wait(rt.spawn("agent", "t").id, timeout=PROMPT_S)
     assert failed.status is CompletionStatus.FAILED

@@ -2,11 +2,13 @@
 
 A queued turn (``starting``) waits for a slot; a turn back from a wait asks for
 its slot again before anything else starts. The scheduler starts a turn by
-marking its agent ``running``, gathering its inputs and handing the turn to a
-fresh agent actor after the commit. It knows nothing of routing: the inputs
-and a failed start go through the two callbacks it is built with.
+marking its agent ``running``, gathering its inputs and handing the turn, after
+the commit, to a fresh agent actor (a sync runner's) or to the runtime's loop as
+a task (an async runner's, :class:`~retinue.actors.turns.LoopTurns`: no actor).
+It knows nothing of routing: the inputs and a failed start go through the two
+callbacks it is built with.
 
-Agent actors run on the world's executors (a sync runner on a pooled thread,
+Turns run on the world's executors (a sync runner's actor on a pooled thread,
 an async runner as a task on the runtime's loop): starting one starts no
 thread. A sync runner that ignores its cancellation keeps its thread,
 *abandoned*, until it returns; threads running sync runners never exceed
@@ -38,7 +40,7 @@ from retinue.actors.commands import LlmStarted, LlmStep, Settle, TurnRef
 from retinue.actors.supervisor._deadlines import arm_deadline
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World, info_of, spawned_info
-from retinue.actors.turns import AgentActor, Report, Turn, TurnControl, turn_ref
+from retinue.actors.turns import AgentActor, LoopTurns, Report, Turn, TurnControl, turn_ref
 from retinue.errors import TurnInterrupted
 from retinue.protocol.failures import TurnError
 from retinue.protocol.messages import (
@@ -127,7 +129,8 @@ StartFailed = Callable[[Transition, AgentRecord, TurnError], None]
 
 
 class TurnHandle(NamedTuple):
-    """The supervisor's grip on a running turn: its generation, context and actor.
+    """The supervisor's grip on a running turn: its generation, context and actor (None for
+    an async runner's turn: a task on the runtime's loop, stopped by its cancellation).
 
     Immutable: a change is a new handle in :attr:`Scheduler.turns` (journaled). A named
     tuple, built in one call per turn (a frozen dataclass sets each field with
@@ -195,7 +198,7 @@ def _hold_again(
 class Scheduler(Journaled):
     """Turn slots, the queue of starting turns, and the running turns' handles."""
 
-    _config = frozenset({"world", "_order"})
+    _config = frozenset({"world", "_order", "_loop_turns"})
 
     def __init__(self, world: World, *, inbox: Inbox, start_failed: StartFailed) -> None:
         """Schedule turns in ``world``; ``inbox`` and ``start_failed`` as above."""
@@ -215,6 +218,18 @@ class Scheduler(Journaled):
         self.turns: dict[str, TurnHandle] = JDict(j)
         self.reacquire: deque[SlotRequest] = JDeque(j)
         self._settle = self._settle_teller()  # how every runner reports back
+        # What starts each async profile's turns on the loop (made once: no command changes it).
+        self._loop_turns: dict[str, LoopTurns] = {
+            name: LoopTurns(
+                world.runners[name],
+                self._settle,
+                world.limits.output_max_bytes,
+                world.executor.loop,
+                world.observer,
+            )
+            for name, is_async in world.runner_is_async.items()
+            if is_async
+        }
         # Sync turns cancelled while their runner still runs: (agent id, generation).
         self.abandoned: set[tuple[str, int]] = JSet(j)
         # Turns whose runner has not reported back yet (every runner reports, once).
@@ -377,25 +392,27 @@ class Scheduler(Journaled):
     def _run(
         self, tx: Transition, record: AgentRecord, task: str, reason: str, *, fresh: bool = False
     ) -> None:
-        """Hand the turn of a ``running`` record to a fresh agent actor (after the commit);
+        """Hand the turn of a ``running`` record to a fresh actor or the loop after the commit;
         ``fresh``: the agent was made in this command (see :meth:`enqueue`), its inbox empty."""
         world = self.world
         agent_id = record.id
         is_async = world.runner_is_async.get(record.profile, False)  # _is_async's, once
-        try:
-            actor = AgentActor.start(
-                world.runners[record.profile],
-                self._settle,
-                world.limits.output_max_bytes,
-                world.executor,
-                is_async,
-                world.observer,
-            )
-        except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
-            text = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
-            self._start_failed(tx, record, TurnError(text, type(exc).__name__))
-            return
-        tx.start(actor)
+        actor: pykka.ActorRef[Any] | None = None  # an async runner's turn: a task, no actor
+        if not is_async:
+            try:
+                actor = AgentActor.start(
+                    world.runners[record.profile],
+                    self._settle,
+                    world.limits.output_max_bytes,
+                    world.executor,
+                    is_async,
+                    world.observer,
+                )
+            except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread
+                text = f"{type(exc).__name__}: cannot start an actor for the turn: {exc}"
+                self._start_failed(tx, record, TurnError(text, type(exc).__name__))
+                return
+            tx.start(actor)
         profile = world.profiles[record.profile]
         turn = TurnControl(  # positional (see TurnControl.__init__)
             world.engine,
@@ -408,8 +425,7 @@ class Scheduler(Journaled):
             True,  # keeps_receipts
             record.origin,
         )
-        # What a turn starts with already (its own agent as root, TurnControl's class
-        # attributes) is not set again.
+        # Not set again: what a turn starts with (its agent as root, TurnControl's defaults).
         root_id = agent_id
         if record.parent_id is not None:
             root_id = turn.root_id = world.tree.top_of.get(agent_id, agent_id)
@@ -449,7 +465,8 @@ class Scheduler(Journaled):
                 )
             )
         face = _make_turn(Turn, turn)  # what the runner sees (Turn._create(turn), inline)
-        tx.after(partial(actor.tell, face))
+        start = self._loop_turns[record.profile].start if actor is None else actor.tell
+        tx.after(partial(start, face))  # a failed or rolled back command drops it: never runs
         if profile.turn_timeout_s is not None:  # arm_deadline's own first check, without its call
             arm_deadline(world, tx, record, from_start=reason == APPROVAL_REASON)
 

@@ -4,8 +4,9 @@
 coordinator operations with their ``*_async`` twins; only the runtime makes
 one), its private control (``TurnControl``, reached with ``control_of(turn)``:
 what the supervisor, the executor and the LLM layer hold) and receipt of
-waits, the agent actors that run one turn each (``AgentActor``) on the shared
-``Executor`` (a worker pool for sync runners, one event loop for async ones),
+waits, the agent actors that run one sync runner's turn each (``AgentActor``) on
+the shared ``Executor``'s worker pool, what starts an async runner's turns as
+tasks on its one event loop (``LoopTurns``),
 and what must end with the loop (``at_loop_close``).
 
 The rest of the package may use the names in ``__all__``; the modules are private.
@@ -23,12 +24,14 @@ from retinue.actors.turns._agent import (
 from retinue.actors.turns._control import TurnControl, turn_ref
 from retinue.actors.turns._executor import Executor, runner_finished
 from retinue.actors.turns._loop_close import at_close, at_loop_close
+from retinue.actors.turns._loop_turns import LoopTurns
 from retinue.actors.turns._turn import BatchRequest, Runner, Turn, control_of
 
 __all__ = [
     "AgentActor",
     "BatchRequest",
     "Executor",
+    "LoopTurns",
     "Report",
     "Runner",
     "Turn",

@@ -6,9 +6,11 @@ pykka's seam for new actor types (``_create_actor_inbox``,
 ``_create_future``, ``_start_actor_loop``): it keeps pykka's refs, futures and
 one-message-at-a-time guarantee, but its inbox is drained by a job on a shared
 executor instead of a thread per actor. A sync runner's turn runs on a
-:class:`~retinue.actors.turns._executor.WorkerPool` thread; an async runner's turn
-(``async def runner(turn) -> str``) runs as a task on the runtime's one event
-loop, and interrupting it cancels the task at once.
+:class:`~retinue.actors.turns._executor.WorkerPool` thread. An :class:`AgentActor`
+can also run an async runner's turn (``async def runner(turn) -> str``) as a task
+on the runtime's one event loop; the runtime starts those with no actor
+(:class:`~retinue.actors.turns._loop_turns.LoopTurns`). Both share what runs a
+runner and reports its outcome (:func:`run_runner_async`, :func:`report_turn`).
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ from retinue.protocol.failures import TurnError, turn_error
 from retinue.protocol.text import bounded_text, truncate_utf8
 
 __all__ = [
+    "NOT_BY_INTERRUPT",
     "AgentActor",
     "PooledActor",
     "Report",
     "error_text",
     "failure_of",
     "is_async_runner",
+    "report_turn",
     "run_runner",
     "run_runner_async",
     "running_agent",
@@ -186,10 +190,34 @@ async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) ->
     return _outcome(result, output_max_bytes)
 
 
-_NOT_BY_INTERRUPT = TurnError(
+NOT_BY_INTERRUPT = TurnError(
     "CancelledError: the turn's task was cancelled, and not by its interrupt", "CancelledError"
 )
 """The error of an async turn whose task something else cancelled (the turn failed)."""
+_NOT_BY_INTERRUPT = NOT_BY_INTERRUPT
+
+
+def report_turn(
+    settle: Report, turn: TurnControl, output: str | None, error: TurnError | None
+) -> None:
+    """Settle ``turn`` through ``settle`` with its runner's outcome, and end its span.
+
+    Raises whatever ``settle`` raises (the span is ended all the same).
+    """
+    watch = turn.watch
+    if watch.span is None:  # no span to pass on or to end
+        step = turn.last_step  # a model turn's last step goes with its settle
+        settle(turn.agent.id, turn.agent.generation, output, error, None, step)
+        return
+    trace = watch.traceparent()
+    status = (
+        "interrupted" if turn.cancelled.is_set() else "failed" if error is not None else "completed"
+    )
+    try:
+        step = turn.last_step
+        settle(turn.agent.id, turn.agent.generation, output, error, trace, step)
+    finally:
+        watch.end(status, None if error is None else error.text)
 
 
 class _Inbox:
@@ -419,7 +447,7 @@ class AgentActor(PooledActor):
             output, error = run_runner(self._runner, message, self._output_max_bytes)
             control.runner_returned = True
             try:
-                self._report(control, output, error)
+                report_turn(self._settle, control, output, error)
             finally:
                 # Stop at once, in this drain job: what stop() would do through the inbox
                 # (a stop message this same job then handles); a stop the runtime sent
@@ -454,7 +482,7 @@ class AgentActor(PooledActor):
             turn.runner_returned = True
             try:
                 if finished.cancelled():  # by something else (before its runner ran, too)
-                    self._report(turn, None, _NOT_BY_INTERRUPT)
+                    report_turn(self._settle, turn, None, NOT_BY_INTERRUPT)
                 else:  # failed outside its runner (which never raises): re-raised, logged
                     finished.result()
             finally:
@@ -487,27 +515,10 @@ class AgentActor(PooledActor):
         task.remove_done_callback(done)  # no await from here on: nothing cancels it
         turn.runner_returned = True
         try:
-            self._report(turn, output, error)
+            report_turn(self._settle, turn, output, error)
         finally:
             self._stop_between_jobs()  # in the task's step: no drain job of it runs
 
     def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
         """Settle ``turn`` with its runner's outcome, and end its span."""
-        watch = turn.watch
-        if watch.span is None:  # no span to pass on or to end
-            step = turn.last_step  # a model turn's last step goes with its settle
-            self._settle(turn.agent.id, turn.agent.generation, output, error, None, step)
-            return
-        trace = watch.traceparent()
-        status = (
-            "interrupted"
-            if turn.cancelled.is_set()
-            else "failed"
-            if error is not None
-            else "completed"
-        )
-        try:
-            step = turn.last_step
-            self._settle(turn.agent.id, turn.agent.generation, output, error, trace, step)
-        finally:
-            watch.end(status, None if error is None else error.text)
+        report_turn(self._settle, turn, output, error)

@@ -169,7 +169,7 @@ class TurnControl:
         self.keeps_receipts = keeps_receipts
         self.root_id = agent.id
         self._cancel_lock = _thread.RLock()  # threading.RLock's own (no Python frame)
-        self._on_cancel: list[Callable[[], None]] = []
+        self._on_cancel: list[Callable[[], object]] = []
 
     def __journal_snapshot__(self) -> tuple[bool, object]:
         """The turn as a supervisor command may change it: cancelled, its ledger (not
@@ -238,8 +238,9 @@ class TurnControl:
             action()
             return True
 
-    def on_cancel(self, hook: Callable[[], None]) -> None:
-        """Call ``hook()`` when the turn is cancelled (at once if it already is)."""
+    def on_cancel(self, hook: Callable[[], object]) -> None:
+        """Call ``hook()`` when the turn is cancelled (at once if it already is); what it
+        returns is ignored."""
         with self._cancel_lock:
             if not self.cancelled.is_set():
                 self._on_cancel.append(hook)
