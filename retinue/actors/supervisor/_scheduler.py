@@ -405,7 +405,6 @@ class Scheduler(Journaled):
                     self._settle,
                     world.limits.output_max_bytes,
                     world.executor,
-                    is_async,
                     world.observer,
                 )
             except Exception as exc:  # thread ceiling: the turn fails, its inputs stay unread

@@ -5,12 +5,13 @@ started only to run one turn, then stops itself. :class:`PooledActor` uses
 pykka's seam for new actor types (``_create_actor_inbox``,
 ``_create_future``, ``_start_actor_loop``): it keeps pykka's refs, futures and
 one-message-at-a-time guarantee, but its inbox is drained by a job on a shared
-executor instead of a thread per actor. A sync runner's turn runs on a
-:class:`~retinue.actors.turns._executor.WorkerPool` thread. An :class:`AgentActor`
-can also run an async runner's turn (``async def runner(turn) -> str``) as a task
-on the runtime's one event loop; the runtime starts those with no actor
-(:class:`~retinue.actors.turns._loop_turns.LoopTurns`). Both share what runs a
-runner and reports its outcome (:func:`run_runner_async`, :func:`report_turn`).
+executor instead of a thread per actor. A sync runner's turn runs in an
+:class:`AgentActor` on a :class:`~retinue.actors.turns._executor.WorkerPool`
+thread; an async runner's turn (``async def runner(turn) -> str``) is a task on
+the runtime's one event loop with no actor
+(:class:`~retinue.actors.turns._loop_turns.LoopTurns`). Both use what runs a
+runner and reports its outcome here (:func:`run_runner`, :func:`run_runner_async`,
+:func:`report_turn`).
 """
 
 from __future__ import annotations
@@ -194,7 +195,6 @@ NOT_BY_INTERRUPT = TurnError(
     "CancelledError: the turn's task was cancelled, and not by its interrupt", "CancelledError"
 )
 """The error of an async turn whose task something else cancelled (the turn failed)."""
-_NOT_BY_INTERRUPT = NOT_BY_INTERRUPT
 
 
 def report_turn(
@@ -342,21 +342,6 @@ class PooledActor(pykka.Actor):
     def _kick(self) -> None:
         self._submit(self._drain)
 
-    def _stop_between_jobs(self) -> None:
-        """Stop now, on the actor's executor, while no job of it runs (an async turn's end).
-
-        What ``stop()`` would do through the inbox and one more drain job (pykka's
-        stop, then its teardown), done here: nothing else is ever sent to a turn's
-        actor but stops, which a stopped actor answers in its teardown as pykka does.
-        A drain scheduled meanwhile finds the actor stopped and only tears down.
-        """
-        if self.actor_stopped.is_set():  # the runtime stopped it first
-            return
-        self._stop()
-        self._actor_loop_teardown()
-        inbox: _Inbox = self.actor_inbox  # type: ignore[assignment]  # (no cast call)
-        inbox.kick = None  # as _drain: no cycle left for the GC
-
     def _drain(self) -> None:
         if not self._set_up:
             self._set_up = True
@@ -384,11 +369,9 @@ class PooledActor(pykka.Actor):
 
 
 class AgentActor(PooledActor):
-    """Runs one turn of one agent, reports the outcome, and stops.
-
-    A sync runner's turn runs on the executor's worker pool; an async runner's
-    turn runs as a task on its event loop.
-    """
+    """Runs one turn of one sync runner on the executor's worker pool, reports the
+    outcome, and stops (an async runner's turn needs no actor:
+    :class:`~retinue.actors.turns._loop_turns.LoopTurns`)."""
 
     def __init__(
         self,
@@ -396,19 +379,15 @@ class AgentActor(PooledActor):
         settle: Report,
         output_max_bytes: int,
         executor: Executor,
-        is_async: bool,
         observer: Observer | None = None,
     ) -> None:
         """Prepare the actor; the turn arrives as its one message.
 
-        ``is_async`` says whether ``runner`` is async (the world knows it per profile);
         ``observer`` gives the turn its watch (its control's ``watch``) as the runner starts.
         """
-        self.is_async = is_async
-        loop = self._loop_thread = executor.loop
         # PooledActor.__init__'s work, inline (one actor per turn: two Python frames fewer,
         # its own and its inbox's): the same fields, in the same order.
-        self._submit = loop.call_soon if is_async else executor.pool.submit
+        self._submit = executor.pool.submit
         self._set_up = False
         self.actor_urn = f"urn:retinue:{next(_URNS)}"
         inbox = _new(_Inbox)  # _Inbox(), its slots set here
@@ -433,14 +412,11 @@ class AgentActor(PooledActor):
         return super()._handle_receive(message)
 
     def on_receive(self, message: Any) -> Any:
-        """Run the turn in ``message`` (or start its task), report it, then stop."""
+        """Run the turn in ``message``, report it, then stop."""
         if isinstance(message, Turn):
             control = control_of(message)
             if self._observer is not None:
                 control.watch = self._observer.watch(control, self._model)
-            if self.is_async:
-                self._start_task(message, control)
-                return None
             if not control.claim_start():  # cancelled first: its inputs already went back
                 self._gone(control)
                 return None
@@ -456,7 +432,7 @@ class AgentActor(PooledActor):
         return None
 
     def _gone(self, turn: TurnControl) -> None:
-        """A cancelled turn's runner will not run (or ran no further): say so, then stop.
+        """A cancelled turn's runner will not run: say so, then stop.
 
         The report is discarded as a late result; it tells the supervisor that
         no runner of that turn runs any more (see ``Runtime.wait_idle``).
@@ -468,57 +444,3 @@ class AgentActor(PooledActor):
         finally:
             with contextlib.suppress(pykka.ActorDeadError):  # the runtime stopped it first
                 self.stop()
-
-    def _start_task(self, face: Turn, turn: TurnControl) -> None:
-        if turn.cancelled.is_set():  # its inputs already went back
-            self._gone(turn)
-            return
-        turn.loop_thread = threading.get_ident()  # its blocking faces refuse to run here
-
-        def done(finished: asyncio.Task[None]) -> None:  # only a task that ends cancelled
-            if finished.cancelled() and turn.cancelled.is_set():
-                self._gone(turn)
-                return
-            turn.runner_returned = True
-            try:
-                if finished.cancelled():  # by something else (before its runner ran, too)
-                    report_turn(self._settle, turn, None, NOT_BY_INTERRUPT)
-                else:  # failed outside its runner (which never raises): re-raised, logged
-                    finished.result()
-            finally:
-                self._stop_between_jobs()  # a task's callback: no drain job of it runs
-
-        task = asyncio.get_running_loop().create_task(
-            self._run_task(face, turn, done), name=f"retinue-turn-{turn.agent.path}"
-        )
-        loop = self._loop_thread
-
-        def cancel() -> None:
-            loop.call_soon(task.cancel)
-
-        turn.on_cancel(cancel)
-        task.add_done_callback(done)
-
-    async def _run_task(
-        self, face: Turn, turn: TurnControl, done: Callable[[asyncio.Task[None]], None]
-    ) -> None:
-        """An async turn's task: run its runner, then report it and stop, in its last step.
-
-        The report is made here, not by the task's done callback, which would
-        take one more pass of the loop per turn: ``done`` is taken off the task
-        once the runner has returned, and stays for a task that ends cancelled
-        (its runner interrupted, or cancelled by something else).
-        """
-        output, error = await run_runner_async(self._runner, face, self._output_max_bytes)
-        task = asyncio.current_task()
-        assert task is not None  # this coroutine runs as its turn's task
-        task.remove_done_callback(done)  # no await from here on: nothing cancels it
-        turn.runner_returned = True
-        try:
-            report_turn(self._settle, turn, output, error)
-        finally:
-            self._stop_between_jobs()  # in the task's step: no drain job of it runs
-
-    def _report(self, turn: TurnControl, output: str | None, error: TurnError | None) -> None:
-        """Settle ``turn`` with its runner's outcome, and end its span."""
-        report_turn(self._settle, turn, output, error)

@@ -11,7 +11,7 @@ turn's task is created. What the actor guaranteed holds:
 - a turn cancelled before its task starts never runs its runner and reports
   itself gone (its inputs already went back);
 - interrupting the turn cancels its task at once (its cancel hook); a task
-  cancelled by something else reports ``_NOT_BY_INTERRUPT``;
+  cancelled by something else reports ``NOT_BY_INTERRUPT``;
 - the report is made in the task's last step (no extra loop pass);
 - nothing is started before the commit: a command that fails or is rolled
   back drops its effects, so such a turn never reaches the loop.
