@@ -69,6 +69,16 @@ _dict_pop = dict.pop
 _PATH = attrgetter("path")
 _STATE_KEYS = {state: state.value for state in AgentState}
 """Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
+_MOVES: dict[tuple[AgentState, AgentState], tuple[str, str, int]] = {
+    (old, new): (old.value, new.value, (new in BUSY_STATES) - (old in BUSY_STATES))
+    for old in AgentState
+    for new in AgentState
+    if old is not new and old is not AgentState.CLOSED and new is not AgentState.CLOSED
+}
+"""A live agent's change of state, by (old, new): the two keys of ``Tree.state_counts``
+it moves between, and whether it joins (1) or leaves (-1) the busy agents (0: neither).
+What :func:`_move_counts` works out per change, once: :meth:`Tree.put_agent`'s common
+changes (a turn starts, settles) look it up."""
 
 
 def _step(counts: dict[str, int], key: str, step: int) -> None:
@@ -373,8 +383,31 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             agents.hold(key)
         dict.__setitem__(agents, key, record)
         state = record.state
-        if old.state is not state or old.profile != record.profile:
-            _move_counts(self, old, record)  # unjournaled: the entry above moves them back
+        # Unjournaled, as _move_counts: the entry above moves them back.
+        move: tuple[str, str, int] | None = (
+            None if old.state is state else _MOVES.get((old.state, state))
+        )
+        if move is None or old.profile != record.profile:  # a close, a reopen, a new profile
+            if old.state is not state or old.profile != record.profile:
+                _move_counts(self, old, record)
+        else:  # a live agent's new state, its profile kept: two counts, maybe its busy entry
+            counts = self.state_counts
+            was, now, busy = move
+            left = _dict_get(counts, was, 0) - 1
+            if left > 0:
+                _dict_set(counts, was, left)
+            else:
+                _dict_pop(counts, was, None)
+            held = _dict_get(counts, now)
+            if held is None:  # a state no agent was in: a new key
+                _dict_new(counts, now, 1)
+            else:
+                _dict_set(counts, now, held + 1)
+            if busy:
+                if busy > 0:
+                    _dict_set(self.busy, key, None)
+                else:
+                    _dict_pop(self.busy, key, None)
         if state is _CLOSED:
             closed_at = record.closed_at or record.updated_at
             if self.closed.get(key) != closed_at:  # unjournaled: the entry above undoes it
