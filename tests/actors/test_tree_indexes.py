@@ -306,3 +306,43 @@ def test_a_new_agents_first_completion_rolled_back_leaves_no_index_of_it() -> No
     journal.roll_back()
     assert snapshot(tree) == kept
     assert dict(tree.completions["a" * 32]) == {1: completion(1)}
+
+
+def test_a_close_rolled_back_puts_every_live_index_back() -> None:
+    """A close takes the agent out of the live indexes with one journal entry
+    (``_reindex_live``): rolled back, a top-level agent, an only child (whose parent's
+    set of live children went with it) and a child with a sibling are live again,
+    picture for picture; kept, the indexes equal a full walk."""
+    tree = Tree()
+    journal = tree.journal
+    lead = agent("a" * 32, "/root/a", state=AgentState.COMPLETED)
+    only = agent("b" * 32, "/root/a/b", "a" * 32, state=AgentState.COMPLETED)
+    mid = agent("c" * 32, "/root/c", state=AgentState.RUNNING)
+    kids = [agent(f"{k * 32}", f"/root/c/{k}", "c" * 32, state=AgentState.FAILED) for k in "de"]
+    journal.begin(None)
+    for record in [lead, only, mid, *kids]:
+        tree.put_agent(record)
+    tree.take_writes()
+    journal.keep()
+    before = snapshot(tree)
+    for record in [lead, only, kids[0], mid]:
+        closed = msgspec.structs.replace(record, state=AgentState.CLOSED, closed_at=9.0)
+        journal.begin("Close")
+        tree.put_agent(closed)
+        assert record.path not in tree.live_paths
+        assert indexes(tree) == recount(tree), record.path
+        journal.roll_back()
+        assert snapshot(tree) == before, record.path
+    journal.begin("CloseTree")  # several in one command, leaves first: undone newest first
+    for record in [only, lead, *kids, mid]:
+        tree.put_agent(msgspec.structs.replace(record, state=AgentState.CLOSED, closed_at=9.0))
+    assert (tree.live_count, tree.tree_count, tree.live_paths) == (0, {}, {})
+    assert "a" * 32 not in tree.children and "c" * 32 not in tree.children
+    journal.roll_back()
+    assert snapshot(tree) == before
+    journal.begin("Close")
+    tree.put_agent(msgspec.structs.replace(only, state=AgentState.CLOSED, closed_at=9.0))
+    journal.keep()
+    assert indexes(tree) == recount(tree)
+    assert (tree.live_count, tree.tree_count) == (4, {"a" * 32: 1, "c" * 32: 3})
+    assert "a" * 32 not in tree.children

@@ -216,6 +216,24 @@ def _unput_new(
     object.__setattr__(tree, "live_count", tree.live_count - 1)
 
 
+def _reindex_live(tree: Tree, record: AgentRecord, held: bool, kids: set[str] | None) -> None:
+    """Undo :meth:`Tree._unindex_live` of ``record``: its live path (``held``: the put
+    took it), its place among its parent's live children (``kids``: the set it was
+    taken from, None: it was in none), its tree's count and the live count. Undone
+    newest first, the journal has put back every later change already."""
+    key, parent_id = record.id, record.parent_id
+    if held:
+        dict.__setitem__(tree.live_paths, record.path, key)
+    if kids is not None:
+        set.add(kids, key)
+        kin = HOST_KEY if parent_id is None else parent_id
+        if dict.get(tree.children, kin) is not kids:  # the put took the emptied set away
+            dict.__setitem__(tree.children, kin, kids)
+    trees, top = tree.tree_count, tree.top_of[key]
+    dict.__setitem__(trees, top, dict.get(trees, top, 0) + 1)
+    object.__setattr__(tree, "live_count", tree.live_count + 1)
+
+
 def _count_down(counts: dict[str, int], key: str) -> None:
     """Take one from ``counts[key]`` (unjournaled); a count that falls to 0 goes."""
     count = dict.get(counts, key, 0) - 1
@@ -510,20 +528,33 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             _step(self.live_profiles, record.profile, -1)
 
     def _unindex_live(self, record: AgentRecord) -> None:
-        if self.live_paths.get(record.path) == record.id:
-            del self.live_paths[record.path]
-        parent_id = record.parent_id
-        key = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
-        kids = self.children.get(key)
+        """Take a closing agent out of the live indexes (its path, its parent's live
+        children, its tree's count, the live count), with the dicts' own operations
+        and one journal entry, logged first, that puts them all back
+        (:func:`_reindex_live`), instead of an entry and a journaled call per index."""
+        key, path, parent_id = record.id, record.path, record.parent_id
+        paths = self.live_paths
+        held = _dict_get(paths, path) == key
+        kin = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
+        kids = _dict_get(self.children, kin)
+        if kids is not None and key not in kids:
+            kids = None  # (it is in no set of live children: none to take it from)
+        trees, top = self.tree_count, self.top_of[key]
+        count = trees[top] - 1  # (what may raise, before the entry: nothing changed then)
+        journal = self._journal
+        if journal.active:
+            journal.log((_reindex_live, (self, record, held, kids)))
+        if held:
+            _dict_del(paths, path)
         if kids is not None:
-            kids.discard(record.id)
-            if not kids and key != HOST_KEY:  # a leaf holds no set: 10,000 closed agents, no sets
-                del self.children[key]
-        top = self.top_of[record.id]
-        self.tree_count[top] -= 1
-        if self.tree_count[top] == 0:
-            del self.tree_count[top]
-        self.live_count -= 1
+            set.discard(kids, key)
+            if not kids and kin != HOST_KEY:  # a leaf holds no set: 10,000 closed agents, no sets
+                _dict_del(self.children, kin)
+        if count:
+            _dict_set(trees, top, count)
+        else:
+            _dict_del(trees, top)
+        self.__dict__["live_count"] = self.live_count - 1  # unjournaled (see above)
 
     def is_live(self, agent_id: str) -> bool:
         """Return True if the agent exists and is not closed."""
