@@ -580,14 +580,18 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         """
         order: list[str] = []
         stack: list[tuple[str, bool]] = [(agent_id, False)]
+        children, agents = self.children, self.agents
         while stack:
             node, expanded = stack.pop()
             if expanded:
                 order.append(node)
                 continue
+            kids = children.get(node)  # live_children's look (a node is an agent, never None)
+            if not kids:  # a leaf (most nodes): in the order at once, nothing to sort
+                order.append(node)
+                continue
             stack.append((node, True))
-            kids = self.live_children(node)
-            for child in sorted(kids, key=lambda c: self.agents[c].created_at, reverse=True):
+            for child in sorted(kids, key=lambda c: agents[c].created_at, reverse=True):
                 stack.append((child, False))
         return order
 
