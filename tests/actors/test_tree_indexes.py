@@ -346,16 +346,3 @@ def test_a_close_rolled_back_puts_every_live_index_back() -> None:
     assert indexes(tree) == recount(tree)
     assert (tree.live_count, tree.tree_count) == (4, {"a" * 32: 1, "c" * 32: 3})
     assert "a" * 32 not in tree.children
-
-
-def test_spread_since_with_nothing_removed_changes_and_journals_nothing() -> None:
-    """A close whose retention removed nothing moves no write: ``spread_since`` leaves
-    the writes, the spread and the journal as they were."""
-    tree = Tree()
-    journal = tree.journal
-    journal.begin("Close")
-    tree.put_agent(agent("a" * 32, "/root/a", state=AgentState.COMPLETED))
-    writes, mark = list(tree.writes), journal.savepoint()
-    tree.spread_since(len(tree.writes))
-    assert (list(tree.writes), list(tree.spread), journal.savepoint()) == (writes, [], mark)
-    journal.keep()

@@ -353,8 +353,6 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         it, so that until its spread delete the store holds it closed, not as it
         was before (live, under a closed parent).
         """
-        if len(self.writes) <= mark and not self._removed_unwritten:
-            return  # nothing removed (most closes: retention had nothing to do): no change
         moved = self.writes[mark:]
         del self.writes[mark:]
         self.spread += [w for w in moved if w[0] != "agents"]
