@@ -54,7 +54,7 @@ class GenerationEnd(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     span: str | None = None
 
 
-class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """One agent as stored (keyed by its id).
 
     ``parent_id`` is None for a top-level agent. ``host_received`` is the
@@ -96,6 +96,10 @@ class AgentRecord(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ``ended`` is how its newest settled generation ended (see :class:`GenerationEnd`;
     None: none settled since this field exists, or its generation is kept as a
     :class:`GenerationRecord` already); it is stale once ``generation`` moved past it.
+
+    Stored without the fields at their defaults (``omit_defaults``: most of them, for
+    most agents): a record decodes them back as those defaults, and one stored with
+    every field (before this) decodes the same.
     """
 
     id: str

@@ -21,8 +21,8 @@ from persistence import agent
 
 from retinue.actors.tree import Tree, _pages
 from retinue.actors.tree._journal import snapshot
-from retinue.protocol.messages import AgentState
-from retinue.protocol.records import AgentRecord
+from retinue.protocol.messages import AgentState, Completion, CompletionStatus
+from retinue.protocol.records import AgentRecord, CompletionRecord
 
 STATES = [s for s in AgentState]
 Op = tuple[str, int, int, int]
@@ -241,3 +241,108 @@ def test_a_new_agents_put_rolled_back_leaves_every_index_as_it_was() -> None:
     assert tree.top_of["d" * 32] == tree.top_of["e" * 32] == "a" * 32
     assert tree.spawn_keys == {("", "k"): "f" * 32}
     assert tree.live_paths["/root/a/d"] == "d" * 32 and "/root/a/e" not in tree.live_paths
+
+
+def test_every_state_change_of_a_live_agent_moves_its_counts_and_is_undone() -> None:
+    """``put_agent``'s own move of a live agent's state (``_MOVES``: its profile kept,
+    neither state closed) counts as a full walk does, kept or rolled back, from every
+    live state to every other (a turn that starts, settles, parks, restarts)."""
+    live = [s for s in AgentState if s is not AgentState.CLOSED]
+    for old in live:
+        for new in live:
+            tree = Tree()
+            journal = tree.journal
+            other = agent("b" * 32, "/root/b", state=new)  # a count the move must not drop
+            record = agent("a" * 32, "/root/a", state=old)
+            journal.begin(None)
+            tree.put_agent(other)
+            tree.put_agent(record)
+            journal.keep()
+            before = snapshot(tree)
+            changed = msgspec.structs.replace(record, state=new, updated_at=2.0)
+            journal.begin("Settle")
+            tree.put_agent(changed)
+            assert indexes(tree) == recount(tree), (old, new)
+            journal.roll_back()
+            assert snapshot(tree) == before, (old, new)
+            journal.begin("Settle")
+            tree.put_agent(changed)
+            journal.keep()
+            assert indexes(tree) == recount(tree), (old, new)
+            assert (record.id in tree.busy) is new.busy, (old, new)
+
+
+def test_a_new_agents_first_completion_rolled_back_leaves_no_index_of_it() -> None:
+    """The first completion of an agent makes its completions' dict: one journal entry
+    undoes both (the dict and the completion in it); a later one is journaled alone."""
+    tree = Tree()
+    journal = tree.journal
+
+    def completion(generation: int) -> CompletionRecord:
+        done = Completion(
+            id=f"{'a' * 32}:{generation}",
+            agent_id="a" * 32,
+            path="/root/a",
+            generation=generation,
+            status=CompletionStatus.COMPLETED,
+            output="ok",
+        )
+        return CompletionRecord(completion=done, recipient_id=None, seq=generation)
+
+    before = snapshot(tree)
+    journal.begin("Settle")
+    tree.add_completion(completion(1))
+    assert dict(tree.completions["a" * 32]) == {1: completion(1)}
+    journal.roll_back()
+    assert snapshot(tree) == before
+    assert "a" * 32 not in tree.completions
+    journal.begin("Settle")
+    tree.add_completion(completion(1))
+    tree.take_writes()
+    journal.keep()
+    kept = snapshot(tree)
+    journal.begin("Settle")
+    tree.add_completion(completion(2))
+    journal.roll_back()
+    assert snapshot(tree) == kept
+    assert dict(tree.completions["a" * 32]) == {1: completion(1)}
+
+
+def test_a_close_rolled_back_puts_every_live_index_back() -> None:
+    """A close takes the agent out of the live indexes with one journal entry
+    (``_reindex_live``): rolled back, a top-level agent, an only child (whose parent's
+    set of live children went with it) and a child with a sibling are live again,
+    picture for picture; kept, the indexes equal a full walk."""
+    tree = Tree()
+    journal = tree.journal
+    lead = agent("a" * 32, "/root/a", state=AgentState.COMPLETED)
+    only = agent("b" * 32, "/root/a/b", "a" * 32, state=AgentState.COMPLETED)
+    mid = agent("c" * 32, "/root/c", state=AgentState.RUNNING)
+    kids = [agent(f"{k * 32}", f"/root/c/{k}", "c" * 32, state=AgentState.FAILED) for k in "de"]
+    journal.begin(None)
+    for record in [lead, only, mid, *kids]:
+        tree.put_agent(record)
+    tree.take_writes()
+    journal.keep()
+    before = snapshot(tree)
+    for record in [lead, only, kids[0], mid]:
+        closed = msgspec.structs.replace(record, state=AgentState.CLOSED, closed_at=9.0)
+        journal.begin("Close")
+        tree.put_agent(closed)
+        assert record.path not in tree.live_paths
+        assert indexes(tree) == recount(tree), record.path
+        journal.roll_back()
+        assert snapshot(tree) == before, record.path
+    journal.begin("CloseTree")  # several in one command, leaves first: undone newest first
+    for record in [only, lead, *kids, mid]:
+        tree.put_agent(msgspec.structs.replace(record, state=AgentState.CLOSED, closed_at=9.0))
+    assert (tree.live_count, tree.tree_count, tree.live_paths) == (0, {}, {})
+    assert "a" * 32 not in tree.children and "c" * 32 not in tree.children
+    journal.roll_back()
+    assert snapshot(tree) == before
+    journal.begin("Close")
+    tree.put_agent(msgspec.structs.replace(only, state=AgentState.CLOSED, closed_at=9.0))
+    journal.keep()
+    assert indexes(tree) == recount(tree)
+    assert (tree.live_count, tree.tree_count) == (4, {"a" * 32: 1, "c" * 32: 3})
+    assert "a" * 32 not in tree.children

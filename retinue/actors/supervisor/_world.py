@@ -451,7 +451,8 @@ class World(Journaled):
         Raises:
             MessageTooLarge: it is.
         """
-        size = len(content.encode("utf-8", "surrogatepass"))
+        # An ASCII text's size is its length (a flag CPython keeps): no encoded copy made.
+        size = len(content) if content.isascii() else len(content.encode("utf-8", "surrogatepass"))
         cap = self.limits.message_max_bytes
         if size > cap:
             raise MessageTooLarge(

@@ -201,11 +201,14 @@ class CompletionIndex:
         active = journal.active
         completion = record.completion
         agent_id, generation = completion.agent_id, completion.generation
-        known = self._known(agent_id, generation)
-        if active:
-            journal.log((_restore_item, (known, generation, _get(known, generation, _MISSING))))
-        if _new(known, generation, record) is not record:  # a generation's completion again
-            _set(known, generation, record)
+        known = _get(self.completions, agent_id)  # _known's look, in C
+        if known is None:  # made here (journaled): undoing that drops the set below with it
+            _new(self._known(agent_id, generation), generation, record)
+        else:
+            if active:
+                journal.log((_restore_item, (known, generation, _get(known, generation, _MISSING))))
+            if _new(known, generation, record) is not record:  # a generation's completion again
+                _set(known, generation, record)
         if not record.delivered:
             recipient_id = record.recipient_id
             key = HOST_KEY if recipient_id is None else recipient_id  # recipient_key, inline

@@ -69,6 +69,16 @@ _dict_pop = dict.pop
 _PATH = attrgetter("path")
 _STATE_KEYS = {state: state.value for state in AgentState}
 """Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
+_MOVES: dict[tuple[AgentState, AgentState], tuple[str, str, int]] = {
+    (old, new): (old.value, new.value, (new in BUSY_STATES) - (old in BUSY_STATES))
+    for old in AgentState
+    for new in AgentState
+    if old is not new and old is not AgentState.CLOSED and new is not AgentState.CLOSED
+}
+"""A live agent's change of state, by (old, new): the two keys of ``Tree.state_counts``
+it moves between, and whether it joins (1) or leaves (-1) the busy agents (0: neither).
+What :func:`_move_counts` works out per change, once: :meth:`Tree.put_agent`'s common
+changes (a turn starts, settles) look it up."""
 
 
 def _step(counts: dict[str, int], key: str, step: int) -> None:
@@ -204,6 +214,24 @@ def _unput_new(
             dict.pop(tree.children, kin, None)
     _count_down(tree.tree_count, top)
     object.__setattr__(tree, "live_count", tree.live_count - 1)
+
+
+def _reindex_live(tree: Tree, record: AgentRecord, held: bool, kids: set[str] | None) -> None:
+    """Undo :meth:`Tree._unindex_live` of ``record``: its live path (``held``: the put
+    took it), its place among its parent's live children (``kids``: the set it was
+    taken from, None: it was in none), its tree's count and the live count. Undone
+    newest first, the journal has put back every later change already."""
+    key, parent_id = record.id, record.parent_id
+    if held:
+        dict.__setitem__(tree.live_paths, record.path, key)
+    if kids is not None:
+        set.add(kids, key)
+        kin = HOST_KEY if parent_id is None else parent_id
+        if dict.get(tree.children, kin) is not kids:  # the put took the emptied set away
+            dict.__setitem__(tree.children, kin, kids)
+    trees, top = tree.tree_count, tree.top_of[key]
+    dict.__setitem__(trees, top, dict.get(trees, top, 0) + 1)
+    object.__setattr__(tree, "live_count", tree.live_count + 1)
 
 
 def _count_down(counts: dict[str, int], key: str) -> None:
@@ -373,8 +401,31 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             agents.hold(key)
         dict.__setitem__(agents, key, record)
         state = record.state
-        if old.state is not state or old.profile != record.profile:
-            _move_counts(self, old, record)  # unjournaled: the entry above moves them back
+        # Unjournaled, as _move_counts: the entry above moves them back.
+        move: tuple[str, str, int] | None = (
+            None if old.state is state else _MOVES.get((old.state, state))
+        )
+        if move is None or old.profile != record.profile:  # a close, a reopen, a new profile
+            if old.state is not state or old.profile != record.profile:
+                _move_counts(self, old, record)
+        else:  # a live agent's new state, its profile kept: two counts, maybe its busy entry
+            counts = self.state_counts
+            was, now, busy = move
+            left = _dict_get(counts, was, 0) - 1
+            if left > 0:
+                _dict_set(counts, was, left)
+            else:
+                _dict_pop(counts, was, None)
+            held = _dict_get(counts, now)
+            if held is None:  # a state no agent was in: a new key
+                _dict_new(counts, now, 1)
+            else:
+                _dict_set(counts, now, held + 1)
+            if busy:
+                if busy > 0:
+                    _dict_set(self.busy, key, None)
+                else:
+                    _dict_pop(self.busy, key, None)
         if state is _CLOSED:
             closed_at = record.closed_at or record.updated_at
             if self.closed.get(key) != closed_at:  # unjournaled: the entry above undoes it
@@ -477,20 +528,33 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             _step(self.live_profiles, record.profile, -1)
 
     def _unindex_live(self, record: AgentRecord) -> None:
-        if self.live_paths.get(record.path) == record.id:
-            del self.live_paths[record.path]
-        parent_id = record.parent_id
-        key = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
-        kids = self.children.get(key)
+        """Take a closing agent out of the live indexes (its path, its parent's live
+        children, its tree's count, the live count), with the dicts' own operations
+        and one journal entry, logged first, that puts them all back
+        (:func:`_reindex_live`), instead of an entry and a journaled call per index."""
+        key, path, parent_id = record.id, record.path, record.parent_id
+        paths = self.live_paths
+        held = _dict_get(paths, path) == key
+        kin = HOST_KEY if parent_id is None else parent_id  # recipient_key, inline
+        kids = _dict_get(self.children, kin)
+        if kids is not None and key not in kids:
+            kids = None  # (it is in no set of live children: none to take it from)
+        trees, top = self.tree_count, self.top_of[key]
+        count = trees[top] - 1  # (what may raise, before the entry: nothing changed then)
+        journal = self._journal
+        if journal.active:
+            journal.log((_reindex_live, (self, record, held, kids)))
+        if held:
+            _dict_del(paths, path)
         if kids is not None:
-            kids.discard(record.id)
-            if not kids and key != HOST_KEY:  # a leaf holds no set: 10,000 closed agents, no sets
-                del self.children[key]
-        top = self.top_of[record.id]
-        self.tree_count[top] -= 1
-        if self.tree_count[top] == 0:
-            del self.tree_count[top]
-        self.live_count -= 1
+            set.discard(kids, key)
+            if not kids and kin != HOST_KEY:  # a leaf holds no set: 10,000 closed agents, no sets
+                _dict_del(self.children, kin)
+        if count:
+            _dict_set(trees, top, count)
+        else:
+            _dict_del(trees, top)
+        self.__dict__["live_count"] = self.live_count - 1  # unjournaled (see above)
 
     def is_live(self, agent_id: str) -> bool:
         """Return True if the agent exists and is not closed."""
@@ -514,14 +578,18 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         """
         order: list[str] = []
         stack: list[tuple[str, bool]] = [(agent_id, False)]
+        children, agents = self.children, self.agents
         while stack:
             node, expanded = stack.pop()
             if expanded:
                 order.append(node)
                 continue
+            kids = children.get(node)  # live_children's look (a node is an agent, never None)
+            if not kids:  # a leaf (most nodes): in the order at once, nothing to sort
+                order.append(node)
+                continue
             stack.append((node, True))
-            kids = self.live_children(node)
-            for child in sorted(kids, key=lambda c: self.agents[c].created_at, reverse=True):
+            for child in sorted(kids, key=lambda c: agents[c].created_at, reverse=True):
                 stack.append((child, False))
         return order
 
