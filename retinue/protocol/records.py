@@ -2,8 +2,11 @@
 
 ``SCHEMA_VERSION`` is written in the store's meta database. Evolution rules:
 a new field goes at the end with a default (old records still decode); a
-change that cannot be expressed so bumps ``SCHEMA_VERSION`` and adds a
-migration step in ``retinue.persistence.migrations``.
+field's default never changes (a struct stored with ``omit_defaults``, as
+:class:`AgentRecord` is, does not store a field at its default, so a new
+default would change what old records read back as); a change that cannot be
+expressed so bumps ``SCHEMA_VERSION`` and adds a migration step in
+``retinue.persistence.migrations``.
 """
 
 from __future__ import annotations
