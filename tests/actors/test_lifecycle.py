@@ -24,8 +24,11 @@ from retinue import (
     RuntimeClosed,
     Turn,
     TurnInterrupted,
+    Usage,
     WaitTimeout,
 )
+from retinue.actors.commands import HOST, Agents, LlmStep, TurnRef
+from retinue.actors.supervisor._scheduler import settle_of
 from retinue.actors.turns import runner_finished
 from retinue.testing import Gate, echo
 
@@ -534,3 +537,26 @@ def test_a_completion_run_many_async_received_survives_an_interrupt_of_its_next_
     rt.follow_up(p.id, "read")
     wait_settled(rt, p.id, generation=2)
     assert seen.count(f"{quick.id}:1") == 1
+
+
+def test_a_late_settle_drops_its_last_step_and_changes_nothing(
+    open_runtime: OpenRuntime,
+) -> None:
+    """A settle of a turn that settled already (a stale runner's) carrying a model step:
+    the step is not served (no usage added, no transcript stored) and the settle is
+    discarded, exactly as its LlmStep would be refused."""
+    rt = open_runtime([Profile("worker", runner=echo)])
+    a = rt.spawn("worker", "t", name="a")
+    done = rt.wait(a.id, timeout=5)
+    before = rt.get(a.id)
+    assert (done.generation, before.state) == (1, AgentState.COMPLETED)
+    system = rt._system
+    assert system is not None
+    step = LlmStep(TurnRef(a.id, 1), Usage(prompt_tokens=7, completion_tokens=3), b"x")
+    system.engine.tell(settle_of(a.id, 1, "late", None, None, step))
+    system.engine.ask(Agents(HOST))  # served after the settle (one inbox, in order)
+    after = rt.get(a.id)
+    assert after == before
+    assert after.usage == Usage()
+    with pytest.raises(NothingToWaitFor):  # the late settle made no second completion
+        rt.wait(a.id, timeout=5)

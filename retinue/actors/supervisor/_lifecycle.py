@@ -92,17 +92,26 @@ class Lifecycle(Journaled):
 
     # -- turn ends ----------------------------------------------------------------------
 
-    def settle(self, tx: Transition, command: Settle, held: dict[str, Any] | None = None) -> None:
+    def settle(
+        self,
+        tx: Transition,
+        command: Settle,
+        held: dict[str, Any] | None = None,
+        record: AgentRecord | None = None,
+    ) -> None:
         """A runner finished; settle its turn unless it was interrupted meanwhile.
 
         ``held``: changes to the agent's record its last step left for this
         write (``ModelState.last_step``); they are written whatever happens.
+        ``record``: the agent's record as the tree holds it now, when the caller
+        looked it up already (None: looked up here).
         """
         turn = command.sender
-        agents = self.world.tree.agents
-        record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
         if record is None:
-            record = agents.get(turn.agent_id)
+            agents = self.world.tree.agents
+            record = _held(agents, turn.agent_id)  # a running agent's is held (in C)
+            if record is None:
+                record = agents.get(turn.agent_id)
         handle = _held(self.scheduler.turns, turn.agent_id)  # is_current's look, in C
         if (
             handle is None

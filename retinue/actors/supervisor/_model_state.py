@@ -25,7 +25,6 @@ from retinue.actors.supervisor._admission import Admission
 from retinue.actors.supervisor._scheduler import Scheduler
 from retinue.actors.supervisor._transition import Transition
 from retinue.actors.supervisor._world import World
-from retinue.errors import TurnInterrupted
 from retinue.protocol.budgets import budget_error, has_budget
 from retinue.protocol.failures import turn_error
 from retinue.protocol.messages import AgentState, Usage
@@ -130,13 +129,19 @@ class ModelState(Journaled):
         return me.usage, tree.agents[top_id].tree_usage
 
     def last_step(
-        self, tx: Transition, command: Settle, held: dict[str, Any] | None = None
+        self,
+        tx: Transition,
+        command: Settle,
+        me: AgentRecord,
+        held: dict[str, Any] | None = None,
     ) -> Settle:
         """Serve the last step a settle carries (``Settle.step``); return the settle to serve.
 
-        The step is served as its :class:`LlmStep` would be, in the settle's
-        transition, while the turn still runs (a stale turn's step is dropped,
-        as its ``LlmStep`` would be refused). A turn that completes although
+        ``me``: the sending turn's agent, which the caller found running that
+        turn (as :meth:`World.sender` checks: a stale turn's step is dropped,
+        as its ``LlmStep`` would be refused, and this is not called). The step
+        is served as its :class:`LlmStep` would be, in the settle's
+        transition, while the turn still runs. A turn that completes although
         its step crossed a budget (another agent of its tree spent meanwhile)
         fails with the budget's error instead, as its runner would have.
 
@@ -147,19 +152,10 @@ class ModelState(Journaled):
         step = command.step
         if step is None:
             return command
-        try:
-            me = self.world.sender(command.sender)
-        except TurnInterrupted:
-            return command  # a late settle: it is discarded, and so is its step
-        if me is None:
-            return command
         agent, tree = self.step(tx, me, step, held)
-        if command.error is not None:
-            return command
-        limits = self.world.limits
-        if not self._budgeted:
+        if command.error is not None or not self._budgeted:
             return command  # no budget to cross (budget_error's answer, without its tuples)
-        error = budget_error(limits, me.path, agent, tree, before=False)
+        error = budget_error(self.world.limits, me.path, agent, tree, before=False)
         if error is None:
             return command
         failed = turn_error(error, f"{type(error).__name__}: {error}")

@@ -136,6 +136,8 @@ __all__ = ["CommandTimer", "Supervisor"]
 
 log = logging.getLogger("retinue.supervisor")
 
+_held = dict.get  # a held agent's record, in C (AgentTable.get, a Python call, reads settled ones)
+_RUNNING = AgentState.RUNNING  # a global: an enum member's lookup is a slow descriptor
 _BUSY = frozenset({AgentState.STARTING, AgentState.RUNNING})
 """The states a spawn leaves its agent in when its first turn is queued or running."""
 
@@ -314,9 +316,23 @@ class Supervisor:
         # The busiest commands first, each one isinstance (a ``case`` below is one with its
         # pattern's machinery besides, and every case costs every later command one more).
         if isinstance(command, Settle):  # a turn's report of its end: served for a stale turn
-            self.scheduler.runner_returned(tx, command.sender)
+            turn = command.sender
+            self.scheduler.runner_returned(tx, turn)
+            # The agent is looked up once for the step and the settle: a running agent's
+            # record is held (in C; World.sender's look and check, without its call).
+            record = _held(world.tree.agents, turn.agent_id)
+            if command.step is None:  # a turn that made no model call (or a sync runner's)
+                return self.lifecycle.settle(tx, command, None, record)
+            if (
+                record is None
+                or record.generation != turn.generation
+                or record.state is not _RUNNING
+            ):
+                return self.lifecycle.settle(tx, command, None, record)  # its step is dropped
             held: dict[str, Any] = {}  # the step's record changes, for the settle's write
-            return self.lifecycle.settle(tx, self.models.last_step(tx, command, held), held)
+            command = self.models.last_step(tx, command, record, held)
+            # (The step may have written the record: the settle reads it again, in C.)
+            return self.lifecycle.settle(tx, command, held, _held(world.tree.agents, turn.agent_id))
         me = world.sender(command.sender) if command.live_sender else None
         if isinstance(command, LlmStep):  # only a running turn sends it (no call to say so)
             return self.models.step(tx, sending_turn(me) if me is None else me, command)
