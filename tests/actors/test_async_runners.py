@@ -20,7 +20,7 @@ from retinue import (
     Turn,
     WaitTimeout,
 )
-from retinue.actors.turns import _loop_turns as loop_turns_module
+from retinue.actors.turns._control import TurnControl
 from retinue.testing import Gate, echo
 
 
@@ -159,10 +159,9 @@ def test_a_turn_task_cancelled_by_something_else_fails_its_turn(
 ) -> None:
     # The task ends cancelled before its runner returns, and not by the turn's interrupt
     # (as when something cancels it before its first step): its done callback reports it.
-    async def cancelled_elsewhere(runner: object, turn: Turn, output_max_bytes: int) -> None:
-        raise asyncio.CancelledError
-
-    monkeypatch.setattr(loop_turns_module, "run_runner_async", cancelled_elsewhere)
+    # (its runner never runs: the task raises CancelledError as it starts, its turn
+    # not cancelled)
+    monkeypatch.setattr(TurnControl, "claim_start", lambda self: False)
     rt = open_runtime([Profile("agent", runner=echo_async)])
     failed = rt.wait(rt.spawn("agent", "t").id, timeout=PROMPT_S)
     assert failed.status is CompletionStatus.FAILED

@@ -24,13 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import Any
 
 from retinue.actors.events import Observer
-from retinue.actors.turns._agent import NOT_BY_INTERRUPT, Report, report_turn, run_runner_async
+from retinue.actors.turns._agent import (
+    _RUNNING,
+    NOT_BY_INTERRUPT,
+    Report,
+    _outcome,
+    failure_of,
+    report_turn,
+)
 from retinue.actors.turns._control import TurnControl
 from retinue.actors.turns._executor import LoopThread
 from retinue.actors.turns._turn import Runner, Turn, control_of
+from retinue.protocol.failures import TurnError
 
 __all__ = ["LoopTurns"]
 
@@ -97,14 +107,38 @@ class LoopTurns:
         task.add_done_callback(done)
 
     async def _run(self, face: Turn, turn: TurnControl, done: partial[None]) -> None:
-        """The turn's task: run its runner, then report it, in its last step.
+        """The turn's task: run its runner (as :func:`run_runner_async` does), then report
+        it, in its last step.
 
         The report is made here, not by the task's done callback, which would
         take one more pass of the loop per turn: ``done`` is taken off the task
         once the runner has returned, and stays for a task that ends cancelled
         (its runner interrupted, or cancelled by something else).
         """
-        output, error = await run_runner_async(self._runner, face, self._output_max_bytes)
+        # run_runner_async's rule, inline: its coroutine would be one more object per turn
+        # in flight and one more frame to resume at each of the turn's steps
+        _RUNNING.set(turn.agent.id)  # the task runs in its own context
+        if not turn.claim_start():  # cancelled before it ran: its inputs already went back
+            raise asyncio.CancelledError
+        call: Callable[[Turn], Awaitable[Any]] = self._runner  # type: ignore[assignment]
+        watch = turn.watch
+        output_max_bytes = self._output_max_bytes
+        output: str | None
+        error: TurnError | None
+        try:
+            if watch.span is None:  # no span to make current: no context entered and left
+                result: Any = await call(face)
+            else:
+                with watch.current():  # its span is current in this task
+                    result = await call(face)
+        except asyncio.CancelledError as exc:
+            if turn.cancelled.is_set():  # its interrupt, close or timeout: _done reports it
+                raise
+            output, error = None, failure_of(exc, output_max_bytes)  # the runner's own
+        except BaseException as exc:  # a runner must never take its loop down
+            output, error = None, failure_of(exc, output_max_bytes)
+        else:
+            output, error = _outcome(result, output_max_bytes)
         task = _current_task()
         assert task is not None  # this coroutine runs as its turn's task
         task.remove_done_callback(done)  # no await from here on: nothing cancels it

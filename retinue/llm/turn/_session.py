@@ -33,13 +33,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from types import ModuleType
 from typing import Any
 
 import msgspec
 
 from retinue.actors.commands import LlmStep
+from retinue.actors.events import ModelCallWatch
 from retinue.errors import (
     CassetteMiss,
     CostBudgetExceeded,
@@ -49,7 +50,14 @@ from retinue.errors import (
     ToolCallLimitExceeded,
 )
 from retinue.llm.mcp import mcp_tool_defs
-from retinue.llm.model import LimitedCalls, admit_call, check_budgets, complete, usage_of
+from retinue.llm.model import (
+    CallSettings,
+    LimitedCalls,
+    admit_call,
+    check_budgets,
+    complete,
+    usage_of,
+)
 from retinue.llm.tools import ToolBoxProtocol, build_toolbox
 from retinue.llm.turn._approval_gate import ask_approvals, denied_result, gated, granted_names
 from retinue.llm.turn._bridge import llm_load, llm_step
@@ -138,6 +146,11 @@ class TurnSession:
     then: str | None = None  # this turn's input, added after the open step's results
     in_doubt: tuple[ToolCallInDoubt, ...] = ()  # published with the next save
     tagged = False  # the history was loaded: messages of it carry their generation tags
+    # the model call in flight, as _call_model started it (for _answered)
+    call_watch: ModelCallWatch
+    call_settings: CallSettings
+    call_started = 0.0
+    tape: Taped | None = None
 
     def __init__(self, runner: RunnerSettings, turn: TurnContext, litellm: ModuleType) -> None:
         """Prepare the turn (nothing is read or called yet)."""
@@ -190,7 +203,24 @@ class TurnSession:
             admitted = self.budgeted and await admit_call(
                 self.turn, self.agent_usage, self.tree_usage
             )
-            assistant, usage = await self._call_model(schemas)
+            # the call is awaited here, not in a coroutine of its own: one frame fewer
+            # to make, and to pass through at each resumption while the model answers
+            call = self._call_model(schemas)
+            if isinstance(call, tuple):  # the cassette answered: nothing to await
+                assistant, usage = call
+            else:
+                watch = self.call_watch
+                try:
+                    if watch.span is None:  # no context held across the call for no span
+                        response = await call
+                    else:
+                        with watch.current():  # litellm's own OTel callback sees it as its parent
+                            response = await call
+                    message = assistant_message(_first_message(response, self.runner.model))
+                except BaseException as exc:
+                    watch.failed(exc)
+                    raise
+                assistant, usage = self._answered(response, message)
             self.history.append(assistant)
             calls = assistant.get("tool_calls") or []
             if calls:
@@ -209,14 +239,15 @@ class TurnSession:
                 raise answer
             return answer
 
-    async def _call_model(self, schemas: list[dict[str, Any]]) -> tuple[ChatMessage, Usage]:
-        """Make one model call (reported on the turn's watch); return its answer and usage.
-
-        The answer is the chat message the turn keeps, every text of it made
-        storable here, where it arrives (:func:`~retinue.protocol.arrival.assistant_message`).
+    def _call_model(
+        self, schemas: list[dict[str, Any]]
+    ) -> tuple[ChatMessage, Usage] | Coroutine[Any, Any, Any]:
+        """Start one model call (reported on the turn's watch): return the coroutine that
+        answers litellm's response, for :meth:`run` to await (then :meth:`_answered`),
+        or, for a call the cassette answers, its answer and usage.
 
         Raises:
-            ModelCallFailed: the call failed for good, or the answer has no choices.
+            CassetteMiss: replaying, and the cassette has no such call.
         """
         calls = self.runner.calls
         history = self.history
@@ -229,34 +260,33 @@ class TurnSession:
             recorded = tape.answer()  # CassetteMiss: replaying, not recorded
             if recorded is not None:
                 return self._replayed(calls.model, request, *recorded)
-        watch = self.turn.watch.model_call(calls.model, request)
-        started = time.time()
+        self.call_watch = watch = self.turn.watch.model_call(calls.model, request)
+        self.call_started = time.time()
         if tape is not None:
             calls = tape.live(calls)
-        try:
-            call = complete(
-                self.litellm,
-                calls,
-                messages,
-                schemas,
-                self.limits.max_concurrent_calls,
-                watch,
-                self.limited,
-            )
-            if watch.span is None:  # no context held across the call for no span
-                response = await call
-            else:
-                with watch.current():  # litellm's own OTel callback sees it as its parent
-                    response = await call
-            message = assistant_message(_first_message(response, self.runner.model))
-        except BaseException as exc:
-            watch.failed(exc)
-            raise
+        self.tape = tape
+        self.call_settings = calls
+        return complete(
+            self.litellm,
+            calls,
+            messages,
+            schemas,
+            self.limits.max_concurrent_calls,
+            watch,
+            self.limited,
+        )
+
+    def _answered(self, response: Any, message: ChatMessage) -> tuple[ChatMessage, Usage]:
+        """The call :meth:`_call_model` started was answered with ``response`` (``message``:
+        its answer, every text of it made storable where it arrives,
+        :func:`~retinue.protocol.arrival.assistant_message`): report and time it; return
+        the answer and its usage."""
+        calls = self.call_settings
         usage = usage_of(self.litellm, calls, response)
-        if tape is not None:
-            tape.record(message, usage)
-        watch.finished(usage, response)
-        self.call_times.append(timed_call(self.turn.agent, calls.model, started, usage))
+        if self.tape is not None:
+            self.tape.record(message, usage)
+        self.call_watch.finished(usage, response)
+        self.call_times.append(timed_call(self.turn.agent, calls.model, self.call_started, usage))
         del self.call_times[: -self.limits.transcript_max_calls]  # the newest are kept
         return message, usage
 
