@@ -9,15 +9,14 @@ executor instead of a thread per actor. A sync runner's turn runs in an
 :class:`AgentActor` on a :class:`~retinue.actors.turns._executor.WorkerPool`
 thread; an async runner's turn (``async def runner(turn) -> str``) is a task on
 the runtime's one event loop with no actor
-(:class:`~retinue.actors.turns._loop_turns.LoopTurns`). Both use what runs a
-runner and reports its outcome here (:func:`run_runner`, :func:`run_runner_async`,
-:func:`report_turn`).
+(:class:`~retinue.actors.turns._loop_turns.LoopTurns`, which awaits the runner
+itself). Both report an outcome with :func:`report_turn`; a sync runner is run
+by :func:`run_runner`.
 """
 
 from __future__ import annotations
 
 import _thread
-import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -26,7 +25,7 @@ import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import pykka
@@ -49,7 +48,6 @@ __all__ = [
     "is_async_runner",
     "report_turn",
     "run_runner",
-    "run_runner_async",
     "running_agent",
 ]
 
@@ -158,37 +156,6 @@ def failure_of(exc: BaseException, max_bytes: int) -> TurnError:
     :func:`~retinue.protocol.failures.turn_error`).
     """
     return turn_error(exc, error_text(exc, max_bytes))
-
-
-async def run_runner_async(runner: Runner, turn: Turn, output_max_bytes: int) -> Outcome:
-    """Await an async ``runner(turn)`` and return ``(output, error)`` as :func:`run_runner` does.
-
-    Cancellation is not interruption: only the turn's own interrupt, close or
-    timeout (``turn.cancelled`` set) ends it as cancelled; a ``CancelledError``
-    the runner raises otherwise is its failure, like any exception.
-
-    Raises:
-        asyncio.CancelledError: the turn was interrupted (its task cancelled).
-    """
-    _RUNNING.set(turn.agent.id)  # the task runs in its own context
-    control = control_of(turn)
-    if not control.claim_start():  # cancelled before it ran: its inputs already went back
-        raise asyncio.CancelledError
-    call: Callable[[Turn], Awaitable[Any]] = runner  # type: ignore[assignment]  # (no cast call)
-    watch = control.watch
-    try:
-        if watch.span is None:  # no span to make current: no context entered and left
-            result: Any = await call(turn)
-        else:
-            with watch.current():  # its span is current in this task
-                result = await call(turn)
-    except asyncio.CancelledError as exc:
-        if turn.cancelled.is_set():
-            raise
-        return None, failure_of(exc, output_max_bytes)
-    except BaseException as exc:  # a runner must never take its loop down
-        return None, failure_of(exc, output_max_bytes)
-    return _outcome(result, output_max_bytes)
 
 
 NOT_BY_INTERRUPT = TurnError(

@@ -107,16 +107,20 @@ class LoopTurns:
         task.add_done_callback(done)
 
     async def _run(self, face: Turn, turn: TurnControl, done: partial[None]) -> None:
-        """The turn's task: run its runner (as :func:`run_runner_async` does), then report
-        it, in its last step.
+        """The turn's task: run its runner, then report it, in its last step.
+
+        Cancellation is not interruption: only the turn's own interrupt, close or
+        timeout (``turn.cancelled`` set) ends it as cancelled; a ``CancelledError``
+        the runner raises otherwise is its failure, like any exception (the sync
+        twin of this rule is :func:`~retinue.actors.turns._agent.run_runner`).
 
         The report is made here, not by the task's done callback, which would
         take one more pass of the loop per turn: ``done`` is taken off the task
         once the runner has returned, and stays for a task that ends cancelled
         (its runner interrupted, or cancelled by something else).
         """
-        # run_runner_async's rule, inline: its coroutine would be one more object per turn
-        # in flight and one more frame to resume at each of the turn's steps
+        # The runner is awaited here, not in a helper coroutine: that would be one more
+        # object per turn in flight and one more frame to resume at each of its steps.
         _RUNNING.set(turn.agent.id)  # the task runs in its own context
         if not turn.claim_start():  # cancelled before it ran: its inputs already went back
             raise asyncio.CancelledError
