@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -233,8 +234,11 @@ class Engine:
                 if value is EXPIRED:
                     value = await self._expired(loop, sender, future, seconds)
             else:
+                # A partial, not a lambda: a closure made self, sender, future and seconds
+                # cells for every call of this coroutine (four objects the collector tracks
+                # kept per host wait in flight, and a slower read of each).
                 value = await await_answer(
-                    future, seconds, lambda: self.give_up(sender, future, seconds)
+                    future, seconds, functools.partial(self.give_up, sender, future, seconds)
                 )
         except asyncio.CancelledError:
             if receipt.abandon(future):
