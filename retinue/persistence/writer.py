@@ -225,9 +225,8 @@ class Writer:
             # local meanwhile, a committed group (its transitions, replies and closures) stayed
             # alive while the writer idled, and the collector promoted and scanned it.
             first = None
-            timeout = None
-            if dirty:
-                timeout = max(0.0, FLUSH_INTERVAL_S - (time.monotonic() - last_sync))
+            # (One line, not two: durability full never waits with a timeout.)
+            timeout = max(0.0, FLUSH_INTERVAL_S - (time.monotonic() - last_sync)) if dirty else None
             try:  # as _next, inline: a Python call fewer per commit
                 first = held.popleft() if held else get(True, timeout)
             except queue.Empty:
@@ -235,13 +234,13 @@ class Writer:
                 dirty, last_sync = False, time.monotonic()
                 continue
             if type(first) is list:  # submit_queued or submit_group: its transitions, in order
-                if not first:
-                    continue
                 if len(first) == 1 and empty() and self._alone(first[0]):
                     # One transition handed over alone, nothing behind it or before it
                     # unanswered (nearly every commit at low load): committed and answered
                     # by _alone, with no group, batch or answer list built around it.
                     dirty = dirty or buffered
+                    continue
+                if not first:  # (looked at after the one above: nearly no list is empty)
                     continue
                 if len(first) <= self.max_group and empty() and not any(map(_SPREAD, first)):
                     # A group handed over alone, nothing behind it (nearly every commit at
@@ -471,17 +470,32 @@ class Writer:
                 grown = _lseek(guard.data_fd, 0, _SEEK_END)
             except OSError:
                 grown = -1
-            seen = guard.seen_size
-            if grown > seen:  # this commit grew the file: a larger end needs no second look
-                guard.seen_size = grown
-            elif grown != seen:  # it shrank (refused), or was not looked at (its typed error)
-                grown = guard.check_size("commit")
-            if grown > size and self.on_grow is not None:  # told the file grew
-                try:
-                    self.on_grow()
-                except Exception:  # a failing watcher is logged, never the writer's end
-                    log.exception("a store growth watcher failed")
+            # The guard saw ``size`` (checked above); nearly every commit leaves the end there.
+            if grown != size or grown != guard.seen_size:
+                self._moved(size, grown)
             return answering
+
+    def _moved(self, size: int, grown: int) -> None:
+        """After a commit: the data file's end was ``size`` before it and is ``grown`` now
+        (-1: it could not be read), and one of them is not where the guard saw it last.
+        Note a larger end and tell :attr:`on_grow` the file grew; any other end is the
+        guard's to check.
+
+        Raises:
+            StoreCorrupted: the data file shrank.
+            StoreError: its size could not be read.
+        """
+        guard = self.guard
+        seen = guard.seen_size
+        if grown > seen:  # this commit grew the file: a larger end needs no second look
+            guard.seen_size = grown
+        elif grown != seen:  # it shrank (refused), or was not looked at (its typed error)
+            grown = guard.check_size("commit")
+        if grown > size and self.on_grow is not None:  # told the file grew
+            try:
+                self.on_grow()
+            except Exception:  # a failing watcher is logged, never the writer's end
+                log.exception("a store growth watcher failed")
 
 
 _WRITES = operator.attrgetter("writes")

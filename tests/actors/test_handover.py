@@ -69,6 +69,18 @@ def test_the_host_ledger_takes_back_what_no_waiter_received_in_order() -> None:
     assert (ledger.take_back(), len(ledger)) == ([], 0)
 
 
+def test_the_host_ledger_takes_back_each_value_with_its_key_in_order() -> None:
+    """take_back_pairs: what take_back takes, each with the key it was handed on."""
+    ledger: HostLedger[str] = HostLedger()
+    keys: list[Future[Any]] = [Future() for _ in range(3)]
+    for key, value in zip(keys, ["first", "second", "third"], strict=True):
+        ledger.hand(key, value)
+    assert ledger.receive(keys[1])
+    assert ledger.take_back_pairs() == [(keys[0], "first"), (keys[2], "third")]
+    assert not ledger.receive(keys[2])  # taken back: the waiter sees nothing
+    assert (ledger.take_back_pairs(), ledger.take_back(), len(ledger)) == ([], [], 0)
+
+
 def test_a_host_value_is_received_or_taken_back_never_both() -> None:
     """With no lock, a receive racing a take-back still gives each value to one side."""
     for _ in range(300):

@@ -173,3 +173,12 @@ def test_a_timeout_out_of_range_or_not_a_number_is_refused(given: Any, error: ty
     with pytest.raises(error):
         resolve_timeout(given, Limits(wait_max_s=3600.0))
     assert resolve_timeout(None, Limits(wait_default_s=7.0)) == 7.0
+
+
+def test_an_async_wait_keeps_no_closure_cells_while_it_waits() -> None:
+    """Every host wait in flight keeps its ``wait_async`` coroutine: a closure in it (the
+    turn's give-up) would make cells of its locals for every call, objects the collector
+    tracks and scans as long as the wait waits. The give-up is a partial instead."""
+    from retinue.actors.calls._engine import Engine
+
+    assert Engine.wait_async.__code__.co_cellvars == ()

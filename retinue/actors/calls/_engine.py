@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -101,7 +102,7 @@ class Engine:
         and :attr:`receipt` is the receipt of those without a lease."""
         self.channel = channel
         # The host's async waits whose task has not received the answer, with their receipt.
-        self.host: HostLedger[tuple[concurrent.futures.Future[Any], HostReceipt]] = HostLedger()
+        self.host: HostLedger[HostReceipt] = HostLedger()
         # The receipt of every host wait without a lease: one for all (it holds only this).
         self.receipt = HostReceipt(self)
         # The last host loop called from (held weakly), its poster and its waits' deadlines
@@ -233,8 +234,11 @@ class Engine:
                 if value is EXPIRED:
                     value = await self._expired(loop, sender, future, seconds)
             else:
+                # A partial, not a lambda: a closure made self, sender, future and seconds
+                # cells for every call of this coroutine (four objects the collector tracks
+                # kept per host wait in flight, and a slower read of each).
                 value = await await_answer(
-                    future, seconds, lambda: self.give_up(sender, future, seconds)
+                    future, seconds, functools.partial(self.give_up, sender, future, seconds)
                 )
         except asyncio.CancelledError:
             if receipt.abandon(future):
@@ -278,7 +282,7 @@ class Engine:
         later; the close serves it now, and the task's wait ends with
         ``RuntimeClosed``.
         """
-        for future, receipt in self.host.take_back():
+        for future, receipt in self.host.take_back_pairs():
             future.add_done_callback(receipt.give_back)  # at once if answered already
 
 
@@ -333,7 +337,7 @@ class HostReceipt:
 
     def expect(self, future: concurrent.futures.Future[Any]) -> None:
         """Register the wait: until its task receives the answer, a close may take it back."""
-        self.engine.host.hand(future, (future, self))
+        self.engine.host.hand(future, self)  # the future is its key: no pair built per wait
 
     def abandon(self, future: concurrent.futures.Future[Any]) -> bool:
         """True unless the close already took the wait's answer back (and gave it back)."""

@@ -171,9 +171,14 @@ class HostLedger(Generic[T]):
     def take_back(self) -> list[T]:
         """Take back what no waiter received, in the order it was handed (a value handed
         after the look is as if handed after this take-back)."""
+        return [value for _, value in self.take_back_pairs()]
+
+    def take_back_pairs(self) -> list[tuple[Key, T]]:
+        """As :meth:`take_back`, each value with the key it was handed on: a value need not
+        hold its key (no pair built per hand, for a take-back that nearly never comes)."""
         held = self._held
-        taken = (held.pop(key, _MISSING) for key in list(held))
-        return [value for value in taken if value is not _MISSING]
+        taken = ((key, held.pop(key, _MISSING)) for key in list(held))
+        return [(key, value) for key, value in taken if value is not _MISSING]
 
     def __len__(self) -> int:
         """How many handed values are not received yet."""
