@@ -267,8 +267,13 @@ class ShardCore:
             completion = await task
         except asyncio.CancelledError:
             me = asyncio.current_task()
-            if me is not None and me.cancelling():
-                raise  # the call itself is cancelled (its wait gave back what it took)
+            if me is not None and me.cancelling():  # the call itself is cancelled
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    # Its wait took the completion just before the cancel reached this
+                    # call, which nobody will answer now: give the completion back (a
+                    # wait cancelled earlier gave back what it took itself).
+                    await asyncio.shield(self.rt._ask_async(ReleaseLease(lease)))
+                raise
             raise _released(lease) from None  # cancelled by the release
         finally:
             waits.discard(task)

@@ -269,6 +269,37 @@ def test_a_release_after_its_wait_took_the_completion_gives_it_back(open_core: A
     assert call(core, leased("L2", local, 0.0), Completion) == done
 
 
+def test_a_call_cancelled_as_its_wait_takes_the_completion_gives_it_back(
+    open_core: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cancel (ray.cancel) reaches the call in the pass between its wait taking the
+    # completion and the call resuming: nobody will read the answer, so it goes back.
+    core = open_core()
+    local = settled(core, "a")
+    real_wait = core.rt.wait_async
+
+    async def scenario() -> None:
+        outer: asyncio.Future[bytes] | None = None
+
+        async def took_then_cancelled(*args: Any, **kwargs: Any) -> Completion:
+            done: Completion = await real_wait(*args, **kwargs)
+            assert outer is not None
+            # Runs once this wait has ended with the completion, before the call resumes.
+            asyncio.get_running_loop().call_soon(outer.cancel)
+            return done
+
+        monkeypatch.setattr(core.rt, "wait_async", took_then_cancelled)
+        outer = asyncio.ensure_future(core.handle(w.encode_call(leased("L1", local, 10.0))))
+        with pytest.raises(asyncio.CancelledError):
+            await outer
+        monkeypatch.setattr(core.rt, "wait_async", real_wait)
+
+    asyncio.run(scenario())
+    assert core.rt.leases() == {}
+    done = call(core, leased("L2", local, 0.0), Completion)  # at once, not after 120 s
+    assert done.id.endswith(":1")
+
+
 def test_a_wait_repeated_under_its_lease_still_gets_what_it_took(open_core: Any) -> None:
     # Only a release makes a lease dead: a retry (the reply was lost) is served as before.
     core = open_core()
