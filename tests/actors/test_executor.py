@@ -23,7 +23,7 @@ from retinue import (
     Turn,
 )
 from retinue.actors.turns import AgentActor
-from retinue.actors.turns._executor import WorkerPool
+from retinue.actors.turns._executor import LoopThread, WorkerPool
 from retinue.testing import Gate, echo
 
 
@@ -370,3 +370,34 @@ def test_a_run_whose_actor_cannot_start_is_answered_with_the_failure(
         failed = rt.run("w", "second", timeout=10)
         assert failed.status == "failed" and "cannot start an actor" in (failed.error or "")
         assert failed.generation == 1
+
+
+def test_a_closed_loop_refuses_every_call_not_only_the_first() -> None:
+    """After shutdown, call_soon says False every time: a caller that hears True has a
+    call that runs (a turn handed to a closed loop is reported unrun, not forgotten)."""
+    loop = LoopThread()
+    ran = threading.Event()
+    assert loop.call_soon(ran.set)
+    assert ran.wait(5)
+    loop.shutdown(5)
+    assert [loop.call_soon(ran.set) for _ in range(3)] == [False, False, False]
+
+
+def test_a_call_accepted_before_the_loop_closes_runs() -> None:
+    """A call queued while the loop is busy and then stopped still runs as it closes."""
+    loop = LoopThread()
+    busy, release, ran = threading.Event(), threading.Event(), threading.Event()
+
+    def block() -> None:
+        busy.set()
+        release.wait(5)
+
+    assert loop.call_soon(block)
+    assert busy.wait(5)
+    assert loop.call_soon(ran.set)  # queued behind the blocked callback
+    closer = threading.Thread(target=loop.shutdown, args=(5,))
+    closer.start()
+    release.set()
+    closer.join(10)
+    assert ran.is_set()
+    assert loop.call_soon(ran.set) is False

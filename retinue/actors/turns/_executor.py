@@ -1,4 +1,4 @@
-"""Shared executors for agent actors: a bounded pool of worker threads and one event loop.
+"""Shared executors for turns: a bounded pool of worker threads and one event loop.
 
 An agent costs a queue, not a thread. Sync runners run on :class:`WorkerPool`
 threads, created lazily by the pool's own spawner thread (so whoever submits a
@@ -242,6 +242,7 @@ class LoopThread:
         self._calls_lock = threading.Lock()
         self._calls: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._drain_scheduled = False
+        self._stopped = False  # set (under _calls_lock) once nothing can run a call any more
         self._wakeup: Wakeup | None = None  # how another thread wakes the loop (made with it)
 
     @property
@@ -292,10 +293,32 @@ class LoopThread:
                 if tasks:
                     loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             run_after_tasks(loop)
+            self._last_calls(loop)
             if self._wakeup is not None:  # a wake-up from now on fails: nothing runs them
                 self._wakeup.close(loop)
             loop.close()
             unregister_poster(loop)  # its poster holds this LoopThread, which holds the loop
+
+    def _last_calls(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run every call still queued as the loop closes (each was promised to run), then
+        refuse any more: from here :meth:`call_soon` returns False. A task such a call
+        starts is cancelled at once and awaited (a turn's start reports itself unrun)."""
+        while True:
+            with self._calls_lock:
+                if not self._calls:
+                    self._stopped = True
+                    return
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(self._last_pass())
+
+    async def _last_pass(self) -> None:
+        self._drain_calls()
+        me = asyncio.current_task()
+        tasks = [task for task in asyncio.all_tasks() if task is not me]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def start(self) -> None:
         """Start the loop's thread now (otherwise the first callback does)."""
@@ -308,8 +331,9 @@ class LoopThread:
         batched: one wake-up of the loop (a write to its self-pipe) runs every
         call queued until the loop gets to them, so a commit that starts or
         answers many async turns wakes the loop once. A call made on the loop's
-        own thread (a turn's end stopping its actor) needs no wake-up: the
-        drain is queued as the loop's next callback, with no self-pipe write.
+        own thread needs no wake-up: the drain is queued as the loop's next
+        callback, with no self-pipe write. A call queued before the loop closes
+        runs as it closes (:meth:`_last_calls`); after that every call is refused.
         """
         loop = self._loop  # started already, nearly always: no call to _ensure
         if loop is None:
@@ -321,6 +345,8 @@ class LoopThread:
         lock = self._calls_lock
         lock.acquire()
         try:
+            if self._stopped:  # closed: nothing would run it
+                return False
             self._calls.append((callback, args))
             if self._drain_scheduled:
                 return True
@@ -336,7 +362,14 @@ class LoopThread:
                 loop.call_soon_threadsafe(self._drain_calls)
         except BlockingIOError:  # a full socket: a wake-up is pending already
             pass
-        except (RuntimeError, OSError):  # closed meanwhile
+        except (RuntimeError, OSError):  # closed meanwhile: take the call back
+            lock.acquire()
+            try:
+                with contextlib.suppress(ValueError):  # (run by a last drain meanwhile)
+                    self._calls.remove((callback, args))
+                self._drain_scheduled = False
+            finally:
+                lock.release()
             return False
         return True
 
