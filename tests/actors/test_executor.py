@@ -401,3 +401,35 @@ def test_a_call_accepted_before_the_loop_closes_runs() -> None:
     closer.join(10)
     assert ran.is_set()
     assert loop.call_soon(ran.set) is False
+
+
+def test_a_task_started_while_the_loop_closes_is_cancelled_not_left_pending() -> None:
+    """A turn's start drained while the close awaits the cancelled tasks starts a task
+    after the close took its list: that task is cancelled too, so it reports itself."""
+    loop = LoopThread()
+    late: list[asyncio.Task[None]] = []
+    ended: list[bool] = []
+    started = threading.Event()
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    def start_late() -> None:
+        task = asyncio.get_running_loop().create_task(forever())
+        task.add_done_callback(lambda done: ended.append(done.cancelled()))
+        late.append(task)
+
+    async def first() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            loop.call_soon(start_late)  # queued as the close awaits this task
+            await asyncio.sleep(0.05)  # the drain runs while this task still ends
+            raise
+
+    assert loop.call_soon(lambda: asyncio.get_running_loop().create_task(first()))
+    assert started.wait(5)
+    loop.shutdown(5)
+    assert len(late) == 1
+    assert ended == [True]

@@ -228,6 +228,11 @@ class WorkerPool:
                 worker.join(max(0.0, deadline - time.monotonic()))
 
 
+_LAST_PASSES = 10
+"""How many passes a closing loop makes over calls and tasks that keep coming (each pass
+runs the calls queued and cancels every task) before it closes regardless."""
+
+
 class LoopThread:
     """One asyncio event loop on its own thread, started on first use."""
 
@@ -301,15 +306,26 @@ class LoopThread:
 
     def _last_calls(self, loop: asyncio.AbstractEventLoop) -> None:
         """Run every call still queued as the loop closes (each was promised to run), then
-        refuse any more: from here :meth:`call_soon` returns False. A task such a call
-        starts is cancelled at once and awaited (a turn's start reports itself unrun)."""
-        while True:
+        refuse any more: from here :meth:`call_soon` returns False. A task started late
+        (by such a call, or by one drained while the close awaited the others) is
+        cancelled and awaited: a turn's start reports itself unrun, never left pending."""
+        for _ in range(_LAST_PASSES):
             with self._calls_lock:
-                if not self._calls:
+                if not self._calls and not asyncio.all_tasks(loop):
                     self._stopped = True
                     return
             with contextlib.suppress(Exception):
                 loop.run_until_complete(self._last_pass())
+        with self._calls_lock:
+            self._stopped = True
+            left, self._calls = self._calls, []
+        log.warning(
+            "the runtime's event loop closed with %d calls and %d tasks still coming after "
+            "%d passes",
+            len(left),
+            len(asyncio.all_tasks(loop)),
+            _LAST_PASSES,
+        )
 
     async def _last_pass(self) -> None:
         self._drain_calls()
