@@ -102,6 +102,7 @@ class Cluster:
         max_streams: int = 1_000,
         provider_limits: Iterable[ProviderLimit] | None = None,
         provider_lease_s: float = 10.0,
+        max_released_leases: int = 100_000,
     ) -> Cluster:
         """Open the cluster whose shards keep their stores under ``store_root``.
 
@@ -124,6 +125,11 @@ class Cluster:
         most ``max_streams`` open. ``provider_limits`` hold across the shards: one
         actor leases their capacity to the shards in small batches; a shard silent
         for ``provider_lease_s`` loses its lease (see :mod:`retinue.cluster.limits`).
+        ``max_released_leases``: how many leases of cancelled waits a shard remembers
+        (each for ``lease_timeout_s``) so that a wait arriving after its release
+        takes nothing; past it the oldest is forgotten early, logged and counted
+        (``Pong.released_dropped_early``), and a late wait under it falls back to
+        ``lease_timeout_s``.
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
@@ -152,6 +158,7 @@ class Cluster:
             max_streams=max_streams,
             provider_limits=startup.cluster_provider_limits(provider_limits),
             provider_lease_s=startup.positive_seconds("provider_lease_s", provider_lease_s),
+            max_released_leases=startup.max_released_leases(max_released_leases),
         )
         cluster._start(address, runtime_env, config, retry_s, call_timeout_s)
         router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)

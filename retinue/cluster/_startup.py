@@ -33,6 +33,7 @@ __all__ = [
     "connect",
     "face_limits",
     "kill",
+    "max_released_leases",
     "namespace_of",
     "start",
     "stop",
@@ -109,6 +110,20 @@ def positive_seconds(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise InvalidArgument(f"{name} must be a positive number of seconds, not {value!r}")
     return float(value)
+
+
+def max_released_leases(value: Any) -> int:
+    """Check ``Cluster.open``'s ``max_released_leases``.
+
+    Raises:
+        ArgumentTypeError: not an int.
+        InvalidArgument: below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"max_released_leases must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgument(f"max_released_leases must be at least 1, not {value}")
+    return value
 
 
 def stream_bounds(poll_s: Any, batch: Any, idle_s: Any, max_streams: Any) -> StreamBounds:

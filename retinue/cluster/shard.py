@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -53,6 +54,8 @@ from retinue.cluster.specs import ShardConfig, config_digest, profile_of
 from retinue.errors import InvalidArgument, RetinueError, StoreLocked
 from retinue.runtime import Runtime
 from retinue.team import Team
+
+log = logging.getLogger("retinue.cluster.shard")
 
 __all__ = ["ShardCore"]
 
@@ -81,7 +84,8 @@ class ShardCore:
         self._inflight: dict[str, asyncio.Future[bytes]] = {}
         self._waiting: dict[str, asyncio.Task[Any]] = {}  # blocked ``messages`` by request id
         self._leased: dict[str, set[asyncio.Task[Any]]] = {}  # leased waits in progress
-        self._released = Released(config.lease_timeout_s)  # leases a face released
+        # leases a face released, each remembered for lease_timeout_s
+        self._released = Released(config.lease_timeout_s, config.max_released_leases)
         self._faults: dict[str, tuple[frozenset[str], int]] = {}
         self.streams = ShardStreams(
             rt, shard, idle_s=config.stream_idle_s, max_streams=config.max_streams
@@ -291,7 +295,18 @@ class ShardCore:
         """Release ``command.lease`` for good: a wait under it in progress here is cancelled
         (and gives back what it took), and one that arrives later is refused."""
         lease = command.lease
-        self._released.add(lease, time.monotonic())
+        tombstones = self._released
+        dropped = tombstones.dropped_early
+        tombstones.add(lease, time.monotonic())
+        if tombstones.dropped_early != dropped:
+            log.warning(
+                "shard %d remembers %d released leases (max_released_leases): the oldest was "
+                "forgotten before lease_timeout_s; a wait under it arriving now takes its "
+                "completion, handed out again after lease_timeout_s (%d forgotten early so far)",
+                self.shard,
+                len(tombstones),
+                tombstones.dropped_early,
+            )
         waits = self._leased.get(lease)
         if waits:
             for task in waits:
@@ -334,6 +349,7 @@ class ShardCore:
             leases=leases,
             restored_at=self.restored_at,
             streams=len(self.streams),
+            released_dropped_early=self._released.dropped_early,
         )
 
     # -- leases, faults, close -----------------------------------------------------------

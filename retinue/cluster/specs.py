@@ -82,6 +82,7 @@ class ShardConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_streams: int = 1_000
     provider_limits: tuple[ProviderLimit, ...] = ()
     provider_lease_s: float = 10.0
+    max_released_leases: int = 100_000
 
 
 def runner_path(runner: Runner, owner: str) -> str:

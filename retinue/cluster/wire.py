@@ -199,6 +199,7 @@ class Pong(msgspec.Struct, frozen=True, kw_only=True):
     leases: int
     restored_at: float
     streams: int = 0  # event streams open on it
+    released_dropped_early: int = 0  # released leases forgotten early (max_released_leases)
 
 
 class Reply(msgspec.Struct, frozen=True, kw_only=True):

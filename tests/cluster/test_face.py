@@ -86,3 +86,10 @@ def test_bad_stream_bounds_are_refused_before_ray_is_touched(tmp_path: Path) -> 
         Cluster.open(tmp_path, max_streams=0)
     with pytest.raises(InvalidArgument, match="must be above stream_poll_s"):
         Cluster.open(tmp_path, stream_poll_s=10, stream_idle_s=5)
+
+
+def test_a_bad_max_released_leases_is_refused_before_ray_is_touched(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="max_released_leases must be at least 1"):
+        Cluster.open(tmp_path, max_released_leases=0)
+    with pytest.raises(ArgumentTypeError, match="max_released_leases must be an int"):
+        Cluster.open(tmp_path, max_released_leases="9")  # type: ignore[arg-type]

@@ -316,6 +316,23 @@ def test_released_leases_are_forgotten_after_the_lease_timeout(open_core: Any) -
     wait_until(lambda: core.released_leases() == 0, what="the tombstone forgotten")
 
 
+def test_past_max_released_leases_the_oldest_is_forgotten_logged_and_counted(
+    open_core: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    core = open_core(max_released_leases=1)
+    local = settled(core, "a")
+    call(core, release("L1"), bool)
+    with caplog.at_level("WARNING", logger="retinue.cluster.shard"):
+        call(core, release("L2"), bool)  # past the bound: L1 is forgotten early
+    assert "forgotten before lease_timeout_s" in caplog.text
+    assert call(core, w.Ping(), w.Pong).released_dropped_early == 1
+    with pytest.raises(InvalidArgument, match="released"):
+        call(core, leased("L2", local, 0.0), Completion)  # still remembered: refused
+    # L1's late wait takes the completion (held under its lease until acknowledged or
+    # lease_timeout_s): delayed at worst, never lost.
+    assert call(core, leased("L1", local, 0.0), Completion).id.endswith(":1")
+
+
 def test_released_leases_are_kept_for_their_window_and_bounded_in_number() -> None:
     released = Released(keep_s=10.0, max_entries=2)
     released.add("a", now=0.0)
