@@ -106,38 +106,31 @@ class Cluster:
     ) -> Cluster:
         """Open the cluster whose shards keep their stores under ``store_root``.
 
-        Shard ``k`` hosts one ``Runtime`` over ``<store_root>/shard-<k>``
-        (reopened, so restored, if it exists) with ``profiles``, ``team`` and
-        ``limits`` as ``Runtime.open`` takes them; runners must import by name
-        on every worker (see :mod:`retinue.cluster.specs`). ``address=None``
-        uses the Ray this process is connected to, else starts a local Ray on
-        loopback (:func:`~retinue.cluster.local.start_local_ray`); an address
-        joins that cluster. ``runtime_env`` goes to every actor (how code
-        reaches workers that lack it). ``lease_timeout_s``: a completion
-        handed out and not acknowledged is handed out again after it;
-        ``retry_s``: how long a call to a shard that does not answer is
-        repeated (a restart takes seconds); ``call_timeout_s``: one attempt's
-        bound beyond a wait's own; ``request_ttl_s`` and ``max_requests``
-        bound each shard's request log; ``remember`` bounds the names and
-        returned completions a face keeps. Event streams: a take waits up to
-        ``stream_poll_s`` and returns up to ``stream_batch`` events; a shard
-        closes a stream no take reached for ``stream_idle_s`` and keeps at
-        most ``max_streams`` open. ``provider_limits`` hold across the shards: one
-        actor leases their capacity to the shards in small batches; a shard silent
-        for ``provider_lease_s`` loses its lease (see :mod:`retinue.cluster.limits`).
-        ``max_released_leases``: how many leases of cancelled waits a shard remembers
-        (each for ``lease_timeout_s``) so that a wait arriving after its release
-        takes nothing; past it the oldest is forgotten early, logged and counted
-        (``Pong.released_dropped_early``), and a late wait under it falls back to
-        ``lease_timeout_s``.
+        Shard ``k`` hosts one ``Runtime`` over ``<store_root>/shard-<k>`` (reopened, so
+        restored, if it exists) with ``profiles``, ``team`` and ``limits`` as ``Runtime.open``
+        takes them; runners must import by name on every worker (see
+        :mod:`retinue.cluster.specs`). ``address=None`` uses the Ray this process is connected
+        to, else starts a local Ray on loopback
+        (:func:`~retinue.cluster.local.start_local_ray`); an address joins that cluster.
+        ``runtime_env`` goes to every actor (how code reaches workers that lack it).
+        ``lease_timeout_s``: a completion handed out and not acknowledged is handed out again
+        after it; ``retry_s``: how long a call to a shard that does not answer is repeated (a
+        restart takes seconds); ``call_timeout_s``: one attempt's bound beyond a wait's own;
+        ``request_ttl_s`` and ``max_requests`` bound each shard's request log; ``remember``
+        bounds the names and returned completions a face keeps. Event streams: a take waits up
+        to ``stream_poll_s`` and returns up to ``stream_batch`` events; a shard closes a stream
+        no take reached for ``stream_idle_s`` and keeps at most ``max_streams`` open.
+        ``provider_limits`` hold across the shards: one actor leases their capacity to the
+        shards in small batches; a shard silent for ``provider_lease_s`` loses its lease (see
+        :mod:`retinue.cluster.limits`). ``max_released_leases`` bounds the cancelled waits'
+        leases a shard remembers.
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
-            ConfigurationError, TeamFileError: unusable profiles or team (a
-                runner that cannot be imported by name), fewer shards than
-                the store root had, or shards running with other profiles.
-            ClusterError: Ray is missing, did not start, or a shard did not open
-                its store (the message carries the shard's error).
+            ConfigurationError, TeamFileError: unusable profiles or team (a runner that cannot
+                be imported by name), fewer shards than the store root had, or shards running
+                with other profiles.
+            ClusterError: Ray is missing or did not start, or a shard did not open its store.
         """
         cluster = cls()
         cluster.store_root = startup.store_folder(store_root, shards)
