@@ -10,7 +10,10 @@ model call plus its durable bookkeeping (spawn, turn start, the LLM state read,
 the usage and transcript step, the settle with its completion); the per-call
 overhead is the difference of the wall times divided by the turns. The same
 pair is measured on the scripted model (no HTTP) to show retinue's overhead
-against litellm alone. The pairs alternate ``reps`` times; each rate is the
+against litellm alone. The raw side runs twice: a plain call (model and
+messages) and the request a turn sends (its agent's tools too: ``send_message``
+alone for an agent that may not spawn; the ``*_same_request`` rows, as the
+instruction counts compare). The pairs alternate ``reps`` times; each rate is the
 median round's, each ratio the median of the rounds' own (with their range),
 and the process's CPU per call or turn is printed beside it (a shared machine
 disturbs it less than wall time). :mod:`stress.bench.llm_costs` adds where a
@@ -49,6 +52,7 @@ from stress.bench.llm_calls import (
     retinue_latencies,
     retinue_steps,
 )
+from stress.bench.llm_instructions import captured_call
 from stress.bench.stub_server import ChildStub
 from stress.parts import Options, Part, Result
 
@@ -140,6 +144,18 @@ def retinue_turns(
     return seconds, cpu, sampler.peak, completed
 
 
+def same_request(folder: Path, runner: LiteLLMRunner) -> dict[str, Any]:
+    """The keywords of the first model call of ``runner``'s one-call turn, but its messages.
+
+    A turn offers its agent's tools (an agent that may not spawn: ``send_message``
+    alone), so the raw call that does what a turn does sends them too: the
+    ``*_same_request`` rows compare against it.
+    """
+    request = captured_call(folder, runner)
+    request.pop("messages", None)
+    return request
+
+
 def _throughput(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[str, Any]:
     """Turns/s of both pairs (HTTP, offline), alternated ``reps`` times.
 
@@ -149,8 +165,10 @@ def _throughput(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[
     """
     runs: dict[str, list[tuple[float, float]]] = {
         "raw_http": [],
+        "raw_http_same": [],
         "http": [],
         "raw_local": [],
+        "raw_local_same": [],
         "local": [],
     }
     openai_walls: list[float] = []
@@ -161,19 +179,25 @@ def _throughput(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[
         "http": LiteLLMRunner("openai/stub-model", api_base=url, api_key="x"),
         "local": LiteLLMRunner(SCRIPTED_MODEL),
     }
+    same = {side: same_request(tmp / f"request-{side}", runners[side]) for side in runners}
     for rep in range(reps):
         runs["raw_http"].append(raw_calls("openai/stub-model", turns, bound, **http))
+        runs["raw_http_same"].append(raw_calls(turns=turns, bound=bound, **same["http"]))
         client = raw_openai(url, turns, bound)
         openai_walls += [] if client is None else [client]
         for side in ("http", "local"):
             if side == "local":
                 runs["raw_local"].append(raw_calls(SCRIPTED_MODEL, turns, bound))
+                runs["raw_local_same"].append(raw_calls(turns=turns, bound=bound, **same["local"]))
             wall, cpu, peak, done = retinue_turns(tmp / f"{side}{rep}", runners[side], turns, bound)
             runs[side].append((wall, cpu))
             threads, completed[side] = max(threads, peak), done
     row: dict[str, Any] = {}
     for side, raw, ours in (("http", "raw_http", "http"), ("scripted", "raw_local", "local")):
         ratios = sorted(r[0] / o[0] for r, o in zip(runs[raw], runs[ours], strict=True))
+        same_ratios = sorted(
+            r[0] / o[0] for r, o in zip(runs[raw + "_same"], runs[ours], strict=True)
+        )
         raw_wall = statistics.median(w for w, _ in runs[raw])
         our_wall = statistics.median(w for w, _ in runs[ours])
         raw_cpu = statistics.median(c for _, c in runs[raw]) / turns * 1000
@@ -183,6 +207,13 @@ def _throughput(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[
         row[f"{side}_ratio_vs_raw_median_range"] = (
             round(statistics.median(ratios), 2),
             f"{ratios[0]:.2f}-{ratios[-1]:.2f}",
+        )
+        row[f"{side}_raw_same_request_calls_per_s"] = round(
+            turns / statistics.median(w for w, _ in runs[raw + "_same"])
+        )
+        row[f"{side}_ratio_vs_raw_same_request_median_range"] = (
+            round(statistics.median(same_ratios), 2),
+            f"{same_ratios[0]:.2f}-{same_ratios[-1]:.2f}",
         )
         row[f"{side}_cpu_ms_raw_call_retinue_turn"] = (round(raw_cpu, 2), round(our_cpu, 2))
         row[f"{side}_cpu_ratio_raw_vs_retinue"] = round(raw_cpu / our_cpu, 2)
@@ -219,14 +250,17 @@ def _latency(url: str, tmp: Path, calls: int) -> dict[str, Any]:
 def _steps(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[str, Any]:
     """Time per step of a 5-tool-call turn, raw loop against retinue's (median of ``reps``)."""
     model = f"openai/steps-{STEPS}"
-    http = {"api_base": url, "api_key": "x", "max_retries": 0}
+    http: dict[str, Any] = {"api_base": url, "api_key": "x", "max_retries": 0}
     runner = LiteLLMRunner(model, api_base=url, api_key="x", host_tools={"note": note})
-    raw, ours = [], []
+    tools = same_request(tmp / "request-steps", runner)["tools"]
+    raw, raw_same, ours = [], [], []
     for rep in range(reps):
         raw.append(raw_steps(model, turns, bound, **http))
+        raw_same.append(raw_steps(model, turns, bound, tools=tools, **http))
         ours.append(retinue_steps(tmp / f"steps{rep}", runner, turns, bound))
     calls = turns * (STEPS + 1)
     ratios = sorted(r / o for r, o in zip(raw, ours, strict=True))
+    same_ratios = sorted(r / o for r, o in zip(raw_same, ours, strict=True))
     return {
         "steps_turns": turns,
         "steps_raw_ms_per_step": round(statistics.median(raw) / calls * 1000, 3),
@@ -234,6 +268,11 @@ def _steps(url: str, tmp: Path, turns: int, bound: int, reps: int) -> dict[str, 
         "steps_ratio_vs_raw_median_range": (
             round(statistics.median(ratios), 2),
             f"{ratios[0]:.2f}-{ratios[-1]:.2f}",
+        ),
+        "steps_raw_same_request_ms_per_step": round(statistics.median(raw_same) / calls * 1000, 3),
+        "steps_ratio_vs_raw_same_request_median_range": (
+            round(statistics.median(same_ratios), 2),
+            f"{same_ratios[0]:.2f}-{same_ratios[-1]:.2f}",
         ),
     }
 

@@ -154,9 +154,15 @@ def retinue_latencies(folder: Path, runner: LiteLLMRunner, calls: int) -> list[f
     return samples
 
 
-def raw_steps(model: str, turns: int, bound: int, **kwargs: Any) -> float:
-    """Wall seconds of ``turns`` hand-written tool loops (``bound`` calls in flight)."""
+def raw_steps(
+    model: str, turns: int, bound: int, tools: list[dict[str, Any]] | None = None, **kwargs: Any
+) -> float:
+    """Wall seconds of ``turns`` hand-written tool loops (``bound`` calls in flight).
+
+    ``tools``: the tools every call offers (default: ``note`` alone).
+    """
     litellm = load_litellm()
+    offered = [NOTE_SCHEMA] if tools is None else tools
 
     async def main() -> float:
         semaphore = asyncio.Semaphore(bound)
@@ -164,7 +170,7 @@ def raw_steps(model: str, turns: int, bound: int, **kwargs: Any) -> float:
         async def call(messages: list[dict[str, Any]]) -> Any:
             async with semaphore:
                 reply = await litellm.acompletion(
-                    model=model, messages=messages, tools=[NOTE_SCHEMA], **kwargs
+                    model=model, messages=messages, tools=offered, **kwargs
                 )
             return reply.choices[0].message
 

@@ -70,10 +70,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stress.bench.litellm_logging import model_call_loop, settle_logging
 from stress.parts import Options, Part, Result
+
+if TYPE_CHECKING:
+    from retinue.llm import LiteLLMRunner
 
 __all__ = [
     "PART",
@@ -121,8 +124,11 @@ def callgrind_total(text: str) -> int:
     raise ValueError("no 'summary:' or 'totals:' line: not a callgrind output file")
 
 
-def captured_call(folder: Path) -> dict[str, Any]:
-    """Run one retinue turn on the offline model; return the kwargs it passed to litellm."""
+def captured_call(folder: Path, runner: LiteLLMRunner | None = None) -> dict[str, Any]:
+    """Run one retinue turn; return the kwargs its first model call passed to litellm.
+
+    ``runner``: the agent's ``LiteLLMRunner`` (default: one on the offline model).
+    """
     from retinue import Durability, Profile, Runtime
     from retinue.llm import SCRIPTED_MODEL, LiteLLMRunner
     from retinue.llm.model import load_litellm
@@ -137,7 +143,8 @@ def captured_call(folder: Path) -> dict[str, Any]:
 
     setattr(litellm, "acompletion", probe)  # noqa: B010 (a probe, put back below)
     try:
-        profiles = [Profile("agent", runner=LiteLLMRunner(SCRIPTED_MODEL))]
+        agent = LiteLLMRunner(SCRIPTED_MODEL) if runner is None else runner
+        profiles = [Profile("agent", runner=agent)]
         with Runtime.open(folder, profiles=profiles, durability=Durability.FULL) as rt:
             info = rt.spawn("agent", "task 0")
             rt.wait(info.id, timeout=600)
