@@ -48,6 +48,8 @@ totals: 15524407862
         ("stress.bench.llm_instructions", "raw"),
         ("stress.bench.llm_instructions", "retinue"),
         ("stress.bench.llm_instructions", "retinue_run"),
+        ("stress.bench.llm_instructions_scale", "raw"),
+        ("stress.bench.llm_instructions_scale", "retinue"),
         ("stress.bench.lifecycle_instructions", "lifecycle"),
         ("stress.bench.lifecycle_instructions", "tree"),
     ],
