@@ -32,7 +32,7 @@ from retinue.actors import (
     snapshot,
 )
 from retinue.actors.calls import Reply
-from retinue.actors.tree._journal import InjectedFault
+from retinue.actors.tree._journal import _MISSING, InjectedFault, own_attribute
 from retinue.testing import Gate
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None)
@@ -200,6 +200,53 @@ def test_a_parts_attributes_and_a_claimed_future_are_rolled_back() -> None:
     assert cancelled.cancelled()
     pending.set_result(1)  # the next claim of it works
     assert pending.result() == 1
+
+
+class _Defaulted(_Part):
+    label = "class"  # a class default an instance may shadow
+
+    def describe(self) -> str:
+        return "method"
+
+
+def test_an_attribute_shadowing_its_class_is_rolled_back_to_the_class_value() -> None:
+    """A part's old value is its own, never its class's (``own_attribute``): a name the
+    class defines rolls back to the class's value when the instance had none."""
+    journal = Journal()
+    part = _Defaulted(journal)
+    part.label = "mine"
+    journal.begin("Test")
+    part.label = "changed"
+    part.describe = lambda: "shadow"  # type: ignore[method-assign]
+    part.count = 7
+    journal.roll_back()
+    assert (part.label, part.describe(), part.count) == ("mine", "method", 0)
+    assert "describe" not in vars(part)
+    assert own_attribute(part, "label") == "mine"
+    assert own_attribute(part, "describe") is _MISSING
+    assert own_attribute(part, "absent") is _MISSING
+    assert own_attribute(part, "count") == 0
+
+
+def test_a_parts_attributes_are_journaled_without_asking_for_its_dict() -> None:
+    """Setting and rolling back a part's attributes never asks for its ``__dict__`` (in
+    CPython 3.11 that makes every later attribute read of the part a slow one)."""
+    asked: list[str] = []
+
+    class Watched(_Part):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "__dict__":
+                asked.append(name)
+            return object.__getattribute__(self, name)
+
+    journal = Journal()
+    part = Watched(journal)
+    journal.begin("Test")
+    part.count = 3
+    part.added = "new"
+    journal.roll_back()
+    assert (part.count, hasattr(part, "added")) == (0, False)
+    assert asked == []
 
 
 def test_a_fault_plan_fires_at_its_change_of_the_command_it_names() -> None:
