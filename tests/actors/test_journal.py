@@ -342,6 +342,23 @@ def test_every_part_of_a_live_supervisor_holds_journaled_state_only(
     gate.release()
 
 
+def test_every_part_of_a_live_supervisor_keeps_fewer_than_30_attributes(
+    open_runtime: OpenRuntime,
+) -> None:
+    """CPython 3.11 holds at most 29 attributes of an instance in its class's shared inline
+    values; one more and they live in a real dict, whose every read misses the specializing
+    interpreter (hundreds a turn). A part (the tree above all) that needs more holds some
+    apart (``Tree.paging``, ``Tree.shares``)."""
+    rt = open_runtime([Profile("leaf", runner=lambda turn: "ok")])
+    rt.run("leaf", "go", timeout=30)
+    core = rt._system.core  # type: ignore[union-attr]
+    assert core is not None
+    parts: list[object] = [*core.rescue.parts, core.world.tree, core.world.history]
+    parts += [core.world.tree.paging, core.world.tree.shares]
+    crowded = {type(part).__name__: len(vars(part)) for part in parts if len(vars(part)) > 29}
+    assert crowded == {}
+
+
 def test_open_a_runtime_with_no_profiles(tmp_path: Path) -> None:
     with Runtime.open(tmp_path / "store", profiles=[]) as rt:
         rt._system.core.rescue.picture()  # type: ignore[union-attr]

@@ -246,7 +246,19 @@ class Journaled:
         object.__setattr__(self, name, value)
 
 
-_class_names: dict[type, frozenset[str]] = {}  # per class, every name it (or a base) defines
+# Per (class, name): whether the class (or a base) defines the name as what an instance
+# attribute shadows (a default, a method; not a data descriptor: a property, a slot).
+_shadowed: dict[tuple[type, str], bool] = {}
+
+
+def _shadows(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        held = vars(klass).get(name, _MISSING)  # (a class's namespace, not an instance's)
+        if held is not _MISSING:
+            shadows = _shadowed[cls, name] = not hasattr(type(held), "__set__")
+            return shadows
+    _shadowed[cls, name] = False
+    return False
 
 
 def own_attribute(owner: object, name: str) -> Any:
@@ -260,13 +272,14 @@ def own_attribute(owner: object, name: str) -> Any:
     dict at each read): about 170 slow reads per one-call turn on the
     supervisor, when every part's ``__dict__`` was asked for. Only a name its
     class also defines (a default, a method) is read from ``__dict__``, where
-    ``getattr`` could not tell the instance's value from the class's.
+    ``getattr`` could not tell the instance's value from the class's (a data
+    descriptor's, a property's or a slot's, is what ``getattr`` reads).
     """
     cls = type(owner)
-    names = _class_names.get(cls)
-    if names is None:
-        names = _class_names[cls] = frozenset(dir(cls))
-    if name in names:
+    shadows = _shadowed.get((cls, name))
+    if shadows is None:
+        shadows = _shadows(cls, name)
+    if shadows:
         return owner.__dict__.get(name, _MISSING)  # (never for a part's state)
     return getattr(owner, name, _MISSING)
 

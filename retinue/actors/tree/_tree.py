@@ -654,8 +654,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             done = dict(self.known(agent_id))  # the stored ones too: all go
             self._written(agent_id)
             self.completions.pop(agent_id, None)
-            self.partial.discard(agent_id)
-            self.swept.discard(agent_id)
+            self.shares.partial.discard(agent_id)
+            self.shares.swept.discard(agent_id)
             for generation, stored in done.items():
                 stored_key = completion_key(agent_id, generation)
                 self.writes.append(("completions", stored_key, None))
@@ -730,7 +730,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         Raises:
             StoreCorrupted, StoreError: ``partial`` and a replay's read failed.
         """
-        self.keys_stale = True  # one sort at the first page, not a key per agent loaded
+        self.paging.stale = True  # one sort at the first page, not a key per agent loaded
         self._load_agents(agents, placed)
         # Only a turn still running in the store held inputs to replay: with none (a
         # store closed cleanly, or idle), no input is looked at for it.
