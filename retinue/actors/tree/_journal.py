@@ -56,6 +56,7 @@ __all__ = [
     "Journal",
     "Journaled",
     "claim",
+    "own_attribute",
     "snapshot",
 ]
 
