@@ -32,7 +32,7 @@ from retinue.actors import (
     snapshot,
 )
 from retinue.actors.calls import Reply
-from retinue.actors.tree._journal import InjectedFault
+from retinue.actors.tree._journal import _MISSING, InjectedFault, own_attribute
 from retinue.testing import Gate
 
 SETTINGS = settings(max_examples=120, derandomize=True, deadline=None)
@@ -202,6 +202,53 @@ def test_a_parts_attributes_and_a_claimed_future_are_rolled_back() -> None:
     assert pending.result() == 1
 
 
+class _Defaulted(_Part):
+    label = "class"  # a class default an instance may shadow
+
+    def describe(self) -> str:
+        return "method"
+
+
+def test_an_attribute_shadowing_its_class_is_rolled_back_to_the_class_value() -> None:
+    """A part's old value is its own, never its class's (``own_attribute``): a name the
+    class defines rolls back to the class's value when the instance had none."""
+    journal = Journal()
+    part = _Defaulted(journal)
+    part.label = "mine"
+    journal.begin("Test")
+    part.label = "changed"
+    part.describe = lambda: "shadow"  # type: ignore[method-assign]
+    part.count = 7
+    journal.roll_back()
+    assert (part.label, part.describe(), part.count) == ("mine", "method", 0)
+    assert "describe" not in vars(part)
+    assert own_attribute(part, "label") == "mine"
+    assert own_attribute(part, "describe") is _MISSING
+    assert own_attribute(part, "absent") is _MISSING
+    assert own_attribute(part, "count") == 0
+
+
+def test_a_parts_attributes_are_journaled_without_asking_for_its_dict() -> None:
+    """Setting and rolling back a part's attributes never asks for its ``__dict__`` (in
+    CPython 3.11 that makes every later attribute read of the part a slow one)."""
+    asked: list[str] = []
+
+    class Watched(_Part):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "__dict__":
+                asked.append(name)
+            return object.__getattribute__(self, name)
+
+    journal = Journal()
+    part = Watched(journal)
+    journal.begin("Test")
+    part.count = 3
+    part.added = "new"
+    journal.roll_back()
+    assert (part.count, hasattr(part, "added")) == (0, False)
+    assert asked == []
+
+
 def test_a_fault_plan_fires_at_its_change_of_the_command_it_names() -> None:
     journal = Journal()
     target = JDict[int, int](journal)
@@ -293,6 +340,23 @@ def test_every_part_of_a_live_supervisor_holds_journaled_state_only(
     picture = core.rescue.picture()
     assert picture == core.rescue.picture()  # the same state reads the same
     gate.release()
+
+
+def test_every_part_of_a_live_supervisor_keeps_fewer_than_30_attributes(
+    open_runtime: OpenRuntime,
+) -> None:
+    """CPython 3.11 holds at most 29 attributes of an instance in its class's shared inline
+    values; one more and they live in a real dict, whose every read misses the specializing
+    interpreter (hundreds a turn). A part (the tree above all) that needs more holds some
+    apart (``Tree.paging``, ``Tree.shares``)."""
+    rt = open_runtime([Profile("leaf", runner=lambda turn: "ok")])
+    rt.run("leaf", "go", timeout=30)
+    core = rt._system.core  # type: ignore[union-attr]
+    assert core is not None
+    parts: list[object] = [*core.rescue.parts, core.world.tree, core.world.history]
+    parts += [core.world.tree.paging, core.world.tree.shares]
+    crowded = {type(part).__name__: len(vars(part)) for part in parts if len(vars(part)) > 29}
+    assert crowded == {}
 
 
 def test_open_a_runtime_with_no_profiles(tmp_path: Path) -> None:

@@ -69,3 +69,13 @@ def test_host_waiter_is_the_constructors_waiter() -> None:
         pass
     else:
         raise AssertionError("a HostWaiter must be frozen")
+
+
+def test_host_waiter_with_a_lease_is_the_constructors_waiter() -> None:
+    future: concurrent.futures.Future[object] = concurrent.futures.Future()
+    waiter = host_waiter(future, "lease")
+    assert type(waiter) is HostWaiter
+    assert (waiter.future, waiter.lease) == (future, "lease")
+    assert waiter == HostWaiter(future, "lease")
+    assert hash(waiter) == hash(HostWaiter(future, "lease"))
+    assert waiter != HostWaiter(future)

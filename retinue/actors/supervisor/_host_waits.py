@@ -35,6 +35,7 @@ from retinue.errors import (
     UnknownAgent,
     WaitTimeout,
 )
+from retinue.persistence.placed import BUSY_STATES
 from retinue.protocol.checks import check_key
 from retinue.protocol.messages import AgentState, Completion, Message
 from retinue.protocol.records import AgentRecord
@@ -104,13 +105,14 @@ _set_lease = _WAITER.lease.__set__
 _new_waiter = object.__new__
 
 
-def host_waiter(future: concurrent.futures.Future[Any]) -> HostWaiter:
-    """Return ``HostWaiter(future)``, built with its slots' own setters (a frozen
+def host_waiter(future: concurrent.futures.Future[Any], lease: str | None = None) -> HostWaiter:
+    """Return ``HostWaiter(future, lease)``, built with its slots' own setters (a frozen
     dataclass's ``__init__`` sets each field through ``object.__setattr__``: four times
-    the cost, once per ``run``). The same waiter: equal, pictured alike by the journal."""
+    the cost, once per ``run`` or ``wait``). The same waiter: equal, pictured alike by
+    the journal."""
     waiter = _new_waiter(HostWaiter)
     _set_future(waiter, future)
-    _set_lease(waiter, None)
+    _set_lease(waiter, lease)
     return waiter
 
 
@@ -145,7 +147,12 @@ class HostWaits(Journaled):
             held = self._leased(lease, command.ref, command.field)
             if held is not None:
                 return held
-        self._register(tx, self.world.find(None, command.ref, command.field), lease)
+        ref = command.ref
+        # An agent held in memory named by its id (a spawn's answer), in C; else World.find.
+        record = _get(self.world.tree.agents, ref) if type(ref) is str else None
+        if record is None:
+            record = self.world.find(None, ref, command.field)
+        self._register(tx, record, lease)
         return None
 
     def wait_on(self, tx: Transition, agent_id: str, lease: str | None) -> Completion | None:
@@ -178,7 +185,7 @@ class HostWaits(Journaled):
         # wait for end_idle_host_waits, which leaves a busy agent's waits; neither a run
         # nor a wait makes the agent idle in the command that registers it.)
         maybe_new = not (
-            record.state.busy
+            record.state in BUSY_STATES  # (.busy is a property: a call)
             and record.host_received >= record.generation - 1
             and not record.host_returned
         )
@@ -186,7 +193,7 @@ class HostWaits(Journaled):
             idle = self.nothing_to_wait_for(record)
             if idle is not None:
                 raise idle
-        waiter = HostWaiter(tx.defer(), lease)
+        waiter = host_waiter(tx.defer(), lease)
         host = self.host
         waiters = _get(host, record.id)
         if waiters is None:  # its first wait (nearly always): a list made holding it, whose

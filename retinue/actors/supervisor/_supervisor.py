@@ -340,6 +340,8 @@ class Supervisor:
             return self._run(tx, me, command)
         if isinstance(command, Spawn):
             return self.spawner.spawn(tx, me, command)
+        if isinstance(command, Wait) and me is None:  # the host's (a turn's has its record)
+            return self.hosts.host_wait(tx, command)
         match command:  # the commands served most first (each case costs every later one a check)
             case SpawnMany():
                 return self.spawner.spawn_many(tx, me, command.requests)
@@ -347,8 +349,6 @@ class Supervisor:
                 return self.forker.fork(tx, command)
             case Send():
                 return self.mailboxes.send(tx, me, command)
-            case Wait(sender=Host()):
-                return self.hosts.host_wait(tx, command)
             case Wait():
                 return self.waiters.child_wait(tx, sending_turn(me), command)
             case RunMany():

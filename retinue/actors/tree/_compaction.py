@@ -161,12 +161,12 @@ def _compact_completions(tree: Tree, horizon: float) -> int:
     :data:`STORED_READS_PER_RUN` a run, and once a run unless a generation it
     keeps was too young to go.
     """
-    partial = tree.partial
+    partial = tree.shares.partial
     held = [a for a, done in tree.completions.items() if len(done) > 1 and a not in partial]
     removed = sum(_compact_agent(tree, agent_id, horizon) for agent_id in held)
     if tree.stored is None:
         return removed
-    completions, swept = tree.completions, tree.swept
+    completions, swept = tree.completions, tree.shares.swept
     in_memory = dict.values(tree.agents)  # and the settled ones, a bounded number a run
     stored = [
         record.id

@@ -26,14 +26,14 @@ from collections.abc import Mapping
 
 import msgspec
 
-from retinue.actors.tree._journal import _MISSING, JDict, Journal, JSet, _restore_item
+from retinue.actors.tree._journal import _MISSING, JDict, Journal, Journaled, JSet, _restore_item
 from retinue.actors.tree._keys import HOST_KEY, recipient_key
 from retinue.actors.tree._stored import StoredCompletions
 from retinue.persistence.store import Write
 from retinue.protocol.messages import Completion
 from retinue.protocol.records import AgentRecord, CompletionRecord, completion_key
 
-__all__ = ["READ_CACHE", "CompletionIndex"]
+__all__ = ["READ_CACHE", "CompletionIndex", "StoredShare"]
 
 READ_CACHE = 4096
 """How many agents' completions memory holds for reads alone (a host wait on a settled
@@ -49,6 +49,27 @@ _NONE: Mapping[int, CompletionRecord] = {}
 def _by_generation(found: list[CompletionRecord]) -> dict[int, CompletionRecord]:
     """Return the completions ``found`` by generation."""
     return {record.completion.generation: record for record in found}
+
+
+class StoredShare(Journaled):
+    """Which agents' completions memory holds only in part, or only for reads, of those the
+    store keeps: the completion index's attribute ``shares``.
+
+    Held apart from the tree so that the tree keeps fewer than 30 attributes (see
+    :class:`~retinue.actors.tree._pages.PageKeys`).
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        """Start with none."""
+        self._journal = journal
+        # Agents whose completions in memory are the ones an open loaded (the store may
+        # hold more: read when asked for).
+        self.partial: set[str] = JSet(journal)
+        # Agents whose completions memory holds only because a read asked for them (none
+        # undelivered, none written this run), oldest read first: at most READ_CACHE.
+        self.read_only: dict[str, None] = JDict(journal)
+        # Agents whose old generations a compaction read and found nothing more to remove.
+        self.swept: set[str] = JSet(journal)
 
 
 class CompletionIndex:
@@ -70,14 +91,24 @@ class CompletionIndex:
         # agent in ``partial``) the ones an open loaded; an agent absent has none
         # outside the store.
         self.completions: dict[str, dict[int, CompletionRecord]] = JDict(journal)
-        self.partial: set[str] = JSet(journal)
         self.undelivered: dict[str, int] = JDict(journal)
         self.stored: StoredCompletions | None = None  # None: memory holds every completion
-        # Agents whose completions memory holds only because a read asked for them (none
-        # undelivered, none written this run), oldest read first: at most READ_CACHE.
-        self.read_only: dict[str, None] = JDict(journal)
-        # Agents whose old generations a compaction read and found nothing more to remove.
-        self.swept: set[str] = JSet(journal)
+        self.shares = StoredShare(journal)
+
+    @property
+    def partial(self) -> set[str]:
+        """Agents whose completions in memory are only those an open loaded."""
+        return self.shares.partial
+
+    @property
+    def read_only(self) -> dict[str, None]:
+        """Agents whose completions memory holds for reads alone, oldest read first."""
+        return self.shares.read_only
+
+    @property
+    def swept(self) -> set[str]:
+        """Agents whose old generations a compaction found nothing more to remove of."""
+        return self.shares.swept
 
     def known(self, agent_id: str) -> Mapping[int, CompletionRecord]:
         """Return every completion of ``agent_id`` by generation (read from the store
@@ -93,7 +124,7 @@ class CompletionIndex:
             record = self.agents.get(agent_id)
         if self.stored is None or record is None:
             return _NONE if mine is None else mine
-        if mine is not None and agent_id not in self.partial:
+        if mine is not None and agent_id not in self.shares.partial:
             return mine
         if mine is None and record.generation <= 1 and record.state.busy:
             return _NONE  # its one generation is still to settle: no completion yet
@@ -152,13 +183,13 @@ class CompletionIndex:
             generation = record.completion.generation
             if generation not in mine:
                 mine[generation] = record
-        self.partial.discard(agent_id)
+        self.shares.partial.discard(agent_id)
         return mine
 
     def _cache(self, agent_id: str) -> None:
         """Hold ``agent_id``'s completions as read; forget the oldest read beyond the bound
         (read again if asked for: none was written this run, so the store has them)."""
-        cache = self.read_only
+        cache = self.shares.read_only
         cache[agent_id] = None
         while len(cache) > READ_CACHE:
             oldest = next(iter(cache))
@@ -167,8 +198,9 @@ class CompletionIndex:
 
     def _written(self, agent_id: str) -> None:
         """``agent_id``'s completions change: memory holds them for the rest of the run."""
-        if agent_id in self.read_only:
-            del self.read_only[agent_id]
+        read_only = self.shares.read_only
+        if agent_id in read_only:
+            del read_only[agent_id]
 
     def _queue(self, key: str) -> dict[str, CompletionRecord]:
         """Return the pending queue of recipient ``key``, made if it has none."""
@@ -190,7 +222,7 @@ class CompletionIndex:
                 journal.log((_restore_item, (completions, agent_id, _MISSING)))
             _new(completions, agent_id, known)  # absent (see _get): no slot wrapper's tuple
             if self.stored is not None and generation > 1:
-                self.partial.add(agent_id)
+                self.shares.partial.add(agent_id)
         return known
 
     def add_completion(self, record: CompletionRecord, *, persist: bool = True) -> None:
@@ -233,7 +265,7 @@ class CompletionIndex:
         in the ``undelivered`` index (added or deleted)."""
         completion = record.completion
         agent_id = completion.agent_id
-        if agent_id in self.read_only:  # _written's check, in C (nearly never: no call)
+        if agent_id in self.shares.read_only:  # _written's check, in C (nearly never: no call)
             self._written(agent_id)
         key = completion_key(agent_id, completion.generation)
         # JList.append's work inline (every settle comes through here, once or twice).

@@ -34,6 +34,7 @@ point leaves nothing behind. Supervisor thread only (the held locks excepted).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import enum
 import logging
@@ -55,6 +56,7 @@ __all__ = [
     "Journal",
     "Journaled",
     "claim",
+    "own_attribute",
     "snapshot",
 ]
 
@@ -234,16 +236,59 @@ class Journaled:
     _config: frozenset[str] = frozenset()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        """Record the attribute's old value, then set it."""
-        journal = self.__dict__.get("_journal")
+        """Record the attribute's old value, then set it.
+
+        It never reads ``__dict__`` (nor may anything on the hot path): see
+        :func:`own_attribute`.
+        """
+        journal = getattr(self, "_journal", None)
         if journal is not None and journal.active and name not in self._unjournaled:
-            journal.log((_reset_attribute, (self, name, self.__dict__.get(name, _MISSING))))
+            journal.log((_reset_attribute, (self, name, own_attribute(self, name))))
         object.__setattr__(self, name, value)
 
 
+# Per (class, name): whether the class (or a base) defines the name as what an instance
+# attribute shadows (a default, a method; not a data descriptor: a property, a slot).
+_shadowed: dict[tuple[type, str], bool] = {}
+
+
+def _shadows(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        held = vars(klass).get(name, _MISSING)  # (a class's namespace, not an instance's)
+        if held is not _MISSING:
+            shadows = _shadowed[cls, name] = not hasattr(type(held), "__set__")
+            return shadows
+    _shadowed[cls, name] = False
+    return False
+
+
+def own_attribute(owner: object, name: str) -> Any:
+    """Return ``owner``'s own attribute ``name`` (not its class's), or ``_MISSING``.
+
+    Read with ``getattr``, not through ``owner.__dict__``: in CPython 3.11 an
+    instance's attributes live in its class's shared inline values until
+    something asks for its ``__dict__``, which turns them into a real dict for
+    good, and every attribute read of that instance then misses the
+    specializing interpreter (its ``LOAD_ATTR_WITH_HINT`` deoptimizes on such a
+    dict at each read): about 170 slow reads per one-call turn on the
+    supervisor, when every part's ``__dict__`` was asked for. Only a name its
+    class also defines (a default, a method) is read from ``__dict__``, where
+    ``getattr`` could not tell the instance's value from the class's (a data
+    descriptor's, a property's or a slot's, is what ``getattr`` reads).
+    """
+    cls = type(owner)
+    shadows = _shadowed.get((cls, name))
+    if shadows is None:
+        shadows = _shadows(cls, name)
+    if shadows:
+        return owner.__dict__.get(name, _MISSING)  # (never for a part's state)
+    return getattr(owner, name, _MISSING)
+
+
 def _reset_attribute(owner: object, name: str, old: Any) -> None:
-    if old is _MISSING:
-        owner.__dict__.pop(name, None)
+    if old is _MISSING:  # __dict__.pop's work, without asking for the __dict__
+        with contextlib.suppress(AttributeError):
+            object.__delattr__(owner, name)
     else:
         object.__setattr__(owner, name, old)
 

@@ -22,6 +22,7 @@ import contextlib
 import gc
 from collections.abc import Iterable, Iterator
 
+from retinue.actors.tree._completions import StoredShare
 from retinue.actors.tree._journal import JDict, Journal, JSet
 from retinue.actors.tree._keys import HOST_KEY, recipient_key, spawn_key
 from retinue.persistence.placed import BUSY_STATES, Placed
@@ -65,7 +66,7 @@ class BulkLoad:
     live_count: int
     pending: dict[str, dict[str, CompletionRecord]]
     completions: dict[str, dict[int, CompletionRecord]]
-    partial: set[str]
+    shares: StoredShare
     undelivered: dict[str, int]
 
     def _load_agents(self, agents: Iterable[AgentRecord], placed: Placed | None = None) -> None:
@@ -133,4 +134,4 @@ class BulkLoad:
         )
         dict.update(self.undelivered, undelivered)
         if partial:
-            set.update(self.partial, known)
+            set.update(self.shares.partial, known)

@@ -19,17 +19,34 @@ from collections.abc import Iterator
 from itertools import islice
 
 from retinue.actors.tree._agents import AgentTable
-from retinue.actors.tree._journal import JList, Journal
+from retinue.actors.tree._journal import JList, Journal, Journaled
 from retinue.protocol.messages import AgentState
 from retinue.protocol.records import AgentRecord
 
-__all__ = ["PageIndex"]
+__all__ = ["PageIndex", "PageKeys"]
 
 _RESORT_MIN = 1024  # keys changed since the sort before a resort is considered
 _RESORT_SHARE = 8  # ... and a resort once they pass 1/8 of the sorted keys
 _READ_AHEAD = 1024  # keys whose settled agents a page reads from the store at once
 
 Key = tuple[str, str]
+
+
+class PageKeys(Journaled):
+    """The page index's keys, held apart from the tree (its attribute ``paging``).
+
+    Apart, so that the tree keeps fewer than 30 attributes: past that, CPython
+    3.11 holds an instance's attributes in a real dict, and every attribute read
+    of the tree (hundreds a turn) misses the specializing interpreter.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        """Start with no keys."""
+        self._journal = journal
+        self.sorted_keys: tuple[Key, ...] = ()
+        self.new_keys: list[Key] = JList(journal)
+        self.gone_keys = 0
+        self.stale = False  # True: sort every key at the next page (a tree just loaded)
 
 
 class PageIndex:
@@ -40,31 +57,55 @@ class PageIndex:
 
     def __init__(self) -> None:
         """Start with no keys."""
-        self.sorted_keys: tuple[Key, ...] = ()
-        self.new_keys: list[Key] = JList(self._journal)
-        self.gone_keys = 0
-        self.keys_stale = False  # True: sort every key at the next page (a tree just loaded)
+        self.paging = PageKeys(self._journal)
+
+    @property
+    def sorted_keys(self) -> tuple[Key, ...]:
+        """The keys sorted at the last resort (some may be stale)."""
+        return self.paging.sorted_keys
+
+    @property
+    def new_keys(self) -> list[Key]:
+        """The keys of agents added since the last resort."""
+        return self.paging.new_keys
+
+    @property
+    def gone_keys(self) -> int:
+        """How many agents went since the last resort."""
+        return self.paging.gone_keys
+
+    @property
+    def keys_stale(self) -> bool:
+        """True: the next page sorts every key (a tree just loaded, or too many changes)."""
+        return self.paging.stale
+
+    @keys_stale.setter
+    def keys_stale(self, stale: bool) -> None:
+        self.paging.stale = stale
 
     def _page_add(self, record: AgentRecord) -> None:
-        if not self.keys_stale:
-            self.new_keys.append((record.path, record.id))
+        paging = self.paging
+        if not paging.stale:
+            paging.new_keys.append((record.path, record.id))
             self._maybe_stale()
 
     def _page_gone(self, count: int) -> None:
-        if not self.keys_stale:
-            self.gone_keys += count
+        paging = self.paging
+        if not paging.stale:
+            paging.gone_keys += count
             self._maybe_stale()
 
     def _maybe_stale(self) -> None:
         """Once the keys changed since the sort pass what the next page would resort
         for, keep none of them: that page sorts every key (``keys_stale``). A runtime
         nobody pages keeps no key per agent it ever had, and adds cost no more work."""
-        changed = len(self.new_keys) + self.gone_keys
-        if changed > max(_RESORT_MIN, len(self.sorted_keys) // _RESORT_SHARE):
-            self.sorted_keys = ()
-            self.new_keys = JList(self._journal)
-            self.gone_keys = 0
-            self.keys_stale = True
+        paging = self.paging
+        changed = len(paging.new_keys) + paging.gone_keys
+        if changed > max(_RESORT_MIN, len(paging.sorted_keys) // _RESORT_SHARE):
+            paging.sorted_keys = ()
+            paging.new_keys = JList(self._journal)
+            paging.gone_keys = 0
+            paging.stale = True
 
     def _present(self, key: Key) -> AgentRecord | None:
         record = self.agents.get(key[1])
@@ -75,15 +116,16 @@ class PageIndex:
     ) -> list[AgentRecord]:
         """Return up to ``limit`` agents (None: all) after ``cursor`` in (path, id) order,
         closed ones only with ``include_closed``."""
-        changed = len(self.new_keys) + self.gone_keys
-        if self.keys_stale or changed > max(_RESORT_MIN, len(self.sorted_keys) // _RESORT_SHARE):
-            self.sorted_keys = tuple(sorted(self.agents.page_keys()))
-            self.new_keys = JList(self._journal)
-            self.gone_keys = 0
-            self.keys_stale = False
-        start = 0 if cursor is None else bisect_right(self.sorted_keys, cursor)
-        fresh = sorted(k for k in self.new_keys if cursor is None or k > cursor)
-        merged: Iterator[Key] = heapq.merge(_tail(self.sorted_keys, start), fresh)
+        paging = self.paging
+        changed = len(paging.new_keys) + paging.gone_keys
+        if paging.stale or changed > max(_RESORT_MIN, len(paging.sorted_keys) // _RESORT_SHARE):
+            paging.sorted_keys = tuple(sorted(self.agents.page_keys()))
+            paging.new_keys = JList(self._journal)
+            paging.gone_keys = 0
+            paging.stale = False
+        start = 0 if cursor is None else bisect_right(paging.sorted_keys, cursor)
+        fresh = sorted(k for k in paging.new_keys if cursor is None or k > cursor)
+        merged: Iterator[Key] = heapq.merge(_tail(paging.sorted_keys, start), fresh)
         out: list[AgentRecord] = []
         last: Key | None = None
         while True:

@@ -66,6 +66,8 @@ _dict_get = dict.get
 _dict_del = dict.__delitem__
 _dict_new = dict.setdefault  # a key the dict cannot hold yet (see Tree._put_new)
 _dict_pop = dict.pop
+_set_attribute = object.__setattr__  # an attribute set unjournaled (never through __dict__:
+# asking for it makes every later attribute read of the tree a slow one, see own_attribute)
 _PATH = attrgetter("path")
 _STATE_KEYS = {state: state.value for state in AgentState}
 """Each state's key in ``Tree.state_counts`` (a dict lookup: ``.value`` is a slow property)."""
@@ -309,7 +311,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         journal = self._journal
         if journal.active:
             journal.log((_reset_attribute, (self, "seq", seq)))
-        self.__dict__["seq"] = seq + 1  # object.__setattr__'s work, without its slot wrapper
+        _set_attribute(self, "seq", seq + 1)  # unjournaled: the entry above undoes it
         return seq + 1
 
     def drop_writes(self) -> None:
@@ -330,8 +332,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         (restore or pop a key) are harmless on an emptied dict.
         """
         writes: list[Write] = list(self.writes)
-        if writes:  # replaced unjournaled (object.__setattr__'s work, without its slot wrapper)
-            self.__dict__["writes"] = JList(self._journal)
+        if writes:  # replaced unjournaled
+            _set_attribute(self, "writes", JList(self._journal))
         if self._removed_unwritten:  # removed in this transaction: no spread delete follows
             dict.clear(self._removed_unwritten)
         agents = self._agents_written
@@ -508,7 +510,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
                 _dict_new(trees, top, 1)
             else:
                 _dict_set(trees, top, count + 1)
-            self.__dict__["live_count"] = self.live_count + 1  # unjournaled (see above)
+            _set_attribute(self, "live_count", self.live_count + 1)  # unjournaled (see above)
         else:
             _dict_set(self.closed, key, record.closed_at or record.updated_at)
         if written is not None and _dict_new(written, key, record) is not record:
@@ -554,7 +556,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             _dict_set(trees, top, count)
         else:
             _dict_del(trees, top)
-        self.__dict__["live_count"] = self.live_count - 1  # unjournaled (see above)
+        _set_attribute(self, "live_count", self.live_count - 1)  # unjournaled (see above)
 
     def is_live(self, agent_id: str) -> bool:
         """Return True if the agent exists and is not closed."""
@@ -652,8 +654,8 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
             done = dict(self.known(agent_id))  # the stored ones too: all go
             self._written(agent_id)
             self.completions.pop(agent_id, None)
-            self.partial.discard(agent_id)
-            self.swept.discard(agent_id)
+            self.shares.partial.discard(agent_id)
+            self.shares.swept.discard(agent_id)
             for generation, stored in done.items():
                 stored_key = completion_key(agent_id, generation)
                 self.writes.append(("completions", stored_key, None))
@@ -728,7 +730,7 @@ class Tree(Journaled, MailboxIndex, CompletionIndex, PageIndex, BulkLoad):
         Raises:
             StoreCorrupted, StoreError: ``partial`` and a replay's read failed.
         """
-        self.keys_stale = True  # one sort at the first page, not a key per agent loaded
+        self.paging.stale = True  # one sort at the first page, not a key per agent loaded
         self._load_agents(agents, placed)
         # Only a turn still running in the store held inputs to replay: with none (a
         # store closed cleanly, or idle), no input is looked at for it.
