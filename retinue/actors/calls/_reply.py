@@ -303,8 +303,14 @@ class LoopReply(Reply[T]):
             callbacks, self._callbacks = self._callbacks, ()
         finally:
             lock.release()
-        try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per answer
-            self._post(_settle, self._ready, self)
+        ready = self._ready
+        try:
+            if exception is None and type(ready) is Ready:  # a host's await (nearly always)
+                # Its answer is resumed on the loop as it is (no _settle there to read it
+                # back): a result is final, and a Ready whose await was cancelled takes none.
+                self._post(ready.resume, result)
+            else:
+                self._post(_settle, ready, self)
         except RuntimeError:  # the loop is closed: nobody awaits
             pass
         if callbacks:  # as Reply._finish
