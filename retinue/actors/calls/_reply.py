@@ -232,12 +232,12 @@ class Reply(concurrent.futures.Future[T]):
             RuntimeError: it was already claimed or answered.
         """
         with self._lock:
+            if self._state == _PENDING:  # (nearly always: looked at first)
+                self._state = _RUNNING
+                return True
             if self._state == _CANCELLED:
                 self._state = _CANCELLED_AND_NOTIFIED
                 return False
-            if self._state == _PENDING:
-                self._state = _RUNNING
-                return True
             raise RuntimeError(f"Reply in unexpected state {self._state}")
 
     set_result = _finish  # (result): answer with ``result``; InvalidStateError if done
