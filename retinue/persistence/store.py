@@ -321,7 +321,10 @@ class Store(StoreReads):
         Raises:
             StoreReadOnly, StoreError: as :meth:`_writable`.
         """
-        self._writable().submit_queued(group)
+        writer = self._writer  # as _writable, inline when it would pass (nearly always)
+        if writer is None or self.readonly or self._closed or writer.failed is not None:
+            writer = self._writable()  # raises, but for a failed writer with no refusal
+        writer.submit_queued(group)
 
     def write_now(self, writes: Sequence[Write]) -> None:
         """Commit ``writes`` and wait for it (convenience for setup and tests).

@@ -343,7 +343,10 @@ class Runtime:
         Raises (when awaited):
             RuntimeClosed: the runtime is closed; and whatever the command raises.
         """
-        return self._engine.ask_async(command)
+        system = self._system  # as _engine, inline: a Python call fewer per async call
+        if system is None:
+            raise RuntimeClosed(NOT_OPEN)
+        return system.engine.ask_async(command)
 
     # -- an agent's lifecycle: spawn, follow-up, resume, interrupt, close ----------------
 
@@ -536,7 +539,10 @@ class Runtime:
         one is released).
         """
         seconds = resolve_timeout(timeout, self.limits)
-        engine = self._engine
+        system = self._system  # as _engine, inline: a Python call fewer per wait
+        if system is None:
+            raise RuntimeClosed(NOT_OPEN)
+        engine = system.engine
         command = Wait(HOST, ref, lease=lease)
         result: Completion = await engine.wait_async(
             command, seconds, engine.receipt if lease is None else HostReceipt(engine, lease)

@@ -25,6 +25,7 @@ from support import OpenRuntime
 
 from retinue import Profile, Turn
 from retinue.actors.calls import LoopReply
+from retinue.actors.calls._ready import Ready
 from retinue.actors.calls._waiting import poster
 
 WATCHDOG_S = 30.0
@@ -92,6 +93,53 @@ def test_an_await_cancelled_first_drops_the_late_answer_quietly(
     assert isinstance(reply.exception(), KeyError)  # the reply keeps it
     with pytest.raises(concurrent.futures.InvalidStateError):
         reply.set_result("again")  # answered once
+
+
+def test_a_hosts_ready_gets_each_answer_once_and_a_cancelled_one_drops_a_late_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A host's await is a Ready: a result is posted to it as it is (resumed on the loop),
+    an exception through the settle; a Ready whose task was cancelled takes neither."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        post = poster(loop)
+        pairs: list[tuple[Ready[Any], LoopReply[Any]]] = []
+        for _ in range(40):
+            ready: Ready[Any] = Ready(loop)
+            pairs.append((ready, LoopReply(ready, post)))
+
+        async def awaiting(ready: Ready[Any]) -> Any:
+            return await ready
+
+        tasks = [asyncio.ensure_future(awaiting(ready)) for ready, _ in pairs]
+        await asyncio.sleep(0)
+        tasks[0].cancel()  # its answer comes late: dropped quietly
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
+
+        def answer() -> None:
+            for i, (_, reply) in enumerate(pairs):
+                if i % 3 == 1:
+                    reply.set_exception(ValueError(f"no {i}"))
+                else:
+                    reply.set_result(i)
+
+        answering = threading.Thread(target=answer)
+        answering.start()
+        answering.join(WATCHDOG_S)
+        got = await asyncio.wait_for(asyncio.gather(*tasks[1:], return_exceptions=True), WATCHDOG_S)
+        for i, value in enumerate(got, start=1):
+            if i % 3 == 1:
+                assert isinstance(value, ValueError) and str(value) == f"no {i}"
+            else:
+                assert value == i
+        await asyncio.sleep(0.01)  # the late answer's post has run
+        assert pairs[0][0].cancelled() and pairs[0][1].result() == 0
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(main())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_a_cancelled_reply_ends_its_await() -> None:

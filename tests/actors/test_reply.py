@@ -131,6 +131,41 @@ def test_every_waiting_thread_gets_the_answer(make: Any) -> None:
     assert results == ["all"] * 8
 
 
+def test_callbacks_and_waiters_racing_the_answer_each_get_it_once(make: Any) -> None:
+    """Callbacks added and waiters blocking while another thread answers: each callback
+    runs exactly once (before or after the answer), and every waiter gets the answer."""
+    for round_ in range(50):
+        called, got = _race_the_answer(make(), round_)
+        assert sorted(called) == list(range(20))
+        assert got == [round_]
+
+
+def _race_the_answer(future: Any, answer: int) -> tuple[list[int], list[Any]]:
+    """Add 20 callbacks on one thread and block for the result on another while this
+    thread answers ``answer``; return the callbacks' marks and what the waiter got."""
+    called: list[int] = []
+    got: list[Any] = []
+    go = threading.Barrier(3)
+
+    def add() -> None:
+        go.wait()
+        for k in range(20):
+            future.add_done_callback(lambda _, k=k: called.append(k))
+
+    def wait() -> None:
+        go.wait()
+        got.append(future.result(timeout=10))
+
+    threads = [threading.Thread(target=add), threading.Thread(target=wait)]
+    for thread in threads:
+        thread.start()
+    go.wait()
+    future.set_result(answer)
+    for thread in threads:
+        thread.join(timeout=10)
+    return called, got
+
+
 def test_asyncio_awaits_it_and_a_cancelled_await_cancels_it(make: Any) -> None:
     async def main() -> tuple[Any, Any]:
         answered = make()

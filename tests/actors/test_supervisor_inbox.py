@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from retinue import Limits, Profile, RuntimeClosed
+from retinue.actors.calls import actor_target
 from retinue.actors.commands import HOST, Agents, Spawn
 from retinue.actors.system import System
 from retinue.persistence.options import check_store_options
@@ -98,6 +99,28 @@ def test_a_stopped_supervisor_refuses_commands_and_kept_what_it_served(tmp_path:
         assert [a.name for a in reopened.engine.ask(Agents(HOST))] == ["kept"]
     finally:
         reopened.shutdown()
+
+
+def test_the_actor_target_called_as_a_target_delivers_and_refuses_once_stopped(
+    tmp_path: Path,
+) -> None:
+    """A channel delivers to an actor's target inline; called as any target (a channel of
+    another kind may wrap it), it delivers the same, and refuses once the actor stopped."""
+    system = start(tmp_path / "s")
+    try:
+        actor = system.actor
+        assert actor is not None
+        target = actor_target(actor)
+        given: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        assert target(Spawn(HOST, "worker", "t", "direct"), given) is given
+        assert given.result(timeout=WATCHDOG_S).name == "direct"
+        built = target(Agents(HOST), None)  # no reply given: the target builds one
+        assert [a.name for a in built.result(timeout=WATCHDOG_S)] == ["direct"]
+        actor.stop()
+        with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
+            target(Agents(HOST), None)
+    finally:
+        system.shutdown()
 
 
 def test_the_overridden_loop_is_pykkas_own() -> None:

@@ -68,6 +68,9 @@ class Reply(concurrent.futures.Future[T]):
     _exception: BaseException | None = None
     # Done callbacks: a shared empty tuple until one is added (nearly no reply has any).
     _callbacks: _Callbacks[Any] = ()
+    # Whether a latch was made or a callback added (set under the lock): an answer looks
+    # at this once, not at each of them (nearly no reply has either).
+    _extras = False
 
     def __init__(self) -> None:  # no super().__init__(): it would build the Condition
         """Create a pending reply."""
@@ -139,6 +142,7 @@ class Reply(concurrent.futures.Future[T]):
             if latch is None:
                 latch = self._latch = threading.Lock()
                 latch.acquire()
+                self._extras = True
         if not latch.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise TimeoutError()
         latch.release()  # the next waiter goes through too
@@ -150,6 +154,7 @@ class Reply(concurrent.futures.Future[T]):
         with self._lock:
             if self._state not in _DONE:
                 self._callbacks = (*self._callbacks, fn)
+                self._extras = True
                 return
         self._call(fn)
 
@@ -160,11 +165,12 @@ class Reply(concurrent.futures.Future[T]):
             log.exception("a callback of %r failed", self)
 
     def _finish(self, result: Any, exception: BaseException | None = None) -> None:
-        """Answer, then run the callbacks outside the lock.
+        """Answer, then open the latch and run the callbacks (if any) outside the lock.
 
         It is :meth:`set_result` too (``exception`` None): the store's writer
-        answers through it with one Python call fewer per answer, and
-        :meth:`_close`'s work is done here, inline, for one more.
+        answers through it with one Python call fewer per answer; a reply nobody
+        blocks on and with no callback (nearly every one) is answered in the lock
+        and one look at :attr:`_extras` after it.
 
         Raises:
             concurrent.futures.InvalidStateError: it is already done.
@@ -178,17 +184,23 @@ class Reply(concurrent.futures.Future[T]):
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result, self._exception = result, exception
             self._state = _FINISHED
-            if self._latch is not None:
-                self._latch.release()
-            callbacks, self._callbacks = self._callbacks, ()
         finally:
             lock.release()
-        if callbacks:  # nearly no reply has any: no iterator over the empty tuple
-            for fn in callbacks:  # as _call, inline: one frame less per answer
-                try:
-                    fn(self)
-                except Exception:  # a callback's failure is logged, never the finisher's
-                    log.exception("a callback of %r failed", self)
+        if self._extras:  # a waiter or callbacks (nearly no reply has either): one look
+            self._opened()
+
+    def _opened(self) -> None:
+        """Just answered: open the latch, then run the callbacks, in this thread.
+
+        Outside the lock: once the reply is done nothing makes a latch or adds a
+        callback to it (both look at the state under the lock), so what is here
+        is all there will be, and only the answering thread takes it.
+        """
+        if self._latch is not None:
+            self._latch.release()
+        callbacks, self._callbacks = self._callbacks, ()
+        for fn in callbacks:
+            self._call(fn)
 
     def _close(self, state: str) -> _Callbacks[T]:
         """Enter the done ``state``, open the latch, return the callbacks to run (lock held;
@@ -220,12 +232,12 @@ class Reply(concurrent.futures.Future[T]):
             RuntimeError: it was already claimed or answered.
         """
         with self._lock:
+            if self._state == _PENDING:  # (nearly always: looked at first)
+                self._state = _RUNNING
+                return True
             if self._state == _CANCELLED:
                 self._state = _CANCELLED_AND_NOTIFIED
                 return False
-            if self._state == _PENDING:
-                self._state = _RUNNING
-                return True
             raise RuntimeError(f"Reply in unexpected state {self._state}")
 
     set_result = _finish  # (result): answer with ``result``; InvalidStateError if done
@@ -298,21 +310,20 @@ class LoopReply(Reply[T]):
                 raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
             self._result, self._exception = result, exception
             self._state = _FINISHED
-            if self._latch is not None:
-                self._latch.release()
-            callbacks, self._callbacks = self._callbacks, ()
         finally:
             lock.release()
-        try:  # noqa: SIM105  # not contextlib.suppress: three Python calls per answer
-            self._post(_settle, self._ready, self)
+        ready = self._ready
+        try:
+            if exception is None and type(ready) is Ready:  # a host's await (nearly always)
+                # Its answer is resumed on the loop as it is (no _settle there to read it
+                # back): a result is final, and a Ready whose await was cancelled takes none.
+                self._post(ready.resume, result)
+            else:
+                self._post(_settle, ready, self)
         except RuntimeError:  # the loop is closed: nobody awaits
             pass
-        if callbacks:  # as Reply._finish
-            for fn in callbacks:
-                try:
-                    fn(self)
-                except Exception:  # a callback's failure is logged, never the finisher's
-                    log.exception("a callback of %r failed", self)
+        if self._extras:  # as Reply._finish
+            self._opened()
 
     set_result = _finish  # (result): answer with ``result``; InvalidStateError if done
 
