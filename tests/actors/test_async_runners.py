@@ -161,7 +161,7 @@ def test_a_turn_task_cancelled_by_something_else_fails_its_turn(
     # (as when something cancels it before its first step): its done callback reports it.
     # (its runner never runs: the task raises CancelledError as it starts, its turn
     # not cancelled)
-    monkeypatch.setattr(TurnControl, "claim_start", lambda self: False)
+    monkeypatch.setattr(TurnControl, "claim_start", lambda self, on_cancel=None: False)
     rt = open_runtime([Profile("agent", runner=echo_async)])
     failed = rt.wait(rt.spawn("agent", "t").id, timeout=PROMPT_S)
     assert failed.status is CompletionStatus.FAILED

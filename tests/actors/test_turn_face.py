@@ -83,6 +83,22 @@ def test_the_control_holds_the_turns_cancellation() -> None:
     assert not control.while_running(lambda: None)
 
 
+def test_a_claim_registers_its_cancel_hook_and_a_refused_one_does_not() -> None:
+    """``claim_start(hook)``: a claimed turn calls its hook when cancelled; a turn
+    cancelled before its claim is not claimed, and its hook is never called."""
+    calls: list[str] = []
+    control = control_of(loose_turn())
+    assert control.claim_start(lambda: calls.append("claimed"))
+    assert calls == []  # not cancelled yet
+    assert control.cancel() is True
+    assert calls == ["claimed"]
+    refused = control_of(loose_turn())
+    refused.cancel()
+    assert not refused.claim_start(lambda: calls.append("refused"))
+    refused.cancel()
+    assert calls == ["claimed"] and not refused.runner_started
+
+
 def test_a_runner_blocked_on_its_cancel_flag_wakes_when_the_turn_is_cancelled() -> None:
     """``turn.cancelled`` makes its Condition on first use (a wait, a set): a runner
     waiting on it before any cancel and the cancel that comes later share one."""

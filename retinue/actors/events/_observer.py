@@ -273,12 +273,12 @@ class ModelCallWatch:
 
     def finished(self, usage: Usage, response: Any = None) -> None:
         """The call was answered with ``usage`` (``response``: litellm's): ``ModelCallFinished``."""
-        duration = time.monotonic() - self.started
         if self.span is not None:
             self.span.end(usage, response, None)
         bus = self.watch.bus  # (listening's test, without its property's frame)
         if bus is None or not bus.active:
-            return  # no event is built for nobody
+            return  # no event is built for nobody (nor its duration measured)
+        duration = time.monotonic() - self.started
         self.watch.publish(
             lambda agent, at: ModelCallFinished(
                 agent_id=agent.id,

@@ -214,16 +214,21 @@ class TurnControl:
             hook()
         return started
 
-    def claim_start(self) -> bool:
+    def claim_start(self, on_cancel: Callable[[], object] | None = None) -> bool:
         """Claim the turn for its runner (the executor calls this just before running it).
 
         Returns False if the turn was cancelled first: the runner must not
         run, its inputs already went back. Atomic with :meth:`cancel`.
+        ``on_cancel``: a hook to call when the turn is cancelled from now on,
+        as :meth:`on_cancel` would (registered only if the claim succeeds: a
+        turn cancelled first is not claimed, so its runner has nothing to stop).
         """
         with self._cancel_lock:
             if self.cancelled.is_set():
                 return False
             self.runner_started = True
+            if on_cancel is not None:
+                self._on_cancel.append(on_cancel)
             return True
 
     def while_running(self, action: Callable[[], None]) -> bool:

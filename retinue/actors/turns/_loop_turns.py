@@ -103,7 +103,6 @@ class LoopTurns:
         task = _running_loop().create_task(
             self._run(face, turn, done), name=f"retinue-turn-{turn.agent.path}"
         )
-        turn.on_cancel(partial(self._loop.call_soon, task.cancel))
         task.add_done_callback(done)
 
     async def _run(self, face: Turn, turn: TurnControl, done: partial[None]) -> None:
@@ -122,7 +121,11 @@ class LoopTurns:
         # The runner is awaited here, not in a helper coroutine: that would be one more
         # object per turn in flight and one more frame to resume at each of its steps.
         _RUNNING.set(turn.agent.id)  # the task runs in its own context
-        if not turn.claim_start():  # cancelled before it ran: its inputs already went back
+        task = _current_task()
+        assert task is not None  # this coroutine runs as its turn's task
+        # claimed with its cancel hook, under one lock: a turn cancelled before this step
+        # is not claimed (its inputs already went back), and needs no hook to stop it
+        if not turn.claim_start(partial(self._loop.call_soon, task.cancel)):
             raise asyncio.CancelledError
         call: Callable[[Turn], Awaitable[Any]] = self._runner  # type: ignore[assignment]
         watch = turn.watch
@@ -143,8 +146,6 @@ class LoopTurns:
             output, error = None, failure_of(exc, output_max_bytes)
         else:
             output, error = _outcome(result, output_max_bytes)
-        task = _current_task()
-        assert task is not None  # this coroutine runs as its turn's task
         task.remove_done_callback(done)  # no await from here on: nothing cancels it
         turn.runner_returned = True
         report_turn(self._settle, turn, output, error)
