@@ -5,8 +5,12 @@ back goes to the oldest waiter, and a waiter cancelled holds no place."""
 from __future__ import annotations
 
 import asyncio
+import random
+import types
 
+from retinue.llm.model import CallSettings, complete
 from retinue.llm.model._bound import CallBound
+from retinue.llm.model._calls import _on_loop
 
 
 def test_free_places_are_taken_at_once_then_callers_queue() -> None:
@@ -100,3 +104,36 @@ def test_a_waiter_cancelled_after_it_was_handed_a_place_passes_it_on() -> None:
         assert bound.free == 1
 
     asyncio.run(main())
+
+
+def test_a_first_attempt_that_fails_gives_its_place_back_to_its_retry() -> None:
+    """complete()'s plain first attempt (no retry loop around it) gives its place back
+    as it fails, so its retry, under a bound of one place, runs; the place is free after."""
+    sent: list[int] = []
+
+    async def acompletion(**kwargs: object) -> str:
+        sent.append(len(sent) + 1)
+        if len(sent) == 1:
+            raise ConnectionError("reset")  # no status: retried
+        return "answer"
+
+    litellm = types.ModuleType("fake_litellm")
+    litellm.acompletion = acompletion  # type: ignore[attr-defined]
+    settings = CallSettings(
+        model="bound-test/one",
+        kwargs={"model": "bound-test/one"},
+        request_timeout_s=30.0,
+        retries=1,
+        retry_base_s=0.0,
+        retry_max_s=0.0,
+        rng=random.Random(0),
+    )
+
+    async def main() -> tuple[str, int]:
+        call = complete(litellm, settings, [{"role": "user", "content": "hi"}], [], 1)
+        answer = await asyncio.wait_for(call, 30)  # a place never given back: no hang
+        here = _on_loop(asyncio.get_running_loop())
+        return answer, here.bounds["bound-test/one"].free
+
+    assert asyncio.run(main()) == ("answer", 1)
+    assert sent == [1, 2]
