@@ -10,7 +10,7 @@ import types
 
 from retinue.llm.model import CallSettings, complete
 from retinue.llm.model._bound import CallBound
-from retinue.llm.model._calls import _on_loop
+from retinue.llm.model._calls import _semaphore
 
 
 def test_free_places_are_taken_at_once_then_callers_queue() -> None:
@@ -107,8 +107,8 @@ def test_a_waiter_cancelled_after_it_was_handed_a_place_passes_it_on() -> None:
 
 
 def test_a_first_attempt_that_fails_gives_its_place_back_to_its_retry() -> None:
-    """complete()'s plain first attempt (no retry loop around it) gives its place back
-    as it fails, so its retry, under a bound of one place, runs; the place is free after."""
+    """complete()'s first attempt gives its place back as it fails, so its retry, under a
+    bound of one place, runs; the place is free after."""
     sent: list[int] = []
 
     async def acompletion(**kwargs: object) -> str:
@@ -132,8 +132,7 @@ def test_a_first_attempt_that_fails_gives_its_place_back_to_its_retry() -> None:
     async def main() -> tuple[str, int]:
         call = complete(litellm, settings, [{"role": "user", "content": "hi"}], [], 1)
         answer = await asyncio.wait_for(call, 30)  # a place never given back: no hang
-        here = _on_loop(asyncio.get_running_loop())
-        return answer, here.bounds["bound-test/one"].free
+        return answer, _semaphore("bound-test/one", 1).free
 
     assert asyncio.run(main()) == ("answer", 1)
     assert sent == [1, 2]
