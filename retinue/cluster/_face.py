@@ -534,6 +534,7 @@ class Cluster:
             self._closed = True
         self._close_streams()
         if self._transport is not None:
+            self._transport.close(self._transport.call_timeout_s)  # acks and releases owed
             startup.stop(self._transport)
         self._disconnect()
 
@@ -556,6 +557,8 @@ class Cluster:
         with self._lock:
             self._closed = True
         self._close_streams()
+        if self._transport is not None:
+            self._transport.close(self._transport.call_timeout_s)  # acks and releases owed
         self._disconnect()
 
     def _disconnect(self) -> None:
