@@ -64,6 +64,8 @@ class _Shard:
         self.calls: list[str] = []
 
     def _remote(self, payload: bytes) -> _Ref:
+        if self.loop.is_closed():
+            raise _Failure("the shard's process is gone")
         call = w.decode_call(payload)
         name = w.call_name(w.command_of(call) if isinstance(call, w.Run) else call)
         self.calls.append(name)
@@ -80,15 +82,33 @@ class _Shard:
 
 
 @pytest.fixture
+def transports() -> Iterator[list[Transport]]:
+    """The transports a test makes: their outboxes are closed at its end."""
+    made: list[Transport] = []
+    yield made
+    for transport in made:
+        transport.close(5.0)
+
+
+@pytest.fixture
 def shard_loop() -> Iterator[asyncio.AbstractEventLoop]:
     """An event loop running in a thread of its own, stopped at the end."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="shard-loop", daemon=True)
     thread.start()
     yield loop
+    asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel every other task of the running loop and wait for their ends."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def _ray(cancels: list[Any]) -> Any:
@@ -103,6 +123,7 @@ def _ray(cancels: list[Any]) -> Any:
 def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_back(
     open_core: Any,
     shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     delay: float | None,
@@ -115,6 +136,7 @@ def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_bac
     transport = Transport(
         _ray(cancels), [None, _Shard(core, shard_loop)], None, retry_s=5, call_timeout_s=30
     )
+    transports.append(transport)
     router = Router(2, Limits(), retry_s=5, call_timeout_s=30)
     spawn = w.run(Spawn(HOST, "gated", "g", "g", "/root", "~g"), rid="g")
     served = asyncio.run_coroutine_threadsafe(core.handle(w.encode_call(spawn)), shard_loop)
@@ -159,6 +181,7 @@ def _started(core: ShardCore, shard_loop: asyncio.AbstractEventLoop, task: str) 
 def test_a_face_wait_cancelled_in_its_back_off_releases_its_lease(
     open_core: Any,
     shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -175,6 +198,7 @@ def test_a_face_wait_cancelled_in_its_back_off_releases_its_lease(
     transport = Transport(
         _ray(cancels), [None, _Shard(core, shard_loop)], None, retry_s=60, call_timeout_s=30
     )
+    transports.append(transport)
     router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
     agent = _started(core, shard_loop, "b")
     (gates / "b").touch()
@@ -199,6 +223,7 @@ def test_a_face_wait_cancelled_in_its_back_off_releases_its_lease(
 def test_an_ack_that_did_not_take_is_sent_again_without_another_wait(
     open_core: Any,
     shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     fault: str,
@@ -215,6 +240,7 @@ def test_an_ack_that_did_not_take_is_sent_again_without_another_wait(
     shard = _Shard(core, shard_loop)
     (shard.lose if fault == "lost" else shard.refuse)["ack"] = 1
     transport = Transport(_ray([]), [None, shard], None, retry_s=5, call_timeout_s=30)
+    transports.append(transport)
     agent = _started(core, shard_loop, "a")
     (gates / "a").touch()
     face_a = Router(2, Limits(), retry_s=5, call_timeout_s=30)
@@ -229,12 +255,12 @@ def test_an_ack_that_did_not_take_is_sent_again_without_another_wait(
     time.sleep(3.5)
     with pytest.raises(NothingToWaitFor):
         asyncio.run(transport.run_async(face_b.wait(agent, 1.0)))
-    transport.close(1.0)
 
 
 def test_a_release_that_did_not_take_is_sent_again(
     open_core: Any,
     shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -249,6 +275,7 @@ def test_a_release_that_did_not_take_is_sent_again(
     shard = _Shard(core, shard_loop)
     shard.lose["release"] = 2
     transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=30)
+    transports.append(transport)
     router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
     agent = _started(core, shard_loop, "r")
     (gates / "r").touch()
@@ -267,4 +294,3 @@ def test_a_release_that_did_not_take_is_sent_again(
     assert shard.calls.count("release") == 3
     again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
     assert (again.generation, again.output) == (1, "done:r")
-    transport.close(1.0)
