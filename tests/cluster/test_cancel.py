@@ -60,6 +60,7 @@ class _Shard:
         self.loop = loop
         self.lose: dict[str, int] = {}
         self.refuse: dict[str, int] = {}
+        self.hang: dict[str, int] = {}  # calls that reach a hung shard: never answered
         self.refusal = w.error_reply(RuntimeClosed("the runtime is closing"))
         self.calls: list[str] = []
 
@@ -69,6 +70,9 @@ class _Shard:
         call = w.decode_call(payload)
         name = w.call_name(w.command_of(call) if isinstance(call, w.Run) else call)
         self.calls.append(name)
+        if self.hang.get(name, 0) > 0:
+            self.hang[name] -= 1
+            return _Ref(concurrent.futures.Future())
         for table, outcome in ((self.lose, _Failure("lost")), (self.refuse, self.refusal)):
             if table.get(name, 0) > 0:
                 table[name] -= 1
@@ -294,3 +298,41 @@ def test_a_release_that_did_not_take_is_sent_again(
     assert shard.calls.count("release") == 3
     again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
     assert (again.generation, again.output) == (1, "done:r")
+
+
+def test_a_cancel_whose_release_meets_a_hung_shard_ends_and_the_release_still_lands(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The cancel awaits the release's answer for call_timeout_s at most (so a wait right
+    # after it finds the completion back); a release the shard does not answer in that time
+    # is not dropped: the outbox sends it again, and the completion the wait then took comes
+    # back without lease_timeout_s.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.hang["release"] = 1
+    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=0.5)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=60, call_timeout_s=0.5)
+    agent = _started(core, shard_loop, "h")
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not core._leased:
+            await asyncio.sleep(0.001)  # the shard's wait is blocked; ray.cancel is lost
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting  # ends although the shard never answers the first release
+
+    asyncio.run(scenario())
+    (gates / "h").touch()  # the turn settles
+    wait_until(lambda: shard.calls.count("release") >= 2, what="the release sent again")
+    wait_until(lambda: not core._leased and core.rt.leases() == {}, what="nothing kept")
+    again = asyncio.run(transport.run_async(router.wait(agent, 30.0)))
+    assert (again.generation, again.output) == (1, "done:h")
