@@ -525,9 +525,11 @@ class Outbox:
             except Exception:  # any failure: send it again later
                 refs.append(None)
         failed = []
+        deadline = time.monotonic() + transport.call_timeout_s  # one bound for the batch
         for call, ref in zip(batch, refs, strict=True):
             try:
-                raw = ref.future().result(transport.call_timeout_s) if ref else None
+                left = max(0.0, deadline - time.monotonic())
+                raw = ref.future().result(left) if ref else None
             except Exception:  # any failure: send it again later
                 raw = None
             if raw is None or not final_reply(raw):
