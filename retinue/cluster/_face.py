@@ -376,10 +376,13 @@ class Cluster:
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
         """Like :meth:`wait`; a cancelled wait gives back what it was handed, at once.
 
-        A cancel releases the wait's lease on its shard: a wait under it still
-        running there ends, one that reaches the shard after the release takes
-        nothing, and a completion already taken goes back, so the next wait on
-        the agent gets it (not only after ``lease_timeout_s``).
+        A cancel (during the shard's call or the back-off after a failed one)
+        releases the wait's lease on its shard: a wait under it still running
+        there ends, one that reaches the shard after the release takes nothing,
+        and a completion already taken goes back, so the next wait on the agent
+        gets it (not only after ``lease_timeout_s``). The cancel ends once the
+        shard answered the release, or after ``call_timeout_s``; a release not
+        answered by then is sent again in the background until it is.
         """
         return await self._run_async(lambda r: r.wait(ref, timeout))
 
@@ -534,6 +537,7 @@ class Cluster:
             self._closed = True
         self._close_streams()
         if self._transport is not None:
+            self._transport.close(self._transport.call_timeout_s)  # acks and releases owed
             startup.stop(self._transport)
         self._disconnect()
 
@@ -556,6 +560,8 @@ class Cluster:
         with self._lock:
             self._closed = True
         self._close_streams()
+        if self._transport is not None:
+            self._transport.close(self._transport.call_timeout_s)  # acks and releases owed
         self._disconnect()
 
     def _disconnect(self) -> None:

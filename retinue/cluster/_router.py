@@ -20,8 +20,12 @@ and decodes the answer as that command's answer type.
 - A wait is leased and acknowledged as it returns (the ack is sent before
   the return; on an event loop it is not awaited, so no cancel lands between
   the answer and the return); the face never returns one completion twice. A
-  cancelled wait releases its lease and awaits the shard's answer before the
-  cancel goes on.
+  cancelled wait (in its call or in its back-off after a failed one) releases
+  its lease and awaits the shard's answer, up to ``call_timeout_s``, before the
+  cancel goes on. An ack or a release the shard did not answer for good is
+  sent again by the transport's outbox until it is, not left to
+  ``lease_timeout_s`` (which would hand the completion out again, to another
+  face too).
 - An approval request's id carries its shard too: approve and deny go
   straight there (recorded under their request ids, so a retry answers
   once); ``approvals()`` merges every shard's pending requests.
@@ -113,7 +117,6 @@ class Router:
         self.names: OrderedDict[str, int] = OrderedDict()
         self._returned: set[str] = set()
         self._returned_order: deque[str] = deque()
-        self.unacked: list[tuple[int, str]] = []  # leases whose ack did not get through
         self._lock = threading.Lock()
 
     # -- routing -------------------------------------------------------------------------
@@ -305,13 +308,14 @@ class Router:
         lease = new_id()
         while True:
             remaining = max(0.0, deadline - time.monotonic())
+            release = _enc(w.run(ReleaseLease(lease)))
             call = One(
                 shard,
                 _enc(w.run(Wait(HOST, local, lease=lease), timeout=remaining)),
                 "wait",
                 timeout_s=remaining,
                 retry=False,
-                on_cancel=_enc(w.run(ReleaseLease(lease))),
+                on_cancel=release,
             )
             try:
                 raw = yield call
@@ -319,7 +323,10 @@ class Router:
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > self.retry_s:
                     raise
-                yield Pause(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                # The failed call may have taken a completion under the lease: a cancel
+                # in the back-off releases it, as one during the call does.
+                backoff = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+                yield Pause(backoff, on_cancel=One(shard, release, "release"))
                 attempt += 1
                 continue  # the same lease: a wait that took a completion hands it over again
             completion = w.decode_reply(raw, Completion)
@@ -358,23 +365,15 @@ class Router:
         return (yield from self.wait(info.id, max(0.0, deadline - time.monotonic())))
 
     def _ack(self, shard: int, lease: str) -> Op[None]:
-        """Acknowledge ``lease`` (and any the face could not acknowledge before).
+        """Acknowledge ``lease``.
 
         A :class:`~retinue.cluster._transport.Tell`: on an event loop nothing is awaited
         between the wait's answer and its return, so a cancel cannot land after the
-        acknowledgement and lose the completion. One that did not get through is
-        acknowledged with the next wait's (released after ``lease_timeout_s`` at worst).
+        acknowledgement and lose the completion. One the shard did not answer for good
+        (the call failed, or the shard refused it for a trouble of its own) is sent again
+        by the transport's outbox until it is.
         """
-        with self._lock:
-            todo, self.unacked = [(shard, lease), *self.unacked], []
-        yield Tell(
-            tuple(_one(k, AckLease(held)) for k, held in todo),
-            lambda i: self._not_acked(todo[i]),
-        )
-
-    def _not_acked(self, pending: tuple[int, str]) -> None:
-        with self._lock:
-            self.unacked.append(pending)
+        yield Tell((_one(shard, AckLease(lease)),))
 
     def _first_time(self, completion_id: str) -> bool:
         """Note that the face returns ``completion_id``; False if it returned it before."""

@@ -15,6 +15,13 @@ sent again with the same bytes, so with the same request id, until
 thrown into the generator. A step with ``retry=False`` gets that error at
 the first failure (a wait retries itself, with its remaining time).
 
+A call that must reach its shard although nobody awaits it (a lease's
+acknowledgement, the release a cancelled wait sends) goes to the
+:class:`Outbox` when it fails: the outbox sends it again in the background,
+with the same bytes, until the shard answers it for good
+(:func:`~retinue.cluster.wire.final_reply`) or the face closes. Such calls are
+idempotent on the shard, so one that did arrive and is sent again is harmless.
+
 :class:`Faults` injects lost replies for tests: the call runs on the shard,
 its answer is dropped on the way back, as Ray reports a call that ran.
 """
@@ -23,19 +30,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from retinue.cluster.wire import final_reply
 from retinue.errors import ShardUnavailable
 
+log = logging.getLogger("retinue.cluster.transport")
+
 __all__ = [
+    "MAX_OUTBOX",
     "Dir",
     "Faults",
     "Many",
     "One",
     "Op",
+    "Outbox",
     "Pause",
     "Race",
     "Tell",
@@ -46,6 +61,7 @@ __all__ = [
 
 T = TypeVar("T")
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+MAX_OUTBOX = 100_000  # calls the outbox keeps to re-send; past it the oldest is dropped
 
 
 @dataclass(frozen=True)
@@ -98,20 +114,25 @@ class Dir:
 
 @dataclass(frozen=True)
 class Pause:
-    """Sleep ``seconds`` (a backoff inside a step that retries itself)."""
+    """Sleep ``seconds`` (a backoff inside a step that retries itself).
+
+    ``on_cancel`` is sent if an async caller is cancelled during the sleep, as a
+    :class:`One`'s is (a wait backing off still holds its lease).
+    """
 
     seconds: float
+    on_cancel: One | None = None
 
 
 @dataclass(frozen=True)
 class Tell:
-    """Send ``calls`` and go on; ``failed(i)`` is called for each call ``i`` that did not
-    get through. On an event loop the calls are sent without awaiting their answers (so
-    no cancel can land between the step before and the one after); from a thread each
-    is made in turn, retried as a :class:`One` is. The result is None."""
+    """Send ``calls`` and go on; each that is not answered for good goes to the
+    :class:`Outbox`, which sends it again until it is. On an event loop the calls are sent
+    without awaiting their answers (so no cancel can land between the step before and the
+    one after); from a thread each is made in turn, retried as a :class:`One` is. The
+    result is None."""
 
     calls: tuple[One, ...]
-    failed: Callable[[int], None]
 
 
 Step = One | Many | Race | Dir | Pause | Tell
@@ -174,6 +195,7 @@ class Transport:
         self.faults = Faults()
         errors = ray.exceptions
         self._failures = (errors.RayActorError, errors.GetTimeoutError, errors.ActorDiedError)
+        self.outbox = Outbox(self)
 
     def _unavailable(self, shard: int | None, why: BaseException) -> ShardUnavailable:
         what = "the directory" if shard is None else f"shard {shard}"
@@ -225,11 +247,14 @@ class Transport:
                 time.sleep(step.seconds)
                 return None
             case Tell():
-                for i, call in enumerate(step.calls):
+                for call in step.calls:
                     try:
-                        self._one(call, None)
+                        raw = self._one(call, None)
                     except ShardUnavailable:
-                        step.failed(i)
+                        self.outbox.post(call)
+                    else:
+                        if not final_reply(raw):
+                            self.outbox.post(call)
                 return None
 
     def _submit(self, call: One) -> Any:
@@ -328,7 +353,12 @@ class Transport:
             case Dir():
                 return await asyncio.to_thread(self._dir, step)
             case Pause():
-                await asyncio.sleep(step.seconds)
+                try:
+                    await asyncio.sleep(step.seconds)
+                except asyncio.CancelledError:
+                    if step.on_cancel is not None:
+                        await self._cancelled(step.on_cancel)
+                    raise
                 return None
             case Tell():
                 self._tell(step)
@@ -359,32 +389,152 @@ class Transport:
                 attempt += 1
 
     def _tell(self, step: Tell) -> None:
-        """Send ``step``'s calls now; report each that fails, when it does, to ``failed``."""
-        for i, call in enumerate(step.calls):
-            try:
-                ref = self._submit(call)
-            except self._failures:
-                step.failed(i)
-                continue
+        """Send ``step``'s calls now; each not answered for good, when that is known, goes
+        to the outbox."""
+        for call in step.calls:
+            self._mail(call)
 
-            def settled(future: Any, i: int = i) -> None:
-                if future.cancelled() or future.exception() is not None:
-                    step.failed(i)
-
-            ref.future().add_done_callback(settled)
-
-    async def _cancelled(self, call: One) -> None:
-        """Send a cancelled call's ``on_cancel`` and wait up to ``call_timeout_s`` for the
-        shard to have served it (a failure or a late answer is left to the shard's own
-        bounds); cancelled again meanwhile, it stays sent."""
+    def _mail(self, call: One) -> Any:
+        """Send ``call`` once; hand it to the outbox if it is not answered for good. Return
+        its answer's future (None: not sent)."""
         try:
             ref = self._submit(call)
         except self._failures:
+            self.outbox.post(call)
+            return None
+        future = ref.future()
+
+        def settled(done: Any) -> None:
+            if done.cancelled() or done.exception() is not None or not final_reply(done.result()):
+                self.outbox.post(call)
+
+        future.add_done_callback(settled)
+        return future
+
+    async def _cancelled(self, call: One) -> None:
+        """Send a cancelled call's ``on_cancel`` and wait up to ``call_timeout_s`` for the
+        shard to have served it; one that fails or is not answered for good is sent again
+        by the outbox (cancelled again meanwhile, it stays sent)."""
+        future = self._mail(call)
+        if future is None:
             return
-        with contextlib.suppress(Exception):  # best effort: the shard's bounds cover the rest
-            await asyncio.shield(
-                asyncio.wait_for(asyncio.wrap_future(ref.future()), self.call_timeout_s)
-            )
+        with contextlib.suppress(Exception):  # a failure goes on in the outbox
+            await asyncio.shield(asyncio.wait_for(asyncio.wrap_future(future), self.call_timeout_s))
+
+    def close(self, flush_s: float) -> None:
+        """Stop the outbox after it tried for up to ``flush_s`` to deliver what it holds."""
+        self.outbox.close(flush_s)
+
+
+class Outbox:
+    """Calls that must reach their shard although nobody awaits them (a lease's
+    acknowledgement or release): sent again in the background, oldest first, with a
+    back-off, until each is answered for good or the outbox closes.
+
+    One thread, started at the first post. At most ``max_calls`` are kept; past that the
+    oldest is dropped and counted in :attr:`dropped` (its shard's ``lease_timeout_s``
+    then settles its lease).
+    """
+
+    def __init__(self, transport: Transport, max_calls: int = MAX_OUTBOX) -> None:
+        """Send again through ``transport``'s shards, keeping up to ``max_calls``."""
+        self.transport = transport
+        self.max_calls = max(1, max_calls)
+        self.delivered = 0  # calls the outbox got answered for good
+        self.dropped = 0  # calls dropped unanswered (the bound, or the close)
+        self._due: deque[One] = deque()
+        self._sending = 0
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def __len__(self) -> int:
+        """How many calls wait to be answered (being sent included)."""
+        with self._cond:
+            return len(self._due) + self._sending
+
+    def post(self, call: One) -> None:
+        """Send ``call`` again until its shard answers it for good (dropped once closed)."""
+        with self._cond:
+            if self._closed:
+                self.dropped += 1
+                return
+            self._due.append(call)
+            if len(self._due) > self.max_calls:
+                self._due.popleft()
+                self.dropped += 1
+                log.warning(
+                    "the cluster face holds %d unanswered lease calls; the oldest was dropped "
+                    "(its shard's lease_timeout_s settles it)",
+                    self.max_calls,
+                )
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="retinue-cluster-outbox", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def close(self, flush_s: float) -> None:
+        """Try for up to ``flush_s`` to deliver what is held, then stop; idempotent."""
+        deadline = time.monotonic() + flush_s
+        with self._cond:
+            while (self._due or self._sending) and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self._closed = True
+            self.dropped += len(self._due)
+            self._due.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self.transport.call_timeout_s + 1.0)
+
+    def _run(self) -> None:
+        attempt = 0
+        while True:
+            with self._cond:
+                while not self._due and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                batch = list(self._due)
+                self._due.clear()
+                self._sending = len(batch)
+            failed = self._send(batch)
+            with self._cond:
+                self._sending = 0
+                self.delivered += len(batch) - len(failed)
+                self._due.extendleft(reversed(failed))
+                self._cond.notify_all()
+                if failed:
+                    self._cond.wait(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                    attempt += 1
+                else:
+                    attempt = 0
+
+    def _send(self, batch: list[One]) -> list[One]:
+        """Send every call of ``batch`` once; return those not answered for good."""
+        transport = self.transport
+        refs: list[Any] = []
+        for call in batch:
+            try:
+                refs.append(transport._submit(call))
+            except Exception:  # any failure: send it again later
+                refs.append(None)
+        failed = []
+        deadline = time.monotonic() + transport.call_timeout_s  # one bound for the batch
+        for call, ref in zip(batch, refs, strict=True):
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                raw = ref.future().result(left) if ref else None
+            except Exception:  # any failure: send it again later
+                raw = None
+            if raw is None or not final_reply(raw):
+                failed.append(call)
+        return failed
 
 
 def raw_reply(step: One) -> Op[bytes]:

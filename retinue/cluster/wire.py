@@ -57,6 +57,7 @@ __all__ = [
     "decode_reply",
     "encode_call",
     "error_reply",
+    "final_reply",
     "from_wire",
     "is_recorded",
     "ok_reply",
@@ -272,6 +273,16 @@ def decode_reply(raw: bytes, kind: type[T]) -> T:
     except msgspec.DecodeError as exc:
         raise ClusterError(f"a shard's answer does not decode as {kind}: {exc}") from None
     return value
+
+
+def final_reply(raw: bytes) -> bool:
+    """Return True if ``raw`` answers its call for good: a value, or a refusal
+    :func:`recordable` says is final (False: the shard's trouble, or not an answer)."""
+    try:
+        reply = _reply_decoder.decode(raw)
+    except msgspec.DecodeError:
+        return False
+    return reply.error is None or recordable(from_wire(reply.error))
 
 
 def recordable(error: BaseException) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +29,7 @@ from retinue.cluster import wire as w
 from retinue.cluster._router import Router
 from retinue.cluster._transport import Transport
 from retinue.cluster.shard import ShardCore
+from retinue.errors import RuntimeClosed
 
 
 class _Failure(Exception):
@@ -46,15 +48,50 @@ class _Ref:
 
 class _Shard:
     """An actor handle whose ``handle.remote(payload)`` serves the payload on ``core``, on
-    an event loop of the shard's own (in a thread, as the actor's is in its process)."""
+    an event loop of the shard's own (in a thread, as the actor's is in its process).
+
+    ``lose[name]`` calls of that name (``AckLease``, ...) fail as Ray reports a call whose
+    process died before it ran; ``refuse[name]`` are answered with ``refusal`` unserved.
+    """
 
     def __init__(self, core: ShardCore, loop: asyncio.AbstractEventLoop) -> None:
         self.handle = SimpleNamespace(remote=self._remote)
         self.core = core
         self.loop = loop
+        self.lose: dict[str, int] = {}
+        self.refuse: dict[str, int] = {}
+        self.hang: dict[str, int] = {}  # calls that reach a hung shard: never answered
+        self.refusal = w.error_reply(RuntimeClosed("the runtime is closing"))
+        self.calls: list[str] = []
 
     def _remote(self, payload: bytes) -> _Ref:
+        if self.loop.is_closed():
+            raise _Failure("the shard's process is gone")
+        call = w.decode_call(payload)
+        name = w.call_name(w.command_of(call) if isinstance(call, w.Run) else call)
+        self.calls.append(name)
+        if self.hang.get(name, 0) > 0:
+            self.hang[name] -= 1
+            return _Ref(concurrent.futures.Future())
+        for table, outcome in ((self.lose, _Failure("lost")), (self.refuse, self.refusal)):
+            if table.get(name, 0) > 0:
+                table[name] -= 1
+                future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+                if isinstance(outcome, bytes):
+                    future.set_result(outcome)
+                else:
+                    future.set_exception(outcome)
+                return _Ref(future)
         return _Ref(asyncio.run_coroutine_threadsafe(self.core.handle(payload), self.loop))
+
+
+@pytest.fixture
+def transports() -> Iterator[list[Transport]]:
+    """The transports a test makes: their outboxes are closed at its end."""
+    made: list[Transport] = []
+    yield made
+    for transport in made:
+        transport.close(5.0)
 
 
 @pytest.fixture
@@ -64,9 +101,18 @@ def shard_loop() -> Iterator[asyncio.AbstractEventLoop]:
     thread = threading.Thread(target=loop.run_forever, name="shard-loop", daemon=True)
     thread.start()
     yield loop
+    asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(30)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel every other task of the running loop and wait for their ends."""
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def _ray(cancels: list[Any]) -> Any:
@@ -81,6 +127,7 @@ def _ray(cancels: list[Any]) -> Any:
 def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_back(
     open_core: Any,
     shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     delay: float | None,
@@ -93,6 +140,7 @@ def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_bac
     transport = Transport(
         _ray(cancels), [None, _Shard(core, shard_loop)], None, retry_s=5, call_timeout_s=30
     )
+    transports.append(transport)
     router = Router(2, Limits(), retry_s=5, call_timeout_s=30)
     spawn = w.run(Spawn(HOST, "gated", "g", "g", "/root", "~g"), rid="g")
     served = asyncio.run_coroutine_threadsafe(core.handle(w.encode_call(spawn)), shard_loop)
@@ -125,3 +173,166 @@ def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_bac
     assert (again.generation, again.output) == (1, "done:g")
     # Acknowledged (the ack goes on its own), and the released lease holds nothing.
     wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
+
+
+def _started(core: ShardCore, shard_loop: asyncio.AbstractEventLoop, task: str) -> str:
+    """Spawn a gated agent ``task`` on ``core``; return its cluster id."""
+    spawn = w.run(Spawn(HOST, "gated", task, task, "/root", f"~{task}"), rid=task)
+    served = asyncio.run_coroutine_threadsafe(core.handle(w.encode_call(spawn)), shard_loop)
+    return w.decode_reply(served.result(30), AgentInfo).id
+
+
+def test_a_face_wait_cancelled_in_its_back_off_releases_its_lease(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The wait's call took the completion under its lease and its answer was lost: the face
+    # backs off before asking again under the same lease. A cancel landing in that back-off
+    # must release the lease, or the completion stays leased for lease_timeout_s and a wait
+    # on the agent meanwhile finds nothing to wait for.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))  # the cancel lands in it
+    core = open_core(lease_timeout_s=600.0)
+    cancels: list[Any] = []
+    transport = Transport(
+        _ray(cancels), [None, _Shard(core, shard_loop)], None, retry_s=60, call_timeout_s=30
+    )
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
+    agent = _started(core, shard_loop, "b")
+    (gates / "b").touch()
+    transport.faults.drop["wait"] = 1  # the shard's answer to the first wait call is lost
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not transport.faults.dropped:
+            await asyncio.sleep(0.001)
+        assert len(core.rt.leases()) == 1  # the lost answer's completion is leased
+        waiting.cancel()  # in the 30 s back-off
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(scenario())
+    assert core.rt.leases() == {}  # released by the cancel, not left to lease_timeout_s
+    again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))  # not NothingToWaitFor
+    assert (again.generation, again.output) == (1, "done:b")
+
+
+@pytest.mark.parametrize("fault", ["lost", "refused"])
+def test_an_ack_that_did_not_take_is_sent_again_without_another_wait(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fault: str,
+) -> None:
+    # Face A's wait returns the completion; its ack fails (Ray reports the call failed) or is
+    # refused by a shard in trouble (a closing runtime, a failed commit): the lease stays.
+    # Face A waits no more, so no later wait carries the ack: if nothing sends it again,
+    # the shard hands the completion out again after lease_timeout_s, and face B (another
+    # host process) receives it a second time.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=3.0)
+    shard = _Shard(core, shard_loop)
+    (shard.lose if fault == "lost" else shard.refuse)["ack"] = 1
+    transport = Transport(_ray([]), [None, shard], None, retry_s=5, call_timeout_s=30)
+    transports.append(transport)
+    agent = _started(core, shard_loop, "a")
+    (gates / "a").touch()
+    face_a = Router(2, Limits(), retry_s=5, call_timeout_s=30)
+    got = asyncio.run(transport.run_async(face_a.wait(agent, 30.0)))
+    assert got.output == "done:a"
+    wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
+    assert shard.calls.count("ack") == 2  # the failed one and the outbox's
+    wait_until(lambda: transport.outbox.delivered == 1, what="the outbox's delivery")
+    assert len(transport.outbox) == 0
+    # Past lease_timeout_s (and a sweep), face B still finds nothing: not handed out again.
+    face_b = Router(2, Limits(), retry_s=5, call_timeout_s=30)
+    time.sleep(3.5)
+    with pytest.raises(NothingToWaitFor):
+        asyncio.run(transport.run_async(face_b.wait(agent, 1.0)))
+
+
+def test_a_release_that_did_not_take_is_sent_again(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait cancelled in its back-off sends the release; that call fails (the shard is
+    # restarting): the outbox sends it again, and the completion comes back before
+    # lease_timeout_s.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.lose["release"] = 2
+    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=30)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
+    agent = _started(core, shard_loop, "r")
+    (gates / "r").touch()
+    transport.faults.drop["wait"] = 1
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not transport.faults.dropped:
+            await asyncio.sleep(0.001)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(scenario())
+    wait_until(lambda: core.rt.leases() == {}, what="the lease released")
+    assert shard.calls.count("release") == 3
+    again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
+    assert (again.generation, again.output) == (1, "done:r")
+
+
+def test_a_cancel_whose_release_meets_a_hung_shard_ends_and_the_release_still_lands(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The cancel awaits the release's answer for call_timeout_s at most (so a wait right
+    # after it finds the completion back); a release the shard does not answer in that time
+    # is not dropped: the outbox sends it again, and the completion the wait then took comes
+    # back without lease_timeout_s.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.hang["release"] = 1
+    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=0.5)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=60, call_timeout_s=0.5)
+    agent = _started(core, shard_loop, "h")
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not core._leased:
+            await asyncio.sleep(0.001)  # the shard's wait is blocked; ray.cancel is lost
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting  # ends although the shard never answers the first release
+
+    asyncio.run(scenario())
+    (gates / "h").touch()  # the turn settles
+    wait_until(lambda: shard.calls.count("release") >= 2, what="the release sent again")
+    wait_until(lambda: not core._leased and core.rt.leases() == {}, what="nothing kept")
+    again = asyncio.run(transport.run_async(router.wait(agent, 30.0)))
+    assert (again.generation, again.output) == (1, "done:h")
