@@ -139,6 +139,10 @@ COVERED = (
     "wakes_failed_with_inputs",
     "runners_cancelled_themselves",
     "inputs_handed_on",
+    "race:close_racing_turn_starts",
+    "race:interrupt_queued_loop_turns",
+    "loop_interrupt:unrun",
+    "loop_interrupt:ran",
 )
 """What a run reports it reached (``coverage``): rules, race outcomes and runner paths."""
 

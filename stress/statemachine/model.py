@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from retinue import AgentInfo, Runtime
@@ -31,6 +32,7 @@ from retinue.protocol.messages import (
 )
 from stress.statemachine.data import HOST, INTERRUPT_ERRORS, INVALID_REF, UNKNOWN_REF, seq
 from stress.statemachine.harness import Harness, TurnLog
+from stress.statemachine.leftovers import LEFT_BEHIND
 from stress.statemachine.trace import STATS, TRACE, fail
 
 NOTHING = (WaitTimeout, AgentClosed)
@@ -87,6 +89,7 @@ class Model:
     quiet: set[str]  # completions interrupt_tree made for a member: they wake nobody
     dormant: dict[str, str | None]  # completions pending at the last reopen -> recipient
     rt: Runtime
+    store_path: Path  # the example's store (read while no runtime holds it)
     armed: str | None  # the command a fault is armed for during one host call (faults rules)
     rescued: set[tuple[str, int]]  # turns a failed command's rescue ended failed
 
@@ -107,6 +110,18 @@ class Model:
     def _parent_of(self, info: AgentInfo) -> str | None:
         """Return the id of the agent ``info`` was spawned under (the machine provides it)."""
         raise NotImplementedError
+
+    def _open(self) -> Runtime:
+        """Open the runtime on the example's store (the machine provides it)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def check_left_behind(where: str) -> None:
+        """Fail if ``where`` left a task or a call behind on the runtime's event loop: a
+        turn started there and never reported (:mod:`~.leftovers`)."""
+        left = LEFT_BEHIND.take()
+        if left:
+            fail(f"{where} left work behind on the runtime's event loop: {left}")
 
     # -- lookups --
 
