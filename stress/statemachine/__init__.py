@@ -141,6 +141,8 @@ COVERED = (
     "inputs_handed_on",
     "race:close_racing_turn_starts",
     "race:interrupt_queued_loop_turns",
+    "race:failed_close_racing_turn_starts",
+    "cancelled_by_failed_close",
     "loop_interrupt:unrun",
     "loop_interrupt:ran",
 )

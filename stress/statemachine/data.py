@@ -154,6 +154,9 @@ LOOP_HOLD = "loophold"
 # ends: a close awaiting the cancelled tasks keeps the loop running meanwhile (race rules only).
 SLOW_HOLD = "slowhold"
 SLOW_CANCEL_S = 0.1
+# The error of an async turn whose task the loop's close cancelled, not its interrupt (a
+# close whose Shutdown command failed interrupted nothing): its runner may never have run.
+CUT_BY_CLOSE = "CancelledError: the turn's task was cancelled, and not by its interrupt"
 TURN_KEY = "c"  # the idempotency key the async coordinator's "twice" task uses
 PARK_S = 10.0  # how long the race rules' blocked calls may take (a close answers them)
 

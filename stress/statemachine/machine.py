@@ -64,6 +64,7 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         self.quiet: set[str] = set()  # interrupt_tree's completions for members: no wake
         self.armed: str | None = None  # the command a fault is armed for (rules.faults)
         self.rescued: set[tuple[str, int]] = set()  # turns a failed command's rescue failed
+        self.cut_by_close: set[tuple[str, int]] = set()  # busy as a close's Shutdown failed
         LEFT_BEHIND.install()
         LEFT_BEHIND.take()  # what an earlier example left was reported by its teardown
         try:

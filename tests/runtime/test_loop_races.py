@@ -109,3 +109,10 @@ def test_the_leftovers_watch_reports_a_task_left_pending_once() -> None:
     )
     with pytest.raises(Violation, match="left work behind"):
         RetinueMachine.check_left_behind("the close")
+
+
+def test_the_machine_knows_the_error_of_a_turn_its_loops_close_cut() -> None:
+    from retinue.actors.turns._agent import NOT_BY_INTERRUPT
+    from stress.statemachine.data import CUT_BY_CLOSE
+
+    assert NOT_BY_INTERRUPT.text == CUT_BY_CLOSE

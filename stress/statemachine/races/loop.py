@@ -47,6 +47,33 @@ __all__ = ["LoopRaces"]
 START_CALLS = ["spawn", "spawn", "spawn_sync", "run", "follow_up", "follow_up"]
 """The host calls that start a turn (``follow_up`` sends the agent a message first)."""
 
+LOOP_RACES = st.one_of(
+    st.tuples(
+        st.just("close"),
+        st.lists(st.sampled_from(START_CALLS), min_size=1, max_size=3),
+        st.sampled_from(["none", "host", "loop"]),
+        st.sampled_from([0.0, 0.0005, 0.002]),
+        st.booleans(),
+    ),
+    st.tuples(
+        st.just("interrupt"),
+        st.lists(st.sampled_from(["spawn", "follow_up"]), min_size=1, max_size=3),
+        st.sampled_from(["interrupt", "interrupt", "interrupt_tree", "close"]),
+        st.booleans(),
+    ),
+    st.tuples(
+        st.just("failed_close"),
+        st.integers(1, 6),
+        st.booleans(),
+        st.integers(1, 2),
+        st.sampled_from(["echo", "hold"]),
+    ),
+)
+"""The loop races and their arguments (see :meth:`LoopRaces.loop_race`)."""
+
+LOOP_RACES_PER_EXAMPLE = 2
+"""How many loop races one example runs at most (the CI and quick runs' time)."""
+
 SETTLED_WAIT_S = 2.0
 """How long a held loop waits for the close to interrupt the blocker before it is let go
 (whichever comes first: both orders are races the rule wants)."""
@@ -62,6 +89,37 @@ def _outcome(fn: Callable[[], Any]) -> Any:
 
 class LoopRaces(Model):
     """Rules where a close or an interrupt races async turns whose start waits on the loop."""
+
+    # -- the rule --
+
+    loop_races_run = 0  # in this example (each machine is one example)
+
+    @precondition(
+        lambda self: (
+            self.loop_races_run < LOOP_RACES_PER_EXAMPLE
+            and len(self.live()) <= LIMITS.max_agents - 5
+        )
+    )
+    @rule(race=LOOP_RACES)
+    def loop_race(self, race: tuple[Any, ...]) -> None:
+        """One of the loop races, drawn with its arguments: ``("close", calls, hold, delay,
+        release_at_once)`` (:meth:`close_racing_turn_starts`), ``("interrupt", starts,
+        how, racing)`` (:meth:`interrupt_queued_loop_turns`) or ``("failed_close", at,
+        slow, waiting, late)`` (:meth:`failed_close_racing_turn_starts`).
+
+        One rule, not three, and at most :data:`LOOP_RACES_PER_EXAMPLE` times
+        an example: each race but the interrupts closes and reopens the
+        runtime (the failed close twice), which costs many steps' time, and a
+        program of few rules may draw it at every other step.
+        """
+        self.loop_races_run += 1
+        kind, *args = race
+        if kind == "close":
+            self.close_racing_turn_starts(*args)
+        elif kind == "interrupt":
+            self.interrupt_queued_loop_turns(*args)
+        else:
+            self.failed_close_racing_turn_starts(*args)
 
     # -- holding the loop --
 
@@ -84,24 +142,20 @@ class LoopRaces(Model):
         return info
 
     def _idle_async(self) -> list[Agent]:
-        """Live ``aecho`` agents that settled and have room for a message, newest first."""
+        """Live ``aecho`` agents that settled, newest first, with room for a message and for
+        two more completions nobody received (the turn a rule starts, and the next one)."""
+        delivered = self.delivered()
         return [
             a
             for a in reversed(self.live())
             if a.info.profile == "aecho"
             and a.info.state in (AgentState.COMPLETED, AgentState.FAILED)
             and len(self.unread(a)) < LIMITS.mailbox_capacity
+            and len(self.undelivered(a, delivered)) <= LIMITS.pending_completions_per_agent - 2
         ]
 
     # -- the close racing turn starts --
 
-    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 5)
-    @rule(
-        calls=st.lists(st.sampled_from(START_CALLS), min_size=1, max_size=3),
-        hold=st.sampled_from(["none", "host", "loop"]),
-        delay=st.sampled_from([0.0, 0.0005, 0.002]),
-        release_at_once=st.booleans(),
-    )
     def close_racing_turn_starts(
         self, calls: list[str], hold: str, delay: float, release_at_once: bool
     ) -> None:
@@ -293,12 +347,6 @@ class LoopRaces(Model):
 
     # -- interrupts racing a turn's start on the loop --
 
-    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 4)
-    @rule(
-        starts=st.lists(st.sampled_from(["spawn", "follow_up"]), min_size=1, max_size=3),
-        how=st.sampled_from(["interrupt", "interrupt", "interrupt_tree", "close"]),
-        racing=st.booleans(),
-    )
     def interrupt_queued_loop_turns(self, starts: list[str], how: str, racing: bool) -> None:
         """Turns whose start waits behind a held loop (or for a slot) are interrupted.
 
@@ -374,13 +422,6 @@ class LoopRaces(Model):
 
     # -- a crash-like close racing the next turn's start --
 
-    @precondition(lambda self: len(self.live()) <= LIMITS.max_agents - 4)
-    @rule(
-        at=st.integers(1, 6),
-        slow=st.booleans(),
-        waiting=st.integers(1, 2),
-        late=st.sampled_from(["echo", "hold"]),
-    )
     def failed_close_racing_turn_starts(self, at: int, slow: bool, waiting: int, late: str) -> None:
         """The runtime closes, but its Shutdown command fails at change ``at``: nothing is
         interrupted (a crash-like close) while async turns hold every slot and others
@@ -420,6 +461,7 @@ class LoopRaces(Model):
             h.wait_activity(mark, 0.05)
         for _ in range(waiting):  # no slot: these wait, starting
             self._spawn_async(late)
+        self.cut_by_close.update((i.id, i.generation) for i in self.rt.agents() if i.state.has_turn)
         inject_fault(self.rt, "Shutdown", at=at)
         with h.cond:
             h.close_failing = True
