@@ -141,14 +141,16 @@ class LoopRaces(Model):
             fail("the loop holder never blocked the event loop")
         return info
 
-    def _idle_async(self) -> list[Agent]:
+    def _idle_async(self, *, top: bool = False) -> list[Agent]:
         """Live ``aecho`` agents that settled, newest first, with room for a message and for
-        two more completions nobody received (the turn a rule starts, and the next one)."""
+        two more completions nobody received (the turn a rule starts, and the next one);
+        ``top``: top-level ones only (another's turn would wake its parent)."""
         delivered = self.delivered()
         return [
             a
             for a in reversed(self.live())
             if a.info.profile == "aecho"
+            and (a.parent_id is None or not top)
             and a.info.state in (AgentState.COMPLETED, AgentState.FAILED)
             and len(self.unread(a)) < LIMITS.mailbox_capacity
             and len(self.undelivered(a, delivered)) <= LIMITS.pending_completions_per_agent - 2
@@ -179,7 +181,9 @@ class LoopRaces(Model):
         base = {i.id: i for i in self.rt.agents(include_closed=True)}
         loop = self.rt._system.executor.loop  # type: ignore[union-attr]  # below the API
         holder = self._hold_loop(hold == "loop") if hold != "none" else None
-        idle = self._idle_async()
+        # Top-level targets only: the close is judged against the store with every other
+        # agent as it was before the race, and a child's turn would wake its parent.
+        idle = self._idle_async(top=True)
         planned: list[tuple[str, Agent | None, HostCall[Any]]] = []
         for kind in calls:
             target = idle.pop(0) if kind == "follow_up" and idle else None
