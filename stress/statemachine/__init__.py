@@ -36,15 +36,28 @@ an interrupt, interrupt-tree or child close racing an async parent's wait,
 the host's inbox (reads, cancelled ``messages_async``, a blocked read a new
 agent's message answers, a flood past its capacity), and a drain that checks
 the ledgers: every completion id and every host-inbox message is received
-exactly once, before and after reopens.
+exactly once, before and after reopens. The loop races (``loop_race``, at most
+twice an example): host threads spawn, run, send and follow up while the
+runtime closes, with the event loop free, held by a ``loophold`` turn (so the
+turns' starts wait on it), or closed from the loop by that turn; interrupts,
+interrupt-trees and closes of turns queued behind the held loop (or racing
+its release); and a crash-like close (its Shutdown command fails at a random
+change, so nothing is interrupted) while the next turn starts as the loop
+closes. Each turn either completed and is received once, or ends interrupted
+(failed, unrun, after a failed close) and restartable; nothing busy with
+nothing to run it; nothing the host was told lost, nothing it was refused
+made. Every runner's start is checked: a turn cancelled before its runner
+claimed it never runs; and every close: no runner left inside a turn, no
+task the closed loop left pending (asyncio's log, :mod:`~.leftovers`).
 
 Modules: ``data`` (limits, team, the inputs rules draw), ``trace`` (the
 example's trace, violations, counters), ``harness`` (what the runners saw,
 the gate), ``latches`` (the race rules' events, host calls on threads),
 ``runners`` and ``coordinators`` (the team's runners), ``model`` (what the
 machine knows, judging calls), ``rules`` (the host's calls, by theme),
-``races`` (the race rules, by theme), ``invariants`` (quiescence and the
-checks after every step), ``storecheck`` (the closed store against the
+``races`` (the race rules, by theme), ``leftovers`` (what a closed loop left
+behind, from its logs), ``invariants`` (quiescence and the checks after every
+step), ``storecheck`` (the closed store against the
 model), ``machine`` (the machine, sync and reopen); ``restarts`` is the
 restart machine; ``journal`` (with ``journal_world``, ``journal_checks`` and
 ``journal_run``, its long search) the journal machine; ``retention`` (with
@@ -139,6 +152,12 @@ COVERED = (
     "wakes_failed_with_inputs",
     "runners_cancelled_themselves",
     "inputs_handed_on",
+    "race:close_racing_turn_starts",
+    "race:interrupt_queued_loop_turns",
+    "race:failed_close_racing_turn_starts",
+    "cancelled_by_failed_close",
+    "loop_interrupt:unrun",
+    "loop_interrupt:ran",
 )
 """What a run reports it reached (``coverage``): rules, race outcomes and runner paths."""
 

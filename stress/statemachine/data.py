@@ -147,6 +147,16 @@ HANDOVER_TASK = "await:echo:latch"
 BATCH_TASK = "abatch::latch"  # the same race with a batch: run_many_async's second wait
 LATCH = "latch"
 LOOP_SHUTDOWN = "loopshut"
+# An ``aecho`` task that blocks the runtime's event loop while the loop races rule holds it
+# armed (race rules only): turns whose start is handed to the loop meanwhile wait behind it.
+LOOP_HOLD = "loophold"
+# An ``aecho`` task that awaits the gate and, cancelled, cleans up for SLOW_CANCEL_S before it
+# ends: a close awaiting the cancelled tasks keeps the loop running meanwhile (race rules only).
+SLOW_HOLD = "slowhold"
+SLOW_CANCEL_S = 0.1
+# The error of an async turn whose task the loop's close cancelled, not its interrupt (a
+# close whose Shutdown command failed interrupted nothing): its runner may never have run.
+CUT_BY_CLOSE = "CancelledError: the turn's task was cancelled, and not by its interrupt"
 TURN_KEY = "c"  # the idempotency key the async coordinator's "twice" task uses
 PARK_S = 10.0  # how long the race rules' blocked calls may take (a close answers them)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retinue import Runtime, Turn
+from retinue.actors.turns._turn import control_of
 from retinue.errors import RetinueError, TurnInterrupted
 from retinue.protocol.messages import CompletionStatus, Event, Message, TurnSettled
 from stress.statemachine.data import ASYNC_PROFILES, ON_PURPOSE, error_text
@@ -67,6 +68,9 @@ class Harness:
         self.settled_events: Counter[tuple[str, int]] = Counter()
         self.outcomes: dict[tuple[str, int], CompletionStatus] = {}  # how each turn settled
         self.fail_wakes = False  # coordinators' wake turns fail (the input rule's rule)
+        # A close whose Shutdown command failed is under way: it cancels async turns' tasks
+        # it never interrupted (their runners see a CancelledError that is not their turn's).
+        self.close_failing = False
         self.runtime: Runtime | None = None  # the open runtime (a runner may close it)
         # Sends to the host's inbox refused with MailboxFull since the host last read it.
         self.host_full = 0
@@ -143,7 +147,14 @@ class Harness:
         STATS[f"turns_{turn.reason}"] += 1
         if profile in ASYNC_PROFILES:
             STATS["turns_async"] += 1
+        # Below the API on purpose: a turn cancelled before its runner claimed it gave its
+        # inputs back and must never run (claim_start refuses it; a cancel after the claim
+        # is the interrupt of a running turn, so a cancelled turn here must have claimed).
+        control = control_of(turn)
+        unclaimed = turn.cancelled.is_set() and not control.runner_started
         with self.cond:
+            if unclaimed:
+                self.problems.append(f"turn {key} ran its runner, cancelled before it started")
             if key in self.turns:
                 self.problems.append(f"turn {key} ran twice")
             self.turns[key] = log
@@ -171,6 +182,8 @@ class Harness:
                         if isinstance(exc, asyncio.CancelledError)
                         else "wait_interrupted"
                     ] += 1
+                elif stopped and self.close_failing:
+                    STATS["cancelled_by_failed_close"] += 1
                 elif not isinstance(exc, RetinueError) and str(exc) != ON_PURPOSE:
                     self.problems.append(
                         f"turn {key} of {turn.agent.path} raised {error_text(exc)}"

@@ -32,7 +32,9 @@ class Latches:
     ``latch`` is open (set) unless a rule holds it; ``handover_armed`` makes
     the next latched coordinator turn the hand-over's parent (claimed once,
     by :meth:`claim_handover`), which sets ``handover_waiting`` as it waits;
-    ``loop_held`` / ``loop_free`` are the event-loop blocker's; a ``shutdown``
+    ``loop_held`` / ``loop_free`` are the event-loop blocker's (a ``loophold``
+    turn blocks the loop once ``hold_armed``, claimed by clearing it, and then
+    closes the runtime from the loop if ``close_from_loop``); a ``shutdown``
     runner closes the runtime once ``shutdown_armed`` and sets
     ``closed_by_runner``.
     """
@@ -45,6 +47,8 @@ class Latches:
     handover_parent: tuple[str, int] | None = None
     loop_held: threading.Event = field(default_factory=threading.Event)
     loop_free: threading.Event = field(default_factory=threading.Event)
+    hold_armed: threading.Event = field(default_factory=threading.Event)
+    close_from_loop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:

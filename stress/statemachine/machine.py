@@ -32,6 +32,7 @@ from stress.statemachine.data import (
 )
 from stress.statemachine.harness import Harness
 from stress.statemachine.invariants import Invariants
+from stress.statemachine.leftovers import LEFT_BEHIND
 from stress.statemachine.model import Agent
 from stress.statemachine.races import RaceRules
 from stress.statemachine.rules import HostRules
@@ -63,6 +64,9 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         self.quiet: set[str] = set()  # interrupt_tree's completions for members: no wake
         self.armed: str | None = None  # the command a fault is armed for (rules.faults)
         self.rescued: set[tuple[str, int]] = set()  # turns a failed command's rescue failed
+        self.cut_by_close: set[tuple[str, int]] = set()  # busy as a close's Shutdown failed
+        LEFT_BEHIND.install()
+        LEFT_BEHIND.take()  # what an earlier example left was reported by its teardown
         try:
             self.rt = self._open()
         except BaseException as exc:  # recorded: a replay that differs would hide it
@@ -90,6 +94,7 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
             self.harness.open_gate()
             self.rt.shutdown()
             self.harness.wait_runners_exit(RUNNER_EXIT_S)
+            self.check_left_behind("the last close")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -188,6 +193,7 @@ class RetinueMachine(HostRules, RaceRules, Invariants, StoreCheck, RuleBasedStat
         ``before`` is every agent as it was just before the close.
         """
         self.harness.wait_runners_exit(RUNNER_EXIT_S)
+        self.check_left_behind("the close")
         expected: dict[str, AgentInfo] = {}
         for agent_id, info in before.items():
             if info.state.has_turn:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from retinue import AgentInfo, Runtime
@@ -29,8 +30,16 @@ from retinue.protocol.messages import (
     CompletionStatus,
     Message,
 )
-from stress.statemachine.data import HOST, INTERRUPT_ERRORS, INVALID_REF, UNKNOWN_REF, seq
+from stress.statemachine.data import (
+    CUT_BY_CLOSE,
+    HOST,
+    INTERRUPT_ERRORS,
+    INVALID_REF,
+    UNKNOWN_REF,
+    seq,
+)
 from stress.statemachine.harness import Harness, TurnLog
+from stress.statemachine.leftovers import LEFT_BEHIND
 from stress.statemachine.trace import STATS, TRACE, fail
 
 NOTHING = (WaitTimeout, AgentClosed)
@@ -87,8 +96,12 @@ class Model:
     quiet: set[str]  # completions interrupt_tree made for a member: they wake nobody
     dormant: dict[str, str | None]  # completions pending at the last reopen -> recipient
     rt: Runtime
+    store_path: Path  # the example's store (read while no runtime holds it)
     armed: str | None  # the command a fault is armed for during one host call (faults rules)
     rescued: set[tuple[str, int]]  # turns a failed command's rescue ended failed
+    # Turns busy when a close's Shutdown command failed: the loop's close may cancel their
+    # task before the runner ran (they end failed, NOT_BY_INTERRUPT, with no runner's log).
+    cut_by_close: set[tuple[str, int]]
 
     # -- what the machine provides --
 
@@ -107,6 +120,19 @@ class Model:
     def _parent_of(self, info: AgentInfo) -> str | None:
         """Return the id of the agent ``info`` was spawned under (the machine provides it)."""
         raise NotImplementedError
+
+    def _open(self) -> Runtime:
+        """Open the runtime on the example's store (the machine provides it)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def check_left_behind(where: str, *, full: bool = False) -> None:
+        """Fail if ``where`` left a task or a call behind on the runtime's event loop: a
+        turn started there and never reported (:mod:`~.leftovers`; ``full``: after a
+        collection of every generation, not only the young ones)."""
+        left = LEFT_BEHIND.take(full=full)
+        if left:
+            fail(f"{where} left work behind on the runtime's event loop: {left}")
 
     # -- lookups --
 
@@ -330,6 +356,10 @@ class Model:
         if done.status is CompletionStatus.INTERRUPTED:
             if done.output is not None or done.error not in INTERRUPT_ERRORS:
                 fail(f"{where}: interrupted completion {done.id} has the wrong result: {done}")
+            return
+        if log is None and (done.agent_id, done.generation) in self.cut_by_close:
+            if done.status is not CompletionStatus.FAILED or done.error != CUT_BY_CLOSE:
+                fail(f"{where}: turn {done.id}, cut by a failed close unrun, ended {done}")
             return
         if log is None or log.outcome is None:
             fail(f"{where}: completion {done.id} is {done.status} but its runner never finished")

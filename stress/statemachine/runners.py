@@ -24,10 +24,13 @@ from stress.statemachine.data import (
     GATE_POLL_S,
     HOST,
     LATCH,
+    LOOP_HOLD,
     LOOP_SHUTDOWN,
     ON_PURPOSE,
     PARK_S,
     SHUTDOWN,
+    SLOW_CANCEL_S,
+    SLOW_HOLD,
     SUBAGENTS,
     WAKES,
     error_text,
@@ -145,6 +148,12 @@ class Runners:
             return 42
         if turn.task == "hold":  # the gate, awaited: the loop stays free
             return await self.agated(turn)
+        if turn.task == SLOW_HOLD:  # the same, and its task takes a while to end when cancelled
+            try:
+                return await self.agated(turn)
+            except asyncio.CancelledError:
+                await asyncio.sleep(SLOW_CANCEL_S)  # a runner's clean-up, after the cancel
+                raise
         if turn.task == LOOP_SHUTDOWN and h.runtime is not None and latches.handover_armed.is_set():
             latches.handover_armed.clear()
             latches.loop_held.set()
@@ -152,6 +161,15 @@ class Runners:
             h.runtime.shutdown()  # close the runtime from its own event loop
             latches.closed_by_runner.set()
             return "closed the runtime from the loop"
+        if turn.task == LOOP_HOLD and latches.hold_armed.is_set():
+            latches.hold_armed.clear()  # once: a resumed turn only echoes
+            latches.loop_held.set()
+            latches.loop_free.wait(PARK_S)  # blocks the runtime's event loop on purpose
+            if latches.close_from_loop.is_set() and h.runtime is not None:
+                latches.close_from_loop.clear()
+                h.runtime.shutdown()  # close the runtime from its own event loop
+                latches.closed_by_runner.set()
+            return "held the loop"
         if turn.task in ("tell", "tell2", "tellhost"):
             to, key = _addressee(turn)
             try:

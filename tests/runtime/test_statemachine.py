@@ -45,6 +45,9 @@ MUST_RUN = (
     "inputs_handed_on",  # the next turn of a turn that did not complete got its inputs
     "failing_wake",
     "call:run",  # the host's spawn-and-wait in one command (rt.run)
+    "race:close_racing_turn_starts",  # turn starts racing the close (loop free, held, closing)
+    "race:interrupt_queued_loop_turns",  # interrupts of turns queued behind a held loop
+    "race:failed_close_racing_turn_starts",  # a failed Shutdown while the next turn starts
 )
 
 
