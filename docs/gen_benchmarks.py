@@ -47,6 +47,7 @@ PARTS: dict[str, str] = {
     "reopen": "Reopening a large store",
     "llm": "Model turns against raw litellm",
     "llm_instructions": "Instructions per model turn against raw litellm (callgrind)",
+    "llm_instructions_scale": "Instructions per model turn at scale, 64 in flight (callgrind)",
     "startup": "Startup: the demo, the first model call, import retinue",
     "loop_lag": "Loop lag of an asyncio host",
     "many_turns": "10,000 concurrent model turns",
