@@ -146,6 +146,21 @@ def test_spawn_returns_the_recorded_agent(open_runtime: OpenRuntime) -> None:
     assert derived.id != info.id
 
 
+def test_an_unnamed_spawn_gets_a_random_name_that_does_not_reveal_its_id(
+    open_runtime: OpenRuntime,
+) -> None:
+    """An agent spawned without a name is named ``agent_`` and 12 hex digits (as
+    ``derive_name``'s), drawn at random: no two alike, none found in its id."""
+    rt = open_runtime([Profile("worker", runner=echo)])
+    infos = [rt.spawn("worker", f"task {i}") for i in range(20)]
+    for info in infos:
+        assert re.fullmatch(r"agent_[0-9a-f]{12}", info.name)
+        assert info.path == f"/root/{info.name}"
+        assert info.name[len("agent_") :] not in info.id
+        assert rt.get(info.path).id == info.id
+    assert len({info.name for info in infos}) == len(infos)
+
+
 def test_profile_without_runner_uses_the_runtime_runner(open_runtime: OpenRuntime) -> None:
     rt = open_runtime([Profile("worker")], runner=echo)
     agent = rt.spawn("worker", "x")

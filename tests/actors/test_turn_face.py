@@ -120,3 +120,29 @@ def test_a_runner_blocked_on_its_cancel_flag_wakes_when_the_turn_is_cancelled() 
     assert not turn.cancelled.wait(0)
     with pytest.raises(AttributeError):
         getattr(turn.cancelled, "no_such_attribute")  # noqa: B009
+
+
+def test_a_cancel_flag_makes_one_condition_when_threads_first_use_it_at_once() -> None:
+    """Threads that set or wait on a fresh flag at once all share the one Condition made
+    (under the global lock); the flag is an Event with no ``__getattr__`` hook (every read
+    of ``is_set`` takes the interpreter's plain attribute path)."""
+    for _ in range(20):
+        flag = loose_turn().cancelled
+        start = threading.Barrier(8)
+        seen: list[object] = []
+
+        def first_use(flag: threading.Event, start: threading.Barrier, seen: list[object]) -> None:
+            start.wait()
+            seen.append(flag._cond)  # type: ignore[attr-defined]
+
+        threads = [threading.Thread(target=first_use, args=(flag, start, seen)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert len(seen) == 8 and all(cond is seen[0] for cond in seen)
+        assert isinstance(seen[0], threading.Condition)
+        assert not flag.is_set()
+        flag.set()
+        assert flag.is_set() and flag.wait(0)
+    assert not any("__getattr__" in vars(klass) for klass in type(flag).__mro__)

@@ -59,6 +59,8 @@ __all__ = ["INTERRUPTED_QUEUED", "INTERRUPTED_RUNNING", "Lifecycle"]
 _held = dict.get  # a held agent's record, in C (AgentTable.get, a Python call, reads settled ones)
 _replace = msgspec.structs.replace
 _COMPLETED = AgentState.COMPLETED  # a global: an enum member's lookup is a slow descriptor
+_DONE = CompletionStatus.COMPLETED  # (the same: each a metaclass __getattr__ hook, ~1 k)
+_FAILED = CompletionStatus.FAILED
 
 INTERRUPTED_QUEUED = "interrupted before execution"
 """The error of a turn interrupted while it waited for a slot (it never ran)."""
@@ -187,7 +189,7 @@ class Lifecycle(Journaled):
                 return
         elif output is not None:
             output = bounded_text(output, cap)
-        status = CompletionStatus.COMPLETED if error is None else CompletionStatus.FAILED
+        status = _DONE if error is None else _FAILED
         changes = {} if changes is None else changes
         # Set one by one: an update(**) builds a dict of its own first.
         changes["state"] = _COMPLETED if error is None else AgentState.FAILED

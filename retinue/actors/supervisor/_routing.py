@@ -32,6 +32,8 @@ from retinue.protocol.records import AgentRecord, CompletionRecord
 
 __all__ = ["Router"]
 
+_FAILED = CompletionStatus.FAILED  # a global: an enum member's lookup is a slow descriptor
+
 
 class Router(Journaled):
     """Completions and wakes."""
@@ -136,7 +138,7 @@ class Router(Journaled):
             error=record.error,
             created_at=now,
             attempt=record.attempt,
-            error_type=record.error_type if status is CompletionStatus.FAILED else None,
+            error_type=record.error_type if status is _FAILED else None,
         )
         recipient = None if record.parent_id is None else tree.nearest_live_ancestor(record)
         if taken is not None and recipient is None:  # received by the host as it is made
@@ -151,7 +153,7 @@ class Router(Journaled):
             )
         tree.add_completion(pending)
         if tx.record_events:  # no event built when nobody listens
-            failed = status is CompletionStatus.FAILED
+            failed = status is _FAILED
             tx.emit(
                 TurnSettled(
                     agent_id=record.id,

@@ -39,6 +39,10 @@ from retinue.protocol.supervision import SPAWN_REASON
 
 __all__ = ["Spawner"]
 
+# Globals: an enum member's lookup is its metaclass's __getattr__ hook (about 1 k each).
+_RUNNING = AgentState.RUNNING
+_STARTING = AgentState.STARTING
+
 
 class Spawner(Journaled):
     """Checks and records new agents; their first turns go to the scheduler."""
@@ -168,8 +172,10 @@ class Spawner(Journaled):
         self._check_profile(parent, profile)
         self.world.check_size(task, "task")
         agent_id = new_id()
-        if name is None:
-            name = paths.derive_name(agent_id)  # valid by construction
+        if name is None:  # "agent_" and 12 hex digits, as derive_name's (valid by construction),
+            # random as the id is and independent of it (which derive_name's SHA-256 of the id
+            # keeps unrevealed too): a spawn hashes nothing. A live name is refused as any.
+            name = "agent_" + new_id()[:12]
         else:
             name = paths.validate_name(name, field=name_field)
         parent_path = paths.ROOT if parent is None else parent.path
@@ -272,7 +278,7 @@ class Spawner(Journaled):
             parent_id=None if parent is None else parent.id,
             parent_path=paths.ROOT if parent is None else parent.path,
             depth=depth,
-            state=AgentState.RUNNING if starts else AgentState.STARTING,
+            state=_RUNNING if starts else _STARTING,
             generation=1,
             task=task,
             created_at=now,

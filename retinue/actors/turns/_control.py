@@ -62,6 +62,29 @@ _BATCH = "its batch went back"
 _CONDITIONS = _thread.allocate_lock()  # makes a cancel flag's one Condition
 
 
+class _LazyCondition:
+    """A cancel flag's ``_cond``: made on its first use, then the flag's own attribute.
+
+    A non-data descriptor (no ``__set__``): once the flag holds its own ``_cond``,
+    reads find that and never come here. Not a ``__getattr__`` on the flag, which
+    would route every attribute read of every flag (``is_set`` and its ``_flag``, a
+    running turn's frequent checks) through the slow ``__getattr__`` hook instead of
+    the specializing interpreter's, nor a read of the flag's ``__dict__`` (which would
+    turn its inline attributes into a real dict for good).
+    """
+
+    def __get__(self, flag: _CancelFlag | None, owner: type | None = None) -> Any:
+        """Return ``flag``'s Condition, made under a global lock if it has none."""
+        if flag is None:
+            return self
+        with _CONDITIONS:
+            cond = flag._made  # None until made (the class's); set once, under the lock
+            if cond is None:
+                cond = flag._made = threading.Condition(_thread.RLock())
+            flag._cond = cond  # the flag's own from now on: reads skip this descriptor
+        return cond
+
+
 class _CancelFlag(threading.Event):
     """A turn's ``cancelled``: a :class:`threading.Event` that makes its Condition when
     it is first set or waited on.
@@ -69,27 +92,15 @@ class _CancelFlag(threading.Event):
     Nearly every turn is never cancelled nor waited on, and only reads the flag
     (``is_set``): building ``Event()``'s Condition per turn (a Python ``__init__``,
     about 1.5 us) bought nothing for those. The flag starts unset (the class's
-    ``_flag``); the Condition, once made under a global lock, is the instance's
-    own, so every ``set`` and ``wait`` of one flag share it. It holds an RLock, as
-    ``Condition()``'s default, not the Lock ``Event()`` passes (whose Condition init
-    raises and catches three AttributeErrors). It behaves as an ``Event``.
+    ``_flag``); the Condition, once made under a global lock (:class:`_LazyCondition`),
+    is the instance's own, so every ``set`` and ``wait`` of one flag share it. It holds
+    an RLock, as ``Condition()``'s default, not the Lock ``Event()`` passes (whose
+    Condition init raises and catches three AttributeErrors). It behaves as an ``Event``.
     """
 
     _flag = False
-
-    def __getattr__(self, name: str) -> Any:
-        """Make the Condition (``_cond``) on its first use; any other missing name raises.
-
-        Raises:
-            AttributeError: ``name`` is not ``_cond``.
-        """
-        if name != "_cond":
-            raise AttributeError(name)
-        with _CONDITIONS:
-            cond = self.__dict__.get("_cond")
-            if cond is None:
-                cond = self.__dict__["_cond"] = threading.Condition(_thread.RLock())
-        return cond
+    _made: threading.Condition | None = None
+    _cond = _LazyCondition()
 
 
 _new_flag = object.__new__  # a _CancelFlag without Event.__init__ (see _CancelFlag)
