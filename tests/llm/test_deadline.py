@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from retinue.llm.model._deadline import Deadline
+from retinue.llm.model._deadline import Deadline, _deadlines_of
 
 
 def test_a_block_past_its_deadline_raises_timeout_error() -> None:
@@ -126,3 +126,28 @@ def test_an_attempt_that_ends_in_time_is_forgotten_at_once() -> None:
         return len(_deadlines_of(asyncio.get_running_loop()).running)
 
     assert asyncio.run(main()) == 0
+
+
+def test_deadlines_of_loops_used_in_turn_are_kept_apart() -> None:
+    """Attempts on two loops used one after the other (A, B, A) keep their own deadlines."""
+
+    async def bounded(seconds: float, sleep: float) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        try:
+            with Deadline(seconds):
+                held = len(_deadlines_of(loop).running)
+                await asyncio.sleep(sleep)
+        except TimeoutError:
+            return "timed out", held
+        return "done", held
+
+    first, second = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        # each loop's attempts are noted on its own deadlines, whichever loop came last
+        assert first.run_until_complete(bounded(30, 0)) == ("done", 1)
+        assert second.run_until_complete(bounded(0.01, 30)) == ("timed out", 1)
+        assert first.run_until_complete(bounded(0.01, 30)) == ("timed out", 1)
+        assert _deadlines_of(first).running == {} and _deadlines_of(second).running == {}
+    finally:
+        first.close()
+        second.close()
