@@ -124,10 +124,8 @@ class Cluster:
         ``provider_limits`` hold across the shards: one actor leases their capacity to the
         shards in small batches; a shard silent for ``provider_lease_s`` loses its lease (see
         :mod:`retinue.cluster.limits`). ``max_released_leases`` bounds the cancelled waits'
-        leases a shard remembers. ``max_owed_calls`` bounds the lease acknowledgements and
-        releases the face owes shards that did not answer them (its outbox sends them again
-        until they do): while it holds that many, a new wait or run raises ``OutboxFull``
-        (nothing owed is ever dropped for room).
+        leases a shard remembers; ``max_owed_calls`` the acks and releases the face owes
+        shards (at it, a new wait or run raises ``OutboxFull``; none is dropped for room).
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
@@ -158,12 +156,7 @@ class Cluster:
             max_released_leases=startup.max_released_leases(max_released_leases),
         )
         owed = startup.max_owed_calls(max_owed_calls)
-        cluster._start(address, runtime_env, config, retry_s, call_timeout_s)
-        assert cluster._transport is not None
-        cluster._transport.outbox.max_calls = owed
-        router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
-        router.remember = remember
-        cluster._router = router
+        cluster._start(address, runtime_env, config, retry_s, call_timeout_s, remember, owed)
         return cluster
 
     def _start(
@@ -173,8 +166,11 @@ class Cluster:
         config: ShardConfig,
         retry_s: float,
         call_timeout_s: float,
+        remember: int,
+        max_owed: int,
     ) -> None:
-        """Connect to Ray and start (or find) the directory and the shards."""
+        """Connect to Ray and start (or find) the directory and the shards; make the router
+        (remembering ``remember``) and bound the outbox at ``max_owed`` calls."""
         try:
             connection = startup.connect(address, runtime_env)
             self._ray, self.local = connection.ray, connection.local
@@ -193,6 +189,14 @@ class Cluster:
         except BaseException:
             self._disconnect()
             raise
+        self._transport.outbox.max_calls = max_owed
+        self._router = Router(
+            self.shards,
+            self.limits,
+            retry_s=retry_s,
+            call_timeout_s=call_timeout_s,
+            remember=remember,
+        )
 
     # -- what the calls run on ----------------------------------------------------------
 
