@@ -35,8 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
-from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError
-from concurrent.futures import wait as wait_futures
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -514,7 +513,7 @@ class Outbox:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._stop: Future[bool] = Future()  # set by close: a round in flight stops waiting
+        self._round: threading.Event | None = None  # set when the round in flight may end
 
     def __len__(self) -> int:
         """How many calls wait to be answered (being sent included)."""
@@ -593,9 +592,10 @@ class Outbox:
                 self._closed = True
                 self._drop(list(self._due))
                 self._due.clear()
+            if self._round is not None:
+                self._round.set()  # the round in flight stops waiting
             self._cond.notify_all()
             thread = self._thread
-        _settle(self._stop, True)
         if thread is not None and thread is not threading.current_thread():
             thread.join(5.0)  # its round stops at once; this only bounds a stuck submit
 
@@ -641,6 +641,30 @@ class Outbox:
                 else:
                     attempt = 0
 
+    def _await_round(self, futures: list[Future[bytes]]) -> None:
+        """Wait until every one of ``futures`` is done, ``call_timeout_s`` has passed (one
+        bound for the round) or the outbox closes."""
+        ended = threading.Event()
+        left = len(futures)
+        lock = threading.Lock()
+
+        def one_done(_: Future[bytes]) -> None:
+            nonlocal left
+            with lock:
+                left -= 1
+                if left == 0:
+                    ended.set()
+
+        with self._cond:
+            if self._closed or not futures:
+                return
+            self._round = ended
+        for future in futures:
+            future.add_done_callback(one_done)
+        ended.wait(self.transport.call_timeout_s)
+        with self._cond:
+            self._round = None
+
     def _send(self, batch: list[tuple[One, Future[bool]]]) -> list[tuple[One, Future[bool]]]:
         """Send every call of ``batch`` once; settle those answered for good (or whose shard
         is gone for good) and return the others. Stops waiting once the outbox closes."""
@@ -651,14 +675,7 @@ class Outbox:
                 futures.append(transport._submit(call).future())
             except Exception as exc:  # any failure: send it again later
                 futures.append(exc)
-        deadline = time.monotonic() + transport.call_timeout_s  # one bound for the batch
-        waiting = {f for f in futures if isinstance(f, Future)}
-        while waiting and not self._stop.done():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            _, waiting = wait_futures((*waiting, self._stop), left, FIRST_COMPLETED)
-            waiting.discard(self._stop)
+        self._await_round([f for f in futures if isinstance(f, Future)])
         failed = []
         delivered = 0
         for (call, done), future in zip(batch, futures, strict=True):
