@@ -31,6 +31,7 @@ shard's ``_shardstreams``) and the reaper of a local Ray (``_reaper``).
 from __future__ import annotations
 
 from retinue.cluster._face import Cluster
+from retinue.cluster._transport import OutboxFull
 from retinue.cluster.local import LocalRay, loopback_environment, start_local_ray
 
-__all__ = ["Cluster", "LocalRay", "loopback_environment", "start_local_ray"]
+__all__ = ["Cluster", "LocalRay", "OutboxFull", "loopback_environment", "start_local_ray"]

@@ -103,6 +103,7 @@ class Cluster:
         provider_limits: Iterable[ProviderLimit] | None = None,
         provider_lease_s: float = 10.0,
         max_released_leases: int = 100_000,
+        max_owed_calls: int = 100_000,
     ) -> Cluster:
         """Open the cluster whose shards keep their stores under ``store_root``.
 
@@ -123,7 +124,8 @@ class Cluster:
         ``provider_limits`` hold across the shards: one actor leases their capacity to the
         shards in small batches; a shard silent for ``provider_lease_s`` loses its lease (see
         :mod:`retinue.cluster.limits`). ``max_released_leases`` bounds the cancelled waits'
-        leases a shard remembers.
+        leases a shard remembers; ``max_owed_calls`` the acks and releases the face owes
+        shards (at it, a new wait or run raises ``OutboxFull``; none is dropped for room).
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
@@ -153,10 +155,8 @@ class Cluster:
             provider_lease_s=startup.positive_seconds("provider_lease_s", provider_lease_s),
             max_released_leases=startup.max_released_leases(max_released_leases),
         )
-        cluster._start(address, runtime_env, config, retry_s, call_timeout_s)
-        router = Router(shards, cluster.limits, retry_s=retry_s, call_timeout_s=call_timeout_s)
-        router.remember = remember
-        cluster._router = router
+        owed = startup.max_owed_calls(max_owed_calls)
+        cluster._start(address, runtime_env, config, retry_s, call_timeout_s, remember, owed)
         return cluster
 
     def _start(
@@ -166,8 +166,11 @@ class Cluster:
         config: ShardConfig,
         retry_s: float,
         call_timeout_s: float,
+        remember: int,
+        max_owed: int,
     ) -> None:
-        """Connect to Ray and start (or find) the directory and the shards."""
+        """Connect to Ray and start (or find) the directory and the shards; make the router
+        (remembering ``remember``) and bound the outbox at ``max_owed`` calls."""
         try:
             connection = startup.connect(address, runtime_env)
             self._ray, self.local = connection.ray, connection.local
@@ -186,6 +189,14 @@ class Cluster:
         except BaseException:
             self._disconnect()
             raise
+        self._transport.outbox.max_calls = max_owed
+        self._router = Router(
+            self.shards,
+            self.limits,
+            retry_s=retry_s,
+            call_timeout_s=call_timeout_s,
+            remember=remember,
+        )
 
     # -- what the calls run on ----------------------------------------------------------
 
@@ -195,14 +206,26 @@ class Cluster:
                 raise RuntimeClosed("the cluster is closed; open it again to continue")
             return self._transport, self._router
 
-    def _run(self, operation: Callable[[Router], Op[T]]) -> T:
-        """Run the router's operation that ``operation`` picks, from this thread."""
+    def _run(self, operation: Callable[[Router], Op[T]], *, leased: bool = False) -> T:
+        """Run the router's operation that ``operation`` picks, from this thread.
+
+        Raises:
+            OutboxFull: ``leased`` (a wait) while the face owes ``max_owed_calls``.
+        """
         transport, router = self._ops()
+        if leased:
+            transport.outbox.check()
         return transport.run(operation(router))
 
-    async def _run_async(self, operation: Callable[[Router], Op[T]]) -> T:
-        """Run the router's operation that ``operation`` picks, on the running event loop."""
+    async def _run_async(self, operation: Callable[[Router], Op[T]], *, leased: bool = False) -> T:
+        """Run the router's operation that ``operation`` picks, on the running event loop.
+
+        Raises:
+            OutboxFull: ``leased`` (a wait) while the face owes ``max_owed_calls``.
+        """
         transport, router = self._ops()
+        if leased:
+            transport.outbox.check()
         return await transport.run_async(operation(router))
 
     # -- host API ------------------------------------------------------------------------
@@ -250,12 +273,15 @@ class Cluster:
                 the error's ``path`` names it (:meth:`wait` on it later).
             AgentClosed, NothingToWaitFor: as :meth:`wait`.
             ShardUnavailable: the shard did not come back in time.
+            OutboxFull: the face owes ``max_owed_calls`` lease calls (nothing spawned).
         """
-        return self._run(lambda r: r.run(profile, task, name, parent, idempotency_key, timeout))
+        return self._run(
+            lambda r: r.run(profile, task, name, parent, idempotency_key, timeout), leased=True
+        )
 
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
         """Like ``Runtime.wait``: the oldest completion the host has not received, once."""
-        return self._run(lambda r: r.wait(ref, timeout))
+        return self._run(lambda r: r.wait(ref, timeout), leased=True)
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like ``Runtime.send``."""
@@ -370,7 +396,7 @@ class Cluster:
         (its lease released) for the next :meth:`wait` on it.
         """
         return await self._run_async(
-            lambda r: r.run(profile, task, name, parent, idempotency_key, timeout)
+            lambda r: r.run(profile, task, name, parent, idempotency_key, timeout), leased=True
         )
 
     async def wait_async(self, ref: str, timeout: float | None = None) -> Completion:
@@ -381,10 +407,11 @@ class Cluster:
         there ends, one that reaches the shard after the release takes nothing,
         and a completion already taken goes back, so the next wait on the agent
         gets it (not only after ``lease_timeout_s``). The cancel ends once the
-        shard answered the release, or after ``call_timeout_s``; a release not
-        answered by then is sent again in the background until it is.
+        shard answered the release for good (the first send's answer, or the
+        outbox's re-send of one that failed), or after ``call_timeout_s``; a
+        release not answered by then is sent again in the background until it is.
         """
-        return await self._run_async(lambda r: r.wait(ref, timeout))
+        return await self._run_async(lambda r: r.wait(ref, timeout), leased=True)
 
     async def send_async(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
         """Like :meth:`send`, without blocking the event loop."""
@@ -529,7 +556,10 @@ class Cluster:
 
         Each shard commits what it was doing and releases its store; the
         actors are then killed without a restart, and a local Ray this face
-        started is stopped.
+        started is stopped. First the lease acknowledgements and releases the
+        face owes are flushed for up to ``call_timeout_s``; what is still owed
+        then is dropped, counted and logged (its shard's ``lease_timeout_s``
+        settles it).
         """
         with self._lock:
             if self._closed:
@@ -555,7 +585,11 @@ class Cluster:
         """Leave the cluster running for other drivers; only this face is closed.
 
         A local Ray this face started cannot outlive it: it is stopped (the
-        stores keep every committed step, as after a crash).
+        stores keep every committed step, as after a crash). The lease
+        acknowledgements and releases the face owes are flushed first, for up to
+        ``call_timeout_s``; what is still owed then is dropped, counted and logged
+        (its shard's ``lease_timeout_s`` settles it: another face may get such a
+        completion again).
         """
         with self._lock:
             self._closed = True

@@ -25,7 +25,10 @@ and decodes the answer as that command's answer type.
   cancel goes on. An ack or a release the shard did not answer for good is
   sent again by the transport's outbox until it is, not left to
   ``lease_timeout_s`` (which would hand the completion out again, to another
-  face too).
+  face too). A wait that gives up (``ShardUnavailable`` once ``retry_s`` has
+  passed, or the shard's refusal) after a call under its lease failed unseen
+  releases the lease as a cancel does, and awaits the answer the same way, so
+  the caller's retry gets what that call took.
 - An approval request's id carries its shard too: approve and deny go
   straight there (recorded under their request ids, so a retry answers
   once); ``approvals()`` merges every shard's pending requests.
@@ -306,6 +309,7 @@ class Router:
         failing_since: float | None = None
         attempt = 0
         lease = new_id()
+        unseen = False  # a call under the lease may have run without its answer seen
         while True:
             remaining = max(0.0, deadline - time.monotonic())
             release = _enc(w.run(ReleaseLease(lease)))
@@ -318,22 +322,29 @@ class Router:
                 on_cancel=release,
             )
             try:
-                raw = yield call
-            except ShardUnavailable:
-                failing_since = failing_since or time.monotonic()
-                if time.monotonic() - failing_since > self.retry_s:
-                    raise
-                # The failed call may have taken a completion under the lease: a cancel
-                # in the back-off releases it, as one during the call does.
-                backoff = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
-                yield Pause(backoff, on_cancel=One(shard, release, "release"))
-                attempt += 1
-                continue  # the same lease: a wait that took a completion hands it over again
-            completion = w.decode_reply(raw, Completion)
+                try:
+                    raw = yield call
+                except ShardUnavailable:
+                    unseen = True
+                    failing_since = failing_since or time.monotonic()
+                    if time.monotonic() - failing_since > self.retry_s:
+                        raise
+                    # The failed call may have taken a completion under the lease: a cancel
+                    # in the back-off releases it, as one during the call does.
+                    backoff = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+                    yield Pause(backoff, on_cancel=One(shard, release, "release"))
+                    attempt += 1
+                    continue  # the same lease: a wait that took a completion hands it over
+                completion = w.decode_reply(raw, Completion)
+            except Exception:
+                if unseen:  # giving up: what a lost answer's call took goes back now
+                    yield Tell((One(shard, release, "release"),), settle=True)
+                raise
             yield from self._ack(shard, lease)
             if self._first_time(completion.id):
                 return completion
             lease = new_id()  # handed out again after its lease ran out: not twice
+            unseen = False
 
     def run(
         self,

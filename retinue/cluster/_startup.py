@@ -33,6 +33,7 @@ __all__ = [
     "connect",
     "face_limits",
     "kill",
+    "max_owed_calls",
     "max_released_leases",
     "namespace_of",
     "start",
@@ -123,6 +124,20 @@ def max_released_leases(value: Any) -> int:
         raise ArgumentTypeError(f"max_released_leases must be an int, not {type(value).__name__}")
     if value < 1:
         raise InvalidArgument(f"max_released_leases must be at least 1, not {value}")
+    return value
+
+
+def max_owed_calls(value: Any) -> int:
+    """Check ``Cluster.open``'s ``max_owed_calls``.
+
+    Raises:
+        ArgumentTypeError: not an int.
+        InvalidArgument: below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"max_owed_calls must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise InvalidArgument(f"max_owed_calls must be at least 1, not {value}")
     return value
 
 

@@ -35,11 +35,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from retinue.cluster.wire import final_reply
-from retinue.errors import ShardUnavailable
+from retinue.errors import ClusterError, ShardUnavailable
 
 log = logging.getLogger("retinue.cluster.transport")
 
@@ -51,6 +52,7 @@ __all__ = [
     "One",
     "Op",
     "Outbox",
+    "OutboxFull",
     "Pause",
     "Race",
     "Tell",
@@ -61,7 +63,7 @@ __all__ = [
 
 T = TypeVar("T")
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-MAX_OUTBOX = 100_000  # calls the outbox keeps to re-send; past it the oldest is dropped
+MAX_OUTBOX = 100_000  # owed calls past which the face refuses new leased waits
 
 
 @dataclass(frozen=True)
@@ -130,9 +132,15 @@ class Tell:
     :class:`Outbox`, which sends it again until it is. On an event loop the calls are sent
     without awaiting their answers (so no cancel can land between the step before and the
     one after); from a thread each is made in turn, retried as a :class:`One` is. The
-    result is None."""
+    result is None.
+
+    With ``settle`` each call is sent once and its answer awaited, up to
+    ``call_timeout_s``, whichever path (this send or the outbox's) delivers it; a
+    release a wait that gives up owes its shard goes so.
+    """
 
     calls: tuple[One, ...]
+    settle: bool = False
 
 
 Step = One | Many | Race | Dir | Pause | Tell
@@ -245,6 +253,10 @@ class Transport:
                 return self._dir(step)
             case Pause():
                 time.sleep(step.seconds)
+                return None
+            case Tell() if step.settle:
+                for call in step.calls:
+                    self._settled(call)
                 return None
             case Tell():
                 for call in step.calls:
@@ -360,6 +372,10 @@ class Transport:
                         await self._cancelled(step.on_cancel)
                     raise
                 return None
+            case Tell() if step.settle:
+                for call in step.calls:
+                    await self._cancelled(call)
+                return None
             case Tell():
                 self._tell(step)
                 return None
@@ -394,36 +410,77 @@ class Transport:
         for call in step.calls:
             self._mail(call)
 
-    def _mail(self, call: One) -> Any:
-        """Send ``call`` once; hand it to the outbox if it is not answered for good. Return
-        its answer's future (None: not sent)."""
+    def _mail(self, call: One) -> tuple[Future[bool], Any]:
+        """Send ``call`` once; hand it to the outbox if it is not answered for good.
+
+        Return a future set to True once it is answered for good, by this send or the
+        outbox's (False: the outbox dropped it), and this send's answer future (None: the
+        send failed); cancelling that one hands the call to the outbox.
+        """
+        done: Future[bool] = Future()
         try:
             ref = self._submit(call)
         except self._failures:
-            self.outbox.post(call)
-            return None
+            return self.outbox.post(call, done), None
         future = ref.future()
 
-        def settled(done: Any) -> None:
-            if done.cancelled() or done.exception() is not None or not final_reply(done.result()):
-                self.outbox.post(call)
+        def settled(answer: Any) -> None:
+            if (
+                answer.cancelled()
+                or answer.exception() is not None
+                or not final_reply(answer.result())
+            ):
+                self.outbox.post(call, done)
+            else:
+                _settle(done, True)
 
         future.add_done_callback(settled)
-        return future
+        return done, future
+
+    def _settled(self, call: One) -> None:
+        """Send ``call`` and wait up to ``call_timeout_s`` for it to be answered for good
+        (by this send or the outbox's); one still unanswered goes on in the outbox."""
+        done, answer = self._mail(call)
+        try:
+            done.result(self.call_timeout_s)
+        except Exception:  # not answered in time: the outbox sends it again
+            if answer is not None:
+                answer.cancel()
 
     async def _cancelled(self, call: One) -> None:
         """Send a cancelled call's ``on_cancel`` and wait up to ``call_timeout_s`` for the
-        shard to have served it; one that fails or is not answered for good is sent again
-        by the outbox (cancelled again meanwhile, it stays sent)."""
-        future = self._mail(call)
-        if future is None:
-            return
-        with contextlib.suppress(Exception):  # a failure goes on in the outbox
-            await asyncio.shield(asyncio.wait_for(asyncio.wrap_future(future), self.call_timeout_s))
+        shard to have answered it for good, by this send or the outbox's (one not answered
+        by then goes on in the outbox; cancelled again meanwhile, it stays sent)."""
+        done, answer = self._mail(call)
+        await asyncio.shield(self._settle_async(done, answer))
+
+    async def _settle_async(self, done: Future[bool], answer: Any) -> None:
+        finished, _ = await asyncio.wait((asyncio.wrap_future(done),), timeout=self.call_timeout_s)
+        if not finished and answer is not None:
+            answer.cancel()  # not answered in time: the outbox sends it again
 
     def close(self, flush_s: float) -> None:
         """Stop the outbox after it tried for up to ``flush_s`` to deliver what it holds."""
         self.outbox.close(flush_s)
+
+
+class OutboxFull(ClusterError):
+    """The face owes ``limit`` (``Cluster.open``'s ``max_owed_calls``) or more lease calls
+    (acknowledgements, releases) to shards that did not answer them: it starts no new
+    leased wait until the outbox delivered some. ``owed`` maps each shard to the calls it
+    is owed. Nothing owed is dropped; wait again once the shards are reachable.
+    """
+
+    def __init__(self, message: str, limit: int, owed: dict[int, int]) -> None:
+        self.limit = limit
+        self.owed = owed
+        super().__init__(message)
+
+
+def _settle(done: Future[bool], delivered: bool) -> None:
+    """Set ``done`` (a call's fate) unless it is set or cancelled already."""
+    with contextlib.suppress(InvalidStateError):
+        done.set_result(delivered)
 
 
 class Outbox:
@@ -431,52 +488,99 @@ class Outbox:
     acknowledgement or release): sent again in the background, oldest first, with a
     back-off, until each is answered for good or the outbox closes.
 
-    One thread, started at the first post. At most ``max_calls`` are kept; past that the
-    oldest is dropped and counted in :attr:`dropped` (its shard's ``lease_timeout_s``
-    then settles its lease).
+    One thread, started at the first post. Each post returns a future set to True once
+    the call is answered for good, False if it is dropped: at the close (what
+    :meth:`close` could not deliver within its ``flush_s``, counted in :attr:`dropped`
+    and logged), or when its shard is gone for good (an actor that cannot start: no
+    retry cures it; counted in :attr:`gone`). Nothing is dropped for room: past
+    ``max_calls`` the face refuses new leased waits (:meth:`check` raises
+    :class:`OutboxFull`) until calls are delivered.
+
+    A round sends every held call, then waits for the answers under one bound of
+    ``call_timeout_s``: a hung shard delays the other shards' calls of the next round
+    by up to that bound (head-of-line blocking), never beyond it.
     """
 
     def __init__(self, transport: Transport, max_calls: int = MAX_OUTBOX) -> None:
-        """Send again through ``transport``'s shards, keeping up to ``max_calls``."""
+        """Send again through ``transport``'s shards; past ``max_calls`` refuse new waits."""
         self.transport = transport
         self.max_calls = max(1, max_calls)
         self.delivered = 0  # calls the outbox got answered for good
-        self.dropped = 0  # calls dropped unanswered (the bound, or the close)
-        self._due: deque[One] = deque()
-        self._sending = 0
+        self.dropped = 0  # calls dropped unanswered at the close
+        self.gone = 0  # calls dropped because their shard is gone for good
+        self._due: deque[tuple[One, Future[bool]]] = deque()
+        self._sending: list[tuple[One, Future[bool]]] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._round: threading.Event | None = None  # set when the round in flight may end
 
     def __len__(self) -> int:
         """How many calls wait to be answered (being sent included)."""
         with self._cond:
-            return len(self._due) + self._sending
+            return len(self._due) + len(self._sending)
 
-    def post(self, call: One) -> None:
-        """Send ``call`` again until its shard answers it for good (dropped once closed)."""
+    def owed(self) -> dict[int, int]:
+        """How many calls each shard is owed (being sent included), by shard index."""
+        with self._cond:
+            counts: dict[int, int] = {}
+            for call, _ in (*self._due, *self._sending):
+                counts[call.shard] = counts.get(call.shard, 0) + 1
+            return counts
+
+    def check(self) -> None:
+        """Raise :class:`OutboxFull` if the outbox holds ``max_calls`` calls or more.
+
+        Raises:
+            OutboxFull: the bound is reached; the error says what each shard is owed.
+        """
+        if len(self) < self.max_calls:
+            return
+        owed = self.owed()
+        if sum(owed.values()) < self.max_calls:
+            return
+        shards = ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items()))
+        raise OutboxFull(
+            f"the face owes {sum(owed.values())} lease acknowledgements and releases to shards "
+            f"that did not answer them ({shards}); max_owed_calls is {self.max_calls}: no new "
+            "wait starts until they are delivered (check those shards; wait again later)",
+            self.max_calls,
+            owed,
+        )
+
+    def post(self, call: One, done: Future[bool] | None = None) -> Future[bool]:
+        """Send ``call`` again until its shard answers it for good (dropped once closed).
+
+        Returns ``done`` (a new future if None): set to True once the call is answered
+        for good, False if it is dropped.
+        """
+        done = Future() if done is None else done
         with self._cond:
             if self._closed:
                 self.dropped += 1
-                return
-            self._due.append(call)
-            if len(self._due) > self.max_calls:
-                self._due.popleft()
-                self.dropped += 1
                 log.warning(
-                    "the cluster face holds %d unanswered lease calls; the oldest was dropped "
+                    "the cluster face is closed: a lease call to shard %d is dropped "
                     "(its shard's lease_timeout_s settles it)",
-                    self.max_calls,
+                    call.shard,
                 )
+                _settle(done, False)
+                return done
+            self._due.append((call, done))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="retinue-cluster-outbox", daemon=True
                 )
                 self._thread.start()
             self._cond.notify_all()
+        return done
 
     def close(self, flush_s: float) -> None:
-        """Try for up to ``flush_s`` to deliver what is held, then stop; idempotent."""
+        """Try for up to ``flush_s`` to deliver what is held, then stop; idempotent.
+
+        What is not delivered by then (held, or in a round still in flight, which stops
+        waiting for its answers) is dropped, counted in :attr:`dropped` and logged; its
+        shard's ``lease_timeout_s`` settles those leases.
+        """
         deadline = time.monotonic() + flush_s
         with self._cond:
             while (self._due or self._sending) and not self._closed:
@@ -484,13 +588,32 @@ class Outbox:
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            self._closed = True
-            self.dropped += len(self._due)
-            self._due.clear()
+            if not self._closed:
+                self._closed = True
+                self._drop(list(self._due))
+                self._due.clear()
+            if self._round is not None:
+                self._round.set()  # the round in flight stops waiting
             self._cond.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(self.transport.call_timeout_s + 1.0)
+            thread.join(5.0)  # its round stops at once; this only bounds a stuck submit
+
+    def _drop(self, calls: list[tuple[One, Future[bool]]]) -> None:
+        """Count and log ``calls`` as dropped at the close (under the lock)."""
+        if not calls:
+            return
+        self.dropped += len(calls)
+        owed: dict[int, int] = {}
+        for call, done in calls:
+            owed[call.shard] = owed.get(call.shard, 0) + 1
+            _settle(done, False)
+        log.warning(
+            "the cluster face closed owing %d lease calls (%s): dropped, their shards' "
+            "lease_timeout_s settles them",
+            len(calls),
+            ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items())),
+        )
 
     def _run(self) -> None:
         attempt = 0
@@ -502,11 +625,14 @@ class Outbox:
                     return
                 batch = list(self._due)
                 self._due.clear()
-                self._sending = len(batch)
+                self._sending = batch
             failed = self._send(batch)
             with self._cond:
-                self._sending = 0
-                self.delivered += len(batch) - len(failed)
+                self._sending = []
+                if self._closed:
+                    self._drop(failed)
+                    self._cond.notify_all()
+                    return
                 self._due.extendleft(reversed(failed))
                 self._cond.notify_all()
                 if failed:
@@ -515,25 +641,65 @@ class Outbox:
                 else:
                     attempt = 0
 
-    def _send(self, batch: list[One]) -> list[One]:
-        """Send every call of ``batch`` once; return those not answered for good."""
+    def _await_round(self, futures: list[Future[bytes]]) -> None:
+        """Wait until every one of ``futures`` is done, ``call_timeout_s`` has passed (one
+        bound for the round) or the outbox closes."""
+        ended = threading.Event()
+        left = len(futures)
+        lock = threading.Lock()
+
+        def one_done(_: Future[bytes]) -> None:
+            nonlocal left
+            with lock:
+                left -= 1
+                if left == 0:
+                    ended.set()
+
+        with self._cond:
+            if self._closed or not futures:
+                return
+            self._round = ended
+        for future in futures:
+            future.add_done_callback(one_done)
+        ended.wait(self.transport.call_timeout_s)
+        with self._cond:
+            self._round = None
+
+    def _send(self, batch: list[tuple[One, Future[bool]]]) -> list[tuple[One, Future[bool]]]:
+        """Send every call of ``batch`` once; settle those answered for good (or whose shard
+        is gone for good) and return the others. Stops waiting once the outbox closes."""
         transport = self.transport
-        refs: list[Any] = []
-        for call in batch:
+        futures: list[Any] = []
+        for call, _ in batch:
             try:
-                refs.append(transport._submit(call))
-            except Exception:  # any failure: send it again later
-                refs.append(None)
+                futures.append(transport._submit(call).future())
+            except Exception as exc:  # any failure: send it again later
+                futures.append(exc)
+        self._await_round([f for f in futures if isinstance(f, Future)])
         failed = []
-        deadline = time.monotonic() + transport.call_timeout_s  # one bound for the batch
-        for call, ref in zip(batch, refs, strict=True):
-            try:
-                left = max(0.0, deadline - time.monotonic())
-                raw = ref.future().result(left) if ref else None
-            except Exception:  # any failure: send it again later
-                raw = None
-            if raw is None or not final_reply(raw):
-                failed.append(call)
+        delivered = 0
+        for (call, done), future in zip(batch, futures, strict=True):
+            error: BaseException | None = future if isinstance(future, BaseException) else None
+            raw: bytes | None = None
+            if error is None and future.done() and not future.cancelled():
+                error = future.exception()
+                raw = future.result() if error is None else None
+            if raw is not None and final_reply(raw):
+                delivered += 1
+                _settle(done, True)
+            elif error is not None and transport._gone(error):
+                with self._cond:
+                    self.gone += 1
+                log.warning(
+                    "shard %d is gone for good (%s): a lease call it is owed is dropped",
+                    call.shard,
+                    failure_text(error),
+                )
+                _settle(done, False)
+            else:
+                failed.append((call, done))
+        with self._cond:
+            self.delivered += delivered
         return failed
 
 

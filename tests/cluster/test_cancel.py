@@ -29,7 +29,7 @@ from retinue.cluster import wire as w
 from retinue.cluster._router import Router
 from retinue.cluster._transport import Transport
 from retinue.cluster.shard import ShardCore
-from retinue.errors import RuntimeClosed
+from retinue.errors import RuntimeClosed, ShardUnavailable
 
 
 class _Failure(Exception):
@@ -336,3 +336,120 @@ def test_a_cancel_whose_release_meets_a_hung_shard_ends_and_the_release_still_la
     wait_until(lambda: not core._leased and core.rt.leases() == {}, what="nothing kept")
     again = asyncio.run(transport.run_async(router.wait(agent, 30.0)))
     assert (again.generation, again.output) == (1, "done:h")
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_a_face_wait_that_gives_up_releases_what_its_lost_answers_took(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
+    # The shard is reachable but its answers are lost until retry_s has passed: the wait
+    # raises ShardUnavailable ("repeating it is safe"). Its calls took the completion under
+    # the lease: the give-up releases it, so the repeat gets it (not NothingToWaitFor until
+    # lease_timeout_s).
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    ray = _ray([])
+    ray.get = lambda ref, timeout=None: ref.future().result(timeout)  # the sync transport's
+    transport = Transport(ray, [None, shard], None, retry_s=0.2, call_timeout_s=5)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=0.2, call_timeout_s=5)
+    agent = _started(core, shard_loop, "u")
+    (gates / "u").touch()
+    transport.faults.drop["wait"] = 1_000
+    with pytest.raises(ShardUnavailable):
+        if mode == "async":
+            asyncio.run(transport.run_async(router.wait(agent, 30.0)))
+        else:
+            transport.run(router.wait(agent, 30.0))
+    assert core.rt.leases() == {}  # released before the wait raised
+    assert shard.calls.count("release") == 1
+    transport.faults.drop["wait"] = 0
+    again = transport.run(router.wait(agent, 5.0))
+    assert (again.generation, again.output) == (1, "done:u")
+
+
+def test_a_face_wait_refused_after_a_lost_answer_releases_its_lease(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first call took the completion and its answer was lost; the repeat under the same
+    # lease meets a closing shard (RuntimeClosed, unserved) and the wait raises it: the lease
+    # is released as it raises, so the caller's next wait gets the completion.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.3,))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=5)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=60, call_timeout_s=5)
+    agent = _started(core, shard_loop, "k")
+    (gates / "k").touch()
+    transport.faults.drop["wait"] = 1  # the first answer is lost: its call took the completion
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not transport.faults.dropped:
+            await asyncio.sleep(0.001)
+        shard.refuse["wait"] = 1  # the repeat, after the back-off, meets a closing shard
+        with pytest.raises(RuntimeClosed):
+            await waiting
+
+    asyncio.run(scenario())
+    assert core.rt.leases() == {}
+    assert shard.calls.count("release") == 1
+    again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
+    assert (again.generation, again.output) == (1, "done:k")
+
+
+def test_a_cancel_whose_release_fails_ends_once_the_outbox_delivered_it(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The release a cancel sends fails (the shard's process restarting) and so does the
+    # outbox's first re-send: the cancel still ends only once the outbox's next re-send was
+    # answered, so a wait right after the cancel gets the completion (not NothingToWaitFor).
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))
+    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (0.2,))  # a slow outbox
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.lose["release"] = 2
+    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=30)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
+    agent = _started(core, shard_loop, "e")
+    (gates / "e").touch()
+    transport.faults.drop["wait"] = 1
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not transport.faults.dropped:
+            await asyncio.sleep(0.001)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(scenario())
+    assert core.rt.leases() == {}  # at once: the cancel awaited the outbox's delivery
+    assert shard.calls.count("release") == 3
+    again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
+    assert (again.generation, again.output) == (1, "done:e")

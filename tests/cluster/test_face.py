@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from retinue import ArgumentTypeError, ConfigurationError, InvalidArgument, Profile, Runtime
-from retinue.cluster import Cluster
+from retinue.cluster import Cluster, OutboxFull
+from retinue.cluster._router import Router
+from retinue.cluster._transport import One, Transport
+from retinue.protocol.limits import Limits
 
 
 def shape(signature: inspect.Signature, skip: str = "") -> list[tuple[object, ...]]:
@@ -93,3 +98,35 @@ def test_a_bad_max_released_leases_is_refused_before_ray_is_touched(tmp_path: Pa
         Cluster.open(tmp_path, max_released_leases=0)
     with pytest.raises(ArgumentTypeError, match="max_released_leases must be an int"):
         Cluster.open(tmp_path, max_released_leases="9")  # type: ignore[arg-type]
+
+
+def test_a_bad_max_owed_calls_is_refused_before_ray_is_touched(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="max_owed_calls must be at least 1"):
+        Cluster.open(tmp_path, max_owed_calls=0)
+    with pytest.raises(ArgumentTypeError, match="max_owed_calls must be an int"):
+        Cluster.open(tmp_path, max_owed_calls=True)
+
+
+def test_a_face_owing_max_owed_calls_refuses_new_waits_and_runs(tmp_path: Path) -> None:
+    # Acks and releases owed to unreachable shards are never dropped for room: at the bound
+    # the face starts no new leased wait (nothing sent, nothing spawned) until they land.
+    exceptions = SimpleNamespace(
+        RayActorError=OSError, GetTimeoutError=OSError, ActorDiedError=OSError
+    )
+    transport = Transport(
+        SimpleNamespace(exceptions=exceptions), [], None, retry_s=1.0, call_timeout_s=1.0
+    )
+    transport.outbox.max_calls = 1
+    transport.outbox._thread = SimpleNamespace()  # type: ignore[assignment]  # nothing sends
+    transport.outbox.post(One(3, b"ack"))
+    cluster = Cluster()
+    cluster._transport = transport
+    cluster._router = Router(4, Limits(), retry_s=1.0, call_timeout_s=1.0)
+    with pytest.raises(OutboxFull, match="shard 3: 1"):
+        cluster.wait("s3-a")
+    with pytest.raises(OutboxFull):
+        cluster.run("p", "task")
+    with pytest.raises(OutboxFull):
+        asyncio.run(cluster.wait_async("s3-a"))
+    with pytest.raises(OutboxFull):
+        asyncio.run(cluster.run_async("p", "task"))

@@ -6,15 +6,16 @@ a wait is sent before or after its face cancels it (the release reaches the
 shard before, during or after the wait's take), its answer is delivered or
 lost (the face then repeats it under the same lease, or cancels it), an ack
 is delivered, lost (the face's outbox sends it again later) or duplicated, a
-release is lost the same way, a gated turn settles at any point, and the
-shard restarts (its process dies: calls in flight lose their answers, leases
-are restored, tombstones are not). ``lease_timeout_s`` is far away, so
-nothing here may rely on it.
+wait whose answer was lost gives up (``retry_s`` passed, or its repeat was
+refused) and releases its lease, a release is lost the same way, a gated turn
+settles at any point, and the shard restarts (its process dies: calls in
+flight lose their answers, leases are restored, tombstones are not).
+``lease_timeout_s`` is far away, so nothing here may rely on it.
 
 Whatever the interleaving: no completion is returned by any face twice, and
-once the faces' outboxes are flushed, their cancelled waits released, every
-turn settled and the agents drained, every completion was returned exactly
-once and the shard holds no lease.
+once the faces' outboxes are flushed, their cancelled (or given up) waits
+released, every turn settled and the agents drained, every completion was
+returned exactly once and the shard holds no lease.
 """
 
 from __future__ import annotations
@@ -227,6 +228,22 @@ class ShardLeases(RuleBasedStateMachine):
         held = self.leases[pick % len(self.leases)]
         if held.state not in ("new", "sent", "lost"):
             return
+        self._release(held, lost)
+
+    @precondition(lambda self: self.leases)
+    @rule(pick=st.integers(0, 7), lost=st.booleans())
+    def give_up(self, pick: int, lost: bool) -> None:
+        """A face wait whose call ran unseen (its answer lost) gives up: ``retry_s`` passed,
+        or its repeat under the lease was refused (a closing shard). It raises to its
+        caller and releases the lease as a cancel does (lost: the outbox owes the release);
+        the caller's next wait is a new lease, which must find what the call took."""
+        held = self.leases[pick % len(self.leases)]
+        if held.state != "lost" or held.call is not None:
+            return
+        self._release(held, lost)
+
+    def _release(self, held: Lease, lost: bool) -> None:
+        """The face ends the wait and sends its release (lost: the outbox owes it)."""
         held.state = "cancelled"
         held.epoch = self.epoch
         held.released = False

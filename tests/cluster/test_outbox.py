@@ -6,21 +6,28 @@ import concurrent.futures
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from support import wait_until
 
 from retinue.cluster import wire as w
-from retinue.cluster._transport import One, Outbox
-from retinue.errors import InvalidArgument, RuntimeClosed
+from retinue.cluster._transport import One, Outbox, OutboxFull
+from retinue.errors import ClusterError, InvalidArgument, RuntimeClosed
 
 
 class _Gone(Exception):
-    """The shard's process died (as Ray reports it)."""
+    """The shard's process died (as Ray reports it); ``gone``: for good (no retry cures it)."""
+
+    def __init__(self, message: str, *, gone: bool = False) -> None:
+        super().__init__(message)
+        self.gone = gone
 
 
 class _Ref:
-    def __init__(self, answer: bytes | BaseException) -> None:
+    def __init__(self, answer: bytes | BaseException | None) -> None:
         self._future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        if isinstance(answer, bytes):
+        if answer is None:  # a hung shard: never answered
+            pass
+        elif isinstance(answer, bytes):
             self._future.set_result(answer)
         else:
             self._future.set_exception(answer)
@@ -36,10 +43,16 @@ class _Transport:
         self.answers = answers
         self.sent: list[bytes] = []
         self.call_timeout_s = 5.0
+        self.hung = False
 
     def _submit(self, call: One) -> _Ref:
         self.sent.append(call.payload)
+        if self.hung:
+            return _Ref(None)
         return _Ref(self.answers.pop(0) if self.answers else w.ok_reply(True))
+
+    def _gone(self, exc: BaseException) -> bool:
+        return isinstance(exc, _Gone) and exc.gone
 
 
 def _outbox(answers: list[bytes | BaseException], max_calls: int = 100) -> tuple[Outbox, Any]:
@@ -74,11 +87,53 @@ def test_close_tries_to_deliver_then_drops_the_rest_and_later_posts() -> None:
     assert outbox.dropped == 2 and b"late" not in transport.sent
 
 
-def test_past_its_bound_the_oldest_call_is_dropped() -> None:
+def test_past_its_bound_nothing_is_dropped_and_new_waits_are_refused() -> None:
     outbox = Outbox(SimpleNamespace(call_timeout_s=5.0), max_calls=2)  # type: ignore[arg-type]
     outbox._closed = False
     outbox._thread = SimpleNamespace()  # type: ignore[assignment]  # nothing sends
-    for payload in (b"a", b"b", b"c"):
-        outbox.post(One(0, payload))
-    assert [call.payload for call in outbox._due] == [b"b", b"c"]
-    assert outbox.dropped == 1
+    outbox.post(One(1, b"a"))
+    outbox.check()  # one owed: below the bound
+    for payload in (b"b", b"c"):
+        outbox.post(One(2 if payload == b"c" else 1, payload))
+    assert [call.payload for call, _ in outbox._due] == [b"a", b"b", b"c"]
+    assert outbox.dropped == 0
+    with pytest.raises(OutboxFull, match=r"owes 3 .*shard 1: 2, shard 2: 1.*max_owed_calls is 2"):
+        outbox.check()
+    try:
+        outbox.check()
+    except OutboxFull as exc:
+        assert (exc.limit, exc.owed) == (2, {1: 2, 2: 1})
+        assert isinstance(exc, ClusterError)
+    outbox._due.popleft()
+    outbox._due.popleft()
+    outbox.check()  # delivered below the bound: waits start again
+
+
+def test_a_posts_future_says_whether_the_call_was_delivered() -> None:
+    outbox, _ = _outbox([_Gone("died")])
+    delivered = outbox.post(One(0, b"ack"))
+    assert delivered.result(10) is True
+    outbox.close(1.0)
+    assert outbox.post(One(0, b"late")).result(0) is False
+
+
+def test_close_counts_a_round_in_flight_to_a_hung_shard_as_dropped() -> None:
+    # A round waits on a shard that never answers; the close stops it: the call is counted
+    # as dropped (and its future says so), not put back where nothing sends it.
+    outbox, transport = _outbox([])
+    transport.hung = True
+    owed = outbox.post(One(0, b"ack"))
+    wait_until(lambda: transport.sent == [b"ack"], what="the round in flight")
+    outbox.close(0.1)
+    assert outbox._thread is not None and not outbox._thread.is_alive()
+    assert (outbox.dropped, outbox.delivered, len(outbox)) == (1, 0, 0)
+    assert owed.result(0) is False
+
+
+def test_a_call_to_a_shard_gone_for_good_is_dropped_and_counted() -> None:
+    outbox, transport = _outbox([_Gone("constructor failed", gone=True)])
+    owed = outbox.post(One(3, b"ack"))
+    assert owed.result(10) is False
+    assert transport.sent == [b"ack"]  # not sent again
+    assert (outbox.gone, outbox.delivered, len(outbox)) == (1, 0, 0)
+    outbox.close(1.0)
