@@ -408,14 +408,16 @@ class Transport:
         """Send ``step``'s calls now; each not answered for good, when that is known, goes
         to the outbox."""
         for call in step.calls:
-            self._mail(call)
+            self._mail(call, bounded=True)
 
-    def _mail(self, call: One) -> tuple[Future[bool], Any]:
+    def _mail(self, call: One, *, bounded: bool = False) -> tuple[Future[bool], Any]:
         """Send ``call`` once; hand it to the outbox if it is not answered for good.
 
         Return a future set to True once it is answered for good, by this send or the
         outbox's (False: the outbox dropped it), and this send's answer future (None: the
-        send failed); cancelling that one hands the call to the outbox.
+        send failed); cancelling that one hands the call to the outbox. ``bounded``: a send
+        not answered within ``call_timeout_s`` is handed to the outbox then, still in
+        flight (so the outbox counts it as owed, awaits it, and its close flushes it).
         """
         done: Future[bool] = Future()
         try:
@@ -423,8 +425,21 @@ class Transport:
         except self._failures:
             return self.outbox.post(call, done), None
         future = ref.future()
+        lock = threading.Lock()
+        handed = False
+
+        def hand_over() -> None:
+            nonlocal handed
+            with lock:
+                if handed or future.done():
+                    return
+                handed = True
+            self.outbox.post(call, done, pending=future)
 
         def settled(answer: Any) -> None:
+            with lock:
+                if handed:
+                    return  # the outbox holds the call: its round reads this answer
             if (
                 answer.cancelled()
                 or answer.exception() is not None
@@ -435,6 +450,8 @@ class Transport:
                 _settle(done, True)
 
         future.add_done_callback(settled)
+        if bounded:
+            self.outbox.watch(hand_over, self.call_timeout_s)
         return done, future
 
     def _settled(self, call: One) -> None:
@@ -498,7 +515,11 @@ class Outbox:
 
     A round sends every held call, then waits for the answers under one bound of
     ``call_timeout_s``: a hung shard delays the other shards' calls of the next round
-    by up to that bound (head-of-line blocking), never beyond it.
+    by up to that bound (head-of-line blocking), never beyond it. A call whose send is
+    still unanswered is not sent again: the next round awaits that same send, so a hung
+    shard is owed one outstanding call per owed call, however many rounds pass. A first
+    send :meth:`watch`-ed (a lease's acknowledgement) is handed over, still in flight,
+    once its bound passes, so it is owed, counted and flushed at the close as the rest.
     """
 
     def __init__(self, transport: Transport, max_calls: int = MAX_OUTBOX) -> None:
@@ -514,6 +535,11 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._round: threading.Event | None = None  # set when the round in flight may end
+        # each held call's send still unanswered (keyed by the call's fate future): a round
+        # awaits it again instead of sending the call once more (a hung shard's pile-up)
+        self._pending: dict[Future[bool], Future[bytes]] = {}
+        # first sends not yet answered, each with the time it is handed to the outbox
+        self._watched: deque[tuple[float, Callable[[], None]]] = deque()
 
     def __len__(self) -> int:
         """How many calls wait to be answered (being sent included)."""
@@ -548,11 +574,17 @@ class Outbox:
             owed,
         )
 
-    def post(self, call: One, done: Future[bool] | None = None) -> Future[bool]:
+    def post(
+        self,
+        call: One,
+        done: Future[bool] | None = None,
+        pending: Future[bytes] | None = None,
+    ) -> Future[bool]:
         """Send ``call`` again until its shard answers it for good (dropped once closed).
 
-        Returns ``done`` (a new future if None): set to True once the call is answered
-        for good, False if it is dropped.
+        ``pending`` is a send of ``call`` still unanswered: the outbox awaits it before it
+        sends the call again. Returns ``done`` (a new future if None): set to True once the
+        call is answered for good, False if it is dropped.
         """
         done = Future() if done is None else done
         with self._cond:
@@ -566,13 +598,37 @@ class Outbox:
                 _settle(done, False)
                 return done
             self._due.append((call, done))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="retinue-cluster-outbox", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
+            if pending is not None:
+                self._pending[done] = pending
+            self._start()
         return done
+
+    def watch(self, hand_over: Callable[[], None], bound_s: float) -> None:
+        """Call ``hand_over`` (which posts a send still unanswered, or does nothing) once
+        ``bound_s`` has passed, or at the close, whichever comes first."""
+        with self._cond:
+            if self._closed:
+                hand_over()
+                return
+            self._watched.append((time.monotonic() + bound_s, hand_over))
+            self._start()
+
+    def _start(self) -> None:
+        """Start the sending thread if it is not running; wake it (under the lock)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="retinue-cluster-outbox", daemon=True
+            )
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _expire(self, everything: bool = False) -> float | None:
+        """Hand over the watched sends past their bound (all of them if ``everything``);
+        return the seconds until the next bound, None if none is watched (under the lock)."""
+        now = time.monotonic()
+        while self._watched and (everything or self._watched[0][0] <= now):
+            self._watched.popleft()[1]()
+        return self._watched[0][0] - now if self._watched else None
 
     def close(self, flush_s: float) -> None:
         """Try for up to ``flush_s`` to deliver what is held, then stop; idempotent.
@@ -583,6 +639,7 @@ class Outbox:
         """
         deadline = time.monotonic() + flush_s
         with self._cond:
+            self._expire(everything=True)  # sends in flight are owed too: flush them
             while (self._due or self._sending) and not self._closed:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -606,6 +663,7 @@ class Outbox:
         self.dropped += len(calls)
         owed: dict[int, int] = {}
         for call, done in calls:
+            self._pending.pop(done, None)
             owed[call.shard] = owed.get(call.shard, 0) + 1
             _settle(done, False)
         log.warning(
@@ -619,8 +677,11 @@ class Outbox:
         attempt = 0
         while True:
             with self._cond:
-                while not self._due and not self._closed:
-                    self._cond.wait()
+                while True:
+                    next_s = self._expire()
+                    if self._due or self._closed:
+                        break
+                    self._cond.wait(next_s)
                 if self._closed:
                     return
                 batch = list(self._due)
@@ -670,7 +731,12 @@ class Outbox:
         is gone for good) and return the others. Stops waiting once the outbox closes."""
         transport = self.transport
         futures: list[Any] = []
-        for call, _ in batch:
+        for call, done in batch:
+            with self._cond:
+                pending = self._pending.pop(done, None)
+            if pending is not None:  # a send still in flight (or answered since): await it
+                futures.append(pending)  # rather than send the call once more
+                continue
             try:
                 futures.append(transport._submit(call).future())
             except Exception as exc:  # any failure: send it again later
@@ -698,6 +764,9 @@ class Outbox:
                 _settle(done, False)
             else:
                 failed.append((call, done))
+                if isinstance(future, Future) and not future.done():
+                    with self._cond:
+                        self._pending[done] = future  # the next round awaits it again
         with self._cond:
             self.delivered += delivered
         return failed

@@ -453,3 +453,31 @@ def test_a_cancel_whose_release_fails_ends_once_the_outbox_delivered_it(
     assert shard.calls.count("release") == 3
     again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
     assert (again.generation, again.output) == (1, "done:e")
+
+
+def test_an_ack_sent_to_a_hung_shard_is_owed_past_its_bound_and_counted_at_the_close(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The wait's ack reaches a shard that never answers it (no failure either): past
+    # call_timeout_s the face counts it as owed, and a close that cannot deliver it says so.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.hang["ack"] = 1
+    transport = Transport(_ray([]), [None, shard], None, retry_s=5, call_timeout_s=0.2)
+    transports.append(transport)
+    agent = _started(core, shard_loop, "k")
+    (gates / "k").touch()
+    router = Router(2, Limits(), retry_s=5, call_timeout_s=0.2)
+    assert asyncio.run(transport.run_async(router.wait(agent, 30.0))).output == "done:k"
+    wait_until(lambda: transport.outbox.owed() == {1: 1}, what="the hung ack owed")
+    assert shard.calls.count("ack") == 1  # awaited, not sent again while it hangs
+    transport.close(0.3)
+    assert core.rt.leases() != {}  # never delivered ...
+    assert (transport.outbox.dropped, transport.outbox.delivered) == (1, 0)  # ... and counted
