@@ -424,35 +424,11 @@ class Transport:
             ref = self._submit(call)
         except self._failures:
             return self.outbox.post(call, done), None
-        future = ref.future()
-        lock = threading.Lock()
-        handed = False
-
-        def hand_over() -> None:
-            nonlocal handed
-            with lock:
-                if handed or future.done():
-                    return
-                handed = True
-            self.outbox.post(call, done, pending=future)
-
-        def settled(answer: Any) -> None:
-            with lock:
-                if handed:
-                    return  # the outbox holds the call: its round reads this answer
-            if (
-                answer.cancelled()
-                or answer.exception() is not None
-                or not final_reply(answer.result())
-            ):
-                self.outbox.post(call, done)
-            else:
-                _settle(done, True)
-
-        future.add_done_callback(settled)
+        sent = _FirstSend(self.outbox, call, done, ref.future())
+        sent.future.add_done_callback(sent.settled)
         if bounded:
-            self.outbox.watch(hand_over, self.call_timeout_s)
-        return done, future
+            self.outbox.watch(sent, self.call_timeout_s)
+        return done, sent.future
 
     def _settled(self, call: One) -> None:
         """Send ``call`` and wait up to ``call_timeout_s`` for it to be answered for good
@@ -500,6 +476,46 @@ def _settle(done: Future[bool], delivered: bool) -> None:
         done.set_result(delivered)
 
 
+class _FirstSend:
+    """A call's first send, made by :meth:`Transport._mail`: handed to the outbox if it is
+    not answered for good, or (:meth:`hand_over`) once its bound passed unanswered."""
+
+    def __init__(self, outbox: Outbox, call: One, done: Future[bool], future: Future[bytes]):
+        self.outbox = outbox
+        self.call = call
+        self.done = done
+        self.future = future
+        self._lock = threading.Lock()
+        self._handed = False  # the outbox holds the call (with this send pending)
+        self._claimed = False  # the answer came: :meth:`settled` decides its fate
+        self._resolved = False  # ... and has decided it
+
+    @property
+    def owing(self) -> bool:
+        """True while the call is neither answered for good nor held by the outbox."""
+        return not (self._handed or self._resolved)
+
+    def hand_over(self) -> None:
+        """Post the call to the outbox, its send still pending, unless its answer came."""
+        with self._lock:
+            if self._handed or self._claimed:
+                return
+            self._handed = True
+        self.outbox.post(self.call, self.done, pending=self.future)
+
+    def settled(self, answer: Future[bytes]) -> None:
+        """The send's answer came: done, or to the outbox (unless it holds the call)."""
+        with self._lock:
+            if self._handed:
+                return  # the outbox holds the call: its round reads this answer
+            self._claimed = True
+        if answer.cancelled() or answer.exception() is not None or not final_reply(answer.result()):
+            self.outbox.post(self.call, self.done)
+        else:
+            _settle(self.done, True)
+        self._resolved = True
+
+
 class Outbox:
     """Calls that must reach their shard although nobody awaits them (a lease's
     acknowledgement or release): sent again in the background, oldest first, with a
@@ -539,7 +555,8 @@ class Outbox:
         # awaits it again instead of sending the call once more (a hung shard's pile-up)
         self._pending: dict[Future[bool], Future[bytes]] = {}
         # first sends not yet answered, each with the time it is handed to the outbox
-        self._watched: deque[tuple[float, Callable[[], None]]] = deque()
+        self._watched: deque[tuple[float, _FirstSend]] = deque()
+        self._reserved = 0  # waits in flight, each holding a slot for what it may come to owe
 
     def __len__(self) -> int:
         """How many calls wait to be answered (being sent included)."""
@@ -552,24 +569,52 @@ class Outbox:
             counts: dict[int, int] = {}
             for call, _ in (*self._due, *self._sending):
                 counts[call.shard] = counts.get(call.shard, 0) + 1
+            for _, sent in self._watched:
+                if sent.owing:  # a first send unanswered: owed until it is
+                    counts[sent.call.shard] = counts.get(sent.call.shard, 0) + 1
             return counts
 
     def check(self) -> None:
-        """Raise :class:`OutboxFull` if the outbox holds ``max_calls`` calls or more.
+        """Raise :class:`OutboxFull` if the face owes ``max_calls`` calls or more, counting
+        a slot for each wait in flight (:meth:`reserve`).
 
         Raises:
             OutboxFull: the bound is reached; the error says what each shard is owed.
         """
-        if len(self) < self.max_calls:
-            return
+        with self._cond:
+            self._refuse_if_full()
+
+    def reserve(self) -> None:
+        """Hold a slot for a leased wait starting now (what it may come to owe); give it
+        back with :meth:`unreserve` once the wait ended (its acknowledgement sent: counted
+        from then on as owed until answered).
+
+        Raises:
+            OutboxFull: calls owed plus waits in flight reach ``max_calls``.
+        """
+        with self._cond:
+            self._refuse_if_full()
+            self._reserved += 1
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` held."""
+        with self._cond:
+            self._reserved -= 1
+            self._cond.notify_all()
+
+    def _refuse_if_full(self) -> None:
+        """Raise :class:`OutboxFull` if owed calls plus reserved slots reach the bound
+        (under the lock)."""
         owed = self.owed()
-        if sum(owed.values()) < self.max_calls:
+        total = sum(owed.values())
+        if total + self._reserved < self.max_calls:
             return
-        shards = ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items()))
+        shards = ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items())) or "none"
         raise OutboxFull(
-            f"the face owes {sum(owed.values())} lease acknowledgements and releases to shards "
-            f"that did not answer them ({shards}); max_owed_calls is {self.max_calls}: no new "
-            "wait starts until they are delivered (check those shards; wait again later)",
+            f"the face owes {total} lease acknowledgements and releases to shards "
+            f"that did not answer them ({shards}) and {self._reserved} waits in flight may "
+            f"owe one each; max_owed_calls is {self.max_calls}: no new wait starts until "
+            "they are delivered or those waits end (check those shards; wait again later)",
             self.max_calls,
             owed,
         )
@@ -603,14 +648,15 @@ class Outbox:
             self._start()
         return done
 
-    def watch(self, hand_over: Callable[[], None], bound_s: float) -> None:
-        """Call ``hand_over`` (which posts a send still unanswered, or does nothing) once
-        ``bound_s`` has passed, or at the close, whichever comes first."""
+    def watch(self, sent: _FirstSend, bound_s: float) -> None:
+        """Hand ``sent`` over (post it, its send pending, unless it was answered) once
+        ``bound_s`` has passed, or at the close, whichever comes first; until then it counts
+        as owed while unanswered."""
         with self._cond:
             if self._closed:
-                hand_over()
+                sent.hand_over()
                 return
-            self._watched.append((time.monotonic() + bound_s, hand_over))
+            self._watched.append((time.monotonic() + bound_s, sent))
             self._start()
 
     def _start(self) -> None:
@@ -627,7 +673,7 @@ class Outbox:
         return the seconds until the next bound, None if none is watched (under the lock)."""
         now = time.monotonic()
         while self._watched and (everything or self._watched[0][0] <= now):
-            self._watched.popleft()[1]()
+            self._watched.popleft()[1].hand_over()
         return self._watched[0][0] - now if self._watched else None
 
     def close(self, flush_s: float) -> None:

@@ -26,8 +26,9 @@ from support import wait_until
 from retinue import AgentInfo, Completion, Limits, NothingToWaitFor
 from retinue.actors.commands import HOST, Spawn
 from retinue.cluster import wire as w
+from retinue.cluster._face import Cluster
 from retinue.cluster._router import Router
-from retinue.cluster._transport import Transport
+from retinue.cluster._transport import OutboxFull, Transport
 from retinue.cluster.shard import ShardCore
 from retinue.errors import RuntimeClosed, ShardUnavailable
 
@@ -481,3 +482,46 @@ def test_an_ack_sent_to_a_hung_shard_is_owed_past_its_bound_and_counted_at_the_c
     transport.close(0.3)
     assert core.rt.leases() != {}  # never delivered ...
     assert (transport.outbox.dropped, transport.outbox.delivered) == (1, 0)  # ... and counted
+
+
+def test_concurrent_waits_owe_no_more_than_max_owed_calls(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Eight waits start at once while the shard's acks fail: each wait holds a slot of
+    # max_owed_calls (2) from its start, so the ones past the bound are refused and the face
+    # never owes more than 2 calls; none owed is dropped (all delivered once acks take).
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.lose["ack"] = 10_000
+    transport = Transport(_ray([]), [None, shard], None, retry_s=30, call_timeout_s=5)
+    transports.append(transport)
+    transport.outbox.max_calls = 2  # Cluster.open(max_owed_calls=2)
+    face = Cluster.__new__(Cluster)
+    face._lock, face._closed = threading.Lock(), False
+    face._transport = transport
+    face._router = Router(2, Limits(), retry_s=30, call_timeout_s=5)
+    agents = [_started(core, shard_loop, f"a{i}") for i in range(8)]
+    for i in range(8):
+        (gates / f"a{i}").touch()
+
+    async def waits() -> list[Any]:
+        return await asyncio.gather(
+            *(face.wait_async(a, 30.0) for a in agents), return_exceptions=True
+        )
+
+    got = asyncio.run(waits())
+    assert [type(r) for r in got].count(Completion) == 2
+    assert all(isinstance(r, (Completion, OutboxFull)) for r in got)
+    assert len(transport.outbox) == 2
+    with pytest.raises(OutboxFull):
+        face.wait(agents[0], 1.0)
+    shard.lose["ack"] = 0
+    wait_until(lambda: transport.outbox.delivered == 2, what="the owed acks delivered")
+    assert transport.outbox.dropped == 0
