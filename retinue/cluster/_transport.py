@@ -29,6 +29,7 @@ its answer is dropped on the way back, as Ray reports a call that ran.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_OUTBOX",
     "Dir",
     "Faults",
+    "Flush",
     "Many",
     "One",
     "Op",
@@ -143,7 +145,16 @@ class Tell:
     settle: bool = False
 
 
-Step = One | Many | Race | Dir | Pause | Tell
+@dataclass(frozen=True)
+class Flush:
+    """Send now the releases the outbox owes ``shard`` and wait up to ``call_timeout_s``
+    for them to be answered for good (a wait does so before its own call, so a release a
+    wait that gave up or was cancelled left owed lands before it). The result is None."""
+
+    shard: int
+
+
+Step = One | Many | Race | Dir | Pause | Tell | Flush
 Op = Generator[Step, Any, T]
 
 
@@ -257,6 +268,11 @@ class Transport:
             case Tell() if step.settle:
                 for call in step.calls:
                     self._settled(call)
+                return None
+            case Flush():
+                owed = self.outbox.flush(step.shard)
+                if owed:
+                    concurrent.futures.wait(owed, timeout=self.call_timeout_s)
                 return None
             case Tell():
                 for call in step.calls:
@@ -376,6 +392,13 @@ class Transport:
                 for call in step.calls:
                     await self._cancelled(call)
                 return None
+            case Flush():
+                owed = self.outbox.flush(step.shard)
+                if owed:
+                    await asyncio.wait(
+                        [asyncio.wrap_future(f) for f in owed], timeout=self.call_timeout_s
+                    )
+                return None
             case Tell():
                 self._tell(step)
                 return None
@@ -396,7 +419,7 @@ class Transport:
                 with contextlib.suppress(Exception):
                     self.ray.cancel(ref)
                 if call.on_cancel is not None:
-                    await self._cancelled(One(call.shard, call.on_cancel))
+                    await self._cancelled(One(call.shard, call.on_cancel, "release"))
                 raise
             except (*self._failures, _Lost, TimeoutError) as exc:
                 if not call.retry or self._gone(exc) or time.monotonic() - started > self.retry_s:
@@ -647,6 +670,19 @@ class Outbox:
                 self._pending[done] = pending
             self._start()
         return done
+
+    def flush(self, shard: int) -> list[Future[bool]]:
+        """Send the releases owed to ``shard`` now (cutting the back-off short); return
+        their futures (set once each is answered for good, or dropped)."""
+        with self._cond:
+            owed = [
+                done
+                for call, done in (*self._due, *self._sending)
+                if call.shard == shard and call.tag == "release"
+            ]
+            if owed:
+                self._cond.notify_all()  # a sleeping back-off ends: the next round goes now
+            return owed
 
     def watch(self, sent: _FirstSend, bound_s: float) -> None:
         """Hand ``sent`` over (post it, its send pending, unless it was answered) once

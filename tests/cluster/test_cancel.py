@@ -525,3 +525,39 @@ def test_concurrent_waits_owe_no_more_than_max_owed_calls(
     shard.lose["ack"] = 0
     wait_until(lambda: transport.outbox.delivered == 2, what="the owed acks delivered")
     assert transport.outbox.dropped == 0
+
+
+def test_a_wait_after_a_give_up_first_delivers_the_release_the_shard_is_owed(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait gives up (its answers lost, the shard cannot take the release yet): the release
+    # sits in the outbox's back-off. The retry the error invites, made as soon as the shard
+    # is back, sends that release before its own call, so it gets the completion.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
+    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (30.0,))  # a long back-off
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    transport = Transport(_ray([]), [None, shard], None, retry_s=0.2, call_timeout_s=0.3)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=0.2, call_timeout_s=0.3)
+    agent = _started(core, shard_loop, "g")
+    (gates / "g").touch()
+    transport.faults.drop["wait"] = 1000  # the wait's answers are lost
+    shard.lose["release"] = 1000  # and the shard cannot take the release yet
+    with pytest.raises(ShardUnavailable):
+        asyncio.run(transport.run_async(router.wait(agent, 30.0)))
+    wait_until(lambda: transport.outbox.owed() == {1: 1}, what="the release owed")
+    assert len(core.rt.leases()) == 1
+    transport.faults.drop["wait"] = 0
+    shard.lose["release"] = 0  # the shard is back
+    got = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
+    assert got.output == "done:g"
+    wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
+    assert transport.outbox.dropped == 0
