@@ -512,6 +512,7 @@ class _FirstSend:
         self._handed = False  # the outbox holds the call (with this send pending)
         self._claimed = False  # the answer came: :meth:`settled` decides its fate
         self._resolved = False  # ... and has decided it
+        self.counted = False  # counted in the outbox's owed first sends (under its lock)
 
     @property
     def owing(self) -> bool:
@@ -525,6 +526,7 @@ class _FirstSend:
                 return
             self._handed = True
         self.outbox.post(self.call, self.done, pending=self.future)
+        self.outbox._uncount(self)
 
     def settled(self, answer: Future[bytes]) -> None:
         """The send's answer came: done, or to the outbox (unless it holds the call)."""
@@ -537,6 +539,7 @@ class _FirstSend:
         else:
             _settle(self.done, True)
         self._resolved = True
+        self.outbox._uncount(self)
 
 
 class Outbox:
@@ -579,6 +582,7 @@ class Outbox:
         self._pending: dict[Future[bool], Future[bytes]] = {}
         # first sends not yet answered, each with the time it is handed to the outbox
         self._watched: deque[tuple[float, _FirstSend]] = deque()
+        self._first: dict[int, int] = {}  # watched first sends still owing, by shard
         self._reserved = 0  # waits in flight, each holding a slot for what it may come to owe
 
     def __len__(self) -> int:
@@ -592,9 +596,8 @@ class Outbox:
             counts: dict[int, int] = {}
             for call, _ in (*self._due, *self._sending):
                 counts[call.shard] = counts.get(call.shard, 0) + 1
-            for _, sent in self._watched:
-                if sent.owing:  # a first send unanswered: owed until it is
-                    counts[sent.call.shard] = counts.get(sent.call.shard, 0) + 1
+            for shard, n in self._first.items():  # first sends unanswered: owed until they are
+                counts[shard] = counts.get(shard, 0) + n
             return counts
 
     def check(self) -> None:
@@ -692,8 +695,23 @@ class Outbox:
             if self._closed:
                 sent.hand_over()
                 return
+            if sent.owing:
+                sent.counted = True
+                self._first[sent.call.shard] = self._first.get(sent.call.shard, 0) + 1
             self._watched.append((time.monotonic() + bound_s, sent))
             self._start()
+
+    def _uncount(self, sent: _FirstSend) -> None:
+        """``sent`` owes no more (answered, or held by the outbox): stop counting it."""
+        with self._cond:
+            if not sent.counted:
+                return
+            sent.counted = False
+            left = self._first[sent.call.shard] - 1
+            if left:
+                self._first[sent.call.shard] = left
+            else:
+                del self._first[sent.call.shard]
 
     def _start(self) -> None:
         """Start the sending thread if it is not running; wake it (under the lock)."""
@@ -763,7 +781,8 @@ class Outbox:
                     next_s = self._expire()
                     if self._due or self._closed:
                         break
-                    self._cond.wait(next_s)
+                    # bounds are handed over in batches, up to 20 ms late: not a wake-up each
+                    self._cond.wait(None if next_s is None else max(next_s, 0.02))
                 if self._closed:
                     return
                 batch = list(self._due)
