@@ -583,6 +583,7 @@ class Outbox:
         # first sends not yet answered, each with the time it is handed to the outbox
         self._watched: deque[tuple[float, _FirstSend]] = deque()
         self._first: dict[int, int] = {}  # watched first sends still owing, by shard
+        self._hurry = False  # a flush asked for the next round now
         self._reserved = 0  # waits in flight, each holding a slot for what it may come to owe
 
     def __len__(self) -> int:
@@ -684,7 +685,8 @@ class Outbox:
                 if call.shard == shard and call.tag == "release"
             ]
             if owed:
-                self._cond.notify_all()  # a sleeping back-off ends: the next round goes now
+                self._hurry = True  # a sleeping back-off ends: the next round goes now
+                self._cond.notify_all()
             return owed
 
     def watch(self, sent: _FirstSend, bound_s: float) -> None:
@@ -740,6 +742,8 @@ class Outbox:
         deadline = time.monotonic() + flush_s
         with self._cond:
             self._expire(everything=True)  # sends in flight are owed too: flush them
+            self._hurry = True  # the flush tries now, not after a back-off
+            self._cond.notify_all()
             while (self._due or self._sending) and not self._closed:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -798,10 +802,21 @@ class Outbox:
                 self._due.extendleft(reversed(failed))
                 self._cond.notify_all()
                 if failed:
-                    self._cond.wait(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                    self._back_off(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                     attempt += 1
                 else:
                     attempt = 0
+
+    def _back_off(self, seconds: float) -> None:
+        """Sleep ``seconds`` (under the lock) unless the outbox closes or a :meth:`flush`
+        asks for the next round now; new posts and waits ending do not cut it short."""
+        until = time.monotonic() + seconds
+        while not self._closed and not self._hurry:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        self._hurry = False
 
     def _await_round(self, futures: list[Future[bytes]]) -> None:
         """Wait until every one of ``futures`` is done, ``call_timeout_s`` has passed (one
