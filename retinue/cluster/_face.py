@@ -213,9 +213,13 @@ class Cluster:
             OutboxFull: ``leased`` (a wait) while the face owes ``max_owed_calls``.
         """
         transport, router = self._ops()
-        if leased:
-            transport.outbox.check()
-        return transport.run(operation(router))
+        if not leased:
+            return transport.run(operation(router))
+        transport.outbox.reserve()
+        try:
+            return transport.run(operation(router))
+        finally:
+            transport.outbox.unreserve()
 
     async def _run_async(self, operation: Callable[[Router], Op[T]], *, leased: bool = False) -> T:
         """Run the router's operation that ``operation`` picks, on the running event loop.
@@ -224,9 +228,13 @@ class Cluster:
             OutboxFull: ``leased`` (a wait) while the face owes ``max_owed_calls``.
         """
         transport, router = self._ops()
-        if leased:
-            transport.outbox.check()
-        return await transport.run_async(operation(router))
+        if not leased:
+            return await transport.run_async(operation(router))
+        transport.outbox.reserve()
+        try:
+            return await transport.run_async(operation(router))
+        finally:
+            transport.outbox.unreserve()
 
     # -- host API ------------------------------------------------------------------------
 

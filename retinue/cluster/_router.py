@@ -69,7 +69,17 @@ from retinue.actors.commands import (
     answer_type,
 )
 from retinue.cluster import wire as w
-from retinue.cluster._transport import BACKOFF_S, Dir, Many, One, Op, Pause, Race, Tell
+from retinue.cluster._transport import (
+    BACKOFF_S,
+    Dir,
+    Flush,
+    Many,
+    One,
+    Op,
+    Pause,
+    Race,
+    Tell,
+)
 from retinue.cluster.ids import split_id
 from retinue.errors import (
     ArgumentTypeError,
@@ -306,6 +316,9 @@ class Router:
         seconds = resolve_timeout(timeout, self.limits)
         shard, local = yield from self.route(ref)
         deadline = time.monotonic() + seconds
+        # A release owed to the shard (a wait that gave up, a cancel whose release missed
+        # call_timeout_s) goes first: else this wait could find its completion still leased.
+        yield Flush(shard)
         failing_since: float | None = None
         attempt = 0
         lease = new_id()

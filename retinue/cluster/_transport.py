@@ -29,6 +29,7 @@ its answer is dropped on the way back, as Ray reports a call that ran.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_OUTBOX",
     "Dir",
     "Faults",
+    "Flush",
     "Many",
     "One",
     "Op",
@@ -143,7 +145,16 @@ class Tell:
     settle: bool = False
 
 
-Step = One | Many | Race | Dir | Pause | Tell
+@dataclass(frozen=True)
+class Flush:
+    """Send now the releases the outbox owes ``shard`` and wait up to ``call_timeout_s``
+    for them to be answered for good (a wait does so before its own call, so a release a
+    wait that gave up or was cancelled left owed lands before it). The result is None."""
+
+    shard: int
+
+
+Step = One | Many | Race | Dir | Pause | Tell | Flush
 Op = Generator[Step, Any, T]
 
 
@@ -257,6 +268,11 @@ class Transport:
             case Tell() if step.settle:
                 for call in step.calls:
                     self._settled(call)
+                return None
+            case Flush():
+                owed = self.outbox.flush(step.shard)
+                if owed:
+                    concurrent.futures.wait(owed, timeout=self.call_timeout_s)
                 return None
             case Tell():
                 for call in step.calls:
@@ -376,6 +392,13 @@ class Transport:
                 for call in step.calls:
                     await self._cancelled(call)
                 return None
+            case Flush():
+                owed = self.outbox.flush(step.shard)
+                if owed:
+                    await asyncio.wait(
+                        [asyncio.wrap_future(f) for f in owed], timeout=self.call_timeout_s
+                    )
+                return None
             case Tell():
                 self._tell(step)
                 return None
@@ -396,7 +419,7 @@ class Transport:
                 with contextlib.suppress(Exception):
                     self.ray.cancel(ref)
                 if call.on_cancel is not None:
-                    await self._cancelled(One(call.shard, call.on_cancel))
+                    await self._cancelled(One(call.shard, call.on_cancel, "release"))
                 raise
             except (*self._failures, _Lost, TimeoutError) as exc:
                 if not call.retry or self._gone(exc) or time.monotonic() - started > self.retry_s:
@@ -408,34 +431,27 @@ class Transport:
         """Send ``step``'s calls now; each not answered for good, when that is known, goes
         to the outbox."""
         for call in step.calls:
-            self._mail(call)
+            self._mail(call, bounded=True)
 
-    def _mail(self, call: One) -> tuple[Future[bool], Any]:
+    def _mail(self, call: One, *, bounded: bool = False) -> tuple[Future[bool], Any]:
         """Send ``call`` once; hand it to the outbox if it is not answered for good.
 
         Return a future set to True once it is answered for good, by this send or the
         outbox's (False: the outbox dropped it), and this send's answer future (None: the
-        send failed); cancelling that one hands the call to the outbox.
+        send failed); cancelling that one hands the call to the outbox. ``bounded``: a send
+        not answered within ``call_timeout_s`` is handed to the outbox then, still in
+        flight (so the outbox counts it as owed, awaits it, and its close flushes it).
         """
         done: Future[bool] = Future()
         try:
             ref = self._submit(call)
         except self._failures:
             return self.outbox.post(call, done), None
-        future = ref.future()
-
-        def settled(answer: Any) -> None:
-            if (
-                answer.cancelled()
-                or answer.exception() is not None
-                or not final_reply(answer.result())
-            ):
-                self.outbox.post(call, done)
-            else:
-                _settle(done, True)
-
-        future.add_done_callback(settled)
-        return done, future
+        sent = _FirstSend(self.outbox, call, done, ref.future())
+        sent.future.add_done_callback(sent.settled)
+        if bounded:
+            self.outbox.watch(sent, self.call_timeout_s)
+        return done, sent.future
 
     def _settled(self, call: One) -> None:
         """Send ``call`` and wait up to ``call_timeout_s`` for it to be answered for good
@@ -483,6 +499,49 @@ def _settle(done: Future[bool], delivered: bool) -> None:
         done.set_result(delivered)
 
 
+class _FirstSend:
+    """A call's first send, made by :meth:`Transport._mail`: handed to the outbox if it is
+    not answered for good, or (:meth:`hand_over`) once its bound passed unanswered."""
+
+    def __init__(self, outbox: Outbox, call: One, done: Future[bool], future: Future[bytes]):
+        self.outbox = outbox
+        self.call = call
+        self.done = done
+        self.future = future
+        self._lock = threading.Lock()
+        self._handed = False  # the outbox holds the call (with this send pending)
+        self._claimed = False  # the answer came: :meth:`settled` decides its fate
+        self._resolved = False  # ... and has decided it
+        self.counted = False  # counted in the outbox's owed first sends (under its lock)
+
+    @property
+    def owing(self) -> bool:
+        """True while the call is neither answered for good nor held by the outbox."""
+        return not (self._handed or self._resolved)
+
+    def hand_over(self) -> None:
+        """Post the call to the outbox, its send still pending, unless its answer came."""
+        with self._lock:
+            if self._handed or self._claimed:
+                return
+            self._handed = True
+        self.outbox.post(self.call, self.done, pending=self.future)
+        self.outbox._uncount(self)
+
+    def settled(self, answer: Future[bytes]) -> None:
+        """The send's answer came: done, or to the outbox (unless it holds the call)."""
+        with self._lock:
+            if self._handed:
+                return  # the outbox holds the call: its round reads this answer
+            self._claimed = True
+        if answer.cancelled() or answer.exception() is not None or not final_reply(answer.result()):
+            self.outbox.post(self.call, self.done)
+        else:
+            _settle(self.done, True)
+        self._resolved = True
+        self.outbox._uncount(self)
+
+
 class Outbox:
     """Calls that must reach their shard although nobody awaits them (a lease's
     acknowledgement or release): sent again in the background, oldest first, with a
@@ -498,7 +557,11 @@ class Outbox:
 
     A round sends every held call, then waits for the answers under one bound of
     ``call_timeout_s``: a hung shard delays the other shards' calls of the next round
-    by up to that bound (head-of-line blocking), never beyond it.
+    by up to that bound (head-of-line blocking), never beyond it. A call whose send is
+    still unanswered is not sent again: the next round awaits that same send, so a hung
+    shard is owed one outstanding call per owed call, however many rounds pass. A first
+    send :meth:`watch`-ed (a lease's acknowledgement) is handed over, still in flight,
+    once its bound passes, so it is owed, counted and flushed at the close as the rest.
     """
 
     def __init__(self, transport: Transport, max_calls: int = MAX_OUTBOX) -> None:
@@ -514,6 +577,14 @@ class Outbox:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._round: threading.Event | None = None  # set when the round in flight may end
+        # each held call's send still unanswered (keyed by the call's fate future): a round
+        # awaits it again instead of sending the call once more (a hung shard's pile-up)
+        self._pending: dict[Future[bool], Future[bytes]] = {}
+        # first sends not yet answered, each with the time it is handed to the outbox
+        self._watched: deque[tuple[float, _FirstSend]] = deque()
+        self._first: dict[int, int] = {}  # watched first sends still owing, by shard
+        self._hurry = False  # a flush asked for the next round now
+        self._reserved = 0  # waits in flight, each holding a slot for what it may come to owe
 
     def __len__(self) -> int:
         """How many calls wait to be answered (being sent included)."""
@@ -526,33 +597,66 @@ class Outbox:
             counts: dict[int, int] = {}
             for call, _ in (*self._due, *self._sending):
                 counts[call.shard] = counts.get(call.shard, 0) + 1
+            for shard, n in self._first.items():  # first sends unanswered: owed until they are
+                counts[shard] = counts.get(shard, 0) + n
             return counts
 
     def check(self) -> None:
-        """Raise :class:`OutboxFull` if the outbox holds ``max_calls`` calls or more.
+        """Raise :class:`OutboxFull` if the face owes ``max_calls`` calls or more, counting
+        a slot for each wait in flight (:meth:`reserve`).
 
         Raises:
             OutboxFull: the bound is reached; the error says what each shard is owed.
         """
-        if len(self) < self.max_calls:
-            return
+        with self._cond:
+            self._refuse_if_full()
+
+    def reserve(self) -> None:
+        """Hold a slot for a leased wait starting now (what it may come to owe); give it
+        back with :meth:`unreserve` once the wait ended (its acknowledgement sent: counted
+        from then on as owed until answered).
+
+        Raises:
+            OutboxFull: calls owed plus waits in flight reach ``max_calls``.
+        """
+        with self._cond:
+            self._refuse_if_full()
+            self._reserved += 1
+
+    def unreserve(self) -> None:
+        """Give back a slot :meth:`reserve` held."""
+        with self._cond:
+            self._reserved -= 1
+            self._cond.notify_all()
+
+    def _refuse_if_full(self) -> None:
+        """Raise :class:`OutboxFull` if owed calls plus reserved slots reach the bound
+        (under the lock)."""
         owed = self.owed()
-        if sum(owed.values()) < self.max_calls:
+        total = sum(owed.values())
+        if total + self._reserved < self.max_calls:
             return
-        shards = ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items()))
+        shards = ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items())) or "none"
         raise OutboxFull(
-            f"the face owes {sum(owed.values())} lease acknowledgements and releases to shards "
-            f"that did not answer them ({shards}); max_owed_calls is {self.max_calls}: no new "
-            "wait starts until they are delivered (check those shards; wait again later)",
+            f"the face owes {total} lease acknowledgements and releases to shards "
+            f"that did not answer them ({shards}) and {self._reserved} waits in flight may "
+            f"owe one each; max_owed_calls is {self.max_calls}: no new wait starts until "
+            "they are delivered or those waits end (check those shards; wait again later)",
             self.max_calls,
             owed,
         )
 
-    def post(self, call: One, done: Future[bool] | None = None) -> Future[bool]:
+    def post(
+        self,
+        call: One,
+        done: Future[bool] | None = None,
+        pending: Future[bytes] | None = None,
+    ) -> Future[bool]:
         """Send ``call`` again until its shard answers it for good (dropped once closed).
 
-        Returns ``done`` (a new future if None): set to True once the call is answered
-        for good, False if it is dropped.
+        ``pending`` is a send of ``call`` still unanswered: the outbox awaits it before it
+        sends the call again. Returns ``done`` (a new future if None): set to True once the
+        call is answered for good, False if it is dropped.
         """
         done = Future() if done is None else done
         with self._cond:
@@ -566,13 +670,67 @@ class Outbox:
                 _settle(done, False)
                 return done
             self._due.append((call, done))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="retinue-cluster-outbox", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
+            if pending is not None:
+                self._pending[done] = pending
+            self._start()
         return done
+
+    def flush(self, shard: int) -> list[Future[bool]]:
+        """Send the releases owed to ``shard`` now (cutting the back-off short); return
+        their futures (set once each is answered for good, or dropped)."""
+        with self._cond:
+            owed = [
+                done
+                for call, done in (*self._due, *self._sending)
+                if call.shard == shard and call.tag == "release"
+            ]
+            if owed:
+                self._hurry = True  # a sleeping back-off ends: the next round goes now
+                self._cond.notify_all()
+            return owed
+
+    def watch(self, sent: _FirstSend, bound_s: float) -> None:
+        """Hand ``sent`` over (post it, its send pending, unless it was answered) once
+        ``bound_s`` has passed, or at the close, whichever comes first; until then it counts
+        as owed while unanswered."""
+        with self._cond:
+            if self._closed:
+                sent.hand_over()
+                return
+            if sent.owing:
+                sent.counted = True
+                self._first[sent.call.shard] = self._first.get(sent.call.shard, 0) + 1
+            self._watched.append((time.monotonic() + bound_s, sent))
+            self._start()
+
+    def _uncount(self, sent: _FirstSend) -> None:
+        """``sent`` owes no more (answered, or held by the outbox): stop counting it."""
+        with self._cond:
+            if not sent.counted:
+                return
+            sent.counted = False
+            left = self._first[sent.call.shard] - 1
+            if left:
+                self._first[sent.call.shard] = left
+            else:
+                del self._first[sent.call.shard]
+
+    def _start(self) -> None:
+        """Start the sending thread if it is not running; wake it (under the lock)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="retinue-cluster-outbox", daemon=True
+            )
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _expire(self, everything: bool = False) -> float | None:
+        """Hand over the watched sends past their bound (all of them if ``everything``);
+        return the seconds until the next bound, None if none is watched (under the lock)."""
+        now = time.monotonic()
+        while self._watched and (everything or self._watched[0][0] <= now):
+            self._watched.popleft()[1].hand_over()
+        return self._watched[0][0] - now if self._watched else None
 
     def close(self, flush_s: float) -> None:
         """Try for up to ``flush_s`` to deliver what is held, then stop; idempotent.
@@ -583,6 +741,9 @@ class Outbox:
         """
         deadline = time.monotonic() + flush_s
         with self._cond:
+            self._expire(everything=True)  # sends in flight are owed too: flush them
+            self._hurry = True  # the flush tries now, not after a back-off
+            self._cond.notify_all()
             while (self._due or self._sending) and not self._closed:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -606,6 +767,7 @@ class Outbox:
         self.dropped += len(calls)
         owed: dict[int, int] = {}
         for call, done in calls:
+            self._pending.pop(done, None)
             owed[call.shard] = owed.get(call.shard, 0) + 1
             _settle(done, False)
         log.warning(
@@ -619,8 +781,12 @@ class Outbox:
         attempt = 0
         while True:
             with self._cond:
-                while not self._due and not self._closed:
-                    self._cond.wait()
+                while True:
+                    next_s = self._expire()
+                    if self._due or self._closed:
+                        break
+                    # bounds are handed over in batches, up to 20 ms late: not a wake-up each
+                    self._cond.wait(None if next_s is None else max(next_s, 0.02))
                 if self._closed:
                     return
                 batch = list(self._due)
@@ -636,10 +802,21 @@ class Outbox:
                 self._due.extendleft(reversed(failed))
                 self._cond.notify_all()
                 if failed:
-                    self._cond.wait(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                    self._back_off(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                     attempt += 1
                 else:
                     attempt = 0
+
+    def _back_off(self, seconds: float) -> None:
+        """Sleep ``seconds`` (under the lock) unless the outbox closes or a :meth:`flush`
+        asks for the next round now; new posts and waits ending do not cut it short."""
+        until = time.monotonic() + seconds
+        while not self._closed and not self._hurry:
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            self._cond.wait(left)
+        self._hurry = False
 
     def _await_round(self, futures: list[Future[bytes]]) -> None:
         """Wait until every one of ``futures`` is done, ``call_timeout_s`` has passed (one
@@ -670,7 +847,12 @@ class Outbox:
         is gone for good) and return the others. Stops waiting once the outbox closes."""
         transport = self.transport
         futures: list[Any] = []
-        for call, _ in batch:
+        for call, done in batch:
+            with self._cond:
+                pending = self._pending.pop(done, None)
+            if pending is not None:  # a send still in flight (or answered since): await it
+                futures.append(pending)  # rather than send the call once more
+                continue
             try:
                 futures.append(transport._submit(call).future())
             except Exception as exc:  # any failure: send it again later
@@ -698,6 +880,9 @@ class Outbox:
                 _settle(done, False)
             else:
                 failed.append((call, done))
+                if isinstance(future, Future) and not future.done():
+                    with self._cond:
+                        self._pending[done] = future  # the next round awaits it again
         with self._cond:
             self.delivered += delivered
         return failed

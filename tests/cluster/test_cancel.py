@@ -26,8 +26,9 @@ from support import wait_until
 from retinue import AgentInfo, Completion, Limits, NothingToWaitFor
 from retinue.actors.commands import HOST, Spawn
 from retinue.cluster import wire as w
+from retinue.cluster._face import Cluster
 from retinue.cluster._router import Router
-from retinue.cluster._transport import Transport
+from retinue.cluster._transport import OutboxFull, Transport
 from retinue.cluster.shard import ShardCore
 from retinue.errors import RuntimeClosed, ShardUnavailable
 
@@ -453,3 +454,110 @@ def test_a_cancel_whose_release_fails_ends_once_the_outbox_delivered_it(
     assert shard.calls.count("release") == 3
     again = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
     assert (again.generation, again.output) == (1, "done:e")
+
+
+def test_an_ack_sent_to_a_hung_shard_is_owed_past_its_bound_and_counted_at_the_close(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The wait's ack reaches a shard that never answers it (no failure either): past
+    # call_timeout_s the face counts it as owed, and a close that cannot deliver it says so.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.hang["ack"] = 1
+    transport = Transport(_ray([]), [None, shard], None, retry_s=5, call_timeout_s=0.2)
+    transports.append(transport)
+    agent = _started(core, shard_loop, "k")
+    (gates / "k").touch()
+    router = Router(2, Limits(), retry_s=5, call_timeout_s=0.2)
+    assert asyncio.run(transport.run_async(router.wait(agent, 30.0))).output == "done:k"
+    wait_until(lambda: transport.outbox.owed() == {1: 1}, what="the hung ack owed")
+    assert shard.calls.count("ack") == 1  # awaited, not sent again while it hangs
+    transport.close(0.3)
+    assert core.rt.leases() != {}  # never delivered ...
+    assert (transport.outbox.dropped, transport.outbox.delivered) == (1, 0)  # ... and counted
+
+
+def test_concurrent_waits_owe_no_more_than_max_owed_calls(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Eight waits start at once while the shard's acks fail: each wait holds a slot of
+    # max_owed_calls (2) from its start, so the ones past the bound are refused and the face
+    # never owes more than 2 calls; none owed is dropped (all delivered once acks take).
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    shard.lose["ack"] = 10_000
+    transport = Transport(_ray([]), [None, shard], None, retry_s=30, call_timeout_s=5)
+    transports.append(transport)
+    transport.outbox.max_calls = 2  # Cluster.open(max_owed_calls=2)
+    face = Cluster.__new__(Cluster)
+    face._lock, face._closed = threading.Lock(), False
+    face._transport = transport
+    face._router = Router(2, Limits(), retry_s=30, call_timeout_s=5)
+    agents = [_started(core, shard_loop, f"a{i}") for i in range(8)]
+    for i in range(8):
+        (gates / f"a{i}").touch()
+
+    async def waits() -> list[Any]:
+        return await asyncio.gather(
+            *(face.wait_async(a, 30.0) for a in agents), return_exceptions=True
+        )
+
+    got = asyncio.run(waits())
+    assert [type(r) for r in got].count(Completion) == 2
+    assert all(isinstance(r, (Completion, OutboxFull)) for r in got)
+    assert len(transport.outbox) == 2
+    with pytest.raises(OutboxFull):
+        face.wait(agents[0], 1.0)
+    shard.lose["ack"] = 0
+    wait_until(lambda: transport.outbox.delivered == 2, what="the owed acks delivered")
+    assert transport.outbox.dropped == 0
+
+
+def test_a_wait_after_a_give_up_first_delivers_the_release_the_shard_is_owed(
+    open_core: Any,
+    shard_loop: asyncio.AbstractEventLoop,
+    transports: list[Transport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait gives up (its answers lost, the shard cannot take the release yet): the release
+    # sits in the outbox's back-off. The retry the error invites, made as soon as the shard
+    # is back, sends that release before its own call, so it gets the completion.
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
+    monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
+    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (30.0,))  # a long back-off
+    core = open_core(lease_timeout_s=600.0)
+    shard = _Shard(core, shard_loop)
+    transport = Transport(_ray([]), [None, shard], None, retry_s=0.2, call_timeout_s=0.3)
+    transports.append(transport)
+    router = Router(2, Limits(), retry_s=0.2, call_timeout_s=0.3)
+    agent = _started(core, shard_loop, "g")
+    (gates / "g").touch()
+    transport.faults.drop["wait"] = 1000  # the wait's answers are lost
+    shard.lose["release"] = 1000  # and the shard cannot take the release yet
+    with pytest.raises(ShardUnavailable):
+        asyncio.run(transport.run_async(router.wait(agent, 30.0)))
+    wait_until(lambda: transport.outbox.owed() == {1: 1}, what="the release owed")
+    assert len(core.rt.leases()) == 1
+    transport.faults.drop["wait"] = 0
+    shard.lose["release"] = 0  # the shard is back
+    got = asyncio.run(transport.run_async(router.wait(agent, 5.0)))
+    assert got.output == "done:g"
+    wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
+    assert transport.outbox.dropped == 0

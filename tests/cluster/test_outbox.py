@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -137,3 +138,17 @@ def test_a_call_to_a_shard_gone_for_good_is_dropped_and_counted() -> None:
     assert transport.sent == [b"ack"]  # not sent again
     assert (outbox.gone, outbox.delivered, len(outbox)) == (1, 0, 0)
     outbox.close(1.0)
+
+
+def test_a_call_to_a_hung_shard_is_not_sent_again_while_its_send_is_pending() -> None:
+    # Each round awaits the send still in flight rather than sending the call once more:
+    # one owed call to a hung shard stays one outstanding call, whatever the rounds.
+    outbox, transport = _outbox([])
+    transport.call_timeout_s = 0.05
+    transport.hung = True
+    owed = outbox.post(One(0, b"ack"))
+    wait_until(lambda: transport.sent == [b"ack"], what="the first round")
+    time.sleep(0.5)  # several rounds of 0.05 s
+    assert transport.sent == [b"ack"] and len(outbox) == 1
+    outbox.close(0.1)
+    assert (outbox.dropped, owed.result(0)) == (1, False)
