@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from retinue.cluster.wire import final_reply
-from retinue.errors import ClusterError, ShardUnavailable
+from retinue.errors import OutboxFull, ShardUnavailable
 
 log = logging.getLogger("retinue.cluster.transport")
 
@@ -478,19 +478,6 @@ class Transport:
     def close(self, flush_s: float) -> None:
         """Stop the outbox after it tried for up to ``flush_s`` to deliver what it holds."""
         self.outbox.close(flush_s)
-
-
-class OutboxFull(ClusterError):
-    """The face owes ``limit`` (``Cluster.open``'s ``max_owed_calls``) or more lease calls
-    (acknowledgements, releases) to shards that did not answer them: it starts no new
-    leased wait until the outbox delivered some. ``owed`` maps each shard to the calls it
-    is owed. Nothing owed is dropped; wait again once the shards are reachable.
-    """
-
-    def __init__(self, message: str, limit: int, owed: dict[int, int]) -> None:
-        self.limit = limit
-        self.owed = owed
-        super().__init__(message)
 
 
 def _settle(done: Future[bool], delivered: bool) -> None:

@@ -53,7 +53,8 @@ and friends keep working for callers that do not know retinue's names::
     ├── McpServerError                                .server: an MCP server failed to start or died
     ├── InternalError                                 .command, .cause: retinue failed on a command
     ├── ClusterError                                  retinue.cluster: Ray or a shard failed
-    │   └── ShardUnavailable                          .shard: no answer within the retry bound
+    │   ├── ShardUnavailable                          .shard: no answer within the retry bound
+    │   └── OutboxFull                                .limit, .owed: too many lease calls owed
     ├── ControlError                                  a call over the control socket failed
     │   └── NoWriter                                  .path, .stale: no writer serves the socket
     └── StoreError                                    the LMDB store refused
@@ -98,6 +99,7 @@ from retinue.errors._external import (
     ExtraNotInstalled,
     McpServerError,
     ModelCallFailed,
+    OutboxFull,
     ShardUnavailable,
 )
 from retinue.errors._failures import PermanentError
@@ -185,6 +187,7 @@ __all__ = [
     "NoWriter",
     "NotPermitted",
     "NothingToWaitFor",
+    "OutboxFull",
     "PageLimitExceeded",
     "PermanentError",
     "ProviderLimitExceeded",

@@ -73,3 +73,17 @@ class ShardUnavailable(ClusterError):
     def __init__(self, message: str, shard: int | None = None) -> None:
         self.shard = shard
         super().__init__(message)
+
+
+class OutboxFull(ClusterError):
+    """A cluster face owes ``limit`` (``Cluster.open``'s ``max_owed_calls``) or more lease
+    calls (acknowledgements, releases) to shards that did not answer them, counting the
+    leased waits in flight: it starts no new leased wait until the outbox delivered some.
+    ``owed`` maps each shard to the calls it is owed. Nothing owed is dropped; wait again
+    once the shards are reachable.
+    """
+
+    def __init__(self, message: str, limit: int, owed: dict[int, int]) -> None:
+        self.limit = limit
+        self.owed = owed
+        super().__init__(message)
