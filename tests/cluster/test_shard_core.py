@@ -43,6 +43,7 @@ from retinue.cluster import wire as w
 from retinue.cluster._released import Released
 from retinue.cluster.shard import ShardCore
 from retinue.protocol.details import AgentDetail
+from retinue.testing import wait_settled
 
 
 def call(core: ShardCore, message: w.Call, kind: type[Any] = AgentInfo) -> Any:
@@ -208,9 +209,14 @@ def release(lease: str) -> w.Run:
 
 
 def settled(core: ShardCore, name: str) -> str:
-    """Spawn a worker ``name`` (it settles at once); return its shard-local id."""
+    """Spawn a worker ``name`` and wait until its turn settled; return its shard-local id.
+
+    The spawn is answered before its turn starts, so the turn may still run as the
+    answer arrives: the tests' waits of 0 s need it settled.
+    """
     info = call(core, w.run(Spawn(HOST, "worker", "t", name, "/root", f"~{name}"), rid=name))
     local: str = info.id.removeprefix("s1-")
+    wait_settled(core.rt, local)
     return local
 
 
