@@ -191,19 +191,7 @@ class _Batched:
             self._wakeup.clear()  # type: ignore[union-attr]  # set with this reader
         except OSError:  # none pending (a byte taken by an earlier read), or closed
             pass
-        # As _drain, inline: a Python call fewer per wake-up of a host's loop.
-        lock = self._lock
-        lock.acquire()
-        try:
-            calls, self._calls = self._calls, []
-            self._scheduled = False
-        finally:
-            lock.release()
-        for callback, args in calls:
-            try:
-                callback(*args)
-            except Exception:  # one broken callback must not starve the others
-                log.exception("a callback posted to an event loop failed")
+        self._drain()
 
     def _drain(self) -> None:
         lock = self._lock  # acquire/release, not ``with``: two bound methods fewer

@@ -395,19 +395,7 @@ class LoopThread:
             self._wakeup.clear()  # type: ignore[union-attr]  # set with this reader
         except OSError:  # none pending (an earlier read took it)
             pass
-        # As _drain_calls, inline: a Python call fewer per wake-up of the loop.
-        lock = self._calls_lock
-        lock.acquire()
-        try:
-            calls, self._calls = self._calls, []
-            self._drain_scheduled = False
-        finally:
-            lock.release()
-        for callback, args in calls:
-            try:
-                callback(*args)
-            except Exception:  # one broken callback must not starve the others
-                log.exception("a callback on the runtime's event loop failed")
+        self._drain_calls()
 
     def _drain_calls(self) -> None:
         lock = self._calls_lock  # acquire/release, not ``with``: see call_soon
