@@ -121,7 +121,7 @@ from retinue.errors._limits import (
     ToolCallLimitExceeded,
     _rebuild_limit_error,
 )
-from retinue.errors._root import InternalError, RetinueError
+from retinue.errors._root import InternalError, RetinueError, _rebuild_error
 from retinue.errors._store import (
     StoreCorrupted,
     StoreError,
@@ -221,7 +221,13 @@ def _publish() -> None:
     move between the private modules changes nothing a user or a pickle sees.
     """
     namespace = globals()
-    helpers = (_rebuild_limit_error, _rebuild_with_path, _rebuild_cassette_error, _rebuild_miss)
+    helpers = (
+        _rebuild_error,
+        _rebuild_limit_error,
+        _rebuild_with_path,
+        _rebuild_cassette_error,
+        _rebuild_miss,
+    )
     for published in (*(namespace[name] for name in __all__), *helpers):
         published.__module__ = __name__
 

@@ -5,11 +5,33 @@ The tree, and the names users import, are in :mod:`retinue.errors`.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["InternalError", "RetinueError"]
 
 
 class RetinueError(Exception):
     """Root of every error retinue raises."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (and copy) with every attribute, whatever ``__init__`` takes.
+
+        ``Exception`` pickles ``cls(*args)``, which fails or garbles an error whose
+        ``__init__`` takes fields rather than its message (``OutboxFull``,
+        ``TeamFileError``, ``DelegationCycleError``): Ray, process pools and logging
+        queues pickle the errors they carry.
+        """
+        return (_rebuild_error, (type(self), self.args, self.__dict__))
+
+
+def _rebuild_error(cls: type[Any], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """Rebuild a pickled :class:`RetinueError` without calling its ``__init__``."""
+    error = cls.__new__(cls)
+    # the built-in exception's own __init__ (ImportError keeps its message in ``msg``)
+    builtin = next(base for base in cls.__mro__ if base.__module__ == "builtins")
+    builtin.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class InternalError(RetinueError):
