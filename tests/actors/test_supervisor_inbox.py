@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from retinue import Limits, Profile, RuntimeClosed
-from retinue.actors.calls import actor_target
-from retinue.actors.commands import HOST, Agents, Spawn
+from retinue.actors.calls import RuntimeState, actor_target
+from retinue.actors.commands import HOST, Agents, Barrier, Envelope, Spawn
 from retinue.actors.system import System
 from retinue.persistence.options import check_store_options
 from retinue.testing import echo
@@ -119,6 +119,63 @@ def test_the_actor_target_called_as_a_target_delivers_and_refuses_once_stopped(
         actor.stop()
         with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
             target(Agents(HOST), None)
+    finally:
+        system.shutdown()
+
+
+def test_a_command_put_behind_the_stop_message_is_refused_not_left_unanswered(
+    tmp_path: Path,
+) -> None:
+    """A command served while closing (a Barrier here) sent after pykka's stop message was
+    queued, while the supervisor is still inside a command: pykka's teardown drops inbox
+    items with no reply slot, so it was never answered and an ``ask`` of it hung for ever."""
+    system = start(tmp_path / "s")
+    gate, inside = threading.Event(), threading.Event()
+    core = system.core
+    assert core is not None and system.actor is not None
+    real = core.dispatch
+
+    def held(tx: Any, command: Any) -> Any:
+        if isinstance(command, Agents):  # hold the supervisor inside this command
+            inside.set()
+            gate.wait(WATCHDOG_S)
+        return real(tx, command)
+
+    core.dispatch = held  # type: ignore[method-assign]
+    try:
+        busy = system.engine.submit(Agents(HOST))
+        assert inside.wait(WATCHDOG_S)
+        system.engine.channel.close(RuntimeState.CLOSED)  # as a close does first
+        system.actor.stop(block=False)  # pykka's stop message, behind the held command
+        late = system.engine.submit(Barrier())  # served while closing: gets through
+        gate.set()
+        assert busy.result(timeout=WATCHDOG_S) == []
+        with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
+            late.result(timeout=WATCHDOG_S)
+    finally:
+        gate.set()
+        core.dispatch = real  # type: ignore[method-assign]
+        system.shutdown()
+
+
+def test_a_command_put_as_the_supervisor_stopped_is_refused_by_the_disconnect(
+    tmp_path: Path,
+) -> None:
+    """A sender that saw the supervisor running puts its command after the actor's own
+    teardown drained the inbox: the channel's disconnect (the close's, once the actor has
+    stopped) refuses it, and the channel takes nothing after."""
+    system = start(tmp_path / "s")
+    try:
+        actor = system.actor
+        assert actor is not None
+        actor.stop()
+        late: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        actor.actor_inbox.put(Envelope(Barrier(), late))  # as the inline put does
+        system.engine.channel.disconnect()
+        with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
+            late.result(timeout=WATCHDOG_S)
+        with pytest.raises(RuntimeClosed, match="runtime is closed"):
+            system.engine.submit(Barrier())
     finally:
         system.shutdown()
 

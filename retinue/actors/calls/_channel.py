@@ -20,6 +20,7 @@ import pykka
 
 from retinue.actors.calls._reply import Reply
 from retinue.actors.commands import (
+    SUPERVISOR_STOPPED,
     Command,
     Envelope,
     FollowUp,
@@ -59,11 +60,12 @@ class _ActorTarget:
     """A supervisor actor's target (:func:`actor_target`): callable as any target, and
     taken apart by a :class:`Channel` it is connected to, which delivers inline."""
 
-    __slots__ = ("capture", "put", "stopped")
+    __slots__ = ("capture", "inbox", "put", "stopped")
 
     def __init__(
         self, actor: pykka.ActorRef[Any], capture: Callable[[], str | None] | None
     ) -> None:
+        self.inbox = actor.actor_inbox
         self.put = actor.actor_inbox.put
         self.stopped = actor.actor_stopped.is_set
         self.capture = capture
@@ -75,15 +77,12 @@ class _ActorTarget:
         capture = self.capture
         trace = capture() if capture is not None and type(command) in _TRACED else None
         if self.stopped():
-            raise RuntimeClosed(_STOPPED)
+            raise RuntimeClosed(SUPERVISOR_STOPPED)
         # Every command class is a member of the closed union; the
         # supervisor's exhaustive match answers anything else with an error.
         # (No typing.cast: a Python call per command for the type checker only.)
         self.put(Envelope(command, future, trace))  # type: ignore[arg-type]
         return future
-
-
-_STOPPED = "the runtime's supervisor has stopped"
 
 
 def actor_target(
@@ -161,7 +160,7 @@ class Channel:
                 capture = actor.capture
                 trace = capture() if capture is not None and type(command) in _TRACED else None
                 if actor.stopped():
-                    raise RuntimeClosed(_STOPPED)
+                    raise RuntimeClosed(SUPERVISOR_STOPPED)
                 actor.put(Envelope(command, future, trace))  # type: ignore[arg-type]  # see above
                 return future
             target = self._target
@@ -171,6 +170,24 @@ class Channel:
         finally:
             lock.release()
         return future
+
+    def disconnect(self) -> None:
+        """Serve no command from now on: the supervisor has stopped.
+
+        A command put in a supervisor actor's inbox just as it stopped (its
+        sender saw it running) is never served: it is answered
+        ``RuntimeClosed`` here, under the lock every sender holds, so none is
+        left waiting for ever. Call once the actor has stopped.
+        """
+        with self._lock:
+            actor, self._actor, self._target = self._actor, None, None
+            if actor is None:
+                return
+            inbox = actor.inbox
+            while not inbox.empty():
+                envelope = inbox.get()
+                if type(envelope) is Envelope:
+                    envelope.refuse()
 
     def close(self, state: RuntimeState) -> None:
         """Move to ``CLOSING`` or ``CLOSED`` (never back to ``OPEN``)."""

@@ -28,6 +28,7 @@ and a cluster's shards.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from typing import Any, ClassVar
 
 import msgspec
@@ -69,10 +70,12 @@ from retinue.actors.commands._supervision import (
 from retinue.actors.commands._upkeep import Barrier, Compact, Shutdown
 from retinue.actors.commands._waits import GiveBack, GiveUpWait, Idle, RunMany, Wait, WaitKind
 from retinue.actors.commands._wire import REMOTE, answer_type, decode_command, encode_command
+from retinue.errors import RuntimeClosed
 
 __all__ = [
     "HOST",
     "REMOTE",
+    "SUPERVISOR_STOPPED",
     "AckLease",
     "AdmitCall",
     "Agents",
@@ -183,6 +186,10 @@ over them is exhaustive (``assert_never``), so mypy proves each is served.
 """
 
 
+SUPERVISOR_STOPPED = "the runtime's supervisor has stopped"
+"""Why a command sent to a supervisor that stopped is refused (``RuntimeClosed``)."""
+
+
 class Envelope(msgspec.Struct, eq=False):
     """A command in the supervisor's inbox with the future its answer goes to.
 
@@ -201,3 +208,13 @@ class Envelope(msgspec.Struct, eq=False):
     """The sender's current span (W3C ``traceparent``) for a command that starts turns."""
     reply_to: ClassVar[None] = None
     """pykka's reply slot of an inbox item: none (what a ``tell`` puts)."""
+
+    def refuse(self) -> None:
+        """Answer the command with ``RuntimeClosed``: the supervisor stopped before serving it.
+
+        For an envelope left in the inbox of a supervisor that stopped: without
+        an answer its caller would wait for ever. A reply already answered or
+        cancelled is left as it is.
+        """
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            self.reply.set_exception(RuntimeClosed(SUPERVISOR_STOPPED))

@@ -99,6 +99,28 @@ class SupervisorActor(pykka.ThreadingActor):
         """Commit what was served but not committed yet (nothing is left unanswered)."""
         self.core.commit()
 
+    def _actor_loop_teardown(self) -> None:
+        """pykka's teardown of the inbox, with every envelope of ours in it refused.
+
+        pykka drops an inbox item with no ``reply_to`` (a ``tell``), and our bare
+        envelopes have none: a command put behind the stop message (one served
+        while closing, from another thread) would never be answered, and its
+        caller would wait for ever. It is answered ``RuntimeClosed``; pykka's own
+        messages are left to pykka's teardown. (A command put after this drain is
+        refused by :meth:`~retinue.actors.calls.Channel.disconnect`.)
+        """
+        inbox = self.actor_inbox
+        theirs = []
+        while not inbox.empty():
+            envelope = inbox.get()
+            if type(envelope) is Envelope:
+                envelope.refuse()
+            else:
+                theirs.append(envelope)
+        for envelope in theirs:
+            inbox.put(envelope)
+        super()._actor_loop_teardown()
+
     @staticmethod
     def _create_actor_inbox() -> Any:
         """A C-implemented queue: the supervisor's inbox is the runtime's busiest."""

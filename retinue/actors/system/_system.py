@@ -309,6 +309,7 @@ class System:
         self.executor.shutdown(CLOSE_GRACE_S)
         if self.actor is not None:
             self.actor.stop(block=True)
+        channel.disconnect()  # a command sent as the supervisor stopped is refused
         if self.core is not None:  # the actor has stopped: nothing reads the tree now
             # A big tree's indexes, for the next open to take instead of walking every
             # agent; a store that failed keeps none (the next open walks them).

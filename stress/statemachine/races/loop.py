@@ -23,9 +23,11 @@ blocks the loop's thread, so the starts handed to it meanwhile wait there.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
@@ -44,8 +46,10 @@ from stress.statemachine.trace import STATS, TRACE, fail
 
 __all__ = ["LoopRaces"]
 
-START_CALLS = ["spawn", "spawn", "spawn_sync", "run", "follow_up", "follow_up"]
-"""The host calls that start a turn (``follow_up`` sends the agent a message first)."""
+START_CALLS = ["spawn", "spawn", "spawn_sync", "run", "follow_up", "follow_up", "backup"]
+"""The host calls that start a turn (``follow_up`` sends the agent a message first), and a
+``backup``: its ``Barrier`` is served while the runtime closes, so it may reach the
+supervisor's inbox behind the stop (it must be answered, or refused, never left waiting)."""
 
 LOOP_RACES = st.one_of(
     st.tuples(
@@ -70,6 +74,9 @@ LOOP_RACES = st.one_of(
     ),
 )
 """The loop races and their arguments (see :meth:`LoopRaces.loop_race`)."""
+
+_BACKUPS = itertools.count()
+"""Numbers the racing backups' folders (each needs its own)."""
 
 LOOP_RACES_PER_EXAMPLE = 2
 """How many loop races one example runs at most (the CI and quick runs' time)."""
@@ -212,6 +219,9 @@ class LoopRaces(Model):
             return lambda: rt.spawn("echo", task)
         if kind == "run":
             return lambda: rt.run("aecho", task, timeout=PARK_S)
+        if kind == "backup":
+            copy = self.dir / f"backup-{next(_BACKUPS)}"
+            return lambda: _outcome(lambda: rt.backup(copy))
         if kind == "follow_up" and target is not None:
             agent_id = target.id
             return lambda: (
@@ -287,6 +297,11 @@ class LoopRaces(Model):
             if kind == "follow_up" and target is not None:
                 sent, started = outcome if isinstance(outcome, tuple) else (outcome, outcome)
                 self._book_follow_up(op, target, sent, started, records, accepted)
+                continue
+            if kind == "backup":  # a copy, or refused by the close: never a hang
+                if not isinstance(outcome, Path | RuntimeClosed):
+                    fail(f"{op}: a backup racing the close ended {outcome!r}")
+                STATS[f"loop_race_backup:{type(outcome).__name__}"] += 1
                 continue
             if isinstance(outcome, RuntimeClosed):
                 maybe_made += kind == "run"
