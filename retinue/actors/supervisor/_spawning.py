@@ -173,8 +173,9 @@ class Spawner(Journaled):
         self.world.check_size(task, "task")
         agent_id = new_id()
         if name is None:  # "agent_" and 12 hex digits, as derive_name's (valid by construction),
-            # random as the id is and independent of it (which derive_name's SHA-256 of the id
-            # keeps unrevealed too): a spawn hashes nothing. A live name is refused as any.
+            # drawn as the id is, not hashed from it: a spawn hashes nothing. Ids and names are
+            # unique, not secret (the generator is not cryptographic: tokens use ``secrets``).
+            # A live name is refused as any (DuplicateAgentPath), with odds n / 2**48 per spawn.
             name = "agent_" + new_id()[:12]
         else:
             name = paths.validate_name(name, field=name_field)
