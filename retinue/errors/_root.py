@@ -24,11 +24,13 @@ class RetinueError(Exception):
         return (_rebuild_error, (type(self), self.args, self.__dict__))
 
 
-def _rebuild_error(cls: type[Any], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+def _rebuild_error(
+    cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]
+) -> BaseException:
     """Rebuild a pickled :class:`RetinueError` without calling its ``__init__``."""
     error = cls.__new__(cls)
     # the built-in exception's own __init__ (ImportError keeps its message in ``msg``)
-    builtin = next(base for base in cls.__mro__ if base.__module__ == "builtins")
+    builtin: Any = next(base for base in cls.__mro__ if base.__module__ == "builtins")
     builtin.__init__(error, *args)
     error.__dict__.update(state)
     return error

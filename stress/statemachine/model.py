@@ -96,6 +96,7 @@ class Model:
     quiet: set[str]  # completions interrupt_tree made for a member: they wake nobody
     dormant: dict[str, str | None]  # completions pending at the last reopen -> recipient
     rt: Runtime
+    dir: Path  # the example's folder (its store, and anything else a rule writes)
     store_path: Path  # the example's store (read while no runtime holds it)
     armed: str | None  # the command a fault is armed for during one host call (faults rules)
     rescued: set[tuple[str, int]]  # turns a failed command's rescue ended failed

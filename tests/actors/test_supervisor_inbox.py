@@ -170,7 +170,7 @@ def test_a_command_put_as_the_supervisor_stopped_is_refused_by_the_disconnect(
         assert actor is not None
         actor.stop()
         late: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        actor.actor_inbox.put(Envelope(Barrier(), late))  # as the inline put does
+        actor.actor_inbox.put(Envelope(Barrier(), late))  # type: ignore[arg-type]  # as the channel
         system.engine.channel.disconnect()
         with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
             late.result(timeout=WATCHDOG_S)

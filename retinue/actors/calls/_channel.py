@@ -185,7 +185,7 @@ class Channel:
                 return
             inbox = actor.inbox
             while not inbox.empty():
-                envelope = inbox.get()
+                envelope: Any = inbox.get()  # ours (bare) or pykka's
                 if type(envelope) is Envelope:
                     envelope.refuse()
 

@@ -110,9 +110,9 @@ class SupervisorActor(pykka.ThreadingActor):
         refused by :meth:`~retinue.actors.calls.Channel.disconnect`.)
         """
         inbox = self.actor_inbox
-        theirs = []
+        theirs: list[Any] = []
         while not inbox.empty():
-            envelope = inbox.get()
+            envelope: Any = inbox.get()  # ours (bare) or pykka's
             if type(envelope) is Envelope:
                 envelope.refuse()
             else:
