@@ -153,9 +153,9 @@ class Cluster:
             max_streams=max_streams,
             provider_limits=startup.cluster_provider_limits(provider_limits),
             provider_lease_s=startup.positive_seconds("provider_lease_s", provider_lease_s),
-            max_released_leases=startup.max_released_leases(max_released_leases),
+            max_released_leases=startup.positive_int("max_released_leases", max_released_leases),
         )
-        owed = startup.max_owed_calls(max_owed_calls)
+        owed = startup.positive_int("max_owed_calls", max_owed_calls)
         cluster._start(address, runtime_env, config, retry_s, call_timeout_s, remember, owed)
         return cluster
 

@@ -430,7 +430,7 @@ def test_a_cancel_whose_release_fails_ends_once_the_outbox_delivered_it(
     gates.mkdir()
     monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))
-    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (0.2,))  # a slow outbox
+    monkeypatch.setattr("retinue.cluster._outbox.BACKOFF_S", (0.2,))  # a slow outbox
     core = open_core(lease_timeout_s=600.0)
     shard = _Shard(core, shard_loop)
     shard.lose["release"] = 2
@@ -541,7 +541,7 @@ def test_a_wait_after_a_give_up_first_delivers_the_release_the_shard_is_owed(
     gates.mkdir()
     monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
-    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (30.0,))  # a long back-off
+    monkeypatch.setattr("retinue.cluster._outbox.BACKOFF_S", (30.0,))  # a long back-off
     core = open_core(lease_timeout_s=600.0)
     shard = _Shard(core, shard_loop)
     transport = Transport(_ray([]), [None, shard], None, retry_s=0.2, call_timeout_s=0.3)

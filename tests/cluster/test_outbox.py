@@ -11,7 +11,8 @@ import pytest
 from support import wait_until
 
 from retinue.cluster import wire as w
-from retinue.cluster._transport import One, Outbox, OutboxFull
+from retinue.cluster._outbox import Outbox
+from retinue.cluster._transport import One, OutboxFull
 from retinue.errors import ClusterError, InvalidArgument, RuntimeClosed
 
 
