@@ -2,15 +2,21 @@
 
 :class:`One` is a call's step (its shard, bytes and bounds); :data:`BACKOFF_S` the pauses
 between a failed call's attempts; :func:`failure_text` the one line a failed Ray call is
-reported by. Both :mod:`retinue.cluster._transport` and :mod:`retinue.cluster._outbox`
-use them, so they live here, below both.
+reported by; :func:`answer_of` a call's answer as a future the face may cancel. Both
+:mod:`retinue.cluster._transport` and :mod:`retinue.cluster._outbox` use them, so they
+live here, below both.
 """
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-__all__ = ["BACKOFF_S", "One", "failure_text"]
+__all__ = ["BACKOFF_S", "One", "answer_of", "failure_text"]
+
+T = TypeVar("T")
 
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -44,3 +50,28 @@ def failure_text(error: BaseException) -> str:
         lines = [line for line in text.splitlines() if line.strip()]
         text = lines[-1].strip() if lines else text
     return f"{type(error).__name__}: {text[:300]}"
+
+
+def answer_of(ref: Any) -> Future[Any]:
+    """Return a future set to the outcome of Ray's ``ref`` (an object ref), which the face
+    may cancel (a wait given up, an awaiting task cancelled) without cancelling Ray's own.
+
+    Ray sets ``ref.future()`` from its callback thread after checking that it is not done
+    (``ray._raylet._set_future_helper``): a cancel landing between that check and the set
+    made the set raise InvalidStateError in Ray's thread, logged there as "failed to run
+    async callback". Ray's future is never cancelled now; only this one is.
+    """
+    answer: Future[Any] = Future()
+    source: Future[Any] = ref.future()
+
+    def copy(done: Future[Any]) -> None:
+        with contextlib.suppress(InvalidStateError):  # the face cancelled its answer
+            if done.cancelled():
+                answer.cancel()
+            elif (error := done.exception()) is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(done.result())
+
+    source.add_done_callback(copy)
+    return answer

@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from retinue.cluster._calls import BACKOFF_S, One, failure_text
+from retinue.cluster._calls import BACKOFF_S, One, answer_of, failure_text
 from retinue.cluster._outbox import MAX_OUTBOX, FirstSend, Outbox
 from retinue.cluster.wire import final_reply
 from retinue.errors import OutboxFull, ShardUnavailable
@@ -375,7 +375,7 @@ class Transport:
             ref = self._submit(call)
             try:
                 raw: bytes = await asyncio.wait_for(
-                    asyncio.wrap_future(ref.future()), self._bound(call)
+                    asyncio.wrap_future(answer_of(ref)), self._bound(call)
                 )
                 if self.faults.take(call.tag):
                     raise _Lost("reply dropped (injected)")
@@ -412,7 +412,7 @@ class Transport:
             ref = self._submit(call)
         except self._failures:
             return self.outbox.post(call, done), None
-        sent = FirstSend(self.outbox, call, done, ref.future())
+        sent = FirstSend(self.outbox, call, done, answer_of(ref))
         sent.future.add_done_callback(sent.settled)
         if bounded:
             self.outbox.watch(sent, self.call_timeout_s)
