@@ -12,11 +12,9 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 __all__ = ["BACKOFF_S", "One", "answer_of", "failure_text"]
-
-T = TypeVar("T")
 
 BACKOFF_S = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -28,7 +26,9 @@ class One:
     ``tag`` names the call (for fault injection); ``timeout_s`` bounds one
     attempt; ``on_cancel`` is sent if an async caller is cancelled while
     the call is in flight, and its answer awaited (up to ``call_timeout_s``)
-    before the cancel goes on, so what the caller does next comes after it.
+    before the cancel goes on, so what the caller does next comes after it. A
+    :class:`~retinue.cluster._transport.Tell`'s call is not sent once the face is
+    closed: its ``on_cancel`` is sent instead.
     """
 
     shard: int

@@ -129,6 +129,11 @@ class Outbox:
         with self._cond:
             return len(self._due) + len(self._sending)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ended: nothing is sent again any more."""
+        return self._closed
+
     def owed(self) -> dict[int, int]:
         """How many calls each shard is owed (being sent included), by shard index."""
         with self._cond:

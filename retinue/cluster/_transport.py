@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from retinue.cluster._calls import BACKOFF_S, One, answer_of, failure_text
 from retinue.cluster._outbox import MAX_OUTBOX, FirstSend, Outbox
 from retinue.cluster.wire import final_reply
-from retinue.errors import OutboxFull, ShardUnavailable
+from retinue.errors import OutboxFull, RuntimeClosed, ShardUnavailable
 
 __all__ = [
     "BACKOFF_S",
@@ -240,6 +240,7 @@ class Transport:
                     concurrent.futures.wait(owed, timeout=self.call_timeout_s)
                 return None
             case Tell():
+                self._unless_closed(step)
                 for call in step.calls:
                     try:
                         raw = self._one(call, None)
@@ -365,6 +366,7 @@ class Transport:
                     )
                 return None
             case Tell():
+                self._unless_closed(step)
                 self._tell(step)
                 return None
 
@@ -391,6 +393,25 @@ class Transport:
                     raise self._unavailable(call.shard, exc) from None
                 await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                 attempt += 1
+
+    def _unless_closed(self, step: Tell) -> None:
+        """Refuse ``step`` if the outbox is closed (the face was closed under its caller):
+        nothing would send its calls again, so none is sent; each call's ``on_cancel``
+        (what undoes it: a lease's release) is sent once instead, its answer not awaited.
+
+        Raises:
+            RuntimeClosed: the outbox is closed.
+        """
+        if not self.outbox.closed:
+            return
+        for call in step.calls:
+            if call.on_cancel is not None:
+                with contextlib.suppress(Exception):  # Ray may be gone: the lease times out
+                    self._submit(One(call.shard, call.on_cancel, "release"))
+        raise RuntimeClosed(
+            "the cluster face was closed while this call was in flight: its lease goes "
+            "back to its shard (call again on an open face)"
+        )
 
     def _tell(self, step: Tell) -> None:
         """Send ``step``'s calls now; each not answered for good, when that is known, goes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -500,3 +501,42 @@ def test_a_wait_after_a_give_up_first_delivers_the_release_the_shard_is_owed(
     assert got.output == "done:g"
     wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
     assert transport.outbox.dropped == 0
+
+
+def test_a_wait_that_ends_after_the_face_closed_hands_its_completion_out_once(
+    face: FaceMaker,
+) -> None:
+    # detach() / shutdown() close the outbox while a wait is in flight; the wait's ack would
+    # then fail with nothing to send it again: a completion returned so is handed out a
+    # second time once its lease runs out. The wait raises RuntimeClosed instead and
+    # releases the lease, so the next face gets the completion at once, and once.
+    f = face(lease_timeout_s=1.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
+    shard.lose["ack"] = 1
+    agent = f.started("c")
+
+    async def scenario() -> list[Completion]:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not core._leased:
+            await asyncio.sleep(0.001)  # the shard's wait is in progress
+        transport.close(0.1)  # the face detaches
+        f.settle("c")
+        try:
+            return [await waiting]
+        except RuntimeClosed as exc:
+            assert "closed while this call was in flight" in str(exc)
+            return []
+
+    received = asyncio.run(scenario())
+    other = Transport(f.ray, [None, shard], None, retry_s=5, call_timeout_s=30)
+    face_b = Router(2, Limits(), retry_s=5, call_timeout_s=30)
+    try:
+        if not received:  # given back at once
+            received.append(asyncio.run(other.run_async(face_b.wait(agent, 5.0))))
+        time.sleep(1.5)  # past lease_timeout_s and a sweep
+        with contextlib.suppress(NothingToWaitFor):
+            received.append(asyncio.run(other.run_async(face_b.wait(agent, 1.0))))
+    finally:
+        other.close(5.0)
+    assert [(c.generation, c.output) for c in received] == [(1, "done:c")]  # once
+    assert shard.calls.count("release") == 1  # the closed face released, did not ack
