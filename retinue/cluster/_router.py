@@ -72,6 +72,7 @@ from retinue.actors.commands import (
 from retinue.cluster import wire as w
 from retinue.cluster._transport import (
     BACKOFF_S,
+    Check,
     Dir,
     Flush,
     Many,
@@ -357,7 +358,10 @@ class Router:
             yield from self._ack(shard, lease, release)
             if self._first_time(completion.id):
                 return completion
-            lease = new_id()  # handed out again after its lease ran out: not twice
+            # Handed out again after its lease ran out: not returned twice. Leasing again,
+            # this wait may come to owe one more call than its slot holds: it needs a free one.
+            yield Check()
+            lease = new_id()
             unseen = False
 
     def run(

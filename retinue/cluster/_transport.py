@@ -45,6 +45,7 @@ from retinue.errors import OutboxFull, RuntimeClosed, ShardUnavailable
 __all__ = [
     "BACKOFF_S",
     "MAX_OUTBOX",
+    "Check",
     "Dir",
     "Faults",
     "Flush",
@@ -132,7 +133,14 @@ class Flush:
     shard: int
 
 
-Step = One | Many | Race | Dir | Pause | Tell | Flush
+@dataclass(frozen=True)
+class Check:
+    """Raise :class:`OutboxFull` unless the outbox has a slot free for one more owed call
+    (a wait about to lease again, its own slot holding what it owes already). The result is
+    None."""
+
+
+Step = One | Many | Race | Dir | Pause | Tell | Flush | Check
 Op = Generator[Step, Any, T]
 
 
@@ -238,6 +246,9 @@ class Transport:
                 owed = self.outbox.flush(step.shard)
                 if owed:
                     concurrent.futures.wait(owed, timeout=self.call_timeout_s)
+                return None
+            case Check():
+                self.outbox.check()
                 return None
             case Tell():
                 self._unless_closed(step)
@@ -364,6 +375,9 @@ class Transport:
                     await asyncio.wait(
                         [asyncio.wrap_future(f) for f in owed], timeout=self.call_timeout_s
                     )
+                return None
+            case Check():
+                self.outbox.check()
                 return None
             case Tell():
                 self._unless_closed(step)

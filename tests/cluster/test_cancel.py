@@ -118,12 +118,17 @@ async def _cancel_the_rest() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
+def _get(ref: _Ref, timeout: float | None = None) -> bytes:
+    """``ray.get`` of the sync transport."""
+    return ref.future().result(timeout)
+
+
 def _ray(cancels: list[Any]) -> Any:
     """A stand-in for Ray whose ``cancel`` is noted and never reaches the shard."""
     exceptions = SimpleNamespace(
         RayActorError=_Failure, GetTimeoutError=_Failure, ActorDiedError=_Failure
     )
-    return SimpleNamespace(exceptions=exceptions, cancel=cancels.append)
+    return SimpleNamespace(exceptions=exceptions, cancel=cancels.append, get=_get)
 
 
 @dataclass
@@ -354,7 +359,6 @@ def test_a_face_wait_that_gives_up_releases_what_its_lost_answers_took(
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
     f = face(retry_s=0.2, call_timeout_s=5, lease_timeout_s=600.0)
     core, shard, transport, router = f.core, f.shard, f.transport, f.router
-    f.ray.get = lambda ref, timeout=None: ref.future().result(timeout)  # the sync transport's
     agent = f.started("u")
     f.settle("u")
     transport.faults.drop["wait"] = 1_000
@@ -540,3 +544,23 @@ def test_a_wait_that_ends_after_the_face_closed_hands_its_completion_out_once(
         other.close(5.0)
     assert [(c.generation, c.output) for c in received] == [(1, "done:c")]  # once
     assert shard.calls.count("release") == 1  # the closed face released, did not ack
+
+
+def test_a_wait_leasing_again_owes_no_more_than_max_owed_calls(face: FaceMaker) -> None:
+    # The shard's acks fail. Wait 1 returns the completion; its ack is owed. The lease runs
+    # out and the shard hands the completion out again, to wait 2 of the same face: not
+    # returned twice, acknowledged (owed too) and wait 2 leases again, and so on each
+    # lease_timeout_s. Its one slot held one owed call: leasing again needs a free slot,
+    # so the face never owes more than max_owed_calls (2).
+    f = face(retry_s=30, call_timeout_s=5, lease_timeout_s=0.5)
+    f.shard.lose["ack"] = 10_000
+    f.transport.outbox.max_calls = 2  # Cluster.open(max_owed_calls=2)
+    cluster = _cluster(f)
+    agent = f.started("o")
+    f.settle("o")
+    assert cluster.wait(agent, 30.0).output == "done:o"
+    with pytest.raises(OutboxFull):  # not a WaitTimeout after piling up acks
+        cluster.wait(agent, 4.0)
+    assert len(f.transport.outbox) == 2
+    f.shard.lose["ack"] = 0
+    wait_until(lambda: f.transport.outbox.delivered == 2, what="the owed acks delivered")
