@@ -288,7 +288,12 @@ class Cluster:
         )
 
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
-        """Like ``Runtime.wait``: the oldest completion the host has not received, once."""
+        """Like ``Runtime.wait``: the oldest completion the host has not received, once.
+
+        A wait in flight when the face is closed (:meth:`shutdown`, :meth:`detach`) does
+        not return what it was handed: it releases its lease and raises RuntimeClosed,
+        so the next wait on the agent, from any face, gets the completion once.
+        """
         return self._run(lambda r: r.wait(ref, timeout), leased=True)
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:
