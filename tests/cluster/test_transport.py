@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from retinue.cluster import wire as w
 from retinue.cluster._transport import One, Op, Tell, Transport, raw_reply
@@ -115,3 +116,47 @@ def test_a_release_not_answered_in_time_leaves_rays_future_to_ray() -> None:
     assert ref.errors == []
     transport.close(5.0)
     assert (transport.outbox.delivered, transport.outbox.dropped) == (1, 0)
+
+
+class _Hung:
+    """An actor handle that never answers (a hung shard); counts its calls."""
+
+    def __init__(self) -> None:
+        self.handle = SimpleNamespace(remote=self._remote)
+        self.calls = 0
+
+    def _remote(self, payload: bytes) -> Any:
+        self.calls += 1
+        return SimpleNamespace(future=concurrent.futures.Future)
+
+
+class _Healthy:
+    """An actor handle that answers every call at once; keeps the payloads."""
+
+    def __init__(self) -> None:
+        self.handle = SimpleNamespace(remote=self._remote)
+        self.payloads: list[bytes] = []
+
+    def _remote(self, payload: bytes) -> Any:
+        self.payloads.append(payload)
+        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        future.set_result(w.ok_reply(True))
+        return SimpleNamespace(future=lambda: future)
+
+
+def test_an_ack_to_a_healthy_shard_is_not_held_behind_a_hung_shards_round() -> None:
+    # The outbox's round awaits a hung shard's owed call (for up to call_timeout_s). An ack
+    # to another shard does not wait for that round: its first send goes out directly.
+    exceptions = SimpleNamespace(
+        RayActorError=_Failure, GetTimeoutError=_Failure, ActorDiedError=_Failure
+    )
+    ray = SimpleNamespace(exceptions=exceptions, cancel=lambda ref: None)
+    hung, healthy = _Hung(), _Healthy()
+    transport = Transport(ray, [hung, healthy], None, retry_s=5, call_timeout_s=30)
+    transport.outbox.post(One(0, b"release", "release"))
+    wait_until(lambda: transport.outbox._round is not None, what="the round on the hung shard")
+    asyncio.run(transport.run_async(_told(Tell((One(1, b"ack", "ack"),)))))
+    assert healthy.payloads == [b"ack"]  # sent at once, while the round still waits
+    assert transport.outbox._round is not None and transport.outbox.owed() == {0: 1}
+    transport.close(0.1)
+    assert (transport.outbox.dropped, hung.calls) == (1, 1)
