@@ -15,20 +15,30 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, InvalidStateError
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from retinue.cluster._calls import BACKOFF_S, One, failure_text
 from retinue.cluster.wire import final_reply
 from retinue.errors import OutboxFull
 
-if TYPE_CHECKING:
-    from retinue.cluster._transport import Transport
-
 log = logging.getLogger("retinue.cluster.transport")
 
-__all__ = ["MAX_OUTBOX", "FirstSend", "Outbox"]
+__all__ = ["MAX_OUTBOX", "FirstSend", "Outbox", "Sender"]
 
 MAX_OUTBOX = 100_000  # owed calls past which the face refuses new leased waits
+
+
+class Sender(Protocol):
+    """What the outbox sends through (the face's
+    :class:`~retinue.cluster._transport.Transport`)."""
+
+    call_timeout_s: float
+
+    def _submit(self, call: One) -> Any:
+        """Send ``call`` once; return Ray's object ref of its answer."""
+
+    def _gone(self, exc: BaseException) -> bool:
+        """True for a failure no retry cures."""
 
 
 def _settle(done: Future[bool], delivered: bool) -> None:
@@ -38,8 +48,9 @@ def _settle(done: Future[bool], delivered: bool) -> None:
 
 
 class FirstSend:
-    """A call's first send, made by :meth:`Transport._mail`: handed to the outbox if it is
-    not answered for good, or (:meth:`hand_over`) once its bound passed unanswered."""
+    """A call's first send, made by the transport (``Transport._mail``): handed to the
+    outbox if it is not answered for good, or (:meth:`hand_over`) once its bound passed
+    unanswered."""
 
     def __init__(self, outbox: Outbox, call: One, done: Future[bool], future: Future[bytes]):
         self.outbox = outbox
@@ -102,7 +113,7 @@ class Outbox:
     once its bound passes, so it is owed, counted and flushed at the close as the rest.
     """
 
-    def __init__(self, transport: Transport, max_calls: int = MAX_OUTBOX) -> None:
+    def __init__(self, transport: Sender, max_calls: int = MAX_OUTBOX) -> None:
         """Send again through ``transport``'s shards; past ``max_calls`` refuse new waits."""
         self.transport = transport
         self.max_calls = max(1, max_calls)
