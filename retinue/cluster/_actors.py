@@ -29,6 +29,7 @@ import msgspec
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from retinue.cluster._calls import answer_of
 from retinue.cluster.directory import Directory
 from retinue.cluster.leasebook import LeaseBook
 from retinue.cluster.shard import ShardCore
@@ -164,7 +165,7 @@ class RayBroker:
         """See :meth:`LeaseBook.take` (0 when the actor does not answer)."""
         ref = self.handle.take.remote(holder, match, calls, tokens_each)
         try:
-            granted: int = await asyncio.wrap_future(ref.future())
+            granted: int = await asyncio.wrap_future(answer_of(ref))
         except Exception:
             return 0
         return granted

@@ -153,9 +153,9 @@ class Cluster:
             max_streams=max_streams,
             provider_limits=startup.cluster_provider_limits(provider_limits),
             provider_lease_s=startup.positive_seconds("provider_lease_s", provider_lease_s),
-            max_released_leases=startup.max_released_leases(max_released_leases),
+            max_released_leases=startup.positive_int("max_released_leases", max_released_leases),
         )
-        owed = startup.max_owed_calls(max_owed_calls)
+        owed = startup.positive_int("max_owed_calls", max_owed_calls)
         cluster._start(address, runtime_env, config, retry_s, call_timeout_s, remember, owed)
         return cluster
 
@@ -288,7 +288,12 @@ class Cluster:
         )
 
     def wait(self, ref: str, timeout: float | None = None) -> Completion:
-        """Like ``Runtime.wait``: the oldest completion the host has not received, once."""
+        """Like ``Runtime.wait``: the oldest completion the host has not received, once.
+
+        A wait in flight when the face is closed (:meth:`shutdown`, :meth:`detach`) does
+        not return what it was handed: it releases its lease and raises RuntimeClosed,
+        so the next wait on the agent, from any face, gets the completion once.
+        """
         return self._run(lambda r: r.wait(ref, timeout), leased=True)
 
     def send(self, ref: str, content: str, *, dedup_key: str | None = None) -> Message:

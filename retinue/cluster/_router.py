@@ -36,6 +36,7 @@ and decodes the answer as that command's answer type.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict, deque
@@ -71,6 +72,7 @@ from retinue.actors.commands import (
 from retinue.cluster import wire as w
 from retinue.cluster._transport import (
     BACKOFF_S,
+    Check,
     Dir,
     Flush,
     Many,
@@ -353,10 +355,13 @@ class Router:
                 if unseen:  # giving up: what a lost answer's call took goes back now
                     yield Tell((One(shard, release, "release"),), settle=True)
                 raise
-            yield from self._ack(shard, lease)
+            yield from self._ack(shard, lease, release)
             if self._first_time(completion.id):
                 return completion
-            lease = new_id()  # handed out again after its lease ran out: not twice
+            # Handed out again after its lease ran out: not returned twice. Leasing again,
+            # this wait may come to owe one more call than its slot holds: it needs a free one.
+            yield Check()
+            lease = new_id()
             unseen = False
 
     def run(
@@ -388,16 +393,21 @@ class Router:
         info = yield from self.spawn(profile, task, name, parent, key)
         return (yield from self.wait(info.id, max(0.0, deadline - time.monotonic())))
 
-    def _ack(self, shard: int, lease: str) -> Op[None]:
-        """Acknowledge ``lease``.
+    def _ack(self, shard: int, lease: str, release: bytes) -> Op[None]:
+        """Acknowledge ``lease`` (``release`` gives it back instead).
 
         A :class:`~retinue.cluster._transport.Tell`: on an event loop nothing is awaited
         between the wait's answer and its return, so a cancel cannot land after the
         acknowledgement and lose the completion. One the shard did not answer for good
         (the call failed, or the shard refused it for a trouble of its own) is sent again
         by the transport's outbox until it is.
+
+        Raises:
+            RuntimeClosed: the face was closed while the wait was in flight: no outbox
+                would send the acknowledgement again, so the lease is released instead
+                and the completion is not returned (its shard hands it out once more).
         """
-        yield Tell((_one(shard, AckLease(lease)),))
+        yield Tell((dataclasses.replace(_one(shard, AckLease(lease)), on_cancel=release),))
 
     def _first_time(self, completion_id: str) -> bool:
         """Note that the face returns ``completion_id``; False if it returned it before."""

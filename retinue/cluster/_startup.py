@@ -33,9 +33,8 @@ __all__ = [
     "connect",
     "face_limits",
     "kill",
-    "max_owed_calls",
-    "max_released_leases",
     "namespace_of",
+    "positive_int",
     "start",
     "stop",
     "store_folder",
@@ -113,31 +112,18 @@ def positive_seconds(name: str, value: Any) -> float:
     return float(value)
 
 
-def max_released_leases(value: Any) -> int:
-    """Check ``Cluster.open``'s ``max_released_leases``.
+def positive_int(name: str, value: Any) -> int:
+    """Check a count ``Cluster.open`` takes (``max_released_leases``, ``max_owed_calls``,
+    ``stream_batch``, ``max_streams``).
 
     Raises:
         ArgumentTypeError: not an int.
         InvalidArgument: below 1.
     """
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"max_released_leases must be an int, not {type(value).__name__}")
+        raise ArgumentTypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < 1:
-        raise InvalidArgument(f"max_released_leases must be at least 1, not {value}")
-    return value
-
-
-def max_owed_calls(value: Any) -> int:
-    """Check ``Cluster.open``'s ``max_owed_calls``.
-
-    Raises:
-        ArgumentTypeError: not an int.
-        InvalidArgument: below 1.
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"max_owed_calls must be an int, not {type(value).__name__}")
-    if value < 1:
-        raise InvalidArgument(f"max_owed_calls must be at least 1, not {value}")
+        raise InvalidArgument(f"{name} must be at least 1, not {value}")
     return value
 
 
@@ -154,10 +140,7 @@ def stream_bounds(poll_s: Any, batch: Any, idle_s: Any, max_streams: Any) -> Str
         if not (math.isfinite(value) and value > 0):
             raise InvalidArgument(f"{name} must be a positive number of seconds, not {value!r}")
     for name, value in (("stream_batch", batch), ("max_streams", max_streams)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentTypeError(f"{name} must be an int, not {type(value).__name__}")
-        if value < 1:
-            raise InvalidArgument(f"{name} must be at least 1, not {value}")
+        positive_int(name, value)
     if idle_s <= poll_s:
         raise InvalidArgument(
             f"stream_idle_s ({idle_s:g}) must be above stream_poll_s ({poll_s:g}): a shard "

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -116,36 +118,93 @@ async def _cancel_the_rest() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
+def _get(ref: _Ref, timeout: float | None = None) -> bytes:
+    """``ray.get`` of the sync transport."""
+    return ref.future().result(timeout)
+
+
 def _ray(cancels: list[Any]) -> Any:
     """A stand-in for Ray whose ``cancel`` is noted and never reaches the shard."""
     exceptions = SimpleNamespace(
         RayActorError=_Failure, GetTimeoutError=_Failure, ActorDiedError=_Failure
     )
-    return SimpleNamespace(exceptions=exceptions, cancel=cancels.append)
+    return SimpleNamespace(exceptions=exceptions, cancel=cancels.append, get=_get)
 
 
-@pytest.mark.parametrize("delay", [None, 0.0, 0.001, 0.005, 0.02, 0.05, 0.1])
-def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_back(
+@dataclass
+class _Face:
+    """A face (transport and router) over one in-process shard, and the shard's parts."""
+
+    core: ShardCore
+    shard: _Shard
+    transport: Transport
+    router: Router
+    ray: Any  # the stand-in for Ray (tests give it ``get`` for the sync transport)
+    cancels: list[Any]  # the refs ``ray.cancel`` was called with (it never reaches the shard)
+    gates: Path
+
+    def started(self, task: str) -> str:
+        """Spawn a gated agent ``task`` on the shard; return its cluster id."""
+        spawn = w.run(Spawn(HOST, "gated", task, task, "/root", f"~{task}"), rid=task)
+        served = asyncio.run_coroutine_threadsafe(
+            self.core.handle(w.encode_call(spawn)), self.shard.loop
+        )
+        return w.decode_reply(served.result(30), AgentInfo).id
+
+    def settle(self, task: str) -> None:
+        """Open ``task``'s gate: its turn settles."""
+        (self.gates / task).touch()
+
+
+FaceMaker = Callable[..., _Face]
+
+
+def _cluster(f: _Face) -> Cluster:
+    """A :class:`Cluster` face over ``f``'s transport and router (no Ray started)."""
+    cluster = Cluster.__new__(Cluster)
+    cluster._lock, cluster._closed = threading.Lock(), False
+    cluster._transport = f.transport
+    cluster._router = f.router
+    return cluster
+
+
+@pytest.fixture
+def face(
     open_core: Any,
     shard_loop: asyncio.AbstractEventLoop,
     transports: list[Transport],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    delay: float | None,
-) -> None:
+) -> FaceMaker:
+    """Return ``make(retry_s=5, call_timeout_s=30, **ShardConfig options) -> _Face``: shard 1's
+    core (gated agents) on its own loop, and a face's transport (outbox closed at the end) and
+    router over it with those bounds."""
     gates = tmp_path / "gates"
     gates.mkdir()
     monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
-    core = open_core()
-    cancels: list[Any] = []
-    transport = Transport(
-        _ray(cancels), [None, _Shard(core, shard_loop)], None, retry_s=5, call_timeout_s=30
-    )
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=5, call_timeout_s=30)
-    spawn = w.run(Spawn(HOST, "gated", "g", "g", "/root", "~g"), rid="g")
-    served = asyncio.run_coroutine_threadsafe(core.handle(w.encode_call(spawn)), shard_loop)
-    agent = w.decode_reply(served.result(30), AgentInfo).id
+
+    def make(*, retry_s: float = 5.0, call_timeout_s: float = 30.0, **options: Any) -> _Face:
+        core = open_core(**options)
+        shard = _Shard(core, shard_loop)
+        cancels: list[Any] = []
+        ray = _ray(cancels)
+        transport = Transport(
+            ray, [None, shard], None, retry_s=retry_s, call_timeout_s=call_timeout_s
+        )
+        transports.append(transport)
+        router = Router(2, Limits(), retry_s=retry_s, call_timeout_s=call_timeout_s)
+        return _Face(core, shard, transport, router, ray, cancels, gates)
+
+    return make
+
+
+@pytest.mark.parametrize("delay", [None, 0.0, 0.001, 0.005, 0.02, 0.05, 0.1])
+def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_back(
+    face: FaceMaker, delay: float | None
+) -> None:
+    f = face()
+    core, transport, router, cancels = f.core, f.transport, f.router, f.cancels
+    agent = f.started("g")
 
     async def scenario() -> Completion | None:
         waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
@@ -154,7 +213,7 @@ def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_bac
         if delay is None:  # cancelled while the shard's wait is blocked
             waiting.cancel()
             await asyncio.sleep(0)
-        (gates / "g").touch()  # the turn settles: the wait takes it, or is about to
+        f.settle("g")  # the turn settles: the wait takes it, or is about to
         if delay is not None:
             await asyncio.sleep(delay)
             waiting.cancel()
@@ -176,37 +235,18 @@ def test_a_cancelled_face_wait_whose_ray_cancel_is_lost_gives_its_completion_bac
     wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
 
 
-def _started(core: ShardCore, shard_loop: asyncio.AbstractEventLoop, task: str) -> str:
-    """Spawn a gated agent ``task`` on ``core``; return its cluster id."""
-    spawn = w.run(Spawn(HOST, "gated", task, task, "/root", f"~{task}"), rid=task)
-    served = asyncio.run_coroutine_threadsafe(core.handle(w.encode_call(spawn)), shard_loop)
-    return w.decode_reply(served.result(30), AgentInfo).id
-
-
 def test_a_face_wait_cancelled_in_its_back_off_releases_its_lease(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The wait's call took the completion under its lease and its answer was lost: the face
     # backs off before asking again under the same lease. A cancel landing in that back-off
     # must release the lease, or the completion stays leased for lease_timeout_s and a wait
     # on the agent meanwhile finds nothing to wait for.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))  # the cancel lands in it
-    core = open_core(lease_timeout_s=600.0)
-    cancels: list[Any] = []
-    transport = Transport(
-        _ray(cancels), [None, _Shard(core, shard_loop)], None, retry_s=60, call_timeout_s=30
-    )
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
-    agent = _started(core, shard_loop, "b")
-    (gates / "b").touch()
+    f = face(retry_s=60, lease_timeout_s=600.0)
+    core, transport, router = f.core, f.transport, f.router
+    agent = f.started("b")
+    f.settle("b")
     transport.faults.drop["wait"] = 1  # the shard's answer to the first wait call is lost
 
     async def scenario() -> None:
@@ -226,29 +266,18 @@ def test_a_face_wait_cancelled_in_its_back_off_releases_its_lease(
 
 @pytest.mark.parametrize("fault", ["lost", "refused"])
 def test_an_ack_that_did_not_take_is_sent_again_without_another_wait(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    fault: str,
+    face: FaceMaker, fault: str
 ) -> None:
     # Face A's wait returns the completion; its ack fails (Ray reports the call failed) or is
     # refused by a shard in trouble (a closing runtime, a failed commit): the lease stays.
     # Face A waits no more, so no later wait carries the ack: if nothing sends it again,
     # the shard hands the completion out again after lease_timeout_s, and face B (another
     # host process) receives it a second time.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
-    core = open_core(lease_timeout_s=3.0)
-    shard = _Shard(core, shard_loop)
+    f = face(lease_timeout_s=3.0)
+    core, shard, transport, face_a = f.core, f.shard, f.transport, f.router
     (shard.lose if fault == "lost" else shard.refuse)["ack"] = 1
-    transport = Transport(_ray([]), [None, shard], None, retry_s=5, call_timeout_s=30)
-    transports.append(transport)
-    agent = _started(core, shard_loop, "a")
-    (gates / "a").touch()
-    face_a = Router(2, Limits(), retry_s=5, call_timeout_s=30)
+    agent = f.started("a")
+    f.settle("a")
     got = asyncio.run(transport.run_async(face_a.wait(agent, 30.0)))
     assert got.output == "done:a"
     wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
@@ -263,27 +292,17 @@ def test_an_ack_that_did_not_take_is_sent_again_without_another_wait(
 
 
 def test_a_release_that_did_not_take_is_sent_again(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A wait cancelled in its back-off sends the release; that call fails (the shard is
     # restarting): the outbox sends it again, and the completion comes back before
     # lease_timeout_s.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
+    f = face(retry_s=60, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
     shard.lose["release"] = 2
-    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=30)
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
-    agent = _started(core, shard_loop, "r")
-    (gates / "r").touch()
+    agent = f.started("r")
+    f.settle("r")
     transport.faults.drop["wait"] = 1
 
     async def scenario() -> None:
@@ -302,26 +321,16 @@ def test_a_release_that_did_not_take_is_sent_again(
 
 
 def test_a_cancel_whose_release_meets_a_hung_shard_ends_and_the_release_still_lands(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker,
 ) -> None:
     # The cancel awaits the release's answer for call_timeout_s at most (so a wait right
     # after it finds the completion back); a release the shard does not answer in that time
     # is not dropped: the outbox sends it again, and the completion the wait then took comes
     # back without lease_timeout_s.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
+    f = face(retry_s=60, call_timeout_s=0.5, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
     shard.hang["release"] = 1
-    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=0.5)
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=60, call_timeout_s=0.5)
-    agent = _started(core, shard_loop, "h")
+    agent = f.started("h")
 
     async def scenario() -> None:
         waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
@@ -332,7 +341,7 @@ def test_a_cancel_whose_release_meets_a_hung_shard_ends_and_the_release_still_la
             await waiting  # ends although the shard never answers the first release
 
     asyncio.run(scenario())
-    (gates / "h").touch()  # the turn settles
+    f.settle("h")  # the turn settles
     wait_until(lambda: shard.calls.count("release") >= 2, what="the release sent again")
     wait_until(lambda: not core._leased and core.rt.leases() == {}, what="nothing kept")
     again = asyncio.run(transport.run_async(router.wait(agent, 30.0)))
@@ -341,30 +350,17 @@ def test_a_cancel_whose_release_meets_a_hung_shard_ends_and_the_release_still_la
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
 def test_a_face_wait_that_gives_up_releases_what_its_lost_answers_took(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    mode: str,
+    face: FaceMaker, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     # The shard is reachable but its answers are lost until retry_s has passed: the wait
     # raises ShardUnavailable ("repeating it is safe"). Its calls took the completion under
     # the lease: the give-up releases it, so the repeat gets it (not NothingToWaitFor until
     # lease_timeout_s).
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
-    ray = _ray([])
-    ray.get = lambda ref, timeout=None: ref.future().result(timeout)  # the sync transport's
-    transport = Transport(ray, [None, shard], None, retry_s=0.2, call_timeout_s=5)
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=0.2, call_timeout_s=5)
-    agent = _started(core, shard_loop, "u")
-    (gates / "u").touch()
+    f = face(retry_s=0.2, call_timeout_s=5, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
+    agent = f.started("u")
+    f.settle("u")
     transport.faults.drop["wait"] = 1_000
     with pytest.raises(ShardUnavailable):
         if mode == "async":
@@ -379,26 +375,16 @@ def test_a_face_wait_that_gives_up_releases_what_its_lost_answers_took(
 
 
 def test_a_face_wait_refused_after_a_lost_answer_releases_its_lease(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first call took the completion and its answer was lost; the repeat under the same
     # lease meets a closing shard (RuntimeClosed, unserved) and the wait raises it: the lease
     # is released as it raises, so the caller's next wait gets the completion.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.3,))
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
-    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=5)
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=60, call_timeout_s=5)
-    agent = _started(core, shard_loop, "k")
-    (gates / "k").touch()
+    f = face(retry_s=60, call_timeout_s=5, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
+    agent = f.started("k")
+    f.settle("k")
     transport.faults.drop["wait"] = 1  # the first answer is lost: its call took the completion
 
     async def scenario() -> None:
@@ -417,28 +403,18 @@ def test_a_face_wait_refused_after_a_lost_answer_releases_its_lease(
 
 
 def test_a_cancel_whose_release_fails_ends_once_the_outbox_delivered_it(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The release a cancel sends fails (the shard's process restarting) and so does the
     # outbox's first re-send: the cancel still ends only once the outbox's next re-send was
     # answered, so a wait right after the cancel gets the completion (not NothingToWaitFor).
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (30.0,))
-    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (0.2,))  # a slow outbox
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
+    monkeypatch.setattr("retinue.cluster._outbox.BACKOFF_S", (0.2,))  # a slow outbox
+    f = face(retry_s=60, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
     shard.lose["release"] = 2
-    transport = Transport(_ray([]), [None, shard], None, retry_s=60, call_timeout_s=30)
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=60, call_timeout_s=30)
-    agent = _started(core, shard_loop, "e")
-    (gates / "e").touch()
+    agent = f.started("e")
+    f.settle("e")
     transport.faults.drop["wait"] = 1
 
     async def scenario() -> None:
@@ -457,25 +433,15 @@ def test_a_cancel_whose_release_fails_ends_once_the_outbox_delivered_it(
 
 
 def test_an_ack_sent_to_a_hung_shard_is_owed_past_its_bound_and_counted_at_the_close(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker,
 ) -> None:
     # The wait's ack reaches a shard that never answers it (no failure either): past
     # call_timeout_s the face counts it as owed, and a close that cannot deliver it says so.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
+    f = face(call_timeout_s=0.2, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
     shard.hang["ack"] = 1
-    transport = Transport(_ray([]), [None, shard], None, retry_s=5, call_timeout_s=0.2)
-    transports.append(transport)
-    agent = _started(core, shard_loop, "k")
-    (gates / "k").touch()
-    router = Router(2, Limits(), retry_s=5, call_timeout_s=0.2)
+    agent = f.started("k")
+    f.settle("k")
     assert asyncio.run(transport.run_async(router.wait(agent, 30.0))).output == "done:k"
     wait_until(lambda: transport.outbox.owed() == {1: 1}, what="the hung ack owed")
     assert shard.calls.count("ack") == 1  # awaited, not sent again while it hangs
@@ -485,35 +451,23 @@ def test_an_ack_sent_to_a_hung_shard_is_owed_past_its_bound_and_counted_at_the_c
 
 
 def test_concurrent_waits_owe_no_more_than_max_owed_calls(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker,
 ) -> None:
     # Eight waits start at once while the shard's acks fail: each wait holds a slot of
     # max_owed_calls (2) from its start, so the ones past the bound are refused and the face
     # never owes more than 2 calls; none owed is dropped (all delivered once acks take).
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
+    f = face(retry_s=30, call_timeout_s=5, lease_timeout_s=600.0)
+    shard, transport = f.shard, f.transport
     shard.lose["ack"] = 10_000
-    transport = Transport(_ray([]), [None, shard], None, retry_s=30, call_timeout_s=5)
-    transports.append(transport)
     transport.outbox.max_calls = 2  # Cluster.open(max_owed_calls=2)
-    face = Cluster.__new__(Cluster)
-    face._lock, face._closed = threading.Lock(), False
-    face._transport = transport
-    face._router = Router(2, Limits(), retry_s=30, call_timeout_s=5)
-    agents = [_started(core, shard_loop, f"a{i}") for i in range(8)]
+    cluster = _cluster(f)
+    agents = [f.started(f"a{i}") for i in range(8)]
     for i in range(8):
-        (gates / f"a{i}").touch()
+        f.settle(f"a{i}")
 
     async def waits() -> list[Any]:
         return await asyncio.gather(
-            *(face.wait_async(a, 30.0) for a in agents), return_exceptions=True
+            *(cluster.wait_async(a, 30.0) for a in agents), return_exceptions=True
         )
 
     got = asyncio.run(waits())
@@ -521,34 +475,24 @@ def test_concurrent_waits_owe_no_more_than_max_owed_calls(
     assert all(isinstance(r, (Completion, OutboxFull)) for r in got)
     assert len(transport.outbox) == 2
     with pytest.raises(OutboxFull):
-        face.wait(agents[0], 1.0)
+        cluster.wait(agents[0], 1.0)
     shard.lose["ack"] = 0
     wait_until(lambda: transport.outbox.delivered == 2, what="the owed acks delivered")
     assert transport.outbox.dropped == 0
 
 
 def test_a_wait_after_a_give_up_first_delivers_the_release_the_shard_is_owed(
-    open_core: Any,
-    shard_loop: asyncio.AbstractEventLoop,
-    transports: list[Transport],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    face: FaceMaker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A wait gives up (its answers lost, the shard cannot take the release yet): the release
     # sits in the outbox's back-off. The retry the error invites, made as soon as the shard
     # is back, sends that release before its own call, so it gets the completion.
-    gates = tmp_path / "gates"
-    gates.mkdir()
-    monkeypatch.setenv("RETINUE_CLUSTER_GATES", str(gates))
     monkeypatch.setattr("retinue.cluster._router.BACKOFF_S", (0.05,))
-    monkeypatch.setattr("retinue.cluster._transport.BACKOFF_S", (30.0,))  # a long back-off
-    core = open_core(lease_timeout_s=600.0)
-    shard = _Shard(core, shard_loop)
-    transport = Transport(_ray([]), [None, shard], None, retry_s=0.2, call_timeout_s=0.3)
-    transports.append(transport)
-    router = Router(2, Limits(), retry_s=0.2, call_timeout_s=0.3)
-    agent = _started(core, shard_loop, "g")
-    (gates / "g").touch()
+    monkeypatch.setattr("retinue.cluster._outbox.BACKOFF_S", (30.0,))  # a long back-off
+    f = face(retry_s=0.2, call_timeout_s=0.3, lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
+    agent = f.started("g")
+    f.settle("g")
     transport.faults.drop["wait"] = 1000  # the wait's answers are lost
     shard.lose["release"] = 1000  # and the shard cannot take the release yet
     with pytest.raises(ShardUnavailable):
@@ -561,3 +505,62 @@ def test_a_wait_after_a_give_up_first_delivers_the_release_the_shard_is_owed(
     assert got.output == "done:g"
     wait_until(lambda: core.rt.leases() == {}, what="the lease acknowledged")
     assert transport.outbox.dropped == 0
+
+
+def test_a_wait_that_ends_after_the_face_closed_hands_its_completion_out_once(
+    face: FaceMaker,
+) -> None:
+    # detach() / shutdown() close the outbox while a wait is in flight; the wait's ack would
+    # then fail with nothing to send it again: a completion returned so is handed out a
+    # second time once its lease runs out. The wait raises RuntimeClosed instead and
+    # releases the lease, so the next face gets the completion at once, and once.
+    f = face(lease_timeout_s=1.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
+    shard.lose["ack"] = 1
+    agent = f.started("c")
+
+    async def scenario() -> list[Completion]:
+        waiting = asyncio.ensure_future(transport.run_async(router.wait(agent, 30.0)))
+        while not core._leased:
+            await asyncio.sleep(0.001)  # the shard's wait is in progress
+        transport.close(0.1)  # the face detaches
+        f.settle("c")
+        try:
+            return [await waiting]
+        except RuntimeClosed as exc:
+            assert "closed while this call was in flight" in str(exc)
+            return []
+
+    received = asyncio.run(scenario())
+    other = Transport(f.ray, [None, shard], None, retry_s=5, call_timeout_s=30)
+    face_b = Router(2, Limits(), retry_s=5, call_timeout_s=30)
+    try:
+        if not received:  # given back at once
+            received.append(asyncio.run(other.run_async(face_b.wait(agent, 5.0))))
+        time.sleep(1.5)  # past lease_timeout_s and a sweep
+        with contextlib.suppress(NothingToWaitFor):
+            received.append(asyncio.run(other.run_async(face_b.wait(agent, 1.0))))
+    finally:
+        other.close(5.0)
+    assert [(c.generation, c.output) for c in received] == [(1, "done:c")]  # once
+    assert shard.calls.count("release") == 1  # the closed face released, did not ack
+
+
+def test_a_wait_leasing_again_owes_no_more_than_max_owed_calls(face: FaceMaker) -> None:
+    # The shard's acks fail. Wait 1 returns the completion; its ack is owed. The lease runs
+    # out and the shard hands the completion out again, to wait 2 of the same face: not
+    # returned twice, acknowledged (owed too) and wait 2 leases again, and so on each
+    # lease_timeout_s. Its one slot held one owed call: leasing again needs a free slot,
+    # so the face never owes more than max_owed_calls (2).
+    f = face(retry_s=30, call_timeout_s=5, lease_timeout_s=0.5)
+    f.shard.lose["ack"] = 10_000
+    f.transport.outbox.max_calls = 2  # Cluster.open(max_owed_calls=2)
+    cluster = _cluster(f)
+    agent = f.started("o")
+    f.settle("o")
+    assert cluster.wait(agent, 30.0).output == "done:o"
+    with pytest.raises(OutboxFull):  # not a WaitTimeout after piling up acks
+        cluster.wait(agent, 4.0)
+    assert len(f.transport.outbox) == 2
+    f.shard.lose["ack"] = 0
+    wait_until(lambda: f.transport.outbox.delivered == 2, what="the owed acks delivered")

@@ -11,7 +11,8 @@ import pytest
 from support import wait_until
 
 from retinue.cluster import wire as w
-from retinue.cluster._transport import One, Outbox, OutboxFull
+from retinue.cluster._outbox import Outbox
+from retinue.cluster._transport import One, OutboxFull
 from retinue.errors import ClusterError, InvalidArgument, RuntimeClosed
 
 
@@ -58,7 +59,7 @@ class _Transport:
 
 def _outbox(answers: list[bytes | BaseException], max_calls: int = 100) -> tuple[Outbox, Any]:
     transport = _Transport(answers)
-    return Outbox(transport, max_calls), transport  # type: ignore[arg-type]
+    return Outbox(transport, max_calls), transport
 
 
 def test_a_call_is_sent_until_its_shard_answers_it_for_good() -> None:
@@ -89,7 +90,7 @@ def test_close_tries_to_deliver_then_drops_the_rest_and_later_posts() -> None:
 
 
 def test_past_its_bound_nothing_is_dropped_and_new_waits_are_refused() -> None:
-    outbox = Outbox(SimpleNamespace(call_timeout_s=5.0), max_calls=2)  # type: ignore[arg-type]
+    outbox = Outbox(SimpleNamespace(call_timeout_s=5.0), max_calls=2)
     outbox._closed = False
     outbox._thread = SimpleNamespace()  # type: ignore[assignment]  # nothing sends
     outbox.post(One(1, b"a"))
