@@ -1,5 +1,10 @@
 """A call sent after a cancelled wait is served after that wait gave back what it took.
 
+Both ends keep the order: the writer serves a call that arrives after a
+``Cancel`` once the cancelled call ended, and the client sends a cancelled
+call's ``Cancel`` (or gives back an answer that came as its caller gave up)
+before any call its caller makes afterwards.
+
 The control socket serves a client's wait under a lease of its own; a wait the
 client cancels once the writer claimed its answer gives the completion back
 (``ReleaseLease``) only when the answer has landed. A wait the client sends
@@ -23,9 +28,9 @@ import pytest
 
 import retinue
 from retinue import Completion, Profile, Runtime
-from retinue.actors.commands import Wait
+from retinue.actors.commands import Command, Wait
 from retinue.actors.supervisor import _transition
-from retinue.control import _connection
+from retinue.control import _connection, _link
 from retinue.control import _wire as w
 from retinue.testing import Gate
 
@@ -81,4 +86,44 @@ def test_a_wait_sent_after_a_cancelled_wait_gets_what_it_gave_back(
 
         done = asyncio.run(scenario())
         assert (done.generation, done.output) == (1, "released:t")
+        assert remote.leases() == {}
+
+
+def test_an_answer_that_came_as_its_caller_gave_up_is_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client's link has the first wait's answer, but its caller cancels before the
+    # answer is handed over (the link's thread is held right there): the link gives
+    # the completion back, before the next wait goes out, instead of dropping the reply
+    # (the socket kept its lease until the connection closed: NothingToWaitFor).
+    arrived = threading.Event()
+    go = threading.Event()
+    session_call = _link.Session.call
+
+    async def holding_call(
+        self: _link.Session, command: Command[Any], timeout: float | None, guard: float
+    ) -> w.Answer:
+        answer = await session_call(self, command, timeout, guard)
+        if isinstance(command, Wait) and not arrived.is_set():
+            arrived.set()
+            go.wait(HOLD_S)  # the link's loop is held with the answer in hand
+        return answer
+
+    monkeypatch.setattr(_link.Session, "call", holding_call)
+    store = tmp_path / "store"
+    echo = [Profile("echo", runner=lambda t: t.task)]
+    with Runtime.open(store, profiles=echo), retinue.connect(store) as remote:
+        remote.spawn("echo", "back", name="e")
+
+        async def scenario() -> Completion:
+            first = asyncio.ensure_future(remote.wait_async("e", HOLD_S))
+            assert await asyncio.to_thread(arrived.wait, HOLD_S)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            go.set()
+            return await remote.wait_async("e", HOLD_S)
+
+        done = asyncio.run(scenario())
+        assert (done.generation, done.output) == (1, "back")
         assert remote.leases() == {}
