@@ -10,7 +10,9 @@ stream. What a call took (a wait's completion, the host's messages) is kept
 only once the client confirms it has the answer
 (:class:`~retinue.control._wire.Received`); a cancelled call, or a
 connection that closes first, gives it back, so a dropped connection loses
-nothing.
+nothing. A call that arrives after a :class:`~retinue.control._wire.Cancel`
+is served once the cancelled calls ended, so it comes after their give-backs
+(a wait sent right after a cancelled one receives what that one gave back).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class Connection:
         self.writer = writer
         self._admitted = admitted
         self._calls: dict[int, asyncio.Task[None]] = {}
+        # Calls cancelled in flight, until they end (a later call is served after them).
+        self._ending: set[asyncio.Task[None]] = set()
         self._unconfirmed: dict[int, Served] = {}
         self._sending = asyncio.Lock()
         self._closed = False
@@ -164,16 +168,28 @@ class Connection:
             )
             await self._answer_error(call.id, error)
             return
-        task = asyncio.create_task(self._run_call(call))
+        ending = self._ending
+        task = asyncio.create_task(self._run_call(call, tuple(ending) if ending else ()))
         self._calls[call.id] = task
 
-    async def _run_call(self, call: w.Call) -> None:
+    async def _run_call(self, call: w.Call, after: tuple[asyncio.Task[None], ...]) -> None:
+        """Serve ``call`` once the calls cancelled before it arrived have ended (``after``).
+
+        A cancelled wait that was answered gives its completion back as its task
+        ends (the answer may still be on its way); a call the client sent after
+        the cancel must reach the supervisor after that give-back, or a wait
+        right behind it finds the completion still leased and gets
+        ``NothingToWaitFor``.
+        """
         served: Served | None = None
         try:
+            if after:
+                await asyncio.wait(after)
             command: Command[Any] = w.decode_command(call.command)
             served = await serve(self.system, command, call.timeout)
         except asyncio.CancelledError:
             self._calls.pop(call.id, None)
+            self._give_back(call.id)  # cancelled while its answer was being sent
             raise
         except RetinueError as exc:
             await self._answer_error(call.id, exc)
@@ -213,6 +229,8 @@ class Connection:
         task = self._calls.get(call_id)
         if task is not None:
             task.cancel()
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
         else:
             self._give_back(call_id)
 

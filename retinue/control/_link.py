@@ -216,6 +216,7 @@ class Link:
         self._session: Session | None = None
         self._opening: asyncio.Lock | None = None
         self._streams: set[Session] = set()
+        self._ending: set[asyncio.Task[None]] = set()  # cancelled calls, until they end
         self.closed = False
 
     def open(self) -> w.Hello:
@@ -276,6 +277,10 @@ class Link:
     ) -> concurrent.futures.Future[Reply]:
         """Hand ``command`` over; return the future of its :class:`Reply` (thread-safe).
 
+        Cancelling the future cancels the call on the writer; if its answer came
+        first, what it took is given back before any call submitted after the
+        cancel is sent.
+
         Raises:
             ArgumentTypeError, InvalidArgument: ``timeout`` is not a finite,
                 non-negative number (its bound, ``wait_max_s``, is the writer's to check).
@@ -283,14 +288,70 @@ class Link:
         """
         if timeout is not None:
             timeout = check_seconds(timeout, "timeout")
+        if self.closed:
+            raise ControlError("this connection to the writer was closed (disconnect())")
+        outer: concurrent.futures.Future[Reply] = concurrent.futures.Future()
+        started: list[asyncio.Task[None]] = []
 
-        async def call() -> Reply:
-            session = await self._calls()
-            guard = self.guard(command, timeout, session.hello)
-            answer = await session.call(command, timeout, guard)
-            return Reply(session, answer)
+        async def call() -> None:
+            try:
+                if self._ending:  # calls the caller cancelled first: their Cancel goes first
+                    await asyncio.wait(tuple(self._ending))
+                session = await self._calls()
+                guard = self.guard(command, timeout, session.hello)
+                answer = await session.call(command, timeout, guard)
+            except asyncio.CancelledError:
+                outer.cancel()
+                raise
+            except Exception as exc:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    outer.set_exception(exc)
+                return
+            # The answer is handed to the caller, or (it gave up meanwhile) given back
+            # here, before this task yields: a call the caller makes once its cancel
+            # returned is sent after this give-back.
+            if outer.set_running_or_notify_cancel():
+                outer.set_result(Reply(session, answer))
+            elif answer.confirm:
+                with contextlib.suppress(RetinueError):
+                    await session.send(w.Cancel(id=answer.id))
 
-        return self.submit_coroutine(call())
+        def start() -> None:
+            if not outer.cancelled():
+                task = self.loop.create_task(call())
+                task.add_done_callback(settle)
+                started.append(task)
+
+        def settle(task: asyncio.Task[None]) -> None:
+            if task.cancelled():  # the loop cancelled it: the caller's wait ends too
+                outer.cancel()
+            elif task.exception() is not None:  # not an Exception: the task let it through
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    outer.set_exception(task.exception())
+
+        def cancelled(done: concurrent.futures.Future[Reply]) -> None:
+            if done.cancelled():
+                with contextlib.suppress(RuntimeError):  # a closed loop: nothing runs
+                    self.loop.call_soon_threadsafe(self._abandon, started)
+
+        try:
+            self.loop.call_soon_threadsafe(start)  # in order with the calls' cancels
+        except RuntimeError:  # the loop closed meanwhile
+            raise ControlError("this connection to the writer was closed") from None
+        outer.add_done_callback(cancelled)
+        return outer
+
+    def _abandon(self, started: list[asyncio.Task[None]]) -> None:
+        """Cancel a call's task; calls submitted after this wait until it ended (on the loop).
+
+        The cancelled task sends its ``Cancel`` (or gives back an answer that
+        came) as it ends, so it reaches the writer before those later calls.
+        """
+        for task in started:
+            if not task.done():
+                task.cancel()
+                self._ending.add(task)
+                task.add_done_callback(self._ending.discard)
 
     def received(self, reply: Reply) -> None:
         """The caller has ``reply``'s value: confirm it to the writer (if it asked)."""

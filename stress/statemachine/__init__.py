@@ -158,6 +158,9 @@ COVERED = (
     "cancelled_by_failed_close",
     "loop_interrupt:unrun",
     "loop_interrupt:ran",
+    "race:remote_cancelled_wait",
+    "race:remote_cancelled",
+    "race:remote_lease_kept",
 )
 """What a run reports it reached (``coverage``): rules, race outcomes and runner paths."""
 

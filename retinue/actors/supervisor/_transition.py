@@ -4,10 +4,11 @@ The supervisor makes a :class:`Transition` per command and hands it to every
 part that serves the command; the parts add what the command changes (the
 tree gathers the store writes) instead of resetting shared fields on every
 call. Once the handler returns, the writes go to the store as one
-transition; when the store says they are committed, the effects run (start
-a runner, answer a waiter), the events are published and the caller is
-answered, unless the answer was deferred to a waiter. The events are published
-before the effects run, so whatever a started runner publishes comes after them.
+transition; when the store says they are committed, the events are published,
+the caller is answered (unless the answer was deferred to a waiter) and the
+effects run (start a runner, answer a waiter). The events come before the
+effects, so whatever a started runner publishes comes after them; the answer
+too, so a host learns of its spawn before the spawned turn is handed over.
 :func:`hand_over` gives the store's writer the transitions the supervisor
 served since its last hand-off, as one group (group commit).
 """
@@ -183,7 +184,7 @@ class Transition(msgspec.Struct, eq=False):
         return self.reply
 
     def committed(self, error: BaseException | None) -> None:
-        """Finish after the store answered: run effects, publish, reply; or fail the caller.
+        """Finish after the store answered: publish, reply, run effects; or fail the caller.
 
         The store's writer calls it (the transition is its queued item,
         :class:`~retinue.persistence.commits.Queued`: no callback built per transition).
@@ -203,13 +204,10 @@ class Transition(msgspec.Struct, eq=False):
         # live (tool and model calls) must follow its turn_started.
         if self.events:
             self.bus.publish(self.events)
-        effects = self.effects
-        if effects:  # nearly every step: none (no iterator built over the empty tuple)
-            for effect in effects:
-                try:
-                    effect()
-                except Exception:  # one broken effect must not starve the others
-                    log.exception("an after-commit effect of %r failed", self.what)
+        # The caller's answer before the effects: the commit is durable already, and a
+        # host that spawned learns of it (and sends its wait) before the turn it started
+        # is handed to the runtime loop, so the turn's completion finds the wait there
+        # instead of being stored in the host's mailbox and taken by another command.
         if not self.deferred:  # as resolve_future, inline: one frame less per answer
             result = self.result
             try:
@@ -219,6 +217,13 @@ class Transition(msgspec.Struct, eq=False):
                     self.reply.set_result(result)
             except concurrent.futures.InvalidStateError:
                 pass
+        effects = self.effects
+        if effects:  # nearly every step: none (no iterator built over the empty tuple)
+            for effect in effects:
+                try:
+                    effect()
+                except Exception:  # one broken effect must not starve the others
+                    log.exception("an after-commit effect of %r failed", self.what)
 
 
 def hand_over(store: Store, group: Sequence[Transition]) -> None:

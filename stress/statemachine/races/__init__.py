@@ -3,7 +3,9 @@
 By theme: :mod:`~.waits` (host waits racing each other, cancelled waits, a
 close), :mod:`~.inbox` (the host's inbox), :mod:`~.closing` (the runtime's
 close or an interrupt racing a wait that was just answered), :mod:`~.loop`
-(a close or an interrupt racing async turns whose start waits on the loop). The ledger
+(a close or an interrupt racing async turns whose start waits on the loop),
+:mod:`~.remote` (a control-socket client's wait cancelled as an interrupt
+answers it, and the wait sent right behind it). The ledger
 (``host_ledger``) counts every completion id the host's waits returned; the
 ``drain`` rule here checks that every completion of every top-level agent
 was received exactly once, before and after reopens, and that the host read
@@ -20,13 +22,14 @@ from hypothesis.stateful import rule
 from stress.statemachine.races.closing import CloseRaces
 from stress.statemachine.races.inbox import InboxRaces
 from stress.statemachine.races.loop import LoopRaces
+from stress.statemachine.races.remote import RemoteRaces
 from stress.statemachine.races.waits import WaitRaces
 from stress.statemachine.trace import STATS, TRACE, fail
 
-__all__ = ["CloseRaces", "InboxRaces", "LoopRaces", "RaceRules", "WaitRaces"]
+__all__ = ["CloseRaces", "InboxRaces", "LoopRaces", "RaceRules", "RemoteRaces", "WaitRaces"]
 
 
-class RaceRules(WaitRaces, InboxRaces, CloseRaces, LoopRaces):
+class RaceRules(WaitRaces, InboxRaces, CloseRaces, LoopRaces, RemoteRaces):
     """Rules where host calls race each other, the supervisor and the runtime's close."""
 
     @rule()

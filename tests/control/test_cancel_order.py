@@ -1,0 +1,129 @@
+"""A call sent after a cancelled wait is served after that wait gave back what it took.
+
+Both ends keep the order: the writer serves a call that arrives after a
+``Cancel`` once the cancelled call ended, and the client sends a cancelled
+call's ``Cancel`` (or gives back an answer that came as its caller gave up)
+before any call its caller makes afterwards.
+
+The control socket serves a client's wait under a lease of its own; a wait the
+client cancels once the writer claimed its answer gives the completion back
+(``ReleaseLease``) only when the answer has landed. A wait the client sends
+right after the cancel must reach the supervisor after that give-back: if it
+came first, it found the completion still leased and ended with
+``NothingToWaitFor`` although the completion was coming back. The writer runs
+in this process here, so the interleaving is forced with events (no sleeps):
+the claimed answer is held on the store's writer thread until the second wait
+has reached the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import retinue
+from retinue import Completion, Profile, Runtime
+from retinue.actors.commands import Command, Wait
+from retinue.actors.supervisor import _transition
+from retinue.control import _connection, _link
+from retinue.control import _wire as w
+from retinue.testing import Gate
+
+HOLD_S = 30.0
+
+
+def test_a_wait_sent_after_a_cancelled_wait_gets_what_it_gave_back(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = threading.Event()  # the first wait's answer is claimed, committed, held
+    release = threading.Event()  # ... until the second wait reached the socket
+    second = threading.Event()
+    waits = 0
+
+    resolve: Callable[[Any, Any], None] = _transition.resolve_future
+
+    def holding_resolve(future: Any, value: Any) -> None:
+        if isinstance(value, Completion) and not held.is_set():
+            held.set()
+            release.wait(HOLD_S)
+        resolve(future, value)
+
+    start_call = _connection.Connection._start_call
+
+    async def noting_start_call(self: _connection.Connection, call: w.Call) -> None:
+        nonlocal waits
+        await start_call(self, call)  # the call's task is queued on the loop
+        if isinstance(w.decode_command(call.command), Wait):
+            waits += 1
+            if waits == 2:
+                second.set()
+
+    monkeypatch.setattr(_transition, "resolve_future", holding_resolve)
+    monkeypatch.setattr(_connection.Connection, "_start_call", noting_start_call)
+    store = tmp_path / "store"
+    with (
+        Runtime.open(store, profiles=[Profile("gated", runner=gate)]),
+        retinue.connect(store) as remote,
+    ):
+        remote.spawn("gated", "t", name="b")
+        gate.release()
+
+        async def scenario() -> Completion:
+            first = asyncio.ensure_future(remote.wait_async("b", HOLD_S))
+            assert await asyncio.to_thread(held.wait, HOLD_S)
+            first.cancel()  # the writer claimed its answer: the cancel must give it back
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            again = asyncio.ensure_future(remote.wait_async("b", HOLD_S))
+            assert await asyncio.to_thread(second.wait, HOLD_S)
+            release.set()  # the held answer lands; the give-back follows it
+            return await again
+
+        done = asyncio.run(scenario())
+        assert (done.generation, done.output) == (1, "released:t")
+        assert remote.leases() == {}
+
+
+def test_an_answer_that_came_as_its_caller_gave_up_is_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client's link has the first wait's answer, but its caller cancels before the
+    # answer is handed over (the link's thread is held right there): the link gives
+    # the completion back, before the next wait goes out, instead of dropping the reply
+    # (the socket kept its lease until the connection closed: NothingToWaitFor).
+    arrived = threading.Event()
+    go = threading.Event()
+    session_call = _link.Session.call
+
+    async def holding_call(
+        self: _link.Session, command: Command[Any], timeout: float | None, guard: float
+    ) -> w.Answer:
+        answer = await session_call(self, command, timeout, guard)
+        if isinstance(command, Wait) and not arrived.is_set():
+            arrived.set()
+            go.wait(HOLD_S)  # the link's loop is held with the answer in hand
+        return answer
+
+    monkeypatch.setattr(_link.Session, "call", holding_call)
+    store = tmp_path / "store"
+    echo = [Profile("echo", runner=lambda t: t.task)]
+    with Runtime.open(store, profiles=echo), retinue.connect(store) as remote:
+        remote.spawn("echo", "back", name="e")
+
+        async def scenario() -> Completion:
+            first = asyncio.ensure_future(remote.wait_async("e", HOLD_S))
+            assert await asyncio.to_thread(arrived.wait, HOLD_S)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            go.set()
+            return await remote.wait_async("e", HOLD_S)
+
+        done = asyncio.run(scenario())
+        assert (done.generation, done.output) == (1, "back")
+        assert remote.leases() == {}
