@@ -12,6 +12,7 @@ inbox unanswered; and the stop commits what was served.
 from __future__ import annotations
 
 import concurrent.futures
+import queue
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from retinue import Limits, Profile, RuntimeClosed
 from retinue.actors.calls import RuntimeState, actor_target
 from retinue.actors.commands import HOST, Agents, Barrier, Envelope, Spawn
+from retinue.actors.supervisor import SupervisorActor
 from retinue.actors.system import System
 from retinue.persistence.options import check_store_options
 from retinue.testing import echo
@@ -180,6 +182,79 @@ def test_a_command_put_as_the_supervisor_stopped_is_refused_by_the_disconnect(
         system.shutdown()
 
 
+def test_the_teardown_and_the_disconnect_drain_one_inbox_at_once_without_blocking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pykka answers the stop before its loop runs the teardown, so a close's disconnect
+    drains the inbox while the actor's teardown does: the teardown saw an item, the
+    disconnect took it, and a blocking take would wait for ever (review54: the supervisor's
+    thread, holding the whole tree, outlived the close)."""
+    tearing: set[int] = set()
+    seen, drained = threading.Event(), threading.Event()
+
+    class Inbox(queue.SimpleQueue):  # type: ignore[type-arg]
+        """Holds the teardown's first look at a non-empty inbox until the disconnect ran."""
+
+        def _hold(self) -> None:
+            if threading.get_ident() in tearing and self.qsize() and not seen.is_set():
+                seen.set()
+                drained.wait(WATCHDOG_S)
+
+        def empty(self) -> bool:  # (a drain that looks, then takes: held in between)
+            empty = super().empty()
+            self._hold()
+            return empty
+
+        def get_nowait(self) -> Any:
+            self._hold()
+            return super().get_nowait()
+
+    teardown = SupervisorActor._actor_loop_teardown
+
+    def noted(self: SupervisorActor) -> None:
+        tearing.add(threading.get_ident())
+        teardown(self)
+
+    monkeypatch.setattr(SupervisorActor, "_create_actor_inbox", staticmethod(Inbox))
+    monkeypatch.setattr(SupervisorActor, "_actor_loop_teardown", noted)
+    system = start(tmp_path / "s")
+    gate, inside = threading.Event(), threading.Event()
+    core, actor = system.core, system.actor
+    assert core is not None and actor is not None
+    real = core.dispatch
+
+    def held(tx: Any, command: Any) -> Any:
+        if isinstance(command, Agents):  # hold the supervisor inside this command
+            inside.set()
+            gate.wait(WATCHDOG_S)
+        return real(tx, command)
+
+    core.dispatch = held  # type: ignore[method-assign]
+    try:
+        busy = system.engine.submit(Agents(HOST))
+        assert inside.wait(WATCHDOG_S)
+        system.engine.channel.close(RuntimeState.CLOSED)
+        stopping = actor.stop(block=False)  # pykka's stop message ...
+        late = system.engine.submit(Barrier())  # ... and a command behind it
+        gate.set()
+        busy.result(timeout=WATCHDOG_S)
+        stopping.get(timeout=WATCHDOG_S)  # answered: the teardown has not run yet
+        assert seen.wait(WATCHDOG_S)  # the teardown found the command in the inbox ...
+        system.engine.channel.disconnect()  # ... and the close's disconnect takes it
+        drained.set()
+        with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
+            late.result(timeout=WATCHDOG_S)
+        threads = [t for t in threading.enumerate() if t.ident in tearing]
+        for thread in threads:
+            thread.join(WATCHDOG_S)
+        assert threads and not any(t.is_alive() for t in threads), "the teardown blocked"
+    finally:
+        gate.set()
+        drained.set()
+        core.dispatch = real  # type: ignore[method-assign]
+        system.shutdown()
+
+
 def test_the_overridden_loop_is_pykkas_own() -> None:
     """SupervisorActor._actor_loop_running is pykka 4.5.0's loop with bare envelopes served
     first: a pykka upgrade that changes its loop must be read against the override first."""
@@ -195,3 +270,20 @@ def test_the_overridden_loop_is_pykkas_own() -> None:
         "4.5.0",
         "4109f316d2be434e5a2a178eda154e0eb17919333986a4b505f33091e4987dbd",
     ), "pykka's receive loop changed: port retinue/actors/supervisor/_actor.py's copy of it"
+
+
+def test_the_overridden_teardown_answers_what_pykkas_does() -> None:
+    """SupervisorActor._actor_loop_teardown replaces pykka 4.5.0's (``refuse_left``): a pykka
+    upgrade that changes what its teardown does must be read against the override first."""
+    import hashlib
+    import importlib.metadata
+    import inspect
+
+    import pykka
+
+    source = inspect.getsource(pykka.Actor._actor_loop_teardown)
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    assert (importlib.metadata.version("pykka"), digest) == (
+        "4.5.0",
+        "1b35ca263372af740dcc818e13a5eec1ddfc56a99129e409b97522a5ed3af93b",
+    ), "pykka's teardown changed: port retinue/actors/calls/_channel.py's refuse_left"

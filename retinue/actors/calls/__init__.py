@@ -13,7 +13,7 @@ The rest of the package may use the names in ``__all__``; the modules are privat
 
 from __future__ import annotations
 
-from retinue.actors.calls._channel import Channel, RuntimeState, actor_target
+from retinue.actors.calls._channel import Channel, RuntimeState, actor_target, refuse_left
 from retinue.actors.calls._engine import Engine, HostReceipt, WaitCommand, handed_events
 from retinue.actors.calls._handover import Handover
 from retinue.actors.calls._reply import TOLD, LoopReply, Reply, Told
@@ -39,6 +39,7 @@ __all__ = [
     "Wakeup",
     "actor_target",
     "handed_events",
+    "refuse_left",
     "register_poster",
     "resolve_timeout",
     "timed_out",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import enum
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -107,6 +108,27 @@ def actor_target(
     return _ActorTarget(actor, capture)
 
 
+def refuse_left(inbox: Any) -> None:
+    """Answer every item left in a stopped supervisor actor's ``inbox``; never wait for one.
+
+    Ours (a bare :class:`Envelope`) is refused ``RuntimeClosed``; pykka's with a reply
+    slot (an ``ask``, another ``stop``) is answered ``ActorDeadError``, as pykka's own
+    teardown answers a message it never handled; a ``tell`` is dropped, as pykka drops
+    it. The actor's teardown and :meth:`Channel.disconnect` may drain one inbox at
+    once: each item is taken by one of them, and neither blocks on an empty inbox.
+    """
+    while True:
+        try:
+            item: Any = inbox.get_nowait()  # ours (bare) or pykka's
+        except queue.Empty:
+            return
+        if type(item) is Envelope:
+            item.refuse()
+        elif item.reply_to is not None:
+            dead = pykka.ActorDeadError("the supervisor stopped before handling the message")
+            item.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
+
+
 class Channel:
     """Submits commands to a supervisor (or a read-only reader) under the closing rules.
 
@@ -183,11 +205,7 @@ class Channel:
             actor, self._actor, self._target = self._actor, None, None
             if actor is None:
                 return
-            inbox = actor.inbox
-            while not inbox.empty():
-                envelope: Any = inbox.get()  # ours (bare) or pykka's
-                if type(envelope) is Envelope:
-                    envelope.refuse()
+            refuse_left(actor.inbox)
 
     def close(self, state: RuntimeState) -> None:
         """Move to ``CLOSING`` or ``CLOSED`` (never back to ``OPEN``)."""

@@ -27,6 +27,7 @@ from typing import Any
 
 import pykka
 
+from retinue.actors.calls import refuse_left
 from retinue.actors.commands import Envelope
 from retinue.actors.supervisor._supervisor import Supervisor
 
@@ -100,26 +101,17 @@ class SupervisorActor(pykka.ThreadingActor):
         self.core.commit()
 
     def _actor_loop_teardown(self) -> None:
-        """pykka's teardown of the inbox, with every envelope of ours in it refused.
+        """pykka's teardown of the inbox (its ``_actor_loop_teardown``), with ours answered.
 
         pykka drops an inbox item with no ``reply_to`` (a ``tell``), and our bare
         envelopes have none: a command put behind the stop message (one served
         while closing, from another thread) would never be answered, and its
-        caller would wait for ever. It is answered ``RuntimeClosed``; pykka's own
-        messages are left to pykka's teardown. (A command put after this drain is
-        refused by :meth:`~retinue.actors.calls.Channel.disconnect`.)
+        caller would wait for ever. :func:`~retinue.actors.calls.refuse_left` answers
+        it ``RuntimeClosed`` and pykka's own messages as pykka does, without ever
+        blocking: the channel's :meth:`~retinue.actors.calls.Channel.disconnect` may
+        drain the same inbox at once (pykka answers the stop before this runs).
         """
-        inbox = self.actor_inbox
-        theirs: list[Any] = []
-        while not inbox.empty():
-            envelope: Any = inbox.get()  # ours (bare) or pykka's
-            if type(envelope) is Envelope:
-                envelope.refuse()
-            else:
-                theirs.append(envelope)
-        for envelope in theirs:
-            inbox.put(envelope)
-        super()._actor_loop_teardown()
+        refuse_left(self.actor_inbox)
 
     @staticmethod
     def _create_actor_inbox() -> Any:
