@@ -28,9 +28,10 @@ import pytest
 from support import wait_until
 
 import retinue
-from retinue import Completion, Profile, Runtime
+from retinue import Completion, InvalidArgument, Profile, Runtime
+from retinue.actors.calls import _engine
 from retinue.actors.commands import Command, Wait
-from retinue.actors.supervisor import _transition
+from retinue.actors.supervisor import _host_waits, _transition
 from retinue.control import _connection, _link
 from retinue.control import _wire as w
 from retinue.testing import Gate
@@ -205,3 +206,74 @@ def test_a_call_behind_a_cancelled_wait_ends_with_runtime_closed_as_the_runtime_
 def wait_closing(rt: Runtime) -> None:
     """Return once ``rt`` refuses new commands (its close has begun)."""
     wait_until(lambda: rt.state is not retinue.RuntimeState.OPEN, HOLD_S, "the close began")
+
+
+def test_a_call_behind_a_cancelled_wait_whose_claimed_answer_was_undone_goes_on(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one answer that never lands: a command claims a blocked wait's answer, the
+    # wait is cancelled meanwhile (too late: the answer is claimed), and the command then
+    # fails: its rollback puts the wait back, unanswered and no longer awaited. The
+    # cancelled wait gives it up too, so it ends at once (not after the give-back's 30 s
+    # bound) and the call queued behind it on the socket goes on.
+    registered = threading.Event()
+    claimed = threading.Event()
+    cancelled = threading.Event()
+    failing = threading.Event()
+    serve_host = _host_waits.HostWaits.serve_host
+    register = _host_waits.HostWaits._register
+
+    def noting_register(self: _host_waits.HostWaits, tx: Any, record: Any, lease: Any) -> None:
+        register(self, tx, record, lease)
+        registered.set()
+
+    def failing_serve_host(self: _host_waits.HostWaits, tx: Any, agent_id: str) -> None:
+        serve_host(self, tx, agent_id)
+        if failing.is_set() and not claimed.is_set():
+            claimed.set()
+            cancelled.wait(HOLD_S)  # the remote wait is cancelled while its answer is claimed
+            raise InvalidArgument("a command that failed after it served a host wait")
+
+    give_back_in_order = _engine._give_back_in_order
+
+    async def noting_give_back(future: Any, receipt: Any) -> None:
+        cancelled.set()
+        await give_back_in_order(future, receipt)
+
+    monkeypatch.setattr(_host_waits.HostWaits, "serve_host", failing_serve_host)
+    monkeypatch.setattr(_host_waits.HostWaits, "_register", noting_register)
+    monkeypatch.setattr(_engine, "_give_back_in_order", noting_give_back)
+    store = tmp_path / "store"
+    with (
+        Runtime.open(store, profiles=[Profile("gated", runner=gate)]) as rt,
+        retinue.connect(store) as remote,
+    ):
+        rt.spawn("gated", "t", name="b")
+        gate.release("t")  # only the first turn: the follow-up's blocks
+        assert rt.wait("b", HOLD_S, lease="held").generation == 1
+        rt.follow_up("b", "more")  # b runs again (gated): a host wait on it blocks
+        registered.clear()
+
+        async def scenario() -> BaseException | Completion:
+            first = asyncio.ensure_future(remote.wait_async("b", HOLD_S))
+            assert await asyncio.to_thread(registered.wait, HOLD_S)  # blocked on b
+            failing.set()
+            releasing = asyncio.ensure_future(asyncio.to_thread(rt.release_lease, "held"))
+            assert await asyncio.to_thread(claimed.wait, HOLD_S)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            again = asyncio.ensure_future(remote.wait_async("b", 0))
+            with pytest.raises(InvalidArgument):
+                await releasing  # rolled back: the lease holds generation 1 again
+            try:
+                return await asyncio.wait_for(again, HOLD_S / 2)
+            except retinue.RetinueError as exc:
+                return exc
+
+        outcome = asyncio.run(scenario())
+        assert isinstance(outcome, retinue.WaitTimeout), outcome  # b still runs: nothing new
+        assert set(rt.leases()) == {"held"}
+        gate.release()
+        assert (rt.wait("b", HOLD_S).generation, rt.release_lease("held")) == (2, True)
+        assert rt.wait("b", HOLD_S).generation == 1  # what the lease held, given back
