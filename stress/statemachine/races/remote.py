@@ -121,6 +121,13 @@ class RemoteRaces(Model):
         except RetinueError as exc:
             fail(f"a remote wait, interrupt and wait on {agent.info.path} raised {exc!r}")
         self.sync()
+        self._check_remote(agent, got, then, left)
+
+    def _check_remote(
+        self, agent: Agent, got: Outcome, then: Outcome, left: dict[str, Completion]
+    ) -> None:
+        """Check the outcomes of a cancelled remote wait (``got``: None if cancelled), the
+        wait behind it (``then``) and the leases ``left`` after both."""
         where = f"remote wait on {agent.info.path}"
         # A cancelled wait gave back what it took (its lease released), whether the writer
         # or the client had its answer; a received one's lease was acknowledged.
