@@ -10,9 +10,11 @@ stream. What a call took (a wait's completion, the host's messages) is kept
 only once the client confirms it has the answer
 (:class:`~retinue.control._wire.Received`); a cancelled call, or a
 connection that closes first, gives it back, so a dropped connection loses
-nothing. A call that arrives after a :class:`~retinue.control._wire.Cancel`
-is served once the cancelled calls ended, so it comes after their give-backs
-(a wait sent right after a cancelled one receives what that one gave back).
+nothing (a wait under the caller's lease keeps it then: the caller's to
+acknowledge or release, as in process; its cancel releases it). A call that
+arrives after a :class:`~retinue.control._wire.Cancel` is served once the
+cancelled calls ended, so it comes after their give-backs (a wait sent right
+after a cancelled one receives what that one gave back).
 """
 
 from __future__ import annotations
@@ -138,7 +140,7 @@ class Connection:
         if calls:
             await asyncio.gather(*calls, return_exceptions=True)
         for call_id in list(self._unconfirmed):
-            self._give_back(call_id)
+            self._give_back(call_id, dropped=True)
         self.writer.close()
         with contextlib.suppress(Exception):
             await self.writer.wait_closed()
@@ -189,7 +191,7 @@ class Connection:
             served = await serve(self.system, command, call.timeout)
         except asyncio.CancelledError:
             self._calls.pop(call.id, None)
-            self._give_back(call.id)  # cancelled while its answer was being sent
+            self._give_back(call.id, dropped=self._closed)  # cancelled as its answer went
             raise
         except RetinueError as exc:
             await self._answer_error(call.id, exc)
@@ -217,7 +219,7 @@ class Connection:
         try:
             await self._write(body)
         except (ConnectionError, RuntimeError):
-            self._give_back(call_id)
+            self._give_back(call_id, dropped=True)
             raise
 
     async def _answer_error(self, call_id: int, error: BaseException) -> None:
@@ -240,9 +242,11 @@ class Connection:
         if served is not None and served.keep is not None:
             self.system.engine.tell(served.keep)
 
-    def _give_back(self, call_id: int) -> None:
+    def _give_back(self, call_id: int, dropped: bool = False) -> None:
+        """Give back what ``call_id`` took, unconfirmed: the client cancelled it, or
+        (``dropped``) the connection closed first, which keeps a caller's lease."""
         served = self._unconfirmed.pop(call_id, None)
-        if served is not None:
+        if served is not None and not (dropped and served.kept_on_drop):
             self._undo(served)
 
     def _undo(self, served: Served) -> None:

@@ -208,7 +208,8 @@ class RemoteRuntime:
         writer's ``wait_default_s``; without ``lease`` the writer takes the
         completion under a lease of its own, kept once this client has it and
         given back (to the next :meth:`wait` on the agent) if the connection
-        drops first; with ``lease`` it is the caller's to acknowledge. With
+        drops first; with ``lease`` it is the caller's to acknowledge (a
+        cancelled :meth:`run_async` releases it, as in process). With
         ``idempotency_key`` a retried run waits on the agent the first made
         (if the first run received its completion, the retry raises
         ``NothingToWaitFor``).
@@ -305,7 +306,10 @@ class RemoteRuntime:
         ``timeout=None`` is the writer's ``wait_default_s``. Without ``lease``
         the writer takes the completion under a lease of its own, kept once
         this client has it and given back if the connection drops first; with
-        ``lease`` it is the caller's to acknowledge (:meth:`ack_lease`), as in process.
+        ``lease`` it is the caller's to acknowledge (:meth:`ack_lease`), as in
+        process (a dropped connection keeps it; a cancelled :meth:`wait_async`
+        releases it). ``dedup_key_max_length`` bounds ``lease``, not the
+        writer's own lease.
         """
         waiting: Command[Any] = Wait(HOST, ref, lease=lease)  # a host's: answered a Completion
         completion: Completion = self._ask(waiting, timeout)

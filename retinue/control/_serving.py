@@ -9,11 +9,17 @@ never does (its connection closed, or it cancelled the call).
 
 A wait (or a ``run``: a spawn and its wait in one command, served as a wait)
 without a lease of the caller's takes its completion under a lease of the
-socket's own (:data:`LEASE_PREFIX`): the commit that hands it over also
-stores it, so it is given back on a lost connection, and after a writer's
+socket's own (:data:`LEASE_PREFIX`; the writer's, so ``dedup_key_max_length``,
+a bound on callers' keys, does not refuse it, and no caller can send one that
+passes unbounded: ``Wait.internal_lease`` never crosses the wire): the commit
+that hands it over also stores it, so it is given back on a lost connection, and after a writer's
 crash (the next writer's socket releases the leases left over at its start,
 :func:`release_leftover_leases`). A wait with the caller's lease is the
-caller's to acknowledge (``ack_lease``), as in process.
+caller's to acknowledge (``ack_lease``), as in process; and as in process, a
+caller that cancels the wait once its answer came releases that lease (the
+answer is confirmed like any, and a ``Cancel`` gives it back), while a
+dropped connection keeps it (:attr:`Served.kept_on_drop`): the caller's lease
+is how it gets the completion again after losing the answer.
 """
 
 from __future__ import annotations
@@ -49,11 +55,16 @@ LEASE_PREFIX = "retinue-control:"
 
 @dataclass(frozen=True)
 class Served:
-    """A command's answer; ``keep`` and ``give_back`` are what confirms or undoes what it took."""
+    """A command's answer; ``keep`` and ``give_back`` are what confirms or undoes what it took.
+
+    ``kept_on_drop``: what it took is the caller's to keep or give back (a wait
+    under the caller's lease): a cancel gives it back, a dropped connection does not.
+    """
 
     value: Any
     keep: Command[Any] | None = None
     give_back: Command[Any] | None = None
+    kept_on_drop: bool = False
 
     @property
     def confirm(self) -> bool:
@@ -100,9 +111,10 @@ async def _wait(engine: Engine, command: Wait | Run, seconds: float) -> Served:
     of the socket's to confirm."""
     if command.lease is not None:
         receipt = HostReceipt(engine, command.lease)
-        return Served(await engine.wait_async(command, seconds, receipt))
+        value = await engine.wait_async(command, seconds, receipt)
+        return Served(value, None, ReleaseLease(command.lease), kept_on_drop=True)
     lease = f"{LEASE_PREFIX}{uuid.uuid4().hex}"
-    leased = dataclasses.replace(command, lease=lease)
+    leased = dataclasses.replace(command, lease=lease, internal_lease=True)
     value = await engine.wait_async(leased, seconds, HostReceipt(engine, lease))
     return Served(value, AckLease(lease), ReleaseLease(lease))
 

@@ -160,7 +160,8 @@ COVERED = (
     "loop_interrupt:ran",
     "race:remote_cancelled_wait",
     "race:remote_cancelled",
-    "race:remote_lease_kept",
+    "race:remote_socket_lease",
+    "race:remote_callers_lease",
 )
 """What a run reports it reached (``coverage``): rules, race outcomes and runner paths."""
 

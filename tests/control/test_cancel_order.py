@@ -25,11 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until
 
 import retinue
-from retinue import Completion, Profile, Runtime
+from retinue import Completion, InvalidArgument, Profile, Runtime
+from retinue.actors.calls import _engine
 from retinue.actors.commands import Command, Wait
-from retinue.actors.supervisor import _transition
+from retinue.actors.supervisor import _host_waits, _transition
 from retinue.control import _connection, _link
 from retinue.control import _wire as w
 from retinue.testing import Gate
@@ -127,3 +129,151 @@ def test_an_answer_that_came_as_its_caller_gave_up_is_given_back(
         done = asyncio.run(scenario())
         assert (done.generation, done.output) == (1, "back")
         assert remote.leases() == {}
+
+
+def test_a_call_behind_a_cancelled_wait_ends_with_runtime_closed_as_the_runtime_closes(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A call queued behind a cancelled wait waits for that wait's answer (its give-back
+    # goes first). The answer always lands: every claimed answer is settled by its
+    # commit (or failed with the commit's error), and a closing runtime's Shutdown
+    # commits behind it, so the close itself waits for it. Here the answer is held on
+    # the store's writer thread and the runtime starts closing meanwhile: once the
+    # answer lands the queued call goes on and ends with RuntimeClosed, well inside the
+    # give-back's 30 s bound (the guard below), not with a dropped connection.
+    held = threading.Event()
+    release = threading.Event()
+    second = threading.Event()
+    waits = 0
+    resolve: Callable[[Any, Any], None] = _transition.resolve_future
+
+    def holding_resolve(future: Any, value: Any) -> None:
+        if isinstance(value, Completion) and not held.is_set():
+            held.set()
+            release.wait(HOLD_S)
+        resolve(future, value)
+
+    start_call = _connection.Connection._start_call
+
+    async def noting_start_call(self: _connection.Connection, call: w.Call) -> None:
+        nonlocal waits
+        await start_call(self, call)
+        if isinstance(w.decode_command(call.command), Wait):
+            waits += 1
+            if waits == 2:
+                second.set()
+
+    monkeypatch.setattr(_transition, "resolve_future", holding_resolve)
+    monkeypatch.setattr(_connection.Connection, "_start_call", noting_start_call)
+    store = tmp_path / "store"
+    rt = Runtime.open(store, profiles=[Profile("gated", runner=gate)])
+    closing = threading.Thread(target=rt.shutdown)
+    try:
+        with retinue.connect(store) as remote:
+            remote.spawn("gated", "t", name="b")
+            gate.release()
+
+            async def scenario() -> BaseException | Completion:
+                first = asyncio.ensure_future(remote.wait_async("b", HOLD_S))
+                assert await asyncio.to_thread(held.wait, HOLD_S)
+                first.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await first
+                again = asyncio.ensure_future(remote.wait_async("b", HOLD_S))
+                assert await asyncio.to_thread(second.wait, HOLD_S)
+                closing.start()  # new commands are refused from now on
+                await asyncio.to_thread(wait_closing, rt)
+                release.set()  # the held answer lands; its give-back, then the call
+                try:
+                    return await asyncio.wait_for(again, HOLD_S / 2)
+                except retinue.RetinueError as exc:
+                    return exc
+
+            outcome = asyncio.run(scenario())
+        assert isinstance(outcome, retinue.RuntimeClosed), outcome
+    finally:
+        release.set()
+        if closing.ident is not None:
+            closing.join(HOLD_S)
+        rt.shutdown()  # idempotent: returns once the close is done
+    with Runtime.open(store, profiles=[Profile("gated", runner=gate)]) as again:
+        # the socket's lease of the cancelled wait is released at the latest by the next
+        # writer's socket; the completion is there to receive
+        assert again.wait("b", 30).output == "released:t"
+        assert again.leases() == {}
+
+
+def wait_closing(rt: Runtime) -> None:
+    """Return once ``rt`` refuses new commands (its close has begun)."""
+    wait_until(lambda: rt.state is not retinue.RuntimeState.OPEN, HOLD_S, "the close began")
+
+
+def test_a_call_behind_a_cancelled_wait_whose_claimed_answer_was_undone_goes_on(
+    tmp_path: Path, gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one answer that never lands: a command claims a blocked wait's answer, the
+    # wait is cancelled meanwhile (too late: the answer is claimed), and the command then
+    # fails: its rollback puts the wait back, unanswered and no longer awaited. The
+    # cancelled wait gives it up too, so it ends at once (not after the give-back's 30 s
+    # bound) and the call queued behind it on the socket goes on.
+    registered = threading.Event()
+    claimed = threading.Event()
+    cancelled = threading.Event()
+    failing = threading.Event()
+    serve_host = _host_waits.HostWaits.serve_host
+    register = _host_waits.HostWaits._register
+
+    def noting_register(self: _host_waits.HostWaits, tx: Any, record: Any, lease: Any) -> None:
+        register(self, tx, record, lease)
+        registered.set()
+
+    def failing_serve_host(self: _host_waits.HostWaits, tx: Any, agent_id: str) -> None:
+        serve_host(self, tx, agent_id)
+        if failing.is_set() and not claimed.is_set():
+            claimed.set()
+            cancelled.wait(HOLD_S)  # the remote wait is cancelled while its answer is claimed
+            raise InvalidArgument("a command that failed after it served a host wait")
+
+    give_back_in_order = _engine._give_back_in_order
+
+    async def noting_give_back(future: Any, receipt: Any) -> None:
+        cancelled.set()
+        await give_back_in_order(future, receipt)
+
+    monkeypatch.setattr(_host_waits.HostWaits, "serve_host", failing_serve_host)
+    monkeypatch.setattr(_host_waits.HostWaits, "_register", noting_register)
+    monkeypatch.setattr(_engine, "_give_back_in_order", noting_give_back)
+    store = tmp_path / "store"
+    with (
+        Runtime.open(store, profiles=[Profile("gated", runner=gate)]) as rt,
+        retinue.connect(store) as remote,
+    ):
+        rt.spawn("gated", "t", name="b")
+        gate.release("t")  # only the first turn: the follow-up's blocks
+        assert rt.wait("b", HOLD_S, lease="held").generation == 1
+        rt.follow_up("b", "more")  # b runs again (gated): a host wait on it blocks
+        registered.clear()
+
+        async def scenario() -> BaseException | Completion:
+            first = asyncio.ensure_future(remote.wait_async("b", HOLD_S))
+            assert await asyncio.to_thread(registered.wait, HOLD_S)  # blocked on b
+            failing.set()
+            releasing = asyncio.ensure_future(asyncio.to_thread(rt.release_lease, "held"))
+            assert await asyncio.to_thread(claimed.wait, HOLD_S)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            again = asyncio.ensure_future(remote.wait_async("b", 0))
+            with pytest.raises(InvalidArgument):
+                await releasing  # rolled back: the lease holds generation 1 again
+            try:
+                return await asyncio.wait_for(again, HOLD_S / 2)
+            except retinue.RetinueError as exc:
+                return exc
+
+        outcome = asyncio.run(scenario())
+        assert isinstance(outcome, retinue.WaitTimeout), outcome  # b still runs: nothing new
+        assert set(rt.leases()) == {"held"}
+        gate.release()
+        assert (rt.wait("b", HOLD_S).generation, rt.release_lease("held")) == (2, True)
+        assert rt.wait("b", HOLD_S).generation == 1  # what the lease held, given back

@@ -208,7 +208,10 @@ class Engine:
         a turn's is a :class:`Reply` awaited through :func:`await_answer`.
 
         If the awaiting task is cancelled before the wait was answered, the
-        wait is given up; after, what it took is given back (``receipt``).
+        wait is given up; after, what it took is given back (``receipt``), and
+        the wait is given up as well (an answer claimed by a command that then
+        failed is undone: the give-up ends the wait instead of leaving the
+        give-back to wait for an answer that will not come).
 
         Raises:
             WaitTimeout: nothing arrived in time; and whatever the wait ended
@@ -246,6 +249,10 @@ class Engine:
                 if future.cancel():  # not answered: the supervisor skips it; forget it
                     self.give_up(sender, future, seconds)
                 else:  # answered (or being answered): give what it took back, in order
+                    # Given up too: a command that claimed the answer and then failed
+                    # put the wait back unanswered (its rollback); the give-up ends it
+                    # at once. An answered wait is no longer there: it does nothing.
+                    self.give_up(sender, future, seconds)
                     await _give_back_in_order(future, receipt)
             raise
         except BaseException:

@@ -52,7 +52,8 @@ class Run(Command[Completion]):
     the answer comes at the agent's settle: the completion, or what the wait
     ends with. A refused spawn, or a refused wait (a bad lease), changes nothing.
     A :class:`~retinue.actors.commands.GiveUpWait` for the same future ends it with
-    ``WaitTimeout`` naming the agent's path.
+    ``WaitTimeout`` naming the agent's path. ``internal_lease``: as a
+    :class:`~retinue.actors.commands.Wait`'s (the writer's own lease, never on the wire).
     """
 
     sender: Sender
@@ -63,6 +64,7 @@ class Run(Command[Completion]):
     idempotency_key: str | None = None
     lease: str | None = None
     name_field: str = "name"
+    internal_lease: bool = False
 
 
 @dataclass(frozen=True, slots=True)

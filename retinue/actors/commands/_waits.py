@@ -46,6 +46,11 @@ class Wait(Command[Message | Completion]):
     received also stores ``lease -> completion``, and a wait with a lease
     already stored is answered with that completion again (see
     :class:`AckLease`, :class:`ReleaseLease`).
+
+    ``internal_lease``: ``lease`` is one the writer made for a wait of its own
+    (the control socket's, for a client's wait without a lease), not a
+    caller's key: ``dedup_key_max_length`` does not bound it. It never crosses
+    the wire (:mod:`retinue.actors.commands._wire`): a caller cannot set it.
     """
 
     sender: Sender
@@ -53,6 +58,7 @@ class Wait(Command[Message | Completion]):
     kind: WaitKind = "completion"
     field: str = "ref"
     lease: str | None = None
+    internal_lease: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,9 @@ wire form. Each is encoded by field from its dataclass under a tag that is its
 class name, and decoded through a msgspec struct derived from the dataclass's
 own fields and types (:func:`_mirror`), so msgspec checks every field's type,
 and built again as the same dataclass with the host as its sender: a remote
-caller is always the host, never a turn. A command is answered with its answer
+caller is always the host, never a turn. The fields only the writer sets
+(:data:`_LOCAL`: a wait's ``internal_lease``) are not on the wire either, so a
+remote caller never sets them. A command is answered with its answer
 type (``Command[R]``'s ``R``: :func:`answer_type`).
 
 Evolution, as the protocol's records: a new field goes at the end of its
@@ -74,12 +76,17 @@ REMOTE: tuple[type[Command[Any]], ...] = (
 ``SupervisorCommand``."""
 
 
+_LOCAL = frozenset({"sender", "internal_lease"})
+"""The fields a command never carries over the wire: its sender (the host's, implied) and
+what only the writer sets (a lease of its own, not bounded by ``dedup_key_max_length``)."""
+
+
 def _mirror(cls: type[Command[Any]]) -> type[msgspec.Struct]:
-    """A msgspec struct with ``cls``'s fields and types but ``sender``, tagged by its name."""
+    """A msgspec struct with ``cls``'s fields and types but :data:`_LOCAL`, tagged by its name."""
     hints = typing.get_type_hints(cls)
     fields: list[tuple[str, Any, Any]] = []
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if field.name == "sender":
+        if field.name in _LOCAL:
             continue
         default = msgspec.NODEFAULT if field.default is dataclasses.MISSING else field.default
         fields.append((field.name, hints[field.name], default))

@@ -144,7 +144,7 @@ class HostWaits(Journaled):
         """
         lease = command.lease
         if lease is not None:
-            held = self._leased(lease, command.ref, command.field)
+            held = self._leased(lease, command.ref, command.field, command.internal_lease)
             if held is not None:
                 return held
         ref = command.ref
@@ -155,11 +155,14 @@ class HostWaits(Journaled):
         self._register(tx, record, lease)
         return None
 
-    def wait_on(self, tx: Transition, agent_id: str, lease: str | None) -> Completion | None:
+    def wait_on(
+        self, tx: Transition, agent_id: str, lease: str | None, internal: bool = False
+    ) -> Completion | None:
         """Register a host wait on the agent ``agent_id`` (live: a ``Run`` just spawned it).
 
         As :meth:`host_wait` with the agent already found: a stored ``lease``
         answers at once (returned); otherwise the answer is deferred.
+        ``internal``: the lease is the writer's own (see :meth:`_leased`).
 
         Raises:
             InvalidArgument, DedupKeyTooLong: a bad lease (see :meth:`_leased`).
@@ -167,7 +170,7 @@ class HostWaits(Journaled):
                 and the host received every completion it keeps).
         """
         if lease is not None:
-            held = self._leased(lease, agent_id, "ref")
+            held = self._leased(lease, agent_id, "ref", internal)
             if held is not None:
                 return held
         self._register(tx, self.world.tree.agents[agent_id], lease)
@@ -206,17 +209,23 @@ class HostWaits(Journaled):
         if maybe_new:
             self.serve_host(tx, record.id)
 
-    def _leased(self, lease: str, ref: str, field: str) -> Completion | None:
+    def _leased(
+        self, lease: str, ref: str, field: str, internal: bool = False
+    ) -> Completion | None:
         """Return the completion stored under ``lease`` (a retried wait on ``ref``), or None.
+
+        ``dedup_key_max_length`` bounds a caller's lease, not one the writer made
+        for a wait of its own (``internal``: the control socket's, which no
+        caller can send; see ``Wait.internal_lease``).
 
         Raises:
             ArgumentTypeError, InvalidArgument: not a usable lease id, one held
                 by a wait still blocked, or one stored for another agent.
-            DedupKeyTooLong: the lease id is longer than ``dedup_key_max_length``.
+            DedupKeyTooLong: a caller's lease id is longer than ``dedup_key_max_length``.
         """
         check_key(lease, "lease")
         cap = self.world.limits.dedup_key_max_length
-        if len(lease) > cap:
+        if len(lease) > cap and not internal:
             raise DedupKeyTooLong(
                 f"lease is {len(lease)} characters; dedup_key_max_length is {cap}",
                 limit=cap,

@@ -457,7 +457,7 @@ class Supervisor:
             # HostWaits.wait_on would find, without serving it or noting it idle).
             self.hosts.host[info.id] = JList(self._journal, (host_waiter(tx.defer()),))
             return None
-        return self.hosts.wait_on(tx, info.id, command.lease)
+        return self.hosts.wait_on(tx, info.id, command.lease, command.internal_lease)
 
     def _run_many(self, tx: Transition, me: AgentRecord, command: RunMany) -> None:
         self.waiters.check_idle(me)  # before the spawns: a refused wait spawns nothing

@@ -6,7 +6,11 @@ cancels while the writer is answering it (an interrupt that settles the
 agent has just returned) gives back only once the answer has landed; a call
 the client sends after the cancel must be served after that give-back, so a
 wait right behind the cancelled one receives the completion it gave back,
-never ``NothingToWaitFor`` with the completion on its way back.
+never ``NothingToWaitFor`` with the completion on its way back. A wait
+cancelled after its answer reached the client gives it back too (the client
+sends the ``Cancel``), under the socket's lease as under the caller's, as in
+process. The socket's own leases are 48 characters, past the machine's
+``dedup_key_max_length`` (8): a bound on callers' keys, which must not refuse them.
 """
 
 from __future__ import annotations
@@ -48,9 +52,10 @@ class RemoteRaces(Model):
         spins=st.integers(0, 3),
         delay=st.sampled_from(CANCEL_DELAYS),
         interrupt=st.booleans(),
+        callers=st.booleans(),
     )
     def remote_cancelled_wait_then_wait(
-        self, index: int, spins: int, delay: float, interrupt: bool
+        self, index: int, spins: int, delay: float, interrupt: bool, callers: bool
     ) -> None:
         """A remote ``wait_async`` on an agent, cancelled as its answer lands (after an
         interrupt that settles the agent, or after ``delay``), and another sent right
@@ -58,24 +63,29 @@ class RemoteRaces(Model):
 
         The first wait returns the oldest completion the host has not received
         (or ``NothingToWaitFor``) or is cancelled: what it took is given back
-        before the second is served, unless its answer had reached the client
-        (the caller's lease then holds it); the second (timeout 0) returns the
-        oldest one left, and ends empty only when none is left.
+        before the second is served (also when its answer had reached the
+        client); the second (timeout 0) returns the oldest one left, and ends
+        empty only when none is left. Both waits go under the caller's leases
+        (``callers``) or under the socket's own; none is left at the end.
         """
         heirs = self._host_heirs()
         agent = heirs[-1 - index % len(heirs)]
         TRACE.append(
             f"remote_cancelled_wait_then_wait({agent.info.path}, spins={spins}, "
-            f"delay={delay}, interrupt={interrupt})"
+            f"delay={delay}, interrupt={interrupt}, callers={callers})"
         )
         STATS["race:remote_cancelled_wait"] += 1
 
-        # The caller's own leases (short: the machine's dedup_key_max_length is 8, and the
-        # socket's leases are longer): the socket gives back by releasing them, as its own.
+        # The caller's own leases (short: the machine's dedup_key_max_length is 8), or
+        # none: the socket's (48 characters), acknowledged as the client confirms.
         self.remote_leases += 2
-        lease, then_lease = f"r{self.remote_leases - 1}", f"r{self.remote_leases}"
+        lease: str | None = f"r{self.remote_leases - 1}" if callers else None
+        then_lease: str | None = f"r{self.remote_leases}" if callers else None
+        STATS[f"race:remote_{'callers' if callers else 'socket'}_lease"] += 1
 
-        async def scenario(remote: retinue.RemoteRuntime) -> tuple[Outcome, Outcome]:
+        async def scenario(
+            remote: retinue.RemoteRuntime,
+        ) -> tuple[Outcome, Outcome, dict[str, Completion]]:
             first = asyncio.ensure_future(remote.wait_async(agent.id, timeout=PARK_S, lease=lease))
             for _ in range(spins):
                 await asyncio.sleep(0)
@@ -98,34 +108,37 @@ class RemoteRaces(Model):
             except RetinueError as exc:
                 then = exc
             for taken, held in ((got, lease), (then, then_lease)):
-                if isinstance(taken, Completion) and not await remote.ack_lease_async(held):
+                if held is None or not isinstance(taken, Completion):
+                    continue
+                if not await remote.ack_lease_async(held):
                     fail(f"lease {held} of a completion the host received was not stored")
-            return got, then
+            # Served after every confirm and give-back this client sent (one connection).
+            return got, then, await remote.leases_async()
 
         try:
             with retinue.connect(self.store_path) as remote:
-                got, then = asyncio.run(scenario(remote))
+                got, then, left = asyncio.run(scenario(remote))
         except RetinueError as exc:
             fail(f"a remote wait, interrupt and wait on {agent.info.path} raised {exc!r}")
         self.sync()
+        self._check_remote(agent, got, then, left)
+
+    def _check_remote(
+        self, agent: Agent, got: Outcome, then: Outcome, left: dict[str, Completion]
+    ) -> None:
+        """Check the outcomes of a cancelled remote wait (``got``: None if cancelled), the
+        wait behind it (``then``) and the leases ``left`` after both."""
         where = f"remote wait on {agent.info.path}"
-        left = self.rt.leases()
-        # A cancelled wait whose answer had reached the client keeps the caller's lease
-        # (the caller's to release or wait again with); one cancelled on the writer first
-        # released it before the next wait was served. Nothing else is left.
-        kept = got is None and lease in left
-        if kept:
-            STATS["race:remote_lease_kept"] += 1
-            left.pop(lease)
-            self.rt.release_lease(lease)
+        # A cancelled wait gave back what it took (its lease released), whether the writer
+        # or the client had its answer; a received one's lease was acknowledged.
         if left:
             fail(f"{where}: leases left after the cancelled wait and the next: {left}")
         for outcome in (got, then):
-            if isinstance(outcome, Completion):  # past a kept lease's: any unreceived one
-                self.host_received(agent, outcome, where, routed=True, oldest=not kept)
+            if isinstance(outcome, Completion):
+                self.host_received(agent, outcome, where, routed=True)
             elif outcome is not None and not nothing_left(outcome):
                 fail(f"{where} raised {outcome!r}")
-        if not isinstance(then, Completion) and not kept and self.host_due(agent) is not None:
+        if not isinstance(then, Completion) and self.host_due(agent) is not None:
             fail(
                 f"{where}: the wait behind a cancelled one got {then!r} while "
                 f"{agent.id}:{self.host_due(agent)} was there to receive"
