@@ -183,24 +183,25 @@ class Connection:
         right behind it finds the completion still leased and gets
         ``NothingToWaitFor``.
         """
-        served: Served | None = None
         try:
-            if after:
-                await asyncio.wait(after)
-            command: Command[Any] = w.decode_command(call.command)
-            served = await serve(self.system, command, call.timeout)
-        except asyncio.CancelledError:
+            try:
+                if after:
+                    await asyncio.wait(after)
+                command: Command[Any] = w.decode_command(call.command)
+                served = await serve(self.system, command, call.timeout)
+            except RetinueError as exc:
+                await self._answer_error(call.id, exc)
+                return
+            except Exception as exc:  # a bug: the client gets InternalError, the log the rest
+                log.exception("the control socket failed on a call")
+                await self._answer_error(call.id, exc)
+                return
+            with contextlib.suppress(ConnectionError, RuntimeError):  # given back
+                await self._answer(call.id, served)
+        except asyncio.CancelledError:  # also while its answer waits to be written
             self._calls.pop(call.id, None)
             self._give_back(call.id, dropped=self._closed)  # cancelled as its answer went
             raise
-        except RetinueError as exc:
-            await self._answer_error(call.id, exc)
-        except Exception as exc:  # a bug: the client gets InternalError, the log the rest
-            log.exception("the control socket failed on a call")
-            await self._answer_error(call.id, exc)
-        else:
-            with contextlib.suppress(ConnectionError, RuntimeError):  # given back
-                await self._answer(call.id, served)
         finally:
             self._calls.pop(call.id, None)
 

@@ -38,6 +38,7 @@ __all__ = ["Link", "Reply", "Session"]
 T = TypeVar("T")
 _WAITS = (Wait, Run, HostMessages, Idle)
 _CLOSE_TIMEOUT_S = 5.0
+_CLOSED = "this connection to the writer was closed (disconnect())"
 
 
 @dataclass(frozen=True)
@@ -217,6 +218,7 @@ class Link:
         self._opening: asyncio.Lock | None = None
         self._streams: set[Session] = set()
         self._ending: set[asyncio.Task[None]] = set()  # cancelled calls, until they end
+        self._outstanding: set[concurrent.futures.Future[Reply]] = set()  # submitted, unanswered
         self.closed = False
 
     def open(self) -> w.Hello:
@@ -250,11 +252,22 @@ class Link:
         """
         if self.closed:
             coroutine.close()
-            raise ControlError("this connection to the writer was closed (disconnect())")
+            raise ControlError(_CLOSED)
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def _end(self, outer: concurrent.futures.Future[Reply]) -> None:
+        """End a call's future whose task was cancelled: ``ControlError`` if the link
+        closed under it, else cancelled (its caller gave it up)."""
+        if self.closed:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                outer.set_exception(ControlError(_CLOSED))
+        else:
+            outer.cancel()
 
     async def _calls(self) -> Session:
         """The session calls go over, opened (again) if it is closed."""
+        if self.closed:
+            raise ControlError(_CLOSED)
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
@@ -289,9 +302,11 @@ class Link:
         if timeout is not None:
             timeout = check_seconds(timeout, "timeout")
         if self.closed:
-            raise ControlError("this connection to the writer was closed (disconnect())")
+            raise ControlError(_CLOSED)
         outer: concurrent.futures.Future[Reply] = concurrent.futures.Future()
         started: list[asyncio.Task[None]] = []
+        self._outstanding.add(outer)  # a close answers it if the loop never does
+        outer.add_done_callback(self._outstanding.discard)
 
         async def call() -> None:
             try:
@@ -301,7 +316,7 @@ class Link:
                 guard = self.guard(command, timeout, session.hello)
                 answer = await session.call(command, timeout, guard)
             except asyncio.CancelledError:
-                outer.cancel()
+                self._end(outer)
                 raise
             except Exception as exc:
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
@@ -324,7 +339,7 @@ class Link:
 
         def settle(task: asyncio.Task[None]) -> None:
             if task.cancelled():  # the loop cancelled it: the caller's wait ends too
-                outer.cancel()
+                self._end(outer)
             elif task.exception() is not None:  # not an Exception: the task let it through
                 with contextlib.suppress(concurrent.futures.InvalidStateError):
                     outer.set_exception(task.exception())
@@ -436,6 +451,13 @@ class Link:
             async def close_all() -> None:
                 sessions = [s for s in (self._session, *self._streams) if s is not None]
                 await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+                # Calls still running (one reopening its session, one waiting for a
+                # cancelled call's end) end now: cancelled, their callers told it closed.
+                me = asyncio.current_task()
+                left = [t for t in asyncio.all_tasks() if t is not me]
+                for task in left:
+                    task.cancel()
+                await asyncio.gather(*left, return_exceptions=True)
 
             future = asyncio.run_coroutine_threadsafe(close_all(), self.loop)
             with contextlib.suppress(Exception):
@@ -445,3 +467,6 @@ class Link:
                 self._thread.join(_CLOSE_TIMEOUT_S)
         if not self._thread.is_alive():
             self.loop.close()
+        for outer in list(self._outstanding):  # none waits for ever on a closed link
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                outer.set_exception(ControlError(_CLOSED))

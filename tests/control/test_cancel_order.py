@@ -28,7 +28,7 @@ import pytest
 from support import wait_until
 
 import retinue
-from retinue import Completion, InvalidArgument, Profile, Runtime
+from retinue import Completion, ControlError, InvalidArgument, Profile, Runtime
 from retinue.actors.calls import _engine
 from retinue.actors.commands import Command, Wait
 from retinue.actors.supervisor import _host_waits, _transition
@@ -277,3 +277,104 @@ def test_a_call_behind_a_cancelled_wait_whose_claimed_answer_was_undone_goes_on(
         gate.release()
         assert (rt.wait("b", HOLD_S).generation, rt.release_lease("held")) == (2, True)
         assert rt.wait("b", HOLD_S).generation == 1  # what the lease held, given back
+
+
+def test_a_wait_cancelled_while_its_answer_waits_to_be_written_gives_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer was claimed and is queued behind another call's write (the connection's
+    send lock held) when the client's Cancel lands: the completion is given back, and a
+    wait sent after the cancel gets it (review54: the cancel of an answer being sent was
+    outside the give-back, so the completion stayed leased until the client went)."""
+    conns: list[tuple[_connection.Connection, asyncio.AbstractEventLoop]] = []
+    start_call = _connection.Connection._start_call
+
+    async def noting(self: _connection.Connection, call: w.Call) -> None:
+        if not conns:
+            conns.append((self, asyncio.get_running_loop()))
+        await start_call(self, call)
+
+    monkeypatch.setattr(_connection.Connection, "_start_call", noting)
+    store = tmp_path / "store"
+    echo = [Profile("echo", runner=lambda t: t.task)]
+    with Runtime.open(store, profiles=echo), retinue.connect(store) as remote:
+        remote.spawn("echo", "back", name="e")
+        remote.wait_idle(HOLD_S)
+        conn, loop = conns[0]
+        locked, release = threading.Event(), threading.Event()
+
+        async def hold() -> None:  # what another call's answer being written does
+            async with conn._sending:
+                locked.set()
+                await asyncio.to_thread(release.wait, HOLD_S)
+
+        holder = asyncio.run_coroutine_threadsafe(hold(), loop)
+        assert locked.wait(HOLD_S)
+
+        async def scenario() -> Any:
+            first = asyncio.ensure_future(remote.wait_async("e", HOLD_S))
+            await asyncio.to_thread(wait_until, lambda: bool(conn._unconfirmed), HOLD_S)
+            (answering,) = conn._calls.values()  # answered; its write waits for the lock
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            again = asyncio.ensure_future(remote.wait_async("e", HOLD_S))
+            # the Cancel ended the first call, and the second reached the socket
+            await asyncio.to_thread(
+                wait_until, lambda: answering.done() and bool(conn._calls), HOLD_S
+            )
+            release.set()
+            return await again
+
+        got = asyncio.run(scenario())
+        holder.result(HOLD_S)
+        assert isinstance(got, Completion) and got.output == "back"
+        assert remote.leases() == {}
+
+
+def test_a_call_reopening_its_connection_as_the_client_disconnects_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer dropped the client's connection; a call is opening a new one when the
+    client disconnects: the call ends with ControlError, its caller does not wait for ever
+    (review54: the close stopped the link's loop under the call, whose answer never came)."""
+    conns: list[tuple[_connection.Connection, asyncio.AbstractEventLoop]] = []
+    start_call = _connection.Connection._start_call
+
+    async def noting(self: _connection.Connection, call: w.Call) -> None:
+        conns.append((self, asyncio.get_running_loop()))
+        await start_call(self, call)
+
+    monkeypatch.setattr(_connection.Connection, "_start_call", noting)
+    store = tmp_path / "store"
+    echo = [Profile("echo", runner=lambda t: t.task)]
+    with Runtime.open(store, profiles=echo):
+        remote = retinue.connect(store)
+        remote.agents()
+        conn, loop = conns[-1]
+        loop.call_soon_threadsafe(conn.writer.close)  # the writer drops the connection
+        session = remote._link._session
+        assert session is not None
+        wait_until(lambda: session.closed, HOLD_S)
+        opening = threading.Event()
+
+        async def never_opens(*args: Any) -> Any:  # a reconnect that does not end by itself
+            opening.set()
+            await asyncio.Event().wait()
+
+        monkeypatch.setattr(_link.Session, "open", never_opens)
+        got: list[BaseException] = []
+
+        def caller() -> None:
+            try:
+                remote.agents()
+            except BaseException as exc:  # what the caller is told
+                got.append(exc)
+
+        thread = threading.Thread(target=caller)
+        thread.start()
+        assert opening.wait(HOLD_S)
+        remote.disconnect()
+        thread.join(HOLD_S)
+        assert not thread.is_alive(), "the call outlived the disconnect"
+        assert len(got) == 1 and isinstance(got[0], ControlError), got
