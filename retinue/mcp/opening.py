@@ -22,14 +22,41 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
 
-from retinue.errors import RetinueError, RuntimeClosed
+from retinue.errors import ConfigurationError, RetinueError, RuntimeClosed
 from retinue.runtime import Runtime
 
-__all__ = ["LEASE_PREFIX", "Opening", "release_leftover_leases"]
+__all__ = [
+    "LEASE_LENGTH",
+    "LEASE_PREFIX",
+    "Opening",
+    "check_lease_room",
+    "release_leftover_leases",
+]
 
 LEASE_PREFIX = "retinue-mcp:"
 """The prefix of the leases ``retinue mcp``'s waits take (``retinue-mcp:<uuid>``)."""
+LEASE_LENGTH = len(LEASE_PREFIX) + 32
+"""The length of a lease ``retinue mcp``'s waits take (the prefix and a uuid's 32 hex)."""
 _NOT_WAITING = frozenset({"initialize", "ping"})
+
+
+def check_lease_room(rt: Runtime) -> None:
+    """Refuse a runtime whose leases cannot be as long as this server's waits take.
+
+    A lease is bounded as a dedup key (``dedup_key_max_length``): below
+    :data:`LEASE_LENGTH`, every wait the server serves would fail with
+    ``DedupKeyTooLong``; the server says so once, as it opens.
+
+    Raises:
+        ConfigurationError: ``dedup_key_max_length`` is below :data:`LEASE_LENGTH`.
+    """
+    bound = rt.limits.dedup_key_max_length
+    if bound < LEASE_LENGTH:
+        raise ConfigurationError(
+            f"retinue mcp waits under leases of {LEASE_LENGTH} characters "
+            f"({LEASE_PREFIX!r} and a uuid), and dedup_key_max_length is {bound}: "
+            f"raise it to at least {LEASE_LENGTH}"
+        )
 
 
 def release_leftover_leases(rt: Runtime) -> int:

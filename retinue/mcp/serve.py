@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any
 
 from retinue.errors import ConfigurationError
-from retinue.mcp.opening import Opening, release_leftover_leases
+from retinue.mcp.opening import Opening, check_lease_room, release_leftover_leases
 from retinue.mcp.options import TOKEN_ENV, listen_address
 from retinue.mcp.waits import SESSION_HEADER
 from retinue.persistence.lock import WriterLock
@@ -65,6 +65,7 @@ def _opener(store: Path, team: Team | None, limits: Limits) -> Any:
     def open_runtime() -> Runtime:
         rt = Runtime.open(store, limits=limits, **kwargs)
         try:
+            check_lease_room(rt)
             release_leftover_leases(rt)
         except BaseException:
             rt.shutdown()

@@ -280,3 +280,20 @@ def test_a_store_another_writer_holds_is_refused_before_the_handshake(tmp_path: 
         )
     assert refused.returncode == 2 and refused.stdout == ""
     assert f"StoreLocked: store {store} is open for writing by pid {os.getpid()}" in refused.stderr
+
+
+def test_a_lease_bound_too_small_for_the_servers_waits_is_refused_as_it_opens(
+    tmp_path: Path,
+) -> None:
+    """Every wait the server serves takes a lease ``retinue-mcp:`` + uuid, bounded as a dedup
+    key: with a smaller ``dedup_key_max_length`` each would fail with DedupKeyTooLong, so the
+    open says it once, and leaves the store to the next opener."""
+    from retinue import ConfigurationError, Limits
+    from retinue.mcp.opening import LEASE_LENGTH
+    from retinue.mcp.serve import _opener
+
+    store = tmp_path / "s"
+    with pytest.raises(ConfigurationError, match=f"at least {LEASE_LENGTH}"):
+        _opener(store, None, Limits(dedup_key_max_length=LEASE_LENGTH - 1))()
+    with _opener(store, None, Limits(dedup_key_max_length=LEASE_LENGTH))() as rt:
+        assert rt.limits.dedup_key_max_length == LEASE_LENGTH
