@@ -125,6 +125,7 @@ class Outbox:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._closing = False  # close() is flushing: a first send watched now is owed at once
         self._round: threading.Event | None = None  # set when the round in flight may end
         # each held call's send still unanswered (keyed by the call's fate future): a round
         # awaits it again instead of sending the call once more (a hung shard's pile-up)
@@ -155,15 +156,18 @@ class Outbox:
                 counts[shard] = counts.get(shard, 0) + n
             return counts
 
-    def check(self) -> None:
+    def check(self, held: int = 0) -> None:
         """Raise :class:`OutboxFull` if the face owes ``max_calls`` calls or more, counting
-        a slot for each wait in flight (:meth:`reserve`).
+        a slot for each wait in flight (:meth:`reserve`) but the ``held`` ones the caller
+        reserved itself (a wait about to lease again: its own slot is what its next
+        acknowledgement will fill, so it may lease again while the face owes less than the
+        bound besides that slot).
 
         Raises:
             OutboxFull: the bound is reached; the error says what each shard is owed.
         """
         with self._cond:
-            self._refuse_if_full()
+            self._refuse_if_full(held)
 
     def reserve(self) -> None:
         """Hold a slot for a leased wait starting now (what it may come to owe); give it
@@ -183,18 +187,20 @@ class Outbox:
             self._reserved -= 1
             self._cond.notify_all()
 
-    def _refuse_if_full(self) -> None:
-        """Raise :class:`OutboxFull` if owed calls plus reserved slots reach the bound
-        (under the lock)."""
+    def _refuse_if_full(self, held: int = 0) -> None:
+        """Raise :class:`OutboxFull` if owed calls plus reserved slots (but ``held`` of the
+        caller's own) reach the bound (under the lock)."""
         owed = self.owed()
         total = sum(owed.values())
-        if total + self._reserved < self.max_calls:
+        others = max(self._reserved - held, 0)
+        if total + others < self.max_calls:
             return
         shards = ", ".join(f"shard {k}: {n}" for k, n in sorted(owed.items())) or "none"
         raise OutboxFull(
             f"the face owes {total} lease acknowledgements and releases to shards "
-            f"that did not answer them ({shards}) and {self._reserved} waits in flight may "
-            f"owe one each; max_owed_calls is {self.max_calls}: no new wait starts until "
+            f"that did not answer them ({shards}) and {others} waits in flight "
+            f"{'besides this one ' if held else ''}may owe one each; max_owed_calls is "
+            f"{self.max_calls}: no new wait starts until "
             "they are delivered or those waits end (check those shards; wait again later)",
             self.max_calls,
             owed,
@@ -248,7 +254,7 @@ class Outbox:
         ``bound_s`` has passed, or at the close, whichever comes first; until then it counts
         as owed while unanswered."""
         with self._cond:
-            if self._closed:
+            if self._closed or self._closing:  # the close's flush (or its drop) takes it now
                 sent.hand_over()
                 return
             if sent.owing:
@@ -295,6 +301,7 @@ class Outbox:
         """
         deadline = time.monotonic() + flush_s
         with self._cond:
+            self._closing = True
             self._expire(everything=True)  # sends in flight are owed too: flush them
             self._hurry = True  # the flush tries now, not after a back-off
             self._cond.notify_all()

@@ -359,7 +359,8 @@ class Router:
             if self._first_time(completion.id):
                 return completion
             # Handed out again after its lease ran out: not returned twice. Leasing again,
-            # this wait may come to owe one more call than its slot holds: it needs a free one.
+            # this wait may come to owe one more call than its slot holds (its last ack may
+            # still be owed): the face must owe less than the bound, its own slot aside.
             yield Check()
             lease = new_id()
             unseen = False
@@ -406,6 +407,9 @@ class Router:
             RuntimeClosed: the face was closed while the wait was in flight: no outbox
                 would send the acknowledgement again, so the lease is released instead
                 and the completion is not returned (its shard hands it out once more).
+                So too when the close overtook the acknowledgement (during its retries,
+                or as it was sent) unless the shard answers the release that the lease
+                was acknowledged already (the completion is returned then).
         """
         yield Tell((dataclasses.replace(_one(shard, AckLease(lease)), on_cancel=release),))
 

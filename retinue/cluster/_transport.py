@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from retinue.cluster._calls import BACKOFF_S, One, answer_of, failure_text
 from retinue.cluster._outbox import MAX_OUTBOX, FirstSend, Outbox
-from retinue.cluster.wire import final_reply
+from retinue.cluster.wire import decode_reply, final_reply
 from retinue.errors import OutboxFull, RuntimeClosed, ShardUnavailable
 
 __all__ = [
@@ -118,6 +118,14 @@ class Tell:
     With ``settle`` each call is sent once and its answer awaited, up to
     ``call_timeout_s``, whichever path (this send or the outbox's) delivers it; a
     release a wait that gives up owes its shard goes so.
+
+    Without ``settle``, on a closed face: a step started after the close sends no call,
+    each call's ``on_cancel`` instead, and raises :class:`~retinue.errors.RuntimeClosed`.
+    A call the close overtook (the face closed during its retries, or as it was sent, so
+    the outbox took it too late to send it again) is settled by sending its
+    ``on_cancel`` once, after its own sends, and reading the answer: a plain False (nothing
+    left to undo: the call had landed, as a release finds its lease acknowledged) lets
+    the step stand; anything else (the undo took, or no answer) raises RuntimeClosed.
     """
 
     calls: tuple[One, ...]
@@ -135,9 +143,9 @@ class Flush:
 
 @dataclass(frozen=True)
 class Check:
-    """Raise :class:`OutboxFull` unless the outbox has a slot free for one more owed call
-    (a wait about to lease again, its own slot holding what it owes already). The result is
-    None."""
+    """Raise :class:`OutboxFull` unless the face owes less than its bound, its own reserved
+    slot aside: a wait about to lease again (what it owes already is counted as owed; its
+    slot holds the acknowledgement it may come to owe next). The result is None."""
 
 
 Step = One | Many | Race | Dir | Pause | Tell | Flush | Check
@@ -248,18 +256,19 @@ class Transport:
                     concurrent.futures.wait(owed, timeout=self.call_timeout_s)
                 return None
             case Check():
-                self.outbox.check()
+                self.outbox.check(held=1)
                 return None
             case Tell():
                 self._unless_closed(step)
                 for call in step.calls:
                     try:
-                        raw = self._one(call, None)
+                        raw: bytes | None = self._one(call, None)
                     except ShardUnavailable:
-                        self.outbox.post(call)
-                    else:
-                        if not final_reply(raw):
-                            self.outbox.post(call)
+                        raw = None
+                    if raw is None or not final_reply(raw):
+                        done = self.outbox.post(call)
+                        if self._orphaned(done):  # closed during the call's retries
+                            self._undone(call, self._undo(call))
                 return None
 
     def _submit(self, call: One) -> Any:
@@ -377,11 +386,12 @@ class Transport:
                     )
                 return None
             case Check():
-                self.outbox.check()
+                self.outbox.check(held=1)
                 return None
             case Tell():
                 self._unless_closed(step)
-                self._tell(step)
+                for call in self._tell(step):  # the face closed as they were sent
+                    self._undone(call, await self._undo_async(call))
                 return None
 
     async def _one_async(self, call: One) -> bytes:
@@ -427,11 +437,67 @@ class Transport:
             "back to its shard (call again on an open face)"
         )
 
-    def _tell(self, step: Tell) -> None:
+    def _orphaned(self, done: Future[bool]) -> bool:
+        """True if the outbox is closed and the call whose fate ``done`` holds is not known
+        to be delivered: it took the call too late (dropped, or in its last round), so
+        nothing would send it again."""
+        if not self.outbox.closed:
+            return False  # held before the close: its flush tries it, as any owed call
+        return not (done.done() and not done.cancelled() and done.result() is True)
+
+    def _undo(self, call: One) -> bytes | None:
+        """Send ``call``'s ``on_cancel`` once (after ``call``'s own sends, so the shard
+        serves it after them) and return its answer (None: it failed)."""
+        if call.on_cancel is None:
+            return None
+        try:
+            return self._one(One(call.shard, call.on_cancel, "release", retry=False), None)
+        except ShardUnavailable:
+            return None
+
+    async def _undo_async(self, call: One) -> bytes | None:
+        """:meth:`_undo` on the event loop; a cancel of the caller does not stop the send."""
+        if call.on_cancel is None:
+            return None
+        task = asyncio.ensure_future(
+            self._one_async(One(call.shard, call.on_cancel, "release", retry=False))
+        )
+        task.add_done_callback(_retrieved)
+        try:
+            return await asyncio.shield(task)
+        except ShardUnavailable:
+            return None
+
+    def _undone(self, call: One, answer: bytes | None) -> None:
+        """Settle a :class:`Tell`'s ``call`` the closed outbox would not send again, given its
+        ``on_cancel``'s answer: a plain False (nothing was left to undo: an earlier send of
+        ``call`` had landed, as a release finds its lease acknowledged) lets the step stand;
+        anything else refuses it.
+
+        Raises:
+            RuntimeClosed: ``call`` may not have landed (its undo took, or is unknown).
+        """
+        if answer is not None and final_reply(answer):
+            try:
+                took = decode_reply(answer, bool)
+            except Exception:
+                took = True
+            if took is False:
+                return
+        raise RuntimeClosed(
+            "the cluster face was closed while this call's acknowledgement was owed to "
+            f"shard {call.shard}: its lease goes back to the shard (call again on an open face)"
+        )
+
+    def _tell(self, step: Tell) -> list[One]:
         """Send ``step``'s calls now; each not answered for good, when that is known, goes
-        to the outbox."""
+        to the outbox. Return those the outbox took too late (:meth:`_orphaned`)."""
+        late = []
         for call in step.calls:
-            self._mail(call, bounded=True)
+            done, _ = self._mail(call, bounded=True)
+            if self._orphaned(done):
+                late.append(call)
+        return late
 
     def _mail(self, call: One, *, bounded: bool = False) -> tuple[Future[bool], Any]:
         """Send ``call`` once; hand it to the outbox if it is not answered for good.
@@ -478,6 +544,12 @@ class Transport:
     def close(self, flush_s: float) -> None:
         """Stop the outbox after it tried for up to ``flush_s`` to deliver what it holds."""
         self.outbox.close(flush_s)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Read a finished task's outcome (no "exception never retrieved" warning)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def raw_reply(step: One) -> Op[bytes]:

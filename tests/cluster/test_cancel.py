@@ -564,3 +564,122 @@ def test_a_wait_leasing_again_owes_no_more_than_max_owed_calls(face: FaceMaker) 
     assert len(f.transport.outbox) == 2
     f.shard.lose["ack"] = 0
     wait_until(lambda: f.transport.outbox.delivered == 2, what="the owed acks delivered")
+
+
+def _waited(make: Callable[[], Completion]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``make`` in a thread of its own; the list gets its return value or error."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(make())
+        except Exception as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run, name="host-wait", daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _next_wait(f: _Face, agent: str) -> list[str | None]:
+    """What a second face's wait on ``agent`` receives now (nothing left: an empty list)."""
+    other = Transport(f.ray, [None, f.shard], None, retry_s=5, call_timeout_s=30)
+    face_b = Router(2, Limits(), retry_s=5, call_timeout_s=30)
+    try:
+        return [other.run(face_b.wait(agent, 5.0)).output]
+    except NothingToWaitFor:
+        return []
+    finally:
+        other.close(5.0)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["ack-never-landed", "ack-landed-unseen"])
+def test_a_face_closed_during_its_acks_retries_returns_the_completion_once(
+    face: FaceMaker, landed: bool
+) -> None:
+    # A sync wait has its completion; its ack's sends fail (never reaching the shard, or
+    # landing with their answers lost) and retry while another thread closes the face:
+    # the closed outbox will not send the ack again. The wait sends the release and reads
+    # its answer: it took (the ack never landed) -> RuntimeClosed, the next wait gets the
+    # completion at once; it found the lease acknowledged -> the wait returns it. Once.
+    f = face(retry_s=1.0, call_timeout_s=5, lease_timeout_s=600.0)
+    core, shard, transport = f.core, f.shard, f.transport
+    if landed:
+        transport.faults.drop["ack"] = 10_000  # each ack runs; its answer is lost
+    else:
+        shard.lose["ack"] = 10_000  # no ack reaches the shard
+    agent = f.started("r")
+    f.settle("r")
+    thread, out = _waited(lambda: _cluster(f).wait(agent, 30.0))
+    wait_until(lambda: shard.calls.count("ack") >= 2, what="the ack retried")
+    transport.close(0.1)  # detach() / shutdown() from another thread
+    thread.join(30)
+    shard.lose["ack"] = transport.faults.drop["ack"] = 0  # the next face's ack goes through
+    if landed:
+        assert [c.output for c in out] == ["done:r"]
+        assert _next_wait(f, agent) == []
+    else:
+        assert isinstance(out[0], RuntimeClosed), out
+        assert "acknowledgement was owed to shard 1" in str(out[0])
+        assert _next_wait(f, agent) == ["done:r"]  # at once, not after lease_timeout_s
+    assert shard.calls.count("release") == 1
+    assert core.rt.leases() == {}
+
+
+@pytest.mark.parametrize("ack", ["fails", "in-flight"])
+def test_a_face_closed_as_an_async_wait_sends_its_ack_returns_the_completion_once(
+    face: FaceMaker, ack: str
+) -> None:
+    # On an event loop the ack is sent without awaiting it. The face is closed by another
+    # thread just as the ack goes out (after the wait checked the face open): the outbox
+    # takes the ack too late to send it again. The ack failed -> the release takes it back
+    # and the wait raises RuntimeClosed; the ack is in flight -> the release, served after
+    # it, finds the lease acknowledged and the wait returns its completion. Once either way.
+    f = face(lease_timeout_s=600.0)
+    core, shard, transport, router = f.core, f.shard, f.transport, f.router
+    if ack == "fails":
+        shard.lose["ack"] = 1
+    remote = shard.handle.remote
+
+    def closing_remote(payload: bytes) -> Any:
+        call = w.decode_call(payload)
+        if isinstance(call, w.Run) and w.call_name(w.command_of(call)) == "ack":
+            transport.close(0.1)  # the close lands as the ack is sent
+        return remote(payload)
+
+    shard.handle.remote = closing_remote
+    agent = f.started("s")
+    f.settle("s")
+    try:
+        got: list[str | None] = [asyncio.run(transport.run_async(router.wait(agent, 30.0))).output]
+    except RuntimeClosed:
+        got = []
+    shard.handle.remote = remote
+    assert got + _next_wait(f, agent) == ["done:s"]  # once
+    assert got == ([] if ack == "fails" else ["done:s"])
+    assert shard.calls.count("release") == 1
+    assert core.rt.leases() == {}
+
+
+def test_a_wait_leasing_again_while_the_face_owes_nothing_is_not_refused(
+    face: FaceMaker,
+) -> None:
+    # max_owed_calls=1 and one wait in flight: its own slot is the bound. Its completion is
+    # handed out again after its late ack was delivered (nothing owed): leasing again needs
+    # no slot besides its own, so the wait goes on (here: nothing more to wait for), where
+    # it was refused with OutboxFull ("owes 0 ... 1 waits in flight").
+    f = face(retry_s=0.1, call_timeout_s=5, lease_timeout_s=0.5)
+    core, shard, transport = f.core, f.shard, f.transport
+    transport.outbox.max_calls = 1  # Cluster.open(max_owed_calls=1)
+    shard.lose["ack"] = 10_000
+    cluster = _cluster(f)
+    agent = f.started("o")
+    f.settle("o")
+    assert cluster.wait(agent, 30.0).output == "done:o"  # its ack owed to the outbox
+    wait_until(lambda: core.rt.leases() == {}, what="the lease run out: handed out again")
+    shard.lose["ack"] = 0
+    wait_until(lambda: len(transport.outbox) == 0, what="the late ack delivered")
+    assert transport.outbox.owed() == {}
+    with pytest.raises(NothingToWaitFor):  # handed out again: not returned twice
+        cluster.wait(agent, 5.0)
+    assert shard.calls.count("wait") == 3  # it leased again after the second take

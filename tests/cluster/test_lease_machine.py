@@ -7,8 +7,9 @@ shard before, during or after the wait's take), its answer is delivered or
 lost (the face then repeats it under the same lease, or cancels it), an ack
 is delivered, lost (the face's outbox sends it again later) or duplicated, a
 wait whose answer was lost gives up (``retry_s`` passed, or its repeat was
-refused) and releases its lease, a release is lost the same way, a gated turn
-settles at any point, and the shard restarts (its process dies: calls in
+refused) and releases its lease, a release is lost the same way, a face is
+closed while its ack is owed (it releases the lease and reads the answer), a
+gated turn settles at any point, and the shard restarts (its process dies: calls in
 flight lose their answers, leases are restored, tombstones are not).
 ``lease_timeout_s`` is far away, so nothing here may rely on it.
 
@@ -63,6 +64,7 @@ class Lease:
     state: str = "new"  # new, sent, lost, returned, acked, cancelled
     epoch: int = 0  # the shard process it was cancelled under
     released: bool = False  # its release reached the shard
+    completion: str | None = None  # the id of what it returned
     call: concurrent.futures.Future[bytes] | None = field(default=None, repr=False)
 
 
@@ -131,6 +133,7 @@ class ShardLeases(RuleBasedStateMachine):
         )
         self.returned[completion.id] = held.face
         held.state = "returned"
+        held.completion = completion.id
 
     def teardown(self) -> None:
         try:
@@ -191,6 +194,10 @@ class ShardLeases(RuleBasedStateMachine):
         held = self.leases[pick % len(self.leases)]
         if held not in self._answered():
             return
+        self._receive(held, lost)
+
+    def _receive(self, held: Lease, lost: bool) -> None:
+        """``held``'s answer (ready) comes back, delivered or lost on the way."""
         assert held.call is not None
         raw, held.call = held.call.result(ANSWER_S), None
         if held.state != "sent":
@@ -220,6 +227,34 @@ class ShardLeases(RuleBasedStateMachine):
             return
         for _ in range(2 if how == "twice" else 1):
             self._ask(ack, bool)
+
+    def _acking(self) -> list[Lease]:
+        """The waits that have their completion, or whose answer (maybe one) is ready."""
+        ready = [held for held in self._answered() if held.state == "sent"]
+        return self._eligible("returned") + ready
+
+    @precondition(lambda self: self._acking())
+    @rule(pick=st.integers(0, 7), landed=st.booleans())
+    def close_during_ack(self, pick: int, landed: bool) -> None:
+        """The face is closed while it acknowledges what it has (its answer, if not read
+        yet, comes back first): the ack's sends failed (``landed``: one ran, its answer
+        lost) and the closed outbox will not send it again. The face sends the release and
+        reads its answer: it took the lease back -> the wait raises RuntimeClosed (nothing
+        returned); it found the lease acknowledged -> the wait returns the completion."""
+        acking = self._acking()
+        held = acking[pick % len(acking)]
+        if held.state == "sent":
+            self._receive(held, lost=False)
+        if held.state != "returned":
+            return  # no completion: nothing to acknowledge
+        if landed:
+            self._ask(w.run(AckLease(held.lease)), bool)
+        took = self._ask(w.run(ReleaseLease(held.lease)), bool)
+        assert took is not landed, (held, landed, took)  # what the face decides by
+        held.state = "acked"  # the wait is over either way
+        if took:
+            assert held.completion is not None
+            del self.returned[held.completion]  # not returned: handed out again, once
 
     @precondition(lambda self: self.leases)
     @rule(pick=st.integers(0, 7), lost=st.booleans())

@@ -153,3 +153,18 @@ def test_a_call_to_a_hung_shard_is_not_sent_again_while_its_send_is_pending() ->
     assert transport.sent == [b"ack"] and len(outbox) == 1
     outbox.close(0.1)
     assert (outbox.dropped, owed.result(0)) == (1, False)
+
+
+def test_a_wait_leasing_again_counts_its_own_slot_as_free() -> None:
+    # A wait in flight holds one slot (reserve); leasing again it needs no slot besides it:
+    # refused only once the face owes the bound besides that slot.
+    outbox = Outbox(SimpleNamespace(call_timeout_s=5.0), max_calls=1)
+    outbox._thread = SimpleNamespace()  # type: ignore[assignment]  # nothing sends
+    outbox.reserve()
+    with pytest.raises(OutboxFull, match=r"owes 0 .* 1 waits in flight may"):
+        outbox.check()  # a new wait: no slot free
+    outbox.check(held=1)  # the wait itself: its own slot
+    outbox.post(One(1, b"its last ack"))
+    with pytest.raises(OutboxFull, match=r"owes 1 .* 0 waits in flight besides this one"):
+        outbox.check(held=1)
+    outbox.unreserve()

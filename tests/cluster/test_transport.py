@@ -160,3 +160,23 @@ def test_an_ack_to_a_healthy_shard_is_not_held_behind_a_hung_shards_round() -> N
     assert transport.outbox._round is not None and transport.outbox.owed() == {0: 1}
     transport.close(0.1)
     assert (transport.outbox.dropped, hung.calls) == (1, 1)
+
+
+def test_an_ack_sent_while_the_close_flushes_is_owed_at_once() -> None:
+    # close() flushes what the face owes for up to flush_s. An ack sent meanwhile (by a wait
+    # that checked the face open) is owed at once, so the flush tries it and, undelivered,
+    # counts it dropped, rather than leaving it watched until a bound nobody checks.
+    exceptions = SimpleNamespace(
+        RayActorError=_Failure, GetTimeoutError=_Failure, ActorDiedError=_Failure
+    )
+    ray = SimpleNamespace(exceptions=exceptions, cancel=lambda ref: None)
+    hung = _Hung()
+    transport = Transport(ray, [hung], None, retry_s=5, call_timeout_s=30)
+    transport.outbox.post(One(0, b"release", "release"))
+    closing = threading.Thread(target=transport.close, args=(1.0,), daemon=True)
+    closing.start()
+    wait_until(lambda: transport.outbox._closing, what="the close flushing")
+    transport._mail(One(0, b"ack", "ack"), bounded=True)
+    assert len(transport.outbox) == 2  # held now, not watched
+    closing.join(10)
+    assert transport.outbox.dropped == 2
