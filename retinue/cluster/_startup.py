@@ -65,13 +65,31 @@ def store_folder(store_root: Any, shards: Any) -> Path:
     return folder
 
 
+LEASE_LENGTH = 32
+"""The length of the leases a face's waits take (an id's 32 hex digits)."""
+
+
 def face_limits(team: Team | str | os.PathLike[str] | None, limits: Limits | None) -> Limits:
-    """Return the limits the face's own checks use (wait times): as the shards get them."""
+    """Return the limits the face's own checks use (wait times): as the shards get them.
+
+    Raises:
+        ConfigurationError: ``dedup_key_max_length`` is below :data:`LEASE_LENGTH`: a
+            lease is bounded as a dedup key, so every wait would fail with
+            ``DedupKeyTooLong``.
+    """
     if limits is not None:
-        return limits
-    if team is not None:
-        return (team if isinstance(team, Team) else load_team(team)).limits
-    return Limits.from_env()
+        found = limits
+    elif team is not None:
+        found = (team if isinstance(team, Team) else load_team(team)).limits
+    else:
+        found = Limits.from_env()
+    if found.dedup_key_max_length < LEASE_LENGTH:
+        raise ConfigurationError(
+            f"a cluster's waits take leases of {LEASE_LENGTH} characters, and "
+            f"dedup_key_max_length is {found.dedup_key_max_length}: raise it to at least "
+            f"{LEASE_LENGTH}"
+        )
+    return found
 
 
 @dataclass(frozen=True)

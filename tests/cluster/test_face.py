@@ -107,6 +107,14 @@ def test_a_bad_max_owed_calls_is_refused_before_ray_is_touched(tmp_path: Path) -
         Cluster.open(tmp_path, max_owed_calls=True)
 
 
+def test_a_lease_bound_below_the_waits_leases_is_refused_before_ray_is_touched(
+    tmp_path: Path,
+) -> None:
+    # a wait's lease (32 hex) is bounded as a dedup key: below it every wait would fail
+    with pytest.raises(ConfigurationError, match="raise it to at least 32"):
+        Cluster.open(tmp_path, limits=Limits(dedup_key_max_length=31))
+
+
 def test_a_face_owing_max_owed_calls_refuses_new_waits_and_runs(tmp_path: Path) -> None:
     # Acks and releases owed to unreachable shards are never dropped for room: at the bound
     # the face starts no new leased wait (nothing sent, nothing spawned) until they land.
