@@ -66,7 +66,7 @@ def test_run_row() -> None:
         floor_commits, nosync_commits = row[f"{model}_commits_per_call_floor_nosync"]
         assert 0 < floor_commits <= 2 and 0 < nosync_commits <= 2
     for side in llm_floor.SIDES:
-        assert "voluntary" in row[f"costs_offline_{side}_per_call"]
-    assert "actor" in row["costs_offline_floor_per_call"]
-    assert "supervisor" in row["costs_offline_retinue_per_call"]
+        assert "voluntary" in row[f"costs_offline_{side}_per_call_ms_median"]
+    assert "actor" in row["costs_offline_floor_per_call_ms_median"]
+    assert "supervisor" in row["costs_offline_retinue_per_call_ms_median"]
     assert row["machine_before"]["cpus"] == row["machine_after"]["cpus"]

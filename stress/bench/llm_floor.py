@@ -28,10 +28,11 @@ with the same real parts and none of retinue's logic:
   spawn then wait, durability ``full``) in the same rounds, for the paired ratio.
 
 The sides alternate ``reps`` times; each rate is the median round's, each ratio
-the median of the rounds' own (with their range). A separate pass of each
-side on the offline model, instrumented as :mod:`stress.bench.llm_costs`
-samples (its :class:`~stress.bench.llm_costs.Sample`), gives user CPU per call
-by thread (``host``: the caller's loop; ``litellm``: its executor threads;
+the median of the rounds' own (with their range). Separate passes of each
+side on the offline model (``reps`` rounds, the median of each figure),
+instrumented as :mod:`stress.bench.llm_costs` samples (its
+:class:`~stress.bench.llm_costs.Sample`), give CPU milliseconds per call by
+thread (``host``: the caller's loop; ``litellm``: its executor threads;
 ``actor``: the floor's actor; retinue's: loop, supervisor, writer, host),
 voluntary switches, loop wake-ups (``call_soon_threadsafe``) and commits per
 call; the figures' machine is in the row.
@@ -275,8 +276,14 @@ def floor_calls(
     return window.seconds, window.cpu, window.commits
 
 
-def _costs_side(folder: Path, side: str, turns: int, bound: int, request: dict[str, Any]) -> str:
-    """One instrumented pass of ``side`` on the offline model: its figures per call, one line."""
+def _costs_side(
+    folder: Path, side: str, turns: int, bound: int, request: dict[str, Any]
+) -> dict[str, float]:
+    """One instrumented pass of ``side`` on the offline model: its figures per call.
+
+    CPU milliseconds (``user``, ``sys``, and by thread group), voluntary
+    switches, loop wake-ups, the collector's milliseconds, commits.
+    """
     if side == "retinue":
         figures = llm_costs._retinue(folder, turns, bound)
         threads = figures["threads_ms"]
@@ -298,12 +305,21 @@ def _costs_side(folder: Path, side: str, turns: int, bound: int, request: dict[s
         threads["other"] = threads.get("other", 0.0) - threads["actor"]
         figures["commits"] = window.commits / turns
         groups = ("host", "litellm", "actor", "other")
-    split = ", ".join(f"{group} {threads.get(group, 0.0):.3f}" for group in groups)
-    return (
-        f"user {figures['user_ms']:.3f} sys {figures['sys_ms']:.3f}; {split}; "
-        f"voluntary {figures['voluntary']:.2f}; wakes {figures.get('loop_wakes', 0.0):.2f}; "
-        f"gc {figures['gc_ms']:.3f} ms; commits {figures['commits']:.3f}"
-    )
+    shown = {
+        "user": figures["user_ms"],
+        "sys": figures["sys_ms"],
+        **{group: threads.get(group, 0.0) for group in groups},
+        "voluntary": figures["voluntary"],
+        "wakes": figures.get("loop_wakes", 0.0),
+        "gc_ms": figures["gc_ms"],
+        "commits": figures["commits"],
+    }
+    return shown
+
+
+def _median_line(passes: list[dict[str, float]]) -> str:
+    """The median of each figure of ``passes`` (one side's), as one line."""
+    return ", ".join(f"{key} {statistics.median(p[key] for p in passes):.3f}" for key in passes[0])
 
 
 def _machine() -> dict[str, Any]:
@@ -369,16 +385,21 @@ def run(turns: int, bound: int = 64, reps: int = 1, costs_turns: int = 1000) -> 
                 for side in ("floor", "floor_nosync")
             )
             row[f"{model}_retinue_completed"] = completed[model]
+        passes: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        for rep in range(reps):
+            for side in SIDES:
+                folder = tmp / f"costs-{side}-{rep}"
+                passes[side].append(
+                    _costs_side(folder, side, costs_turns, bound, requests["offline"])
+                )
         for side in SIDES:
-            row[f"costs_offline_{side}_per_call"] = _costs_side(
-                tmp / f"costs-{side}", side, costs_turns, bound, requests["offline"]
-            )
+            row[f"costs_offline_{side}_per_call_ms_median"] = _median_line(passes[side])
     row["machine_after"] = _machine()
     return row
 
 
 def _part(options: Options) -> Result:
-    row = run(200, reps=3, costs_turns=300) if options.quick else run(1000, reps=3)
+    row = run(200, reps=3, costs_turns=300) if options.quick else run(1000, reps=5)
     title = "llm_floor: raw calls wrapped in the fewest hops a durable turn needs, vs raw"
     return Result.row(title, row)
 
