@@ -59,14 +59,15 @@ def test_run_row() -> None:
     for model in ("http", "offline"):
         assert row[f"{model}_retinue_completed"] == 6
         assert row[f"{model}_raw_calls_per_s"] > 0
-        for side in ("floor", "floor_nosync", "retinue"):
+        for side in ("floor", "floor_nosync", "floor_batched", "retinue"):
             ratio, spread = row[f"{model}_{side}_vs_raw_median_range"]
             assert ratio > 0 and "-" in spread
-        assert len(row[f"{model}_cpu_ms_per_call_raw_floor_nosync_retinue"]) == 4
-        floor_commits, nosync_commits = row[f"{model}_commits_per_call_floor_nosync"]
-        assert 0 < floor_commits <= 2 and 0 < nosync_commits <= 2
-    for side in llm_floor.SIDES:
-        assert "voluntary" in row[f"costs_offline_{side}_per_call_ms_median"]
-    assert "actor" in row["costs_offline_floor_per_call_ms_median"]
+        assert len(row[f"{model}_cpu_ms_per_call_raw_floor_nosync_batched_retinue"]) == 5
+        for made in row[f"{model}_commits_per_call_floor_nosync_batched"]:
+            assert 0 < made <= 2
+        for side in llm_floor.SIDES:
+            if (model, side) != ("http", "retinue"):
+                assert "voluntary" in row[f"costs_{model}_{side}_per_call_ms_median"]
+        assert "actor" in row[f"costs_{model}_floor_batched_per_call_ms_median"]
     assert "supervisor" in row["costs_offline_retinue_per_call_ms_median"]
     assert row["machine_before"]["cpus"] == row["machine_after"]["cpus"]

@@ -24,12 +24,15 @@ with the same real parts and none of retinue's logic:
   committed and answered the same way. The caller awaits both. No tree, no
   journal, no events;
 - ``floor_nosync``: the same with ``sync=False`` (the hops without the fsync);
+- ``floor_batched``: ``floor`` with each group's answers sent to the caller's
+  loop in one ``call_soon_threadsafe`` (one wake-up a group, not a command:
+  retinue wakes its loop about 1.2 times a turn, the floor 3 times a call);
 - ``retinue``: the llm bench's own turns (:func:`stress.bench.llm.retinue_turns`,
   spawn then wait, durability ``full``) in the same rounds, for the paired ratio.
 
 The sides alternate ``reps`` times; each rate is the median round's, each ratio
 the median of the rounds' own (with their range). Separate passes of each
-side on the offline model (``reps`` rounds, the median of each figure),
+side on both models (retinue's: offline only; ``reps`` rounds, the median of each figure),
 instrumented as :mod:`stress.bench.llm_costs` samples (its
 :class:`~stress.bench.llm_costs.Sample`), give CPU milliseconds per call by
 thread (``host``: the caller's loop; ``litellm``: its executor threads;
@@ -66,7 +69,9 @@ from stress.parts import Options, Part, Result
 
 __all__ = ["PART", "FloorActor", "floor_calls", "run"]
 
-SIDES = ("raw", "floor", "floor_nosync", "retinue")
+SIDES = ("raw", "floor", "floor_nosync", "floor_batched", "retinue")
+FLOORS = {"floor": (True, False), "floor_nosync": (False, False), "floor_batched": (True, True)}
+"""Each floor side's settings: (``sync``, ``batched``)."""
 MAP_SIZE = 1 << 30
 PAD = "x" * 96
 """Fills a record to about 200 bytes encoded (a turn's state record is of that order)."""
@@ -110,6 +115,12 @@ def _answer(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
+def _answer_all(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
+
+
 class _Stats:
     """What a :class:`FloorActor` did: its commits; its thread's native id."""
 
@@ -125,14 +136,17 @@ class FloorActor(pykka.ThreadingActor):
 
     Each command it receives is kept until its inbox is empty; then all those
     kept are written in one transaction, committed (fsynced when the env was
-    opened with ``sync``), and each is answered on its caller's loop.
+    opened with ``sync``), and each is answered on its caller's loop: one
+    ``call_soon_threadsafe`` each, or (``batched``) one for all of a group's
+    commands of each loop.
     """
 
     use_daemon_thread = True
 
-    def __init__(self, env: lmdb.Environment, stats: _Stats) -> None:
-        """Serve commands into ``env``; count into ``stats``."""
+    def __init__(self, env: lmdb.Environment, stats: _Stats, batched: bool = False) -> None:
+        """Serve commands into ``env``; count into ``stats``; ``batched``: answer groups at once."""
         super().__init__()
+        self.batched = batched
         self.env = env
         self.stats = stats
         self.pending: list[_Command] = []
@@ -162,17 +176,26 @@ class FloorActor(pykka.ThreadingActor):
                 record = _Record(command.agent, command.kind, now, command.text, PAD)
                 txn.put(f"{command.agent}:{command.kind}".encode(), _encode(record))
         self.stats.commits += 1
+        if not self.batched:
+            for command in group:
+                command.loop.call_soon_threadsafe(_answer, command.future)
+            return
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for command in group:
-            command.loop.call_soon_threadsafe(_answer, command.future)
+            by_loop.setdefault(command.loop, []).append(command.future)
+        for loop, futures in by_loop.items():
+            loop.call_soon_threadsafe(_answer_all, futures)
 
 
 @contextlib.contextmanager
-def _actor(folder: Path, sync: bool) -> Iterator[tuple[pykka.ActorRef[Any], _Stats]]:
+def _actor(
+    folder: Path, sync: bool, batched: bool = False
+) -> Iterator[tuple[pykka.ActorRef[Any], _Stats]]:
     """A started :class:`FloorActor` on a new LMDB env in ``folder``; stopped and closed after."""
     folder.mkdir(parents=True, exist_ok=True)
     env = lmdb.open(str(folder), map_size=MAP_SIZE, sync=sync, metasync=sync, readahead=False)
     stats = _Stats()
-    ref = FloorActor.start(env, stats)
+    ref = FloorActor.start(env, stats, batched)
     try:
         yield ref, stats
     finally:
@@ -262,15 +285,16 @@ async def _calls(
 
 
 def floor_calls(
-    folder: Path, turns: int, bound: int, sync: bool, **keywords: Any
+    folder: Path, turns: int, bound: int, sync: bool, *, batched: bool = False, **keywords: Any
 ) -> tuple[float, float, int]:
     """Wall and process CPU seconds of ``turns`` floor-wrapped calls; the commits they made.
 
     ``bound`` calls in flight; ``keywords``: every call's but its messages (the
-    model among them); ``sync``: the env commits durably (fsync). Ten untimed
+    model among them); ``sync``: the env commits durably (fsync); ``batched``:
+    a group's answers go to the loop in one ``call_soon_threadsafe``. Ten untimed
     wrapped calls warm up first, as :func:`stress.bench.llm.raw_calls`.
     """
-    with _actor(folder, sync) as (ref, stats):
+    with _actor(folder, sync, batched) as (ref, stats):
         window = _Window(stats)
         asyncio.run(_calls(ref, turns, bound, keywords, window))
     return window.seconds, window.cpu, window.commits
@@ -296,7 +320,7 @@ def _costs_side(
                 window = _Window(None, sample)
                 asyncio.run(_calls(None, turns, bound, request, window))
             else:
-                with _actor(folder, side == "floor") as (ref, stats):
+                with _actor(folder, *FLOORS[side]) as (ref, stats):
                     window = _Window(stats, sample)
                     asyncio.run(_calls(ref, turns, bound, request, window))
         figures = sample.figures
@@ -360,8 +384,9 @@ def run(turns: int, bound: int = 64, reps: int = 1, costs_turns: int = 1000) -> 
                             folder, runners[model], turns, bound
                         )
                     else:
+                        sync, batched = FLOORS[side]
                         wall, cpu, made = floor_calls(
-                            folder, turns, bound, side == "floor", **request
+                            folder, turns, bound, sync, batched=batched, **request
                         )
                         commits.setdefault((model, side), []).append(made)
                     walls.setdefault((model, side), []).append(wall)
@@ -377,29 +402,32 @@ def run(turns: int, bound: int = 64, reps: int = 1, costs_turns: int = 1000) -> 
                     round(statistics.median(ratios), 3),
                     f"{ratios[0]:.3f}-{ratios[-1]:.3f}",
                 )
-            row[f"{model}_cpu_ms_per_call_raw_floor_nosync_retinue"] = tuple(
+            row[f"{model}_cpu_ms_per_call_raw_floor_nosync_batched_retinue"] = tuple(
                 round(statistics.median(cpus[(model, side)]) / turns * 1000, 3) for side in SIDES
             )
-            row[f"{model}_commits_per_call_floor_nosync"] = tuple(
-                round(statistics.median(commits[(model, side)]) / turns, 3)
-                for side in ("floor", "floor_nosync")
+            row[f"{model}_commits_per_call_floor_nosync_batched"] = tuple(
+                round(statistics.median(commits[(model, side)]) / turns, 3) for side in FLOORS
             )
             row[f"{model}_retinue_completed"] = completed[model]
-        passes: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        # retinue's instrumented pass is llm_costs' own, on the offline model only
+        shapes = [
+            (m, s) for m in ("offline", "http") for s in SIDES if (m, s) != ("http", "retinue")
+        ]
+        passes: dict[tuple[str, str], list[dict[str, float]]] = {shape: [] for shape in shapes}
         for rep in range(reps):
-            for side in SIDES:
-                folder = tmp / f"costs-{side}-{rep}"
-                passes[side].append(
-                    _costs_side(folder, side, costs_turns, bound, requests["offline"])
+            for model, side in shapes:
+                folder = tmp / f"costs-{model}-{side}-{rep}"
+                passes[(model, side)].append(
+                    _costs_side(folder, side, costs_turns, bound, requests[model])
                 )
-        for side in SIDES:
-            row[f"costs_offline_{side}_per_call_ms_median"] = _median_line(passes[side])
+        for model, side in shapes:
+            row[f"costs_{model}_{side}_per_call_ms_median"] = _median_line(passes[(model, side)])
     row["machine_after"] = _machine()
     return row
 
 
 def _part(options: Options) -> Result:
-    row = run(200, reps=3, costs_turns=300) if options.quick else run(1000, reps=5)
+    row = run(200, reps=3, costs_turns=300) if options.quick else run(1000, reps=3)
     title = "llm_floor: raw calls wrapped in the fewest hops a durable turn needs, vs raw"
     return Result.row(title, row)
 
