@@ -46,6 +46,7 @@ PARTS: dict[str, str] = {
     "idle_scale": "Idle agents at scale: open, memory, listing and spawns over large stores",
     "reopen": "Reopening a large store",
     "llm": "Model turns against raw litellm",
+    "llm_floor": "The floor: raw litellm calls wrapped in one actor's durable group commits",
     "llm_instructions": "Instructions per model turn against raw litellm (callgrind)",
     "llm_instructions_scale": "Instructions per model turn at scale, 64 in flight (callgrind)",
     "startup": "Startup: the demo, the first model call, import retinue",
