@@ -922,14 +922,34 @@ class Runtime:
     # -- upkeep: backup, compact ---------------------------------------------------------
 
     def backup(self, dest: str | os.PathLike[str]) -> Path:
-        """Write a compacted hot copy of the live store to ``dest``; return its path."""
+        """Write a compacted hot copy of the live store to ``dest``; return its path.
+
+        Raises:
+            RuntimeClosed: the runtime is closed, or closed during the copy.
+        """
         self._ask(Barrier())
-        return self._store.backup(dest)
+        return self._on_store(Store.backup, dest)
 
     async def backup_async(self, dest: str | os.PathLike[str]) -> Path:
         """Like :meth:`backup`, without blocking the event loop (the copy runs on a thread)."""
         await self._ask_async(Barrier())
-        return await asyncio.to_thread(self._store.backup, dest)
+        return await asyncio.to_thread(self._on_store, Store.backup, dest)
+
+    def _on_store(self, call: Callable[..., R], *args: Any) -> R:
+        """``call(store, *args)`` for the host: a store the runtime closed meanwhile (another
+        thread's ``shutdown``) is ``RuntimeClosed``, as any call on a closed runtime.
+
+        Raises:
+            RuntimeClosed: the runtime closed before or during the call.
+            StoreError: the store failed while the runtime was open.
+        """
+        store = self._store
+        try:
+            return call(store, *args)
+        except StoreError:
+            if self.state is RuntimeState.OPEN:
+                raise
+            raise RuntimeClosed("the runtime closed during the call") from None
 
     def compact(self, *, reclaim: bool = False) -> CompactionReport:
         """Compact now (it also runs every ``compact_interval_s``); return what went.
@@ -951,7 +971,7 @@ class Runtime:
         report = self._ask(Compact())
         if not reclaim:
             return report
-        before, after = self._store.reclaim()
+        before, after = self._on_store(Store.reclaim)
         return msgspec.structs.replace(report, file_bytes_before=before, file_bytes_after=after)
 
     async def compact_async(self, *, reclaim: bool = False) -> CompactionReport:
@@ -959,7 +979,7 @@ class Runtime:
         report = await self._ask_async(Compact())
         if not reclaim:
             return report
-        before, after = await asyncio.to_thread(self._store.reclaim)
+        before, after = await asyncio.to_thread(self._on_store, Store.reclaim)
         return msgspec.structs.replace(report, file_bytes_before=before, file_bytes_after=after)
 
     # -- approvals of tool calls ---------------------------------------------------------

@@ -24,6 +24,7 @@ from retinue import (
     Limits,
     Profile,
     Runtime,
+    RuntimeClosed,
     StoreError,
     StoreReadOnly,
     UnknownAgent,
@@ -446,3 +447,44 @@ def test_a_read_open_in_one_thread_survives_another_adopting_the_grown_map(
             assert reader.env.info()["map_size"] > mapped  # adopted
         finally:
             reader.close()
+
+
+@pytest.mark.parametrize("how", ["backup", "backup_async", "reclaim"])
+def test_a_copy_racing_another_threads_close_is_refused_as_a_closed_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The close lands between the copy's barrier and its store call: the caller is told
+    ``RuntimeClosed``, as any call on a closed runtime, not the store's own ``StoreError``
+    (found by the state machine's close rule racing backups)."""
+    inside, closed = threading.Event(), threading.Event()
+    name = "reclaim" if how == "reclaim" else "backup"
+    real = getattr(Store, name)
+
+    def late(store: Store, *args: Any) -> Any:
+        inside.set()
+        assert closed.wait(30)  # another thread's shutdown ran meanwhile
+        return real(store, *args)
+
+    monkeypatch.setattr(Store, name, late)
+    rt = Runtime.open(tmp_path / "s", profiles=[Profile("p", runner=lambda t: t.task)])
+    dest = tmp_path / "copy"
+    calls: dict[str, Callable[[], Any]] = {
+        "backup": lambda: rt.backup(dest),
+        "backup_async": lambda: asyncio.run(rt.backup_async(dest)),
+        "reclaim": lambda: rt.compact(reclaim=True),
+    }
+    outcome: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            calls[how]()
+        except BaseException as exc:  # what the caller is told
+            outcome.append(exc)
+
+    thread = threading.Thread(target=copy)
+    thread.start()
+    assert inside.wait(30)
+    rt.shutdown()
+    closed.set()
+    thread.join(30)
+    assert [type(e) for e in outcome] == [RuntimeClosed], outcome
