@@ -368,23 +368,36 @@ class Link:
                 self._ending.add(task)
                 task.add_done_callback(self._ending.discard)
 
-    def received(self, reply: Reply) -> None:
-        """The caller has ``reply``'s value: confirm it to the writer (if it asked)."""
-        if reply.answer.confirm:
-            self._tell(reply.session, w.Received(id=reply.answer.id))
+    def received(self, reply: Reply) -> bool:
+        """The caller has ``reply``'s value: confirm it to the writer (if it asked).
+
+        Returns False when it cannot: the link or the answer's connection is closed
+        (a ``disconnect()`` raced the answer), so the writer gives the value back as
+        the connection ends, and the caller must not keep it too.
+        """
+        if not reply.answer.confirm:
+            return True
+        if self.closed or reply.session.closed:
+            return False
+        return self._tell(reply.session, w.Received(id=reply.answer.id))
 
     def give_back(self, reply: Reply) -> None:
         """The caller never got ``reply``'s value: the writer gives back what it took."""
         if reply.answer.confirm:
             self._tell(reply.session, w.Cancel(id=reply.answer.id))
 
-    def _tell(self, session: Session, frame: w.ClientFrame) -> None:
+    def _tell(self, session: Session, frame: w.ClientFrame) -> bool:
+        """Send ``frame`` on ``session`` from the link's loop; False if the loop is closed."""
+
         async def send() -> None:
             with contextlib.suppress(RetinueError):
                 await session.send(frame)
 
-        with contextlib.suppress(RuntimeError, ControlError):  # a closed loop: nothing to tell
+        try:
             self.submit_coroutine(send())
+        except (RuntimeError, ControlError):  # a closed loop: nothing to tell
+            return False
+        return True
 
     async def open_stream(self, ref: str | None) -> Session:
         """Open a connection of its own for a stream of ``ref``'s events.

@@ -51,7 +51,7 @@ from retinue.actors.commands import (
 from retinue.control import _wire as w
 from retinue.control._link import Link, Reply
 from retinue.control._streams import AsyncRemoteStream, RemoteStream
-from retinue.errors import ArgumentTypeError
+from retinue.errors import ArgumentTypeError, ControlError
 from retinue.protocol.details import AgentCounts, AgentDetail, Backlog
 from retinue.protocol.messages import AgentInfo, Completion, Message
 from retinue.protocol.paging import AGENTS_PAGE_DEFAULT, aiter_pages, iter_pages
@@ -61,6 +61,11 @@ __all__ = ["RemoteRuntime"]
 
 R = TypeVar("R")
 _NO_REF: Any = object()
+_UNCONFIRMED = (
+    "the connection to the writer closed before this answer was confirmed (disconnect() "
+    "raced it): the writer gives it back, so a wait or messages call lost nothing and may be "
+    "called again on a new connection"
+)
 
 
 def _agent_ref(ref: Any, method: str) -> str:
@@ -162,7 +167,8 @@ class RemoteRuntime:
         except BaseException:
             self._link.give_back(reply)
             raise
-        self._link.received(reply)
+        if not self._link.received(reply):
+            raise ControlError(_UNCONFIRMED)
         return value
 
     # -- an agent's lifecycle ---------------------------------------------------------------

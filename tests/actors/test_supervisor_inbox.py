@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pykka
 import pytest
 
 from retinue import Limits, Profile, RuntimeClosed
@@ -287,3 +288,29 @@ def test_the_overridden_teardown_answers_what_pykkas_does() -> None:
         "4.5.0",
         "1b35ca263372af740dcc818e13a5eec1ddfc56a99129e409b97522a5ed3af93b",
     ), "pykka's teardown changed: port retinue/actors/calls/_channel.py's refuse_left"
+
+
+def test_a_stop_queued_behind_another_is_answered_as_pykka_answers_it(tmp_path: Path) -> None:
+    """Two stops queued while the actor is busy: both say the actor stopped (True), as
+    plain pykka answers them (review55: the teardown answered the second ActorDeadError,
+    so ``stop()`` said False)."""
+
+    def two_stops(ref: pykka.ActorRef[Any]) -> tuple[bool, bool]:
+        gate = threading.Event()
+        ref.proxy().block = gate.wait  # set on the actor (pykka waits for it)
+        blocked = ref.proxy().block(WATCHDOG_S)  # the actor's thread waits here
+        first, second = ref.stop(block=False), ref.stop(block=False)
+        gate.set()
+        blocked.get(timeout=WATCHDOG_S)
+        return first.get(timeout=WATCHDOG_S), second.get(timeout=WATCHDOG_S)
+
+    class Plain(pykka.ThreadingActor):
+        """pykka's own answers, for comparison."""
+
+    assert two_stops(Plain.start()) == (True, True)
+    system = start(tmp_path / "s")
+    try:
+        assert system.actor is not None
+        assert two_stops(system.actor) == (True, True)
+    finally:
+        system.shutdown()

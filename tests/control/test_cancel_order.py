@@ -28,7 +28,14 @@ import pytest
 from support import wait_until
 
 import retinue
-from retinue import Completion, ControlError, InvalidArgument, Profile, Runtime
+from retinue import (
+    Completion,
+    ControlError,
+    InvalidArgument,
+    NothingToWaitFor,
+    Profile,
+    Runtime,
+)
 from retinue.actors.calls import _engine
 from retinue.actors.commands import Command, Wait
 from retinue.actors.supervisor import _host_waits, _transition
@@ -378,3 +385,33 @@ def test_a_call_reopening_its_connection_as_the_client_disconnects_ends(
         thread.join(HOLD_S)
         assert not thread.is_alive(), "the call outlived the disconnect"
         assert len(got) == 1 and isinstance(got[0], ControlError), got
+
+
+def test_an_answer_the_client_cannot_confirm_is_not_kept_by_the_caller_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``disconnect()`` lands between a wait's answer and its confirm: the writer gives the
+    completion back as the connection ends, so the caller gets ControlError, not the value
+    as well (review55: both had it, and the next wait received it a second time)."""
+    store = tmp_path / "store"
+    echo = [Profile("echo", runner=lambda t: t.task)]
+    with Runtime.open(store, profiles=echo):
+        remote = retinue.connect(store)
+        remote.spawn("echo", "back", name="e")
+        remote.wait_idle(HOLD_S)
+        decode = w.decode_value
+
+        def disconnect_first(*args: Any) -> Any:  # another thread's disconnect, just then
+            remote._link.close()
+            return decode(*args)
+
+        monkeypatch.setattr(w, "decode_value", disconnect_first)
+        with pytest.raises(ControlError, match="the writer gives it back"):
+            remote.wait("e", HOLD_S)
+        monkeypatch.setattr(w, "decode_value", decode)
+        with retinue.connect(store) as again:
+            wait_until(lambda: not again.leases(), HOLD_S)  # the writer saw the drop
+            got = again.wait("e", HOLD_S)
+            assert isinstance(got, Completion) and got.output == "back"
+            with pytest.raises(NothingToWaitFor):
+                again.wait("e", 0)  # once, not twice

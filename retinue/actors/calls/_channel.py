@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pykka
+from pykka import messages
 
 from retinue.actors.calls._reply import Reply
 from retinue.actors.commands import (
@@ -111,11 +112,12 @@ def actor_target(
 def refuse_left(inbox: Any) -> None:
     """Answer every item left in a stopped supervisor actor's ``inbox``; never wait for one.
 
-    Ours (a bare :class:`Envelope`) is refused ``RuntimeClosed``; pykka's with a reply
-    slot (an ``ask``, another ``stop``) is answered ``ActorDeadError``, as pykka's own
-    teardown answers a message it never handled; a ``tell`` is dropped, as pykka drops
-    it. The actor's teardown and :meth:`Channel.disconnect` may drain one inbox at
-    once: each item is taken by one of them, and neither blocks on an empty inbox.
+    Ours (a bare :class:`Envelope`) is refused ``RuntimeClosed``; pykka's are answered
+    as pykka's own teardown answers a message it never handled: another ``stop``
+    as done (its ``stop()`` returns True), an ``ask`` ``ActorDeadError``; a ``tell``
+    is dropped, as pykka drops it. The actor's teardown and :meth:`Channel.disconnect`
+    may drain one inbox at once: each item is taken by one of them, and neither
+    blocks on an empty inbox.
     """
     while True:
         try:
@@ -124,7 +126,11 @@ def refuse_left(inbox: Any) -> None:
             return
         if type(item) is Envelope:
             item.refuse()
-        elif item.reply_to is not None:
+        elif item.reply_to is None:
+            continue
+        elif isinstance(item.message, messages._ActorStop):  # stopped: as asked (True)
+            item.reply_to.set(None)
+        else:
             dead = pykka.ActorDeadError("the supervisor stopped before handling the message")
             item.reply_to.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
 
