@@ -189,14 +189,25 @@ class Session:
             await self.send(w.Cancel(id=call_id))
 
     async def close(self) -> None:
-        """Close the connection (calls in flight end with ``ControlError``)."""
+        """Close the connection (calls in flight end with ``ControlError``).
+
+        A connection for calls ends its own side first and waits (at most
+        ``_CLOSE_TIMEOUT_S``) for the writer to end its: the writer does so once it
+        has given back what this connection took and nobody confirmed, so a call on
+        a new connection right after this close finds it back (not ``NothingToWaitFor``).
+        """
         self.closed = True
+        reading = self._reading
+        if reading is not None and not reading.done():
+            with contextlib.suppress(Exception):
+                self.writer.write_eof()
+                await asyncio.wait_for(asyncio.shield(reading), _CLOSE_TIMEOUT_S)
         self.writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.writer.wait_closed(), _CLOSE_TIMEOUT_S)
-        if self._reading is not None:
+        if reading is not None:
             with contextlib.suppress(BaseException):
-                await self._reading
+                await reading
 
 
 class Link:

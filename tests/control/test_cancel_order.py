@@ -415,3 +415,44 @@ def test_an_answer_the_client_cannot_confirm_is_not_kept_by_the_caller_too(
             assert isinstance(got, Completion) and got.output == "back"
             with pytest.raises(NothingToWaitFor):
                 again.wait("e", 0)  # once, not twice
+
+
+def test_a_wait_on_a_new_connection_right_after_a_disconnect_finds_what_was_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``disconnect()`` raced a wait's answer (ControlError: lost nothing, call again) and the
+    caller waits again at once on a new connection: the writer's give-back reaches the
+    supervisor first (review55: the new wait came first and was told NothingToWaitFor,
+    though the completion was on its way back)."""
+    released = threading.Event()  # the writer's end of the dropped connection is held
+    end = _connection.Connection._end
+
+    async def held_end(self: _connection.Connection) -> None:
+        # Held until the next wait is answered, or 2 s: a client that does not wait for
+        # the writer's end sends its next wait meanwhile; one that does waits this long.
+        await asyncio.to_thread(released.wait, 2.0)
+        await end(self)
+
+    monkeypatch.setattr(_connection.Connection, "_end", held_end)
+    store = tmp_path / "store"
+    echo = [Profile("echo", runner=lambda t: t.task)]
+    with Runtime.open(store, profiles=echo):
+        remote = retinue.connect(store)
+        remote.spawn("echo", "back", name="e")
+        remote.wait_idle(HOLD_S)
+        decode = w.decode_value
+
+        def disconnect_first(*args: Any) -> Any:  # another thread's disconnect, just then
+            remote._link.close()
+            return decode(*args)
+
+        monkeypatch.setattr(w, "decode_value", disconnect_first)
+        with pytest.raises(ControlError, match="the writer gives it back"):
+            remote.wait("e", HOLD_S)
+        monkeypatch.setattr(w, "decode_value", decode)
+        with retinue.connect(store) as again:
+            try:
+                got = again.wait("e", HOLD_S)  # at once: no wait for the writer's give-back
+            finally:
+                released.set()
+            assert isinstance(got, Completion) and got.output == "back"
