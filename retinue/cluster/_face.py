@@ -129,10 +129,9 @@ class Cluster:
 
         Raises:
             ArgumentTypeError, InvalidArgument: a bad argument.
-            ConfigurationError, TeamFileError: unusable profiles or team (a runner that cannot
-                be imported by name), fewer shards than the store root had, shards running
-                with other profiles, or a ``dedup_key_max_length`` below the waits' leases
-                (32 characters).
+            ConfigurationError, TeamFileError: unusable profiles or team (a runner not importable
+                by name), fewer shards than the store root had, shards with other profiles, or
+                a ``dedup_key_max_length`` below the waits' 32-character leases.
             ClusterError: Ray is missing or did not start, or a shard did not open its store.
         """
         cluster = cls()
