@@ -12,8 +12,10 @@ inbox unanswered; and the stop commits what was served.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +128,13 @@ def test_the_actor_target_called_as_a_target_delivers_and_refuses_once_stopped(
         system.shutdown()
 
 
-def test_a_command_put_behind_the_stop_message_is_refused_not_left_unanswered(
-    tmp_path: Path,
-) -> None:
-    """A command served while closing (a Barrier here) sent after pykka's stop message was
-    queued, while the supervisor is still inside a command: pykka's teardown drops inbox
-    items with no reply slot, so it was never answered and an ``ask`` of it hung for ever."""
-    system = start(tmp_path / "s")
+@contextlib.contextmanager
+def holding(system: System) -> Iterator[concurrent.futures.Future[Any]]:
+    """Hold the supervisor inside an ``Agents`` command while the block runs; yield the
+    command's future. The supervisor goes on as the block ends."""
     gate, inside = threading.Event(), threading.Event()
     core = system.core
-    assert core is not None and system.actor is not None
+    assert core is not None
     real = core.dispatch
 
     def held(tx: Any, command: Any) -> Any:
@@ -148,16 +147,29 @@ def test_a_command_put_behind_the_stop_message_is_refused_not_left_unanswered(
     try:
         busy = system.engine.submit(Agents(HOST))
         assert inside.wait(WATCHDOG_S)
-        system.engine.channel.close(RuntimeState.CLOSED)  # as a close does first
-        system.actor.stop(block=False)  # pykka's stop message, behind the held command
-        late = system.engine.submit(Barrier())  # served while closing: gets through
+        yield busy
+    finally:
         gate.set()
+        core.dispatch = real  # type: ignore[method-assign]
+
+
+def test_a_command_put_behind_the_stop_message_is_refused_not_left_unanswered(
+    tmp_path: Path,
+) -> None:
+    """A command served while closing (a Barrier here) sent after pykka's stop message was
+    queued, while the supervisor is still inside a command: pykka's teardown drops inbox
+    items with no reply slot, so it was never answered and an ``ask`` of it hung for ever."""
+    system = start(tmp_path / "s")
+    assert system.actor is not None
+    try:
+        with holding(system) as busy:
+            system.engine.channel.close(RuntimeState.CLOSED)  # as a close does first
+            system.actor.stop(block=False)  # pykka's stop message, behind the held command
+            late = system.engine.submit(Barrier())  # served while closing: gets through
         assert busy.result(timeout=WATCHDOG_S) == []
         with pytest.raises(RuntimeClosed, match="supervisor has stopped"):
             late.result(timeout=WATCHDOG_S)
     finally:
-        gate.set()
-        core.dispatch = real  # type: ignore[method-assign]
         system.shutdown()
 
 
@@ -219,25 +231,13 @@ def test_the_teardown_and_the_disconnect_drain_one_inbox_at_once_without_blockin
     monkeypatch.setattr(SupervisorActor, "_create_actor_inbox", staticmethod(Inbox))
     monkeypatch.setattr(SupervisorActor, "_actor_loop_teardown", noted)
     system = start(tmp_path / "s")
-    gate, inside = threading.Event(), threading.Event()
-    core, actor = system.core, system.actor
-    assert core is not None and actor is not None
-    real = core.dispatch
-
-    def held(tx: Any, command: Any) -> Any:
-        if isinstance(command, Agents):  # hold the supervisor inside this command
-            inside.set()
-            gate.wait(WATCHDOG_S)
-        return real(tx, command)
-
-    core.dispatch = held  # type: ignore[method-assign]
+    actor = system.actor
+    assert actor is not None
     try:
-        busy = system.engine.submit(Agents(HOST))
-        assert inside.wait(WATCHDOG_S)
-        system.engine.channel.close(RuntimeState.CLOSED)
-        stopping = actor.stop(block=False)  # pykka's stop message ...
-        late = system.engine.submit(Barrier())  # ... and a command behind it
-        gate.set()
+        with holding(system) as busy:
+            system.engine.channel.close(RuntimeState.CLOSED)
+            stopping = actor.stop(block=False)  # pykka's stop message ...
+            late = system.engine.submit(Barrier())  # ... and a command behind it
         busy.result(timeout=WATCHDOG_S)
         stopping.get(timeout=WATCHDOG_S)  # answered: the teardown has not run yet
         assert seen.wait(WATCHDOG_S)  # the teardown found the command in the inbox ...
@@ -250,9 +250,7 @@ def test_the_teardown_and_the_disconnect_drain_one_inbox_at_once_without_blockin
             thread.join(WATCHDOG_S)
         assert threads and not any(t.is_alive() for t in threads), "the teardown blocked"
     finally:
-        gate.set()
         drained.set()
-        core.dispatch = real  # type: ignore[method-assign]
         system.shutdown()
 
 

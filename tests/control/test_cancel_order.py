@@ -387,6 +387,24 @@ def test_a_call_reopening_its_connection_as_the_client_disconnects_ends(
         assert len(got) == 1 and isinstance(got[0], ControlError), got
 
 
+def wait_cut_by_a_disconnect(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spawn ``e`` (an echo) and wait for it remotely, with the client's ``disconnect()``
+    landing between the answer and its confirm; the wait must end ``ControlError``."""
+    remote = retinue.connect(store)
+    remote.spawn("echo", "back", name="e")
+    remote.wait_idle(HOLD_S)
+    decode = w.decode_value
+
+    def disconnect_first(*args: Any) -> Any:  # another thread's disconnect, just then
+        remote._link.close()
+        return decode(*args)
+
+    monkeypatch.setattr(w, "decode_value", disconnect_first)
+    with pytest.raises(ControlError, match="the writer gives it back"):
+        remote.wait("e", HOLD_S)
+    monkeypatch.setattr(w, "decode_value", decode)
+
+
 def test_an_answer_the_client_cannot_confirm_is_not_kept_by_the_caller_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -394,21 +412,8 @@ def test_an_answer_the_client_cannot_confirm_is_not_kept_by_the_caller_too(
     completion back as the connection ends, so the caller gets ControlError, not the value
     as well (review55: both had it, and the next wait received it a second time)."""
     store = tmp_path / "store"
-    echo = [Profile("echo", runner=lambda t: t.task)]
-    with Runtime.open(store, profiles=echo):
-        remote = retinue.connect(store)
-        remote.spawn("echo", "back", name="e")
-        remote.wait_idle(HOLD_S)
-        decode = w.decode_value
-
-        def disconnect_first(*args: Any) -> Any:  # another thread's disconnect, just then
-            remote._link.close()
-            return decode(*args)
-
-        monkeypatch.setattr(w, "decode_value", disconnect_first)
-        with pytest.raises(ControlError, match="the writer gives it back"):
-            remote.wait("e", HOLD_S)
-        monkeypatch.setattr(w, "decode_value", decode)
+    with Runtime.open(store, profiles=[Profile("echo", runner=lambda t: t.task)]):
+        wait_cut_by_a_disconnect(store, monkeypatch)
         with retinue.connect(store) as again:
             wait_until(lambda: not again.leases(), HOLD_S)  # the writer saw the drop
             got = again.wait("e", HOLD_S)
@@ -435,21 +440,8 @@ def test_a_wait_on_a_new_connection_right_after_a_disconnect_finds_what_was_give
 
     monkeypatch.setattr(_connection.Connection, "_end", held_end)
     store = tmp_path / "store"
-    echo = [Profile("echo", runner=lambda t: t.task)]
-    with Runtime.open(store, profiles=echo):
-        remote = retinue.connect(store)
-        remote.spawn("echo", "back", name="e")
-        remote.wait_idle(HOLD_S)
-        decode = w.decode_value
-
-        def disconnect_first(*args: Any) -> Any:  # another thread's disconnect, just then
-            remote._link.close()
-            return decode(*args)
-
-        monkeypatch.setattr(w, "decode_value", disconnect_first)
-        with pytest.raises(ControlError, match="the writer gives it back"):
-            remote.wait("e", HOLD_S)
-        monkeypatch.setattr(w, "decode_value", decode)
+    with Runtime.open(store, profiles=[Profile("echo", runner=lambda t: t.task)]):
+        wait_cut_by_a_disconnect(store, monkeypatch)
         with retinue.connect(store) as again:
             try:
                 got = again.wait("e", HOLD_S)  # at once: no wait for the writer's give-back
