@@ -38,6 +38,8 @@ __all__ = ["Link", "Reply", "Session"]
 T = TypeVar("T")
 _WAITS = (Wait, Run, HostMessages, Idle)
 _CLOSE_TIMEOUT_S = 5.0
+_END_WAIT_S = 1.0
+"""How long a closing connection waits for the writer to end its side (its give-backs)."""
 _CLOSED = "this connection to the writer was closed (disconnect())"
 
 
@@ -70,6 +72,8 @@ class Session:
         self.closed = False
         self._ids = itertools.count(1)
         self._reading: asyncio.Task[None] | None = None
+        self._confirming = threading.Lock()  # closed and the queued confirms, together
+        self._confirms: list[bytes] = []
 
     @classmethod
     async def open(cls, store: Path, timeout: float, limit: int) -> Session:
@@ -123,6 +127,29 @@ class Session:
             await self.writer.drain()
         except ConnectionError as exc:
             raise ControlError(f"the connection to the writer closed: {exc}") from None
+
+    def confirm(self, frame: w.ClientFrame) -> bool:
+        """Queue ``frame`` (a ``Received``) to be written before the connection ends.
+
+        Thread-safe, and decided at once: True if it is written (by
+        :meth:`flush_confirms`, or by :meth:`close` before the connection ends),
+        False if the connection is closed already. A close cannot fall between
+        the decision and the write.
+        """
+        body = w.framed(w.encode(frame), self.limit)
+        with self._confirming:
+            if self.closed:
+                return False
+            self._confirms.append(body)
+        return True
+
+    def flush_confirms(self) -> None:
+        """Write the queued confirms (on the connection's loop)."""
+        with self._confirming:
+            confirms, self._confirms = self._confirms, []
+        with contextlib.suppress(Exception):  # a connection that broke: the writer gives back
+            for body in confirms:
+                self.writer.write(body)
 
     def start_reading(self) -> None:
         """Route answers to their calls from now on (a session for calls)."""
@@ -191,17 +218,22 @@ class Session:
     async def close(self) -> None:
         """Close the connection (calls in flight end with ``ControlError``).
 
-        A connection for calls ends its own side first and waits (at most
-        ``_CLOSE_TIMEOUT_S``) for the writer to end its: the writer does so once it
-        has given back what this connection took and nobody confirmed, so a call on
-        a new connection right after this close finds it back (not ``NothingToWaitFor``).
+        Confirms queued before the close (:meth:`confirm`) are written first. A
+        connection for calls then ends its own side and waits (at most
+        ``_END_WAIT_S``) for the writer to end its: the writer does so once it has
+        given back what this connection took and nobody confirmed, so a call on a
+        new connection right after this close finds it back (not ``NothingToWaitFor``).
         """
-        self.closed = True
+        with self._confirming:
+            self.closed = True
+            confirms, self._confirms = self._confirms, []
         reading = self._reading
-        if reading is not None and not reading.done():
-            with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):
+            for body in confirms:
+                self.writer.write(body)
+            if reading is not None and not reading.done():
                 self.writer.write_eof()
-                await asyncio.wait_for(asyncio.shield(reading), _CLOSE_TIMEOUT_S)
+                await asyncio.wait_for(asyncio.shield(reading), _END_WAIT_S)
         self.writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.writer.wait_closed(), _CLOSE_TIMEOUT_S)
@@ -388,9 +420,14 @@ class Link:
         """
         if not reply.answer.confirm:
             return True
-        if self.closed or reply.session.closed:
+        session = reply.session
+        if not session.confirm(w.Received(id=reply.answer.id)):
             return False
-        return self._tell(reply.session, w.Received(id=reply.answer.id))
+        # Written now on the loop, or by the session's close at the latest (which the
+        # link's close runs before its loop stops).
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(session.flush_confirms)
+        return True
 
     def give_back(self, reply: Reply) -> None:
         """The caller never got ``reply``'s value: the writer gives back what it took."""

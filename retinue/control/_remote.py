@@ -63,8 +63,9 @@ R = TypeVar("R")
 _NO_REF: Any = object()
 _UNCONFIRMED = (
     "the connection to the writer closed before this answer was confirmed (disconnect() "
-    "raced it): the writer gives it back, so a wait or messages call lost nothing and may be "
-    "called again on a new connection"
+    "raced it): the writer gives back what it took (under your own lease= it keeps it for "
+    "that lease), so a wait or messages call lost nothing and may be called again on a new "
+    "connection; repeat a run only with its idempotency_key, or it spawns again"
 )
 
 

@@ -361,6 +361,11 @@ class Store(StoreReads):
 
     # -- copies, reclaim and close ------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Whether the store has been closed (by the runtime's close): it serves nothing more."""
+        return self._closed or self._detached
+
     def backup(self, dest: str | os.PathLike[str]) -> Path:
         """Write a compacted, consistent copy of the store into ``dest`` (created; not a store).
 

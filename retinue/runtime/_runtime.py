@@ -937,7 +937,8 @@ class Runtime:
 
     def _on_store(self, call: Callable[..., R], *args: Any) -> R:
         """``call(store, *args)`` for the host: a store the runtime closed meanwhile (another
-        thread's ``shutdown``) is ``RuntimeClosed``, as any call on a closed runtime.
+        thread's ``shutdown``) is ``RuntimeClosed``, as any call on a closed runtime; damage
+        found (``StoreCorrupted``) and any store error of an open store are raised as they are.
 
         Raises:
             RuntimeClosed: the runtime closed before or during the call.
@@ -946,10 +947,12 @@ class Runtime:
         store = self._store
         try:
             return call(store, *args)
-        except StoreError:
-            if self.state is RuntimeState.OPEN:
+        except StoreError as exc:
+            # Damage found (StoreCorrupted, ...) or a store failure of an open runtime: as it
+            # is; the plain StoreError of a store the close took away: RuntimeClosed.
+            if type(exc) is not StoreError or not store.closed:
                 raise
-            raise RuntimeClosed("the runtime closed during the call") from None
+            raise RuntimeClosed("the runtime closed during the call") from exc
 
     def compact(self, *, reclaim: bool = False) -> CompactionReport:
         """Compact now (it also runs every ``compact_interval_s``); return what went.

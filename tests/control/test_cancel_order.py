@@ -400,7 +400,7 @@ def wait_cut_by_a_disconnect(store: Path, monkeypatch: pytest.MonkeyPatch) -> No
         return decode(*args)
 
     monkeypatch.setattr(w, "decode_value", disconnect_first)
-    with pytest.raises(ControlError, match="the writer gives it back"):
+    with pytest.raises(ControlError, match="the writer gives back what it took"):
         remote.wait("e", HOLD_S)
     monkeypatch.setattr(w, "decode_value", decode)
 
@@ -433,9 +433,10 @@ def test_a_wait_on_a_new_connection_right_after_a_disconnect_finds_what_was_give
     end = _connection.Connection._end
 
     async def held_end(self: _connection.Connection) -> None:
-        # Held until the next wait is answered, or 2 s: a client that does not wait for
-        # the writer's end sends its next wait meanwhile; one that does waits this long.
-        await asyncio.to_thread(released.wait, 2.0)
+        # Held until the next wait is answered, or half a second (within the client's
+        # _END_WAIT_S): a client that does not wait for the writer's end sends its next
+        # wait meanwhile; one that does waits this long.
+        await asyncio.to_thread(released.wait, _link._END_WAIT_S / 2)
         await end(self)
 
     monkeypatch.setattr(_connection.Connection, "_end", held_end)
@@ -448,3 +449,33 @@ def test_a_wait_on_a_new_connection_right_after_a_disconnect_finds_what_was_give
             finally:
                 released.set()
             assert isinstance(got, Completion) and got.output == "back"
+
+
+def test_a_confirm_decided_before_a_disconnect_is_written_before_the_connection_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client decided to keep an answer (its confirm queued) and ``disconnect()`` runs
+    before the confirm is written: the close writes it before ending the connection, so
+    the writer keeps the completion for this caller and does not give it to a next wait
+    (review56: the queued confirm was dropped by the close, and the next wait received the
+    completion a second time)."""
+    confirm = _link.Session.confirm
+    store = tmp_path / "store"
+    with Runtime.open(store, profiles=[Profile("echo", runner=lambda t: t.task)]):
+        remote = retinue.connect(store)
+        remote.spawn("echo", "back", name="e")
+        remote.wait_idle(HOLD_S)
+
+        def then_disconnect(self: _link.Session, frame: Any) -> bool:
+            kept = confirm(self, frame)
+            remote._link.close()  # another thread's disconnect, before the write
+            return kept
+
+        monkeypatch.setattr(_link.Session, "confirm", then_disconnect)
+        first = remote.wait("e", HOLD_S)
+        monkeypatch.setattr(_link.Session, "confirm", confirm)
+        assert isinstance(first, Completion) and first.output == "back"
+        with retinue.connect(store) as again:
+            wait_until(lambda: not again.leases(), HOLD_S)  # the writer saw the confirm
+            with pytest.raises(NothingToWaitFor):
+                again.wait("e", 0)  # received once, not twice

@@ -17,6 +17,7 @@ from typing import Any
 
 import lmdb
 import pytest
+from support import wait_until
 
 from retinue import (
     AgentInfo,
@@ -25,10 +26,13 @@ from retinue import (
     Profile,
     Runtime,
     RuntimeClosed,
+    RuntimeState,
+    StoreCorrupted,
     StoreError,
     StoreReadOnly,
     UnknownAgent,
 )
+from retinue.persistence import damage
 from retinue.persistence.store import Store
 from retinue.protocol import paths
 from retinue.protocol.records import MessageRecord
@@ -488,3 +492,29 @@ def test_a_copy_racing_another_threads_close_is_refused_as_a_closed_runtime(
     closed.set()
     thread.join(30)
     assert [type(e) for e in outcome] == [RuntimeClosed], outcome
+
+
+def test_damage_a_backup_finds_as_the_runtime_closes_is_reported_as_damage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backup's page check finds damage while another thread's close is under way (the
+    store still open): the caller is told ``StoreCorrupted``, not ``RuntimeClosed``
+    (review56: every store error of a closing runtime read as the close)."""
+    rt = Runtime.open(tmp_path / "s", profiles=[Profile("p", runner=lambda t: t.task)])
+    closer: list[threading.Thread] = []
+
+    def damaged(self: damage.Guard, txn: object = None) -> None:
+        thread = threading.Thread(target=rt.shutdown)
+        thread.start()
+        closer.append(thread)
+        wait_until(lambda: rt.state is not RuntimeState.OPEN, PROMPT_S)
+        raise StoreCorrupted("page 7 is damaged (injected)")
+
+    monkeypatch.setattr(damage.Guard, "verify", damaged)
+    try:
+        with pytest.raises(StoreCorrupted, match="page 7"):
+            rt.backup(tmp_path / "copy")
+    finally:
+        for thread in closer:
+            thread.join(PROMPT_S)
+        rt.shutdown()
