@@ -434,18 +434,13 @@ class Link:
         if reply.answer.confirm:
             self._tell(reply.session, w.Cancel(id=reply.answer.id))
 
-    def _tell(self, session: Session, frame: w.ClientFrame) -> bool:
-        """Send ``frame`` on ``session`` from the link's loop; False if the loop is closed."""
-
+    def _tell(self, session: Session, frame: w.ClientFrame) -> None:
         async def send() -> None:
             with contextlib.suppress(RetinueError):
                 await session.send(frame)
 
-        try:
+        with contextlib.suppress(RuntimeError, ControlError):  # a closed loop: nothing to tell
             self.submit_coroutine(send())
-        except (RuntimeError, ControlError):  # a closed loop: nothing to tell
-            return False
-        return True
 
     async def open_stream(self, ref: str | None) -> Session:
         """Open a connection of its own for a stream of ``ref``'s events.
